@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# Installs what the tests need, builds (warnings are errors) and runs the whole test suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+WGLLM_CMAKE_ARGS="-DWGLLM_WERROR=ON ${WGLLM_CMAKE_ARGS:-}" scripts/setup.sh
+ctest --test-dir "${WGLLM_BUILD_DIR:-build}" --output-on-failure -j"$(nproc)" "$@"

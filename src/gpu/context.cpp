@@ -1,0 +1,523 @@
+#include "gpu/context.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstring>
+#include <regex>
+#include <sstream>
+
+#include "gpu/shaders.h"
+#include "wgllm/error.h"
+
+namespace wgllm::gpu {
+
+namespace {
+
+std::string str(WGPUStringView v) {
+  if (!v.data) return {};
+  return v.length == WGPU_STRLEN ? std::string(v.data) : std::string(v.data, v.length);
+}
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s;
+}
+
+const char* backend_name(WGPUBackendType b) {
+  switch (b) {
+    case WGPUBackendType_Vulkan: return "Vulkan";
+    case WGPUBackendType_OpenGL: return "OpenGL";
+    case WGPUBackendType_OpenGLES: return "OpenGLES";
+    case WGPUBackendType_Metal: return "Metal";
+    case WGPUBackendType_D3D12: return "D3D12";
+    case WGPUBackendType_D3D11: return "D3D11";
+    case WGPUBackendType_WebGPU: return "WebGPU";
+    case WGPUBackendType_Null: return "Null";
+    default: return "unknown";
+  }
+}
+
+const char* adapter_type_name(WGPUAdapterType t) {
+  switch (t) {
+    case WGPUAdapterType_DiscreteGPU: return "discrete GPU";
+    case WGPUAdapterType_IntegratedGPU: return "integrated GPU";
+    case WGPUAdapterType_CPU: return "CPU";
+    default: return "unknown";
+  }
+}
+
+AdapterDesc describe(WGPUAdapter adapter, uint32_t index) {
+  WGPUAdapterInfo info{};
+  wgpuAdapterGetInfo(adapter, &info);
+  AdapterDesc d;
+  d.index = index;
+  d.name = str(info.device);
+  d.vendor = str(info.vendor);
+  d.architecture = str(info.architecture);
+  d.driver = str(info.description);
+  d.backend = backend_name(info.backendType);
+  d.type = adapter_type_name(info.adapterType);
+  d.subgroup_min = info.subgroupMinSize;
+  d.subgroup_max = info.subgroupMaxSize;
+  wgpuAdapterInfoFreeMembers(info);
+  return d;
+}
+
+// Higher is better: discrete > integrated > CPU > unknown, Vulkan before other backends.
+int adapter_rank(const AdapterDesc& d) {
+  int r = d.type == "discrete GPU" ? 40 : d.type == "integrated GPU" ? 30 : d.type == "CPU" ? 20 : 10;
+  return r + (d.backend == "Vulkan" ? 1 : 0);
+}
+
+constexpr const char* kNoAdapterHelp =
+    "no usable GPU adapter found: install a Vulkan driver (on a machine without a GPU, Mesa lavapipe: "
+    "scripts/setup.sh installs mesa-vulkan-drivers from bookworm-backports)";
+
+// Drives callbacks registered with AllowProcessEvents until `done` (bounded, never hangs forever).
+template <typename Pred>
+void process_until(WGPUInstance instance, WGPUDevice device, Pred done, const char* what) {
+  for (int i = 0; i < 1000000 && !done(); ++i) {
+    if (device) native::poll_wait(device);
+    wgpuInstanceProcessEvents(instance);
+  }
+  if (!done()) throw GpuError(std::string("timed out waiting for ") + what);
+}
+
+// naga reports positions as "wgsl:LINE:COL"; rewrite them as "file.wgsl:LINE:COL" in the
+// file's own numbering (the prelude shifts lines).
+std::string shader_message(const std::string& message, const std::string& file, int prelude_lines) {
+  static const std::regex pos(R"(wgsl:(\d+):(\d+))");
+  std::smatch m;
+  std::string first_line = message.substr(0, message.find('\n'));
+  std::string where = file;
+  if (std::regex_search(message, m, pos)) {
+    int line = std::stoi(m[1]) - prelude_lines;
+    where += ":" + std::to_string(line) + ":" + m[2].str();
+  }
+  // Keep the whole diagnostic (naga's own explanation spans several lines) on one line.
+  std::string flat;
+  for (char c : message) flat += (c == '\n') ? ' ' : c;
+  flat.erase(std::unique(flat.begin(), flat.end(), [](char a, char b) { return a == ' ' && b == ' '; }),
+             flat.end());
+  return where + ": " + flat;
+}
+
+}  // namespace
+
+struct Context::ErrorSink {
+  std::mutex mutex;
+  std::string first;  // first uncaptured error since the last check
+  bool lost = false;
+  void record(const std::string& msg) {
+    std::lock_guard lock(mutex);
+    if (first.empty()) first = msg;
+  }
+};
+
+std::string PipelineKey::to_string() const {
+  std::ostringstream s;
+  s << shader << ":" << entry_point;
+  if (!overrides.empty()) {
+    s << "{";
+    for (size_t i = 0; i < overrides.size(); ++i) s << (i ? "," : "") << overrides[i].first << "=" << overrides[i].second;
+    s << "}";
+  }
+  if (!prelude.empty()) s << "[" << std::hash<std::string>{}(prelude) << "]";
+  return s.str();
+}
+
+FoldedGrid fold_grid(uint64_t n, uint32_t max_per_dim) {
+  if (n == 0) return {0, 1};
+  if (n <= max_per_dim) return {static_cast<uint32_t>(n), 1};
+  const uint64_t y = (n + max_per_dim - 1) / max_per_dim;
+  if (y > max_per_dim) throw InvalidArgument("grid of " + std::to_string(n) + " workgroups exceeds the adapter's " +
+                                             std::to_string(max_per_dim) + "^2 limit");
+  const uint64_t x = (n + y - 1) / y;
+  return {static_cast<uint32_t>(x), static_cast<uint32_t>(y)};
+}
+
+std::vector<AdapterDesc> Context::list_adapters(std::string_view backend) {
+  InstanceHandle instance(native::create_instance(backend));
+  if (!instance) throw GpuError("could not create a WebGPU instance (wgpu-native)");
+  std::vector<AdapterDesc> out;
+  auto adapters = native::enumerate_adapters(instance.get());
+  for (uint32_t i = 0; i < adapters.size(); ++i) out.push_back(describe(adapters[i].get(), i));
+  return out;
+}
+
+Context::Context(const ContextOptions& options) : errors_(std::make_unique<ErrorSink>()) {
+  instance_.reset(native::create_instance(options.backend));
+  if (!instance_) throw GpuError("could not create a WebGPU instance (wgpu-native)");
+
+  auto adapters = native::enumerate_adapters(instance_.get());
+  if (adapters.empty()) throw GpuError(kNoAdapterHelp);
+  std::vector<AdapterDesc> descs;
+  for (uint32_t i = 0; i < adapters.size(); ++i) descs.push_back(describe(adapters[i].get(), i));
+
+  int chosen = -1;
+  const std::string& want = options.adapter;
+  if (want.empty()) {
+    for (size_t i = 0; i < descs.size(); ++i)
+      if (chosen < 0 || adapter_rank(descs[i]) > adapter_rank(descs[chosen])) chosen = static_cast<int>(i);
+  } else if (std::all_of(want.begin(), want.end(), ::isdigit)) {
+    const unsigned long idx = std::stoul(want);
+    if (idx >= descs.size())
+      throw GpuError("--adapter " + want + ": only " + std::to_string(descs.size()) +
+                     " adapter(s) present (see `wgllm info --list`)");
+    chosen = static_cast<int>(idx);
+  } else {
+    for (size_t i = 0; i < descs.size(); ++i)
+      if (lower(descs[i].name).find(lower(want)) != std::string::npos &&
+          (chosen < 0 || adapter_rank(descs[i]) > adapter_rank(descs[chosen])))
+        chosen = static_cast<int>(i);
+    if (chosen < 0) throw GpuError("--adapter '" + want + "': no adapter name contains it (see `wgllm info --list`)");
+  }
+  adapter_ = std::move(adapters[chosen]);
+  adapter_desc_ = descs[chosen];
+
+  // Ask for the adapter's own maxima (the WebGPU defaults cap a binding at 128 MiB).
+  WGPULimits adapter_limits{};
+  if (wgpuAdapterGetLimits(adapter_.get(), &adapter_limits) != WGPUStatus_Success)
+    throw GpuError("could not read the limits of adapter '" + adapter_desc_.name + "'");
+  std::vector<WGPUFeatureName> wanted;
+  auto want_feature = [&](WGPUFeatureName f, bool disabled, bool& flag) {
+    if (!disabled && wgpuAdapterHasFeature(adapter_.get(), f)) {
+      wanted.push_back(f);
+      flag = true;
+    }
+  };
+  want_feature(WGPUFeatureName_ShaderF16, options.disable_f16, features_.shader_f16);
+  if (const WGPUFeatureName sg = native::subgroup_feature(adapter_.get());
+      sg != WGPUFeatureName_Force32 && !options.disable_subgroups) {
+    wanted.push_back(sg);
+    features_.subgroups = true;
+  }
+  want_feature(WGPUFeatureName_TimestampQuery, false, features_.timestamp_query);
+
+  WGPUDeviceDescriptor desc{};
+  desc.label = sv("wgllm");
+  desc.requiredFeatureCount = wanted.size();
+  desc.requiredFeatures = wanted.data();
+  desc.requiredLimits = &adapter_limits;
+  desc.defaultQueue.label = sv("wgllm queue");
+  desc.deviceLostCallbackInfo.mode = WGPUCallbackMode_AllowProcessEvents;
+  desc.deviceLostCallbackInfo.callback = [](WGPUDevice const*, WGPUDeviceLostReason reason, WGPUStringView msg,
+                                            void* sink, void*) {
+    if (reason == WGPUDeviceLostReason_Destroyed || reason == WGPUDeviceLostReason_CallbackCancelled) return;
+    auto* s = static_cast<ErrorSink*>(sink);
+    s->record("GPU device lost: " + str(msg));
+    s->lost = true;
+  };
+  desc.deviceLostCallbackInfo.userdata1 = errors_.get();
+  desc.uncapturedErrorCallbackInfo.callback = [](WGPUDevice const*, WGPUErrorType type, WGPUStringView msg,
+                                                 void* sink, void*) {
+    const char* kind = type == WGPUErrorType_OutOfMemory ? "GPU out of memory" : "GPU error";
+    static_cast<ErrorSink*>(sink)->record(std::string(kind) + ": " + str(msg));
+  };
+  desc.uncapturedErrorCallbackInfo.userdata1 = errors_.get();
+
+  struct Result {
+    bool done = false;
+    WGPUDevice device = nullptr;
+    std::string message;
+  } result;
+  WGPURequestDeviceCallbackInfo cb{};
+  cb.mode = WGPUCallbackMode_AllowProcessEvents;
+  cb.callback = [](WGPURequestDeviceStatus status, WGPUDevice device, WGPUStringView msg, void* r, void*) {
+    auto* res = static_cast<Result*>(r);
+    res->done = true;
+    if (status == WGPURequestDeviceStatus_Success) res->device = device;
+    else res->message = str(msg);
+  };
+  cb.userdata1 = &result;
+  wgpuAdapterRequestDevice(adapter_.get(), &desc, cb);
+  process_until(instance_.get(), nullptr, [&] { return result.done; }, "the GPU device");
+  if (!result.device)
+    throw GpuError("could not create a device on '" + adapter_desc_.name + "': " + result.message);
+  device_.reset(result.device);
+  queue_.reset(wgpuDeviceGetQueue(device_.get()));
+  if (wgpuDeviceGetLimits(device_.get(), &limits_) != WGPUStatus_Success)
+    throw GpuError("could not read the device limits of '" + adapter_desc_.name + "'");
+}
+
+Context::~Context() {
+  pipelines_.clear();
+  queue_.reset();
+  if (device_) {
+    native::poll_wait(device_.get());
+    device_.reset();
+  }
+}
+
+uint64_t Context::max_binding_size() const {
+  return std::min<uint64_t>(limits_.maxStorageBufferBindingSize, limits_.maxBufferSize) & ~uint64_t(3);
+}
+
+void Context::check_errors() {
+  wgpuInstanceProcessEvents(instance_.get());
+  std::string msg;
+  {
+    std::lock_guard lock(errors_->mutex);
+    msg = std::exchange(errors_->first, {});
+  }
+  if (!msg.empty()) {
+    std::replace(msg.begin(), msg.end(), '\n', ' ');
+    throw GpuError(msg);
+  }
+}
+
+Buffer Context::create_buffer(uint64_t size, WGPUBufferUsage usage, std::string_view label) {
+  if (size == 0) throw InvalidArgument("buffer '" + std::string(label) + "': size 0");
+  if (size > limits_.maxBufferSize)
+    throw GpuError("buffer '" + std::string(label) + "' of " + std::to_string(size) +
+                   " bytes exceeds the adapter's maxBufferSize (" + std::to_string(limits_.maxBufferSize) + ")");
+  WGPUBufferDescriptor d{};
+  d.label = sv(label);
+  d.size = (size + 3) & ~uint64_t(3);
+  d.usage = usage | WGPUBufferUsage_CopyDst | WGPUBufferUsage_CopySrc;
+  if (usage & WGPUBufferUsage_MapRead) d.usage = usage | WGPUBufferUsage_CopyDst;
+  wgpuDevicePushErrorScope(device_.get(), WGPUErrorFilter_OutOfMemory);
+  Buffer b{BufferHandle(wgpuDeviceCreateBuffer(device_.get(), &d)), size};
+  struct Popped {
+    bool done = false;
+    std::string error;
+  } popped;
+  WGPUPopErrorScopeCallbackInfo cb{};
+  cb.mode = WGPUCallbackMode_AllowProcessEvents;
+  cb.callback = [](WGPUPopErrorScopeStatus, WGPUErrorType type, WGPUStringView msg, void* p, void*) {
+    auto* r = static_cast<Popped*>(p);
+    r->done = true;
+    if (type != WGPUErrorType_NoError) r->error = str(msg);
+  };
+  cb.userdata1 = &popped;
+  wgpuDevicePopErrorScope(device_.get(), cb);
+  process_until(instance_.get(), nullptr, [&] { return popped.done; }, "buffer creation");
+  if (!popped.error.empty() || !b.handle)
+    throw GpuError("out of GPU memory allocating buffer '" + std::string(label) + "' (" + std::to_string(size) +
+                   " bytes): " + popped.error);
+  return b;
+}
+
+void Context::write_buffer(const Buffer& buf, uint64_t offset, const void* data, uint64_t size) {
+  if (offset + size > buf.size || offset + size < offset)
+    throw InvalidArgument("write of " + std::to_string(size) + " bytes at offset " + std::to_string(offset) +
+                          " past the end of a " + std::to_string(buf.size) + "-byte buffer");
+  if (size == 0) return;
+  const auto* bytes = static_cast<const uint8_t*>(data);
+  // queue writes need 4-byte aligned offsets and sizes: patch unaligned edges through a readback.
+  const uint64_t begin = offset & ~uint64_t(3), end = (offset + size + 3) & ~uint64_t(3);
+  if (begin == offset && end == offset + size) {
+    wgpuQueueWriteBuffer(queue_.get(), buf.get(), offset, bytes, size);
+  } else {
+    std::vector<uint8_t> staged(end - begin);
+    const uint64_t readable = std::min<uint64_t>(end, buf.size) - begin;
+    read_buffer(buf, begin, staged.data(), readable);
+    std::memcpy(staged.data() + (offset - begin), bytes, size);
+    wgpuQueueWriteBuffer(queue_.get(), buf.get(), begin, staged.data(), staged.size());
+  }
+  check_errors();
+}
+
+void Context::read_buffer(const Buffer& buf, uint64_t offset, void* dst, uint64_t size) {
+  if (offset + size > buf.size || offset + size < offset)
+    throw InvalidArgument("read of " + std::to_string(size) + " bytes at offset " + std::to_string(offset) +
+                          " past the end of a " + std::to_string(buf.size) + "-byte buffer");
+  if (size == 0) return;
+  constexpr uint64_t kChunk = 64ull << 20;  // staging piece: bounded host-visible memory
+  const uint64_t begin = offset & ~uint64_t(3), end = (offset + size + 3) & ~uint64_t(3);
+  Buffer staging = create_buffer(std::min(kChunk, end - begin), WGPUBufferUsage_MapRead, "readback staging");
+  auto* out = static_cast<uint8_t*>(dst);
+  for (uint64_t pos = begin; pos < end; pos += kChunk) {
+    const uint64_t n = std::min(kChunk, end - pos);
+    WGPUCommandEncoderDescriptor ed{};
+    CommandEncoderHandle enc(wgpuDeviceCreateCommandEncoder(device_.get(), &ed));
+    wgpuCommandEncoderCopyBufferToBuffer(enc.get(), buf.get(), pos, staging.get(), 0, n);
+    WGPUCommandBufferDescriptor cd{};
+    CommandBufferHandle cmd(wgpuCommandEncoderFinish(enc.get(), &cd));
+    submit(cmd.get());
+    struct Mapped {
+      bool done = false;
+      WGPUMapAsyncStatus status{};
+      std::string message;
+    } mapped;
+    WGPUBufferMapCallbackInfo cb{};
+    cb.mode = WGPUCallbackMode_AllowProcessEvents;
+    cb.callback = [](WGPUMapAsyncStatus status, WGPUStringView msg, void* p, void*) {
+      auto* m = static_cast<Mapped*>(p);
+      m->done = true;
+      m->status = status;
+      m->message = str(msg);
+    };
+    cb.userdata1 = &mapped;
+    wgpuBufferMapAsync(staging.get(), WGPUMapMode_Read, 0, n, cb);
+    process_until(instance_.get(), device_.get(), [&] { return mapped.done; }, "a buffer readback");
+    check_errors();
+    if (mapped.status != WGPUMapAsyncStatus_Success) throw GpuError("buffer readback failed: " + mapped.message);
+    const auto* src = static_cast<const uint8_t*>(wgpuBufferGetConstMappedRange(staging.get(), 0, n));
+    // Copy the part of [pos, pos+n) that lies inside the requested [offset, offset+size).
+    const uint64_t lo = std::max(pos, offset), hi = std::min(pos + n, offset + size);
+    std::memcpy(out + (lo - offset), src + (lo - pos), hi - lo);
+    wgpuBufferUnmap(staging.get());
+  }
+}
+
+WGPUComputePipeline Context::pipeline(const PipelineKey& key) {
+  const std::string name = key.to_string();
+  std::lock_guard lock(pipelines_mutex_);
+  if (auto it = pipelines_.find(name); it != pipelines_.end()) return it->second.get();
+
+  const std::string code = key.prelude + std::string(shader_source(key.shader));
+  const int prelude_lines = static_cast<int>(std::count(key.prelude.begin(), key.prelude.end(), '\n'));
+  wgpuDevicePushErrorScope(device_.get(), WGPUErrorFilter_Validation);
+  WGPUShaderSourceWGSL wgsl{};
+  wgsl.chain.sType = WGPUSType_ShaderSourceWGSL;
+  wgsl.code = sv(code);
+  WGPUShaderModuleDescriptor md{};
+  md.nextInChain = &wgsl.chain;
+  md.label = sv(key.shader);
+  ShaderModuleHandle module(wgpuDeviceCreateShaderModule(device_.get(), &md));
+
+  std::vector<WGPUConstantEntry> constants;
+  for (const auto& [k, v] : key.overrides) {
+    WGPUConstantEntry c{};
+    c.key = sv(k);
+    c.value = v;
+    constants.push_back(c);
+  }
+  WGPUComputePipelineDescriptor pd{};
+  pd.label = sv(name);
+  pd.compute.module = module.get();
+  pd.compute.entryPoint = sv(key.entry_point);
+  pd.compute.constantCount = constants.size();
+  pd.compute.constants = constants.data();
+  ComputePipelineHandle pipe(wgpuDeviceCreateComputePipeline(device_.get(), &pd));
+
+  struct Popped {
+    bool done = false;
+    std::string error;
+  } popped;
+  WGPUPopErrorScopeCallbackInfo cb{};
+  cb.mode = WGPUCallbackMode_AllowProcessEvents;
+  cb.callback = [](WGPUPopErrorScopeStatus, WGPUErrorType type, WGPUStringView msg, void* p, void*) {
+    auto* r = static_cast<Popped*>(p);
+    r->done = true;
+    if (type != WGPUErrorType_NoError) r->error = str(msg);
+  };
+  cb.userdata1 = &popped;
+  wgpuDevicePopErrorScope(device_.get(), cb);
+  process_until(instance_.get(), nullptr, [&] { return popped.done; }, "shader compilation");
+  if (!popped.error.empty()) throw ShaderError(shader_message(popped.error, key.shader, prelude_lines));
+  if (!pipe) throw ShaderError(key.shader + ": pipeline creation failed for entry point " + key.entry_point);
+  WGPUComputePipeline raw = pipe.get();
+  pipelines_.emplace(name, std::move(pipe));
+  return raw;
+}
+
+BindGroupHandle Context::bind_group(WGPUComputePipeline pipeline, std::span<const BufferBinding> bindings,
+                                    std::string_view label) {
+  std::vector<WGPUBindGroupEntry> entries;
+  for (const auto& b : bindings) {
+    WGPUBindGroupEntry e{};
+    e.binding = b.binding;
+    e.buffer = b.buffer->get();
+    e.offset = b.offset;
+    e.size = b.size ? b.size : ((b.buffer->size + 3) & ~uint64_t(3)) - b.offset;
+    if (e.size > max_binding_size() && !(b.binding == 0 && e.size <= limits_.maxUniformBufferBindingSize))
+      throw InvalidArgument("binding " + std::to_string(b.binding) + " of " + std::string(label) + " covers " +
+                            std::to_string(e.size) + " bytes, over the adapter's storage-binding limit of " +
+                            std::to_string(max_binding_size()));
+    entries.push_back(e);
+  }
+  BindGroupLayoutHandle layout(wgpuComputePipelineGetBindGroupLayout(pipeline, 0));
+  WGPUBindGroupDescriptor d{};
+  d.label = sv(label);
+  d.layout = layout.get();
+  d.entryCount = entries.size();
+  d.entries = entries.data();
+  return BindGroupHandle(wgpuDeviceCreateBindGroup(device_.get(), &d));
+}
+
+void Context::submit(WGPUCommandBuffer commands) {
+  wgpuQueueSubmit(queue_.get(), 1, &commands);
+  check_errors();
+}
+
+void Context::submit_and_wait(WGPUCommandBuffer commands) {
+  submit(commands);
+  wait_idle();
+}
+
+void Context::wait_idle() {
+  native::poll_wait(device_.get());
+  check_errors();
+}
+
+// ---------------------------------------------------------------- ComputeBatch
+
+ComputeBatch::ComputeBatch(Context& ctx, std::string_view label) : ctx_(ctx), label_(label) {
+  WGPUCommandEncoderDescriptor d{};
+  d.label = sv(label_);
+  encoder_.reset(wgpuDeviceCreateCommandEncoder(ctx_.device(), &d));
+}
+
+ComputeBatch::~ComputeBatch() = default;
+
+void ComputeBatch::begin_pass() {
+  if (pass_) return;
+  WGPUComputePassDescriptor d{};
+  d.label = sv(label_);
+  pass_.reset(wgpuCommandEncoderBeginComputePass(encoder_.get(), &d));
+}
+
+void ComputeBatch::end_pass() {
+  if (!pass_) return;
+  wgpuComputePassEncoderEnd(pass_.get());
+  pass_.reset();
+}
+
+void ComputeBatch::dispatch(WGPUComputePipeline pipeline, WGPUBindGroup group, uint32_t x, uint32_t y, uint32_t z) {
+  if (submitted_) throw InvalidArgument("dispatch on a ComputeBatch that was already submitted");
+  if (x == 0 || y == 0 || z == 0) return;  // nothing to do (a zero grid is valid but pointless)
+  const uint32_t lim = ctx_.limits().maxComputeWorkgroupsPerDimension;
+  if (x > lim || y > lim || z > lim)
+    throw InvalidArgument("dispatch grid (" + std::to_string(x) + ", " + std::to_string(y) + ", " + std::to_string(z) +
+                          ") exceeds maxComputeWorkgroupsPerDimension " + std::to_string(lim));
+  begin_pass();
+  wgpuComputePassEncoderSetPipeline(pass_.get(), pipeline);
+  wgpuComputePassEncoderSetBindGroup(pass_.get(), 0, group, 0, nullptr);
+  wgpuComputePassEncoderDispatchWorkgroups(pass_.get(), x, y, z);
+}
+
+void ComputeBatch::dispatch(WGPUComputePipeline pipeline, std::span<const BufferBinding> bindings, uint32_t x,
+                            uint32_t y, uint32_t z) {
+  owned_groups_.push_back(ctx_.bind_group(pipeline, bindings, label_));
+  dispatch(pipeline, owned_groups_.back().get(), x, y, z);
+}
+
+const Buffer& ComputeBatch::uniform(const void* bytes, uint64_t size) {
+  owned_buffers_.push_back(ctx_.create_buffer(size, WGPUBufferUsage_Uniform, label_ + " params"));
+  ctx_.write_buffer(owned_buffers_.back(), 0, bytes, size);
+  return owned_buffers_.back();
+}
+
+void ComputeBatch::copy(const Buffer& src, uint64_t src_offset, const Buffer& dst, uint64_t dst_offset,
+                        uint64_t size) {
+  end_pass();
+  wgpuCommandEncoderCopyBufferToBuffer(encoder_.get(), src.get(), src_offset, dst.get(), dst_offset, size);
+}
+
+void ComputeBatch::submit() {
+  if (submitted_) throw InvalidArgument("ComputeBatch submitted twice");
+  end_pass();
+  WGPUCommandBufferDescriptor d{};
+  CommandBufferHandle cmd(wgpuCommandEncoderFinish(encoder_.get(), &d));
+  submitted_ = true;
+  ctx_.submit(cmd.get());
+}
+
+void ComputeBatch::submit_and_wait() {
+  submit();
+  ctx_.wait_idle();
+}
+
+}  // namespace wgllm::gpu

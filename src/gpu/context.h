@@ -1,0 +1,192 @@
+// The GPU context: instance -> adapter -> device -> queue, with the adapter's own limits,
+// optional features, errors turned into exceptions, synchronous upload/readback and one
+// pipeline cache. Everything that touches wgpu-native's extras (wgpu.h) lives in native.cpp.
+#pragma once
+#include <webgpu/webgpu.h>
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gpu/handle.h"
+
+namespace wgllm::gpu {
+
+struct AdapterDesc {
+  uint32_t index = 0;          // position in the enumeration (what --adapter N selects)
+  std::string name;            // e.g. "llvmpipe (LLVM 15.0.6, 256 bits)", "NVIDIA H200"
+  std::string vendor;
+  std::string architecture;
+  std::string driver;          // driver description, e.g. "Mesa 25.0.7"
+  std::string backend;         // "Vulkan", "OpenGL", ...
+  std::string type;            // "discrete GPU", "integrated GPU", "CPU", "unknown"
+  uint32_t subgroup_min = 0, subgroup_max = 0;
+};
+
+struct Features {
+  bool shader_f16 = false;
+  bool subgroups = false;
+  bool timestamp_query = false;
+};
+
+struct ContextOptions {
+  // "" picks the best adapter (discrete GPU > integrated > CPU; Vulkan first);
+  // a number picks that index of `wgllm info --list`; anything else is a case-insensitive
+  // substring of the adapter name.
+  std::string adapter;
+  // Which WebGPU backends to consider: "primary" (Vulkan/Metal/D3D12; default), "vulkan",
+  // "gl" (wgpu's OpenGL backend: no f16, fewer bindings) or "all".
+  std::string backend = "primary";
+  bool disable_f16 = false;        // behave as if shader-f16 were absent (tests the fallbacks)
+  bool disable_subgroups = false;  // likewise for subgroups
+};
+
+// A GPU buffer with its logical size (the allocation is rounded up to 4 bytes).
+struct Buffer {
+  BufferHandle handle;
+  uint64_t size = 0;
+  WGPUBuffer get() const { return handle.get(); }
+};
+
+// Everything that changes the generated code of a compute pipeline.
+struct PipelineKey {
+  std::string shader;                               // file name under src/kernels/
+  std::string entry_point;
+  std::vector<std::pair<std::string, double>> overrides;  // WGSL `override` constants
+  std::string prelude;                              // WGSL text prepended (enable f16; aliases)
+  std::string to_string() const;                    // also the pipeline's debug label
+};
+
+// One storage/uniform buffer range bound at @binding(binding) of group 0.
+struct BufferBinding {
+  uint32_t binding;
+  const Buffer* buffer;
+  uint64_t offset = 0;
+  uint64_t size = 0;  // 0 = to the end of the buffer
+};
+
+class Context {
+ public:
+  explicit Context(const ContextOptions& options = {});
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  // All adapters this machine offers, in enumeration order (creates a private instance).
+  static std::vector<AdapterDesc> list_adapters(std::string_view backend = "all");
+
+  const AdapterDesc& adapter() const { return adapter_desc_; }
+  const WGPULimits& limits() const { return limits_; }
+  const Features& features() const { return features_; }
+  WGPUDevice device() const { return device_.get(); }
+  WGPUQueue queue() const { return queue_.get(); }
+  WGPUInstance instance() const { return instance_.get(); }
+
+  // Buffers. Usage always includes CopySrc|CopyDst so tests can poison and read anything.
+  Buffer create_buffer(uint64_t size, WGPUBufferUsage usage, std::string_view label);
+  void write_buffer(const Buffer& buf, uint64_t offset, const void* data, uint64_t size);
+  void read_buffer(const Buffer& buf, uint64_t offset, void* dst, uint64_t size);
+  template <typename T>
+  std::vector<T> read(const Buffer& buf, uint64_t offset_bytes = 0, uint64_t count = 0) {
+    if (count == 0) count = (buf.size - offset_bytes) / sizeof(T);
+    std::vector<T> out(count);
+    read_buffer(buf, offset_bytes, out.data(), count * sizeof(T));
+    return out;
+  }
+  template <typename T>
+  Buffer upload(std::span<const T> data, WGPUBufferUsage usage, std::string_view label) {
+    Buffer b = create_buffer(data.size_bytes(), usage, label);
+    write_buffer(b, 0, data.data(), data.size_bytes());
+    return b;
+  }
+
+  // Compute pipelines, compiled once per key. Shader errors throw ShaderError naming file:line.
+  WGPUComputePipeline pipeline(const PipelineKey& key);
+  BindGroupHandle bind_group(WGPUComputePipeline pipeline, std::span<const BufferBinding> bindings,
+                             std::string_view label = "");
+
+  // Submission. submit_and_wait blocks until the GPU finished; errors raised by the work throw.
+  void submit(WGPUCommandBuffer commands);
+  void submit_and_wait(WGPUCommandBuffer commands);
+  void wait_idle();
+  // Throws the first uncaptured error or device loss recorded since the last call.
+  void check_errors();
+
+  // Largest range one binding may cover: min(maxStorageBufferBindingSize, maxBufferSize).
+  uint64_t max_binding_size() const;
+
+ private:
+  struct ErrorSink;
+  InstanceHandle instance_;
+  AdapterHandle adapter_;
+  DeviceHandle device_;
+  QueueHandle queue_;
+  AdapterDesc adapter_desc_;
+  WGPULimits limits_{};
+  Features features_;
+  std::unique_ptr<ErrorSink> errors_;
+  std::mutex pipelines_mutex_;
+  std::map<std::string, ComputePipelineHandle> pipelines_;
+};
+
+// Records compute dispatches into one command buffer; submit() sends them all.
+class ComputeBatch {
+ public:
+  explicit ComputeBatch(Context& ctx, std::string_view label = "wgllm");
+  ~ComputeBatch();
+  ComputeBatch(const ComputeBatch&) = delete;
+  ComputeBatch& operator=(const ComputeBatch&) = delete;
+
+  // Dispatch `pipeline` over grid (x, y, z) workgroups with a prebuilt bind group.
+  void dispatch(WGPUComputePipeline pipeline, WGPUBindGroup group, uint32_t x, uint32_t y = 1, uint32_t z = 1);
+  // Same, building (and keeping alive) a bind group from `bindings`.
+  void dispatch(WGPUComputePipeline pipeline, std::span<const BufferBinding> bindings, uint32_t x,
+                uint32_t y = 1, uint32_t z = 1);
+  // A uniform buffer holding `bytes`, owned by the batch (kernel parameter structs).
+  const Buffer& uniform(const void* bytes, uint64_t size);
+  template <typename T>
+  const Buffer& uniform(const T& params) { return uniform(&params, sizeof(T)); }
+  // Copy between buffers (ends the current compute pass).
+  void copy(const Buffer& src, uint64_t src_offset, const Buffer& dst, uint64_t dst_offset, uint64_t size);
+
+  void submit();           // finish and submit; the batch is spent afterwards
+  void submit_and_wait();  // submit and block until done
+
+ private:
+  void begin_pass();
+  void end_pass();
+  Context& ctx_;
+  std::string label_;
+  CommandEncoderHandle encoder_;
+  ComputePassHandle pass_;
+  std::deque<Buffer> owned_buffers_;  // deque: references handed out stay valid
+  std::vector<BindGroupHandle> owned_groups_;
+  bool submitted_ = false;
+};
+
+// Grid (x, y) for `n` workgroups, folded into y so neither dimension exceeds the
+// adapter's maxComputeWorkgroupsPerDimension. Kernels recover the flat index as
+// wid.x + wid.y * grid_x (and skip indices >= n).
+struct FoldedGrid {
+  uint32_t x = 1, y = 1;
+};
+FoldedGrid fold_grid(uint64_t n, uint32_t max_per_dim);
+
+// wgpu-native extras (native.cpp): waiting on submissions and enumerating adapters.
+namespace native {
+// backends: "primary" (Vulkan/Metal/D3D12, the default), "vulkan", "gl" or "all".
+WGPUInstance create_instance(std::string_view backends);
+std::vector<AdapterHandle> enumerate_adapters(WGPUInstance instance);
+void poll_wait(WGPUDevice device);
+void poll(WGPUDevice device);
+// The feature to request for WGSL subgroup operations, or WGPUFeatureName_Force32 when absent.
+WGPUFeatureName subgroup_feature(WGPUAdapter adapter);
+}  // namespace native
+
+}  // namespace wgllm::gpu

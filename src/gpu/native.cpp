@@ -1,0 +1,44 @@
+// The one place that uses wgpu-native's extensions (wgpu.h); everything else is standard webgpu.h.
+#include <webgpu/wgpu.h>
+
+#include "gpu/context.h"
+#include "wgllm/error.h"
+
+namespace wgllm::gpu::native {
+
+WGPUInstance create_instance(std::string_view backends) {
+  WGPUInstanceExtras extras{};
+  extras.chain.sType = static_cast<WGPUSType>(WGPUSType_InstanceExtras);
+  if (backends == "all") extras.backends = WGPUInstanceBackend_All;
+  else if (backends == "vulkan") extras.backends = WGPUInstanceBackend_Vulkan;
+  else if (backends == "gl") extras.backends = WGPUInstanceBackend_GL;
+  else if (backends.empty() || backends == "primary") extras.backends = WGPUInstanceBackend_Primary;
+  else throw InvalidArgument("backend '" + std::string(backends) + "': expected primary, vulkan, gl or all");
+  WGPUInstanceDescriptor desc{};
+  desc.nextInChain = &extras.chain;
+  return wgpuCreateInstance(&desc);
+}
+
+std::vector<AdapterHandle> enumerate_adapters(WGPUInstance instance) {
+  const size_t n = wgpuInstanceEnumerateAdapters(instance, nullptr, nullptr);
+  std::vector<WGPUAdapter> raw(n, nullptr);
+  if (n) wgpuInstanceEnumerateAdapters(instance, nullptr, raw.data());
+  std::vector<AdapterHandle> out;
+  for (WGPUAdapter a : raw) out.emplace_back(a);
+  return out;
+}
+
+// wgpuInstanceWaitAny is not implemented in wgpu-native 29: block in wgpuDevicePoll instead.
+void poll_wait(WGPUDevice device) { wgpuDevicePoll(device, true, nullptr); }
+void poll(WGPUDevice device) { wgpuDevicePoll(device, false, nullptr); }
+
+// wgpu-native 29 reports subgroups as its own WGPUNativeFeature_Subgroup, not the standard
+// WGPUFeatureName_Subgroups; accept either.
+WGPUFeatureName subgroup_feature(WGPUAdapter adapter) {
+  if (wgpuAdapterHasFeature(adapter, WGPUFeatureName_Subgroups)) return WGPUFeatureName_Subgroups;
+  const auto native_subgroup = static_cast<WGPUFeatureName>(WGPUNativeFeature_Subgroup);
+  if (wgpuAdapterHasFeature(adapter, native_subgroup)) return native_subgroup;
+  return WGPUFeatureName_Force32;
+}
+
+}  // namespace wgllm::gpu::native

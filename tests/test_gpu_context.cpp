@@ -1,0 +1,151 @@
+// The GPU runtime: kernel round trip, odd buffer sizes, large readbacks, shader errors.
+#include <cstring>
+
+#include "kernels/elementwise.h"
+#include "test_util.h"
+#include "wgllm/error.h"
+
+namespace wgllm::test {
+namespace {
+
+TEST(GpuContext, HasDeviceAndLimits) {
+  auto& ctx = context();
+  EXPECT_FALSE(ctx.adapter().name.empty());
+  EXPECT_GE(ctx.limits().maxStorageBufferBindingSize, 128ull << 20);
+  EXPECT_GE(ctx.limits().maxComputeInvocationsPerWorkgroup, 256u);
+}
+
+TEST(GpuContext, AddRoundTripMillionElements) {
+  auto& ctx = context();
+  auto gen = rng(1);
+  const size_t n = 1'000'003;  // not a multiple of the workgroup
+  auto a = random_floats(n, gen), b = random_floats(n, gen);
+  auto ba = ctx.upload<float>(a, WGPUBufferUsage_Storage, "a");
+  auto bb = ctx.upload<float>(b, WGPUBufferUsage_Storage, "b");
+  auto out = ctx.create_buffer(n * 4, WGPUBufferUsage_Storage, "out");
+  std::vector<uint32_t> poison(n, kPoison);
+  ctx.write_buffer(out, 0, poison.data(), n * 4);
+  gpu::ComputeBatch batch(ctx, "add");
+  kernels::encode_add(batch, ctx, ba, bb, out, n);
+  batch.submit_and_wait();
+  auto got = ctx.read<float>(out);
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(got[i], a[i] + b[i]) << "at " << i;
+}
+
+TEST(GpuContext, FoldedGridCoversEveryElement) {
+  // More workgroups than one grid dimension allows forces the (x, y) fold.
+  auto& ctx = context();
+  const uint64_t max_dim = ctx.limits().maxComputeWorkgroupsPerDimension;
+  const size_t n = (max_dim + 17) * 256 + 5;
+  std::vector<float> a(n), b(n);
+  for (size_t i = 0; i < n; ++i) a[i] = float(i % 1000), b[i] = float(i % 7);
+  auto ba = ctx.upload<float>(a, WGPUBufferUsage_Storage, "a");
+  auto bb = ctx.upload<float>(b, WGPUBufferUsage_Storage, "b");
+  auto out = ctx.create_buffer(n * 4, WGPUBufferUsage_Storage, "out");
+  std::vector<uint32_t> poison(n, kPoison);
+  ctx.write_buffer(out, 0, poison.data(), n * 4);
+  gpu::ComputeBatch batch(ctx, "add");
+  kernels::encode_add(batch, ctx, ba, bb, out, n);
+  batch.submit_and_wait();
+  auto got = ctx.read<float>(out);
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(got[i], a[i] + b[i]) << "at " << i;
+}
+
+TEST(GpuContext, FoldGridShapes) {
+  for (uint64_t n : {1ull, 65535ull, 65536ull, 200000ull, 65535ull * 65535ull}) {
+    auto g = gpu::fold_grid(n, 65535);
+    EXPECT_LE(g.x, 65535u);
+    EXPECT_LE(g.y, 65535u);
+    EXPECT_GE(uint64_t(g.x) * g.y, n);
+    EXPECT_LT(uint64_t(g.x) * (g.y - 1), n) << "a whole row of wasted workgroups";
+  }
+  EXPECT_THROW(gpu::fold_grid(65535ull * 65535ull + 1, 65535), InvalidArgument);
+}
+
+TEST(GpuContext, UnalignedSizesAndOffsets) {
+  auto& ctx = context();
+  auto gen = rng(2);
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (uint64_t size : {1ull, 3ull, 5ull, 255ull, 257ull, 1023ull, 4097ull}) {
+    auto buf = ctx.create_buffer(size, WGPUBufferUsage_Storage, "odd");
+    std::vector<uint8_t> data(size);
+    for (auto& x : data) x = uint8_t(byte(gen));
+    ctx.write_buffer(buf, 0, data.data(), size);
+    std::vector<uint8_t> got(size, 0);
+    ctx.read_buffer(buf, 0, got.data(), size);
+    EXPECT_EQ(got, data) << "size " << size;
+    if (size >= 3) {
+      // Overwrite an unaligned middle piece; bytes around it must survive.
+      const uint64_t off = 1, len = size - 2;
+      std::vector<uint8_t> patch(len);
+      for (auto& x : patch) x = uint8_t(byte(gen));
+      ctx.write_buffer(buf, off, patch.data(), len);
+      std::copy(patch.begin(), patch.end(), data.begin() + off);
+      std::vector<uint8_t> back(size - 1);
+      ctx.read_buffer(buf, 1, back.data(), size - 1);
+      EXPECT_TRUE(std::equal(back.begin(), back.end(), data.begin() + 1)) << "size " << size;
+    }
+  }
+}
+
+TEST(GpuContext, ReadbackLargerThan128MiBInPieces) {
+  auto& ctx = context();
+  const uint64_t size = (160ull << 20) + 12;  // > 128 MiB and > the 64 MiB staging piece
+  if (size > ctx.limits().maxBufferSize) GTEST_SKIP() << "adapter's maxBufferSize is below 160 MiB";
+  const uint64_t n = size / 4;
+  std::vector<uint32_t> data(n);
+  const uint32_t salt = uint32_t(seed());
+  for (uint64_t i = 0; i < n; ++i) data[i] = uint32_t(i * 2654435761u) ^ salt;
+  auto buf = ctx.create_buffer(size, WGPUBufferUsage_Storage, "big");
+  ctx.write_buffer(buf, 0, data.data(), size);
+  auto got = ctx.read<uint32_t>(buf);
+  ASSERT_EQ(got.size(), n);
+  for (uint64_t i = 0; i < n; ++i) ASSERT_EQ(got[i], data[i]) << "at word " << i;
+}
+
+TEST(GpuContext, InvalidShaderNamesFileAndLine) {
+  auto& ctx = context();
+  try {
+    ctx.pipeline({"invalid_for_tests.wgsl", "main", {}, ""});
+    FAIL() << "an invalid shader compiled";
+  } catch (const ShaderError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("invalid_for_tests.wgsl:"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(":6:"), std::string::npos) << "expected line 6 in: " << msg;
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << "message should be one line";
+  }
+}
+
+TEST(GpuContext, PreludeKeepsLineNumbers) {
+  auto& ctx = context();
+  try {
+    ctx.pipeline({"invalid_for_tests.wgsl", "main", {}, "// prelude line 1\n// prelude line 2\n"});
+    FAIL() << "an invalid shader compiled";
+  } catch (const ShaderError& e) {
+    EXPECT_NE(std::string(e.what()).find("invalid_for_tests.wgsl:6:"), std::string::npos) << e.what();
+  }
+}
+
+TEST(GpuContext, PipelineCacheReturnsSamePipeline) {
+  auto& ctx = context();
+  auto p1 = ctx.pipeline({"elementwise.wgsl", "add", {{"WG", 64}}, ""});
+  auto p2 = ctx.pipeline({"elementwise.wgsl", "add", {{"WG", 64}}, ""});
+  auto p3 = ctx.pipeline({"elementwise.wgsl", "add", {{"WG", 128}}, ""});
+  EXPECT_EQ(p1, p2);
+  EXPECT_NE(p1, p3);
+}
+
+TEST(GpuContext, BadArgumentsThrowBeforeTheGpu) {
+  auto& ctx = context();
+  EXPECT_THROW(ctx.create_buffer(0, WGPUBufferUsage_Storage, "zero"), InvalidArgument);
+  EXPECT_THROW(ctx.create_buffer(ctx.limits().maxBufferSize + 4, WGPUBufferUsage_Storage, "huge"), GpuError);
+  auto small = ctx.create_buffer(16, WGPUBufferUsage_Storage, "small");
+  uint8_t bytes[32] = {};
+  EXPECT_THROW(ctx.write_buffer(small, 8, bytes, 16), InvalidArgument);
+  EXPECT_THROW(ctx.read_buffer(small, 0, bytes, 17), InvalidArgument);
+  gpu::ComputeBatch batch(ctx, "add");
+  EXPECT_THROW(kernels::encode_add(batch, ctx, small, small, small, 5), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace wgllm::test
