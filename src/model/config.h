@@ -1,0 +1,47 @@
+// Hyper-parameters of a decoder-only transformer, read from GGUF metadata (config.cpp).
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace wgllm {
+
+class GgufFile;
+
+enum class Arch { Llama, Qwen2, Qwen3 };
+// Normal: rotate adjacent pairs (x[2i], x[2i+1]) — llama-style GGUFs (Q/K rows permuted at conversion).
+// Neox:   rotate halves (x[i], x[i + head_dim/2]) — qwen2 / qwen3.
+enum class RopeType { Normal, Neox };
+
+struct RopeScaling {  // llama3-style frequency scaling ("rope.scaling.type" = llama3)
+  bool enabled = false;
+  float factor = 1.f;
+  float low_freq_factor = 1.f;
+  float high_freq_factor = 4.f;
+  uint32_t original_context = 8192;
+};
+
+struct ModelConfig {
+  Arch arch = Arch::Llama;
+  std::string arch_name;      // as in general.architecture
+  uint32_t n_vocab = 0;
+  uint32_t n_embd = 0;        // model width
+  uint32_t n_layer = 0;
+  uint32_t n_head = 0;
+  uint32_t n_head_kv = 0;
+  uint32_t head_dim = 0;      // attention.key_length, default n_embd / n_head
+  uint32_t n_ff = 0;          // feed-forward hidden size
+  uint32_t n_ctx_train = 0;   // context_length
+  float rms_eps = 1e-5f;
+  float rope_base = 10000.f;
+  uint32_t rope_dim = 0;      // rope.dimension_count (default head_dim)
+  RopeType rope_type = RopeType::Normal;
+  RopeScaling rope_scaling;
+  bool qk_norm = false;       // qwen3: RMSNorm on each q/k head before RoPE
+  bool attn_bias = false;     // qwen2: biases on q/k/v projections
+  bool tied_embeddings = false;  // no output.weight: logits use token_embd.weight
+
+  uint32_t q_dim() const { return n_head * head_dim; }
+  uint32_t kv_dim() const { return n_head_kv * head_dim; }
+};
+
+}  // namespace wgllm
