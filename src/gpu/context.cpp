@@ -500,6 +500,11 @@ const Buffer& ComputeBatch::uniform(const void* bytes, uint64_t size) {
   return owned_buffers_.back();
 }
 
+const Buffer& ComputeBatch::scratch(uint64_t size) {
+  owned_buffers_.push_back(ctx_.create_buffer(size, WGPUBufferUsage_Storage, label_ + " scratch"));
+  return owned_buffers_.back();
+}
+
 void ComputeBatch::copy(const Buffer& src, uint64_t src_offset, const Buffer& dst, uint64_t dst_offset,
                         uint64_t size) {
   end_pass();

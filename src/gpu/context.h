@@ -152,6 +152,8 @@ class ComputeBatch {
   const Buffer& uniform(const void* bytes, uint64_t size);
   template <typename T>
   const Buffer& uniform(const T& params) { return uniform(&params, sizeof(T)); }
+  // A storage buffer of `size` bytes owned by the batch (scratch space, placeholders).
+  const Buffer& scratch(uint64_t size);
   // Copy between buffers (ends the current compute pass).
   void copy(const Buffer& src, uint64_t src_offset, const Buffer& dst, uint64_t dst_offset, uint64_t size);
 

@@ -1,0 +1,314 @@
+#include "kernels/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "wgllm/error.h"
+
+namespace wgllm::kernels {
+
+namespace {
+
+constexpr uint32_t kMaxHeadDim = 256;
+constexpr uint32_t kDecodeWorkgroup = 128;  // DEC_WG in attention.wgsl
+
+[[noreturn]] void fail(const char* fn, const std::string& what) { throw InvalidArgument(std::string(fn) + ": " + what); }
+
+std::string kv_prelude_vec4(KvView view) {
+  switch (view) {
+    case KvView::F16:
+      return "enable f16;\nalias KvVec = vec4<f16>;\n"
+             "fn kv_to_f32(x: KvVec) -> vec4<f32> { return vec4<f32>(x); }\n";
+    case KvView::PackedF16:
+      return "alias KvVec = vec2<u32>;\n"
+             "fn kv_to_f32(x: KvVec) -> vec4<f32> { return vec4<f32>(unpack2x16float(x.x), unpack2x16float(x.y)); }\n";
+    case KvView::F32:
+      return "alias KvVec = vec4<f32>;\nfn kv_to_f32(x: KvVec) -> vec4<f32> { return x; }\n";
+  }
+  return {};
+}
+
+std::string kv_prelude_scalar(KvView view) {
+  switch (view) {
+    case KvView::F16:
+      return "enable f16;\nalias KvWord = f16;\nfn kv_word_index(i: u32) -> u32 { return i; }\n"
+             "fn kv_word_value(w: KvWord, i: u32) -> f32 { return f32(w); }\n";
+    case KvView::PackedF16:
+      return "alias KvWord = u32;\nfn kv_word_index(i: u32) -> u32 { return i >> 1u; }\n"
+             "fn kv_word_value(w: KvWord, i: u32) -> f32 { return unpack2x16float(w)[i & 1u]; }\n";
+    case KvView::F32:
+      return "alias KvWord = f32;\nfn kv_word_index(i: u32) -> u32 { return i; }\n"
+             "fn kv_word_value(w: KvWord, i: u32) -> f32 { return w; }\n";
+  }
+  return {};
+}
+
+std::string tile_prelude(const AttentionTiles& t) {
+  return "const BQ: u32 = " + std::to_string(t.bq) + "u;\nconst BK: u32 = " + std::to_string(t.bk) +
+         "u;\nconst TPR: u32 = " + std::to_string(t.tpr) + "u;\nconst DV: u32 = " + std::to_string(t.dv) +
+         "u;\nconst WG: u32 = " + std::to_string(t.wg) + "u;\n";
+}
+
+// Resolved strides/scale plus every check shared by prefill and decode.
+AttentionShape validate(const char* fn, const gpu::Context& ctx, AttentionShape s, const gpu::Buffer& q,
+                        const KvCache& kv, const gpu::Buffer& out) {
+  if (s.n_heads == 0) fail(fn, "n_heads must be > 0");
+  if (s.n_kv_heads == 0) fail(fn, "n_kv_heads must be > 0");
+  if (s.n_heads % s.n_kv_heads != 0)
+    fail(fn, "n_heads (" + std::to_string(s.n_heads) + ") must be a multiple of n_kv_heads (" +
+                 std::to_string(s.n_kv_heads) + ")");
+  if (s.head_dim == 0 || s.head_dim > kMaxHeadDim || s.head_dim % 2 != 0)
+    fail(fn, "head_dim " + std::to_string(s.head_dim) + " must be even and in [2, 256]");
+  if (s.n_queries == 0) fail(fn, "n_queries must be > 0");
+  const uint32_t q_dim = s.n_heads * s.head_dim;
+  if (s.q_stride == 0) s.q_stride = q_dim;
+  if (s.out_stride == 0) s.out_stride = q_dim;
+  if (s.q_stride < q_dim) fail(fn, "q_stride " + std::to_string(s.q_stride) + " < n_heads * head_dim");
+  if (s.out_stride < q_dim) fail(fn, "out_stride " + std::to_string(s.out_stride) + " < n_heads * head_dim");
+  if (s.scale == 0) s.scale = 1.0f / std::sqrt(float(s.head_dim));
+  if (!std::isfinite(s.scale)) fail(fn, "scale must be finite");
+  if (kv.config().kv_dim != s.n_kv_heads * s.head_dim)
+    fail(fn, "KV cache kv_dim " + std::to_string(kv.config().kv_dim) + " != n_kv_heads * head_dim (" +
+                 std::to_string(s.n_kv_heads * s.head_dim) + ")");
+  const uint64_t end = uint64_t(s.start_pos) + s.q_base + s.n_queries;
+  if (kv.config().max_seq < end)
+    fail(fn, "max_seq " + std::to_string(kv.config().max_seq) + " < start_pos + q_base + n_queries (" +
+                 std::to_string(end) + ")");
+  const uint64_t rows = uint64_t(s.q_base) + s.n_queries;
+  if (q.size < ((rows - 1) * s.q_stride + q_dim) * 4)
+    fail(fn, "q buffer holds " + std::to_string(q.size) + " bytes, needs " +
+                 std::to_string(((rows - 1) * s.q_stride + q_dim) * 4));
+  if (out.size < ((rows - 1) * s.out_stride + q_dim) * 4)
+    fail(fn, "out buffer holds " + std::to_string(out.size) + " bytes, needs " +
+                 std::to_string(((rows - 1) * s.out_stride + q_dim) * 4));
+  (void)ctx;
+  return s;
+}
+
+bool tiled_possible(const gpu::Context& ctx, const AttentionShape& s) {
+  return ctx.features().subgroups && s.head_dim % 4 == 0 && s.q_stride % 4 == 0 && s.out_stride % 4 == 0;
+}
+
+// A contiguous range of rows bound with an offset aligned to the adapter's requirement.
+struct RowWindow {
+  uint64_t offset_bytes, size_bytes;
+  uint32_t first_float;  // floats from the binding start to the first row
+};
+RowWindow row_window(const gpu::Context& ctx, uint64_t first_row, uint64_t n_rows, uint32_t stride,
+                     uint32_t row_floats) {
+  const uint64_t align = ctx.limits().minStorageBufferOffsetAlignment;
+  const uint64_t begin = first_row * stride * 4;
+  const uint64_t offset = begin / align * align;
+  const uint64_t end = ((first_row + n_rows - 1) * stride + row_floats) * 4;
+  return {offset, end - offset, uint32_t((begin - offset) / 4)};
+}
+
+// Rows per dispatch so q and out bindings stay within the storage-binding limit.
+uint32_t max_rows_per_binding(const gpu::Context& ctx, const AttentionShape& s) {
+  const uint64_t room = ctx.max_binding_size() - ctx.limits().minStorageBufferOffsetAlignment;
+  const uint64_t stride_bytes = uint64_t(std::max(s.q_stride, s.out_stride)) * 4;
+  const uint64_t rows = room / stride_bytes;
+  if (rows == 0) throw InvalidArgument("attention: one q/out row exceeds the storage-binding limit");
+  return uint32_t(std::min<uint64_t>(rows, UINT32_MAX));
+}
+
+AttentionParams base_params(const AttentionShape& s, const KvCache& kv) {
+  AttentionParams p{};
+  p.n_heads = s.n_heads;
+  p.n_kv_heads = s.n_kv_heads;
+  p.head_dim = s.head_dim;
+  p.kv_dim = kv.config().kv_dim;
+  p.max_seq = kv.config().max_seq;
+  p.start_pos = s.start_pos;
+  p.q_stride = s.q_stride;
+  p.out_stride = s.out_stride;
+  p.page_size = kv.page_size();
+  p.pages_per_pool = kv.pages_per_pool();
+  p.n_pages = kv.n_pages();
+  p.n_pools = kv.n_pools();
+  p.scale = s.scale;
+  p.n_splits = 1;
+  p.split_len = kv.config().max_seq;
+  p.grid_x = 1;
+  return p;
+}
+
+// Calls fn(first, count) over [0, n) in pieces of at most `step`.
+template <typename Fn>
+void in_chunks(uint32_t n, uint32_t step, Fn fn) {
+  for (uint32_t first = 0; first < n; first += step) fn(first, std::min(step, n - first));
+}
+
+}  // namespace
+
+AttentionTiles attention_tiles(uint32_t head_dim, const WGPULimits& limits) {
+  AttentionTiles t{};
+  const uint32_t hd4 = head_dim / 4;
+  // Threads per row: the fewest (power of two, <= 8) that keep each thread at <= 8 vec4 columns.
+  t.tpr = 1;
+  while (t.tpr < 8 && hd4 % (t.tpr * 2) == 0 && hd4 / t.tpr > 8) t.tpr *= 2;
+  t.dv = hd4 / t.tpr;
+  t.bq = 64;
+  while (t.bq * t.tpr > limits.maxComputeInvocationsPerWorkgroup && t.bq > 1) t.bq /= 2;
+  t.wg = t.bq * t.tpr;
+  // K and V tiles in f32: 2 * bk * head_dim * 4 bytes within a 32 KiB budget (or the limit).
+  const uint32_t budget = std::min<uint32_t>(limits.maxComputeWorkgroupStorageSize, 32768);
+  t.bk = 64;
+  while (t.bk > 4 && 8ull * t.bk * head_dim > budget) t.bk /= 2;
+  return t;
+}
+
+KvView kv_view(const gpu::Context& ctx, KvType type) {
+  if (type == KvType::F32) return KvView::F32;
+  return ctx.features().shader_f16 ? KvView::F16 : KvView::PackedF16;
+}
+
+double attention_flops(const AttentionShape& s) {
+  double windows = 0;
+  for (uint32_t i = 0; i < s.n_queries; ++i) windows += double(s.start_pos) + s.q_base + i + 1;
+  return 4.0 * s.n_heads * s.head_dim * windows;
+}
+
+void encode_attention_prefill(gpu::ComputeBatch& batch, gpu::Context& ctx, const AttentionShape& shape_in,
+                              const gpu::Buffer& q, const KvCache& kv, const gpu::Buffer& out,
+                              AttentionImpl impl) {
+  const char* fn = "encode_attention_prefill";
+  const AttentionShape s = validate(fn, ctx, shape_in, q, kv, out);
+  if (impl == AttentionImpl::Auto) impl = tiled_possible(ctx, s) ? AttentionImpl::Tiled : AttentionImpl::Baseline;
+  if (impl == AttentionImpl::Tiled && !tiled_possible(ctx, s))
+    fail(fn, "the tiled kernel needs subgroups and head_dim / strides that are multiples of 4");
+  const KvView view = kv_view(ctx, kv.config().type);
+  const uint32_t q_dim = s.n_heads * s.head_dim;
+  const uint32_t max_grid = ctx.limits().maxComputeWorkgroupsPerDimension;
+
+  WGPUComputePipeline pipe;
+  AttentionTiles tiles{};
+  if (impl == AttentionImpl::Tiled) {
+    tiles = attention_tiles(s.head_dim, ctx.limits());
+    if (kv.n_pages() > 1 && kv.page_size() % tiles.bk != 0)
+      fail(fn, "KV page_size " + std::to_string(kv.page_size()) + " must be a multiple of the key tile " +
+                   std::to_string(tiles.bk));
+    pipe = ctx.pipeline({"attention.wgsl", "attention_prefill", {}, kv_prelude_vec4(view) + tile_prelude(tiles)});
+  } else {
+    pipe = ctx.pipeline({"attention_baseline.wgsl", "attention_prefill_baseline", {}, kv_prelude_scalar(view)});
+  }
+  uint32_t step = max_rows_per_binding(ctx, s);
+  if (impl == AttentionImpl::Baseline) step = std::min(step, max_grid);  // grid y = queries
+
+  in_chunks(s.n_queries, step, [&](uint32_t first, uint32_t count) {
+    const RowWindow qw = row_window(ctx, uint64_t(s.q_base) + first, count, s.q_stride, q_dim);
+    const RowWindow ow = row_window(ctx, uint64_t(s.q_base) + first, count, s.out_stride, q_dim);
+    AttentionParams p = base_params(s, kv);
+    p.q_base = s.q_base + first;
+    p.n_queries = count;
+    p.q_offset = qw.first_float;
+    p.out_offset = ow.first_float;
+    uint32_t gx, gy;
+    if (impl == AttentionImpl::Tiled) {
+      const uint32_t group = s.n_heads / s.n_kv_heads;
+      const uint32_t hpw = std::min(group, tiles.bq);
+      const uint64_t q_blocks = (count + tiles.bq / hpw - 1) / (tiles.bq / hpw);
+      const uint64_t n_wg = q_blocks * ((group + hpw - 1) / hpw) * s.n_kv_heads;
+      const auto grid = gpu::fold_grid(n_wg, max_grid);
+      gx = grid.x;
+      gy = grid.y;
+    } else {
+      if (s.n_heads > max_grid) fail(fn, "n_heads exceeds maxComputeWorkgroupsPerDimension");
+      gx = s.n_heads;
+      gy = count;
+    }
+    p.grid_x = gx;
+    const gpu::BufferBinding bindings[] = {
+        {0, &batch.uniform(p)},
+        {1, &q, qw.offset_bytes, qw.size_bytes},
+        {2, &out, ow.offset_bytes, ow.size_bytes},
+        {3, &kv.page_table()},
+        {4, &kv.pool(0)},
+        {5, &kv.pool(1)},
+        {6, &kv.pool(2)},
+        {7, &kv.pool(3)},
+    };
+    batch.dispatch(pipe, bindings, gx, gy);
+  });
+}
+
+uint32_t attention_decode_splits(const AttentionShape& s, const KvCache& kv) {
+  const uint64_t window = std::min<uint64_t>(uint64_t(s.start_pos) + s.q_base + s.n_queries, kv.config().max_seq);
+  const uint64_t rows = uint64_t(s.n_heads) * s.n_queries;
+  // Enough workgroups to fill a large GPU (~1024), but no split shorter than 512 keys.
+  const uint64_t by_length = (window + 511) / 512;
+  const uint64_t by_occupancy = std::max<uint64_t>(1, 1024 / std::max<uint64_t>(rows, 1));
+  return uint32_t(std::clamp<uint64_t>(std::min(by_length, by_occupancy), 1, 256));
+}
+
+uint64_t attention_decode_scratch_bytes(const AttentionShape& s, uint32_t n_splits) {
+  return uint64_t(s.n_queries) * s.n_heads * n_splits * (s.head_dim / 4 + 1) * 16;
+}
+
+void encode_attention_decode(gpu::ComputeBatch& batch, gpu::Context& ctx, const AttentionShape& shape_in,
+                             const gpu::Buffer& q, const KvCache& kv, const gpu::Buffer& out,
+                             const gpu::Buffer* scratch, uint32_t n_splits) {
+  const char* fn = "encode_attention_decode";
+  const AttentionShape s = validate(fn, ctx, shape_in, q, kv, out);
+  if (!tiled_possible(ctx, s)) {
+    // No subgroups (or head_dim not a multiple of 4): the baseline kernel serves decode too.
+    encode_attention_prefill(batch, ctx, s, q, kv, out, AttentionImpl::Baseline);
+    return;
+  }
+  if (n_splits == 0) n_splits = attention_decode_splits(s, kv);
+  const uint32_t max_grid = ctx.limits().maxComputeWorkgroupsPerDimension;
+  if (n_splits > max_grid) fail(fn, "n_splits exceeds maxComputeWorkgroupsPerDimension");
+  if (s.n_heads > max_grid) fail(fn, "n_heads exceeds maxComputeWorkgroupsPerDimension");
+  if (n_splits > 1) {
+    if (!scratch) fail(fn, "split-K decode needs a scratch buffer (attention_decode_scratch_bytes)");
+    if (scratch->size < attention_decode_scratch_bytes(s, n_splits))
+      fail(fn, "scratch holds " + std::to_string(scratch->size) + " bytes, needs " +
+                   std::to_string(attention_decode_scratch_bytes(s, n_splits)));
+    if (attention_decode_scratch_bytes(s, n_splits) > ctx.max_binding_size())
+      fail(fn, "split-K scratch exceeds the storage-binding limit: use fewer splits");
+  }
+  const KvView view = kv_view(ctx, kv.config().type);
+  const AttentionTiles tiles = attention_tiles(s.head_dim, ctx.limits());
+  const std::string prelude = kv_prelude_vec4(view) + tile_prelude(tiles);
+  WGPUComputePipeline decode = ctx.pipeline({"attention.wgsl", "attention_decode", {}, prelude});
+  WGPUComputePipeline reduce = ctx.pipeline({"attention.wgsl", "attention_decode_reduce", {}, prelude});
+  const uint32_t q_dim = s.n_heads * s.head_dim;
+  // Without a split the partials binding is unused; a small placeholder keeps it valid.
+  const gpu::Buffer& partials = n_splits > 1 ? *scratch : batch.scratch(16);
+
+  uint32_t step = std::min(max_rows_per_binding(ctx, s), max_grid);
+  in_chunks(s.n_queries, step, [&](uint32_t first, uint32_t count) {
+    const RowWindow qw = row_window(ctx, uint64_t(s.q_base) + first, count, s.q_stride, q_dim);
+    const RowWindow ow = row_window(ctx, uint64_t(s.q_base) + first, count, s.out_stride, q_dim);
+    AttentionParams p = base_params(s, kv);
+    p.q_base = s.q_base + first;
+    p.n_queries = count;
+    p.q_offset = qw.first_float;
+    p.out_offset = ow.first_float;
+    p.n_splits = n_splits;
+    const uint64_t window = std::min<uint64_t>(uint64_t(s.start_pos) + p.q_base + count, kv.config().max_seq);
+    const uint64_t split_len = (window + n_splits - 1) / n_splits;
+    p.split_len = uint32_t((split_len + kDecodeWorkgroup - 1) / kDecodeWorkgroup * kDecodeWorkgroup);
+    const gpu::Buffer& params = batch.uniform(p);
+    const gpu::BufferBinding bindings[] = {
+        {0, &params},
+        {1, &q, qw.offset_bytes, qw.size_bytes},
+        {2, &out, ow.offset_bytes, ow.size_bytes},
+        {3, &kv.page_table()},
+        {4, &kv.pool(0)},
+        {5, &kv.pool(1)},
+        {6, &kv.pool(2)},
+        {7, &kv.pool(3)},
+        {8, &partials},
+    };
+    batch.dispatch(decode, bindings, n_splits, s.n_heads, count);
+    if (n_splits > 1) {
+      const gpu::BufferBinding reduce_bindings[] = {
+          {0, &params}, {2, &out, ow.offset_bytes, ow.size_bytes}, {8, &partials}};
+      batch.dispatch(reduce, reduce_bindings, s.n_heads, count);
+    }
+  });
+}
+
+}  // namespace wgllm::kernels

@@ -1,0 +1,78 @@
+// Host encoders for the attention kernels (attention.wgsl, attention_baseline.wgsl).
+// Every contract check happens here, before anything is dispatched; violations throw
+// wgllm::InvalidArgument naming the field.
+#pragma once
+#include <cstdint>
+
+#include "gpu/context.h"
+#include "kernels/kv_cache.h"
+
+namespace wgllm::kernels {
+
+// One batch of queries attending over a KvCache.
+struct AttentionShape {
+  uint32_t n_heads = 0;
+  uint32_t n_kv_heads = 0;   // n_heads % n_kv_heads == 0 (GQA)
+  uint32_t head_dim = 0;     // <= 256; multiple of 4 for the tiled kernels, even for the baseline
+  uint32_t n_queries = 0;    // queries in this call
+  uint32_t start_pos = 0;    // positions already in the cache before the batch
+  uint32_t q_base = 0;       // index of the first query of this call within the batch
+  uint32_t q_stride = 0;     // floats between query rows (0 = n_heads * head_dim)
+  uint32_t out_stride = 0;   // floats between output rows (0 = n_heads * head_dim)
+  float scale = 0;           // 0 = 1 / sqrt(head_dim)
+};
+// Query i of the call sits at position start_pos + q_base + i, attends keys
+// [0, start_pos + q_base + i], reads q row q_base + i and writes out row q_base + i.
+
+enum class AttentionImpl {
+  Auto,      // tiled (several queries share each K/V tile) when possible, else baseline
+  Tiled,     // attention.wgsl: needs subgroups and head_dim % 4 == 0
+  Baseline,  // attention_baseline.wgsl: the seed's one-workgroup-per-(query, head) design
+};
+
+// Mirrors `AttentionParams` in both attention WGSL files.
+struct AttentionParams {
+  uint32_t n_heads, n_kv_heads, head_dim, kv_dim;
+  uint32_t max_seq, start_pos, n_queries, q_base;
+  uint32_t q_stride, out_stride, page_size, pages_per_pool;
+  uint32_t n_pages, n_pools;
+  float scale;
+  uint32_t n_splits;
+  uint32_t split_len, grid_x;
+  uint32_t q_offset, out_offset;  // floats from the start of the q / out binding to this call's row 0
+};
+static_assert(sizeof(AttentionParams) == 80 && offsetof(AttentionParams, scale) == 56);
+
+// Tile sizes for the tiled kernels, derived from head_dim and the adapter's limits.
+struct AttentionTiles {
+  uint32_t bq;   // rows (query, head) per workgroup
+  uint32_t bk;   // keys per K/V tile
+  uint32_t tpr;  // threads per row
+  uint32_t dv;   // vec4 columns per thread (head_dim = 4 * dv * tpr)
+  uint32_t wg;   // threads per workgroup = bq * tpr
+};
+AttentionTiles attention_tiles(uint32_t head_dim, const WGPULimits& limits);
+
+// Which KV view the shaders use: f16 arithmetic types, f16 packed in u32, or f32.
+enum class KvView { F16, PackedF16, F32 };
+KvView kv_view(const gpu::Context& ctx, KvType type);
+
+// Batched causal prefill: out = softmax(q k^T * scale + causal mask) v, per head.
+// q, out: [q_base + n_queries][stride] f32. Splits the call across dispatches when q/out
+// would exceed the storage-binding limit.
+void encode_attention_prefill(gpu::ComputeBatch& batch, gpu::Context& ctx, const AttentionShape& shape,
+                              const gpu::Buffer& q, const KvCache& kv, const gpu::Buffer& out,
+                              AttentionImpl impl = AttentionImpl::Auto);
+
+// Decode: like prefill but built for few queries over a long cache. n_splits = 0 chooses the
+// split-K factor (1 = no split); `scratch` must then hold attention_decode_scratch_bytes().
+void encode_attention_decode(gpu::ComputeBatch& batch, gpu::Context& ctx, const AttentionShape& shape,
+                             const gpu::Buffer& q, const KvCache& kv, const gpu::Buffer& out,
+                             const gpu::Buffer* scratch, uint32_t n_splits = 0);
+uint32_t attention_decode_splits(const AttentionShape& shape, const KvCache& kv);
+uint64_t attention_decode_scratch_bytes(const AttentionShape& shape, uint32_t n_splits);
+
+// 4 * n_heads * head_dim * sum of window lengths: the FLOPs of one call.
+double attention_flops(const AttentionShape& shape);
+
+}  // namespace wgllm::kernels

@@ -1,0 +1,285 @@
+// FlashAttention for wgllm: batched causal prefill and split-K decode over a paged KV cache.
+//
+// Contract (checked host-side by encode_attention_prefill / encode_attention_decode in
+// attention.cpp; the shader also clamps so a bad parameter cannot read out of bounds):
+// - local query i (0 <= i < n_queries) sits at position start_pos + q_base + i and attends
+//   keys [0, min(start_pos + q_base + i + 1, max_seq)); its q row starts at float
+//   q_offset + i * q_stride of the q binding (out likewise).
+// - GQA: head h reads kv head h / (n_heads / n_kv_heads).
+// - KV cache: pages of page_size positions, each page = K rows then V rows ([page_size][kv_dim]
+//   each), in up to 4 pool bindings; page_table maps logical -> physical page. Tiles of BK keys
+//   never straddle a page (page_size % BK == 0, or a single page).
+// - online softmax, one pass over K/V, no scores buffer; workgroup memory bounded by the tile.
+// - an empty window writes zeros, never NaN.
+//
+// The host prepends a prelude: KvVec / kv_to_f32 (4 KV elements as f16, packed u32 pairs or
+// f32) and the tile constants BQ, BK, TPR, DV, WG (tile_config() in attention.cpp).
+// head_dim = 4 * DV * TPR. Barriers stay in entry points, in uniform control flow.
+
+struct AttentionParams {
+  n_heads: u32, n_kv_heads: u32, head_dim: u32, kv_dim: u32,
+  max_seq: u32, start_pos: u32, n_queries: u32, q_base: u32,
+  q_stride: u32, out_stride: u32, page_size: u32, pages_per_pool: u32,
+  n_pages: u32, n_pools: u32, scale: f32, n_splits: u32,
+  split_len: u32, grid_x: u32, q_offset: u32, out_offset: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: AttentionParams;
+@group(0) @binding(1) var<storage, read> q: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read_write> out: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read> page_table: array<u32>;
+@group(0) @binding(4) var<storage, read> pool0: array<KvVec>;
+@group(0) @binding(5) var<storage, read> pool1: array<KvVec>;
+@group(0) @binding(6) var<storage, read> pool2: array<KvVec>;
+@group(0) @binding(7) var<storage, read> pool3: array<KvVec>;
+// decode only: per (query, head, split) partial state [m, l, 0, 0] then HD4 vec4 of o.
+@group(0) @binding(8) var<storage, read_write> partials: array<vec4<f32>>;
+
+const HD4: u32 = DV * TPR;  // head_dim / 4
+const NEG_BIG: f32 = -3.402823e+38;
+
+fn load_kv(pool: u32, i: u32) -> vec4<f32> {
+  switch pool {
+    case 0u: { return kv_to_f32(pool0[i]); }
+    case 1u: { return kv_to_f32(pool1[i]); }
+    case 2u: { return kv_to_f32(pool2[i]); }
+    default: { return kv_to_f32(pool3[i]); }
+  }
+}
+
+// (pool, vec4 offset of K[t][0]); V[t][0] is page_size * kv_dim / 4 further. Clamped.
+fn kv_row4(t: u32) -> vec2<u32> {
+  let page = min(t / p.page_size, p.n_pages - 1u);
+  let phys = page_table[page];
+  let pool = min(phys / p.pages_per_pool, p.n_pools - 1u);
+  let slot = phys % p.pages_per_pool;
+  return vec2<u32>(pool, (slot * 2u * p.page_size + t % p.page_size) * (p.kv_dim / 4u));
+}
+
+// ---------------------------------------------------------------------------------------
+// Prefill. A workgroup owns BQ rows = (query, head) pairs that share one kv head (the heads of
+// a GQA group x a block of consecutive queries) and streams the K/V tiles of that kv head once
+// for all of them. Each row is held by TPR adjacent threads; thread `lane` of a row owns the
+// interleaved vec4 columns lane, lane + TPR, ... of q and of the output accumulator (registers).
+// Scores are all-reduced across the TPR lanes with subgroup shuffles.
+//
+// Traffic per workgroup: window * kv_dim/n_kv_heads * 2 elements of K/V (once, not once per
+// row) + BQ rows of q and out. FLOPs: 4 * head_dim per (row, key).
+var<workgroup> k_tile: array<vec4<f32>, BK * HD4>;
+var<workgroup> v_tile: array<vec4<f32>, BK * HD4>;
+
+@compute @workgroup_size(WG)
+fn attention_prefill(@builtin(workgroup_id) wid: vec3<u32>,
+                     @builtin(local_invocation_index) tid: u32) {
+  let group = p.n_heads / p.n_kv_heads;
+  let hpw = min(group, BQ);                       // heads per workgroup
+  let head_chunks = (group + hpw - 1u) / hpw;
+  let qpw = BQ / hpw;                             // queries per workgroup
+  let q_blocks = (p.n_queries + qpw - 1u) / qpw;
+  let flat = wid.x + wid.y * p.grid_x;
+  let qb = flat % q_blocks;
+  let kvh = flat / q_blocks / head_chunks;
+  let chunk = (flat / q_blocks) % head_chunks;
+  if (kvh >= p.n_kv_heads) { return; }            // grid padding: uniform per workgroup
+
+  let row = tid / TPR;
+  let lane = tid % TPR;
+  let q_local = qb * qpw + row / hpw;
+  let head_in_group = chunk * hpw + row % hpw;
+  let row_ok = row < qpw * hpw && q_local < p.n_queries && head_in_group < group;
+  let head = kvh * group + head_in_group;
+  let window = select(0u, min(p.start_pos + p.q_base + q_local + 1u, p.max_seq), row_ok);
+  // The workgroup's longest window is its last query's: the loop bound is uniform.
+  let last_q = min(qb * qpw + qpw, p.n_queries) - 1u;
+  let kv_end = min(p.start_pos + p.q_base + last_q + 1u, p.max_seq);
+  let q_row = (p.q_offset + q_local * p.q_stride) / 4u + head * HD4;
+  let v_shift = p.page_size * (p.kv_dim / 4u);
+
+  var qr: array<vec4<f32>, DV>;
+  var o: array<vec4<f32>, DV>;
+  for (var v = 0u; v < DV; v += 1u) {
+    qr[v] = vec4<f32>(0.0);
+    o[v] = vec4<f32>(0.0);
+    if (row_ok) { qr[v] = q[q_row + v * TPR + lane] * p.scale; }
+  }
+  var m = NEG_BIG;
+  var l = 0.0;
+  var s: array<f32, BK>;
+
+  for (var kb = 0u; kb < kv_end; kb += BK) {
+    workgroupBarrier();  // the previous tile is consumed
+    let loc = kv_row4(kb);  // a tile never straddles a page
+    for (var i = tid; i < BK * HD4; i += WG) {
+      let j = i / HD4;
+      var kx = vec4<f32>(0.0);
+      var vx = vec4<f32>(0.0);
+      if (kb + j < kv_end) {
+        let e = loc.y + j * (p.kv_dim / 4u) + kvh * HD4 + i % HD4;
+        kx = load_kv(loc.x, e);
+        vx = load_kv(loc.x, e + v_shift);
+      }
+      k_tile[i] = kx;
+      v_tile[i] = vx;
+    }
+    workgroupBarrier();
+
+    var tile_max = NEG_BIG;
+    for (var j = 0u; j < BK; j += 1u) {
+      var dot_part = 0.0;
+      for (var v = 0u; v < DV; v += 1u) {
+        dot_part += dot(qr[v], k_tile[j * HD4 + v * TPR + lane]);
+      }
+      if (TPR > 1u) { dot_part += subgroupShuffleXor(dot_part, 1u); }
+      if (TPR > 2u) { dot_part += subgroupShuffleXor(dot_part, 2u); }
+      if (TPR > 4u) { dot_part += subgroupShuffleXor(dot_part, 4u); }
+      s[j] = select(NEG_BIG, dot_part, kb + j < window);
+      tile_max = max(tile_max, s[j]);
+    }
+    let m_new = max(m, tile_max);
+    let corr = exp(m - m_new);
+    for (var v = 0u; v < DV; v += 1u) { o[v] *= corr; }
+    var p_sum = 0.0;
+    for (var j = 0u; j < BK; j += 1u) {
+      let pj = select(0.0, exp(s[j] - m_new), kb + j < window);
+      p_sum += pj;
+      for (var v = 0u; v < DV; v += 1u) {
+        o[v] += pj * v_tile[j * HD4 + v * TPR + lane];
+      }
+    }
+    l = l * corr + p_sum;
+    m = m_new;
+  }
+
+  if (row_ok) {
+    let inv = select(0.0, 1.0 / l, l > 0.0);  // empty window -> 0, never NaN
+    let o_row = (p.out_offset + q_local * p.out_stride) / 4u + head * HD4;
+    for (var v = 0u; v < DV; v += 1u) { out[o_row + v * TPR + lane] = o[v] * inv; }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Decode: one workgroup per (split, head, query). The split covers keys
+// [split * split_len, min((split + 1) * split_len, window)). DEC_WG threads each score one key
+// of a DEC_WG-key tile (a head_dim dot product read from the cache with vec4 loads), then the
+// threads split into KS = DEC_WG / HD4 key slices x HD4 columns to accumulate P.V with
+// coalesced V reads. With one split the output is written directly; otherwise the partial
+// (m, l, o) goes to `partials` and attention_decode_reduce combines the splits.
+//
+// Traffic: 2 * window * head_dim KV elements per head (GQA heads of a group hit the same lines
+// in cache) — decode is bound by reading the cache once.
+const DEC_WG: u32 = 128u;
+const KS: u32 = DEC_WG / HD4;
+const MAX_SUBGROUPS: u32 = DEC_WG / 4u;
+var<workgroup> dq: array<vec4<f32>, HD4>;
+var<workgroup> dprob: array<f32, DEC_WG>;
+var<workgroup> dred: array<f32, MAX_SUBGROUPS>;
+var<workgroup> dacc: array<vec4<f32>, DEC_WG>;
+
+@compute @workgroup_size(DEC_WG)
+fn attention_decode(@builtin(workgroup_id) wid: vec3<u32>,
+                    @builtin(local_invocation_index) tid: u32,
+                    @builtin(subgroup_size) sg_size: u32,
+                    @builtin(subgroup_invocation_id) sg_lane: u32) {
+  let split = wid.x;
+  let head = wid.y;
+  let q_local = wid.z;
+  if (head >= p.n_heads || q_local >= p.n_queries || split >= p.n_splits) { return; }
+  let kvh = head / (p.n_heads / p.n_kv_heads);
+  let window = min(p.start_pos + p.q_base + q_local + 1u, p.max_seq);
+  let k_begin = min(split * p.split_len, window);
+  let k_end = min(k_begin + p.split_len, window);
+  let n_sg = (DEC_WG + sg_size - 1u) / sg_size;
+  let sg_id = tid / sg_size;
+  let v_shift = p.page_size * (p.kv_dim / 4u);
+  let col = tid % HD4;
+  let slice = tid / HD4;
+
+  if (tid < HD4) {
+    dq[tid] = q[(p.q_offset + q_local * p.q_stride) / 4u + head * HD4 + tid] * p.scale;
+  }
+  workgroupBarrier();
+
+  var m = NEG_BIG;
+  var l = 0.0;
+  var o = vec4<f32>(0.0);
+  for (var kb = k_begin; kb < k_end; kb += DEC_WG) {
+    let t = kb + tid;
+    var score = NEG_BIG;
+    if (t < k_end) {
+      let loc = kv_row4(t);
+      let base = loc.y + kvh * HD4;
+      var acc = 0.0;
+      for (var c = 0u; c < HD4; c += 1u) { acc += dot(dq[c], load_kv(loc.x, base + c)); }
+      score = acc;
+    }
+    // tile max: subgroup max, then across subgroups through workgroup memory
+    let sg_max = subgroupMax(score);
+    if (sg_lane == 0u) { dred[sg_id] = sg_max; }
+    workgroupBarrier();
+    var tile_max = NEG_BIG;
+    for (var g = 0u; g < n_sg; g += 1u) { tile_max = max(tile_max, dred[g]); }
+    let m_new = max(m, tile_max);
+    let corr = exp(m - m_new);
+    var prob = 0.0;
+    if (t < k_end) { prob = exp(score - m_new); }
+    dprob[tid] = prob;
+    workgroupBarrier();  // dred read by all, dprob written
+    let sg_sum = subgroupAdd(prob);
+    if (sg_lane == 0u) { dred[sg_id] = sg_sum; }
+    workgroupBarrier();
+    var tile_sum = 0.0;
+    for (var g = 0u; g < n_sg; g += 1u) { tile_sum += dred[g]; }
+    l = l * corr + tile_sum;
+    m = m_new;
+    o *= corr;
+    if (slice < KS) {
+      let n = min(DEC_WG, k_end - kb);
+      for (var j = slice; j < n; j += KS) {
+        let loc = kv_row4(kb + j);
+        o += dprob[j] * load_kv(loc.x, loc.y + v_shift + kvh * HD4 + col);
+      }
+    }
+    workgroupBarrier();  // dprob / dred reused by the next tile
+  }
+
+  dacc[tid] = o;
+  workgroupBarrier();
+  if (tid < HD4) {
+    var total = vec4<f32>(0.0);
+    for (var k = 0u; k < KS; k += 1u) { total += dacc[k * HD4 + tid]; }
+    if (p.n_splits == 1u) {
+      let inv = select(0.0, 1.0 / l, l > 0.0);
+      out[(p.out_offset + q_local * p.out_stride) / 4u + head * HD4 + tid] = total * inv;
+    } else {
+      let base = ((q_local * p.n_heads + head) * p.n_splits + split) * (HD4 + 1u);
+      if (tid == 0u) { partials[base] = vec4<f32>(m, l, 0.0, 0.0); }
+      partials[base + 1u + tid] = total;
+    }
+  }
+}
+
+// Combines the splits of one (head, query): o = sum_s e^(m_s - M) o_s / sum_s e^(m_s - M) l_s.
+@compute @workgroup_size(64)
+fn attention_decode_reduce(@builtin(workgroup_id) wid: vec3<u32>,
+                           @builtin(local_invocation_index) tid: u32) {
+  let head = wid.x;
+  let q_local = wid.y;
+  if (head >= p.n_heads || q_local >= p.n_queries) { return; }
+  let first = (q_local * p.n_heads + head) * p.n_splits;
+  var big_m = NEG_BIG;
+  for (var s = 0u; s < p.n_splits; s += 1u) { big_m = max(big_m, partials[(first + s) * (HD4 + 1u)].x); }
+  var big_l = 0.0;
+  for (var s = 0u; s < p.n_splits; s += 1u) {
+    let st = partials[(first + s) * (HD4 + 1u)];
+    big_l += st.y * exp(st.x - big_m);
+  }
+  let inv = select(0.0, 1.0 / big_l, big_l > 0.0);
+  for (var c = tid; c < HD4; c += 64u) {
+    var total = vec4<f32>(0.0);
+    for (var s = 0u; s < p.n_splits; s += 1u) {
+      let base = (first + s) * (HD4 + 1u);
+      total += partials[base + 1u + c] * exp(partials[base].x - big_m);
+    }
+    out[(p.out_offset + q_local * p.out_stride) / 4u + head * HD4 + c] = total * inv;
+  }
+}

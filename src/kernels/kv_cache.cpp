@@ -1,0 +1,157 @@
+#include "kernels/kv_cache.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <numeric>
+#include <random>
+
+#include "wgllm/error.h"
+
+namespace wgllm::kernels {
+
+uint16_t f32_to_f16(float f) {
+  const uint32_t x = std::bit_cast<uint32_t>(f);
+  const uint32_t sign = (x >> 16) & 0x8000u;
+  const uint32_t exp = (x >> 23) & 0xFFu;
+  uint32_t mant = x & 0x7FFFFFu;
+  if (exp == 0xFF) return uint16_t(sign | 0x7C00u | (mant ? 0x200u | (mant >> 13) : 0));  // inf / nan
+  int e = int(exp) - 127 + 15;
+  if (e >= 31) return uint16_t(sign | 0x7C00u);  // overflow -> inf
+  if (e <= 0) {                                  // subnormal or zero
+    if (e < -10) return uint16_t(sign);
+    mant |= 0x800000u;
+    const uint32_t shift = uint32_t(14 - e);
+    uint32_t h = mant >> shift;
+    const uint32_t rem = mant & ((1u << shift) - 1), half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (h & 1u))) ++h;
+    return uint16_t(sign | h);
+  }
+  uint32_t h = (uint32_t(e) << 10) | (mant >> 13);
+  const uint32_t rem = mant & 0x1FFFu;
+  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ++h;  // may carry into the exponent: correct
+  return uint16_t(sign | h);
+}
+
+float f16_to_f32(uint16_t h) {
+  const uint32_t sign = uint32_t(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1Fu, mant = h & 0x3FFu;
+  if (exp == 0) {
+    const float v = std::ldexp(float(mant), -24);
+    return sign ? -v : v;
+  }
+  if (exp == 31) return std::bit_cast<float>(sign | 0x7F800000u | (mant << 13));
+  return std::bit_cast<float>(sign | ((exp + 112) << 23) | (mant << 13));
+}
+
+KvCache::KvCache(gpu::Context& ctx, const KvCacheConfig& config, std::string_view label)
+    : ctx_(ctx), config_(config) {
+  const std::string name(label);
+  if (config_.kv_dim == 0 || config_.max_seq == 0)
+    throw InvalidArgument(name + ": kv_dim and max_seq must be > 0");
+  if (config_.page_size == 0) config_.page_size = config_.max_seq;
+  const uint64_t esize = kv_type_bytes(config_.type);
+  const uint64_t page_bytes = 2ull * config_.page_size * config_.kv_dim * esize;  // K then V
+  const uint64_t limit = ctx.max_binding_size();
+  if (page_bytes > limit)
+    throw InvalidArgument(name + ": one page (" + std::to_string(config_.page_size) + " positions x kv_dim " +
+                          std::to_string(config_.kv_dim) + " x K+V = " + std::to_string(page_bytes) +
+                          " bytes) exceeds the adapter's storage-binding limit of " + std::to_string(limit) +
+                          " bytes; use a smaller page size");
+  n_pages_ = (config_.max_seq + config_.page_size - 1) / config_.page_size;
+  if (n_pages_ > 1 && config_.page_size % kPageMultiple != 0)
+    throw InvalidArgument(name + ": page_size " + std::to_string(config_.page_size) + " must be a multiple of " +
+                          std::to_string(kPageMultiple) + " (attention key tiles never straddle a page)");
+  pages_per_pool_ = static_cast<uint32_t>(std::min<uint64_t>(limit / page_bytes, n_pages_));
+  const uint32_t n_pools = (n_pages_ + pages_per_pool_ - 1) / pages_per_pool_;
+  if (n_pools > kMaxPools)
+    throw InvalidArgument(name + ": " + std::to_string(config_.max_seq) + " positions need " +
+                          std::to_string(n_pools) + " storage bindings of " + std::to_string(limit) +
+                          " bytes; at most " + std::to_string(kMaxPools) + " are supported: lower the context (-c)");
+  for (uint32_t p = 0; p < n_pools; ++p) {
+    const uint32_t pages = std::min(pages_per_pool_, n_pages_ - p * pages_per_pool_);
+    pools_.push_back(ctx.create_buffer(pages * page_bytes, WGPUBufferUsage_Storage, name + " pool"));
+  }
+  table_.resize(n_pages_);
+  std::iota(table_.begin(), table_.end(), 0u);
+  if (config_.shuffle_pages) {
+    std::mt19937_64 gen(config_.shuffle_seed);
+    std::shuffle(table_.begin(), table_.end(), gen);
+  }
+  page_table_ = ctx.upload<uint32_t>(table_, WGPUBufferUsage_Storage, name + " page table");
+}
+
+uint64_t KvCache::bytes() const {
+  uint64_t b = 0;
+  for (const auto& p : pools_) b += p.size;
+  return b;
+}
+
+KvCache::Location KvCache::locate(uint32_t pos) const {
+  const uint32_t phys = table_[pos / config_.page_size];
+  const uint64_t page_elems = 2ull * config_.page_size * config_.kv_dim;
+  const uint64_t base = uint64_t(phys % pages_per_pool_) * page_elems;
+  const uint64_t row = uint64_t(pos % config_.page_size) * config_.kv_dim;
+  return {phys / pages_per_pool_, base + row, base + uint64_t(config_.page_size) * config_.kv_dim + row};
+}
+
+// Calls fn(first_row, rows, location of first_row) for each run of rows that share a page
+// (such rows are contiguous in their pool).
+template <typename Fn>
+static void for_each_page_run(const KvCache& kv, uint32_t pos, uint32_t n, Fn fn) {
+  for (uint32_t i = 0; i < n;) {
+    const uint32_t in_page = kv.page_size() - (pos + i) % kv.page_size();
+    const uint32_t rows = std::min(in_page, n - i);
+    fn(i, rows, kv.locate(pos + i));
+    i += rows;
+  }
+}
+
+void KvCache::write(uint32_t pos, uint32_t n, std::span<const float> k, std::span<const float> v) {
+  const uint32_t kv_dim = config_.kv_dim;
+  if (uint64_t(pos) + n > config_.max_seq)
+    throw InvalidArgument("KvCache::write: rows [" + std::to_string(pos) + ", " + std::to_string(uint64_t(pos) + n) +
+                          ") past max_seq " + std::to_string(config_.max_seq));
+  if (k.size() < size_t(n) * kv_dim || v.size() < size_t(n) * kv_dim)
+    throw InvalidArgument("KvCache::write: k/v hold fewer than n * kv_dim floats");
+  const uint64_t esize = kv_type_bytes(config_.type);
+  std::vector<uint8_t> staged;
+  auto put = [&](const float* src, size_t count, uint32_t pool, uint64_t elem) {
+    staged.resize(count * esize);
+    if (config_.type == KvType::F32) {
+      std::memcpy(staged.data(), src, staged.size());
+    } else {
+      auto* h = reinterpret_cast<uint16_t*>(staged.data());
+      for (size_t d = 0; d < count; ++d) h[d] = f32_to_f16(src[d]);
+    }
+    ctx_.write_buffer(pools_[pool], elem * esize, staged.data(), staged.size());
+  };
+  for_each_page_run(*this, pos, n, [&](uint32_t i, uint32_t rows, const Location& loc) {
+    put(&k[size_t(i) * kv_dim], size_t(rows) * kv_dim, loc.pool, loc.k_elem);
+    put(&v[size_t(i) * kv_dim], size_t(rows) * kv_dim, loc.pool, loc.v_elem);
+  });
+}
+
+void KvCache::read(uint32_t pos, uint32_t n, std::vector<float>& k, std::vector<float>& v) const {
+  const uint32_t kv_dim = config_.kv_dim;
+  const uint64_t esize = kv_type_bytes(config_.type);
+  k.resize(size_t(n) * kv_dim);
+  v.resize(size_t(n) * kv_dim);
+  std::vector<uint8_t> staged;
+  auto get = [&](float* dst, size_t count, uint32_t pool, uint64_t elem) {
+    staged.resize(count * esize);
+    ctx_.read_buffer(pools_[pool], elem * esize, staged.data(), staged.size());
+    if (config_.type == KvType::F32) {
+      std::memcpy(dst, staged.data(), staged.size());
+    } else {
+      const auto* h = reinterpret_cast<const uint16_t*>(staged.data());
+      for (size_t d = 0; d < count; ++d) dst[d] = f16_to_f32(h[d]);
+    }
+  };
+  for_each_page_run(*this, pos, n, [&](uint32_t i, uint32_t rows, const Location& loc) {
+    get(&k[size_t(i) * kv_dim], size_t(rows) * kv_dim, loc.pool, loc.k_elem);
+    get(&v[size_t(i) * kv_dim], size_t(rows) * kv_dim, loc.pool, loc.v_elem);
+  });
+}
+
+}  // namespace wgllm::kernels

@@ -1,0 +1,72 @@
+// The KV cache of one attention layer, made of fixed-size pages.
+//
+// A page holds `page_size` positions: first the K rows [page_size][kv_dim], then the V rows
+// [page_size][kv_dim]. Pages live in up to kMaxPools storage buffers ("pools"), each no larger
+// than one storage binding, so a context whose K/V exceeds a binding still runs. A page table
+// maps logical page -> physical page (physical p sits in pool p / pages_per_pool at slot
+// p % pages_per_pool). A contiguous cache is the special case of a single page.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "gpu/context.h"
+
+namespace wgllm::kernels {
+
+enum class KvType { F16, F32 };
+
+inline uint32_t kv_type_bytes(KvType t) { return t == KvType::F16 ? 2 : 4; }
+
+struct KvCacheConfig {
+  uint32_t kv_dim = 0;     // n_kv_heads * head_dim
+  uint32_t max_seq = 0;    // positions the cache can hold
+  uint32_t page_size = 0;  // positions per page; 0 = one page (contiguous)
+  KvType type = KvType::F16;
+  bool shuffle_pages = false;  // scatter physical pages (tests the indirection)
+  uint64_t shuffle_seed = 0;
+};
+
+class KvCache {
+ public:
+  static constexpr uint32_t kMaxPools = 4;
+  static constexpr uint32_t kPageMultiple = 64;  // page sizes of multi-page caches (largest key tile)
+
+  KvCache(gpu::Context& ctx, const KvCacheConfig& config, std::string_view label = "kv cache");
+
+  const KvCacheConfig& config() const { return config_; }
+  uint32_t page_size() const { return config_.page_size; }
+  uint32_t n_pages() const { return n_pages_; }
+  uint32_t pages_per_pool() const { return pages_per_pool_; }
+  uint32_t n_pools() const { return static_cast<uint32_t>(pools_.size()); }
+  const gpu::Buffer& pool(uint32_t i) const { return pools_[std::min<uint32_t>(i, n_pools() - 1)]; }
+  const gpu::Buffer& page_table() const { return page_table_; }
+  uint64_t bytes() const;  // GPU memory taken by the pools
+
+  // Element offset (in KV elements, within its pool) of K[pos][0] / V[pos][0], and its pool.
+  struct Location {
+    uint32_t pool;
+    uint64_t k_elem, v_elem;
+  };
+  Location locate(uint32_t pos) const;
+
+  // Host upload of rows [pos, pos + n): k, v are [n][kv_dim] f32 (rounded to f16 if F16).
+  void write(uint32_t pos, uint32_t n, std::span<const float> k, std::span<const float> v);
+  // Read back rows [pos, pos + n) as f32 (what the kernels see after rounding).
+  void read(uint32_t pos, uint32_t n, std::vector<float>& k, std::vector<float>& v) const;
+
+ private:
+  gpu::Context& ctx_;
+  KvCacheConfig config_;
+  uint32_t n_pages_ = 0, pages_per_pool_ = 0;
+  std::vector<gpu::Buffer> pools_;
+  std::vector<uint32_t> table_;  // logical page -> physical page
+  gpu::Buffer page_table_;
+};
+
+// IEEE half <-> float with round-to-nearest-even.
+uint16_t f32_to_f16(float f);
+float f16_to_f32(uint16_t h);
+
+}  // namespace wgllm::kernels

@@ -1,0 +1,326 @@
+// Attention kernels vs the CPU reference (float64): an explicit table of shapes.
+#include <algorithm>
+#include <cmath>
+
+#include "cpu/attention.h"
+#include "kernels/attention.h"
+#include "test_util.h"
+#include "wgllm/error.h"
+
+namespace wgllm::test {
+namespace {
+
+using kernels::AttentionImpl;
+using kernels::AttentionShape;
+using kernels::KvCache;
+using kernels::KvCacheConfig;
+using kernels::KvType;
+
+enum class Kind { Prefill, Decode };
+
+struct Case {
+  const char* name;
+  uint32_t n_heads, n_kv_heads, head_dim, n_queries, start_pos;
+  KvType kv_type = KvType::F16;
+  uint32_t page_size = 0;  // 0: contiguous (one page)
+  AttentionImpl impl = AttentionImpl::Tiled;
+  Kind kind = Kind::Prefill;
+  uint32_t q_split = 0;    // > 0: issue the batch as dispatches of this many queries via q_base
+  uint32_t n_splits = 1;   // decode: 1 = no split-K, 0 = automatic
+  uint32_t row_pad = 0;    // extra floats per q/out row (strides != n_heads * head_dim)
+};
+
+std::ostream& operator<<(std::ostream& os, const Case& c) { return os << c.name; }
+
+// Runs one case on `ctx` and returns the comparison with the CPU reference.
+ErrorReport run_case(gpu::Context& ctx, const Case& c, uint64_t salt) {
+  auto gen = rng(salt);
+  const uint32_t q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
+  const uint32_t stride = q_dim + c.row_pad;
+  const uint32_t seq = c.start_pos + c.n_queries;
+  KvCacheConfig cfg{.kv_dim = kv_dim, .max_seq = seq + 3, .page_size = c.page_size, .type = c.kv_type,
+                    .shuffle_pages = true, .shuffle_seed = seed() ^ salt};
+  KvCache kv(ctx, cfg, c.name);
+  auto k = random_floats(size_t(seq) * kv_dim, gen, -2.f, 2.f);
+  auto v = random_floats(size_t(seq) * kv_dim, gen, -1.f, 1.f);
+  kv.write(0, seq, k, v);
+  auto q = random_floats(size_t(c.n_queries) * stride, gen, -2.f, 2.f);
+  auto qbuf = ctx.upload<float>(q, WGPUBufferUsage_Storage, "q");
+  auto out = ctx.create_buffer(size_t(c.n_queries) * stride * 4, WGPUBufferUsage_Storage, "out");
+  std::vector<uint32_t> poison(size_t(c.n_queries) * stride, kPoison);
+  ctx.write_buffer(out, 0, poison.data(), out.size);
+
+  AttentionShape shape{.n_heads = c.n_heads, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim,
+                       .n_queries = c.n_queries, .start_pos = c.start_pos, .q_stride = stride, .out_stride = stride};
+  gpu::ComputeBatch batch(ctx, c.name);
+  const uint32_t step = c.q_split ? c.q_split : c.n_queries;
+  std::vector<gpu::Buffer> scratch;
+  for (uint32_t first = 0; first < c.n_queries; first += step) {
+    AttentionShape part = shape;
+    part.q_base = first;
+    part.n_queries = std::min(step, c.n_queries - first);
+    if (c.kind == Kind::Prefill) {
+      kernels::encode_attention_prefill(batch, ctx, part, qbuf, kv, out, c.impl);
+    } else {
+      const uint32_t splits = c.n_splits ? c.n_splits : kernels::attention_decode_splits(part, kv);
+      const gpu::Buffer* sp = nullptr;
+      if (splits > 1) {
+        scratch.push_back(ctx.create_buffer(kernels::attention_decode_scratch_bytes(part, splits),
+                                            WGPUBufferUsage_Storage, "partials"));
+        sp = &scratch.back();
+      }
+      kernels::encode_attention_decode(batch, ctx, part, qbuf, kv, out, sp, splits);
+    }
+  }
+  batch.submit_and_wait();
+  auto got_padded = ctx.read<float>(out);
+
+  // Reference on dense rows (strip the padding).
+  std::vector<float> q_dense(size_t(c.n_queries) * q_dim), got(size_t(c.n_queries) * q_dim);
+  for (uint32_t i = 0; i < c.n_queries; ++i) {
+    std::copy_n(&q[size_t(i) * stride], q_dim, &q_dense[size_t(i) * q_dim]);
+    std::copy_n(&got_padded[size_t(i) * stride], q_dim, &got[size_t(i) * q_dim]);
+    for (uint32_t pad = q_dim; pad < stride; ++pad)  // padding must stay untouched (poison)
+      EXPECT_EQ(std::bit_cast<uint32_t>(got_padded[size_t(i) * stride + pad]), kPoison) << "row " << i;
+  }
+  cpu::AttentionRef ref{c.n_heads, c.n_kv_heads, c.head_dim, c.n_queries, c.start_pos,
+                        1.0f / std::sqrt(float(c.head_dim))};
+  auto want = cpu::attention(ref, q_dense, k, v);
+  return compare(got, want);
+}
+
+double tolerance(const Case& c) { return c.kv_type == KvType::F32 ? 1e-5 : 3e-3; }
+
+constexpr auto F16 = KvType::F16;
+constexpr auto F32 = KvType::F32;
+constexpr auto Tiled = AttentionImpl::Tiled;
+constexpr auto Baseline = AttentionImpl::Baseline;
+constexpr auto Decode = Kind::Decode;
+
+// name, heads, kv heads, head_dim, queries, start_pos, kv type, page, impl, kind, q_split, splits, pad
+const Case kCases[] = {
+    {"mha_d64_q75", 4, 4, 64, 75, 0},
+    {"gqa2_d32_q3", 4, 2, 32, 3, 0},
+    {"gqa4_d128_q256", 8, 2, 128, 256, 0},
+    {"gqa8_d64_q75_start40", 8, 1, 64, 75, 40},
+    {"gqa4_d80_q75_start7", 4, 1, 80, 75, 7},
+    {"gqa2_d96_q33_start100", 4, 2, 96, 33, 100},
+    {"gqa2_d256_q20_start13", 2, 1, 256, 20, 13},
+    {"mha_d32_q1000", 2, 2, 32, 1000, 0},
+    {"q1_start0", 4, 2, 64, 1, 0},
+    {"f32_gqa4_d64_q75", 8, 2, 64, 75, 5, F32},
+    {"f32_d128_q100_start60", 4, 4, 128, 100, 60, F32},
+    {"paged64_gqa4_d64_q200_start70", 8, 2, 64, 200, 70, F16, 64},
+    {"paged128_f32_d128_q90_start300", 4, 1, 128, 90, 300, F32, 128},
+    {"split_qbase_gqa2_d64_q75", 4, 2, 64, 75, 10, F16, 64, Tiled, Kind::Prefill, 16},
+    {"strided_rows_d64_q40", 4, 2, 64, 40, 9, F16, 0, Tiled, Kind::Prefill, 0, 1, 12},
+    {"baseline_gqa4_d64_q75", 8, 2, 64, 75, 3, F16, 0, Baseline},
+    {"baseline_f32_d80_q33", 4, 4, 80, 33, 20, F32, 0, Baseline},
+    {"baseline_paged_d128_q20", 4, 2, 128, 20, 150, F16, 64, Baseline},
+    {"baseline_d6_q5", 2, 1, 6, 5, 3, F16, 0, Baseline},
+    {"baseline_split_qbase", 4, 2, 32, 30, 5, F16, 0, Baseline, Kind::Prefill, 7},
+    {"decode_gqa4_d128_start1000", 8, 2, 128, 1, 1000, F16, 0, Tiled, Decode},
+    {"decode_split7_gqa4_d128_start1000", 8, 2, 128, 1, 1000, F16, 0, Tiled, Decode, 0, 7},
+    {"decode_autosplit_paged_d64_start3000", 8, 1, 64, 1, 3000, F16, 128, Tiled, Decode, 0, 0},
+    {"decode_split5_f32_d80_q3_start500", 4, 2, 80, 3, 500, F32, 0, Tiled, Decode, 0, 5},
+    {"decode_split3_d256_start300", 2, 2, 256, 1, 300, F16, 64, Tiled, Decode, 0, 3},
+    {"decode_start0", 4, 4, 32, 1, 0, F16, 0, Tiled, Decode, 0, 4},
+    {"decode_more_splits_than_keys", 4, 4, 32, 1, 100, F16, 0, Tiled, Decode, 0, 9},
+};
+
+class AttentionTable : public ::testing::TestWithParam<Case> {};
+
+TEST_P(AttentionTable, MatchesCpuReference) {
+  const Case& c = GetParam();
+  auto r = run_case(context(), c, std::hash<std::string>{}(c.name));
+  EXPECT_LE(r.rel_l2, tolerance(c)) << r.describe();
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, AttentionTable, ::testing::ValuesIn(kCases),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+// The same kernels through the packed-u32 f16 path (as on adapters without shader-f16).
+TEST(Attention, PackedF16Fallback) {
+  gpu::Context ctx({.adapter = std::getenv("WGLLM_ADAPTER") ? std::getenv("WGLLM_ADAPTER") : "",
+                    .disable_f16 = true});
+  ASSERT_EQ(kernels::kv_view(ctx, F16), kernels::KvView::PackedF16);
+  for (const Case& c : {Case{"packed_gqa4_d64_q75", 8, 2, 64, 75, 11},
+                        Case{"packed_baseline_d32", 4, 2, 32, 20, 4, F16, 0, Baseline},
+                        Case{"packed_decode_split", 8, 2, 128, 1, 700, F16, 64, Tiled, Decode, 0, 3}}) {
+    auto r = run_case(ctx, c, 99);
+    EXPECT_LE(r.rel_l2, 3e-3) << c.name << ": " << r.describe();
+  }
+}
+
+// Without subgroups the encoders fall back to the baseline kernel and stay correct.
+TEST(Attention, NoSubgroupsFallsBackToBaseline) {
+  gpu::Context ctx({.adapter = std::getenv("WGLLM_ADAPTER") ? std::getenv("WGLLM_ADAPTER") : "",
+                    .disable_subgroups = true});
+  for (const Case& c : {Case{"nosg_prefill", 4, 2, 64, 30, 5, F16, 0, AttentionImpl::Auto},
+                        Case{"nosg_decode", 4, 2, 64, 1, 300, F16, 0, Tiled, Decode, 0, 0}}) {
+    auto r = run_case(ctx, c, 7);
+    EXPECT_LE(r.rel_l2, 3e-3) << c.name << ": " << r.describe();
+  }
+  gpu::ComputeBatch batch(ctx);
+  KvCache kv(ctx, {.kv_dim = 64, .max_seq = 8});
+  auto q = ctx.create_buffer(4 * 64 * 4, WGPUBufferUsage_Storage, "q");
+  EXPECT_THROW(kernels::encode_attention_prefill(batch, ctx, {.n_heads = 2, .n_kv_heads = 1, .head_dim = 64,
+                                                              .n_queries = 1},
+                                                 q, kv, q, Tiled),
+               InvalidArgument);
+}
+
+TEST(Attention, TilesFitTheAdapter) {
+  const auto& lim = context().limits();
+  for (uint32_t d : {4u, 8u, 32u, 64u, 80u, 96u, 128u, 256u, 36u}) {
+    auto t = kernels::attention_tiles(d, lim);
+    EXPECT_EQ(4 * t.dv * t.tpr, d) << d;
+    EXPECT_LE(t.wg, lim.maxComputeInvocationsPerWorkgroup) << d;
+    EXPECT_LE(8ull * t.bk * d, lim.maxComputeWorkgroupStorageSize) << d;
+    EXPECT_EQ(KvCache::kPageMultiple % t.bk, 0u) << d;
+  }
+}
+
+// Every contract violation is an InvalidArgument naming the field, thrown before dispatch.
+TEST(Attention, BadParametersThrowNamingTheField) {
+  auto& ctx = context();
+  KvCache kv(ctx, {.kv_dim = 128, .max_seq = 16});
+  auto q = ctx.create_buffer(16 * 256 * 4, WGPUBufferUsage_Storage, "q");
+  auto out = ctx.create_buffer(16 * 256 * 4, WGPUBufferUsage_Storage, "out");
+  auto tiny = ctx.create_buffer(64, WGPUBufferUsage_Storage, "tiny");
+  const AttentionShape good{.n_heads = 4, .n_kv_heads = 2, .head_dim = 64, .n_queries = 4, .start_pos = 2};
+  struct Bad {
+    const char* field;
+    AttentionShape shape;
+    const gpu::Buffer* q;
+    const gpu::Buffer* out;
+  };
+  auto with = [&](auto fn) {
+    AttentionShape s = good;
+    fn(s);
+    return s;
+  };
+  const Bad bad[] = {
+      {"n_heads", with([](auto& s) { s.n_heads = 0; }), &q, &out},
+      {"n_kv_heads", with([](auto& s) { s.n_kv_heads = 0; }), &q, &out},
+      {"multiple of n_kv_heads", with([](auto& s) { s.n_heads = 3; }), &q, &out},
+      {"head_dim", with([](auto& s) { s.head_dim = 512; s.n_kv_heads = 1; s.n_heads = 1; }), &q, &out},
+      {"head_dim", with([](auto& s) { s.head_dim = 33; }), &q, &out},
+      {"n_queries", with([](auto& s) { s.n_queries = 0; }), &q, &out},
+      {"max_seq", with([](auto& s) { s.start_pos = 13; }), &q, &out},
+      {"max_seq", with([](auto& s) { s.q_base = 10; s.start_pos = 0; s.n_queries = 7; }), &q, &out},
+      {"kv_dim", with([](auto& s) { s.n_kv_heads = 4; }), &q, &out},
+      {"q_stride", with([](auto& s) { s.q_stride = 100; }), &q, &out},
+      {"q buffer", good, &tiny, &out},
+      {"out buffer", good, &q, &tiny},
+  };
+  for (const auto& b : bad) {
+    for (int decode = 0; decode < 2; ++decode) {
+      gpu::ComputeBatch batch(ctx);
+      try {
+        if (decode) kernels::encode_attention_decode(batch, ctx, b.shape, *b.q, kv, *b.out, nullptr, 1);
+        else kernels::encode_attention_prefill(batch, ctx, b.shape, *b.q, kv, *b.out);
+        ADD_FAILURE() << "no exception for bad " << b.field;
+      } catch (const InvalidArgument& e) {
+        EXPECT_NE(std::string(e.what()).find(b.field), std::string::npos) << e.what();
+      }
+    }
+  }
+  // split-K without scratch
+  gpu::ComputeBatch batch(ctx);
+  EXPECT_THROW(kernels::encode_attention_decode(batch, ctx, good, q, kv, out, nullptr, 4), InvalidArgument);
+  // pages that a key tile would straddle
+  EXPECT_THROW(KvCache(ctx, {.kv_dim = 64, .max_seq = 100, .page_size = 48}), InvalidArgument);
+}
+
+// A context whose K/V exceeds one storage binding (paged KV across several pools):
+// 2^17 positions x kv_dim 1024 in f16 = 256 MiB for K and for V. A decode step and a short
+// prefill chunk at the end, checked against the CPU reference on a sample of heads.
+TEST(Attention, PagedContextBeyondOneBinding) {
+  auto& ctx = context();
+  const uint32_t n_heads = 32, n_kv_heads = 8, D = 128, kv_dim = n_kv_heads * D;
+  const uint32_t seq = 1u << 17, chunk = 16;
+  if (2ull * seq * kv_dim * 2 <= ctx.max_binding_size())
+    GTEST_LOG_(INFO) << "the adapter's binding holds this cache whole; still testing the paged path";
+  KvCache kv(ctx, {.kv_dim = kv_dim, .max_seq = seq, .page_size = 1024, .type = F16, .shuffle_pages = true,
+                   .shuffle_seed = seed()});
+  // K/V bytes exceed one binding on lavapipe (128 MiB): several pools must be in use there.
+  if (ctx.max_binding_size() < (256ull << 20)) {
+    EXPECT_GT(kv.n_pools(), 1u);
+  }
+  // Cheap deterministic-per-seed fill: a hash of the index, so 2^28 values take seconds.
+  const uint64_t s = seed();
+  auto value = [s](uint64_t i, uint64_t salt) {
+    uint64_t x = (i + salt * 0x9E3779B97F4A7C15ull) ^ s;
+    x ^= x >> 33; x *= 0xff51afd7ed558ccdull; x ^= x >> 33; x *= 0xc4ceb9fe1a85ec53ull; x ^= x >> 33;
+    return float(int64_t(x % 20001) - 10000) / 10000.f;
+  };
+  const uint32_t rows_per_write = 4096;
+  std::vector<float> kb(size_t(rows_per_write) * kv_dim), vb(kb.size());
+  for (uint32_t r0 = 0; r0 < seq; r0 += rows_per_write) {
+    for (size_t i = 0; i < kb.size(); ++i) {
+      kb[i] = value(size_t(r0) * kv_dim + i, 1);
+      vb[i] = value(size_t(r0) * kv_dim + i, 2);
+    }
+    kv.write(r0, rows_per_write, kb, vb);
+  }
+  auto gen = rng(5);
+  const uint32_t q_dim = n_heads * D;
+  auto q = random_floats(size_t(chunk) * q_dim, gen, -0.5f, 0.5f);
+  auto qbuf = ctx.upload<float>(q, WGPUBufferUsage_Storage, "q");
+  auto out_prefill = ctx.create_buffer(size_t(chunk) * q_dim * 4, WGPUBufferUsage_Storage, "out");
+  auto out_decode = ctx.create_buffer(size_t(q_dim) * 4, WGPUBufferUsage_Storage, "out decode");
+  std::vector<uint32_t> poison(size_t(chunk) * q_dim, kPoison);
+  ctx.write_buffer(out_prefill, 0, poison.data(), out_prefill.size);
+  ctx.write_buffer(out_decode, 0, poison.data(), out_decode.size);
+
+  const AttentionShape prefill{.n_heads = n_heads, .n_kv_heads = n_kv_heads, .head_dim = D,
+                               .n_queries = chunk, .start_pos = seq - chunk};
+  const AttentionShape decode{.n_heads = n_heads, .n_kv_heads = n_kv_heads, .head_dim = D,
+                              .n_queries = 1, .start_pos = seq - 1};
+  const uint32_t splits = kernels::attention_decode_splits(decode, kv);
+  auto scratch = ctx.create_buffer(kernels::attention_decode_scratch_bytes(decode, std::max(splits, 1u)),
+                                   WGPUBufferUsage_Storage, "partials");
+  {
+    gpu::ComputeBatch batch(ctx, "paged prefill");
+    kernels::encode_attention_prefill(batch, ctx, prefill, qbuf, kv, out_prefill);
+    batch.submit_and_wait();
+  }
+  {
+    // decode reads the last query row of the chunk (position seq - 1)
+    gpu::ComputeBatch batch(ctx, "paged decode");
+    AttentionShape d = decode;
+    d.q_base = 0;
+    auto qlast = ctx.upload<float>(std::span<const float>(q).subspan(size_t(chunk - 1) * q_dim, q_dim),
+                                   WGPUBufferUsage_Storage, "q last");
+    kernels::encode_attention_decode(batch, ctx, d, qlast, kv, out_decode, &scratch, splits);
+    batch.submit_and_wait();
+  }
+  auto got_prefill = ctx.read<float>(out_prefill);
+  auto got_decode = ctx.read<float>(out_decode);
+
+  for (uint32_t h : {0u, 13u, 31u}) {
+    const uint32_t kvh = h / (n_heads / n_kv_heads);
+    std::vector<float> kh(size_t(seq) * D), vh(size_t(seq) * D);
+    for (uint32_t t = 0; t < seq; ++t)
+      for (uint32_t d = 0; d < D; ++d) {
+        kh[size_t(t) * D + d] = value(size_t(t) * kv_dim + kvh * D + d, 1);
+        vh[size_t(t) * D + d] = value(size_t(t) * kv_dim + kvh * D + d, 2);
+      }
+    std::vector<float> qh(size_t(chunk) * D), got_h(size_t(chunk) * D), got_dec(D);
+    for (uint32_t i = 0; i < chunk; ++i) {
+      std::copy_n(&q[size_t(i) * q_dim + h * D], D, &qh[size_t(i) * D]);
+      std::copy_n(&got_prefill[size_t(i) * q_dim + h * D], D, &got_h[size_t(i) * D]);
+    }
+    std::copy_n(&got_decode[h * D], D, got_dec.data());
+    cpu::AttentionRef ref{1, 1, D, chunk, seq - chunk, 1.0f / std::sqrt(float(D))};
+    auto want = cpu::attention(ref, qh, kh, vh);
+    auto r = compare(got_h, want);
+    EXPECT_LE(r.rel_l2, 3e-3) << "prefill head " << h << ": " << r.describe();
+    auto rd = compare(std::span<const float>(got_dec), std::span<const float>(want).subspan(size_t(chunk - 1) * D, D));
+    EXPECT_LE(rd.rel_l2, 3e-3) << "decode head " << h << ": " << rd.describe();
+  }
+}
+
+}  // namespace
+}  // namespace wgllm::test
