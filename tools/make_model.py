@@ -2,7 +2,7 @@
 """Write a random-weight GGUF model (llama / qwen2 / qwen3) laid out exactly as llama.cpp's converters do.
 
 Same arguments -> byte-identical file. Every tensor draws from its own generator,
-np.random.default_rng([seed, crc32(name)]) (PCG64, standard_normal float32), so the same seed gives the same
+np.random.default_rng([seed, crc32(arch), crc32(name)]) (PCG64, standard_normal float32), so the same seed gives the same
 float weights whatever the storage type: the q8_0 model is the quantised f32 model.
 
 Examples:
@@ -242,7 +242,9 @@ def llama3_rope_factors(hd: int, rope_dim: int, base: float, factor: float, low:
 def tensor_plan(a) -> list[tuple[str, tuple[int, ...], str, float]]:
     """(name, numpy shape [out, in], init kind, std) in llama.cpp's tensor order."""
     q_dim, kv_dim = a.n_head * a.head_dim, a.n_head_kv * a.head_dim
-    plan = [("token_embd.weight", (a.n_vocab, a.n_embd), "w", 1.0)]
+    # tied: a small embedding keeps the token's own row from dominating its logit (else greedy repeats the input
+    # token); a larger final-norm gain then restores a useful logit spread.
+    plan = [("token_embd.weight", (a.n_vocab, a.n_embd), "w", 0.5 / math.sqrt(a.n_embd) if a.tie_embeddings else 1.0)]
     for i in range(a.n_layer):
         p = f"blk.{i}."
         plan += [(p + "attn_norm.weight", (a.n_embd,), "norm", 0.1),
@@ -260,7 +262,7 @@ def tensor_plan(a) -> list[tuple[str, tuple[int, ...], str, float]]:
                  (p + "ffn_gate.weight", (a.n_ff, a.n_embd), "w", 1 / math.sqrt(a.n_embd)),
                  (p + "ffn_up.weight", (a.n_ff, a.n_embd), "w", 1 / math.sqrt(a.n_embd)),
                  (p + "ffn_down.weight", (a.n_embd, a.n_ff), "w", 1 / math.sqrt(a.n_ff))]
-    plan.append(("output_norm.weight", (a.n_embd,), "norm", 0.1))
+    plan.append(("output_norm.weight", (a.n_embd,), "norm_out" if a.tie_embeddings else "norm", 0.1))
     if not a.tie_embeddings:
         plan.append(("output.weight", (a.n_vocab, a.n_embd), "w", 2 / math.sqrt(a.n_embd)))
     return plan
@@ -269,13 +271,15 @@ def tensor_plan(a) -> list[tuple[str, tuple[int, ...], str, float]]:
 CHUNK = 1 << 22  # elements generated / quantised at a time
 
 
-def gen_tensor(seed: int, name: str, shape: tuple[int, ...], kind: str, std: float, ggml_type: int) -> np.ndarray:
+def gen_tensor(seed: int, arch: str, name: str, shape: tuple[int, ...], kind: str, std: float, ggml_type: int) -> np.ndarray:
     """float32 random tensor encoded as ggml_type (raw array whose bytes are the file contents)."""
-    rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
+    rng = np.random.default_rng([seed, zlib.crc32(arch.encode()), zlib.crc32(name.encode())])
     if len(shape) == 1:
         x = rng.standard_normal(shape, dtype=np.float32) * np.float32(std)
         if kind == "norm":
             x += np.float32(1.0)
+        elif kind == "norm_out":
+            x = (x + np.float32(1.0)) * np.float32(6.0)
         return x
     rows, cols = shape
     enc_cols = ggufio.nbytes(ggml_type, cols) // np.dtype(
@@ -406,7 +410,7 @@ def write_model(a) -> None:
         if kind == "fixed":
             data = rope_freqs
         else:
-            data = gen_tensor(a.seed, name, shape, kind, std, storage(shape))
+            data = gen_tensor(a.seed, a.arch, name, shape, kind, std, storage(shape))
         w.write_tensor_data(data)
     w.close()
 
