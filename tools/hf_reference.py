@@ -17,7 +17,9 @@ plus a small <stem>.ref.json with the same ids and greedy tokens for people.
   python3 tools/hf_reference.py MODEL.gguf [MODEL2.gguf ...] --out-dir DIR [--device cuda|cpu] [--check]
 
 --check also runs tools/numpy_forward.py (independent float64 numpy, GGUF layout, adjacent-pair RoPE for llama)
-on the same prompts and fails if logits or greedy tokens differ.
+on the same prompts and fails if logits differ by more than 3e-6 x max|logit| or greedy tokens differ. In float64,
+transformers computes RoPE angles, RMSNorm and the attention softmax in float32, so its logits are good to ~1e-6
+(numpy_forward is float64 throughout); both are far tighter than any float32/float16 engine tolerance.
 """
 from __future__ import annotations
 
@@ -135,16 +137,18 @@ def hf_model(r: ggufio.Reader, c, device: str):
 def run_hf(model, prompt: list[int], n_predict: int, device: str):
     """(logits [len(prompt), n_vocab] float64, greedy tokens) with a KV cache, no EOS stop."""
     import torch
+    # the cache argument is past_key_values in 4.x and early 5.x, cache later
+    arg = "past_key_values" if "past_key_values" in inspect.signature(model.forward).parameters else "cache"
     with torch.no_grad():
         ids = torch.tensor([prompt], dtype=torch.long, device=device)
         out = model(input_ids=ids, use_cache=True)
         logits = out.logits[0].double().cpu().numpy()
-        past, last, greedy = out.past_key_values, out.logits[0, -1], []
+        past, last, greedy = getattr(out, "past_key_values", None) or out.cache, out.logits[0, -1], []
         for _ in range(n_predict):
             t = int(torch.argmax(last))
             greedy.append(t)
-            out = model(input_ids=torch.tensor([[t]], device=device), past_key_values=past, use_cache=True)
-            past, last = out.past_key_values, out.logits[0, -1]
+            out = model(input_ids=torch.tensor([[t]], device=device), use_cache=True, **{arg: past})
+            past, last = getattr(out, "past_key_values", None) or out.cache, out.logits[0, -1]
     return logits, greedy
 
 
@@ -185,7 +189,7 @@ def reference(path: Path, out_dir: Path, device: str, lengths, n_predict: int, t
             d = float(np.max(np.abs(l2 - logits)))
             entry["numpy_max_abs_diff"] = d
             print(f"  prompt {i} (n={n}): max |hf - numpy| = {d:.3e}, greedy equal: {g2 == greedy}")
-            if d > 1e-6 or g2 != greedy:
+            if d > 3e-6 * max(1.0, float(np.abs(logits).max())) or g2 != greedy:
                 raise RuntimeError(f"{path.name}: transformers and numpy_forward disagree on prompt {i}")
         summary["prompts"].append(entry)
     stem = path.name[:-5] if path.name.endswith(".gguf") else path.name
