@@ -183,6 +183,26 @@ class Tools(unittest.TestCase):
         a = ggufio.tensor_digest(ggufio.Reader(out / "llama-f32.gguf"))
         self.assertEqual(a, ggufio.tensor_digest(ggufio.Reader(out / "llama-spm-f32.gguf")))
 
+    def test_fixtures_match_regenerated_models(self):
+        # tests/data/models/ref/*.ref.gguf came from transformers; the regenerated models must be the same tensors
+        # and numpy_forward must reproduce their logits and greedy tokens
+        ref_dir = Path(__file__).resolve().parent.parent / "tests/data/models/ref"
+        refs = sorted(ref_dir.glob("*.ref.gguf"))
+        self.assertTrue(refs)
+        out = self.dir / "fixture-models"
+        names = [p.name[:-len(".ref.gguf")] for p in refs]
+        make_test_models.main([str(out), "--only", *names])
+        for ref_path, name in zip(refs, names):
+            ref = ggufio.Reader(ref_path)
+            m = numpy_forward.Model(out / f"{name}.gguf")
+            self.assertEqual(ref.get("reference.tensor_sha256"), ggufio.tensor_digest(m.reader), name)
+            for i in range(int(ref.get("reference.n_prompts"))):
+                toks = ref.tensors[f"prompt.{i}.tokens"].numpy(np.int32).tolist()
+                pos = ref.tensors[f"prompt.{i}.logit_positions"].numpy(np.int32)
+                greedy, logits = m.greedy(toks, int(ref.get("reference.n_predict")))
+                self.assertLess(np.abs(logits[pos] - ref.tensor(f"prompt.{i}.logits")).max(), 1e-4, (name, i))
+                self.assertEqual(greedy, ref.tensors[f"prompt.{i}.greedy"].numpy(np.int32).tolist(), (name, i))
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
