@@ -1,0 +1,425 @@
+#!/usr/bin/env python3
+"""Write a random-weight GGUF model (llama / qwen2 / qwen3) laid out exactly as llama.cpp's converters do.
+
+Same arguments -> byte-identical file. Every tensor draws from its own generator,
+np.random.default_rng([seed, crc32(arch), crc32(name)]) (PCG64, standard_normal float32), so the same seed gives the same
+float weights whatever the storage type: the q8_0 model is the quantised f32 model.
+
+Examples:
+  tools/make_model.py --arch llama --type f32 --seed 1 --out /tmp/llama.gguf
+  tools/make_model.py --arch qwen2 --type q4_0 --shape qwen2.5-0.5b --out /tmp/qwen-shape.gguf
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import math
+import sys
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import ggufio  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+
+TYPES = {"f32": ggufio.F32, "f16": ggufio.F16, "bf16": ggufio.BF16, "q8_0": ggufio.Q8_0, "q4_0": ggufio.Q4_0}
+# gguf "general.file_type" (llama_ftype) for each --type
+FILE_TYPE = {"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 7, "bf16": 32}
+
+SHAPES = {
+    "qwen2.5-0.5b": dict(arch="qwen2", n_embd=896, n_layer=24, n_head=14, n_head_kv=2, head_dim=64, n_ff=4864,
+                         n_vocab=151936, ctx=32768, rope_base=1e6, rms_eps=1e-6, tie_embeddings=True),
+    "llama-3.2-1b": dict(arch="llama", n_embd=2048, n_layer=16, n_head=32, n_head_kv=8, head_dim=64, n_ff=8192,
+                         n_vocab=128256, ctx=131072, rope_base=500000.0, rms_eps=1e-5, tie_embeddings=True,
+                         rope_scaling="llama3", rope_scaling_factor=32.0, rope_scaling_low=1.0,
+                         rope_scaling_high=4.0, rope_scaling_orig_ctx=8192),
+}
+
+LLAMA3_TEMPLATE = (
+    "{{- bos_token }}"
+    "{%- for message in messages %}"
+    "{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + message['content'] | trim"
+    " + '<|eot_id|>' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif %}"
+)
+CHATML_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+# llama.cpp token types
+TT_NORMAL, TT_UNKNOWN, TT_CONTROL, TT_USER_DEFINED, TT_UNUSED, TT_BYTE = 1, 2, 3, 4, 5, 6
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Q/K row permutation
+
+def permute_qk(w: np.ndarray, n_head: int) -> np.ndarray:
+    """HF (half-split RoPE) -> GGUF (adjacent-pair RoPE) row order of a q/k weight [n_head*hd, ...] or bias."""
+    rows = w.shape[0]
+    hd = rows // n_head
+    return w.reshape(n_head, 2, hd // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def unpermute_qk(w: np.ndarray, n_head: int) -> np.ndarray:
+    """GGUF -> HF: the inverse of permute_qk."""
+    rows = w.shape[0]
+    hd = rows // n_head
+    return w.reshape(n_head, hd // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def _self_test_permute() -> None:
+    w = np.arange(4 * 8 * 3).reshape(32, 3)
+    p = permute_qk(w, 4)
+    assert np.array_equal(unpermute_qk(p, 4), w)
+    assert not np.array_equal(p, w)
+    # within a head, GGUF row 2i is HF row i and GGUF row 2i+1 is HF row i + hd/2
+    assert np.array_equal(p[0::2][:4], w[:4]) and np.array_equal(p[1::2][:4], w[4:8])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# tokenizers
+
+def _shakespeare() -> str:
+    for p in (REPO / "tests/data/tinyshakespeare.txt", REPO.parent / "shared/data/tinyshakespeare.txt"):
+        if p.exists():
+            return p.read_text(encoding="utf-8")
+    raise FileNotFoundError("tinyshakespeare.txt not found in tests/data/ or ../shared/data/")
+
+
+def _gpt2_byte_chars() -> list[str]:
+    """GPT-2's printable stand-in character for each byte 0..255."""
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAC + 1)) + list(range(0xAE, 0xFF + 1))
+    out, n = {}, 0
+    for b in range(256):
+        if b in keep:
+            out[b] = chr(b)
+        else:
+            out[b] = chr(256 + n)
+            n += 1
+    return [out[b] for b in range(256)]
+
+
+def _specials(arch: str) -> tuple[list[str], str, str, bool, str]:
+    """(special tokens, bos, eos, add_bos, chat template)"""
+    if arch == "llama":
+        sp = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
+        return sp, "<|begin_of_text|>", "<|eot_id|>", True, LLAMA3_TEMPLATE
+    sp = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    return sp, "<|endoftext|>", "<|im_end|>", False, CHATML_TEMPLATE
+
+
+def _synthetic_bpe() -> tuple[list[str], list[str]]:
+    """GPT-2 byte tokens plus merges for "Ġ" + letter and every lower-case letter pair."""
+    tokens = _gpt2_byte_chars()
+    letters = [chr(c) for c in range(ord("a"), ord("z") + 1)]
+    merges = [f"\u0120 {c}" for c in letters] + [f"{x} {y}" for x in letters for y in letters]
+    tokens += [m.replace(" ", "") for m in merges]
+    return tokens, merges
+
+
+@functools.lru_cache(maxsize=None)
+def _train_bpe(vocab_size: int, specials: tuple[str, ...]) -> tuple[list[str], list[str]]:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    import json
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size - len(specials), show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), special_tokens=[])
+    text = _shakespeare()
+    tok.train_from_iterator([text[i:i + 4096] for i in range(0, len(text), 4096)], trainer=trainer)
+    model = json.loads(tok.to_str())["model"]
+    vocab = sorted(model["vocab"].items(), key=lambda kv: kv[1])
+    tokens = [t for t, _ in vocab]
+    merges = [m if isinstance(m, str) else " ".join(m) for m in model["merges"]]
+    return tokens, merges
+
+
+@functools.lru_cache(maxsize=None)
+def _train_spm(vocab_size: int) -> tuple[list[str], list[float], list[int]]:
+    import io
+    import sentencepiece as spm
+    text = _shakespeare()
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    buf = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines), model_writer=buf, vocab_size=vocab_size, model_type="bpe",
+        byte_fallback=True, character_coverage=1.0, num_threads=1, split_digits=True,
+        unk_id=0, bos_id=1, eos_id=2, pad_id=-1, minloglevel=2, add_dummy_prefix=True,
+        remove_extra_whitespaces=False, normalization_rule_name="identity", hard_vocab_limit=False)
+    sp = spm.SentencePieceProcessor(model_proto=buf.getvalue())
+    n = sp.get_piece_size()
+
+    def ttype(i):
+        return (TT_UNKNOWN if sp.is_unknown(i) else TT_CONTROL if sp.is_control(i) else
+                TT_UNUSED if sp.is_unused(i) else TT_BYTE if sp.is_byte(i) else TT_NORMAL)
+    return ([sp.id_to_piece(i) for i in range(n)], [float(sp.get_score(i)) for i in range(n)],
+            [ttype(i) for i in range(n)])
+
+
+def tokenizer_metadata(kind: str, arch: str, n_vocab: int) -> dict:
+    """tokenizer.ggml.* keys for a tokenizer of exactly n_vocab tokens (padded with <unused{i}> tokens).
+
+    bpe: GPT-2 style byte-level BPE trained on tiny Shakespeare (tokenizer.ggml.model = gpt2, pre = gpt2)
+    spm: SentencePiece BPE with byte fallback trained on tiny Shakespeare (tokenizer.ggml.model = llama)
+    synthetic: GPT-2 byte tokens + special tokens + filler, no merges (for the big shape presets)
+    """
+    specials, bos, eos, add_bos, template = _specials(arch)
+    md: dict = {}
+    if kind in ("bpe", "synthetic"):
+        if kind == "bpe":
+            tokens, merges = _train_bpe(min(n_vocab, 32768), tuple(specials))
+            tokens, merges = list(tokens), list(merges)
+        else:
+            tokens, merges = _synthetic_bpe()
+        types = [TT_NORMAL] * len(tokens)
+        tokens += specials
+        types += [TT_CONTROL] * len(specials)
+        md["tokenizer.ggml.model"] = "gpt2"
+        md["tokenizer.ggml.pre"] = "gpt2"
+        md["tokenizer.ggml.merges"] = merges
+        scores = None
+    elif kind == "spm":
+        tokens, scores, types = (list(v) for v in _train_spm(min(n_vocab, 8000) - len(specials)))
+        # the special tokens of the chat template become control tokens
+        tokens += specials
+        scores += [0.0] * len(specials)
+        types += [TT_CONTROL] * len(specials)
+        bos, eos = "<s>", "</s>"
+        md["tokenizer.ggml.model"] = "llama"
+    else:
+        raise ValueError(f"unknown tokenizer {kind}")
+    if len(tokens) > n_vocab:
+        raise ValueError(f"tokenizer has {len(tokens)} tokens, more than --n-vocab {n_vocab}")
+    n_pad = n_vocab - len(tokens)
+    tokens += [f"<unused{i}>" for i in range(n_pad)]
+    types += [TT_UNUSED] * n_pad
+    if scores is not None:
+        scores += [-1e9] * n_pad
+        md["tokenizer.ggml.scores"] = np.array(scores, dtype=np.float32)
+    md["tokenizer.ggml.tokens"] = tokens
+    md["tokenizer.ggml.token_type"] = np.array(types, dtype=np.int32)
+    md["tokenizer.ggml.bos_token_id"] = tokens.index(bos)
+    md["tokenizer.ggml.eos_token_id"] = tokens.index(eos)
+    if kind == "spm":
+        md["tokenizer.ggml.unknown_token_id"] = 0
+    if arch == "llama" and kind != "spm":
+        md["tokenizer.ggml.eot_token_id"] = tokens.index("<|eot_id|>")
+    md["tokenizer.ggml.add_bos_token"] = add_bos if kind != "spm" else True
+    md["tokenizer.ggml.add_eos_token"] = False
+    md["tokenizer.chat_template"] = template
+    return md
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# model
+
+def llama3_rope_factors(hd: int, rope_dim: int, base: float, factor: float, low: float, high: float,
+                        orig_ctx: int) -> np.ndarray:
+    """Per-frequency divisors (llama.cpp's rope_freqs.weight): theta_i = pos * base^(-2i/d) / f_i."""
+    freqs = base ** (-np.arange(0, rope_dim, 2, dtype=np.float64) / rope_dim)
+    low_wl, high_wl = orig_ctx / low, orig_ctx / high
+    out = []
+    for f in freqs:
+        wl = 2 * math.pi / f
+        if wl < high_wl:
+            out.append(1.0)
+        elif wl > low_wl:
+            out.append(factor)
+        else:
+            smooth = (orig_ctx / wl - low) / (high - low)
+            out.append(1.0 / ((1 - smooth) / factor + smooth))
+    return np.array(out, dtype=np.float32)
+
+
+def tensor_plan(a) -> list[tuple[str, tuple[int, ...], str, float]]:
+    """(name, numpy shape [out, in], init kind, std) in llama.cpp's tensor order."""
+    q_dim, kv_dim = a.n_head * a.head_dim, a.n_head_kv * a.head_dim
+    # tied: a small embedding keeps the token's own row from dominating its logit (else greedy repeats the input
+    # token); a larger final-norm gain then restores a useful logit spread.
+    plan = [("token_embd.weight", (a.n_vocab, a.n_embd), "w", 0.5 / math.sqrt(a.n_embd) if a.tie_embeddings else 1.0)]
+    for i in range(a.n_layer):
+        p = f"blk.{i}."
+        plan += [(p + "attn_norm.weight", (a.n_embd,), "norm", 0.1),
+                 (p + "attn_q.weight", (q_dim, a.n_embd), "w", 1 / math.sqrt(a.n_embd)),
+                 (p + "attn_k.weight", (kv_dim, a.n_embd), "w", 1 / math.sqrt(a.n_embd)),
+                 (p + "attn_v.weight", (kv_dim, a.n_embd), "w", 1 / math.sqrt(a.n_embd))]
+        if a.arch == "qwen2":
+            plan += [(p + "attn_q.bias", (q_dim,), "bias", 0.1), (p + "attn_k.bias", (kv_dim,), "bias", 0.1),
+                     (p + "attn_v.bias", (kv_dim,), "bias", 0.1)]
+        if a.arch == "qwen3":
+            plan += [(p + "attn_q_norm.weight", (a.head_dim,), "norm", 0.1),
+                     (p + "attn_k_norm.weight", (a.head_dim,), "norm", 0.1)]
+        plan += [(p + "attn_output.weight", (a.n_embd, q_dim), "w", 1 / math.sqrt(q_dim)),
+                 (p + "ffn_norm.weight", (a.n_embd,), "norm", 0.1),
+                 (p + "ffn_gate.weight", (a.n_ff, a.n_embd), "w", 1 / math.sqrt(a.n_embd)),
+                 (p + "ffn_up.weight", (a.n_ff, a.n_embd), "w", 1 / math.sqrt(a.n_embd)),
+                 (p + "ffn_down.weight", (a.n_embd, a.n_ff), "w", 1 / math.sqrt(a.n_ff))]
+    plan.append(("output_norm.weight", (a.n_embd,), "norm_out" if a.tie_embeddings else "norm", 0.1))
+    if not a.tie_embeddings:
+        plan.append(("output.weight", (a.n_vocab, a.n_embd), "w", 2 / math.sqrt(a.n_embd)))
+    return plan
+
+
+CHUNK = 1 << 22  # elements generated / quantised at a time
+
+
+def gen_tensor(seed: int, arch: str, name: str, shape: tuple[int, ...], kind: str, std: float, ggml_type: int) -> np.ndarray:
+    """float32 random tensor encoded as ggml_type (raw array whose bytes are the file contents)."""
+    rng = np.random.default_rng([seed, zlib.crc32(arch.encode()), zlib.crc32(name.encode())])
+    if len(shape) == 1:
+        x = rng.standard_normal(shape, dtype=np.float32) * np.float32(std)
+        if kind == "norm":
+            x += np.float32(1.0)
+        elif kind == "norm_out":
+            x = (x + np.float32(1.0)) * np.float32(6.0)
+        return x
+    rows, cols = shape
+    enc_cols = ggufio.nbytes(ggml_type, cols) // np.dtype(
+        {ggufio.F32: np.float32, ggufio.F16: np.float16, ggufio.BF16: np.uint16}.get(ggml_type, np.uint8)).itemsize
+    out = None
+    step = max(1, CHUNK // cols)
+    for r0 in range(0, rows, step):
+        r1 = min(rows, r0 + step)
+        x = rng.standard_normal((r1 - r0, cols), dtype=np.float32)
+        x *= np.float32(std)
+        e = ggufio.encode(x, ggml_type)
+        if out is None:
+            out = np.empty((rows, enc_cols), dtype=e.dtype)
+        out[r0:r1] = e
+    return out
+
+
+def build_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--arch", choices=["llama", "qwen2", "qwen3"], default=None)
+    ap.add_argument("--type", choices=list(TYPES), default="f32", help="storage type of the 2-D weights")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--shape", choices=list(SHAPES), help="random weights with a real model's shapes")
+    ap.add_argument("--n-embd", type=int, default=64)
+    ap.add_argument("--n-layer", type=int, default=2)
+    ap.add_argument("--n-head", type=int, default=4)
+    ap.add_argument("--n-head-kv", type=int, default=2)
+    ap.add_argument("--head-dim", type=int, default=16)
+    ap.add_argument("--n-ff", type=int, default=128)
+    ap.add_argument("--n-vocab", type=int, default=1024)
+    ap.add_argument("--ctx", type=int, default=256)
+    ap.add_argument("--rope-base", type=float, default=10000.0)
+    ap.add_argument("--rms-eps", type=float, default=1e-5)
+    ap.add_argument("--rope-scaling", choices=["none", "llama3"], default="none")
+    ap.add_argument("--rope-scaling-factor", type=float, default=8.0)
+    ap.add_argument("--rope-scaling-low", type=float, default=1.0, help="llama3 low_freq_factor")
+    ap.add_argument("--rope-scaling-high", type=float, default=4.0, help="llama3 high_freq_factor")
+    ap.add_argument("--rope-scaling-orig-ctx", type=int, default=64,
+                    help="llama3 original_max_position_embeddings (small so short prompts see the scaling)")
+    ap.add_argument("--tie-embeddings", action="store_true", help="no output.weight: logits use token_embd")
+    ap.add_argument("--tokenizer", choices=["bpe", "spm", "synthetic"], default=None,
+                    help="default: synthetic with --shape, bpe otherwise")
+    ap.add_argument("--name", default=None, help="general.name")
+    a = ap.parse_args(argv)
+    given = argv if argv is not None else sys.argv[1:]
+    explicit = {s[2:].split("=")[0].replace("-", "_") for s in given if s.startswith("--")}
+    if a.shape:
+        for k, v in SHAPES[a.shape].items():
+            if k not in explicit:
+                setattr(a, k, v)
+    if a.arch is None:
+        a.arch = "llama"
+    if a.tokenizer is None:
+        a.tokenizer = "synthetic" if a.shape else "bpe"
+    if a.n_head % a.n_head_kv:
+        ap.error("--n-head must be a multiple of --n-head-kv")
+    if a.head_dim % 2:
+        ap.error("--head-dim must be even")
+    if TYPES[a.type] in (ggufio.Q8_0, ggufio.Q4_0):
+        for n, v in (("n-embd", a.n_embd), ("n-ff", a.n_ff), ("n-head*head-dim", a.n_head * a.head_dim)):
+            if v % 32:
+                ap.error(f"{a.type} needs {n} to be a multiple of 32 (got {v})")
+    return a
+
+
+def write_model(a) -> None:
+    import gguf
+    arch = a.arch
+    wtype = TYPES[a.type]
+    w = gguf.GGUFWriter(a.out, arch)  # adds general.architecture
+    w.add_name(a.name or f"wgllm-test-{arch}-{a.type}" + (f"-{a.shape}" if a.shape else ""))
+    w.add_file_type(FILE_TYPE[a.type])
+    w.add_uint32("general.quantization_version", 2)
+    w.add_uint32("general.alignment", ggufio.DEFAULT_ALIGNMENT)
+    w.add_context_length(a.ctx)
+    w.add_embedding_length(a.n_embd)
+    w.add_block_count(a.n_layer)
+    w.add_feed_forward_length(a.n_ff)
+    w.add_head_count(a.n_head)
+    w.add_head_count_kv(a.n_head_kv)
+    w.add_key_length(a.head_dim)
+    w.add_value_length(a.head_dim)
+    w.add_layer_norm_rms_eps(a.rms_eps)
+    w.add_rope_freq_base(a.rope_base)
+    w.add_rope_dimension_count(a.head_dim)
+    w.add_vocab_size(a.n_vocab)
+    if a.rope_scaling == "llama3":
+        w.add_string(f"{arch}.rope.scaling.type", "llama3")
+        w.add_float32(f"{arch}.rope.scaling.factor", a.rope_scaling_factor)
+        w.add_float32(f"{arch}.rope.scaling.low_freq_factor", a.rope_scaling_low)
+        w.add_float32(f"{arch}.rope.scaling.high_freq_factor", a.rope_scaling_high)
+        w.add_uint32(f"{arch}.rope.scaling.original_context_length", a.rope_scaling_orig_ctx)
+
+    tok = tokenizer_metadata(a.tokenizer, arch, a.n_vocab)
+    assert len(tok["tokenizer.ggml.tokens"]) == a.n_vocab
+    for k, v in tok.items():
+        if isinstance(v, bool):
+            w.add_bool(k, v)
+        elif isinstance(v, int):
+            w.add_uint32(k, v)
+        elif isinstance(v, str):
+            w.add_string(k, v)
+        elif isinstance(v, np.ndarray):
+            w.add_array(k, v.tolist())  # int32 -> INT32, float32 -> FLOAT32 via numpy scalar types
+        else:
+            w.add_array(k, list(v))
+
+    plan = tensor_plan(a)
+    rope_freqs = None
+    if a.rope_scaling == "llama3":
+        rope_freqs = llama3_rope_factors(a.head_dim, a.head_dim, a.rope_base, a.rope_scaling_factor,
+                                         a.rope_scaling_low, a.rope_scaling_high, a.rope_scaling_orig_ctx)
+        plan.insert(0, ("rope_freqs.weight", (a.head_dim // 2,), "fixed", 0.0))
+
+    def storage(shape):
+        return wtype if len(shape) == 2 else ggufio.F32
+
+    for name, shape, _, _ in plan:
+        t = storage(shape)
+        n = int(np.prod(shape))
+        w.add_tensor_info(name, shape, np.dtype(np.float32), ggufio.nbytes(t, n),
+                          raw_dtype=gguf.GGMLQuantizationType(t))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    for name, shape, kind, std in plan:
+        if kind == "fixed":
+            data = rope_freqs
+        else:
+            data = gen_tensor(a.seed, a.arch, name, shape, kind, std, storage(shape))
+        w.write_tensor_data(data)
+    w.close()
+
+
+def main(argv=None):
+    a = build_args(argv)
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    write_model(a)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""Write the tiny test-model matrix into a folder (in one process, a few seconds).
+
+  tools/make_test_models.py OUT_DIR [--list] [--only NAME ...]
+
+Models (all n_embd 64, 2 layers, 4 heads, 2 kv heads, head_dim 16, ffn 128, vocab 1024, ctx 256):
+  {llama,qwen2,qwen3}-{f32,f16,bf16,q8_0,q4_0}   seed 1, byte-level BPE tokenizer, untied output
+  llama-rope3-tied-{f32,q8_0,q4_0}               seed 2, llama3 rope scaling (factor 8, orig ctx 64), tied
+  qwen2-tied-{f32,q8_0}                          seed 3, tied embeddings
+  llama-spm-f32                                  seed 1, SentencePiece tokenizer (same tensors as llama-f32)
+A given seed/arch/shape gives the same float weights in every type: the quantised files are the F32 file
+quantised. Prints each file's sha256; with --manifest FILE also writes "sha256  name" lines.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import ggufio  # noqa: E402
+import make_model  # noqa: E402
+
+TYPES = ["f32", "f16", "bf16", "q8_0", "q4_0"]
+
+
+def matrix() -> dict[str, list[str]]:
+    m = {}
+    for arch in ("llama", "qwen2", "qwen3"):
+        for t in TYPES:
+            m[f"{arch}-{t}"] = ["--arch", arch, "--type", t, "--seed", "1"]
+    for t in ("f32", "q8_0", "q4_0"):
+        m[f"llama-rope3-tied-{t}"] = ["--arch", "llama", "--type", t, "--seed", "2", "--rope-scaling", "llama3",
+                                      "--tie-embeddings"]
+    for t in ("f32", "q8_0"):
+        m[f"qwen2-tied-{t}"] = ["--arch", "qwen2", "--type", t, "--seed", "3", "--tie-embeddings"]
+    m["llama-spm-f32"] = ["--arch", "llama", "--type", "f32", "--seed", "1", "--tokenizer", "spm"]
+    return m
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("out_dir", type=Path)
+    ap.add_argument("--only", nargs="*", help="model names to write (default: all)")
+    ap.add_argument("--list", action="store_true", help="print the command line of each model and exit")
+    ap.add_argument("--manifest", type=Path, help="also write 'sha256  name' lines here")
+    a = ap.parse_args(argv)
+    todo = matrix()
+    if a.only:
+        unknown = set(a.only) - set(todo)
+        if unknown:
+            ap.error(f"unknown models {sorted(unknown)}")
+        todo = {k: v for k, v in todo.items() if k in a.only}
+    if a.list:
+        for name, args in todo.items():
+            print(f"tools/make_model.py {' '.join(args)} --out {name}.gguf")
+        return
+    a.out_dir.mkdir(parents=True, exist_ok=True)
+    t0, lines = time.time(), []
+    for name, args in todo.items():
+        out = a.out_dir / f"{name}.gguf"
+        make_model.write_model(make_model.build_args(args + ["--out", str(out)]))
+        lines.append(f"{ggufio.sha256_file(out)}  {name}.gguf")
+        print(lines[-1])
+    if a.manifest:
+        a.manifest.write_text("\n".join(lines) + "\n")
+    print(f"{len(todo)} models in {time.time() - t0:.1f} s", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

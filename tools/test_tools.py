@@ -1,0 +1,208 @@
+#!/usr/bin/env python3
+"""Self-tests of the model tooling: .venv/bin/python tools/test_tools.py (plain unittest, no pytest needed)."""
+from __future__ import annotations
+
+import hashlib
+import math
+import sys
+import tempfile
+import unittest
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import ggufio  # noqa: E402
+import hf_reference  # noqa: E402
+import make_model  # noqa: E402
+import make_test_models  # noqa: E402
+import numpy_forward  # noqa: E402
+
+
+def sha(p: Path) -> str:
+    return hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+class Tools(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.dir = Path(cls.tmp.name)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def model(self, name: str, *args: str) -> Path:
+        out = self.dir / f"{name}.gguf"
+        if not out.exists():
+            make_model.main(list(args) + ["--out", str(out)])
+        return out
+
+    def test_deterministic(self):
+        for t in ("f32", "q4_0"):
+            a = self.model(f"det-a-{t}", "--arch", "qwen2", "--type", t, "--seed", "7")
+            b = self.model(f"det-b-{t}", "--arch", "qwen2", "--type", t, "--seed", "7")
+            c = self.model(f"det-c-{t}", "--arch", "qwen2", "--type", t, "--seed", "8")
+            self.assertEqual(sha(a), sha(b))
+            self.assertNotEqual(sha(a), sha(c))
+
+    def test_permute_round_trip(self):
+        make_model._self_test_permute()
+        rng = np.random.default_rng(0)
+        for n_head, hd in ((4, 16), (2, 64), (14, 64)):
+            w = rng.standard_normal((n_head * hd, 24))
+            p = make_model.permute_qk(w, n_head)
+            self.assertTrue(np.array_equal(make_model.unpermute_qk(p, n_head), w))
+            self.assertTrue(np.array_equal(hf_reference.unpermute_qk(p, n_head), w))
+            b = rng.standard_normal(n_head * hd)
+            self.assertTrue(np.array_equal(make_model.unpermute_qk(make_model.permute_qk(b, n_head), n_head), b))
+
+    def test_permute_matches_rope_layouts(self):
+        # rotating adjacent pairs of a permuted vector == rotating halves of the original, then permuting
+        hd, n_head, pos, base = 16, 2, 5, 10000.0
+        x = np.random.default_rng(1).standard_normal(n_head * hd)
+        inv = base ** (-np.arange(0, hd, 2) / hd)
+        cos, sin = np.cos(pos * inv), np.sin(pos * inv)
+        h = x.reshape(n_head, hd)
+        a, b = h[:, :hd // 2], h[:, hd // 2:]
+        neox = np.concatenate([a * cos - b * sin, a * sin + b * cos], axis=1).reshape(-1)
+        y = make_model.permute_qk(x, n_head).reshape(n_head, hd)
+        e, o = y[:, 0::2], y[:, 1::2]
+        normal = np.empty_like(y)
+        normal[:, 0::2], normal[:, 1::2] = e * cos - o * sin, e * sin + o * cos
+        self.assertTrue(np.allclose(normal.reshape(-1), make_model.permute_qk(neox, n_head)))
+
+    def test_quantisers_match_gguf_package(self):
+        import gguf
+        rng = np.random.default_rng(3)
+        x = (rng.standard_normal((64, 256)) * rng.uniform(0.01, 3, (64, 1))).astype(np.float32)
+        x[0, :32] = 0  # an all-zero block
+        x[1, :32] = np.linspace(-1, 1, 32, dtype=np.float32)  # exact halves
+        for ours, qt, tol in ((ggufio.quantize_q8_0, gguf.GGMLQuantizationType.Q8_0, 1 / 254),
+                              (ggufio.quantize_q4_0, gguf.GGMLQuantizationType.Q4_0, 1 / 8)):  # -max clamps to q=15
+            q = ours(x)
+            self.assertTrue(np.array_equal(q, gguf.quants.quantize(x, qt)), qt.name)  # bit-exact
+            d = gguf.quants.dequantize(q, qt)
+            self.assertTrue(np.array_equal(d, ggufio.decode(q, qt.value, x.size).reshape(x.shape)))
+            amax = np.abs(x.reshape(-1, 32)).max(axis=1, keepdims=True)
+            err = np.abs(d - x).reshape(-1, 32)
+            self.assertTrue(np.all(err <= amax * tol * 1.2 + 1e-7), qt.name)  # d/2 + f16 rounding of d
+        # Q4_0 layout: element j in the low nibble of byte j, element j+16 in the high nibble
+        blk = np.arange(32, dtype=np.float32) - 8  # largest magnitude is 23 -> d = -23/8
+        q = ggufio.quantize_q4_0(blk[None])[0]
+        d = float(q[:2].view(np.float16)[0])
+        self.assertAlmostEqual(d, -23 / 8, places=2)
+        vals = np.concatenate([q[2:] & 15, q[2:] >> 4]).astype(np.float32) - 8
+        self.assertTrue(np.allclose(vals * d, blk, atol=abs(d) / 2 + 1e-3))
+        bf = ggufio.to_bf16(x)
+        self.assertTrue(np.array_equal(bf.view(np.uint8).reshape(x.shape[0], -1),
+                                       gguf.quants.quantize(x, gguf.GGMLQuantizationType.BF16)))
+
+    def test_reader_matches_gguf_package(self):
+        import gguf
+        for t in ("f32", "f16", "bf16", "q8_0", "q4_0"):
+            p = self.model(f"rd-{t}", "--arch", "qwen3", "--type", t, "--seed", "1", "--tokenizer", "spm")
+            ref, ours = gguf.GGUFReader(p), ggufio.Reader(p)
+            self.assertEqual(len(ref.tensors), len(ours.tensors))
+            for rt in ref.tensors:
+                a = gguf.quants.dequantize(rt.data, rt.tensor_type)
+                b = ours.tensor(rt.name)
+                self.assertEqual(a.shape, b.shape, rt.name)
+                self.assertTrue(np.array_equal(a, b), rt.name)
+            self.assertEqual(ours.tensors["blk.0.ffn_down.weight"].ne, [128, 64])
+            self.assertEqual(ours.tensors["token_embd.weight"].ne, [64, 1024])
+            self.assertEqual(ours.tensors["blk.0.attn_norm.weight"].type, ggufio.F32)
+            self.assertEqual(len(ours.get("tokenizer.ggml.tokens")), 1024)
+
+    def test_types_share_weights(self):
+        f = ggufio.Reader(self.model("sw-f32", "--arch", "llama", "--seed", "4"))
+        q = ggufio.Reader(self.model("sw-q8", "--arch", "llama", "--type", "q8_0", "--seed", "4"))
+        a, b = f.tensor("blk.1.ffn_up.weight"), q.tensor("blk.1.ffn_up.weight")
+        self.assertLess(np.abs(a - b).max(), np.abs(a).max() / 100)
+
+    def test_metadata_and_layout(self):
+        r = ggufio.Reader(self.model("md", "--arch", "llama", "--seed", "1", "--rope-scaling", "llama3",
+                                     "--tie-embeddings"))
+        self.assertEqual(r.get("general.architecture"), "llama")
+        self.assertEqual(r.get("llama.rope.scaling.type"), "llama3")
+        self.assertNotIn("output.weight", r.tensors)
+        self.assertEqual(r.tensors["rope_freqs.weight"].ne, [8])
+        c = numpy_forward.read_config(r)
+        self.assertEqual((c.n_embd, c.n_layer, c.n_head, c.n_head_kv, c.head_dim, c.n_ff, c.n_vocab),
+                         (64, 2, 4, 2, 16, 128, 1024))
+        # rope_freqs.weight and the scaling keys describe the same frequencies
+        via_tensor = numpy_forward.rope_inv_freq(c, r.tensor("rope_freqs.weight", np.float64))
+        self.assertTrue(np.allclose(via_tensor, numpy_forward.rope_inv_freq(c, None), rtol=1e-6))
+        self.assertFalse(np.allclose(via_tensor, 10000.0 ** (-np.arange(0, 16, 2) / 16)))
+        toks = r.get("tokenizer.ggml.tokens")
+        self.assertEqual(toks[r.get("tokenizer.ggml.bos_token_id")], "<|begin_of_text|>")
+        q2 = ggufio.Reader(self.model("md-q2", "--arch", "qwen2", "--seed", "1"))
+        self.assertEqual(q2.tensors["blk.0.attn_k.bias"].ne, [32])
+        q3 = ggufio.Reader(self.model("md-q3", "--arch", "qwen3", "--seed", "1"))
+        self.assertEqual(q3.tensors["blk.1.attn_q_norm.weight"].ne, [16])
+        self.assertIn("<|im_start|>", q3.get("tokenizer.chat_template"))
+
+    def test_numpy_forward_varied_and_cached(self):
+        for arch in ("llama", "qwen2", "qwen3"):
+            m = numpy_forward.Model(self.model(f"fw-{arch}", "--arch", arch, "--seed", "1"))
+            prompt = [m.c.bos] + list(range(100, 120))
+            out, logits = m.greedy(prompt, 32)
+            self.assertGreaterEqual(len(set(out)), 8, (arch, out))
+            self.assertGreater(logits[-1].std(), 0.5)
+            full = m.forward(prompt + out[:-1])         # no cache: same logits as the cached decode
+            self.assertEqual([int(t) for t in full[len(prompt) - 1:].argmax(-1)], out)
+            self.assertTrue(np.allclose(full[:len(prompt)], logits, atol=1e-9))
+
+    def test_shape_preset_args(self):
+        a = make_model.build_args(["--shape", "llama-3.2-1b", "--type", "q4_0", "--out", "x"])
+        self.assertEqual((a.arch, a.n_embd, a.n_layer, a.n_head, a.n_head_kv, a.n_ff, a.n_vocab, a.rope_base),
+                         ("llama", 2048, 16, 32, 8, 8192, 128256, 500000.0))
+        self.assertTrue(a.tie_embeddings and a.rope_scaling == "llama3" and a.rope_scaling_factor == 32.0)
+        self.assertEqual(a.rope_scaling_orig_ctx, 8192)
+        a = make_model.build_args(["--shape", "qwen2.5-0.5b", "--n-layer", "1", "--out", "x"])
+        self.assertEqual((a.arch, a.n_embd, a.n_layer, a.head_dim, a.n_vocab), ("qwen2", 896, 1, 64, 151936))
+
+    def test_shape_preset_small_layer_count(self):
+        # the real shapes, one layer, synthetic vocab: checks the writer at full width
+        p = self.model("preset", "--shape", "qwen2.5-0.5b", "--n-layer", "1", "--type", "q4_0")
+        r = ggufio.Reader(p)
+        self.assertEqual(r.tensors["token_embd.weight"].ne, [896, 151936])
+        self.assertEqual(r.tensors["blk.0.attn_q.weight"].ne, [896, 896])
+        self.assertEqual(r.tensors["blk.0.attn_k.weight"].ne, [896, 128])
+        self.assertEqual(len(r.get("tokenizer.ggml.tokens")), 151936)
+        self.assertGreater(len(r.get("tokenizer.ggml.merges")), 0)
+
+    def test_matrix_fast(self):
+        out = self.dir / "matrix"
+        import time
+        t0 = time.time()
+        make_test_models.main([str(out)])
+        self.assertLess(time.time() - t0, 10)
+        self.assertEqual(len(list(out.glob("*.gguf"))), len(make_test_models.matrix()))
+        a = ggufio.tensor_digest(ggufio.Reader(out / "llama-f32.gguf"))
+        self.assertEqual(a, ggufio.tensor_digest(ggufio.Reader(out / "llama-spm-f32.gguf")))
+
+    def test_fixtures_match_regenerated_models(self):
+        # tests/data/models/ref/*.ref.gguf came from transformers; the regenerated models must be the same tensors
+        # and numpy_forward must reproduce their logits and greedy tokens
+        ref_dir = Path(__file__).resolve().parent.parent / "tests/data/models/ref"
+        refs = sorted(ref_dir.glob("*.ref.gguf"))
+        self.assertTrue(refs)
+        out = self.dir / "fixture-models"
+        names = [p.name[:-len(".ref.gguf")] for p in refs]
+        make_test_models.main([str(out), "--only", *names])
+        for ref_path, name in zip(refs, names):
+            ref = ggufio.Reader(ref_path)
+            m = numpy_forward.Model(out / f"{name}.gguf")
+            self.assertEqual(ref.get("reference.tensor_sha256"), ggufio.tensor_digest(m.reader), name)
+            for i in range(int(ref.get("reference.n_prompts"))):
+                toks = ref.tensors[f"prompt.{i}.tokens"].numpy(np.int32).tolist()
+                pos = ref.tensors[f"prompt.{i}.logit_positions"].numpy(np.int32)
+                greedy, logits = m.greedy(toks, int(ref.get("reference.n_predict")))
+                self.assertLess(np.abs(logits[pos] - ref.tensor(f"prompt.{i}.logits")).max(), 1e-4, (name, i))
+                self.assertEqual(greedy, ref.tensors[f"prompt.{i}.greedy"].numpy(np.int32).tolist(), (name, i))
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
