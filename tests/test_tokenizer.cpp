@@ -168,6 +168,22 @@ TEST(Tokenizer, SpmWholeTextMergesMatchReference) {
   check_against_reference(f, f.ids_no_special, false);
 }
 
+TEST(Tokenizer, ReferenceStringsTellPreTokenizersApart) {
+  // Each fixture encoded with any other pre-tokenizer must disagree with its reference somewhere.
+  for (const char* name : {"bpe_gpt2", "bpe_llama3", "bpe_qwen2", "bpe_smollm"}) {
+    for (const char* pre : {"gpt2", "llama-bpe", "qwen2", "smollm"}) {
+      TokenizerData d = tokenizer_data_from_json(read_file(kDataDir + "tokenizers/" + name + ".json"));
+      if (d.pre == pre) continue;
+      d.pre = pre;
+      const Tokenizer tok(std::move(d));
+      const auto& ref = fixture(name).ids;
+      size_t differ = 0;
+      for (size_t i = 0; i < strings().size(); ++i) differ += tok.encode(strings()[i], false, true) != ref[i];
+      EXPECT_GT(differ, 0u) << name << " with pre " << pre;
+    }
+  }
+}
+
 TEST(Tokenizer, FixturesHoldEnoughStrings) { EXPECT_GE(strings().size(), 1000u); }
 
 // ---- special tokens ------------------------------------------------------------------------------------------
