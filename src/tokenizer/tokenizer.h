@@ -84,6 +84,7 @@ class Tokenizer {
 // Incremental decoding for streaming output: every returned chunk is valid UTF-8. Bytes of a character split
 // across tokens are held back until it is complete; an invalid sequence becomes U+FFFD as soon as it is known to be
 // invalid, an incomplete one at flush(). For ids whose full decode is valid UTF-8, the chunks concatenate to it.
+// The tokenizer must outlive the decoder.
 class StreamDecoder {
  public:
   explicit StreamDecoder(const Tokenizer& tokenizer, bool skip_special = false);
