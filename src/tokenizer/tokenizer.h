@@ -1,0 +1,106 @@
+// Exact tokenizers built from GGUF-style vocabulary metadata: SentencePiece BPE ("llama") and byte-level BPE
+// ("gpt2"), plus a streaming decoder that only ever hands out whole UTF-8 characters.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace wgllm {
+
+// GGUF token types (tokenizer.ggml.token_type).
+enum TokenType : int32_t {
+  kTokenNormal = 1,
+  kTokenUnknown = 2,
+  kTokenControl = 3,
+  kTokenUserDefined = 4,
+  kTokenUnused = 5,
+  kTokenByte = 6,
+};
+
+// Everything a tokenizer is built from; mirrors the GGUF tokenizer.ggml.* keys one field each.
+struct TokenizerData {
+  std::string model;                  // tokenizer.ggml.model: "llama" (SentencePiece BPE) or "gpt2" (byte-level BPE)
+  std::string pre;                    // tokenizer.ggml.pre: "default", "gpt2", "llama-bpe", "qwen2", "smollm"
+  std::vector<std::string> tokens;    // tokenizer.ggml.tokens
+  std::vector<float> scores;          // tokenizer.ggml.scores (SentencePiece; may be empty for gpt2)
+  std::vector<int32_t> token_types;   // tokenizer.ggml.token_type (TokenType; empty: all normal)
+  std::vector<std::string> merges;    // tokenizer.ggml.merges, "left right", highest priority first (gpt2)
+  int32_t bos = -1, eos = -1, unk = -1, pad = -1;  // tokenizer.ggml.{bos,eos,unknown,padding}_token_id
+  std::optional<bool> add_bos;        // tokenizer.ggml.add_bos_token; absent: true for llama, false for gpt2
+  bool add_eos = false;               // tokenizer.ggml.add_eos_token
+  bool add_space_prefix = true;       // tokenizer.ggml.add_space_prefix (SentencePiece only)
+  std::string chat_template;          // tokenizer.chat_template
+};
+
+// The TokenizerData of a JSON object holding the fields above by name (as tests/data/tokenizers/*.json do).
+// Throws ModelError naming a missing or mistyped field.
+TokenizerData tokenizer_data_from_json(std::string_view json_text);
+
+class Tokenizer {
+ public:
+  // Throws ModelError for an unsupported model or pre-tokenizer (the message lists the supported ones) or for
+  // inconsistent data (naming the field).
+  explicit Tokenizer(TokenizerData data);
+  ~Tokenizer();
+  Tokenizer(Tokenizer&&) noexcept;
+  Tokenizer& operator=(Tokenizer&&) noexcept;
+
+  // Text to ids. add_special: BOS in front when add_bos (and EOS at the end when add_eos). parse_special: control
+  // tokens written in the text (`<|im_start|>`, `<s>`) become their ids; otherwise they are tokenized as text.
+  // User-defined tokens are always recognised. Bytes that are not valid UTF-8 are kept (as byte tokens).
+  std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special) const;
+
+  // Ids to bytes. Control tokens appear as their text unless skip_special. SentencePiece: the space that
+  // add_space_prefix put in front is removed again from the first piece.
+  std::string decode(std::span<const int32_t> ids, bool skip_special = false) const;
+  // The bytes one token stands for (may be part of a UTF-8 character); control tokens give their text.
+  std::string token_to_piece(int32_t id) const;
+
+  int32_t n_vocab() const;
+  int32_t bos() const;
+  int32_t eos() const;
+  bool add_bos() const;
+  // Token id of exactly this token text, or -1.
+  int32_t token_id(std::string_view text) const;
+  const std::string& token_text(int32_t id) const;
+  TokenType token_type(int32_t id) const;
+  // Control or unknown: a token that is not text.
+  bool is_special(int32_t id) const;
+  const TokenizerData& data() const;
+
+ private:
+  friend class StreamDecoder;
+  // Appends what `id` decodes to; `at_start` is true until the first text token (SentencePiece's leading space).
+  void append_piece(std::string& out, int32_t id, bool& at_start, bool skip_special) const;
+
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Incremental decoding for streaming output: every returned chunk is valid UTF-8. Bytes of a character split
+// across tokens are held back until it is complete; an invalid sequence becomes U+FFFD as soon as it is known to be
+// invalid, an incomplete one at flush(). For ids whose full decode is valid UTF-8, the chunks concatenate to it.
+// The tokenizer must outlive the decoder.
+class StreamDecoder {
+ public:
+  explicit StreamDecoder(const Tokenizer& tokenizer, bool skip_special = false);
+  std::string push(int32_t id);
+  // Emits what is held back and starts a new stream.
+  std::string flush();
+
+ private:
+  const Tokenizer* tok_;
+  bool skip_special_;
+  bool at_start_ = true;
+  std::string pending_;
+};
+
+// UTF-8 helpers (also used by the tests).
+// True when `s` is entirely valid UTF-8 (no overlongs, surrogates or code points above U+10FFFF).
+bool is_valid_utf8(std::string_view s);
+
+}  // namespace wgllm

@@ -1,0 +1,397 @@
+// Tokenizers against the reference libraries (HF tokenizers, sentencepiece) on the fixtures written by
+// tools/train_tokenizers.py; decoding, streaming, special tokens, chat templates, errors.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "tokenizer/chat.h"
+#include "tokenizer/tokenizer.h"
+#include "wgllm/error.h"
+
+namespace wgllm {
+namespace {
+
+const std::string kDataDir = std::string(WGLLM_SOURCE_DIR) + "/tests/data/";
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw std::runtime_error("cannot open " + path);
+  std::ostringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+const std::vector<std::string>& strings() {
+  static const std::vector<std::string> s =
+      nlohmann::json::parse(read_file(kDataDir + "tokenizers/strings.json")).get<std::vector<std::string>>();
+  return s;
+}
+
+struct Fixture {
+  Tokenizer tok;
+  std::vector<std::vector<int32_t>> ids, ids_no_special;
+};
+
+const Fixture& fixture(const std::string& name) {
+  static std::map<std::string, std::unique_ptr<Fixture>> cache;
+  auto& f = cache[name];
+  if (!f) {
+    Tokenizer tok(tokenizer_data_from_json(read_file(kDataDir + "tokenizers/" + name + ".json")));
+    const auto ref = nlohmann::json::parse(read_file(kDataDir + "tokenizers/" + name + ".ref.json"));
+    f = std::make_unique<Fixture>(Fixture{std::move(tok), ref.at("ids").get<std::vector<std::vector<int32_t>>>(),
+                                          ref.at("ids_no_special").get<std::vector<std::vector<int32_t>>>()});
+  }
+  return *f;
+}
+
+// C-style escapes for readable failure messages.
+std::string escape(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (u < 0x20 || u == 0x7F) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02X", u);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+std::string pieces(const Tokenizer& tok, const std::vector<int32_t>& ids, size_t from, size_t count = 6) {
+  std::string out = "[";
+  for (size_t i = from; i < ids.size() && i < from + count; ++i) {
+    if (i > from) out += ", ";
+    const bool ok = ids[i] >= 0 && ids[i] < tok.n_vocab();
+    out += std::to_string(ids[i]) + " '" + (ok ? escape(tok.token_text(ids[i])) : "?") + "'";
+  }
+  return out + (from + count < ids.size() ? ", ...]" : "]");
+}
+
+// Encodes every string and compares with the reference; reports the first few mismatches in detail.
+void check_against_reference(const Fixture& f, const std::vector<std::vector<int32_t>>& ref, bool parse_special) {
+  const auto& strs = strings();
+  ASSERT_EQ(ref.size(), strs.size());
+  size_t mismatches = 0;
+  for (size_t i = 0; i < strs.size(); ++i) {
+    const std::vector<int32_t> got = f.tok.encode(strs[i], /*add_special=*/false, parse_special);
+    if (got == ref[i]) continue;
+    if (++mismatches > 5) continue;
+    size_t pos = 0;
+    while (pos < got.size() && pos < ref[i].size() && got[pos] == ref[i][pos]) ++pos;
+    ADD_FAILURE() << "string " << i << " \"" << escape(strs[i]) << "\": first difference at token " << pos
+                  << "\n  ours: " << pieces(f.tok, got, pos) << " (" << got.size() << " tokens)"
+                  << "\n  ref:  " << pieces(f.tok, ref[i], pos) << " (" << ref[i].size() << " tokens)";
+  }
+  EXPECT_EQ(mismatches, 0u) << "of " << strs.size() << " strings";
+}
+
+class TokenizerReference : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(TokenizerReference, EncodeMatchesReferenceWithSpecialTokens) {
+  const Fixture& f = fixture(GetParam());
+  if (f.tok.data().model == "llama") GTEST_SKIP() << "sentencepiece never recognises control tokens in text";
+  check_against_reference(f, f.ids, /*parse_special=*/true);
+}
+
+TEST_P(TokenizerReference, EncodeMatchesReferenceWithSpecialTokensAsText) {
+  const Fixture& f = fixture(GetParam());
+  check_against_reference(f, f.ids_no_special, /*parse_special=*/false);
+}
+
+TEST_P(TokenizerReference, DecodeInvertsEncode) {
+  const Fixture& f = fixture(GetParam());
+  // SentencePiece puts a space prefix after every split-out token, which decoding keeps: round trips hold for
+  // text without parsed special tokens.
+  const bool spm = f.tok.data().model == "llama";
+  for (const std::string& s : strings()) {
+    for (bool parse_special : {false, true}) {
+      if (spm && parse_special) continue;
+      const auto ids = f.tok.encode(s, false, parse_special);
+      ASSERT_EQ(f.tok.decode(ids), s) << "\"" << escape(s) << "\" parse_special " << parse_special;
+    }
+  }
+}
+
+TEST_P(TokenizerReference, StreamingEqualsDecodeAndIsAlwaysValidUtf8) {
+  const Fixture& f = fixture(GetParam());
+  StreamDecoder dec(f.tok);
+  for (const std::string& s : strings()) {
+    const auto ids = f.tok.encode(s, true, true);
+    std::string streamed;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const std::string chunk = dec.push(ids[i]);
+      ASSERT_TRUE(is_valid_utf8(chunk)) << "\"" << escape(s) << "\" chunk after token " << i;
+      streamed += chunk;
+    }
+    const std::string rest = dec.flush();
+    ASSERT_TRUE(is_valid_utf8(rest));
+    ASSERT_EQ(streamed + rest, f.tok.decode(ids)) << "\"" << escape(s) << "\"";
+  }
+}
+
+TEST_P(TokenizerReference, EncodesAMegabyteQuickly) {
+  const Fixture& f = fixture(GetParam());
+  const std::string text = read_file(kDataDir + "tinyshakespeare.txt");
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto ids = f.tok.encode(text, false, false);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("%s: %zu bytes -> %zu tokens in %.3f s\n", GetParam().c_str(), text.size(), ids.size(), s);
+  EXPECT_LT(s, 5.0);  // typically well under a second; generous for loaded machines and sanitizers
+  EXPECT_EQ(f.tok.decode(ids), text);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, TokenizerReference,
+                         ::testing::Values("bpe_gpt2", "bpe_llama3", "bpe_qwen2", "bpe_smollm", "spm"),
+                         [](const auto& info) { return info.param; });
+
+TEST(Tokenizer, SpmWholeTextMergesMatchReference) {
+  // A piece with ▁ inside makes merges across spaces possible, so the text is merged as one sequence instead of
+  // word by word; the piece never occurs, so the ids stay those of the reference.
+  TokenizerData d = tokenizer_data_from_json(read_file(kDataDir + "tokenizers/spm.json"));
+  d.tokens.push_back("\x01\xE2\x96\x81\x01");
+  d.scores.push_back(-1e9f);
+  d.token_types.push_back(kTokenNormal);
+  Fixture f{Tokenizer(std::move(d)), {}, fixture("spm").ids_no_special};
+  check_against_reference(f, f.ids_no_special, false);
+}
+
+TEST(Tokenizer, ReferenceStringsTellPreTokenizersApart) {
+  // Each fixture encoded with any other pre-tokenizer must disagree with its reference somewhere.
+  for (const char* name : {"bpe_gpt2", "bpe_llama3", "bpe_qwen2", "bpe_smollm"}) {
+    for (const char* pre : {"gpt2", "llama-bpe", "qwen2", "smollm"}) {
+      TokenizerData d = tokenizer_data_from_json(read_file(kDataDir + "tokenizers/" + name + ".json"));
+      if (d.pre == pre) continue;
+      d.pre = pre;
+      const Tokenizer tok(std::move(d));
+      const auto& ref = fixture(name).ids;
+      size_t differ = 0;
+      for (size_t i = 0; i < strings().size(); ++i) differ += tok.encode(strings()[i], false, true) != ref[i];
+      EXPECT_GT(differ, 0u) << name << " with pre " << pre;
+    }
+  }
+}
+
+TEST(Tokenizer, FixturesHoldEnoughStrings) { EXPECT_GE(strings().size(), 1000u); }
+
+// ---- special tokens ------------------------------------------------------------------------------------------
+
+TEST(Tokenizer, BpeSpecialTokensSplitOutOnlyWhenParsed) {
+  const Tokenizer& tok = fixture("bpe_qwen2").tok;
+  const int32_t start = tok.token_id("<|im_start|>"), end = tok.token_id("<|im_end|>");
+  ASSERT_GE(start, 0);
+  ASSERT_GE(end, 0);
+  EXPECT_TRUE(tok.is_special(start));
+  const std::string text = "<|im_start|>user\nHi<|im_end|>";
+  const auto parsed = tok.encode(text, false, true);
+  ASSERT_GE(parsed.size(), 3u);
+  EXPECT_EQ(parsed.front(), start);
+  EXPECT_EQ(parsed.back(), end);
+  EXPECT_EQ(tok.decode(parsed), text);
+  EXPECT_EQ(tok.decode(parsed, /*skip_special=*/true), "user\nHi");
+  const auto plain = tok.encode(text, false, false);
+  for (int32_t id : plain) EXPECT_FALSE(tok.is_special(id));
+  EXPECT_EQ(tok.decode(plain), text);
+  // gpt2-style vocabularies add no BOS by default.
+  EXPECT_FALSE(tok.add_bos());
+  EXPECT_EQ(tok.encode("hi", true, false), tok.encode("hi", false, false));
+}
+
+TEST(Tokenizer, SpmBosAndSpecialTokens) {
+  const Tokenizer& tok = fixture("spm").tok;
+  EXPECT_TRUE(tok.add_bos());
+  const auto with_bos = tok.encode("Hello world", true, false);
+  const auto without = tok.encode("Hello world", false, false);
+  ASSERT_EQ(with_bos.size(), without.size() + 1);
+  EXPECT_EQ(with_bos[0], tok.bos());
+  EXPECT_EQ(tok.decode(with_bos, true), "Hello world");
+  EXPECT_EQ(tok.decode(with_bos), "<s>Hello world");
+  // "<s>" in text: the BOS id when parsed, then text with its own space prefix (as after any split-out token).
+  const auto parsed = tok.encode("<s>Hello</s>", false, true);
+  ASSERT_GE(parsed.size(), 3u);
+  EXPECT_EQ(parsed.front(), tok.bos());
+  EXPECT_EQ(parsed.back(), tok.eos());
+  std::vector<int32_t> middle(parsed.begin() + 1, parsed.end() - 1);
+  EXPECT_EQ(middle, tok.encode("Hello", false, false));
+  const auto unparsed = tok.encode("<s>", false, false);
+  for (int32_t id : unparsed) EXPECT_NE(id, tok.bos());
+  EXPECT_TRUE(tok.encode("", false, true).empty());
+  EXPECT_EQ(tok.encode("", true, true), std::vector<int32_t>{tok.bos()});
+}
+
+TEST(Tokenizer, SpmByteFallbackAndSpace) {
+  const Tokenizer& tok = fixture("spm").tok;
+  const auto ids = tok.encode("€", false, false);  // not in the vocabulary: ▁ then three byte tokens
+  ASSERT_EQ(ids.size(), 4u);
+  EXPECT_EQ(tok.token_text(ids[1]), "<0xE2>");
+  EXPECT_EQ(tok.token_text(ids[2]), "<0x82>");
+  EXPECT_EQ(tok.token_text(ids[3]), "<0xAC>");
+  EXPECT_EQ(tok.token_to_piece(ids[1]), "\xE2");
+  EXPECT_EQ(tok.token_to_piece(ids[0]), " ");
+  EXPECT_EQ(tok.decode(ids), "€");
+}
+
+// ---- streaming -----------------------------------------------------------------------------------------------
+
+TEST(StreamDecoder, HoldsBackSplitCharacters) {
+  const Tokenizer& tok = fixture("spm").tok;
+  const auto ids = tok.encode("a€b", false, false);
+  StreamDecoder dec(tok);
+  std::vector<std::string> chunks;
+  for (int32_t id : ids) chunks.push_back(dec.push(id));
+  std::string all;
+  for (const auto& c : chunks) {
+    EXPECT_TRUE(is_valid_utf8(c));
+    all += c;
+  }
+  EXPECT_EQ(all + dec.flush(), "a€b");
+  // The byte tokens of € give nothing until the last one.
+  const int32_t e2 = tok.token_id("<0xE2>"), x82 = tok.token_id("<0x82>"), xac = tok.token_id("<0xAC>");
+  StreamDecoder d2(tok);
+  EXPECT_EQ(d2.push(e2), "");
+  EXPECT_EQ(d2.push(x82), "");
+  EXPECT_EQ(d2.push(xac), "€");
+  EXPECT_EQ(d2.flush(), "");
+}
+
+TEST(StreamDecoder, ByteLevelTokensSplittingACodePoint) {
+  const Tokenizer& tok = fixture("bpe_gpt2").tok;
+  const auto ids = tok.encode("😀", false, false);
+  ASSERT_GE(ids.size(), 2u) << "the emoji should not be one token in a Shakespeare vocabulary";
+  StreamDecoder dec(tok);
+  for (size_t i = 0; i + 1 < ids.size(); ++i) EXPECT_EQ(dec.push(ids[i]), "");
+  EXPECT_EQ(dec.push(ids.back()), "😀");
+}
+
+TEST(StreamDecoder, InvalidSequencesBecomeReplacementCharacters) {
+  const Tokenizer& tok = fixture("spm").tok;
+  auto byte = [&](int b) {
+    char name[8];
+    std::snprintf(name, sizeof name, "<0x%02X>", b);
+    return tok.token_id(name);
+  };
+  StreamDecoder dec(tok);
+  EXPECT_EQ(dec.push(byte(0xE2)), "");
+  EXPECT_EQ(dec.push(byte(0x41)), "\xEF\xBF\xBD" "A");  // E2 cannot be followed by 41
+  EXPECT_EQ(dec.push(byte(0x80)), "\xEF\xBF\xBD");       // a lone continuation byte
+  EXPECT_EQ(dec.push(byte(0xF0)), "");
+  EXPECT_EQ(dec.push(byte(0x9F)), "");
+  EXPECT_EQ(dec.flush(), "\xEF\xBF\xBD");  // truncated at the end: one U+FFFD
+  // A fresh stream after flush.
+  EXPECT_EQ(dec.push(byte(0x41)), "A");
+}
+
+TEST(Tokenizer, InvalidUtf8InputIsKept) {
+  for (const char* name : {"bpe_gpt2", "bpe_llama3", "spm"}) {
+    const Tokenizer& tok = fixture(name).tok;
+    const std::string s = "ab\xFF\xE2\x82 cd\xC0";
+    EXPECT_EQ(tok.decode(tok.encode(s, false, false)), s) << name;
+  }
+}
+
+// ---- errors --------------------------------------------------------------------------------------------------
+
+TEST(Tokenizer, UnknownPreTokenizerListsSupported) {
+  TokenizerData d = tokenizer_data_from_json(read_file(kDataDir + "tokenizers/bpe_gpt2.json"));
+  d.pre = "no-such-pre";
+  try {
+    Tokenizer tok(std::move(d));
+    FAIL() << "no error";
+  } catch (const ModelError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("'no-such-pre'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("supported: default, gpt2, llama-bpe (llama3), qwen2, smollm"), std::string::npos) << msg;
+  }
+}
+
+TEST(Tokenizer, UnknownModelAndBadDataAreErrors) {
+  TokenizerData d;
+  d.model = "wordpiece";
+  d.tokens = {"a"};
+  EXPECT_THROW(Tokenizer{d}, ModelError);
+  d.model = "llama";  // no scores
+  EXPECT_THROW(Tokenizer{d}, ModelError);
+  d.scores = {0.f};
+  d.unk = 5;  // outside the vocabulary
+  EXPECT_THROW(Tokenizer{d}, ModelError);
+  EXPECT_THROW(tokenizer_data_from_json("{\"tokens\": []}"), ModelError);
+  const Tokenizer& tok = fixture("spm").tok;
+  EXPECT_THROW(tok.decode(std::vector<int32_t>{tok.n_vocab()}), InvalidArgument);
+}
+
+// ---- chat templates ------------------------------------------------------------------------------------------
+
+const std::vector<ChatMessage> kConversation = {
+    {"system", "You are terse."},
+    {"user", " Hi there\n"},
+    {"assistant", "Hello."},
+    {"user", "Name a play."},
+};
+
+TEST(ChatTemplate, Detects) {
+  EXPECT_EQ(detect_chat_template(fixture("bpe_gpt2").tok.data().chat_template), ChatTemplate::ChatML);
+  EXPECT_EQ(detect_chat_template(fixture("spm").tok.data().chat_template), ChatTemplate::Llama2);
+  EXPECT_EQ(detect_chat_template("{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>' }}"),
+            ChatTemplate::Llama3);
+  EXPECT_EQ(detect_chat_template("{{ '[INST] ' + message['content'] + ' [/INST]' }}"), ChatTemplate::Llama2);
+  try {
+    detect_chat_template("{{ messages }}");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "unknown chat template (supported: llama3, chatml, llama2/mistral [INST])");
+  }
+}
+
+TEST(ChatTemplate, ChatML) {
+  EXPECT_EQ(apply_chat_template(ChatTemplate::ChatML, kConversation, true, ""),
+            "<|im_start|>system\nYou are terse.<|im_end|>\n"
+            "<|im_start|>user\n Hi there\n<|im_end|>\n"
+            "<|im_start|>assistant\nHello.<|im_end|>\n"
+            "<|im_start|>user\nName a play.<|im_end|>\n"
+            "<|im_start|>assistant\n");
+  EXPECT_EQ(apply_chat_template(ChatTemplate::ChatML, std::span(kConversation).subspan(1, 1), false, "<s>"),
+            "<|im_start|>user\n Hi there\n<|im_end|>\n");
+}
+
+TEST(ChatTemplate, Llama3) {
+  EXPECT_EQ(apply_chat_template(ChatTemplate::Llama3, kConversation, true, "<|begin_of_text|>"),
+            "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nYou are terse.<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nHi there<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\nHello.<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nName a play.<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\n");
+  EXPECT_EQ(apply_chat_template(ChatTemplate::Llama3, std::span(kConversation).subspan(3), false, "<B>"),
+            "<B><|start_header_id|>user<|end_header_id|>\n\nName a play.<|eot_id|>");
+}
+
+TEST(ChatTemplate, Llama2) {
+  EXPECT_EQ(apply_chat_template(ChatTemplate::Llama2, kConversation, true, "<s>", "</s>"),
+            "<s>[INST] <<SYS>>\nYou are terse.\n<</SYS>>\n\n Hi there [/INST] Hello. </s><s>[INST] Name a play. [/INST]");
+  EXPECT_EQ(apply_chat_template(ChatTemplate::Llama2, std::span(kConversation).subspan(1), false, "<s>", "</s>"),
+            "<s>[INST] Hi there [/INST] Hello. </s><s>[INST] Name a play. [/INST]");
+  const std::vector<ChatMessage> bad = {{"user", "a"}, {"user", "b"}};
+  EXPECT_THROW(apply_chat_template(ChatTemplate::Llama2, bad, true, "<s>", "</s>"), InvalidArgument);
+}
+
+TEST(ChatTemplate, PromptEncodesWithSpecialTokens) {
+  const Tokenizer& tok = fixture("bpe_qwen2").tok;
+  const std::string prompt = apply_chat_template(ChatTemplate::ChatML, kConversation, true, "");
+  const auto ids = tok.encode(prompt, false, true);
+  EXPECT_EQ(ids.front(), tok.token_id("<|im_start|>"));
+  EXPECT_EQ(tok.decode(ids), prompt);
+}
+
+}  // namespace
+}  // namespace wgllm
