@@ -6,6 +6,7 @@
 #include <regex>
 #include <sstream>
 
+#include "gpu/shader_expand.h"
 #include "gpu/shaders.h"
 #include "wgllm/error.h"
 
@@ -366,7 +367,7 @@ WGPUComputePipeline Context::pipeline(const PipelineKey& key) {
   std::lock_guard lock(pipelines_mutex_);
   if (auto it = pipelines_.find(name); it != pipelines_.end()) return it->second.get();
 
-  const std::string code = key.prelude + std::string(shader_source(key.shader));
+  const std::string code = key.prelude + expand_shader(shader_source(key.shader), key.prelude);
   const int prelude_lines = static_cast<int>(std::count(key.prelude.begin(), key.prelude.end(), '\n'));
   wgpuDevicePushErrorScope(device_.get(), WGPUErrorFilter_Validation);
   WGPUShaderSourceWGSL wgsl{};

@@ -1,0 +1,112 @@
+#include "gpu/shader_expand.h"
+
+#include <map>
+#include <regex>
+#include <sstream>
+#include <vector>
+
+#include "wgllm/error.h"
+
+namespace wgllm::gpu {
+
+namespace {
+
+std::vector<std::string> split_lines(std::string_view text) {
+  std::vector<std::string> lines;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t nl = text.find('\n', start);
+    if (nl == std::string_view::npos) {
+      lines.emplace_back(text.substr(start));
+      break;
+    }
+    lines.emplace_back(text.substr(start, nl - start));
+    start = nl + 1;
+  }
+  return lines;
+}
+
+std::string trim(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t"), e = s.find_last_not_of(" \t\r");
+  return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
+}
+
+void replace_all(std::string& s, const std::string& from, const std::string& to) {
+  for (size_t pos = 0; (pos = s.find(from, pos)) != std::string::npos; pos += to.size()) s.replace(pos, from.size(), to);
+}
+
+struct Expander {
+  std::map<std::string, long> constants;
+
+  long count_of(const std::string& token, size_t line) const {
+    if (!token.empty() && std::isdigit(static_cast<unsigned char>(token[0]))) return std::stol(token);
+    auto it = constants.find(token);
+    if (it == constants.end())
+      throw ShaderError("line " + std::to_string(line + 1) + ": //#unroll count '" + token + "' is not a u32 const");
+    return it->second;
+  }
+
+  // Expands lines [begin, end) (no directives left unbalanced) into code without line breaks.
+  std::string flatten(const std::vector<std::string>& lines, size_t begin, size_t end) const {
+    std::string out;
+    for (size_t i = begin; i < end; ++i) {
+      const std::string t = trim(lines[i]);
+      if (t.rfind("//#unroll", 0) == 0) {
+        const size_t close = matching_end(lines, i);
+        std::istringstream words(t.substr(9));
+        std::string name, count;
+        words >> name >> count;
+        const std::string body = flatten(lines, i + 1, close);
+        for (long k = 0, n = count_of(count, i); k < n; ++k) {
+          std::string copy = body;
+          replace_all(copy, "$" + name, std::to_string(k));
+          out += copy;
+        }
+        i = close;
+        continue;
+      }
+      std::string code = lines[i];
+      if (const size_t c = code.find("//"); c != std::string::npos) code.resize(c);
+      out += code + ' ';
+    }
+    return out;
+  }
+
+  static size_t matching_end(const std::vector<std::string>& lines, size_t open) {
+    int depth = 0;
+    for (size_t i = open; i < lines.size(); ++i) {
+      const std::string t = trim(lines[i]);
+      if (t.rfind("//#unroll", 0) == 0) ++depth;
+      if (t.rfind("//#end", 0) == 0 && --depth == 0) return i;
+    }
+    throw ShaderError("line " + std::to_string(open + 1) + ": //#unroll without //#end");
+  }
+};
+
+}  // namespace
+
+std::string expand_shader(std::string_view source, std::string_view prelude) {
+  if (source.find("//#unroll") == std::string_view::npos) return std::string(source);
+  Expander ex;
+  static const std::regex const_decl(R"(const\s+(\w+)\s*:\s*u32\s*=\s*(\d+)u?\s*;)");
+  for (std::string_view text : {prelude, source}) {
+    const std::string s(text);
+    for (std::sregex_iterator it(s.begin(), s.end(), const_decl), end; it != end; ++it)
+      ex.constants[(*it)[1]] = std::stol((*it)[2]);
+  }
+  const auto lines = split_lines(source);
+  std::string out;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    if (trim(lines[i]).rfind("//#unroll", 0) == 0) {
+      const size_t close = Expander::matching_end(lines, i);
+      out += ex.flatten(lines, i, close + 1) + '\n';
+      for (size_t k = i + 1; k <= close; ++k) out += '\n';
+      i = close;
+      continue;
+    }
+    out += lines[i] + (i + 1 < lines.size() ? "\n" : "");
+  }
+  return out;
+}
+
+}  // namespace wgllm::gpu

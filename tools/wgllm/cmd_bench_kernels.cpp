@@ -1,0 +1,121 @@
+// `wgllm bench-kernels`: attention kernels on the reference shapes, baseline vs tiled,
+// reported against the floor: GFLOP/s (4 * n_heads * head_dim * sum of windows) and GB/s
+// (the fewest bytes a kernel must move: q, out and the K/V window once).
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <sstream>
+
+#include "command.h"
+#include "gpu/context.h"
+#include "kernels/attention.h"
+
+namespace wgllm::cli {
+namespace {
+
+using kernels::AttentionImpl;
+using kernels::AttentionShape;
+
+struct BenchShape {
+  uint32_t n_heads, n_kv_heads, head_dim, n_queries, start_pos;
+  bool decode;
+};
+
+struct Result {
+  double ms, gflops, gbps;
+};
+
+double min_bytes(const AttentionShape& s, uint32_t kv_bytes) {
+  const double window = double(s.start_pos) + s.n_queries;
+  return 2.0 * s.n_queries * s.n_heads * s.head_dim * 4 + 2.0 * window * s.n_kv_heads * s.head_dim * kv_bytes;
+}
+
+// Median over `repeats` submissions of `inner` dispatches each.
+Result time_kernel(gpu::Context& ctx, const AttentionShape& s, const kernels::KvCache& kv, const gpu::Buffer& q,
+                   const gpu::Buffer& out, bool decode, AttentionImpl impl, double min_seconds) {
+  const uint32_t splits = decode ? kernels::attention_decode_splits(s, kv) : 1;
+  gpu::Buffer scratch = ctx.create_buffer(kernels::attention_decode_scratch_bytes(s, std::max(splits, 1u)),
+                                          WGPUBufferUsage_Storage, "partials");
+  auto run = [&](uint32_t inner) {
+    gpu::ComputeBatch batch(ctx, "bench");
+    for (uint32_t i = 0; i < inner; ++i) {
+      if (decode) kernels::encode_attention_decode(batch, ctx, s, q, kv, out, &scratch, splits);
+      else kernels::encode_attention_prefill(batch, ctx, s, q, kv, out, impl);
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    batch.submit_and_wait();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  double first = run(1);  // warm-up (pipeline compile, first touch)
+  first = run(1);
+  const uint32_t inner = uint32_t(std::clamp(min_seconds / 5 / std::max(first, 1e-6), 1.0, 1000.0));
+  std::vector<double> per_call;
+  for (int r = 0; r < 5; ++r) per_call.push_back(run(inner) / inner);
+  std::sort(per_call.begin(), per_call.end());
+  const double sec = per_call[per_call.size() / 2];
+  const uint32_t kv_bytes = kernels::kv_type_bytes(kv.config().type);
+  return {sec * 1e3, kernels::attention_flops(s) / sec / 1e9, min_bytes(s, kv_bytes) / sec / 1e9};
+}
+
+int run_bench(const std::string& adapter, bool include_slow, bool f32_kv, double min_seconds) {
+  gpu::Context ctx({.adapter = adapter});
+  const bool cpu = ctx.adapter().type == "CPU";
+  std::printf("adapter: %s (%s), KV %s\n", ctx.adapter().name.c_str(), ctx.adapter().backend.c_str(),
+              f32_kv ? "f32" : "f16");
+  std::printf("%-28s %-9s %10s %12s %10s %9s\n", "shape (H,KVH,D,Nq,start)", "kernel", "ms", "GFLOP/s", "GB/s",
+              "speedup");
+  const BenchShape shapes[] = {
+      {32, 8, 64, 512, 0, false}, {32, 8, 128, 2048, 0, false}, {14, 14, 64, 512, 512, false},
+      {32, 8, 128, 1, 8191, true}};
+  std::mt19937 gen(1234);
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  for (const auto& b : shapes) {
+    const AttentionShape s{.n_heads = b.n_heads, .n_kv_heads = b.n_kv_heads, .head_dim = b.head_dim,
+                           .n_queries = b.n_queries, .start_pos = b.start_pos};
+    const uint32_t seq = b.start_pos + b.n_queries, kv_dim = b.n_kv_heads * b.head_dim;
+    kernels::KvCache kv(ctx, {.kv_dim = kv_dim, .max_seq = seq, .page_size = seq > 256 ? 256u : 0u,
+                              .type = f32_kv ? kernels::KvType::F32 : kernels::KvType::F16});
+    std::vector<float> k(size_t(seq) * kv_dim), v(k.size()), q(size_t(b.n_queries) * b.n_heads * b.head_dim);
+    for (auto* vec : {&k, &v, &q})
+      for (auto& x : *vec) x = dist(gen);
+    kv.write(0, seq, k, v);
+    auto qbuf = ctx.upload<float>(q, WGPUBufferUsage_Storage, "q");
+    auto out = ctx.create_buffer(q.size() * 4, WGPUBufferUsage_Storage, "out");
+    std::ostringstream name;
+    name << "(" << b.n_heads << "," << b.n_kv_heads << "," << b.head_dim << "," << b.n_queries << "," << b.start_pos
+         << ")";
+    const double baseline_flop = kernels::attention_flops(s);
+    double base_ms = 0;
+    // The baseline at (32,8,128,2048) takes about a minute on lavapipe: only with --all there.
+    if (include_slow || !cpu || baseline_flop < 2e9) {
+      auto r = time_kernel(ctx, s, kv, qbuf, out, false, AttentionImpl::Baseline, min_seconds);
+      base_ms = r.ms;
+      std::printf("%-28s %-9s %10.3f %12.2f %10.2f %9s\n", name.str().c_str(), "baseline", r.ms, r.gflops, r.gbps,
+                  "1.00x");
+    }
+    auto r = time_kernel(ctx, s, kv, qbuf, out, b.decode, AttentionImpl::Auto, min_seconds);
+    char speed[32] = "-";
+    if (base_ms > 0) std::snprintf(speed, sizeof speed, "%.2fx", base_ms / r.ms);
+    std::printf("%-28s %-9s %10.3f %12.2f %10.2f %9s\n", name.str().c_str(), b.decode ? "decode" : "tiled", r.ms,
+                r.gflops, r.gbps, speed);
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+const Register reg{{"bench-kernels", "benchmark the attention kernels (baseline vs tiled, decode)",
+                    [](CLI::App& app) -> std::function<int()> {
+                      auto adapter = std::make_shared<std::string>();
+                      auto all = std::make_shared<bool>(false);
+                      auto f32 = std::make_shared<bool>(false);
+                      auto seconds = std::make_shared<double>(1.0);
+                      app.add_option("--adapter", *adapter, "adapter index or name substring");
+                      app.add_flag("--all", *all, "also run the slowest baseline shapes on CPU adapters");
+                      app.add_flag("--f32-kv", *f32, "f32 KV cache instead of f16");
+                      app.add_option("--seconds", *seconds, "target time per measurement")->capture_default_str();
+                      return [=] { return run_bench(*adapter, *all, *f32, *seconds); };
+                    }}};
+
+}  // namespace
+}  // namespace wgllm::cli
