@@ -5,6 +5,7 @@
 #include <cstring>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace wgllm::test {
@@ -107,6 +108,23 @@ class GgufBuilder {
     kvs_.push_back({key, v});
     return *this;
   }
+  // Replaces the value of `key` (keeping its place) or appends it.
+  GgufBuilder& set(const std::string& key, const GVal& v) {
+    for (auto& kv : kvs_)
+      if (kv.first == key) {
+        kv.second = v;
+        return *this;
+      }
+    return kv(key, v);
+  }
+  GgufBuilder& without(const std::string& key) {
+    std::erase_if(kvs_, [&](const auto& kv) { return kv.first == key; });
+    return *this;
+  }
+  GgufBuilder& without_tensor(const std::string& name) {
+    std::erase_if(tensors_, [&](const GTensor& t) { return t.name == name; });
+    return *this;
+  }
   GgufBuilder& tensor(GTensor t) {
     tensors_.push_back(std::move(t));
     return *this;
@@ -188,7 +206,7 @@ class GgufBuilder {
 
 // A small, complete model of `arch` ("llama", "qwen2", "qwen3") that config_from_gguf accepts:
 // n_embd 16, 2 layers, 4 heads, 2 KV heads (head_dim 4), n_ff 32, vocab 10.
-inline GgufBuilder tiny_model(const std::string& arch, uint32_t wtype = 0) {
+inline GgufBuilder tiny_model(const std::string& arch, uint32_t wtype = 0) {  // wtype: F32, F16 or BF16
   GgufBuilder g;
   const std::string a = arch + ".";
   const uint64_t E = 16, L = 2, H = 4, HKV = 2, D = 4, F = 32, V = 10;
@@ -202,7 +220,7 @@ inline GgufBuilder tiny_model(const std::string& arch, uint32_t wtype = 0) {
       .kv(a + "attention.layer_norm_rms_epsilon", GVal::f32(1e-6f))
       .kv(a + "rope.freq_base", GVal::f32(arch == "llama" ? 10000.f : 1000000.f));
   std::vector<std::string> toks;
-  for (uint64_t i = 0; i < V; ++i) toks.push_back("t" + std::to_string(i));
+  for (uint64_t i = 0; i < V; ++i) toks.push_back(std::string(1, static_cast<char>('a' + i)));
   g.kv("tokenizer.ggml.model", GVal::str(arch == "llama" ? "llama" : "gpt2"))
       .kv("tokenizer.ggml.tokens", GVal::strings(toks))
       .kv("tokenizer.ggml.bos_token_id", GVal::u32(1))
