@@ -241,6 +241,15 @@ TEST(GgufFile, LargeStringArrayIsCheap) {
   EXPECT_LT(ms, 2000.0);
 }
 
+TEST(GgufFile, F64OutOfFloatRangeBecomesInfinity) {
+  GgufBuilder g;
+  g.kv("big", GVal::f64(1e300)).kv("small", GVal::f64(-1e300)).kv("arr", GVal::array(12, {GVal::f64(1e39)}));
+  const auto f = parse(g.build());
+  EXPECT_EQ(f.get_f32("big"), INFINITY);
+  EXPECT_EQ(f.get_f32("small"), -INFINITY);
+  EXPECT_EQ(f.get_f32_array("arr")[0], INFINITY);
+}
+
 TEST(GgufFile, ZeroTensorsAndTypeNames) {
   GgufBuilder g;
   g.kv("a", GVal::u8(1));

@@ -483,6 +483,13 @@ std::optional<T> fit(const std::variant<uint64_t, int64_t, double, bool, std::st
   return std::nullopt;
 }
 
+// double -> float without undefined behaviour: out-of-range values become infinities.
+float to_f32(double d) {
+  if (d > std::numeric_limits<float>::max()) return std::numeric_limits<float>::infinity();
+  if (d < -std::numeric_limits<float>::max()) return -std::numeric_limits<float>::infinity();
+  return static_cast<float>(d);  // NaN stays NaN
+}
+
 std::string int_string(const GgufValue& v) {
   if (const auto* u = std::get_if<uint64_t>(&v.v)) return std::to_string(*u);
   if (const auto* i = std::get_if<int64_t>(&v.v)) return std::to_string(*i);
@@ -508,7 +515,7 @@ float GgufFile::get_f32(const std::string& key) const {
   const GgufValue& v = require(key);
   if (v.type != GgufValueType::F32 && v.type != GgufValueType::F64)
     key_error(key, v, "expected f32, found " + v.type_string());
-  return static_cast<float>(std::get<double>(v.v));
+  return to_f32(std::get<double>(v.v));
 }
 
 bool GgufFile::get_bool(const std::string& key) const {
@@ -536,7 +543,9 @@ std::vector<float> GgufFile::get_f32_array(const std::string& key) const {
   if (!a || (a->elem_type != GgufValueType::F32 && a->elem_type != GgufValueType::F64))
     key_error(key, v, "expected array of f32, found " + v.type_string());
   const auto& d = std::get<std::vector<double>>(a->elems);
-  return std::vector<float>(d.begin(), d.end());
+  std::vector<float> out(d.size());
+  for (size_t i = 0; i < d.size(); ++i) out[i] = to_f32(d[i]);
+  return out;
 }
 
 std::vector<int32_t> GgufFile::get_i32_array(const std::string& key) const {
