@@ -71,7 +71,8 @@ ModelConfig config_from_gguf(const GgufFile& f) {
   c.n_head_kv = require_dim(f, a + "attention.head_count_kv",
                             f.find_u32(a + "attention.head_count_kv").value_or(c.n_head));
   c.n_ff = dim("feed_forward_length");
-  c.n_ctx_train = dim("context_length");
+  c.n_ctx_train = f.get_u32(a + "context_length");  // long-context models go past kMaxDim; only 0 is wrong
+  if (c.n_ctx_train == 0) fail(f, "key '" + a + "context_length' is 0");
   if (c.n_head % c.n_head_kv != 0)
     fail(f, "attention.head_count " + std::to_string(c.n_head) + " is not a multiple of attention.head_count_kv " +
                 std::to_string(c.n_head_kv));
