@@ -110,20 +110,20 @@ const Case kCases[] = {
     {"q1_start0", 4, 2, 64, 1, 0},
     {"f32_gqa4_d64_q75", 8, 2, 64, 75, 5, F32},
     {"f32_d128_q100_start60", 4, 4, 128, 100, 60, F32},
-    {"paged64_gqa4_d64_q200_start70", 8, 2, 64, 200, 70, F16, 64},
-    {"paged128_f32_d128_q90_start300", 4, 1, 128, 90, 300, F32, 128},
-    {"split_qbase_gqa2_d64_q75", 4, 2, 64, 75, 10, F16, 64, Tiled, Kind::Prefill, 16},
+    {"paged128_gqa4_d64_q200_start70", 8, 2, 64, 200, 70, F16, 128},
+    {"paged256_f32_d128_q90_start300", 4, 1, 128, 90, 300, F32, 256},
+    {"split_qbase_gqa2_d64_q75", 4, 2, 64, 75, 10, F16, 128, Tiled, Kind::Prefill, 16},
     {"strided_rows_d64_q40", 4, 2, 64, 40, 9, F16, 0, Tiled, Kind::Prefill, 0, 1, 12},
     {"baseline_gqa4_d64_q75", 8, 2, 64, 75, 3, F16, 0, Baseline},
     {"baseline_f32_d80_q33", 4, 4, 80, 33, 20, F32, 0, Baseline},
-    {"baseline_paged_d128_q20", 4, 2, 128, 20, 150, F16, 64, Baseline},
+    {"baseline_paged_d128_q20", 4, 2, 128, 20, 150, F16, 128, Baseline},
     {"baseline_d6_q5", 2, 1, 6, 5, 3, F16, 0, Baseline},
     {"baseline_split_qbase", 4, 2, 32, 30, 5, F16, 0, Baseline, Kind::Prefill, 7},
     {"decode_gqa4_d128_start1000", 8, 2, 128, 1, 1000, F16, 0, Tiled, Decode},
     {"decode_split7_gqa4_d128_start1000", 8, 2, 128, 1, 1000, F16, 0, Tiled, Decode, 0, 7},
     {"decode_autosplit_paged_d64_start3000", 8, 1, 64, 1, 3000, F16, 128, Tiled, Decode, 0, 0},
     {"decode_split5_f32_d80_q3_start500", 4, 2, 80, 3, 500, F32, 0, Tiled, Decode, 0, 5},
-    {"decode_split3_d256_start300", 2, 2, 256, 1, 300, F16, 64, Tiled, Decode, 0, 3},
+    {"decode_split3_d256_start300", 2, 2, 256, 1, 300, F16, 128, Tiled, Decode, 0, 3},
     {"decode_start0", 4, 4, 32, 1, 0, F16, 0, Tiled, Decode, 0, 4},
     {"decode_more_splits_than_keys", 4, 4, 32, 1, 100, F16, 0, Tiled, Decode, 0, 9},
 };
@@ -146,7 +146,7 @@ TEST(Attention, PackedF16Fallback) {
   ASSERT_EQ(kernels::kv_view(ctx, F16), kernels::KvView::PackedF16);
   for (const Case& c : {Case{"packed_gqa4_d64_q75", 8, 2, 64, 75, 11},
                         Case{"packed_baseline_d32", 4, 2, 32, 20, 4, F16, 0, Baseline},
-                        Case{"packed_decode_split", 8, 2, 128, 1, 700, F16, 64, Tiled, Decode, 0, 3}}) {
+                        Case{"packed_decode_split", 8, 2, 128, 1, 700, F16, 128, Tiled, Decode, 0, 3}}) {
     auto r = run_case(ctx, c, 99);
     EXPECT_LE(r.rel_l2, 3e-3) << c.name << ": " << r.describe();
   }

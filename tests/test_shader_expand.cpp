@@ -27,6 +27,16 @@ TEST(ShaderExpand, NestedBlocksAndPreludeConstants) {
   EXPECT_EQ(out.find("f(2"), std::string::npos);
 }
 
+TEST(ShaderExpand, LoopModeKeepsTheBodyOnce) {
+  const std::string src = "a\n//#unroll i N\nx[$i] = 1;\n//#end\n";
+  const std::string out = expand_shader(src, "const N: u32 = 5u;\n", false);
+  EXPECT_NE(out.find("for (var unroll_i = 0u; unroll_i < 5u; unroll_i += 1u) {"), std::string::npos) << out;
+  EXPECT_NE(out.find("x[unroll_i] = 1;"), std::string::npos) << out;
+  EXPECT_EQ(count_lines(out), count_lines(src));
+  const std::string forced = expand_shader("//#unroll! p 2\npool$p[0];\n//#end\n", "", false);
+  EXPECT_NE(forced.find("pool1[0];"), std::string::npos) << forced;
+}
+
 TEST(ShaderExpand, Errors) {
   EXPECT_THROW(expand_shader("//#unroll i 2\nx;\n"), ShaderError);
   EXPECT_THROW(expand_shader("//#unroll i MISSING\nx;\n//#end\n"), ShaderError);

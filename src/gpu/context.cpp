@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <regex>
 #include <sstream>
 
@@ -367,7 +369,12 @@ WGPUComputePipeline Context::pipeline(const PipelineKey& key) {
   std::lock_guard lock(pipelines_mutex_);
   if (auto it = pipelines_.find(name); it != pipelines_.end()) return it->second.get();
 
-  const std::string code = key.prelude + expand_shader(shader_source(key.shader), key.prelude);
+  const std::string code = key.prelude + expand_shader(shader_source(key.shader), key.prelude, adapter_desc_.type != "CPU");
+  if (const char* dir = std::getenv("WGLLM_DUMP_SHADERS")) {  // debugging aid: the exact WGSL compiled
+    std::ofstream(std::string(dir) + "/" + name.substr(0, name.find('[')) + "." +
+                  std::to_string(std::hash<std::string>{}(key.prelude)) + ".wgsl")
+        << code;
+  }
   const int prelude_lines = static_cast<int>(std::count(key.prelude.begin(), key.prelude.end(), '\n'));
   wgpuDevicePushErrorScope(device_.get(), WGPUErrorFilter_Validation);
   WGPUShaderSourceWGSL wgsl{};

@@ -37,6 +37,7 @@ void replace_all(std::string& s, const std::string& from, const std::string& to)
 
 struct Expander {
   std::map<std::string, long> constants;
+  bool unroll = true;
 
   long count_of(const std::string& token, size_t line) const {
     if (!token.empty() && std::isdigit(static_cast<unsigned char>(token[0]))) return std::stol(token);
@@ -53,14 +54,23 @@ struct Expander {
       const std::string t = trim(lines[i]);
       if (t.rfind("//#unroll", 0) == 0) {
         const size_t close = matching_end(lines, i);
-        std::istringstream words(t.substr(9));
+        const bool forced = t.rfind("//#unroll!", 0) == 0;  // always unrolled (e.g. pasted names)
+        std::istringstream words(t.substr(forced ? 10 : 9));
         std::string name, count;
         words >> name >> count;
-        const std::string body = flatten(lines, i + 1, close);
-        for (long k = 0, n = count_of(count, i); k < n; ++k) {
-          std::string copy = body;
-          replace_all(copy, "$" + name, std::to_string(k));
-          out += copy;
+        std::string body = flatten(lines, i + 1, close);
+        const long n = count_of(count, i);
+        if (unroll || forced) {
+          for (long k = 0; k < n; ++k) {
+            std::string copy = body;
+            replace_all(copy, "$" + name, std::to_string(k));
+            out += copy;
+          }
+        } else {
+          const std::string var = "unroll_" + name;
+          replace_all(body, "$" + name, var);
+          out += "for (var " + var + " = 0u; " + var + " < " + std::to_string(n) + "u; " + var + " += 1u) { " + body +
+                 "} ";
         }
         i = close;
         continue;
@@ -85,9 +95,10 @@ struct Expander {
 
 }  // namespace
 
-std::string expand_shader(std::string_view source, std::string_view prelude) {
+std::string expand_shader(std::string_view source, std::string_view prelude, bool unroll) {
   if (source.find("//#unroll") == std::string_view::npos) return std::string(source);
   Expander ex;
+  ex.unroll = unroll;
   static const std::regex const_decl(R"(const\s+(\w+)\s*:\s*u32\s*=\s*(\d+)u?\s*;)");
   for (std::string_view text : {prelude, source}) {
     const std::string s(text);

@@ -7,8 +7,9 @@
 //   q_offset + i * q_stride of the q binding (out likewise).
 // - GQA: head h reads kv head h / (n_heads / n_kv_heads).
 // - KV cache: pages of page_size positions, each page = K rows then V rows ([page_size][kv_dim]
-//   each), in up to 4 pool bindings; page_table maps logical -> physical page. Tiles of BK keys
-//   never straddle a page (page_size % BK == 0, or a single page).
+//   each), in up to 4 pool bindings; page_table maps logical -> physical page. Key tiles (BK for
+//   prefill, DEC_WG for decode, both dividing 128) never straddle a page: page_size % 128 == 0,
+//   or a single page.
 // - online softmax, one pass over K/V, no scores buffer; workgroup memory bounded by the tile.
 // - an empty window writes zeros, never NaN.
 //
@@ -37,15 +38,6 @@ struct AttentionParams {
 
 const HD4: u32 = DV * TPR;  // head_dim / 4
 const NEG_BIG: f32 = -3.402823e+38;
-
-fn load_kv(pool: u32, i: u32) -> vec4<f32> {
-  switch pool {
-    case 0u: { return kv_to_f32(pool0[i]); }
-    case 1u: { return kv_to_f32(pool1[i]); }
-    case 2u: { return kv_to_f32(pool2[i]); }
-    default: { return kv_to_f32(pool3[i]); }
-  }
-}
 
 // (pool, vec4 offset of K[t][0]); V[t][0] is page_size * kv_dim / 4 further. Clamped.
 fn kv_row4(t: u32) -> vec2<u32> {
@@ -95,57 +87,77 @@ fn attention_prefill(@builtin(workgroup_id) wid: vec3<u32>,
   let q_row = (p.q_offset + q_local * p.q_stride) / 4u + head * HD4;
   let v_shift = p.page_size * (p.kv_dim / 4u);
 
+  // q (pre-scaled), the output accumulator and the tile's scores: private arrays that the
+  // //#unroll blocks index with constants only (so GPU compilers keep them in registers).
   var qr: array<vec4<f32>, DV>;
   var o: array<vec4<f32>, DV>;
-  for (var v = 0u; v < DV; v += 1u) {
-    qr[v] = vec4<f32>(0.0);
-    o[v] = vec4<f32>(0.0);
-    if (row_ok) { qr[v] = q[q_row + v * TPR + lane] * p.scale; }
+  //#unroll v DV
+  qr[$v] = vec4<f32>(0.0);
+  o[$v] = vec4<f32>(0.0);
+  //#end
+  if (row_ok) {
+    //#unroll v DV
+    qr[$v] = q[q_row + $v * TPR + lane] * p.scale;
+    //#end
   }
+  var s: array<f32, BK>;
   var m = NEG_BIG;
   var l = 0.0;
-  var s: array<f32, BK>;
 
   for (var kb = 0u; kb < kv_end; kb += BK) {
     workgroupBarrier();  // the previous tile is consumed
     let loc = kv_row4(kb);  // a tile never straddles a page
-    for (var i = tid; i < BK * HD4; i += WG) {
-      let j = i / HD4;
-      var kx = vec4<f32>(0.0);
-      var vx = vec4<f32>(0.0);
-      if (kb + j < kv_end) {
-        let e = loc.y + j * (p.kv_dim / 4u) + kvh * HD4 + i % HD4;
-        kx = load_kv(loc.x, e);
-        vx = load_kv(loc.x, e + v_shift);
+    let n_keys = min(BK, kv_end - kb);
+    let tile_base = loc.y + kvh * HD4;
+    // Uniform branch per pool so each load indexes one binding directly.
+    //#unroll! P 4
+    if (loc.x == $P) {
+      for (var i = tid; i < BK * HD4; i += WG) {
+        let j = i / HD4;
+        var kx = vec4<f32>(0.0);
+        var vx = vec4<f32>(0.0);
+        if (j < n_keys) {
+          let e = tile_base + j * (p.kv_dim / 4u) + i % HD4;
+          kx = kv_to_f32(pool$P[e]);
+          vx = kv_to_f32(pool$P[e + v_shift]);
+        }
+        k_tile[i] = kx;
+        v_tile[i] = vx;
       }
-      k_tile[i] = kx;
-      v_tile[i] = vx;
     }
+    //#end
     workgroupBarrier();
 
+    // Scores of this row for the BK keys: partial dots over my columns, summed over the row's lanes.
     var tile_max = NEG_BIG;
-    for (var j = 0u; j < BK; j += 1u) {
-      var dot_part = 0.0;
-      for (var v = 0u; v < DV; v += 1u) {
-        dot_part += dot(qr[v], k_tile[j * HD4 + v * TPR + lane]);
-      }
-      if (TPR > 1u) { dot_part += subgroupShuffleXor(dot_part, 1u); }
-      if (TPR > 2u) { dot_part += subgroupShuffleXor(dot_part, 2u); }
-      if (TPR > 4u) { dot_part += subgroupShuffleXor(dot_part, 4u); }
-      s[j] = select(NEG_BIG, dot_part, kb + j < window);
-      tile_max = max(tile_max, s[j]);
+    //#unroll j BK
+    {
+      var d = 0.0;
+      //#unroll v DV
+      d += dot(qr[$v], k_tile[$j * HD4 + $v * TPR + lane]);
+      //#end
+      if (TPR > 1u) { d += subgroupShuffleXor(d, 1u); }
+      if (TPR > 2u) { d += subgroupShuffleXor(d, 2u); }
+      if (TPR > 4u) { d += subgroupShuffleXor(d, 4u); }
+      s[$j] = select(NEG_BIG, d, kb + $j < window);
+      tile_max = max(tile_max, s[$j]);
     }
+    //#end
     let m_new = max(m, tile_max);
     let corr = exp(m - m_new);
-    for (var v = 0u; v < DV; v += 1u) { o[v] *= corr; }
+    //#unroll v DV
+    o[$v] *= corr;
+    //#end
     var p_sum = 0.0;
-    for (var j = 0u; j < BK; j += 1u) {
-      let pj = select(0.0, exp(s[j] - m_new), kb + j < window);
+    //#unroll j BK
+    {
+      let pj = select(0.0, exp(s[$j] - m_new), kb + $j < window);
       p_sum += pj;
-      for (var v = 0u; v < DV; v += 1u) {
-        o[v] += pj * v_tile[j * HD4 + v * TPR + lane];
-      }
+      //#unroll v DV
+      o[$v] += pj * v_tile[$j * HD4 + $v * TPR + lane];
+      //#end
     }
+    //#end
     l = l * corr + p_sum;
     m = m_new;
   }
@@ -153,7 +165,9 @@ fn attention_prefill(@builtin(workgroup_id) wid: vec3<u32>,
   if (row_ok) {
     let inv = select(0.0, 1.0 / l, l > 0.0);  // empty window -> 0, never NaN
     let o_row = (p.out_offset + q_local * p.out_stride) / 4u + head * HD4;
-    for (var v = 0u; v < DV; v += 1u) { out[o_row + v * TPR + lane] = o[v] * inv; }
+    //#unroll v DV
+    out[o_row + $v * TPR + lane] = o[$v] * inv;
+    //#end
   }
 }
 
@@ -204,12 +218,16 @@ fn attention_decode(@builtin(workgroup_id) wid: vec3<u32>,
   var o = vec4<f32>(0.0);
   for (var kb = k_begin; kb < k_end; kb += DEC_WG) {
     let t = kb + tid;
+    let loc = kv_row4(kb);  // a tile never straddles a page
+    let row = loc.y + tid * (p.kv_dim / 4u) + kvh * HD4;
     var score = NEG_BIG;
     if (t < k_end) {
-      let loc = kv_row4(t);
-      let base = loc.y + kvh * HD4;
       var acc = 0.0;
-      for (var c = 0u; c < HD4; c += 1u) { acc += dot(dq[c], load_kv(loc.x, base + c)); }
+      //#unroll! P 4
+      if (loc.x == $P) {
+        for (var c = 0u; c < HD4; c += 1u) { acc += dot(dq[c], kv_to_f32(pool$P[row + c])); }
+      }
+      //#end
       score = acc;
     }
     // tile max: subgroup max, then across subgroups through workgroup memory
@@ -234,10 +252,12 @@ fn attention_decode(@builtin(workgroup_id) wid: vec3<u32>,
     o *= corr;
     if (slice < KS) {
       let n = min(DEC_WG, k_end - kb);
-      for (var j = slice; j < n; j += KS) {
-        let loc = kv_row4(kb + j);
-        o += dprob[j] * load_kv(loc.x, loc.y + v_shift + kvh * HD4 + col);
+      let v_col = loc.y + v_shift + kvh * HD4 + col;
+      //#unroll! P 4
+      if (loc.x == $P) {
+        for (var j = slice; j < n; j += KS) { o += dprob[j] * kv_to_f32(pool$P[v_col + j * (p.kv_dim / 4u)]); }
       }
+      //#end
     }
     workgroupBarrier();  // dprob / dred reused by the next tile
   }

@@ -31,7 +31,7 @@ struct KvCacheConfig {
 class KvCache {
  public:
   static constexpr uint32_t kMaxPools = 4;
-  static constexpr uint32_t kPageMultiple = 64;  // page sizes of multi-page caches (largest key tile)
+  static constexpr uint32_t kPageMultiple = 128;  // page sizes of multi-page caches (largest key tile)
 
   KvCache(gpu::Context& ctx, const KvCacheConfig& config, std::string_view label = "kv cache");
 
