@@ -39,9 +39,16 @@ struct ModelConfig {
   bool qk_norm = false;       // qwen3: RMSNorm on each q/k head before RoPE
   bool attn_bias = false;     // qwen2: biases on q/k/v projections
   bool tied_embeddings = false;  // no output.weight: logits use token_embd.weight
+  bool has_rope_freqs_tensor = false;  // rope_freqs.weight present (llama.cpp's Llama 3.x: per-pair freq divisors)
 
   uint32_t q_dim() const { return n_head * head_dim; }
   uint32_t kv_dim() const { return n_head_kv * head_dim; }
 };
+
+// Reads and validates the hyper-parameters of `f` (architectures llama, qwen2, qwen3) and checks that every tensor
+// the forward pass uses is present with the shape the config implies. Throws ModelError naming the key or tensor.
+ModelConfig config_from_gguf(const GgufFile& f);
+
+const char* arch_name(Arch a);
 
 }  // namespace wgllm

@@ -1,0 +1,168 @@
+#include "model/config.h"
+
+#include <array>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "model/gguf.h"
+#include "wgllm/error.h"
+
+namespace wgllm {
+
+const char* arch_name(Arch a) {
+  switch (a) {
+    case Arch::Llama: return "llama";
+    case Arch::Qwen2: return "qwen2";
+    case Arch::Qwen3: return "qwen3";
+  }
+  return "?";
+}
+
+namespace {
+
+[[noreturn]] void fail(const GgufFile& f, const std::string& what) { throw ModelError(f.label() + ": " + what); }
+
+// Upper bound for widths, counts and head sizes: far above any real model, low enough that products fit.
+constexpr uint32_t kMaxDim = 1u << 20;
+
+uint32_t require_dim(const GgufFile& f, const std::string& key, uint32_t v) {
+  if (v == 0) fail(f, "key '" + key + "' is 0");
+  if (v > kMaxDim) fail(f, "key '" + key + "' = " + std::to_string(v) + " is larger than " + std::to_string(kMaxDim));
+  return v;
+}
+
+void check_shape(const GgufFile& f, const std::string& name, std::vector<uint64_t> want) {
+  const GgufTensor& t = f.tensor(name);
+  const std::vector<uint64_t> got(t.dims().begin(), t.dims().end());
+  if (got != want) {
+    std::string w = "[";
+    for (size_t i = 0; i < want.size(); ++i) w += (i ? ", " : "") + std::to_string(want[i]);
+    w += "]";
+    fail(f, "byte " + std::to_string(t.info_offset) + ": tensor '" + name + "': shape " + t.shape_string() +
+                " does not match the config (expected " + w + ")");
+  }
+}
+
+}  // namespace
+
+ModelConfig config_from_gguf(const GgufFile& f) {
+  ModelConfig c;
+  c.arch_name = f.get_string("general.architecture");
+  if (c.arch_name == "llama") {
+    c.arch = Arch::Llama;
+    c.rope_type = RopeType::Normal;
+  } else if (c.arch_name == "qwen2") {
+    c.arch = Arch::Qwen2;
+    c.rope_type = RopeType::Neox;
+  } else if (c.arch_name == "qwen3") {
+    c.arch = Arch::Qwen3;
+    c.rope_type = RopeType::Neox;
+    c.qk_norm = true;
+  } else {
+    fail(f, "architecture '" + c.arch_name + "' is not supported (supported: llama, qwen2, qwen3)");
+  }
+  const std::string a = c.arch_name + ".";
+  auto dim = [&](const std::string& key) { return require_dim(f, a + key, f.get_u32(a + key)); };
+
+  c.n_embd = dim("embedding_length");
+  c.n_layer = dim("block_count");
+  c.n_head = dim("attention.head_count");
+  c.n_head_kv = require_dim(f, a + "attention.head_count_kv",
+                            f.find_u32(a + "attention.head_count_kv").value_or(c.n_head));
+  c.n_ff = dim("feed_forward_length");
+  c.n_ctx_train = f.get_u32(a + "context_length");  // long-context models go past kMaxDim; only 0 is wrong
+  if (c.n_ctx_train == 0) fail(f, "key '" + a + "context_length' is 0");
+  if (c.n_head % c.n_head_kv != 0)
+    fail(f, "attention.head_count " + std::to_string(c.n_head) + " is not a multiple of attention.head_count_kv " +
+                std::to_string(c.n_head_kv));
+  if (const auto kl = f.find_u32(a + "attention.key_length")) {
+    c.head_dim = require_dim(f, a + "attention.key_length", *kl);
+  } else {
+    if (c.n_embd % c.n_head != 0)
+      fail(f, "embedding_length " + std::to_string(c.n_embd) + " is not a multiple of attention.head_count " +
+                  std::to_string(c.n_head) + " (and attention.key_length is absent)");
+    c.head_dim = c.n_embd / c.n_head;
+  }
+  if (const auto vl = f.find_u32(a + "attention.value_length"); vl && *vl != c.head_dim)
+    fail(f, "attention.value_length " + std::to_string(*vl) + " differs from attention.key_length " +
+                std::to_string(c.head_dim) + " (not supported)");
+  if (c.head_dim % 2 != 0) fail(f, "head dimension " + std::to_string(c.head_dim) + " is odd");
+  if (uint64_t(c.n_head) * c.head_dim > kMaxDim)
+    fail(f, "attention.head_count x head dimension = " + std::to_string(uint64_t(c.n_head) * c.head_dim) +
+                " is larger than " + std::to_string(kMaxDim));
+
+  c.rms_eps = f.get_f32(a + "attention.layer_norm_rms_epsilon");
+  if (!(c.rms_eps > 0.f) || !std::isfinite(c.rms_eps))
+    fail(f, "key '" + a + "attention.layer_norm_rms_epsilon' = " + std::to_string(c.rms_eps) + " is not positive");
+  c.rope_base = f.find_f32(a + "rope.freq_base").value_or(10000.f);
+  if (!(c.rope_base > 1.f) || !std::isfinite(c.rope_base))
+    fail(f, "key '" + a + "rope.freq_base' = " + std::to_string(c.rope_base) + " is not > 1");
+  c.rope_dim = f.find_u32(a + "rope.dimension_count").value_or(c.head_dim);
+  if (c.rope_dim == 0 || c.rope_dim % 2 != 0 || c.rope_dim > c.head_dim)
+    fail(f, "key '" + a + "rope.dimension_count' = " + std::to_string(c.rope_dim) +
+                " must be even, non-zero and at most the head dimension " + std::to_string(c.head_dim));
+
+  const std::string scaling = f.find_string(a + "rope.scaling.type").value_or("none");
+  if (scaling == "llama3") {
+    auto& s = c.rope_scaling;
+    s.enabled = true;
+    s.factor = f.get_f32(a + "rope.scaling.factor");
+    s.low_freq_factor = f.find_f32(a + "rope.scaling.low_freq_factor").value_or(s.low_freq_factor);
+    s.high_freq_factor = f.find_f32(a + "rope.scaling.high_freq_factor").value_or(s.high_freq_factor);
+    s.original_context = f.find_u32(a + "rope.scaling.original_context_length").value_or(s.original_context);
+    if (!(s.factor >= 1.f) || !(s.low_freq_factor > 0.f) || !(s.high_freq_factor > s.low_freq_factor) ||
+        s.original_context == 0 || !std::isfinite(s.factor) || !std::isfinite(s.high_freq_factor))
+      fail(f, "llama3 rope scaling parameters are inconsistent (factor " + std::to_string(s.factor) +
+                  ", low_freq_factor " + std::to_string(s.low_freq_factor) + ", high_freq_factor " +
+                  std::to_string(s.high_freq_factor) + ", original_context_length " +
+                  std::to_string(s.original_context) + ")");
+  } else if (scaling != "none") {
+    fail(f, "key '" + a + "rope.scaling.type': '" + scaling + "' is not supported (supported: none, llama3)");
+  }
+
+  // ---- vocabulary and tensors
+  const GgufTensor& embd = f.tensor("token_embd.weight");
+  if (f.has("tokenizer.ggml.tokens")) {
+    const size_t n = f.get_string_array("tokenizer.ggml.tokens").size();
+    if (n == 0 || n > (1u << 24)) fail(f, "tokenizer.ggml.tokens has " + std::to_string(n) + " entries");
+    c.n_vocab = static_cast<uint32_t>(n);
+  } else {
+    if (embd.n_dims != 2 || embd.ne[1] > (1u << 24))
+      fail(f, "tensor 'token_embd.weight': shape " + embd.shape_string() + " is not [n_embd, n_vocab]");
+    c.n_vocab = static_cast<uint32_t>(embd.ne[1]);
+  }
+  c.tied_embeddings = f.find_tensor("output.weight") == nullptr;
+  c.has_rope_freqs_tensor = f.find_tensor("rope_freqs.weight") != nullptr;
+  c.attn_bias = f.find_tensor("blk.0.attn_q.bias") != nullptr;
+
+  const uint64_t E = c.n_embd, Q = c.q_dim(), KV = c.kv_dim(), F = c.n_ff, V = c.n_vocab;
+  check_shape(f, "token_embd.weight", {E, V});
+  if (!c.tied_embeddings) check_shape(f, "output.weight", {E, V});
+  check_shape(f, "output_norm.weight", {E});
+  if (c.has_rope_freqs_tensor) check_shape(f, "rope_freqs.weight", {c.rope_dim / 2});
+  for (uint32_t i = 0; i < c.n_layer; ++i) {
+    const std::string b = "blk." + std::to_string(i) + ".";
+    check_shape(f, b + "attn_norm.weight", {E});
+    check_shape(f, b + "attn_q.weight", {E, Q});
+    check_shape(f, b + "attn_k.weight", {E, KV});
+    check_shape(f, b + "attn_v.weight", {E, KV});
+    check_shape(f, b + "attn_output.weight", {Q, E});
+    if (c.attn_bias) {
+      check_shape(f, b + "attn_q.bias", {Q});
+      check_shape(f, b + "attn_k.bias", {KV});
+      check_shape(f, b + "attn_v.bias", {KV});
+    }
+    if (c.qk_norm) {
+      check_shape(f, b + "attn_q_norm.weight", {c.head_dim});
+      check_shape(f, b + "attn_k_norm.weight", {c.head_dim});
+    }
+    check_shape(f, b + "ffn_norm.weight", {E});
+    check_shape(f, b + "ffn_gate.weight", {E, F});
+    check_shape(f, b + "ffn_up.weight", {E, F});
+    check_shape(f, b + "ffn_down.weight", {F, E});
+  }
+  return c;
+}
+
+}  // namespace wgllm
