@@ -27,12 +27,17 @@ std::vector<float> load_tensor(const GgufFile& f, const std::string& name) {
 void matmul(const float* x, size_t T, size_t in, const std::vector<float>& w, size_t out, const std::vector<float>& bias,
             float* y) {
   auto rows = [&](size_t o0, size_t o1) {
-    for (size_t t = 0; t < T; ++t) {
-      const float* xt = x + t * in;
-      for (size_t o = o0; o < o1; ++o) {
-        const float* wo = w.data() + o * in;
-        double acc = 0;
-        for (size_t i = 0; i < in; ++i) acc += double(xt[i]) * double(wo[i]);
+    for (size_t o = o0; o < o1; ++o) {  // one weight row against every token: the row stays in cache
+      const float* wo = w.data() + o * in;
+      for (size_t t = 0; t < T; ++t) {
+        const float* xt = x + t * in;
+        // Four partial sums (independent chains the CPU can overlap), then combined.
+        double part[4] = {0, 0, 0, 0};
+        size_t i = 0;
+        for (; i + 4 <= in; i += 4)
+          for (size_t j = 0; j < 4; ++j) part[j] += double(xt[i + j]) * double(wo[i + j]);
+        for (; i < in; ++i) part[0] += double(xt[i]) * double(wo[i]);
+        double acc = (part[0] + part[1]) + (part[2] + part[3]);
         if (!bias.empty()) acc += double(bias[o]);
         y[t * out + o] = float(acc);
       }
