@@ -1,0 +1,238 @@
+#include "cpu/transformer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+#include <string>
+#include <thread>
+
+#include "cpu/attention.h"
+#include "model/dequant.h"
+#include "model/gguf.h"
+#include "wgllm/error.h"
+
+namespace wgllm::cpu {
+
+namespace {
+
+std::vector<float> load_tensor(const GgufFile& f, const std::string& name) {
+  const GgufTensor& t = f.tensor(name);
+  std::vector<float> out(t.n_elements);
+  dequantize_row(t.type, f.tensor_data(t).data(), out.data(), out.size());
+  return out;
+}
+
+// y[t][o] = sum_i x[t][i] * w[o][i] (+ bias[o]), accumulated in double. x: [T][in], w: [out][in], y: [T][out].
+// Output rows are split over two threads when there is enough work.
+void matmul(const float* x, size_t T, size_t in, const std::vector<float>& w, size_t out, const std::vector<float>& bias,
+            float* y) {
+  auto rows = [&](size_t o0, size_t o1) {
+    for (size_t o = o0; o < o1; ++o) {  // one weight row against every token: the row stays in cache
+      const float* wo = w.data() + o * in;
+      for (size_t t = 0; t < T; ++t) {
+        const float* xt = x + t * in;
+        // Four partial sums (independent chains the CPU can overlap), then combined.
+        double part[4] = {0, 0, 0, 0};
+        size_t i = 0;
+        for (; i + 4 <= in; i += 4)
+          for (size_t j = 0; j < 4; ++j) part[j] += double(xt[i + j]) * double(wo[i + j]);
+        for (; i < in; ++i) part[0] += double(xt[i]) * double(wo[i]);
+        double acc = (part[0] + part[1]) + (part[2] + part[3]);
+        if (!bias.empty()) acc += double(bias[o]);
+        y[t * out + o] = float(acc);
+      }
+    }
+  };
+  if (T * in * out < (size_t{1} << 18) || out < 2) {
+    rows(0, out);
+    return;
+  }
+  std::thread helper(rows, out / 2, out);
+  rows(0, out / 2);
+  helper.join();
+}
+
+// RMSNorm of each of the n vectors of length dim in x (in place): x / sqrt(mean(x^2) + eps) * w.
+void rms_norm(float* x, size_t n, size_t dim, const std::vector<float>& w, float eps) {
+  for (size_t r = 0; r < n; ++r) {
+    float* v = x + r * dim;
+    double ss = 0;
+    for (size_t i = 0; i < dim; ++i) ss += double(v[i]) * double(v[i]);
+    const double inv = 1.0 / std::sqrt(ss / double(dim) + double(eps));
+    for (size_t i = 0; i < dim; ++i) v[i] = float(double(v[i]) * inv * double(w[i]));
+  }
+}
+
+}  // namespace
+
+CpuModel load_cpu_model(const GgufFile& f) {
+  CpuModel m;
+  m.config = config_from_gguf(f);
+  const ModelConfig& c = m.config;
+  CpuWeights& w = m.weights;
+  w.token_embd = load_tensor(f, "token_embd.weight");
+  w.output_norm = load_tensor(f, "output_norm.weight");
+  if (!c.tied_embeddings) w.output = load_tensor(f, "output.weight");
+  if (c.has_rope_freqs_tensor) w.rope_freqs = load_tensor(f, "rope_freqs.weight");
+  w.layers.resize(c.n_layer);
+  for (uint32_t i = 0; i < c.n_layer; ++i) {
+    const std::string b = "blk." + std::to_string(i) + ".";
+    CpuLayer& L = w.layers[i];
+    L.attn_norm = load_tensor(f, b + "attn_norm.weight");
+    L.wq = load_tensor(f, b + "attn_q.weight");
+    L.wk = load_tensor(f, b + "attn_k.weight");
+    L.wv = load_tensor(f, b + "attn_v.weight");
+    if (c.attn_bias) {
+      L.bq = load_tensor(f, b + "attn_q.bias");
+      L.bk = load_tensor(f, b + "attn_k.bias");
+      L.bv = load_tensor(f, b + "attn_v.bias");
+    }
+    if (c.qk_norm) {
+      L.q_norm = load_tensor(f, b + "attn_q_norm.weight");
+      L.k_norm = load_tensor(f, b + "attn_k_norm.weight");
+    }
+    L.wo = load_tensor(f, b + "attn_output.weight");
+    L.ffn_norm = load_tensor(f, b + "ffn_norm.weight");
+    L.w_gate = load_tensor(f, b + "ffn_gate.weight");
+    L.w_up = load_tensor(f, b + "ffn_up.weight");
+    L.w_down = load_tensor(f, b + "ffn_down.weight");
+  }
+  return m;
+}
+
+std::vector<double> rope_inv_freq(const ModelConfig& c, std::span<const float> rope_freqs) {
+  const uint32_t half = c.rope_dim / 2;
+  if (!rope_freqs.empty() && rope_freqs.size() != half)
+    throw InvalidArgument("rope_freqs has " + std::to_string(rope_freqs.size()) + " entries, expected rope_dim/2 = " +
+                          std::to_string(half));
+  std::vector<double> inv(half);
+  for (uint32_t i = 0; i < half; ++i) inv[i] = std::pow(double(c.rope_base), -2.0 * i / double(c.rope_dim));
+  if (!rope_freqs.empty()) {
+    for (uint32_t i = 0; i < half; ++i) inv[i] /= double(rope_freqs[i]);
+  } else if (c.rope_scaling.enabled) {
+    // llama3: long wavelengths slowed down by `factor`, short ones kept, a smooth blend between.
+    const RopeScaling& s = c.rope_scaling;
+    const double factor = s.factor, lo = s.low_freq_factor, hi = s.high_freq_factor, n0 = s.original_context;
+    for (auto& f : inv) {
+      const double wavelength = 2 * std::numbers::pi / f;
+      if (wavelength > n0 / lo) {
+        f /= factor;
+      } else if (wavelength >= n0 / hi) {
+        const double smooth = (n0 / wavelength - lo) / (hi - lo);
+        f = (1 - smooth) * f / factor + smooth * f;
+      }
+    }
+  }
+  return inv;
+}
+
+void apply_rope(std::span<float> x, uint32_t n_heads, const ModelConfig& c, std::span<const double> inv_freq,
+                uint32_t pos) {
+  const uint32_t half = c.rope_dim / 2;
+  for (uint32_t h = 0; h < n_heads; ++h) {
+    float* v = x.data() + size_t(h) * c.head_dim;
+    for (uint32_t i = 0; i < half; ++i) {
+      const double angle = double(pos) * inv_freq[i];
+      const double cs = std::cos(angle), sn = std::sin(angle);
+      // Normal: (2i, 2i+1); Neox: (i, i + rope_dim/2).
+      const uint32_t a = c.rope_type == RopeType::Normal ? 2 * i : i;
+      const uint32_t b = c.rope_type == RopeType::Normal ? 2 * i + 1 : i + half;
+      const double x0 = v[a], x1 = v[b];
+      v[a] = float(x0 * cs - x1 * sn);
+      v[b] = float(x0 * sn + x1 * cs);
+    }
+  }
+}
+
+CpuSession::CpuSession(const CpuModel& model, uint32_t n_ctx)
+    : model_(&model),
+      n_ctx_(n_ctx ? n_ctx : model.config.n_ctx_train),
+      inv_freq_(rope_inv_freq(model.config, model.weights.rope_freqs)),
+      k_cache_(model.config.n_layer),
+      v_cache_(model.config.n_layer) {}
+
+void CpuSession::reset() {
+  n_past_ = 0;
+  for (auto& k : k_cache_) k.clear();
+  for (auto& v : v_cache_) v.clear();
+}
+
+std::vector<float> CpuSession::forward(std::span<const int32_t> tokens) {
+  return std::move(run(tokens, false).back());
+}
+
+std::vector<std::vector<float>> CpuSession::forward_all(std::span<const int32_t> tokens) {
+  return run(tokens, true);
+}
+
+std::vector<std::vector<float>> CpuSession::run(std::span<const int32_t> tokens, bool all_logits) {
+  const ModelConfig& c = model_->config;
+  const CpuWeights& w = model_->weights;
+  const size_t T = tokens.size(), E = c.n_embd, Q = c.q_dim(), KV = c.kv_dim(), F = c.n_ff, D = c.head_dim;
+  if (T == 0) throw InvalidArgument("CpuSession::forward: no tokens");
+  if (uint64_t(n_past_) + T > n_ctx_)
+    throw InvalidArgument("CpuSession::forward: " + std::to_string(n_past_) + " cached + " + std::to_string(T) +
+                          " new tokens exceed the context of " + std::to_string(n_ctx_));
+  for (int32_t t : tokens)
+    if (t < 0 || uint32_t(t) >= c.n_vocab)
+      throw InvalidArgument("CpuSession::forward: token id " + std::to_string(t) + " is outside the vocabulary [0, " +
+                            std::to_string(c.n_vocab) + ")");
+
+  // Residual stream x [T][E].
+  std::vector<float> x(T * E);
+  for (size_t t = 0; t < T; ++t)
+    std::copy_n(w.token_embd.begin() + size_t(tokens[t]) * E, E, x.begin() + t * E);
+
+  std::vector<float> h(T * E), q(T * Q), k(T * KV), v(T * KV), attn, gate(T * F), up(T * F), proj(T * E);
+  const AttentionRef ap{.n_heads = c.n_head, .n_kv_heads = c.n_head_kv, .head_dim = c.head_dim,
+                        .n_queries = uint32_t(T), .start_pos = n_past_, .scale = float(1.0 / std::sqrt(double(D)))};
+  for (uint32_t l = 0; l < c.n_layer; ++l) {
+    const CpuLayer& L = w.layers[l];
+    // Attention block.
+    h = x;
+    rms_norm(h.data(), T, E, L.attn_norm, c.rms_eps);
+    matmul(h.data(), T, E, L.wq, Q, L.bq, q.data());
+    matmul(h.data(), T, E, L.wk, KV, L.bk, k.data());
+    matmul(h.data(), T, E, L.wv, KV, L.bv, v.data());
+    if (c.qk_norm) {
+      rms_norm(q.data(), T * c.n_head, D, L.q_norm, c.rms_eps);
+      rms_norm(k.data(), T * c.n_head_kv, D, L.k_norm, c.rms_eps);
+    }
+    for (size_t t = 0; t < T; ++t) {
+      const uint32_t pos = n_past_ + uint32_t(t);
+      apply_rope(std::span(q).subspan(t * Q, Q), c.n_head, c, inv_freq_, pos);
+      apply_rope(std::span(k).subspan(t * KV, KV), c.n_head_kv, c, inv_freq_, pos);
+    }
+    k_cache_[l].insert(k_cache_[l].end(), k.begin(), k.end());
+    v_cache_[l].insert(v_cache_[l].end(), v.begin(), v.end());
+    attn = attention(ap, q, k_cache_[l], v_cache_[l]);
+    matmul(attn.data(), T, Q, L.wo, E, {}, proj.data());
+    for (size_t i = 0; i < T * E; ++i) x[i] = float(double(x[i]) + double(proj[i]));
+
+    // Feed-forward block: down(silu(gate(h)) * up(h)).
+    h = x;
+    rms_norm(h.data(), T, E, L.ffn_norm, c.rms_eps);
+    matmul(h.data(), T, E, L.w_gate, F, {}, gate.data());
+    matmul(h.data(), T, E, L.w_up, F, {}, up.data());
+    for (size_t i = 0; i < T * F; ++i) {
+      const double g = gate[i];
+      gate[i] = float(g / (1.0 + std::exp(-g)) * double(up[i]));
+    }
+    matmul(gate.data(), T, F, L.w_down, E, {}, proj.data());
+    for (size_t i = 0; i < T * E; ++i) x[i] = float(double(x[i]) + double(proj[i]));
+  }
+  n_past_ += uint32_t(T);
+
+  // Final norm and logits, for every token or only the last.
+  const size_t first = all_logits ? 0 : T - 1, n_out = T - first;
+  std::vector<float> xo(x.begin() + first * E, x.end());
+  rms_norm(xo.data(), n_out, E, w.output_norm, c.rms_eps);
+  std::vector<float> logits(n_out * c.n_vocab);
+  matmul(xo.data(), n_out, E, c.tied_embeddings ? w.token_embd : w.output, c.n_vocab, {}, logits.data());
+  std::vector<std::vector<float>> out(n_out);
+  for (size_t t = 0; t < n_out; ++t)
+    out[t].assign(logits.begin() + t * c.n_vocab, logits.begin() + (t + 1) * c.n_vocab);
+  return out;
+}
+
+}  // namespace wgllm::cpu

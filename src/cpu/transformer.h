@@ -1,0 +1,89 @@
+// CPU reference forward pass of the decoder (llama / qwen2 / qwen3): the ground truth for the GPU path.
+// Weights are dequantised to f32; dot products, norms, RoPE angles and the softmax are computed in double.
+// Written for clarity, not speed (matrix-vector rows in a plain loop, at most two threads).
+#pragma once
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "model/config.h"
+
+namespace wgllm {
+class GgufFile;
+}
+
+namespace wgllm::cpu {
+
+// Every matrix is row-major [out][in] (GGUF ne = [in, out]): row o holds the weights of output o.
+struct CpuLayer {
+  std::vector<float> attn_norm;  // [n_embd]
+  std::vector<float> wq;         // [q_dim][n_embd]   (llama: rows permuted for adjacent-pair RoPE, as in the file)
+  std::vector<float> wk;         // [kv_dim][n_embd]
+  std::vector<float> wv;         // [kv_dim][n_embd]
+  std::vector<float> bq;         // [q_dim]   qwen2 only (attn_bias); empty otherwise
+  std::vector<float> bk;         // [kv_dim]  qwen2 only; empty otherwise
+  std::vector<float> bv;         // [kv_dim]  qwen2 only; empty otherwise
+  std::vector<float> q_norm;     // [head_dim] qwen3 only (qk_norm), shared by every q head; empty otherwise
+  std::vector<float> k_norm;     // [head_dim] qwen3 only, shared by every k head; empty otherwise
+  std::vector<float> wo;         // [n_embd][q_dim]
+  std::vector<float> ffn_norm;   // [n_embd]
+  std::vector<float> w_gate;     // [n_ff][n_embd]
+  std::vector<float> w_up;       // [n_ff][n_embd]
+  std::vector<float> w_down;     // [n_embd][n_ff]
+};
+
+struct CpuWeights {
+  std::vector<float> token_embd;   // [n_vocab][n_embd]: row t is the embedding of token t
+  std::vector<CpuLayer> layers;    // [n_layer]
+  std::vector<float> output_norm;  // [n_embd]
+  std::vector<float> output;       // [n_vocab][n_embd]; empty when tied (logits use token_embd)
+  std::vector<float> rope_freqs;   // [rope_dim / 2] frequency divisors (rope_freqs.weight); empty when absent
+};
+
+struct CpuModel {
+  ModelConfig config;
+  CpuWeights weights;
+};
+
+// Reads the config and dequantises every weight of `f` (F32 / F16 / BF16 / Q8_0 / Q4_0) to f32.
+// Throws ModelError for a file config_from_gguf rejects.
+CpuModel load_cpu_model(const GgufFile& f);
+
+// RoPE inverse frequencies [rope_dim / 2] in double: base^(-2i / rope_dim), divided by rope_freqs[i] when the model
+// has that tensor (llama.cpp's llama3 factors), else with llama3 scaling from the config when enabled.
+std::vector<double> rope_inv_freq(const ModelConfig& c, std::span<const float> rope_freqs);
+
+// Rotates `x` ([n_heads][head_dim], one token at position `pos`) in place: the first rope_dim dims of each head,
+// adjacent pairs (Normal) or pairs (i, i + rope_dim/2) (Neox).
+void apply_rope(std::span<float> x, uint32_t n_heads, const ModelConfig& c, std::span<const double> inv_freq,
+                uint32_t pos);
+
+// One sequence with its own KV cache. The model must outlive the session.
+class CpuSession {
+ public:
+  // n_ctx: the most tokens the cache holds (0: the model's training context).
+  explicit CpuSession(const CpuModel& model, uint32_t n_ctx = 0);
+
+  // Runs `tokens` after the ones already in the cache (appending theirs) and returns the logits [n_vocab] of the
+  // last one. Throws InvalidArgument for no tokens, an id outside the vocabulary or a full context.
+  std::vector<float> forward(std::span<const int32_t> tokens);
+  // As forward, but returns the logits of every token: [tokens.size()][n_vocab].
+  std::vector<std::vector<float>> forward_all(std::span<const int32_t> tokens);
+
+  uint32_t n_past() const { return n_past_; }
+  uint32_t n_ctx() const { return n_ctx_; }
+  // Empties the KV cache.
+  void reset();
+
+ private:
+  std::vector<std::vector<float>> run(std::span<const int32_t> tokens, bool all_logits);
+
+  const CpuModel* model_;
+  uint32_t n_ctx_;
+  uint32_t n_past_ = 0;
+  std::vector<double> inv_freq_;             // [rope_dim / 2]
+  std::vector<std::vector<float>> k_cache_;  // [n_layer] of [n_past][kv_dim] (after RoPE)
+  std::vector<std::vector<float>> v_cache_;  // [n_layer] of [n_past][kv_dim]
+};
+
+}  // namespace wgllm::cpu
