@@ -171,6 +171,19 @@ TEST(OpsMatmul, WeightLargerThanABinding) {
   }
 }
 
+// Without subgroups the matvec rows reduce through workgroup memory instead of shuffles.
+TEST(OpsMatmul, NoSubgroupsMatvec) {
+  gpu::Context ctx({.adapter = std::getenv("WGLLM_ADAPTER") ? std::getenv("WGLLM_ADAPTER") : "",
+                    .disable_subgroups = true});
+  EXPECT_FALSE(kernels::matvec_config(ctx).shuffle);
+  for (const MatmulCase& c : {MatmulCase{"nosg_q4_0_t1", Q4_0, 896, 131, 1, true},
+                              MatmulCase{"nosg_f16_t3", F16, 257, 33, 3},
+                              MatmulCase{"nosg_q8_0_t4_split", Q8_0, 256, 99, 4, false, Auto, 4096}}) {
+    const auto r = run_matmul(ctx, c, 77);
+    EXPECT_LE(r.rel_l2, 1e-5) << c.name << ": " << r.describe();
+  }
+}
+
 TEST(OpsMatmul, BadArgumentsThrowNamingTheField) {
   auto& ctx = context();
   auto gen = rng(5);

@@ -12,7 +12,6 @@ namespace {
 
 constexpr uint32_t kBlock = 32;
 constexpr uint32_t kTile = 64;             // TM = TN in matmul.wgsl
-constexpr uint32_t kMatvecRows = 4;        // MV_ROWS in matmul.wgsl
 constexpr uint32_t kFlagBias = 1, kFlagLastPiece = 2;
 
 [[noreturn]] void fail(const char* fn, const std::string& what) { throw InvalidArgument(std::string(fn) + ": " + what); }
@@ -95,8 +94,12 @@ uint32_t tokens_per_binding(const char* fn, const gpu::Context& ctx, std::initia
   return uint32_t(rows);
 }
 
-std::string prelude(WeightType t, uint32_t nt) {
-  return "const WTYPE: u32 = " + std::to_string(uint32_t(t)) + "u;\nconst NT: u32 = " + std::to_string(nt) + "u;\n";
+std::string prelude(const gpu::Context& ctx, WeightType t, uint32_t nt) {
+  const MatvecConfig mv = matvec_config(ctx);
+  return "const WTYPE: u32 = " + std::to_string(uint32_t(t)) + "u;\nconst NT: u32 = " + std::to_string(nt) +
+         "u;\nconst MV_ROWS: u32 = " + std::to_string(mv.rows) + "u;\nconst MV_T: u32 = " +
+         std::to_string(mv.threads_per_row) + "u;\nconst MV_SHUFFLE: bool = " + (mv.shuffle ? "true" : "false") +
+         ";\n";
 }
 
 void check_weight(const char* fn, const GpuWeight& w) {
@@ -104,6 +107,16 @@ void check_weight(const char* fn, const GpuWeight& w) {
 }
 
 }  // namespace
+
+MatvecConfig matvec_config(const gpu::Context& ctx) {
+  MatvecConfig c;
+  // CPU adapters (lavapipe) run a workgroup on one core, SIMD across invocations: short rows of
+  // threads with few reduction steps win. GPUs: 32 threads per row keeps loads coalesced.
+  c.threads_per_row = ctx.adapter().type == "CPU" ? 8 : 32;
+  c.rows = 8;
+  c.shuffle = ctx.features().subgroups && ctx.adapter().subgroup_min >= c.threads_per_row;
+  return c;
+}
 
 const char* weight_type_name(WeightType t) {
   switch (t) {
@@ -207,6 +220,7 @@ void encode_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight&
   uint32_t step = tokens_per_binding(fn, ctx, {w.n_in, w.n_out});
   if (impl == MatmulImpl::Matvec) step = std::min(step, kMatvecMaxTokens);
   const gpu::Buffer& bias_buf = bias ? *bias : batch.scratch(16);
+  const MatvecConfig mv = matvec_config(ctx);
   const uint64_t bias_bytes = bias ? uint64_t(w.n_out) * 4 : 16;
 
   for (uint32_t first = 0; first < n_tokens; first += step) {
@@ -215,8 +229,8 @@ void encode_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight&
     const RowWindow yw = row_window(ctx, first, count, w.n_out);
     WGPUComputePipeline pipe =
         impl == MatmulImpl::Matvec
-            ? ctx.pipeline({"matmul.wgsl", "matvec", {}, prelude(w.type, count)})
-            : ctx.pipeline({"matmul.wgsl", "matmul", {}, prelude(w.type, 1)});
+            ? ctx.pipeline({"matmul.wgsl", "matvec", {}, prelude(ctx, w.type, count)})
+            : ctx.pipeline({"matmul.wgsl", "matmul", {}, prelude(ctx, w.type, 1)});
     for (const auto& piece : w.pieces) {
       MatmulParams p{};
       p.n_in = w.n_in;
@@ -231,7 +245,7 @@ void encode_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight&
       p.y_off = yw.first_word;
       uint64_t n_wg;
       if (impl == MatmulImpl::Matvec) {
-        n_wg = (piece.n_rows + kMatvecRows - 1) / kMatvecRows;
+        n_wg = (piece.n_rows + mv.rows - 1) / mv.rows;
       } else {
         p.row_tiles = (piece.n_rows + kTile - 1) / kTile;
         n_wg = uint64_t(p.row_tiles) * ((count + kTile - 1) / kTile);
@@ -263,7 +277,7 @@ void encode_embedding(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeig
                  std::to_string(uint64_t(n_tokens) * table.n_in * 4));
   const uint32_t max_grid = ctx.limits().maxComputeWorkgroupsPerDimension;
   const uint32_t step = std::min(tokens_per_binding(fn, ctx, {table.n_in}), max_grid);
-  WGPUComputePipeline pipe = ctx.pipeline({"matmul.wgsl", "embed", {}, prelude(table.type, 1)});
+  WGPUComputePipeline pipe = ctx.pipeline({"matmul.wgsl", "embed", {}, prelude(ctx, table.type, 1)});
   for (uint32_t first = 0; first < n_tokens; first += step) {
     const uint32_t count = std::min(step, n_tokens - first);
     const RowWindow iw = row_window(ctx, first, count, 1);

@@ -53,6 +53,14 @@ enum class MatmulImpl {
 };
 inline constexpr uint32_t kMatvecMaxTokens = 4;
 
+// The matvec kernel's shape for an adapter: rows per workgroup, threads per row (a power of two
+// >= kMatvecMaxTokens) and whether the row reduction uses subgroup shuffles.
+struct MatvecConfig {
+  uint32_t rows = 8, threads_per_row = 32;
+  bool shuffle = false;
+};
+MatvecConfig matvec_config(const gpu::Context& ctx);
+
 // Mirrors `MatmulParams` in matmul.wgsl.
 struct MatmulParams {
   uint32_t n_in, n_out, n_tokens, nb;

@@ -11,7 +11,8 @@
 //                   scales [rows][nb] packed two per u32
 //   Q4_0 (WTYPE 4): quants [rows][nb] of 1 vec4 (16 bytes as in GGUF: element j = low nibble of
 //                   byte j, element j + 16 = its high nibble), then the f16 scales as for Q8_0
-// The host prepends `const WTYPE: u32` and, for matvec, `const NT: u32` (tokens per dispatch).
+// The host prepends `const WTYPE: u32`, `const NT: u32` (matvec tokens per dispatch) and the
+// matvec shape MV_ROWS, MV_T, MV_SHUFFLE (matvec_config() in matmul.cpp).
 // Barriers stay in entry points, in uniform control flow.
 
 struct MatmulParams {
@@ -100,13 +101,12 @@ fn store_y(t: u32, r: u32, v: f32) {
 }
 
 // ---------------------------------------------------------------------------------------
-// Matrix-vector (decode): MV_ROWS rows per workgroup, MV_T threads per row. Thread lt of a row
-// reads units lt, lt + MV_T, ... (adjacent threads read adjacent 8-element units: coalesced),
-// keeps NT partial sums, and the row's threads reduce them through workgroup memory.
-// Traffic: the piece's weight bytes once per dispatch, for all NT tokens.
-const MV_WG: u32 = 256u;
-const MV_ROWS: u32 = 4u;
-const MV_T: u32 = MV_WG / MV_ROWS;
+// Matrix-vector (decode): MV_ROWS rows per workgroup, MV_T threads per row (host constants,
+// per adapter). Thread lt of a row reads units lt, lt + MV_T, ... (adjacent threads read adjacent
+// 8-element units: coalesced), keeps NT partial sums, and the row's threads reduce them: with
+// subgroup shuffles when MV_SHUFFLE (the MV_T threads of a row sit in one subgroup), else
+// through workgroup memory. Traffic: the piece's weight bytes once per dispatch, for NT tokens.
+const MV_WG: u32 = MV_ROWS * MV_T;
 var<workgroup> red: array<f32, MV_WG * NT>;
 
 @compute @workgroup_size(MV_WG)
@@ -128,15 +128,28 @@ fn matvec(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index
       }
     }
   }
-  for (var t = 0u; t < NT; t += 1u) { red[t * MV_WG + lid] = acc[t]; }
-  workgroupBarrier();
-  for (var s = MV_T / 2u; s > 0u; s >>= 1u) {
-    if (lt < s) {
-      for (var t = 0u; t < NT; t += 1u) { red[t * MV_WG + lid] += red[t * MV_WG + lid + s]; }
+  if (MV_SHUFFLE) {
+    for (var t = 0u; t < NT; t += 1u) {
+      var v = acc[t];
+      for (var s = MV_T / 2u; s > 0u; s >>= 1u) { v += subgroupShuffleXor(v, s); }
+      acc[t] = v;
     }
+    if (row_ok && lt < NT) {
+      var v = 0.0;
+      for (var t = 0u; t < NT; t += 1u) { if (t == lt) { v = acc[t]; } }
+      store_y(lt, r, v);
+    }
+  } else {
+    for (var t = 0u; t < NT; t += 1u) { red[t * MV_WG + lid] = acc[t]; }
     workgroupBarrier();
+    for (var s = MV_T / 2u; s > 0u; s >>= 1u) {
+      if (lt < s) {
+        for (var t = 0u; t < NT; t += 1u) { red[t * MV_WG + lid] += red[t * MV_WG + lid + s]; }
+      }
+      workgroupBarrier();
+    }
+    if (row_ok && lt < NT) { store_y(lt, r, red[lt * MV_WG + lr * MV_T]); }
   }
-  if (row_ok && lt < NT) { store_y(lt, r, red[lt * MV_WG + lr * MV_T]); }
 }
 
 // ---------------------------------------------------------------------------------------
