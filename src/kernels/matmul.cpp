@@ -99,7 +99,11 @@ std::string prelude(const gpu::Context& ctx, WeightType t, uint32_t nt) {
   return "const WTYPE: u32 = " + std::to_string(uint32_t(t)) + "u;\nconst NT: u32 = " + std::to_string(nt) +
          "u;\nconst MV_ROWS: u32 = " + std::to_string(mv.rows) + "u;\nconst MV_T: u32 = " +
          std::to_string(mv.threads_per_row) + "u;\nconst MV_SHUFFLE: bool = " + (mv.shuffle ? "true" : "false") +
-         ";\n";
+         ";\n" +
+         (mv.shuffle ? "fn mv_row_sum(v: f32) -> f32 {\n  var x = v;\n"
+                       "  for (var s = MV_T / 2u; s > 0u; s >>= 1u) { x += subgroupShuffleXor(x, s); }\n"
+                       "  return x;\n}\n"
+                     : "fn mv_row_sum(v: f32) -> f32 { return v; }\n");
 }
 
 void check_weight(const char* fn, const GpuWeight& w) {

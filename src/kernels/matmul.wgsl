@@ -12,7 +12,8 @@
 //   Q4_0 (WTYPE 4): quants [rows][nb] of 1 vec4 (16 bytes as in GGUF: element j = low nibble of
 //                   byte j, element j + 16 = its high nibble), then the f16 scales as for Q8_0
 // The host prepends `const WTYPE: u32`, `const NT: u32` (matvec tokens per dispatch) and the
-// matvec shape MV_ROWS, MV_T, MV_SHUFFLE (matvec_config() in matmul.cpp).
+// matvec shape MV_ROWS, MV_T, MV_SHUFFLE with mv_row_sum() (the butterfly of subgroup shuffles
+// over a row's MV_T lanes; only defined with shuffles when the adapter has subgroups).
 // Barriers stay in entry points, in uniform control flow.
 
 struct MatmulParams {
@@ -130,9 +131,7 @@ fn matvec(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index
   }
   if (MV_SHUFFLE) {
     for (var t = 0u; t < NT; t += 1u) {
-      var v = acc[t];
-      for (var s = MV_T / 2u; s > 0u; s >>= 1u) { v += subgroupShuffleXor(v, s); }
-      acc[t] = v;
+      acc[t] = mv_row_sum(acc[t]);
     }
     if (row_ok && lt < NT) {
       var v = 0.0;
