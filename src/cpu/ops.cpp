@@ -1,0 +1,121 @@
+#include "cpu/ops.h"
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+
+#include "kernels/kv_cache.h"
+
+namespace wgllm::cpu {
+
+using kernels::WeightType;
+
+std::vector<float> dequantize_row(WeightType t, std::span<const uint8_t> bytes, uint64_t ne0, uint64_t row) {
+  std::vector<float> out(ne0);
+  auto u16 = [](const uint8_t* p) { return uint16_t(p[0] | (p[1] << 8)); };
+  switch (t) {
+    case WeightType::F32:
+      std::memcpy(out.data(), bytes.data() + row * ne0 * 4, ne0 * 4);
+      break;
+    case WeightType::F16:
+      for (uint64_t i = 0; i < ne0; ++i) out[i] = kernels::f16_to_f32(u16(&bytes[(row * ne0 + i) * 2]));
+      break;
+    case WeightType::BF16:
+      for (uint64_t i = 0; i < ne0; ++i)
+        out[i] = std::bit_cast<float>(uint32_t(u16(&bytes[(row * ne0 + i) * 2])) << 16);
+      break;
+    case WeightType::Q8_0: {
+      const uint8_t* b = bytes.data() + row * (ne0 / 32) * 34;
+      for (uint64_t blk = 0; blk < ne0 / 32; ++blk, b += 34) {
+        const float d = kernels::f16_to_f32(u16(b));
+        for (int j = 0; j < 32; ++j) out[blk * 32 + j] = d * float(int8_t(b[2 + j]));
+      }
+      break;
+    }
+    case WeightType::Q4_0: {
+      const uint8_t* b = bytes.data() + row * (ne0 / 32) * 18;
+      for (uint64_t blk = 0; blk < ne0 / 32; ++blk, b += 18) {
+        const float d = kernels::f16_to_f32(u16(b));
+        for (int j = 0; j < 16; ++j) {
+          out[blk * 32 + j] = d * float(int(b[2 + j] & 15) - 8);
+          out[blk * 32 + j + 16] = d * float(int(b[2 + j] >> 4) - 8);
+        }
+      }
+      break;
+    }
+  }
+  return out;
+}
+
+std::vector<float> matmul(WeightType t, std::span<const uint8_t> w, uint64_t ne0, uint64_t ne1,
+                          std::span<const float> x, uint32_t n_tokens, std::span<const float> bias) {
+  std::vector<float> y(size_t(n_tokens) * ne1);
+  for (uint64_t o = 0; o < ne1; ++o) {
+    const auto row = dequantize_row(t, w, ne0, o);
+    for (uint32_t tk = 0; tk < n_tokens; ++tk) {
+      double acc = bias.empty() ? 0.0 : double(bias[o]);
+      const float* xr = &x[size_t(tk) * ne0];
+      for (uint64_t i = 0; i < ne0; ++i) acc += double(xr[i]) * double(row[i]);
+      y[size_t(tk) * ne1 + o] = float(acc);
+    }
+  }
+  return y;
+}
+
+std::vector<float> embedding(WeightType t, std::span<const uint8_t> table, uint64_t ne0, uint64_t ne1,
+                             std::span<const uint32_t> ids) {
+  std::vector<float> out(ids.size() * ne0, 0.f);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] >= ne1) continue;
+    const auto row = dequantize_row(t, table, ne0, ids[i]);
+    std::copy(row.begin(), row.end(), out.begin() + i * ne0);
+  }
+  return out;
+}
+
+std::vector<float> rms_norm(std::span<const float> x, std::span<const float> w, uint32_t n_rows, uint32_t dim,
+                            float eps) {
+  std::vector<float> y(size_t(n_rows) * dim);
+  for (uint32_t r = 0; r < n_rows; ++r) {
+    const float* xr = &x[size_t(r) * dim];
+    double ss = 0;
+    for (uint32_t i = 0; i < dim; ++i) ss += double(xr[i]) * xr[i];
+    const double inv = 1.0 / std::sqrt(ss / dim + double(eps));
+    for (uint32_t i = 0; i < dim; ++i) y[size_t(r) * dim + i] = float(double(xr[i]) * inv * double(w[i]));
+  }
+  return y;
+}
+
+std::vector<float> rope(std::span<const float> x, uint32_t n_tokens, uint32_t n_heads, uint32_t head_dim,
+                        uint32_t rope_dim, uint32_t start_pos, double base, bool neox,
+                        std::span<const float> freq_factors) {
+  std::vector<float> y(x.begin(), x.end());
+  const uint32_t half = rope_dim / 2;
+  for (uint32_t t = 0; t < n_tokens; ++t) {
+    const double pos = double(start_pos) + t;
+    for (uint32_t h = 0; h < n_heads; ++h) {
+      const size_t b = (size_t(t) * n_heads + h) * head_dim;
+      for (uint32_t i = 0; i < half; ++i) {
+        double freq = std::pow(base, -2.0 * i / rope_dim);
+        if (!freq_factors.empty()) freq /= double(freq_factors[i]);
+        const double a = pos * freq, c = std::cos(a), s = std::sin(a);
+        const size_t i0 = neox ? b + i : b + 2 * i, i1 = neox ? b + i + half : b + 2 * i + 1;
+        const double x0 = x[i0], x1 = x[i1];
+        y[i0] = float(x0 * c - x1 * s);
+        y[i1] = float(x0 * s + x1 * c);
+      }
+    }
+  }
+  return y;
+}
+
+std::vector<float> swiglu(std::span<const float> gate, std::span<const float> up) {
+  std::vector<float> y(gate.size());
+  for (size_t i = 0; i < gate.size(); ++i) {
+    const double g = gate[i];
+    y[i] = float(g / (1.0 + std::exp(-g)) * double(up[i]));
+  }
+  return y;
+}
+
+}  // namespace wgllm::cpu

@@ -1,0 +1,37 @@
+// CPU ground truth for the forward-pass kernels (float64 accumulation). Weights are GGUF bytes,
+// dequantised here independently of the GPU repacking.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "kernels/matmul.h"
+
+namespace wgllm::cpu {
+
+// Row `row` of a GGUF [ne1][ne0] tensor of type t, as f32.
+std::vector<float> dequantize_row(kernels::WeightType t, std::span<const uint8_t> bytes, uint64_t ne0, uint64_t row);
+
+// y[t][o] = sum_i x[t][i] * W[o][i] (+ bias[o]); x: [n_tokens][ne0], W: GGUF [ne1][ne0].
+std::vector<float> matmul(kernels::WeightType t, std::span<const uint8_t> w, uint64_t ne0, uint64_t ne1,
+                          std::span<const float> x, uint32_t n_tokens, std::span<const float> bias = {});
+
+// out[t] = row ids[t] of the table (zeros for ids >= ne1).
+std::vector<float> embedding(kernels::WeightType t, std::span<const uint8_t> table, uint64_t ne0, uint64_t ne1,
+                             std::span<const uint32_t> ids);
+
+// y = x / sqrt(mean(x^2) + eps) * w over rows of `dim`.
+std::vector<float> rms_norm(std::span<const float> x, std::span<const float> w, uint32_t n_rows, uint32_t dim,
+                            float eps);
+
+// RoPE in double: x is [n_tokens][n_heads][head_dim]; position start_pos + t; the first
+// rope_dim dims of each head rotate, pairs (2i, 2i+1) or (i, i + rope_dim/2) when neox, by
+// angle pos * base^(-2i/rope_dim) / freq_factors[i] (factors optional).
+std::vector<float> rope(std::span<const float> x, uint32_t n_tokens, uint32_t n_heads, uint32_t head_dim,
+                        uint32_t rope_dim, uint32_t start_pos, double base, bool neox,
+                        std::span<const float> freq_factors = {});
+
+// silu(gate) * up.
+std::vector<float> swiglu(std::span<const float> gate, std::span<const float> up);
+
+}  // namespace wgllm::cpu

@@ -1,0 +1,87 @@
+// Weights on the GPU in their GGUF type, and the kernels that read them (matmul.wgsl):
+// y = x W^T (+ bias) for decode (matrix-vector) and prefill (tiled matrix-matrix), and the
+// embedding gather. Contract checks happen here and throw wgllm::InvalidArgument naming the field.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "gpu/context.h"
+
+namespace wgllm::kernels {
+
+// The GGUF element types a weight may keep on the GPU.
+enum class WeightType : uint32_t { F32 = 0, F16 = 1, BF16 = 2, Q8_0 = 3, Q4_0 = 4 };
+const char* weight_type_name(WeightType t);
+// From a GGML type id (0 F32, 1 F16, 2 Q4_0, 8 Q8_0, 30 BF16); throws InvalidArgument otherwise.
+WeightType weight_type_from_ggml(uint32_t ggml_type);
+// Bytes of an [ne1][ne0] tensor of this type in GGUF (ne0 a multiple of 32 for Q8_0/Q4_0).
+uint64_t gguf_bytes(WeightType t, uint64_t ne0, uint64_t ne1);
+
+// One row range of a weight, in one buffer no larger than a storage binding. GPU layout (see
+// matmul.wgsl): rows padded to n_blocks blocks of 32 elements (zeros past n_in); F32/F16/BF16
+// keep their element bits; Q8_0/Q4_0 are split into a quant array ([rows][n_blocks] x 32 or 16
+// bytes, 16-byte aligned) followed by the f16 scales ([rows][n_blocks], starting at 16-byte
+// index scale_off4). The bytes of each block are otherwise GGUF's.
+struct GpuWeightPiece {
+  gpu::Buffer buffer;
+  uint32_t row_begin = 0, n_rows = 0;
+  uint32_t scale_off4 = 0;
+};
+
+// A GGUF weight of dims ne = [n_in, n_out]: row-major [n_out][n_in], one row per output.
+struct GpuWeight {
+  WeightType type = WeightType::F32;
+  uint32_t n_in = 0, n_out = 0;
+  uint32_t n_blocks = 0;  // 32-element blocks per row (n_in rounded up)
+  std::vector<GpuWeightPiece> pieces;
+  uint64_t gpu_bytes() const;
+};
+
+// Uploads GGUF bytes (gguf_bytes(type, ne0, ne1) of them) as a GpuWeight, repacked as above and
+// split into row ranges so no piece exceeds ctx.max_binding_size() (or max_piece_bytes when > 0,
+// which tests use to force splits).
+GpuWeight upload_weight(gpu::Context& ctx, WeightType type, uint64_t ne0, uint64_t ne1,
+                        std::span<const uint8_t> bytes, std::string_view label = "weight",
+                        uint64_t max_piece_bytes = 0);
+
+enum class MatmulImpl {
+  Auto,    // Matvec for n_tokens <= kMatvecMaxTokens, else Tiled
+  Matvec,  // one pass over W per kMatvecMaxTokens tokens
+  Tiled,   // 64 x 64 output tiles through workgroup memory
+};
+inline constexpr uint32_t kMatvecMaxTokens = 4;
+
+// The matvec kernel's shape for an adapter: rows per workgroup, threads per row (a power of two
+// >= kMatvecMaxTokens) and whether the row reduction uses subgroup shuffles.
+struct MatvecConfig {
+  uint32_t rows = 8, threads_per_row = 32;
+  bool shuffle = false;
+};
+MatvecConfig matvec_config(const gpu::Context& ctx);
+
+// Mirrors `MatmulParams` in matmul.wgsl.
+struct MatmulParams {
+  uint32_t n_in, n_out, n_tokens, nb;
+  uint32_t row_begin, n_rows, scale_off4, flags;
+  uint32_t x_off, y_off, grid_x, row_tiles;
+};
+static_assert(sizeof(MatmulParams) == 48);
+
+// y[t][o] = sum_i x[t][i] * W[o][i] (+ bias[o]) for t < n_tokens, o < W.n_out.
+// x: [n_tokens][n_in] f32, y: [n_tokens][n_out] f32 (a different buffer), bias: [n_out] f32.
+// Splits by weight piece and, when x or y would exceed a binding, by token range.
+void encode_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight& w, const gpu::Buffer& x,
+                   const gpu::Buffer& y, uint32_t n_tokens, const gpu::Buffer* bias = nullptr,
+                   MatmulImpl impl = MatmulImpl::Auto);
+
+// out[t][0 .. n_in) = row ids[t] of `table` (an embedding stored as ne = [n_embd, n_vocab]),
+// dequantised to f32. ids: [n_tokens] u32; ids >= n_vocab give zero rows.
+void encode_embedding(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight& table, const gpu::Buffer& ids,
+                      const gpu::Buffer& out, uint32_t n_tokens);
+
+// 2 * n_in * n_out * n_tokens.
+double matmul_flops(const GpuWeight& w, uint32_t n_tokens);
+
+}  // namespace wgllm::kernels

@@ -1,0 +1,71 @@
+// Host encoders for the small forward-pass kernels: RMSNorm (norm.wgsl), RoPE (rope.wgsl) and
+// SwiGLU (swiglu.wgsl). Contract checks throw wgllm::InvalidArgument naming the field.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "gpu/context.h"
+#include "model/config.h"
+
+namespace wgllm::kernels {
+
+// Mirrors `NormParams` in norm.wgsl.
+struct NormParams {
+  uint32_t n_rows, dim;
+  float eps;
+  uint32_t grid_x;
+};
+static_assert(sizeof(NormParams) == 16);
+
+// y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w for n_rows rows of `dim` f32; w: [dim] f32.
+// x and y may be the same buffer (in place). Per-head q/k norm: n_rows = tokens * heads,
+// dim = head_dim.
+void encode_rms_norm(gpu::ComputeBatch& batch, gpu::Context& ctx, const gpu::Buffer& x, const gpu::Buffer& w,
+                     const gpu::Buffer& y, uint32_t n_rows, uint32_t dim, float eps);
+
+// llama3 frequency scaling: the divisor of each of the rope_dim / 2 frequencies (1 for high
+// frequencies, `factor` for low ones, a smooth blend between). All ones when !s.enabled.
+std::vector<float> rope_freq_factors(const RopeScaling& s, uint32_t rope_dim, float base);
+
+// The frequency table encode_rope reads: for i < rope_dim / 2, base^(-2i/rope_dim) / factor[i]
+// (factors optional, e.g. rope_freq_factors() or a GGUF rope_freqs tensor) in turns per
+// position, computed in double and split into three f32 (see rope.wgsl): angles stay accurate
+// to ~1e-6 rad for positions < 2^16. 16 bytes per entry.
+gpu::Buffer upload_rope_table(gpu::Context& ctx, uint32_t rope_dim, float base,
+                              std::span<const float> freq_factors = {});
+
+struct RopeShape {
+  uint32_t n_tokens = 0;
+  uint32_t n_heads = 0;
+  uint32_t head_dim = 0;
+  uint32_t rope_dim = 0;     // 0 = head_dim; even, <= head_dim
+  uint32_t start_pos = 0;    // token t sits at position start_pos + t (< 2^24)
+  RopeType type = RopeType::Normal;
+  uint32_t row_stride = 0;   // floats between token rows (0 = n_heads * head_dim)
+  uint32_t head_offset = 0;  // floats from a row's start to its first head (e.g. k inside fused qkv)
+};
+
+// Mirrors `RopeParams` in rope.wgsl.
+struct RopeParams {
+  uint32_t n_tokens, n_heads, head_dim, rope_dim;
+  uint32_t start_pos, neox, row_stride, head_offset;
+  uint32_t grid_x, pad0 = 0, pad1 = 0, pad2 = 0;
+};
+static_assert(sizeof(RopeParams) == 48);
+
+// RoPE in place on x ([n_tokens][row_stride] f32) with the table from upload_rope_table(rope_dim).
+void encode_rope(gpu::ComputeBatch& batch, gpu::Context& ctx, const RopeShape& shape, const gpu::Buffer& table,
+                 const gpu::Buffer& x);
+
+// Mirrors `SwigluParams` in swiglu.wgsl.
+struct SwigluParams {
+  uint32_t n, grid_x, pad0 = 0, pad1 = 0;
+};
+static_assert(sizeof(SwigluParams) == 16);
+
+// out[i] = silu(gate[i]) * up[i] for i < n; out must differ from gate and up.
+void encode_swiglu(gpu::ComputeBatch& batch, gpu::Context& ctx, const gpu::Buffer& gate, const gpu::Buffer& up,
+                   const gpu::Buffer& out, uint64_t n);
+
+}  // namespace wgllm::kernels

@@ -1,0 +1,47 @@
+// Rotary position embedding, in place on x: [n_tokens][row_stride floats], each row holding
+// n_heads heads of head_dim starting at float head_offset. Token t sits at position
+// start_pos + t; the first rope_dim dims of each head rotate in pairs (2i, 2i+1) (normal) or
+// (i, i + rope_dim/2) (neox) by angle pos * inv_freq[i]. One thread per (token, head, pair).
+//
+// Accuracy: angles reach thousands of radians, where an f32 product and sin/cos lose ~1e-3. The
+// host passes each frequency in turns (inv_freq / 2pi) split in three f32 parts: the first two
+// carry 8 significant bits each, so pos * part is exact for pos < 2^16 and so is its fractional
+// part; the third is 2^-16 smaller, so its product's rounding is negligible. The angle is
+// reduced to [-pi, pi] before sin/cos.
+
+struct RopeParams {
+  n_tokens: u32, n_heads: u32, head_dim: u32, rope_dim: u32,
+  start_pos: u32, neox: u32, row_stride: u32, head_offset: u32,
+  grid_x: u32, _pad0: u32, _pad1: u32, _pad2: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: RopeParams;
+@group(0) @binding(1) var<storage, read> turns: array<vec4<f32>>;  // [rope_dim / 2] (hi, mid, lo, 0)
+@group(0) @binding(3) var<storage, read_write> x: array<f32>;
+
+const WG: u32 = 64u;
+const TWO_PI: f32 = 6.283185307179586;
+
+@compute @workgroup_size(WG)
+fn rope(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+  let half = p.rope_dim / 2u;
+  let idx = (wid.x + wid.y * p.grid_x) * WG + lid;
+  if (idx >= p.n_tokens * p.n_heads * half) { return; }
+  let i = idx % half;
+  let h = (idx / half) % p.n_heads;
+  let t = idx / half / p.n_heads;
+  let pos = f32(p.start_pos + t);
+  let g = turns[i];
+  var r = fract(pos * g.x) + fract(pos * g.y) + pos * g.z;
+  r = r - round(r);
+  let angle = r * TWO_PI;
+  let c = cos(angle);
+  let s = sin(angle);
+  let base = t * p.row_stride + p.head_offset + h * p.head_dim;
+  let i0 = select(base + 2u * i, base + i, p.neox != 0u);
+  let i1 = select(base + 2u * i + 1u, base + i + half, p.neox != 0u);
+  let x0 = x[i0];
+  let x1 = x[i1];
+  x[i0] = x0 * c - x1 * s;
+  x[i1] = x0 * s + x1 * c;
+}

@@ -1,0 +1,159 @@
+// `wgllm bench-ops`: throughput of the weight kernels (matmul.wgsl). Matrix-vector (decode,
+// n_tokens = 1) is reported as weight GB/s (GGUF bytes of W / time), matrix-matrix (prefill) as
+// GFLOP/s. Each sample submits several dispatches in one command buffer and waits; the time per
+// dispatch is the median over the samples.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "command.h"
+#include "gpu/context.h"
+#include "kernels/kv_cache.h"
+#include "kernels/matmul.h"
+#include "wgllm/error.h"
+
+namespace wgllm::cli {
+namespace {
+
+using kernels::WeightType;
+
+struct Options {
+  std::string adapter;
+  std::string types = "F32,F16,BF16,Q8_0,Q4_0";
+  std::string shapes = "4096x4096,896x4864";  // n_in x n_out
+  uint32_t prefill_tokens = 512;
+  uint32_t repeats = 5;
+  uint32_t matvec_per_submit = 8;
+  uint32_t matmul_per_submit = 1;
+  bool skip_matmul = false;
+};
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  for (std::string item; std::getline(in, item, sep);)
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+WeightType parse_type(const std::string& s) {
+  for (auto t : {WeightType::F32, WeightType::F16, WeightType::BF16, WeightType::Q8_0, WeightType::Q4_0})
+    if (s == kernels::weight_type_name(t)) return t;
+  throw InvalidArgument("--types: unknown type '" + s + "' (F32, F16, BF16, Q8_0, Q4_0)");
+}
+
+// Random GGUF bytes: floats in [-1, 1], or random quants with scales in [0.001, 0.03].
+std::vector<uint8_t> random_weight(WeightType t, uint32_t n_in, uint32_t n_out, uint64_t seed) {
+  std::vector<uint8_t> out(kernels::gguf_bytes(t, n_in, n_out));
+  std::mt19937 gen{static_cast<uint32_t>(seed)};
+  const size_t n = size_t(n_in) * n_out;
+  auto unit = [&] { return float(gen()) / 4294967296.f * 2.f - 1.f; };
+  switch (t) {
+    case WeightType::F32:
+      for (size_t i = 0; i < n; ++i) {
+        const float f = unit();
+        std::memcpy(&out[i * 4], &f, 4);
+      }
+      break;
+    case WeightType::F16:
+    case WeightType::BF16:
+      for (size_t i = 0; i < n; ++i) {
+        const float f = unit();
+        uint32_t bits;
+        std::memcpy(&bits, &f, 4);
+        const uint16_t h = t == WeightType::F16 ? kernels::f32_to_f16(f) : uint16_t(bits >> 16);
+        std::memcpy(&out[i * 2], &h, 2);
+      }
+      break;
+    case WeightType::Q8_0:
+    case WeightType::Q4_0: {
+      const size_t bb = t == WeightType::Q8_0 ? 34 : 18;
+      for (size_t b = 0; b < out.size(); b += bb) {
+        const uint16_t d = kernels::f32_to_f16(0.001f + 0.029f * (unit() * 0.5f + 0.5f));
+        std::memcpy(&out[b], &d, 2);
+        for (size_t j = 2; j < bb; ++j) out[b + j] = uint8_t(gen());
+      }
+      break;
+    }
+  }
+  return out;
+}
+
+// Median seconds per dispatch of `per_submit` encode_matmul calls per submit.
+double time_matmul(gpu::Context& ctx, const kernels::GpuWeight& w, const gpu::Buffer& x, const gpu::Buffer& y,
+                   uint32_t n_tokens, uint32_t per_submit, uint32_t repeats) {
+  auto sample = [&] {
+    gpu::ComputeBatch batch(ctx, "bench-ops");
+    for (uint32_t i = 0; i < per_submit; ++i) kernels::encode_matmul(batch, ctx, w, x, y, n_tokens);
+    const auto t0 = std::chrono::steady_clock::now();
+    batch.submit_and_wait();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / per_submit;
+  };
+  sample();  // warm-up: pipeline compilation, first touch of the weight
+  std::vector<double> times;
+  for (uint32_t r = 0; r < repeats; ++r) times.push_back(sample());
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+int run_bench_ops(const Options& o) {
+  gpu::Context ctx({.adapter = o.adapter});
+  std::printf("adapter %s (%s), f16 %s, subgroups %s\n", ctx.adapter().name.c_str(), ctx.adapter().backend.c_str(),
+              ctx.features().shader_f16 ? "yes" : "no", ctx.features().subgroups ? "yes" : "no");
+  std::printf("%-7s %-5s %-11s %6s %11s %12s\n", "kernel", "type", "n_in x n_out", "tokens", "ms/call", "throughput");
+  for (const auto& shape : split(o.shapes, ',')) {
+    const auto dims = split(shape, 'x');
+    if (dims.size() != 2) throw InvalidArgument("--shapes: '" + shape + "' is not N_INxN_OUT");
+    const uint32_t n_in = uint32_t(std::stoul(dims[0])), n_out = uint32_t(std::stoul(dims[1]));
+    const uint32_t max_t = o.skip_matmul ? 1 : std::max(1u, o.prefill_tokens);
+    std::vector<float> xs(size_t(max_t) * n_in, 0.5f);
+    auto x = ctx.upload<float>(xs, WGPUBufferUsage_Storage, "x");
+    auto y = ctx.create_buffer(uint64_t(max_t) * n_out * 4, WGPUBufferUsage_Storage, "y");
+    for (const auto& tname : split(o.types, ',')) {
+      const WeightType t = parse_type(tname);
+      const auto bytes = random_weight(t, n_in, n_out, n_in * 31 + n_out);
+      const auto w = kernels::upload_weight(ctx, t, n_in, n_out, bytes, "bench weight");
+      const double mv = time_matmul(ctx, w, x, y, 1, o.matvec_per_submit, o.repeats);
+      std::printf("%-7s %-5s %5ux%-5u %6u %11.3f %8.1f GB/s\n", "matvec", tname.c_str(), n_in, n_out, 1u, mv * 1e3,
+                  double(bytes.size()) / mv / 1e9);
+      if (!o.skip_matmul) {
+        const double mm = time_matmul(ctx, w, x, y, o.prefill_tokens, o.matmul_per_submit, o.repeats);
+        std::printf("%-7s %-5s %5ux%-5u %6u %11.3f %6.1f GFLOP/s\n", "matmul", tname.c_str(), n_in, n_out,
+                    o.prefill_tokens, mm * 1e3, kernels::matmul_flops(w, o.prefill_tokens) / mm / 1e9);
+      }
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
+
+const Register reg{{"bench-ops", "benchmark the weight kernels: matvec GB/s and matmul GFLOP/s per weight type",
+                    [](CLI::App& app) -> std::function<int()> {
+                      auto o = std::make_shared<Options>();
+                      app.add_option("--adapter", o->adapter, "adapter index or name substring");
+                      app.add_option("--types", o->types, "comma-separated weight types")->capture_default_str();
+                      app.add_option("--shapes", o->shapes, "comma-separated n_in x n_out")->capture_default_str();
+                      app.add_option("--tokens", o->prefill_tokens, "tokens of the matmul (prefill) runs")
+                          ->capture_default_str();
+                      app.add_option("--repeats", o->repeats, "timed samples (median)")->capture_default_str();
+                      app.add_option("--matvec-per-submit", o->matvec_per_submit, "dispatches per submit, matvec")
+                          ->capture_default_str();
+                      app.add_option("--matmul-per-submit", o->matmul_per_submit, "dispatches per submit, matmul")
+                          ->capture_default_str();
+                      app.add_flag("--no-matmul", o->skip_matmul, "only the matrix-vector runs");
+                      return [o] {
+                        if (o->repeats == 0 || o->matvec_per_submit == 0 || o->matmul_per_submit == 0 ||
+                            o->prefill_tokens == 0)
+                          throw InvalidArgument("--repeats, --*-per-submit and --tokens must be > 0");
+                        return run_bench_ops(*o);
+                      };
+                    }}};
+
+}  // namespace
+}  // namespace wgllm::cli
