@@ -9,6 +9,7 @@
 #include <functional>
 #include <limits>
 #include <string>
+#include <unistd.h>
 #include <vector>
 
 #include "gguf_builder.h"
@@ -196,7 +197,7 @@ TEST(GgufFile, CustomAlignmentAndEveryTensorType) {
 TEST(GgufFile, OpensAFileByPath) {
   auto g = every_type_builder(3);
   const auto bytes = g.build();
-  const std::string path = std::string(WGLLM_BINARY_DIR) + "/gguf_test_open.gguf";
+  const std::string path = (std::filesystem::temp_directory_path() / ("wgllm_gguf_test_" + std::to_string(::getpid()) + ".gguf")).string();
   {
     std::ofstream out(path, std::ios::binary);
     out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));

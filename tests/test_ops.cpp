@@ -437,12 +437,12 @@ struct KvAppendCase {
 const KvAppendCase kKvAppendCases[] = {
     {"f16_contiguous_decode", 128, 100, 0, kernels::KvType::F16, 37, 1},
     {"f16_contiguous_prefill", 256, 300, 0, kernels::KvType::F16, 0, 75},
-    {"f32_paged_across_pages", 64, 1000, 64, kernels::KvType::F32, 50, 200},
-    {"f16_paged_decode_page_edge", 128, 512, 64, kernels::KvType::F16, 127, 1},
+    {"f32_paged_across_pages", 64, 1000, 128, kernels::KvType::F32, 50, 200},
+    {"f16_paged_decode_page_edge", 128, 512, 128, kernels::KvType::F16, 127, 1},
     {"f16_paged_prefill_odd", 96, 700, 128, kernels::KvType::F16, 3, 333},
-    {"f32_paged_kvdim_odd", 33, 256, 64, kernels::KvType::F32, 60, 7},
-    // > one binding of K/V (f32, 257 pages of 512 KiB on a 128 MiB adapter): several pools.
-    {"f32_multi_pool", 1024, 257 * 64, 64, kernels::KvType::F32, 4000, 1500},
+    {"f32_paged_kvdim_odd", 33, 384, 128, kernels::KvType::F32, 100, 60},
+    // > one binding of K/V (f32, 129 pages of 1 MiB on a 128 MiB adapter): several pools.
+    {"f32_multi_pool", 1024, 129 * 128, 128, kernels::KvType::F32, 16000, 450},
 };
 
 class KvAppendTable : public ::testing::TestWithParam<KvAppendCase> {};
