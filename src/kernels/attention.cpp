@@ -47,7 +47,8 @@ std::string kv_prelude_scalar(KvView view) {
 std::string tile_prelude(const AttentionTiles& t) {
   return "const BQ: u32 = " + std::to_string(t.bq) + "u;\nconst BK: u32 = " + std::to_string(t.bk) +
          "u;\nconst TPR: u32 = " + std::to_string(t.tpr) + "u;\nconst DV: u32 = " + std::to_string(t.dv) +
-         "u;\nconst WG: u32 = " + std::to_string(t.wg) + "u;\n";
+         "u;\nconst WG: u32 = " + std::to_string(t.wg) + "u;\nconst NL: u32 = " +
+         std::to_string((t.bk * t.dv * t.tpr + t.wg - 1) / t.wg) + "u;\n";
 }
 
 // Resolved strides/scale plus every check shared by prefill and decode.
@@ -172,7 +173,7 @@ double attention_flops(const AttentionShape& s) {
 
 void encode_attention_prefill(gpu::ComputeBatch& batch, gpu::Context& ctx, const AttentionShape& shape_in,
                               const gpu::Buffer& q, const KvCache& kv, const gpu::Buffer& out,
-                              AttentionImpl impl) {
+                              AttentionImpl impl, const AttentionTiles* tiles_override) {
   const char* fn = "encode_attention_prefill";
   const AttentionShape s = validate(fn, ctx, shape_in, q, kv, out);
   if (impl == AttentionImpl::Auto) impl = tiled_possible(ctx, s) ? AttentionImpl::Tiled : AttentionImpl::Baseline;
@@ -186,6 +187,14 @@ void encode_attention_prefill(gpu::ComputeBatch& batch, gpu::Context& ctx, const
   AttentionTiles tiles{};
   if (impl == AttentionImpl::Tiled) {
     tiles = attention_tiles(s.head_dim, ctx.limits());
+    if (tiles_override) {
+      const AttentionTiles& t = *tiles_override;
+      if (t.tpr == 0 || t.dv == 0 || 4 * t.dv * t.tpr != s.head_dim || t.wg != t.bq * t.tpr || t.bk == 0 ||
+          t.wg > ctx.limits().maxComputeInvocationsPerWorkgroup ||
+          8ull * t.bk * s.head_dim > ctx.limits().maxComputeWorkgroupStorageSize || 128 % t.bk != 0)
+        fail(fn, "tile override does not fit head_dim " + std::to_string(s.head_dim) + " or the adapter's limits");
+      tiles = t;
+    }
     if (kv.n_pages() > 1 && kv.page_size() % tiles.bk != 0)
       fail(fn, "KV page_size " + std::to_string(kv.page_size()) + " must be a multiple of the key tile " +
                    std::to_string(tiles.bk));

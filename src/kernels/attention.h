@@ -60,9 +60,10 @@ KvView kv_view(const gpu::Context& ctx, KvType type);
 // Batched causal prefill: out = softmax(q k^T * scale + causal mask) v, per head.
 // q, out: [q_base + n_queries][stride] f32. Splits the call across dispatches when q/out
 // would exceed the storage-binding limit.
+// `tiles` overrides attention_tiles() for the tiled kernel (tuning; checked against the limits).
 void encode_attention_prefill(gpu::ComputeBatch& batch, gpu::Context& ctx, const AttentionShape& shape,
                               const gpu::Buffer& q, const KvCache& kv, const gpu::Buffer& out,
-                              AttentionImpl impl = AttentionImpl::Auto);
+                              AttentionImpl impl = AttentionImpl::Auto, const AttentionTiles* tiles = nullptr);
 
 // Decode: like prefill but built for few queries over a long cache. n_splits = 0 chooses the
 // split-K factor (1 = no split); `scratch` must then hold attention_decode_scratch_bytes().

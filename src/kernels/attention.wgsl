@@ -14,7 +14,8 @@
 // - an empty window writes zeros, never NaN.
 //
 // The host prepends a prelude: KvVec / kv_to_f32 (4 KV elements as f16, packed u32 pairs or
-// f32) and the tile constants BQ, BK, TPR, DV, WG (tile_config() in attention.cpp).
+// f32) and the tile constants BQ, BK, TPR, DV, WG and NL = ceil(BK * HD4 / WG), the vec4 of K
+// (and of V) each thread stages per tile (attention_tiles() in attention.cpp).
 // head_dim = 4 * DV * TPR. Barriers stay in entry points, in uniform control flow.
 
 struct AttentionParams {
@@ -60,6 +61,35 @@ fn kv_row4(t: u32) -> vec2<u32> {
 var<workgroup> k_tile: array<vec4<f32>, BK * HD4>;
 var<workgroup> v_tile: array<vec4<f32>, BK * HD4>;
 
+// Loads the K/V tile of keys [kb, kb + BK) of kv head kvh into registers (zeros past kv_end):
+// thread tid takes elements tid, tid + WG, ... of the [BK][HD4] tile.
+fn fetch_tile(kb: u32, kv_end: u32, kvh: u32, tid: u32,
+              pk: ptr<function, array<KvVec, NL>>, pv: ptr<function, array<KvVec, NL>>) {
+  let loc = kv_row4(kb);  // a tile never straddles a page
+  let n_keys = min(BK, kv_end - kb);
+  let tile_base = loc.y + kvh * HD4;
+  let v_shift = p.page_size * (p.kv_dim / 4u);
+  // A uniform branch per pool, so each load indexes one binding directly.
+  //#unroll! P 4
+  if (loc.x == $P) {
+    //#unroll r NL
+    {
+      let i = tid + $r * WG;
+      var kx = KvVec();
+      var vx = KvVec();
+      if (i < BK * HD4 && i / HD4 < n_keys) {
+        let e = tile_base + (i / HD4) * (p.kv_dim / 4u) + i % HD4;
+        kx = pool$P[e];
+        vx = pool$P[e + v_shift];
+      }
+      (*pk)[$r] = kx;
+      (*pv)[$r] = vx;
+    }
+    //#end
+  }
+  //#end
+}
+
 @compute @workgroup_size(WG)
 fn attention_prefill(@builtin(workgroup_id) wid: vec3<u32>,
                      @builtin(local_invocation_index) tid: u32) {
@@ -69,7 +99,7 @@ fn attention_prefill(@builtin(workgroup_id) wid: vec3<u32>,
   let qpw = BQ / hpw;                             // queries per workgroup
   let q_blocks = (p.n_queries + qpw - 1u) / qpw;
   let flat = wid.x + wid.y * p.grid_x;
-  let qb = flat % q_blocks;
+  let qb = q_blocks - 1u - flat % q_blocks;     // longest windows first: less tail imbalance
   let kvh = flat / q_blocks / head_chunks;
   let chunk = (flat / q_blocks) % head_chunks;
   if (kvh >= p.n_kv_heads) { return; }            // grid padding: uniform per workgroup
@@ -85,7 +115,6 @@ fn attention_prefill(@builtin(workgroup_id) wid: vec3<u32>,
   let last_q = min(qb * qpw + qpw, p.n_queries) - 1u;
   let kv_end = min(p.start_pos + p.q_base + last_q + 1u, p.max_seq);
   let q_row = (p.q_offset + q_local * p.q_stride) / 4u + head * HD4;
-  let v_shift = p.page_size * (p.kv_dim / 4u);
 
   // q (pre-scaled), the output accumulator and the tile's scores: private arrays that the
   // //#unroll blocks index with constants only (so GPU compilers keep them in registers).
@@ -104,29 +133,23 @@ fn attention_prefill(@builtin(workgroup_id) wid: vec3<u32>,
   var m = NEG_BIG;
   var l = 0.0;
 
+  // Software pipelining: the next tile's K/V travel into registers while this one is used.
+  var pk: array<KvVec, NL>;
+  var pv: array<KvVec, NL>;
+  fetch_tile(0u, kv_end, kvh, tid, &pk, &pv);
   for (var kb = 0u; kb < kv_end; kb += BK) {
     workgroupBarrier();  // the previous tile is consumed
-    let loc = kv_row4(kb);  // a tile never straddles a page
-    let n_keys = min(BK, kv_end - kb);
-    let tile_base = loc.y + kvh * HD4;
-    // Uniform branch per pool so each load indexes one binding directly.
-    //#unroll! P 4
-    if (loc.x == $P) {
-      for (var i = tid; i < BK * HD4; i += WG) {
-        let j = i / HD4;
-        var kx = vec4<f32>(0.0);
-        var vx = vec4<f32>(0.0);
-        if (j < n_keys) {
-          let e = tile_base + j * (p.kv_dim / 4u) + i % HD4;
-          kx = kv_to_f32(pool$P[e]);
-          vx = kv_to_f32(pool$P[e + v_shift]);
-        }
-        k_tile[i] = kx;
-        v_tile[i] = vx;
+    //#unroll r NL
+    {
+      let i = tid + $r * WG;
+      if (i < BK * HD4) {
+        k_tile[i] = kv_to_f32(pk[$r]);
+        v_tile[i] = kv_to_f32(pv[$r]);
       }
     }
     //#end
     workgroupBarrier();
+    if (kb + BK < kv_end) { fetch_tile(kb + BK, kv_end, kvh, tid, &pk, &pv); }
 
     // Scores of this row for the BK keys: partial dots over my columns, summed over the row's lanes.
     var tile_max = NEG_BIG;

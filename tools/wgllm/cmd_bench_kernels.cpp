@@ -2,6 +2,7 @@
 // reported against the floor: GFLOP/s (4 * n_heads * head_dim * sum of windows) and GB/s
 // (the fewest bytes a kernel must move: q, out and the K/V window once).
 #include <chrono>
+#include <optional>
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -10,6 +11,7 @@
 #include "command.h"
 #include "gpu/context.h"
 #include "kernels/attention.h"
+#include "wgllm/error.h"
 
 namespace wgllm::cli {
 namespace {
@@ -33,7 +35,8 @@ double min_bytes(const AttentionShape& s, uint32_t kv_bytes) {
 
 // Median over `repeats` submissions of `inner` dispatches each.
 Result time_kernel(gpu::Context& ctx, const AttentionShape& s, const kernels::KvCache& kv, const gpu::Buffer& q,
-                   const gpu::Buffer& out, bool decode, AttentionImpl impl, double min_seconds) {
+                   const gpu::Buffer& out, bool decode, AttentionImpl impl, double min_seconds,
+                   const kernels::AttentionTiles* tiles = nullptr) {
   const uint32_t splits = decode ? kernels::attention_decode_splits(s, kv) : 1;
   gpu::Buffer scratch = ctx.create_buffer(kernels::attention_decode_scratch_bytes(s, std::max(splits, 1u)),
                                           WGPUBufferUsage_Storage, "partials");
@@ -41,7 +44,7 @@ Result time_kernel(gpu::Context& ctx, const AttentionShape& s, const kernels::Kv
     gpu::ComputeBatch batch(ctx, "bench");
     for (uint32_t i = 0; i < inner; ++i) {
       if (decode) kernels::encode_attention_decode(batch, ctx, s, q, kv, out, &scratch, splits);
-      else kernels::encode_attention_prefill(batch, ctx, s, q, kv, out, impl);
+      else kernels::encode_attention_prefill(batch, ctx, s, q, kv, out, impl, tiles);
     }
     const auto t0 = std::chrono::steady_clock::now();
     batch.submit_and_wait();
@@ -58,7 +61,18 @@ Result time_kernel(gpu::Context& ctx, const AttentionShape& s, const kernels::Kv
   return {sec * 1e3, kernels::attention_flops(s) / sec / 1e9, min_bytes(s, kv_bytes) / sec / 1e9};
 }
 
-int run_bench(const std::string& adapter, bool include_slow, bool f32_kv, double min_seconds) {
+// "BQxBKxTPR" -> tiles for head_dim; nullopt when it does not describe a valid split.
+std::optional<kernels::AttentionTiles> parse_tiles(const std::string& spec, uint32_t head_dim) {
+  kernels::AttentionTiles t{};
+  if (std::sscanf(spec.c_str(), "%ux%ux%u", &t.bq, &t.bk, &t.tpr) != 3 || t.tpr == 0) return std::nullopt;
+  if ((head_dim / 4) % t.tpr != 0) return std::nullopt;
+  t.dv = head_dim / 4 / t.tpr;
+  t.wg = t.bq * t.tpr;
+  return t;
+}
+
+int run_bench(const std::string& adapter, bool include_slow, bool f32_kv, double min_seconds,
+              const std::vector<std::string>& tile_specs) {
   gpu::Context ctx({.adapter = adapter});
   const bool cpu = ctx.adapter().type == "CPU";
   std::printf("adapter: %s (%s), KV %s\n", ctx.adapter().name.c_str(), ctx.adapter().backend.c_str(),
@@ -99,6 +113,17 @@ int run_bench(const std::string& adapter, bool include_slow, bool f32_kv, double
     if (base_ms > 0) std::snprintf(speed, sizeof speed, "%.2fx", base_ms / r.ms);
     std::printf("%-28s %-9s %10.3f %12.2f %10.2f %9s\n", name.str().c_str(), b.decode ? "decode" : "tiled", r.ms,
                 r.gflops, r.gbps, speed);
+    for (const auto& spec : b.decode ? std::vector<std::string>{} : tile_specs) {
+      const auto tiles = parse_tiles(spec, b.head_dim);
+      if (!tiles) continue;
+      try {
+        auto rt = time_kernel(ctx, s, kv, qbuf, out, false, AttentionImpl::Tiled, min_seconds, &*tiles);
+        std::printf("%-28s %-9s %10.3f %12.2f %10.2f %9.2fx\n", name.str().c_str(), spec.c_str(), rt.ms, rt.gflops,
+                    rt.gbps, base_ms > 0 ? base_ms / rt.ms : 0.0);
+      } catch (const Error& e) {
+        std::printf("%-28s %-9s skipped: %s\n", name.str().c_str(), spec.c_str(), e.what());
+      }
+    }
     std::fflush(stdout);
   }
   return 0;
@@ -114,7 +139,9 @@ const Register reg{{"bench-kernels", "benchmark the attention kernels (baseline 
                       app.add_flag("--all", *all, "also run the slowest baseline shapes on CPU adapters");
                       app.add_flag("--f32-kv", *f32, "f32 KV cache instead of f16");
                       app.add_option("--seconds", *seconds, "target time per measurement")->capture_default_str();
-                      return [=] { return run_bench(*adapter, *all, *f32, *seconds); };
+                      auto tiles = std::make_shared<std::vector<std::string>>();
+                      app.add_option("--tiles", *tiles, "also time the tiled kernel with these BQxBKxTPR tiles");
+                      return [=] { return run_bench(*adapter, *all, *f32, *seconds, *tiles); };
                     }}};
 
 }  // namespace
