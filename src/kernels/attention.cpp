@@ -154,8 +154,10 @@ AttentionTiles attention_tiles(uint32_t head_dim, const WGPULimits& limits) {
   while (t.bq * t.tpr > limits.maxComputeInvocationsPerWorkgroup && t.bq > 1) t.bq /= 2;
   t.wg = t.bq * t.tpr;
   // K and V tiles in f32: 2 * bk * head_dim * 4 bytes within a 32 KiB budget (or the limit).
+  // 32 keys is the measured sweet spot on the H200 (64 keys spills the score registers:
+  // 3x slower at head_dim 64); see PERF.md.
   const uint32_t budget = std::min<uint32_t>(limits.maxComputeWorkgroupStorageSize, 32768);
-  t.bk = 64;
+  t.bk = 32;
   while (t.bk > 4 && 8ull * t.bk * head_dim > budget) t.bk /= 2;
   return t;
 }
@@ -245,9 +247,9 @@ void encode_attention_prefill(gpu::ComputeBatch& batch, gpu::Context& ctx, const
 uint32_t attention_decode_splits(const AttentionShape& s, const KvCache& kv) {
   const uint64_t window = std::min<uint64_t>(uint64_t(s.start_pos) + s.q_base + s.n_queries, kv.config().max_seq);
   const uint64_t rows = uint64_t(s.n_heads) * s.n_queries;
-  // Enough workgroups to fill a large GPU (~1024), but no split shorter than 512 keys.
-  const uint64_t by_length = (window + 511) / 512;
-  const uint64_t by_occupancy = std::max<uint64_t>(1, 1024 / std::max<uint64_t>(rows, 1));
+  // Enough workgroups to fill a large GPU (~2048), but no split shorter than two 128-key tiles.
+  const uint64_t by_length = (window + 255) / 256;
+  const uint64_t by_occupancy = std::max<uint64_t>(1, 2048 / std::max<uint64_t>(rows, 1));
   return uint32_t(std::clamp<uint64_t>(std::min(by_length, by_occupancy), 1, 256));
 }
 
