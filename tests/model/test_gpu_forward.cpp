@@ -2,6 +2,8 @@
 // transformers fixtures (greedy tokens), also through the `wgllm run` binary.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cstdio>
 #include <map>
@@ -162,6 +164,33 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, GpuForwardRef,
                            std::replace(s.begin(), s.end(), '-', '_');
                            return s;
                          });
+
+// The built CLI, greedy, on a fixture prompt given as ids: the generated ids are the fixture's greedy tokens (up to
+// an end-of-generation token, where the CLI stops and the fixture does not).
+TEST(GpuForwardCli, RunJsonGreedyMatchesFixture) {
+  const test::RefFixture fx = test::read_ref_fixture(test::ref_dir() + "/qwen2-f32.ref.gguf");
+  const test::RefPrompt& rp = fx.prompts[1];
+  std::string ids;
+  for (int32_t t : rp.tokens) ids += (ids.empty() ? "" : ",") + std::to_string(t);
+  const std::string cmd = std::string(WGLLM_CLI) + " run -m " + test::model_path("qwen2-f32") +
+                          " --temp 0 --json -n " + std::to_string(rp.greedy.size()) + " --prompt-ids " + ids;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string out;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof buf, pipe)) out.append(buf, n);
+  ASSERT_EQ(pclose(pipe), 0) << cmd << "\n" << out;
+  const auto j = nlohmann::json::parse(out);
+  EXPECT_EQ(j.at("prompt_ids").get<std::vector<int32_t>>(), rp.tokens);
+  const auto gen = j.at("generated_ids").get<std::vector<int32_t>>();
+  ASSERT_FALSE(gen.empty());
+  if (j.at("stopped_by_eog").get<bool>()) {
+    ASSERT_LE(gen.size(), rp.greedy.size());
+    EXPECT_EQ(gen, std::vector<int32_t>(rp.greedy.begin(), rp.greedy.begin() + gen.size()));
+  } else {
+    EXPECT_EQ(gen, rp.greedy);
+  }
+}
 
 }  // namespace
 }  // namespace wgllm
