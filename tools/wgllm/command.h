@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "wgllm/wgllm.h"
+
 namespace wgllm::cli {
 
 struct Command {
@@ -16,6 +18,12 @@ struct Command {
 };
 
 std::vector<Command>& commands();
+
+// Shared by run and bench (cmd_run.cpp): the model of -m, or the default model when path is empty; a progress bar
+// for LoadOptions::progress; the memory the model and its KV cache take, on stderr.
+Model load_model(const std::string& path, const LoadOptions& options);
+std::function<void(uint64_t, uint64_t)> progress_bar();
+void print_memory(const Model& model);
 
 struct Register {
   explicit Register(Command c) { commands().push_back(std::move(c)); }

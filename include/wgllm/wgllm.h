@@ -1,0 +1,139 @@
+// wgllm's library API: load a GGUF model onto a WebGPU adapter, tokenize, run a session, sample and generate.
+//
+//   auto model = wgllm::Model::load("model.gguf", {.n_ctx = 2048});
+//   wgllm::Session session(model);
+//   session.generate(model.encode("Once upon a time", true), {.temperature = 0.8f},
+//                    [](int32_t id, std::string_view text) { std::fputs(std::string(text).c_str(), stdout); return true; });
+//
+// Every failure throws a wgllm::Error (wgllm/error.h) whose message is one line.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "wgllm/error.h"
+
+namespace wgllm {
+
+struct LoadOptions {
+  std::string adapter;    // "" = best adapter; an index or a name part (see `wgllm info --list`)
+  uint32_t n_ctx = 0;     // 0 = the model's context, capped so the KV cache fits the memory budget
+  uint32_t ubatch = 512;  // most prompt tokens per GPU step
+  // Called while weights upload: bytes done, bytes in all.
+  std::function<void(uint64_t done, uint64_t total)> progress;
+};
+
+// What a loaded model is and what it takes.
+struct ModelInfo {
+  std::string arch;         // "llama", "qwen2", "qwen3"
+  std::string adapter;      // adapter name
+  std::string weight_type;  // GGUF type of the layer matrices ("Q8_0", "F16", ...)
+  uint64_t n_params = 0;
+  uint32_t n_vocab = 0, n_embd = 0, n_layer = 0;
+  uint32_t n_ctx_train = 0;
+  uint32_t n_ctx = 0;       // the context sessions get
+  bool n_ctx_capped = false;  // n_ctx was lowered from n_ctx_train to fit the memory budget
+  uint64_t weight_bytes = 0;    // GPU memory of the weights
+  uint64_t kv_bytes = 0;        // GPU memory of one session's KV cache (f16)
+  uint64_t bytes_per_token = 0; // weight bytes one decode step reads
+};
+
+// Sampling, with llama.cpp's semantics and order: repetition penalty, top-k, top-p, min-p, temperature.
+struct SamplingParams {
+  float temperature = 0.8f;     // <= 0: greedy (argmax after the penalty), deterministic
+  int32_t top_k = 40;           // <= 0: off
+  float top_p = 0.95f;          // >= 1: off
+  float min_p = 0.05f;          // <= 0: off; keeps tokens with p >= min_p * p_max
+  float repeat_penalty = 1.0f;  // 1: off; positive logits of recent tokens divided, negative ones multiplied
+  int32_t repeat_last_n = 64;   // how many recent tokens the penalty looks at (-1: all)
+  uint64_t seed = 0;
+};
+
+class Model {
+ public:
+  static Model load(const std::string& path, const LoadOptions& options = {});
+  // A GGUF held in memory (copied; `label` names it in errors).
+  static Model load(std::span<const uint8_t> gguf, const LoadOptions& options = {},
+                    const std::string& label = "<memory>");
+  ~Model();
+  Model(Model&&) noexcept;
+  Model& operator=(Model&&) noexcept;
+
+  const ModelInfo& info() const;
+
+  // ---- tokenizer
+  // add_special: BOS (and EOS) as the model's tokenizer says; control tokens written in the text are parsed.
+  std::vector<int32_t> encode(std::string_view text, bool add_special = true) const;
+  std::string decode(std::span<const int32_t> ids, bool skip_special = false) const;
+  int32_t bos() const;
+  int32_t eos() const;
+  // End of generation: EOS or a chat turn end (<|im_end|>, <|eot_id|>, </s>) present in the vocabulary.
+  bool is_end_of_generation(int32_t id) const;
+  // The model's chat template applied to one user message (and a system message when not empty), ending with the
+  // assistant's turn opener. Throws Error when the model has no template wgllm knows.
+  std::string apply_chat_template(std::string_view user, std::string_view system = "") const;
+
+  struct Impl;
+  Impl& impl() const { return *impl_; }
+
+ private:
+  explicit Model(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Incremental detokenization for streaming: every chunk is whole UTF-8 characters.
+class TextStream {
+ public:
+  explicit TextStream(const Model& model, bool skip_special = true);
+  ~TextStream();
+  std::string push(int32_t id);
+  std::string flush();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+struct GenerateResult {
+  std::vector<int32_t> tokens;  // generated ids (the end-of-generation token included when one stopped it)
+  std::string text;             // their text (special tokens skipped)
+  uint32_t n_prompt = 0;
+  double prompt_seconds = 0;    // prompt processing
+  double generate_seconds = 0;  // every decode step
+  bool stopped_by_eog = false;
+};
+
+// One sequence with its own KV cache. The model must outlive the session.
+class Session {
+ public:
+  explicit Session(const Model& model);
+  ~Session();
+  Session(Session&&) noexcept;
+
+  // Appends tokens (prefill in ubatch chunks) and returns the logits [n_vocab] of the last one.
+  std::vector<float> feed(std::span<const int32_t> tokens);
+  // Logits of every token fed: [tokens][n_vocab].
+  std::vector<std::vector<float>> feed_all(std::span<const int32_t> tokens);
+
+  // Feeds the prompt, then samples up to max_tokens tokens (stopping at end of generation, a full context or when
+  // on_token returns false). on_token gets each id and its text as a TextStream chunk (may be empty), and at the end
+  // id -1 with text held back by the stream, if any. The prompt must fit the context (InvalidArgument before any
+  // work otherwise).
+  using OnToken = std::function<bool(int32_t id, std::string_view text)>;
+  GenerateResult generate(std::span<const int32_t> prompt, const SamplingParams& sampling, uint32_t max_tokens,
+                          const OnToken& on_token = {});
+
+  uint32_t n_past() const;
+  uint32_t n_ctx() const;
+  void reset();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace wgllm

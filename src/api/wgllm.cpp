@@ -1,0 +1,206 @@
+// The library API (include/wgllm/wgllm.h) over GpuModel / GpuSession, the tokenizer and the sampler.
+#include "wgllm/wgllm.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <optional>
+
+#include "gpu/context.h"
+#include "model/gguf.h"
+#include "model/sampling.h"
+#include "model/transformer.h"
+#include "tokenizer/chat.h"
+#include "tokenizer/gguf_tokenizer.h"
+#include "tokenizer/tokenizer.h"
+
+namespace wgllm {
+
+namespace {
+
+// Memory the weights and the KV cache may take. WebGPU does not say how much memory an adapter has: a CPU adapter
+// gets half the machine's RAM, a GPU 8 GiB (lower it with -c when the card is smaller).
+uint64_t memory_budget(const gpu::Context& ctx) {
+  if (ctx.adapter().type == "CPU") return uint64_t(sysconf(_SC_PHYS_PAGES)) * uint64_t(sysconf(_SC_PAGE_SIZE)) / 2;
+  return 8ull << 30;
+}
+
+// The default context: the model's own, capped so the KV cache fits the budget left after the weights and the
+// cache's pools fit the storage bindings; a multiple of 256 when capped.
+uint32_t default_context(const gpu::Context& ctx, const GpuModel& m, bool& capped) {
+  const uint64_t budget = memory_budget(ctx);
+  const uint64_t left = budget > m.weight_bytes ? budget - m.weight_bytes : 0;
+  uint64_t n = std::min<uint64_t>(m.config.n_ctx_train, left / kv_bytes_per_position(m.config));
+  const uint64_t per_layer_pos = 2ull * m.config.kv_dim() * 2;
+  n = std::min<uint64_t>(n, kernels::KvCache::kMaxPools * (ctx.max_binding_size() / per_layer_pos));
+  capped = n < m.config.n_ctx_train;
+  if (capped) n = std::max<uint64_t>(256, n / 256 * 256);
+  return uint32_t(n);
+}
+
+uint64_t count_params(const GgufFile& f) {
+  uint64_t n = 0;
+  for (const GgufTensor& t : f.tensors()) n += t.n_elements;
+  return n;
+}
+
+}  // namespace
+
+struct Model::Impl {
+  std::unique_ptr<gpu::Context> ctx;
+  GpuModel gpu;
+  std::optional<Tokenizer> tokenizer;
+  std::vector<int32_t> eog;  // end-of-generation ids
+  ModelInfo info;
+  uint32_t ubatch = 512;
+
+  const Tokenizer& tok() const {
+    if (!tokenizer) throw ModelError("the model has no tokenizer (tokenizer.ggml.* metadata)");
+    return *tokenizer;
+  }
+};
+
+Model::Model(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Model::~Model() = default;
+Model::Model(Model&&) noexcept = default;
+Model& Model::operator=(Model&&) noexcept = default;
+
+namespace {
+
+std::unique_ptr<Model::Impl> load_impl(const GgufFile& f, const LoadOptions& o) {
+  auto m = std::make_unique<Model::Impl>();
+  const ModelConfig config = config_from_gguf(f);  // unsupported arch: fails before the GPU is touched
+  if (f.has("tokenizer.ggml.model")) m->tokenizer.emplace(tokenizer_data_from_gguf(f));
+  m->ctx = std::make_unique<gpu::Context>(gpu::ContextOptions{.adapter = o.adapter});
+  m->gpu = load_gpu_model(*m->ctx, f, o.progress);
+  m->ubatch = std::max<uint32_t>(1, o.ubatch);
+
+  ModelInfo& i = m->info;
+  i.arch = config.arch_name;
+  i.adapter = m->ctx->adapter().name;
+  i.weight_type = type_name(f.tensor("blk.0.attn_q.weight").type);
+  i.n_params = count_params(f);
+  i.n_vocab = config.n_vocab, i.n_embd = config.n_embd, i.n_layer = config.n_layer;
+  i.n_ctx_train = config.n_ctx_train;
+  i.n_ctx = o.n_ctx ? o.n_ctx : default_context(*m->ctx, m->gpu, i.n_ctx_capped);
+  i.weight_bytes = m->gpu.weight_bytes;
+  i.kv_bytes = kv_bytes_per_position(config) * i.n_ctx;
+  i.bytes_per_token = m->gpu.bytes_per_token;
+
+  if (m->tokenizer) {
+    const Tokenizer& t = *m->tokenizer;
+    if (t.eos() >= 0) m->eog.push_back(t.eos());
+    for (const char* s : {"<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<|endoftext|>", "</s>"})
+      if (const int32_t id = t.token_id(s); id >= 0) m->eog.push_back(id);
+  }
+  return m;
+}
+
+}  // namespace
+
+Model Model::load(const std::string& path, const LoadOptions& options) {
+  const GgufFile f = GgufFile::open(path);
+  return Model(load_impl(f, options));
+}
+
+Model Model::load(std::span<const uint8_t> gguf, const LoadOptions& options, const std::string& label) {
+  const GgufFile f = GgufFile::from_bytes(gguf, label);
+  return Model(load_impl(f, options));
+}
+
+const ModelInfo& Model::info() const { return impl_->info; }
+
+std::vector<int32_t> Model::encode(std::string_view text, bool add_special) const {
+  return impl_->tok().encode(text, add_special, true);
+}
+std::string Model::decode(std::span<const int32_t> ids, bool skip_special) const {
+  return impl_->tok().decode(ids, skip_special);
+}
+int32_t Model::bos() const { return impl_->tok().bos(); }
+int32_t Model::eos() const { return impl_->tok().eos(); }
+bool Model::is_end_of_generation(int32_t id) const {
+  return std::find(impl_->eog.begin(), impl_->eog.end(), id) != impl_->eog.end();
+}
+
+std::string Model::apply_chat_template(std::string_view user, std::string_view system) const {
+  const Tokenizer& t = impl_->tok();
+  if (t.data().chat_template.empty()) throw Error("the model has no chat template (tokenizer.chat_template)");
+  const ChatTemplate tmpl = detect_chat_template(t.data().chat_template);
+  std::vector<wgllm::ChatMessage> msgs;
+  if (!system.empty()) msgs.push_back({"system", std::string(system)});
+  msgs.push_back({"user", std::string(user)});
+  const std::string bos = t.bos() >= 0 ? t.token_text(t.bos()) : "";
+  const std::string eos = t.eos() >= 0 ? t.token_text(t.eos()) : "";
+  return wgllm::apply_chat_template(tmpl, msgs, true, bos, eos);
+}
+
+// ---- TextStream
+
+struct TextStream::Impl {
+  StreamDecoder decoder;
+};
+TextStream::TextStream(const Model& model, bool skip_special)
+    : impl_(std::make_unique<Impl>(Impl{StreamDecoder(model.impl().tok(), skip_special)})) {}
+TextStream::~TextStream() = default;
+std::string TextStream::push(int32_t id) { return impl_->decoder.push(id); }
+std::string TextStream::flush() { return impl_->decoder.flush(); }
+
+// ---- Session
+
+struct Session::Impl {
+  explicit Impl(const Model& m)
+      : model(&m), gs(*m.impl().ctx, m.impl().gpu, {.n_ctx = m.info().n_ctx, .ubatch = m.impl().ubatch}) {}
+  const Model* model;
+  GpuSession gs;
+};
+
+Session::Session(const Model& model) : impl_(std::make_unique<Impl>(model)) {}
+Session::~Session() = default;
+Session::Session(Session&&) noexcept = default;
+
+std::vector<float> Session::feed(std::span<const int32_t> tokens) { return impl_->gs.forward(tokens); }
+std::vector<std::vector<float>> Session::feed_all(std::span<const int32_t> tokens) {
+  return impl_->gs.forward_all(tokens);
+}
+uint32_t Session::n_past() const { return impl_->gs.n_past(); }
+uint32_t Session::n_ctx() const { return impl_->gs.n_ctx(); }
+void Session::reset() { impl_->gs.reset(); }
+
+GenerateResult Session::generate(std::span<const int32_t> prompt, const SamplingParams& sampling,
+                                 uint32_t max_tokens, const OnToken& on_token) {
+  using clock = std::chrono::steady_clock;
+  GpuSession& gs = impl_->gs;
+  const Model& model = *impl_->model;
+  if (prompt.empty()) throw InvalidArgument("the prompt is empty");
+  if (uint64_t(gs.n_past()) + prompt.size() > gs.n_ctx())
+    throw InvalidArgument("the prompt has " + std::to_string(prompt.size()) + " tokens, more than the context of " +
+                          std::to_string(gs.n_ctx() - gs.n_past()) + " left (raise -c)");
+  GenerateResult r;
+  r.n_prompt = uint32_t(prompt.size());
+  Sampler sampler(sampling);
+  for (int32_t id : prompt) sampler.accept(id);
+  const auto t0 = clock::now();
+  std::vector<float> logits = gs.forward(prompt);
+  const auto t1 = clock::now();
+  r.prompt_seconds = std::chrono::duration<double>(t1 - t0).count();
+
+  TextStream stream(model);
+  while (r.tokens.size() < max_tokens) {
+    const int32_t id = sampler.sample(logits);
+    r.tokens.push_back(id);
+    r.stopped_by_eog = model.is_end_of_generation(id);
+    const std::string text = r.stopped_by_eog ? std::string() : stream.push(id);
+    r.text += text;
+    if (on_token && !on_token(id, text)) break;
+    if (r.stopped_by_eog || r.tokens.size() == max_tokens || gs.n_past() == gs.n_ctx()) break;
+    logits = gs.forward(std::span(&id, 1));
+  }
+  const std::string rest = stream.flush();
+  r.text += rest;
+  if (on_token && !rest.empty()) on_token(-1, rest);
+  r.generate_seconds = std::chrono::duration<double>(clock::now() - t1).count();
+  return r;
+}
+
+}  // namespace wgllm

@@ -1,0 +1,321 @@
+#include "model/transformer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "kernels/attention.h"
+#include "kernels/elementwise.h"
+#include "kernels/kv_append.h"
+#include "kernels/ops.h"
+#include "model/dequant.h"
+#include "model/gguf.h"
+#include "wgllm/error.h"
+
+namespace wgllm {
+
+using kernels::GpuWeight;
+
+namespace {
+
+constexpr auto kStorage = WGPUBufferUsage_Storage;
+
+// Uploads GGUF tensors, counting the bytes for the progress callback.
+struct Uploader {
+  gpu::Context& ctx;
+  const GgufFile& f;
+  const LoadProgress& progress;
+  uint64_t done = 0, total = 0;
+
+  void advance(const GgufTensor& t) {
+    done += t.n_bytes;
+    if (progress) progress(done, total);
+  }
+  GpuWeight matrix(const std::string& name) {
+    const GgufTensor& t = f.tensor(name);
+    GpuWeight w = kernels::upload_weight(ctx, kernels::weight_type_from_ggml(uint32_t(t.type)), t.ne[0], t.ne[1],
+                                         f.tensor_data(t), name);
+    advance(t);
+    return w;
+  }
+  std::vector<float> floats(const std::string& name) {
+    const GgufTensor& t = f.tensor(name);
+    std::vector<float> v(t.n_elements);
+    dequantize_row(t.type, f.tensor_data(t).data(), v.data(), v.size());
+    advance(t);
+    return v;
+  }
+  gpu::Buffer vector(const std::string& name) {
+    const std::vector<float> v = floats(name);
+    return ctx.upload(std::span<const float>(v), kStorage, name);
+  }
+};
+
+GpuLayer upload_layer(Uploader& up, const ModelConfig& c, uint32_t i) {
+  const std::string b = "blk." + std::to_string(i) + ".";
+  GpuLayer L;
+  L.attn_norm = up.vector(b + "attn_norm.weight");
+  L.wq = up.matrix(b + "attn_q.weight");
+  L.wk = up.matrix(b + "attn_k.weight");
+  L.wv = up.matrix(b + "attn_v.weight");
+  if (c.attn_bias) {
+    L.bq = up.vector(b + "attn_q.bias");
+    L.bk = up.vector(b + "attn_k.bias");
+    L.bv = up.vector(b + "attn_v.bias");
+  }
+  if (c.qk_norm) {
+    L.q_norm = up.vector(b + "attn_q_norm.weight");
+    L.k_norm = up.vector(b + "attn_k_norm.weight");
+  }
+  L.wo = up.matrix(b + "attn_output.weight");
+  L.ffn_norm = up.vector(b + "ffn_norm.weight");
+  L.w_gate = up.matrix(b + "ffn_gate.weight");
+  L.w_up = up.matrix(b + "ffn_up.weight");
+  L.w_down = up.matrix(b + "ffn_down.weight");
+  return L;
+}
+
+const gpu::Buffer* optional(const gpu::Buffer& b) { return b.size ? &b : nullptr; }
+
+}  // namespace
+
+GpuModel load_gpu_model(gpu::Context& ctx, const GgufFile& f, const LoadProgress& progress) {
+  GpuModel m;
+  m.config = config_from_gguf(f);
+  const ModelConfig& c = m.config;
+  Uploader up{ctx, f, progress};
+  for (const GgufTensor& t : f.tensors()) up.total += t.n_bytes;
+
+  GpuWeights& w = m.weights;
+  w.token_embd = up.matrix("token_embd.weight");
+  w.layers.reserve(c.n_layer);
+  for (uint32_t i = 0; i < c.n_layer; ++i) w.layers.push_back(upload_layer(up, c, i));
+  w.output_norm = up.vector("output_norm.weight");
+  if (!c.tied_embeddings) w.output = up.matrix("output.weight");
+  const std::vector<float> factors = c.has_rope_freqs_tensor
+                                         ? up.floats("rope_freqs.weight")
+                                         : kernels::rope_freq_factors(c.rope_scaling, c.rope_dim, c.rope_base);
+  w.rope_table = kernels::upload_rope_table(ctx, c.rope_dim, c.rope_base, factors);
+  ctx.check_errors();  // out of memory shows up here
+
+  auto layer_bytes = [](const GpuLayer& L) {
+    return L.wq.gpu_bytes() + L.wk.gpu_bytes() + L.wv.gpu_bytes() + L.wo.gpu_bytes() + L.w_gate.gpu_bytes() +
+           L.w_up.gpu_bytes() + L.w_down.gpu_bytes() + L.attn_norm.size + L.ffn_norm.size + L.bq.size + L.bk.size +
+           L.bv.size + L.q_norm.size + L.k_norm.size;
+  };
+  for (const GpuLayer& L : w.layers) m.bytes_per_token += layer_bytes(L);
+  m.bytes_per_token += m.logits_weight().gpu_bytes() + w.output_norm.size;
+  m.weight_bytes = m.bytes_per_token + w.rope_table.size + (c.tied_embeddings ? 0 : w.token_embd.gpu_bytes());
+  return m;
+}
+
+uint64_t kv_bytes_per_position(const ModelConfig& c, kernels::KvType type) {
+  return uint64_t(c.n_layer) * 2 * c.kv_dim() * kernels::kv_type_bytes(type);
+}
+
+// ---- session
+
+// Activations for up to ubatch tokens. Row-major [tokens][width] f32.
+struct GpuSession::Buffers {
+  gpu::Buffer ids;            // [ubatch] u32 token ids
+  gpu::Buffer x[2];           // [ubatch][n_embd] residual stream (ping-pong: the add cannot run in place)
+  gpu::Buffer h;              // [ubatch][n_embd] normed input of a block
+  gpu::Buffer q;              // [ubatch][q_dim]
+  gpu::Buffer k, v;           // [ubatch][kv_dim]
+  gpu::Buffer attn;           // [ubatch][q_dim] attention output
+  gpu::Buffer proj;           // [ubatch][n_embd] block output before the residual add
+  gpu::Buffer gate, up, act;  // [ubatch][n_ff]
+  gpu::Buffer last;           // [n_embd] the last token's residual row
+  gpu::Buffer last_normed;    // [n_embd]
+  gpu::Buffer logits;         // [n_vocab] logits of the last token
+  gpu::Buffer logits_all;     // [ubatch][n_vocab], made on first use by forward_all
+  gpu::Buffer decode_scratch; // split-K partials of the decode attention
+  int cur = 0;                // which x holds the residual stream
+};
+
+GpuSession::GpuSession(gpu::Context& ctx, const GpuModel& model, const GpuSessionOptions& options)
+    : ctx_(ctx),
+      model_(model),
+      n_ctx_(options.n_ctx ? options.n_ctx : model.config.n_ctx_train),
+      ubatch_(std::max<uint32_t>(1, std::min(options.ubatch, n_ctx_))),
+      buf_(std::make_unique<Buffers>()) {
+  const ModelConfig& c = model.config;
+  const uint64_t U = ubatch_, E = c.n_embd, Q = c.q_dim(), KV = c.kv_dim(), F = c.n_ff;
+  auto make = [&](uint64_t floats, const char* label) { return ctx.create_buffer(floats * 4, kStorage, label); };
+  Buffers& b = *buf_;
+  b.ids = make(U, "ids");
+  b.x[0] = make(U * E, "x0");
+  b.x[1] = make(U * E, "x1");
+  b.h = make(U * E, "h");
+  b.q = make(U * Q, "q");
+  b.k = make(U * KV, "k");
+  b.v = make(U * KV, "v");
+  b.attn = make(U * Q, "attn");
+  b.proj = make(U * E, "proj");
+  b.gate = make(U * F, "gate");
+  b.up = make(U * F, "up");
+  b.act = make(U * F, "act");
+  b.last = make(E, "last row");
+  b.last_normed = make(E, "last row normed");
+  b.logits = make(c.n_vocab, "logits");
+
+  // One page when the whole cache fits a binding, else pages of 256 positions across pools.
+  const uint64_t one_page = 2ull * n_ctx_ * KV * kernels::kv_type_bytes(options.kv_type);
+  const uint32_t page = one_page <= ctx.max_binding_size() ? 0 : 256;
+  kv_.reserve(c.n_layer);
+  for (uint32_t l = 0; l < c.n_layer; ++l)
+    kv_.emplace_back(ctx, kernels::KvCacheConfig{.kv_dim = uint32_t(KV), .max_seq = n_ctx_, .page_size = page,
+                                                     .type = options.kv_type},
+                     "kv cache " + std::to_string(l));
+  const kernels::AttentionShape longest{.n_heads = c.n_head, .n_kv_heads = c.n_head_kv, .head_dim = c.head_dim,
+                                        .n_queries = 1, .start_pos = n_ctx_ - 1};
+  const uint32_t splits = kernels::attention_decode_splits(longest, kv_[0]);
+  b.decode_scratch = make(std::max<uint64_t>(4, kernels::attention_decode_scratch_bytes(longest, splits) / 4),
+                          "decode scratch");
+  ctx.check_errors();
+}
+
+GpuSession::~GpuSession() = default;
+
+uint64_t GpuSession::kv_bytes() const {
+  uint64_t b = 0;
+  for (const auto& kv : kv_) b += kv.bytes();
+  return b;
+}
+
+void GpuSession::check_tokens(std::span<const int32_t> tokens) const {
+  if (tokens.empty()) throw InvalidArgument("GpuSession::forward: no tokens");
+  if (uint64_t(n_past_) + tokens.size() > n_ctx_)
+    throw InvalidArgument(std::to_string(n_past_) + " cached + " + std::to_string(tokens.size()) +
+                          " new tokens exceed the context of " + std::to_string(n_ctx_) + " (-c)");
+  for (int32_t t : tokens)
+    if (t < 0 || uint32_t(t) >= model_.config.n_vocab)
+      throw InvalidArgument("token id " + std::to_string(t) + " is outside the vocabulary [0, " +
+                            std::to_string(model_.config.n_vocab) + ")");
+}
+
+std::vector<float> GpuSession::forward(std::span<const int32_t> tokens) {
+  check_tokens(tokens);
+  std::vector<float> logits;
+  for (size_t i = 0; i < tokens.size(); i += ubatch_) {
+    const auto chunk = tokens.subspan(i, std::min<size_t>(ubatch_, tokens.size() - i));
+    const bool last = i + chunk.size() == tokens.size();
+    logits = run_chunk(chunk, false, last);
+  }
+  return logits;
+}
+
+std::vector<std::vector<float>> GpuSession::forward_all(std::span<const int32_t> tokens) {
+  check_tokens(tokens);
+  const uint32_t V = model_.config.n_vocab;
+  if (!buf_->logits_all.size)
+    buf_->logits_all = ctx_.create_buffer(uint64_t(ubatch_) * V * 4, kStorage, "logits all");
+  std::vector<std::vector<float>> out;
+  for (size_t i = 0; i < tokens.size(); i += ubatch_) {
+    const auto chunk = tokens.subspan(i, std::min<size_t>(ubatch_, tokens.size() - i));
+    const std::vector<float> l = run_chunk(chunk, true, true);
+    for (size_t t = 0; t < chunk.size(); ++t) out.emplace_back(l.begin() + t * V, l.begin() + (t + 1) * V);
+  }
+  return out;
+}
+
+std::vector<float> GpuSession::run_chunk(std::span<const int32_t> tokens, bool all_logits, bool want_logits) {
+  const uint32_t n = uint32_t(tokens.size());
+  Buffers& b = *buf_;
+  ctx_.write_buffer(b.ids, 0, tokens.data(), tokens.size_bytes());
+  gpu::ComputeBatch batch(ctx_, n == 1 ? "decode" : "prefill");
+  b.cur = 0;
+  // token ids -> embedding rows (dequantised) into the residual stream
+  kernels::encode_embedding(batch, ctx_, model_.weights.token_embd, b.ids, b.x[0], n);
+  for (uint32_t l = 0; l < model_.config.n_layer; ++l) encode_layer(batch, l, n);
+  if (want_logits) encode_logits(batch, n, all_logits);
+  n_past_ += n;
+  if (!want_logits) {
+    batch.submit();
+    return {};
+  }
+  batch.submit_and_wait();
+  const gpu::Buffer& src = all_logits ? b.logits_all : b.logits;
+  return ctx_.read<float>(src, 0, uint64_t(all_logits ? n : 1) * model_.config.n_vocab);
+}
+
+void GpuSession::encode_layer(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n) {
+  encode_attention_block(batch, layer, n);
+  encode_ffn_block(batch, layer, n);
+}
+
+void GpuSession::encode_attention_block(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n) {
+  const ModelConfig& c = model_.config;
+  const GpuLayer& L = model_.weights.layers[layer];
+  Buffers& b = *buf_;
+  const gpu::Buffer& x = b.x[b.cur];
+  // h = rms_norm(x) * attn_norm
+  kernels::encode_rms_norm(batch, ctx_, x, L.attn_norm, b.h, n, c.n_embd, c.rms_eps);
+  // q, k, v projections (+ bias on qwen2)
+  kernels::encode_matmul(batch, ctx_, L.wq, b.h, b.q, n, optional(L.bq));
+  kernels::encode_matmul(batch, ctx_, L.wk, b.h, b.k, n, optional(L.bk));
+  kernels::encode_matmul(batch, ctx_, L.wv, b.h, b.v, n, optional(L.bv));
+  if (c.qk_norm) {
+    // qwen3: RMSNorm of every q and k head, in place
+    kernels::encode_rms_norm(batch, ctx_, b.q, L.q_norm, b.q, n * c.n_head, c.head_dim, c.rms_eps);
+    kernels::encode_rms_norm(batch, ctx_, b.k, L.k_norm, b.k, n * c.n_head_kv, c.head_dim, c.rms_eps);
+  }
+  // RoPE on q and k at positions n_past ..
+  const kernels::RopeShape rope{.n_tokens = n, .n_heads = c.n_head, .head_dim = c.head_dim, .rope_dim = c.rope_dim,
+                                .start_pos = n_past_, .type = c.rope_type};
+  kernels::encode_rope(batch, ctx_, rope, model_.weights.rope_table, b.q);
+  kernels::RopeShape rope_k = rope;
+  rope_k.n_heads = c.n_head_kv;
+  kernels::encode_rope(batch, ctx_, rope_k, model_.weights.rope_table, b.k);
+  // k, v rows into the cache
+  kernels::encode_kv_append(batch, ctx_, kv_[layer], b.k, b.v, n_past_, n);
+  // causal attention over the cache: the batched kernel for a chunk, split-K decode for one token
+  const kernels::AttentionShape shape{.n_heads = c.n_head, .n_kv_heads = c.n_head_kv, .head_dim = c.head_dim,
+                                      .n_queries = n, .start_pos = n_past_};
+  if (n == 1)
+    kernels::encode_attention_decode(batch, ctx_, shape, b.q, kv_[layer], b.attn, &b.decode_scratch);
+  else
+    kernels::encode_attention_prefill(batch, ctx_, shape, b.q, kv_[layer], b.attn);
+  // output projection
+  kernels::encode_matmul(batch, ctx_, L.wo, b.attn, b.proj, n);
+  // residual: x' = x + proj
+  kernels::encode_add(batch, ctx_, x, b.proj, b.x[1 - b.cur], uint64_t(n) * c.n_embd);
+  b.cur = 1 - b.cur;
+}
+
+void GpuSession::encode_ffn_block(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n) {
+  const ModelConfig& c = model_.config;
+  const GpuLayer& L = model_.weights.layers[layer];
+  Buffers& b = *buf_;
+  const gpu::Buffer& x = b.x[b.cur];
+  // h = rms_norm(x) * ffn_norm
+  kernels::encode_rms_norm(batch, ctx_, x, L.ffn_norm, b.h, n, c.n_embd, c.rms_eps);
+  // gate and up projections
+  kernels::encode_matmul(batch, ctx_, L.w_gate, b.h, b.gate, n);
+  kernels::encode_matmul(batch, ctx_, L.w_up, b.h, b.up, n);
+  // act = silu(gate) * up
+  kernels::encode_swiglu(batch, ctx_, b.gate, b.up, b.act, uint64_t(n) * c.n_ff);
+  // down projection
+  kernels::encode_matmul(batch, ctx_, L.w_down, b.act, b.proj, n);
+  // residual: x' = x + proj
+  kernels::encode_add(batch, ctx_, x, b.proj, b.x[1 - b.cur], uint64_t(n) * c.n_embd);
+  b.cur = 1 - b.cur;
+}
+
+void GpuSession::encode_logits(gpu::ComputeBatch& batch, uint32_t n, bool all_logits) {
+  const ModelConfig& c = model_.config;
+  Buffers& b = *buf_;
+  const gpu::Buffer& x = b.x[b.cur];
+  if (all_logits) {
+    // final norm of every row, then logits for every token
+    kernels::encode_rms_norm(batch, ctx_, x, model_.weights.output_norm, b.h, n, c.n_embd, c.rms_eps);
+    kernels::encode_matmul(batch, ctx_, model_.logits_weight(), b.h, b.logits_all, n);
+    return;
+  }
+  // the last token's row alone: final norm, then logits
+  batch.copy(x, uint64_t(n - 1) * c.n_embd * 4, b.last, 0, uint64_t(c.n_embd) * 4);
+  kernels::encode_rms_norm(batch, ctx_, b.last, model_.weights.output_norm, b.last_normed, 1, c.n_embd, c.rms_eps);
+  kernels::encode_matmul(batch, ctx_, model_.logits_weight(), b.last_normed, b.logits, 1);
+}
+
+}  // namespace wgllm

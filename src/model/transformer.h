@@ -1,0 +1,110 @@
+// The GPU forward pass of the decoder (llama / qwen2 / qwen3): weights uploaded from a GGUF in their own types
+// (GpuModel) and one sequence's run state with its paged f16 KV cache (GpuSession). Prefill runs in chunks of
+// `ubatch` tokens, decode one token at a time; each chunk or token is one command buffer, and only the logits are
+// read back.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "gpu/context.h"
+#include "kernels/kv_cache.h"
+#include "kernels/matmul.h"
+#include "model/config.h"
+
+namespace wgllm {
+
+class GgufFile;
+
+// Every matrix is a GGUF weight of ne = [in, out] (row-major [out][in]); vectors are f32.
+struct GpuLayer {
+  gpu::Buffer attn_norm;        // [n_embd] f32
+  kernels::GpuWeight wq;        // [q_dim][n_embd]  (llama: rows permuted for adjacent-pair RoPE, as in the file)
+  kernels::GpuWeight wk;        // [kv_dim][n_embd]
+  kernels::GpuWeight wv;        // [kv_dim][n_embd]
+  gpu::Buffer bq, bk, bv;       // [q_dim], [kv_dim], [kv_dim] f32; qwen2 only (size 0 otherwise)
+  gpu::Buffer q_norm, k_norm;   // [head_dim] f32 each, shared by every head; qwen3 only (size 0 otherwise)
+  kernels::GpuWeight wo;        // [n_embd][q_dim]
+  gpu::Buffer ffn_norm;         // [n_embd] f32
+  kernels::GpuWeight w_gate;    // [n_ff][n_embd]
+  kernels::GpuWeight w_up;      // [n_ff][n_embd]
+  kernels::GpuWeight w_down;    // [n_embd][n_ff]
+};
+
+struct GpuWeights {
+  kernels::GpuWeight token_embd;  // [n_vocab][n_embd]: row t is the embedding of token t
+  std::vector<GpuLayer> layers;   // [n_layer]
+  gpu::Buffer output_norm;        // [n_embd] f32
+  kernels::GpuWeight output;      // [n_vocab][n_embd]; empty when tied (logits use token_embd)
+  gpu::Buffer rope_table;         // [rope_dim / 2] x 16 bytes: upload_rope_table (llama3 factors folded in)
+};
+
+struct GpuModel {
+  ModelConfig config;
+  GpuWeights weights;
+  uint64_t weight_bytes = 0;        // GPU memory taken by the weights
+  uint64_t bytes_per_token = 0;     // weight bytes one decode step reads (every matrix once, embedding row aside)
+  const kernels::GpuWeight& logits_weight() const {
+    return config.tied_embeddings ? weights.token_embd : weights.output;
+  }
+};
+
+// progress(done, total): bytes of tensor data uploaded so far, called after each tensor.
+using LoadProgress = std::function<void(uint64_t done, uint64_t total)>;
+
+// Reads the config of `f` and uploads every weight. Throws ModelError (unsupported arch or tensor type) or
+// GpuError (device out of memory).
+GpuModel load_gpu_model(gpu::Context& ctx, const GgufFile& f, const LoadProgress& progress = {});
+
+// GPU memory one KV cache position takes over all layers (K and V of `type`).
+uint64_t kv_bytes_per_position(const ModelConfig& c, kernels::KvType type = kernels::KvType::F16);
+
+struct GpuSessionOptions {
+  uint32_t n_ctx = 0;     // positions the KV cache holds (0: the model's training context)
+  uint32_t ubatch = 512;  // most tokens per prefill chunk (activation buffers are sized for it)
+  kernels::KvType kv_type = kernels::KvType::F16;  // F32 doubles the cache (tests compare against it)
+};
+
+// One sequence: activations for `ubatch` tokens, a KV cache per layer and the decode scratch. The context and
+// model must outlive the session.
+class GpuSession {
+ public:
+  GpuSession(gpu::Context& ctx, const GpuModel& model, const GpuSessionOptions& options = {});
+  ~GpuSession();
+  GpuSession(const GpuSession&) = delete;
+  GpuSession& operator=(const GpuSession&) = delete;
+
+  // Runs `tokens` after those already cached, in chunks of at most ubatch, and returns the logits [n_vocab] of the
+  // last one. Throws InvalidArgument for no tokens, an id outside the vocabulary or a full context (before any
+  // work is done).
+  std::vector<float> forward(std::span<const int32_t> tokens);
+  // As forward, but returns the logits of every token: [tokens.size()][n_vocab].
+  std::vector<std::vector<float>> forward_all(std::span<const int32_t> tokens);
+
+  uint32_t n_past() const { return n_past_; }
+  uint32_t n_ctx() const { return n_ctx_; }
+  uint32_t ubatch() const { return ubatch_; }
+  uint64_t kv_bytes() const;  // GPU memory of the KV caches
+  void reset() { n_past_ = 0; }  // forget the cached positions (their rows are overwritten later)
+
+ private:
+  struct Buffers;
+  void check_tokens(std::span<const int32_t> tokens) const;
+  // One chunk of n tokens at positions n_past_.. : one command buffer; logits of the last or of every token.
+  std::vector<float> run_chunk(std::span<const int32_t> tokens, bool all_logits, bool want_logits);
+  void encode_layer(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n);
+  void encode_attention_block(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n);
+  void encode_ffn_block(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n);
+  void encode_logits(gpu::ComputeBatch& batch, uint32_t n, bool all_logits);
+
+  gpu::Context& ctx_;
+  const GpuModel& model_;
+  uint32_t n_ctx_, ubatch_;
+  uint32_t n_past_ = 0;
+  std::unique_ptr<Buffers> buf_;
+  std::vector<kernels::KvCache> kv_;  // [n_layer]
+};
+
+}  // namespace wgllm

@@ -1,0 +1,196 @@
+// The GPU forward pass against the CPU reference on the same GGUF (every test model), and end to end against the
+// transformers fixtures (greedy tokens), also through the `wgllm run` binary.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cpu/transformer.h"
+#include "model/gguf.h"
+#include "model/model_util.h"
+#include "model/transformer.h"
+#include "test_util.h"
+#include "wgllm/error.h"
+
+namespace wgllm {
+namespace {
+
+int32_t argmax(const std::vector<float>& v) { return int32_t(std::max_element(v.begin(), v.end()) - v.begin()); }
+
+// bos + n-1 random ids below n_vocab.
+std::vector<int32_t> random_prompt(uint32_t n_vocab, size_t n, uint64_t salt) {
+  auto gen = test::rng(salt);
+  std::uniform_int_distribution<int32_t> d(0, int32_t(n_vocab) - 1);
+  std::vector<int32_t> p{0};
+  while (p.size() < n) p.push_back(d(gen));
+  return p;
+}
+
+// The CPU reference dequantises the same bytes, so the differences are the f16 KV cache (rounding K and V to 11
+// significant bits: ~3e-4 relative on the logits of these models) and the order of accumulation (~1e-6). F32
+// weights are therefore checked twice: with an f32 cache at 1e-4, and with the f16 cache every model uses.
+struct GpuCase {
+  std::string model;
+  kernels::KvType kv;
+  double tol;
+};
+std::ostream& operator<<(std::ostream& o, const GpuCase& c) { return o << c.model; }
+
+std::vector<GpuCase> gpu_cases() {
+  std::vector<std::string> models;
+  for (const char* arch : {"llama", "qwen2", "qwen3"})
+    for (const char* type : {"f32", "f16", "bf16", "q8_0", "q4_0"}) models.push_back(std::string(arch) + "-" + type);
+  for (const char* m : {"llama-rope3-tied-f32", "llama-rope3-tied-q8_0", "llama-rope3-tied-q4_0", "qwen2-tied-f32",
+                        "qwen2-tied-q8_0"})
+    models.push_back(m);
+  std::vector<GpuCase> out;
+  for (const std::string& m : models) {
+    if (m.ends_with("f32")) out.push_back({m, kernels::KvType::F32, 1e-4});
+    out.push_back({m, kernels::KvType::F16, 5e-3});
+  }
+  return out;
+}
+
+class GpuForward : public ::testing::TestWithParam<GpuCase> {};
+
+// Prompt of 101 tokens in uneven chunks (37 + 1 + 50 + 13 through a ubatch of 40: also splits inside a call), the
+// logits of every token against the CPU reference, then 32 greedy decode steps with identical tokens.
+TEST_P(GpuForward, MatchesCpuReference) {
+  const GpuCase& tc = GetParam();
+  const GgufFile f = GgufFile::open(test::model_path(tc.model));
+  const cpu::CpuModel cm = cpu::load_cpu_model(f);
+  gpu::Context& ctx = test::context();
+  const GpuModel gm = load_gpu_model(ctx, f);
+  GpuSession gs(ctx, gm, {.n_ctx = 256, .ubatch = 40, .kv_type = tc.kv});
+  cpu::CpuSession cs(cm, 256);
+
+  const std::vector<int32_t> prompt = random_prompt(cm.config.n_vocab, 101, 7);
+  double worst = 0;
+  size_t at = 0;
+  std::vector<float> last_gpu, last_cpu;
+  for (size_t n : {37, 1, 50, 13}) {
+    const std::span<const int32_t> chunk(prompt.data() + at, n);
+    const auto g = gs.forward_all(chunk);
+    const auto c = cs.forward_all(chunk);
+    ASSERT_EQ(g.size(), n);
+    for (size_t t = 0; t < n; ++t) {
+      const auto e = test::compare(g[t], c[t]);
+      worst = std::max(worst, e.rel_l2);
+      ASSERT_LE(e.rel_l2, tc.tol) << "prompt position " << at + t << ": " << e.describe();
+    }
+    last_gpu = g.back(), last_cpu = c.back();
+    at += n;
+  }
+  std::vector<int32_t> gpu_tokens, cpu_tokens;
+  for (int step = 0; step < 32; ++step) {
+    gpu_tokens.push_back(argmax(last_gpu));
+    cpu_tokens.push_back(argmax(last_cpu));
+    ASSERT_EQ(gpu_tokens, cpu_tokens) << "greedy step " << step;
+    last_gpu = gs.forward(std::span(&gpu_tokens.back(), 1));
+    last_cpu = cs.forward(std::span(&cpu_tokens.back(), 1));
+    const auto e = test::compare(last_gpu, last_cpu);
+    worst = std::max(worst, e.rel_l2);
+    ASSERT_LE(e.rel_l2, tc.tol) << "decode step " << step << ": " << e.describe();
+  }
+  std::printf("[ rel L2 ] %-24s %s KV cache: worst %.3g (tolerance %.0e)\n", tc.model.c_str(),
+              tc.kv == kernels::KvType::F32 ? "f32" : "f16", worst, tc.tol);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, GpuForward, ::testing::ValuesIn(gpu_cases()),
+                         [](const auto& info) {
+                           std::string s = info.param.model;
+                           std::replace(s.begin(), s.end(), '-', '_');
+                           return s + (info.param.kv == kernels::KvType::F32 ? "_kv_f32" : "_kv_f16");
+                         });
+
+// forward (last logits only, chunked by ubatch) equals forward_all's last row.
+TEST(GpuForwardApi, LastLogitsEqualAllLogitsAndErrors) {
+  const GgufFile f = GgufFile::open(test::model_path("qwen3-f32"));
+  gpu::Context& ctx = test::context();
+  const GpuModel gm = load_gpu_model(ctx, f);
+  GpuSession a(ctx, gm, {.n_ctx = 64, .ubatch = 16}), b(ctx, gm, {.n_ctx = 64, .ubatch = 16});
+  const std::vector<int32_t> prompt = random_prompt(gm.config.n_vocab, 40, 3);
+  const auto last = a.forward(prompt);
+  const auto all = b.forward_all(prompt);
+  EXPECT_LE(test::compare(last, all.back()).rel_l2, 1e-6);
+  EXPECT_EQ(a.n_past(), 40u);
+  const std::vector<int32_t> too_long(25, 1);
+  EXPECT_THROW(a.forward(too_long), InvalidArgument);
+  EXPECT_EQ(a.n_past(), 40u);
+  const std::vector<int32_t> bad{int32_t(gm.config.n_vocab)};
+  EXPECT_THROW(a.forward(bad), InvalidArgument);
+}
+
+// ---- end to end against the transformers fixtures
+
+class GpuForwardRef : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GpuForwardRef, GreedyTokensMatchTransformers) {
+  const std::string name = GetParam();
+  const test::RefFixture fx = test::read_ref_fixture(test::ref_dir() + "/" + name + ".ref.gguf");
+  const GgufFile f = GgufFile::open(test::model_path(name));
+  ASSERT_EQ(test::tensor_digest(f), fx.strings.at("reference.tensor_sha256"));
+  gpu::Context& ctx = test::context();
+  const GpuModel gm = load_gpu_model(ctx, f);
+  // f32 cache: logits within 1e-4 of float64 transformers; the f16 cache the engine uses: within 1e-3. Both must
+  // give the same greedy tokens.
+  for (const auto& [kv, tol] : {std::pair{kernels::KvType::F32, 1e-4}, std::pair{kernels::KvType::F16, 1e-3}})
+  for (size_t p = 1; p < fx.prompts.size(); ++p) {  // the 64- and 130-token prompts
+    const test::RefPrompt& rp = fx.prompts[p];
+    SCOPED_TRACE("prompt " + std::to_string(p) + (kv == kernels::KvType::F32 ? ", f32 cache" : ", f16 cache"));
+    GpuSession s(ctx, gm, {.n_ctx = 256, .ubatch = 48, .kv_type = kv});
+    std::vector<float> logits = s.forward(rp.tokens);
+    EXPECT_LE(test::compare(logits, rp.logits.back()).rel_l2, tol);
+    std::vector<int32_t> greedy;
+    while (greedy.size() < rp.greedy.size()) {
+      greedy.push_back(argmax(logits));
+      logits = s.forward(std::span(&greedy.back(), 1));
+    }
+    EXPECT_EQ(greedy, rp.greedy);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, GpuForwardRef,
+                         ::testing::Values("llama-f32", "qwen2-f32", "qwen3-f32", "llama-rope3-tied-f32",
+                                           "qwen2-tied-f32"),
+                         [](const auto& info) {
+                           std::string s = info.param;
+                           std::replace(s.begin(), s.end(), '-', '_');
+                           return s;
+                         });
+
+// The built CLI, greedy, on a fixture prompt given as ids: the generated ids are the fixture's greedy tokens (up to
+// an end-of-generation token, where the CLI stops and the fixture does not).
+TEST(GpuForwardCli, RunJsonGreedyMatchesFixture) {
+  const test::RefFixture fx = test::read_ref_fixture(test::ref_dir() + "/qwen2-f32.ref.gguf");
+  const test::RefPrompt& rp = fx.prompts[1];
+  std::string ids;
+  for (int32_t t : rp.tokens) ids += (ids.empty() ? "" : ",") + std::to_string(t);
+  const std::string cmd = std::string(WGLLM_CLI) + " run -m " + test::model_path("qwen2-f32") +
+                          " --temp 0 --json -n " + std::to_string(rp.greedy.size()) + " --prompt-ids " + ids;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string out;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof buf, pipe)) out.append(buf, n);
+  ASSERT_EQ(pclose(pipe), 0) << cmd << "\n" << out;
+  const auto j = nlohmann::json::parse(out);
+  EXPECT_EQ(j.at("prompt_ids").get<std::vector<int32_t>>(), rp.tokens);
+  const auto gen = j.at("generated_ids").get<std::vector<int32_t>>();
+  ASSERT_FALSE(gen.empty());
+  if (j.at("stopped_by_eog").get<bool>()) {
+    ASSERT_LE(gen.size(), rp.greedy.size());
+    EXPECT_EQ(gen, std::vector<int32_t>(rp.greedy.begin(), rp.greedy.begin() + gen.size()));
+  } else {
+    EXPECT_EQ(gen, rp.greedy);
+  }
+}
+
+}  // namespace
+}  // namespace wgllm

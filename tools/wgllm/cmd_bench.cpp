@@ -1,0 +1,125 @@
+// `wgllm bench`: prompt processing (pp) and generation (tg) speed of a model, llama-bench style.
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "command.h"
+
+namespace wgllm::cli {
+namespace {
+
+struct BenchOptions {
+  std::string model, adapter;
+  uint32_t n_prompt = 512, n_gen = 128, repeats = 5, ubatch = 512;
+  bool json = false;
+};
+
+struct Stat {
+  double median, min, max;  // tokens per second
+};
+
+Stat stats(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  const double med = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+  return {med, v.front(), v.back()};
+}
+
+std::vector<int32_t> random_tokens(uint32_t n, uint32_t n_vocab, uint64_t seed) {
+  std::mt19937_64 gen(seed);
+  std::uniform_int_distribution<int32_t> d(0, int32_t(n_vocab) - 1);
+  std::vector<int32_t> t(n);
+  for (auto& x : t) x = d(gen);
+  return t;
+}
+
+// Tokens per second of feeding n_prompt tokens to an empty cache.
+double time_pp(Session& s, const std::vector<int32_t>& prompt) {
+  s.reset();
+  const auto t0 = std::chrono::steady_clock::now();
+  s.feed(prompt);
+  return prompt.size() / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Tokens per second of n one-token steps from an empty cache.
+double time_tg(Session& s, uint32_t n, uint32_t n_vocab) {
+  s.reset();
+  const std::vector<int32_t> ids = random_tokens(n, n_vocab, 2);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int32_t id : ids) s.feed(std::span(&id, 1));
+  return n / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+int bench(const BenchOptions& o) {
+  const uint32_t n_ctx = std::max<uint32_t>(std::max(o.n_prompt, o.n_gen), 1);
+  Model model = load_model(o.model, {.adapter = o.adapter, .n_ctx = n_ctx, .ubatch = o.ubatch,
+                                     .progress = o.json ? nullptr : progress_bar()});
+  const ModelInfo& info = model.info();
+  if (!o.json) print_memory(model);
+  Session s(model);
+  const std::vector<int32_t> prompt = random_tokens(o.n_prompt, info.n_vocab, 1);
+  // One untimed run of each compiles the shaders.
+  if (o.n_prompt) time_pp(s, prompt);
+  if (o.n_gen) time_tg(s, std::min<uint32_t>(o.n_gen, 2), info.n_vocab);
+  std::vector<double> pp, tg;
+  for (uint32_t r = 0; r < std::max<uint32_t>(o.repeats, 1); ++r) {
+    if (o.n_prompt) pp.push_back(time_pp(s, prompt));
+    if (o.n_gen) tg.push_back(time_tg(s, o.n_gen, info.n_vocab));
+  }
+  const double gb = info.bytes_per_token / 1e9;
+  if (o.json) {
+    nlohmann::json j = {{"model", info.arch}, {"type", info.weight_type}, {"params", info.n_params},
+                        {"adapter", info.adapter}, {"weight_bytes", info.weight_bytes}};
+    if (!pp.empty()) {
+      const Stat p = stats(pp);
+      j["pp"] = {{"n", o.n_prompt}, {"tokens_per_s", p.median}, {"min", p.min}, {"max", p.max}};
+    }
+    if (!tg.empty()) {
+      const Stat t = stats(tg);
+      j["tg"] = {{"n", o.n_gen}, {"tokens_per_s", t.median}, {"min", t.min}, {"max", t.max},
+                 {"decode_gb_per_s", gb * t.median}};
+    }
+    std::printf("%s\n", j.dump().c_str());
+    return 0;
+  }
+  const std::string model_name = info.arch + " " + std::to_string(info.n_layer) + "L " + std::to_string(info.n_embd);
+  std::printf("| %-16s | %-6s | %9s | %-24.24s | %7s | %24s | %10s |\n", "model", "type", "params", "adapter", "test",
+              "t/s (median [min, max])", "GB/s");
+  std::printf("|%s|%s|%s|%s|%s|%s|%s|\n", std::string(18, '-').c_str(), std::string(8, '-').c_str(),
+              std::string(11, '-').c_str(), std::string(26, '-').c_str(), std::string(9, '-').c_str(),
+              std::string(26, '-').c_str(), std::string(12, '-').c_str());
+  auto row = [&](const char* kind, uint32_t n, const Stat& st, double gbs) {
+    const std::string test = kind + std::to_string(n);
+    char ts[64], gbuf[32] = "";
+    std::snprintf(ts, sizeof ts, "%.2f [%.2f, %.2f]", st.median, st.min, st.max);
+    if (gbs > 0) std::snprintf(gbuf, sizeof gbuf, "%.2f", gbs);
+    std::printf("| %-16s | %-6s | %8.2fM | %-24.24s | %7s | %24s | %10s |\n", model_name.c_str(),
+                info.weight_type.c_str(), info.n_params / 1e6, info.adapter.c_str(), test.c_str(), ts, gbuf);
+  };
+  if (!pp.empty()) row("pp", o.n_prompt, stats(pp), 0);
+  if (!tg.empty()) row("tg", o.n_gen, stats(tg), gb * stats(tg).median);
+  std::printf("decode GB/s = %.2f MB of weights read per token x tokens/s\n", gb * 1e3);
+  return 0;
+}
+
+const Register reg{{"bench", "prompt processing and generation speed of a model",
+                    [](CLI::App& app) -> std::function<int()> {
+                      auto o = std::make_shared<BenchOptions>();
+                      app.add_option("-m,--model", o->model, "GGUF model file");
+                      app.add_option("-p,--n-prompt", o->n_prompt, "prompt tokens (0: skip pp)")
+                          ->capture_default_str();
+                      app.add_option("-n,--n-gen", o->n_gen, "generated tokens (0: skip tg)")->capture_default_str();
+                      app.add_option("-r,--repetitions", o->repeats, "repeats of each test")->capture_default_str();
+                      app.add_option("--ubatch", o->ubatch, "prompt tokens per GPU step")->capture_default_str();
+                      app.add_option("--adapter", o->adapter, "adapter index or name part (wgllm info --list)");
+                      app.add_flag("--json", o->json, "print one JSON object");
+                      return [o] { return bench(*o); };
+                    }}};
+
+}  // namespace
+}  // namespace wgllm::cli

@@ -1,0 +1,154 @@
+// `wgllm run`: load a GGUF model, feed a prompt and stream the generated text.
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "command.h"
+#include "wgllm/wgllm.h"
+
+namespace wgllm::cli {
+
+// The model used when -m is absent: none yet (an embedded default model will be returned here).
+std::span<const uint8_t> default_model_bytes() { return {}; }
+
+// A progress bar on stderr while the weights upload.
+std::function<void(uint64_t, uint64_t)> progress_bar() {
+  return [last = -1](uint64_t done, uint64_t total) mutable {
+    const int pct = total ? int(done * 100 / total) : 100;
+    if (pct == last) return;
+    last = pct;
+    const int width = 30, fill = pct * width / 100;
+    std::fprintf(stderr, "\rloading [%s%s] %3d%%", std::string(fill, '#').c_str(),
+                 std::string(width - fill, ' ').c_str(), pct);
+    if (pct == 100) std::fprintf(stderr, "\n");
+  };
+}
+
+Model load_model(const std::string& path, const LoadOptions& options) {
+  if (!path.empty()) return Model::load(path, options);
+  const auto bytes = default_model_bytes();
+  if (bytes.empty()) throw Error("no model: pass -m FILE.gguf");
+  return Model::load(bytes, options, "<default model>");
+}
+
+void print_memory(const Model& model) {
+  const ModelInfo& i = model.info();
+  std::fprintf(stderr, "%s (%s, %u layers) on %s: weights %.1f MiB, KV cache %.1f MiB (context %u%s)\n",
+               i.arch.c_str(), i.weight_type.c_str(), i.n_layer, i.adapter.c_str(), i.weight_bytes / 1048576.0,
+               i.kv_bytes / 1048576.0, i.n_ctx,
+               i.n_ctx_capped ? (", capped from " + std::to_string(i.n_ctx_train) + " to fit memory").c_str() : "");
+}
+
+namespace {
+
+struct RunOptions {
+  std::string model, prompt, prompt_file, prompt_ids, adapter, system;
+  uint32_t n_predict = 128, n_ctx = 0, ubatch = 512;
+  SamplingParams sampling;
+  int64_t seed = -1;
+  bool chat = false, json = false;
+};
+
+std::vector<int32_t> parse_ids(const std::string& s) {
+  std::vector<int32_t> ids;
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, ','))
+    try {
+      ids.push_back(std::stoi(item));
+    } catch (const std::exception&) {
+      throw InvalidArgument("--prompt-ids: '" + item + "' is not a token id");
+    }
+  return ids;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path + ": cannot open the prompt file");
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+std::vector<int32_t> prompt_tokens(const Model& model, const RunOptions& o) {
+  if (!o.prompt_ids.empty()) return parse_ids(o.prompt_ids);
+  if (o.prompt.empty() && o.prompt_file.empty()) throw InvalidArgument("no prompt: pass -p TEXT or -f FILE");
+  std::string text = o.prompt_file.empty() ? o.prompt : read_file(o.prompt_file);
+  if (o.chat) return model.encode(model.apply_chat_template(text, o.system), false);
+  return model.encode(text, true);
+}
+
+int run(RunOptions o) {
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
+  Model model = load_model(o.model, {.adapter = o.adapter, .n_ctx = o.n_ctx, .ubatch = o.ubatch,
+                                     .progress = o.json ? nullptr : progress_bar()});
+  const double load_s = std::chrono::duration<double>(clock::now() - t0).count();
+  if (!o.json) print_memory(model);
+  const std::vector<int32_t> prompt = prompt_tokens(model, o);
+  o.sampling.seed = o.seed >= 0 ? uint64_t(o.seed) : std::random_device{}();
+  Session session(model);
+  const GenerateResult r = session.generate(prompt, o.sampling, o.n_predict, [&](int32_t, std::string_view text) {
+    if (!o.json) {
+      std::fwrite(text.data(), 1, text.size(), stdout);
+      std::fflush(stdout);
+    }
+    return true;
+  });
+  const size_t n_gen = r.tokens.size();
+  if (o.json) {
+    const nlohmann::json j = {
+        {"prompt_ids", prompt},
+        {"generated_ids", r.tokens},
+        {"text", r.text},
+        {"seed", o.sampling.seed},
+        {"stopped_by_eog", r.stopped_by_eog},
+        {"timings", {{"load_s", load_s}, {"prompt_s", r.prompt_seconds}, {"generate_s", r.generate_seconds},
+                     {"prompt_tokens_per_s", prompt.size() / r.prompt_seconds},
+                     {"generate_tokens_per_s", n_gen / r.generate_seconds}}}};
+    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    return 0;
+  }
+  std::printf("\n");
+  std::fprintf(stderr, "load %.2f s, prompt %zu tokens %.1f tok/s, generation %zu tokens %.1f tok/s\n", load_s,
+               prompt.size(), prompt.size() / r.prompt_seconds, n_gen, n_gen / r.generate_seconds);
+  return 0;
+}
+
+const Register reg{{"run", "generate text from a prompt with a GGUF model",
+                    [](CLI::App& app) -> std::function<int()> {
+                      auto o = std::make_shared<RunOptions>();
+                      app.add_option("-m,--model", o->model, "GGUF model file");
+                      auto* p = app.add_option("-p,--prompt", o->prompt, "prompt text");
+                      auto* f = app.add_option("-f,--file", o->prompt_file, "read the prompt from a file");
+                      auto* ids = app.add_option("--prompt-ids", o->prompt_ids, "prompt as token ids: 1,2,3")
+                                      ->group("Advanced");
+                      p->excludes(f)->excludes(ids);
+                      f->excludes(ids);
+                      app.add_option("-n,--n-predict", o->n_predict, "most tokens to generate")->capture_default_str();
+                      app.add_option("-c,--ctx-size", o->n_ctx, "context size (0: the model's, capped to memory)")
+                          ->capture_default_str();
+                      app.add_option("--temp", o->sampling.temperature, "temperature (0: greedy)")
+                          ->capture_default_str();
+                      app.add_option("--top-k", o->sampling.top_k, "top-k (0: off)")->capture_default_str();
+                      app.add_option("--top-p", o->sampling.top_p, "top-p (1: off)")->capture_default_str();
+                      app.add_option("--min-p", o->sampling.min_p, "min-p (0: off)")->capture_default_str();
+                      app.add_option("--repeat-penalty", o->sampling.repeat_penalty, "repetition penalty (1: off)")
+                          ->capture_default_str();
+                      app.add_option("--repeat-last-n", o->sampling.repeat_last_n, "tokens the penalty looks at")
+                          ->capture_default_str();
+                      app.add_option("--seed", o->seed, "random seed (-1: random)")->capture_default_str();
+                      app.add_flag("--chat", o->chat, "wrap the prompt in the model's chat template");
+                      app.add_option("--system", o->system, "system message for --chat");
+                      app.add_flag("--json", o->json, "print one JSON object (ids, text, timings) instead");
+                      app.add_option("--ubatch", o->ubatch, "prompt tokens per GPU step")->capture_default_str();
+                      app.add_option("--adapter", o->adapter, "adapter index or name part (wgllm info --list)");
+                      return [o] { return run(*o); };
+                    }}};
+
+}  // namespace
+}  // namespace wgllm::cli
