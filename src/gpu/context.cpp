@@ -244,12 +244,19 @@ Context::Context(const ContextOptions& options) : errors_(std::make_unique<Error
 }
 
 Context::~Context() {
+  layouts_.clear();
   pipelines_.clear();
+  placeholder_ = {};
   queue_.reset();
   if (device_) {
     native::poll_wait(device_.get());
     device_.reset();
   }
+}
+
+const Buffer& Context::placeholder_storage() {
+  if (!placeholder_.handle) placeholder_ = create_buffer(16, WGPUBufferUsage_Storage, "placeholder");
+  return placeholder_;
 }
 
 uint64_t Context::max_binding_size() const {
@@ -436,10 +443,17 @@ BindGroupHandle Context::bind_group(WGPUComputePipeline pipeline, std::span<cons
                             std::to_string(max_binding_size()));
     entries.push_back(e);
   }
-  BindGroupLayoutHandle layout(wgpuComputePipelineGetBindGroupLayout(pipeline, 0));
+  WGPUBindGroupLayout layout;
+  {
+    std::lock_guard lock(pipelines_mutex_);
+    auto it = layouts_.find(pipeline);
+    if (it == layouts_.end())
+      it = layouts_.emplace(pipeline, BindGroupLayoutHandle(wgpuComputePipelineGetBindGroupLayout(pipeline, 0))).first;
+    layout = it->second.get();
+  }
   WGPUBindGroupDescriptor d{};
   d.label = sv(label);
-  d.layout = layout.get();
+  d.layout = layout;
   d.entryCount = entries.size();
   d.entries = entries.data();
   return BindGroupHandle(wgpuDeviceCreateBindGroup(device_.get(), &d));
@@ -502,10 +516,28 @@ void ComputeBatch::dispatch(WGPUComputePipeline pipeline, std::span<const Buffer
   dispatch(pipeline, owned_groups_.back().get(), x, y, z);
 }
 
-const Buffer& ComputeBatch::uniform(const void* bytes, uint64_t size) {
-  owned_buffers_.push_back(ctx_.create_buffer(size, WGPUBufferUsage_Uniform, label_ + " params"));
-  ctx_.write_buffer(owned_buffers_.back(), 0, bytes, size);
-  return owned_buffers_.back();
+BufferBinding ComputeBatch::uniform(uint32_t binding, const void* bytes, uint64_t size) {
+  constexpr uint64_t kArenaBytes = 64 * 1024;
+  const uint64_t align = std::max<uint64_t>(256, ctx_.limits().minUniformBufferOffsetAlignment);
+  if (size == 0 || size > kArenaBytes) throw InvalidArgument("uniform of " + std::to_string(size) + " bytes");
+  uint64_t offset = (arena_bytes_.size() + align - 1) / align * align;
+  if (!arena_ || offset + size > kArenaBytes) {
+    flush_uniforms();
+    owned_buffers_.push_back(ctx_.create_buffer(kArenaBytes, WGPUBufferUsage_Uniform, label_ + " params"));
+    arena_ = &owned_buffers_.back();
+    offset = 0;
+  }
+  arena_bytes_.resize(offset + size);
+  std::memcpy(arena_bytes_.data() + offset, bytes, size);
+  return {binding, arena_, offset, (size + 3) & ~uint64_t(3)};
+}
+
+void ComputeBatch::flush_uniforms() {
+  if (arena_ && !arena_bytes_.empty()) {
+    arena_bytes_.resize((arena_bytes_.size() + 3) & ~size_t(3));
+    ctx_.write_buffer(*arena_, 0, arena_bytes_.data(), arena_bytes_.size());
+  }
+  arena_bytes_.clear();
 }
 
 const Buffer& ComputeBatch::scratch(uint64_t size) {
@@ -522,6 +554,7 @@ void ComputeBatch::copy(const Buffer& src, uint64_t src_offset, const Buffer& ds
 void ComputeBatch::submit() {
   if (submitted_) throw InvalidArgument("ComputeBatch submitted twice");
   end_pass();
+  flush_uniforms();  // queue writes land before the commands that read them
   WGPUCommandBufferDescriptor d{};
   CommandBufferHandle cmd(wgpuCommandEncoderFinish(encoder_.get(), &d));
   submitted_ = true;

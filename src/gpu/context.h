@@ -118,6 +118,9 @@ class Context {
   // Throws the first uncaptured error or device loss recorded since the last call.
   void check_errors();
 
+  // A tiny storage buffer for bindings a dispatch does not use (created once).
+  const Buffer& placeholder_storage();
+
   // Largest range one binding may cover: min(maxStorageBufferBindingSize, maxBufferSize).
   uint64_t max_binding_size() const;
 
@@ -133,6 +136,8 @@ class Context {
   std::unique_ptr<ErrorSink> errors_;
   std::mutex pipelines_mutex_;
   std::map<std::string, ComputePipelineHandle> pipelines_;
+  std::map<WGPUComputePipeline, BindGroupLayoutHandle> layouts_;  // group 0 of each pipeline
+  Buffer placeholder_;
 };
 
 // Records compute dispatches into one command buffer; submit() sends them all.
@@ -148,10 +153,11 @@ class ComputeBatch {
   // Same, building (and keeping alive) a bind group from `bindings`.
   void dispatch(WGPUComputePipeline pipeline, std::span<const BufferBinding> bindings, uint32_t x,
                 uint32_t y = 1, uint32_t z = 1);
-  // A uniform buffer holding `bytes`, owned by the batch (kernel parameter structs).
-  const Buffer& uniform(const void* bytes, uint64_t size);
+  // Kernel parameters (a uniform struct) for @binding(binding). All of a batch's parameters
+  // share a few arena buffers, uploaded once at submit: no buffer is created per dispatch.
+  BufferBinding uniform(uint32_t binding, const void* bytes, uint64_t size);
   template <typename T>
-  const Buffer& uniform(const T& params) { return uniform(&params, sizeof(T)); }
+  BufferBinding uniform(uint32_t binding, const T& params) { return uniform(binding, &params, sizeof(T)); }
   // A storage buffer of `size` bytes owned by the batch (scratch space, placeholders).
   const Buffer& scratch(uint64_t size);
   // Copy between buffers (ends the current compute pass).
@@ -167,7 +173,10 @@ class ComputeBatch {
   std::string label_;
   CommandEncoderHandle encoder_;
   ComputePassHandle pass_;
+  void flush_uniforms();
   std::deque<Buffer> owned_buffers_;  // deque: references handed out stay valid
+  const Buffer* arena_ = nullptr;     // current uniform arena (one of owned_buffers_)
+  std::vector<uint8_t> arena_bytes_;  // its contents, written at submit or when full
   std::vector<BindGroupHandle> owned_groups_;
   bool submitted_ = false;
 };

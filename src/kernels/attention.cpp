@@ -231,7 +231,7 @@ void encode_attention_prefill(gpu::ComputeBatch& batch, gpu::Context& ctx, const
     }
     p.grid_x = gx;
     const gpu::BufferBinding bindings[] = {
-        {0, &batch.uniform(p)},
+        batch.uniform(0, p),
         {1, &q, qw.offset_bytes, qw.size_bytes},
         {2, &out, ow.offset_bytes, ow.size_bytes},
         {3, &kv.page_table()},
@@ -286,7 +286,7 @@ void encode_attention_decode(gpu::ComputeBatch& batch, gpu::Context& ctx, const 
   WGPUComputePipeline reduce = ctx.pipeline({"attention.wgsl", "attention_decode_reduce", {}, prelude});
   const uint32_t q_dim = s.n_heads * s.head_dim;
   // Without a split the partials binding is unused; a small placeholder keeps it valid.
-  const gpu::Buffer& partials = n_splits > 1 ? *scratch : batch.scratch(16);
+  const gpu::Buffer& partials = n_splits > 1 ? *scratch : ctx.placeholder_storage();
 
   uint32_t step = std::min(max_rows_per_binding(ctx, s), max_grid);
   in_chunks(s.n_queries, step, [&](uint32_t first, uint32_t count) {
@@ -301,9 +301,9 @@ void encode_attention_decode(gpu::ComputeBatch& batch, gpu::Context& ctx, const 
     const uint64_t window = std::min<uint64_t>(uint64_t(s.start_pos) + p.q_base + count, kv.config().max_seq);
     const uint64_t split_len = (window + n_splits - 1) / n_splits;
     p.split_len = uint32_t((split_len + kDecodeWorkgroup - 1) / kDecodeWorkgroup * kDecodeWorkgroup);
-    const gpu::Buffer& params = batch.uniform(p);
+    const gpu::BufferBinding params = batch.uniform(0, p);
     const gpu::BufferBinding bindings[] = {
-        {0, &params},
+        params,
         {1, &q, qw.offset_bytes, qw.size_bytes},
         {2, &out, ow.offset_bytes, ow.size_bytes},
         {3, &kv.page_table()},
@@ -316,7 +316,7 @@ void encode_attention_decode(gpu::ComputeBatch& batch, gpu::Context& ctx, const 
     batch.dispatch(decode, bindings, n_splits, s.n_heads, count);
     if (n_splits > 1) {
       const gpu::BufferBinding reduce_bindings[] = {
-          {0, &params}, {2, &out, ow.offset_bytes, ow.size_bytes}, {8, &partials}};
+          params, {2, &out, ow.offset_bytes, ow.size_bytes}, {8, &partials}};
       batch.dispatch(reduce, reduce_bindings, s.n_heads, count);
     }
   });

@@ -20,7 +20,7 @@ void encode_add(gpu::ComputeBatch& batch, gpu::Context& ctx, const gpu::Buffer& 
   const ElementwiseParams params{static_cast<uint32_t>(n), grid.x};
   WGPUComputePipeline pipe = ctx.pipeline({"elementwise.wgsl", "add", {{"WG", kWorkgroup}}, ""});
   const gpu::BufferBinding bindings[] = {
-      {0, &batch.uniform(params)}, {1, &a, 0, bytes}, {2, &b, 0, bytes}, {3, &out, 0, bytes}};
+      batch.uniform(0, params), {1, &a, 0, bytes}, {2, &b, 0, bytes}, {3, &out, 0, bytes}};
   batch.dispatch(pipe, bindings, grid.x, grid.y);
 }
 

@@ -36,7 +36,7 @@ void encode_kv_append(gpu::ComputeBatch& batch, gpu::Context& ctx, KvCache& kv, 
     if (!touched[pool]) continue;
     const KvAppendParams p{cfg.kv_dim, start_pos, n_tokens, kv.page_size(), kv.pages_per_pool(), pool, f16 ? 1u : 0u,
                            grid.x};
-    const gpu::BufferBinding b[] = {{0, &batch.uniform(p)},
+    const gpu::BufferBinding b[] = {batch.uniform(0, p),
                                     {1, &k, 0, bytes},
                                     {2, &v, 0, bytes},
                                     {3, &kv.page_table()},

@@ -223,7 +223,7 @@ void encode_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight&
   const uint32_t max_grid = ctx.limits().maxComputeWorkgroupsPerDimension;
   uint32_t step = tokens_per_binding(fn, ctx, {w.n_in, w.n_out});
   if (impl == MatmulImpl::Matvec) step = std::min(step, kMatvecMaxTokens);
-  const gpu::Buffer& bias_buf = bias ? *bias : batch.scratch(16);
+  const gpu::Buffer& bias_buf = bias ? *bias : ctx.placeholder_storage();
   const MatvecConfig mv = matvec_config(ctx);
   const uint64_t bias_bytes = bias ? uint64_t(w.n_out) * 4 : 16;
 
@@ -257,7 +257,7 @@ void encode_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight&
       const auto grid = gpu::fold_grid(n_wg, max_grid);
       p.grid_x = grid.x;
       const gpu::BufferBinding bindings[] = {
-          {0, &batch.uniform(p)},
+          batch.uniform(0, p),
           {1, &piece.buffer},
           {2, &x, xw.offset_bytes, xw.size_bytes},
           {3, &y, yw.offset_bytes, yw.size_bytes},
@@ -301,7 +301,7 @@ void encode_embedding(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeig
       p.y_off = ow.first_word;
       p.grid_x = count;
       const gpu::BufferBinding bindings[] = {
-          {0, &batch.uniform(p)},
+          batch.uniform(0, p),
           {1, &piece.buffer},
           {3, &out, ow.offset_bytes, ow.size_bytes},
           {5, &ids, iw.offset_bytes, iw.size_bytes},

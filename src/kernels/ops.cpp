@@ -45,12 +45,12 @@ void encode_rms_norm(gpu::ComputeBatch& batch, gpu::Context& ctx, const gpu::Buf
   const auto grid = gpu::fold_grid(n_rows, ctx.limits().maxComputeWorkgroupsPerDimension);
   const NormParams p{n_rows, dim, eps, grid.x};
   WGPUComputePipeline pipe = ctx.pipeline({"norm.wgsl", in_place ? "rms_norm_inplace" : "rms_norm", {}, ""});
-  const gpu::Buffer& params = batch.uniform(p);
+  const gpu::BufferBinding params = batch.uniform(0, p);
   if (in_place) {
-    const gpu::BufferBinding b[] = {{0, &params}, {2, &w, 0, uint64_t(dim) * 4}, {3, &y, 0, bytes}};
+    const gpu::BufferBinding b[] = {params, {2, &w, 0, uint64_t(dim) * 4}, {3, &y, 0, bytes}};
     batch.dispatch(pipe, b, grid.x, grid.y);
   } else {
-    const gpu::BufferBinding b[] = {{0, &params}, {1, &x, 0, bytes}, {2, &w, 0, uint64_t(dim) * 4}, {3, &y, 0, bytes}};
+    const gpu::BufferBinding b[] = {params, {1, &x, 0, bytes}, {2, &w, 0, uint64_t(dim) * 4}, {3, &y, 0, bytes}};
     batch.dispatch(pipe, b, grid.x, grid.y);
   }
 }
@@ -136,7 +136,7 @@ void encode_rope(gpu::ComputeBatch& batch, gpu::Context& ctx, const RopeShape& s
   p.grid_x = grid.x;
   WGPUComputePipeline pipe = ctx.pipeline({"rope.wgsl", "rope", {}, ""});
   const gpu::BufferBinding b[] = {
-      {0, &batch.uniform(p)},
+      batch.uniform(0, p),
       {1, &table, 0, uint64_t(rope_dim / 2) * 16},
       {3, &x, 0, ((uint64_t(s.n_tokens) - 1) * stride + s.head_offset + heads) * 4}};
   batch.dispatch(pipe, b, grid.x, grid.y);
@@ -155,7 +155,7 @@ void encode_swiglu(gpu::ComputeBatch& batch, gpu::Context& ctx, const gpu::Buffe
   const auto grid = gpu::fold_grid((n + kWorkgroup - 1) / kWorkgroup, ctx.limits().maxComputeWorkgroupsPerDimension);
   const SwigluParams p{uint32_t(n), grid.x};
   WGPUComputePipeline pipe = ctx.pipeline({"swiglu.wgsl", "swiglu", {}, ""});
-  const gpu::BufferBinding b[] = {{0, &batch.uniform(p)}, {1, &gate, 0, n * 4}, {2, &up, 0, n * 4}, {3, &out, 0, n * 4}};
+  const gpu::BufferBinding b[] = {batch.uniform(0, p), {1, &gate, 0, n * 4}, {2, &up, 0, n * 4}, {3, &out, 0, n * 4}};
   batch.dispatch(pipe, b, grid.x, grid.y);
 }
 
