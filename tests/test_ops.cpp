@@ -9,6 +9,7 @@
 #include "cpu/ops.h"
 #include "kernels/kv_append.h"
 #include "kernels/kv_cache.h"
+#include "model/dequant.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
 #include "test_util.h"
@@ -41,7 +42,7 @@ std::vector<uint8_t> random_weight(WeightType t, uint64_t ne0, uint64_t ne1, std
       }
       break;
     case WeightType::F16:
-      for (size_t i = 0; i < ne0 * ne1; ++i) put16(i * 2, kernels::f32_to_f16(val(gen)));
+      for (size_t i = 0; i < ne0 * ne1; ++i) put16(i * 2, wgllm::f32_to_f16(val(gen)));
       break;
     case WeightType::BF16:
       for (size_t i = 0; i < ne0 * ne1; ++i) put16(i * 2, uint16_t(std::bit_cast<uint32_t>(val(gen)) >> 16));
@@ -50,7 +51,7 @@ std::vector<uint8_t> random_weight(WeightType t, uint64_t ne0, uint64_t ne1, std
     case WeightType::Q4_0: {
       const size_t bb = t == WeightType::Q8_0 ? 34 : 18;
       for (size_t b = 0; b < out.size(); b += bb) {
-        put16(b, kernels::f32_to_f16(byte(gen) & 1 ? scale(gen) : -scale(gen)));
+        put16(b, wgllm::f32_to_f16(byte(gen) & 1 ? scale(gen) : -scale(gen)));
         for (size_t j = 2; j < bb; ++j) out[b + j] = uint8_t(byte(gen));
       }
       break;
@@ -474,7 +475,7 @@ TEST_P(KvAppendTable, WritesThroughThePageTable) {
   // Expected: the neighbours, and the appended rows rounded like the cache's own host writes.
   auto wk = nk, wv = nv;
   const bool f16 = c.type == kernels::KvType::F16;
-  auto round = [&](float f) { return f16 ? kernels::f16_to_f32(kernels::f32_to_f16(f)) : f; };
+  auto round = [&](float f) { return f16 ? wgllm::f16_to_f32(wgllm::f32_to_f16(f)) : f; };
   for (size_t i = 0; i < wk.size(); ++i) {
     wk[i] = round(wk[i]);
     wv[i] = round(wv[i]);

@@ -1,49 +1,30 @@
 #include "cpu/ops.h"
 
-#include <bit>
 #include <cmath>
 #include <cstring>
 
-#include "kernels/kv_cache.h"
+#include "model/dequant.h"
 
 namespace wgllm::cpu {
 
 using kernels::WeightType;
 
+// The GPU weight type as its GGUF storage type (same bytes).
+static GgufType gguf_type(WeightType t) {
+  switch (t) {
+    case WeightType::F32: return GgufType::F32;
+    case WeightType::F16: return GgufType::F16;
+    case WeightType::BF16: return GgufType::BF16;
+    case WeightType::Q8_0: return GgufType::Q8_0;
+    case WeightType::Q4_0: return GgufType::Q4_0;
+  }
+  return GgufType::F32;
+}
+
 std::vector<float> dequantize_row(WeightType t, std::span<const uint8_t> bytes, uint64_t ne0, uint64_t row) {
   std::vector<float> out(ne0);
-  auto u16 = [](const uint8_t* p) { return uint16_t(p[0] | (p[1] << 8)); };
-  switch (t) {
-    case WeightType::F32:
-      std::memcpy(out.data(), bytes.data() + row * ne0 * 4, ne0 * 4);
-      break;
-    case WeightType::F16:
-      for (uint64_t i = 0; i < ne0; ++i) out[i] = kernels::f16_to_f32(u16(&bytes[(row * ne0 + i) * 2]));
-      break;
-    case WeightType::BF16:
-      for (uint64_t i = 0; i < ne0; ++i)
-        out[i] = std::bit_cast<float>(uint32_t(u16(&bytes[(row * ne0 + i) * 2])) << 16);
-      break;
-    case WeightType::Q8_0: {
-      const uint8_t* b = bytes.data() + row * (ne0 / 32) * 34;
-      for (uint64_t blk = 0; blk < ne0 / 32; ++blk, b += 34) {
-        const float d = kernels::f16_to_f32(u16(b));
-        for (int j = 0; j < 32; ++j) out[blk * 32 + j] = d * float(int8_t(b[2 + j]));
-      }
-      break;
-    }
-    case WeightType::Q4_0: {
-      const uint8_t* b = bytes.data() + row * (ne0 / 32) * 18;
-      for (uint64_t blk = 0; blk < ne0 / 32; ++blk, b += 18) {
-        const float d = kernels::f16_to_f32(u16(b));
-        for (int j = 0; j < 16; ++j) {
-          out[blk * 32 + j] = d * float(int(b[2 + j] & 15) - 8);
-          out[blk * 32 + j + 16] = d * float(int(b[2 + j] >> 4) - 8);
-        }
-      }
-      break;
-    }
-  }
+  const uint64_t row_bytes = kernels::gguf_bytes(t, ne0, 1);
+  wgllm::dequantize_row(gguf_type(t), bytes.data() + row * row_bytes, out.data(), ne0);
   return out;
 }
 

@@ -1,48 +1,14 @@
 #include "kernels/kv_cache.h"
 
 #include <algorithm>
-#include <bit>
 #include <cstring>
 #include <numeric>
 #include <random>
 
+#include "model/dequant.h"
 #include "wgllm/error.h"
 
 namespace wgllm::kernels {
-
-uint16_t f32_to_f16(float f) {
-  const uint32_t x = std::bit_cast<uint32_t>(f);
-  const uint32_t sign = (x >> 16) & 0x8000u;
-  const uint32_t exp = (x >> 23) & 0xFFu;
-  uint32_t mant = x & 0x7FFFFFu;
-  if (exp == 0xFF) return uint16_t(sign | 0x7C00u | (mant ? 0x200u | (mant >> 13) : 0));  // inf / nan
-  int e = int(exp) - 127 + 15;
-  if (e >= 31) return uint16_t(sign | 0x7C00u);  // overflow -> inf
-  if (e <= 0) {                                  // subnormal or zero
-    if (e < -10) return uint16_t(sign);
-    mant |= 0x800000u;
-    const uint32_t shift = uint32_t(14 - e);
-    uint32_t h = mant >> shift;
-    const uint32_t rem = mant & ((1u << shift) - 1), half = 1u << (shift - 1);
-    if (rem > half || (rem == half && (h & 1u))) ++h;
-    return uint16_t(sign | h);
-  }
-  uint32_t h = (uint32_t(e) << 10) | (mant >> 13);
-  const uint32_t rem = mant & 0x1FFFu;
-  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ++h;  // may carry into the exponent: correct
-  return uint16_t(sign | h);
-}
-
-float f16_to_f32(uint16_t h) {
-  const uint32_t sign = uint32_t(h & 0x8000u) << 16;
-  const uint32_t exp = (h >> 10) & 0x1Fu, mant = h & 0x3FFu;
-  if (exp == 0) {
-    const float v = std::ldexp(float(mant), -24);
-    return sign ? -v : v;
-  }
-  if (exp == 31) return std::bit_cast<float>(sign | 0x7F800000u | (mant << 13));
-  return std::bit_cast<float>(sign | ((exp + 112) << 23) | (mant << 13));
-}
 
 KvCache::KvCache(gpu::Context& ctx, const KvCacheConfig& config, std::string_view label)
     : ctx_(ctx), config_(config) {

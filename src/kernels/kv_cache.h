@@ -65,8 +65,4 @@ class KvCache {
   gpu::Buffer page_table_;
 };
 
-// IEEE half <-> float with round-to-nearest-even.
-uint16_t f32_to_f16(float f);
-float f16_to_f32(uint16_t h);
-
 }  // namespace wgllm::kernels

@@ -15,6 +15,7 @@
 #include "command.h"
 #include "gpu/context.h"
 #include "kernels/kv_cache.h"
+#include "model/dequant.h"
 #include "kernels/matmul.h"
 #include "wgllm/error.h"
 
@@ -67,7 +68,7 @@ std::vector<uint8_t> random_weight(WeightType t, uint32_t n_in, uint32_t n_out, 
         const float f = unit();
         uint32_t bits;
         std::memcpy(&bits, &f, 4);
-        const uint16_t h = t == WeightType::F16 ? kernels::f32_to_f16(f) : uint16_t(bits >> 16);
+        const uint16_t h = t == WeightType::F16 ? wgllm::f32_to_f16(f) : uint16_t(bits >> 16);
         std::memcpy(&out[i * 2], &h, 2);
       }
       break;
@@ -75,7 +76,7 @@ std::vector<uint8_t> random_weight(WeightType t, uint32_t n_in, uint32_t n_out, 
     case WeightType::Q4_0: {
       const size_t bb = t == WeightType::Q8_0 ? 34 : 18;
       for (size_t b = 0; b < out.size(); b += bb) {
-        const uint16_t d = kernels::f32_to_f16(0.001f + 0.029f * (unit() * 0.5f + 0.5f));
+        const uint16_t d = wgllm::f32_to_f16(0.001f + 0.029f * (unit() * 0.5f + 0.5f));
         std::memcpy(&out[b], &d, 2);
         for (size_t j = 2; j < bb; ++j) out[b + j] = uint8_t(gen());
       }
