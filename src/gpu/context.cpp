@@ -86,6 +86,25 @@ void process_until(WGPUInstance instance, WGPUDevice device, Pred done, const ch
   if (!done()) throw GpuError(std::string("timed out waiting for ") + what);
 }
 
+// Pops the innermost error scope and waits for its verdict: "" or the error message.
+std::string pop_error_scope(WGPUInstance instance, WGPUDevice device, const char* what) {
+  struct Popped {
+    bool done = false;
+    std::string error;
+  } popped;
+  WGPUPopErrorScopeCallbackInfo cb{};
+  cb.mode = WGPUCallbackMode_AllowProcessEvents;
+  cb.callback = [](WGPUPopErrorScopeStatus, WGPUErrorType type, WGPUStringView msg, void* p, void*) {
+    auto* r = static_cast<Popped*>(p);
+    r->done = true;
+    if (type != WGPUErrorType_NoError) r->error = str(msg);
+  };
+  cb.userdata1 = &popped;
+  wgpuDevicePopErrorScope(device, cb);
+  process_until(instance, nullptr, [&] { return popped.done; }, what);
+  return popped.error;
+}
+
 // naga reports positions as "wgsl:LINE:COL"; rewrite them as "file.wgsl:LINE:COL" in the
 // file's own numbering (the prelude shifts lines).
 std::string shader_message(const std::string& message, const std::string& file, int prelude_lines) {
@@ -288,23 +307,10 @@ Buffer Context::create_buffer(uint64_t size, WGPUBufferUsage usage, std::string_
   if (usage & WGPUBufferUsage_MapRead) d.usage = usage | WGPUBufferUsage_CopyDst;
   wgpuDevicePushErrorScope(device_.get(), WGPUErrorFilter_OutOfMemory);
   Buffer b{BufferHandle(wgpuDeviceCreateBuffer(device_.get(), &d)), size};
-  struct Popped {
-    bool done = false;
-    std::string error;
-  } popped;
-  WGPUPopErrorScopeCallbackInfo cb{};
-  cb.mode = WGPUCallbackMode_AllowProcessEvents;
-  cb.callback = [](WGPUPopErrorScopeStatus, WGPUErrorType type, WGPUStringView msg, void* p, void*) {
-    auto* r = static_cast<Popped*>(p);
-    r->done = true;
-    if (type != WGPUErrorType_NoError) r->error = str(msg);
-  };
-  cb.userdata1 = &popped;
-  wgpuDevicePopErrorScope(device_.get(), cb);
-  process_until(instance_.get(), nullptr, [&] { return popped.done; }, "buffer creation");
-  if (!popped.error.empty() || !b.handle)
+  const std::string error = pop_error_scope(instance_.get(), device_.get(), "buffer creation");
+  if (!error.empty() || !b.handle)
     throw GpuError("out of GPU memory allocating buffer '" + std::string(label) + "' (" + std::to_string(size) +
-                   " bytes): " + popped.error);
+                   " bytes): " + error);
   return b;
 }
 
@@ -407,21 +413,8 @@ WGPUComputePipeline Context::pipeline(const PipelineKey& key) {
   pd.compute.constants = constants.data();
   ComputePipelineHandle pipe(wgpuDeviceCreateComputePipeline(device_.get(), &pd));
 
-  struct Popped {
-    bool done = false;
-    std::string error;
-  } popped;
-  WGPUPopErrorScopeCallbackInfo cb{};
-  cb.mode = WGPUCallbackMode_AllowProcessEvents;
-  cb.callback = [](WGPUPopErrorScopeStatus, WGPUErrorType type, WGPUStringView msg, void* p, void*) {
-    auto* r = static_cast<Popped*>(p);
-    r->done = true;
-    if (type != WGPUErrorType_NoError) r->error = str(msg);
-  };
-  cb.userdata1 = &popped;
-  wgpuDevicePopErrorScope(device_.get(), cb);
-  process_until(instance_.get(), nullptr, [&] { return popped.done; }, "shader compilation");
-  if (!popped.error.empty()) throw ShaderError(shader_message(popped.error, key.shader, prelude_lines));
+  const std::string error = pop_error_scope(instance_.get(), device_.get(), "shader compilation");
+  if (!error.empty()) throw ShaderError(shader_message(error, key.shader, prelude_lines));
   if (!pipe) throw ShaderError(key.shader + ": pipeline creation failed for entry point " + key.entry_point);
   WGPUComputePipeline raw = pipe.get();
   pipelines_.emplace(name, std::move(pipe));

@@ -135,6 +135,17 @@ AttentionParams base_params(const AttentionShape& s, const KvCache& kv) {
   return p;
 }
 
+// Parameters of the dispatch covering queries [first, first + count) of the call.
+AttentionParams chunk_params(const AttentionShape& s, const KvCache& kv, uint32_t first, uint32_t count,
+                             const RowWindow& qw, const RowWindow& ow) {
+  AttentionParams p = base_params(s, kv);
+  p.q_base = s.q_base + first;
+  p.n_queries = count;
+  p.q_offset = qw.first_float;
+  p.out_offset = ow.first_float;
+  return p;
+}
+
 // Calls fn(first, count) over [0, n) in pieces of at most `step`.
 template <typename Fn>
 void in_chunks(uint32_t n, uint32_t step, Fn fn) {
@@ -210,11 +221,7 @@ void encode_attention_prefill(gpu::ComputeBatch& batch, gpu::Context& ctx, const
   in_chunks(s.n_queries, step, [&](uint32_t first, uint32_t count) {
     const RowWindow qw = row_window(ctx, uint64_t(s.q_base) + first, count, s.q_stride, q_dim);
     const RowWindow ow = row_window(ctx, uint64_t(s.q_base) + first, count, s.out_stride, q_dim);
-    AttentionParams p = base_params(s, kv);
-    p.q_base = s.q_base + first;
-    p.n_queries = count;
-    p.q_offset = qw.first_float;
-    p.out_offset = ow.first_float;
+    AttentionParams p = chunk_params(s, kv, first, count, qw, ow);
     uint32_t gx, gy;
     if (impl == AttentionImpl::Tiled) {
       const uint32_t group = s.n_heads / s.n_kv_heads;
@@ -292,11 +299,7 @@ void encode_attention_decode(gpu::ComputeBatch& batch, gpu::Context& ctx, const 
   in_chunks(s.n_queries, step, [&](uint32_t first, uint32_t count) {
     const RowWindow qw = row_window(ctx, uint64_t(s.q_base) + first, count, s.q_stride, q_dim);
     const RowWindow ow = row_window(ctx, uint64_t(s.q_base) + first, count, s.out_stride, q_dim);
-    AttentionParams p = base_params(s, kv);
-    p.q_base = s.q_base + first;
-    p.n_queries = count;
-    p.q_offset = qw.first_float;
-    p.out_offset = ow.first_float;
+    AttentionParams p = chunk_params(s, kv, first, count, qw, ow);
     p.n_splits = n_splits;
     const uint64_t window = std::min<uint64_t>(uint64_t(s.start_pos) + p.q_base + count, kv.config().max_seq);
     const uint64_t split_len = (window + n_splits - 1) / n_splits;
