@@ -346,7 +346,14 @@ def build_args(argv=None):
     return a
 
 
-def write_model(a) -> None:
+def write_model(a, tokenizer: dict | None = None, tensor_data=None) -> None:
+    """Write the GGUF a.out for the arguments `a` (from build_args).
+
+    tokenizer: tokenizer.ggml.* keys to embed (default: tokenizer_metadata(a.tokenizer, ...)); ints become u32,
+    lists of ints i32 arrays, lists of floats f32 arrays.
+    tensor_data(name, numpy_shape, ggml_type) -> the encoded tensor (as gen_tensor returns it), called once per
+    tensor of tensor_plan(a) in file order (default: seeded random weights); lets trained weights reuse this writer.
+    """
     import gguf
     arch = a.arch
     wtype = TYPES[a.type]
@@ -374,7 +381,7 @@ def write_model(a) -> None:
         w.add_float32(f"{arch}.rope.scaling.high_freq_factor", a.rope_scaling_high)
         w.add_uint32(f"{arch}.rope.scaling.original_context_length", a.rope_scaling_orig_ctx)
 
-    tok = tokenizer_metadata(a.tokenizer, arch, a.n_vocab)
+    tok = tokenizer if tokenizer is not None else tokenizer_metadata(a.tokenizer, arch, a.n_vocab)
     assert len(tok["tokenizer.ggml.tokens"]) == a.n_vocab
     for k, v in tok.items():
         if isinstance(v, bool):
@@ -409,6 +416,8 @@ def write_model(a) -> None:
     for name, shape, kind, std in plan:
         if kind == "fixed":
             data = rope_freqs
+        elif tensor_data is not None:
+            data = tensor_data(name, shape, storage(shape))
         else:
             data = gen_tensor(a.seed, a.arch, name, shape, kind, std, storage(shape))
         w.write_tensor_data(data)
