@@ -10,12 +10,14 @@
 #include <vector>
 
 #include "command.h"
+#include "wgllm/default_model.h"
 #include "wgllm/wgllm.h"
 
 namespace wgllm::cli {
 
-// The model used when -m is absent: none yet (an embedded default model will be returned here).
-std::span<const uint8_t> default_model_bytes() { return {}; }
+// The model used when -m is absent: the tiny Shakespeare model built into the binary
+// (models/default/README.md).
+std::span<const uint8_t> default_model_bytes() { return default_model_gguf(); }
 
 // A progress bar on stderr while the weights upload.
 std::function<void(uint64_t, uint64_t)> progress_bar() {
@@ -34,7 +36,7 @@ Model load_model(const std::string& path, const LoadOptions& options) {
   if (!path.empty()) return Model::load(path, options);
   const auto bytes = default_model_bytes();
   if (bytes.empty()) throw Error("no model: pass -m FILE.gguf");
-  return Model::load(bytes, options, "<default model>");
+  return Model::load(bytes, options, "built-in shakespeare-tiny");
 }
 
 void print_memory(const Model& model) {
@@ -74,22 +76,32 @@ std::string read_file(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
-std::vector<int32_t> prompt_tokens(const Model& model, const RunOptions& o) {
-  if (!o.prompt_ids.empty()) return parse_ids(o.prompt_ids);
+// The prompt text (from -p or -f), read before anything is loaded so a bad prompt fails fast.
+std::string prompt_text(const RunOptions& o) {
+  if (!o.prompt_ids.empty()) return {};
   if (o.prompt.empty() && o.prompt_file.empty()) throw InvalidArgument("no prompt: pass -p TEXT or -f FILE");
-  std::string text = o.prompt_file.empty() ? o.prompt : read_file(o.prompt_file);
+  return o.prompt_file.empty() ? o.prompt : read_file(o.prompt_file);
+}
+
+std::vector<int32_t> prompt_tokens(const Model& model, const RunOptions& o, const std::string& text) {
+  if (!o.prompt_ids.empty()) return parse_ids(o.prompt_ids);
   if (o.chat) return model.encode(model.apply_chat_template(text, o.system), false);
   return model.encode(text, true);
 }
 
 int run(RunOptions o) {
   using clock = std::chrono::steady_clock;
+  const std::string text = prompt_text(o);
   const auto t0 = clock::now();
   Model model = load_model(o.model, {.adapter = o.adapter, .n_ctx = o.n_ctx, .ubatch = o.ubatch,
                                      .progress = o.json ? nullptr : progress_bar()});
   const double load_s = std::chrono::duration<double>(clock::now() - t0).count();
   if (!o.json) print_memory(model);
-  const std::vector<int32_t> prompt = prompt_tokens(model, o);
+  const std::vector<int32_t> prompt = prompt_tokens(model, o, text);
+  if (!o.json && !o.chat && o.prompt_ids.empty()) {  // echo the prompt, then stream the continuation
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fflush(stdout);
+  }
   o.sampling.seed = o.seed >= 0 ? uint64_t(o.seed) : std::random_device{}();
   Session session(model);
   const GenerateResult r = session.generate(prompt, o.sampling, o.n_predict, [&](int32_t, std::string_view text) {
