@@ -2,10 +2,10 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <regex>
 #include <sstream>
 
 #include "gpu/shader_expand.h"
@@ -108,13 +108,15 @@ std::string pop_error_scope(WGPUInstance instance, WGPUDevice device, const char
 // naga reports positions as "wgsl:LINE:COL"; rewrite them as "file.wgsl:LINE:COL" in the
 // file's own numbering (the prelude shifts lines).
 std::string shader_message(const std::string& message, const std::string& file, int prelude_lines) {
-  static const std::regex pos(R"(wgsl:(\d+):(\d+))");
-  std::smatch m;
-  std::string first_line = message.substr(0, message.find('\n'));
   std::string where = file;
-  if (std::regex_search(message, m, pos)) {
-    int line = std::stoi(m[1]) - prelude_lines;
-    where += ":" + std::to_string(line) + ":" + m[2].str();
+  // The first "wgsl:<digits>:<digits>" in the message.
+  for (size_t at = message.find("wgsl:"); at != std::string::npos; at = message.find("wgsl:", at + 1)) {
+    unsigned line = 0, col = 0;
+    int used = 0;
+    if (std::sscanf(message.c_str() + at, "wgsl:%u:%u%n", &line, &col, &used) == 2 && used > 0) {
+      where += ":" + std::to_string(int(line) - prelude_lines) + ":" + std::to_string(col);
+      break;
+    }
   }
   // Keep the whole diagnostic (naga's own explanation spans several lines) on one line.
   std::string flat;

@@ -1,7 +1,7 @@
 #include "gpu/shader_expand.h"
 
 #include <map>
-#include <regex>
+#include <cctype>
 #include <sstream>
 #include <vector>
 
@@ -93,18 +93,42 @@ struct Expander {
   }
 };
 
+// Records every `const NAME: u32 = <digits>u;` of `text` (the unroll counts it may name).
+void collect_u32_constants(std::string_view text, std::map<std::string, long>& out) {
+  auto skip_space = [&](size_t& i) {
+    while (i < text.size() && (text[i] == ' ' || text[i] == '\t')) ++i;
+  };
+  auto expect = [&](size_t& i, std::string_view word) {
+    skip_space(i);
+    if (text.substr(i, word.size()) != word) return false;
+    i += word.size();
+    return true;
+  };
+  for (size_t at = text.find("const "); at != std::string_view::npos; at = text.find("const ", at + 1)) {
+    if (at > 0 && (std::isalnum(static_cast<unsigned char>(text[at - 1])) || text[at - 1] == '_')) continue;
+    size_t i = at + 6;
+    skip_space(i);
+    const size_t name_begin = i;
+    while (i < text.size() && (std::isalnum(static_cast<unsigned char>(text[i])) || text[i] == '_')) ++i;
+    const std::string name(text.substr(name_begin, i - name_begin));
+    if (name.empty() || !expect(i, ":") || !expect(i, "u32") || !expect(i, "=")) continue;
+    skip_space(i);
+    const size_t digits = i;
+    while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i;
+    if (i == digits) continue;
+    const long value = std::stol(std::string(text.substr(digits, i - digits)));
+    if (i < text.size() && text[i] == 'u') ++i;
+    if (expect(i, ";")) out[name] = value;
+  }
+}
+
 }  // namespace
 
 std::string expand_shader(std::string_view source, std::string_view prelude, bool unroll) {
   if (source.find("//#unroll") == std::string_view::npos) return std::string(source);
   Expander ex;
   ex.unroll = unroll;
-  static const std::regex const_decl(R"(const\s+(\w+)\s*:\s*u32\s*=\s*(\d+)u?\s*;)");
-  for (std::string_view text : {prelude, source}) {
-    const std::string s(text);
-    for (std::sregex_iterator it(s.begin(), s.end(), const_decl), end; it != end; ++it)
-      ex.constants[(*it)[1]] = std::stol((*it)[2]);
-  }
+  for (std::string_view text : {prelude, source}) collect_u32_constants(text, ex.constants);
   const auto lines = split_lines(source);
   std::string out;
   for (size_t i = 0; i < lines.size(); ++i) {
