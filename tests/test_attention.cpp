@@ -28,6 +28,7 @@ struct Case {
   uint32_t q_split = 0;    // > 0: issue the batch as dispatches of this many queries via q_base
   uint32_t n_splits = 1;   // decode: 1 = no split-K, 0 = automatic
   uint32_t row_pad = 0;    // extra floats per q/out row (strides != n_heads * head_dim)
+  uint32_t rpt = 1;        // tiled prefill: rows per thread group (> 1 overrides the default tiles)
 };
 
 std::ostream& operator<<(std::ostream& os, const Case& c) { return os << c.name; }
@@ -60,7 +61,10 @@ ErrorReport run_case(gpu::Context& ctx, const Case& c, uint64_t salt) {
     part.q_base = first;
     part.n_queries = std::min(step, c.n_queries - first);
     if (c.kind == Kind::Prefill) {
-      kernels::encode_attention_prefill(batch, ctx, part, qbuf, kv, out, c.impl);
+      kernels::AttentionTiles tiles = kernels::attention_tiles(c.head_dim, ctx.limits());
+      tiles.rpt = c.rpt;
+      tiles.wg = tiles.bq / tiles.rpt * tiles.tpr;
+      kernels::encode_attention_prefill(batch, ctx, part, qbuf, kv, out, c.impl, c.rpt > 1 ? &tiles : nullptr);
     } else {
       const uint32_t splits = c.n_splits ? c.n_splits : kernels::attention_decode_splits(part, kv);
       const gpu::Buffer* sp = nullptr;
@@ -97,7 +101,7 @@ constexpr auto Tiled = AttentionImpl::Tiled;
 constexpr auto Baseline = AttentionImpl::Baseline;
 constexpr auto Decode = Kind::Decode;
 
-// name, heads, kv heads, head_dim, queries, start_pos, kv type, page, impl, kind, q_split, splits, pad
+// name, heads, kv heads, head_dim, queries, start_pos, kv type, page, impl, kind, q_split, splits, pad, rpt
 const Case kCases[] = {
     {"mha_d64_q75", 4, 4, 64, 75, 0},
     {"gqa2_d32_q3", 4, 2, 32, 3, 0},
@@ -119,6 +123,9 @@ const Case kCases[] = {
     {"baseline_paged_d128_q20", 4, 2, 128, 20, 150, F16, 128, Baseline},
     {"baseline_d6_q5", 2, 1, 6, 5, 3, F16, 0, Baseline},
     {"baseline_split_qbase", 4, 2, 32, 30, 5, F16, 0, Baseline, Kind::Prefill, 7},
+    {"rpt2_gqa4_d128_q75_start9", 8, 2, 128, 75, 9, F16, 0, Tiled, Kind::Prefill, 0, 1, 0, 2},
+    {"rpt2_paged_gqa8_d64_q130_start200", 8, 1, 64, 130, 200, F16, 128, Tiled, Kind::Prefill, 0, 1, 0, 2},
+    {"rpt4_mha_d80_q33", 4, 4, 80, 33, 0, F32, 0, Tiled, Kind::Prefill, 0, 1, 0, 4},
     {"decode_gqa4_d128_start1000", 8, 2, 128, 1, 1000, F16, 0, Tiled, Decode},
     {"decode_split7_gqa4_d128_start1000", 8, 2, 128, 1, 1000, F16, 0, Tiled, Decode, 0, 7},
     {"decode_autosplit_paged_d64_start3000", 8, 1, 64, 1, 3000, F16, 128, Tiled, Decode, 0, 0},

@@ -47,7 +47,8 @@ std::string kv_prelude_scalar(KvView view) {
 std::string tile_prelude(const AttentionTiles& t) {
   return "const BQ: u32 = " + std::to_string(t.bq) + "u;\nconst BK: u32 = " + std::to_string(t.bk) +
          "u;\nconst TPR: u32 = " + std::to_string(t.tpr) + "u;\nconst DV: u32 = " + std::to_string(t.dv) +
-         "u;\nconst WG: u32 = " + std::to_string(t.wg) + "u;\nconst NL: u32 = " +
+         "u;\nconst RPT: u32 = " + std::to_string(t.rpt) + "u;\nconst WG: u32 = " + std::to_string(t.wg) +
+         "u;\nconst NL: u32 = " +
          std::to_string((t.bk * t.dv * t.tpr + t.wg - 1) / t.wg) + "u;\n";
 }
 
@@ -202,7 +203,8 @@ void encode_attention_prefill(gpu::ComputeBatch& batch, gpu::Context& ctx, const
     tiles = attention_tiles(s.head_dim, ctx.limits());
     if (tiles_override) {
       const AttentionTiles& t = *tiles_override;
-      if (t.tpr == 0 || t.dv == 0 || 4 * t.dv * t.tpr != s.head_dim || t.wg != t.bq * t.tpr || t.bk == 0 ||
+      if (t.tpr == 0 || t.dv == 0 || t.rpt == 0 || t.bq % t.rpt != 0 || 4 * t.dv * t.tpr != s.head_dim ||
+          t.wg != t.bq / t.rpt * t.tpr || t.bk == 0 ||
           t.wg > ctx.limits().maxComputeInvocationsPerWorkgroup ||
           8ull * t.bk * s.head_dim > ctx.limits().maxComputeWorkgroupStorageSize || 128 % t.bk != 0)
         fail(fn, "tile override does not fit head_dim " + std::to_string(s.head_dim) + " or the adapter's limits");

@@ -49,7 +49,8 @@ struct AttentionTiles {
   uint32_t bk;   // keys per K/V tile
   uint32_t tpr;  // threads per row
   uint32_t dv;   // vec4 columns per thread (head_dim = 4 * dv * tpr)
-  uint32_t wg;   // threads per workgroup = bq * tpr
+  uint32_t wg;   // threads per workgroup = bq / rpt * tpr
+  uint32_t rpt = 1;  // rows per thread group (each K/V value read from workgroup memory feeds rpt rows)
 };
 AttentionTiles attention_tiles(uint32_t head_dim, const WGPULimits& limits);
 

@@ -14,8 +14,8 @@
 // - an empty window writes zeros, never NaN.
 //
 // The host prepends a prelude: KvVec / kv_to_f32 (4 KV elements as f16, packed u32 pairs or
-// f32) and the tile constants BQ, BK, TPR, DV, WG and NL = ceil(BK * HD4 / WG), the vec4 of K
-// (and of V) each thread stages per tile (attention_tiles() in attention.cpp).
+// f32) and the tile constants BQ, BK, TPR, DV, RPT (rows per thread group), WG = BQ / RPT * TPR and
+// NL = ceil(BK * HD4 / WG), the vec4 of K (and of V) each thread stages per tile (attention_tiles()).
 // head_dim = 4 * DV * TPR. Barriers stay in entry points, in uniform control flow.
 
 struct AttentionParams {
@@ -104,34 +104,39 @@ fn attention_prefill(@builtin(workgroup_id) wid: vec3<u32>,
   let chunk = (flat / q_blocks) % head_chunks;
   if (kvh >= p.n_kv_heads) { return; }            // grid padding: uniform per workgroup
 
-  let row = tid / TPR;
+  // Thread group g (TPR adjacent threads) holds RPT rows: g, g + BQ/RPT, ... Each K/V value read from
+  // workgroup memory then feeds RPT rows.
+  let g = tid / TPR;
   let lane = tid % TPR;
-  let q_local = qb * qpw + row / hpw;
-  let head_in_group = chunk * hpw + row % hpw;
-  let row_ok = row < qpw * hpw && q_local < p.n_queries && head_in_group < group;
-  let head = kvh * group + head_in_group;
-  let window = select(0u, min(p.start_pos + p.q_base + q_local + 1u, p.max_seq), row_ok);
   // The workgroup's longest window is its last query's: the loop bound is uniform.
   let last_q = min(qb * qpw + qpw, p.n_queries) - 1u;
   let kv_end = min(p.start_pos + p.q_base + last_q + 1u, p.max_seq);
-  let q_row = (p.q_offset + q_local * p.q_stride) / 4u + head * HD4;
 
-  // q (pre-scaled), the output accumulator and the tile's scores: private arrays that the
+  // q (pre-scaled), the output accumulators and the tile's scores: private arrays that the
   // //#unroll blocks index with constants only (so GPU compilers keep them in registers).
-  var qr: array<vec4<f32>, DV>;
-  var o: array<vec4<f32>, DV>;
-  //#unroll v DV
-  qr[$v] = vec4<f32>(0.0);
-  o[$v] = vec4<f32>(0.0);
-  //#end
-  if (row_ok) {
+  var qr: array<vec4<f32>, DV * RPT>;
+  var o: array<vec4<f32>, DV * RPT>;
+  var win: array<u32, RPT>;
+  var m: array<f32, RPT>;
+  var l: array<f32, RPT>;
+  //#unroll r RPT
+  {
+    let row = g + $r * (BQ / RPT);
+    let q_local = qb * qpw + row / hpw;
+    let head_in_group = chunk * hpw + row % hpw;
+    let row_ok = row < qpw * hpw && q_local < p.n_queries && head_in_group < group;
+    win[$r] = select(0u, min(p.start_pos + p.q_base + q_local + 1u, p.max_seq), row_ok);
+    m[$r] = NEG_BIG;
+    l[$r] = 0.0;
+    let q_row = (p.q_offset + q_local * p.q_stride) / 4u + (kvh * group + head_in_group) * HD4;
     //#unroll v DV
-    qr[$v] = q[q_row + $v * TPR + lane] * p.scale;
+    qr[$r * DV + $v] = vec4<f32>(0.0);
+    o[$r * DV + $v] = vec4<f32>(0.0);
+    if (row_ok) { qr[$r * DV + $v] = q[q_row + $v * TPR + lane] * p.scale; }
     //#end
   }
-  var s: array<f32, BK>;
-  var m = NEG_BIG;
-  var l = 0.0;
+  //#end
+  var s: array<f32, BK * RPT>;
 
   // Software pipelining: the next tile's K/V travel into registers while this one is used.
   var pk: array<KvVec, NL>;
@@ -139,59 +144,97 @@ fn attention_prefill(@builtin(workgroup_id) wid: vec3<u32>,
   fetch_tile(0u, kv_end, kvh, tid, &pk, &pv);
   for (var kb = 0u; kb < kv_end; kb += BK) {
     workgroupBarrier();  // the previous tile is consumed
-    //#unroll r NL
+    //#unroll n NL
     {
-      let i = tid + $r * WG;
+      let i = tid + $n * WG;
       if (i < BK * HD4) {
-        k_tile[i] = kv_to_f32(pk[$r]);
-        v_tile[i] = kv_to_f32(pv[$r]);
+        k_tile[i] = kv_to_f32(pk[$n]);
+        v_tile[i] = kv_to_f32(pv[$n]);
       }
     }
     //#end
     workgroupBarrier();
     if (kb + BK < kv_end) { fetch_tile(kb + BK, kv_end, kvh, tid, &pk, &pv); }
 
-    // Scores of this row for the BK keys: partial dots over my columns, summed over the row's lanes.
-    var tile_max = NEG_BIG;
+    // Scores of my rows for the BK keys: partial dots over my columns, summed over the group's lanes.
+    var tile_max: array<f32, RPT>;
+    //#unroll r RPT
+    tile_max[$r] = NEG_BIG;
+    //#end
     //#unroll j BK
     {
-      var d = 0.0;
-      //#unroll v DV
-      d += dot(qr[$v], k_tile[$j * HD4 + $v * TPR + lane]);
+      var d: array<f32, RPT>;
+      //#unroll r RPT
+      d[$r] = 0.0;
       //#end
-      if (TPR > 1u) { d += subgroupShuffleXor(d, 1u); }
-      if (TPR > 2u) { d += subgroupShuffleXor(d, 2u); }
-      if (TPR > 4u) { d += subgroupShuffleXor(d, 4u); }
-      s[$j] = select(NEG_BIG, d, kb + $j < window);
-      tile_max = max(tile_max, s[$j]);
+      //#unroll v DV
+      {
+        let kx = k_tile[$j * HD4 + $v * TPR + lane];
+        //#unroll r RPT
+        d[$r] += dot(qr[$r * DV + $v], kx);
+        //#end
+      }
+      //#end
+      //#unroll r RPT
+      {
+        var x = d[$r];
+        if (TPR > 1u) { x += subgroupShuffleXor(x, 1u); }
+        if (TPR > 2u) { x += subgroupShuffleXor(x, 2u); }
+        if (TPR > 4u) { x += subgroupShuffleXor(x, 4u); }
+        s[$r * BK + $j] = select(NEG_BIG, x, kb + $j < win[$r]);
+        tile_max[$r] = max(tile_max[$r], s[$r * BK + $j]);
+      }
+      //#end
     }
     //#end
-    let m_new = max(m, tile_max);
-    let corr = exp(m - m_new);
+    var m_new: array<f32, RPT>;
+    var corr: array<f32, RPT>;
+    var p_sum: array<f32, RPT>;
+    //#unroll r RPT
+    m_new[$r] = max(m[$r], tile_max[$r]);
+    corr[$r] = exp(m[$r] - m_new[$r]);
+    p_sum[$r] = 0.0;
     //#unroll v DV
-    o[$v] *= corr;
+    o[$r * DV + $v] *= corr[$r];
     //#end
-    var p_sum = 0.0;
+    //#end
     //#unroll j BK
     {
-      let pj = select(0.0, exp(s[$j] - m_new), kb + $j < window);
-      p_sum += pj;
+      var pj: array<f32, RPT>;
+      //#unroll r RPT
+      pj[$r] = select(0.0, exp(s[$r * BK + $j] - m_new[$r]), kb + $j < win[$r]);
+      p_sum[$r] += pj[$r];
+      //#end
       //#unroll v DV
-      o[$v] += pj * v_tile[$j * HD4 + $v * TPR + lane];
+      {
+        let vx = v_tile[$j * HD4 + $v * TPR + lane];
+        //#unroll r RPT
+        o[$r * DV + $v] += pj[$r] * vx;
+        //#end
+      }
       //#end
     }
     //#end
-    l = l * corr + p_sum;
-    m = m_new;
+    //#unroll r RPT
+    l[$r] = l[$r] * corr[$r] + p_sum[$r];
+    m[$r] = m_new[$r];
+    //#end
   }
 
-  if (row_ok) {
-    let inv = select(0.0, 1.0 / l, l > 0.0);  // empty window -> 0, never NaN
-    let o_row = (p.out_offset + q_local * p.out_stride) / 4u + head * HD4;
-    //#unroll v DV
-    out[o_row + $v * TPR + lane] = o[$v] * inv;
-    //#end
+  //#unroll r RPT
+  {
+    let row = g + $r * (BQ / RPT);
+    let q_local = qb * qpw + row / hpw;
+    let head_in_group = chunk * hpw + row % hpw;
+    if (row < qpw * hpw && q_local < p.n_queries && head_in_group < group) {
+      let inv = select(0.0, 1.0 / l[$r], l[$r] > 0.0);  // empty window -> 0, never NaN
+      let o_row = (p.out_offset + q_local * p.out_stride) / 4u + (kvh * group + head_in_group) * HD4;
+      //#unroll v DV
+      out[o_row + $v * TPR + lane] = o[$r * DV + $v] * inv;
+      //#end
+    }
   }
+  //#end
 }
 
 // ---------------------------------------------------------------------------------------

@@ -61,13 +61,15 @@ Result time_kernel(gpu::Context& ctx, const AttentionShape& s, const kernels::Kv
   return {sec * 1e3, kernels::attention_flops(s) / sec / 1e9, min_bytes(s, kv_bytes) / sec / 1e9};
 }
 
-// "BQxBKxTPR" -> tiles for head_dim; nullopt when it does not describe a valid split.
+// "BQxBKxTPR[xRPT]" -> tiles for head_dim; nullopt when it does not describe a valid split.
 std::optional<kernels::AttentionTiles> parse_tiles(const std::string& spec, uint32_t head_dim) {
   kernels::AttentionTiles t{};
-  if (std::sscanf(spec.c_str(), "%ux%ux%u", &t.bq, &t.bk, &t.tpr) != 3 || t.tpr == 0) return std::nullopt;
-  if ((head_dim / 4) % t.tpr != 0) return std::nullopt;
+  t.rpt = 1;
+  if (std::sscanf(spec.c_str(), "%ux%ux%ux%u", &t.bq, &t.bk, &t.tpr, &t.rpt) < 3 || t.tpr == 0 || t.rpt == 0)
+    return std::nullopt;
+  if ((head_dim / 4) % t.tpr != 0 || t.bq % t.rpt != 0) return std::nullopt;
   t.dv = head_dim / 4 / t.tpr;
-  t.wg = t.bq * t.tpr;
+  t.wg = t.bq / t.rpt * t.tpr;
   return t;
 }
 
@@ -140,7 +142,7 @@ const Register reg{{"bench-kernels", "benchmark the attention kernels (baseline 
                       app.add_flag("--f32-kv", *f32, "f32 KV cache instead of f16");
                       app.add_option("--seconds", *seconds, "target time per measurement")->capture_default_str();
                       auto tiles = std::make_shared<std::vector<std::string>>();
-                      app.add_option("--tiles", *tiles, "also time the tiled kernel with these BQxBKxTPR tiles");
+                      app.add_option("--tiles", *tiles, "also time the tiled kernel with these BQxBKxTPR[xRPT] tiles");
                       return [=] { return run_bench(*adapter, *all, *f32, *seconds, *tiles); };
                     }}};
 
