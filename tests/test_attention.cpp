@@ -182,6 +182,8 @@ TEST(Attention, TilesFitTheAdapter) {
   for (uint32_t d : {4u, 8u, 32u, 64u, 80u, 96u, 128u, 256u, 36u}) {
     auto t = kernels::attention_tiles(d, lim);
     EXPECT_EQ(4 * t.dv * t.tpr, d) << d;
+    EXPECT_EQ(t.wg, t.bq / t.rpt * t.tpr) << d;
+    EXPECT_EQ(t.bq % t.rpt, 0u) << d;
     EXPECT_LE(t.wg, lim.maxComputeInvocationsPerWorkgroup) << d;
     EXPECT_LE(8ull * t.bk * d, lim.maxComputeWorkgroupStorageSize) << d;
     EXPECT_EQ(KvCache::kPageMultiple % t.bk, 0u) << d;

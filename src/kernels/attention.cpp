@@ -158,18 +158,21 @@ void in_chunks(uint32_t n, uint32_t step, Fn fn) {
 AttentionTiles attention_tiles(uint32_t head_dim, const WGPULimits& limits) {
   AttentionTiles t{};
   const uint32_t hd4 = head_dim / 4;
-  // Threads per row: the fewest (power of two, <= 8) that keep each thread at <= 8 vec4 columns.
+  // Threads per row: the fewest (power of two, <= 8) that keep each thread at <= 4 vec4 columns.
   t.tpr = 1;
-  while (t.tpr < 8 && hd4 % (t.tpr * 2) == 0 && hd4 / t.tpr > 8) t.tpr *= 2;
+  while (t.tpr < 8 && hd4 % (t.tpr * 2) == 0 && hd4 / t.tpr > 4) t.tpr *= 2;
   t.dv = hd4 / t.tpr;
+  // Two rows per thread group when the columns are few enough to keep 2 rows of q and o in
+  // registers; 16-key tiles then (the scores of both rows stay in registers too). Measured on the
+  // H200 (PERF.md): head_dim 128 64x16x8x2 16.7 TFLOP/s vs 12.0 for the one-row 64x32x4 tiles.
+  t.rpt = t.dv <= 4 ? 2 : 1;
   t.bq = 64;
-  while (t.bq * t.tpr > limits.maxComputeInvocationsPerWorkgroup && t.bq > 1) t.bq /= 2;
-  t.wg = t.bq * t.tpr;
+  while (t.bq / t.rpt * t.tpr > limits.maxComputeInvocationsPerWorkgroup && t.bq > t.rpt) t.bq /= 2;
+  t.wg = t.bq / t.rpt * t.tpr;
   // K and V tiles in f32: 2 * bk * head_dim * 4 bytes within a 32 KiB budget (or the limit).
-  // 32 keys is the measured sweet spot on the H200 (64 keys spills the score registers:
-  // 3x slower at head_dim 64); see PERF.md.
+  // More keys per tile spill the score registers (64 keys: 3x slower at head_dim 64).
   const uint32_t budget = std::min<uint32_t>(limits.maxComputeWorkgroupStorageSize, 32768);
-  t.bk = 32;
+  t.bk = t.rpt > 1 ? 16 : 32;
   while (t.bk > 4 && 8ull * t.bk * head_dim > budget) t.bk /= 2;
   return t;
 }
