@@ -14,6 +14,7 @@
 
 #include "command.h"
 #include "gpu/context.h"
+#include "kernels/elementwise.h"
 #include "kernels/kv_cache.h"
 #include "model/dequant.h"
 #include "kernels/matmul.h"
@@ -103,10 +104,34 @@ double time_matmul(gpu::Context& ctx, const kernels::GpuWeight& w, const gpu::Bu
   return times[times.size() / 2];
 }
 
+// The fixed cost of one dispatch: a chain of `n` dependent 1024-element adds (each reads the previous
+// output). Reports the CPU time to encode one and the wall time per dispatch once submitted.
+void print_dispatch_overhead(gpu::Context& ctx, uint32_t n) {
+  using clock = std::chrono::steady_clock;
+  const uint32_t elems = 1024;
+  std::vector<float> ones(elems, 1.f);
+  auto y = ctx.upload<float>(ones, WGPUBufferUsage_Storage, "y");
+  auto a = ctx.upload<float>(ones, WGPUBufferUsage_Storage, "a");
+  auto b = ctx.create_buffer(elems * 4, WGPUBufferUsage_Storage, "b");
+  double encode_s = 0, total_s = 0;
+  for (int rep = 0; rep < 3; ++rep) {  // the first pass compiles the pipeline; keep the last
+    const auto t0 = clock::now();
+    gpu::ComputeBatch batch(ctx, "dispatch overhead");
+    for (uint32_t i = 0; i < n; ++i) kernels::encode_add(batch, ctx, i % 2 ? b : a, y, i % 2 ? a : b, elems);
+    const auto t1 = clock::now();
+    batch.submit_and_wait();
+    encode_s = std::chrono::duration<double>(t1 - t0).count();
+    total_s = std::chrono::duration<double>(clock::now() - t0).count();
+  }
+  std::printf("dispatch overhead (%u dependent tiny dispatches): encode %.2f us each (CPU), %.2f us each end to end\n",
+              n, encode_s / n * 1e6, total_s / n * 1e6);
+}
+
 int run_bench_ops(const Options& o) {
   gpu::Context ctx({.adapter = o.adapter});
   std::printf("adapter %s (%s), f16 %s, subgroups %s\n", ctx.adapter().name.c_str(), ctx.adapter().backend.c_str(),
               ctx.features().shader_f16 ? "yes" : "no", ctx.features().subgroups ? "yes" : "no");
+  print_dispatch_overhead(ctx, 500);
   std::printf("%-7s %-5s %-11s %6s %11s %12s\n", "kernel", "type", "n_in x n_out", "tokens", "ms/call", "throughput");
   for (const auto& shape : split(o.shapes, ',')) {
     const auto dims = split(shape, 'x');
