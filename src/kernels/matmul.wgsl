@@ -117,33 +117,44 @@ fn matvec(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index
   let lt = lid % MV_T;
   let r = flat * MV_ROWS + lr;
   let row_ok = r < p.n_rows;
+  // acc is indexed only inside //#unroll blocks: constant indices keep it in registers on GPUs.
   var acc: array<f32, NT>;
-  for (var t = 0u; t < NT; t += 1u) { acc[t] = 0.0; }
+  //#unroll t NT
+  acc[$t] = 0.0;
+  //#end
   if (row_ok) {
     let n_units = p.nb * 4u;
     for (var u = lt; u < n_units; u += MV_T) {
       let wv = load8(r, u);
-      for (var t = 0u; t < NT; t += 1u) {
-        let xv = load_x8(t, u);
-        acc[t] += dot(wv.lo, xv.lo) + dot(wv.hi, xv.hi);
+      //#unroll t NT
+      {
+        let xv = load_x8($t, u);
+        acc[$t] += dot(wv.lo, xv.lo) + dot(wv.hi, xv.hi);
       }
+      //#end
     }
   }
   if (MV_SHUFFLE) {
-    for (var t = 0u; t < NT; t += 1u) {
-      acc[t] = mv_row_sum(acc[t]);
-    }
+    //#unroll t NT
+    acc[$t] = mv_row_sum(acc[$t]);
+    //#end
     if (row_ok && lt < NT) {
       var v = 0.0;
-      for (var t = 0u; t < NT; t += 1u) { if (t == lt) { v = acc[t]; } }
+      //#unroll t NT
+      if ($t == lt) { v = acc[$t]; }
+      //#end
       store_y(lt, r, v);
     }
   } else {
-    for (var t = 0u; t < NT; t += 1u) { red[t * MV_WG + lid] = acc[t]; }
+    //#unroll t NT
+    red[$t * MV_WG + lid] = acc[$t];
+    //#end
     workgroupBarrier();
     for (var s = MV_T / 2u; s > 0u; s >>= 1u) {
       if (lt < s) {
-        for (var t = 0u; t < NT; t += 1u) { red[t * MV_WG + lid] += red[t * MV_WG + lid + s]; }
+        //#unroll t NT
+        red[$t * MV_WG + lid] += red[$t * MV_WG + lid + s];
+        //#end
       }
       workgroupBarrier();
     }
