@@ -60,7 +60,7 @@ std::vector<GpuCase> gpu_cases() {
 class GpuForward : public ::testing::TestWithParam<GpuCase> {};
 
 // Prompt of 101 tokens in uneven chunks (37 + 1 + 50 + 13 through a ubatch of 40: also splits inside a call), the
-// logits of every token against the CPU reference, then 32 greedy decode steps with identical tokens.
+// logits of every token against the CPU reference, then 32 greedy decode steps (identical tokens, near ties aside).
 TEST_P(GpuForward, MatchesCpuReference) {
   const GpuCase& tc = GetParam();
   const GgufFile f = GgufFile::open(test::model_path(tc.model));
@@ -87,19 +87,31 @@ TEST_P(GpuForward, MatchesCpuReference) {
     last_gpu = g.back(), last_cpu = c.back();
     at += n;
   }
-  std::vector<int32_t> gpu_tokens, cpu_tokens;
+  // Greedy tokens must be identical, except where the reference's top two logits are closer than the measured
+  // GPU/CPU logit difference can separate (a near tie on random prompts); both then continue with the
+  // reference's token, so every later step is still compared.
+  std::vector<int32_t> tokens;
+  int near_ties = 0;
   for (int step = 0; step < 32; ++step) {
-    gpu_tokens.push_back(argmax(last_gpu));
-    cpu_tokens.push_back(argmax(last_cpu));
-    ASSERT_EQ(gpu_tokens, cpu_tokens) << "greedy step " << step;
-    last_gpu = gs.forward(std::span(&gpu_tokens.back(), 1));
-    last_cpu = cs.forward(std::span(&cpu_tokens.back(), 1));
+    const int32_t want = argmax(last_cpu), got = argmax(last_gpu);
+    if (got != want) {
+      double max_diff = 0;
+      for (size_t i = 0; i < last_cpu.size(); ++i)
+        max_diff = std::max(max_diff, double(std::abs(last_gpu[i] - last_cpu[i])));
+      const double gap = double(last_cpu[want]) - double(last_cpu[got]);
+      ASSERT_LE(gap, 2 * max_diff) << "greedy step " << step << ": GPU chose " << got << ", the reference " << want
+                                   << ", ahead by " << gap << " (largest logit difference " << max_diff << ")";
+      ++near_ties;
+    }
+    tokens.push_back(want);
+    last_gpu = gs.forward(std::span(&tokens.back(), 1));
+    last_cpu = cs.forward(std::span(&tokens.back(), 1));
     const auto e = test::compare(last_gpu, last_cpu);
     worst = std::max(worst, e.rel_l2);
     ASSERT_LE(e.rel_l2, tc.tol) << "decode step " << step << ": " << e.describe();
   }
-  std::printf("[ rel L2 ] %-24s %s KV cache: worst %.3g (tolerance %.0e)\n", tc.model.c_str(),
-              tc.kv == kernels::KvType::F32 ? "f32" : "f16", worst, tc.tol);
+  std::printf("[ rel L2 ] %-24s %s KV cache: worst %.3g (tolerance %.0e), greedy near ties %d/32\n",
+              tc.model.c_str(), tc.kv == kernels::KvType::F32 ? "f32" : "f16", worst, tc.tol, near_ties);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, GpuForward, ::testing::ValuesIn(gpu_cases()),
