@@ -126,6 +126,7 @@ int run(RunOptions o) {
     return 0;
   }
   std::printf("\n");
+  std::fflush(stdout);  // the text ends before the closing line on stderr
   std::fprintf(stderr, "load %.2f s, prompt %zu tokens %.1f tok/s, generation %zu tokens %.1f tok/s\n", load_s,
                prompt.size(), prompt.size() / r.prompt_seconds, n_gen, n_gen / r.generate_seconds);
   return 0;
