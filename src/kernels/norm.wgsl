@@ -1,7 +1,7 @@
 // RMSNorm over rows of `dim` floats: y = x / sqrt(mean(x^2) + eps) * w (w: [dim] f32).
 // One workgroup per row (grid folded: row = wid.x + wid.y * grid_x). The same kernel serves the
 // model norms (rows = tokens, dim = n_embd) and qwen3's per-head q/k norm (rows = tokens x
-// heads, dim = head_dim). rms_norm_inplace reads and writes `y`.
+// heads, dim = head_dim). With IN_PLACE it reads and writes `y`.
 
 struct NormParams {
   n_rows: u32, dim: u32, eps: f32, grid_x: u32,
@@ -15,13 +15,21 @@ struct NormParams {
 const WG: u32 = 128u;
 var<workgroup> red: array<f32, WG>;
 
+// IN_PLACE: read the row from `y` itself (then `x` is a placeholder binding, never read).
+override IN_PLACE: bool = false;
+
+fn src(i: u32) -> f32 {
+  if (IN_PLACE) { return y[i]; }
+  return x[i];
+}
+
 @compute @workgroup_size(WG)
 fn rms_norm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
   let row = wid.x + wid.y * p.grid_x;
   if (row >= p.n_rows) { return; }  // uniform per workgroup
   let base = row * p.dim;
   var ss = 0.0;
-  for (var i = lid; i < p.dim; i += WG) { let v = x[base + i]; ss += v * v; }
+  for (var i = lid; i < p.dim; i += WG) { let v = src(base + i); ss += v * v; }
   red[lid] = ss;
   workgroupBarrier();
   for (var s = WG / 2u; s > 0u; s >>= 1u) {
@@ -29,22 +37,5 @@ fn rms_norm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_ind
     workgroupBarrier();
   }
   let inv = 1.0 / sqrt(red[0] / f32(p.dim) + p.eps);
-  for (var i = lid; i < p.dim; i += WG) { y[base + i] = x[base + i] * inv * w[i]; }
-}
-
-@compute @workgroup_size(WG)
-fn rms_norm_inplace(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-  let row = wid.x + wid.y * p.grid_x;
-  if (row >= p.n_rows) { return; }
-  let base = row * p.dim;
-  var ss = 0.0;
-  for (var i = lid; i < p.dim; i += WG) { let v = y[base + i]; ss += v * v; }
-  red[lid] = ss;
-  workgroupBarrier();
-  for (var s = WG / 2u; s > 0u; s >>= 1u) {
-    if (lid < s) { red[lid] += red[lid + s]; }
-    workgroupBarrier();
-  }
-  let inv = 1.0 / sqrt(red[0] / f32(p.dim) + p.eps);
-  for (var i = lid; i < p.dim; i += WG) { y[base + i] = y[base + i] * inv * w[i]; }
+  for (var i = lid; i < p.dim; i += WG) { y[base + i] = src(base + i) * inv * w[i]; }
 }

@@ -44,15 +44,14 @@ void encode_rms_norm(gpu::ComputeBatch& batch, gpu::Context& ctx, const gpu::Buf
   const bool in_place = x.get() == y.get();
   const auto grid = gpu::fold_grid(n_rows, ctx.limits().maxComputeWorkgroupsPerDimension);
   const NormParams p{n_rows, dim, eps, grid.x};
-  WGPUComputePipeline pipe = ctx.pipeline({"norm.wgsl", in_place ? "rms_norm_inplace" : "rms_norm", {}, ""});
-  const gpu::BufferBinding params = batch.uniform(0, p);
-  if (in_place) {
-    const gpu::BufferBinding b[] = {params, {2, &w, 0, uint64_t(dim) * 4}, {3, &y, 0, bytes}};
-    batch.dispatch(pipe, b, grid.x, grid.y);
-  } else {
-    const gpu::BufferBinding b[] = {params, {1, &x, 0, bytes}, {2, &w, 0, uint64_t(dim) * 4}, {3, &y, 0, bytes}};
-    batch.dispatch(pipe, b, grid.x, grid.y);
-  }
+  WGPUComputePipeline pipe = ctx.pipeline({"norm.wgsl", "rms_norm", {{"IN_PLACE", in_place ? 1.0 : 0.0}}, ""});
+  // In place, x and y are one buffer: it may be bound writable only once, so x gets the placeholder.
+  const gpu::BufferBinding b[] = {batch.uniform(0, p),
+                                  in_place ? gpu::BufferBinding{1, &ctx.placeholder_storage()}
+                                           : gpu::BufferBinding{1, &x, 0, bytes},
+                                  {2, &w, 0, uint64_t(dim) * 4},
+                                  {3, &y, 0, bytes}};
+  batch.dispatch(pipe, b, grid.x, grid.y);
 }
 
 std::vector<float> rope_freq_factors(const RopeScaling& s, uint32_t rope_dim, float base) {
