@@ -1,6 +1,7 @@
 #include "kernels/attention.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <string>
 
@@ -147,6 +148,22 @@ AttentionParams chunk_params(const AttentionShape& s, const KvCache& kv, uint32_
   return p;
 }
 
+// Bindings 0..7 of the attention kernels (params, q, out, page table, the 4 KV pools) and, for decode,
+// 8 (partials). Prefill pipelines bind the first 8 only.
+std::array<gpu::BufferBinding, 9> kernel_bindings(const gpu::BufferBinding& params, const gpu::Buffer& q,
+                                                  const RowWindow& qw, const gpu::Buffer& out, const RowWindow& ow,
+                                                  const KvCache& kv, const gpu::Buffer* partials = nullptr) {
+  return {params,
+          gpu::BufferBinding{1, &q, qw.offset_bytes, qw.size_bytes},
+          gpu::BufferBinding{2, &out, ow.offset_bytes, ow.size_bytes},
+          gpu::BufferBinding{3, &kv.page_table()},
+          gpu::BufferBinding{4, &kv.pool(0)},
+          gpu::BufferBinding{5, &kv.pool(1)},
+          gpu::BufferBinding{6, &kv.pool(2)},
+          gpu::BufferBinding{7, &kv.pool(3)},
+          gpu::BufferBinding{8, partials ? partials : &kv.page_table()}};
+}
+
 // Calls fn(first, count) over [0, n) in pieces of at most `step`.
 template <typename Fn>
 void in_chunks(uint32_t n, uint32_t step, Fn fn) {
@@ -242,17 +259,8 @@ void encode_attention_prefill(gpu::ComputeBatch& batch, gpu::Context& ctx, const
       gy = count;
     }
     p.grid_x = gx;
-    const gpu::BufferBinding bindings[] = {
-        batch.uniform(0, p),
-        {1, &q, qw.offset_bytes, qw.size_bytes},
-        {2, &out, ow.offset_bytes, ow.size_bytes},
-        {3, &kv.page_table()},
-        {4, &kv.pool(0)},
-        {5, &kv.pool(1)},
-        {6, &kv.pool(2)},
-        {7, &kv.pool(3)},
-    };
-    batch.dispatch(pipe, bindings, gx, gy);
+    const auto bindings = kernel_bindings(batch.uniform(0, p), q, qw, out, ow, kv);
+    batch.dispatch(pipe, std::span(bindings).first(8), gx, gy);
   });
 }
 
@@ -310,17 +318,7 @@ void encode_attention_decode(gpu::ComputeBatch& batch, gpu::Context& ctx, const 
     const uint64_t split_len = (window + n_splits - 1) / n_splits;
     p.split_len = uint32_t((split_len + kDecodeWorkgroup - 1) / kDecodeWorkgroup * kDecodeWorkgroup);
     const gpu::BufferBinding params = batch.uniform(0, p);
-    const gpu::BufferBinding bindings[] = {
-        params,
-        {1, &q, qw.offset_bytes, qw.size_bytes},
-        {2, &out, ow.offset_bytes, ow.size_bytes},
-        {3, &kv.page_table()},
-        {4, &kv.pool(0)},
-        {5, &kv.pool(1)},
-        {6, &kv.pool(2)},
-        {7, &kv.pool(3)},
-        {8, &partials},
-    };
+    const auto bindings = kernel_bindings(params, q, qw, out, ow, kv, &partials);
     batch.dispatch(decode, bindings, n_splits, s.n_heads, count);
     if (n_splits > 1) {
       const gpu::BufferBinding reduce_bindings[] = {
