@@ -60,6 +60,17 @@ std::vector<uint8_t> random_weight(WeightType t, uint64_t ne0, uint64_t ne1, std
   return out;
 }
 
+// f() must throw InvalidArgument whose message names `field`.
+template <typename F>
+void expect_throw(F f, const char* field) {
+  try {
+    f();
+    ADD_FAILURE() << "no throw for " << field;
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
+  }
+}
+
 gpu::Buffer poisoned(gpu::Context& ctx, size_t floats, const char* label) {
   auto buf = ctx.create_buffer(floats * 4, WGPUBufferUsage_Storage, label);
   std::vector<uint32_t> poison(floats, kPoison);
@@ -90,7 +101,7 @@ ErrorReport run_matmul(gpu::Context& ctx, const MatmulCase& c, uint64_t salt, si
   std::optional<gpu::Buffer> bbuf;
   if (c.bias) bbuf = ctx.upload<float>(bias, WGPUBufferUsage_Storage, "bias");
   gpu::ComputeBatch batch(ctx, c.name);
-  kernels::encode_matmul(batch, ctx, w, xbuf, y, c.n_tokens, bbuf ? &*bbuf : nullptr, c.impl);
+  kernels::encode_matmul(batch, ctx, w, xbuf, y, c.n_tokens, {.bias = bbuf ? &*bbuf : nullptr, .impl = c.impl});
   batch.submit_and_wait();
   const auto got = ctx.read<float>(y);
   const auto want = cpu::matmul(c.type, bytes, c.n_in, c.n_out, x, c.n_tokens, bias);
@@ -172,6 +183,187 @@ TEST(OpsMatmul, WeightLargerThanABinding) {
   }
 }
 
+// ---------------------------------------------------------------------- matmul epilogues
+// The fused extras of encode_matmul (norm folded in, residual accumulation, SwiGLU over
+// interleaved rows, split outputs) against the CPU reference applied step by step.
+
+enum class Epilogue { Plain, Accumulate, Swiglu, Split };
+
+struct EpilogueCase {
+  const char* name;
+  WeightType type;
+  uint32_t n_in, n_out, n_tokens;
+  MatmulImpl impl;
+  Epilogue epilogue;
+  bool norm = false, bias = false;
+  uint64_t max_piece_bytes = 0;
+};
+
+const EpilogueCase kEpilogueCases[] = {
+    {"norm_f16_mv_t1", F16, 256, 96, 1, Matvec, Epilogue::Plain, true},
+    {"norm_q8_0_mv_t3", Q8_0, 512, 40, 3, Matvec, Epilogue::Plain, true, true},
+    {"norm_odd_in_f32_mv_t2", F32, 77, 30, 2, Matvec, Epilogue::Plain, true},
+    {"norm_bf16_mm_t75", BF16, 160, 70, 75, Tiled, Epilogue::Plain, true, true},
+    {"accum_f16_mv_t1", F16, 128, 64, 1, Matvec, Epilogue::Accumulate},
+    {"accum_q4_0_mv_t4", Q4_0, 256, 33, 4, Matvec, Epilogue::Accumulate},
+    {"accum_f32_mm_t70", F32, 96, 65, 70, Tiled, Epilogue::Accumulate},
+    {"swiglu_norm_f16_mv_t1", F16, 256, 128, 1, Matvec, Epilogue::Swiglu, true},
+    {"swiglu_q8_0_mv_t2_bias", Q8_0, 128, 70, 2, Matvec, Epilogue::Swiglu, false, true},
+    {"swiglu_norm_f16_mm_t75", F16, 192, 134, 75, Tiled, Epilogue::Swiglu, true},
+    {"swiglu_split_pieces_f32_mv_t1", F32, 64, 202, 1, Matvec, Epilogue::Swiglu, true, false, 6 * 1024},
+    {"split_norm_bias_f16_mv_t1", F16, 256, 160, 1, Matvec, Epilogue::Split, true, true},
+    {"split_q8_0_mv_t3", Q8_0, 96, 45, 3, Matvec, Epilogue::Split},
+    {"split_norm_f16_mm_t75", F16, 128, 100, 75, Tiled, Epilogue::Split, true, true},
+    {"split_pieces_q4_0_mm_t64", Q4_0, 64, 150, 64, Tiled, Epilogue::Split, false, false, 2 * 1024},
+};
+
+void check_epilogue(const EpilogueCase& c) {
+  auto& ctx = context();
+  auto gen = rng(std::hash<std::string>{}(c.name));
+  const uint32_t T = c.n_tokens, N = c.n_out;
+  const auto bytes = random_weight(c.type, c.n_in, N, gen);
+  const auto w = kernels::upload_weight(ctx, c.type, c.n_in, N, bytes, c.name, c.max_piece_bytes);
+  if (c.max_piece_bytes) {
+    ASSERT_GT(w.pieces.size(), 1u) << "the weight was meant to be split";
+  }
+  const auto x = random_floats(size_t(T) * c.n_in, gen, -2.f, 2.f);
+  auto xbuf = ctx.upload<float>(x, WGPUBufferUsage_Storage, "x");
+  kernels::MatmulOptions o{.impl = c.impl};
+  std::optional<gpu::Buffer> bias_buf, norm_buf, y1, y2;
+  std::vector<float> bias, norm;
+  if (c.bias) {
+    bias = random_floats(N, gen);
+    bias_buf = ctx.upload<float>(bias, WGPUBufferUsage_Storage, "bias");
+    o.bias = &*bias_buf;
+  }
+  std::vector<float> xin = x;  // what the plain product sees
+  if (c.norm) {
+    norm = random_floats(c.n_in, gen, 0.5f, 1.5f);
+    std::vector<float> padded = norm;
+    padded.resize((c.n_in + 7) / 8 * 8, 0.f);
+    norm_buf = ctx.upload<float>(padded, WGPUBufferUsage_Storage, "norm");
+    o.norm = &*norm_buf;
+    o.eps = 1e-5f;
+    xin = cpu::rms_norm(x, norm, T, c.n_in, o.eps);
+  }
+  const auto full = cpu::matmul(c.type, bytes, c.n_in, N, xin, T, bias);  // [T][N]
+
+  std::vector<float> want, y_init;
+  size_t y_width = N;
+  switch (c.epilogue) {
+    case Epilogue::Plain:
+      want = full;
+      break;
+    case Epilogue::Accumulate:
+      o.accumulate = true;
+      y_init = random_floats(size_t(T) * N, gen);
+      for (size_t i = 0; i < full.size(); ++i) want.push_back(y_init[i] + full[i]);
+      break;
+    case Epilogue::Swiglu:
+      o.swiglu = true;
+      y_width = N / 2;
+      for (uint32_t t = 0; t < T; ++t)
+        for (uint32_t i = 0; i < N / 2; ++i) {
+          const double g = full[size_t(t) * N + 2 * i], u = full[size_t(t) * N + 2 * i + 1];
+          want.push_back(float(g / (1 + std::exp(-g)) * u));
+        }
+      break;
+    case Epilogue::Split:
+      o.split1 = N / 2;
+      o.split2 = N / 2 + N / 5;
+      y_width = o.split1;
+      break;
+  }
+  gpu::Buffer y = poisoned(ctx, size_t(T) * y_width, "y");
+  if (!y_init.empty()) ctx.write_buffer(y, 0, y_init.data(), y_init.size() * 4);
+  if (c.epilogue == Epilogue::Split) {
+    y1 = poisoned(ctx, size_t(T) * (o.split2 - o.split1), "y1");
+    y2 = poisoned(ctx, size_t(T) * (N - o.split2), "y2");
+    o.y1 = &*y1;
+    o.y2 = &*y2;
+  }
+  gpu::ComputeBatch batch(ctx, c.name);
+  kernels::encode_matmul(batch, ctx, w, xbuf, y, T, o);
+  batch.submit_and_wait();
+  const double tol = c.type == F32 ? 1e-5 : 2e-5;
+  if (c.epilogue != Epilogue::Split) {
+    const auto r = compare(ctx.read<float>(y), want);
+    EXPECT_LE(r.rel_l2, tol) << r.describe();
+    return;
+  }
+  // Split: each output holds its range of rows, token-major.
+  const std::pair<const gpu::Buffer*, std::pair<uint32_t, uint32_t>> outs[] = {
+      {&y, {0, o.split1}}, {&*y1, {o.split1, o.split2}}, {&*y2, {o.split2, N}}};
+  for (const auto& [buf, range] : outs) {
+    std::vector<float> part;
+    for (uint32_t t = 0; t < T; ++t)
+      for (uint32_t r = range.first; r < range.second; ++r) part.push_back(full[size_t(t) * N + r]);
+    const auto r = compare(ctx.read<float>(*buf), part);
+    EXPECT_LE(r.rel_l2, tol) << "rows [" << range.first << ", " << range.second << "): " << r.describe();
+  }
+}
+
+class MatmulEpilogueTable : public ::testing::TestWithParam<EpilogueCase> {};
+
+TEST_P(MatmulEpilogueTable, MatchesCpuReference) { check_epilogue(GetParam()); }
+
+// The matvec shapes other adapters use (a GPU's, and odd ones), run here through the override:
+// groups wider than a subgroup reduce through workgroup memory, several units in flight per step.
+TEST(OpsMatmul, OtherMatvecShapes) {
+  for (const char* shape : {"32x4x4x2", "128x4x1", "16x2x2x3", "8x2x4x2x1"}) {
+    SCOPED_TRACE(shape);
+    kernels::set_matvec_config_override(kernels::parse_matvec_config(shape));
+    for (const EpilogueCase& c : kEpilogueCases)
+      if (c.impl == Matvec) check_epilogue(c);
+    for (const MatmulCase& c : kMatmulCases)
+      if (c.impl != Tiled && c.n_tokens <= kernels::kMatvecMaxTokens) {
+        const auto r = run_matmul(context(), c, 99);
+        EXPECT_LE(r.rel_l2, 1e-5) << c.name << ": " << r.describe();
+      }
+    kernels::set_matvec_config_override({.threads_per_row = 0});
+  }
+  EXPECT_THROW(kernels::parse_matvec_config("32x4"), InvalidArgument);
+  EXPECT_THROW(kernels::set_matvec_config_override(kernels::parse_matvec_config("32x3x4")), InvalidArgument);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, MatmulEpilogueTable, ::testing::ValuesIn(kEpilogueCases),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+TEST(OpsMatmul, FusedWeightLayouts) {
+  // Stacked rows: the concatenation of the parts' bytes; interleaved: a0 b0 a1 b1 ...
+  const std::vector<uint8_t> a = {1, 2, 3, 4, 5, 6}, b = {7, 8, 9, 10, 11, 12};
+  const std::span<const uint8_t> parts[] = {a, b};
+  EXPECT_EQ(kernels::concat_rows(parts), (std::vector<uint8_t>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}));
+  EXPECT_EQ(kernels::interleave_rows(a, b, 3), (std::vector<uint8_t>{1, 2, 7, 8, 3, 4, 9, 10, 5, 6, 11, 12}));
+  EXPECT_THROW(kernels::interleave_rows(a, std::span(b).first(4), 3), InvalidArgument);
+  EXPECT_THROW(kernels::interleave_rows(a, b, 4), InvalidArgument);
+}
+
+TEST(OpsMatmul, EpilogueArgumentsAreChecked) {
+  auto& ctx = context();
+  auto gen = rng(9);
+  const auto bytes = random_weight(F16, 64, 10, gen);
+  const auto w = kernels::upload_weight(ctx, F16, 64, 10, bytes);
+  const auto odd = kernels::upload_weight(ctx, F16, 64, 9, random_weight(F16, 64, 9, gen));
+  auto x = ctx.create_buffer(64 * 4, WGPUBufferUsage_Storage, "x");
+  auto y = ctx.create_buffer(10 * 4, WGPUBufferUsage_Storage, "y");
+  auto y1 = ctx.create_buffer(10 * 4, WGPUBufferUsage_Storage, "y1");
+  auto y2 = ctx.create_buffer(10 * 4, WGPUBufferUsage_Storage, "y2");
+  auto short_norm = ctx.create_buffer(60 * 4, WGPUBufferUsage_Storage, "norm");
+  gpu::ComputeBatch batch(ctx);
+  expect_throw([&] { kernels::encode_matmul(batch, ctx, odd, x, y, 1, {.swiglu = true}); }, "even n_out");
+  expect_throw([&] { kernels::encode_matmul(batch, ctx, w, x, y, 1, {.y1 = &y1}); }, "split outputs");
+  expect_throw([&] { kernels::encode_matmul(batch, ctx, w, x, y, 1, {.y1 = &y1, .y2 = &y2, .split1 = 6, .split2 = 4}); },
+               "split1 <= split2");
+  expect_throw([&] { kernels::encode_matmul(batch, ctx, w, x, y, 1, {.y1 = &y1, .y2 = &y1, .split1 = 2, .split2 = 4}); },
+               "different buffers");
+  expect_throw([&] { kernels::encode_matmul(batch, ctx, w, x, y, 1, {.norm = &short_norm}); }, "norm holds");
+  auto big_y = ctx.create_buffer(64 * 4, WGPUBufferUsage_Storage, "y");
+  expect_throw([&] { kernels::encode_matmul(batch, ctx, w, x, big_y, 1, {.norm = &big_y, .eps = 1e-5f}); },
+               "norm must not");
+  expect_throw([&] { kernels::encode_matmul(batch, ctx, w, x, y, 1, {.accumulate = true, .swiglu = true}); }, "swiglu");
+}
+
 // Without subgroups the matvec rows reduce through workgroup memory instead of shuffles.
 TEST(OpsMatmul, NoSubgroupsMatvec) {
   gpu::Context ctx({.adapter = std::getenv("WGLLM_ADAPTER") ? std::getenv("WGLLM_ADAPTER") : "",
@@ -193,20 +385,12 @@ TEST(OpsMatmul, BadArgumentsThrowNamingTheField) {
   auto x = ctx.create_buffer(2 * 64 * 4, WGPUBufferUsage_Storage, "x");
   auto y = ctx.create_buffer(2 * 8 * 4, WGPUBufferUsage_Storage, "y");
   auto small = ctx.create_buffer(16, WGPUBufferUsage_Storage, "small");
-  auto expect_throw = [](auto f, const char* field) {
-    try {
-      f();
-      ADD_FAILURE() << "no throw for " << field;
-    } catch (const InvalidArgument& e) {
-      EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
-    }
-  };
   gpu::ComputeBatch batch(ctx);
   expect_throw([&] { kernels::encode_matmul(batch, ctx, w, x, y, 0); }, "n_tokens");
   expect_throw([&] { kernels::encode_matmul(batch, ctx, w, small, y, 2); }, "x holds");
   expect_throw([&] { kernels::encode_matmul(batch, ctx, w, x, small, 2); }, "y holds");
   expect_throw([&] { kernels::encode_matmul(batch, ctx, w, x, x, 1); }, "x and y");
-  expect_throw([&] { kernels::encode_matmul(batch, ctx, w, x, y, 2, &small); }, "bias");
+  expect_throw([&] { kernels::encode_matmul(batch, ctx, w, x, y, 2, {.bias = &small}); }, "bias");
   expect_throw([&] { kernels::encode_matmul(batch, ctx, kernels::GpuWeight{}, x, y, 2); }, "weight");
   expect_throw([&] { kernels::upload_weight(ctx, Q8_0, 48, 8, bytes); }, "ne0");
   expect_throw([&] { kernels::upload_weight(ctx, Q8_0, 64, 9, bytes); }, "bytes");
@@ -503,14 +687,6 @@ TEST(OpsKvAppend, BadArgumentsThrowNamingTheField) {
   auto buf = ctx.create_buffer(16 * 64 * 4, WGPUBufferUsage_Storage, "kv rows");
   auto small = ctx.create_buffer(16, WGPUBufferUsage_Storage, "small");
   gpu::ComputeBatch batch(ctx);
-  auto expect_throw = [](auto f, const char* field) {
-    try {
-      f();
-      ADD_FAILURE() << "no throw for " << field;
-    } catch (const InvalidArgument& e) {
-      EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
-    }
-  };
   expect_throw([&] { kernels::encode_kv_append(batch, ctx, odd, buf, buf, 0, 1); }, "kv_dim");
   expect_throw([&] { kernels::encode_kv_append(batch, ctx, kv, buf, buf, 10, 7); }, "max_seq");
   expect_throw([&] { kernels::encode_kv_append(batch, ctx, kv, buf, buf, 0, 0); }, "n_tokens");
@@ -525,14 +701,6 @@ TEST(OpsNormRopeSwiglu, BadArgumentsThrowNamingTheField) {
   auto small = ctx.create_buffer(16, WGPUBufferUsage_Storage, "small");
   auto table = kernels::upload_rope_table(ctx, 64, 10000.f);
   gpu::ComputeBatch batch(ctx);
-  auto expect_throw = [](auto f, const char* field) {
-    try {
-      f();
-      ADD_FAILURE() << "no throw for " << field;
-    } catch (const InvalidArgument& e) {
-      EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
-    }
-  };
   expect_throw([&] { kernels::encode_rms_norm(batch, ctx, buf, small, other, 2, 64, 1e-6f); }, "w holds");
   expect_throw([&] { kernels::encode_rms_norm(batch, ctx, small, buf, other, 2, 64, 1e-6f); }, "x holds");
   expect_throw([&] { kernels::encode_rms_norm(batch, ctx, buf, other, small, 2, 64, 1e-6f); }, "y holds");

@@ -320,6 +320,8 @@ def build_args(argv=None):
     ap.add_argument("--rope-scaling-high", type=float, default=4.0, help="llama3 high_freq_factor")
     ap.add_argument("--rope-scaling-orig-ctx", type=int, default=64,
                     help="llama3 original_max_position_embeddings (small so short prompts see the scaling)")
+    ap.add_argument("--tensor-type", action="append", metavar="PART=TYPE",
+                    help="2-D tensors whose name contains PART stored as TYPE instead of --type (repeatable)")
     ap.add_argument("--tie-embeddings", action="store_true", help="no output.weight: logits use token_embd")
     ap.add_argument("--tokenizer", choices=["bpe", "spm", "synthetic"], default=None,
                     help="default: synthetic with --shape, bpe otherwise")
@@ -339,6 +341,10 @@ def build_args(argv=None):
         ap.error("--n-head must be a multiple of --n-head-kv")
     if a.head_dim % 2:
         ap.error("--head-dim must be even")
+    for o in a.tensor_type or []:
+        part, _, t = o.partition("=")
+        if not part or t not in TYPES:
+            ap.error(f"--tensor-type {o}: expected PART=TYPE with TYPE one of {', '.join(TYPES)}")
     if TYPES[a.type] in (ggufio.Q8_0, ggufio.Q4_0):
         for n, v in (("n-embd", a.n_embd), ("n-ff", a.n_ff), ("n-head*head-dim", a.n_head * a.head_dim)):
             if v % 32:
@@ -402,11 +408,16 @@ def write_model(a, tokenizer: dict | None = None, tensor_data=None) -> None:
                                          a.rope_scaling_low, a.rope_scaling_high, a.rope_scaling_orig_ctx)
         plan.insert(0, ("rope_freqs.weight", (a.head_dim // 2,), "fixed", 0.0))
 
-    def storage(shape):
+    overrides = [o.split("=", 1) for o in (a.tensor_type or [])]
+
+    def storage(name, shape):
+        for part, t in overrides:
+            if part in name and len(shape) == 2:
+                return TYPES[t]
         return wtype if len(shape) == 2 else ggufio.F32
 
     for name, shape, _, _ in plan:
-        t = storage(shape)
+        t = storage(name, shape)
         n = int(np.prod(shape))
         w.add_tensor_info(name, shape, np.dtype(np.float32), ggufio.nbytes(t, n),
                           raw_dtype=gguf.GGMLQuantizationType(t))
@@ -417,9 +428,9 @@ def write_model(a, tokenizer: dict | None = None, tensor_data=None) -> None:
         if kind == "fixed":
             data = rope_freqs
         elif tensor_data is not None:
-            data = tensor_data(name, shape, storage(shape))
+            data = tensor_data(name, shape, storage(name, shape))
         else:
-            data = gen_tensor(a.seed, a.arch, name, shape, kind, std, storage(shape))
+            data = gen_tensor(a.seed, a.arch, name, shape, kind, std, storage(name, shape))
         w.write_tensor_data(data)
     w.close()
 

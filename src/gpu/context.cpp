@@ -268,6 +268,7 @@ Context::~Context() {
   layouts_.clear();
   pipelines_.clear();
   placeholder_ = {};
+  placeholder_writable_ = {};
   queue_.reset();
   if (device_) {
     native::poll_wait(device_.get());
@@ -278,6 +279,11 @@ Context::~Context() {
 const Buffer& Context::placeholder_storage() {
   if (!placeholder_.handle) placeholder_ = create_buffer(16, WGPUBufferUsage_Storage, "placeholder");
   return placeholder_;
+}
+
+const Buffer& Context::placeholder_writable() {
+  if (!placeholder_writable_.handle) placeholder_writable_ = create_buffer(16, WGPUBufferUsage_Storage, "placeholder (rw)");
+  return placeholder_writable_;
 }
 
 uint64_t Context::max_binding_size() const {

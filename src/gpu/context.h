@@ -120,6 +120,9 @@ class Context {
 
   // A tiny storage buffer for bindings a dispatch does not use (created once).
   const Buffer& placeholder_storage();
+  // Another, for unused read_write bindings (a buffer bound read-only and writable in one
+  // dispatch is a usage conflict).
+  const Buffer& placeholder_writable();
 
   // Largest range one binding may cover: min(maxStorageBufferBindingSize, maxBufferSize).
   uint64_t max_binding_size() const;
@@ -137,7 +140,7 @@ class Context {
   std::mutex pipelines_mutex_;
   std::map<std::string, ComputePipelineHandle> pipelines_;
   std::map<WGPUComputePipeline, BindGroupLayoutHandle> layouts_;  // group 0 of each pipeline
-  Buffer placeholder_;
+  Buffer placeholder_, placeholder_writable_;
 };
 
 // Records compute dispatches into one command buffer; submit() sends them all.

@@ -12,7 +12,7 @@ namespace {
 
 constexpr uint32_t kBlock = 32;
 constexpr uint32_t kTile = 64;             // TM = TN in matmul.wgsl
-constexpr uint32_t kFlagBias = 1, kFlagLastPiece = 2;
+constexpr uint32_t kFlagBias = 1, kFlagLastPiece = 2, kFlagNorm = 4, kFlagAccum = 8, kFlagSwiglu = 16, kFlagSplit = 32;
 
 [[noreturn]] void fail(const char* fn, const std::string& what) { throw InvalidArgument(std::string(fn) + ": " + what); }
 
@@ -94,16 +94,26 @@ uint32_t tokens_per_binding(const char* fn, const gpu::Context& ctx, std::initia
   return uint32_t(rows);
 }
 
-std::string prelude(const gpu::Context& ctx, WeightType t, uint32_t nt) {
-  const MatvecConfig mv = matvec_config(ctx);
-  return "const WTYPE: u32 = " + std::to_string(uint32_t(t)) + "u;\nconst NT: u32 = " + std::to_string(nt) +
-         "u;\nconst MV_ROWS: u32 = " + std::to_string(mv.rows) + "u;\nconst MV_T: u32 = " +
-         std::to_string(mv.threads_per_row) + "u;\nconst MV_SHUFFLE: bool = " + (mv.shuffle ? "true" : "false") +
-         ";\n" +
-         (mv.shuffle ? "fn mv_row_sum(v: f32) -> f32 {\n  var x = v;\n"
-                       "  for (var s = MV_T / 2u; s > 0u; s >>= 1u) { x += subgroupShuffleXor(x, s); }\n"
-                       "  return x;\n}\n"
-                     : "fn mv_row_sum(v: f32) -> f32 { return v; }\n");
+uint32_t matvec_slots(const MatvecConfig& mv) { return mv.threads_per_row / std::min(mv.threads_per_row, mv.shuffle ? 4u : 1u); }
+
+MatvecConfig g_matvec_override{.threads_per_row = 0};  // threads_per_row == 0: none
+
+std::string prelude(const gpu::Context& ctx, WeightType t, uint32_t nt, bool xv4 = false, uint32_t n_rows = 0) {
+  const MatvecConfig mv = matvec_config(ctx, n_rows);
+  auto u32 = [](const char* name, uint32_t v) { return std::string("const ") + name + ": u32 = " + std::to_string(v) + "u;\n"; };
+  std::string s = u32("WTYPE", uint32_t(t)) + u32("NT", nt) + u32("MV_T", mv.threads_per_row) + u32("MV_R", mv.rows) +
+                  u32("MV_G", mv.groups) + u32("MV_NV", mv.rows * nt + nt) + u32("MV_U", mv.units) + u32("MV_SLOTS", matvec_slots(mv)) +
+                  "const F16_INT: bool = " + (mv.int_f16 ? "true" : "false") + ";\n" + "const XV4: bool = " + (xv4 ? "true" : "false") + ";\n";
+  if (mv.shuffle)
+    return s +
+           "fn mv_lane_sum(v: f32, chunk: u32) -> f32 {\n  var s = v;\n"
+           "  for (var m = 1u; m < chunk; m <<= 1u) { s += subgroupShuffleXor(s, m); }\n  return s;\n}\n"
+           "@compute @workgroup_size(MV_WG)\nfn matvec(@builtin(workgroup_id) wid: vec3<u32>, "
+           "@builtin(local_invocation_index) lid: u32, @builtin(subgroup_size) sg: u32) { matvec_main(wid, lid, sg); }\n";
+  return s +
+         "fn mv_lane_sum(v: f32, chunk: u32) -> f32 { return v; }\n"
+         "@compute @workgroup_size(MV_WG)\nfn matvec(@builtin(workgroup_id) wid: vec3<u32>, "
+         "@builtin(local_invocation_index) lid: u32) { matvec_main(wid, lid, 1u); }\n";
 }
 
 void check_weight(const char* fn, const GpuWeight& w) {
@@ -112,14 +122,68 @@ void check_weight(const char* fn, const GpuWeight& w) {
 
 }  // namespace
 
-MatvecConfig matvec_config(const gpu::Context& ctx) {
+MatvecConfig matvec_config(const gpu::Context& ctx, uint32_t n_rows) {
   MatvecConfig c;
+  if (g_matvec_override.threads_per_row) c = g_matvec_override;
   // CPU adapters (lavapipe) run a workgroup on one core, SIMD across invocations: short rows of
-  // threads with few reduction steps win. GPUs: 32 threads per row keeps loads coalesced.
-  c.threads_per_row = ctx.adapter().type == "CPU" ? 8 : 32;
-  c.rows = 8;
-  c.shuffle = ctx.features().subgroups && ctx.adapter().subgroup_min >= c.threads_per_row;
+  // threads with few reduction steps win.
+  else if (ctx.adapter().type == "CPU")
+    c = {.threads_per_row = 8, .rows = 2, .groups = 8};
+  // GPUs (measured on the H200, PERF.md): tall matrices stream best with a subgroup per 4 rows and
+  // 8 loads in flight per thread; below ~16k rows that leaves too few workgroups to fill the GPU,
+  // and 128 threads per row (4 rows per workgroup) do better.
+  else if (n_rows >= 16384)
+    c = {.threads_per_row = 32, .rows = 4, .groups = 4, .units = 2};
+  else
+    c = {.threads_per_row = 128, .rows = 4, .groups = 1};
+  c.shuffle = ctx.features().subgroups;
+  const uint64_t red_bytes = uint64_t(c.rows + 1) * kMatvecMaxTokens * c.groups * matvec_slots(c) * 4;
+  if (red_bytes > ctx.limits().maxComputeWorkgroupStorageSize || c.threads_per_row * c.groups > ctx.limits().maxComputeInvocationsPerWorkgroup)
+    throw InvalidArgument("matvec config " + std::to_string(c.threads_per_row) + "x" + std::to_string(c.rows) + "x" +
+                          std::to_string(c.groups) + " exceeds the adapter's workgroup limits");
   return c;
+}
+
+void set_matvec_config_override(const MatvecConfig& c) {
+  if (c.threads_per_row && (c.rows == 0 || c.units == 0 || c.rows % 2 || c.groups == 0 || c.rows * kMatvecMaxTokens > c.threads_per_row ||
+                            (c.threads_per_row & (c.threads_per_row - 1)) || c.threads_per_row * c.groups > 1024))
+    throw InvalidArgument("matvec config: threads per row a power of two >= rows * 4, rows even, groups > 0, <= 1024 threads");
+  g_matvec_override = c;
+}
+
+MatvecConfig parse_matvec_config(const std::string& text) {
+  std::vector<uint32_t> v;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    const size_t x = std::min(text.find('x', pos), text.size());
+    const std::string part = text.substr(pos, x - pos);
+    if (part.empty() || part.find_first_not_of("0123456789") != std::string::npos || part.size() > 4)
+      throw InvalidArgument("matvec config '" + text + "': expected THREADSxROWSxGROUPS[xUNITS[xINT_F16]]");
+    v.push_back(uint32_t(std::stoul(part)));
+    pos = x + 1;
+  }
+  if (v.size() < 3 || v.size() > 5)
+    throw InvalidArgument("matvec config '" + text + "': expected THREADSxROWSxGROUPS[xUNITS[xINT_F16]]");
+  return {.threads_per_row = v[0], .rows = v[1], .groups = v[2], .units = v.size() > 3 ? v[3] : 1,
+          .int_f16 = v.size() > 4 && v[4] != 0};
+}
+
+std::vector<uint8_t> concat_rows(std::span<const std::span<const uint8_t>> parts) {
+  std::vector<uint8_t> out;
+  for (const auto& part : parts) out.insert(out.end(), part.begin(), part.end());
+  return out;
+}
+
+std::vector<uint8_t> interleave_rows(std::span<const uint8_t> a, std::span<const uint8_t> b, uint64_t rows) {
+  if (rows == 0 || a.size() != b.size() || a.size() % rows)
+    throw InvalidArgument("interleave_rows: the two tensors must have the same size and " + std::to_string(rows) + " rows");
+  const uint64_t row = a.size() / rows;
+  std::vector<uint8_t> out(a.size() * 2);
+  for (uint64_t r = 0; r < rows; ++r) {
+    std::memcpy(&out[2 * r * row], &a[r * row], row);
+    std::memcpy(&out[(2 * r + 1) * row], &b[r * row], row);
+  }
+  return out;
 }
 
 const char* weight_type_name(WeightType t) {
@@ -182,7 +246,8 @@ GpuWeight upload_weight(gpu::Context& ctx, WeightType type, uint64_t ne0, uint64
   w.n_blocks = uint32_t((ne0 + kBlock - 1) / kBlock);
   const uint64_t limit = max_piece_bytes ? std::min(max_piece_bytes, ctx.max_binding_size()) : ctx.max_binding_size();
   const uint64_t row_bytes = uint64_t(w.n_blocks) * (block_data_bytes(type) + (quantised(type) ? 2 : 0));
-  const uint64_t rows_per_piece = limit < 16 + row_bytes ? 0 : (limit - 16) / row_bytes;
+  uint64_t rows_per_piece = limit < 16 + row_bytes ? 0 : (limit - 16) / row_bytes;
+  if (rows_per_piece > 1) rows_per_piece &= ~uint64_t(1);  // pieces start at even rows (SwiGLU pairs)
   if (rows_per_piece == 0)
     fail(fn, "one row (" + std::to_string(row_bytes) + " bytes) exceeds the storage-binding limit of " +
                  std::to_string(limit));
@@ -203,37 +268,62 @@ GpuWeight upload_weight(gpu::Context& ctx, WeightType type, uint64_t ne0, uint64
 double matmul_flops(const GpuWeight& w, uint32_t n_tokens) { return 2.0 * w.n_in * w.n_out * n_tokens; }
 
 void encode_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight& w, const gpu::Buffer& x,
-                   const gpu::Buffer& y, uint32_t n_tokens, const gpu::Buffer* bias, MatmulImpl impl) {
+                   const gpu::Buffer& y, uint32_t n_tokens, const MatmulOptions& o) {
   const char* fn = "encode_matmul";
   check_weight(fn, w);
   if (n_tokens == 0) fail(fn, "n_tokens must be > 0");
-  if (x.size < uint64_t(n_tokens) * w.n_in * 4)
-    fail(fn, "x holds " + std::to_string(x.size) + " bytes, needs n_tokens * n_in * 4 = " +
-                 std::to_string(uint64_t(n_tokens) * w.n_in * 4));
-  if (y.size < uint64_t(n_tokens) * w.n_out * 4)
-    fail(fn, "y holds " + std::to_string(y.size) + " bytes, needs n_tokens * n_out * 4 = " +
-                 std::to_string(uint64_t(n_tokens) * w.n_out * 4));
-  if (x.get() == y.get()) fail(fn, "x and y must be different buffers");
-  if (bias && bias->size < uint64_t(w.n_out) * 4)
-    fail(fn, "bias holds " + std::to_string(bias->size) + " bytes, needs n_out * 4 = " +
-                 std::to_string(uint64_t(w.n_out) * 4));
-  if (bias && uint64_t(w.n_out) * 4 > ctx.max_binding_size()) fail(fn, "bias exceeds the storage-binding limit");
+  auto check_size = [&](const char* name, const gpu::Buffer& b, uint64_t floats, const char* what) {
+    if (b.size < floats * 4)
+      fail(fn, std::string(name) + " holds " + std::to_string(b.size) + " bytes, needs " + what + " = " +
+                   std::to_string(floats * 4));
+  };
+  const bool split = o.y1 || o.y2;
+  if (split && (!o.y1 || !o.y2 || o.split1 == 0 || o.split1 > o.split2 || o.split2 >= w.n_out))
+    fail(fn, "split outputs need y1 and y2 and 0 < split1 <= split2 < n_out (got " + std::to_string(o.split1) + ", " +
+                 std::to_string(o.split2) + ", n_out " + std::to_string(w.n_out) + ")");
+  if (o.swiglu && (w.n_out % 2 || split || o.accumulate))
+    fail(fn, "swiglu needs an even n_out (interleaved gate/up rows) and neither split outputs nor accumulate");
+  if (split && o.accumulate) fail(fn, "accumulate does not combine with split outputs");
+  // Widths (floats per token) of y, y1, y2.
+  const uint32_t y_width = split ? o.split1 : o.swiglu ? w.n_out / 2 : w.n_out;
+  const uint32_t y1_width = split ? o.split2 - o.split1 : 1, y2_width = split ? w.n_out - o.split2 : 1;
+  check_size("x", x, uint64_t(n_tokens) * w.n_in, "n_tokens * n_in * 4");
+  check_size("y", y, uint64_t(n_tokens) * y_width, "n_tokens * (y's rows) * 4");
+  if (split) {
+    check_size("y1", *o.y1, uint64_t(n_tokens) * y1_width, "n_tokens * (split2 - split1) * 4");
+    check_size("y2", *o.y2, uint64_t(n_tokens) * y2_width, "n_tokens * (n_out - split2) * 4");
+  }
+  for (const gpu::Buffer* out : {&y, o.y1, o.y2})
+    if (out && out->get() == x.get()) fail(fn, "x and y must be different buffers");
+  if (split && (o.y1->get() == y.get() || o.y2->get() == y.get() || o.y1->get() == o.y2->get()))
+    fail(fn, "y, y1 and y2 must be different buffers");
+  if (o.bias) check_size("bias", *o.bias, w.n_out, "n_out * 4");
+  if (o.bias && uint64_t(w.n_out) * 4 > ctx.max_binding_size()) fail(fn, "bias exceeds the storage-binding limit");
+  const uint64_t norm_floats = (uint64_t(w.n_in) + 7) / 8 * 8;
+  if (o.norm) check_size("norm", *o.norm, norm_floats, "n_in rounded up to 8, * 4");
+  if (o.norm && !(o.eps > 0)) fail(fn, "eps must be > 0 with norm");
+  if (o.norm && (o.norm->get() == y.get() || (split && (o.norm->get() == o.y1->get() || o.norm->get() == o.y2->get()))))
+    fail(fn, "norm must not be an output");
+  MatmulImpl impl = o.impl;
   if (impl == MatmulImpl::Auto) impl = n_tokens <= kMatvecMaxTokens ? MatmulImpl::Matvec : MatmulImpl::Tiled;
 
   const uint32_t max_grid = ctx.limits().maxComputeWorkgroupsPerDimension;
-  uint32_t step = tokens_per_binding(fn, ctx, {w.n_in, w.n_out});
+  uint32_t step = tokens_per_binding(fn, ctx, {w.n_in, y_width, y1_width, y2_width});
   if (impl == MatmulImpl::Matvec) step = std::min(step, kMatvecMaxTokens);
-  const gpu::Buffer& bias_buf = bias ? *bias : ctx.placeholder_storage();
-  const MatvecConfig mv = matvec_config(ctx);
-  const uint64_t bias_bytes = bias ? uint64_t(w.n_out) * 4 : 16;
+  const gpu::Buffer& none = ctx.placeholder_storage();
+  const uint32_t flags = (o.bias ? kFlagBias : 0) | (o.norm ? kFlagNorm : 0) | (o.accumulate ? kFlagAccum : 0) |
+                         (o.swiglu ? kFlagSwiglu : 0) | (split ? kFlagSplit : 0);
 
   for (uint32_t first = 0; first < n_tokens; first += step) {
     const uint32_t count = std::min(step, n_tokens - first);
     const RowWindow xw = row_window(ctx, first, count, w.n_in);
-    const RowWindow yw = row_window(ctx, first, count, w.n_out);
+    const RowWindow yw = row_window(ctx, first, count, y_width);
+    const RowWindow y1w = split ? row_window(ctx, first, count, y1_width) : RowWindow{0, 16, 0};
+    const RowWindow y2w = split ? row_window(ctx, first, count, y2_width) : RowWindow{0, 16, 0};
+    const bool xv4 = w.n_in % 32 == 0 && xw.first_word % 4 == 0;
     WGPUComputePipeline pipe =
         impl == MatmulImpl::Matvec
-            ? ctx.pipeline({"matmul.wgsl", "matvec", {}, prelude(ctx, w.type, count)})
+            ? ctx.pipeline({"matmul.wgsl", "matvec", {}, prelude(ctx, w.type, count, xv4, w.n_out)})
             : ctx.pipeline({"matmul.wgsl", "matmul", {}, prelude(ctx, w.type, 1)});
     for (const auto& piece : w.pieces) {
       MatmulParams p{};
@@ -244,25 +334,38 @@ void encode_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight&
       p.row_begin = piece.row_begin;
       p.n_rows = piece.n_rows;
       p.scale_off4 = piece.scale_off4;
-      p.flags = bias ? kFlagBias : 0;
+      p.flags = flags;
       p.x_off = xw.first_word;
       p.y_off = yw.first_word;
+      p.split1 = o.split1;
+      p.split2 = o.split2;
+      p.y1_off = y1w.first_word;
+      p.y2_off = y2w.first_word;
+      p.eps = o.eps;
+      p.y_stride = y_width;
       uint64_t n_wg;
       if (impl == MatmulImpl::Matvec) {
-        n_wg = (piece.n_rows + mv.rows - 1) / mv.rows;
+        const MatvecConfig mv = matvec_config(ctx, w.n_out);
+        const uint32_t rows_per_wg = mv.rows * mv.groups;
+        n_wg = (piece.n_rows + rows_per_wg - 1) / rows_per_wg;
       } else {
         p.row_tiles = (piece.n_rows + kTile - 1) / kTile;
         n_wg = uint64_t(p.row_tiles) * ((count + kTile - 1) / kTile);
       }
       const auto grid = gpu::fold_grid(n_wg, max_grid);
       p.grid_x = grid.x;
-      const gpu::BufferBinding bindings[] = {
+      std::vector<gpu::BufferBinding> bindings = {
           batch.uniform(0, p),
           {1, &piece.buffer},
           {2, &x, xw.offset_bytes, xw.size_bytes},
           {3, &y, yw.offset_bytes, yw.size_bytes},
-          {4, &bias_buf, 0, bias_bytes},
+          {4, o.bias ? o.bias : &none, 0, o.bias ? uint64_t(w.n_out) * 4 : 16},
+          {6, o.norm ? o.norm : &none, 0, o.norm ? norm_floats * 4 : 16},
+          {7, split ? o.y1 : &ctx.placeholder_writable(), y1w.offset_bytes, y1w.size_bytes},
+          {8, split ? o.y2 : &ctx.placeholder_writable(), y2w.offset_bytes, y2w.size_bytes},
       };
+      if (impl == MatmulImpl::Matvec)
+        bindings.push_back(xv4 ? gpu::BufferBinding{9, &x, xw.offset_bytes, xw.size_bytes} : gpu::BufferBinding{9, &none, 0, 16});
       batch.dispatch(pipe, bindings, grid.x, grid.y);
     }
   }

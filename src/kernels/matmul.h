@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -53,28 +54,62 @@ enum class MatmulImpl {
 };
 inline constexpr uint32_t kMatvecMaxTokens = 4;
 
-// The matvec kernel's shape for an adapter: rows per workgroup, threads per row (a power of two
-// >= kMatvecMaxTokens) and whether the row reduction uses subgroup shuffles.
+// The matvec kernel's shape for an adapter and a weight of n_rows rows: a workgroup is `groups` groups of
+// `threads_per_row` threads, each group owning `rows` adjacent rows (even, for SwiGLU pairs;
+// rows * kMatvecMaxTokens <= threads_per_row); partial sums are reduced with subgroup shuffles
+// when `shuffle`.
 struct MatvecConfig {
-  uint32_t rows = 8, threads_per_row = 32;
+  uint32_t threads_per_row = 32, rows = 2, groups = 4;
+  uint32_t units = 1;    // 8-element units per row loaded per step (loads in flight = rows x units)
+  bool int_f16 = false;  // F16 weights converted with integer ops instead of unpack2x16float
   bool shuffle = false;
 };
-MatvecConfig matvec_config(const gpu::Context& ctx);
+MatvecConfig matvec_config(const gpu::Context& ctx, uint32_t n_rows = 0);
+// Benchmarks only: use `c` instead of the adapter's default (threads_per_row = 0 resets).
+void set_matvec_config_override(const MatvecConfig& c);
+// "THREADSxROWSxGROUPS[xUNITS[xINT_F16]]", e.g. "32x4x4x2x1" (the --matvec option of the benchmarks).
+MatvecConfig parse_matvec_config(const std::string& text);
 
 // Mirrors `MatmulParams` in matmul.wgsl.
 struct MatmulParams {
   uint32_t n_in, n_out, n_tokens, nb;
   uint32_t row_begin, n_rows, scale_off4, flags;
   uint32_t x_off, y_off, grid_x, row_tiles;
+  uint32_t split1, split2, y1_off, y2_off;
+  float eps;
+  uint32_t y_stride, pad0, pad1;
 };
-static_assert(sizeof(MatmulParams) == 48);
+static_assert(sizeof(MatmulParams) == 80);
 
-// y[t][o] = sum_i x[t][i] * W[o][i] (+ bias[o]) for t < n_tokens, o < W.n_out.
-// x: [n_tokens][n_in] f32, y: [n_tokens][n_out] f32 (a different buffer), bias: [n_out] f32.
+// What happens around the product, fused into the same dispatch.
+struct MatmulOptions {
+  const gpu::Buffer* bias = nullptr;  // [n_out] f32 added to every row
+  // RMSNorm of x first: x[t] / sqrt(mean(x[t]^2) + eps) * norm, norm: [n_in] f32 (bound as vec4:
+  // the buffer must hold n_in rounded up to 8 floats, zeros past n_in).
+  const gpu::Buffer* norm = nullptr;
+  float eps = 1e-5f;
+  bool accumulate = false;  // y += x W^T (the residual add); y is read and written
+  // W's rows are (gate, up) pairs (interleave_rows): y[t][i] = silu(row 2i) * row 2i+1 (after
+  // bias); y is [n_tokens][n_out / 2].
+  bool swiglu = false;
+  // Rows [split1, split2) go to *y1 ([n_tokens][split2 - split1]) and [split2, n_out) to *y2;
+  // y then holds rows [0, split1) ([n_tokens][split1]). Both or neither.
+  const gpu::Buffer* y1 = nullptr;
+  const gpu::Buffer* y2 = nullptr;
+  uint32_t split1 = 0, split2 = 0;
+  MatmulImpl impl = MatmulImpl::Auto;
+};
+
+// y[t][o] = sum_i x[t][i] * W[o][i] (+ bias[o]) for t < n_tokens, o < W.n_out, with the options'
+// epilogues. x: [n_tokens][n_in] f32, y: [n_tokens][n_out] f32 (a different buffer).
 // Splits by weight piece and, when x or y would exceed a binding, by token range.
 void encode_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight& w, const gpu::Buffer& x,
-                   const gpu::Buffer& y, uint32_t n_tokens, const gpu::Buffer* bias = nullptr,
-                   MatmulImpl impl = MatmulImpl::Auto);
+                   const gpu::Buffer& y, uint32_t n_tokens, const MatmulOptions& options = {});
+
+// GGUF bytes of [ne1 = rows][ne0] tensors of one type stacked into one (rows in order).
+std::vector<uint8_t> concat_rows(std::span<const std::span<const uint8_t>> parts);
+// GGUF bytes of two [rows][ne0] tensors a, b interleaved row by row: a0, b0, a1, b1, ...
+std::vector<uint8_t> interleave_rows(std::span<const uint8_t> a, std::span<const uint8_t> b, uint64_t rows);
 
 // out[t][0 .. n_in) = row ids[t] of `table` (an embedding stored as ne = [n_embd, n_vocab]),
 // dequantised to f32. ids: [n_tokens] u32; ids >= n_vocab give zero rows.

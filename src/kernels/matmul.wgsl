@@ -11,18 +11,28 @@
 //                   scales [rows][nb] packed two per u32
 //   Q4_0 (WTYPE 4): quants [rows][nb] of 1 vec4 (16 bytes as in GGUF: element j = low nibble of
 //                   byte j, element j + 16 = its high nibble), then the f16 scales as for Q8_0
-// The host prepends `const WTYPE: u32`, `const NT: u32` (matvec tokens per dispatch) and the
-// matvec shape MV_ROWS, MV_T, MV_SHUFFLE with mv_row_sum() (the butterfly of subgroup shuffles
-// over a row's MV_T lanes; only defined with shuffles when the adapter has subgroups).
-// Barriers stay in entry points, in uniform control flow.
+// The host prepends `const WTYPE: u32`, `const NT: u32` (matvec tokens per dispatch), the
+// matvec shape MV_T, MV_R, MV_G and XV4, mv_lane_sum() (a butterfly of subgroup shuffles, or
+// the identity without subgroups) and the `matvec` entry point, which passes the subgroup size
+// to matvec_main (1 without subgroups). Barriers are reached in uniform control flow.
+//
+// Epilogues (flags; matvec and matmul alike): bias, RMSNorm of x folded in (the sum of x^2 is
+// gathered while x streams past, the row's dot is scaled at the end), residual accumulation,
+// SwiGLU over interleaved (gate, up) row pairs, and rows split across three outputs (q, k, v).
 
 struct MatmulParams {
   n_in: u32, n_out: u32, n_tokens: u32, nb: u32,
   row_begin: u32, n_rows: u32, scale_off4: u32, flags: u32,
   x_off: u32, y_off: u32, grid_x: u32, row_tiles: u32,
+  split1: u32, split2: u32, y1_off: u32, y2_off: u32,
+  eps: f32, y_stride: u32, _pad0: u32, _pad1: u32,
 }
 const FLAG_BIAS: u32 = 1u;        // add bias[row]
 const FLAG_LAST_PIECE: u32 = 2u;  // embedding: ids past the table write zero rows
+const FLAG_NORM: u32 = 4u;        // RMSNorm x first: y = (x / rms(x) * norm) W^T
+const FLAG_ACCUM: u32 = 8u;       // y += result (the residual add)
+const FLAG_SWIGLU: u32 = 16u;     // rows are (gate, up) pairs: y[t][i] = silu(row 2i) * row 2i+1
+const FLAG_SPLIT: u32 = 32u;      // rows [split1, split2) go to y1, [split2, n_out) to y2
 
 @group(0) @binding(0) var<uniform> p: MatmulParams;
 @group(0) @binding(1) var<storage, read> w: array<vec4<u32>>;
@@ -30,6 +40,10 @@ const FLAG_LAST_PIECE: u32 = 2u;  // embedding: ids past the table write zero ro
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;
 @group(0) @binding(4) var<storage, read> bias: array<f32>;
 @group(0) @binding(5) var<storage, read> ids: array<u32>;
+@group(0) @binding(6) var<storage, read> norm: array<vec4<f32>>;
+@group(0) @binding(7) var<storage, read_write> y1: array<f32>;
+@group(0) @binding(8) var<storage, read_write> y2: array<f32>;
+@group(0) @binding(9) var<storage, read> x4: array<vec4<f32>>;  // x again, as vec4 (matvec with XV4)
 
 struct W8 { lo: vec4<f32>, hi: vec4<f32>, }
 
@@ -48,6 +62,16 @@ fn nib4(a: u32) -> vec4<f32> {
   return vec4<f32>(n) - vec4<f32>(8.0);
 }
 
+// Eight f16 (four packed pairs) to f32 with integer ops: the f16 exponent and mantissa moved into
+// f32 position and rescaled by 2^112 (exact for normals and subnormals; weights are finite).
+fn f16x8(v: vec4<u32>) -> W8 {
+  let lo = bitcast<vec4<f32>>(((v & vec4<u32>(0x7FFFu)) << vec4<u32>(13u)) | ((v & vec4<u32>(0x8000u)) << vec4<u32>(16u)));
+  let hi = bitcast<vec4<f32>>(((v >> vec4<u32>(3u)) & vec4<u32>(0x0FFFE000u)) | (v & vec4<u32>(0x80000000u)));
+  let a = lo * 5.192296858534828e33;
+  let b = hi * 5.192296858534828e33;
+  return W8(vec4<f32>(a.x, b.x, a.y, b.y), vec4<f32>(a.z, b.z, a.w, b.w));
+}
+
 fn bf2(a: u32) -> vec2<f32> { return vec2<f32>(bitcast<f32>(a << 16u), bitcast<f32>(a & 0xFFFF0000u)); }
 
 // Elements [8 * (u % 4), + 8) of block u / 4 of piece row r.
@@ -59,6 +83,7 @@ fn load8(r: u32, u: u32) -> W8 {
     return W8(bitcast<vec4<f32>>(w[i]), bitcast<vec4<f32>>(w[i + 1u]));
   } else if (WTYPE == 1u) {
     let v = w[blk * 4u + q];
+    if (F16_INT) { return f16x8(v); }
     return W8(vec4<f32>(unpack2x16float(v.x), unpack2x16float(v.y)),
               vec4<f32>(unpack2x16float(v.z), unpack2x16float(v.w)));
   } else if (WTYPE == 2u) {
@@ -94,71 +119,150 @@ fn load_x8(t: u32, u: u32) -> W8 {
   return W8(vec4<f32>(a[0], a[1], a[2], a[3]), vec4<f32>(a[4], a[5], a[6], a[7]));
 }
 
+fn has(f: u32) -> bool { return (p.flags & f) != 0u; }
+
+// 1 / rms of a row of n_in values whose squares sum to ss.
+fn inv_rms(ss: f32) -> f32 { return inverseSqrt(ss / f32(p.n_in) + p.eps); }
+
+// Norm weights of unit u (8 elements).
+fn norm8(u: u32) -> W8 { return W8(norm[2u * u], norm[2u * u + 1u]); }
+
+// The epilogue: value v of token t, piece row r -> bias, then the output it belongs to.
 fn store_y(t: u32, r: u32, v: f32) {
   let g = p.row_begin + r;
   var out = v;
-  if ((p.flags & FLAG_BIAS) != 0u) { out += bias[g]; }
-  y[p.y_off + t * p.n_out + g] = out;
+  if (has(FLAG_BIAS)) { out += bias[g]; }
+  if (has(FLAG_SPLIT) && g >= p.split1) {
+    if (g >= p.split2) {
+      y2[p.y2_off + t * (p.n_out - p.split2) + g - p.split2] = out;
+    } else {
+      y1[p.y1_off + t * (p.split2 - p.split1) + g - p.split1] = out;
+    }
+    return;
+  }
+  let i = p.y_off + t * p.y_stride + g;
+  if (has(FLAG_ACCUM)) { out += y[i]; }
+  y[i] = out;
+}
+
+// SwiGLU epilogue: piece rows r (gate, even) and r + 1 (up) of token t.
+fn store_swiglu(t: u32, r: u32, gate: f32, up: f32) {
+  let g = p.row_begin + r;
+  var a = gate;
+  var b = up;
+  if (has(FLAG_BIAS)) {
+    a += bias[g];
+    b += bias[g + 1u];
+  }
+  // e^-a overflows to inf for a < -88: a / inf = -0, the right limit.
+  y[p.y_off + t * p.y_stride + g / 2u] = a / (1.0 + exp(-a)) * b;
 }
 
 // ---------------------------------------------------------------------------------------
-// Matrix-vector (decode): MV_ROWS rows per workgroup, MV_T threads per row (host constants,
-// per adapter). Thread lt of a row reads units lt, lt + MV_T, ... (adjacent threads read adjacent
-// 8-element units: coalesced), keeps NT partial sums, and the row's threads reduce them: with
-// subgroup shuffles when MV_SHUFFLE (the MV_T threads of a row sit in one subgroup), else
-// through workgroup memory. Traffic: the piece's weight bytes once per dispatch, for NT tokens.
-const MV_WG: u32 = MV_ROWS * MV_T;
-var<workgroup> red: array<f32, MV_WG * NT>;
+// Matrix-vector (decode). A workgroup is MV_G groups of MV_T threads; a group owns MV_R
+// adjacent rows (host constants, per adapter). Thread lt of a group reads units lt, lt + MV_T,
+// ... of each of its rows (adjacent threads read adjacent 16-byte units: coalesced; MV_R loads
+// in flight per step) and keeps MV_R x NT partial dots plus NT partial sums of x^2 (for
+// FLAG_NORM). Each x unit is read once per group for all MV_R rows: as two vec4 when XV4.
+// The group's partials are summed with subgroup shuffles over min(MV_T, subgroup size) lanes,
+// then through workgroup memory. Traffic: the piece's weight bytes once per dispatch, NT tokens.
+// The entry point `matvec` (host prelude) passes the subgroup size (1 without subgroups).
+const MV_WG: u32 = MV_T * MV_G;
+const MV_ROWS: u32 = MV_G * MV_R;
+// MV_NV = MV_R * NT + NT (host constant): values per thread, dots [row][token] then x^2 [token].
+// MV_SLOTS (host constant): partial sums per group and value left after the shuffles, MV_T / the
+// smallest subgroup size possible (4 with subgroups, else 1).
+var<workgroup> red: array<f32, MV_NV * MV_G * MV_SLOTS>;
 
-@compute @workgroup_size(MV_WG)
-fn matvec(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+fn mv_x8(t: u32, u: u32) -> W8 {
+  if (XV4) {
+    let i = (p.x_off + t * p.n_in) / 4u + 2u * u;
+    return W8(x4[i], x4[i + 1u]);
+  }
+  return load_x8(t, u);
+}
+
+fn matvec_main(wid: vec3<u32>, lid: u32, sg_size: u32) {
   let flat = wid.x + wid.y * p.grid_x;
-  let lr = lid / MV_T;
+  let grp = lid / MV_T;
   let lt = lid % MV_T;
-  let r = flat * MV_ROWS + lr;
-  let row_ok = r < p.n_rows;
-  // acc is indexed only inside //#unroll blocks: constant indices keep it in registers on GPUs.
-  var acc: array<f32, NT>;
-  //#unroll t NT
-  acc[$t] = 0.0;
+  let row0 = flat * MV_ROWS + grp * MV_R;
+  let last_row = p.n_rows - 1u;
+  // vals is indexed only inside //#unroll blocks: constant indices keep it in registers on GPUs.
+  var vals: array<f32, MV_NV>;
+  //#unroll k MV_NV
+  vals[$k] = 0.0;
   //#end
-  if (row_ok) {
-    let n_units = p.nb * 4u;
-    for (var u = lt; u < n_units; u += MV_T) {
-      let wv = load8(r, u);
+  let n_units = p.nb * 4u;
+  // Each step covers MV_U units per row (MV_R x MV_U weight loads in flight); units past the row
+  // are clamped to its last one and their x zeroed.
+  for (var u0 = lt; u0 < n_units; u0 += MV_T * MV_U) {
+    //#unroll! k MV_U
+    let u$k = min(u0 + $k * MV_T, n_units - 1u);
+    //#unroll! j MV_R
+    let w$j_$k = load8(min(row0 + $j, last_row), u$k);  // rows past the piece: loaded, never stored
+    //#end
+    //#end
+    //#unroll! k MV_U
+    {
+      var g = W8(vec4<f32>(1.0), vec4<f32>(1.0));
+      if (has(FLAG_NORM)) { g = norm8(u$k); }
+      let live = u0 + $k * MV_T < n_units;
       //#unroll t NT
       {
-        let xv = load_x8($t, u);
-        acc[$t] += dot(wv.lo, xv.lo) + dot(wv.hi, xv.hi);
-      }
-      //#end
-    }
-  }
-  if (MV_SHUFFLE) {
-    //#unroll t NT
-    acc[$t] = mv_row_sum(acc[$t]);
-    //#end
-    if (row_ok && lt < NT) {
-      var v = 0.0;
-      //#unroll t NT
-      if ($t == lt) { v = acc[$t]; }
-      //#end
-      store_y(lt, r, v);
-    }
-  } else {
-    //#unroll t NT
-    red[$t * MV_WG + lid] = acc[$t];
-    //#end
-    workgroupBarrier();
-    for (var s = MV_T / 2u; s > 0u; s >>= 1u) {
-      if (lt < s) {
-        //#unroll t NT
-        red[$t * MV_WG + lid] += red[$t * MV_WG + lid + s];
+        var xr = mv_x8($t, u$k);
+        if (!live) { xr = W8(vec4<f32>(0.0), vec4<f32>(0.0)); }
+        vals[MV_R * NT + $t] += dot(xr.lo, xr.lo) + dot(xr.hi, xr.hi);
+        let xv = W8(xr.lo * g.lo, xr.hi * g.hi);
+        //#unroll! j MV_R
+        vals[$j * NT + $t] += dot(w$j_$k.lo, xv.lo) + dot(w$j_$k.hi, xv.hi);
         //#end
       }
-      workgroupBarrier();
+      //#end
     }
-    if (row_ok && lt < NT) { store_y(lt, r, red[lt * MV_WG + lr * MV_T]); }
+    //#end
+  }
+  // Sum each value over the group's lanes: a butterfly of shuffles within aligned chunks of
+  // lanes. When the group fits one subgroup (chunk == MV_T) every lane then holds the sums and
+  // lane lt < MV_R * NT finishes value lt (row row0 + lt / NT, token lt % NT) at once; otherwise
+  // one slot per chunk goes through workgroup memory. The barrier-free path matters: a barrier
+  // here halved the H200's streaming rate.
+  let chunk = min(MV_T, sg_size);
+  //#unroll k MV_NV
+  vals[$k] = mv_lane_sum(vals[$k], chunk);
+  //#end
+  let j = lt / NT;
+  let t = lt % NT;
+  var dot_sum = 0.0;
+  var up_sum = 0.0;  // SwiGLU: the next row's dot (the up half of the pair)
+  var ss = 0.0;
+  if (chunk == MV_T) {
+    if (lt >= MV_R * NT) { return; }
+    //#unroll k MV_NV
+    if ($k == lt) { dot_sum = vals[$k]; }
+    if ($k == lt + NT) { up_sum = vals[$k]; }
+    if ($k == MV_R * NT + t) { ss = vals[$k]; }
+    //#end
+  } else {
+    //#unroll k MV_NV
+    if (lt % chunk == 0u) { red[($k * MV_G + grp) * MV_SLOTS + lt / chunk] = vals[$k]; }
+    //#end
+    workgroupBarrier();
+    if (lt >= MV_R * NT) { return; }
+    for (var c = 0u; c < MV_T / chunk; c += 1u) {
+      dot_sum += red[(lt * MV_G + grp) * MV_SLOTS + c];
+      if (j + 1u < MV_R) { up_sum += red[((lt + NT) * MV_G + grp) * MV_SLOTS + c]; }
+      ss += red[((MV_R * NT + t) * MV_G + grp) * MV_SLOTS + c];
+    }
+  }
+  let r = row0 + j;
+  var scale = 1.0;
+  if (has(FLAG_NORM)) { scale = inv_rms(ss); }
+  if (r >= p.n_rows) { return; }
+  if (has(FLAG_SWIGLU)) {
+    if (j % 2u == 0u) { store_swiglu(t, r, dot_sum * scale, up_sum * scale); }
+  } else {
+    store_y(t, r, dot_sum * scale);
   }
 }
 
@@ -173,6 +277,7 @@ const TN: u32 = 64u;
 const MM_WG: u32 = 256u;
 var<workgroup> xs: array<vec4<f32>, 512>;  // [k: 32][token / 4: 16]
 var<workgroup> ws: array<vec4<f32>, 512>;  // [k: 32][row / 4: 16]
+var<workgroup> xss: array<f32, 256>;       // FLAG_NORM: sums of x^2 [token: 64][loader lane: 4]
 
 @compute @workgroup_size(MM_WG)
 fn matmul(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
@@ -190,13 +295,21 @@ fn matmul(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index
   let x_ok = x_tok < p.n_tokens;
   let k0 = lq * 8u;
   var acc: array<vec4<f32>, 4>;
-  for (var i = 0u; i < 4u; i += 1u) { acc[i] = vec4<f32>(0.0); }
+  //#unroll i 4
+  acc[$i] = vec4<f32>(0.0);
+  //#end
+  var ss = 0.0;  // FLAG_NORM: this loader's part of sum(x^2) of token x_tok
 
   for (var b = 0u; b < p.nb; b += 1u) {
     var wv = W8(vec4<f32>(0.0), vec4<f32>(0.0));
     if (w_ok) { wv = load8(w_row, b * 4u + lq); }
     var xv = W8(vec4<f32>(0.0), vec4<f32>(0.0));
     if (x_ok) { xv = load_x8(x_tok, b * 4u + lq); }
+    if (has(FLAG_NORM)) {
+      ss += dot(xv.lo, xv.lo) + dot(xv.hi, xv.hi);
+      let g = norm8(b * 4u + lq);
+      xv = W8(xv.lo * g.lo, xv.hi * g.hi);
+    }
     workgroupBarrier();  // the previous step's tiles are consumed
     for (var i = 0u; i < 4u; i += 1u) {
       ws[(k0 + i) * 16u + ld / 4u][ld % 4u] = wv.lo[i];
@@ -215,13 +328,32 @@ fn matmul(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index
     }
   }
 
-  for (var i = 0u; i < 4u; i += 1u) {
-    let t = tile_m * TM + ty * 4u + i;
-    for (var j = 0u; j < 4u; j += 1u) {
-      let r = tile_n * TN + tx * 4u + j;
-      if (t < p.n_tokens && r < p.n_rows) { store_y(t, r, acc[i][j]); }
+  xss[lid] = ss;
+  workgroupBarrier();
+  // acc is indexed with constants only (unrolled on GPUs): a dynamic index would move it to
+  // local memory and every multiply-add of the main loop with it.
+  let r = tile_n * TN + tx * 4u;  // even: SwiGLU pairs are (j, j + 1) for j = 0, 2
+  //#unroll i 4
+  {
+    let tl = ty * 4u + $i;
+    let t = tile_m * TM + tl;
+    var v = acc[$i];
+    if (has(FLAG_NORM)) {
+      v *= inv_rms(xss[tl * 4u] + xss[tl * 4u + 1u] + xss[tl * 4u + 2u] + xss[tl * 4u + 3u]);
+    }
+    if (t < p.n_tokens) {
+      if (has(FLAG_SWIGLU)) {
+        if (r < p.n_rows) { store_swiglu(t, r, v.x, v.y); }
+        if (r + 2u < p.n_rows) { store_swiglu(t, r + 2u, v.z, v.w); }
+      } else {
+        if (r < p.n_rows) { store_y(t, r, v.x); }
+        if (r + 1u < p.n_rows) { store_y(t, r + 1u, v.y); }
+        if (r + 2u < p.n_rows) { store_y(t, r + 2u, v.z); }
+        if (r + 3u < p.n_rows) { store_y(t, r + 3u, v.w); }
+      }
     }
   }
+  //#end
 }
 
 // ---------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <tuple>
 
 #include "kernels/attention.h"
 #include "kernels/elementwise.h"
@@ -33,9 +34,45 @@ struct Uploader {
   }
   GpuWeight matrix(const std::string& name) {
     const GgufTensor& t = f.tensor(name);
-    GpuWeight w = kernels::upload_weight(ctx, kernels::weight_type_from_ggml(uint32_t(t.type)), t.ne[0], t.ne[1],
-                                         f.tensor_data(t), name);
+    GpuWeight w = kernels::upload_weight(ctx, weight_type(t), t.ne[0], t.ne[1], f.tensor_data(t), name);
     advance(t);
+    return w;
+  }
+  static kernels::WeightType weight_type(const GgufTensor& t) {
+    return kernels::weight_type_from_ggml(uint32_t(t.type));
+  }
+  // True when the tensors share a type and an input width (so one fused weight can hold them).
+  bool fusable(std::initializer_list<std::string> names) const {
+    const GgufTensor& first = f.tensor(*names.begin());
+    for (const auto& n : names) {
+      const GgufTensor& t = f.tensor(n);
+      if (t.type != first.type || t.ne[0] != first.ne[0]) return false;
+    }
+    return true;
+  }
+  // q, k, v stacked into one weight.
+  GpuWeight stacked(std::initializer_list<std::string> names, const std::string& label) {
+    std::vector<std::span<const uint8_t>> parts;
+    uint64_t rows = 0;
+    for (const auto& n : names) {
+      parts.push_back(f.tensor_data(f.tensor(n)));
+      rows += f.tensor(n).ne[1];
+    }
+    const GgufTensor& t = f.tensor(*names.begin());
+    GpuWeight w = kernels::upload_weight(ctx, weight_type(t), t.ne[0], rows, kernels::concat_rows(parts), label);
+    for (const auto& n : names) advance(f.tensor(n));
+    return w;
+  }
+  // gate and up interleaved row by row.
+  GpuWeight interleaved(const std::string& a, const std::string& b, const std::string& label) {
+    const GgufTensor& ta = f.tensor(a);
+    const GgufTensor& tb = f.tensor(b);
+    if (ta.ne[1] != tb.ne[1]) throw ModelError(a + " and " + b + " differ in rows");
+    GpuWeight w = kernels::upload_weight(ctx, weight_type(ta), ta.ne[0], 2 * ta.ne[1],
+                                         kernels::interleave_rows(f.tensor_data(ta), f.tensor_data(tb), ta.ne[1]),
+                                         label);
+    advance(ta);
+    advance(tb);
     return w;
   }
   std::vector<float> floats(const std::string& name) {
@@ -49,28 +86,51 @@ struct Uploader {
     const std::vector<float> v = floats(name);
     return ctx.upload(std::span<const float>(v), kStorage, name);
   }
+  // A norm weight, zero-padded to a multiple of 8 floats (read as vec4 by the fused norm).
+  gpu::Buffer norm(const std::string& name) {
+    std::vector<float> v = floats(name);
+    v.resize((v.size() + 7) / 8 * 8, 0.f);
+    return ctx.upload(std::span<const float>(v), kStorage, name);
+  }
+  gpu::Buffer stacked_vector(std::initializer_list<std::string> names, const std::string& label) {
+    std::vector<float> all;
+    for (const auto& n : names) {
+      const std::vector<float> v = floats(n);
+      all.insert(all.end(), v.begin(), v.end());
+    }
+    return ctx.upload(std::span<const float>(all), kStorage, label);
+  }
 };
 
 GpuLayer upload_layer(Uploader& up, const ModelConfig& c, uint32_t i) {
   const std::string b = "blk." + std::to_string(i) + ".";
   GpuLayer L;
-  L.attn_norm = up.vector(b + "attn_norm.weight");
-  L.wq = up.matrix(b + "attn_q.weight");
-  L.wk = up.matrix(b + "attn_k.weight");
-  L.wv = up.matrix(b + "attn_v.weight");
-  if (c.attn_bias) {
-    L.bq = up.vector(b + "attn_q.bias");
-    L.bk = up.vector(b + "attn_k.bias");
-    L.bv = up.vector(b + "attn_v.bias");
+  L.attn_norm = up.norm(b + "attn_norm.weight");
+  if (up.fusable({b + "attn_q.weight", b + "attn_k.weight", b + "attn_v.weight"})) {
+    L.wqkv = up.stacked({b + "attn_q.weight", b + "attn_k.weight", b + "attn_v.weight"}, b + "attn_qkv");
+    if (c.attn_bias) L.bqkv = up.stacked_vector({b + "attn_q.bias", b + "attn_k.bias", b + "attn_v.bias"}, b + "bqkv");
+  } else {
+    L.wq = up.matrix(b + "attn_q.weight");
+    L.wk = up.matrix(b + "attn_k.weight");
+    L.wv = up.matrix(b + "attn_v.weight");
+    if (c.attn_bias) {
+      L.bq = up.vector(b + "attn_q.bias");
+      L.bk = up.vector(b + "attn_k.bias");
+      L.bv = up.vector(b + "attn_v.bias");
+    }
   }
   if (c.qk_norm) {
     L.q_norm = up.vector(b + "attn_q_norm.weight");
     L.k_norm = up.vector(b + "attn_k_norm.weight");
   }
   L.wo = up.matrix(b + "attn_output.weight");
-  L.ffn_norm = up.vector(b + "ffn_norm.weight");
-  L.w_gate = up.matrix(b + "ffn_gate.weight");
-  L.w_up = up.matrix(b + "ffn_up.weight");
+  L.ffn_norm = up.norm(b + "ffn_norm.weight");
+  if (up.fusable({b + "ffn_gate.weight", b + "ffn_up.weight"})) {
+    L.w_gate_up = up.interleaved(b + "ffn_gate.weight", b + "ffn_up.weight", b + "ffn_gate_up");
+  } else {
+    L.w_gate = up.matrix(b + "ffn_gate.weight");
+    L.w_up = up.matrix(b + "ffn_up.weight");
+  }
   L.w_down = up.matrix(b + "ffn_down.weight");
   return L;
 }
@@ -90,7 +150,7 @@ GpuModel load_gpu_model(gpu::Context& ctx, const GgufFile& f, const LoadProgress
   w.token_embd = up.matrix("token_embd.weight");
   w.layers.reserve(c.n_layer);
   for (uint32_t i = 0; i < c.n_layer; ++i) w.layers.push_back(upload_layer(up, c, i));
-  w.output_norm = up.vector("output_norm.weight");
+  w.output_norm = up.norm("output_norm.weight");
   if (!c.tied_embeddings) w.output = up.matrix("output.weight");
   const std::vector<float> factors = c.has_rope_freqs_tensor
                                          ? up.floats("rope_freqs.weight")
@@ -99,9 +159,10 @@ GpuModel load_gpu_model(gpu::Context& ctx, const GgufFile& f, const LoadProgress
   ctx.check_errors();  // out of memory shows up here
 
   auto layer_bytes = [](const GpuLayer& L) {
-    return L.wq.gpu_bytes() + L.wk.gpu_bytes() + L.wv.gpu_bytes() + L.wo.gpu_bytes() + L.w_gate.gpu_bytes() +
-           L.w_up.gpu_bytes() + L.w_down.gpu_bytes() + L.attn_norm.size + L.ffn_norm.size + L.bq.size + L.bk.size +
-           L.bv.size + L.q_norm.size + L.k_norm.size;
+    return L.wqkv.gpu_bytes() + L.wq.gpu_bytes() + L.wk.gpu_bytes() + L.wv.gpu_bytes() + L.wo.gpu_bytes() +
+           L.w_gate_up.gpu_bytes() + L.w_gate.gpu_bytes() + L.w_up.gpu_bytes() + L.w_down.gpu_bytes() +
+           L.attn_norm.size + L.ffn_norm.size + L.bqkv.size + L.bq.size + L.bk.size + L.bv.size + L.q_norm.size +
+           L.k_norm.size;
   };
   for (const GpuLayer& L : w.layers) m.bytes_per_token += layer_bytes(L);
   m.bytes_per_token += m.logits_weight().gpu_bytes() + w.output_norm.size;
@@ -118,19 +179,16 @@ uint64_t kv_bytes_per_position(const ModelConfig& c, kernels::KvType type) {
 // Activations for up to ubatch tokens. Row-major [tokens][width] f32.
 struct GpuSession::Buffers {
   gpu::Buffer ids;            // [ubatch] u32 token ids
-  gpu::Buffer x[2];           // [ubatch][n_embd] residual stream (ping-pong: the add cannot run in place)
-  gpu::Buffer h;              // [ubatch][n_embd] normed input of a block
+  gpu::Buffer x;              // [ubatch][n_embd] residual stream (the output projections add into it)
   gpu::Buffer q;              // [ubatch][q_dim]
   gpu::Buffer k, v;           // [ubatch][kv_dim]
   gpu::Buffer attn;           // [ubatch][q_dim] attention output
-  gpu::Buffer proj;           // [ubatch][n_embd] block output before the residual add
-  gpu::Buffer gate, up, act;  // [ubatch][n_ff]
+  gpu::Buffer gate, up;       // [ubatch][n_ff] (gate and up not fused)
+  gpu::Buffer act;            // [ubatch][n_ff] SwiGLU output
   gpu::Buffer last;           // [n_embd] the last token's residual row
-  gpu::Buffer last_normed;    // [n_embd]
   gpu::Buffer logits;         // [n_vocab] logits of the last token
   gpu::Buffer logits_all;     // [ubatch][n_vocab], made on first use by forward_all
   gpu::Buffer decode_scratch; // split-K partials of the decode attention
-  int cur = 0;                // which x holds the residual stream
 };
 
 GpuSession::GpuSession(gpu::Context& ctx, const GpuModel& model, const GpuSessionOptions& options)
@@ -144,19 +202,15 @@ GpuSession::GpuSession(gpu::Context& ctx, const GpuModel& model, const GpuSessio
   auto make = [&](uint64_t floats, const char* label) { return ctx.create_buffer(floats * 4, kStorage, label); };
   Buffers& b = *buf_;
   b.ids = make(U, "ids");
-  b.x[0] = make(U * E, "x0");
-  b.x[1] = make(U * E, "x1");
-  b.h = make(U * E, "h");
+  b.x = make(U * E, "x");
   b.q = make(U * Q, "q");
   b.k = make(U * KV, "k");
   b.v = make(U * KV, "v");
   b.attn = make(U * Q, "attn");
-  b.proj = make(U * E, "proj");
   b.gate = make(U * F, "gate");
   b.up = make(U * F, "up");
   b.act = make(U * F, "act");
   b.last = make(E, "last row");
-  b.last_normed = make(E, "last row normed");
   b.logits = make(c.n_vocab, "logits");
 
   // One page when the whole cache fits a binding, else pages of 256 positions across pools.
@@ -224,9 +278,8 @@ std::vector<float> GpuSession::run_chunk(std::span<const int32_t> tokens, bool a
   Buffers& b = *buf_;
   ctx_.write_buffer(b.ids, 0, tokens.data(), tokens.size_bytes());
   gpu::ComputeBatch batch(ctx_, n == 1 ? "decode" : "prefill");
-  b.cur = 0;
   // token ids -> embedding rows (dequantised) into the residual stream
-  kernels::encode_embedding(batch, ctx_, model_.weights.token_embd, b.ids, b.x[0], n);
+  kernels::encode_embedding(batch, ctx_, model_.weights.token_embd, b.ids, b.x, n);
   for (uint32_t l = 0; l < model_.config.n_layer; ++l) encode_layer(batch, l, n);
   if (want_logits) encode_logits(batch, n, all_logits);
   n_past_ += n;
@@ -248,13 +301,23 @@ void GpuSession::encode_attention_block(gpu::ComputeBatch& batch, uint32_t layer
   const ModelConfig& c = model_.config;
   const GpuLayer& L = model_.weights.layers[layer];
   Buffers& b = *buf_;
-  const gpu::Buffer& x = b.x[b.cur];
-  // h = rms_norm(x) * attn_norm
-  kernels::encode_rms_norm(batch, ctx_, x, L.attn_norm, b.h, n, c.n_embd, c.rms_eps);
-  // q, k, v projections (+ bias on qwen2)
-  kernels::encode_matmul(batch, ctx_, L.wq, b.h, b.q, n, optional(L.bq));
-  kernels::encode_matmul(batch, ctx_, L.wk, b.h, b.k, n, optional(L.bk));
-  kernels::encode_matmul(batch, ctx_, L.wv, b.h, b.v, n, optional(L.bv));
+  // q, k, v = rms_norm(x) * attn_norm @ (wq, wk, wv) (+ bias on qwen2)
+  const kernels::MatmulOptions normed{.norm = &L.attn_norm, .eps = c.rms_eps};
+  if (L.wqkv.n_out) {
+    kernels::MatmulOptions o = normed;
+    o.bias = optional(L.bqkv);
+    o.y1 = &b.k;
+    o.y2 = &b.v;
+    o.split1 = c.q_dim();
+    o.split2 = c.q_dim() + c.kv_dim();
+    kernels::encode_matmul(batch, ctx_, L.wqkv, b.x, b.q, n, o);
+  } else {
+    for (auto [w, bias, y] : {std::tuple{&L.wq, &L.bq, &b.q}, {&L.wk, &L.bk, &b.k}, {&L.wv, &L.bv, &b.v}}) {
+      kernels::MatmulOptions o = normed;
+      o.bias = optional(*bias);
+      kernels::encode_matmul(batch, ctx_, *w, b.x, *y, n, o);
+    }
+  }
   if (c.qk_norm) {
     // qwen3: RMSNorm of every q and k head, in place
     kernels::encode_rms_norm(batch, ctx_, b.q, L.q_norm, b.q, n * c.n_head, c.head_dim, c.rms_eps);
@@ -276,46 +339,42 @@ void GpuSession::encode_attention_block(gpu::ComputeBatch& batch, uint32_t layer
     kernels::encode_attention_decode(batch, ctx_, shape, b.q, kv_[layer], b.attn, &b.decode_scratch);
   else
     kernels::encode_attention_prefill(batch, ctx_, shape, b.q, kv_[layer], b.attn);
-  // output projection
-  kernels::encode_matmul(batch, ctx_, L.wo, b.attn, b.proj, n);
-  // residual: x' = x + proj
-  kernels::encode_add(batch, ctx_, x, b.proj, b.x[1 - b.cur], uint64_t(n) * c.n_embd);
-  b.cur = 1 - b.cur;
+  // x += attn @ wo
+  kernels::encode_matmul(batch, ctx_, L.wo, b.attn, b.x, n, {.accumulate = true});
 }
 
 void GpuSession::encode_ffn_block(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n) {
   const ModelConfig& c = model_.config;
   const GpuLayer& L = model_.weights.layers[layer];
   Buffers& b = *buf_;
-  const gpu::Buffer& x = b.x[b.cur];
-  // h = rms_norm(x) * ffn_norm
-  kernels::encode_rms_norm(batch, ctx_, x, L.ffn_norm, b.h, n, c.n_embd, c.rms_eps);
-  // gate and up projections
-  kernels::encode_matmul(batch, ctx_, L.w_gate, b.h, b.gate, n);
-  kernels::encode_matmul(batch, ctx_, L.w_up, b.h, b.up, n);
-  // act = silu(gate) * up
-  kernels::encode_swiglu(batch, ctx_, b.gate, b.up, b.act, uint64_t(n) * c.n_ff);
-  // down projection
-  kernels::encode_matmul(batch, ctx_, L.w_down, b.act, b.proj, n);
-  // residual: x' = x + proj
-  kernels::encode_add(batch, ctx_, x, b.proj, b.x[1 - b.cur], uint64_t(n) * c.n_embd);
-  b.cur = 1 - b.cur;
+  // act = silu(h @ w_gate) * (h @ w_up), h = rms_norm(x) * ffn_norm
+  if (L.w_gate_up.n_out) {
+    kernels::encode_matmul(batch, ctx_, L.w_gate_up, b.x, b.act, n,
+                           {.norm = &L.ffn_norm, .eps = c.rms_eps, .swiglu = true});
+  } else {
+    kernels::encode_matmul(batch, ctx_, L.w_gate, b.x, b.gate, n, {.norm = &L.ffn_norm, .eps = c.rms_eps});
+    kernels::encode_matmul(batch, ctx_, L.w_up, b.x, b.up, n, {.norm = &L.ffn_norm, .eps = c.rms_eps});
+    kernels::encode_swiglu(batch, ctx_, b.gate, b.up, b.act, uint64_t(n) * c.n_ff);
+  }
+  // x += act @ w_down
+  kernels::encode_matmul(batch, ctx_, L.w_down, b.act, b.x, n, {.accumulate = true});
 }
 
 void GpuSession::encode_logits(gpu::ComputeBatch& batch, uint32_t n, bool all_logits) {
   const ModelConfig& c = model_.config;
   Buffers& b = *buf_;
-  const gpu::Buffer& x = b.x[b.cur];
-  if (all_logits) {
-    // final norm of every row, then logits for every token
-    kernels::encode_rms_norm(batch, ctx_, x, model_.weights.output_norm, b.h, n, c.n_embd, c.rms_eps);
-    kernels::encode_matmul(batch, ctx_, model_.logits_weight(), b.h, b.logits_all, n);
+  const kernels::MatmulOptions normed{.norm = &model_.weights.output_norm, .eps = c.rms_eps};
+  if (all_logits) {  // logits of every token (final norm folded in)
+    kernels::encode_matmul(batch, ctx_, model_.logits_weight(), b.x, b.logits_all, n, normed);
     return;
   }
-  // the last token's row alone: final norm, then logits
-  batch.copy(x, uint64_t(n - 1) * c.n_embd * 4, b.last, 0, uint64_t(c.n_embd) * 4);
-  kernels::encode_rms_norm(batch, ctx_, b.last, model_.weights.output_norm, b.last_normed, 1, c.n_embd, c.rms_eps);
-  kernels::encode_matmul(batch, ctx_, model_.logits_weight(), b.last_normed, b.logits, 1);
+  // the last token's row alone (row 0 when decoding)
+  const gpu::Buffer* last = &b.x;
+  if (n > 1) {
+    batch.copy(b.x, uint64_t(n - 1) * c.n_embd * 4, b.last, 0, uint64_t(c.n_embd) * 4);
+    last = &b.last;
+  }
+  kernels::encode_matmul(batch, ctx_, model_.logits_weight(), *last, b.logits, 1, normed);
 }
 
 }  // namespace wgllm

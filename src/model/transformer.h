@@ -1,7 +1,9 @@
 // The GPU forward pass of the decoder (llama / qwen2 / qwen3): weights uploaded from a GGUF in their own types
 // (GpuModel) and one sequence's run state with its paged f16 KV cache (GpuSession). Prefill runs in chunks of
 // `ubatch` tokens, decode one token at a time; each chunk or token is one command buffer, and only the logits are
-// read back.
+// read back. Per layer and token: the q/k/v projection with the norm folded in, RoPE, KV append, attention, the
+// output projection added to the residual, gate/up with norm and SwiGLU, the down projection added to the
+// residual.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -18,16 +20,23 @@ namespace wgllm {
 
 class GgufFile;
 
-// Every matrix is a GGUF weight of ne = [in, out] (row-major [out][in]); vectors are f32.
+// Every matrix is a GGUF weight of ne = [in, out] (row-major [out][in]); vectors are f32. Norm weights are padded
+// with zeros to a multiple of 8 floats (the matmul kernels fold the norm in and read them as vec4).
+// Projections that read the same input are fused when their tensors share a type: q, k and v stacked into one
+// weight (one dispatch writes q, k and v), gate and up interleaved row by row (one dispatch writes SwiGLU of the
+// pair). Otherwise the separate weights are used.
 struct GpuLayer {
   gpu::Buffer attn_norm;        // [n_embd] f32
+  kernels::GpuWeight wqkv;      // [q_dim + 2 kv_dim][n_embd] = wq, wk, wv stacked; empty when not fused
+  gpu::Buffer bqkv;             // [q_dim + 2 kv_dim] f32 stacked biases (qwen2, fused)
   kernels::GpuWeight wq;        // [q_dim][n_embd]  (llama: rows permuted for adjacent-pair RoPE, as in the file)
   kernels::GpuWeight wk;        // [kv_dim][n_embd]
   kernels::GpuWeight wv;        // [kv_dim][n_embd]
-  gpu::Buffer bq, bk, bv;       // [q_dim], [kv_dim], [kv_dim] f32; qwen2 only (size 0 otherwise)
+  gpu::Buffer bq, bk, bv;       // [q_dim], [kv_dim], [kv_dim] f32; qwen2 only, not fused (size 0 otherwise)
   gpu::Buffer q_norm, k_norm;   // [head_dim] f32 each, shared by every head; qwen3 only (size 0 otherwise)
   kernels::GpuWeight wo;        // [n_embd][q_dim]
   gpu::Buffer ffn_norm;         // [n_embd] f32
+  kernels::GpuWeight w_gate_up; // [2 n_ff][n_embd]: gate row i at 2i, up row i at 2i + 1; empty when not fused
   kernels::GpuWeight w_gate;    // [n_ff][n_embd]
   kernels::GpuWeight w_up;      // [n_ff][n_embd]
   kernels::GpuWeight w_down;    // [n_embd][n_ff]

@@ -47,7 +47,7 @@ std::vector<GpuCase> gpu_cases() {
   for (const char* arch : {"llama", "qwen2", "qwen3"})
     for (const char* type : {"f32", "f16", "bf16", "q8_0", "q4_0"}) models.push_back(std::string(arch) + "-" + type);
   for (const char* m : {"llama-rope3-tied-f32", "llama-rope3-tied-q8_0", "llama-rope3-tied-q4_0", "qwen2-tied-f32",
-                        "qwen2-tied-q8_0"})
+                        "qwen2-tied-q8_0", "qwen2-mixed"})
     models.push_back(m);
   std::vector<GpuCase> out;
   for (const std::string& m : models) {
@@ -67,6 +67,12 @@ TEST_P(GpuForward, MatchesCpuReference) {
   const cpu::CpuModel cm = cpu::load_cpu_model(f);
   gpu::Context& ctx = test::context();
   const GpuModel gm = load_gpu_model(ctx, f);
+  // q/k/v and gate/up are fused exactly when their tensors share a type (qwen2-mixed: they do not).
+  const bool mixed = tc.model.ends_with("mixed");
+  for (const GpuLayer& L : gm.weights.layers) {
+    EXPECT_EQ(L.wqkv.n_out == 0, mixed);
+    EXPECT_EQ(L.w_gate_up.n_out == 0, mixed);
+  }
   GpuSession gs(ctx, gm, {.n_ctx = 256, .ubatch = 40, .kv_type = tc.kv});
   cpu::CpuSession cs(cm, 256);
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "command.h"
+#include "kernels/matmul.h"
 
 namespace wgllm::cli {
 namespace {
@@ -17,6 +18,7 @@ struct BenchOptions {
   std::string model, adapter;
   uint32_t n_prompt = 512, n_gen = 128, repeats = 5, ubatch = 512;
   bool json = false;
+  std::string matvec;  // tuning: matvec shape override
 };
 
 struct Stat {
@@ -56,6 +58,7 @@ double time_tg(Session& s, uint32_t n, uint32_t n_vocab) {
 }
 
 int bench(const BenchOptions& o) {
+  if (!o.matvec.empty()) kernels::set_matvec_config_override(kernels::parse_matvec_config(o.matvec));
   const uint32_t n_ctx = std::max<uint32_t>(std::max(o.n_prompt, o.n_gen), 1);
   Model model = load_model(o.model, {.adapter = o.adapter, .n_ctx = n_ctx, .ubatch = o.ubatch,
                                      .progress = o.json ? nullptr : progress_bar()});
@@ -118,6 +121,7 @@ const Register reg{{"bench", "prompt processing and generation speed of a model"
                       app.add_option("--ubatch", o->ubatch, "prompt tokens per GPU step")->capture_default_str();
                       app.add_option("--adapter", o->adapter, "adapter index or name part (wgllm info --list)");
                       app.add_flag("--json", o->json, "print one JSON object");
+                      app.add_option("--matvec", o->matvec, "matvec shape THREADSxROWSxGROUPS[xUNITS[xINT_F16]] (tuning)");
                       return [o] { return bench(*o); };
                     }}};
 

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <span>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -34,6 +35,8 @@ struct Options {
   uint32_t matvec_per_submit = 8;
   uint32_t matmul_per_submit = 1;
   bool skip_matmul = false;
+  uint64_t rotate_bytes = 256ull << 20;  // weight copies cycled by the matvec runs (beyond any L2)
+  std::string matvec;                    // TxRxG override of the matvec shape
 };
 
 std::vector<std::string> split(const std::string& s, char sep) {
@@ -87,12 +90,14 @@ std::vector<uint8_t> random_weight(WeightType t, uint32_t n_in, uint32_t n_out, 
   return out;
 }
 
-// Median seconds per dispatch of `per_submit` encode_matmul calls per submit.
-double time_matmul(gpu::Context& ctx, const kernels::GpuWeight& w, const gpu::Buffer& x, const gpu::Buffer& y,
-                   uint32_t n_tokens, uint32_t per_submit, uint32_t repeats) {
+// Median seconds per dispatch of `per_submit` encode_matmul calls per submit, cycling through the
+// copies of the weight (several copies whose total exceeds the GPU's last-level cache make every
+// dispatch read its weight from memory, as a model's decode step does).
+double time_matmul(gpu::Context& ctx, std::span<const kernels::GpuWeight> copies, const gpu::Buffer& x,
+                   const gpu::Buffer& y, uint32_t n_tokens, uint32_t per_submit, uint32_t repeats) {
   auto sample = [&] {
     gpu::ComputeBatch batch(ctx, "bench-ops");
-    for (uint32_t i = 0; i < per_submit; ++i) kernels::encode_matmul(batch, ctx, w, x, y, n_tokens);
+    for (uint32_t i = 0; i < per_submit; ++i) kernels::encode_matmul(batch, ctx, copies[i % copies.size()], x, y, n_tokens);
     const auto t0 = std::chrono::steady_clock::now();
     batch.submit_and_wait();
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / per_submit;
@@ -127,11 +132,56 @@ void print_dispatch_overhead(gpu::Context& ctx, uint32_t n) {
               n, encode_s / n * 1e6, total_s / n * 1e6);
 }
 
+// The floors: a buffer-to-buffer copy (bytes read + written) and a plain WGSL kernel streaming a
+// buffer (bytes read), both over `bytes`, median of 5 runs of 4 each.
+void print_memory_floor(gpu::Context& ctx, uint64_t bytes) {
+  bytes = std::min<uint64_t>(bytes, ctx.max_binding_size()) / 16 * 16;
+  auto src = ctx.create_buffer(bytes, WGPUBufferUsage_Storage, "floor src");
+  auto dst = ctx.create_buffer(bytes, WGPUBufferUsage_Storage, "floor dst");
+  auto sink = ctx.create_buffer(16, WGPUBufferUsage_Storage, "floor sink");
+  {  // random contents: zero pages may read faster than real data (memory compression)
+    std::vector<uint32_t> noise(bytes / 4);
+    std::mt19937 gen(7);
+    for (auto& v : noise) v = gen();
+    ctx.write_buffer(src, 0, noise.data(), bytes);
+  }
+  auto median = [&](auto encode) {
+    std::vector<double> t;
+    for (int r = 0; r < 6; ++r) {
+      gpu::ComputeBatch batch(ctx, "floor");
+      for (int i = 0; i < 4; ++i) encode(batch);
+      const auto t0 = std::chrono::steady_clock::now();
+      batch.submit_and_wait();
+      if (r) t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 4);
+    }
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+  };
+  const double copy_s = median([&](gpu::ComputeBatch& b) { b.copy(src, 0, dst, 0, bytes); });
+  WGPUComputePipeline pipe = ctx.pipeline({"stream.wgsl", "stream_read", {}, ""});
+  const uint32_t n_vec4 = uint32_t(bytes / 16);
+  const auto grid = gpu::fold_grid((n_vec4 + 1023) / 1024, ctx.limits().maxComputeWorkgroupsPerDimension);
+  struct { uint32_t n, gx, a, b; } params{n_vec4, grid.x, 0, 0};
+  const double read_s = median([&](gpu::ComputeBatch& b) {
+    const gpu::BufferBinding bind[] = {b.uniform(0, params), {1, &src}, {2, &sink}};
+    b.dispatch(pipe, bind, grid.x, grid.y);
+  });
+  std::printf("memory floor over %.0f MB: copy %.1f GB/s (read + write), WGSL streaming read %.1f GB/s\n", bytes / 1e6,
+              2.0 * bytes / copy_s / 1e9, bytes / read_s / 1e9);
+}
+
 int run_bench_ops(const Options& o) {
   gpu::Context ctx({.adapter = o.adapter});
+  if (!o.matvec.empty()) kernels::set_matvec_config_override(kernels::parse_matvec_config(o.matvec));
+  for (uint32_t rows : {2048u, 131072u}) {
+    const auto mv = kernels::matvec_config(ctx, rows);
+    std::printf("matvec shape for %u rows: %u threads per row x %u rows x %u groups, %u units in flight%s\n", rows,
+                mv.threads_per_row, mv.rows, mv.groups, mv.units, mv.int_f16 ? ", integer f16 conversion" : "");
+  }
   std::printf("adapter %s (%s), f16 %s, subgroups %s\n", ctx.adapter().name.c_str(), ctx.adapter().backend.c_str(),
               ctx.features().shader_f16 ? "yes" : "no", ctx.features().subgroups ? "yes" : "no");
   print_dispatch_overhead(ctx, 500);
+  print_memory_floor(ctx, 512ull << 20);
   std::printf("%-7s %-5s %-11s %6s %11s %12s\n", "kernel", "type", "n_in x n_out", "tokens", "ms/call", "throughput");
   for (const auto& shape : split(o.shapes, ',')) {
     const auto dims = split(shape, 'x');
@@ -144,14 +194,16 @@ int run_bench_ops(const Options& o) {
     for (const auto& tname : split(o.types, ',')) {
       const WeightType t = parse_type(tname);
       const auto bytes = random_weight(t, n_in, n_out, n_in * 31 + n_out);
-      const auto w = kernels::upload_weight(ctx, t, n_in, n_out, bytes, "bench weight");
-      const double mv = time_matmul(ctx, w, x, y, 1, o.matvec_per_submit, o.repeats);
+      std::vector<kernels::GpuWeight> copies;
+      for (uint64_t total = 0; copies.empty() || total < o.rotate_bytes; total += bytes.size())
+        copies.push_back(kernels::upload_weight(ctx, t, n_in, n_out, bytes, "bench weight"));
+      const double mv = time_matmul(ctx, copies, x, y, 1, std::max<uint32_t>(o.matvec_per_submit, copies.size()), o.repeats);
       std::printf("%-7s %-5s %5ux%-5u %6u %11.3f %8.1f GB/s\n", "matvec", tname.c_str(), n_in, n_out, 1u, mv * 1e3,
                   double(bytes.size()) / mv / 1e9);
       if (!o.skip_matmul) {
-        const double mm = time_matmul(ctx, w, x, y, o.prefill_tokens, o.matmul_per_submit, o.repeats);
+        const double mm = time_matmul(ctx, std::span(copies).first(1), x, y, o.prefill_tokens, o.matmul_per_submit, o.repeats);
         std::printf("%-7s %-5s %5ux%-5u %6u %11.3f %6.1f GFLOP/s\n", "matmul", tname.c_str(), n_in, n_out,
-                    o.prefill_tokens, mm * 1e3, kernels::matmul_flops(w, o.prefill_tokens) / mm / 1e9);
+                    o.prefill_tokens, mm * 1e3, kernels::matmul_flops(copies[0], o.prefill_tokens) / mm / 1e9);
       }
       std::fflush(stdout);
     }
@@ -173,6 +225,10 @@ const Register reg{{"bench-ops", "benchmark the weight kernels: matvec GB/s and 
                       app.add_option("--matmul-per-submit", o->matmul_per_submit, "dispatches per submit, matmul")
                           ->capture_default_str();
                       app.add_flag("--no-matmul", o->skip_matmul, "only the matrix-vector runs");
+                      app.add_option("--rotate-bytes", o->rotate_bytes,
+                                     "matvec: cycle through copies of the weight totalling this many bytes (1: one copy)")
+                          ->capture_default_str();
+                      app.add_option("--matvec", o->matvec, "matvec shape THREADSxROWSxGROUPS (tuning)");
                       return [o] {
                         if (o->repeats == 0 || o->matvec_per_submit == 0 || o->matmul_per_submit == 0 ||
                             o->prefill_tokens == 0)
