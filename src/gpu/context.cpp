@@ -107,14 +107,44 @@ std::string pop_error_scope(WGPUInstance instance, WGPUDevice device, const char
 
 // naga reports positions as "wgsl:LINE:COL"; rewrite them as "file.wgsl:LINE:COL" in the
 // file's own numbering (the prelude shifts lines).
-std::string shader_message(const std::string& message, const std::string& file, int prelude_lines) {
-  std::string where = file;
+// A pipeline's WGSL: "a.wgsl+b.wgsl" names files compiled as one module, in that order.
+struct ShaderFiles {
+  std::string text;
+  std::vector<std::pair<std::string, int>> files;  // name, lines
+};
+ShaderFiles shader_files(const std::string& names) {
+  ShaderFiles out;
+  size_t pos = 0;
+  while (pos <= names.size()) {
+    const size_t plus = std::min(names.find('+', pos), names.size());
+    const std::string name = names.substr(pos, plus - pos);
+    std::string src(shader_source(name));
+    if (!src.empty() && src.back() != '\n') src += '\n';
+    out.files.emplace_back(name, int(std::count(src.begin(), src.end(), '\n')));
+    out.text += src;
+    pos = plus + 1;
+  }
+  return out;
+}
+
+// "file:line:col: message" from a naga diagnostic on the module made of `files` after `prelude_lines`.
+std::string shader_message(const std::string& message, const std::vector<std::pair<std::string, int>>& files,
+                           int prelude_lines) {
+  std::string where;
+  for (const auto& f : files) where += (where.empty() ? "" : "+") + f.first;
   // The first "wgsl:<digits>:<digits>" in the message.
   for (size_t at = message.find("wgsl:"); at != std::string::npos; at = message.find("wgsl:", at + 1)) {
     unsigned line = 0, col = 0;
     int used = 0;
     if (std::sscanf(message.c_str() + at, "wgsl:%u:%u%n", &line, &col, &used) == 2 && used > 0) {
-      where += ":" + std::to_string(int(line) - prelude_lines) + ":" + std::to_string(col);
+      int l = int(line) - prelude_lines;
+      std::string file = files.front().first;
+      for (const auto& f : files) {
+        file = f.first;
+        if (l <= f.second || &f == &files.back()) break;
+        l -= f.second;
+      }
+      where = file + ":" + std::to_string(l) + ":" + std::to_string(col);
       break;
     }
   }
@@ -390,7 +420,8 @@ WGPUComputePipeline Context::pipeline(const PipelineKey& key) {
   std::lock_guard lock(pipelines_mutex_);
   if (auto it = pipelines_.find(name); it != pipelines_.end()) return it->second.get();
 
-  const std::string code = key.prelude + expand_shader(shader_source(key.shader), key.prelude, adapter_desc_.type != "CPU");
+  const ShaderFiles source = shader_files(key.shader);
+  const std::string code = key.prelude + expand_shader(source.text, key.prelude, adapter_desc_.type != "CPU");
   if (const char* dir = std::getenv("WGLLM_DUMP_SHADERS")) {  // debugging aid: the exact WGSL compiled
     std::ofstream(std::string(dir) + "/" + name.substr(0, name.find('[')) + "." +
                   std::to_string(std::hash<std::string>{}(key.prelude)) + ".wgsl")
@@ -422,7 +453,7 @@ WGPUComputePipeline Context::pipeline(const PipelineKey& key) {
   ComputePipelineHandle pipe(wgpuDeviceCreateComputePipeline(device_.get(), &pd));
 
   const std::string error = pop_error_scope(instance_.get(), device_.get(), "shader compilation");
-  if (!error.empty()) throw ShaderError(shader_message(error, key.shader, prelude_lines));
+  if (!error.empty()) throw ShaderError(shader_message(error, source.files, prelude_lines));
   if (!pipe) throw ShaderError(key.shader + ": pipeline creation failed for entry point " + key.entry_point);
   WGPUComputePipeline raw = pipe.get();
   pipelines_.emplace(name, std::move(pipe));

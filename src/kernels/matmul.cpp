@@ -94,16 +94,23 @@ uint32_t tokens_per_binding(const char* fn, const gpu::Context& ctx, std::initia
   return uint32_t(rows);
 }
 
-uint32_t matvec_slots(const MatvecConfig& mv) { return mv.threads_per_row / std::min(mv.threads_per_row, mv.shuffle ? 4u : 1u); }
-
 MatvecConfig g_matvec_override{.threads_per_row = 0};  // threads_per_row == 0: none
 
-std::string prelude(const gpu::Context& ctx, WeightType t, uint32_t nt, bool xv4 = false, uint32_t n_rows = 0) {
+uint32_t matvec_slots(const MatvecConfig& mv) { return mv.threads_per_row / std::min(mv.threads_per_row, mv.shuffle ? 4u : 1u); }
+
+// Host constants for matmul_common.wgsl (and the kernels after it).
+std::string prelude(WeightType t, uint32_t nt, bool int_f16 = false) {
+  return "const WTYPE: u32 = " + std::to_string(uint32_t(t)) + "u;\nconst NT: u32 = " + std::to_string(nt) +
+         "u;\nconst F16_INT: bool = " + (int_f16 ? "true" : "false") + ";\n";
+}
+
+// ... and for matvec.wgsl: its shape, the lane sum and the entry point.
+std::string matvec_prelude(const gpu::Context& ctx, WeightType t, uint32_t nt, bool xv4, uint32_t n_rows) {
   const MatvecConfig mv = matvec_config(ctx, n_rows);
   auto u32 = [](const char* name, uint32_t v) { return std::string("const ") + name + ": u32 = " + std::to_string(v) + "u;\n"; };
-  std::string s = u32("WTYPE", uint32_t(t)) + u32("NT", nt) + u32("MV_T", mv.threads_per_row) + u32("MV_R", mv.rows) +
-                  u32("MV_G", mv.groups) + u32("MV_NV", mv.rows * nt + nt) + u32("MV_U", mv.units) + u32("MV_SLOTS", matvec_slots(mv)) +
-                  "const F16_INT: bool = " + (mv.int_f16 ? "true" : "false") + ";\n" + "const XV4: bool = " + (xv4 ? "true" : "false") + ";\n";
+  std::string s = prelude(t, nt, mv.int_f16) + u32("MV_T", mv.threads_per_row) + u32("MV_R", mv.rows) +
+                  u32("MV_G", mv.groups) + u32("MV_NV", mv.rows * nt + nt) + u32("MV_U", mv.units) +
+                  u32("MV_SLOTS", matvec_slots(mv)) + "const XV4: bool = " + (xv4 ? "true" : "false") + ";\n";
   if (mv.shuffle)
     return s +
            "fn mv_lane_sum(v: f32, chunk: u32) -> f32 {\n  var s = v;\n"
@@ -115,6 +122,9 @@ std::string prelude(const gpu::Context& ctx, WeightType t, uint32_t nt, bool xv4
          "@compute @workgroup_size(MV_WG)\nfn matvec(@builtin(workgroup_id) wid: vec3<u32>, "
          "@builtin(local_invocation_index) lid: u32) { matvec_main(wid, lid, 1u); }\n";
 }
+
+constexpr const char* kMatvecShader = "matmul_common.wgsl+matvec.wgsl";
+constexpr const char* kMatmulShader = "matmul_common.wgsl+matmul.wgsl";
 
 void check_weight(const char* fn, const GpuWeight& w) {
   if (w.pieces.empty() || w.n_in == 0 || w.n_out == 0) fail(fn, "weight W is empty (not uploaded)");
@@ -323,8 +333,8 @@ void encode_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight&
     const bool xv4 = w.n_in % 32 == 0 && xw.first_word % 4 == 0;
     WGPUComputePipeline pipe =
         impl == MatmulImpl::Matvec
-            ? ctx.pipeline({"matmul.wgsl", "matvec", {}, prelude(ctx, w.type, count, xv4, w.n_out)})
-            : ctx.pipeline({"matmul.wgsl", "matmul", {}, prelude(ctx, w.type, 1)});
+            ? ctx.pipeline({kMatvecShader, "matvec", {}, matvec_prelude(ctx, w.type, count, xv4, w.n_out)})
+            : ctx.pipeline({kMatmulShader, "matmul", {}, prelude(w.type, 1)});
     for (const auto& piece : w.pieces) {
       MatmulParams p{};
       p.n_in = w.n_in;
@@ -384,7 +394,7 @@ void encode_embedding(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeig
                  std::to_string(uint64_t(n_tokens) * table.n_in * 4));
   const uint32_t max_grid = ctx.limits().maxComputeWorkgroupsPerDimension;
   const uint32_t step = std::min(tokens_per_binding(fn, ctx, {table.n_in}), max_grid);
-  WGPUComputePipeline pipe = ctx.pipeline({"matmul.wgsl", "embed", {}, prelude(ctx, table.type, 1)});
+  WGPUComputePipeline pipe = ctx.pipeline({kMatmulShader, "embed", {}, prelude(table.type, 1)});
   for (uint32_t first = 0; first < n_tokens; first += step) {
     const uint32_t count = std::min(step, n_tokens - first);
     const RowWindow iw = row_window(ctx, first, count, 1);

@@ -1,7 +1,7 @@
-// The memory floor for benchmarks: every thread reads SR_LOADS vec4<u32> (16 bytes each, adjacent
-// threads adjacent) of `src` and folds them; the result is stored only if it matches an
-// impossible value, so the reads cannot be optimised away. `wgllm bench-ops` reports its GB/s
-// beside the weight kernels'.
+// Memory floors for benchmarks (`wgllm bench-ops` reports their GB/s beside the weight kernels').
+// stream_read: every thread reads SR_LOADS vec4<u32> (16 bytes each, adjacent threads adjacent)
+// of `src` and folds them; results are stored only if they match an impossible value, so the
+// reads cannot be optimised away.
 
 struct StreamParams {
   n_vec4: u32, grid_x: u32, _pad0: u32, _pad1: u32,
@@ -25,4 +25,41 @@ fn stream_read(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_
   acc ^= v$k;
   //#end
   if (all(acc == vec4<u32>(0x9E3779B9u, 0x7F4A7C15u, 0x85EBCA6Bu, 0xC2B2AE35u))) { sink[0] = 1u; }
+}
+
+// The matvec's access pattern without its arithmetic (for comparison with stream_read): rows of
+// p._pad0 vec4 units; a workgroup is 4 groups of 32 threads, a group reads 4 adjacent rows, thread
+// lt units lt, lt + 32, ... of each.
+@compute @workgroup_size(128)
+fn stream_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+  let units = p._pad0;
+  let rows = p.n_vec4 / units;
+  let row0 = (wid.x + wid.y * p.grid_x) * 16u + (lid / 32u) * 4u;
+  var acc = vec4<u32>(0u);
+  for (var u = lid % 32u; u < units; u += 32u) {
+    //#unroll! j 4
+    let v$j = src[min(row0 + $j, rows - 1u) * units + u];
+    //#end
+    acc ^= v0 ^ v1 ^ v2 ^ v3;
+  }
+  if (all(acc == vec4<u32>(0x9E3779B9u, 0x7F4A7C15u, 0x85EBCA6Bu, 0xC2B2AE35u))) { sink[0] = 1u; }
+}
+
+// The same plus the matvec's f16 conversion and multiply-adds (x made up from the unit index, no
+// reduction): what the matvec's arithmetic allows.
+@compute @workgroup_size(128)
+fn stream_rows_math(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+  let units = p._pad0;
+  let rows = p.n_vec4 / units;
+  let row0 = (wid.x + wid.y * p.grid_x) * 16u + (lid / 32u) * 4u;
+  var acc: array<f32, 4>;
+  for (var u = lid % 32u; u < units; u += 32u) {
+    let xv = vec4<f32>(f32(u), 1.0, 2.0, 3.0);
+    //#unroll! j 4
+    let v$j = src[min(row0 + $j, rows - 1u) * units + u];
+    acc[$j] += dot(vec4<f32>(unpack2x16float(v$j.x), unpack2x16float(v$j.y)), xv) +
+               dot(vec4<f32>(unpack2x16float(v$j.z), unpack2x16float(v$j.w)), xv);
+    //#end
+  }
+  if (acc[0] + acc[1] + acc[2] + acc[3] == 1.2345) { sink[0] = 1u; }
 }

@@ -132,8 +132,9 @@ void print_dispatch_overhead(gpu::Context& ctx, uint32_t n) {
               n, encode_s / n * 1e6, total_s / n * 1e6);
 }
 
-// The floors: a buffer-to-buffer copy (bytes read + written) and a plain WGSL kernel streaming a
-// buffer (bytes read), both over `bytes`, median of 5 runs of 4 each.
+// The floors, over `bytes` of random data, median of 5 runs of 4 each: a buffer-to-buffer copy
+// (bytes read + written), a plain WGSL kernel streaming the buffer, the same reads in the matvec's
+// pattern (4 KiB rows, 4 rows per 32 threads), and those with the matvec's f16 arithmetic.
 void print_memory_floor(gpu::Context& ctx, uint64_t bytes) {
   bytes = std::min<uint64_t>(bytes, ctx.max_binding_size()) / 16 * 16;
   auto src = ctx.create_buffer(bytes, WGPUBufferUsage_Storage, "floor src");
@@ -166,8 +167,22 @@ void print_memory_floor(gpu::Context& ctx, uint64_t bytes) {
     const gpu::BufferBinding bind[] = {b.uniform(0, params), {1, &src}, {2, &sink}};
     b.dispatch(pipe, bind, grid.x, grid.y);
   });
-  std::printf("memory floor over %.0f MB: copy %.1f GB/s (read + write), WGSL streaming read %.1f GB/s\n", bytes / 1e6,
-              2.0 * bytes / copy_s / 1e9, bytes / read_s / 1e9);
+  WGPUComputePipeline rows_pipe = ctx.pipeline({"stream.wgsl", "stream_rows", {}, ""});
+  const uint32_t units = 256;  // 4 KiB rows, as a 2048-wide F16 weight
+  const auto rows_grid = gpu::fold_grid((n_vec4 / units + 15) / 16, ctx.limits().maxComputeWorkgroupsPerDimension);
+  struct { uint32_t n, gx, units, b; } rows_params{n_vec4, rows_grid.x, units, 0};
+  const double rows_s = median([&](gpu::ComputeBatch& b) {
+    const gpu::BufferBinding bind[] = {b.uniform(0, rows_params), {1, &src}, {2, &sink}};
+    b.dispatch(rows_pipe, bind, rows_grid.x, rows_grid.y);
+  });
+  WGPUComputePipeline math_pipe = ctx.pipeline({"stream.wgsl", "stream_rows_math", {}, ""});
+  const double math_s = median([&](gpu::ComputeBatch& b) {
+    const gpu::BufferBinding bind[] = {b.uniform(0, rows_params), {1, &src}, {2, &sink}};
+    b.dispatch(math_pipe, bind, rows_grid.x, rows_grid.y);
+  });
+  std::printf("memory floor over %.0f MB: copy %.1f GB/s (read + write), WGSL streaming read %.1f GB/s, "
+              "read in the matvec's row pattern %.1f GB/s, the same with f16 multiply-adds %.1f GB/s\n",
+              bytes / 1e6, 2.0 * bytes / copy_s / 1e9, bytes / read_s / 1e9, bytes / rows_s / 1e9, bytes / math_s / 1e9);
 }
 
 int run_bench_ops(const Options& o) {

@@ -1,0 +1,109 @@
+// Matrix-vector products (decode); compiled after matmul_common.wgsl, which documents the
+// weight layout, the bindings and the epilogues.
+
+// Matrix-vector (decode). A workgroup is MV_G groups of MV_T threads; a group owns MV_R
+// adjacent rows (host constants, per adapter). Thread lt of a group reads units lt, lt + MV_T,
+// ... of each of its rows (adjacent threads read adjacent 16-byte units: coalesced; MV_R loads
+// in flight per step) and keeps MV_R x NT partial dots plus NT partial sums of x^2 (for
+// FLAG_NORM). Each x unit is read once per group for all MV_R rows: as two vec4 when XV4.
+// The group's partials are summed with subgroup shuffles over min(MV_T, subgroup size) lanes,
+// then through workgroup memory. Traffic: the piece's weight bytes once per dispatch, NT tokens.
+// The entry point `matvec` (host prelude) passes the subgroup size (1 without subgroups).
+const MV_WG: u32 = MV_T * MV_G;
+const MV_ROWS: u32 = MV_G * MV_R;
+// MV_NV = MV_R * NT + NT (host constant): values per thread, dots [row][token] then x^2 [token].
+// MV_SLOTS (host constant): partial sums per group and value left after the shuffles, MV_T / the
+// smallest subgroup size possible (4 with subgroups, else 1).
+var<workgroup> red: array<f32, MV_NV * MV_G * MV_SLOTS>;
+
+fn mv_x8(t: u32, u: u32) -> W8 {
+  if (XV4) {
+    let i = (p.x_off + t * p.n_in) / 4u + 2u * u;
+    return W8(x4[i], x4[i + 1u]);
+  }
+  return load_x8(t, u);
+}
+
+fn matvec_main(wid: vec3<u32>, lid: u32, sg_size: u32) {
+  let flat = wid.x + wid.y * p.grid_x;
+  let grp = lid / MV_T;
+  let lt = lid % MV_T;
+  let row0 = flat * MV_ROWS + grp * MV_R;
+  let last_row = p.n_rows - 1u;
+  // vals is indexed only inside //#unroll blocks: constant indices keep it in registers on GPUs.
+  var vals: array<f32, MV_NV>;
+  //#unroll k MV_NV
+  vals[$k] = 0.0;
+  //#end
+  let n_units = p.nb * 4u;
+  // Each step covers MV_U units per row (MV_R x MV_U weight loads in flight); units past the row
+  // are clamped to its last one and their x zeroed.
+  for (var u0 = lt; u0 < n_units; u0 += MV_T * MV_U) {
+    //#unroll! k MV_U
+    let u$k = min(u0 + $k * MV_T, n_units - 1u);
+    //#unroll! j MV_R
+    let w$j_$k = load8(min(row0 + $j, last_row), u$k);  // rows past the piece: loaded, never stored
+    //#end
+    //#end
+    //#unroll! k MV_U
+    {
+      var g = W8(vec4<f32>(1.0), vec4<f32>(1.0));
+      if (has(FLAG_NORM)) { g = norm8(u$k); }
+      let live = u0 + $k * MV_T < n_units;
+      //#unroll t NT
+      {
+        var xr = mv_x8($t, u$k);
+        if (!live) { xr = W8(vec4<f32>(0.0), vec4<f32>(0.0)); }
+        vals[MV_R * NT + $t] += dot(xr.lo, xr.lo) + dot(xr.hi, xr.hi);
+        let xv = W8(xr.lo * g.lo, xr.hi * g.hi);
+        //#unroll! j MV_R
+        vals[$j * NT + $t] += dot(w$j_$k.lo, xv.lo) + dot(w$j_$k.hi, xv.hi);
+        //#end
+      }
+      //#end
+    }
+    //#end
+  }
+  // Sum each value over the group's lanes: a butterfly of shuffles within aligned chunks of
+  // lanes. When the group fits one subgroup (chunk == MV_T) every lane then holds the sums and
+  // lane lt < MV_R * NT finishes value lt (row row0 + lt / NT, token lt % NT) at once; otherwise
+  // one slot per chunk goes through workgroup memory. The barrier-free path matters: a barrier
+  // here halved the H200's streaming rate.
+  let chunk = min(MV_T, sg_size);
+  //#unroll k MV_NV
+  vals[$k] = mv_lane_sum(vals[$k], chunk);
+  //#end
+  let j = lt / NT;
+  let t = lt % NT;
+  var dot_sum = 0.0;
+  var up_sum = 0.0;  // SwiGLU: the next row's dot (the up half of the pair)
+  var ss = 0.0;
+  if (chunk == MV_T) {
+    if (lt >= MV_R * NT) { return; }
+    //#unroll k MV_NV
+    if ($k == lt) { dot_sum = vals[$k]; }
+    if ($k == lt + NT) { up_sum = vals[$k]; }
+    if ($k == MV_R * NT + t) { ss = vals[$k]; }
+    //#end
+  } else {
+    //#unroll k MV_NV
+    if (lt % chunk == 0u) { red[($k * MV_G + grp) * MV_SLOTS + lt / chunk] = vals[$k]; }
+    //#end
+    workgroupBarrier();
+    if (lt >= MV_R * NT) { return; }
+    for (var c = 0u; c < MV_T / chunk; c += 1u) {
+      dot_sum += red[(lt * MV_G + grp) * MV_SLOTS + c];
+      if (j + 1u < MV_R) { up_sum += red[((lt + NT) * MV_G + grp) * MV_SLOTS + c]; }
+      ss += red[((MV_R * NT + t) * MV_G + grp) * MV_SLOTS + c];
+    }
+  }
+  let r = row0 + j;
+  var scale = 1.0;
+  if (has(FLAG_NORM)) { scale = inv_rms(ss); }
+  if (r >= p.n_rows) { return; }
+  if (has(FLAG_SWIGLU)) {
+    if (j % 2u == 0u) { store_swiglu(t, r, dot_sum * scale, up_sum * scale); }
+  } else {
+    store_y(t, r, dot_sum * scale);
+  }
+}
