@@ -7,6 +7,7 @@
 #include <chrono>
 #include <optional>
 
+#include "api/context_size.h"
 #include "gpu/context.h"
 #include "model/gguf.h"
 #include "model/sampling.h"
@@ -17,6 +18,15 @@
 
 namespace wgllm {
 
+ContextSize default_context(uint32_t n_ctx_train, uint64_t kv_budget, uint64_t bytes_per_position,
+                            uint64_t max_positions) {
+  const uint64_t fits = bytes_per_position ? kv_budget / bytes_per_position : UINT64_MAX;
+  const uint64_t n = std::min({uint64_t(n_ctx_train), fits, max_positions});
+  if (n == n_ctx_train) return {n_ctx_train, false};
+  const uint32_t rounded = uint32_t(std::min<uint64_t>(n_ctx_train, std::max<uint64_t>(256, n / 256 * 256)));
+  return {rounded, rounded < n_ctx_train};
+}
+
 namespace {
 
 // Memory the weights and the KV cache may take. WebGPU does not say how much memory an adapter has: a CPU adapter
@@ -26,17 +36,14 @@ uint64_t memory_budget(const gpu::Context& ctx) {
   return 8ull << 30;
 }
 
-// The default context: the model's own, capped so the KV cache fits the budget left after the weights and the
-// cache's pools fit the storage bindings; a multiple of 256 when capped.
-uint32_t default_context(const gpu::Context& ctx, const GpuModel& m, bool& capped) {
+// The default context for this adapter: the budget left after the weights, and the positions the cache's pools can
+// bind (kMaxPools storage buffers of one layer's K and V rows, f16).
+ContextSize adapter_default_context(const gpu::Context& ctx, const GpuModel& m) {
   const uint64_t budget = memory_budget(ctx);
   const uint64_t left = budget > m.weight_bytes ? budget - m.weight_bytes : 0;
-  uint64_t n = std::min<uint64_t>(m.config.n_ctx_train, left / kv_bytes_per_position(m.config));
   const uint64_t per_layer_pos = 2ull * m.config.kv_dim() * 2;
-  n = std::min<uint64_t>(n, kernels::KvCache::kMaxPools * (ctx.max_binding_size() / per_layer_pos));
-  capped = n < m.config.n_ctx_train;
-  if (capped) n = std::max<uint64_t>(256, n / 256 * 256);
-  return uint32_t(n);
+  return default_context(m.config.n_ctx_train, left, kv_bytes_per_position(m.config),
+                         kernels::KvCache::kMaxPools * (ctx.max_binding_size() / per_layer_pos));
 }
 
 uint64_t count_params(const GgufFile& f) {
@@ -83,7 +90,12 @@ std::unique_ptr<Model::Impl> load_impl(const GgufFile& f, const LoadOptions& o) 
   i.n_params = count_params(f);
   i.n_vocab = config.n_vocab, i.n_embd = config.n_embd, i.n_layer = config.n_layer;
   i.n_ctx_train = config.n_ctx_train;
-  i.n_ctx = o.n_ctx ? o.n_ctx : default_context(*m->ctx, m->gpu, i.n_ctx_capped);
+  if (o.n_ctx) {
+    i.n_ctx = o.n_ctx;
+  } else {
+    const ContextSize c = adapter_default_context(*m->ctx, m->gpu);
+    i.n_ctx = c.n_ctx, i.n_ctx_capped = c.capped;
+  }
   i.weight_bytes = m->gpu.weight_bytes;
   i.kv_bytes = kv_bytes_per_position(config) * i.n_ctx;
   i.bytes_per_token = m->gpu.bytes_per_token;
