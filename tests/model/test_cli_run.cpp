@@ -1,6 +1,6 @@
-// `wgllm run` through the built binary: a prompt longer than an explicit -c fails before the weights upload, and the
-// context line says when -c goes past the training context. The expected token counts come from the tokenizer read
-// straight from the GGUF, on text built here by hand.
+// `wgllm run` through the built binary: --chat renders the model's chat template, a prompt longer than an explicit
+// -c fails before the weights upload, and the context line says when -c goes past the training context. The
+// expected token ids come from the tokenizer read straight from the GGUF, on text built here by hand.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -79,7 +79,13 @@ std::string trim(const std::string& s) {
   return b == std::string::npos ? "" : s.substr(b, s.find_last_not_of(" \t\n\r\v\f") - b + 1);
 }
 
-// ---- the chat template
+// ---- --chat
+
+struct ChatCase {
+  std::string model;
+  bool system;
+};
+std::ostream& operator<<(std::ostream& o, const ChatCase& c) { return o << c.model << (c.system ? "+system" : ""); }
 
 // The prompt as the model's template renders it (tools/make_model.py: llama models carry the Llama 3 template,
 // qwen2 ChatML), written out by hand rather than through the library's chat code.
@@ -94,6 +100,34 @@ std::string rendered_by_hand(const std::string& model, const std::string& system
   if (!system.empty()) s += "<|im_start|>system\n" + system + "<|im_end|>\n";
   return s + "<|im_start|>user\n" + user + "<|im_end|>\n<|im_start|>assistant\n";
 }
+
+class CliChat : public ::testing::TestWithParam<ChatCase> {};
+
+// The user message keeps surrounding whitespace in the file: Llama 3 trims it, ChatML keeps it.
+TEST_P(CliChat, PromptIdsAreTheRenderedTemplate) {
+  const ChatCase& tc = GetParam();
+  auto gen = test::rng(tc.system ? 11 : 12);
+  const std::string user = "  " + random_words(gen, 3 + gen() % 12) + "\n";
+  const std::string system = tc.system ? random_words(gen, 2 + gen() % 6) : "";
+  const std::string prompt_file = write_prompt_file(user);
+  const CliResult r = run_cli("run -m " + test::model_path(tc.model) + " --chat -f " + prompt_file +
+                              (tc.system ? " --system '" + system + "'" : "") + " --temp 0 -n 1 --json");
+  std::remove(prompt_file.c_str());
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::vector<int32_t> want =
+      tokenizer_of(tc.model).encode(rendered_by_hand(tc.model, system, user), false, true);
+  EXPECT_EQ(nlohmann::json::parse(r.out).at("prompt_ids").get<std::vector<int32_t>>(), want)
+      << "user " << nlohmann::json(user) << ", system " << nlohmann::json(system);
+}
+
+INSTANTIATE_TEST_SUITE_P(Templates, CliChat,
+                         ::testing::Values(ChatCase{"llama-f32", false}, ChatCase{"llama-f32", true},
+                                           ChatCase{"qwen2-f32", false}, ChatCase{"qwen2-f32", true}),
+                         [](const auto& info) {
+                           std::string s = info.param.model + (info.param.system ? "_system" : "");
+                           std::replace(s.begin(), s.end(), '-', '_');
+                           return s;
+                         });
 
 // ---- the context
 
