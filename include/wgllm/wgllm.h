@@ -19,12 +19,22 @@
 
 namespace wgllm {
 
+class Model;
+
 struct LoadOptions {
   std::string adapter;    // "" = best adapter; an index or a name part (see `wgllm info --list`)
-  uint32_t n_ctx = 0;     // 0 = the model's context, capped so the KV cache fits the memory budget
+  // 0 = the model's context, capped so the KV cache fits the memory budget. Any other value is taken as given: past
+  // the model's training context is allowed (positions the model never saw; quality usually drops), and a cache
+  // larger than the adapter can bind fails when a Session is made.
+  uint32_t n_ctx = 0;
   uint32_t ubatch = 512;  // most prompt tokens per GPU step
   // Called while weights upload: bytes done, bytes in all.
   std::function<void(uint64_t done, uint64_t total)> progress;
+  // Called once the GGUF is parsed, before the adapter is opened and the weights upload: the tokenizer and chat
+  // template work, info() holds what the file says (adapter, weight_bytes and bytes_per_token are still empty; n_ctx
+  // is this n_ctx, 0 when the default is yet to be chosen). A throw stops the load: a caller can reject its input
+  // (a prompt longer than the context, say) without waiting for the upload. No Session can be made from it.
+  std::function<void(const Model& model)> before_upload = nullptr;
 };
 
 // What a loaded model is and what it takes.

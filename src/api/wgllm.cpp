@@ -7,6 +7,7 @@
 #include <chrono>
 #include <optional>
 
+#include "api/context_size.h"
 #include "gpu/context.h"
 #include "model/gguf.h"
 #include "model/sampling.h"
@@ -17,6 +18,15 @@
 
 namespace wgllm {
 
+ContextSize default_context(uint32_t n_ctx_train, uint64_t kv_budget, uint64_t bytes_per_position,
+                            uint64_t max_positions) {
+  const uint64_t fits = bytes_per_position ? kv_budget / bytes_per_position : UINT64_MAX;
+  const uint64_t n = std::min({uint64_t(n_ctx_train), fits, max_positions});
+  if (n == n_ctx_train) return {n_ctx_train, false};
+  const uint32_t rounded = uint32_t(std::min<uint64_t>(n_ctx_train, std::max<uint64_t>(256, n / 256 * 256)));
+  return {rounded, rounded < n_ctx_train};
+}
+
 namespace {
 
 // Memory the weights and the KV cache may take. WebGPU does not say how much memory an adapter has: a CPU adapter
@@ -26,17 +36,14 @@ uint64_t memory_budget(const gpu::Context& ctx) {
   return 8ull << 30;
 }
 
-// The default context: the model's own, capped so the KV cache fits the budget left after the weights and the
-// cache's pools fit the storage bindings; a multiple of 256 when capped.
-uint32_t default_context(const gpu::Context& ctx, const GpuModel& m, bool& capped) {
+// The default context for this adapter: the budget left after the weights, and the positions the cache's pools can
+// bind (kMaxPools storage buffers of one layer's K and V rows, f16).
+ContextSize adapter_default_context(const gpu::Context& ctx, const GpuModel& m) {
   const uint64_t budget = memory_budget(ctx);
   const uint64_t left = budget > m.weight_bytes ? budget - m.weight_bytes : 0;
-  uint64_t n = std::min<uint64_t>(m.config.n_ctx_train, left / kv_bytes_per_position(m.config));
   const uint64_t per_layer_pos = 2ull * m.config.kv_dim() * 2;
-  n = std::min<uint64_t>(n, kernels::KvCache::kMaxPools * (ctx.max_binding_size() / per_layer_pos));
-  capped = n < m.config.n_ctx_train;
-  if (capped) n = std::max<uint64_t>(256, n / 256 * 256);
-  return uint32_t(n);
+  return default_context(m.config.n_ctx_train, left, kv_bytes_per_position(m.config),
+                         kernels::KvCache::kMaxPools * (ctx.max_binding_size() / per_layer_pos));
 }
 
 uint64_t count_params(const GgufFile& f) {
@@ -68,25 +75,22 @@ Model& Model::operator=(Model&&) noexcept = default;
 
 namespace {
 
-std::unique_ptr<Model::Impl> load_impl(const GgufFile& f, const LoadOptions& o) {
+// What the GGUF alone gives: the config, the tokenizer and the model's half of ModelInfo. No GPU is touched, so an
+// unsupported architecture or a caller's before_upload check fails before the adapter is opened.
+std::unique_ptr<Model::Impl> parse_impl(const GgufFile& f, const LoadOptions& o) {
   auto m = std::make_unique<Model::Impl>();
-  const ModelConfig config = config_from_gguf(f);  // unsupported arch: fails before the GPU is touched
+  const ModelConfig config = config_from_gguf(f);
   if (f.has("tokenizer.ggml.model")) m->tokenizer.emplace(tokenizer_data_from_gguf(f));
-  m->ctx = std::make_unique<gpu::Context>(gpu::ContextOptions{.adapter = o.adapter});
-  m->gpu = load_gpu_model(*m->ctx, f, o.progress);
   m->ubatch = std::max<uint32_t>(1, o.ubatch);
 
   ModelInfo& i = m->info;
   i.arch = config.arch_name;
-  i.adapter = m->ctx->adapter().name;
   i.weight_type = type_name(f.tensor("blk.0.attn_q.weight").type);
   i.n_params = count_params(f);
   i.n_vocab = config.n_vocab, i.n_embd = config.n_embd, i.n_layer = config.n_layer;
   i.n_ctx_train = config.n_ctx_train;
-  i.n_ctx = o.n_ctx ? o.n_ctx : default_context(*m->ctx, m->gpu, i.n_ctx_capped);
-  i.weight_bytes = m->gpu.weight_bytes;
+  i.n_ctx = o.n_ctx;  // 0 until upload_impl chooses the default, which depends on the adapter
   i.kv_bytes = kv_bytes_per_position(config) * i.n_ctx;
-  i.bytes_per_token = m->gpu.bytes_per_token;
 
   if (m->tokenizer) {
     const Tokenizer& t = *m->tokenizer;
@@ -97,16 +101,37 @@ std::unique_ptr<Model::Impl> load_impl(const GgufFile& f, const LoadOptions& o) 
   return m;
 }
 
+// Opens the adapter, uploads the weights and fills the adapter's half of ModelInfo.
+void upload_impl(Model::Impl& m, const GgufFile& f, const LoadOptions& o) {
+  m.ctx = std::make_unique<gpu::Context>(gpu::ContextOptions{.adapter = o.adapter});
+  m.gpu = load_gpu_model(*m.ctx, f, o.progress);
+  ModelInfo& i = m.info;
+  i.adapter = m.ctx->adapter().name;
+  if (!o.n_ctx) {
+    const ContextSize c = adapter_default_context(*m.ctx, m.gpu);
+    i.n_ctx = c.n_ctx, i.n_ctx_capped = c.capped;
+  }
+  i.weight_bytes = m.gpu.weight_bytes;
+  i.kv_bytes = kv_bytes_per_position(m.gpu.config) * i.n_ctx;
+  i.bytes_per_token = m.gpu.bytes_per_token;
+}
+
 }  // namespace
 
 Model Model::load(const std::string& path, const LoadOptions& options) {
   const GgufFile f = GgufFile::open(path);
-  return Model(load_impl(f, options));
+  Model model(parse_impl(f, options));
+  if (options.before_upload) options.before_upload(model);
+  upload_impl(*model.impl_, f, options);
+  return model;
 }
 
 Model Model::load(std::span<const uint8_t> gguf, const LoadOptions& options, const std::string& label) {
   const GgufFile f = GgufFile::from_bytes(gguf, label);
-  return Model(load_impl(f, options));
+  Model model(parse_impl(f, options));
+  if (options.before_upload) options.before_upload(model);
+  upload_impl(*model.impl_, f, options);
+  return model;
 }
 
 const ModelInfo& Model::info() const { return impl_->info; }
@@ -150,7 +175,12 @@ std::string TextStream::flush() { return impl_->decoder.flush(); }
 
 struct Session::Impl {
   explicit Impl(const Model& m)
-      : model(&m), gs(*m.impl().ctx, m.impl().gpu, {.n_ctx = m.info().n_ctx, .ubatch = m.impl().ubatch}) {}
+      : model(&m), gs(uploaded(m), m.impl().gpu, {.n_ctx = m.info().n_ctx, .ubatch = m.impl().ubatch}) {}
+  // The model's adapter; a model seen by LoadOptions::before_upload has none yet.
+  static gpu::Context& uploaded(const Model& m) {
+    if (!m.impl().ctx) throw InvalidArgument("Session: the model's weights are not uploaded yet (before_upload)");
+    return *m.impl().ctx;
+  }
   const Model* model;
   GpuSession gs;
 };

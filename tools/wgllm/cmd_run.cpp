@@ -41,10 +41,13 @@ Model load_model(const std::string& path, const LoadOptions& options) {
 
 void print_memory(const Model& model) {
   const ModelInfo& i = model.info();
+  // A context past the training one runs, on positions the model never saw: said here, not refused.
+  const std::string note = i.n_ctx_capped ? ", capped from " + std::to_string(i.n_ctx_train) + " to fit memory"
+                           : i.n_ctx > i.n_ctx_train ? ", past the model's trained " + std::to_string(i.n_ctx_train)
+                                                     : "";
   std::fprintf(stderr, "%s (%s, %u layers) on %s: weights %.1f MiB, KV cache %.1f MiB (context %u%s)\n",
                i.arch.c_str(), i.weight_type.c_str(), i.n_layer, i.adapter.c_str(), i.weight_bytes / 1048576.0,
-               i.kv_bytes / 1048576.0, i.n_ctx,
-               i.n_ctx_capped ? (", capped from " + std::to_string(i.n_ctx_train) + " to fit memory").c_str() : "");
+               i.kv_bytes / 1048576.0, i.n_ctx, note.c_str());
 }
 
 namespace {
@@ -89,21 +92,34 @@ std::vector<int32_t> prompt_tokens(const Model& model, const RunOptions& o, cons
   return model.encode(text, true);
 }
 
+void check_prompt_fits(size_t n_prompt, uint32_t n_ctx) {
+  if (n_prompt > n_ctx)
+    throw InvalidArgument("the prompt has " + std::to_string(n_prompt) + " tokens, more than the context of " +
+                          std::to_string(n_ctx) + " (raise -c)");
+}
+
 int run(RunOptions o) {
   using clock = std::chrono::steady_clock;
   const std::string text = prompt_text(o);
   const auto t0 = clock::now();
+  // The prompt is tokenised as soon as the tokenizer is read, so a prompt that cannot fit an explicit -c fails before
+  // the weights upload. The default context depends on the adapter's memory: that check waits for the load.
+  std::vector<int32_t> prompt;
   Model model = load_model(o.model, {.adapter = o.adapter, .n_ctx = o.n_ctx, .ubatch = o.ubatch,
-                                     .progress = o.json ? nullptr : progress_bar()});
+                                     .progress = o.json ? nullptr : progress_bar(),
+                                     .before_upload = [&](const Model& m) {
+                                       prompt = prompt_tokens(m, o, text);
+                                       if (o.n_ctx) check_prompt_fits(prompt.size(), o.n_ctx);
+                                     }});
   const double load_s = std::chrono::duration<double>(clock::now() - t0).count();
   if (!o.json) print_memory(model);
-  const std::vector<int32_t> prompt = prompt_tokens(model, o, text);
+  check_prompt_fits(prompt.size(), model.info().n_ctx);
+  Session session(model);  // before the echo: a KV cache the adapter cannot hold fails before any text
   if (!o.json && !o.chat && o.prompt_ids.empty()) {  // echo the prompt, then stream the continuation
     std::fwrite(text.data(), 1, text.size(), stdout);
     std::fflush(stdout);
   }
   o.sampling.seed = o.seed >= 0 ? uint64_t(o.seed) : std::random_device{}();
-  Session session(model);
   const GenerateResult r = session.generate(prompt, o.sampling, o.n_predict, [&](int32_t, std::string_view text) {
     if (!o.json) {
       std::fwrite(text.data(), 1, text.size(), stdout);
