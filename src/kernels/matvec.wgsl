@@ -67,8 +67,8 @@ fn matvec_main(wid: vec3<u32>, lid: u32, sg_size: u32) {
   // Sum each value over the group's lanes: a butterfly of shuffles within aligned chunks of
   // lanes. When the group fits one subgroup (chunk == MV_T) every lane then holds the sums and
   // lane lt < MV_R * NT finishes value lt (row row0 + lt / NT, token lt % NT) at once; otherwise
-  // one slot per chunk goes through workgroup memory. The barrier-free path matters: a barrier
-  // here halved the H200's streaming rate.
+  // one slot per chunk goes through workgroup memory (on the H200 that path halved the rate of
+  // 256-thread groups; PERF.md).
   let chunk = min(MV_T, sg_size);
   //#unroll k MV_NV
   vals[$k] = mv_lane_sum(vals[$k], chunk);
