@@ -63,3 +63,41 @@ fn stream_rows_math(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invoca
   }
   if (acc[0] + acc[1] + acc[2] + acc[3] == 1.2345) { sink[0] = 1u; }
 }
+
+// A minimal F16 matvec in the same pattern: x from a binding (two vec4 per unit), loads through a
+// helper returning eight floats, a shuffle butterfly per row, results stored by the group's lanes.
+// What the real kernel (matvec.wgsl) should reach; on the H200 it does not (PERF.md).
+@group(0) @binding(3) var<storage, read> xb: array<vec4<f32>>;
+@group(0) @binding(4) var<storage, read_write> yb: array<f32>;
+
+struct F8 { lo: vec4<f32>, hi: vec4<f32>, }
+fn mini_load(r: u32, u: u32, units: u32) -> F8 {
+  let v = src[r * units + u];
+  return F8(vec4<f32>(unpack2x16float(v.x), unpack2x16float(v.y)), vec4<f32>(unpack2x16float(v.z), unpack2x16float(v.w)));
+}
+@compute @workgroup_size(128)
+fn stream_matvec(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+  let units = p._pad0;
+  let rows = p.n_vec4 / units;
+  let row0 = (wid.x + wid.y * p.grid_x) * 16u + (lid / 32u) * 4u;
+  let lt = lid % 32u;
+  var acc: array<f32, 4>;
+  for (var u = lt; u < units; u += 32u) {
+    //#unroll! j 4
+    let w$j = mini_load(min(row0 + $j, rows - 1u), u, units);
+    //#end
+    let xa = xb[2u * u];
+    let xc = xb[2u * u + 1u];
+    //#unroll! j 4
+    acc[$j] += dot(w$j.lo, xa) + dot(w$j.hi, xc);
+    //#end
+  }
+  //#unroll! j 4
+  for (var m = 1u; m < 32u; m <<= 1u) { acc[$j] += subgroupShuffleXor(acc[$j], m); }
+  //#end
+  var v = 0.0;
+  //#unroll! j 4
+  if (lt == $j) { v = acc[$j]; }
+  //#end
+  if (lt < 4u && row0 + lt < rows) { yb[row0 + lt] = v; }
+}

@@ -134,7 +134,8 @@ void print_dispatch_overhead(gpu::Context& ctx, uint32_t n) {
 
 // The floors, over `bytes` of random data, median of 5 runs of 4 each: a buffer-to-buffer copy
 // (bytes read + written), a plain WGSL kernel streaming the buffer, the same reads in the matvec's
-// pattern (4 KiB rows, 4 rows per 32 threads), and those with the matvec's f16 arithmetic.
+// pattern (4 KiB rows, 4 rows per 32 threads), those with the matvec's f16 arithmetic, and a
+// minimal F16 matvec (stream.wgsl).
 void print_memory_floor(gpu::Context& ctx, uint64_t bytes) {
   bytes = std::min<uint64_t>(bytes, ctx.max_binding_size()) / 16 * 16;
   auto src = ctx.create_buffer(bytes, WGPUBufferUsage_Storage, "floor src");
@@ -180,9 +181,19 @@ void print_memory_floor(gpu::Context& ctx, uint64_t bytes) {
     const gpu::BufferBinding bind[] = {b.uniform(0, rows_params), {1, &src}, {2, &sink}};
     b.dispatch(math_pipe, bind, rows_grid.x, rows_grid.y);
   });
+  std::vector<float> xs(2 * units * 4, 0.5f);
+  auto xbuf = ctx.upload<float>(xs, WGPUBufferUsage_Storage, "floor x");
+  auto ybuf = ctx.create_buffer(uint64_t(n_vec4 / units) * 4 + 16, WGPUBufferUsage_Storage, "floor y");
+  WGPUComputePipeline mv_pipe = ctx.pipeline({"stream.wgsl", "stream_matvec", {}, ""});
+  const double mv_s = median([&](gpu::ComputeBatch& b) {
+    const gpu::BufferBinding bind[] = {b.uniform(0, rows_params), {1, &src}, {3, &xbuf}, {4, &ybuf}};
+    b.dispatch(mv_pipe, bind, rows_grid.x, rows_grid.y);
+  });
   std::printf("memory floor over %.0f MB: copy %.1f GB/s (read + write), WGSL streaming read %.1f GB/s, "
-              "read in the matvec's row pattern %.1f GB/s, the same with f16 multiply-adds %.1f GB/s\n",
-              bytes / 1e6, 2.0 * bytes / copy_s / 1e9, bytes / read_s / 1e9, bytes / rows_s / 1e9, bytes / math_s / 1e9);
+              "read in the matvec's row pattern %.1f GB/s, the same with f16 multiply-adds %.1f GB/s, a minimal F16 "
+              "matvec %.1f GB/s\n",
+              bytes / 1e6, 2.0 * bytes / copy_s / 1e9, bytes / read_s / 1e9, bytes / rows_s / 1e9, bytes / math_s / 1e9,
+              bytes / mv_s / 1e9);
 }
 
 int run_bench_ops(const Options& o) {
