@@ -28,6 +28,9 @@ struct LoadOptions {
   // larger than the adapter can bind fails when a Session is made.
   uint32_t n_ctx = 0;
   uint32_t ubatch = 512;  // most prompt tokens per GPU step
+  // Command buffers per step: submitted after layer 0 and then every this many layers, so the GPU starts
+  // while the rest is encoded (0: one per step; -1: 4 on GPUs, 0 on CPU adapters).
+  int32_t layers_per_submit = -1;
   // Called while weights upload: bytes done, bytes in all.
   std::function<void(uint64_t done, uint64_t total)> progress;
   // Called once the GGUF is parsed, before the adapter is opened and the weights upload: the tokenizer and chat

@@ -61,6 +61,7 @@ struct Model::Impl {
   std::vector<int32_t> eog;  // end-of-generation ids
   ModelInfo info;
   uint32_t ubatch = 512;
+  int32_t layers_per_submit = -1;
 
   const Tokenizer& tok() const {
     if (!tokenizer) throw ModelError("the model has no tokenizer (tokenizer.ggml.* metadata)");
@@ -82,6 +83,7 @@ std::unique_ptr<Model::Impl> parse_impl(const GgufFile& f, const LoadOptions& o)
   const ModelConfig config = config_from_gguf(f);
   if (f.has("tokenizer.ggml.model")) m->tokenizer.emplace(tokenizer_data_from_gguf(f));
   m->ubatch = std::max<uint32_t>(1, o.ubatch);
+  m->layers_per_submit = o.layers_per_submit;
 
   ModelInfo& i = m->info;
   i.arch = config.arch_name;
@@ -175,7 +177,8 @@ std::string TextStream::flush() { return impl_->decoder.flush(); }
 
 struct Session::Impl {
   explicit Impl(const Model& m)
-      : model(&m), gs(uploaded(m), m.impl().gpu, {.n_ctx = m.info().n_ctx, .ubatch = m.impl().ubatch}) {}
+      : model(&m), gs(uploaded(m), m.impl().gpu, {.n_ctx = m.info().n_ctx, .ubatch = m.impl().ubatch,
+                                              .layers_per_submit = m.impl().layers_per_submit}) {}
   // The model's adapter; a model seen by LoadOptions::before_upload has none yet.
   static gpu::Context& uploaded(const Model& m) {
     if (!m.impl().ctx) throw InvalidArgument("Session: the model's weights are not uploaded yet (before_upload)");

@@ -196,6 +196,9 @@ GpuSession::GpuSession(gpu::Context& ctx, const GpuModel& model, const GpuSessio
       model_(model),
       n_ctx_(options.n_ctx ? options.n_ctx : model.config.n_ctx_train),
       ubatch_(std::max<uint32_t>(1, std::min(options.ubatch, n_ctx_))),
+      layers_per_submit_(options.layers_per_submit >= 0 ? uint32_t(options.layers_per_submit)
+                         : ctx.adapter().type == "CPU"  ? 0
+                                                        : 4),
       buf_(std::make_unique<Buffers>()) {
   const ModelConfig& c = model.config;
   const uint64_t U = ubatch_, E = c.n_embd, Q = c.q_dim(), KV = c.kv_dim(), F = c.n_ff;
@@ -277,17 +280,27 @@ std::vector<float> GpuSession::run_chunk(std::span<const int32_t> tokens, bool a
   const uint32_t n = uint32_t(tokens.size());
   Buffers& b = *buf_;
   ctx_.write_buffer(b.ids, 0, tokens.data(), tokens.size_bytes());
-  gpu::ComputeBatch batch(ctx_, n == 1 ? "decode" : "prefill");
+  const char* label = n == 1 ? "decode" : "prefill";
+  auto batch = std::make_unique<gpu::ComputeBatch>(ctx_, label);
   // token ids -> embedding rows (dequantised) into the residual stream
-  kernels::encode_embedding(batch, ctx_, model_.weights.token_embd, b.ids, b.x, n);
-  for (uint32_t l = 0; l < model_.config.n_layer; ++l) encode_layer(batch, l, n);
-  if (want_logits) encode_logits(batch, n, all_logits);
+  kernels::encode_embedding(*batch, ctx_, model_.weights.token_embd, b.ids, b.x, n);
+  const uint32_t n_layer = model_.config.n_layer;
+  for (uint32_t l = 0; l < n_layer; ++l) {
+    encode_layer(*batch, l, n);
+    // The GPU starts on the first layer while the CPU encodes the next ones: submit after layer 0 and
+    // then every layers_per_submit_ layers (queue order keeps the pieces in sequence).
+    if (layers_per_submit_ && l + 1 < n_layer && (l == 0 || (l + 1) % layers_per_submit_ == 0)) {
+      batch->submit();
+      batch = std::make_unique<gpu::ComputeBatch>(ctx_, label);
+    }
+  }
+  if (want_logits) encode_logits(*batch, n, all_logits);
   n_past_ += n;
   if (!want_logits) {
-    batch.submit();
+    batch->submit();
     return {};
   }
-  batch.submit_and_wait();
+  batch->submit_and_wait();
   const gpu::Buffer& src = all_logits ? b.logits_all : b.logits;
   return ctx_.read<float>(src, 0, uint64_t(all_logits ? n : 1) * model_.config.n_vocab);
 }

@@ -1,7 +1,7 @@
 // The GPU forward pass of the decoder (llama / qwen2 / qwen3): weights uploaded from a GGUF in their own types
 // (GpuModel) and one sequence's run state with its paged f16 KV cache (GpuSession). Prefill runs in chunks of
-// `ubatch` tokens, decode one token at a time; each chunk or token is one command buffer, and only the logits are
-// read back. Per layer and token: the q/k/v projection with the norm folded in, RoPE, KV append, attention, the
+// `ubatch` tokens, decode one token at a time; each chunk or token is encoded into a few command buffers (the GPU
+// starts on the first layers while the rest is encoded), and only the logits are read back. Per layer and token: the q/k/v projection with the norm folded in, RoPE, KV append, attention, the
 // output projection added to the residual, gate/up with norm and SwiGLU, the down projection added to the
 // residual.
 #pragma once
@@ -74,6 +74,10 @@ struct GpuSessionOptions {
   uint32_t n_ctx = 0;     // positions the KV cache holds (0: the model's training context)
   uint32_t ubatch = 512;  // most tokens per prefill chunk (activation buffers are sized for it)
   kernels::KvType kv_type = kernels::KvType::F16;  // F32 doubles the cache (tests compare against it)
+  // A step's command buffer is submitted after layer 0 and then every `layers_per_submit` layers, so the GPU
+  // starts while the CPU encodes the rest. 0: one command buffer per step; -1 (default): 4 on GPUs, 0 on CPU
+  // adapters (where the "GPU" shares the cores and extra submits only cost).
+  int32_t layers_per_submit = -1;
 };
 
 // One sequence: activations for `ubatch` tokens, a KV cache per layer and the decode scratch. The context and
@@ -111,6 +115,7 @@ class GpuSession {
   gpu::Context& ctx_;
   const GpuModel& model_;
   uint32_t n_ctx_, ubatch_;
+  uint32_t layers_per_submit_;  // 0: one command buffer per step
   uint32_t n_past_ = 0;
   std::unique_ptr<Buffers> buf_;
   std::vector<kernels::KvCache> kv_;  // [n_layer]

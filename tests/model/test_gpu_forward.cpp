@@ -39,6 +39,7 @@ struct GpuCase {
   std::string model;
   kernels::KvType kv;
   double tol;
+  int32_t layers_per_submit;  // 0: one command buffer per step; 1: one after every layer
 };
 std::ostream& operator<<(std::ostream& o, const GpuCase& c) { return o << c.model; }
 
@@ -51,8 +52,8 @@ std::vector<GpuCase> gpu_cases() {
     models.push_back(m);
   std::vector<GpuCase> out;
   for (const std::string& m : models) {
-    if (m.ends_with("f32")) out.push_back({m, kernels::KvType::F32, 1e-4});
-    out.push_back({m, kernels::KvType::F16, 5e-3});
+    if (m.ends_with("f32")) out.push_back({m, kernels::KvType::F32, 1e-4, 0});
+    out.push_back({m, kernels::KvType::F16, 5e-3, 1});
   }
   return out;
 }
@@ -73,7 +74,7 @@ TEST_P(GpuForward, MatchesCpuReference) {
     EXPECT_EQ(L.wqkv.n_out == 0, mixed);
     EXPECT_EQ(L.w_gate_up.n_out == 0, mixed);
   }
-  GpuSession gs(ctx, gm, {.n_ctx = 256, .ubatch = 40, .kv_type = tc.kv});
+  GpuSession gs(ctx, gm, {.n_ctx = 256, .ubatch = 40, .kv_type = tc.kv, .layers_per_submit = tc.layers_per_submit});
   cpu::CpuSession cs(cm, 256);
 
   const std::vector<int32_t> prompt = random_prompt(cm.config.n_vocab, 101, 7);

@@ -19,6 +19,7 @@ struct BenchOptions {
   uint32_t n_prompt = 512, n_gen = 128, repeats = 5, ubatch = 512;
   bool json = false;
   std::string matvec;  // tuning: matvec shape override
+  int32_t layers_per_submit = -1;
 };
 
 struct Stat {
@@ -61,6 +62,7 @@ int bench(const BenchOptions& o) {
   if (!o.matvec.empty()) kernels::set_matvec_config_override(kernels::parse_matvec_config(o.matvec));
   const uint32_t n_ctx = std::max<uint32_t>(std::max(o.n_prompt, o.n_gen), 1);
   Model model = load_model(o.model, {.adapter = o.adapter, .n_ctx = n_ctx, .ubatch = o.ubatch,
+                                     .layers_per_submit = o.layers_per_submit,
                                      .progress = o.json ? nullptr : progress_bar()});
   const ModelInfo& info = model.info();
   if (!o.json) print_memory(model);
@@ -121,6 +123,9 @@ const Register reg{{"bench", "prompt processing and generation speed of a model"
                       app.add_option("--ubatch", o->ubatch, "prompt tokens per GPU step")->capture_default_str();
                       app.add_option("--adapter", o->adapter, "adapter index or name part (wgllm info --list)");
                       app.add_flag("--json", o->json, "print one JSON object");
+                      app.add_option("--layers-per-submit", o->layers_per_submit,
+                                     "command buffers per step: one after layer 0, then every N layers (0: one; -1: auto)")
+                          ->capture_default_str();
                       app.add_option("--matvec", o->matvec, "matvec shape THREADSxROWSxGROUPS[xUNITS[xINT_F16]] (tuning)");
                       return [o] { return bench(*o); };
                     }}};
