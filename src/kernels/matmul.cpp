@@ -126,6 +126,19 @@ std::string matvec_prelude(const gpu::Context& ctx, WeightType t, uint32_t nt, b
 constexpr const char* kMatvecShader = "matmul_common.wgsl+matvec.wgsl";
 constexpr const char* kMatmulShader = "matmul_common.wgsl+matmul.wgsl";
 
+// The parameters every dispatch over one piece of w shares.
+MatmulParams piece_params(const GpuWeight& w, const GpuWeightPiece& piece, uint32_t n_tokens) {
+  MatmulParams p{};
+  p.n_in = w.n_in;
+  p.n_out = w.n_out;
+  p.n_tokens = n_tokens;
+  p.nb = w.n_blocks;
+  p.row_begin = piece.row_begin;
+  p.n_rows = piece.n_rows;
+  p.scale_off4 = piece.scale_off4;
+  return p;
+}
+
 void check_weight(const char* fn, const GpuWeight& w) {
   if (w.pieces.empty() || w.n_in == 0 || w.n_out == 0) fail(fn, "weight W is empty (not uploaded)");
 }
@@ -336,14 +349,7 @@ void encode_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight&
             ? ctx.pipeline({kMatvecShader, "matvec", {}, matvec_prelude(ctx, w.type, count, xv4, w.n_out)})
             : ctx.pipeline({kMatmulShader, "matmul", {}, prelude(w.type, 1)});
     for (const auto& piece : w.pieces) {
-      MatmulParams p{};
-      p.n_in = w.n_in;
-      p.n_out = w.n_out;
-      p.n_tokens = count;
-      p.nb = w.n_blocks;
-      p.row_begin = piece.row_begin;
-      p.n_rows = piece.n_rows;
-      p.scale_off4 = piece.scale_off4;
+      MatmulParams p = piece_params(w, piece, count);
       p.flags = flags;
       p.x_off = xw.first_word;
       p.y_off = yw.first_word;
@@ -401,14 +407,7 @@ void encode_embedding(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeig
     const RowWindow ow = row_window(ctx, first, count, table.n_in);
     for (size_t i = 0; i < table.pieces.size(); ++i) {
       const auto& piece = table.pieces[i];
-      MatmulParams p{};
-      p.n_in = table.n_in;
-      p.n_out = table.n_out;
-      p.n_tokens = count;
-      p.nb = table.n_blocks;
-      p.row_begin = piece.row_begin;
-      p.n_rows = piece.n_rows;
-      p.scale_off4 = piece.scale_off4;
+      MatmulParams p = piece_params(table, piece, count);
       p.flags = i + 1 == table.pieces.size() ? kFlagLastPiece : 0;
       p.x_off = iw.first_word;
       p.y_off = ow.first_word;
