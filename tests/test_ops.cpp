@@ -506,6 +506,7 @@ struct RopeCase {
   float base = 10000.f;
   bool llama3 = false;
   uint32_t pad = 0, head_offset = 0;  // row_stride = head_offset + n_heads * head_dim + pad
+  uint32_t heads2 = 0;                // heads in a second buffer (k beside q), same dispatch
 };
 
 constexpr auto Neox = RopeType::Neox;
@@ -526,6 +527,9 @@ const RopeCase kRopeCases[] = {
     {"strided_k_in_qkv_t9_h2_d64", 9, 2, 64, 64, 30, Neox, 10000.f, false, 64, 256},
     {"pos30k_t8_h2_d64", 8, 2, 64, 64, 30000, Neox, 1000000.f},
     {"pos65k_t3_h2_d128", 3, 2, 128, 128, 65530, Normal, 10000.f},
+    {"q_and_k_t5_h8_kv2_d64", 5, 8, 64, 64, 40, Normal, 10000.f, false, 0, 0, 2},
+    {"q_and_k_neox_llama3_t70_h4_kv1_d128_r64", 70, 4, 128, 64, 7, Neox, 500000.f, true, 0, 0, 1},
+    {"q_and_k_strided_t3_h2_kv3_d32", 3, 2, 32, 32, 900, Neox, 10000.f, false, 32, 64, 3},
 };
 
 class RopeTable : public ::testing::TestWithParam<RopeCase> {};
@@ -542,12 +546,22 @@ TEST_P(RopeTable, MatchesFloat64Reference) {
   auto table = kernels::upload_rope_table(ctx, c.rope_dim, c.base, c.llama3 ? std::span<const float>(factors)
                                                                             : std::span<const float>());
   auto xbuf = ctx.upload<float>(x, WGPUBufferUsage_Storage, "x");
+  const auto x2 = random_floats(size_t(c.n_tokens) * c.heads2 * c.head_dim, gen, -2.f, 2.f);
+  std::optional<gpu::Buffer> x2buf;
+  if (c.heads2) x2buf = ctx.upload<float>(x2, WGPUBufferUsage_Storage, "x2");
   gpu::ComputeBatch batch(ctx, c.name);
   kernels::encode_rope(batch, ctx,
                        {.n_tokens = c.n_tokens, .n_heads = c.n_heads, .head_dim = c.head_dim, .rope_dim = c.rope_dim,
-                        .start_pos = c.start_pos, .type = c.type, .row_stride = stride, .head_offset = c.head_offset},
-                       table, xbuf);
+                        .start_pos = c.start_pos, .type = c.type, .row_stride = stride, .head_offset = c.head_offset,
+                        .n_heads2 = c.heads2},
+                       table, xbuf, x2buf ? &*x2buf : nullptr);
   batch.submit_and_wait();
+  const auto freq = c.llama3 ? std::span<const float>(factors) : std::span<const float>();
+  if (c.heads2) {
+    const auto want2 = cpu::rope(x2, c.n_tokens, c.heads2, c.head_dim, c.rope_dim, c.start_pos, c.base, c.type == Neox, freq);
+    const auto r2 = compare(ctx.read<float>(*x2buf), want2);
+    EXPECT_LE(r2.rel_l2, 1e-6) << "x2: " << r2.describe();
+  }
   const auto got_rows = ctx.read<float>(xbuf);
   // Dense heads for the reference; everything outside the heads must be untouched.
   std::vector<float> dense(size_t(c.n_tokens) * heads), got(dense.size());
@@ -560,7 +574,7 @@ TEST_P(RopeTable, MatchesFloat64Reference) {
       }
   }
   const auto want = cpu::rope(dense, c.n_tokens, c.n_heads, c.head_dim, c.rope_dim, c.start_pos, c.base,
-                              c.type == Neox, c.llama3 ? std::span<const float>(factors) : std::span<const float>());
+                              c.type == Neox, freq);
   const auto r = compare(got, want);
   // The reduced-angle path keeps f32 rounding (~1e-7) away from the position: measured ~2.5e-7 up to 2^16.
   EXPECT_LE(r.rel_l2, 1e-6) << r.describe();
@@ -716,6 +730,10 @@ TEST(OpsNormRopeSwiglu, BadArgumentsThrowNamingTheField) {
   expect_throw([&] { rope_with([](auto& s) { s.n_tokens = 0; }, table, buf); }, "n_tokens");
   expect_throw([&] { rope_with([](auto& s) { s.n_heads = 0; }, table, buf); }, "n_heads");
   expect_throw([&] { rope_with([](auto& s) { s.rope_dim = 65; }, table, buf); }, "rope_dim");
+  expect_throw([&] { rope_with([](auto& s) { s.n_heads2 = 1; }, table, buf); }, "n_heads2");
+  kernels::RopeShape with_k = good;
+  with_k.n_heads2 = 1;
+  expect_throw([&] { kernels::encode_rope(batch, ctx, with_k, table, buf, &buf); }, "x2 must be another buffer");
   expect_throw([&] { rope_with([](auto& s) { s.rope_dim = 128; }, table, buf); }, "rope_dim");
   expect_throw([&] { rope_with([](auto& s) { s.row_stride = 100; }, table, buf); }, "row_stride");
   expect_throw([&] { rope_with([](auto& s) { s.start_pos = 1u << 24; }, table, buf); }, "start_pos");

@@ -104,7 +104,7 @@ gpu::Buffer upload_rope_table(gpu::Context& ctx, uint32_t rope_dim, float base, 
 }
 
 void encode_rope(gpu::ComputeBatch& batch, gpu::Context& ctx, const RopeShape& s, const gpu::Buffer& table,
-                 const gpu::Buffer& x) {
+                 const gpu::Buffer& x, const gpu::Buffer* x2) {
   const char* fn = "encode_rope";
   if (s.n_tokens == 0) fail(fn, "n_tokens must be > 0");
   if (s.n_heads == 0) fail(fn, "n_heads must be > 0");
@@ -117,9 +117,13 @@ void encode_rope(gpu::ComputeBatch& batch, gpu::Context& ctx, const RopeShape& s
   if (stride < s.head_offset + heads)
     fail(fn, "row_stride " + std::to_string(stride) + " < head_offset + n_heads * head_dim");
   if (uint64_t(s.start_pos) + s.n_tokens > (1u << 24)) fail(fn, "start_pos + n_tokens must be <= 2^24");
-  const uint64_t threads = uint64_t(s.n_tokens) * s.n_heads * (rope_dim / 2);
-  if (threads > UINT32_MAX) fail(fn, "n_tokens * n_heads * rope_dim / 2 exceeds 2^32");
+  if ((s.n_heads2 > 0) != (x2 != nullptr)) fail(fn, "n_heads2 > 0 and x2 go together");
+  if (x2 && x2->get() == x.get()) fail(fn, "x2 must be another buffer than x");
+  const uint64_t threads = uint64_t(s.n_tokens) * (s.n_heads + s.n_heads2) * (rope_dim / 2);
+  if (threads > UINT32_MAX) fail(fn, "n_tokens * (n_heads + n_heads2) * rope_dim / 2 exceeds 2^32");
   need(fn, "x", x, ((uint64_t(s.n_tokens) - 1) * stride + s.head_offset + heads) * 4, ctx);
+  const uint64_t x2_bytes = uint64_t(s.n_tokens) * s.n_heads2 * s.head_dim * 4;
+  if (x2) need(fn, "x2", *x2, x2_bytes, ctx);
   need(fn, "table", table, uint64_t(rope_dim / 2) * 16, ctx);
   constexpr uint32_t kWorkgroup = 64;
   const auto grid = gpu::fold_grid((threads + kWorkgroup - 1) / kWorkgroup, ctx.limits().maxComputeWorkgroupsPerDimension);
@@ -133,11 +137,13 @@ void encode_rope(gpu::ComputeBatch& batch, gpu::Context& ctx, const RopeShape& s
   p.row_stride = uint32_t(stride);
   p.head_offset = s.head_offset;
   p.grid_x = grid.x;
+  p.n_heads2 = s.n_heads2;
   WGPUComputePipeline pipe = ctx.pipeline({"rope.wgsl", "rope", {}, ""});
   const gpu::BufferBinding b[] = {
       batch.uniform(0, p),
       {1, &table, 0, uint64_t(rope_dim / 2) * 16},
-      {3, &x, 0, ((uint64_t(s.n_tokens) - 1) * stride + s.head_offset + heads) * 4}};
+      {3, &x, 0, ((uint64_t(s.n_tokens) - 1) * stride + s.head_offset + heads) * 4},
+      {4, x2 ? x2 : &ctx.placeholder_writable(), 0, x2 ? x2_bytes : 16}};
   batch.dispatch(pipe, b, grid.x, grid.y);
 }
 

@@ -44,19 +44,21 @@ struct RopeShape {
   RopeType type = RopeType::Normal;
   uint32_t row_stride = 0;   // floats between token rows (0 = n_heads * head_dim)
   uint32_t head_offset = 0;  // floats from a row's start to its first head (e.g. k inside fused qkv)
+  uint32_t n_heads2 = 0;     // heads of the second buffer x2 ([n_tokens][n_heads2 * head_dim]), same dispatch
 };
 
 // Mirrors `RopeParams` in rope.wgsl.
 struct RopeParams {
   uint32_t n_tokens, n_heads, head_dim, rope_dim;
   uint32_t start_pos, neox, row_stride, head_offset;
-  uint32_t grid_x, pad0 = 0, pad1 = 0, pad2 = 0;
+  uint32_t grid_x, n_heads2, pad1 = 0, pad2 = 0;
 };
 static_assert(sizeof(RopeParams) == 48);
 
-// RoPE in place on x ([n_tokens][row_stride] f32) with the table from upload_rope_table(rope_dim).
+// RoPE in place on x ([n_tokens][row_stride] f32) with the table from upload_rope_table(rope_dim), and on
+// *x2 (another buffer) when shape.n_heads2 > 0: q and k in one dispatch.
 void encode_rope(gpu::ComputeBatch& batch, gpu::Context& ctx, const RopeShape& shape, const gpu::Buffer& table,
-                 const gpu::Buffer& x);
+                 const gpu::Buffer& x, const gpu::Buffer* x2 = nullptr);
 
 // Mirrors `SwigluParams` in swiglu.wgsl.
 struct SwigluParams {

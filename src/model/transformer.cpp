@@ -336,13 +336,10 @@ void GpuSession::encode_attention_block(gpu::ComputeBatch& batch, uint32_t layer
     kernels::encode_rms_norm(batch, ctx_, b.q, L.q_norm, b.q, n * c.n_head, c.head_dim, c.rms_eps);
     kernels::encode_rms_norm(batch, ctx_, b.k, L.k_norm, b.k, n * c.n_head_kv, c.head_dim, c.rms_eps);
   }
-  // RoPE on q and k at positions n_past ..
+  // RoPE on q and k (one dispatch) at positions n_past ..
   const kernels::RopeShape rope{.n_tokens = n, .n_heads = c.n_head, .head_dim = c.head_dim, .rope_dim = c.rope_dim,
-                                .start_pos = n_past_, .type = c.rope_type};
-  kernels::encode_rope(batch, ctx_, rope, model_.weights.rope_table, b.q);
-  kernels::RopeShape rope_k = rope;
-  rope_k.n_heads = c.n_head_kv;
-  kernels::encode_rope(batch, ctx_, rope_k, model_.weights.rope_table, b.k);
+                                .start_pos = n_past_, .type = c.rope_type, .n_heads2 = c.n_head_kv};
+  kernels::encode_rope(batch, ctx_, rope, model_.weights.rope_table, b.q, &b.k);
   // k, v rows into the cache
   kernels::encode_kv_append(batch, ctx_, kv_[layer], b.k, b.v, n_past_, n);
   // causal attention over the cache: the batched kernel for a chunk, split-K decode for one token
