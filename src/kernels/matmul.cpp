@@ -96,7 +96,9 @@ uint32_t tokens_per_binding(const char* fn, const gpu::Context& ctx, std::initia
 
 MatvecConfig g_matvec_override{.threads_per_row = 0};  // threads_per_row == 0: none
 
-uint32_t matvec_slots(const MatvecConfig& mv) { return mv.threads_per_row / std::min(mv.threads_per_row, mv.shuffle ? 4u : 1u); }
+uint32_t matvec_slots(const MatvecConfig& mv) {
+  return mv.threads_per_row / std::min(mv.threads_per_row, mv.shuffle ? 4u : 1u);
+}
 
 // Host constants for matmul_common.wgsl (and the kernels after it).
 std::string prelude(WeightType t, uint32_t nt, bool int_f16 = false) {
@@ -107,7 +109,9 @@ std::string prelude(WeightType t, uint32_t nt, bool int_f16 = false) {
 // ... and for matvec.wgsl: its shape, the lane sum and the entry point.
 std::string matvec_prelude(const gpu::Context& ctx, WeightType t, uint32_t nt, bool xv4, uint32_t n_rows) {
   const MatvecConfig mv = matvec_config(ctx, n_rows);
-  auto u32 = [](const char* name, uint32_t v) { return std::string("const ") + name + ": u32 = " + std::to_string(v) + "u;\n"; };
+  auto u32 = [](const char* name, uint32_t v) {
+    return std::string("const ") + name + ": u32 = " + std::to_string(v) + "u;\n";
+  };
   std::string s = prelude(t, nt, mv.int_f16) + u32("MV_T", mv.threads_per_row) + u32("MV_R", mv.rows) +
                   u32("MV_G", mv.groups) + u32("MV_NV", mv.rows * nt + nt) + u32("MV_U", mv.units) +
                   u32("MV_SLOTS", matvec_slots(mv)) + "const XV4: bool = " + (xv4 ? "true" : "false") + ";\n";
@@ -116,7 +120,8 @@ std::string matvec_prelude(const gpu::Context& ctx, WeightType t, uint32_t nt, b
            "fn mv_lane_sum(v: f32, chunk: u32) -> f32 {\n  var s = v;\n"
            "  for (var m = 1u; m < chunk; m <<= 1u) { s += subgroupShuffleXor(s, m); }\n  return s;\n}\n"
            "@compute @workgroup_size(MV_WG)\nfn matvec(@builtin(workgroup_id) wid: vec3<u32>, "
-           "@builtin(local_invocation_index) lid: u32, @builtin(subgroup_size) sg: u32) { matvec_main(wid, lid, sg); }\n";
+           "@builtin(local_invocation_index) lid: u32, @builtin(subgroup_size) sg: u32) {\n"
+           "  matvec_main(wid, lid, sg);\n}\n";
   return s +
          "fn mv_lane_sum(v: f32, chunk: u32) -> f32 { return v; }\n"
          "@compute @workgroup_size(MV_WG)\nfn matvec(@builtin(workgroup_id) wid: vec3<u32>, "
@@ -161,16 +166,20 @@ MatvecConfig matvec_config(const gpu::Context& ctx, uint32_t n_rows) {
     c = {.threads_per_row = 128, .rows = 4, .groups = 1};
   c.shuffle = ctx.features().subgroups;
   const uint64_t red_bytes = uint64_t(c.rows + 1) * kMatvecMaxTokens * c.groups * matvec_slots(c) * 4;
-  if (red_bytes > ctx.limits().maxComputeWorkgroupStorageSize || c.threads_per_row * c.groups > ctx.limits().maxComputeInvocationsPerWorkgroup)
+  if (red_bytes > ctx.limits().maxComputeWorkgroupStorageSize ||
+      c.threads_per_row * c.groups > ctx.limits().maxComputeInvocationsPerWorkgroup)
     throw InvalidArgument("matvec config " + std::to_string(c.threads_per_row) + "x" + std::to_string(c.rows) + "x" +
                           std::to_string(c.groups) + " exceeds the adapter's workgroup limits");
   return c;
 }
 
 void set_matvec_config_override(const MatvecConfig& c) {
-  if (c.threads_per_row && (c.rows == 0 || c.units == 0 || c.rows % 2 || c.groups == 0 || c.rows * kMatvecMaxTokens > c.threads_per_row ||
-                            (c.threads_per_row & (c.threads_per_row - 1)) || c.threads_per_row * c.groups > 1024))
-    throw InvalidArgument("matvec config: threads per row a power of two >= rows * 4, rows even, groups > 0, <= 1024 threads");
+  const bool bad = c.rows == 0 || c.units == 0 || c.rows % 2 || c.groups == 0 ||
+                   c.rows * kMatvecMaxTokens > c.threads_per_row || (c.threads_per_row & (c.threads_per_row - 1)) ||
+                   c.threads_per_row * c.groups > 1024;
+  if (c.threads_per_row && bad)
+    throw InvalidArgument(
+        "matvec config: threads per row a power of two >= rows * 4, rows even, groups > 0, <= 1024 threads");
   g_matvec_override = c;
 }
 
@@ -199,7 +208,8 @@ std::vector<uint8_t> concat_rows(std::span<const std::span<const uint8_t>> parts
 
 std::vector<uint8_t> interleave_rows(std::span<const uint8_t> a, std::span<const uint8_t> b, uint64_t rows) {
   if (rows == 0 || a.size() != b.size() || a.size() % rows)
-    throw InvalidArgument("interleave_rows: the two tensors must have the same size and " + std::to_string(rows) + " rows");
+    throw InvalidArgument("interleave_rows: the two tensors must have the same size and " + std::to_string(rows) +
+                          " rows");
   const uint64_t row = a.size() / rows;
   std::vector<uint8_t> out(a.size() * 2);
   for (uint64_t r = 0; r < rows; ++r) {
@@ -381,7 +391,8 @@ void encode_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight&
           {8, split ? o.y2 : &ctx.placeholder_writable(), y2w.offset_bytes, y2w.size_bytes},
       };
       if (impl == MatmulImpl::Matvec)
-        bindings.push_back(xv4 ? gpu::BufferBinding{9, &x, xw.offset_bytes, xw.size_bytes} : gpu::BufferBinding{9, &none, 0, 16});
+        bindings.push_back(xv4 ? gpu::BufferBinding{9, &x, xw.offset_bytes, xw.size_bytes}
+                               : gpu::BufferBinding{9, &none, 0, 16});
       batch.dispatch(pipe, bindings, grid.x, grid.y);
     }
   }

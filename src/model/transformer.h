@@ -1,9 +1,9 @@
 // The GPU forward pass of the decoder (llama / qwen2 / qwen3): weights uploaded from a GGUF in their own types
 // (GpuModel) and one sequence's run state with its paged f16 KV cache (GpuSession). Prefill runs in chunks of
 // `ubatch` tokens, decode one token at a time; each chunk or token is encoded into a few command buffers (the GPU
-// starts on the first layers while the rest is encoded), and only the logits are read back. Per layer and token: the q/k/v projection with the norm folded in, RoPE, KV append, attention, the
-// output projection added to the residual, gate/up with norm and SwiGLU, the down projection added to the
-// residual.
+// starts on the first layers while the rest is encoded), and only the logits are read back. Per layer and token:
+// the q/k/v projection with the norm folded in, RoPE of q and k, KV append, attention, the output projection added
+// to the residual, gate/up with the norm folded in and SwiGLU, the down projection added to the residual.
 #pragma once
 #include <cstdint>
 #include <functional>
