@@ -1,7 +1,9 @@
 // The GPU runtime: kernel round trip, odd buffer sizes, large readbacks, shader errors.
 #include <cstring>
 
+#include "cpu/ops.h"
 #include "kernels/elementwise.h"
+#include "kernels/ops.h"
 #include "test_util.h"
 #include "wgllm/error.h"
 
@@ -133,6 +135,39 @@ TEST(GpuContext, PipelineCacheReturnsSamePipeline) {
   auto p3 = ctx.pipeline({"elementwise.wgsl", "add", {{"WG", 128}}, ""});
   EXPECT_EQ(p1, p2);
   EXPECT_NE(p1, p3);
+}
+
+// A batch given a BindCache reuses the previous batch's bind groups and arena, yet each batch's own
+// uniform contents reach the GPU (here RoPE's start position, the bindings being the same).
+TEST(GpuContext, BindCacheReusesGroupsWithFreshParameters) {
+  auto& ctx = context();
+  auto gen = rng(11);
+  const uint32_t tokens = 3, heads = 2, dim = 64;
+  auto table = kernels::upload_rope_table(ctx, dim, 10000.f);
+  auto x = ctx.create_buffer(tokens * heads * dim * 4, WGPUBufferUsage_Storage, "x");
+  auto k = ctx.create_buffer(tokens * dim * 4, WGPUBufferUsage_Storage, "k");
+  gpu::BindCache cache(ctx);
+  uint64_t made_first = 0;
+  for (uint32_t start : {0u, 17u, 300u}) {
+    const auto xs = random_floats(tokens * heads * dim, gen), ks = random_floats(tokens * dim, gen);
+    ctx.write_buffer(x, 0, xs.data(), xs.size() * 4);
+    ctx.write_buffer(k, 0, ks.data(), ks.size() * 4);
+    gpu::ComputeBatch batch(ctx, "cached rope", &cache);
+    kernels::encode_rope(batch, ctx, {.n_tokens = tokens, .n_heads = heads, .head_dim = dim, .start_pos = start},
+                         table, x);
+    kernels::encode_rope(batch, ctx, {.n_tokens = tokens, .n_heads = 1, .head_dim = dim, .start_pos = start + 1},
+                         table, k);
+    batch.submit();
+    ctx.wait_idle();
+    if (!made_first) made_first = cache.misses();
+    EXPECT_EQ(cache.misses(), made_first) << "start " << start << ": a bind group was made again";
+    const auto want_x = cpu::rope(xs, tokens, heads, dim, dim, start, 10000.f, false, {});
+    const auto want_k = cpu::rope(ks, tokens, 1, dim, dim, start + 1, 10000.f, false, {});
+    EXPECT_LE(compare(ctx.read<float>(x), want_x).rel_l2, 1e-6) << "start " << start;
+    EXPECT_LE(compare(ctx.read<float>(k), want_k).rel_l2, 1e-6) << "start " << start;
+  }
+  EXPECT_EQ(made_first, 2u);
+  EXPECT_EQ(cache.size(), 2u);
 }
 
 TEST(GpuContext, BadArgumentsThrowBeforeTheGpu) {

@@ -508,7 +508,24 @@ void Context::wait_idle() {
 
 // ---------------------------------------------------------------- ComputeBatch
 
-ComputeBatch::ComputeBatch(Context& ctx, std::string_view label) : ctx_(ctx), label_(label) {
+const Buffer& BindCache::arena(size_t index, uint64_t size) {
+  while (arenas_.size() <= index) arenas_.push_back(ctx_.create_buffer(size, WGPUBufferUsage_Uniform, "params (cached)"));
+  return arenas_[index];
+}
+
+WGPUBindGroup BindCache::group(WGPUComputePipeline pipeline, std::span<const BufferBinding> bindings,
+                               std::string_view label) {
+  std::vector<uint64_t> key = {reinterpret_cast<uint64_t>(pipeline)};
+  for (const auto& b : bindings)
+    key.insert(key.end(), {b.binding, reinterpret_cast<uint64_t>(b.buffer->get()), b.offset, b.size});
+  if (auto it = groups_.find(key); it != groups_.end()) return it->second.get();
+  if (groups_.size() >= kMaxGroups) groups_.clear();
+  ++misses_;
+  return groups_.emplace(std::move(key), ctx_.bind_group(pipeline, bindings, label)).first->second.get();
+}
+
+ComputeBatch::ComputeBatch(Context& ctx, std::string_view label, BindCache* cache)
+    : ctx_(ctx), label_(label), cache_(cache) {
   WGPUCommandEncoderDescriptor d{};
   d.label = sv(label_);
   encoder_.reset(wgpuDeviceCreateCommandEncoder(ctx_.device(), &d));
@@ -544,6 +561,7 @@ void ComputeBatch::dispatch(WGPUComputePipeline pipeline, WGPUBindGroup group, u
 
 void ComputeBatch::dispatch(WGPUComputePipeline pipeline, std::span<const BufferBinding> bindings, uint32_t x,
                             uint32_t y, uint32_t z) {
+  if (cache_) return dispatch(pipeline, cache_->group(pipeline, bindings, label_), x, y, z);
   owned_groups_.push_back(ctx_.bind_group(pipeline, bindings, label_));
   dispatch(pipeline, owned_groups_.back().get(), x, y, z);
 }
@@ -555,8 +573,12 @@ BufferBinding ComputeBatch::uniform(uint32_t binding, const void* bytes, uint64_
   uint64_t offset = (arena_bytes_.size() + align - 1) / align * align;
   if (!arena_ || offset + size > kArenaBytes) {
     flush_uniforms();
-    owned_buffers_.push_back(ctx_.create_buffer(kArenaBytes, WGPUBufferUsage_Uniform, label_ + " params"));
-    arena_ = &owned_buffers_.back();
+    if (cache_) {
+      arena_ = &cache_->arena(arenas_used_++, kArenaBytes);
+    } else {
+      owned_buffers_.push_back(ctx_.create_buffer(kArenaBytes, WGPUBufferUsage_Uniform, label_ + " params"));
+      arena_ = &owned_buffers_.back();
+    }
     offset = 0;
   }
   arena_bytes_.resize(offset + size);

@@ -143,10 +143,31 @@ class Context {
   Buffer placeholder_, placeholder_writable_;
 };
 
+// Bind groups kept across batches, for work that repeats (a decode step): a batch given a cache takes its
+// uniform arenas from it in order (arena 0, 1, ... of every batch) and looks each bind group up by its exact
+// bindings, so a step whose dispatches and buffers match an earlier one's creates no bind group. Reusing an
+// arena is safe: its new contents are a queue write, ordered after the work already submitted. Groups hold
+// their buffers alive; the cache is dropped whole past kMaxGroups entries (and with its owner).
+class BindCache {
+ public:
+  explicit BindCache(Context& ctx) : ctx_(ctx) {}
+  const Buffer& arena(size_t index, uint64_t size);
+  WGPUBindGroup group(WGPUComputePipeline pipeline, std::span<const BufferBinding> bindings, std::string_view label);
+  size_t size() const { return groups_.size(); }
+  uint64_t misses() const { return misses_; }  // bind groups created so far
+
+ private:
+  static constexpr size_t kMaxGroups = 4096;
+  Context& ctx_;
+  std::deque<Buffer> arenas_;
+  std::map<std::vector<uint64_t>, BindGroupHandle> groups_;
+  uint64_t misses_ = 0;
+};
+
 // Records compute dispatches into one command buffer; submit() sends them all.
 class ComputeBatch {
  public:
-  explicit ComputeBatch(Context& ctx, std::string_view label = "wgllm");
+  explicit ComputeBatch(Context& ctx, std::string_view label = "wgllm", BindCache* cache = nullptr);
   ~ComputeBatch();
   ComputeBatch(const ComputeBatch&) = delete;
   ComputeBatch& operator=(const ComputeBatch&) = delete;
@@ -178,7 +199,9 @@ class ComputeBatch {
   ComputePassHandle pass_;
   void flush_uniforms();
   std::deque<Buffer> owned_buffers_;  // deque: references handed out stay valid
-  const Buffer* arena_ = nullptr;     // current uniform arena (one of owned_buffers_)
+  const Buffer* arena_ = nullptr;     // current uniform arena (one of owned_buffers_ or the cache's)
+  BindCache* cache_ = nullptr;
+  size_t arenas_used_ = 0;
   std::vector<uint8_t> arena_bytes_;  // its contents, written at submit or when full
   std::vector<BindGroupHandle> owned_groups_;
   bool submitted_ = false;

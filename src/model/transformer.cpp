@@ -199,7 +199,8 @@ GpuSession::GpuSession(gpu::Context& ctx, const GpuModel& model, const GpuSessio
       layers_per_submit_(options.layers_per_submit >= 0 ? uint32_t(options.layers_per_submit)
                          : ctx.adapter().type == "CPU"  ? 0
                                                         : 4),
-      buf_(std::make_unique<Buffers>()) {
+      buf_(std::make_unique<Buffers>()),
+      bind_cache_(std::make_unique<gpu::BindCache>(ctx)) {
   const ModelConfig& c = model.config;
   const uint64_t U = ubatch_, E = c.n_embd, Q = c.q_dim(), KV = c.kv_dim(), F = c.n_ff;
   auto make = [&](uint64_t floats, const char* label) { return ctx.create_buffer(floats * 4, kStorage, label); };
@@ -281,7 +282,7 @@ std::vector<float> GpuSession::run_chunk(std::span<const int32_t> tokens, bool a
   Buffers& b = *buf_;
   ctx_.write_buffer(b.ids, 0, tokens.data(), tokens.size_bytes());
   const char* label = n == 1 ? "decode" : "prefill";
-  auto batch = std::make_unique<gpu::ComputeBatch>(ctx_, label);
+  auto batch = std::make_unique<gpu::ComputeBatch>(ctx_, label, bind_cache_.get());
   // token ids -> embedding rows (dequantised) into the residual stream
   kernels::encode_embedding(*batch, ctx_, model_.weights.token_embd, b.ids, b.x, n);
   const uint32_t n_layer = model_.config.n_layer;
@@ -291,7 +292,7 @@ std::vector<float> GpuSession::run_chunk(std::span<const int32_t> tokens, bool a
     // then every layers_per_submit_ layers (queue order keeps the pieces in sequence).
     if (layers_per_submit_ && l + 1 < n_layer && (l == 0 || (l + 1) % layers_per_submit_ == 0)) {
       batch->submit();
-      batch = std::make_unique<gpu::ComputeBatch>(ctx_, label);
+      batch = std::make_unique<gpu::ComputeBatch>(ctx_, label, bind_cache_.get());
     }
   }
   if (want_logits) encode_logits(*batch, n, all_logits);

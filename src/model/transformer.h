@@ -100,6 +100,7 @@ class GpuSession {
   uint32_t n_ctx() const { return n_ctx_; }
   uint32_t ubatch() const { return ubatch_; }
   uint64_t kv_bytes() const;  // GPU memory of the KV caches
+  uint64_t bind_groups_made() const { return bind_cache_->misses(); }  // over the session's life
   void reset() { n_past_ = 0; }  // forget the cached positions (their rows are overwritten later)
 
  private:
@@ -118,6 +119,7 @@ class GpuSession {
   uint32_t layers_per_submit_;  // 0: one command buffer per step
   uint32_t n_past_ = 0;
   std::unique_ptr<Buffers> buf_;
+  std::unique_ptr<gpu::BindCache> bind_cache_;  // decode steps repeat: their bind groups are made once
   std::vector<kernels::KvCache> kv_;  // [n_layer]
 };
 

@@ -111,8 +111,12 @@ TEST_P(GpuForward, MatchesCpuReference) {
       ++near_ties;
     }
     tokens.push_back(want);
+    const uint64_t groups_before = gs.bind_groups_made();
     last_gpu = gs.forward(std::span(&tokens.back(), 1));
     last_cpu = cs.forward(std::span(&tokens.back(), 1));
+    if (step > 0) {  // the first decode step makes the groups; later ones only reuse them
+      EXPECT_EQ(gs.bind_groups_made(), groups_before) << "decode step " << step << " made bind groups";
+    }
     const auto e = test::compare(last_gpu, last_cpu);
     worst = std::max(worst, e.rel_l2);
     ASSERT_LE(e.rel_l2, tc.tol) << "decode step " << step << ": " << e.describe();
