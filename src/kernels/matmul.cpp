@@ -107,8 +107,7 @@ std::string prelude(WeightType t, uint32_t nt, bool int_f16 = false) {
 }
 
 // ... and for matvec.wgsl: its shape, the lane sum and the entry point.
-std::string matvec_prelude(const gpu::Context& ctx, WeightType t, uint32_t nt, bool xv4, uint32_t n_rows) {
-  const MatvecConfig mv = matvec_config(ctx, n_rows);
+std::string matvec_prelude(const MatvecConfig& mv, WeightType t, uint32_t nt, bool xv4) {
   auto u32 = [](const char* name, uint32_t v) {
     return std::string("const ") + name + ": u32 = " + std::to_string(v) + "u;\n";
   };
@@ -344,6 +343,7 @@ void encode_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight&
   uint32_t step = tokens_per_binding(fn, ctx, {w.n_in, y_width, y1_width, y2_width});
   if (impl == MatmulImpl::Matvec) step = std::min(step, kMatvecMaxTokens);
   const gpu::Buffer& none = ctx.placeholder_storage();
+  const MatvecConfig mv = matvec_config(ctx, w.n_out);
   const uint32_t flags = (o.bias ? kFlagBias : 0) | (o.norm ? kFlagNorm : 0) | (o.accumulate ? kFlagAccum : 0) |
                          (o.swiglu ? kFlagSwiglu : 0) | (split ? kFlagSplit : 0);
 
@@ -356,7 +356,7 @@ void encode_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight&
     const bool xv4 = w.n_in % 32 == 0 && xw.first_word % 4 == 0;
     WGPUComputePipeline pipe =
         impl == MatmulImpl::Matvec
-            ? ctx.pipeline({kMatvecShader, "matvec", {}, matvec_prelude(ctx, w.type, count, xv4, w.n_out)})
+            ? ctx.pipeline({kMatvecShader, "matvec", {}, matvec_prelude(mv, w.type, count, xv4)})
             : ctx.pipeline({kMatmulShader, "matmul", {}, prelude(w.type, 1)});
     for (const auto& piece : w.pieces) {
       MatmulParams p = piece_params(w, piece, count);
@@ -371,7 +371,6 @@ void encode_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight&
       p.y_stride = y_width;
       uint64_t n_wg;
       if (impl == MatmulImpl::Matvec) {
-        const MatvecConfig mv = matvec_config(ctx, w.n_out);
         const uint32_t rows_per_wg = mv.rows * mv.groups;
         n_wg = (piece.n_rows + rows_per_wg - 1) / rows_per_wg;
       } else {

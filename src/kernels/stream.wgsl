@@ -27,18 +27,27 @@ fn stream_read(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_
   if (all(acc == vec4<u32>(0x9E3779B9u, 0x7F4A7C15u, 0x85EBCA6Bu, 0xC2B2AE35u))) { sink[0] = 1u; }
 }
 
+// The row kernels below: rows of p._pad0 vec4 units; a workgroup of 128 threads is 4 groups of 32,
+// each group reading 4 adjacent rows starting at first_row.
+fn first_row(wid: vec3<u32>, lid: u32) -> u32 { return (wid.x + wid.y * p.grid_x) * 16u + (lid / 32u) * 4u; }
+
+// Unit u of row r (rows past the end clamped to the last).
+fn row_unit(r: u32, u: u32) -> vec4<u32> {
+  let units = p._pad0;
+  return src[min(r, p.n_vec4 / units - 1u) * units + u];
+}
+
 // The matvec's access pattern without its arithmetic (for comparison with stream_read): rows of
 // p._pad0 vec4 units; a workgroup is 4 groups of 32 threads, a group reads 4 adjacent rows, thread
 // lt units lt, lt + 32, ... of each.
 @compute @workgroup_size(128)
 fn stream_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
   let units = p._pad0;
-  let rows = p.n_vec4 / units;
-  let row0 = (wid.x + wid.y * p.grid_x) * 16u + (lid / 32u) * 4u;
+  let row0 = first_row(wid, lid);
   var acc = vec4<u32>(0u);
   for (var u = lid % 32u; u < units; u += 32u) {
     //#unroll! j 4
-    let v$j = src[min(row0 + $j, rows - 1u) * units + u];
+    let v$j = row_unit(row0 + $j, u);
     //#end
     acc ^= v0 ^ v1 ^ v2 ^ v3;
   }
@@ -50,13 +59,12 @@ fn stream_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_
 @compute @workgroup_size(128)
 fn stream_rows_math(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
   let units = p._pad0;
-  let rows = p.n_vec4 / units;
-  let row0 = (wid.x + wid.y * p.grid_x) * 16u + (lid / 32u) * 4u;
+  let row0 = first_row(wid, lid);
   var acc: array<f32, 4>;
   for (var u = lid % 32u; u < units; u += 32u) {
     let xv = vec4<f32>(f32(u), 1.0, 2.0, 3.0);
     //#unroll! j 4
-    let v$j = src[min(row0 + $j, rows - 1u) * units + u];
+    let v$j = row_unit(row0 + $j, u);
     acc[$j] += dot(vec4<f32>(unpack2x16float(v$j.x), unpack2x16float(v$j.y)), xv) +
                dot(vec4<f32>(unpack2x16float(v$j.z), unpack2x16float(v$j.w)), xv);
     //#end
@@ -71,20 +79,19 @@ fn stream_rows_math(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invoca
 @group(0) @binding(4) var<storage, read_write> yb: array<f32>;
 
 struct F8 { lo: vec4<f32>, hi: vec4<f32>, }
-fn mini_load(r: u32, u: u32, units: u32) -> F8 {
-  let v = src[r * units + u];
+fn mini_load(r: u32, u: u32) -> F8 {
+  let v = row_unit(r, u);
   return F8(vec4<f32>(unpack2x16float(v.x), unpack2x16float(v.y)), vec4<f32>(unpack2x16float(v.z), unpack2x16float(v.w)));
 }
 @compute @workgroup_size(128)
 fn stream_matvec(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
   let units = p._pad0;
-  let rows = p.n_vec4 / units;
-  let row0 = (wid.x + wid.y * p.grid_x) * 16u + (lid / 32u) * 4u;
+  let row0 = first_row(wid, lid);
   let lt = lid % 32u;
   var acc: array<f32, 4>;
   for (var u = lt; u < units; u += 32u) {
     //#unroll! j 4
-    let w$j = mini_load(min(row0 + $j, rows - 1u), u, units);
+    let w$j = mini_load(row0 + $j, u);
     //#end
     let xa = xb[2u * u];
     let xc = xb[2u * u + 1u];
@@ -99,5 +106,5 @@ fn stream_matvec(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocatio
   //#unroll! j 4
   if (lt == $j) { v = acc[$j]; }
   //#end
-  if (lt < 4u && row0 + lt < rows) { yb[row0 + lt] = v; }
+  if (lt < 4u && row0 + lt < p.n_vec4 / units) { yb[row0 + lt] = v; }
 }
