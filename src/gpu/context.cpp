@@ -112,13 +112,26 @@ struct ShaderFiles {
   std::string text;
   std::vector<std::pair<std::string, int>> files;  // name, lines
 };
+// Kernel development aid: with WGLLM_KERNEL_DIR set, a file of that name there replaces the
+// embedded source (edit a kernel and rerun without rebuilding). Empty when there is none.
+std::string kernel_override(const std::string& name) {
+  const char* dir = std::getenv("WGLLM_KERNEL_DIR");
+  if (!dir || !*dir) return {};
+  std::ifstream in(std::string(dir) + "/" + name);
+  if (!in) return {};
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
 ShaderFiles shader_files(const std::string& names) {
   ShaderFiles out;
   size_t pos = 0;
   while (pos <= names.size()) {
     const size_t plus = std::min(names.find('+', pos), names.size());
     const std::string name = names.substr(pos, plus - pos);
-    std::string src(shader_source(name));
+    std::string src = kernel_override(name);
+    if (src.empty()) src = std::string(shader_source(name));
     if (!src.empty() && src.back() != '\n') src += '\n';
     out.files.emplace_back(name, int(std::count(src.begin(), src.end(), '\n')));
     out.text += src;
