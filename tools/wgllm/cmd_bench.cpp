@@ -68,9 +68,14 @@ int bench(const BenchOptions& o) {
   if (!o.json) print_memory(model);
   Session s(model);
   const std::vector<int32_t> prompt = random_tokens(o.n_prompt, info.n_vocab, 1);
-  // One untimed run of each compiles the shaders.
-  if (o.n_prompt) time_pp(s, prompt);
-  if (o.n_gen) time_tg(s, std::min<uint32_t>(o.n_gen, 2), info.n_vocab);
+  // Untimed runs of each for at least half a second: they compile the shaders, and GPUs raise their
+  // clocks only under sustained load (an idle H200 runs its cores at a fraction of the boost clock).
+  using clock = std::chrono::steady_clock;
+  auto warm = [](auto run) {
+    for (const auto t0 = clock::now(); std::chrono::duration<double>(clock::now() - t0).count() < 0.5;) run();
+  };
+  if (o.n_prompt) warm([&] { time_pp(s, prompt); });
+  if (o.n_gen) warm([&] { time_tg(s, std::min<uint32_t>(o.n_gen, 8), info.n_vocab); });
   std::vector<double> pp, tg;
   for (uint32_t r = 0; r < std::max<uint32_t>(o.repeats, 1); ++r) {
     if (o.n_prompt) pp.push_back(time_pp(s, prompt));
