@@ -11,7 +11,8 @@
 //   const gpu::ProfileReport r = profiler.report();
 //
 // A pass per dispatch is not the normal run: pass boundaries add synchronisation the normal run may not have, so
-// the profile tells where kernel time goes, not exactly how long the normal run takes.
+// the profile tells where kernel time goes, not exactly how long the normal run takes. Not thread-safe: a profiler's
+// batches are made, submitted and collected on one thread.
 #pragma once
 #include <cstdint>
 #include <map>
