@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "api/context_size.h"
+#include "api/gpu_access.h"
 #include "gpu/context.h"
 #include "model/gguf.h"
 #include "model/sampling.h"
@@ -137,6 +138,11 @@ Model Model::load(std::span<const uint8_t> gguf, const LoadOptions& options, con
 }
 
 const ModelInfo& Model::info() const { return impl_->info; }
+
+gpu::Context& gpu_context(const Model& model) {
+  if (!model.impl().ctx) throw InvalidArgument("the model's weights are not uploaded yet (before_upload)");
+  return *model.impl().ctx;
+}
 
 std::vector<int32_t> Model::encode(std::string_view text, bool add_special) const {
   return impl_->tok().encode(text, add_special, true);

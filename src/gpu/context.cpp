@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "gpu/profiler.h"
 #include "gpu/shader_expand.h"
 #include "gpu/shaders.h"
 #include "wgllm/error.h"
@@ -470,7 +471,14 @@ WGPUComputePipeline Context::pipeline(const PipelineKey& key) {
   if (!pipe) throw ShaderError(key.shader + ": pipeline creation failed for entry point " + key.entry_point);
   WGPUComputePipeline raw = pipe.get();
   pipelines_.emplace(name, std::move(pipe));
+  pipeline_names_.emplace(raw, key.shader + ":" + key.entry_point);
   return raw;
+}
+
+std::string Context::pipeline_name(WGPUComputePipeline pipeline) {
+  std::lock_guard lock(pipelines_mutex_);
+  const auto it = pipeline_names_.find(pipeline);
+  return it == pipeline_names_.end() ? "?" : it->second;
 }
 
 BindGroupHandle Context::bind_group(WGPUComputePipeline pipeline, std::span<const BufferBinding> bindings,
@@ -519,6 +527,10 @@ void Context::wait_idle() {
   check_errors();
 }
 
+void Context::wait_until(const std::function<bool()>& done, const char* what) {
+  process_until(instance_.get(), device_.get(), done, what);
+}
+
 // ---------------------------------------------------------------- ComputeBatch
 
 const Buffer& BindCache::arena(size_t index, uint64_t size) {
@@ -542,14 +554,18 @@ ComputeBatch::ComputeBatch(Context& ctx, std::string_view label, BindCache* cach
   WGPUCommandEncoderDescriptor d{};
   d.label = sv(label_);
   encoder_.reset(wgpuDeviceCreateCommandEncoder(ctx_.device(), &d));
+  if (ctx_.profiler()) profiled_ = std::make_unique<ProfiledBatch>(ProfiledBatch{ctx_.profiler(), {}});
 }
 
-ComputeBatch::~ComputeBatch() = default;
+ComputeBatch::~ComputeBatch() {
+  if (profiled_) profiled_->profiler->release(*profiled_);
+}
 
-void ComputeBatch::begin_pass() {
+void ComputeBatch::begin_pass(const WGPUPassTimestampWrites* timestamps) {
   if (pass_) return;
   WGPUComputePassDescriptor d{};
   d.label = sv(label_);
+  d.timestampWrites = timestamps;
   pass_.reset(wgpuCommandEncoderBeginComputePass(encoder_.get(), &d));
 }
 
@@ -566,10 +582,18 @@ void ComputeBatch::dispatch(WGPUComputePipeline pipeline, WGPUBindGroup group, u
   if (x > lim || y > lim || z > lim)
     throw InvalidArgument("dispatch grid (" + std::to_string(x) + ", " + std::to_string(y) + ", " + std::to_string(z) +
                           ") exceeds maxComputeWorkgroupsPerDimension " + std::to_string(lim));
-  begin_pass();
+  if (profiled_) {  // a pass of its own, timed from its beginning to its end
+    end_pass();
+    const WGPUPassTimestampWrites timestamps =
+        profiled_->profiler->add_dispatch(*profiled_, pipeline, uint64_t(x) * y * z);
+    begin_pass(&timestamps);
+  } else {
+    begin_pass();
+  }
   wgpuComputePassEncoderSetPipeline(pass_.get(), pipeline);
   wgpuComputePassEncoderSetBindGroup(pass_.get(), 0, group, 0, nullptr);
   wgpuComputePassEncoderDispatchWorkgroups(pass_.get(), x, y, z);
+  if (profiled_) end_pass();
 }
 
 void ComputeBatch::dispatch(WGPUComputePipeline pipeline, std::span<const BufferBinding> bindings, uint32_t x,
@@ -622,10 +646,12 @@ void ComputeBatch::submit() {
   if (submitted_) throw InvalidArgument("ComputeBatch submitted twice");
   end_pass();
   flush_uniforms();  // queue writes land before the commands that read them
+  if (profiled_) profiled_->profiler->resolve(*profiled_, encoder_.get());
   WGPUCommandBufferDescriptor d{};
   CommandBufferHandle cmd(wgpuCommandEncoderFinish(encoder_.get(), &d));
   submitted_ = true;
   ctx_.submit(cmd.get());
+  if (profiled_) profiled_->profiler->submitted(*profiled_);
 }
 
 void ComputeBatch::submit_and_wait() {

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -17,6 +18,9 @@
 #include "gpu/handle.h"
 
 namespace wgllm::gpu {
+
+class Profiler;
+struct ProfiledBatch;
 
 struct AdapterDesc {
   uint32_t index = 0;          // position in the enumeration (what --adapter N selects)
@@ -108,6 +112,8 @@ class Context {
 
   // Compute pipelines, compiled once per key. Shader errors throw ShaderError naming file:line.
   WGPUComputePipeline pipeline(const PipelineKey& key);
+  // A pipeline's short name: its shader file(s) and entry point ("elementwise.wgsl:add"); "?" if not made here.
+  std::string pipeline_name(WGPUComputePipeline pipeline);
   BindGroupHandle bind_group(WGPUComputePipeline pipeline, std::span<const BufferBinding> bindings,
                              std::string_view label = "");
 
@@ -117,6 +123,13 @@ class Context {
   void wait_idle();
   // Throws the first uncaptured error or device loss recorded since the last call.
   void check_errors();
+  // Polls the device and drives callbacks (registered with AllowProcessEvents) until `done`; bounded.
+  void wait_until(const std::function<bool()>& done, const char* what);
+
+  // GPU timestamps of every dispatch (profiler.h); nullptr = off. While one is attached, each batch made puts
+  // every dispatch in its own compute pass; the profiler must outlive those batches.
+  void set_profiler(Profiler* profiler) { profiler_ = profiler; }
+  Profiler* profiler() const { return profiler_; }
 
   // A tiny storage buffer for bindings a dispatch does not use (created once).
   const Buffer& placeholder_storage();
@@ -140,7 +153,9 @@ class Context {
   std::mutex pipelines_mutex_;
   std::map<std::string, ComputePipelineHandle> pipelines_;
   std::map<WGPUComputePipeline, BindGroupLayoutHandle> layouts_;  // group 0 of each pipeline
+  std::map<WGPUComputePipeline, std::string> pipeline_names_;      // for profiles
   Buffer placeholder_, placeholder_writable_;
+  Profiler* profiler_ = nullptr;
 };
 
 // Bind groups kept across batches, for work that repeats (a decode step): a batch given a cache takes its
@@ -164,7 +179,8 @@ class BindCache {
   uint64_t misses_ = 0;
 };
 
-// Records compute dispatches into one command buffer; submit() sends them all.
+// Records compute dispatches into one command buffer; submit() sends them all. With a profiler attached to the
+// context when the batch is made, every dispatch gets its own compute pass with timestamp writes.
 class ComputeBatch {
  public:
   explicit ComputeBatch(Context& ctx, std::string_view label = "wgllm", BindCache* cache = nullptr);
@@ -191,7 +207,7 @@ class ComputeBatch {
   void submit_and_wait();  // submit and block until done
 
  private:
-  void begin_pass();
+  void begin_pass(const WGPUPassTimestampWrites* timestamps = nullptr);
   void end_pass();
   Context& ctx_;
   std::string label_;
@@ -204,6 +220,7 @@ class ComputeBatch {
   size_t arenas_used_ = 0;
   std::vector<uint8_t> arena_bytes_;  // its contents, written at submit or when full
   std::vector<BindGroupHandle> owned_groups_;
+  std::unique_ptr<ProfiledBatch> profiled_;  // only while a profiler is attached
   bool submitted_ = false;
 };
 
@@ -222,6 +239,8 @@ WGPUInstance create_instance(std::string_view backends);
 std::vector<AdapterHandle> enumerate_adapters(WGPUInstance instance);
 void poll_wait(WGPUDevice device);
 void poll(WGPUDevice device);
+// Nanoseconds per timestamp-query tick.
+double timestamp_period(WGPUQueue queue);
 // The feature to request for WGSL subgroup operations, or WGPUFeatureName_Force32 when absent.
 WGPUFeatureName subgroup_feature(WGPUAdapter adapter);
 }  // namespace native

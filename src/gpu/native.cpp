@@ -32,6 +32,9 @@ std::vector<AdapterHandle> enumerate_adapters(WGPUInstance instance) {
 void poll_wait(WGPUDevice device) { wgpuDevicePoll(device, true, nullptr); }
 void poll(WGPUDevice device) { wgpuDevicePoll(device, false, nullptr); }
 
+// webgpu.h has no way to ask: resolved timestamps are raw ticks (unless the instance asks wgpu to normalise them).
+double timestamp_period(WGPUQueue queue) { return double(wgpuQueueGetTimestampPeriod(queue)); }
+
 // wgpu-native 29 reports subgroups as its own WGPUNativeFeature_Subgroup, not the standard
 // WGPUFeatureName_Subgroups; accept either.
 WGPUFeatureName subgroup_feature(WGPUAdapter adapter) {

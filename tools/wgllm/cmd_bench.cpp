@@ -4,11 +4,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "api/gpu_access.h"
 #include "command.h"
+#include "gpu/profiler.h"
 #include "kernels/matmul.h"
 
 namespace wgllm::cli {
@@ -18,6 +21,7 @@ struct BenchOptions {
   std::string model, adapter;
   uint32_t n_prompt = 512, n_gen = 128, repeats = 5, ubatch = 512;
   bool json = false;
+  bool profile = false;  // after the table: GPU time per kernel of n_gen decode steps
   std::string matvec;  // tuning: matvec shape override
   int32_t layers_per_submit = -1;
 };
@@ -58,7 +62,85 @@ double time_tg(Session& s, uint32_t n, uint32_t n_vocab) {
   return n / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// Decode steps under the GPU timestamp profiler: per step, GPU time per kernel (and grid), their sum, the GPU span
+// (first timestamp to last) and the wall time of Session::feed.
+struct DecodeProfile {
+  uint32_t steps = 0;
+  gpu::ProfileReport report;
+  double wall_ns = 0;         // all steps
+  double normal_step_us = 0;  // one step of the timed tg run (median), without the profiler
+};
+
+DecodeProfile profile_decode(const Model& model, Session& s, uint32_t n) {
+  gpu::Context& ctx = gpu_context(model);
+  if (!ctx.features().timestamp_query) throw GpuError("--profile: the adapter has no timestamp-query feature");
+  gpu::Profiler profiler(ctx);
+  struct Attach {  // detached however this returns
+    gpu::Context& ctx;
+    ~Attach() { ctx.set_profiler(nullptr); }
+  } attach{ctx};
+  ctx.set_profiler(&profiler);
+  const std::vector<int32_t> ids = random_tokens(n, model.info().n_vocab, 2);
+  // Warm-up: the query sets and readback buffers are made here, not in the measured steps.
+  s.reset();
+  s.feed(std::span(ids.data(), std::min<size_t>(ids.size(), 2)));
+  profiler.collect();
+  profiler.reset();
+  s.reset();
+  DecodeProfile p;
+  for (int32_t id : ids) {
+    const auto t0 = std::chrono::steady_clock::now();
+    s.feed(std::span(&id, 1));
+    p.wall_ns += std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+    profiler.collect();  // one window per step: feed() has read the logits back, so the step's work is done
+  }
+  p.steps = n;
+  p.report = profiler.report();
+  return p;
+}
+
+constexpr const char* kProfileNote =
+    "one compute pass per dispatch (the normal run shares passes), so a profiled step is slower than a tg step";
+
+nlohmann::json profile_json(const DecodeProfile& p) {
+  const double steps = p.steps, us = 1e3 * steps;  // ns in all steps -> us per step
+  nlohmann::json kernels = nlohmann::json::array();
+  for (const gpu::KernelTime& k : p.report.kernels)
+    kernels.push_back({{"kernel", k.name}, {"workgroups", k.workgroups}, {"calls_per_step", k.calls / steps},
+                       {"us_per_step", k.ns / us}, {"us_per_call", k.ns / 1e3 / double(k.calls)},
+                       {"pct_of_kernel_time", 100 * k.ns / p.report.kernel_ns},
+                       {"pct_of_step", 100 * k.ns / p.wall_ns}});
+  return {{"steps", p.steps}, {"kernels", kernels}, {"kernel_us_per_step", p.report.kernel_ns / us},
+          {"gpu_span_us_per_step", p.report.window_span_ns / us}, {"wall_us_per_step", p.wall_ns / us},
+          {"normal_wall_us_per_step", p.normal_step_us}, {"dispatches_per_step", p.report.dispatches / steps},
+          {"batches_per_step", p.report.batches / steps}, {"note", kProfileNote}};
+}
+
+void print_profile(const DecodeProfile& p) {
+  const double steps = p.steps, us = 1e3 * steps;
+  const double kernel = p.report.kernel_ns / us, span = p.report.window_span_ns / us, wall = p.wall_ns / us;
+  std::printf("\ndecode profile: %u steps, GPU timestamps; %s\n", p.steps, kProfileNote);
+  std::printf("| %-44s | %10s | %10s | %10s | %10s | %8s | %8s |\n", "kernel", "workgroups", "calls/step", "us/step",
+              "us/call", "% kernel", "% step");
+  std::printf("|%s|%s|%s|%s|%s|%s|%s|\n", std::string(46, '-').c_str(), std::string(12, '-').c_str(),
+              std::string(12, '-').c_str(), std::string(12, '-').c_str(), std::string(12, '-').c_str(),
+              std::string(10, '-').c_str(), std::string(10, '-').c_str());
+  for (const gpu::KernelTime& k : p.report.kernels)
+    std::printf("| %-44.44s | %10llu | %10.2f | %10.1f | %10.2f | %8.1f | %8.1f |\n", k.name.c_str(),
+                static_cast<unsigned long long>(k.workgroups), k.calls / steps, k.ns / us,
+                k.ns / 1e3 / double(k.calls), 100 * k.ns / p.report.kernel_ns, 100 * k.ns / p.wall_ns);
+  std::printf("kernel time per step  %10.1f us  (%.1f dispatches in %.1f command buffers)\n", kernel,
+              p.report.dispatches / steps, p.report.batches / steps);
+  std::printf("GPU span per step     %10.1f us  (first timestamp to last; %.1f us not in a kernel)\n", span,
+              span - kernel);
+  std::printf("wall time per step    %10.1f us  (Session::feed; %.1f us outside the GPU span: encode, submit, "
+              "logits readback)\n",
+              wall, wall - span);
+  std::printf("wall time per step    %10.1f us  without the profiler (the tg run above)\n", p.normal_step_us);
+}
+
 int bench(const BenchOptions& o) {
+  if (o.profile && !o.n_gen) throw InvalidArgument("--profile times decode steps: give -n > 0");
   if (!o.matvec.empty()) kernels::set_matvec_config_override(kernels::parse_matvec_config(o.matvec));
   const uint32_t n_ctx = std::max<uint32_t>(std::max(o.n_prompt, o.n_gen), 1);
   Model model = load_model(o.model, {.adapter = o.adapter, .n_ctx = n_ctx, .ubatch = o.ubatch,
@@ -81,6 +163,11 @@ int bench(const BenchOptions& o) {
     if (o.n_prompt) pp.push_back(time_pp(s, prompt));
     if (o.n_gen) tg.push_back(time_tg(s, o.n_gen, info.n_vocab));
   }
+  std::optional<DecodeProfile> profile;
+  if (o.profile) {
+    profile = profile_decode(model, s, o.n_gen);
+    profile->normal_step_us = 1e6 / stats(tg).median;
+  }
   const double gb = info.bytes_per_token / 1e9;
   if (o.json) {
     nlohmann::json j = {{"model", info.arch}, {"type", info.weight_type}, {"params", info.n_params},
@@ -94,6 +181,7 @@ int bench(const BenchOptions& o) {
       j["tg"] = {{"n", o.n_gen}, {"tokens_per_s", t.median}, {"min", t.min}, {"max", t.max},
                  {"decode_gb_per_s", gb * t.median}};
     }
+    if (profile) j["profile"] = profile_json(*profile);
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
@@ -114,6 +202,7 @@ int bench(const BenchOptions& o) {
   if (!pp.empty()) row("pp", o.n_prompt, stats(pp), 0);
   if (!tg.empty()) row("tg", o.n_gen, stats(tg), gb * stats(tg).median);
   std::printf("decode GB/s = %.2f MB of weights read per token x tokens/s\n", gb * 1e3);
+  if (profile) print_profile(*profile);
   return 0;
 }
 
@@ -128,6 +217,10 @@ const Register reg{{"bench", "prompt processing and generation speed of a model"
                       app.add_option("--ubatch", o->ubatch, "prompt tokens per GPU step")->capture_default_str();
                       app.add_option("--adapter", o->adapter, "adapter index or name part (wgllm info --list)");
                       app.add_flag("--json", o->json, "print one JSON object");
+                      app.add_flag("--profile", o->profile,
+                                   "then -n decode steps with GPU timestamps: time per kernel and grid, their sum, the "
+                                   "GPU span and the wall time per step (one compute pass per dispatch, so not "
+                                   "identical to the normal run)");
                       app.add_option("--layers-per-submit", o->layers_per_submit,
                                      "command buffers per step: one after layer 0, then every N layers (0: one; -1: auto)")
                           ->capture_default_str();

@@ -1,0 +1,67 @@
+// `wgllm bench --profile --json` through the built binary: the decode profile's rows add up to its totals, every
+// step runs the same dispatches (one attention per layer), and kernel time <= GPU span <= wall time per step.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include "model/config.h"
+#include "model/gguf.h"
+#include "model/model_util.h"
+#include "test_util.h"
+
+namespace wgllm {
+namespace {
+
+// stdout of `wgllm <args>` (stderr dropped) and its exit status.
+std::pair<int, std::string> run_cli(const std::string& args) {
+  const std::string cmd = std::string(WGLLM_CLI) + " " + args + " 2>/dev/null";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (!pipe) throw std::runtime_error("popen failed: " + cmd);
+  std::string out;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof buf, pipe)) out.append(buf, n);
+  const int st = pclose(pipe);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
+
+TEST(CliBench, ProfileJsonAddsUp) {
+  if (!test::context().features().timestamp_query) GTEST_SKIP() << "the adapter has no timestamp-query";
+  const std::string model = test::model_path("llama-f32");
+  const uint32_t n_layer = config_from_gguf(GgufFile::open(model)).n_layer;
+  constexpr int kSteps = 3;
+  const auto [status, out] = run_cli("bench -m " + model + " -p 0 -n " + std::to_string(kSteps) +
+                                     " -r 1 --profile --json");
+  ASSERT_EQ(status, 0) << out;
+  const nlohmann::json p = nlohmann::json::parse(out).at("profile");
+  EXPECT_EQ(p.at("steps"), kSteps);
+  ASSERT_FALSE(p.at("kernels").empty());
+  double calls = 0, us = 0, attention = 0;
+  for (const auto& k : p.at("kernels")) {
+    const double c = k.at("calls_per_step");
+    EXPECT_EQ(c, std::round(c)) << k.dump() << ": every step runs the same dispatches";
+    EXPECT_GE(double(k.at("us_per_call")), 0) << k.dump();
+    calls += c;
+    us += double(k.at("us_per_step"));
+    if (k.at("kernel") == "attention.wgsl:attention_decode") attention += c;
+  }
+  EXPECT_EQ(attention, n_layer);
+  EXPECT_DOUBLE_EQ(calls, double(p.at("dispatches_per_step")));
+  const double kernel = p.at("kernel_us_per_step"), span = p.at("gpu_span_us_per_step");
+  const double wall = p.at("wall_us_per_step");
+  EXPECT_NEAR(us, kernel, 1e-6 * kernel);
+  EXPECT_LE(kernel, span);
+  EXPECT_LE(span, wall);
+}
+
+TEST(CliBench, ProfileNeedsDecodeSteps) {
+  const auto [status, out] = run_cli("bench -m " + test::model_path("llama-f32") + " -p 4 -n 0 -r 1 --profile");
+  EXPECT_EQ(status, 1) << out;
+}
+
+}  // namespace
+}  // namespace wgllm
