@@ -310,7 +310,7 @@ TEST_P(MatmulEpilogueTable, MatchesCpuReference) { check_epilogue(GetParam()); }
 // The matvec shapes other adapters use (a GPU's, and odd ones), run here through the override:
 // groups wider than a subgroup reduce through workgroup memory, several units in flight per step.
 TEST(OpsMatmul, OtherMatvecShapes) {
-  for (const char* shape : {"32x4x4x2", "128x4x1", "16x2x2x3", "8x2x4x2x1"}) {
+  for (const char* shape : {"32x4x4", "32x4x4x2", "128x4x1", "256x4x1", "16x2x2x3", "8x2x4x2x1"}) {
     SCOPED_TRACE(shape);
     kernels::set_matvec_config_override(kernels::parse_matvec_config(shape));
     for (const EpilogueCase& c : kEpilogueCases)

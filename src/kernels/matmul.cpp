@@ -149,18 +149,20 @@ void check_weight(const char* fn, const GpuWeight& w) {
 
 }  // namespace
 
-MatvecConfig matvec_config(const gpu::Context& ctx, uint32_t n_rows) {
+MatvecConfig matvec_config(const gpu::Context& ctx, uint32_t n_rows, uint32_t n_in) {
   MatvecConfig c;
   if (g_matvec_override.threads_per_row) c = g_matvec_override;
   // CPU adapters (lavapipe) run a workgroup on one core, SIMD across invocations: short rows of
   // threads with few reduction steps win.
   else if (ctx.adapter().type == "CPU")
     c = {.threads_per_row = 8, .rows = 2, .groups = 8};
-  // GPUs (measured on the H200, PERF.md): tall matrices stream best with a subgroup per 4 rows and
-  // 8 loads in flight per thread; below ~16k rows that leaves too few workgroups to fill the GPU,
-  // and 128 threads per row (4 rows per workgroup) do better.
+  // GPUs (measured on the H200 at full clocks, PERF.md): tall matrices stream best with a subgroup
+  // per 4 rows; below ~16k rows that leaves too few workgroups to fill the GPU, and 128 threads per
+  // row (4 rows per workgroup) do better, 256 for long rows (the FFN down projection).
   else if (n_rows >= 16384)
-    c = {.threads_per_row = 32, .rows = 4, .groups = 4, .units = 2};
+    c = {.threads_per_row = 32, .rows = 4, .groups = 4};
+  else if (n_in >= 4096)
+    c = {.threads_per_row = 256, .rows = 4, .groups = 1};
   else
     c = {.threads_per_row = 128, .rows = 4, .groups = 1};
   c.shuffle = ctx.features().subgroups;
@@ -343,7 +345,7 @@ void encode_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight&
   uint32_t step = tokens_per_binding(fn, ctx, {w.n_in, y_width, y1_width, y2_width});
   if (impl == MatmulImpl::Matvec) step = std::min(step, kMatvecMaxTokens);
   const gpu::Buffer& none = ctx.placeholder_storage();
-  const MatvecConfig mv = matvec_config(ctx, w.n_out);
+  const MatvecConfig mv = matvec_config(ctx, w.n_out, w.n_in);
   const uint32_t flags = (o.bias ? kFlagBias : 0) | (o.norm ? kFlagNorm : 0) | (o.accumulate ? kFlagAccum : 0) |
                          (o.swiglu ? kFlagSwiglu : 0) | (split ? kFlagSplit : 0);
 

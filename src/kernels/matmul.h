@@ -54,7 +54,7 @@ enum class MatmulImpl {
 };
 inline constexpr uint32_t kMatvecMaxTokens = 4;
 
-// The matvec kernel's shape for an adapter and a weight of n_rows rows: a workgroup is `groups` groups of
+// The matvec kernel's shape for an adapter and a weight of n_rows rows of n_in: a workgroup is `groups` groups of
 // `threads_per_row` threads, each group owning `rows` adjacent rows (even, for SwiGLU pairs;
 // rows * kMatvecMaxTokens <= threads_per_row); partial sums are reduced with subgroup shuffles
 // when `shuffle`.
@@ -64,7 +64,7 @@ struct MatvecConfig {
   bool int_f16 = false;  // F16 weights converted with integer ops instead of unpack2x16float
   bool shuffle = false;
 };
-MatvecConfig matvec_config(const gpu::Context& ctx, uint32_t n_rows = 0);
+MatvecConfig matvec_config(const gpu::Context& ctx, uint32_t n_rows = 0, uint32_t n_in = 0);
 // Benchmarks only: use `c` instead of the adapter's default (threads_per_row = 0 resets).
 void set_matvec_config_override(const MatvecConfig& c);
 // "THREADSxROWSxGROUPS[xUNITS[xINT_F16]]", e.g. "32x4x4x2x1" (the --matvec option of the benchmarks).

@@ -36,6 +36,7 @@ struct Options {
   uint32_t matvec_per_submit = 8;
   uint32_t matmul_per_submit = 1;
   bool skip_matmul = false;
+  bool skip_floors = false;
   uint64_t rotate_bytes = 256ull << 20;  // weight copies cycled by the matvec runs (beyond any L2)
   std::string matvec;                    // TxRxG override of the matvec shape
 };
@@ -93,10 +94,11 @@ std::vector<uint8_t> random_weight(WeightType t, uint32_t n_in, uint32_t n_out, 
 
 // Median seconds per call of `encode`, run `per_submit` times per command buffer, over `repeats`
 // timed command buffers. First the same work runs, untimed, for at least `warm_s` seconds: that
-// compiles the pipelines and touches the buffers, and GPUs raise their clocks only under sustained
-// load (an H200 idles at a fraction of its boost clock; a short burst after idling measures that).
+// compiles the pipelines and touches the buffers, and lets the GPU raise its clocks (an H200's
+// cores idle at 345 MHz and reach 1,980 only under sustained load: short bursts after a pause,
+// e.g. after uploading a weight, measured half the bandwidth; PERF.md).
 template <typename Encode>
-double median_time(gpu::Context& ctx, Encode encode, uint32_t per_submit, uint32_t repeats, double warm_s = 0.3) {
+double median_time(gpu::Context& ctx, Encode encode, uint32_t per_submit, uint32_t repeats, double warm_s = 1.0) {
   using clock = std::chrono::steady_clock;
   auto sample = [&] {
     gpu::ComputeBatch batch(ctx, "bench-ops");
@@ -212,15 +214,12 @@ void print_memory_floor(gpu::Context& ctx, uint64_t bytes) {
 int run_bench_ops(const Options& o) {
   gpu::Context ctx({.adapter = o.adapter});
   if (!o.matvec.empty()) kernels::set_matvec_config_override(kernels::parse_matvec_config(o.matvec));
-  for (uint32_t rows : {2048u, 131072u}) {
-    const auto mv = kernels::matvec_config(ctx, rows);
-    std::printf("matvec shape for %u rows: %u threads per row x %u rows x %u groups, %u units in flight%s\n", rows,
-                mv.threads_per_row, mv.rows, mv.groups, mv.units, mv.int_f16 ? ", integer f16 conversion" : "");
-  }
   std::printf("adapter %s (%s), f16 %s, subgroups %s\n", ctx.adapter().name.c_str(), ctx.adapter().backend.c_str(),
               ctx.features().shader_f16 ? "yes" : "no", ctx.features().subgroups ? "yes" : "no");
-  print_dispatch_overhead(ctx, 500);
-  print_memory_floor(ctx, 512ull << 20);
+  if (!o.skip_floors) {
+    print_dispatch_overhead(ctx, 500);
+    print_memory_floor(ctx, 512ull << 20);
+  }
   std::printf("%-7s %-5s %-11s %6s %11s %12s\n", "kernel", "type", "n_in x n_out", "tokens", "ms/call", "throughput");
   for (const auto& shape : split(o.shapes, ',')) {
     const auto dims = split(shape, 'x');
@@ -237,8 +236,10 @@ int run_bench_ops(const Options& o) {
       for (uint64_t total = 0; copies.empty() || total < o.rotate_bytes; total += bytes.size())
         copies.push_back(kernels::upload_weight(ctx, t, n_in, n_out, bytes, "bench weight"));
       const double mv = time_matmul(ctx, copies, x, y, 1, std::max<uint32_t>(o.matvec_per_submit, copies.size()), o.repeats);
-      std::printf("%-7s %-5s %5ux%-5u %6u %11.3f %8.1f GB/s\n", "matvec", tname.c_str(), n_in, n_out, 1u, mv * 1e3,
-                  double(bytes.size()) / mv / 1e9);
+      const auto shape = kernels::matvec_config(ctx, n_out, n_in);
+      std::printf("%-7s %-5s %5ux%-5u %6u %11.3f %8.1f GB/s  (matvec shape %ux%ux%ux%u)\n", "matvec", tname.c_str(), n_in,
+                  n_out, 1u, mv * 1e3, double(bytes.size()) / mv / 1e9, shape.threads_per_row, shape.rows, shape.groups,
+                  shape.units);
       if (!o.skip_matmul) {
         const double mm = time_matmul(ctx, std::span(copies).first(1), x, y, o.prefill_tokens, o.matmul_per_submit, o.repeats);
         std::printf("%-7s %-5s %5ux%-5u %6u %11.3f %6.1f GFLOP/s\n", "matmul", tname.c_str(), n_in, n_out,
@@ -264,6 +265,7 @@ const Register reg{{"bench-ops", "benchmark the weight kernels: matvec GB/s and 
                       app.add_option("--matmul-per-submit", o->matmul_per_submit, "dispatches per submit, matmul")
                           ->capture_default_str();
                       app.add_flag("--no-matmul", o->skip_matmul, "only the matrix-vector runs");
+                      app.add_flag("--no-floors", o->skip_floors, "skip the dispatch-overhead and memory-floor runs");
                       app.add_option("--rotate-bytes", o->rotate_bytes,
                                      "matvec: cycle through copies of the weight totalling this many bytes (1: one copy)")
                           ->capture_default_str();
