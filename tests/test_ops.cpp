@@ -694,6 +694,133 @@ TEST_P(KvAppendTable, WritesThroughThePageTable) {
 INSTANTIATE_TEST_SUITE_P(Cases, KvAppendTable, ::testing::ValuesIn(kKvAppendCases),
                          [](const auto& info) { return std::string(info.param.name); });
 
+// The decode epilogue of the stacked q/k/v product: q rotated into y, k rotated and v written
+// into the cache at one position (through the page table, into the right pool).
+struct RopeKvCase {
+  const char* name;
+  WeightType type;
+  uint32_t n_in, n_head, n_kv, head_dim, rope_dim, pos, max_seq, page_size;
+  kernels::KvType kv_type;
+  bool bias;
+};
+const RopeKvCase kRopeKvCases[] = {
+    {"f16_f16cache", F16, 128, 4, 2, 16, 16, 5, 64, 0, kernels::KvType::F16, false},
+    {"q8_0_f32cache_partial_rope_bias_paged", Q8_0, 96, 6, 2, 32, 16, 300, 512, 128, kernels::KvType::F32, true},
+    {"bf16_f16cache_page_edge_bias", BF16, 64, 4, 4, 64, 64, 255, 512, 128, kernels::KvType::F16, true},
+    {"q4_0_f16cache_first_position", Q4_0, 64, 2, 1, 64, 32, 0, 8, 0, kernels::KvType::F16, false},
+    // > one binding of K/V on a 128 MiB adapter: the position lives in the second pool.
+    {"f32_multi_pool", F32, 32, 8, 8, 128, 128, 16000, 129 * 128, 128, kernels::KvType::F32, false},
+};
+
+void check_rope_kv(const RopeKvCase& c) {
+  auto& ctx = context();
+  const uint64_t salt = std::hash<std::string>{}(c.name);
+  auto gen = rng(salt);
+  const uint32_t qd = c.n_head * c.head_dim, kvd = c.n_kv * c.head_dim, N = qd + 2 * kvd;
+  const auto bytes = random_weight(c.type, c.n_in, N, gen);
+  const auto w = kernels::upload_weight(ctx, c.type, c.n_in, N, bytes, c.name);
+  const auto x = random_floats(c.n_in, gen, -2.f, 2.f);
+  auto norm = random_floats(c.n_in, gen, 0.5f, 1.5f);
+  std::vector<float> bias;
+  if (c.bias) bias = random_floats(N, gen);
+  std::vector<float> padded = norm;
+  padded.resize((c.n_in + 7) / 8 * 8, 0.f);
+  auto xbuf = ctx.upload<float>(x, WGPUBufferUsage_Storage, "x");
+  auto nbuf = ctx.upload<float>(padded, WGPUBufferUsage_Storage, "norm");
+  std::optional<gpu::Buffer> bbuf;
+  if (c.bias) bbuf = ctx.upload<float>(bias, WGPUBufferUsage_Storage, "bias");
+  const std::vector<float> poison(qd, std::nanf(""));
+  auto y = ctx.upload<float>(poison, WGPUBufferUsage_Storage, "q");
+  const double base = 10000.0;
+  auto table = kernels::upload_rope_table(ctx, c.rope_dim, float(base));
+  kernels::KvCache kv(ctx, {.kv_dim = kvd, .max_seq = c.max_seq, .page_size = c.page_size, .type = c.kv_type,
+                            .shuffle_pages = c.page_size > 0, .shuffle_seed = seed() ^ salt}, c.name);
+  // Neighbour rows written by the host must survive.
+  const uint32_t lo = c.pos ? c.pos - 1 : 0, hi = std::min(c.max_seq, c.pos + 2);
+  const auto nk = random_floats(size_t(hi - lo) * kvd, gen), nv = random_floats(size_t(hi - lo) * kvd, gen);
+  kv.write(lo, hi - lo, nk, nv);
+
+  const kernels::RopeKvAppend rk{.table = &table, .head_dim = c.head_dim, .rope_dim = c.rope_dim, .pos = c.pos,
+                                 .kv = &kv};
+  kernels::MatmulOptions o{.bias = c.bias ? &*bbuf : nullptr, .norm = &nbuf, .eps = 1e-5f};
+  o.split1 = qd;
+  o.split2 = qd + kvd;
+  o.rope_kv = &rk;
+  gpu::ComputeBatch batch(ctx, c.name);
+  kernels::encode_matmul(batch, ctx, w, xbuf, y, 1, o);
+  batch.submit_and_wait();
+
+  const auto xin = cpu::rms_norm(x, norm, 1, c.n_in, 1e-5f);
+  const auto full = cpu::matmul(c.type, bytes, c.n_in, N, xin, 1, bias);
+  const std::vector<float> q(full.begin(), full.begin() + qd), k(full.begin() + qd, full.begin() + qd + kvd),
+      v(full.begin() + qd + kvd, full.end());
+  const auto want_q = cpu::rope(q, 1, c.n_head, c.head_dim, c.rope_dim, c.pos, base, false);
+  const auto want_k = cpu::rope(k, 1, c.n_kv, c.head_dim, c.rope_dim, c.pos, base, false);
+  const auto rq = compare(ctx.read<float>(y), want_q);
+  EXPECT_LE(rq.rel_l2, 1e-5) << "q: " << rq.describe();
+  std::vector<float> gk, gv;
+  kv.read(lo, hi - lo, gk, gv);
+  const bool f16 = c.kv_type == kernels::KvType::F16;
+  auto round = [&](float f) { return f16 ? wgllm::f16_to_f32(wgllm::f32_to_f16(f)) : f; };
+  const size_t at = size_t(c.pos - lo) * kvd;
+  for (size_t i = 0; i < gk.size(); ++i) {
+    if (i >= at && i < at + kvd) continue;
+    ASSERT_EQ(gk[i], round(nk[i])) << "K neighbour element " << i << " changed";
+    ASSERT_EQ(gv[i], round(nv[i])) << "V neighbour element " << i << " changed";
+  }
+  const std::vector<float> got_k(gk.begin() + at, gk.begin() + at + kvd), got_v(gv.begin() + at, gv.begin() + at + kvd);
+  const double tol = f16 ? 1e-3 : 1e-5;
+  const auto rkr = compare(got_k, want_k), rvr = compare(got_v, v);
+  EXPECT_LE(rkr.rel_l2, tol) << "K: " << rkr.describe();
+  EXPECT_LE(rvr.rel_l2, tol) << "V: " << rvr.describe();
+}
+
+class RopeKvTable : public ::testing::TestWithParam<RopeKvCase> {};
+
+TEST_P(RopeKvTable, MatchesCpuReference) {
+  check_rope_kv(GetParam());
+  // and in the shapes GPUs use (shuffle-only reduction, workgroup memory, units in flight)
+  for (const char* shape : {"32x4x4", "128x4x1", "16x2x2x3"}) {
+    SCOPED_TRACE(shape);
+    kernels::set_matvec_config_override(kernels::parse_matvec_config(shape));
+    check_rope_kv(GetParam());
+    kernels::set_matvec_config_override({.threads_per_row = 0});
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, RopeKvTable, ::testing::ValuesIn(kRopeKvCases),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+TEST(OpsMatmul, RopeKvBadArgumentsThrowNamingTheField) {
+  auto& ctx = context();
+  const auto bytes = std::vector<uint8_t>(size_t(64) * 128 * 4, 0);
+  const auto w = kernels::upload_weight(ctx, WeightType::F32, 64, 128, bytes, "w");  // q 64, k 32, v 32 rows
+  auto table = kernels::upload_rope_table(ctx, 16, 10000.f);
+  kernels::KvCache kv(ctx, {.kv_dim = 32, .max_seq = 8});
+  auto x = ctx.create_buffer(64 * 4, WGPUBufferUsage_Storage, "x");
+  auto y = ctx.create_buffer(128 * 4, WGPUBufferUsage_Storage, "y");
+  gpu::ComputeBatch batch(ctx, "bad");
+  auto run = [&](kernels::RopeKvAppend rk, uint32_t split1, uint32_t split2, uint32_t n_tokens = 1,
+                 const gpu::Buffer* y1 = nullptr) {
+    kernels::MatmulOptions o;
+    o.split1 = split1;
+    o.split2 = split2;
+    o.rope_kv = &rk;
+    o.y1 = y1;
+    o.y2 = y1;
+    kernels::encode_matmul(batch, ctx, w, x, y, n_tokens, o);
+  };
+  const kernels::RopeKvAppend ok{.table = &table, .head_dim = 16, .rope_dim = 16, .pos = 3, .kv = &kv};
+  EXPECT_NO_THROW(run(ok, 64, 96));
+  expect_throw([&] { run(ok, 64, 90); }, "kv_dim");
+  expect_throw([&] { run(ok, 64, 96, 2); }, "one-token");
+  expect_throw([&] { run({.table = &table, .head_dim = 16, .rope_dim = 16, .pos = 8, .kv = &kv}, 64, 96); }, "max_seq");
+  expect_throw([&] { run({.table = &table, .head_dim = 16, .rope_dim = 18, .pos = 0, .kv = &kv}, 64, 96); }, "rope_dim");
+  expect_throw([&] { run({.table = &table, .head_dim = 24, .rope_dim = 16, .pos = 0, .kv = &kv}, 64, 96); }, "head_dim");
+  expect_throw([&] { run({.table = nullptr, .head_dim = 16, .rope_dim = 16, .pos = 0, .kv = &kv}, 64, 96); }, "table");
+  expect_throw([&] { run(ok, 64, 96, 1, &y); }, "no y1");
+}
+
 TEST(OpsKvAppend, BadArgumentsThrowNamingTheField) {
   auto& ctx = context();
   kernels::KvCache odd(ctx, {.kv_dim = 33, .max_seq = 16});

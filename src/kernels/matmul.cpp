@@ -12,7 +12,8 @@ namespace {
 
 constexpr uint32_t kBlock = 32;
 constexpr uint32_t kTile = 64;             // TM = TN in matmul.wgsl
-constexpr uint32_t kFlagBias = 1, kFlagLastPiece = 2, kFlagNorm = 4, kFlagAccum = 8, kFlagSwiglu = 16, kFlagSplit = 32;
+constexpr uint32_t kFlagBias = 1, kFlagLastPiece = 2, kFlagNorm = 4, kFlagAccum = 8, kFlagSwiglu = 16, kFlagSplit = 32,
+                   kFlagRopeKv = 64;
 
 [[noreturn]] void fail(const char* fn, const std::string& what) { throw InvalidArgument(std::string(fn) + ": " + what); }
 
@@ -127,7 +128,7 @@ std::string matvec_prelude(const MatvecConfig& mv, WeightType t, uint32_t nt, bo
          "@builtin(local_invocation_index) lid: u32) { matvec_main(wid, lid, 1u); }\n";
 }
 
-constexpr const char* kMatvecShader = "matmul_common.wgsl+matvec.wgsl";
+constexpr const char* kMatvecShader = "matmul_common.wgsl+rope_angle.wgsl+matvec.wgsl";
 constexpr const char* kMatmulShader = "matmul_common.wgsl+matmul.wgsl";
 
 // The parameters every dispatch over one piece of w shares.
@@ -311,32 +312,52 @@ void encode_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight&
       fail(fn, std::string(name) + " holds " + std::to_string(b.size) + " bytes, needs " + what + " = " +
                    std::to_string(floats * 4));
   };
-  const bool split = o.y1 || o.y2;
-  if (split && (!o.y1 || !o.y2 || o.split1 == 0 || o.split1 > o.split2 || o.split2 >= w.n_out))
+  const RopeKvAppend* rk = o.rope_kv;
+  const bool split = o.y1 || o.y2 || rk;
+  if (split && ((!rk && (!o.y1 || !o.y2)) || o.split1 == 0 || o.split1 > o.split2 || o.split2 >= w.n_out))
     fail(fn, "split outputs need y1 and y2 and 0 < split1 <= split2 < n_out (got " + std::to_string(o.split1) + ", " +
                  std::to_string(o.split2) + ", n_out " + std::to_string(w.n_out) + ")");
+  if (rk) {
+    if (!rk->table || !rk->kv) fail(fn, "rope_kv needs the RoPE table and the KV cache");
+    if (o.y1 || o.y2) fail(fn, "rope_kv writes k and v into the cache: pass no y1, y2");
+    if (n_tokens != 1 || o.impl == MatmulImpl::Tiled) fail(fn, "rope_kv is a one-token (matvec) epilogue");
+    const auto& kc = rk->kv->config();
+    if (o.split2 - o.split1 != kc.kv_dim || w.n_out - o.split2 != kc.kv_dim)
+      fail(fn, "rope_kv: k and v rows (" + std::to_string(o.split2 - o.split1) + ", " +
+                   std::to_string(w.n_out - o.split2) + ") must both equal the cache's kv_dim " +
+                   std::to_string(kc.kv_dim));
+    if (rk->head_dim == 0 || rk->head_dim % 2 || rk->rope_dim % 2 || rk->rope_dim > rk->head_dim ||
+        o.split1 % rk->head_dim || kc.kv_dim % rk->head_dim)
+      fail(fn, "rope_kv: head_dim " + std::to_string(rk->head_dim) + " must be even and divide q's and k's rows, " +
+                   "rope_dim " + std::to_string(rk->rope_dim) + " even and <= head_dim");
+    if (rk->pos >= kc.max_seq)
+      fail(fn, "rope_kv: position " + std::to_string(rk->pos) + " is past the cache (max_seq " +
+                   std::to_string(kc.max_seq) + ")");
+    if (rk->table->size < uint64_t(rk->rope_dim / 2) * 16) fail(fn, "rope_kv: the RoPE table is shorter than rope_dim / 2");
+  }
   if (o.swiglu && (w.n_out % 2 || split || o.accumulate))
     fail(fn, "swiglu needs an even n_out (interleaved gate/up rows) and neither split outputs nor accumulate");
   if (split && o.accumulate) fail(fn, "accumulate does not combine with split outputs");
   // Widths (floats per token) of y, y1, y2.
+  const bool split_out = split && !rk;  // y1 and y2 written
   const uint32_t y_width = split ? o.split1 : o.swiglu ? w.n_out / 2 : w.n_out;
-  const uint32_t y1_width = split ? o.split2 - o.split1 : 1, y2_width = split ? w.n_out - o.split2 : 1;
+  const uint32_t y1_width = split_out ? o.split2 - o.split1 : 1, y2_width = split_out ? w.n_out - o.split2 : 1;
   check_size("x", x, uint64_t(n_tokens) * w.n_in, "n_tokens * n_in * 4");
   check_size("y", y, uint64_t(n_tokens) * y_width, "n_tokens * (y's rows) * 4");
-  if (split) {
+  if (split_out) {
     check_size("y1", *o.y1, uint64_t(n_tokens) * y1_width, "n_tokens * (split2 - split1) * 4");
     check_size("y2", *o.y2, uint64_t(n_tokens) * y2_width, "n_tokens * (n_out - split2) * 4");
   }
   for (const gpu::Buffer* out : {&y, o.y1, o.y2})
     if (out && out->get() == x.get()) fail(fn, "x and y must be different buffers");
-  if (split && (o.y1->get() == y.get() || o.y2->get() == y.get() || o.y1->get() == o.y2->get()))
+  if (split_out && (o.y1->get() == y.get() || o.y2->get() == y.get() || o.y1->get() == o.y2->get()))
     fail(fn, "y, y1 and y2 must be different buffers");
   if (o.bias) check_size("bias", *o.bias, w.n_out, "n_out * 4");
   if (o.bias && uint64_t(w.n_out) * 4 > ctx.max_binding_size()) fail(fn, "bias exceeds the storage-binding limit");
   const uint64_t norm_floats = (uint64_t(w.n_in) + 7) / 8 * 8;
   if (o.norm) check_size("norm", *o.norm, norm_floats, "n_in rounded up to 8, * 4");
   if (o.norm && !(o.eps > 0)) fail(fn, "eps must be > 0 with norm");
-  if (o.norm && (o.norm->get() == y.get() || (split && (o.norm->get() == o.y1->get() || o.norm->get() == o.y2->get()))))
+  if (o.norm && (o.norm->get() == y.get() || (split_out && (o.norm->get() == o.y1->get() || o.norm->get() == o.y2->get()))))
     fail(fn, "norm must not be an output");
   MatmulImpl impl = o.impl;
   if (impl == MatmulImpl::Auto) impl = n_tokens <= kMatvecMaxTokens ? MatmulImpl::Matvec : MatmulImpl::Tiled;
@@ -347,14 +368,20 @@ void encode_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight&
   const gpu::Buffer& none = ctx.placeholder_storage();
   const MatvecConfig mv = matvec_config(ctx, w.n_out, w.n_in);
   const uint32_t flags = (o.bias ? kFlagBias : 0) | (o.norm ? kFlagNorm : 0) | (o.accumulate ? kFlagAccum : 0) |
-                         (o.swiglu ? kFlagSwiglu : 0) | (split ? kFlagSplit : 0);
+                         (o.swiglu ? kFlagSwiglu : 0) | (split_out ? kFlagSplit : 0) | (rk ? kFlagRopeKv : 0);
+  KvCache::Location at{};
+  if (rk) {
+    at = rk->kv->locate(rk->pos);
+    if (at.k_elem > UINT32_MAX || at.v_elem + rk->kv->config().kv_dim > UINT32_MAX)
+      fail(fn, "rope_kv: the cache pool is too large for 32-bit element offsets");
+  }
 
   for (uint32_t first = 0; first < n_tokens; first += step) {
     const uint32_t count = std::min(step, n_tokens - first);
     const RowWindow xw = row_window(ctx, first, count, w.n_in);
     const RowWindow yw = row_window(ctx, first, count, y_width);
-    const RowWindow y1w = split ? row_window(ctx, first, count, y1_width) : RowWindow{0, 16, 0};
-    const RowWindow y2w = split ? row_window(ctx, first, count, y2_width) : RowWindow{0, 16, 0};
+    const RowWindow y1w = split_out ? row_window(ctx, first, count, y1_width) : RowWindow{0, 16, 0};
+    const RowWindow y2w = split_out ? row_window(ctx, first, count, y2_width) : RowWindow{0, 16, 0};
     const bool xv4 = w.n_in % 32 == 0 && xw.first_word % 4 == 0;
     WGPUComputePipeline pipe =
         impl == MatmulImpl::Matvec
@@ -371,6 +398,14 @@ void encode_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight&
       p.y2_off = y2w.first_word;
       p.eps = o.eps;
       p.y_stride = y_width;
+      if (rk) {
+        p.pos = rk->pos;
+        p.head_dim = rk->head_dim;
+        p.rope_dim = rk->rope_dim;
+        p.kv_f16 = rk->kv->config().type == KvType::F16;
+        p.kv_k_off = uint32_t(at.k_elem);
+        p.kv_v_off = uint32_t(at.v_elem);
+      }
       uint64_t n_wg;
       if (impl == MatmulImpl::Matvec) {
         const uint32_t rows_per_wg = mv.rows * mv.groups;
@@ -388,12 +423,16 @@ void encode_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight&
           {3, &y, yw.offset_bytes, yw.size_bytes},
           {4, o.bias ? o.bias : &none, 0, o.bias ? uint64_t(w.n_out) * 4 : 16},
           {6, o.norm ? o.norm : &none, 0, o.norm ? norm_floats * 4 : 16},
-          {7, split ? o.y1 : &ctx.placeholder_writable(), y1w.offset_bytes, y1w.size_bytes},
-          {8, split ? o.y2 : &ctx.placeholder_writable(), y2w.offset_bytes, y2w.size_bytes},
+          {7, split_out ? o.y1 : &ctx.placeholder_writable(), y1w.offset_bytes, y1w.size_bytes},
+          {8, split_out ? o.y2 : &ctx.placeholder_writable(), y2w.offset_bytes, y2w.size_bytes},
       };
-      if (impl == MatmulImpl::Matvec)
+      if (impl == MatmulImpl::Matvec) {
         bindings.push_back(xv4 ? gpu::BufferBinding{9, &x, xw.offset_bytes, xw.size_bytes}
                                : gpu::BufferBinding{9, &none, 0, 16});
+        bindings.push_back(rk ? gpu::BufferBinding{10, rk->table} : gpu::BufferBinding{10, &none, 0, 16});
+        bindings.push_back(rk ? gpu::BufferBinding{11, &rk->kv->pool(at.pool)}
+                              : gpu::BufferBinding{11, &ctx.placeholder_writable(), 0, 16});
+      }
       batch.dispatch(pipe, bindings, grid.x, grid.y);
     }
   }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "gpu/context.h"
+#include "kernels/kv_cache.h"
 
 namespace wgllm::kernels {
 
@@ -70,16 +71,28 @@ void set_matvec_config_override(const MatvecConfig& c);
 // "THREADSxROWSxGROUPS[xUNITS[xINT_F16]]", e.g. "32x4x4x2x1" (the --matvec option of the benchmarks).
 MatvecConfig parse_matvec_config(const std::string& text);
 
-// Mirrors `MatmulParams` in matmul.wgsl.
+// Mirrors `MatmulParams` in matmul_common.wgsl.
 struct MatmulParams {
   uint32_t n_in, n_out, n_tokens, nb;
   uint32_t row_begin, n_rows, scale_off4, flags;
   uint32_t x_off, y_off, grid_x, row_tiles;
   uint32_t split1, split2, y1_off, y2_off;
   float eps;
-  uint32_t y_stride, pad0, pad1;
+  uint32_t y_stride, pos, head_dim;
+  uint32_t rope_dim, kv_f16, kv_k_off, kv_v_off;
 };
-static_assert(sizeof(MatmulParams) == 80);
+static_assert(sizeof(MatmulParams) == 96);
+
+// Decode epilogue of the stacked q/k/v product (one token, matvec): RoPE of the q and k rows and
+// the k, v rows written straight into the KV cache, instead of the split outputs y1, y2 and the
+// separate rope and kv_append dispatches.
+struct RopeKvAppend {
+  const gpu::Buffer* table = nullptr;  // upload_rope_table(rope_dim, ...)
+  uint32_t head_dim = 0;
+  uint32_t rope_dim = 0;  // even, <= head_dim; normal RoPE: adjacent pairs (2i, 2i + 1) rotate
+  uint32_t pos = 0;       // the token's position, < the cache's max_seq
+  KvCache* kv = nullptr;  // kv_dim = split2 - split1 = n_out - split2
+};
 
 // What happens around the product, fused into the same dispatch.
 struct MatmulOptions {
@@ -97,6 +110,8 @@ struct MatmulOptions {
   const gpu::Buffer* y1 = nullptr;
   const gpu::Buffer* y2 = nullptr;
   uint32_t split1 = 0, split2 = 0;
+  // With split1/split2 and no y1, y2: q (rotated) to y, k (rotated) and v into the cache.
+  const RopeKvAppend* rope_kv = nullptr;
   MatmulImpl impl = MatmulImpl::Auto;
 };
 

@@ -20,14 +20,16 @@
 //
 // Epilogues (flags; matvec and matmul alike): bias, RMSNorm of x folded in (the sum of x^2 is
 // gathered while x streams past, the row's dot is scaled at the end), residual accumulation,
-// SwiGLU over interleaved (gate, up) row pairs, and rows split across three outputs (q, k, v).
+// SwiGLU over interleaved (gate, up) row pairs, and rows split across three outputs (q, k, v);
+// for one token the matvec can instead rotate q and k (RoPE) and write k and v into the KV cache.
 
 struct MatmulParams {
   n_in: u32, n_out: u32, n_tokens: u32, nb: u32,
   row_begin: u32, n_rows: u32, scale_off4: u32, flags: u32,
   x_off: u32, y_off: u32, grid_x: u32, row_tiles: u32,
   split1: u32, split2: u32, y1_off: u32, y2_off: u32,
-  eps: f32, y_stride: u32, _pad0: u32, _pad1: u32,
+  eps: f32, y_stride: u32, pos: u32, head_dim: u32,
+  rope_dim: u32, kv_f16: u32, kv_k_off: u32, kv_v_off: u32,
 }
 const FLAG_BIAS: u32 = 1u;        // add bias[row]
 const FLAG_LAST_PIECE: u32 = 2u;  // embedding: ids past the table write zero rows
@@ -35,6 +37,7 @@ const FLAG_NORM: u32 = 4u;        // RMSNorm x first: y = (x / rms(x) * norm) W^
 const FLAG_ACCUM: u32 = 8u;       // y += result (the residual add)
 const FLAG_SWIGLU: u32 = 16u;     // rows are (gate, up) pairs: y[t][i] = silu(row 2i) * row 2i+1
 const FLAG_SPLIT: u32 = 32u;      // rows [split1, split2) go to y1, [split2, n_out) to y2
+const FLAG_ROPE_KV: u32 = 64u;    // matvec, one token: q (rows < split1) and k rotated, k and v to the cache
 
 @group(0) @binding(0) var<uniform> p: MatmulParams;
 @group(0) @binding(1) var<storage, read> w: array<vec4<u32>>;

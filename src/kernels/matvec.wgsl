@@ -1,5 +1,5 @@
 // Matrix-vector products (decode); compiled after matmul_common.wgsl, which documents the
-// weight layout, the bindings and the epilogues.
+// weight layout, the bindings and the epilogues, and rope_angle.wgsl (the fused RoPE epilogue).
 
 // Matrix-vector (decode). A workgroup is MV_G groups of MV_T threads; a group owns MV_R
 // adjacent rows (host constants, per adapter). Thread lt of a group reads units lt, lt + MV_T,
@@ -15,6 +15,46 @@ const MV_ROWS: u32 = MV_G * MV_R;
 // MV_SLOTS (host constant): partial sums per group and value left after the shuffles, MV_T / the
 // smallest subgroup size possible (4 with subgroups, else 1).
 var<workgroup> red: array<f32, MV_NV * MV_G * MV_SLOTS>;
+
+// FLAG_ROPE_KV (decode): the RoPE table (rope_angle.wgsl) and the KV cache pool holding position
+// p.pos, whose K row starts at element p.kv_k_off and V row at p.kv_v_off (kv_cache.h).
+@group(0) @binding(10) var<storage, read> turns: array<vec4<f32>>;
+@group(0) @binding(11) var<storage, read_write> kv: array<u32>;
+
+// Piece rows r, r + 1 (a pair: r even) of the one token, under FLAG_ROPE_KV. Rows [0, split1) are q,
+// [split1, split2) k, [split2, n_out) v, each of heads of head_dim; the first rope_dim dims of every
+// q and k head rotate in adjacent pairs (2i, 2i + 1) by the angle of frequency i at p.pos (normal
+// RoPE). q goes to y; k and v go into the cache (f16 pairs as one word, or two f32 words).
+fn store_rope_kv(r: u32, a: f32, b: f32) {
+  let g = p.row_begin + r;
+  var v0 = a;
+  var v1 = b;
+  if (has(FLAG_BIAS)) {
+    v0 += bias[g];
+    v1 += bias[g + 1u];
+  }
+  let is_v = g >= p.split2;
+  let e = select(select(g - p.split1, g, g < p.split1), g - p.split2, is_v);  // element in its output
+  let d = e % p.head_dim;
+  if (!is_v && d < p.rope_dim) {
+    let cs = rope_cos_sin(turns[d / 2u], p.pos);
+    let r0 = v0 * cs.x - v1 * cs.y;
+    v1 = v0 * cs.y + v1 * cs.x;
+    v0 = r0;
+  }
+  if (g < p.split1) {
+    y[p.y_off + g] = v0;
+    y[p.y_off + g + 1u] = v1;
+    return;
+  }
+  let at = select(p.kv_k_off, p.kv_v_off, is_v) + e;
+  if (p.kv_f16 != 0u) {
+    kv[at / 2u] = pack2x16float(vec2<f32>(v0, v1));
+  } else {
+    kv[at] = bitcast<u32>(v0);
+    kv[at + 1u] = bitcast<u32>(v1);
+  }
+}
 
 fn mv_x8(t: u32, u: u32) -> W8 {
   if (XV4) {
@@ -76,7 +116,7 @@ fn matvec_main(wid: vec3<u32>, lid: u32, sg_size: u32) {
   let j = lt / NT;
   let t = lt % NT;
   var dot_sum = 0.0;
-  var up_sum = 0.0;  // SwiGLU: the next row's dot (the up half of the pair)
+  var up_sum = 0.0;  // the next row's dot: the up half of a SwiGLU pair, the partner of a RoPE pair
   var ss = 0.0;
   if (chunk == MV_T) {
     if (lt >= MV_R * NT) { return; }
@@ -103,6 +143,8 @@ fn matvec_main(wid: vec3<u32>, lid: u32, sg_size: u32) {
   if (r >= p.n_rows) { return; }
   if (has(FLAG_SWIGLU)) {
     if (j % 2u == 0u) { store_swiglu(t, r, dot_sum * scale, up_sum * scale); }
+  } else if (has(FLAG_ROPE_KV)) {
+    if (j % 2u == 0u) { store_rope_kv(r, dot_sum * scale, up_sum * scale); }
   } else {
     store_y(t, r, dot_sum * scale);
   }

@@ -138,7 +138,7 @@ void encode_rope(gpu::ComputeBatch& batch, gpu::Context& ctx, const RopeShape& s
   p.head_offset = s.head_offset;
   p.grid_x = grid.x;
   p.n_heads2 = s.n_heads2;
-  WGPUComputePipeline pipe = ctx.pipeline({"rope.wgsl", "rope", {}, ""});
+  WGPUComputePipeline pipe = ctx.pipeline({"rope_angle.wgsl+rope.wgsl", "rope", {}, ""});
   const gpu::BufferBinding b[] = {
       batch.uniform(0, p),
       {1, &table, 0, uint64_t(rope_dim / 2) * 16},

@@ -30,7 +30,7 @@ std::vector<float> rope_freq_factors(const RopeScaling& s, uint32_t rope_dim, fl
 
 // The frequency table encode_rope reads: for i < rope_dim / 2, base^(-2i/rope_dim) / factor[i]
 // (factors optional, e.g. rope_freq_factors() or a GGUF rope_freqs tensor) in turns per
-// position, computed in double and split into three f32 (see rope.wgsl): angles stay accurate
+// position, computed in double and split into three f32 (see rope_angle.wgsl): angles stay accurate
 // to ~1e-6 rad for positions < 2^16. 16 bytes per entry.
 gpu::Buffer upload_rope_table(gpu::Context& ctx, uint32_t rope_dim, float base,
                               std::span<const float> freq_factors = {});

@@ -2,13 +2,8 @@
 // n_heads heads of head_dim starting at float head_offset, and on x2 ([n_tokens][n_heads2 heads],
 // dense; k beside q in one dispatch) when n_heads2 > 0. Token t sits at position
 // start_pos + t; the first rope_dim dims of each head rotate in pairs (2i, 2i+1) (normal) or
-// (i, i + rope_dim/2) (neox) by angle pos * inv_freq[i]. One thread per (token, head, pair).
-//
-// Accuracy: angles reach thousands of radians, where an f32 product and sin/cos lose ~1e-3. The
-// host passes each frequency in turns (inv_freq / 2pi) split in three f32 parts: the first two
-// carry 8 significant bits each, so pos * part is exact for pos < 2^16 and so is its fractional
-// part; the third is 2^-16 smaller, so its product's rounding is negligible. The angle is
-// reduced to [-pi, pi] before sin/cos.
+// (i, i + rope_dim/2) (neox) by angle pos * inv_freq[i] (rope_angle.wgsl, compiled first). One
+// thread per (token, head, pair).
 
 struct RopeParams {
   n_tokens: u32, n_heads: u32, head_dim: u32, rope_dim: u32,
@@ -22,7 +17,6 @@ struct RopeParams {
 @group(0) @binding(4) var<storage, read_write> x2: array<f32>;
 
 const WG: u32 = 64u;
-const TWO_PI: f32 = 6.283185307179586;
 
 @compute @workgroup_size(WG)
 fn rope(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
@@ -33,13 +27,9 @@ fn rope(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
   let i = idx % half;
   let h = (idx / half) % heads;
   let t = idx / half / heads;
-  let pos = f32(p.start_pos + t);
-  let g = turns[i];
-  var r = fract(pos * g.x) + fract(pos * g.y) + pos * g.z;
-  r = r - round(r);
-  let angle = r * TWO_PI;
-  let c = cos(angle);
-  let s = sin(angle);
+  let cs = rope_cos_sin(turns[i], p.start_pos + t);
+  let c = cs.x;
+  let s = cs.y;
   let second = h >= p.n_heads;  // a head of x2
   let base = select(t * p.row_stride + p.head_offset + h * p.head_dim,
                     (t * p.n_heads2 + h - p.n_heads) * p.head_dim, second);

@@ -317,7 +317,19 @@ void GpuSession::encode_attention_block(gpu::ComputeBatch& batch, uint32_t layer
   Buffers& b = *buf_;
   // q, k, v = rms_norm(x) * attn_norm @ (wq, wk, wv) (+ bias on qwen2)
   const kernels::MatmulOptions normed{.norm = &L.attn_norm, .eps = c.rms_eps};
-  if (L.wqkv.n_out) {
+  // Decoding with stacked q/k/v and normal RoPE (llama), the product's epilogue also rotates q and k
+  // and writes k, v into the cache: two dispatches fewer per layer.
+  const bool fused_rope_kv = n == 1 && L.wqkv.n_out && !c.qk_norm && c.rope_type == RopeType::Normal;
+  if (fused_rope_kv) {
+    const kernels::RopeKvAppend rk{.table = &model_.weights.rope_table, .head_dim = c.head_dim,
+                                   .rope_dim = c.rope_dim, .pos = n_past_, .kv = &kv_[layer]};
+    kernels::MatmulOptions o = normed;
+    o.bias = optional(L.bqkv);
+    o.split1 = c.q_dim();
+    o.split2 = c.q_dim() + c.kv_dim();
+    o.rope_kv = &rk;
+    kernels::encode_matmul(batch, ctx_, L.wqkv, b.x, b.q, n, o);
+  } else if (L.wqkv.n_out) {
     kernels::MatmulOptions o = normed;
     o.bias = optional(L.bqkv);
     o.y1 = &b.k;
@@ -337,12 +349,14 @@ void GpuSession::encode_attention_block(gpu::ComputeBatch& batch, uint32_t layer
     kernels::encode_rms_norm(batch, ctx_, b.q, L.q_norm, b.q, n * c.n_head, c.head_dim, c.rms_eps);
     kernels::encode_rms_norm(batch, ctx_, b.k, L.k_norm, b.k, n * c.n_head_kv, c.head_dim, c.rms_eps);
   }
-  // RoPE on q and k (one dispatch) at positions n_past ..
-  const kernels::RopeShape rope{.n_tokens = n, .n_heads = c.n_head, .head_dim = c.head_dim, .rope_dim = c.rope_dim,
-                                .start_pos = n_past_, .type = c.rope_type, .n_heads2 = c.n_head_kv};
-  kernels::encode_rope(batch, ctx_, rope, model_.weights.rope_table, b.q, &b.k);
-  // k, v rows into the cache
-  kernels::encode_kv_append(batch, ctx_, kv_[layer], b.k, b.v, n_past_, n);
+  if (!fused_rope_kv) {
+    // RoPE on q and k (one dispatch) at positions n_past ..
+    const kernels::RopeShape rope{.n_tokens = n, .n_heads = c.n_head, .head_dim = c.head_dim, .rope_dim = c.rope_dim,
+                                  .start_pos = n_past_, .type = c.rope_type, .n_heads2 = c.n_head_kv};
+    kernels::encode_rope(batch, ctx_, rope, model_.weights.rope_table, b.q, &b.k);
+    // k, v rows into the cache
+    kernels::encode_kv_append(batch, ctx_, kv_[layer], b.k, b.v, n_past_, n);
+  }
   // causal attention over the cache: the batched kernel for a chunk, split-K decode for one token
   const kernels::AttentionShape shape{.n_heads = c.n_head, .n_kv_heads = c.n_head_kv, .head_dim = c.head_dim,
                                       .n_queries = n, .start_pos = n_past_};
