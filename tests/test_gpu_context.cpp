@@ -1,4 +1,5 @@
 // The GPU runtime: kernel round trip, odd buffer sizes, large readbacks, shader errors.
+#include <algorithm>
 #include <cstring>
 
 #include "cpu/ops.h"
@@ -103,6 +104,28 @@ TEST(GpuContext, ReadbackLargerThan128MiBInPieces) {
   auto got = ctx.read<uint32_t>(buf);
   ASSERT_EQ(got.size(), n);
   for (uint64_t i = 0; i < n; ++i) ASSERT_EQ(got[i], data[i]) << "at word " << i;
+}
+
+// A mappable buffer filled by a copy in submitted (not awaited) work: read_mapped waits for it and
+// returns any byte range, unaligned ones included.
+TEST(GpuContext, ReadMappedAfterCopyInTheSameSubmission) {
+  auto& ctx = context();
+  auto gen = rng(31);
+  std::vector<uint8_t> data(4096 + 12);
+  for (auto& b : data) b = uint8_t(gen());
+  auto src = ctx.create_buffer(data.size(), WGPUBufferUsage_Storage, "src");
+  ctx.write_buffer(src, 0, data.data(), data.size());
+  auto host = ctx.create_buffer(data.size(), WGPUBufferUsage_MapRead, "host");
+  for (auto [offset, size] : {std::pair<uint64_t, uint64_t>{0, data.size()}, {3, 1001}, {4097, 11}, {1, 1}}) {
+    gpu::ComputeBatch batch(ctx, "copy");
+    batch.copy(src, 0, host, 0, data.size());
+    batch.submit();
+    std::vector<uint8_t> got(size, 0xAA);
+    ctx.read_mapped(host, offset, got.data(), size);
+    EXPECT_TRUE(std::equal(got.begin(), got.end(), data.begin() + offset)) << "offset " << offset << " size " << size;
+  }
+  uint8_t one;
+  EXPECT_THROW(ctx.read_mapped(host, data.size(), &one, 1), InvalidArgument);
 }
 
 TEST(GpuContext, InvalidShaderNamesFileAndLine) {

@@ -403,30 +403,40 @@ void Context::read_buffer(const Buffer& buf, uint64_t offset, void* dst, uint64_
     WGPUCommandBufferDescriptor cd{};
     CommandBufferHandle cmd(wgpuCommandEncoderFinish(enc.get(), &cd));
     submit(cmd.get());
-    struct Mapped {
-      bool done = false;
-      WGPUMapAsyncStatus status{};
-      std::string message;
-    } mapped;
-    WGPUBufferMapCallbackInfo cb{};
-    cb.mode = WGPUCallbackMode_AllowProcessEvents;
-    cb.callback = [](WGPUMapAsyncStatus status, WGPUStringView msg, void* p, void*) {
-      auto* m = static_cast<Mapped*>(p);
-      m->done = true;
-      m->status = status;
-      m->message = str(msg);
-    };
-    cb.userdata1 = &mapped;
-    wgpuBufferMapAsync(staging.get(), WGPUMapMode_Read, 0, n, cb);
-    process_until(instance_.get(), device_.get(), [&] { return mapped.done; }, "a buffer readback");
-    check_errors();
-    if (mapped.status != WGPUMapAsyncStatus_Success) throw GpuError("buffer readback failed: " + mapped.message);
-    const auto* src = static_cast<const uint8_t*>(wgpuBufferGetConstMappedRange(staging.get(), 0, n));
     // Copy the part of [pos, pos+n) that lies inside the requested [offset, offset+size).
     const uint64_t lo = std::max(pos, offset), hi = std::min(pos + n, offset + size);
-    std::memcpy(out + (lo - offset), src + (lo - pos), hi - lo);
-    wgpuBufferUnmap(staging.get());
+    read_mapped(staging, lo - pos, out + (lo - offset), hi - lo);
   }
+}
+
+void Context::read_mapped(const Buffer& staging, uint64_t offset, void* dst, uint64_t size) {
+  if (offset + size > staging.size || offset + size < offset)
+    throw InvalidArgument("mapped read of " + std::to_string(size) + " bytes at offset " + std::to_string(offset) +
+                          " past the end of a " + std::to_string(staging.size) + "-byte buffer");
+  if (size == 0) return;
+  // Map whole 4-byte words covering the range (mapAsync wants offsets of 8 and sizes of 4).
+  const uint64_t begin = offset & ~uint64_t(7), end = std::min((offset + size + 3) & ~uint64_t(3), staging.size);
+  struct Mapped {
+    bool done = false;
+    WGPUMapAsyncStatus status{};
+    std::string message;
+  } mapped;
+  WGPUBufferMapCallbackInfo cb{};
+  cb.mode = WGPUCallbackMode_AllowProcessEvents;
+  cb.callback = [](WGPUMapAsyncStatus status, WGPUStringView msg, void* p, void*) {
+    auto* m = static_cast<Mapped*>(p);
+    m->done = true;
+    m->status = status;
+    m->message = str(msg);
+  };
+  cb.userdata1 = &mapped;
+  wgpuBufferMapAsync(staging.get(), WGPUMapMode_Read, begin, end - begin, cb);
+  process_until(instance_.get(), device_.get(), [&] { return mapped.done; }, "a buffer readback");
+  check_errors();
+  if (mapped.status != WGPUMapAsyncStatus_Success) throw GpuError("buffer readback failed: " + mapped.message);
+  const auto* src = static_cast<const uint8_t*>(wgpuBufferGetConstMappedRange(staging.get(), begin, end - begin));
+  std::memcpy(dst, src + (offset - begin), size);
+  wgpuBufferUnmap(staging.get());
 }
 
 WGPUComputePipeline Context::pipeline(const PipelineKey& key) {

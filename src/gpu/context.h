@@ -96,6 +96,9 @@ class Context {
   Buffer create_buffer(uint64_t size, WGPUBufferUsage usage, std::string_view label);
   void write_buffer(const Buffer& buf, uint64_t offset, const void* data, uint64_t size);
   void read_buffer(const Buffer& buf, uint64_t offset, void* dst, uint64_t size);
+  // Reads from a MapRead buffer that submitted work copies into: maps it (waiting for that work),
+  // copies [offset, offset + size) out and unmaps. One wait, no staging buffer of its own.
+  void read_mapped(const Buffer& staging, uint64_t offset, void* dst, uint64_t size);
   template <typename T>
   std::vector<T> read(const Buffer& buf, uint64_t offset_bytes = 0, uint64_t count = 0) {
     if (count == 0) count = (buf.size - offset_bytes) / sizeof(T);

@@ -187,6 +187,7 @@ struct GpuSession::Buffers {
   gpu::Buffer act;            // [ubatch][n_ff] SwiGLU output
   gpu::Buffer last;           // [n_embd] the last token's residual row
   gpu::Buffer logits;         // [n_vocab] logits of the last token
+  gpu::Buffer logits_host;    // [n_vocab] mappable copy of logits, read back once per step
   gpu::Buffer logits_all;     // [ubatch][n_vocab], made on first use by forward_all
   gpu::Buffer decode_scratch; // split-K partials of the decode attention
 };
@@ -216,6 +217,7 @@ GpuSession::GpuSession(gpu::Context& ctx, const GpuModel& model, const GpuSessio
   b.act = make(U * F, "act");
   b.last = make(E, "last row");
   b.logits = make(c.n_vocab, "logits");
+  b.logits_host = ctx.create_buffer(uint64_t(c.n_vocab) * 4, WGPUBufferUsage_MapRead, "logits readback");
 
   // One page when the whole cache fits a binding, else pages of 256 positions across pools.
   const uint64_t one_page = 2ull * n_ctx_ * KV * kernels::kv_type_bytes(options.kv_type);
@@ -301,9 +303,17 @@ std::vector<float> GpuSession::run_chunk(std::span<const int32_t> tokens, bool a
     batch->submit();
     return {};
   }
-  batch->submit_and_wait();
-  const gpu::Buffer& src = all_logits ? b.logits_all : b.logits;
-  return ctx_.read<float>(src, 0, uint64_t(all_logits ? n : 1) * model_.config.n_vocab);
+  const uint32_t V = model_.config.n_vocab;
+  if (all_logits) {
+    batch->submit_and_wait();
+    return ctx_.read<float>(b.logits_all, 0, uint64_t(n) * V);
+  }
+  // The copy to the mappable buffer rides in the step's last command buffer: one wait per token.
+  batch->copy(b.logits, 0, b.logits_host, 0, uint64_t(V) * 4);
+  batch->submit();
+  std::vector<float> logits(V);
+  ctx_.read_mapped(b.logits_host, 0, logits.data(), uint64_t(V) * 4);
+  return logits;
 }
 
 void GpuSession::encode_layer(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n) {
