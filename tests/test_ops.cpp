@@ -702,8 +702,12 @@ struct RopeKvCase {
   uint32_t n_in, n_head, n_kv, head_dim, rope_dim, pos, max_seq, page_size;
   kernels::KvType kv_type;
   bool bias;
+  bool neox = false;
 };
 const RopeKvCase kRopeKvCases[] = {
+    {"neox_f16_f16cache_bias", F16, 128, 4, 2, 32, 32, 7, 64, 0, kernels::KvType::F16, true, true},
+    {"neox_q8_0_f32cache_partial_rope_paged", Q8_0, 64, 2, 2, 64, 32, 200, 512, 128, kernels::KvType::F32, false, true},
+    {"neox_f32_f16cache_page_edge_bias", F32, 32, 8, 2, 128, 128, 127, 256, 128, kernels::KvType::F16, true, true},
     {"f16_f16cache", F16, 128, 4, 2, 16, 16, 5, 64, 0, kernels::KvType::F16, false},
     {"q8_0_f32cache_partial_rope_bias_paged", Q8_0, 96, 6, 2, 32, 16, 300, 512, 128, kernels::KvType::F32, true},
     {"bf16_f16cache_page_edge_bias", BF16, 64, 4, 4, 64, 64, 255, 512, 128, kernels::KvType::F16, true},
@@ -740,13 +744,18 @@ void check_rope_kv(const RopeKvCase& c) {
   const auto nk = random_floats(size_t(hi - lo) * kvd, gen), nv = random_floats(size_t(hi - lo) * kvd, gen);
   kv.write(lo, hi - lo, nk, nv);
 
-  const kernels::RopeKvAppend rk{.table = &table, .head_dim = c.head_dim, .rope_dim = c.rope_dim, .pos = c.pos,
-                                 .kv = &kv};
+  const kernels::RopeKvAppend rk{.table = &table, .head_dim = c.head_dim, .rope_dim = c.rope_dim, .neox = c.neox,
+                                 .pos = c.pos, .kv = &kv};
   kernels::MatmulOptions o{.bias = c.bias ? &*bbuf : nullptr, .norm = &nbuf, .eps = 1e-5f};
   o.split1 = qd;
   o.split2 = qd + kvd;
   o.rope_kv = &rk;
   gpu::ComputeBatch batch(ctx, c.name);
+  if (!kernels::rope_kv_supported(ctx, w, rk)) {  // neox under a matvec shape of 2 rows per group
+    EXPECT_EQ(kernels::matvec_config(ctx, N, c.n_in).rows % 4, 2u);
+    expect_throw([&] { kernels::encode_matmul(batch, ctx, w, xbuf, y, 1, o); }, "neox");
+    return;
+  }
   kernels::encode_matmul(batch, ctx, w, xbuf, y, 1, o);
   batch.submit_and_wait();
 
@@ -754,8 +763,8 @@ void check_rope_kv(const RopeKvCase& c) {
   const auto full = cpu::matmul(c.type, bytes, c.n_in, N, xin, 1, bias);
   const std::vector<float> q(full.begin(), full.begin() + qd), k(full.begin() + qd, full.begin() + qd + kvd),
       v(full.begin() + qd + kvd, full.end());
-  const auto want_q = cpu::rope(q, 1, c.n_head, c.head_dim, c.rope_dim, c.pos, base, false);
-  const auto want_k = cpu::rope(k, 1, c.n_kv, c.head_dim, c.rope_dim, c.pos, base, false);
+  const auto want_q = cpu::rope(q, 1, c.n_head, c.head_dim, c.rope_dim, c.pos, base, c.neox);
+  const auto want_k = cpu::rope(k, 1, c.n_kv, c.head_dim, c.rope_dim, c.pos, base, c.neox);
   const auto rq = compare(ctx.read<float>(y), want_q);
   EXPECT_LE(rq.rel_l2, 1e-5) << "q: " << rq.describe();
   std::vector<float> gk, gv;
@@ -774,6 +783,8 @@ void check_rope_kv(const RopeKvCase& c) {
   EXPECT_LE(rkr.rel_l2, tol) << "K: " << rkr.describe();
   EXPECT_LE(rvr.rel_l2, tol) << "V: " << rvr.describe();
 }
+
+std::ostream& operator<<(std::ostream& o, const RopeKvCase& c) { return o << c.name; }
 
 class RopeKvTable : public ::testing::TestWithParam<RopeKvCase> {};
 

@@ -13,7 +13,7 @@ namespace {
 constexpr uint32_t kBlock = 32;
 constexpr uint32_t kTile = 64;             // TM = TN in matmul.wgsl
 constexpr uint32_t kFlagBias = 1, kFlagLastPiece = 2, kFlagNorm = 4, kFlagAccum = 8, kFlagSwiglu = 16, kFlagSplit = 32,
-                   kFlagRopeKv = 64;
+                   kFlagRopeKv = 64, kFlagNeox = 128;
 
 [[noreturn]] void fail(const char* fn, const std::string& what) { throw InvalidArgument(std::string(fn) + ": " + what); }
 
@@ -175,6 +175,12 @@ MatvecConfig matvec_config(const gpu::Context& ctx, uint32_t n_rows, uint32_t n_
   return c;
 }
 
+bool rope_kv_supported(const gpu::Context& ctx, const GpuWeight& w, const RopeKvAppend& rk) {
+  if (!rk.neox) return true;
+  return rk.head_dim % 4 == 0 && rk.rope_dim % 4 == 0 && w.pieces.size() == 1 &&
+         matvec_config(ctx, w.n_out, w.n_in).rows % 4 == 0;
+}
+
 void set_matvec_config_override(const MatvecConfig& c) {
   const bool bad = c.rows == 0 || c.units == 0 || c.rows % 2 || c.groups == 0 ||
                    c.rows * kMatvecMaxTokens > c.threads_per_row || (c.threads_per_row & (c.threads_per_row - 1)) ||
@@ -330,6 +336,10 @@ void encode_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight&
         o.split1 % rk->head_dim || kc.kv_dim % rk->head_dim)
       fail(fn, "rope_kv: head_dim " + std::to_string(rk->head_dim) + " must be even and divide q's and k's rows, " +
                    "rope_dim " + std::to_string(rk->rope_dim) + " even and <= head_dim");
+    if (rk->neox && !rope_kv_supported(ctx, w, *rk))
+      fail(fn, "rope_kv: neox RoPE needs head_dim and rope_dim multiples of 4, the weight in one piece and a matvec "
+               "shape of 4k rows (head_dim " + std::to_string(rk->head_dim) + ", rope_dim " +
+               std::to_string(rk->rope_dim) + ", " + std::to_string(w.pieces.size()) + " pieces)");
     if (rk->pos >= kc.max_seq)
       fail(fn, "rope_kv: position " + std::to_string(rk->pos) + " is past the cache (max_seq " +
                    std::to_string(kc.max_seq) + ")");
@@ -368,7 +378,8 @@ void encode_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight&
   const gpu::Buffer& none = ctx.placeholder_storage();
   const MatvecConfig mv = matvec_config(ctx, w.n_out, w.n_in);
   const uint32_t flags = (o.bias ? kFlagBias : 0) | (o.norm ? kFlagNorm : 0) | (o.accumulate ? kFlagAccum : 0) |
-                         (o.swiglu ? kFlagSwiglu : 0) | (split_out ? kFlagSplit : 0) | (rk ? kFlagRopeKv : 0);
+                         (o.swiglu ? kFlagSwiglu : 0) | (split_out ? kFlagSplit : 0) | (rk ? kFlagRopeKv : 0) |
+                         (rk && rk->neox ? kFlagNeox : 0);
   KvCache::Location at{};
   if (rk) {
     at = rk->kv->locate(rk->pos);

@@ -89,10 +89,14 @@ static_assert(sizeof(MatmulParams) == 96);
 struct RopeKvAppend {
   const gpu::Buffer* table = nullptr;  // upload_rope_table(rope_dim, ...)
   uint32_t head_dim = 0;
-  uint32_t rope_dim = 0;  // even, <= head_dim; normal RoPE: adjacent pairs (2i, 2i + 1) rotate
+  uint32_t rope_dim = 0;  // even, <= head_dim
+  bool neox = false;      // pairs (i, i + rope_dim / 2) rotate (else adjacent pairs (2i, 2i + 1))
   uint32_t pos = 0;       // the token's position, < the cache's max_seq
   KvCache* kv = nullptr;  // kv_dim = split2 - split1 = n_out - split2
 };
+// Whether encode_matmul takes `rk` for the weight w on this adapter: neox needs head_dim and rope_dim
+// multiples of 4, w in one piece and a matvec shape of 4k rows per group (GPUs; CPU adapters use 2).
+bool rope_kv_supported(const gpu::Context& ctx, const GpuWeight& w, const RopeKvAppend& rk);
 
 // What happens around the product, fused into the same dispatch.
 struct MatmulOptions {

@@ -38,6 +38,7 @@ const FLAG_ACCUM: u32 = 8u;       // y += result (the residual add)
 const FLAG_SWIGLU: u32 = 16u;     // rows are (gate, up) pairs: y[t][i] = silu(row 2i) * row 2i+1
 const FLAG_SPLIT: u32 = 32u;      // rows [split1, split2) go to y1, [split2, n_out) to y2
 const FLAG_ROPE_KV: u32 = 64u;    // matvec, one token: q (rows < split1) and k rotated, k and v to the cache
+const FLAG_NEOX: u32 = 128u;      // with FLAG_ROPE_KV: neox RoPE, pairs (i, i + rope_dim / 2)
 
 @group(0) @binding(0) var<uniform> p: MatmulParams;
 @group(0) @binding(1) var<storage, read> w: array<vec4<u32>>;

@@ -327,12 +327,12 @@ void GpuSession::encode_attention_block(gpu::ComputeBatch& batch, uint32_t layer
   Buffers& b = *buf_;
   // q, k, v = rms_norm(x) * attn_norm @ (wq, wk, wv) (+ bias on qwen2)
   const kernels::MatmulOptions normed{.norm = &L.attn_norm, .eps = c.rms_eps};
-  // Decoding with stacked q/k/v and normal RoPE (llama), the product's epilogue also rotates q and k
+  // Decoding with stacked q/k/v (and no q/k norm between), the product's epilogue also rotates q and k
   // and writes k, v into the cache: two dispatches fewer per layer.
-  const bool fused_rope_kv = n == 1 && L.wqkv.n_out && !c.qk_norm && c.rope_type == RopeType::Normal;
+  const kernels::RopeKvAppend rk{.table = &model_.weights.rope_table, .head_dim = c.head_dim, .rope_dim = c.rope_dim,
+                                 .neox = c.rope_type == RopeType::Neox, .pos = n_past_, .kv = &kv_[layer]};
+  const bool fused_rope_kv = n == 1 && L.wqkv.n_out && !c.qk_norm && kernels::rope_kv_supported(ctx_, L.wqkv, rk);
   if (fused_rope_kv) {
-    const kernels::RopeKvAppend rk{.table = &model_.weights.rope_table, .head_dim = c.head_dim,
-                                   .rope_dim = c.rope_dim, .pos = n_past_, .kv = &kv_[layer]};
     kernels::MatmulOptions o = normed;
     o.bias = optional(L.bqkv);
     o.split1 = c.q_dim();

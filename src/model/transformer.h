@@ -3,7 +3,8 @@
 // `ubatch` tokens, decode one token at a time; each chunk or token is encoded into a few command buffers (the GPU
 // starts on the first layers while the rest is encoded), and only the logits are read back. Per layer and token:
 // the q/k/v projection with the norm folded in, RoPE of q and k, KV append, attention, the output projection added
-// to the residual, gate/up with the norm folded in and SwiGLU, the down projection added to the residual.
+// to the residual, gate/up with the norm folded in and SwiGLU, the down projection added to the residual. Decoding,
+// the q/k/v projection also does the RoPE and the KV append (5 dispatches per layer; not with qwen3's q/k norm).
 #pragma once
 #include <cstdint>
 #include <functional>

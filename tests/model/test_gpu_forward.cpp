@@ -40,6 +40,7 @@ struct GpuCase {
   kernels::KvType kv;
   double tol;
   int32_t layers_per_submit;  // 0: one command buffer per step; 1: one after every layer
+  std::string matvec = {};     // matvec shape override ("": the adapter's own)
 };
 std::ostream& operator<<(std::ostream& o, const GpuCase& c) { return o << c.model; }
 
@@ -55,6 +56,9 @@ std::vector<GpuCase> gpu_cases() {
     if (m.ends_with("f32")) out.push_back({m, kernels::KvType::F32, 1e-4, 0});
     out.push_back({m, kernels::KvType::F16, 5e-3, 1});
   }
+  // A GPU's matvec shape (4 rows per group): decode then fuses neox RoPE and the KV append too (qwen2).
+  for (const char* m : {"llama-f16", "qwen2-f16", "qwen2-q8_0", "qwen2-tied-f32"})
+    out.push_back({m, kernels::KvType::F16, 5e-3, 4, "16x4x4"});
   return out;
 }
 
@@ -74,6 +78,12 @@ TEST_P(GpuForward, MatchesCpuReference) {
     EXPECT_EQ(L.wqkv.n_out == 0, mixed);
     EXPECT_EQ(L.w_gate_up.n_out == 0, mixed);
   }
+  struct Shape {  // the override for this test only
+    explicit Shape(const std::string& s) {
+      if (!s.empty()) kernels::set_matvec_config_override(kernels::parse_matvec_config(s));
+    }
+    ~Shape() { kernels::set_matvec_config_override({.threads_per_row = 0}); }
+  } shape(tc.matvec);
   GpuSession gs(ctx, gm, {.n_ctx = 256, .ubatch = 40, .kv_type = tc.kv, .layers_per_submit = tc.layers_per_submit});
   cpu::CpuSession cs(cm, 256);
 
@@ -129,7 +139,8 @@ INSTANTIATE_TEST_SUITE_P(Models, GpuForward, ::testing::ValuesIn(gpu_cases()),
                          [](const auto& info) {
                            std::string s = info.param.model;
                            std::replace(s.begin(), s.end(), '-', '_');
-                           return s + (info.param.kv == kernels::KvType::F32 ? "_kv_f32" : "_kv_f16");
+                           return s + (info.param.kv == kernels::KvType::F32 ? "_kv_f32" : "_kv_f16") +
+                                  (info.param.matvec.empty() ? "" : "_mv" + info.param.matvec);
                          });
 
 // forward (last logits only, chunked by ubatch) equals forward_all's last row.
