@@ -283,45 +283,67 @@ std::vector<float> GpuSession::run_chunk(std::span<const int32_t> tokens, bool a
   const uint32_t n = uint32_t(tokens.size());
   Buffers& b = *buf_;
   ctx_.write_buffer(b.ids, 0, tokens.data(), tokens.size_bytes());
+  // A step encoded ahead is used for the decode call it was made for and dropped otherwise (before anything
+  // else is encoded).
+  std::unique_ptr<PreparedStep> prepared = std::move(next_);
+  const bool decode = n == 1 && want_logits && !all_logits;
+  if (decode && prepared && prepared->pos == n_past_ && prepared->profiler == ctx_.profiler()) {
+    for (Piece& piece : prepared->pieces) piece->submit();
+  } else {
+    prepared.reset();
+    encode_step(n, n_past_, all_logits, want_logits, [](Piece piece) { piece->submit(); });
+  }
+  n_past_ += n;
+  if (!want_logits) return {};
+  const uint32_t V = model_.config.n_vocab;
+  if (all_logits) {
+    ctx_.wait_idle();
+    return ctx_.read<float>(b.logits_all, 0, uint64_t(n) * V);
+  }
+  // While the GPU works, encode the next decode step (the likely next call).
+  if (n_past_ < n_ctx_) {
+    auto next = std::make_unique<PreparedStep>();
+    next->pos = n_past_;
+    next->profiler = ctx_.profiler();
+    encode_step(1, n_past_, false, true, [&](Piece piece) { next->pieces.push_back(std::move(piece)); });
+    next_ = std::move(next);
+  }
+  std::vector<float> logits(V);
+  ctx_.read_mapped(b.logits_host, 0, logits.data(), uint64_t(V) * 4);
+  return logits;
+}
+
+void GpuSession::encode_step(uint32_t n, uint32_t pos, bool all_logits, bool want_logits,
+                             const std::function<void(Piece)>& ready) {
+  Buffers& b = *buf_;
   const char* label = n == 1 ? "decode" : "prefill";
   auto batch = std::make_unique<gpu::ComputeBatch>(ctx_, label, bind_cache_.get());
   // token ids -> embedding rows (dequantised) into the residual stream
   kernels::encode_embedding(*batch, ctx_, model_.weights.token_embd, b.ids, b.x, n);
   const uint32_t n_layer = model_.config.n_layer;
   for (uint32_t l = 0; l < n_layer; ++l) {
-    encode_layer(*batch, l, n);
-    // The GPU starts on the first layer while the CPU encodes the next ones: submit after layer 0 and
-    // then every layers_per_submit_ layers (queue order keeps the pieces in sequence).
+    encode_layer(*batch, l, n, pos);
+    // The GPU starts on the first layer while the CPU encodes the next ones: a piece ends after layer 0 and then
+    // every layers_per_submit_ layers (queue order keeps the pieces in sequence).
     if (layers_per_submit_ && l + 1 < n_layer && (l == 0 || (l + 1) % layers_per_submit_ == 0)) {
-      batch->submit();
+      ready(std::move(batch));
       batch = std::make_unique<gpu::ComputeBatch>(ctx_, label, bind_cache_.get());
     }
   }
-  if (want_logits) encode_logits(*batch, n, all_logits);
-  n_past_ += n;
-  if (!want_logits) {
-    batch->submit();
-    return {};
+  if (want_logits) {
+    encode_logits(*batch, n, all_logits);
+    // One token's logits go on to a mappable buffer in the same command buffer: one wait per token.
+    if (!all_logits) batch->copy(b.logits, 0, b.logits_host, 0, uint64_t(model_.config.n_vocab) * 4);
   }
-  const uint32_t V = model_.config.n_vocab;
-  if (all_logits) {
-    batch->submit_and_wait();
-    return ctx_.read<float>(b.logits_all, 0, uint64_t(n) * V);
-  }
-  // The copy to the mappable buffer rides in the step's last command buffer: one wait per token.
-  batch->copy(b.logits, 0, b.logits_host, 0, uint64_t(V) * 4);
-  batch->submit();
-  std::vector<float> logits(V);
-  ctx_.read_mapped(b.logits_host, 0, logits.data(), uint64_t(V) * 4);
-  return logits;
+  ready(std::move(batch));
 }
 
-void GpuSession::encode_layer(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n) {
-  encode_attention_block(batch, layer, n);
+void GpuSession::encode_layer(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n, uint32_t pos) {
+  encode_attention_block(batch, layer, n, pos);
   encode_ffn_block(batch, layer, n);
 }
 
-void GpuSession::encode_attention_block(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n) {
+void GpuSession::encode_attention_block(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n, uint32_t pos) {
   const ModelConfig& c = model_.config;
   const GpuLayer& L = model_.weights.layers[layer];
   Buffers& b = *buf_;
@@ -330,7 +352,7 @@ void GpuSession::encode_attention_block(gpu::ComputeBatch& batch, uint32_t layer
   // Decoding with stacked q/k/v (and no q/k norm between), the product's epilogue also rotates q and k
   // and writes k, v into the cache: two dispatches fewer per layer.
   const kernels::RopeKvAppend rk{.table = &model_.weights.rope_table, .head_dim = c.head_dim, .rope_dim = c.rope_dim,
-                                 .neox = c.rope_type == RopeType::Neox, .pos = n_past_, .kv = &kv_[layer]};
+                                 .neox = c.rope_type == RopeType::Neox, .pos = pos, .kv = &kv_[layer]};
   const bool fused_rope_kv = n == 1 && L.wqkv.n_out && !c.qk_norm && kernels::rope_kv_supported(ctx_, L.wqkv, rk);
   if (fused_rope_kv) {
     kernels::MatmulOptions o = normed;
@@ -362,14 +384,14 @@ void GpuSession::encode_attention_block(gpu::ComputeBatch& batch, uint32_t layer
   if (!fused_rope_kv) {
     // RoPE on q and k (one dispatch) at positions n_past ..
     const kernels::RopeShape rope{.n_tokens = n, .n_heads = c.n_head, .head_dim = c.head_dim, .rope_dim = c.rope_dim,
-                                  .start_pos = n_past_, .type = c.rope_type, .n_heads2 = c.n_head_kv};
+                                  .start_pos = pos, .type = c.rope_type, .n_heads2 = c.n_head_kv};
     kernels::encode_rope(batch, ctx_, rope, model_.weights.rope_table, b.q, &b.k);
     // k, v rows into the cache
-    kernels::encode_kv_append(batch, ctx_, kv_[layer], b.k, b.v, n_past_, n);
+    kernels::encode_kv_append(batch, ctx_, kv_[layer], b.k, b.v, pos, n);
   }
   // causal attention over the cache: the batched kernel for a chunk, split-K decode for one token
   const kernels::AttentionShape shape{.n_heads = c.n_head, .n_kv_heads = c.n_head_kv, .head_dim = c.head_dim,
-                                      .n_queries = n, .start_pos = n_past_};
+                                      .n_queries = n, .start_pos = pos};
   if (n == 1)
     kernels::encode_attention_decode(batch, ctx_, shape, b.q, kv_[layer], b.attn, &b.decode_scratch);
   else

@@ -106,11 +106,21 @@ class GpuSession {
 
  private:
   struct Buffers;
+  using Piece = std::unique_ptr<gpu::ComputeBatch>;
+  // A decode step encoded ahead (the one at position pos), its pieces not yet submitted.
+  struct PreparedStep {
+    uint32_t pos = 0;
+    const gpu::Profiler* profiler = nullptr;  // attached while it was encoded
+    std::vector<Piece> pieces;
+  };
   void check_tokens(std::span<const int32_t> tokens) const;
-  // One chunk of n tokens at positions n_past_.. : one command buffer; logits of the last or of every token.
+  // One chunk of n tokens at positions n_past_.. : a few command buffers; logits of the last or of every token.
   std::vector<float> run_chunk(std::span<const int32_t> tokens, bool all_logits, bool want_logits);
-  void encode_layer(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n);
-  void encode_attention_block(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n);
+  // Encodes the step of n tokens at position pos (the ids already in place when it runs), handing each finished
+  // piece to `ready` in order: submitted at once, or kept for later.
+  void encode_step(uint32_t n, uint32_t pos, bool all_logits, bool want_logits, const std::function<void(Piece)>& ready);
+  void encode_layer(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n, uint32_t pos);
+  void encode_attention_block(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n, uint32_t pos);
   void encode_ffn_block(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n);
   void encode_logits(gpu::ComputeBatch& batch, uint32_t n, bool all_logits);
 
@@ -122,6 +132,9 @@ class GpuSession {
   std::unique_ptr<Buffers> buf_;
   std::unique_ptr<gpu::BindCache> bind_cache_;  // decode steps repeat: their bind groups are made once
   std::vector<kernels::KvCache> kv_;  // [n_layer]
+  // While the GPU runs a decode step, the CPU encodes the next one (it depends only on the position): the next
+  // token then only writes its id and submits.
+  std::unique_ptr<PreparedStep> next_;
 };
 
 }  // namespace wgllm

@@ -161,6 +161,46 @@ TEST(GpuForwardApi, LastLogitsEqualAllLogitsAndErrors) {
   EXPECT_THROW(a.forward(bad), InvalidArgument);
 }
 
+// Decode steps are encoded one ahead: the step made for position p is used only by a one-token call at p. Mixed
+// call patterns (decode, a prefill chunk, forward_all, reset, a full context) must give the CPU's logits.
+TEST(GpuForwardApi, StepsEncodedAheadFollowAnyCallPattern) {
+  const GgufFile f = GgufFile::open(test::model_path("llama-f32"));
+  const cpu::CpuModel cm = cpu::load_cpu_model(f);
+  gpu::Context& ctx = test::context();
+  const GpuModel gm = load_gpu_model(ctx, f);
+  GpuSession gs(ctx, gm, {.n_ctx = 16, .ubatch = 8, .kv_type = kernels::KvType::F32});
+  cpu::CpuSession cs(cm, 16);
+  const std::vector<int32_t> ids = random_prompt(cm.config.n_vocab, 16, 11);
+  auto check = [&](std::span<const int32_t> tokens, const char* what) {
+    const auto e = test::compare(gs.forward(tokens), cs.forward(tokens));
+    EXPECT_LE(e.rel_l2, 1e-4) << what << " at n_past " << gs.n_past() << ": " << e.describe();
+  };
+  check(std::span(ids).first(5), "prompt");
+  check(std::span(ids).subspan(5, 1), "decode");
+  check(std::span(ids).subspan(6, 1), "decode");
+  check(std::span(ids).subspan(7, 3), "a 3-token chunk after a decode step");
+  check(std::span(ids).subspan(10, 1), "decode after the chunk");
+  {  // all logits after a decode step, then decode again
+    const auto g = gs.forward_all(std::span(ids).subspan(11, 2));
+    const auto c = cs.forward_all(std::span(ids).subspan(11, 2));
+    EXPECT_LE(test::compare(g.back(), c.back()).rel_l2, 1e-4) << "forward_all after decode";
+  }
+  for (uint32_t i = 13; i < 16; ++i) check(std::span(ids).subspan(i, 1), "decode to the end of the context");
+  EXPECT_EQ(gs.n_past(), 16u);
+  EXPECT_THROW(gs.forward(std::span(ids).first(1)), InvalidArgument);
+  // A reset while a step is encoded ahead (for position 4): the next decode runs at position 0.
+  GpuSession gs2(ctx, gm, {.n_ctx = 16, .ubatch = 8, .kv_type = kernels::KvType::F32});
+  gs2.forward(std::span(ids).first(3));
+  gs2.forward(std::span(ids).subspan(3, 1));
+  gs2.reset();
+  cpu::CpuSession cs2(cm, 16);
+  for (uint32_t i = 0; i < 4; ++i) {
+    const auto step = std::span(ids).subspan(i + 5, 1);
+    const auto e = test::compare(gs2.forward(step), cs2.forward(step));
+    EXPECT_LE(e.rel_l2, 1e-4) << "decode after reset, step " << i << ": " << e.describe();
+  }
+}
+
 // ---- end to end against the transformers fixtures
 
 class GpuForwardRef : public ::testing::TestWithParam<std::string> {};
