@@ -102,7 +102,11 @@ class GpuSession {
   uint32_t ubatch() const { return ubatch_; }
   uint64_t kv_bytes() const;  // GPU memory of the KV caches
   uint64_t bind_groups_made() const { return bind_cache_->misses(); }  // over the session's life
-  void reset() { n_past_ = 0; }  // forget the cached positions (their rows are overwritten later)
+  // Forget the cached positions (their rows are overwritten later) and the step encoded ahead.
+  void reset() {
+    n_past_ = 0;
+    next_.reset();
+  }
 
  private:
   struct Buffers;

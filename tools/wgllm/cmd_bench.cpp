@@ -96,6 +96,7 @@ DecodeProfile profile_decode(const Model& model, Session& s, uint32_t n) {
   }
   p.steps = n;
   p.report = profiler.report();
+  s.reset();  // drops the step the session encoded ahead under this profiler
   return p;
 }
 
