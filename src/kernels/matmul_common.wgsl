@@ -151,15 +151,18 @@ fn store_y(t: u32, r: u32, v: f32) {
   y[i] = out;
 }
 
+// The bias of rows g and g + 1 (zeros without FLAG_BIAS).
+fn bias2(g: u32) -> vec2<f32> {
+  if (has(FLAG_BIAS)) { return vec2<f32>(bias[g], bias[g + 1u]); }
+  return vec2<f32>(0.0);
+}
+
 // SwiGLU epilogue: piece rows r (gate, even) and r + 1 (up) of token t.
 fn store_swiglu(t: u32, r: u32, gate: f32, up: f32) {
   let g = p.row_begin + r;
-  var a = gate;
-  var b = up;
-  if (has(FLAG_BIAS)) {
-    a += bias[g];
-    b += bias[g + 1u];
-  }
+  let bb = bias2(g);
+  let a = gate + bb.x;
+  let b = up + bb.y;
   // e^-a overflows to inf for a < -88: a / inf = -0, the right limit.
   y[p.y_off + t * p.y_stride + g / 2u] = a / (1.0 + exp(-a)) * b;
 }

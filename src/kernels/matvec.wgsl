@@ -39,16 +39,41 @@ fn rope_row(r: u32) -> u32 {
 // [split1, split2) k, [split2, n_out) v, each of heads of head_dim; the first rope_dim dims of every
 // q and k head rotate in adjacent pairs (2i, 2i + 1) by the angle of frequency i at p.pos (normal
 // RoPE). q goes to y; k and v go into the cache (f16 pairs as one word, or two f32 words).
+fn store_rope_kv(r: u32, a: f32, b: f32) {
+  let g = p.row_begin + r;
+  let bb = bias2(g);
+  var v0 = a + bb.x;
+  var v1 = b + bb.y;
+  let is_v = g >= p.split2;
+  let e = select(select(g - p.split1, g, g < p.split1), g - p.split2, is_v);  // element in its output
+  let d = e % p.head_dim;
+  if (!is_v && d < p.rope_dim) {
+    let cs = rope_cos_sin(turns[d / 2u], p.pos);
+    let r0 = v0 * cs.x - v1 * cs.y;
+    v1 = v0 * cs.y + v1 * cs.x;
+    v0 = r0;
+  }
+  if (g < p.split1) {
+    y[p.y_off + g] = v0;
+    y[p.y_off + g + 1u] = v1;
+    return;
+  }
+  let at = select(p.kv_k_off, p.kv_v_off, is_v) + e;
+  if (p.kv_f16 != 0u) {
+    kv[at / 2u] = pack2x16float(vec2<f32>(v0, v1));
+  } else {
+    kv[at] = bitcast<u32>(v0);
+    kv[at + 1u] = bitcast<u32>(v1);
+  }
+}
+
 // Group rows r .. r + 3 (r a multiple of 4) under FLAG_ROPE_KV | FLAG_NEOX: v holds their dots, read
 // through rope_row. Elements e0 .. e3 of their output: (2i, 2i + 1, 2i + h, 2i + h + 1) within
 // rope_dim of a q or k head (rotating pairs (e0, e2) by frequency 2i and (e1, e3) by 2i + 1), else 4
 // adjacent ones. (e0, e1) and (e2, e3) are adjacent: one f16 word each in the cache.
 fn store_rope_kv_neox(r: u32, dots: vec4<f32>) {
-  var v = dots;
-  if (has(FLAG_BIAS)) {
-    v += vec4<f32>(bias[p.row_begin + rope_row(r)], bias[p.row_begin + rope_row(r + 1u)],
-                   bias[p.row_begin + rope_row(r + 2u)], bias[p.row_begin + rope_row(r + 3u)]);
-  }
+  // rows r, r + 1 and r + 2, r + 3 are read as adjacent pairs
+  var v = dots + vec4<f32>(bias2(p.row_begin + rope_row(r)), bias2(p.row_begin + rope_row(r + 2u)));
   let g = p.row_begin + r;
   let is_v = g >= p.split2;
   let local = select(select(g - p.split1, g, g < p.split1), g - p.split2, is_v);
@@ -80,37 +105,6 @@ fn store_rope_kv_neox(r: u32, dots: vec4<f32>) {
     kv[base + e.y] = bitcast<u32>(v.y);
     kv[base + e.z] = bitcast<u32>(v.z);
     kv[base + e.w] = bitcast<u32>(v.w);
-  }
-}
-
-fn store_rope_kv(r: u32, a: f32, b: f32) {
-  let g = p.row_begin + r;
-  var v0 = a;
-  var v1 = b;
-  if (has(FLAG_BIAS)) {
-    v0 += bias[g];
-    v1 += bias[g + 1u];
-  }
-  let is_v = g >= p.split2;
-  let e = select(select(g - p.split1, g, g < p.split1), g - p.split2, is_v);  // element in its output
-  let d = e % p.head_dim;
-  if (!is_v && d < p.rope_dim) {
-    let cs = rope_cos_sin(turns[d / 2u], p.pos);
-    let r0 = v0 * cs.x - v1 * cs.y;
-    v1 = v0 * cs.y + v1 * cs.x;
-    v0 = r0;
-  }
-  if (g < p.split1) {
-    y[p.y_off + g] = v0;
-    y[p.y_off + g + 1u] = v1;
-    return;
-  }
-  let at = select(p.kv_k_off, p.kv_v_off, is_v) + e;
-  if (p.kv_f16 != 0u) {
-    kv[at / 2u] = pack2x16float(vec2<f32>(v0, v1));
-  } else {
-    kv[at] = bitcast<u32>(v0);
-    kv[at + 1u] = bitcast<u32>(v1);
   }
 }
 
