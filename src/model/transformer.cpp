@@ -382,7 +382,7 @@ void GpuSession::encode_attention_block(gpu::ComputeBatch& batch, uint32_t layer
     kernels::encode_rms_norm(batch, ctx_, b.k, L.k_norm, b.k, n * c.n_head_kv, c.head_dim, c.rms_eps);
   }
   if (!fused_rope_kv) {
-    // RoPE on q and k (one dispatch) at positions n_past ..
+    // RoPE on q and k (one dispatch) at positions pos ..
     const kernels::RopeShape rope{.n_tokens = n, .n_heads = c.n_head, .head_dim = c.head_dim, .rope_dim = c.rope_dim,
                                   .start_pos = pos, .type = c.rope_type, .n_heads2 = c.n_head_kv};
     kernels::encode_rope(batch, ctx_, rope, model_.weights.rope_table, b.q, &b.k);
