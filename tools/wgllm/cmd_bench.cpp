@@ -151,11 +151,12 @@ int bench(const BenchOptions& o) {
   if (!o.json) print_memory(model);
   Session s(model);
   const std::vector<int32_t> prompt = random_tokens(o.n_prompt, info.n_vocab, 1);
-  // Untimed runs of each for at least half a second: they compile the shaders, and GPUs raise their
-  // clocks only under sustained load (an idle H200 runs its cores at a fraction of the boost clock).
+  // Untimed runs of each for at least 1.5 s: they compile the shaders, and GPUs raise their clocks only
+  // under sustained load (an idle H200 runs its cores at 345 MHz; after half a second of warm-up the first
+  // timed tg128 could still run at 2/3 speed).
   using clock = std::chrono::steady_clock;
   auto warm = [](auto run) {
-    for (const auto t0 = clock::now(); std::chrono::duration<double>(clock::now() - t0).count() < 0.5;) run();
+    for (const auto t0 = clock::now(); std::chrono::duration<double>(clock::now() - t0).count() < 1.5;) run();
   };
   if (o.n_prompt) warm([&] { time_pp(s, prompt); });
   if (o.n_gen) warm([&] { time_tg(s, std::min<uint32_t>(o.n_gen, 8), info.n_vocab); });
