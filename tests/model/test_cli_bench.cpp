@@ -58,6 +58,27 @@ TEST(CliBench, ProfileJsonAddsUp) {
   EXPECT_LE(span, wall);
 }
 
+// -d fills the cache before each test: past 256 cached keys the decode attention splits the keys and adds its
+// reduce pass, once per layer; without -d it does not.
+TEST(CliBench, DepthFillsTheCacheBeforeTheSteps) {
+  if (!test::context().features().timestamp_query) GTEST_SKIP() << "the adapter has no timestamp-query";
+  const std::string model = test::model_path("llama-f32");
+  const uint32_t n_layer = config_from_gguf(GgufFile::open(model)).n_layer;
+  auto reduce_calls = [&](const std::string& depth) {
+    const auto [status, out] = run_cli("bench -m " + model + " -p 4 -n 2 -r 1 --profile --json" + depth);
+    EXPECT_EQ(status, 0) << out;
+    const nlohmann::json j = nlohmann::json::parse(out);
+    EXPECT_EQ(j.at("depth"), depth.empty() ? 0 : 300);
+    EXPECT_GT(double(j.at("pp").at("tokens_per_s")), 0);
+    double calls = 0;
+    for (const auto& k : j.at("profile").at("kernels"))
+      if (k.at("kernel") == "attention.wgsl:attention_decode_reduce") calls += double(k.at("calls_per_step"));
+    return calls;
+  };
+  EXPECT_EQ(reduce_calls(" -d 300"), n_layer);
+  EXPECT_EQ(reduce_calls(""), 0);
+}
+
 TEST(CliBench, ProfileNeedsDecodeSteps) {
   const auto [status, out] = run_cli("bench -m " + test::model_path("llama-f32") + " -p 4 -n 0 -r 1 --profile");
   EXPECT_EQ(status, 1) << out;

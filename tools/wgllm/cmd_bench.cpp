@@ -20,6 +20,7 @@ namespace {
 struct BenchOptions {
   std::string model, adapter;
   uint32_t n_prompt = 512, n_gen = 128, repeats = 5, ubatch = 512;
+  uint32_t depth = 0;  // tokens already in the cache when pp and tg start (llama-bench's -d)
   bool json = false;
   bool profile = false;  // after the table: GPU time per kernel of n_gen decode steps
   std::string matvec;  // tuning: matvec shape override
@@ -45,17 +46,23 @@ std::vector<int32_t> random_tokens(uint32_t n, uint32_t n_vocab, uint64_t seed) 
   return t;
 }
 
-// Tokens per second of feeding n_prompt tokens to an empty cache.
-double time_pp(Session& s, const std::vector<int32_t>& prompt) {
+// The cache emptied, then filled with `depth` tokens (untimed).
+void fill(Session& s, const std::vector<int32_t>& depth) {
   s.reset();
+  if (!depth.empty()) s.feed(depth);
+}
+
+// Tokens per second of feeding n_prompt tokens after `depth` cached ones.
+double time_pp(Session& s, const std::vector<int32_t>& prompt, const std::vector<int32_t>& depth) {
+  fill(s, depth);
   const auto t0 = std::chrono::steady_clock::now();
   s.feed(prompt);
   return prompt.size() / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// Tokens per second of n one-token steps from an empty cache.
-double time_tg(Session& s, uint32_t n, uint32_t n_vocab) {
-  s.reset();
+// Tokens per second of n one-token steps after `depth` cached tokens.
+double time_tg(Session& s, uint32_t n, uint32_t n_vocab, const std::vector<int32_t>& depth) {
+  fill(s, depth);
   const std::vector<int32_t> ids = random_tokens(n, n_vocab, 2);
   const auto t0 = std::chrono::steady_clock::now();
   for (int32_t id : ids) s.feed(std::span(&id, 1));
@@ -71,7 +78,7 @@ struct DecodeProfile {
   double normal_step_us = 0;  // one step of the timed tg run (median), without the profiler
 };
 
-DecodeProfile profile_decode(const Model& model, Session& s, uint32_t n) {
+DecodeProfile profile_decode(const Model& model, Session& s, uint32_t n, const std::vector<int32_t>& depth) {
   gpu::Context& ctx = gpu_context(model);
   if (!ctx.features().timestamp_query) throw GpuError("--profile: the adapter has no timestamp-query feature");
   gpu::Profiler profiler(ctx);
@@ -82,11 +89,13 @@ DecodeProfile profile_decode(const Model& model, Session& s, uint32_t n) {
   ctx.set_profiler(&profiler);
   const std::vector<int32_t> ids = random_tokens(n, model.info().n_vocab, 2);
   // Warm-up: the query sets and readback buffers are made here, not in the measured steps.
-  s.reset();
+  fill(s, depth);
   s.feed(std::span(ids.data(), std::min<size_t>(ids.size(), 2)));
   profiler.collect();
   profiler.reset();
-  s.reset();
+  fill(s, depth);
+  profiler.collect();  // the fill's batches are not part of the profile
+  profiler.reset();
   DecodeProfile p;
   for (int32_t id : ids) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -143,7 +152,7 @@ void print_profile(const DecodeProfile& p) {
 int bench(const BenchOptions& o) {
   if (o.profile && !o.n_gen) throw InvalidArgument("--profile times decode steps: give -n > 0");
   if (!o.matvec.empty()) kernels::set_matvec_config_override(kernels::parse_matvec_config(o.matvec));
-  const uint32_t n_ctx = std::max<uint32_t>(std::max(o.n_prompt, o.n_gen), 1);
+  const uint32_t n_ctx = o.depth + std::max<uint32_t>(std::max(o.n_prompt, o.n_gen), 1);
   Model model = load_model(o.model, {.adapter = o.adapter, .n_ctx = n_ctx, .ubatch = o.ubatch,
                                      .layers_per_submit = o.layers_per_submit,
                                      .progress = o.json ? nullptr : progress_bar()});
@@ -151,6 +160,7 @@ int bench(const BenchOptions& o) {
   if (!o.json) print_memory(model);
   Session s(model);
   const std::vector<int32_t> prompt = random_tokens(o.n_prompt, info.n_vocab, 1);
+  const std::vector<int32_t> depth = random_tokens(o.depth, info.n_vocab, 3);
   // Untimed runs of each for at least 1.5 s: they compile the shaders, and GPUs raise their clocks only
   // under sustained load (an idle H200 runs its cores at 345 MHz; after half a second of warm-up the first
   // timed tg128 could still run at 2/3 speed).
@@ -158,22 +168,22 @@ int bench(const BenchOptions& o) {
   auto warm = [](auto run) {
     for (const auto t0 = clock::now(); std::chrono::duration<double>(clock::now() - t0).count() < 1.5;) run();
   };
-  if (o.n_prompt) warm([&] { time_pp(s, prompt); });
-  if (o.n_gen) warm([&] { time_tg(s, std::min<uint32_t>(o.n_gen, 8), info.n_vocab); });
+  if (o.n_prompt) warm([&] { time_pp(s, prompt, depth); });
+  if (o.n_gen) warm([&] { time_tg(s, std::min<uint32_t>(o.n_gen, 8), info.n_vocab, depth); });
   std::vector<double> pp, tg;
   for (uint32_t r = 0; r < std::max<uint32_t>(o.repeats, 1); ++r) {
-    if (o.n_prompt) pp.push_back(time_pp(s, prompt));
-    if (o.n_gen) tg.push_back(time_tg(s, o.n_gen, info.n_vocab));
+    if (o.n_prompt) pp.push_back(time_pp(s, prompt, depth));
+    if (o.n_gen) tg.push_back(time_tg(s, o.n_gen, info.n_vocab, depth));
   }
   std::optional<DecodeProfile> profile;
   if (o.profile) {
-    profile = profile_decode(model, s, o.n_gen);
+    profile = profile_decode(model, s, o.n_gen, depth);
     profile->normal_step_us = 1e6 / stats(tg).median;
   }
   const double gb = info.bytes_per_token / 1e9;
   if (o.json) {
     nlohmann::json j = {{"model", info.arch}, {"type", info.weight_type}, {"params", info.n_params},
-                        {"adapter", info.adapter}, {"weight_bytes", info.weight_bytes}};
+                        {"adapter", info.adapter}, {"weight_bytes", info.weight_bytes}, {"depth", o.depth}};
     if (!pp.empty()) {
       const Stat p = stats(pp);
       j["pp"] = {{"n", o.n_prompt}, {"tokens_per_s", p.median}, {"min", p.min}, {"max", p.max}};
@@ -188,17 +198,17 @@ int bench(const BenchOptions& o) {
     return 0;
   }
   const std::string model_name = info.arch + " " + std::to_string(info.n_layer) + "L " + std::to_string(info.n_embd);
-  std::printf("| %-16s | %-6s | %9s | %-24.24s | %7s | %24s | %10s |\n", "model", "type", "params", "adapter", "test",
+  std::printf("| %-16s | %-6s | %9s | %-24.24s | %13s | %24s | %10s |\n", "model", "type", "params", "adapter", "test",
               "t/s (median [min, max])", "GB/s");
   std::printf("|%s|%s|%s|%s|%s|%s|%s|\n", std::string(18, '-').c_str(), std::string(8, '-').c_str(),
-              std::string(11, '-').c_str(), std::string(26, '-').c_str(), std::string(9, '-').c_str(),
+              std::string(11, '-').c_str(), std::string(26, '-').c_str(), std::string(15, '-').c_str(),
               std::string(26, '-').c_str(), std::string(12, '-').c_str());
   auto row = [&](const char* kind, uint32_t n, const Stat& st, double gbs) {
-    const std::string test = kind + std::to_string(n);
+    const std::string test = kind + std::to_string(n) + (o.depth ? " @ d" + std::to_string(o.depth) : "");
     char ts[64], gbuf[32] = "";
     std::snprintf(ts, sizeof ts, "%.2f [%.2f, %.2f]", st.median, st.min, st.max);
     if (gbs > 0) std::snprintf(gbuf, sizeof gbuf, "%.2f", gbs);
-    std::printf("| %-16s | %-6s | %8.2fM | %-24.24s | %7s | %24s | %10s |\n", model_name.c_str(),
+    std::printf("| %-16s | %-6s | %8.2fM | %-24.24s | %13s | %24s | %10s |\n", model_name.c_str(),
                 info.weight_type.c_str(), info.n_params / 1e6, info.adapter.c_str(), test.c_str(), ts, gbuf);
   };
   if (!pp.empty()) row("pp", o.n_prompt, stats(pp), 0);
@@ -216,6 +226,8 @@ const Register reg{{"bench", "prompt processing and generation speed of a model"
                           ->capture_default_str();
                       app.add_option("-n,--n-gen", o->n_gen, "generated tokens (0: skip tg)")->capture_default_str();
                       app.add_option("-r,--repetitions", o->repeats, "repeats of each test")->capture_default_str();
+                      app.add_option("-d,--depth", o->depth, "tokens already cached when each test starts (filled untimed)")
+                          ->capture_default_str();
                       app.add_option("--ubatch", o->ubatch, "prompt tokens per GPU step")->capture_default_str();
                       app.add_option("--adapter", o->adapter, "adapter index or name part (wgllm info --list)");
                       app.add_flag("--json", o->json, "print one JSON object");
