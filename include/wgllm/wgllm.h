@@ -120,7 +120,8 @@ struct GenerateResult {
   bool stopped_by_eog = false;
 };
 
-// One sequence with its own KV cache. The model must outlive the session.
+// One sequence with its own KV cache. The model must outlive the session. Making the first session of a model
+// also compiles its kernels (later ones reuse them), so the first prompt is not charged for that.
 class Session {
  public:
   explicit Session(const Model& model);

@@ -232,6 +232,10 @@ GpuSession::GpuSession(gpu::Context& ctx, const GpuModel& model, const GpuSessio
   const uint32_t splits = kernels::attention_decode_splits(longest, kv_[0]);
   b.decode_scratch = make(std::max<uint64_t>(4, kernels::attention_decode_scratch_bytes(longest, splits) / 4),
                           "decode scratch");
+  // Compile the kernels now, as part of loading rather than of the first prompt: encode (and drop) a step of each
+  // token count the matvec is specialised for and one tiled prefill chunk. The pipelines stay in the context.
+  for (uint32_t n = 1; n <= kernels::kMatvecMaxTokens + 1; ++n)
+    if (n <= ubatch_ && n <= n_ctx_) encode_step(n, 0, false, true, [](Piece) {});
   ctx.check_errors();
 }
 

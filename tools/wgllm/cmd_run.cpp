@@ -111,10 +111,10 @@ int run(RunOptions o) {
                                        prompt = prompt_tokens(m, o, text);
                                        if (o.n_ctx) check_prompt_fits(prompt.size(), o.n_ctx);
                                      }});
-  const double load_s = std::chrono::duration<double>(clock::now() - t0).count();
   if (!o.json) print_memory(model);
   check_prompt_fits(prompt.size(), model.info().n_ctx);
   Session session(model);  // before the echo: a KV cache the adapter cannot hold fails before any text
+  const double load_s = std::chrono::duration<double>(clock::now() - t0).count();  // with the kernels compiled
   if (!o.json && !o.chat && o.prompt_ids.empty()) {  // echo the prompt, then stream the continuation
     std::fwrite(text.data(), 1, text.size(), stdout);
     std::fflush(stdout);
