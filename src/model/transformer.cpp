@@ -380,12 +380,18 @@ void GpuSession::encode_attention_block(gpu::ComputeBatch& batch, uint32_t layer
       kernels::encode_matmul(batch, ctx_, *w, b.x, *y, n, o);
     }
   }
-  if (c.qk_norm) {
+  if (c.qk_norm && n == 1) {
+    // qwen3 decoding: the per-head q/k norm, RoPE and the KV append in one dispatch
+    const kernels::QkNormRopeKvShape s{.n_head = c.n_head, .n_kv = c.n_head_kv, .head_dim = c.head_dim,
+                                       .rope_dim = c.rope_dim, .type = c.rope_type, .pos = pos, .eps = c.rms_eps};
+    kernels::encode_qk_norm_rope_kv(batch, ctx_, s, model_.weights.rope_table, b.q, b.k, b.v, L.q_norm, L.k_norm,
+                                    kv_[layer]);
+  } else if (c.qk_norm) {
     // qwen3: RMSNorm of every q and k head, in place
     kernels::encode_rms_norm(batch, ctx_, b.q, L.q_norm, b.q, n * c.n_head, c.head_dim, c.rms_eps);
     kernels::encode_rms_norm(batch, ctx_, b.k, L.k_norm, b.k, n * c.n_head_kv, c.head_dim, c.rms_eps);
   }
-  if (!fused_rope_kv) {
+  if (!fused_rope_kv && !(c.qk_norm && n == 1)) {
     // RoPE on q and k (one dispatch) at positions pos ..
     const kernels::RopeShape rope{.n_tokens = n, .n_heads = c.n_head, .head_dim = c.head_dim, .rope_dim = c.rope_dim,
                                   .start_pos = pos, .type = c.rope_type, .n_heads2 = c.n_head_kv};
