@@ -694,6 +694,36 @@ TEST_P(KvAppendTable, WritesThroughThePageTable) {
 INSTANTIATE_TEST_SUITE_P(Cases, KvAppendTable, ::testing::ValuesIn(kKvAppendCases),
                          [](const auto& info) { return std::string(info.param.name); });
 
+// Rows next to `pos` written by the host before a kernel appends row `pos` of a KV cache: they must survive it, and
+// the appended row must match the expected K and V (within the f16 cache's rounding).
+struct AppendedRowCheck {
+  uint32_t pos, lo, hi, kv_dim;
+  std::vector<float> nk, nv;
+  AppendedRowCheck(kernels::KvCache& kv, uint32_t pos, std::mt19937_64& gen)
+      : pos(pos), lo(pos ? pos - 1 : 0), hi(std::min(kv.config().max_seq, pos + 2)), kv_dim(kv.config().kv_dim) {
+    nk = random_floats(size_t(hi - lo) * kv_dim, gen);
+    nv = random_floats(size_t(hi - lo) * kv_dim, gen);
+    kv.write(lo, hi - lo, nk, nv);
+  }
+  void expect(const kernels::KvCache& kv, std::span<const float> want_k, std::span<const float> want_v) const {
+    std::vector<float> gk, gv;
+    kv.read(lo, hi - lo, gk, gv);
+    const bool f16 = kv.config().type == kernels::KvType::F16;
+    auto round = [&](float f) { return f16 ? wgllm::f16_to_f32(wgllm::f32_to_f16(f)) : f; };
+    const size_t at = size_t(pos - lo) * kv_dim;
+    for (size_t i = 0; i < gk.size(); ++i) {
+      if (i >= at && i < at + kv_dim) continue;
+      ASSERT_EQ(gk[i], round(nk[i])) << "K neighbour element " << i << " changed";
+      ASSERT_EQ(gv[i], round(nv[i])) << "V neighbour element " << i << " changed";
+    }
+    const double tol = f16 ? 1e-3 : 1e-5;
+    const auto rk = compare(std::span<const float>(gk).subspan(at, kv_dim), want_k);
+    const auto rv = compare(std::span<const float>(gv).subspan(at, kv_dim), want_v);
+    EXPECT_LE(rk.rel_l2, tol) << "K: " << rk.describe();
+    EXPECT_LE(rv.rel_l2, tol) << "V: " << rv.describe();
+  }
+};
+
 // The decode epilogue of the stacked q/k/v product: q rotated into y, k rotated and v written
 // into the cache at one position (through the page table, into the right pool).
 struct RopeKvCase {
@@ -739,11 +769,7 @@ void check_rope_kv(const RopeKvCase& c) {
   auto table = kernels::upload_rope_table(ctx, c.rope_dim, float(base));
   kernels::KvCache kv(ctx, {.kv_dim = kvd, .max_seq = c.max_seq, .page_size = c.page_size, .type = c.kv_type,
                             .shuffle_pages = c.page_size > 0, .shuffle_seed = seed() ^ salt}, c.name);
-  // Neighbour rows written by the host must survive.
-  const uint32_t lo = c.pos ? c.pos - 1 : 0, hi = std::min(c.max_seq, c.pos + 2);
-  const auto nk = random_floats(size_t(hi - lo) * kvd, gen), nv = random_floats(size_t(hi - lo) * kvd, gen);
-  kv.write(lo, hi - lo, nk, nv);
-
+  const AppendedRowCheck row(kv, c.pos, gen);
   const kernels::RopeKvAppend rk{.table = &table, .head_dim = c.head_dim, .rope_dim = c.rope_dim, .neox = c.neox,
                                  .pos = c.pos, .kv = &kv};
   kernels::MatmulOptions o{.bias = c.bias ? &*bbuf : nullptr, .norm = &nbuf, .eps = 1e-5f};
@@ -767,21 +793,7 @@ void check_rope_kv(const RopeKvCase& c) {
   const auto want_k = cpu::rope(k, 1, c.n_kv, c.head_dim, c.rope_dim, c.pos, base, c.neox);
   const auto rq = compare(ctx.read<float>(y), want_q);
   EXPECT_LE(rq.rel_l2, 1e-5) << "q: " << rq.describe();
-  std::vector<float> gk, gv;
-  kv.read(lo, hi - lo, gk, gv);
-  const bool f16 = c.kv_type == kernels::KvType::F16;
-  auto round = [&](float f) { return f16 ? wgllm::f16_to_f32(wgllm::f32_to_f16(f)) : f; };
-  const size_t at = size_t(c.pos - lo) * kvd;
-  for (size_t i = 0; i < gk.size(); ++i) {
-    if (i >= at && i < at + kvd) continue;
-    ASSERT_EQ(gk[i], round(nk[i])) << "K neighbour element " << i << " changed";
-    ASSERT_EQ(gv[i], round(nv[i])) << "V neighbour element " << i << " changed";
-  }
-  const std::vector<float> got_k(gk.begin() + at, gk.begin() + at + kvd), got_v(gv.begin() + at, gv.begin() + at + kvd);
-  const double tol = f16 ? 1e-3 : 1e-5;
-  const auto rkr = compare(got_k, want_k), rvr = compare(got_v, v);
-  EXPECT_LE(rkr.rel_l2, tol) << "K: " << rkr.describe();
-  EXPECT_LE(rvr.rel_l2, tol) << "V: " << rvr.describe();
+  row.expect(kv, want_k, v);
 }
 
 std::ostream& operator<<(std::ostream& o, const RopeKvCase& c) { return o << c.name; }
@@ -869,9 +881,7 @@ TEST_P(QkNormRopeKvTable, MatchesCpuReference) {
   auto table = kernels::upload_rope_table(ctx, c.rope_dim, float(base));
   kernels::KvCache kv(ctx, {.kv_dim = kvd, .max_seq = c.max_seq, .page_size = c.page_size, .type = c.kv_type,
                             .shuffle_pages = c.page_size > 0, .shuffle_seed = seed() ^ salt}, c.name);
-  const uint32_t lo = c.pos ? c.pos - 1 : 0, hi = std::min(c.max_seq, c.pos + 2);
-  const auto nk = random_floats(size_t(hi - lo) * kvd, gen), nv = random_floats(size_t(hi - lo) * kvd, gen);
-  kv.write(lo, hi - lo, nk, nv);
+  const AppendedRowCheck row(kv, c.pos, gen);
   const float eps = 1e-6f;
   gpu::ComputeBatch batch(ctx, c.name);
   kernels::encode_qk_norm_rope_kv(batch, ctx,
@@ -885,21 +895,7 @@ TEST_P(QkNormRopeKvTable, MatchesCpuReference) {
                                 c.pos, base, c.neox);
   const auto rq = compare(ctx.read<float>(qb), want_q);
   EXPECT_LE(rq.rel_l2, 1e-5) << "q: " << rq.describe();
-  std::vector<float> gk, gv;
-  kv.read(lo, hi - lo, gk, gv);
-  const bool f16 = c.kv_type == kernels::KvType::F16;
-  auto round = [&](float f) { return f16 ? wgllm::f16_to_f32(wgllm::f32_to_f16(f)) : f; };
-  const size_t at = size_t(c.pos - lo) * kvd;
-  for (size_t i = 0; i < gk.size(); ++i) {
-    if (i >= at && i < at + kvd) continue;
-    ASSERT_EQ(gk[i], round(nk[i])) << "K neighbour element " << i << " changed";
-    ASSERT_EQ(gv[i], round(nv[i])) << "V neighbour element " << i << " changed";
-  }
-  const double tol = f16 ? 1e-3 : 1e-5;
-  const auto rk = compare(std::vector<float>(gk.begin() + at, gk.begin() + at + kvd), want_k);
-  const auto rv = compare(std::vector<float>(gv.begin() + at, gv.begin() + at + kvd), v);
-  EXPECT_LE(rk.rel_l2, tol) << "K: " << rk.describe();
-  EXPECT_LE(rv.rel_l2, tol) << "V: " << rv.describe();
+  row.expect(kv, want_k, v);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, QkNormRopeKvTable, ::testing::ValuesIn(kQkNormCases),
