@@ -4,7 +4,8 @@
 // starts on the first layers while the rest is encoded), and only the logits are read back. Per layer and token:
 // the q/k/v projection with the norm folded in, RoPE of q and k, KV append, attention, the output projection added
 // to the residual, gate/up with the norm folded in and SwiGLU, the down projection added to the residual. Decoding,
-// the q/k/v projection also does the RoPE and the KV append (5 dispatches per layer; not with qwen3's q/k norm).
+// the q/k/v projection also does the RoPE and the KV append (5 dispatches per layer); with qwen3's q/k norm one
+// kernel does the norm, the RoPE and the append (6).
 #pragma once
 #include <cstdint>
 #include <functional>
