@@ -1,5 +1,6 @@
 // Host encoders for the small forward-pass kernels: RMSNorm (norm.wgsl), RoPE (rope.wgsl), SwiGLU
-// (swiglu.wgsl) and qwen3's decode step between the q/k/v product and attention (qk_norm_rope_kv.wgsl). Contract checks throw wgllm::InvalidArgument naming the field.
+// (swiglu.wgsl), qwen3's decode step between the q/k/v product and attention (qk_norm_rope_kv.wgsl) and greedy
+// sampling (argmax.wgsl). Contract checks throw wgllm::InvalidArgument naming the field.
 #pragma once
 #include <cstdint>
 #include <span>
@@ -97,5 +98,19 @@ static_assert(sizeof(SwigluParams) == 16);
 // out[i] = silu(gate[i]) * up[i] for i < n; out must differ from gate and up.
 void encode_swiglu(gpu::ComputeBatch& batch, gpu::Context& ctx, const gpu::Buffer& gate, const gpu::Buffer& up,
                    const gpu::Buffer& out, uint64_t n);
+
+// Mirrors `ArgmaxParams` in argmax.wgsl.
+struct ArgmaxParams {
+  uint32_t n, chunk, n_partials, out_index;
+};
+static_assert(sizeof(ArgmaxParams) == 16);
+
+// Scratch bytes encode_argmax needs for n values (one (value, index) pair per chunk).
+uint64_t argmax_scratch_bytes(uint32_t n);
+
+// out[out_index] (u32) = the index of the largest of values[0, n) (f32): the lowest index among equals, NaN never
+// wins, 0 when nothing beats -inf. Two dispatches; scratch: argmax_scratch_bytes(n).
+void encode_argmax(gpu::ComputeBatch& batch, gpu::Context& ctx, const gpu::Buffer& values, uint32_t n,
+                   const gpu::Buffer& scratch, const gpu::Buffer& out, uint32_t out_index = 0);
 
 }  // namespace wgllm::kernels
