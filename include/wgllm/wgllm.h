@@ -133,10 +133,16 @@ class Session {
   // Logits of every token fed: [tokens][n_vocab].
   std::vector<std::vector<float>> feed_all(std::span<const int32_t> tokens);
 
+  // Greedy decoding with the argmax taken on the GPU: feeds `token`, then each step's argmax is the next step's
+  // input without a round trip to the host (the next step is queued before the current one's id is read back).
+  // on_id gets each chosen id; stops after max_new ids, at a full context, or when on_id returns false. Returns
+  // the ids chosen; n_past() then counts `token` and every chosen id but the last, as if each were fed.
+  uint32_t decode_greedy(int32_t token, uint32_t max_new, const std::function<bool(int32_t id)>& on_id = {});
+
   // Feeds the prompt, then samples up to max_tokens tokens (stopping at end of generation, a full context or when
-  // on_token returns false). on_token gets each id and its text as a TextStream chunk (may be empty), and at the end
-  // id -1 with text held back by the stream, if any. The prompt must fit the context (InvalidArgument before any
-  // work otherwise).
+  // on_token returns false); greedy sampling without a repetition penalty runs through decode_greedy. on_token gets
+  // each id and its text as a TextStream chunk (may be empty), and at the end id -1 with text held back by the
+  // stream, if any. The prompt must fit the context (InvalidArgument before any work otherwise).
   using OnToken = std::function<bool(int32_t id, std::string_view text)>;
   GenerateResult generate(std::span<const int32_t> prompt, const SamplingParams& sampling, uint32_t max_tokens,
                           const OnToken& on_token = {});

@@ -202,6 +202,9 @@ std::vector<float> Session::feed(std::span<const int32_t> tokens) { return impl_
 std::vector<std::vector<float>> Session::feed_all(std::span<const int32_t> tokens) {
   return impl_->gs.forward_all(tokens);
 }
+uint32_t Session::decode_greedy(int32_t token, uint32_t max_new, const std::function<bool(int32_t)>& on_id) {
+  return impl_->gs.decode_greedy(token, max_new, on_id);
+}
 uint32_t Session::n_past() const { return impl_->gs.n_past(); }
 uint32_t Session::n_ctx() const { return impl_->gs.n_ctx(); }
 void Session::reset() { impl_->gs.reset(); }
@@ -225,15 +228,30 @@ GenerateResult Session::generate(std::span<const int32_t> prompt, const Sampling
   r.prompt_seconds = std::chrono::duration<double>(t1 - t0).count();
 
   TextStream stream(model);
-  while (r.tokens.size() < max_tokens) {
-    const int32_t id = sampler.sample(logits);
+  // Takes one sampled id; false when generation ends with it.
+  auto take = [&](int32_t id) {
     r.tokens.push_back(id);
     r.stopped_by_eog = model.is_end_of_generation(id);
     const std::string text = r.stopped_by_eog ? std::string() : stream.push(id);
     r.text += text;
-    if (on_token && !on_token(id, text)) break;
-    if (r.stopped_by_eog || r.tokens.size() == max_tokens || gs.n_past() == gs.n_ctx()) break;
-    logits = gs.forward(std::span(&id, 1));
+    if (on_token && !on_token(id, text)) return false;
+    return !r.stopped_by_eog && r.tokens.size() < max_tokens;
+  };
+  int32_t id = max_tokens > 0 ? sampler.sample(logits) : -1;
+  if (max_tokens > 0 && take(id)) {
+    if (sampler.argmax_only()) {
+      // the argmax on the GPU: no logits come back
+      gs.decode_greedy(id, max_tokens - 1, [&](int32_t next) {
+        sampler.accept(next);
+        return take(next);
+      });
+    } else {
+      while (gs.n_past() < gs.n_ctx()) {
+        logits = gs.forward(std::span(&id, 1));
+        id = sampler.sample(logits);
+        if (!take(id)) break;
+      }
+    }
   }
   const std::string rest = stream.flush();
   r.text += rest;

@@ -79,9 +79,10 @@ constexpr const char* kNoAdapterHelp =
 
 // Drives callbacks registered with AllowProcessEvents until `done` (bounded, never hangs forever).
 template <typename Pred>
-void process_until(WGPUInstance instance, WGPUDevice device, Pred done, const char* what) {
+void process_until(WGPUInstance instance, WGPUDevice device, Pred done, const char* what,
+                   const uint64_t* submission = nullptr) {
   for (int i = 0; i < 1000000 && !done(); ++i) {
-    if (device) native::poll_wait(device);
+    if (device) native::poll_wait(device, submission);
     wgpuInstanceProcessEvents(instance);
   }
   if (!done()) throw GpuError(std::string("timed out waiting for ") + what);
@@ -409,7 +410,8 @@ void Context::read_buffer(const Buffer& buf, uint64_t offset, void* dst, uint64_
   }
 }
 
-void Context::read_mapped(const Buffer& staging, uint64_t offset, void* dst, uint64_t size) {
+void Context::read_mapped(const Buffer& staging, uint64_t offset, void* dst, uint64_t size,
+                          std::optional<SubmissionIndex> after) {
   if (offset + size > staging.size || offset + size < offset)
     throw InvalidArgument("mapped read of " + std::to_string(size) + " bytes at offset " + std::to_string(offset) +
                           " past the end of a " + std::to_string(staging.size) + "-byte buffer");
@@ -431,7 +433,8 @@ void Context::read_mapped(const Buffer& staging, uint64_t offset, void* dst, uin
   };
   cb.userdata1 = &mapped;
   wgpuBufferMapAsync(staging.get(), WGPUMapMode_Read, begin, end - begin, cb);
-  process_until(instance_.get(), device_.get(), [&] { return mapped.done; }, "a buffer readback");
+  process_until(instance_.get(), device_.get(), [&] { return mapped.done; }, "a buffer readback",
+                after ? &*after : nullptr);
   check_errors();
   if (mapped.status != WGPUMapAsyncStatus_Success) throw GpuError("buffer readback failed: " + mapped.message);
   const auto* src = static_cast<const uint8_t*>(wgpuBufferGetConstMappedRange(staging.get(), begin, end - begin));
@@ -522,9 +525,10 @@ BindGroupHandle Context::bind_group(WGPUComputePipeline pipeline, std::span<cons
   return BindGroupHandle(wgpuDeviceCreateBindGroup(device_.get(), &d));
 }
 
-void Context::submit(WGPUCommandBuffer commands) {
-  wgpuQueueSubmit(queue_.get(), 1, &commands);
+SubmissionIndex Context::submit(WGPUCommandBuffer commands) {
+  const SubmissionIndex index = native::submit(queue_.get(), commands);
   check_errors();
+  return index;
 }
 
 void Context::submit_and_wait(WGPUCommandBuffer commands) {
@@ -652,7 +656,7 @@ void ComputeBatch::copy(const Buffer& src, uint64_t src_offset, const Buffer& ds
   wgpuCommandEncoderCopyBufferToBuffer(encoder_.get(), src.get(), src_offset, dst.get(), dst_offset, size);
 }
 
-void ComputeBatch::submit() {
+SubmissionIndex ComputeBatch::submit() {
   if (submitted_) throw InvalidArgument("ComputeBatch submitted twice");
   end_pass();
   flush_uniforms();  // queue writes land before the commands that read them
@@ -660,8 +664,9 @@ void ComputeBatch::submit() {
   WGPUCommandBufferDescriptor d{};
   CommandBufferHandle cmd(wgpuCommandEncoderFinish(encoder_.get(), &d));
   submitted_ = true;
-  ctx_.submit(cmd.get());
+  const SubmissionIndex index = ctx_.submit(cmd.get());
   if (profiled_) profiled_->profiler->submitted(*profiled_);
+  return index;
 }
 
 void ComputeBatch::submit_and_wait() {

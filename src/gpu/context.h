@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -68,6 +69,9 @@ struct PipelineKey {
 };
 
 // One storage/uniform buffer range bound at @binding(binding) of group 0.
+// Identifies one queue submission (Context::submit); later submissions have larger indices.
+using SubmissionIndex = uint64_t;
+
 struct BufferBinding {
   uint32_t binding;
   const Buffer* buffer;
@@ -97,8 +101,10 @@ class Context {
   void write_buffer(const Buffer& buf, uint64_t offset, const void* data, uint64_t size);
   void read_buffer(const Buffer& buf, uint64_t offset, void* dst, uint64_t size);
   // Reads from a MapRead buffer that submitted work copies into: maps it (waiting for that work),
-  // copies [offset, offset + size) out and unmaps. One wait, no staging buffer of its own.
-  void read_mapped(const Buffer& staging, uint64_t offset, void* dst, uint64_t size);
+  // copies [offset, offset + size) out and unmaps. One wait, no staging buffer of its own. With `after`, the wait
+  // is for that submission only (the one that copies into `staging`): later submissions keep running.
+  void read_mapped(const Buffer& staging, uint64_t offset, void* dst, uint64_t size,
+                   std::optional<SubmissionIndex> after = std::nullopt);
   template <typename T>
   std::vector<T> read(const Buffer& buf, uint64_t offset_bytes = 0, uint64_t count = 0) {
     if (count == 0) count = (buf.size - offset_bytes) / sizeof(T);
@@ -121,7 +127,7 @@ class Context {
                              std::string_view label = "");
 
   // Submission. submit_and_wait blocks until the GPU finished; errors raised by the work throw.
-  void submit(WGPUCommandBuffer commands);
+  SubmissionIndex submit(WGPUCommandBuffer commands);
   void submit_and_wait(WGPUCommandBuffer commands);
   void wait_idle();
   // Throws the first uncaptured error or device loss recorded since the last call.
@@ -206,7 +212,7 @@ class ComputeBatch {
   // Copy between buffers (ends the current compute pass).
   void copy(const Buffer& src, uint64_t src_offset, const Buffer& dst, uint64_t dst_offset, uint64_t size);
 
-  void submit();           // finish and submit; the batch is spent afterwards
+  SubmissionIndex submit();  // finish and submit; the batch is spent afterwards
   void submit_and_wait();  // submit and block until done
 
  private:
@@ -240,7 +246,10 @@ namespace native {
 // backends: "primary" (Vulkan/Metal/D3D12, the default), "vulkan", "gl" or "all".
 WGPUInstance create_instance(std::string_view backends);
 std::vector<AdapterHandle> enumerate_adapters(WGPUInstance instance);
-void poll_wait(WGPUDevice device);
+// Submits one command buffer; returns its submission index.
+uint64_t submit(WGPUQueue queue, WGPUCommandBuffer commands);
+// Blocks until the submission `index` is done (nullptr: every submission so far).
+void poll_wait(WGPUDevice device, const uint64_t* index = nullptr);
 void poll(WGPUDevice device);
 // Nanoseconds per timestamp-query tick.
 double timestamp_period(WGPUQueue queue);

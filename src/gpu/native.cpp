@@ -29,7 +29,11 @@ std::vector<AdapterHandle> enumerate_adapters(WGPUInstance instance) {
 }
 
 // wgpuInstanceWaitAny is not implemented in wgpu-native 29: block in wgpuDevicePoll instead.
-void poll_wait(WGPUDevice device) { wgpuDevicePoll(device, true, nullptr); }
+void poll_wait(WGPUDevice device, const uint64_t* index) {
+  const WGPUSubmissionIndex i = index ? *index : 0;
+  wgpuDevicePoll(device, true, index ? &i : nullptr);
+}
+uint64_t submit(WGPUQueue queue, WGPUCommandBuffer commands) { return wgpuQueueSubmitForIndex(queue, 1, &commands); }
 void poll(WGPUDevice device) { wgpuDevicePoll(device, false, nullptr); }
 
 // webgpu.h has no way to ask: resolved timestamps are raw ticks (unless the instance asks wgpu to normalise them).

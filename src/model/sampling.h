@@ -25,6 +25,8 @@ class Sampler {
   int32_t sample(std::span<const float> logits);
   // Records prompt tokens (or any token chosen elsewhere) for the repetition penalty.
   void accept(int32_t id);
+  // sample() is the argmax of the logits as they come (greedy without a repetition penalty): the GPU can choose.
+  bool argmax_only() const { return params_.temperature <= 0 && params_.repeat_penalty == 1.f; }
 
   // The distribution sample() draws from (after penalty and filters), sorted by falling probability. Greedy gives
   // one candidate with p = 1.

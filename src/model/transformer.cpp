@@ -1,6 +1,7 @@
 #include "model/transformer.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <string>
 #include <tuple>
@@ -189,6 +190,8 @@ struct GpuSession::Buffers {
   gpu::Buffer logits;         // [n_vocab] logits of the last token
   gpu::Buffer logits_host;    // [n_vocab] mappable copy of logits, read back once per step
   gpu::Buffer logits_all;     // [ubatch][n_vocab], made on first use by forward_all
+  gpu::Buffer argmax_scratch; // encode_argmax's partials
+  std::array<gpu::Buffer, 2> id_readback;  // mappable copies of the chosen id of two greedy steps in flight
   gpu::Buffer decode_scratch; // split-K partials of the decode attention
 };
 
@@ -218,6 +221,8 @@ GpuSession::GpuSession(gpu::Context& ctx, const GpuModel& model, const GpuSessio
   b.last = make(E, "last row");
   b.logits = make(c.n_vocab, "logits");
   b.logits_host = ctx.create_buffer(uint64_t(c.n_vocab) * 4, WGPUBufferUsage_MapRead, "logits readback");
+  b.argmax_scratch = ctx.create_buffer(kernels::argmax_scratch_bytes(c.n_vocab), kStorage, "argmax scratch");
+  for (auto& slot : b.id_readback) slot = ctx.create_buffer(4, WGPUBufferUsage_MapRead, "id readback");
 
   // One page when the whole cache fits a binding, else pages of 256 positions across pools.
   const uint64_t one_page = 2ull * n_ctx_ * KV * kernels::kv_type_bytes(options.kv_type);
@@ -235,7 +240,8 @@ GpuSession::GpuSession(gpu::Context& ctx, const GpuModel& model, const GpuSessio
   // Compile the kernels now, as part of loading rather than of the first prompt: encode (and drop) a step of each
   // token count the matvec is specialised for and one tiled prefill chunk. The pipelines stay in the context.
   for (uint32_t n = 1; n <= kernels::kMatvecMaxTokens + 1; ++n)
-    if (n <= ubatch_ && n <= n_ctx_) encode_step(n, 0, false, true, [](Piece) {});
+    if (n <= ubatch_ && n <= n_ctx_) encode_step(n, 0, Output::LastLogits, [](Piece) {});
+  encode_step(1, 0, Output::Argmax, [](Piece) {});
   ctx.check_errors();
 }
 
@@ -264,7 +270,7 @@ std::vector<float> GpuSession::forward(std::span<const int32_t> tokens) {
   for (size_t i = 0; i < tokens.size(); i += ubatch_) {
     const auto chunk = tokens.subspan(i, std::min<size_t>(ubatch_, tokens.size() - i));
     const bool last = i + chunk.size() == tokens.size();
-    logits = run_chunk(chunk, false, last);
+    logits = run_chunk(chunk, last ? Output::LastLogits : Output::None);
   }
   return logits;
 }
@@ -277,30 +283,30 @@ std::vector<std::vector<float>> GpuSession::forward_all(std::span<const int32_t>
   std::vector<std::vector<float>> out;
   for (size_t i = 0; i < tokens.size(); i += ubatch_) {
     const auto chunk = tokens.subspan(i, std::min<size_t>(ubatch_, tokens.size() - i));
-    const std::vector<float> l = run_chunk(chunk, true, true);
+    const std::vector<float> l = run_chunk(chunk, Output::AllLogits);
     for (size_t t = 0; t < chunk.size(); ++t) out.emplace_back(l.begin() + t * V, l.begin() + (t + 1) * V);
   }
   return out;
 }
 
-std::vector<float> GpuSession::run_chunk(std::span<const int32_t> tokens, bool all_logits, bool want_logits) {
+std::vector<float> GpuSession::run_chunk(std::span<const int32_t> tokens, Output output) {
   const uint32_t n = uint32_t(tokens.size());
   Buffers& b = *buf_;
   ctx_.write_buffer(b.ids, 0, tokens.data(), tokens.size_bytes());
   // A step encoded ahead is used for the decode call it was made for and dropped otherwise (before anything
   // else is encoded).
   std::unique_ptr<PreparedStep> prepared = std::move(next_);
-  const bool decode = n == 1 && want_logits && !all_logits;
+  const bool decode = n == 1 && output == Output::LastLogits;
   if (decode && prepared && prepared->pos == n_past_ && prepared->profiler == ctx_.profiler()) {
     for (Piece& piece : prepared->pieces) piece->submit();
   } else {
     prepared.reset();
-    encode_step(n, n_past_, all_logits, want_logits, [](Piece piece) { piece->submit(); });
+    encode_step(n, n_past_, output, [](Piece piece) { piece->submit(); });
   }
   n_past_ += n;
-  if (!want_logits) return {};
   const uint32_t V = model_.config.n_vocab;
-  if (all_logits) {
+  if (output == Output::None) return {};
+  if (output == Output::AllLogits) {
     ctx_.wait_idle();
     return ctx_.read<float>(b.logits_all, 0, uint64_t(n) * V);
   }
@@ -309,7 +315,7 @@ std::vector<float> GpuSession::run_chunk(std::span<const int32_t> tokens, bool a
     auto next = std::make_unique<PreparedStep>();
     next->pos = n_past_;
     next->profiler = ctx_.profiler();
-    encode_step(1, n_past_, false, true, [&](Piece piece) { next->pieces.push_back(std::move(piece)); });
+    encode_step(1, n_past_, Output::LastLogits, [&](Piece piece) { next->pieces.push_back(std::move(piece)); });
     next_ = std::move(next);
   }
   std::vector<float> logits(V);
@@ -317,8 +323,36 @@ std::vector<float> GpuSession::run_chunk(std::span<const int32_t> tokens, bool a
   return logits;
 }
 
-void GpuSession::encode_step(uint32_t n, uint32_t pos, bool all_logits, bool want_logits,
-                             const std::function<void(Piece)>& ready) {
+uint32_t GpuSession::decode_greedy(int32_t token, uint32_t max_new, const std::function<bool(int32_t)>& on_id) {
+  check_tokens(std::span(&token, 1));
+  next_.reset();  // a step encoded ahead for forward ends in logits, not in an argmax
+  if (max_new == 0) return 0;
+  Buffers& b = *buf_;
+  ctx_.write_buffer(b.ids, 0, &token, 4);
+  const uint32_t pos0 = n_past_;
+  const uint32_t steps = std::min(max_new, n_ctx_ - pos0);
+  // Step k runs at pos0 + k, reads ids[0] (the token, then step k-1's argmax) and leaves its argmax in ids[0] and
+  // in id_readback[k % 2]. Step k+1 is queued before step k's id is read: the GPU goes from one to the next while
+  // the host reads, and the host encodes step k+2 while the GPU runs k+1.
+  std::array<gpu::SubmissionIndex, 2> done_at{};
+  auto submit = [&](uint32_t k) {
+    encode_step(1, pos0 + k, Output::Argmax, [&](Piece piece) { done_at[k % 2] = piece->submit(); }, k % 2);
+  };
+  submit(0);
+  uint32_t chosen = 0;
+  for (uint32_t k = 0; k < steps; ++k) {
+    if (k + 1 < steps) submit(k + 1);
+    int32_t id = 0;
+    ctx_.read_mapped(b.id_readback[k % 2], 0, &id, 4, done_at[k % 2]);
+    n_past_ = pos0 + k + 1;
+    ++chosen;
+    if (on_id && !on_id(id)) break;
+  }
+  return chosen;
+}
+
+void GpuSession::encode_step(uint32_t n, uint32_t pos, Output output, const std::function<void(Piece)>& ready,
+                             uint32_t slot) {
   Buffers& b = *buf_;
   const char* label = n == 1 ? "decode" : "prefill";
   auto batch = std::make_unique<gpu::ComputeBatch>(ctx_, label, bind_cache_.get());
@@ -334,11 +368,7 @@ void GpuSession::encode_step(uint32_t n, uint32_t pos, bool all_logits, bool wan
       batch = std::make_unique<gpu::ComputeBatch>(ctx_, label, bind_cache_.get());
     }
   }
-  if (want_logits) {
-    encode_logits(*batch, n, all_logits);
-    // One token's logits go on to a mappable buffer in the same command buffer: one wait per token.
-    if (!all_logits) batch->copy(b.logits, 0, b.logits_host, 0, uint64_t(model_.config.n_vocab) * 4);
-  }
+  if (output != Output::None) encode_logits(*batch, n, output, slot);
   ready(std::move(batch));
 }
 
@@ -427,11 +457,11 @@ void GpuSession::encode_ffn_block(gpu::ComputeBatch& batch, uint32_t layer, uint
   kernels::encode_matmul(batch, ctx_, L.w_down, b.act, b.x, n, {.accumulate = true});
 }
 
-void GpuSession::encode_logits(gpu::ComputeBatch& batch, uint32_t n, bool all_logits) {
+void GpuSession::encode_logits(gpu::ComputeBatch& batch, uint32_t n, Output output, uint32_t slot) {
   const ModelConfig& c = model_.config;
   Buffers& b = *buf_;
   const kernels::MatmulOptions normed{.norm = &model_.weights.output_norm, .eps = c.rms_eps};
-  if (all_logits) {  // logits of every token (final norm folded in)
+  if (output == Output::AllLogits) {  // logits of every token (final norm folded in)
     kernels::encode_matmul(batch, ctx_, model_.logits_weight(), b.x, b.logits_all, n, normed);
     return;
   }
@@ -442,6 +472,14 @@ void GpuSession::encode_logits(gpu::ComputeBatch& batch, uint32_t n, bool all_lo
     last = &b.last;
   }
   kernels::encode_matmul(batch, ctx_, model_.logits_weight(), *last, b.logits, 1, normed);
+  if (output == Output::LastLogits) {
+    // onto a mappable buffer in the same command buffer: one wait per token
+    batch.copy(b.logits, 0, b.logits_host, 0, uint64_t(c.n_vocab) * 4);
+  } else {
+    // greedy: the chosen id becomes the next step's input, and a copy comes back to the host
+    kernels::encode_argmax(batch, ctx_, b.logits, c.n_vocab, b.argmax_scratch, b.ids);
+    batch.copy(b.ids, 0, b.id_readback[slot], 0, 4);
+  }
 }
 
 }  // namespace wgllm

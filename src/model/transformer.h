@@ -97,6 +97,12 @@ class GpuSession {
   std::vector<float> forward(std::span<const int32_t> tokens);
   // As forward, but returns the logits of every token: [tokens.size()][n_vocab].
   std::vector<std::vector<float>> forward_all(std::span<const int32_t> tokens);
+  // Greedy decoding with the argmax taken on the GPU: feeds `token`, and the argmax of each step's logits becomes
+  // the next step's input on the GPU, so the next step is queued before the host has read the current one's id
+  // (no round trip between steps). on_id gets each chosen id in order; decoding stops after max_new ids, at a full
+  // context, or when on_id returns false. Returns the ids chosen. n_past() then counts `token` and every chosen id
+  // but the last (as if each had been fed with forward); the cache rows a step queued beyond that are forgotten.
+  uint32_t decode_greedy(int32_t token, uint32_t max_new, const std::function<bool(int32_t id)>& on_id = {});
 
   uint32_t n_past() const { return n_past_; }
   uint32_t n_ctx() const { return n_ctx_; }
@@ -112,6 +118,13 @@ class GpuSession {
  private:
   struct Buffers;
   using Piece = std::unique_ptr<gpu::ComputeBatch>;
+  // What a step leaves behind after its layers.
+  enum class Output {
+    None,        // nothing (a prefill chunk before the last)
+    LastLogits,  // the last token's logits, copied to the mappable logits_host
+    AllLogits,   // every token's logits in logits_all
+    Argmax,      // the last token's argmax written to ids[0] (the next step's input) and copied to a readback slot
+  };
   // A decode step encoded ahead (the one at position pos), its pieces not yet submitted.
   struct PreparedStep {
     uint32_t pos = 0;
@@ -120,14 +133,16 @@ class GpuSession {
   };
   void check_tokens(std::span<const int32_t> tokens) const;
   // One chunk of n tokens at positions n_past_.. : a few command buffers; logits of the last or of every token.
-  std::vector<float> run_chunk(std::span<const int32_t> tokens, bool all_logits, bool want_logits);
+  std::vector<float> run_chunk(std::span<const int32_t> tokens, Output output);
   // Encodes the step of n tokens at position pos (the ids already in place when it runs), handing each finished
-  // piece to `ready` in order: submitted at once, or kept for later.
-  void encode_step(uint32_t n, uint32_t pos, bool all_logits, bool want_logits, const std::function<void(Piece)>& ready);
+  // piece to `ready` in order: submitted at once, or kept for later. Output::Argmax copies the id to
+  // id_readback[slot].
+  void encode_step(uint32_t n, uint32_t pos, Output output, const std::function<void(Piece)>& ready,
+                   uint32_t slot = 0);
   void encode_layer(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n, uint32_t pos);
   void encode_attention_block(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n, uint32_t pos);
   void encode_ffn_block(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n);
-  void encode_logits(gpu::ComputeBatch& batch, uint32_t n, bool all_logits);
+  void encode_logits(gpu::ComputeBatch& batch, uint32_t n, Output output, uint32_t slot);
 
   gpu::Context& ctx_;
   const GpuModel& model_;

@@ -201,6 +201,50 @@ TEST(GpuForwardApi, StepsEncodedAheadFollowAnyCallPattern) {
   }
 }
 
+// Greedy decoding with the argmax on the GPU: the same ids as feeding one token at a time and taking the argmax on
+// the host, stopping where on_id says (the step queued beyond is forgotten: the cache continues correctly), at
+// max_new and at a full context.
+TEST(GpuForwardApi, DecodeGreedyMatchesFeedingAndStopsCleanly) {
+  const GgufFile f = GgufFile::open(test::model_path("llama-f32"));
+  const cpu::CpuModel cm = cpu::load_cpu_model(f);
+  gpu::Context& ctx = test::context();
+  const GpuModel gm = load_gpu_model(ctx, f);
+  const GpuSessionOptions opts{.n_ctx = 16, .ubatch = 8, .kv_type = kernels::KvType::F32};
+  const std::vector<int32_t> prompt = random_prompt(cm.config.n_vocab, 5, 12);
+
+  GpuSession fed(ctx, gm, opts);  // the host loop
+  std::vector<int32_t> want{argmax(fed.forward(prompt))};
+  while (fed.n_past() < 16) want.push_back(argmax(fed.forward(std::span(&want.back(), 1))));
+  ASSERT_EQ(want.size(), 12u);
+
+  GpuSession gs(ctx, gm, opts);
+  gs.forward(prompt);
+  std::vector<int32_t> got;
+  EXPECT_EQ(gs.decode_greedy(want[0], 0, [&](int32_t id) { got.push_back(id); return true; }), 0u);
+  EXPECT_EQ(gs.n_past(), 5u);
+  // Stop after 4 ids: token 0..3 fed, the 5th step (queued already) forgotten.
+  EXPECT_EQ(gs.decode_greedy(want[0], 10, [&](int32_t id) { got.push_back(id); return got.size() < 4; }), 4u);
+  EXPECT_EQ(got, std::vector<int32_t>(want.begin() + 1, want.begin() + 5));
+  EXPECT_EQ(gs.n_past(), 9u);
+  // The cache holds exactly the fed tokens: a token of our choice at position 9 sees the right history.
+  cpu::CpuSession cs(cm, 16);
+  cs.forward(prompt);
+  cs.forward(std::span(want).first(4));
+  const int32_t other = (want[4] + 1) % int32_t(cm.config.n_vocab);
+  const auto e = test::compare(gs.forward(std::span(&other, 1)), cs.forward(std::span(&other, 1)));
+  EXPECT_LE(e.rel_l2, 1e-4) << "logits after a stopped greedy decode: " << e.describe();
+  // Runs to the end of the context: 11 positions left, so 11 ids.
+  GpuSession to_end(ctx, gm, opts);
+  to_end.forward(prompt);
+  got.clear();
+  EXPECT_EQ(to_end.decode_greedy(want[0], 100, [&](int32_t id) { got.push_back(id); return true; }), 11u);
+  EXPECT_EQ(got, std::vector<int32_t>(want.begin() + 1, want.end()));
+  EXPECT_EQ(to_end.n_past(), 16u);
+  EXPECT_THROW(to_end.decode_greedy(want[0], 1), InvalidArgument);
+  EXPECT_THROW(gs.decode_greedy(int32_t(cm.config.n_vocab), 1), InvalidArgument);
+  EXPECT_EQ(gs.n_past(), 10u);
+}
+
 // ---- end to end against the transformers fixtures
 
 class GpuForwardRef : public ::testing::TestWithParam<std::string> {};
@@ -227,6 +271,14 @@ TEST_P(GpuForwardRef, GreedyTokensMatchTransformers) {
       logits = s.forward(std::span(&greedy.back(), 1));
     }
     EXPECT_EQ(greedy, rp.greedy);
+    // the same with the argmax on the GPU
+    GpuSession g(ctx, gm, {.n_ctx = 256, .ubatch = 48, .kv_type = kv});
+    std::vector<int32_t> on_gpu{argmax(g.forward(rp.tokens))};
+    g.decode_greedy(on_gpu[0], uint32_t(rp.greedy.size() - 1), [&](int32_t id) {
+      on_gpu.push_back(id);
+      return true;
+    });
+    EXPECT_EQ(on_gpu, rp.greedy) << "decode_greedy";
   }
 }
 

@@ -23,6 +23,7 @@ struct BenchOptions {
   uint32_t depth = 0;  // tokens already in the cache when pp and tg start (llama-bench's -d)
   bool json = false;
   bool profile = false;  // after the table: GPU time per kernel of n_gen decode steps
+  bool tg_host = false;  // also time tg with every step's logits read back (feed per token)
   std::string matvec;  // tuning: matvec shape override
   int32_t layers_per_submit = -1;
 };
@@ -60,12 +61,18 @@ double time_pp(Session& s, const std::vector<int32_t>& prompt, const std::vector
   return prompt.size() / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// Tokens per second of n one-token steps after `depth` cached tokens.
-double time_tg(Session& s, uint32_t n, uint32_t n_vocab, const std::vector<int32_t>& depth) {
+// Tokens per second of n one-token steps after `depth` cached tokens. Greedy decoding with the argmax on the GPU
+// (what `wgllm run --temp 0` does: each step queued before the previous one's id is back), or with `host`, a feed
+// per random token whose logits come back to the host (what sampling on the host costs).
+double time_tg(Session& s, uint32_t n, uint32_t n_vocab, const std::vector<int32_t>& depth, bool host) {
   fill(s, depth);
   const std::vector<int32_t> ids = random_tokens(n, n_vocab, 2);
   const auto t0 = std::chrono::steady_clock::now();
-  for (int32_t id : ids) s.feed(std::span(&id, 1));
+  if (host) {
+    for (int32_t id : ids) s.feed(std::span(&id, 1));
+  } else if (s.decode_greedy(ids[0], n) != n) {
+    throw Error("bench: greedy decoding stopped before " + std::to_string(n) + " steps");
+  }
   return n / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
@@ -169,11 +176,13 @@ int bench(const BenchOptions& o) {
     for (const auto t0 = clock::now(); std::chrono::duration<double>(clock::now() - t0).count() < 1.5;) run();
   };
   if (o.n_prompt) warm([&] { time_pp(s, prompt, depth); });
-  if (o.n_gen) warm([&] { time_tg(s, std::min<uint32_t>(o.n_gen, 8), info.n_vocab, depth); });
-  std::vector<double> pp, tg;
+  if (o.n_gen) warm([&] { time_tg(s, std::min<uint32_t>(o.n_gen, 8), info.n_vocab, depth, false); });
+  if (o.n_gen && o.tg_host) warm([&] { time_tg(s, std::min<uint32_t>(o.n_gen, 8), info.n_vocab, depth, true); });
+  std::vector<double> pp, tg, tg_host;
   for (uint32_t r = 0; r < std::max<uint32_t>(o.repeats, 1); ++r) {
     if (o.n_prompt) pp.push_back(time_pp(s, prompt, depth));
-    if (o.n_gen) tg.push_back(time_tg(s, o.n_gen, info.n_vocab, depth));
+    if (o.n_gen) tg.push_back(time_tg(s, o.n_gen, info.n_vocab, depth, false));
+    if (o.n_gen && o.tg_host) tg_host.push_back(time_tg(s, o.n_gen, info.n_vocab, depth, true));
   }
   std::optional<DecodeProfile> profile;
   if (o.profile) {
@@ -188,10 +197,11 @@ int bench(const BenchOptions& o) {
       const Stat p = stats(pp);
       j["pp"] = {{"n", o.n_prompt}, {"tokens_per_s", p.median}, {"min", p.min}, {"max", p.max}};
     }
-    if (!tg.empty()) {
-      const Stat t = stats(tg);
-      j["tg"] = {{"n", o.n_gen}, {"tokens_per_s", t.median}, {"min", t.min}, {"max", t.max},
-                 {"decode_gb_per_s", gb * t.median}};
+    for (auto [key, v] : {std::pair{"tg", &tg}, std::pair{"tg_host", &tg_host}}) {
+      if (v->empty()) continue;
+      const Stat t = stats(*v);
+      j[key] = {{"n", o.n_gen}, {"tokens_per_s", t.median}, {"min", t.min}, {"max", t.max},
+                {"decode_gb_per_s", gb * t.median}};
     }
     if (profile) j["profile"] = profile_json(*profile);
     std::printf("%s\n", j.dump().c_str());
@@ -213,7 +223,10 @@ int bench(const BenchOptions& o) {
   };
   if (!pp.empty()) row("pp", o.n_prompt, stats(pp), 0);
   if (!tg.empty()) row("tg", o.n_gen, stats(tg), gb * stats(tg).median);
+  if (!tg_host.empty()) row("tg-host", o.n_gen, stats(tg_host), gb * stats(tg_host).median);
   std::printf("decode GB/s = %.2f MB of weights read per token x tokens/s\n", gb * 1e3);
+  std::printf("tg: greedy decoding, the argmax on the GPU%s\n",
+              tg_host.empty() ? "" : "; tg-host: one token fed per step, its logits read back to the host");
   if (profile) print_profile(*profile);
   return 0;
 }
@@ -235,6 +248,8 @@ const Register reg{{"bench", "prompt processing and generation speed of a model"
                                    "then -n decode steps with GPU timestamps: time per kernel and grid, their sum, the "
                                    "GPU span and the wall time per step (one compute pass per dispatch, so not "
                                    "identical to the normal run)");
+                      app.add_flag("--tg-host", o->tg_host,
+                                   "also time tg feeding one token per step and reading its logits back to the host");
                       app.add_option("--layers-per-submit", o->layers_per_submit,
                                      "command buffers per step: one after layer 0, then every N layers (0: one; -1: auto)")
                           ->capture_default_str();
