@@ -32,6 +32,8 @@ FILE_TYPE = {"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 7, "bf16": 32}
 SHAPES = {
     "qwen2.5-0.5b": dict(arch="qwen2", n_embd=896, n_layer=24, n_head=14, n_head_kv=2, head_dim=64, n_ff=4864,
                          n_vocab=151936, ctx=32768, rope_base=1e6, rms_eps=1e-6, tie_embeddings=True),
+    "qwen3-0.6b": dict(arch="qwen3", n_embd=1024, n_layer=28, n_head=16, n_head_kv=8, head_dim=128, n_ff=3072,
+                       n_vocab=151936, ctx=40960, rope_base=1e6, rms_eps=1e-6, tie_embeddings=True),
     "llama-3.2-1b": dict(arch="llama", n_embd=2048, n_layer=16, n_head=32, n_head_kv=8, head_dim=64, n_ff=8192,
                          n_vocab=128256, ctx=131072, rope_base=500000.0, rms_eps=1e-5, tie_embeddings=True,
                          rope_scaling="llama3", rope_scaling_factor=32.0, rope_scaling_low=1.0,

@@ -319,9 +319,19 @@ fn attention_decode(@builtin(workgroup_id) wid: vec3<u32>,
     if (slice < KS) {
       let n = min(DEC_WG, k_end - kb);
       let v_col = loc.y + v_shift + kvh * HD4 + col;
+      let vs = p.kv_dim / 4u;
       //#unroll! P 4
       if (loc.x == $P) {
-        for (var j = slice; j < n; j += KS) { o += dprob[j] * kv_to_f32(pool$P[v_col + j * (p.kv_dim / 4u)]); }
+        // four keys per step: four independent loads in flight
+        var j = slice;
+        for (; j + 3u * KS < n; j += 4u * KS) {
+          let v0 = kv_to_f32(pool$P[v_col + j * vs]);
+          let v1 = kv_to_f32(pool$P[v_col + (j + KS) * vs]);
+          let v2 = kv_to_f32(pool$P[v_col + (j + 2u * KS) * vs]);
+          let v3 = kv_to_f32(pool$P[v_col + (j + 3u * KS) * vs]);
+          o += dprob[j] * v0 + dprob[j + KS] * v1 + dprob[j + 2u * KS] * v2 + dprob[j + 3u * KS] * v3;
+        }
+        for (; j < n; j += KS) { o += dprob[j] * kv_to_f32(pool$P[v_col + j * vs]); }
       }
       //#end
     }
