@@ -136,9 +136,10 @@ class GpuSession {
   std::vector<float> run_chunk(std::span<const int32_t> tokens, Output output);
   // Encodes the step of n tokens at position pos (the ids already in place when it runs), handing each finished
   // piece to `ready` in order: submitted at once, or kept for later. Output::Argmax copies the id to
-  // id_readback[slot].
+  // id_readback[slot]. one_piece: a single command buffer whatever layers_per_submit_ says (a step queued behind
+  // another gains nothing from starting early, and each submission boundary costs GPU time).
   void encode_step(uint32_t n, uint32_t pos, Output output, const std::function<void(Piece)>& ready,
-                   uint32_t slot = 0);
+                   uint32_t slot = 0, bool one_piece = false);
   void encode_layer(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n, uint32_t pos);
   void encode_attention_block(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n, uint32_t pos);
   void encode_ffn_block(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n);

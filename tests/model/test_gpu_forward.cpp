@@ -217,7 +217,8 @@ TEST(GpuForwardApi, DecodeGreedyMatchesFeedingAndStopsCleanly) {
   while (fed.n_past() < 16) want.push_back(argmax(fed.forward(std::span(&want.back(), 1))));
   ASSERT_EQ(want.size(), 12u);
 
-  GpuSession gs(ctx, gm, opts);
+  // a command buffer per layer: the first greedy step goes in pieces, the later ones in one
+  GpuSession gs(ctx, gm, {.n_ctx = 16, .ubatch = 8, .kv_type = kernels::KvType::F32, .layers_per_submit = 1});
   gs.forward(prompt);
   std::vector<int32_t> got;
   EXPECT_EQ(gs.decode_greedy(want[0], 0, [&](int32_t id) { got.push_back(id); return true; }), 0u);
