@@ -133,6 +133,8 @@ const Case kCases[] = {
     {"decode_split3_d256_start300", 2, 2, 256, 1, 300, F16, 128, Tiled, Decode, 0, 3},
     {"decode_start0", 4, 4, 32, 1, 0, F16, 0, Tiled, Decode, 0, 4},
     {"decode_more_splits_than_keys", 4, 4, 32, 1, 100, F16, 0, Tiled, Decode, 0, 9},
+    // more splits than the reduce has threads (a strided walk), the last ones empty; head_dim 96: 64 / 24 slices
+    {"decode_split150_d96_start9000", 4, 2, 96, 1, 9000, F16, 0, Tiled, Decode, 0, 150},
 };
 
 class AttentionTable : public ::testing::TestWithParam<Case> {};

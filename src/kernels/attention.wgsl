@@ -355,27 +355,61 @@ fn attention_decode(@builtin(workgroup_id) wid: vec3<u32>,
 }
 
 // Combines the splits of one (head, query): o = sum_s e^(m_s - M) o_s / sum_s e^(m_s - M) l_s.
-@compute @workgroup_size(64)
+// The 64 threads take the splits side by side (one load per split each, not a serial walk): the
+// max and the weighted l through a workgroup tree, then RS = 64 / HD4 slices of splits per
+// output column (head_dim <= 256, so HD4 <= 64), summed through workgroup memory.
+const RED_WG: u32 = 64u;
+const RS: u32 = RED_WG / HD4;
+var<workgroup> rtree: array<f32, RED_WG>;
+var<workgroup> racc: array<vec4<f32>, RED_WG>;
+
+// Tree reduction over the workgroup (max when take_max, else sum); every thread gets the result.
+fn reduce_splits(tid: u32, v: f32, take_max: bool) -> f32 {
+  rtree[tid] = v;
+  workgroupBarrier();
+  for (var half = RED_WG / 2u; half > 0u; half = half / 2u) {
+    if (tid < half) {
+      let o = rtree[tid + half];
+      rtree[tid] = select(rtree[tid] + o, max(rtree[tid], o), take_max);
+    }
+    workgroupBarrier();
+  }
+  let r = rtree[0];
+  workgroupBarrier();  // rtree is reused by the next call
+  return r;
+}
+
+@compute @workgroup_size(RED_WG)
 fn attention_decode_reduce(@builtin(workgroup_id) wid: vec3<u32>,
                            @builtin(local_invocation_index) tid: u32) {
   let head = wid.x;
   let q_local = wid.y;
-  if (head >= p.n_heads || q_local >= p.n_queries) { return; }
+  if (head >= p.n_heads || q_local >= p.n_queries) { return; }  // uniform: the whole workgroup
   let first = (q_local * p.n_heads + head) * p.n_splits;
-  var big_m = NEG_BIG;
-  for (var s = 0u; s < p.n_splits; s += 1u) { big_m = max(big_m, partials[(first + s) * (HD4 + 1u)].x); }
-  var big_l = 0.0;
-  for (var s = 0u; s < p.n_splits; s += 1u) {
+  var local_m = NEG_BIG;
+  for (var s = tid; s < p.n_splits; s += RED_WG) { local_m = max(local_m, partials[(first + s) * (HD4 + 1u)].x); }
+  let big_m = reduce_splits(tid, local_m, true);
+  var local_l = 0.0;
+  for (var s = tid; s < p.n_splits; s += RED_WG) {
     let st = partials[(first + s) * (HD4 + 1u)];
-    big_l += st.y * exp(st.x - big_m);
+    local_l += st.y * exp(st.x - big_m);
   }
+  let big_l = reduce_splits(tid, local_l, false);
   let inv = select(0.0, 1.0 / big_l, big_l > 0.0);
-  for (var c = tid; c < HD4; c += 64u) {
-    var total = vec4<f32>(0.0);
-    for (var s = 0u; s < p.n_splits; s += 1u) {
+  let col = tid % HD4;
+  let slice = tid / HD4;
+  var total = vec4<f32>(0.0);
+  if (slice < RS) {
+    for (var s = slice; s < p.n_splits; s += RS) {
       let base = (first + s) * (HD4 + 1u);
-      total += partials[base + 1u + c] * exp(partials[base].x - big_m);
+      total += partials[base + 1u + col] * exp(partials[base].x - big_m);
     }
-    out[(p.out_offset + q_local * p.out_stride) / 4u + head * HD4 + c] = total * inv;
+  }
+  racc[tid] = total;
+  workgroupBarrier();
+  if (tid < HD4) {
+    var o = vec4<f32>(0.0);
+    for (var k = 0u; k < RS; k += 1u) { o += racc[k * HD4 + tid]; }
+    out[(p.out_offset + q_local * p.out_stride) / 4u + head * HD4 + tid] = o * inv;
   }
 }
