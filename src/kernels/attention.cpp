@@ -45,12 +45,8 @@ std::string kv_prelude_scalar(KvView view) {
   return {};
 }
 
-// Tile constants, and the decode kernel's VPF (V values a thread loads with its K row): 16 on GPUs, 0 on CPU
-// drivers, which gain nothing from it and compile it slowly (lavapipe: ~24 s a pipeline instead of ~6).
-std::string tile_prelude(const AttentionTiles& t, const gpu::Context& ctx) {
-  const uint32_t vpf = ctx.adapter().type == "CPU" ? 0 : 16;
-  return "const VPF: u32 = " + std::to_string(vpf) + "u;\nconst VPF_SLOTS: u32 = " +
-         std::to_string(std::max(vpf, 1u)) + "u;\n" + "const BQ: u32 = " + std::to_string(t.bq) + "u;\nconst BK: u32 = " + std::to_string(t.bk) +
+std::string tile_prelude(const AttentionTiles& t) {
+  return "const BQ: u32 = " + std::to_string(t.bq) + "u;\nconst BK: u32 = " + std::to_string(t.bk) +
          "u;\nconst TPR: u32 = " + std::to_string(t.tpr) + "u;\nconst DV: u32 = " + std::to_string(t.dv) +
          "u;\nconst RPT: u32 = " + std::to_string(t.rpt) + "u;\nconst WG: u32 = " + std::to_string(t.wg) +
          "u;\nconst NL: u32 = " +
@@ -237,7 +233,7 @@ void encode_attention_prefill(gpu::ComputeBatch& batch, gpu::Context& ctx, const
     if (kv.n_pages() > 1 && kv.page_size() % tiles.bk != 0)
       fail(fn, "KV page_size " + std::to_string(kv.page_size()) + " must be a multiple of the key tile " +
                    std::to_string(tiles.bk));
-    pipe = ctx.pipeline({"attention.wgsl", "attention_prefill", {}, kv_prelude_vec4(view) + tile_prelude(tiles, ctx)});
+    pipe = ctx.pipeline({"attention.wgsl", "attention_prefill", {}, kv_prelude_vec4(view) + tile_prelude(tiles)});
   } else {
     pipe = ctx.pipeline({"attention_baseline.wgsl", "attention_prefill_baseline", {}, kv_prelude_scalar(view)});
   }
@@ -305,7 +301,7 @@ void encode_attention_decode(gpu::ComputeBatch& batch, gpu::Context& ctx, const 
   }
   const KvView view = kv_view(ctx, kv.config().type);
   const AttentionTiles tiles = attention_tiles(s.head_dim, ctx.limits());
-  const std::string prelude = kv_prelude_vec4(view) + tile_prelude(tiles, ctx);
+  const std::string prelude = kv_prelude_vec4(view) + tile_prelude(tiles);
   WGPUComputePipeline decode = ctx.pipeline({"attention.wgsl", "attention_decode", {}, prelude});
   WGPUComputePipeline reduce = ctx.pipeline({"attention.wgsl", "attention_decode_reduce", {}, prelude});
   const uint32_t q_dim = s.n_heads * s.head_dim;

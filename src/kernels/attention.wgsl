@@ -240,20 +240,17 @@ fn attention_prefill(@builtin(workgroup_id) wid: vec3<u32>,
 // ---------------------------------------------------------------------------------------
 // Decode: one workgroup per (split, head, query). The split covers keys
 // [split * split_len, min((split + 1) * split_len, window)). DEC_WG threads each score one key
-// of a DEC_WG-key tile (a head_dim dot product of q, read from memory, with the cached key, vec4
-// loads), then the threads split into KS = DEC_WG / HD4 key slices x HD4 columns to accumulate
-// P.V with coalesced V reads. A thread loads its first VPF V values together with its K row, so a
-// short window waits on memory once per tile instead of again after the softmax's barriers. With
-// one split the output is written directly; otherwise the partial (m, l, o) goes to `partials`
-// and attention_decode_reduce combines the splits.
+// of a DEC_WG-key tile (a head_dim dot product read from the cache with vec4 loads), then the
+// threads split into KS = DEC_WG / HD4 key slices x HD4 columns to accumulate P.V with
+// coalesced V reads. With one split the output is written directly; otherwise the partial
+// (m, l, o) goes to `partials` and attention_decode_reduce combines the splits.
 //
 // Traffic: 2 * window * head_dim KV elements per head (GQA heads of a group hit the same lines
 // in cache) — decode is bound by reading the cache once.
 const DEC_WG: u32 = 128u;
 const KS: u32 = DEC_WG / HD4;
-// VPF (host constant): V values per thread loaded early (all of a tile's for head_dim <= 64), 0 on CPU
-// drivers; VPF_SLOTS = max(VPF, 1).
 const MAX_SUBGROUPS: u32 = DEC_WG / 4u;
+var<workgroup> dq: array<vec4<f32>, HD4>;
 var<workgroup> dprob: array<f32, DEC_WG>;
 var<workgroup> dred: array<f32, MAX_SUBGROUPS>;
 var<workgroup> dacc: array<vec4<f32>, DEC_WG>;
@@ -276,34 +273,29 @@ fn attention_decode(@builtin(workgroup_id) wid: vec3<u32>,
   let v_shift = p.page_size * (p.kv_dim / 4u);
   let col = tid % HD4;
   let slice = tid / HD4;
-  let q_row = (p.q_offset + q_local * p.q_stride) / 4u + head * HD4;
-  let vs = p.kv_dim / 4u;
+
+  if (tid < HD4) {
+    dq[tid] = q[(p.q_offset + q_local * p.q_stride) / 4u + head * HD4 + tid] * p.scale;
+  }
+  workgroupBarrier();
 
   var m = NEG_BIG;
   var l = 0.0;
   var o = vec4<f32>(0.0);
   for (var kb = k_begin; kb < k_end; kb += DEC_WG) {
     let t = kb + tid;
-    let n = min(DEC_WG, k_end - kb);
     let loc = kv_row4(kb);  // a tile never straddles a page
-    let row = loc.y + tid * vs + kvh * HD4;
-    let v_col = loc.y + v_shift + kvh * HD4 + col;
+    let row = loc.y + tid * (p.kv_dim / 4u) + kvh * HD4;
     var score = NEG_BIG;
-    var vreg: array<KvVec, VPF_SLOTS>;
-    //#unroll! P 4
-    if (loc.x == $P) {
-      if (t < k_end) {
-        var acc = 0.0;
-        for (var c = 0u; c < HD4; c += 1u) { acc += dot(q[q_row + c], kv_to_f32(pool$P[row + c])); }
-        score = acc * p.scale;
+    if (t < k_end) {
+      var acc = 0.0;
+      //#unroll! P 4
+      if (loc.x == $P) {
+        for (var c = 0u; c < HD4; c += 1u) { acc += dot(dq[c], kv_to_f32(pool$P[row + c])); }
       }
-      if (slice < KS) {
-        //#unroll i VPF
-        if (slice + $i * KS < n) { vreg[$i] = pool$P[v_col + (slice + $i * KS) * vs]; }
-        //#end
-      }
+      //#end
+      score = acc;
     }
-    //#end
     // tile max: subgroup max, then across subgroups through workgroup memory
     let sg_max = subgroupMax(score);
     if (sg_lane == 0u) { dred[sg_id] = sg_max; }
@@ -325,13 +317,13 @@ fn attention_decode(@builtin(workgroup_id) wid: vec3<u32>,
     m = m_new;
     o *= corr;
     if (slice < KS) {
-      //#unroll i VPF
-      if (slice + $i * KS < n) { o += dprob[slice + $i * KS] * kv_to_f32(vreg[$i]); }
-      //#end
-      // keys past the early ones (head_dim > 64): four per step, four loads in flight
+      let n = min(DEC_WG, k_end - kb);
+      let v_col = loc.y + v_shift + kvh * HD4 + col;
+      let vs = p.kv_dim / 4u;
       //#unroll! P 4
       if (loc.x == $P) {
-        var j = slice + VPF * KS;
+        // four keys per step: four independent loads in flight
+        var j = slice;
         for (; j + 3u * KS < n; j += 4u * KS) {
           let v0 = kv_to_f32(pool$P[v_col + j * vs]);
           let v1 = kv_to_f32(pool$P[v_col + (j + KS) * vs]);
