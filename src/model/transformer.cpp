@@ -177,6 +177,24 @@ uint64_t kv_bytes_per_position(const ModelConfig& c, kernels::KvType type) {
 
 // ---- session
 
+namespace {
+// The index of the largest value as argmax.wgsl chooses it: the lowest among equals, NaN never, 0 when nothing
+// beats -inf.
+int32_t argmax(std::span<const float> v) {
+  int32_t best = 0;
+  float best_v = -INFINITY;
+  bool found = false;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (v[i] > best_v || (!found && v[i] == best_v)) {
+      best = int32_t(i);
+      best_v = v[i];
+      found = true;
+    }
+  }
+  return best;
+}
+}  // namespace
+
 // Activations for up to ubatch tokens. Row-major [tokens][width] f32.
 struct GpuSession::Buffers {
   gpu::Buffer ids;            // [ubatch] u32 token ids
@@ -203,6 +221,7 @@ GpuSession::GpuSession(gpu::Context& ctx, const GpuModel& model, const GpuSessio
       layers_per_submit_(options.layers_per_submit >= 0 ? uint32_t(options.layers_per_submit)
                          : ctx.adapter().type == "CPU"  ? 0
                                                         : 4),
+      argmax_on_gpu_(options.argmax_on_gpu >= 0 ? options.argmax_on_gpu != 0 : ctx.adapter().type != "CPU"),
       buf_(std::make_unique<Buffers>()),
       bind_cache_(std::make_unique<gpu::BindCache>(ctx)) {
   const ModelConfig& c = model.config;
@@ -327,6 +346,16 @@ uint32_t GpuSession::decode_greedy(int32_t token, uint32_t max_new, const std::f
   check_tokens(std::span(&token, 1));
   next_.reset();  // a step encoded ahead for forward ends in logits, not in an argmax
   if (max_new == 0) return 0;
+  if (!argmax_on_gpu_) {  // each step's logits to the host, the argmax there (same choice: see argmax.wgsl)
+    uint32_t chosen = 0;
+    for (int32_t id = token; chosen < max_new && n_past_ < n_ctx_;) {
+      const std::vector<float> logits = run_chunk(std::span(&id, 1), Output::LastLogits);
+      id = argmax(logits);
+      ++chosen;
+      if (on_id && !on_id(id)) break;
+    }
+    return chosen;
+  }
   Buffers& b = *buf_;
   ctx_.write_buffer(b.ids, 0, &token, 4);
   const uint32_t pos0 = n_past_;

@@ -5,7 +5,8 @@
 // the q/k/v projection with the norm folded in, RoPE of q and k, KV append, attention, the output projection added
 // to the residual, gate/up with the norm folded in and SwiGLU, the down projection added to the residual. Decoding,
 // the q/k/v projection also does the RoPE and the KV append (5 dispatches per layer); with qwen3's q/k norm one
-// kernel does the norm, the RoPE and the append (6).
+// kernel does the norm, the RoPE and the append (6). Greedy decoding (decode_greedy) takes the argmax on the GPU and
+// feeds it to the next step there, so steps run back to back while the host reads the ids behind them.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -80,6 +81,10 @@ struct GpuSessionOptions {
   // starts while the CPU encodes the rest. 0: one command buffer per step; -1 (default): 4 on GPUs, 0 on CPU
   // adapters (where the "GPU" shares the cores and extra submits only cost).
   int32_t layers_per_submit = -1;
+  // decode_greedy's argmax: 1 on the GPU, each step queued before the last id is back; 0 on the host after each
+  // step's logits are read back; -1 (default): the GPU, except on CPU adapters (there the "GPU" shares the cores:
+  // encoding ahead competes with it, and the two argmax dispatches cost more than the readback).
+  int32_t argmax_on_gpu = -1;
 };
 
 // One sequence: activations for `ubatch` tokens, a KV cache per layer and the decode scratch. The context and
@@ -149,6 +154,7 @@ class GpuSession {
   const GpuModel& model_;
   uint32_t n_ctx_, ubatch_;
   uint32_t layers_per_submit_;  // 0: one command buffer per step
+  bool argmax_on_gpu_;
   uint32_t n_past_ = 0;
   std::unique_ptr<Buffers> buf_;
   std::unique_ptr<gpu::BindCache> bind_cache_;  // decode steps repeat: their bind groups are made once

@@ -201,10 +201,13 @@ TEST(GpuForwardApi, StepsEncodedAheadFollowAnyCallPattern) {
   }
 }
 
-// Greedy decoding with the argmax on the GPU: the same ids as feeding one token at a time and taking the argmax on
-// the host, stopping where on_id says (the step queued beyond is forgotten: the cache continues correctly), at
+// Greedy decoding (the argmax on the GPU, or on the host after each readback): the same ids as feeding one token at a
+// time and taking the argmax on the host, stopping where on_id says (the step queued beyond is forgotten: the cache continues correctly), at
 // max_new and at a full context.
-TEST(GpuForwardApi, DecodeGreedyMatchesFeedingAndStopsCleanly) {
+class DecodeGreedy : public ::testing::TestWithParam<int32_t> {};
+
+TEST_P(DecodeGreedy, MatchesFeedingAndStopsCleanly) {
+  const int32_t on_gpu = GetParam();
   const GgufFile f = GgufFile::open(test::model_path("llama-f32"));
   const cpu::CpuModel cm = cpu::load_cpu_model(f);
   gpu::Context& ctx = test::context();
@@ -218,7 +221,8 @@ TEST(GpuForwardApi, DecodeGreedyMatchesFeedingAndStopsCleanly) {
   ASSERT_EQ(want.size(), 12u);
 
   // a command buffer per layer: the first greedy step goes in pieces, the later ones in one
-  GpuSession gs(ctx, gm, {.n_ctx = 16, .ubatch = 8, .kv_type = kernels::KvType::F32, .layers_per_submit = 1});
+  GpuSession gs(ctx, gm, {.n_ctx = 16, .ubatch = 8, .kv_type = kernels::KvType::F32, .layers_per_submit = 1,
+                          .argmax_on_gpu = on_gpu});
   gs.forward(prompt);
   std::vector<int32_t> got;
   EXPECT_EQ(gs.decode_greedy(want[0], 0, [&](int32_t id) { got.push_back(id); return true; }), 0u);
@@ -235,7 +239,7 @@ TEST(GpuForwardApi, DecodeGreedyMatchesFeedingAndStopsCleanly) {
   const auto e = test::compare(gs.forward(std::span(&other, 1)), cs.forward(std::span(&other, 1)));
   EXPECT_LE(e.rel_l2, 1e-4) << "logits after a stopped greedy decode: " << e.describe();
   // Runs to the end of the context: 11 positions left, so 11 ids.
-  GpuSession to_end(ctx, gm, opts);
+  GpuSession to_end(ctx, gm, {.n_ctx = 16, .ubatch = 8, .kv_type = kernels::KvType::F32, .argmax_on_gpu = on_gpu});
   to_end.forward(prompt);
   got.clear();
   EXPECT_EQ(to_end.decode_greedy(want[0], 100, [&](int32_t id) { got.push_back(id); return true; }), 11u);
@@ -245,6 +249,9 @@ TEST(GpuForwardApi, DecodeGreedyMatchesFeedingAndStopsCleanly) {
   EXPECT_THROW(gs.decode_greedy(int32_t(cm.config.n_vocab), 1), InvalidArgument);
   EXPECT_EQ(gs.n_past(), 10u);
 }
+
+INSTANTIATE_TEST_SUITE_P(ArgmaxOn, DecodeGreedy, ::testing::Values(1, 0),
+                         [](const auto& info) { return std::string(info.param ? "gpu" : "host"); });
 
 // ---- end to end against the transformers fixtures
 
@@ -272,14 +279,16 @@ TEST_P(GpuForwardRef, GreedyTokensMatchTransformers) {
       logits = s.forward(std::span(&greedy.back(), 1));
     }
     EXPECT_EQ(greedy, rp.greedy);
-    // the same with the argmax on the GPU
-    GpuSession g(ctx, gm, {.n_ctx = 256, .ubatch = 48, .kv_type = kv});
-    std::vector<int32_t> on_gpu{argmax(g.forward(rp.tokens))};
-    g.decode_greedy(on_gpu[0], uint32_t(rp.greedy.size() - 1), [&](int32_t id) {
-      on_gpu.push_back(id);
-      return true;
-    });
-    EXPECT_EQ(on_gpu, rp.greedy) << "decode_greedy";
+    // the same through decode_greedy, the argmax on the GPU and on the host
+    for (int32_t on_gpu : {1, 0}) {
+      GpuSession g(ctx, gm, {.n_ctx = 256, .ubatch = 48, .kv_type = kv, .argmax_on_gpu = on_gpu});
+      std::vector<int32_t> ids{argmax(g.forward(rp.tokens))};
+      g.decode_greedy(ids[0], uint32_t(rp.greedy.size() - 1), [&](int32_t id) {
+        ids.push_back(id);
+        return true;
+      });
+      EXPECT_EQ(ids, rp.greedy) << "decode_greedy, argmax on the " << (on_gpu ? "GPU" : "host");
+    }
   }
 }
 
