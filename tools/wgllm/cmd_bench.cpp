@@ -61,9 +61,9 @@ double time_pp(Session& s, const std::vector<int32_t>& prompt, const std::vector
   return prompt.size() / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// Tokens per second of n one-token steps after `depth` cached tokens. Greedy decoding with the argmax on the GPU
-// (what `wgllm run --temp 0` does: each step queued before the previous one's id is back), or with `host`, a feed
-// per random token whose logits come back to the host (what sampling on the host costs).
+// Tokens per second of n one-token steps after `depth` cached tokens. Greedy decoding as `wgllm run --temp 0` does it
+// (Session::decode_greedy: on GPUs the argmax stays there and each step is queued before the previous one's id is
+// back), or with `host`, a feed per random token whose logits come back to the host (what host sampling costs).
 double time_tg(Session& s, uint32_t n, uint32_t n_vocab, const std::vector<int32_t>& depth, bool host) {
   fill(s, depth);
   const std::vector<int32_t> ids = random_tokens(n, n_vocab, 2);
@@ -225,7 +225,7 @@ int bench(const BenchOptions& o) {
   if (!tg.empty()) row("tg", o.n_gen, stats(tg), gb * stats(tg).median);
   if (!tg_host.empty()) row("tg-host", o.n_gen, stats(tg_host), gb * stats(tg_host).median);
   std::printf("decode GB/s = %.2f MB of weights read per token x tokens/s\n", gb * 1e3);
-  std::printf("tg: greedy decoding, the argmax on the GPU%s\n",
+  std::printf("tg: greedy decoding (Session::decode_greedy: the argmax on the GPU; on the host on CPU adapters)%s\n",
               tg_host.empty() ? "" : "; tg-host: one token fed per step, its logits read back to the host");
   if (profile) print_profile(*profile);
   return 0;
