@@ -134,8 +134,9 @@ class Session {
   std::vector<std::vector<float>> feed_all(std::span<const int32_t> tokens);
 
   // Greedy decoding with the argmax taken on the GPU: feeds `token`, then each step's argmax is the next step's
-  // input without a round trip to the host (the next step is queued before the current one's id is read back).
-  // on_id gets each chosen id; stops after max_new ids, at a full context, or when on_id returns false. Returns
+  // input without a round trip to the host (the next step is queued before the current one's id is read back; on a
+  // CPU adapter, where that gains nothing, each step's logits are read back and the argmax taken on the host, with
+  // the same choice: the lowest id among equal logits). on_id gets each chosen id; stops after max_new ids, at a full context, or when on_id returns false. Returns
   // the ids chosen; n_past() then counts `token` and every chosen id but the last, as if each were fed.
   uint32_t decode_greedy(int32_t token, uint32_t max_new, const std::function<bool(int32_t id)>& on_id = {});
 

@@ -68,10 +68,10 @@ struct PipelineKey {
   std::string to_string() const;                    // also the pipeline's debug label
 };
 
-// One storage/uniform buffer range bound at @binding(binding) of group 0.
 // Identifies one queue submission (Context::submit); later submissions have larger indices.
 using SubmissionIndex = uint64_t;
 
+// One storage/uniform buffer range bound at @binding(binding) of group 0.
 struct BufferBinding {
   uint32_t binding;
   const Buffer* buffer;

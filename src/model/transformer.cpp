@@ -260,7 +260,7 @@ GpuSession::GpuSession(gpu::Context& ctx, const GpuModel& model, const GpuSessio
   // token count the matvec is specialised for and one tiled prefill chunk. The pipelines stay in the context.
   for (uint32_t n = 1; n <= kernels::kMatvecMaxTokens + 1; ++n)
     if (n <= ubatch_ && n <= n_ctx_) encode_step(n, 0, Output::LastLogits, [](Piece) {});
-  encode_step(1, 0, Output::Argmax, [](Piece) {});
+  if (argmax_on_gpu_) encode_step(1, 0, Output::Argmax, [](Piece) {});
   ctx.check_errors();
 }
 

@@ -107,6 +107,7 @@ class GpuSession {
   // (no round trip between steps). on_id gets each chosen id in order; decoding stops after max_new ids, at a full
   // context, or when on_id returns false. Returns the ids chosen. n_past() then counts `token` and every chosen id
   // but the last (as if each had been fed with forward); the cache rows a step queued beyond that are forgotten.
+  // With argmax_on_gpu off (CPU adapters), each step is a forward and the argmax is taken on the host.
   uint32_t decode_greedy(int32_t token, uint32_t max_new, const std::function<bool(int32_t id)>& on_id = {});
 
   uint32_t n_past() const { return n_past_; }

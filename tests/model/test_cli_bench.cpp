@@ -79,6 +79,31 @@ TEST(CliBench, DepthFillsTheCacheBeforeTheSteps) {
   EXPECT_EQ(reduce_calls(""), 0);
 }
 
+// tg (greedy decoding) and, with --tg-host, tg_host (a feed per token) each report n, a rate within [min, max] and
+// decode GB/s of at most the weights per token; without the flag there is no tg_host.
+TEST(CliBench, TgAndTgHostRows) {
+  const std::string model = test::model_path("llama-f32");
+  for (const bool host : {true, false}) {
+    const auto [status, out] = run_cli("bench -m " + model + " -p 0 -n 5 -r 2 --json" + (host ? " --tg-host" : ""));
+    ASSERT_EQ(status, 0) << out;
+    const nlohmann::json j = nlohmann::json::parse(out);
+    EXPECT_EQ(j.contains("tg_host"), host) << out;
+    for (const char* key : {"tg", "tg_host"}) {
+      if (!j.contains(key)) continue;
+      const nlohmann::json& t = j.at(key);
+      EXPECT_EQ(t.at("n").get<int>(), 5) << key;
+      const double rate = t.at("tokens_per_s").get<double>();
+      EXPECT_GT(rate, 0) << key;
+      EXPECT_LE(t.at("min").get<double>(), rate) << key;
+      EXPECT_GE(t.at("max").get<double>(), rate) << key;
+      // GB per token: the weights one step reads, at most all of them
+      const double gb_per_token = t.at("decode_gb_per_s").get<double>() / rate;
+      EXPECT_GT(gb_per_token, 0) << key;
+      EXPECT_LE(gb_per_token, j.at("weight_bytes").get<double>() / 1e9 * (1 + 1e-9)) << key;
+    }
+  }
+}
+
 TEST(CliBench, ProfileNeedsDecodeSteps) {
   const auto [status, out] = run_cli("bench -m " + test::model_path("llama-f32") + " -p 4 -n 0 -r 1 --profile");
   EXPECT_EQ(status, 1) << out;
