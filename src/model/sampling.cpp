@@ -25,9 +25,14 @@ void Sampler::accept(int32_t id) {
 }
 
 std::vector<TokenProb> Sampler::distribution(std::span<const float> logits_in) const {
-  std::vector<float> logits(logits_in.begin(), logits_in.end());
-  const std::vector<int32_t> recent(recent_.begin(), recent_.end());
-  apply_repetition_penalty(logits, recent, params_.repeat_penalty);
+  // A penalised copy only when there is a penalty (a copy of 128k logits costs more than the argmax).
+  std::vector<float> penalised;
+  if (params_.repeat_penalty != 1.0f) {
+    penalised.assign(logits_in.begin(), logits_in.end());
+    const std::vector<int32_t> recent(recent_.begin(), recent_.end());
+    apply_repetition_penalty(penalised, recent, params_.repeat_penalty);
+  }
+  const std::span<const float> logits = penalised.empty() ? logits_in : std::span<const float>(penalised);
   if (params_.temperature <= 0) {
     const auto best = std::max_element(logits.begin(), logits.end()) - logits.begin();
     return {{int32_t(best), 1.0f}};
