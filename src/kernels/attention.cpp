@@ -264,28 +264,11 @@ void encode_attention_prefill(gpu::ComputeBatch& batch, gpu::Context& ctx, const
   });
 }
 
-namespace {
-// Query heads one decode workgroup serves: the GQA group when it is 2..8 (attention_decode_gqa.wgsl reads each K/V
-// row once for all of them), else 1 (attention_decode, a workgroup per head).
-uint32_t decode_group(const AttentionShape& s) {
-  const uint32_t g = s.n_kv_heads ? s.n_heads / s.n_kv_heads : 1;
-  return g >= 2 && g <= 8 ? g : 1;
-}
-// Workgroup memory of attention_decode_gqa for group g (gq, gprob, gmax + gsum, gacc).
-uint64_t decode_gqa_storage(uint32_t g, uint32_t head_dim) {
-  return uint64_t(g) * (head_dim / 4) * 16 + uint64_t(g) * kDecodeWorkgroup * 4 + 2ull * g * (kDecodeWorkgroup / 4) * 4 +
-         uint64_t(kDecodeWorkgroup) * 16;
-}
-}  // namespace
-
 uint32_t attention_decode_splits(const AttentionShape& s, const KvCache& kv) {
   const uint64_t window = std::min<uint64_t>(uint64_t(s.start_pos) + s.q_base + s.n_queries, kv.config().max_seq);
-  const uint32_t g = decode_group(s);
-  const uint64_t rows = uint64_t(s.n_heads / g) * s.n_queries;
-  // Enough workgroups to fill a large GPU (~2048), but no split shorter than two 128-key tiles (one for the GQA
-  // kernel, whose workgroups each do a group's work).
-  const uint64_t key_len = g > 1 ? kDecodeWorkgroup : 2 * kDecodeWorkgroup;
-  const uint64_t by_length = (window + key_len - 1) / key_len;
+  const uint64_t rows = uint64_t(s.n_heads) * s.n_queries;
+  // Enough workgroups to fill a large GPU (~2048), but no split shorter than two 128-key tiles.
+  const uint64_t by_length = (window + 255) / 256;
   const uint64_t by_occupancy = std::max<uint64_t>(1, 2048 / std::max<uint64_t>(rows, 1));
   return uint32_t(std::clamp<uint64_t>(std::min(by_length, by_occupancy), 1, 256));
 }
@@ -319,13 +302,7 @@ void encode_attention_decode(gpu::ComputeBatch& batch, gpu::Context& ctx, const 
   const KvView view = kv_view(ctx, kv.config().type);
   const AttentionTiles tiles = attention_tiles(s.head_dim, ctx.limits());
   const std::string prelude = kv_prelude_vec4(view) + tile_prelude(tiles);
-  // GQA: a workgroup per kv head serves its group's query heads (if its workgroup memory fits the adapter)
-  const uint32_t group = decode_group(s);
-  const bool gqa = group > 1 && decode_gqa_storage(group, s.head_dim) <= ctx.limits().maxComputeWorkgroupStorageSize;
-  WGPUComputePipeline decode =
-      gqa ? ctx.pipeline({"attention.wgsl+attention_decode_gqa.wgsl", "attention_decode_gqa", {},
-                          prelude + "const GQ: u32 = " + std::to_string(group) + "u;\n"})
-          : ctx.pipeline({"attention.wgsl", "attention_decode", {}, prelude});
+  WGPUComputePipeline decode = ctx.pipeline({"attention.wgsl", "attention_decode", {}, prelude});
   WGPUComputePipeline reduce = ctx.pipeline({"attention.wgsl", "attention_decode_reduce", {}, prelude});
   const uint32_t q_dim = s.n_heads * s.head_dim;
   // Without a split the partials binding is unused; a small placeholder keeps it valid.
@@ -342,7 +319,7 @@ void encode_attention_decode(gpu::ComputeBatch& batch, gpu::Context& ctx, const 
     p.split_len = uint32_t((split_len + kDecodeWorkgroup - 1) / kDecodeWorkgroup * kDecodeWorkgroup);
     const gpu::BufferBinding params = batch.uniform(0, p);
     const auto bindings = kernel_bindings(params, q, qw, out, ow, kv, &partials);
-    batch.dispatch(decode, bindings, n_splits, gqa ? s.n_kv_heads : s.n_heads, count);
+    batch.dispatch(decode, bindings, n_splits, s.n_heads, count);
     if (n_splits > 1) {
       const gpu::BufferBinding reduce_bindings[] = {
           params, {2, &out, ow.offset_bytes, ow.size_bytes}, {8, &partials}};
