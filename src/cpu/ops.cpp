@@ -3,7 +3,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "model/dequant.h"
+#include "gguf/dequant.h"
 
 namespace wgllm::cpu {
 

@@ -7,8 +7,8 @@
 #include <thread>
 
 #include "cpu/attention.h"
-#include "model/dequant.h"
-#include "model/gguf.h"
+#include "gguf/dequant.h"
+#include "gguf/file.h"
 #include "wgllm/error.h"
 
 namespace wgllm::cpu {

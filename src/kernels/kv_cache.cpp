@@ -5,7 +5,7 @@
 #include <numeric>
 #include <random>
 
-#include "model/dequant.h"
+#include "gguf/dequant.h"
 #include "wgllm/error.h"
 
 namespace wgllm::kernels {

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "model/gguf.h"
+#include "gguf/file.h"
 #include "wgllm/error.h"
 
 namespace wgllm {

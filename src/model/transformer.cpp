@@ -10,8 +10,8 @@
 #include "kernels/elementwise.h"
 #include "kernels/kv_append.h"
 #include "kernels/ops.h"
-#include "model/dequant.h"
-#include "model/gguf.h"
+#include "gguf/dequant.h"
+#include "gguf/file.h"
 #include "wgllm/error.h"
 
 namespace wgllm {

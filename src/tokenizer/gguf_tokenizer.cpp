@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "model/gguf.h"
+#include "gguf/file.h"
 #include "wgllm/error.h"
 
 namespace wgllm {

@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "model/config.h"
-#include "model/dequant.h"
-#include "model/gguf.h"
+#include "gguf/dequant.h"
+#include "gguf/file.h"
 #include "wgllm/error.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

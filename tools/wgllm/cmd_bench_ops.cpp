@@ -17,7 +17,7 @@
 #include "gpu/context.h"
 #include "kernels/elementwise.h"
 #include "kernels/kv_cache.h"
-#include "model/dequant.h"
+#include "gguf/dequant.h"
 #include "kernels/matmul.h"
 #include "wgllm/error.h"
 

@@ -9,7 +9,7 @@
 
 #include "command.h"
 #include "model/config.h"
-#include "model/gguf.h"
+#include "gguf/file.h"
 #include "wgllm/error.h"
 
 namespace wgllm::cli {

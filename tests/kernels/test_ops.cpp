@@ -9,7 +9,7 @@
 #include "cpu/ops.h"
 #include "kernels/kv_append.h"
 #include "kernels/kv_cache.h"
-#include "model/dequant.h"
+#include "gguf/dequant.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
 #include "test_util.h"

@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "model/gguf.h"
-#include "model/model_util.h"
+#include "gguf/file.h"
+#include "model_util.h"
 #include "test_util.h"
 #include "tokenizer/gguf_tokenizer.h"
 #include "tokenizer/tokenizer.h"

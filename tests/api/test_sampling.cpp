@@ -6,7 +6,7 @@
 #include <map>
 #include <vector>
 
-#include "model/sampling.h"
+#include "api/sampling.h"
 
 namespace wgllm {
 namespace {

@@ -1,4 +1,4 @@
-#include "model/dequant.h"
+#include "gguf/dequant.h"
 
 #include <bit>
 #include <cstring>

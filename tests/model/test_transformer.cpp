@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "cpu/transformer.h"
-#include "model/gguf.h"
-#include "model/model_util.h"
+#include "gguf/file.h"
+#include "model_util.h"
 #include "model/transformer.h"
 #include "test_util.h"
 #include "wgllm/error.h"

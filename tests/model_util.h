@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "model/gguf.h"
+#include "gguf/file.h"
 
 namespace wgllm::test {
 

@@ -3,7 +3,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "model/gguf.h"
+#include "gguf/file.h"
 
 namespace wgllm {
 

@@ -10,7 +10,7 @@
 
 #include "cpu/transformer.h"
 #include "model/config.h"
-#include "model/gguf.h"
+#include "gguf/file.h"
 #include "tokenizer/gguf_tokenizer.h"
 #include "tokenizer/tokenizer.h"
 #include "wgllm/default_model.h"

@@ -10,8 +10,8 @@
 
 #include "gguf_builder.h"
 #include "model/config.h"
-#include "model/gguf.h"
-#include "model/model_util.h"
+#include "gguf/file.h"
+#include "model_util.h"
 #include "tokenizer/gguf_tokenizer.h"
 #include "tokenizer/tokenizer.h"
 #include "wgllm/error.h"

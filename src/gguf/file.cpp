@@ -1,4 +1,4 @@
-#include "model/gguf.h"
+#include "gguf/file.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

@@ -6,7 +6,7 @@
 #include <limits>
 #include <vector>
 
-#include "model/dequant.h"
+#include "gguf/dequant.h"
 #include "test_util.h"
 #include "wgllm/error.h"
 

@@ -1,4 +1,4 @@
-#include "model/sampling.h"
+#include "api/sampling.h"
 
 #include <algorithm>
 #include <cmath>

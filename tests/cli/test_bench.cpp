@@ -10,8 +10,8 @@
 #include <string>
 
 #include "model/config.h"
-#include "model/gguf.h"
-#include "model/model_util.h"
+#include "gguf/file.h"
+#include "model_util.h"
 #include "test_util.h"
 
 namespace wgllm {

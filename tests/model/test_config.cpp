@@ -6,7 +6,7 @@
 
 #include "gguf_builder.h"
 #include "model/config.h"
-#include "model/gguf.h"
+#include "gguf/file.h"
 #include "wgllm/error.h"
 
 namespace wgllm::test {

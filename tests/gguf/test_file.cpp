@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "gguf_builder.h"
-#include "model/gguf.h"
+#include "gguf/file.h"
 #include "wgllm/error.h"
 
 namespace wgllm::test {
