@@ -2,8 +2,10 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <numeric>
 #include <random>
 #include <span>
 #include <sstream>
@@ -26,6 +28,17 @@ inline std::vector<float> random_floats(size_t n, std::mt19937_64& gen, float lo
   std::vector<float> v(n);
   for (auto& x : v) x = d(gen);
   return v;
+}
+
+// A random order of the pages of a cache of max_seq positions in pages of page_size (KvCacheConfig::page_order), so
+// tests see pages scattered through the pools; empty for a one-page cache.
+inline std::vector<uint32_t> shuffled_pages(uint32_t max_seq, uint32_t page_size, uint64_t salt) {
+  if (page_size == 0 || page_size >= max_seq) return {};
+  std::vector<uint32_t> order((max_seq + page_size - 1) / page_size);
+  std::iota(order.begin(), order.end(), 0u);
+  auto gen = rng(salt);
+  std::shuffle(order.begin(), order.end(), gen);
+  return order;
 }
 
 // A bit pattern that is NaN as f32 (and as both f16 halves): outputs are poisoned with it first.

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -29,8 +30,8 @@ struct LoadOptions {
   uint32_t n_ctx = 0;
   uint32_t ubatch = 512;  // most prompt tokens per GPU step
   // Command buffers per step: submitted after layer 0 and then every this many layers, so the GPU starts
-  // while the rest is encoded (0: one per step; -1: 4 on GPUs, 0 on CPU adapters).
-  int32_t layers_per_submit = -1;
+  // while the rest is encoded (0: one per step; unset: 4 on GPUs, 0 on CPU adapters).
+  std::optional<uint32_t> layers_per_submit = std::nullopt;
   // Called while weights upload: bytes done, bytes in all.
   std::function<void(uint64_t done, uint64_t total)> progress;
   // Called once the GGUF is parsed, before the adapter is opened and the weights upload: the tokenizer and chat

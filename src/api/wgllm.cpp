@@ -57,12 +57,13 @@ uint64_t count_params(const GgufFile& f) {
 
 struct Model::Impl {
   std::unique_ptr<gpu::Context> ctx;
+  ModelConfig config;  // parsed once, before the upload
   GpuModel gpu;
   std::optional<Tokenizer> tokenizer;
   std::vector<int32_t> eog;  // end-of-generation ids
   ModelInfo info;
   uint32_t ubatch = 512;
-  int32_t layers_per_submit = -1;
+  std::optional<uint32_t> layers_per_submit;
 
   const Tokenizer& tok() const {
     if (!tokenizer) throw ModelError("the model has no tokenizer (tokenizer.ggml.* metadata)");
@@ -81,7 +82,8 @@ namespace {
 // unsupported architecture or a caller's before_upload check fails before the adapter is opened.
 std::unique_ptr<Model::Impl> parse_impl(const GgufFile& f, const LoadOptions& o) {
   auto m = std::make_unique<Model::Impl>();
-  const ModelConfig config = config_from_gguf(f);
+  m->config = config_from_gguf(f);
+  const ModelConfig& config = m->config;
   if (f.has("tokenizer.ggml.model")) m->tokenizer.emplace(tokenizer_data_from_gguf(f));
   m->ubatch = std::max<uint32_t>(1, o.ubatch);
   m->layers_per_submit = o.layers_per_submit;
@@ -107,7 +109,7 @@ std::unique_ptr<Model::Impl> parse_impl(const GgufFile& f, const LoadOptions& o)
 // Opens the adapter, uploads the weights and fills the adapter's half of ModelInfo.
 void upload_impl(Model::Impl& m, const GgufFile& f, const LoadOptions& o) {
   m.ctx = std::make_unique<gpu::Context>(gpu::ContextOptions{.adapter = o.adapter});
-  m.gpu = load_gpu_model(*m.ctx, f, o.progress);
+  m.gpu = load_gpu_model(*m.ctx, f, m.config, o.progress);
   ModelInfo& i = m.info;
   i.adapter = m.ctx->adapter().name;
   if (!o.n_ctx) {

@@ -7,28 +7,14 @@
 
 namespace wgllm::cpu {
 
-using kernels::WeightType;
-
-// The GPU weight type as its GGUF storage type (same bytes).
-static GgufType gguf_type(WeightType t) {
-  switch (t) {
-    case WeightType::F32: return GgufType::F32;
-    case WeightType::F16: return GgufType::F16;
-    case WeightType::BF16: return GgufType::BF16;
-    case WeightType::Q8_0: return GgufType::Q8_0;
-    case WeightType::Q4_0: return GgufType::Q4_0;
-  }
-  return GgufType::F32;
-}
-
-std::vector<float> dequantize_row(WeightType t, std::span<const uint8_t> bytes, uint64_t ne0, uint64_t row) {
+std::vector<float> dequantize_row(GgufType t, std::span<const uint8_t> bytes, uint64_t ne0, uint64_t row) {
   std::vector<float> out(ne0);
-  const uint64_t row_bytes = kernels::gguf_bytes(t, ne0, 1);
-  wgllm::dequantize_row(gguf_type(t), bytes.data() + row * row_bytes, out.data(), ne0);
+  const uint64_t row_bytes = tensor_bytes(t, ne0);
+  wgllm::dequantize_row(t, bytes.data() + row * row_bytes, out.data(), ne0);
   return out;
 }
 
-std::vector<float> matmul(WeightType t, std::span<const uint8_t> w, uint64_t ne0, uint64_t ne1,
+std::vector<float> matmul(GgufType t, std::span<const uint8_t> w, uint64_t ne0, uint64_t ne1,
                           std::span<const float> x, uint32_t n_tokens, std::span<const float> bias) {
   std::vector<float> y(size_t(n_tokens) * ne1);
   for (uint64_t o = 0; o < ne1; ++o) {
@@ -43,7 +29,7 @@ std::vector<float> matmul(WeightType t, std::span<const uint8_t> w, uint64_t ne0
   return y;
 }
 
-std::vector<float> embedding(WeightType t, std::span<const uint8_t> table, uint64_t ne0, uint64_t ne1,
+std::vector<float> embedding(GgufType t, std::span<const uint8_t> table, uint64_t ne0, uint64_t ne1,
                              std::span<const uint32_t> ids) {
   std::vector<float> out(ids.size() * ne0, 0.f);
   for (size_t i = 0; i < ids.size(); ++i) {

@@ -5,19 +5,19 @@
 #include <span>
 #include <vector>
 
-#include "kernels/matmul.h"
+#include "gguf/types.h"
 
 namespace wgllm::cpu {
 
 // Row `row` of a GGUF [ne1][ne0] tensor of type t, as f32.
-std::vector<float> dequantize_row(kernels::WeightType t, std::span<const uint8_t> bytes, uint64_t ne0, uint64_t row);
+std::vector<float> dequantize_row(GgufType t, std::span<const uint8_t> bytes, uint64_t ne0, uint64_t row);
 
 // y[t][o] = sum_i x[t][i] * W[o][i] (+ bias[o]); x: [n_tokens][ne0], W: GGUF [ne1][ne0].
-std::vector<float> matmul(kernels::WeightType t, std::span<const uint8_t> w, uint64_t ne0, uint64_t ne1,
+std::vector<float> matmul(GgufType t, std::span<const uint8_t> w, uint64_t ne0, uint64_t ne1,
                           std::span<const float> x, uint32_t n_tokens, std::span<const float> bias = {});
 
 // out[t] = row ids[t] of the table (zeros for ids >= ne1).
-std::vector<float> embedding(kernels::WeightType t, std::span<const uint8_t> table, uint64_t ne0, uint64_t ne1,
+std::vector<float> embedding(GgufType t, std::span<const uint8_t> table, uint64_t ne0, uint64_t ne1,
                              std::span<const uint32_t> ids);
 
 // y = x / sqrt(mean(x^2) + eps) * w over rows of `dim`.

@@ -16,36 +16,7 @@
 
 namespace wgllm {
 
-// ---- type tables -----------------------------------------------------------
-
-const char* ggml_type_name(uint32_t id) {
-  static constexpr const char* kNames[] = {
-      "F32",     "F16",     "Q4_0",    "Q4_1",   "Q4_2",    "Q4_3",     "Q5_0",     "Q5_1",
-      "Q8_0",    "Q8_1",    "Q2_K",    "Q3_K",   "Q4_K",    "Q5_K",     "Q6_K",     "Q8_K",
-      "IQ2_XXS", "IQ2_XS",  "IQ3_XXS", "IQ1_S",  "IQ4_NL",  "IQ3_S",    "IQ2_S",    "IQ4_XS",
-      "I8",      "I16",     "I32",     "I64",    "F64",     "IQ1_M",    "BF16",     "Q4_0_4_4",
-      "Q4_0_4_8", "Q4_0_8_8", "TQ1_0", "TQ2_0",  "IQ4_NL_4_4", "IQ4_NL_4_8", "IQ4_NL_8_8", "MXFP4",
-  };
-  if (id >= std::size(kNames)) return nullptr;
-  return kNames[id];
-}
-
-const char* type_name(GgufType t) { return ggml_type_name(static_cast<uint32_t>(t)); }
-
-bool is_supported_type(uint32_t id) { return id == 0 || id == 1 || id == 2 || id == 8 || id == 30; }
-
-uint32_t block_elems(GgufType t) { return t == GgufType::Q8_0 || t == GgufType::Q4_0 ? 32 : 1; }
-
-uint32_t block_bytes(GgufType t) {
-  switch (t) {
-    case GgufType::F32: return 4;
-    case GgufType::F16: return 2;
-    case GgufType::BF16: return 2;
-    case GgufType::Q8_0: return 34;
-    case GgufType::Q4_0: return 18;
-  }
-  return 0;
-}
+// ---- metadata value types ---------------------------------------------------
 
 const char* value_type_name(GgufValueType t) {
   static constexpr const char* kNames[] = {"u8",   "i8",     "u16",   "i16", "u32", "i32", "f32",
@@ -384,7 +355,7 @@ void GgufFile::parse() {
       const char* name = ggml_type_name(type_id);
       if (!name) r.fail("unknown tensor type id " + std::to_string(type_id), type_at);
       throw ModelError(label_ + ": byte " + std::to_string(type_at) + ": tensor " + quoted(t.name) + ": type " +
-                       name + " is not supported yet (supported: F32, F16, BF16, Q8_0, Q4_0)");
+                       name + " is not supported yet (supported: " + supported_type_names() + ")");
     }
     t.type = static_cast<GgufType>(type_id);
     const uint64_t be = block_elems(t.type);

@@ -14,17 +14,9 @@
 #include <variant>
 #include <vector>
 
+#include "gguf/types.h"
+
 namespace wgllm {
-
-// ggml tensor type ids as stored in GGUF. Only F32, F16, BF16, Q8_0 and Q4_0 are loadable.
-enum class GgufType : uint32_t { F32 = 0, F16 = 1, Q4_0 = 2, Q8_0 = 8, BF16 = 30 };
-
-// Name of any ggml type id ("Q4_K", "IQ2_XS", ...); nullptr for an id ggml never had.
-const char* ggml_type_name(uint32_t type_id);
-const char* type_name(GgufType t);
-bool is_supported_type(uint32_t type_id);
-uint32_t block_elems(GgufType t);  // elements per block: 1 for F32/F16/BF16, 32 for Q8_0/Q4_0
-uint32_t block_bytes(GgufType t);  // bytes per block: 4, 2, 2, 34, 18
 
 // Metadata value types.
 enum class GgufValueType : uint32_t {

@@ -214,7 +214,7 @@ std::vector<AdapterDesc> Context::list_adapters(std::string_view backend) {
   return out;
 }
 
-Context::Context(const ContextOptions& options) : errors_(std::make_unique<ErrorSink>()) {
+Context::Context(const ContextOptions& options) : options_(options), errors_(std::make_unique<ErrorSink>()) {
   instance_.reset(native::create_instance(options.backend));
   if (!instance_) throw GpuError("could not create a WebGPU instance (wgpu-native)");
 

@@ -50,6 +50,9 @@ struct ContextOptions {
   std::string backend = "primary";
   bool disable_f16 = false;        // behave as if shader-f16 were absent (tests the fallbacks)
   bool disable_subgroups = false;  // likewise for subgroups
+  // The matvec kernel's shape, "THREADSxROWSxGROUPS[xUNITS[xINT_F16]]" (kernels::parse_matvec_config); "" = the
+  // adapter's default. A tuning knob for benchmarks and tests.
+  std::string matvec_shape = "";
 };
 
 // A GPU buffer with its logical size (the allocation is rounded up to 4 bytes).
@@ -92,6 +95,7 @@ class Context {
   const AdapterDesc& adapter() const { return adapter_desc_; }
   const WGPULimits& limits() const { return limits_; }
   const Features& features() const { return features_; }
+  const ContextOptions& options() const { return options_; }
   WGPUDevice device() const { return device_.get(); }
   WGPUQueue queue() const { return queue_.get(); }
   WGPUInstance instance() const { return instance_.get(); }
@@ -158,6 +162,7 @@ class Context {
   AdapterDesc adapter_desc_;
   WGPULimits limits_{};
   Features features_;
+  ContextOptions options_;
   std::unique_ptr<ErrorSink> errors_;
   std::mutex pipelines_mutex_;
   std::map<std::string, ComputePipelineHandle> pipelines_;

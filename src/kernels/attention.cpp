@@ -5,16 +5,17 @@
 #include <cmath>
 #include <string>
 
+#include "kernels/check.h"
 #include "wgllm/error.h"
 
 namespace wgllm::kernels {
+
+using detail::fail;
 
 namespace {
 
 constexpr uint32_t kMaxHeadDim = 256;
 constexpr uint32_t kDecodeWorkgroup = 128;  // DEC_WG in attention.wgsl
-
-[[noreturn]] void fail(const char* fn, const std::string& what) { throw InvalidArgument(std::string(fn) + ": " + what); }
 
 std::string kv_prelude_vec4(KvView view) {
   switch (view) {

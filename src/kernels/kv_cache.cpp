@@ -3,9 +3,8 @@
 #include <algorithm>
 #include <cstring>
 #include <numeric>
-#include <random>
 
-#include "gguf/dequant.h"
+#include "gguf/half.h"
 #include "wgllm/error.h"
 
 namespace wgllm::kernels {
@@ -40,9 +39,13 @@ KvCache::KvCache(gpu::Context& ctx, const KvCacheConfig& config, std::string_vie
   }
   table_.resize(n_pages_);
   std::iota(table_.begin(), table_.end(), 0u);
-  if (config_.shuffle_pages) {
-    std::mt19937_64 gen(config_.shuffle_seed);
-    std::shuffle(table_.begin(), table_.end(), gen);
+  if (!config_.page_order.empty()) {
+    std::vector<uint32_t> sorted = config_.page_order;
+    std::sort(sorted.begin(), sorted.end());
+    if (sorted != table_)
+      throw InvalidArgument(name + ": page_order must be a permutation of the " + std::to_string(n_pages_) +
+                            " pages");
+    table_ = config_.page_order;
   }
   page_table_ = ctx.upload<uint32_t>(table_, WGPUBufferUsage_Storage, name + " page table");
 }

@@ -24,8 +24,9 @@ struct KvCacheConfig {
   uint32_t max_seq = 0;    // positions the cache can hold
   uint32_t page_size = 0;  // positions per page; 0 = one page (contiguous)
   KvType type = KvType::F16;
-  bool shuffle_pages = false;  // scatter physical pages (tests the indirection)
-  uint64_t shuffle_seed = 0;
+  // The physical page of each logical page: a permutation of [0, n_pages); empty = in order. Pages out of order are
+  // what an allocator shared by several sequences hands out (and what tests use to check the indirection).
+  std::vector<uint32_t> page_order = {};
 };
 
 class KvCache {

@@ -1,27 +1,34 @@
-// Shared by the weight kernels (matvec.wgsl, matmul.wgsl; each pipeline compiles this file followed
-// by one of them): y = x W^T + bias and the embedding gather, with the weight kept in its GGUF
-// type and dequantised in the shader; activations and accumulation are f32. The two kernel files
+// Shared by the weight kernels (matvec.wgsl, matmul.wgsl, embedding.wgsl; each pipeline compiles this
+// file followed by one of them): y = x W^T + bias and the embedding gather, with the weight kept in its
+// GGUF type and dequantised in the shader; activations and accumulation are f32. The kernel files
 // are separate modules, so each entry point's module holds only its own workgroup memory.
 //
-// Weights (upload_weight in matmul.cpp) live in row-range pieces, one storage binding each; a
+// Weights (upload_weight in kernels/weight.cpp) live in row-range pieces, one storage binding each; a
 // dispatch sees one piece as `w` (array<vec4<u32>>). Every row is padded to nb blocks of 32
 // elements (zeros past n_in) and read in units of 8 elements (4 units per block):
-//   F32  (WTYPE 0): block = 8 vec4 of f32 bits, row-major [rows][nb][32]
-//   F16  (WTYPE 1): block = 4 vec4 of packed f16 pairs
-//   BF16 (WTYPE 2): block = 4 vec4 of packed bf16 pairs
-//   Q8_0 (WTYPE 3): quants [rows][nb] of 2 vec4 (32 int8), then from vec4 scale_off4 the f16
-//                   scales [rows][nb] packed two per u32
-//   Q4_0 (WTYPE 4): quants [rows][nb] of 1 vec4 (16 bytes as in GGUF: element j = low nibble of
-//                   byte j, element j + 16 = its high nibble), then the f16 scales as for Q8_0
-// The host prepends `const WTYPE: u32`, `const NT: u32` (matvec tokens per dispatch), the
-// matvec shape MV_T, MV_R, MV_G and XV4, mv_lane_sum() (a butterfly of subgroup shuffles, or
-// the identity without subgroups) and the `matvec` entry point, which passes the subgroup size
-// to matvec_main (1 without subgroups). Barriers are reached in uniform control flow.
+//   F32:  block = 8 vec4 of f32 bits, row-major [rows][nb][32]
+//   F16:  block = 4 vec4 of packed f16 pairs
+//   BF16: block = 4 vec4 of packed bf16 pairs
+//   Q8_0: quants [rows][nb] of 2 vec4 (32 int8), then from vec4 scale_off4 the f16
+//         scales [rows][nb] packed two per u32
+//   Q4_0: quants [rows][nb] of 1 vec4 (16 bytes as in GGUF: element j = low nibble of
+//         byte j, element j + 16 = its high nibble), then the f16 scales as for Q8_0
+// The host prepends `const WTYPE: u32` (the GGUF type id: one of the T_* below), `const NT: u32`
+// (matvec tokens per dispatch) and, for matvec.wgsl, the shape MV_T, MV_R, MV_G and XV4,
+// mv_lane_sum() (a butterfly of subgroup shuffles, or the identity without subgroups) and the
+// `matvec` entry point, which passes the subgroup size to matvec_main (1 without subgroups). Barriers are reached in uniform control flow.
 //
 // Epilogues (flags; matvec and matmul alike): bias, RMSNorm of x folded in (the sum of x^2 is
 // gathered while x streams past, the row's dot is scaled at the end), residual accumulation,
 // SwiGLU over interleaved (gate, up) row pairs, and rows split across three outputs (q, k, v);
 // for one token the matvec can instead rotate q and k (RoPE) and write k and v into the KV cache.
+
+// GGUF (ggml) type ids of the weight types (gguf/types.h).
+const T_F32: u32 = 0u;
+const T_F16: u32 = 1u;
+const T_Q4_0: u32 = 2u;
+const T_Q8_0: u32 = 8u;
+const T_BF16: u32 = 30u;
 
 struct MatmulParams {
   n_in: u32, n_out: u32, n_tokens: u32, nb: u32,
@@ -84,23 +91,23 @@ fn bf2(a: u32) -> vec2<f32> { return vec2<f32>(bitcast<f32>(a << 16u), bitcast<f
 fn load8(r: u32, u: u32) -> W8 {
   let blk = r * p.nb + (u >> 2u);
   let q = u & 3u;
-  if (WTYPE == 0u) {
+  if (WTYPE == T_F32) {
     let i = blk * 8u + q * 2u;
     return W8(bitcast<vec4<f32>>(w[i]), bitcast<vec4<f32>>(w[i + 1u]));
-  } else if (WTYPE == 1u) {
+  } else if (WTYPE == T_F16) {
     let v = w[blk * 4u + q];
     if (F16_INT) { return f16x8(v); }
     return W8(vec4<f32>(unpack2x16float(v.x), unpack2x16float(v.y)),
               vec4<f32>(unpack2x16float(v.z), unpack2x16float(v.w)));
-  } else if (WTYPE == 2u) {
+  } else if (WTYPE == T_BF16) {
     let v = w[blk * 4u + q];
     return W8(vec4<f32>(bf2(v.x), bf2(v.y)), vec4<f32>(bf2(v.z), bf2(v.w)));
-  } else if (WTYPE == 3u) {
+  } else if (WTYPE == T_Q8_0) {
     let v = w[blk * 2u + (q >> 1u)];
     let odd = (q & 1u) == 1u;
     let d = q_scale(blk);
     return W8(d * i8x4(select(v.x, v.z, odd)), d * i8x4(select(v.y, v.w, odd)));
-  } else {
+  } else {  // T_Q4_0
     let v = w[blk];
     let odd = (q & 1u) == 1u;
     let sh = select(0u, 4u, q >= 2u);

@@ -3,23 +3,17 @@
 #include <cstdint>
 #include <string>
 
+#include "kernels/rope.h"
+
 namespace wgllm {
 
 class GgufFile;
 
+// The RoPE variants and llama3 scaling are the RoPE kernel's (kernels/rope.h).
+using kernels::RopeScaling;
+using kernels::RopeType;
+
 enum class Arch { Llama, Qwen2, Qwen3 };
-// Normal: rotate adjacent pairs (x[2i], x[2i+1]) — llama-style GGUFs (Q/K rows permuted at conversion).
-// Neox:   rotate halves (x[i], x[i + head_dim/2]) — qwen2 / qwen3.
-enum class RopeType { Normal, Neox };
-
-struct RopeScaling {  // llama3-style frequency scaling ("rope.scaling.type" = llama3)
-  bool enabled = false;
-  float factor = 1.f;
-  float low_freq_factor = 1.f;
-  float high_freq_factor = 4.f;
-  uint32_t original_context = 8192;
-};
-
 struct ModelConfig {
   Arch arch = Arch::Llama;
   std::string arch_name;      // as in general.architecture

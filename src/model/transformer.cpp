@@ -6,12 +6,18 @@
 #include <string>
 #include <tuple>
 
-#include "kernels/attention.h"
-#include "kernels/elementwise.h"
-#include "kernels/kv_append.h"
-#include "kernels/ops.h"
 #include "gguf/dequant.h"
 #include "gguf/file.h"
+#include "kernels/argmax.h"
+#include "kernels/attention.h"
+#include "kernels/embedding.h"
+#include "kernels/kv_append.h"
+#include "kernels/matmul.h"
+#include "kernels/norm.h"
+#include "kernels/qk_norm_rope_kv.h"
+#include "kernels/qkv_rope_append.h"
+#include "kernels/rope.h"
+#include "kernels/swiglu.h"
 #include "wgllm/error.h"
 
 namespace wgllm {
@@ -35,12 +41,9 @@ struct Uploader {
   }
   GpuWeight matrix(const std::string& name) {
     const GgufTensor& t = f.tensor(name);
-    GpuWeight w = kernels::upload_weight(ctx, weight_type(t), t.ne[0], t.ne[1], f.tensor_data(t), name);
+    GpuWeight w = kernels::upload_weight(ctx, t.type, t.ne[0], t.ne[1], f.tensor_data(t), name);
     advance(t);
     return w;
-  }
-  static kernels::WeightType weight_type(const GgufTensor& t) {
-    return kernels::weight_type_from_ggml(uint32_t(t.type));
   }
   // True when the tensors share a type and an input width (so one fused weight can hold them).
   bool fusable(std::initializer_list<std::string> names) const {
@@ -60,7 +63,7 @@ struct Uploader {
       rows += f.tensor(n).ne[1];
     }
     const GgufTensor& t = f.tensor(*names.begin());
-    GpuWeight w = kernels::upload_weight(ctx, weight_type(t), t.ne[0], rows, kernels::concat_rows(parts), label);
+    GpuWeight w = kernels::upload_weight(ctx, t.type, t.ne[0], rows, kernels::concat_rows(parts), label);
     for (const auto& n : names) advance(f.tensor(n));
     return w;
   }
@@ -69,7 +72,7 @@ struct Uploader {
     const GgufTensor& ta = f.tensor(a);
     const GgufTensor& tb = f.tensor(b);
     if (ta.ne[1] != tb.ne[1]) throw ModelError(a + " and " + b + " differ in rows");
-    GpuWeight w = kernels::upload_weight(ctx, weight_type(ta), ta.ne[0], 2 * ta.ne[1],
+    GpuWeight w = kernels::upload_weight(ctx, ta.type, ta.ne[0], 2 * ta.ne[1],
                                          kernels::interleave_rows(f.tensor_data(ta), f.tensor_data(tb), ta.ne[1]),
                                          label);
     advance(ta);
@@ -140,9 +143,12 @@ const gpu::Buffer* optional(const gpu::Buffer& b) { return b.size ? &b : nullptr
 
 }  // namespace
 
-GpuModel load_gpu_model(gpu::Context& ctx, const GgufFile& f, const LoadProgress& progress) {
+GpuModel load_gpu_model(gpu::Context& ctx, const GgufFile& f) { return load_gpu_model(ctx, f, config_from_gguf(f)); }
+
+GpuModel load_gpu_model(gpu::Context& ctx, const GgufFile& f, const ModelConfig& config,
+                        const LoadProgress& progress) {
   GpuModel m;
-  m.config = config_from_gguf(f);
+  m.config = config;
   const ModelConfig& c = m.config;
   Uploader up{ctx, f, progress};
   for (const GgufTensor& t : f.tensors()) up.total += t.n_bytes;
@@ -218,10 +224,8 @@ GpuSession::GpuSession(gpu::Context& ctx, const GpuModel& model, const GpuSessio
       model_(model),
       n_ctx_(options.n_ctx ? options.n_ctx : model.config.n_ctx_train),
       ubatch_(std::max<uint32_t>(1, std::min(options.ubatch, n_ctx_))),
-      layers_per_submit_(options.layers_per_submit >= 0 ? uint32_t(options.layers_per_submit)
-                         : ctx.adapter().type == "CPU"  ? 0
-                                                        : 4),
-      argmax_on_gpu_(options.argmax_on_gpu >= 0 ? options.argmax_on_gpu != 0 : ctx.adapter().type != "CPU"),
+      layers_per_submit_(options.layers_per_submit.value_or(ctx.adapter().type == "CPU" ? 0 : 4)),
+      argmax_on_gpu_(options.argmax_on_gpu.value_or(ctx.adapter().type != "CPU")),
       buf_(std::make_unique<Buffers>()),
       bind_cache_(std::make_unique<gpu::BindCache>(ctx)) {
   const ModelConfig& c = model.config;
@@ -247,10 +251,19 @@ GpuSession::GpuSession(gpu::Context& ctx, const GpuModel& model, const GpuSessio
   const uint64_t one_page = 2ull * n_ctx_ * KV * kernels::kv_type_bytes(options.kv_type);
   const uint32_t page = one_page <= ctx.max_binding_size() ? 0 : 256;
   kv_.reserve(c.n_layer);
+  decode_qkv_.reserve(c.n_layer);
   for (uint32_t l = 0; l < c.n_layer; ++l)
     kv_.emplace_back(ctx, kernels::KvCacheConfig{.kv_dim = uint32_t(KV), .max_seq = n_ctx_, .page_size = page,
                                                      .type = options.kv_type},
                      "kv cache " + std::to_string(l));
+  for (const GpuLayer& L : model.weights.layers) {
+    const kernels::QkvRopeAppend shape{.head_dim = c.head_dim, .rope_dim = c.rope_dim,
+                                       .neox = c.rope_type == kernels::RopeType::Neox};
+    decode_qkv_.push_back(c.qk_norm                                                       ? DecodeQkv::QkNormRopeAppend
+                          : !L.wqkv.empty() && kernels::qkv_rope_append_supported(ctx, L.wqkv, shape)
+                              ? DecodeQkv::FusedRopeAppend
+                              : DecodeQkv::Separate);
+  }
   const kernels::AttentionShape longest{.n_heads = c.n_head, .n_kv_heads = c.n_head_kv, .head_dim = c.head_dim,
                                         .n_queries = 1, .start_pos = n_ctx_ - 1};
   const uint32_t splits = kernels::attention_decode_splits(longest, kv_[0]);
@@ -382,6 +395,19 @@ uint32_t GpuSession::decode_greedy(int32_t token, uint32_t max_new, const std::f
   return chosen;
 }
 
+// A decode step (n = 1) of llama / qwen2 runs these dispatches:
+//   embedding                   x = token_embd[id]
+//   per layer (5 dispatches):
+//     qkv_rope_append           q = rope(norm(x) Wq); k = rope(norm(x) Wk), v = norm(x) Wv into the KV cache
+//     attention_decode          attn = softmax(q K^T / sqrt(d)) V over the cache (+ a split-K reduce past 256 keys)
+//     matmul, accumulate        x += attn Wo
+//     matmul, swiglu            act = silu(norm(x) Wgate) * (norm(x) Wup)
+//     matmul, accumulate        x += act Wdown
+//   matmul                      logits = norm(x) Wout
+//   copy, or argmax (2)         the logits to the mappable buffer, or the greedy id to the next step's input
+// qwen3 decodes with matmul (q, k, v) + qk_norm_rope_kv instead of qkv_rope_append (6 per layer); a layer whose q/k/v
+// or gate/up weights differ in type runs them as separate products (+ rope, kv_append or swiglu). A prefill chunk
+// runs the same steps over n tokens with the tiled matmul, rope + kv_append and the batched attention_prefill.
 void GpuSession::encode_step(uint32_t n, uint32_t pos, Output output, const std::function<void(Piece)>& ready,
                              uint32_t slot, bool one_piece) {
   Buffers& b = *buf_;
@@ -412,53 +438,36 @@ void GpuSession::encode_attention_block(gpu::ComputeBatch& batch, uint32_t layer
   const ModelConfig& c = model_.config;
   const GpuLayer& L = model_.weights.layers[layer];
   Buffers& b = *buf_;
-  // q, k, v = rms_norm(x) * attn_norm @ (wq, wk, wv) (+ bias on qwen2)
-  const kernels::MatmulOptions normed{.norm = &L.attn_norm, .eps = c.rms_eps};
-  // Decoding with stacked q/k/v (and no q/k norm between), the product's epilogue also rotates q and k
-  // and writes k, v into the cache: two dispatches fewer per layer.
-  const kernels::RopeKvAppend rk{.table = &model_.weights.rope_table, .head_dim = c.head_dim, .rope_dim = c.rope_dim,
-                                 .neox = c.rope_type == RopeType::Neox, .pos = pos, .kv = &kv_[layer]};
-  const bool fused_rope_kv = n == 1 && L.wqkv.n_out && !c.qk_norm && kernels::rope_kv_supported(ctx_, L.wqkv, rk);
-  if (fused_rope_kv) {
-    kernels::MatmulOptions o = normed;
-    o.bias = optional(L.bqkv);
-    o.split1 = c.q_dim();
-    o.split2 = c.q_dim() + c.kv_dim();
-    o.rope_kv = &rk;
-    kernels::encode_matmul(batch, ctx_, L.wqkv, b.x, b.q, n, o);
-  } else if (L.wqkv.n_out) {
-    kernels::MatmulOptions o = normed;
-    o.bias = optional(L.bqkv);
-    o.y1 = &b.k;
-    o.y2 = &b.v;
-    o.split1 = c.q_dim();
-    o.split2 = c.q_dim() + c.kv_dim();
-    kernels::encode_matmul(batch, ctx_, L.wqkv, b.x, b.q, n, o);
+  const kernels::QkvRopeAppend qkv_rope{.table = &model_.weights.rope_table, .head_dim = c.head_dim,
+                                        .rope_dim = c.rope_dim, .neox = c.rope_type == kernels::RopeType::Neox,
+                                        .pos = pos, .kv = &kv_[layer], .bias = optional(L.bqkv),
+                                        .norm = &L.attn_norm, .eps = c.rms_eps};
+  if (n == 1 && decode_qkv_[layer] == DecodeQkv::FusedRopeAppend) {
+    // q = rope(rms_norm(x) @ wq), k = rope(rms_norm(x) @ wk) and v = rms_norm(x) @ wv (+ biases), k and v written
+    // into the cache: one dispatch
+    kernels::encode_qkv_rope_append(batch, ctx_, L.wqkv, b.x, b.q, qkv_rope);
   } else {
-    for (auto [w, bias, y] : {std::tuple{&L.wq, &L.bq, &b.q}, {&L.wk, &L.bk, &b.k}, {&L.wv, &L.bv, &b.v}}) {
-      kernels::MatmulOptions o = normed;
-      o.bias = optional(*bias);
-      kernels::encode_matmul(batch, ctx_, *w, b.x, *y, n, o);
+    // q, k, v = rms_norm(x) * attn_norm @ (wq, wk, wv) (+ bias on qwen2): one dispatch when stacked, else three
+    encode_qkv(batch, layer, n);
+    if (n == 1 && decode_qkv_[layer] == DecodeQkv::QkNormRopeAppend) {
+      // qwen3 decoding: the per-head q/k norm, RoPE and the KV append in one dispatch
+      const kernels::QkNormRopeKvShape s{.n_head = c.n_head, .n_kv = c.n_head_kv, .head_dim = c.head_dim,
+                                         .rope_dim = c.rope_dim, .type = c.rope_type, .pos = pos, .eps = c.rms_eps};
+      kernels::encode_qk_norm_rope_kv(batch, ctx_, s, model_.weights.rope_table, b.q, b.k, b.v, L.q_norm, L.k_norm,
+                                      kv_[layer]);
+    } else {
+      if (c.qk_norm) {  // qwen3: RMSNorm of every q and k head, in place
+        kernels::encode_rms_norm(batch, ctx_, b.q, L.q_norm, b.q, n * c.n_head, c.head_dim, c.rms_eps);
+        kernels::encode_rms_norm(batch, ctx_, b.k, L.k_norm, b.k, n * c.n_head_kv, c.head_dim, c.rms_eps);
+      }
+      // RoPE on q and k (one dispatch) at positions pos ..
+      const kernels::RopeShape rope{.n_tokens = n, .n_heads = c.n_head, .head_dim = c.head_dim,
+                                    .rope_dim = c.rope_dim, .start_pos = pos, .type = c.rope_type,
+                                    .n_heads2 = c.n_head_kv};
+      kernels::encode_rope(batch, ctx_, rope, model_.weights.rope_table, b.q, &b.k);
+      // k, v rows into the cache
+      kernels::encode_kv_append(batch, ctx_, kv_[layer], b.k, b.v, pos, n);
     }
-  }
-  if (c.qk_norm && n == 1) {
-    // qwen3 decoding: the per-head q/k norm, RoPE and the KV append in one dispatch
-    const kernels::QkNormRopeKvShape s{.n_head = c.n_head, .n_kv = c.n_head_kv, .head_dim = c.head_dim,
-                                       .rope_dim = c.rope_dim, .type = c.rope_type, .pos = pos, .eps = c.rms_eps};
-    kernels::encode_qk_norm_rope_kv(batch, ctx_, s, model_.weights.rope_table, b.q, b.k, b.v, L.q_norm, L.k_norm,
-                                    kv_[layer]);
-  } else if (c.qk_norm) {
-    // qwen3: RMSNorm of every q and k head, in place
-    kernels::encode_rms_norm(batch, ctx_, b.q, L.q_norm, b.q, n * c.n_head, c.head_dim, c.rms_eps);
-    kernels::encode_rms_norm(batch, ctx_, b.k, L.k_norm, b.k, n * c.n_head_kv, c.head_dim, c.rms_eps);
-  }
-  if (!fused_rope_kv && !(c.qk_norm && n == 1)) {
-    // RoPE on q and k (one dispatch) at positions pos ..
-    const kernels::RopeShape rope{.n_tokens = n, .n_heads = c.n_head, .head_dim = c.head_dim, .rope_dim = c.rope_dim,
-                                  .start_pos = pos, .type = c.rope_type, .n_heads2 = c.n_head_kv};
-    kernels::encode_rope(batch, ctx_, rope, model_.weights.rope_table, b.q, &b.k);
-    // k, v rows into the cache
-    kernels::encode_kv_append(batch, ctx_, kv_[layer], b.k, b.v, pos, n);
   }
   // causal attention over the cache: the batched kernel for a chunk, split-K decode for one token
   const kernels::AttentionShape shape{.n_heads = c.n_head, .n_kv_heads = c.n_head_kv, .head_dim = c.head_dim,
@@ -471,12 +480,34 @@ void GpuSession::encode_attention_block(gpu::ComputeBatch& batch, uint32_t layer
   kernels::encode_matmul(batch, ctx_, L.wo, b.attn, b.x, n, {.accumulate = true});
 }
 
+void GpuSession::encode_qkv(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n) {
+  const ModelConfig& c = model_.config;
+  const GpuLayer& L = model_.weights.layers[layer];
+  Buffers& b = *buf_;
+  const kernels::MatmulOptions normed{.norm = &L.attn_norm, .eps = c.rms_eps};
+  if (!L.wqkv.empty()) {  // stacked: rows [0, q_dim) to q, then k, then v
+    kernels::MatmulOptions o = normed;
+    o.bias = optional(L.bqkv);
+    o.y1 = &b.k;
+    o.y2 = &b.v;
+    o.split1 = c.q_dim();
+    o.split2 = c.q_dim() + c.kv_dim();
+    kernels::encode_matmul(batch, ctx_, L.wqkv, b.x, b.q, n, o);
+    return;
+  }
+  for (auto [w, bias, y] : {std::tuple{&L.wq, &L.bq, &b.q}, {&L.wk, &L.bk, &b.k}, {&L.wv, &L.bv, &b.v}}) {
+    kernels::MatmulOptions o = normed;
+    o.bias = optional(*bias);
+    kernels::encode_matmul(batch, ctx_, *w, b.x, *y, n, o);
+  }
+}
+
 void GpuSession::encode_ffn_block(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n) {
   const ModelConfig& c = model_.config;
   const GpuLayer& L = model_.weights.layers[layer];
   Buffers& b = *buf_;
   // act = silu(h @ w_gate) * (h @ w_up), h = rms_norm(x) * ffn_norm
-  if (L.w_gate_up.n_out) {
+  if (!L.w_gate_up.empty()) {
     kernels::encode_matmul(batch, ctx_, L.w_gate_up, b.x, b.act, n,
                            {.norm = &L.ffn_norm, .eps = c.rms_eps, .swiglu = true});
   } else {

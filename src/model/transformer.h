@@ -11,12 +11,13 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
 #include "gpu/context.h"
 #include "kernels/kv_cache.h"
-#include "kernels/matmul.h"
+#include "kernels/weight.h"
 #include "model/config.h"
 
 namespace wgllm {
@@ -66,9 +67,12 @@ struct GpuModel {
 // progress(done, total): bytes of tensor data uploaded so far, called after each tensor.
 using LoadProgress = std::function<void(uint64_t done, uint64_t total)>;
 
-// Reads the config of `f` and uploads every weight. Throws ModelError (unsupported arch or tensor type) or
-// GpuError (device out of memory).
-GpuModel load_gpu_model(gpu::Context& ctx, const GgufFile& f, const LoadProgress& progress = {});
+// Uploads every weight of `f`, whose config (config_from_gguf(f)) is `config`. Throws ModelError (a tensor of the
+// wrong type or shape) or GpuError (device out of memory).
+GpuModel load_gpu_model(gpu::Context& ctx, const GgufFile& f, const ModelConfig& config,
+                        const LoadProgress& progress = {});
+// The same, reading the config of `f` first.
+GpuModel load_gpu_model(gpu::Context& ctx, const GgufFile& f);
 
 // GPU memory one KV cache position takes over all layers (K and V of `type`).
 uint64_t kv_bytes_per_position(const ModelConfig& c, kernels::KvType type = kernels::KvType::F16);
@@ -78,13 +82,13 @@ struct GpuSessionOptions {
   uint32_t ubatch = 512;  // most tokens per prefill chunk (activation buffers are sized for it)
   kernels::KvType kv_type = kernels::KvType::F16;  // F32 doubles the cache (tests compare against it)
   // A step's command buffer is submitted after layer 0 and then every `layers_per_submit` layers, so the GPU
-  // starts while the CPU encodes the rest. 0: one command buffer per step; -1 (default): 4 on GPUs, 0 on CPU
-  // adapters (where the "GPU" shares the cores and extra submits only cost).
-  int32_t layers_per_submit = -1;
-  // decode_greedy's argmax: 1 on the GPU, each step queued before the last id is back; 0 on the host after each
-  // step's logits are read back; -1 (default): the GPU, except on CPU adapters (there the "GPU" shares the cores:
+  // starts while the CPU encodes the rest. 0: one command buffer per step; unset: 4 on GPUs, 0 on CPU adapters
+  // (where the "GPU" shares the cores and extra submits only cost).
+  std::optional<uint32_t> layers_per_submit = std::nullopt;
+  // decode_greedy's argmax: true on the GPU, each step queued before the last id is back; false on the host after
+  // each step's logits are read back; unset: the GPU, except on CPU adapters (there the "GPU" shares the cores:
   // encoding ahead competes with it, and the two argmax dispatches cost more than the readback).
-  int32_t argmax_on_gpu = -1;
+  std::optional<bool> argmax_on_gpu = std::nullopt;
 };
 
 // One sequence: activations for `ubatch` tokens, a KV cache per layer and the decode scratch. The context and
@@ -148,6 +152,7 @@ class GpuSession {
                    uint32_t slot = 0, bool one_piece = false);
   void encode_layer(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n, uint32_t pos);
   void encode_attention_block(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n, uint32_t pos);
+  void encode_qkv(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n);
   void encode_ffn_block(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n);
   void encode_logits(gpu::ComputeBatch& batch, uint32_t n, Output output, uint32_t slot);
 
@@ -156,6 +161,13 @@ class GpuSession {
   uint32_t n_ctx_, ubatch_;
   uint32_t layers_per_submit_;  // 0: one command buffer per step
   bool argmax_on_gpu_;
+  // How each layer's decode step gets q into place and k, v into the cache.
+  enum class DecodeQkv {
+    FusedRopeAppend,   // one dispatch: the stacked q/k/v product also applies RoPE and appends k, v
+    QkNormRopeAppend,  // the q/k/v product(s), then the per-head q/k norm + RoPE + append in one (qwen3)
+    Separate,          // the product(s), RoPE, the KV append
+  };
+  std::vector<DecodeQkv> decode_qkv_;  // [n_layer]
   uint32_t n_past_ = 0;
   std::unique_ptr<Buffers> buf_;
   std::unique_ptr<gpu::BindCache> bind_cache_;  // decode steps repeat: their bind groups are made once

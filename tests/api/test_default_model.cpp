@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "cpu/transformer.h"
+#include "model/reference.h"
 #include "model/config.h"
 #include "gguf/file.h"
 #include "tokenizer/gguf_tokenizer.h"

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "gguf/dequant.h"
+#include "gguf/half.h"
 #include "test_util.h"
 #include "wgllm/error.h"
 

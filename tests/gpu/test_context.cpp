@@ -4,7 +4,7 @@
 
 #include "cpu/ops.h"
 #include "kernels/elementwise.h"
-#include "kernels/ops.h"
+#include "kernels/rope.h"
 #include "test_util.h"
 #include "wgllm/error.h"
 

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <limits>
 
-#include "kernels/ops.h"
+#include "kernels/argmax.h"
 #include "test_util.h"
 #include "wgllm/error.h"
 
@@ -36,7 +36,7 @@ uint32_t cpu_argmax(const std::vector<float>& v) {
   return uint32_t(std::max_element(v.begin(), v.end()) - v.begin());
 }
 
-TEST(OpsArgmax, MatchesMaxElementAtEverySize) {
+TEST(Argmax, MatchesMaxElementAtEverySize) {
   for (uint32_t n : {1u, 2u, 255u, 256u, 257u, 511u, 512u, 513u, 1000u, 1024u * 7 + 3, 32000u, 128256u, 151936u}) {
     auto gen = rng(n);
     const auto values = random_floats(n, gen, -30.f, 30.f);
@@ -44,7 +44,7 @@ TEST(OpsArgmax, MatchesMaxElementAtEverySize) {
   }
 }
 
-TEST(OpsArgmax, PlantedMaximumAnywhere) {
+TEST(Argmax, PlantedMaximumAnywhere) {
   const uint32_t n = 5000;
   auto gen = rng(1);
   std::uniform_int_distribution<uint32_t> pick(0, n - 1);
@@ -55,7 +55,7 @@ TEST(OpsArgmax, PlantedMaximumAnywhere) {
   }
 }
 
-TEST(OpsArgmax, TiesGoToTheLowestIndex) {
+TEST(Argmax, TiesGoToTheLowestIndex) {
   auto gen = rng(2);
   const uint32_t n = 40000;
   std::uniform_int_distribution<uint32_t> pick(0, n - 1);
@@ -73,7 +73,7 @@ TEST(OpsArgmax, TiesGoToTheLowestIndex) {
   EXPECT_EQ(gpu_argmax(mostly_ninf), 1234u);
 }
 
-TEST(OpsArgmax, NanNeverWins) {
+TEST(Argmax, NanNeverWins) {
   auto gen = rng(3);
   const uint32_t n = 3000;
   auto values = random_floats(n, gen, -1.f, 1.f);
@@ -84,13 +84,13 @@ TEST(OpsArgmax, NanNeverWins) {
   EXPECT_EQ(gpu_argmax(std::vector<float>(700, std::numeric_limits<float>::quiet_NaN())), 0u) << "all NaN";
 }
 
-TEST(OpsArgmax, WritesTheChosenWordOnly) {
+TEST(Argmax, WritesTheChosenWordOnly) {
   auto gen = rng(4);
   const auto values = random_floats(777, gen);
   EXPECT_EQ(gpu_argmax(values, 5), cpu_argmax(values));
 }
 
-TEST(OpsArgmax, BadArgumentsThrowNamingTheField) {
+TEST(Argmax, BadArgumentsThrowNamingTheField) {
   auto& ctx = context();
   auto values = ctx.create_buffer(4000, WGPUBufferUsage_Storage, "values");
   auto scratch = ctx.create_buffer(kernels::argmax_scratch_bytes(1000), WGPUBufferUsage_Storage, "scratch");

@@ -40,7 +40,7 @@ ErrorReport run_case(gpu::Context& ctx, const Case& c, uint64_t salt) {
   const uint32_t stride = q_dim + c.row_pad;
   const uint32_t seq = c.start_pos + c.n_queries;
   KvCacheConfig cfg{.kv_dim = kv_dim, .max_seq = seq + 3, .page_size = c.page_size, .type = c.kv_type,
-                    .shuffle_pages = true, .shuffle_seed = seed() ^ salt};
+                    .page_order = shuffled_pages(seq + 3, c.page_size, salt)};
   KvCache kv(ctx, cfg, c.name);
   auto k = random_floats(size_t(seq) * kv_dim, gen, -2.f, 2.f);
   auto v = random_floats(size_t(seq) * kv_dim, gen, -1.f, 1.f);
@@ -253,8 +253,8 @@ TEST(Attention, PagedContextBeyondOneBinding) {
   const uint32_t seq = 1u << 17, chunk = 16;
   if (2ull * seq * kv_dim * 2 <= ctx.max_binding_size())
     GTEST_LOG_(INFO) << "the adapter's binding holds this cache whole; still testing the paged path";
-  KvCache kv(ctx, {.kv_dim = kv_dim, .max_seq = seq, .page_size = 1024, .type = F16, .shuffle_pages = true,
-                   .shuffle_seed = seed()});
+  KvCache kv(ctx, {.kv_dim = kv_dim, .max_seq = seq, .page_size = 1024, .type = F16,
+                   .page_order = shuffled_pages(seq, 1024, 1)});
   // K/V bytes exceed one binding on lavapipe (128 MiB): several pools must be in use there.
   if (ctx.max_binding_size() < (256ull << 20)) {
     EXPECT_GT(kv.n_pools(), 1u);

@@ -12,7 +12,6 @@
 #include "api/gpu_access.h"
 #include "command.h"
 #include "gpu/profiler.h"
-#include "kernels/matmul.h"
 
 namespace wgllm::cli {
 namespace {
@@ -24,7 +23,6 @@ struct BenchOptions {
   bool json = false;
   bool profile = false;  // after the table: GPU time per kernel of n_gen decode steps
   bool tg_host = false;  // also time tg with every step's logits read back (feed per token)
-  std::string matvec;  // tuning: matvec shape override
   int32_t layers_per_submit = -1;
 };
 
@@ -162,10 +160,11 @@ void print_profile(const DecodeProfile& p) {
 
 int bench(const BenchOptions& o) {
   if (o.profile && !o.n_gen) throw InvalidArgument("--profile times decode steps: give -n > 0");
-  if (!o.matvec.empty()) kernels::set_matvec_config_override(kernels::parse_matvec_config(o.matvec));
   const uint32_t n_ctx = o.depth + std::max<uint32_t>(std::max(o.n_prompt, o.n_gen), 1);
   Model model = load_model(o.model, {.adapter = o.adapter, .n_ctx = n_ctx, .ubatch = o.ubatch,
-                                     .layers_per_submit = o.layers_per_submit,
+                                     .layers_per_submit = o.layers_per_submit < 0
+                                                              ? std::nullopt
+                                                              : std::optional<uint32_t>(o.layers_per_submit),
                                      .progress = o.json ? nullptr : progress_bar()});
   const ModelInfo& info = model.info();
   if (!o.json) print_memory(model);
@@ -258,7 +257,6 @@ const Register reg{{"bench", "prompt processing and generation speed of a model"
                       app.add_option("--layers-per-submit", o->layers_per_submit,
                                      "command buffers per step: one after layer 0, then every N layers (0: one; -1: auto)")
                           ->capture_default_str();
-                      app.add_option("--matvec", o->matvec, "matvec shape THREADSxROWSxGROUPS[xUNITS[xINT_F16]] (tuning)");
                       return [o] { return bench(*o); };
                     }}};
 

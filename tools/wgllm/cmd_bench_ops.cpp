@@ -19,12 +19,13 @@
 #include "kernels/kv_cache.h"
 #include "gguf/dequant.h"
 #include "kernels/matmul.h"
+#include "gguf/half.h"
 #include "wgllm/error.h"
 
 namespace wgllm::cli {
 namespace {
 
-using kernels::WeightType;
+using WeightType = GgufType;
 
 struct Options {
   std::string adapter;
@@ -50,13 +51,13 @@ std::vector<std::string> split(const std::string& s, char sep) {
 
 WeightType parse_type(const std::string& s) {
   for (auto t : {WeightType::F32, WeightType::F16, WeightType::BF16, WeightType::Q8_0, WeightType::Q4_0})
-    if (s == kernels::weight_type_name(t)) return t;
+    if (s == type_name(t)) return t;
   throw InvalidArgument("--types: unknown type '" + s + "' (F32, F16, BF16, Q8_0, Q4_0)");
 }
 
 // Random GGUF bytes: floats in [-1, 1], or random quants with scales in [0.001, 0.03].
 std::vector<uint8_t> random_weight(WeightType t, uint32_t n_in, uint32_t n_out, uint64_t seed) {
-  std::vector<uint8_t> out(kernels::gguf_bytes(t, n_in, n_out));
+  std::vector<uint8_t> out(tensor_bytes(t, n_in, n_out));
   std::mt19937 gen{static_cast<uint32_t>(seed)};
   const size_t n = size_t(n_in) * n_out;
   auto unit = [&] { return float(gen()) / 4294967296.f * 2.f - 1.f; };
@@ -211,8 +212,7 @@ void print_memory_floor(gpu::Context& ctx, uint64_t bytes) {
 }
 
 int run_bench_ops(const Options& o) {
-  gpu::Context ctx({.adapter = o.adapter});
-  if (!o.matvec.empty()) kernels::set_matvec_config_override(kernels::parse_matvec_config(o.matvec));
+  gpu::Context ctx({.adapter = o.adapter, .matvec_shape = o.matvec});
   std::printf("adapter %s (%s), f16 %s, subgroups %s\n", ctx.adapter().name.c_str(), ctx.adapter().backend.c_str(),
               ctx.features().shader_f16 ? "yes" : "no", ctx.features().subgroups ? "yes" : "no");
   if (!o.skip_floors) {

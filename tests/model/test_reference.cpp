@@ -13,7 +13,7 @@
 #include <tuple>
 #include <vector>
 
-#include "cpu/transformer.h"
+#include "model/reference.h"
 #include "gguf/file.h"
 #include "model_util.h"
 #include "test_util.h"

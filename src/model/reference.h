@@ -1,4 +1,5 @@
-// CPU reference forward pass of the decoder (llama / qwen2 / qwen3): the ground truth for the GPU path.
+// CPU reference forward pass of the decoder (llama / qwen2 / qwen3), on the CPU reference ops (src/cpu/): the ground
+// truth for the GPU forward (transformer.h).
 // Weights are dequantised to f32; dot products, norms, RoPE angles and the softmax are computed in double.
 // Written for clarity, not speed (matrix-vector rows in a plain loop, at most two threads).
 #pragma once

@@ -1,4 +1,4 @@
-#include "cpu/transformer.h"
+#include "model/reference.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,0 +1,23 @@
+// Greedy sampling on the GPU (argmax.wgsl). Contract checks throw wgllm::InvalidArgument naming the field.
+#pragma once
+#include <cstdint>
+
+#include "gpu/context.h"
+
+namespace wgllm::kernels {
+
+// Mirrors `ArgmaxParams` in argmax.wgsl.
+struct ArgmaxParams {
+  uint32_t n, chunk, n_partials, out_index;
+};
+static_assert(sizeof(ArgmaxParams) == 16);
+
+// Scratch bytes encode_argmax needs for n values (one (value, index) pair per chunk).
+uint64_t argmax_scratch_bytes(uint32_t n);
+
+// out[out_index] (u32) = the index of the largest of values[0, n) (f32): the lowest index among equals, NaN never
+// wins, 0 when nothing beats -inf. Two dispatches; scratch: argmax_scratch_bytes(n).
+void encode_argmax(gpu::ComputeBatch& batch, gpu::Context& ctx, const gpu::Buffer& values, uint32_t n,
+                   const gpu::Buffer& scratch, const gpu::Buffer& out, uint32_t out_index = 0);
+
+}  // namespace wgllm::kernels

@@ -1,0 +1,24 @@
+// RMSNorm (norm.wgsl): a row-wise norm on its own, for what the matmul epilogue cannot fold in (per-head q/k
+// norm over a chunk). Contract checks throw wgllm::InvalidArgument naming the field.
+#pragma once
+#include <cstdint>
+
+#include "gpu/context.h"
+
+namespace wgllm::kernels {
+
+// Mirrors `NormParams` in norm.wgsl.
+struct NormParams {
+  uint32_t n_rows, dim;
+  float eps;
+  uint32_t grid_x;
+};
+static_assert(sizeof(NormParams) == 16);
+
+// y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w for n_rows rows of `dim` f32; w: [dim] f32.
+// x and y may be the same buffer (in place). Per-head q/k norm: n_rows = tokens * heads,
+// dim = head_dim.
+void encode_rms_norm(gpu::ComputeBatch& batch, gpu::Context& ctx, const gpu::Buffer& x, const gpu::Buffer& w,
+                     const gpu::Buffer& y, uint32_t n_rows, uint32_t dim, float eps);
+
+}  // namespace wgllm::kernels

@@ -1,0 +1,63 @@
+#include "kernels/qk_norm_rope_kv.h"
+
+#include <string>
+
+#include "kernels/check.h"
+
+namespace wgllm::kernels {
+
+using detail::fail;
+using detail::need;
+
+void encode_qk_norm_rope_kv(gpu::ComputeBatch& batch, gpu::Context& ctx, const QkNormRopeKvShape& s,
+                            const gpu::Buffer& table, const gpu::Buffer& q, const gpu::Buffer& k, const gpu::Buffer& v,
+                            const gpu::Buffer& q_norm, const gpu::Buffer& k_norm, KvCache& kv) {
+  const char* fn = "encode_qk_norm_rope_kv";
+  constexpr uint32_t kMaxHeadDim = 512;  // MAX_HEAD_DIM in the shader
+  if (s.n_head == 0 || s.n_kv == 0) fail(fn, "n_head and n_kv must be > 0");
+  if (s.head_dim == 0 || s.head_dim % 2 || s.head_dim > kMaxHeadDim)
+    fail(fn, "head_dim " + std::to_string(s.head_dim) + " must be even and <= " + std::to_string(kMaxHeadDim));
+  const uint32_t rope_dim = s.rope_dim ? s.rope_dim : s.head_dim;
+  if (rope_dim % 2 || rope_dim > s.head_dim)
+    fail(fn, "rope_dim " + std::to_string(rope_dim) + " must be even and <= head_dim " + std::to_string(s.head_dim));
+  if (!(s.eps > 0)) fail(fn, "eps must be > 0");
+  const auto& kc = kv.config();
+  const uint64_t kv_dim = uint64_t(s.n_kv) * s.head_dim;
+  if (kc.kv_dim != kv_dim)
+    fail(fn, "n_kv * head_dim " + std::to_string(kv_dim) + " must equal the cache's kv_dim " + std::to_string(kc.kv_dim));
+  if (s.pos >= kc.max_seq)
+    fail(fn, "position " + std::to_string(s.pos) + " is past the cache (max_seq " + std::to_string(kc.max_seq) + ")");
+  const uint64_t q_bytes = uint64_t(s.n_head) * s.head_dim * 4, kv_bytes = kv_dim * 4;
+  need(fn, "q", q, q_bytes, ctx);
+  need(fn, "k", k, kv_bytes, ctx);
+  need(fn, "v", v, kv_bytes, ctx);
+  need(fn, "q_norm", q_norm, uint64_t(s.head_dim) * 4, ctx);
+  need(fn, "k_norm", k_norm, uint64_t(s.head_dim) * 4, ctx);
+  need(fn, "table", table, uint64_t(rope_dim / 2) * 16, ctx);
+  if (q.get() == k.get() || q.get() == v.get()) fail(fn, "q must be another buffer than k and v");
+  const KvCache::Location at = kv.locate(s.pos);
+  if (at.v_elem + kv_dim > UINT32_MAX) fail(fn, "the cache pool is too large for 32-bit element offsets");
+  QkNormRopeKvParams p{};
+  p.n_head = s.n_head;
+  p.n_kv = s.n_kv;
+  p.head_dim = s.head_dim;
+  p.rope_dim = rope_dim;
+  p.pos = s.pos;
+  p.neox = s.type == RopeType::Neox ? 1 : 0;
+  p.kv_f16 = kc.type == KvType::F16 ? 1 : 0;
+  p.kv_k_off = uint32_t(at.k_elem);
+  p.kv_v_off = uint32_t(at.v_elem);
+  p.eps = s.eps;
+  WGPUComputePipeline pipe = ctx.pipeline({"rope_angle.wgsl+qk_norm_rope_kv.wgsl", "qk_norm_rope_kv", {}, ""});
+  const gpu::BufferBinding b[] = {batch.uniform(0, p),
+                                  {1, &table, 0, uint64_t(rope_dim / 2) * 16},
+                                  {2, &q, 0, q_bytes},
+                                  {3, &k, 0, kv_bytes},
+                                  {4, &v, 0, kv_bytes},
+                                  {5, &q_norm, 0, uint64_t(s.head_dim) * 4},
+                                  {6, &k_norm, 0, uint64_t(s.head_dim) * 4},
+                                  {7, &kv.pool(at.pool)}};
+  batch.dispatch(pipe, b, s.n_head + 2 * s.n_kv);
+}
+
+}  // namespace wgllm::kernels

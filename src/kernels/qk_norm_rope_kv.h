@@ -1,0 +1,39 @@
+// qwen3's decode step between the q/k/v product and attention (qk_norm_rope_kv.wgsl): per-head q/k RMSNorm,
+// RoPE and the KV append in one dispatch. Contract checks throw wgllm::InvalidArgument naming the field.
+#pragma once
+#include <cstdint>
+
+#include "gpu/context.h"
+#include "kernels/kv_cache.h"
+#include "kernels/rope.h"
+
+namespace wgllm::kernels {
+
+// Mirrors `Params` in qk_norm_rope_kv.wgsl.
+struct QkNormRopeKvParams {
+  uint32_t n_head, n_kv, head_dim, rope_dim;
+  uint32_t pos, neox, kv_f16, kv_k_off;
+  uint32_t kv_v_off;
+  float eps;
+  uint32_t pad0 = 0, pad1 = 0;
+};
+static_assert(sizeof(QkNormRopeKvParams) == 48);
+
+struct QkNormRopeKvShape {
+  uint32_t n_head = 0, n_kv = 0;
+  uint32_t head_dim = 0;  // even, <= 512
+  uint32_t rope_dim = 0;  // 0 = head_dim; even, <= head_dim
+  RopeType type = RopeType::Normal;
+  uint32_t pos = 0;       // the token's position, < the cache's max_seq
+  float eps = 1e-6f;
+};
+
+// One decoded token of a model with per-head q/k norm (qwen3), in one dispatch: every q head becomes
+// rope(rms_norm(q_h) * q_norm) in place, every k head rope(rms_norm(k_h) * k_norm) written into the cache at
+// s.pos, every v head copied there. q: [n_head * head_dim], k, v: [n_kv * head_dim] f32; q_norm, k_norm:
+// [head_dim]; table from upload_rope_table(rope_dim).
+void encode_qk_norm_rope_kv(gpu::ComputeBatch& batch, gpu::Context& ctx, const QkNormRopeKvShape& s,
+                            const gpu::Buffer& table, const gpu::Buffer& q, const gpu::Buffer& k, const gpu::Buffer& v,
+                            const gpu::Buffer& q_norm, const gpu::Buffer& k_norm, KvCache& kv);
+
+}  // namespace wgllm::kernels

@@ -1,0 +1,166 @@
+#include "kernels/weight.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/check.h"
+
+namespace wgllm::kernels {
+
+namespace {
+
+constexpr uint32_t kBlock = 32;  // elements per GPU block, whatever the type
+
+// Quantised types keep a scale per block, stored after the quants on the GPU.
+bool quantised(GgufType t) { return t == GgufType::Q8_0 || t == GgufType::Q4_0; }
+
+// GPU bytes of one block's elements (the quants alone for the quantised types).
+uint32_t block_data_bytes(GgufType t) {
+  switch (t) {
+    case GgufType::F32: return 128;
+    case GgufType::F16:
+    case GgufType::BF16: return 64;
+    case GgufType::Q8_0: return 32;
+    case GgufType::Q4_0: return 16;
+  }
+  return 0;
+}
+
+uint64_t round_up(uint64_t v, uint64_t m) { return (v + m - 1) / m * m; }
+
+// Bytes of a piece of `rows` rows (quants, 16-byte aligned, then scales).
+uint64_t piece_bytes(GgufType t, uint32_t nb, uint64_t rows) {
+  const uint64_t data = rows * nb * block_data_bytes(t);
+  if (!quantised(t)) return data;
+  return data + round_up(rows * nb * 2, 16);
+}
+
+// Repacks GGUF rows [row_begin, row_begin + rows) into the GPU piece layout.
+std::vector<uint8_t> repack(GgufType t, uint32_t n_in, uint32_t nb, const uint8_t* src, uint32_t row_begin,
+                            uint32_t rows) {
+  std::vector<uint8_t> out(piece_bytes(t, nb, rows), 0);
+  if (!quantised(t)) {
+    const uint64_t src_row = tensor_bytes(t, n_in), dst_row = uint64_t(nb) * block_data_bytes(t);
+    for (uint32_t r = 0; r < rows; ++r)
+      std::memcpy(&out[r * dst_row], src + (uint64_t(row_begin) + r) * src_row, src_row);
+    return out;
+  }
+  const uint32_t qbytes = block_data_bytes(t), bbytes = block_bytes(t);
+  const uint64_t scales = uint64_t(rows) * nb * qbytes;
+  const uint8_t* s = src + uint64_t(row_begin) * nb * bbytes;
+  for (uint64_t blk = 0; blk < uint64_t(rows) * nb; ++blk, s += bbytes) {
+    std::memcpy(&out[scales + blk * 2], s, 2);
+    std::memcpy(&out[blk * qbytes], s + 2, qbytes);
+  }
+  return out;
+}
+
+}  // namespace
+
+namespace detail {
+
+void check_weight(const char* fn, const GpuWeight& w) {
+  if (w.pieces.empty() || w.n_in == 0 || w.n_out == 0) fail(fn, "weight W is empty (not uploaded)");
+}
+
+RowWindow row_window(const gpu::Context& ctx, uint64_t first_row, uint64_t n_rows, uint64_t stride) {
+  const uint64_t align = ctx.limits().minStorageBufferOffsetAlignment;
+  const uint64_t begin = first_row * stride * 4;
+  const uint64_t offset = begin / align * align;
+  const uint64_t end = (first_row + n_rows) * stride * 4;
+  return {offset, end - offset, uint32_t((begin - offset) / 4)};
+}
+
+uint32_t tokens_per_binding(const char* fn, const gpu::Context& ctx, std::initializer_list<uint64_t> strides) {
+  const uint64_t room = ctx.max_binding_size() - ctx.limits().minStorageBufferOffsetAlignment;
+  uint64_t rows = UINT32_MAX;
+  for (uint64_t s : strides) rows = std::min(rows, room / (s * 4));
+  if (rows == 0) fail(fn, "one activation row exceeds the storage-binding limit");
+  return uint32_t(rows);
+}
+
+std::string weight_prelude(GgufType t, uint32_t nt, bool int_f16) {
+  return "const WTYPE: u32 = " + std::to_string(uint32_t(t)) + "u;\nconst NT: u32 = " + std::to_string(nt) +
+         "u;\nconst F16_INT: bool = " + (int_f16 ? "true" : "false") + ";\n";
+}
+
+MatmulParams piece_params(const GpuWeight& w, const GpuWeightPiece& piece, uint32_t n_tokens) {
+  MatmulParams p{};
+  p.n_in = w.n_in;
+  p.n_out = w.n_out;
+  p.n_tokens = n_tokens;
+  p.nb = w.n_blocks;
+  p.row_begin = piece.row_begin;
+  p.n_rows = piece.n_rows;
+  p.scale_off4 = piece.scale_off4;
+  return p;
+}
+
+}  // namespace detail
+
+using detail::fail;
+
+std::vector<uint8_t> concat_rows(std::span<const std::span<const uint8_t>> parts) {
+  std::vector<uint8_t> out;
+  for (const auto& part : parts) out.insert(out.end(), part.begin(), part.end());
+  return out;
+}
+
+std::vector<uint8_t> interleave_rows(std::span<const uint8_t> a, std::span<const uint8_t> b, uint64_t rows) {
+  if (rows == 0 || a.size() != b.size() || a.size() % rows)
+    throw InvalidArgument("interleave_rows: the two tensors must have the same size and " + std::to_string(rows) +
+                          " rows");
+  const uint64_t row = a.size() / rows;
+  std::vector<uint8_t> out(a.size() * 2);
+  for (uint64_t r = 0; r < rows; ++r) {
+    std::memcpy(&out[2 * r * row], &a[r * row], row);
+    std::memcpy(&out[(2 * r + 1) * row], &b[r * row], row);
+  }
+  return out;
+}
+
+uint64_t GpuWeight::gpu_bytes() const {
+  uint64_t b = 0;
+  for (const auto& p : pieces) b += p.buffer.size;
+  return b;
+}
+
+GpuWeight upload_weight(gpu::Context& ctx, GgufType type, uint64_t ne0, uint64_t ne1, std::span<const uint8_t> bytes,
+                        std::string_view label, uint64_t max_piece_bytes) {
+  const char* fn = "upload_weight";
+  if (!is_supported_type(uint32_t(type))) fail(fn, "type " + std::to_string(uint32_t(type)) + " unknown");
+  if (ne0 == 0 || ne0 > (1u << 24)) fail(fn, "ne0 (n_in) " + std::to_string(ne0) + " must be in [1, 2^24]");
+  if (ne1 == 0 || ne1 > UINT32_MAX) fail(fn, "ne1 (n_out) " + std::to_string(ne1) + " must be in [1, 2^32)");
+  if (ne0 % block_elems(type) != 0)
+    fail(fn, "ne0 (n_in) " + std::to_string(ne0) + " must be a multiple of " + std::to_string(block_elems(type)) +
+                 " for " + type_name(type));
+  if (bytes.size() != tensor_bytes(type, ne0, ne1))
+    fail(fn, "bytes holds " + std::to_string(bytes.size()) + ", a " + type_name(type) + " [" + std::to_string(ne1) +
+                 "][" + std::to_string(ne0) + "] tensor needs " + std::to_string(tensor_bytes(type, ne0, ne1)));
+  GpuWeight w;
+  w.type = type;
+  w.n_in = uint32_t(ne0);
+  w.n_out = uint32_t(ne1);
+  w.n_blocks = uint32_t((ne0 + kBlock - 1) / kBlock);
+  const uint64_t limit = max_piece_bytes ? std::min(max_piece_bytes, ctx.max_binding_size()) : ctx.max_binding_size();
+  const uint64_t row_bytes = uint64_t(w.n_blocks) * (block_data_bytes(type) + (quantised(type) ? 2 : 0));
+  uint64_t rows_per_piece = limit < 16 + row_bytes ? 0 : (limit - 16) / row_bytes;
+  if (rows_per_piece > 1) rows_per_piece &= ~uint64_t(1);  // pieces start at even rows (SwiGLU pairs)
+  if (rows_per_piece == 0)
+    fail(fn, "one row (" + std::to_string(row_bytes) + " bytes) exceeds the storage-binding limit of " +
+                 std::to_string(limit));
+  for (uint64_t r0 = 0; r0 < ne1; r0 += rows_per_piece) {
+    const uint32_t rows = uint32_t(std::min<uint64_t>(rows_per_piece, ne1 - r0));
+    GpuWeightPiece piece;
+    piece.row_begin = uint32_t(r0);
+    piece.n_rows = rows;
+    piece.scale_off4 = quantised(type) ? uint32_t(uint64_t(rows) * w.n_blocks * block_data_bytes(type) / 16) : 0;
+    const auto data = repack(type, w.n_in, w.n_blocks, bytes.data(), piece.row_begin, rows);
+    piece.buffer = ctx.create_buffer(data.size(), WGPUBufferUsage_Storage, label);
+    ctx.write_buffer(piece.buffer, 0, data.data(), data.size());
+    w.pieces.push_back(std::move(piece));
+  }
+  return w;
+}
+
+}  // namespace wgllm::kernels

@@ -1,0 +1,87 @@
+// Weights on the GPU in their GGUF type, shared by the kernels that read them: matvec / matmul (matmul.h), the fused
+// decode q/k/v product (qkv_rope_append.h) and the embedding gather (embedding.h). Their WGSL shares
+// matmul_common.wgsl, which holds the GPU layout of every type and its dequantising loads.
+#pragma once
+#include <cstdint>
+#include <initializer_list>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gguf/types.h"
+#include "gpu/context.h"
+
+namespace wgllm::kernels {
+
+// One row range of a weight, in one buffer no larger than a storage binding. GPU layout (see
+// matmul_common.wgsl): rows padded to n_blocks blocks of 32 elements (zeros past n_in); F32/F16/BF16
+// keep their element bits; Q8_0/Q4_0 are split into a quant array ([rows][n_blocks] x 32 or 16
+// bytes, 16-byte aligned) followed by the f16 scales ([rows][n_blocks], starting at 16-byte
+// index scale_off4). The bytes of each block are otherwise GGUF's.
+struct GpuWeightPiece {
+  gpu::Buffer buffer;
+  uint32_t row_begin = 0, n_rows = 0;
+  uint32_t scale_off4 = 0;
+};
+
+// A GGUF weight of dims ne = [n_in, n_out]: row-major [n_out][n_in], one row per output.
+struct GpuWeight {
+  GgufType type = GgufType::F32;
+  uint32_t n_in = 0, n_out = 0;
+  uint32_t n_blocks = 0;  // 32-element blocks per row (n_in rounded up)
+  std::vector<GpuWeightPiece> pieces;
+  uint64_t gpu_bytes() const;
+  bool empty() const { return pieces.empty(); }
+};
+
+// Uploads GGUF bytes (tensor_bytes(type, ne0, ne1) of them) as a GpuWeight, repacked as above and
+// split into row ranges so no piece exceeds ctx.max_binding_size() (or max_piece_bytes when > 0,
+// which tests use to force splits).
+GpuWeight upload_weight(gpu::Context& ctx, GgufType type, uint64_t ne0, uint64_t ne1, std::span<const uint8_t> bytes,
+                        std::string_view label = "weight", uint64_t max_piece_bytes = 0);
+
+// GGUF bytes of [ne1 = rows][ne0] tensors of one type stacked into one (rows in order).
+std::vector<uint8_t> concat_rows(std::span<const std::span<const uint8_t>> parts);
+// GGUF bytes of two [rows][ne0] tensors a, b interleaved row by row: a0, b0, a1, b1, ...
+std::vector<uint8_t> interleave_rows(std::span<const uint8_t> a, std::span<const uint8_t> b, uint64_t rows);
+
+// Mirrors `MatmulParams` in matmul_common.wgsl.
+struct MatmulParams {
+  uint32_t n_in, n_out, n_tokens, nb;
+  uint32_t row_begin, n_rows, scale_off4, flags;
+  uint32_t x_off, y_off, grid_x, row_tiles;
+  uint32_t split1, split2, y1_off, y2_off;
+  float eps;
+  uint32_t y_stride, pos, head_dim;
+  uint32_t rope_dim, kv_f16, kv_k_off, kv_v_off;
+};
+static_assert(sizeof(MatmulParams) == 96);
+
+// The FLAG_* bits of matmul_common.wgsl.
+namespace flags {
+inline constexpr uint32_t kBias = 1, kLastPiece = 2, kNorm = 4, kAccum = 8, kSwiglu = 16, kSplit = 32,
+                          kRopeKv = 64, kNeox = 128;
+}
+
+// Helpers of the weight kernels' host encoders (and check.h's).
+namespace detail {
+
+void check_weight(const char* fn, const GpuWeight& w);            // uploaded and not empty
+
+// A contiguous range of rows of `stride` 4-byte words bound with an aligned offset.
+struct RowWindow {
+  uint64_t offset_bytes, size_bytes;
+  uint32_t first_word;  // words from the binding start to the first row
+};
+RowWindow row_window(const gpu::Context& ctx, uint64_t first_row, uint64_t n_rows, uint64_t stride);
+// Tokens per dispatch so that windows of rows with these strides (in words) fit a binding.
+uint32_t tokens_per_binding(const char* fn, const gpu::Context& ctx, std::initializer_list<uint64_t> strides);
+// Host constants of matmul_common.wgsl: the weight type, tokens per matvec dispatch, integer f16 loads.
+std::string weight_prelude(GgufType t, uint32_t nt, bool int_f16 = false);
+// The parameters every dispatch over one piece of w shares.
+MatmulParams piece_params(const GpuWeight& w, const GpuWeightPiece& piece, uint32_t n_tokens);
+
+}  // namespace detail
+
+}  // namespace wgllm::kernels

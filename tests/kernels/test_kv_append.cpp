@@ -1,0 +1,97 @@
+// The KV append (kv_append.wgsl): rows through the page table into the right pool, f16 and f32 caches.
+#include "cpu/ops.h"
+#include "kernel_test_util.h"
+#include "kernels/kv_append.h"
+#include "kernels/kv_cache.h"
+#include "test_util.h"
+
+namespace wgllm::test {
+namespace {
+
+// ------------------------------------------------------------------------------- KV append
+
+struct KvAppendCase {
+  const char* name;
+  uint32_t kv_dim, max_seq, page_size;
+  kernels::KvType type;
+  uint32_t start_pos, n_tokens;
+};
+
+const KvAppendCase kKvAppendCases[] = {
+    {"f16_contiguous_decode", 128, 100, 0, kernels::KvType::F16, 37, 1},
+    {"f16_contiguous_prefill", 256, 300, 0, kernels::KvType::F16, 0, 75},
+    {"f32_paged_across_pages", 64, 1000, 128, kernels::KvType::F32, 50, 200},
+    {"f16_paged_decode_page_edge", 128, 512, 128, kernels::KvType::F16, 127, 1},
+    {"f16_paged_prefill_odd", 96, 700, 128, kernels::KvType::F16, 3, 333},
+    {"f32_paged_kvdim_odd", 33, 384, 128, kernels::KvType::F32, 100, 60},
+    // > one binding of K/V (f32, 129 pages of 1 MiB on a 128 MiB adapter): several pools.
+    {"f32_multi_pool", 1024, 129 * 128, 128, kernels::KvType::F32, 16000, 450},
+};
+
+class KvAppendTable : public ::testing::TestWithParam<KvAppendCase> {};
+
+TEST_P(KvAppendTable, WritesThroughThePageTable) {
+  const auto& c = GetParam();
+  auto& ctx = context();
+  const uint64_t salt = std::hash<std::string>{}(c.name);
+  auto gen = rng(salt);
+  kernels::KvCache kv(ctx, {.kv_dim = c.kv_dim, .max_seq = c.max_seq, .page_size = c.page_size, .type = c.type,
+                            .page_order = shuffled_pages(c.max_seq, c.page_size, salt)}, c.name);
+  if (std::string(c.name) == "f32_multi_pool" && ctx.max_binding_size() <= (128ull << 20)) {
+    EXPECT_GT(kv.n_pools(), 1u);
+  }
+  // Neighbour rows written by the host must survive the append.
+  const uint32_t lo = c.start_pos ? c.start_pos - 1 : 0;
+  const uint32_t hi = std::min(c.max_seq, c.start_pos + c.n_tokens + 1);
+  const auto nk = random_floats(size_t(hi - lo) * c.kv_dim, gen), nv = random_floats(size_t(hi - lo) * c.kv_dim, gen);
+  kv.write(lo, hi - lo, nk, nv);
+  const auto k = random_floats(size_t(c.n_tokens) * c.kv_dim, gen, -4.f, 4.f);
+  const auto v = random_floats(size_t(c.n_tokens) * c.kv_dim, gen, -4.f, 4.f);
+  auto kb = ctx.upload<float>(k, WGPUBufferUsage_Storage, "k");
+  auto vb = ctx.upload<float>(v, WGPUBufferUsage_Storage, "v");
+  gpu::ComputeBatch batch(ctx, c.name);
+  kernels::encode_kv_append(batch, ctx, kv, kb, vb, c.start_pos, c.n_tokens);
+  batch.submit_and_wait();
+  std::vector<float> gk, gv;
+  kv.read(lo, hi - lo, gk, gv);
+  // Expected: the neighbours, and the appended rows rounded like the cache's own host writes.
+  auto wk = nk, wv = nv;
+  const bool f16 = c.type == kernels::KvType::F16;
+  auto round = [&](float f) { return f16 ? wgllm::f16_to_f32(wgllm::f32_to_f16(f)) : f; };
+  for (size_t i = 0; i < wk.size(); ++i) {
+    wk[i] = round(wk[i]);
+    wv[i] = round(wv[i]);
+  }
+  for (size_t i = 0; i < k.size(); ++i) {
+    wk[size_t(c.start_pos - lo) * c.kv_dim + i] = round(k[i]);
+    wv[size_t(c.start_pos - lo) * c.kv_dim + i] = round(v[i]);
+  }
+  size_t mismatches = 0;
+  for (size_t i = 0; i < wk.size(); ++i) mismatches += (gk[i] != wk[i]) + (gv[i] != wv[i]);
+  // pack2x16float may round differently from round-to-nearest-even on a tie: a handful at most.
+  EXPECT_LE(mismatches, f16 ? wk.size() / 1000 : 0u);
+  const auto rk = compare(gk, wk), rv = compare(gv, wv);
+  EXPECT_LE(rk.rel_l2, 1e-6) << "K: " << rk.describe();
+  EXPECT_LE(rv.rel_l2, 1e-6) << "V: " << rv.describe();
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, KvAppendTable, ::testing::ValuesIn(kKvAppendCases),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+
+TEST(KvAppend, BadArgumentsThrowNamingTheField) {
+  auto& ctx = context();
+  kernels::KvCache odd(ctx, {.kv_dim = 33, .max_seq = 16});
+  kernels::KvCache kv(ctx, {.kv_dim = 64, .max_seq = 16});
+  auto buf = ctx.create_buffer(16 * 64 * 4, WGPUBufferUsage_Storage, "kv rows");
+  auto small = ctx.create_buffer(16, WGPUBufferUsage_Storage, "small");
+  gpu::ComputeBatch batch(ctx);
+  expect_throw([&] { kernels::encode_kv_append(batch, ctx, odd, buf, buf, 0, 1); }, "kv_dim");
+  expect_throw([&] { kernels::encode_kv_append(batch, ctx, kv, buf, buf, 10, 7); }, "max_seq");
+  expect_throw([&] { kernels::encode_kv_append(batch, ctx, kv, buf, buf, 0, 0); }, "n_tokens");
+  expect_throw([&] { kernels::encode_kv_append(batch, ctx, kv, small, buf, 0, 2); }, "k holds");
+  expect_throw([&] { kernels::encode_kv_append(batch, ctx, kv, buf, small, 0, 2); }, "v holds");
+}
+
+}  // namespace
+}  // namespace wgllm::test

@@ -1,0 +1,342 @@
+// The weight kernels (matmul_common.wgsl + matvec.wgsl / matmul.wgsl) vs the CPU reference: every weight type, matvec
+// and tiled, odd shapes, weights split into pieces, and each fused epilogue; fresh random inputs, poisoned outputs.
+#include "cpu/ops.h"
+#include "kernel_test_util.h"
+#include "kernels/embedding.h"
+#include "kernels/matmul.h"
+#include "kernels/weight.h"
+#include "test_util.h"
+#include <optional>
+
+namespace wgllm::test {
+namespace {
+
+using kernels::MatmulImpl;
+
+// ---------------------------------------------------------------------------------- matmul
+
+struct MatmulCase {
+  const char* name;
+  GgufType type;
+  uint32_t n_in, n_out, n_tokens;
+  bool bias = false;
+  MatmulImpl impl = MatmulImpl::Auto;
+  uint64_t max_piece_bytes = 0;  // > 0: force the weight into pieces of at most this many bytes
+};
+
+ErrorReport run_matmul(gpu::Context& ctx, const MatmulCase& c, uint64_t salt, size_t* pieces = nullptr) {
+  auto gen = rng(salt);
+  const auto bytes = random_weight(c.type, c.n_in, c.n_out, gen);
+  const auto w = kernels::upload_weight(ctx, c.type, c.n_in, c.n_out, bytes, c.name, c.max_piece_bytes);
+  if (pieces) *pieces = w.pieces.size();
+  const auto x = random_floats(size_t(c.n_tokens) * c.n_in, gen);
+  const auto bias = c.bias ? random_floats(c.n_out, gen) : std::vector<float>{};
+  auto xbuf = ctx.upload<float>(x, WGPUBufferUsage_Storage, "x");
+  auto y = poisoned(ctx, size_t(c.n_tokens) * c.n_out, "y");
+  std::optional<gpu::Buffer> bbuf;
+  if (c.bias) bbuf = ctx.upload<float>(bias, WGPUBufferUsage_Storage, "bias");
+  gpu::ComputeBatch batch(ctx, c.name);
+  kernels::encode_matmul(batch, ctx, w, xbuf, y, c.n_tokens, {.bias = bbuf ? &*bbuf : nullptr, .impl = c.impl});
+  batch.submit_and_wait();
+  const auto got = ctx.read<float>(y);
+  const auto want = cpu::matmul(c.type, bytes, c.n_in, c.n_out, x, c.n_tokens, bias);
+  return compare(got, want);
+}
+
+constexpr auto Matvec = MatmulImpl::Matvec;
+constexpr auto Tiled = MatmulImpl::Tiled;
+constexpr auto Auto = MatmulImpl::Auto;
+
+// name, type, n_in, n_out, n_tokens, bias, impl, max piece bytes
+const MatmulCase kMatmulCases[] = {
+    {"f32_mv_256x64_t1", F32, 256, 64, 1},
+    {"f32_mv_odd_in_257x3_t1", F32, 257, 3, 1},
+    {"f32_mv_n_out1_t2", F32, 100, 1, 2},
+    {"f32_mv_4100x33_t3_bias", F32, 4100, 33, 3, true},
+    {"f32_mv_t4", F32, 96, 77, 4},
+    {"f32_mv_t7_chunks", F32, 130, 29, 7, false, Matvec},
+    {"f32_mm_t7", F32, 130, 29, 7, false, Tiled},
+    {"f32_mm_t64", F32, 512, 128, 64},
+    {"f32_mm_t75_bias", F32, 300, 131, 75, true},
+    {"f32_mm_t1", F32, 45, 70, 1, false, Tiled},
+    {"f16_mv_896x131_t1", F16, 896, 131, 1},
+    {"f16_mv_odd_in_33x5_t3", F16, 33, 5, 3},
+    {"f16_mm_odd_in_1001x67_t75", F16, 1001, 67, 75, true},
+    {"f16_mm_t64", F16, 256, 192, 64},
+    {"bf16_mv_512x65_t1", BF16, 512, 65, 1, true},
+    {"bf16_mv_odd_in_35x3_t2", BF16, 35, 3, 2},
+    {"bf16_mm_t75", BF16, 160, 99, 75},
+    {"q8_0_mv_896x131_t1", Q8_0, 896, 131, 1},
+    {"q8_0_mv_32x1_t1", Q8_0, 32, 1, 1},
+    {"q8_0_mv_4096x9_t3_bias", Q8_0, 4096, 9, 3, true},
+    {"q8_0_mm_t7", Q8_0, 96, 3, 7},
+    {"q8_0_mm_t75", Q8_0, 544, 129, 75, true},
+    {"q8_0_mm_t64", Q8_0, 256, 64, 64},
+    {"q4_0_mv_896x131_t1", Q4_0, 896, 131, 1},
+    {"q4_0_mv_32x1_t4", Q4_0, 32, 1, 4},
+    {"q4_0_mv_4864x17_t2_bias", Q4_0, 4864, 17, 2, true},
+    {"q4_0_mm_t75", Q4_0, 224, 131, 75},
+    {"q4_0_mm_t64_bias", Q4_0, 64, 65, 64, true},
+    // Weights split into row pieces (small pieces forced so the split runs fast).
+    {"split_f32_mv_t3", F32, 100, 301, 3, true, Auto, 16 * 1024},
+    {"split_f16_mm_t75", F16, 200, 257, 75, false, Auto, 20 * 1024},
+    {"split_q8_0_mv_t1", Q8_0, 256, 333, 1, true, Auto, 12 * 1024},
+    {"split_q4_0_mm_t64", Q4_0, 128, 190, 64, false, Auto, 3 * 1024},
+    {"split_bf16_mv_t2", BF16, 64, 97, 2, false, Auto, 1024},
+};
+
+class MatmulTable : public ::testing::TestWithParam<MatmulCase> {};
+
+TEST_P(MatmulTable, MatchesCpuReference) {
+  const auto& c = GetParam();
+  size_t pieces = 0;
+  const auto r = run_matmul(context(), c, std::hash<std::string>{}(c.name), &pieces);
+  EXPECT_LE(r.rel_l2, 1e-5) << r.describe();
+  if (c.max_piece_bytes) {
+    EXPECT_GT(pieces, 1u) << "the weight was meant to be split";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, MatmulTable, ::testing::ValuesIn(kMatmulCases),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+// A weight larger than one storage binding (40000 x 1024 f32 = 164 MB on an adapter with a
+// 128 MiB limit) is split into pieces of rows by upload_weight itself.
+TEST(Matmul, WeightLargerThanABinding) {
+  auto& ctx = context();
+  const uint64_t limit = ctx.max_binding_size();
+  const uint32_t n_in = 1024;
+  const uint32_t n_out = uint32_t(std::max<uint64_t>(40000, limit / (n_in * 4) + 1000));
+  if (uint64_t(n_out) * n_in * 4 > ctx.limits().maxBufferSize * 2 || n_out > 200000)
+    GTEST_SKIP() << "binding limit too large for a quick test";
+  for (uint32_t t : {1u, 3u}) {
+    size_t pieces = 0;
+    const MatmulCase c{"huge_f32", F32, n_in, n_out, t, t == 3};
+    const auto r = run_matmul(ctx, c, 1234 + t, &pieces);
+    EXPECT_GE(pieces, 2u);
+    EXPECT_LE(r.rel_l2, 1e-5) << "n_tokens " << t << ": " << r.describe();
+  }
+}
+
+// ---------------------------------------------------------------------- matmul epilogues
+// The fused extras of encode_matmul (norm folded in, residual accumulation, SwiGLU over
+// interleaved rows, split outputs) against the CPU reference applied step by step.
+
+enum class Epilogue { Plain, Accumulate, Swiglu, Split };
+
+struct EpilogueCase {
+  const char* name;
+  GgufType type;
+  uint32_t n_in, n_out, n_tokens;
+  MatmulImpl impl;
+  Epilogue epilogue;
+  bool norm = false, bias = false;
+  uint64_t max_piece_bytes = 0;
+};
+
+const EpilogueCase kEpilogueCases[] = {
+    {"norm_f16_mv_t1", F16, 256, 96, 1, Matvec, Epilogue::Plain, true},
+    {"norm_q8_0_mv_t3", Q8_0, 512, 40, 3, Matvec, Epilogue::Plain, true, true},
+    {"norm_odd_in_f32_mv_t2", F32, 77, 30, 2, Matvec, Epilogue::Plain, true},
+    {"norm_bf16_mm_t75", BF16, 160, 70, 75, Tiled, Epilogue::Plain, true, true},
+    {"accum_f16_mv_t1", F16, 128, 64, 1, Matvec, Epilogue::Accumulate},
+    {"accum_q4_0_mv_t4", Q4_0, 256, 33, 4, Matvec, Epilogue::Accumulate},
+    {"accum_f32_mm_t70", F32, 96, 65, 70, Tiled, Epilogue::Accumulate},
+    {"swiglu_norm_f16_mv_t1", F16, 256, 128, 1, Matvec, Epilogue::Swiglu, true},
+    {"swiglu_q8_0_mv_t2_bias", Q8_0, 128, 70, 2, Matvec, Epilogue::Swiglu, false, true},
+    {"swiglu_norm_f16_mm_t75", F16, 192, 134, 75, Tiled, Epilogue::Swiglu, true},
+    {"swiglu_split_pieces_f32_mv_t1", F32, 64, 202, 1, Matvec, Epilogue::Swiglu, true, false, 6 * 1024},
+    {"split_norm_bias_f16_mv_t1", F16, 256, 160, 1, Matvec, Epilogue::Split, true, true},
+    {"split_q8_0_mv_t3", Q8_0, 96, 45, 3, Matvec, Epilogue::Split},
+    {"split_norm_f16_mm_t75", F16, 128, 100, 75, Tiled, Epilogue::Split, true, true},
+    {"split_pieces_q4_0_mm_t64", Q4_0, 64, 150, 64, Tiled, Epilogue::Split, false, false, 2 * 1024},
+};
+
+void check_epilogue(gpu::Context& ctx, const EpilogueCase& c) {
+  auto gen = rng(std::hash<std::string>{}(c.name));
+  const uint32_t T = c.n_tokens, N = c.n_out;
+  const auto bytes = random_weight(c.type, c.n_in, N, gen);
+  const auto w = kernels::upload_weight(ctx, c.type, c.n_in, N, bytes, c.name, c.max_piece_bytes);
+  if (c.max_piece_bytes) {
+    ASSERT_GT(w.pieces.size(), 1u) << "the weight was meant to be split";
+  }
+  const auto x = random_floats(size_t(T) * c.n_in, gen, -2.f, 2.f);
+  auto xbuf = ctx.upload<float>(x, WGPUBufferUsage_Storage, "x");
+  kernels::MatmulOptions o{.impl = c.impl};
+  std::optional<gpu::Buffer> bias_buf, norm_buf, y1, y2;
+  std::vector<float> bias, norm;
+  if (c.bias) {
+    bias = random_floats(N, gen);
+    bias_buf = ctx.upload<float>(bias, WGPUBufferUsage_Storage, "bias");
+    o.bias = &*bias_buf;
+  }
+  std::vector<float> xin = x;  // what the plain product sees
+  if (c.norm) {
+    norm = random_floats(c.n_in, gen, 0.5f, 1.5f);
+    std::vector<float> padded = norm;
+    padded.resize((c.n_in + 7) / 8 * 8, 0.f);
+    norm_buf = ctx.upload<float>(padded, WGPUBufferUsage_Storage, "norm");
+    o.norm = &*norm_buf;
+    o.eps = 1e-5f;
+    xin = cpu::rms_norm(x, norm, T, c.n_in, o.eps);
+  }
+  const auto full = cpu::matmul(c.type, bytes, c.n_in, N, xin, T, bias);  // [T][N]
+
+  std::vector<float> want, y_init;
+  size_t y_width = N;
+  switch (c.epilogue) {
+    case Epilogue::Plain:
+      want = full;
+      break;
+    case Epilogue::Accumulate:
+      o.accumulate = true;
+      y_init = random_floats(size_t(T) * N, gen);
+      for (size_t i = 0; i < full.size(); ++i) want.push_back(y_init[i] + full[i]);
+      break;
+    case Epilogue::Swiglu:
+      o.swiglu = true;
+      y_width = N / 2;
+      for (uint32_t t = 0; t < T; ++t)
+        for (uint32_t i = 0; i < N / 2; ++i) {
+          const double g = full[size_t(t) * N + 2 * i], u = full[size_t(t) * N + 2 * i + 1];
+          want.push_back(float(g / (1 + std::exp(-g)) * u));
+        }
+      break;
+    case Epilogue::Split:
+      o.split1 = N / 2;
+      o.split2 = N / 2 + N / 5;
+      y_width = o.split1;
+      break;
+  }
+  gpu::Buffer y = poisoned(ctx, size_t(T) * y_width, "y");
+  if (!y_init.empty()) ctx.write_buffer(y, 0, y_init.data(), y_init.size() * 4);
+  if (c.epilogue == Epilogue::Split) {
+    y1 = poisoned(ctx, size_t(T) * (o.split2 - o.split1), "y1");
+    y2 = poisoned(ctx, size_t(T) * (N - o.split2), "y2");
+    o.y1 = &*y1;
+    o.y2 = &*y2;
+  }
+  gpu::ComputeBatch batch(ctx, c.name);
+  kernels::encode_matmul(batch, ctx, w, xbuf, y, T, o);
+  batch.submit_and_wait();
+  const double tol = c.type == F32 ? 1e-5 : 2e-5;
+  if (c.epilogue != Epilogue::Split) {
+    const auto r = compare(ctx.read<float>(y), want);
+    EXPECT_LE(r.rel_l2, tol) << r.describe();
+    return;
+  }
+  // Split: each output holds its range of rows, token-major.
+  const std::pair<const gpu::Buffer*, std::pair<uint32_t, uint32_t>> outs[] = {
+      {&y, {0, o.split1}}, {&*y1, {o.split1, o.split2}}, {&*y2, {o.split2, N}}};
+  for (const auto& [buf, range] : outs) {
+    std::vector<float> part;
+    for (uint32_t t = 0; t < T; ++t)
+      for (uint32_t r = range.first; r < range.second; ++r) part.push_back(full[size_t(t) * N + r]);
+    const auto r = compare(ctx.read<float>(*buf), part);
+    EXPECT_LE(r.rel_l2, tol) << "rows [" << range.first << ", " << range.second << "): " << r.describe();
+  }
+}
+
+class MatmulEpilogueTable : public ::testing::TestWithParam<EpilogueCase> {};
+
+TEST_P(MatmulEpilogueTable, MatchesCpuReference) { check_epilogue(context(), GetParam()); }
+
+// The matvec shapes other adapters use (a GPU's, and odd ones), run here through the override:
+// groups wider than a subgroup reduce through workgroup memory, several units in flight per step.
+TEST(Matmul, OtherMatvecShapes) {
+  for (const char* shape : {"32x4x4", "32x4x4x2", "128x4x1", "256x4x1", "16x2x2x3", "8x2x4x2x1"}) {
+    SCOPED_TRACE(shape);
+    gpu::Context ctx({.adapter = context().options().adapter, .matvec_shape = shape});
+    EXPECT_EQ(kernels::matvec_config(ctx).threads_per_row, kernels::parse_matvec_config(shape).threads_per_row);
+    for (const EpilogueCase& c : kEpilogueCases)
+      if (c.impl == Matvec) check_epilogue(ctx, c);
+    for (const MatmulCase& c : kMatmulCases)
+      if (c.impl != Tiled && c.n_tokens <= kernels::kMatvecMaxTokens) {
+        const auto r = run_matmul(ctx, c, 99);
+        EXPECT_LE(r.rel_l2, 1e-5) << c.name << ": " << r.describe();
+      }
+  }
+  EXPECT_THROW(kernels::parse_matvec_config("32x4"), InvalidArgument);
+  EXPECT_THROW(kernels::parse_matvec_config("32x3x4"), InvalidArgument);
+  EXPECT_THROW(kernels::parse_matvec_config("0x2x4"), InvalidArgument);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, MatmulEpilogueTable, ::testing::ValuesIn(kEpilogueCases),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+TEST(Matmul, FusedWeightLayouts) {
+  // Stacked rows: the concatenation of the parts' bytes; interleaved: a0 b0 a1 b1 ...
+  const std::vector<uint8_t> a = {1, 2, 3, 4, 5, 6}, b = {7, 8, 9, 10, 11, 12};
+  const std::span<const uint8_t> parts[] = {a, b};
+  EXPECT_EQ(kernels::concat_rows(parts), (std::vector<uint8_t>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}));
+  EXPECT_EQ(kernels::interleave_rows(a, b, 3), (std::vector<uint8_t>{1, 2, 7, 8, 3, 4, 9, 10, 5, 6, 11, 12}));
+  EXPECT_THROW(kernels::interleave_rows(a, std::span(b).first(4), 3), InvalidArgument);
+  EXPECT_THROW(kernels::interleave_rows(a, b, 4), InvalidArgument);
+}
+
+TEST(Matmul, EpilogueArgumentsAreChecked) {
+  auto& ctx = context();
+  auto gen = rng(9);
+  const auto bytes = random_weight(F16, 64, 10, gen);
+  const auto w = kernels::upload_weight(ctx, F16, 64, 10, bytes);
+  const auto odd = kernels::upload_weight(ctx, F16, 64, 9, random_weight(F16, 64, 9, gen));
+  auto x = ctx.create_buffer(64 * 4, WGPUBufferUsage_Storage, "x");
+  auto y = ctx.create_buffer(10 * 4, WGPUBufferUsage_Storage, "y");
+  auto y1 = ctx.create_buffer(10 * 4, WGPUBufferUsage_Storage, "y1");
+  auto y2 = ctx.create_buffer(10 * 4, WGPUBufferUsage_Storage, "y2");
+  auto short_norm = ctx.create_buffer(60 * 4, WGPUBufferUsage_Storage, "norm");
+  gpu::ComputeBatch batch(ctx);
+  expect_throw([&] { kernels::encode_matmul(batch, ctx, odd, x, y, 1, {.swiglu = true}); }, "even n_out");
+  expect_throw([&] { kernels::encode_matmul(batch, ctx, w, x, y, 1, {.y1 = &y1}); }, "split outputs");
+  expect_throw([&] { kernels::encode_matmul(batch, ctx, w, x, y, 1, {.y1 = &y1, .y2 = &y2, .split1 = 6, .split2 = 4}); },
+               "split1 <= split2");
+  expect_throw([&] { kernels::encode_matmul(batch, ctx, w, x, y, 1, {.y1 = &y1, .y2 = &y1, .split1 = 2, .split2 = 4}); },
+               "different buffers");
+  expect_throw([&] { kernels::encode_matmul(batch, ctx, w, x, y, 1, {.norm = &short_norm}); }, "norm holds");
+  auto big_y = ctx.create_buffer(64 * 4, WGPUBufferUsage_Storage, "y");
+  expect_throw([&] { kernels::encode_matmul(batch, ctx, w, x, big_y, 1, {.norm = &big_y, .eps = 1e-5f}); },
+               "norm must not");
+  expect_throw([&] { kernels::encode_matmul(batch, ctx, w, x, y, 1, {.accumulate = true, .swiglu = true}); }, "swiglu");
+}
+
+// Without subgroups the matvec rows reduce through workgroup memory instead of shuffles.
+TEST(Matmul, NoSubgroupsMatvec) {
+  gpu::Context ctx({.adapter = std::getenv("WGLLM_ADAPTER") ? std::getenv("WGLLM_ADAPTER") : "",
+                    .disable_subgroups = true});
+  EXPECT_FALSE(kernels::matvec_config(ctx).shuffle);
+  for (const MatmulCase& c : {MatmulCase{"nosg_q4_0_t1", Q4_0, 896, 131, 1, true},
+                              MatmulCase{"nosg_f16_t3", F16, 257, 33, 3},
+                              MatmulCase{"nosg_q8_0_t4_split", Q8_0, 256, 99, 4, false, Auto, 4096}}) {
+    const auto r = run_matmul(ctx, c, 77);
+    EXPECT_LE(r.rel_l2, 1e-5) << c.name << ": " << r.describe();
+  }
+}
+
+TEST(Matmul, BadArgumentsThrowNamingTheField) {
+  auto& ctx = context();
+  auto gen = rng(5);
+  const auto bytes = random_weight(Q8_0, 64, 8, gen);
+  const auto w = kernels::upload_weight(ctx, Q8_0, 64, 8, bytes);
+  auto x = ctx.create_buffer(2 * 64 * 4, WGPUBufferUsage_Storage, "x");
+  auto y = ctx.create_buffer(2 * 8 * 4, WGPUBufferUsage_Storage, "y");
+  auto small = ctx.create_buffer(16, WGPUBufferUsage_Storage, "small");
+  gpu::ComputeBatch batch(ctx);
+  expect_throw([&] { kernels::encode_matmul(batch, ctx, w, x, y, 0); }, "n_tokens");
+  expect_throw([&] { kernels::encode_matmul(batch, ctx, w, small, y, 2); }, "x holds");
+  expect_throw([&] { kernels::encode_matmul(batch, ctx, w, x, small, 2); }, "y holds");
+  expect_throw([&] { kernels::encode_matmul(batch, ctx, w, x, x, 1); }, "x and y");
+  expect_throw([&] { kernels::encode_matmul(batch, ctx, w, x, y, 2, {.bias = &small}); }, "bias");
+  expect_throw([&] { kernels::encode_matmul(batch, ctx, kernels::GpuWeight{}, x, y, 2); }, "weight");
+  expect_throw([&] { kernels::upload_weight(ctx, Q8_0, 48, 8, bytes); }, "ne0");
+  expect_throw([&] { kernels::upload_weight(ctx, Q8_0, 64, 9, bytes); }, "bytes");
+  expect_throw([&] { kernels::upload_weight(ctx, F32, 0, 9, bytes); }, "ne0");
+  expect_throw([&] { kernels::upload_weight(ctx, F32, 64, 0, bytes); }, "ne1");
+  expect_throw([&] { kernels::upload_weight(ctx, GgufType(12), 256, 2, std::vector<uint8_t>(288)); }, "type 12");
+  expect_throw([&] { kernels::upload_weight(ctx, F32, 4096, 2, std::vector<uint8_t>(4096 * 8), "w", 1024); },
+               "one row");
+  expect_throw([&] { kernels::encode_embedding(batch, ctx, w, small, y, 5); }, "ids");
+  expect_throw([&] { kernels::encode_embedding(batch, ctx, w, x, small, 2); }, "out");
+}
+
+}  // namespace
+}  // namespace wgllm::test

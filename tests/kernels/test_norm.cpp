@@ -1,0 +1,69 @@
+// RMSNorm (norm.wgsl) vs the CPU reference.
+#include "cpu/ops.h"
+#include "kernel_test_util.h"
+#include "kernels/norm.h"
+#include "test_util.h"
+
+namespace wgllm::test {
+namespace {
+
+// --------------------------------------------------------------------------------- RMSNorm
+
+struct NormCase {
+  const char* name;
+  uint32_t n_rows, dim;
+  bool in_place = false;
+  float eps = 1e-6f;
+};
+
+const NormCase kNormCases[] = {
+    {"t1_d896", 1, 896},
+    {"t3_d4096", 3, 4096, false, 1e-5f},
+    {"t75_d33_odd", 75, 33},
+    {"t1_d1", 1, 1},
+    {"t7_d257_inplace", 7, 257, true},
+    {"qk_norm_t7_h16_d128_inplace", 7 * 16, 128, true},
+    {"qk_norm_t64_h2_d64", 64 * 2, 64},
+    {"eps_zero_t2_d100", 2, 100, false, 0.f},
+};
+
+class RmsNormTable : public ::testing::TestWithParam<NormCase> {};
+
+TEST_P(RmsNormTable, MatchesCpuReference) {
+  const auto& c = GetParam();
+  auto& ctx = context();
+  auto gen = rng(std::hash<std::string>{}(c.name));
+  const auto x = random_floats(size_t(c.n_rows) * c.dim, gen, -3.f, 3.f);
+  const auto w = random_floats(c.dim, gen, 0.5f, 1.5f);
+  auto xbuf = ctx.upload<float>(x, WGPUBufferUsage_Storage, "x");
+  auto wbuf = ctx.upload<float>(w, WGPUBufferUsage_Storage, "w");
+  std::optional<gpu::Buffer> ybuf;
+  if (!c.in_place) ybuf = poisoned(ctx, x.size(), "y");
+  const gpu::Buffer& y = c.in_place ? xbuf : *ybuf;
+  gpu::ComputeBatch batch(ctx, c.name);
+  kernels::encode_rms_norm(batch, ctx, xbuf, wbuf, y, c.n_rows, c.dim, c.eps);
+  batch.submit_and_wait();
+  const auto r = compare(ctx.read<float>(y), cpu::rms_norm(x, w, c.n_rows, c.dim, c.eps));
+  EXPECT_LE(r.rel_l2, 1e-6) << r.describe();
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, RmsNormTable, ::testing::ValuesIn(kNormCases),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+
+TEST(Norm, BadArgumentsThrowNamingTheField) {
+  auto& ctx = context();
+  auto buf = ctx.create_buffer(4096 * 4, WGPUBufferUsage_Storage, "buf");
+  auto other = ctx.create_buffer(4096 * 4, WGPUBufferUsage_Storage, "other");
+  auto small = ctx.create_buffer(16, WGPUBufferUsage_Storage, "small");
+  gpu::ComputeBatch batch(ctx);
+  expect_throw([&] { kernels::encode_rms_norm(batch, ctx, buf, small, other, 2, 64, 1e-6f); }, "w holds");
+  expect_throw([&] { kernels::encode_rms_norm(batch, ctx, small, buf, other, 2, 64, 1e-6f); }, "x holds");
+  expect_throw([&] { kernels::encode_rms_norm(batch, ctx, buf, other, small, 2, 64, 1e-6f); }, "y holds");
+  expect_throw([&] { kernels::encode_rms_norm(batch, ctx, buf, other, buf, 0, 64, 1e-6f); }, "n_rows");
+  expect_throw([&] { kernels::encode_rms_norm(batch, ctx, buf, other, buf, 2, 0, 1e-6f); }, "dim");
+  expect_throw([&] { kernels::encode_rms_norm(batch, ctx, buf, other, buf, 2, 64, -1.f); }, "eps");
+}
+
+}  // namespace
+}  // namespace wgllm::test

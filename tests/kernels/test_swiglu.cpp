@@ -1,0 +1,46 @@
+// SwiGLU (swiglu.wgsl) vs the CPU reference.
+#include "cpu/ops.h"
+#include "kernel_test_util.h"
+#include "kernels/swiglu.h"
+#include "test_util.h"
+#include <cmath>
+
+namespace wgllm::test {
+namespace {
+
+// ---------------------------------------------------------------------------------- SwiGLU
+
+TEST(Swiglu, MatchesCpuReference) {
+  auto& ctx = context();
+  for (uint32_t n : {1u, 255u, 256u * 3 + 7, 4864u * 7, 100000u}) {
+    auto gen = rng(n);
+    auto gate = random_floats(n, gen, -12.f, 12.f);
+    gate[n / 2] = -100.f;  // e^100 overflows f32: silu -> -0 (the reference: a denormal)
+    gate[n - 1] = 100.f;
+    const auto up = random_floats(n, gen, -2.f, 2.f);
+    auto g = ctx.upload<float>(gate, WGPUBufferUsage_Storage, "gate");
+    auto u = ctx.upload<float>(up, WGPUBufferUsage_Storage, "up");
+    auto out = poisoned(ctx, n, "out");
+    gpu::ComputeBatch batch(ctx);
+    kernels::encode_swiglu(batch, ctx, g, u, out, n);
+    batch.submit_and_wait();
+    const auto r = compare(ctx.read<float>(out), cpu::swiglu(gate, up));
+    EXPECT_LE(r.rel_l2, 1e-6) << "n " << n << ": " << r.describe();
+  }
+}
+
+
+TEST(Swiglu, BadArgumentsThrowNamingTheField) {
+  auto& ctx = context();
+  auto buf = ctx.create_buffer(4096 * 4, WGPUBufferUsage_Storage, "buf");
+  auto other = ctx.create_buffer(4096 * 4, WGPUBufferUsage_Storage, "other");
+  auto small = ctx.create_buffer(16, WGPUBufferUsage_Storage, "small");
+  gpu::ComputeBatch batch(ctx);
+  expect_throw([&] { kernels::encode_swiglu(batch, ctx, buf, other, buf, 16); }, "out must differ");
+  expect_throw([&] { kernels::encode_swiglu(batch, ctx, small, other, buf, 16); }, "gate holds");
+  expect_throw([&] { kernels::encode_swiglu(batch, ctx, buf, other, small, 16); }, "out holds");
+  expect_throw([&] { kernels::encode_swiglu(batch, ctx, buf, other, small, 0); }, "n must");
+}
+
+}  // namespace
+}  // namespace wgllm::test
