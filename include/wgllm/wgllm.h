@@ -66,6 +66,9 @@ struct SamplingParams {
   int32_t repeat_last_n = 64;   // how many recent tokens the penalty looks at (-1: all)
   uint64_t seed = 0;
 };
+// Throws InvalidArgument naming the first parameter out of its range: temperature must be finite, top_p and min_p in
+// [0, 1], repeat_penalty finite and > 0, repeat_last_n >= -1. Every sampler of the library checks its parameters so.
+void validate(const SamplingParams& params);
 
 class Model {
  public:

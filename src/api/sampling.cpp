@@ -2,9 +2,22 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <string>
 #include <unordered_set>
 
+#include "wgllm/error.h"
+
 namespace wgllm {
+
+namespace {
+// "2", "-0.5", "nan", "inf": as a user typed it, without trailing zeros.
+std::string format_number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+}  // namespace
 
 void apply_repetition_penalty(std::vector<float>& logits, std::span<const int32_t> recent, float penalty) {
   if (penalty == 1.0f) return;
@@ -16,7 +29,20 @@ void apply_repetition_penalty(std::vector<float>& logits, std::span<const int32_
   }
 }
 
-Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
+void validate(const SamplingParams& p) {
+  auto bad = [](const char* name, double v, const char* range) {
+    throw InvalidArgument(std::string("sampling: ") + name + " " + format_number(v) + " is out of range (" + range +
+                          ")");
+  };
+  if (!std::isfinite(p.temperature)) bad("temperature", p.temperature, "finite; <= 0 is greedy");
+  if (!(p.top_p >= 0 && p.top_p <= 1)) bad("top_p", p.top_p, "0 to 1; 1 is off");
+  if (!(p.min_p >= 0 && p.min_p <= 1)) bad("min_p", p.min_p, "0 to 1; 0 is off");
+  if (!std::isfinite(p.repeat_penalty) || !(p.repeat_penalty > 0))
+    bad("repeat_penalty", p.repeat_penalty, "finite and > 0; 1 is off");
+  if (p.repeat_last_n < -1) bad("repeat_last_n", p.repeat_last_n, ">= -1; -1 is every token, 0 none");
+}
+
+Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) { validate(params); }
 
 void Sampler::accept(int32_t id) {
   if (params_.repeat_last_n == 0) return;

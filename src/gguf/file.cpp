@@ -16,6 +16,20 @@
 
 namespace wgllm {
 
+namespace {
+
+// "a directory", "a FIFO", ... for the error on a path that is not a regular file.
+const char* file_kind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a file";
+}
+
+}  // namespace
+
 // ---- metadata value types ---------------------------------------------------
 
 const char* value_type_name(GgufValueType t) {
@@ -57,7 +71,12 @@ GgufFile::~GgufFile() = default;
 GgufFile GgufFile::open(const std::string& path) {
   GgufFile f;
   f.label_ = path;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // What the path is, before opening it: opening a FIFO for reading would wait for a writer.
+  struct stat before{};
+  if (::stat(path.c_str(), &before) != 0) throw ModelError(path + ": cannot open: " + std::strerror(errno));
+  if (!S_ISREG(before.st_mode)) throw ModelError(path + ": " + file_kind(before.st_mode) + ", not a regular file");
+  // O_NONBLOCK: should the path be swapped for a FIFO meanwhile, the open still returns (and fstat below refuses it).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) throw ModelError(path + ": cannot open: " + std::strerror(errno));
   struct stat st{};
   if (fstat(fd, &st) != 0) {
@@ -67,7 +86,7 @@ GgufFile GgufFile::open(const std::string& path) {
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
-    throw ModelError(path + ": not a regular file");
+    throw ModelError(path + ": " + file_kind(st.st_mode) + ", not a regular file");
   }
   f.size_ = static_cast<uint64_t>(st.st_size);
   if (f.size_ > 0) {

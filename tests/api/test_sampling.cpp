@@ -3,10 +3,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
+#include <string>
+#include <utility>
 #include <map>
 #include <vector>
 
 #include "api/sampling.h"
+#include "wgllm/error.h"
 
 namespace wgllm {
 namespace {
@@ -122,6 +126,47 @@ TEST(Sampling, SameSeedSameTokens) {
   Sampler a(sp), b(sp);
   const auto l = five();
   for (int i = 0; i < 100; ++i) ASSERT_EQ(a.sample(l), b.sample(l));
+}
+
+// Every parameter out of its range is refused by name, by the sampler itself and by validate(); the edges are allowed.
+TEST(Sampling, ParametersOutOfRangeAreRefusedByName) {
+  const float nan = std::nanf(""), inf = INFINITY;
+  const std::pair<const char*, std::function<void(SamplingParams&)>> bad[] = {
+      {"temperature nan", [&](auto& p) { p.temperature = nan; }},
+      {"temperature inf", [&](auto& p) { p.temperature = inf; }},
+      {"top_p 2", [](auto& p) { p.top_p = 2; }},
+      {"top_p -1", [](auto& p) { p.top_p = -1; }},
+      {"top_p nan", [&](auto& p) { p.top_p = nan; }},
+      {"min_p 2", [](auto& p) { p.min_p = 2; }},
+      {"min_p -0.5", [](auto& p) { p.min_p = -0.5f; }},
+      {"repeat_penalty 0", [](auto& p) { p.repeat_penalty = 0; }},
+      {"repeat_penalty -1", [](auto& p) { p.repeat_penalty = -1; }},
+      {"repeat_penalty inf", [&](auto& p) { p.repeat_penalty = inf; }},
+      {"repeat_last_n -2", [](auto& p) { p.repeat_last_n = -2; }},
+  };
+  for (const auto& [what, edit] : bad) {
+    SamplingParams p = plain();
+    edit(p);
+    for (int via_sampler = 0; via_sampler < 2; ++via_sampler) {
+      try {
+        if (via_sampler)
+          Sampler{p};
+        else
+          validate(p);
+        ADD_FAILURE() << "accepted " << what;
+      } catch (const InvalidArgument& e) {
+        EXPECT_NE(std::string(e.what()).find(std::string("sampling: ") + what + " is out of range"), std::string::npos)
+            << e.what();
+      }
+    }
+  }
+  for (auto edit : std::initializer_list<std::function<void(SamplingParams&)>>{
+           [](auto& p) { p.temperature = -1; }, [](auto& p) { p.top_p = 0; }, [](auto& p) { p.top_p = 1; },
+           [](auto& p) { p.min_p = 1; }, [](auto& p) { p.repeat_last_n = -1; }, [](auto& p) { p.top_k = -5; }}) {
+    SamplingParams p = plain();
+    edit(p);
+    EXPECT_NO_THROW(validate(p));
+  }
 }
 
 }  // namespace

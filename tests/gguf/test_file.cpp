@@ -1,14 +1,18 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <cstring>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 #include "gguf_builder.h"
@@ -225,6 +229,26 @@ TEST(GgufFile, OpensAFileByPath) {
     EXPECT_THAT(e.what(), ::testing::HasSubstr(path + ": byte 0: header: truncated"));
   }
   std::remove(path.c_str());
+}
+
+// A path that is not a regular file is refused by what it is, before an open that could block: opening a FIFO for
+// reading waits for a writer (this test would then hang until its timeout).
+TEST(GgufFile, NonRegularFilesAreRefusedWithoutBlocking) {
+  const auto dir = std::filesystem::temp_directory_path() / ("wgllm_gguf_kinds_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string fifo = (dir / "model.gguf").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
+  for (const auto& [path, kind] : {std::pair<std::string, std::string>{fifo, "a FIFO"},
+                                   {dir.string(), "a directory"},
+                                   {"/dev/zero", "a character device"}}) {
+    try {
+      GgufFile::open(path);
+      ADD_FAILURE() << "no error for " << path;
+    } catch (const ModelError& e) {
+      EXPECT_THAT(e.what(), ::testing::HasSubstr(path + ": " + kind + ", not a regular file"));
+    }
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST(GgufFile, LargeStringArrayParses) {
