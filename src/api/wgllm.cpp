@@ -33,7 +33,7 @@ namespace {
 // Memory the weights and the KV cache may take. WebGPU does not say how much memory an adapter has: a CPU adapter
 // gets half the machine's RAM, a GPU 8 GiB (lower it with -c when the card is smaller).
 uint64_t memory_budget(const gpu::Context& ctx) {
-  if (ctx.adapter().type == "CPU") return uint64_t(sysconf(_SC_PHYS_PAGES)) * uint64_t(sysconf(_SC_PAGE_SIZE)) / 2;
+  if (ctx.adapter().is_cpu()) return uint64_t(sysconf(_SC_PHYS_PAGES)) * uint64_t(sysconf(_SC_PAGE_SIZE)) / 2;
   return 8ull << 30;
 }
 

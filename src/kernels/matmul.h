@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "gpu/context.h"
+#include "gpu/batch.h"
 #include "kernels/kv_cache.h"
 
 namespace wgllm::kernels {

@@ -14,7 +14,7 @@
 #include <span>
 #include <vector>
 
-#include "gpu/context.h"
+#include "gpu/batch.h"
 #include "kernels/kv_cache.h"
 #include "kernels/matmul.h"
 #include "model/config.h"
