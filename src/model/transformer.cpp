@@ -7,7 +7,6 @@
 #include <tuple>
 
 #include "kernels/attention.h"
-#include "kernels/elementwise.h"
 #include "kernels/kv_append.h"
 #include "kernels/ops.h"
 #include "gguf/dequant.h"

@@ -3,7 +3,7 @@
 #include <cstring>
 
 #include "cpu/ops.h"
-#include "kernels/elementwise.h"
+#include "add_kernel.h"
 #include "kernels/ops.h"
 #include "test_util.h"
 #include "wgllm/error.h"
@@ -29,7 +29,7 @@ TEST(GpuContext, AddRoundTripMillionElements) {
   std::vector<uint32_t> poison(n, kPoison);
   ctx.write_buffer(out, 0, poison.data(), n * 4);
   gpu::ComputeBatch batch(ctx, "add");
-  kernels::encode_add(batch, ctx, ba, bb, out, n);
+  encode_add(batch, ctx, ba, bb, out, n);
   batch.submit_and_wait();
   auto got = ctx.read<float>(out);
   for (size_t i = 0; i < n; ++i) ASSERT_EQ(got[i], a[i] + b[i]) << "at " << i;
@@ -48,7 +48,7 @@ TEST(GpuContext, FoldedGridCoversEveryElement) {
   std::vector<uint32_t> poison(n, kPoison);
   ctx.write_buffer(out, 0, poison.data(), n * 4);
   gpu::ComputeBatch batch(ctx, "add");
-  kernels::encode_add(batch, ctx, ba, bb, out, n);
+  encode_add(batch, ctx, ba, bb, out, n);
   batch.submit_and_wait();
   auto got = ctx.read<float>(out);
   for (size_t i = 0; i < n; ++i) ASSERT_EQ(got[i], a[i] + b[i]) << "at " << i;
@@ -202,7 +202,7 @@ TEST(GpuContext, BadArgumentsThrowBeforeTheGpu) {
   EXPECT_THROW(ctx.write_buffer(small, 8, bytes, 16), InvalidArgument);
   EXPECT_THROW(ctx.read_buffer(small, 0, bytes, 17), InvalidArgument);
   gpu::ComputeBatch batch(ctx, "add");
-  EXPECT_THROW(kernels::encode_add(batch, ctx, small, small, small, 5), InvalidArgument);
+  EXPECT_THROW(encode_add(batch, ctx, small, small, small, 5), InvalidArgument);
 }
 
 }  // namespace

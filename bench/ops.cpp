@@ -1,4 +1,4 @@
-// `wgllm bench-ops`: throughput of the weight kernels (matmul.wgsl). Matrix-vector (decode,
+// `wgllm-bench ops`: throughput of the weight kernels (matmul.wgsl). Matrix-vector (decode,
 // n_tokens = 1) is reported as weight GB/s (GGUF bytes of W / time), matrix-matrix (prefill) as
 // GFLOP/s. Each sample submits several dispatches in one command buffer and waits; the time per
 // dispatch is the median over the samples.
@@ -13,15 +13,15 @@
 #include <string>
 #include <vector>
 
+#include "add_kernel.h"
 #include "command.h"
-#include "gpu/context.h"
-#include "kernels/elementwise.h"
+#include "gpu/batch.h"
 #include "kernels/kv_cache.h"
 #include "gguf/dequant.h"
 #include "kernels/matmul.h"
 #include "wgllm/error.h"
 
-namespace wgllm::cli {
+namespace wgllm::bench {
 namespace {
 
 using kernels::WeightType;
@@ -137,7 +137,7 @@ void print_dispatch_overhead(gpu::Context& ctx, uint32_t n) {
   for (int rep = 0; rep < 3; ++rep) {  // the first pass compiles the pipeline; keep the last
     const auto t0 = clock::now();
     gpu::ComputeBatch batch(ctx, "dispatch overhead");
-    for (uint32_t i = 0; i < n; ++i) kernels::encode_add(batch, ctx, i % 2 ? b : a, y, i % 2 ? a : b, elems);
+    for (uint32_t i = 0; i < n; ++i) test::encode_add(batch, ctx, i % 2 ? b : a, y, i % 2 ? a : b, elems);
     const auto t1 = clock::now();
     batch.submit_and_wait();
     encode_s = std::chrono::duration<double>(t1 - t0).count();
@@ -211,8 +211,10 @@ void print_memory_floor(gpu::Context& ctx, uint64_t bytes) {
 }
 
 int run_bench_ops(const Options& o) {
-  gpu::Context ctx({.adapter = o.adapter});
-  if (!o.matvec.empty()) kernels::set_matvec_config_override(kernels::parse_matvec_config(o.matvec));
+  if (!o.matvec.empty()) kernels::parse_matvec_config(o.matvec);  // a malformed --matvec fails before any work
+  gpu::ContextOptions options = context_options(o.adapter);
+  options.matvec_shape = o.matvec;
+  gpu::Context ctx(options);
   std::printf("adapter %s (%s), f16 %s, subgroups %s\n", ctx.adapter().name.c_str(), ctx.adapter().backend.c_str(),
               ctx.features().shader_f16 ? "yes" : "no", ctx.features().subgroups ? "yes" : "no");
   if (!o.skip_floors) {
@@ -250,7 +252,7 @@ int run_bench_ops(const Options& o) {
   return 0;
 }
 
-const Register reg{{"bench-ops", "benchmark the weight kernels: matvec GB/s and matmul GFLOP/s per weight type",
+const Register reg{{"ops", "benchmark the weight kernels: matvec GB/s and matmul GFLOP/s per weight type",
                     [](CLI::App& app) -> std::function<int()> {
                       auto o = std::make_shared<Options>();
                       app.add_option("--adapter", o->adapter, "adapter index or name substring");
@@ -278,4 +280,4 @@ const Register reg{{"bench-ops", "benchmark the weight kernels: matvec GB/s and 
                     }}};
 
 }  // namespace
-}  // namespace wgllm::cli
+}  // namespace wgllm::bench
