@@ -9,10 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "api/gpu_access.h"
 #include "command.h"
-#include "gpu/profiler.h"
-#include "kernels/matmul.h"
+#include "wgllm/profile.h"
 
 namespace wgllm::cli {
 namespace {
@@ -24,7 +22,6 @@ struct BenchOptions {
   bool json = false;
   bool profile = false;  // after the table: GPU time per kernel of n_gen decode steps
   bool tg_host = false;  // also time tg with every step's logits read back (feed per token)
-  std::string matvec;  // tuning: matvec shape override
   int32_t layers_per_submit = -1;
 };
 
@@ -80,7 +77,7 @@ double time_tg(Session& s, uint32_t n, uint32_t n_vocab, const std::vector<int32
 // (first timestamp to last) and the wall time of Session::feed.
 struct DecodeProfile {
   uint32_t steps = 0;
-  gpu::ProfileReport report;
+  ProfileReport report;
   double wall_ns = 0;         // all steps
   // One step without the profiler (median): of the tg-host run when there is one (the same feed per token as the
   // profiled steps), else of the tg run (greedy decoding, no logits readback).
@@ -89,14 +86,8 @@ struct DecodeProfile {
 };
 
 DecodeProfile profile_decode(const Model& model, Session& s, uint32_t n, const std::vector<int32_t>& depth) {
-  gpu::Context& ctx = gpu_context(model);
-  if (!ctx.features().timestamp_query) throw GpuError("--profile: the adapter has no timestamp-query feature");
-  gpu::Profiler profiler(ctx);
-  struct Attach {  // detached however this returns
-    gpu::Context& ctx;
-    ~Attach() { ctx.set_profiler(nullptr); }
-  } attach{ctx};
-  ctx.set_profiler(&profiler);
+  if (!Profiler::supported(model)) throw GpuError("--profile: the adapter has no timestamp-query feature");
+  Profiler profiler(model);  // attached until it goes, however this returns
   const std::vector<int32_t> ids = random_tokens(n, model.info().n_vocab, 2);
   // Warm-up: the query sets and readback buffers are made here, not in the measured steps.
   fill(s, depth);
@@ -125,7 +116,7 @@ constexpr const char* kProfileNote =
 nlohmann::json profile_json(const DecodeProfile& p) {
   const double steps = p.steps, us = 1e3 * steps;  // ns in all steps -> us per step
   nlohmann::json kernels = nlohmann::json::array();
-  for (const gpu::KernelTime& k : p.report.kernels)
+  for (const KernelTime& k : p.report.kernels)
     kernels.push_back({{"kernel", k.name}, {"workgroups", k.workgroups}, {"calls_per_step", k.calls / steps},
                        {"us_per_step", k.ns / us}, {"us_per_call", k.ns / 1e3 / double(k.calls)},
                        {"pct_of_kernel_time", 100 * k.ns / p.report.kernel_ns},
@@ -145,7 +136,7 @@ void print_profile(const DecodeProfile& p) {
   std::printf("|%s|%s|%s|%s|%s|%s|%s|\n", std::string(46, '-').c_str(), std::string(12, '-').c_str(),
               std::string(12, '-').c_str(), std::string(12, '-').c_str(), std::string(12, '-').c_str(),
               std::string(10, '-').c_str(), std::string(10, '-').c_str());
-  for (const gpu::KernelTime& k : p.report.kernels)
+  for (const KernelTime& k : p.report.kernels)
     std::printf("| %-44.44s | %10llu | %10.2f | %10.1f | %10.2f | %8.1f | %8.1f |\n", k.name.c_str(),
                 static_cast<unsigned long long>(k.workgroups), k.calls / steps, k.ns / us,
                 k.ns / 1e3 / double(k.calls), 100 * k.ns / p.report.kernel_ns, 100 * k.ns / p.wall_ns);
@@ -162,7 +153,6 @@ void print_profile(const DecodeProfile& p) {
 
 int bench(const BenchOptions& o) {
   if (o.profile && !o.n_gen) throw InvalidArgument("--profile times decode steps: give -n > 0");
-  if (!o.matvec.empty()) kernels::set_matvec_config_override(kernels::parse_matvec_config(o.matvec));
   const uint32_t n_ctx = o.depth + std::max<uint32_t>(std::max(o.n_prompt, o.n_gen), 1);
   Model model = load_model(o.model, {.adapter = o.adapter, .n_ctx = n_ctx, .ubatch = o.ubatch,
                                      .layers_per_submit = o.layers_per_submit,
@@ -258,7 +248,6 @@ const Register reg{{"bench", "prompt processing and generation speed of a model"
                       app.add_option("--layers-per-submit", o->layers_per_submit,
                                      "command buffers per step: one after layer 0, then every N layers (0: one; -1: auto)")
                           ->capture_default_str();
-                      app.add_option("--matvec", o->matvec, "matvec shape THREADSxROWSxGROUPS[xUNITS[xINT_F16]] (tuning)");
                       return [o] { return bench(*o); };
                     }}};
 
