@@ -1,10 +1,23 @@
 #include <gtest/gtest.h>
 
+#include "test_shaders.h"
 #include "test_util.h"
 
 namespace wgllm::test {
+namespace {
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+}  // namespace
+
+gpu::ContextOptions context_options() {
+  return {.adapter = env("WGLLM_ADAPTER"), .extra_shaders = test_shaders(), .kernel_dir = env("WGLLM_KERNEL_DIR"),
+          .dump_shaders_dir = env("WGLLM_DUMP_SHADERS")};
+}
+
 gpu::Context& context() {
-  static gpu::Context ctx({.adapter = std::getenv("WGLLM_ADAPTER") ? std::getenv("WGLLM_ADAPTER") : ""});
+  static gpu::Context ctx(context_options());
   return ctx;
 }
 

@@ -12,11 +12,21 @@
 #include <string>
 #include <vector>
 
-#include "gpu/context.h"
+#include "gpu/batch.h"
 
 namespace wgllm::test {
 
-// The process-wide context (adapter from $WGLLM_ADAPTER, default: the best one).
+// What the tests' contexts are made with: the adapter from $WGLLM_ADAPTER (default: the best one), the tests' own
+// shaders (test_shaders.h), and the developer aids $WGLLM_KERNEL_DIR and $WGLLM_DUMP_SHADERS (README).
+gpu::ContextOptions context_options();
+// context_options() with `edit` applied (a context of its own: another matvec shape, f16 or subgroups off).
+template <typename Edit>
+gpu::ContextOptions context_options(Edit edit) {
+  gpu::ContextOptions o = context_options();
+  edit(o);
+  return o;
+}
+// The process-wide context, made with context_options().
 gpu::Context& context();
 // The run's random seed: fresh each run unless $WGLLM_TEST_SEED is set.
 uint64_t seed();

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch SDPA (flash backend, f16) on the attention benchmark shapes of `wgllm bench-kernels`.
+"""PyTorch SDPA (flash backend, f16) on the attention benchmark shapes of `wgllm-bench kernels`.
 
 Shapes are (n_heads, n_kv_heads, head_dim, n_queries, start_pos); FLOPs are counted as wgllm
 counts them: 4 * n_heads * head_dim * sum of causal window lengths. Needs a CUDA GPU.

@@ -39,6 +39,11 @@ struct LoadOptions {
   // is this n_ctx, 0 when the default is yet to be chosen). A throw stops the load: a caller can reject its input
   // (a prompt longer than the context, say) without waiting for the upload. No Session can be made from it.
   std::function<void(const Model& model)> before_upload = nullptr;
+  // Developer aids ("" = off; the library never reads the environment, the wgllm CLI fills these from
+  // $WGLLM_KERNEL_DIR and $WGLLM_DUMP_SHADERS): a kernel file in kernel_dir (e.g. matvec.wgsl) replaces the built-in
+  // one of that name; dump_shaders_dir receives every WGSL source exactly as compiled.
+  std::string kernel_dir = {};
+  std::string dump_shaders_dir = {};
 };
 
 // What a loaded model is and what it takes.
@@ -94,10 +99,9 @@ class Model {
   // assistant's turn opener. Throws Error when the model has no template wgllm knows.
   std::string apply_chat_template(std::string_view user, std::string_view system = "") const;
 
-  struct Impl;
-  Impl& impl() const { return *impl_; }
-
  private:
+  friend class ModelAccess;  // the library's own sources (src/api/model_impl.h)
+  struct Impl;
   explicit Model(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

@@ -8,14 +8,11 @@
 #include <optional>
 
 #include "api/context_size.h"
-#include "api/gpu_access.h"
-#include "gpu/context.h"
-#include "gguf/file.h"
+#include "api/model_impl.h"
 #include "api/sampling.h"
-#include "model/transformer.h"
+#include "gguf/file.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/gguf_tokenizer.h"
-#include "tokenizer/tokenizer.h"
 
 namespace wgllm {
 
@@ -33,7 +30,7 @@ namespace {
 // Memory the weights and the KV cache may take. WebGPU does not say how much memory an adapter has: a CPU adapter
 // gets half the machine's RAM, a GPU 8 GiB (lower it with -c when the card is smaller).
 uint64_t memory_budget(const gpu::Context& ctx) {
-  if (ctx.adapter().type == "CPU") return uint64_t(sysconf(_SC_PHYS_PAGES)) * uint64_t(sysconf(_SC_PAGE_SIZE)) / 2;
+  if (ctx.adapter().is_cpu()) return uint64_t(sysconf(_SC_PHYS_PAGES)) * uint64_t(sysconf(_SC_PAGE_SIZE)) / 2;
   return 8ull << 30;
 }
 
@@ -55,22 +52,6 @@ uint64_t count_params(const GgufFile& f) {
 
 }  // namespace
 
-struct Model::Impl {
-  std::unique_ptr<gpu::Context> ctx;
-  ModelConfig config;  // parsed once, before the upload
-  GpuModel gpu;
-  std::optional<Tokenizer> tokenizer;
-  std::vector<int32_t> eog;  // end-of-generation ids
-  ModelInfo info;
-  uint32_t ubatch = 512;
-  std::optional<uint32_t> layers_per_submit;
-
-  const Tokenizer& tok() const {
-    if (!tokenizer) throw ModelError("the model has no tokenizer (tokenizer.ggml.* metadata)");
-    return *tokenizer;
-  }
-};
-
 Model::Model(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Model::~Model() = default;
 Model::Model(Model&&) noexcept = default;
@@ -80,8 +61,8 @@ namespace {
 
 // What the GGUF alone gives: the config, the tokenizer and the model's half of ModelInfo. No GPU is touched, so an
 // unsupported architecture or a caller's before_upload check fails before the adapter is opened.
-std::unique_ptr<Model::Impl> parse_impl(const GgufFile& f, const LoadOptions& o) {
-  auto m = std::make_unique<Model::Impl>();
+std::unique_ptr<ModelAccess::Impl> parse_impl(const GgufFile& f, const LoadOptions& o) {
+  auto m = std::make_unique<ModelAccess::Impl>();
   m->config = config_from_gguf(f);
   const ModelConfig& config = m->config;
   if (f.has("tokenizer.ggml.model")) m->tokenizer.emplace(tokenizer_data_from_gguf(f));
@@ -107,8 +88,9 @@ std::unique_ptr<Model::Impl> parse_impl(const GgufFile& f, const LoadOptions& o)
 }
 
 // Opens the adapter, uploads the weights and fills the adapter's half of ModelInfo.
-void upload_impl(Model::Impl& m, const GgufFile& f, const LoadOptions& o) {
-  m.ctx = std::make_unique<gpu::Context>(gpu::ContextOptions{.adapter = o.adapter});
+void upload_impl(ModelAccess::Impl& m, const GgufFile& f, const LoadOptions& o) {
+  m.ctx = std::make_unique<gpu::Context>(
+      gpu::ContextOptions{.adapter = o.adapter, .kernel_dir = o.kernel_dir, .dump_shaders_dir = o.dump_shaders_dir});
   m.gpu = load_gpu_model(*m.ctx, f, m.config, o.progress);
   ModelInfo& i = m.info;
   i.adapter = m.ctx->adapter().name;
@@ -142,8 +124,9 @@ Model Model::load(std::span<const uint8_t> gguf, const LoadOptions& options, con
 const ModelInfo& Model::info() const { return impl_->info; }
 
 gpu::Context& gpu_context(const Model& model) {
-  if (!model.impl().ctx) throw InvalidArgument("the model's weights are not uploaded yet (before_upload)");
-  return *model.impl().ctx;
+  const ModelAccess::Impl& m = ModelAccess::impl(model);
+  if (!m.ctx) throw InvalidArgument("the model's weights are not uploaded yet (before_upload)");
+  return *m.ctx;
 }
 
 std::vector<int32_t> Model::encode(std::string_view text, bool add_special) const {
@@ -176,7 +159,7 @@ struct TextStream::Impl {
   StreamDecoder decoder;
 };
 TextStream::TextStream(const Model& model, bool skip_special)
-    : impl_(std::make_unique<Impl>(Impl{StreamDecoder(model.impl().tok(), skip_special)})) {}
+    : impl_(std::make_unique<Impl>(Impl{StreamDecoder(ModelAccess::impl(model).tok(), skip_special)})) {}
 TextStream::~TextStream() = default;
 std::string TextStream::push(int32_t id) { return impl_->decoder.push(id); }
 std::string TextStream::flush() { return impl_->decoder.flush(); }
@@ -185,12 +168,14 @@ std::string TextStream::flush() { return impl_->decoder.flush(); }
 
 struct Session::Impl {
   explicit Impl(const Model& m)
-      : model(&m), gs(uploaded(m), m.impl().gpu, {.n_ctx = m.info().n_ctx, .ubatch = m.impl().ubatch,
-                                              .layers_per_submit = m.impl().layers_per_submit}) {}
+      : model(&m), gs(uploaded(m), ModelAccess::impl(m).gpu,
+                      {.n_ctx = m.info().n_ctx, .ubatch = ModelAccess::impl(m).ubatch,
+                       .layers_per_submit = ModelAccess::impl(m).layers_per_submit}) {}
   // The model's adapter; a model seen by LoadOptions::before_upload has none yet.
   static gpu::Context& uploaded(const Model& m) {
-    if (!m.impl().ctx) throw InvalidArgument("Session: the model's weights are not uploaded yet (before_upload)");
-    return *m.impl().ctx;
+    const ModelAccess::Impl& impl = ModelAccess::impl(m);
+    if (!impl.ctx) throw InvalidArgument("Session: the model's weights are not uploaded yet (before_upload)");
+    return *impl.ctx;
   }
   const Model* model;
   GpuSession gs;

@@ -2,15 +2,9 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <sstream>
+#include <mutex>
 
-#include "gpu/profiler.h"
-#include "gpu/shader_expand.h"
-#include "gpu/shaders.h"
 #include "wgllm/error.h"
 
 namespace wgllm::gpu {
@@ -41,12 +35,12 @@ const char* backend_name(WGPUBackendType b) {
   }
 }
 
-const char* adapter_type_name(WGPUAdapterType t) {
+AdapterType adapter_type(WGPUAdapterType t) {
   switch (t) {
-    case WGPUAdapterType_DiscreteGPU: return "discrete GPU";
-    case WGPUAdapterType_IntegratedGPU: return "integrated GPU";
-    case WGPUAdapterType_CPU: return "CPU";
-    default: return "unknown";
+    case WGPUAdapterType_DiscreteGPU: return AdapterType::DiscreteGpu;
+    case WGPUAdapterType_IntegratedGPU: return AdapterType::IntegratedGpu;
+    case WGPUAdapterType_CPU: return AdapterType::Cpu;
+    default: return AdapterType::Unknown;
   }
 }
 
@@ -60,7 +54,7 @@ AdapterDesc describe(WGPUAdapter adapter, uint32_t index) {
   d.architecture = str(info.architecture);
   d.driver = str(info.description);
   d.backend = backend_name(info.backendType);
-  d.type = adapter_type_name(info.adapterType);
+  d.type = adapter_type(info.adapterType);
   d.subgroup_min = info.subgroupMinSize;
   d.subgroup_max = info.subgroupMaxSize;
   wgpuAdapterInfoFreeMembers(info);
@@ -69,7 +63,10 @@ AdapterDesc describe(WGPUAdapter adapter, uint32_t index) {
 
 // Higher is better: discrete > integrated > CPU > unknown, Vulkan before other backends.
 int adapter_rank(const AdapterDesc& d) {
-  int r = d.type == "discrete GPU" ? 40 : d.type == "integrated GPU" ? 30 : d.type == "CPU" ? 20 : 10;
+  int r = d.type == AdapterType::DiscreteGpu     ? 40
+          : d.type == AdapterType::IntegratedGpu ? 30
+          : d.type == AdapterType::Cpu           ? 20
+                                                 : 10;
   return r + (d.backend == "Vulkan" ? 1 : 0);
 }
 
@@ -89,7 +86,7 @@ void process_until(WGPUInstance instance, WGPUDevice device, Pred done, const ch
 }
 
 // Pops the innermost error scope and waits for its verdict: "" or the error message.
-std::string pop_error_scope(WGPUInstance instance, WGPUDevice device, const char* what) {
+std::string pop_scope(WGPUInstance instance, WGPUDevice device, const char* what) {
   struct Popped {
     bool done = false;
     std::string error;
@@ -107,70 +104,6 @@ std::string pop_error_scope(WGPUInstance instance, WGPUDevice device, const char
   return popped.error;
 }
 
-// naga reports positions as "wgsl:LINE:COL"; rewrite them as "file.wgsl:LINE:COL" in the
-// file's own numbering (the prelude shifts lines).
-// A pipeline's WGSL: "a.wgsl+b.wgsl" names files compiled as one module, in that order.
-struct ShaderFiles {
-  std::string text;
-  std::vector<std::pair<std::string, int>> files;  // name, lines
-};
-// Kernel development aid: with WGLLM_KERNEL_DIR set, a file of that name there replaces the
-// embedded source (edit a kernel and rerun without rebuilding). Empty when there is none.
-std::string kernel_override(const std::string& name) {
-  const char* dir = std::getenv("WGLLM_KERNEL_DIR");
-  if (!dir || !*dir) return {};
-  std::ifstream in(std::string(dir) + "/" + name);
-  if (!in) return {};
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-ShaderFiles shader_files(const std::string& names) {
-  ShaderFiles out;
-  size_t pos = 0;
-  while (pos <= names.size()) {
-    const size_t plus = std::min(names.find('+', pos), names.size());
-    const std::string name = names.substr(pos, plus - pos);
-    std::string src = kernel_override(name);
-    if (src.empty()) src = std::string(shader_source(name));
-    if (!src.empty() && src.back() != '\n') src += '\n';
-    out.files.emplace_back(name, int(std::count(src.begin(), src.end(), '\n')));
-    out.text += src;
-    pos = plus + 1;
-  }
-  return out;
-}
-
-// "file:line:col: message" from a naga diagnostic on the module made of `files` after `prelude_lines`.
-std::string shader_message(const std::string& message, const std::vector<std::pair<std::string, int>>& files,
-                           int prelude_lines) {
-  std::string where;
-  for (const auto& f : files) where += (where.empty() ? "" : "+") + f.first;
-  // The first "wgsl:<digits>:<digits>" in the message.
-  for (size_t at = message.find("wgsl:"); at != std::string::npos; at = message.find("wgsl:", at + 1)) {
-    unsigned line = 0, col = 0;
-    int used = 0;
-    if (std::sscanf(message.c_str() + at, "wgsl:%u:%u%n", &line, &col, &used) == 2 && used > 0) {
-      int l = int(line) - prelude_lines;
-      std::string file = files.front().first;
-      for (const auto& f : files) {
-        file = f.first;
-        if (l <= f.second || &f == &files.back()) break;
-        l -= f.second;
-      }
-      where = file + ":" + std::to_string(l) + ":" + std::to_string(col);
-      break;
-    }
-  }
-  // Keep the whole diagnostic (naga's own explanation spans several lines) on one line.
-  std::string flat;
-  for (char c : message) flat += (c == '\n') ? ' ' : c;
-  flat.erase(std::unique(flat.begin(), flat.end(), [](char a, char b) { return a == ' ' && b == ' '; }),
-             flat.end());
-  return where + ": " + flat;
-}
-
 }  // namespace
 
 struct Context::ErrorSink {
@@ -183,26 +116,14 @@ struct Context::ErrorSink {
   }
 };
 
-std::string PipelineKey::to_string() const {
-  std::ostringstream s;
-  s << shader << ":" << entry_point;
-  if (!overrides.empty()) {
-    s << "{";
-    for (size_t i = 0; i < overrides.size(); ++i) s << (i ? "," : "") << overrides[i].first << "=" << overrides[i].second;
-    s << "}";
+const char* AdapterDesc::type_name() const {
+  switch (type) {
+    case AdapterType::DiscreteGpu: return "discrete GPU";
+    case AdapterType::IntegratedGpu: return "integrated GPU";
+    case AdapterType::Cpu: return "CPU";
+    case AdapterType::Unknown: break;
   }
-  if (!prelude.empty()) s << "[" << std::hash<std::string>{}(prelude) << "]";
-  return s.str();
-}
-
-FoldedGrid fold_grid(uint64_t n, uint32_t max_per_dim) {
-  if (n == 0) return {0, 1};
-  if (n <= max_per_dim) return {static_cast<uint32_t>(n), 1};
-  const uint64_t y = (n + max_per_dim - 1) / max_per_dim;
-  if (y > max_per_dim) throw InvalidArgument("grid of " + std::to_string(n) + " workgroups exceeds the adapter's " +
-                                             std::to_string(max_per_dim) + "^2 limit");
-  const uint64_t x = (n + y - 1) / y;
-  return {static_cast<uint32_t>(x), static_cast<uint32_t>(y)};
+  return "unknown";
 }
 
 std::vector<AdapterDesc> Context::list_adapters(std::string_view backend) {
@@ -214,7 +135,8 @@ std::vector<AdapterDesc> Context::list_adapters(std::string_view backend) {
   return out;
 }
 
-Context::Context(const ContextOptions& options) : options_(options), errors_(std::make_unique<ErrorSink>()) {
+Context::Context(const ContextOptions& options)
+    : options_(options), errors_(std::make_unique<ErrorSink>()), pipelines_(std::make_unique<PipelineCache>(*this)) {
   instance_.reset(native::create_instance(options.backend));
   if (!instance_) throw GpuError("could not create a WebGPU instance (wgpu-native)");
 
@@ -310,8 +232,7 @@ Context::Context(const ContextOptions& options) : options_(options), errors_(std
 }
 
 Context::~Context() {
-  layouts_.clear();
-  pipelines_.clear();
+  pipelines_.reset();
   placeholder_ = {};
   placeholder_writable_ = {};
   queue_.reset();
@@ -360,7 +281,7 @@ Buffer Context::create_buffer(uint64_t size, WGPUBufferUsage usage, std::string_
   if (usage & WGPUBufferUsage_MapRead) d.usage = usage | WGPUBufferUsage_CopyDst;
   wgpuDevicePushErrorScope(device_.get(), WGPUErrorFilter_OutOfMemory);
   Buffer b{BufferHandle(wgpuDeviceCreateBuffer(device_.get(), &d)), size};
-  const std::string error = pop_error_scope(instance_.get(), device_.get(), "buffer creation");
+  const std::string error = pop_scope(instance_.get(), device_.get(), "buffer creation");
   if (!error.empty() || !b.handle)
     throw GpuError("out of GPU memory allocating buffer '" + std::string(label) + "' (" + std::to_string(size) +
                    " bytes): " + error);
@@ -442,58 +363,6 @@ void Context::read_mapped(const Buffer& staging, uint64_t offset, void* dst, uin
   wgpuBufferUnmap(staging.get());
 }
 
-WGPUComputePipeline Context::pipeline(const PipelineKey& key) {
-  const std::string name = key.to_string();
-  std::lock_guard lock(pipelines_mutex_);
-  if (auto it = pipelines_.find(name); it != pipelines_.end()) return it->second.get();
-
-  const ShaderFiles source = shader_files(key.shader);
-  const std::string code = key.prelude + expand_shader(source.text, key.prelude, adapter_desc_.type != "CPU");
-  if (const char* dir = std::getenv("WGLLM_DUMP_SHADERS")) {  // debugging aid: the exact WGSL compiled
-    std::ofstream(std::string(dir) + "/" + name.substr(0, name.find('[')) + "." +
-                  std::to_string(std::hash<std::string>{}(key.prelude)) + ".wgsl")
-        << code;
-  }
-  const int prelude_lines = static_cast<int>(std::count(key.prelude.begin(), key.prelude.end(), '\n'));
-  wgpuDevicePushErrorScope(device_.get(), WGPUErrorFilter_Validation);
-  WGPUShaderSourceWGSL wgsl{};
-  wgsl.chain.sType = WGPUSType_ShaderSourceWGSL;
-  wgsl.code = sv(code);
-  WGPUShaderModuleDescriptor md{};
-  md.nextInChain = &wgsl.chain;
-  md.label = sv(key.shader);
-  ShaderModuleHandle module(wgpuDeviceCreateShaderModule(device_.get(), &md));
-
-  std::vector<WGPUConstantEntry> constants;
-  for (const auto& [k, v] : key.overrides) {
-    WGPUConstantEntry c{};
-    c.key = sv(k);
-    c.value = v;
-    constants.push_back(c);
-  }
-  WGPUComputePipelineDescriptor pd{};
-  pd.label = sv(name);
-  pd.compute.module = module.get();
-  pd.compute.entryPoint = sv(key.entry_point);
-  pd.compute.constantCount = constants.size();
-  pd.compute.constants = constants.data();
-  ComputePipelineHandle pipe(wgpuDeviceCreateComputePipeline(device_.get(), &pd));
-
-  const std::string error = pop_error_scope(instance_.get(), device_.get(), "shader compilation");
-  if (!error.empty()) throw ShaderError(shader_message(error, source.files, prelude_lines));
-  if (!pipe) throw ShaderError(key.shader + ": pipeline creation failed for entry point " + key.entry_point);
-  WGPUComputePipeline raw = pipe.get();
-  pipelines_.emplace(name, std::move(pipe));
-  pipeline_names_.emplace(raw, key.shader + ":" + key.entry_point);
-  return raw;
-}
-
-std::string Context::pipeline_name(WGPUComputePipeline pipeline) {
-  std::lock_guard lock(pipelines_mutex_);
-  const auto it = pipeline_names_.find(pipeline);
-  return it == pipeline_names_.end() ? "?" : it->second;
-}
-
 BindGroupHandle Context::bind_group(WGPUComputePipeline pipeline, std::span<const BufferBinding> bindings,
                                     std::string_view label) {
   std::vector<WGPUBindGroupEntry> entries;
@@ -509,17 +378,9 @@ BindGroupHandle Context::bind_group(WGPUComputePipeline pipeline, std::span<cons
                             std::to_string(max_binding_size()));
     entries.push_back(e);
   }
-  WGPUBindGroupLayout layout;
-  {
-    std::lock_guard lock(pipelines_mutex_);
-    auto it = layouts_.find(pipeline);
-    if (it == layouts_.end())
-      it = layouts_.emplace(pipeline, BindGroupLayoutHandle(wgpuComputePipelineGetBindGroupLayout(pipeline, 0))).first;
-    layout = it->second.get();
-  }
   WGPUBindGroupDescriptor d{};
   d.label = sv(label);
-  d.layout = layout;
+  d.layout = pipelines_->layout(pipeline);
   d.entryCount = entries.size();
   d.entries = entries.data();
   return BindGroupHandle(wgpuDeviceCreateBindGroup(device_.get(), &d));
@@ -541,137 +402,10 @@ void Context::wait_idle() {
   check_errors();
 }
 
-void Context::wait_until(const std::function<bool()>& done, const char* what) {
-  process_until(instance_.get(), device_.get(), done, what);
-}
+void Context::push_error_scope(WGPUErrorFilter filter) { wgpuDevicePushErrorScope(device_.get(), filter); }
 
-// ---------------------------------------------------------------- ComputeBatch
-
-const Buffer& BindCache::arena(size_t index, uint64_t size) {
-  while (arenas_.size() <= index) arenas_.push_back(ctx_.create_buffer(size, WGPUBufferUsage_Uniform, "params (cached)"));
-  return arenas_[index];
-}
-
-WGPUBindGroup BindCache::group(WGPUComputePipeline pipeline, std::span<const BufferBinding> bindings,
-                               std::string_view label) {
-  std::vector<uint64_t> key = {reinterpret_cast<uint64_t>(pipeline)};
-  for (const auto& b : bindings)
-    key.insert(key.end(), {b.binding, reinterpret_cast<uint64_t>(b.buffer->get()), b.offset, b.size});
-  if (auto it = groups_.find(key); it != groups_.end()) return it->second.get();
-  if (groups_.size() >= kMaxGroups) groups_.clear();
-  ++misses_;
-  return groups_.emplace(std::move(key), ctx_.bind_group(pipeline, bindings, label)).first->second.get();
-}
-
-ComputeBatch::ComputeBatch(Context& ctx, std::string_view label, BindCache* cache)
-    : ctx_(ctx), label_(label), cache_(cache) {
-  WGPUCommandEncoderDescriptor d{};
-  d.label = sv(label_);
-  encoder_.reset(wgpuDeviceCreateCommandEncoder(ctx_.device(), &d));
-  if (ctx_.profiler()) profiled_ = std::make_unique<ProfiledBatch>(ProfiledBatch{ctx_.profiler(), {}});
-}
-
-ComputeBatch::~ComputeBatch() {
-  if (profiled_) profiled_->profiler->release(*profiled_);
-}
-
-void ComputeBatch::begin_pass(const WGPUPassTimestampWrites* timestamps) {
-  if (pass_) return;
-  WGPUComputePassDescriptor d{};
-  d.label = sv(label_);
-  d.timestampWrites = timestamps;
-  pass_.reset(wgpuCommandEncoderBeginComputePass(encoder_.get(), &d));
-}
-
-void ComputeBatch::end_pass() {
-  if (!pass_) return;
-  wgpuComputePassEncoderEnd(pass_.get());
-  pass_.reset();
-}
-
-void ComputeBatch::dispatch(WGPUComputePipeline pipeline, WGPUBindGroup group, uint32_t x, uint32_t y, uint32_t z) {
-  if (submitted_) throw InvalidArgument("dispatch on a ComputeBatch that was already submitted");
-  if (x == 0 || y == 0 || z == 0) return;  // nothing to do (a zero grid is valid but pointless)
-  const uint32_t lim = ctx_.limits().maxComputeWorkgroupsPerDimension;
-  if (x > lim || y > lim || z > lim)
-    throw InvalidArgument("dispatch grid (" + std::to_string(x) + ", " + std::to_string(y) + ", " + std::to_string(z) +
-                          ") exceeds maxComputeWorkgroupsPerDimension " + std::to_string(lim));
-  if (profiled_) {  // a pass of its own, timed from its beginning to its end
-    end_pass();
-    const WGPUPassTimestampWrites timestamps =
-        profiled_->profiler->add_dispatch(*profiled_, pipeline, uint64_t(x) * y * z);
-    begin_pass(&timestamps);
-  } else {
-    begin_pass();
-  }
-  wgpuComputePassEncoderSetPipeline(pass_.get(), pipeline);
-  wgpuComputePassEncoderSetBindGroup(pass_.get(), 0, group, 0, nullptr);
-  wgpuComputePassEncoderDispatchWorkgroups(pass_.get(), x, y, z);
-  if (profiled_) end_pass();
-}
-
-void ComputeBatch::dispatch(WGPUComputePipeline pipeline, std::span<const BufferBinding> bindings, uint32_t x,
-                            uint32_t y, uint32_t z) {
-  if (cache_) return dispatch(pipeline, cache_->group(pipeline, bindings, label_), x, y, z);
-  owned_groups_.push_back(ctx_.bind_group(pipeline, bindings, label_));
-  dispatch(pipeline, owned_groups_.back().get(), x, y, z);
-}
-
-BufferBinding ComputeBatch::uniform(uint32_t binding, const void* bytes, uint64_t size) {
-  constexpr uint64_t kArenaBytes = 64 * 1024;
-  const uint64_t align = std::max<uint64_t>(256, ctx_.limits().minUniformBufferOffsetAlignment);
-  if (size == 0 || size > kArenaBytes) throw InvalidArgument("uniform of " + std::to_string(size) + " bytes");
-  uint64_t offset = (arena_bytes_.size() + align - 1) / align * align;
-  if (!arena_ || offset + size > kArenaBytes) {
-    flush_uniforms();
-    if (cache_) {
-      arena_ = &cache_->arena(arenas_used_++, kArenaBytes);
-    } else {
-      owned_buffers_.push_back(ctx_.create_buffer(kArenaBytes, WGPUBufferUsage_Uniform, label_ + " params"));
-      arena_ = &owned_buffers_.back();
-    }
-    offset = 0;
-  }
-  arena_bytes_.resize(offset + size);
-  std::memcpy(arena_bytes_.data() + offset, bytes, size);
-  return {binding, arena_, offset, (size + 3) & ~uint64_t(3)};
-}
-
-void ComputeBatch::flush_uniforms() {
-  if (arena_ && !arena_bytes_.empty()) {
-    arena_bytes_.resize((arena_bytes_.size() + 3) & ~size_t(3));
-    ctx_.write_buffer(*arena_, 0, arena_bytes_.data(), arena_bytes_.size());
-  }
-  arena_bytes_.clear();
-}
-
-const Buffer& ComputeBatch::scratch(uint64_t size) {
-  owned_buffers_.push_back(ctx_.create_buffer(size, WGPUBufferUsage_Storage, label_ + " scratch"));
-  return owned_buffers_.back();
-}
-
-void ComputeBatch::copy(const Buffer& src, uint64_t src_offset, const Buffer& dst, uint64_t dst_offset,
-                        uint64_t size) {
-  end_pass();
-  wgpuCommandEncoderCopyBufferToBuffer(encoder_.get(), src.get(), src_offset, dst.get(), dst_offset, size);
-}
-
-SubmissionIndex ComputeBatch::submit() {
-  if (submitted_) throw InvalidArgument("ComputeBatch submitted twice");
-  end_pass();
-  flush_uniforms();  // queue writes land before the commands that read them
-  if (profiled_) profiled_->profiler->resolve(*profiled_, encoder_.get());
-  WGPUCommandBufferDescriptor d{};
-  CommandBufferHandle cmd(wgpuCommandEncoderFinish(encoder_.get(), &d));
-  submitted_ = true;
-  const SubmissionIndex index = ctx_.submit(cmd.get());
-  if (profiled_) profiled_->profiler->submitted(*profiled_);
-  return index;
-}
-
-void ComputeBatch::submit_and_wait() {
-  submit();
-  ctx_.wait_idle();
+std::string Context::pop_error_scope(const char* what) {
+  return pop_scope(instance_.get(), device_.get(), what);
 }
 
 }  // namespace wgllm::gpu

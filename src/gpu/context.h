@@ -1,27 +1,27 @@
 // The GPU context: instance -> adapter -> device -> queue, with the adapter's own limits,
-// optional features, errors turned into exceptions, synchronous upload/readback and one
-// pipeline cache. Everything that touches wgpu-native's extras (wgpu.h) lives in native.cpp.
+// optional features, errors turned into exceptions, synchronous upload/readback and submission.
+// It owns the pipeline cache (pipelines.h); work is recorded with ComputeBatch (batch.h).
+// Everything that touches wgpu-native's extras (wgpu.h) lives in native.cpp.
 #pragma once
 #include <webgpu/webgpu.h>
 
 #include <cstdint>
-#include <deque>
-#include <functional>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
-#include <utility>
+#include <string_view>
 #include <vector>
 
 #include "gpu/handle.h"
+#include "gpu/pipelines.h"
+#include "gpu/shaders.h"
 
 namespace wgllm::gpu {
 
 class Profiler;
-struct ProfiledBatch;
+
+enum class AdapterType { DiscreteGpu, IntegratedGpu, Cpu, Unknown };
 
 struct AdapterDesc {
   uint32_t index = 0;          // position in the enumeration (what --adapter N selects)
@@ -30,8 +30,12 @@ struct AdapterDesc {
   std::string architecture;
   std::string driver;          // driver description, e.g. "Mesa 25.0.7"
   std::string backend;         // "Vulkan", "OpenGL", ...
-  std::string type;            // "discrete GPU", "integrated GPU", "CPU", "unknown"
+  AdapterType type = AdapterType::Unknown;
   uint32_t subgroup_min = 0, subgroup_max = 0;
+  // "discrete GPU", "integrated GPU", "CPU", "unknown"
+  const char* type_name() const;
+  // A CPU adapter (lavapipe): kernels pick loops and shapes suited to SIMD across invocations.
+  bool is_cpu() const { return type == AdapterType::Cpu; }
 };
 
 struct Features {
@@ -50,9 +54,17 @@ struct ContextOptions {
   std::string backend = "primary";
   bool disable_f16 = false;        // behave as if shader-f16 were absent (tests the fallbacks)
   bool disable_subgroups = false;  // likewise for subgroups
-  // The matvec kernel's shape, "THREADSxROWSxGROUPS[xUNITS[xINT_F16]]" (kernels::parse_matvec_config); "" = the
-  // adapter's default. A tuning knob for benchmarks and tests.
-  std::string matvec_shape = "";
+  // The matvec kernel's shape, "THREADSxROWSxGROUPS[xUNITS[xINT_F16]]" (kernels::parse_matvec_config);
+  // "" = the adapter's default. A tuning knob for benchmarks and tests.
+  std::string matvec_shape = {};
+  // Shaders beyond the library's, found by name by pipeline() (a test's or a benchmark's own kernels). The
+  // span must outlive the context.
+  std::span<const EmbeddedShader> extra_shaders = {};
+  // Developer aids, read from the environment only at the edges (the CLI, the tests): a file in kernel_dir
+  // (WGLLM_KERNEL_DIR) replaces the shader of that name; into dump_shaders_dir (WGLLM_DUMP_SHADERS) goes every
+  // WGSL source exactly as compiled (prelude + expanded `//#unroll` blocks). "" = off.
+  std::string kernel_dir = {};
+  std::string dump_shaders_dir = {};
 };
 
 // A GPU buffer with its logical size (the allocation is rounded up to 4 bytes).
@@ -60,15 +72,6 @@ struct Buffer {
   BufferHandle handle;
   uint64_t size = 0;
   WGPUBuffer get() const { return handle.get(); }
-};
-
-// Everything that changes the generated code of a compute pipeline.
-struct PipelineKey {
-  std::string shader;                               // file name under src/kernels/
-  std::string entry_point;
-  std::vector<std::pair<std::string, double>> overrides;  // WGSL `override` constants
-  std::string prelude;                              // WGSL text prepended (enable f16; aliases)
-  std::string to_string() const;                    // also the pipeline's debug label
 };
 
 // Identifies one queue submission (Context::submit); later submissions have larger indices.
@@ -92,13 +95,12 @@ class Context {
   // All adapters this machine offers, in enumeration order (creates a private instance).
   static std::vector<AdapterDesc> list_adapters(std::string_view backend = "all");
 
+  const ContextOptions& options() const { return options_; }
   const AdapterDesc& adapter() const { return adapter_desc_; }
   const WGPULimits& limits() const { return limits_; }
   const Features& features() const { return features_; }
-  const ContextOptions& options() const { return options_; }
   WGPUDevice device() const { return device_.get(); }
   WGPUQueue queue() const { return queue_.get(); }
-  WGPUInstance instance() const { return instance_.get(); }
 
   // Buffers. Usage always includes CopySrc|CopyDst so tests can poison and read anything.
   Buffer create_buffer(uint64_t size, WGPUBufferUsage usage, std::string_view label);
@@ -123,10 +125,10 @@ class Context {
     return b;
   }
 
-  // Compute pipelines, compiled once per key. Shader errors throw ShaderError naming file:line.
-  WGPUComputePipeline pipeline(const PipelineKey& key);
+  // Compute pipelines, compiled once per key (pipelines.h). Shader errors throw ShaderError naming file:line.
+  WGPUComputePipeline pipeline(const PipelineKey& key) { return pipelines_->get(key); }
   // A pipeline's short name: its shader file(s) and entry point ("elementwise.wgsl:add"); "?" if not made here.
-  std::string pipeline_name(WGPUComputePipeline pipeline);
+  std::string pipeline_name(WGPUComputePipeline pipeline) { return pipelines_->name(pipeline); }
   BindGroupHandle bind_group(WGPUComputePipeline pipeline, std::span<const BufferBinding> bindings,
                              std::string_view label = "");
 
@@ -136,8 +138,10 @@ class Context {
   void wait_idle();
   // Throws the first uncaptured error or device loss recorded since the last call.
   void check_errors();
-  // Polls the device and drives callbacks (registered with AllowProcessEvents) until `done`; bounded.
-  void wait_until(const std::function<bool()>& done, const char* what);
+  // Errors of the calls between push and pop are captured instead of reported: pop returns the first one's
+  // message ("" when none), waiting for the verdict.
+  void push_error_scope(WGPUErrorFilter filter);
+  std::string pop_error_scope(const char* what);
 
   // GPU timestamps of every dispatch (profiler.h); nullptr = off. While one is attached, each batch made puts
   // every dispatch in its own compute pass; the profiler must outlive those batches.
@@ -155,6 +159,7 @@ class Context {
 
  private:
   struct ErrorSink;
+  ContextOptions options_;
   InstanceHandle instance_;
   AdapterHandle adapter_;
   DeviceHandle device_;
@@ -162,89 +167,11 @@ class Context {
   AdapterDesc adapter_desc_;
   WGPULimits limits_{};
   Features features_;
-  ContextOptions options_;
   std::unique_ptr<ErrorSink> errors_;
-  std::mutex pipelines_mutex_;
-  std::map<std::string, ComputePipelineHandle> pipelines_;
-  std::map<WGPUComputePipeline, BindGroupLayoutHandle> layouts_;  // group 0 of each pipeline
-  std::map<WGPUComputePipeline, std::string> pipeline_names_;      // for profiles
+  std::unique_ptr<PipelineCache> pipelines_;
   Buffer placeholder_, placeholder_writable_;
   Profiler* profiler_ = nullptr;
 };
-
-// Bind groups kept across batches, for work that repeats (a decode step): a batch given a cache takes its
-// uniform arenas from it in order (arena 0, 1, ... of every batch) and looks each bind group up by its exact
-// bindings, so a step whose dispatches and buffers match an earlier one's creates no bind group. Reusing an
-// arena is safe: its new contents are a queue write, ordered after the work already submitted. Groups hold
-// their buffers alive; the cache is dropped whole past kMaxGroups entries (and with its owner).
-class BindCache {
- public:
-  explicit BindCache(Context& ctx) : ctx_(ctx) {}
-  const Buffer& arena(size_t index, uint64_t size);
-  WGPUBindGroup group(WGPUComputePipeline pipeline, std::span<const BufferBinding> bindings, std::string_view label);
-  size_t size() const { return groups_.size(); }
-  uint64_t misses() const { return misses_; }  // bind groups created so far
-
- private:
-  static constexpr size_t kMaxGroups = 4096;
-  Context& ctx_;
-  std::deque<Buffer> arenas_;
-  std::map<std::vector<uint64_t>, BindGroupHandle> groups_;
-  uint64_t misses_ = 0;
-};
-
-// Records compute dispatches into one command buffer; submit() sends them all. With a profiler attached to the
-// context when the batch is made, every dispatch gets its own compute pass with timestamp writes.
-class ComputeBatch {
- public:
-  explicit ComputeBatch(Context& ctx, std::string_view label = "wgllm", BindCache* cache = nullptr);
-  ~ComputeBatch();
-  ComputeBatch(const ComputeBatch&) = delete;
-  ComputeBatch& operator=(const ComputeBatch&) = delete;
-
-  // Dispatch `pipeline` over grid (x, y, z) workgroups with a prebuilt bind group.
-  void dispatch(WGPUComputePipeline pipeline, WGPUBindGroup group, uint32_t x, uint32_t y = 1, uint32_t z = 1);
-  // Same, building (and keeping alive) a bind group from `bindings`.
-  void dispatch(WGPUComputePipeline pipeline, std::span<const BufferBinding> bindings, uint32_t x,
-                uint32_t y = 1, uint32_t z = 1);
-  // Kernel parameters (a uniform struct) for @binding(binding). All of a batch's parameters
-  // share a few arena buffers, uploaded once at submit: no buffer is created per dispatch.
-  BufferBinding uniform(uint32_t binding, const void* bytes, uint64_t size);
-  template <typename T>
-  BufferBinding uniform(uint32_t binding, const T& params) { return uniform(binding, &params, sizeof(T)); }
-  // A storage buffer of `size` bytes owned by the batch (scratch space, placeholders).
-  const Buffer& scratch(uint64_t size);
-  // Copy between buffers (ends the current compute pass).
-  void copy(const Buffer& src, uint64_t src_offset, const Buffer& dst, uint64_t dst_offset, uint64_t size);
-
-  SubmissionIndex submit();  // finish and submit; the batch is spent afterwards
-  void submit_and_wait();  // submit and block until done
-
- private:
-  void begin_pass(const WGPUPassTimestampWrites* timestamps = nullptr);
-  void end_pass();
-  Context& ctx_;
-  std::string label_;
-  CommandEncoderHandle encoder_;
-  ComputePassHandle pass_;
-  void flush_uniforms();
-  std::deque<Buffer> owned_buffers_;  // deque: references handed out stay valid
-  const Buffer* arena_ = nullptr;     // current uniform arena (one of owned_buffers_ or the cache's)
-  BindCache* cache_ = nullptr;
-  size_t arenas_used_ = 0;
-  std::vector<uint8_t> arena_bytes_;  // its contents, written at submit or when full
-  std::vector<BindGroupHandle> owned_groups_;
-  std::unique_ptr<ProfiledBatch> profiled_;  // only while a profiler is attached
-  bool submitted_ = false;
-};
-
-// Grid (x, y) for `n` workgroups, folded into y so neither dimension exceeds the
-// adapter's maxComputeWorkgroupsPerDimension. Kernels recover the flat index as
-// wid.x + wid.y * grid_x (and skip indices >= n).
-struct FoldedGrid {
-  uint32_t x = 1, y = 1;
-};
-FoldedGrid fold_grid(uint64_t n, uint32_t max_per_dim);
 
 // wgpu-native extras (native.cpp): waiting on submissions and enumerating adapters.
 namespace native {

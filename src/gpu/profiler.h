@@ -25,6 +25,8 @@
 
 namespace wgllm::gpu {
 
+struct ProfiledBatch;
+
 // One row: a kernel over one grid size (the same matvec over two weight shapes is two rows).
 struct KernelTime {
   std::string name;         // pipeline short name, "elementwise.wgsl:add"

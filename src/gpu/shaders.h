@@ -6,10 +6,11 @@
 namespace wgllm::gpu {
 
 struct EmbeddedShader {
-  std::string_view name;    // file name under src/kernels/, e.g. "attention.wgsl"
+  std::string_view name;    // file name, e.g. "attention.wgsl"
   std::string_view source;  // WGSL text
 };
 
+// The library's kernels: every src/kernels/*.wgsl.
 std::span<const EmbeddedShader> embedded_shaders();
 
 // Source of the shader file `name`; throws wgllm::ShaderError when there is none.

@@ -165,7 +165,7 @@ MatvecConfig matvec_config(const gpu::Context& ctx, uint32_t n_rows, uint32_t n_
   if (!ctx.options().matvec_shape.empty()) c = parse_matvec_config(ctx.options().matvec_shape);
   // CPU adapters (lavapipe) run a workgroup on one core, SIMD across invocations: short rows of
   // threads with few reduction steps win.
-  else if (ctx.adapter().type == "CPU")
+  else if (ctx.adapter().is_cpu())
     c = {.threads_per_row = 8, .rows = 2, .groups = 8};
   // GPUs (measured on the H200 at full clocks, PERF.md): tall matrices stream best with a subgroup
   // per 4 rows; below ~16k rows that leaves too few workgroups to fill the GPU, and 128 threads per

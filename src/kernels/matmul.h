@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-#include "gpu/context.h"
+#include "gpu/batch.h"
 #include "kernels/weight.h"
 
 namespace wgllm::kernels {

@@ -3,7 +3,7 @@
 #pragma once
 #include <cstdint>
 
-#include "gpu/context.h"
+#include "gpu/batch.h"
 
 namespace wgllm::kernels {
 

@@ -3,7 +3,7 @@
 #pragma once
 #include <cstdint>
 
-#include "gpu/context.h"
+#include "gpu/batch.h"
 #include "kernels/kv_cache.h"
 #include "kernels/rope.h"
 

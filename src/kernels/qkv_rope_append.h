@@ -5,7 +5,7 @@
 #pragma once
 #include <cstdint>
 
-#include "gpu/context.h"
+#include "gpu/batch.h"
 #include "kernels/kv_cache.h"
 #include "kernels/weight.h"
 

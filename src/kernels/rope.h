@@ -6,7 +6,7 @@
 #include <span>
 #include <vector>
 
-#include "gpu/context.h"
+#include "gpu/batch.h"
 
 namespace wgllm::kernels {
 

@@ -224,8 +224,8 @@ GpuSession::GpuSession(gpu::Context& ctx, const GpuModel& model, const GpuSessio
       model_(model),
       n_ctx_(options.n_ctx ? options.n_ctx : model.config.n_ctx_train),
       ubatch_(std::max<uint32_t>(1, std::min(options.ubatch, n_ctx_))),
-      layers_per_submit_(options.layers_per_submit.value_or(ctx.adapter().type == "CPU" ? 0 : 4)),
-      argmax_on_gpu_(options.argmax_on_gpu.value_or(ctx.adapter().type != "CPU")),
+      layers_per_submit_(options.layers_per_submit.value_or(ctx.adapter().is_cpu() ? 0 : 4)),
+      argmax_on_gpu_(options.argmax_on_gpu.value_or(!ctx.adapter().is_cpu())),
       buf_(std::make_unique<Buffers>()),
       bind_cache_(std::make_unique<gpu::BindCache>(ctx)) {
   const ModelConfig& c = model.config;

@@ -15,7 +15,7 @@
 #include <span>
 #include <vector>
 
-#include "gpu/context.h"
+#include "gpu/batch.h"
 #include "kernels/kv_cache.h"
 #include "kernels/weight.h"
 #include "model/config.h"

@@ -1,10 +1,13 @@
 // The GPU runtime: kernel round trip, odd buffer sizes, large readbacks, shader errors.
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 
+#include "add_kernel.h"
 #include "cpu/ops.h"
-#include "kernels/elementwise.h"
 #include "kernels/rope.h"
+#include "test_shaders.h"
 #include "test_util.h"
 #include "wgllm/error.h"
 
@@ -29,7 +32,7 @@ TEST(GpuContext, AddRoundTripMillionElements) {
   std::vector<uint32_t> poison(n, kPoison);
   ctx.write_buffer(out, 0, poison.data(), n * 4);
   gpu::ComputeBatch batch(ctx, "add");
-  kernels::encode_add(batch, ctx, ba, bb, out, n);
+  encode_add(batch, ctx, ba, bb, out, n);
   batch.submit_and_wait();
   auto got = ctx.read<float>(out);
   for (size_t i = 0; i < n; ++i) ASSERT_EQ(got[i], a[i] + b[i]) << "at " << i;
@@ -48,7 +51,7 @@ TEST(GpuContext, FoldedGridCoversEveryElement) {
   std::vector<uint32_t> poison(n, kPoison);
   ctx.write_buffer(out, 0, poison.data(), n * 4);
   gpu::ComputeBatch batch(ctx, "add");
-  kernels::encode_add(batch, ctx, ba, bb, out, n);
+  encode_add(batch, ctx, ba, bb, out, n);
   batch.submit_and_wait();
   auto got = ctx.read<float>(out);
   for (size_t i = 0; i < n; ++i) ASSERT_EQ(got[i], a[i] + b[i]) << "at " << i;
@@ -202,7 +205,85 @@ TEST(GpuContext, BadArgumentsThrowBeforeTheGpu) {
   EXPECT_THROW(ctx.write_buffer(small, 8, bytes, 16), InvalidArgument);
   EXPECT_THROW(ctx.read_buffer(small, 0, bytes, 17), InvalidArgument);
   gpu::ComputeBatch batch(ctx, "add");
-  EXPECT_THROW(kernels::encode_add(batch, ctx, small, small, small, 5), InvalidArgument);
+  EXPECT_THROW(encode_add(batch, ctx, small, small, small, 5), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace wgllm::test
+
+namespace wgllm::test {
+namespace {
+
+// A fresh temporary directory, removed with the object.
+struct TempDir {
+  std::filesystem::path path;
+  explicit TempDir(const std::string& name)
+      : path(std::filesystem::temp_directory_path() / (name + "_" + std::to_string(seed()))) {
+    std::filesystem::remove_all(path);
+    std::filesystem::create_directories(path);
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+  void write(const std::string& file, const std::string& text) const { std::ofstream(path / file) << text; }
+};
+
+// ContextOptions::kernel_dir (WGLLM_KERNEL_DIR): a file there replaces the shader of that name, the tests' own
+// shaders and the library's alike; other shaders stay embedded.
+TEST(GpuContext, KernelDirReplacesEmbeddedShaders) {
+  const TempDir dir("wgllm_kernel_dir");
+  std::string add;
+  for (const gpu::EmbeddedShader& sh : test_shaders())
+    if (sh.name == "elementwise.wgsl") add = sh.source;
+  const std::string body = "out[i] = a[i] + b[i];";
+  ASSERT_NE(add.find(body), std::string::npos);
+  add.replace(add.find(body), body.size(), "out[i] = a[i] - b[i];");
+  dir.write("elementwise.wgsl", add);
+  dir.write("norm.wgsl", "this is not WGSL\n");
+  gpu::ContextOptions options = context_options();
+  options.kernel_dir = dir.path.string();
+  gpu::Context ctx(options);
+
+  const std::vector<float> a = {1, 2, 3, 4, 5}, b = {0.5f, 0.25f, 2, 8, -1};
+  auto ba = ctx.upload<float>(a, WGPUBufferUsage_Storage, "a");
+  auto bb = ctx.upload<float>(b, WGPUBufferUsage_Storage, "b");
+  auto out = ctx.create_buffer(a.size() * 4, WGPUBufferUsage_Storage, "out");
+  gpu::ComputeBatch batch(ctx, "sub");
+  encode_add(batch, ctx, ba, bb, out, a.size());
+  batch.submit_and_wait();
+  const auto got = ctx.read<float>(out);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(got[i], a[i] - b[i]) << "at " << i;
+
+  try {
+    ctx.pipeline({"norm.wgsl", "rms_norm", {}, ""});
+    FAIL() << "the library's norm.wgsl was not replaced";
+  } catch (const ShaderError& e) {
+    EXPECT_NE(std::string(e.what()).find("norm.wgsl:1:"), std::string::npos) << e.what();
+  }
+  EXPECT_NO_THROW(ctx.pipeline({"swiglu.wgsl", "swiglu", {}, ""})) << "a shader not in kernel_dir stays embedded";
+}
+
+// ContextOptions::dump_shaders_dir (WGLLM_DUMP_SHADERS): every compiled source lands there, prelude included.
+TEST(GpuContext, DumpShadersWritesTheCompiledSource) {
+  const TempDir dir("wgllm_dump_shaders");
+  gpu::ContextOptions options = context_options();
+  options.dump_shaders_dir = dir.path.string();
+  gpu::Context ctx(options);
+  ctx.pipeline({"elementwise.wgsl", "add", {{"WG", 64}}, "// a prelude\n"});
+  std::vector<std::filesystem::path> files(std::filesystem::directory_iterator(dir.path), {});
+  ASSERT_EQ(files.size(), 1u);
+  EXPECT_EQ(files[0].filename().string().rfind("elementwise.wgsl:add{WG=64}.", 0), 0u) << files[0];
+  std::ifstream in(files[0]);
+  std::string first;
+  std::getline(in, first);
+  EXPECT_EQ(first, "// a prelude");
+}
+
+TEST(GpuContext, UnknownShaderNamesItself) {
+  try {
+    context().pipeline({"no_such_kernel.wgsl", "main", {}, ""});
+    FAIL() << "a missing shader compiled";
+  } catch (const ShaderError& e) {
+    EXPECT_NE(std::string(e.what()).find("no_such_kernel.wgsl"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

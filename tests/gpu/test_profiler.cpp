@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "gpu/profiler.h"
-#include "kernels/elementwise.h"
+#include "add_kernel.h"
 #include "test_util.h"
 
 namespace wgllm::test {
@@ -28,7 +28,7 @@ struct AddCase {
     const std::vector<uint32_t> poison(n, kPoison);
     ctx.write_buffer(out, 0, poison.data(), n * 4);
   }
-  void add(gpu::ComputeBatch& batch, gpu::Context& ctx) const { kernels::encode_add(batch, ctx, ba, bb, out, n); }
+  void add(gpu::ComputeBatch& batch, gpu::Context& ctx) const { encode_add(batch, ctx, ba, bb, out, n); }
   void expect_sum(gpu::Context& ctx) const {
     const std::vector<float> got = ctx.read<float>(out);
     for (size_t i = 0; i < n; ++i) ASSERT_EQ(got[i], a[i] + b[i]) << "n = " << n << ", at " << i;

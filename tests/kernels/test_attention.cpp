@@ -150,8 +150,7 @@ INSTANTIATE_TEST_SUITE_P(Cases, AttentionTable, ::testing::ValuesIn(kCases),
 
 // The same kernels through the packed-u32 f16 path (as on adapters without shader-f16).
 TEST(Attention, PackedF16Fallback) {
-  gpu::Context ctx({.adapter = std::getenv("WGLLM_ADAPTER") ? std::getenv("WGLLM_ADAPTER") : "",
-                    .disable_f16 = true});
+  gpu::Context ctx(context_options([](auto& o) { o.disable_f16 = true; }));
   ASSERT_EQ(kernels::kv_view(ctx, F16), kernels::KvView::PackedF16);
   for (const Case& c : {Case{"packed_gqa4_d64_q75", 8, 2, 64, 75, 11},
                         Case{"packed_baseline_d32", 4, 2, 32, 20, 4, F16, 0, Baseline},
@@ -163,8 +162,7 @@ TEST(Attention, PackedF16Fallback) {
 
 // Without subgroups the encoders fall back to the baseline kernel and stay correct.
 TEST(Attention, NoSubgroupsFallsBackToBaseline) {
-  gpu::Context ctx({.adapter = std::getenv("WGLLM_ADAPTER") ? std::getenv("WGLLM_ADAPTER") : "",
-                    .disable_subgroups = true});
+  gpu::Context ctx(context_options([](auto& o) { o.disable_subgroups = true; }));
   for (const Case& c : {Case{"nosg_prefill", 4, 2, 64, 30, 5, F16, 0, AttentionImpl::Auto},
                         Case{"nosg_decode", 4, 2, 64, 1, 300, F16, 0, Tiled, Decode, 0, 0}}) {
     auto r = run_case(ctx, c, 7);

@@ -246,7 +246,7 @@ TEST_P(MatmulEpilogueTable, MatchesCpuReference) { check_epilogue(context(), Get
 TEST(Matmul, OtherMatvecShapes) {
   for (const char* shape : {"32x4x4", "32x4x4x2", "128x4x1", "256x4x1", "16x2x2x3", "8x2x4x2x1"}) {
     SCOPED_TRACE(shape);
-    gpu::Context ctx({.adapter = context().options().adapter, .matvec_shape = shape});
+    gpu::Context ctx(context_options([&](auto& o) { o.matvec_shape = shape; }));
     EXPECT_EQ(kernels::matvec_config(ctx).threads_per_row, kernels::parse_matvec_config(shape).threads_per_row);
     for (const EpilogueCase& c : kEpilogueCases)
       if (c.impl == Matvec) check_epilogue(ctx, c);
@@ -301,8 +301,7 @@ TEST(Matmul, EpilogueArgumentsAreChecked) {
 
 // Without subgroups the matvec rows reduce through workgroup memory instead of shuffles.
 TEST(Matmul, NoSubgroupsMatvec) {
-  gpu::Context ctx({.adapter = std::getenv("WGLLM_ADAPTER") ? std::getenv("WGLLM_ADAPTER") : "",
-                    .disable_subgroups = true});
+  gpu::Context ctx(context_options([](auto& o) { o.disable_subgroups = true; }));
   EXPECT_FALSE(kernels::matvec_config(ctx).shuffle);
   for (const MatmulCase& c : {MatmulCase{"nosg_q4_0_t1", Q4_0, 896, 131, 1, true},
                               MatmulCase{"nosg_f16_t3", F16, 257, 33, 3},

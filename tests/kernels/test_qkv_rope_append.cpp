@@ -88,7 +88,7 @@ TEST_P(RopeKvTable, MatchesCpuReference) {
   // and in the shapes GPUs use (shuffle-only reduction, workgroup memory, units in flight)
   for (const char* shape : {"32x4x4", "128x4x1", "16x2x2x3"}) {
     SCOPED_TRACE(shape);
-    gpu::Context ctx({.adapter = context().options().adapter, .matvec_shape = shape});
+    gpu::Context ctx(context_options([&](auto& o) { o.matvec_shape = shape; }));
     check_rope_kv(ctx, GetParam());
   }
 }

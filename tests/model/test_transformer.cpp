@@ -73,8 +73,7 @@ TEST_P(GpuForward, MatchesCpuReference) {
   const cpu::CpuModel cm = cpu::load_cpu_model(f);
   // A matvec shape of another adapter runs on a context of its own.
   std::optional<gpu::Context> own;
-  if (!tc.matvec.empty()) own.emplace(gpu::ContextOptions{.adapter = test::context().options().adapter,
-                                                          .matvec_shape = tc.matvec});
+  if (!tc.matvec.empty()) own.emplace(test::context_options([&](auto& o) { o.matvec_shape = tc.matvec; }));
   gpu::Context& ctx = own ? *own : test::context();
   const GpuModel gm = load_gpu_model(ctx, f);
   // q/k/v and gate/up are fused exactly when their tensors share a type (qwen2-mixed: they do not).

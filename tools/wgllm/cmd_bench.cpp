@@ -9,9 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "api/gpu_access.h"
 #include "command.h"
-#include "gpu/profiler.h"
+#include "wgllm/profile.h"
 
 namespace wgllm::cli {
 namespace {
@@ -78,7 +77,7 @@ double time_tg(Session& s, uint32_t n, uint32_t n_vocab, const std::vector<int32
 // (first timestamp to last) and the wall time of Session::feed.
 struct DecodeProfile {
   uint32_t steps = 0;
-  gpu::ProfileReport report;
+  ProfileReport report;
   double wall_ns = 0;         // all steps
   // One step without the profiler (median): of the tg-host run when there is one (the same feed per token as the
   // profiled steps), else of the tg run (greedy decoding, no logits readback).
@@ -87,14 +86,8 @@ struct DecodeProfile {
 };
 
 DecodeProfile profile_decode(const Model& model, Session& s, uint32_t n, const std::vector<int32_t>& depth) {
-  gpu::Context& ctx = gpu_context(model);
-  if (!ctx.features().timestamp_query) throw GpuError("--profile: the adapter has no timestamp-query feature");
-  gpu::Profiler profiler(ctx);
-  struct Attach {  // detached however this returns
-    gpu::Context& ctx;
-    ~Attach() { ctx.set_profiler(nullptr); }
-  } attach{ctx};
-  ctx.set_profiler(&profiler);
+  if (!Profiler::supported(model)) throw GpuError("--profile: the adapter has no timestamp-query feature");
+  Profiler profiler(model);  // attached until it goes, however this returns
   const std::vector<int32_t> ids = random_tokens(n, model.info().n_vocab, 2);
   // Warm-up: the query sets and readback buffers are made here, not in the measured steps.
   fill(s, depth);
@@ -123,7 +116,7 @@ constexpr const char* kProfileNote =
 nlohmann::json profile_json(const DecodeProfile& p) {
   const double steps = p.steps, us = 1e3 * steps;  // ns in all steps -> us per step
   nlohmann::json kernels = nlohmann::json::array();
-  for (const gpu::KernelTime& k : p.report.kernels)
+  for (const KernelTime& k : p.report.kernels)
     kernels.push_back({{"kernel", k.name}, {"workgroups", k.workgroups}, {"calls_per_step", k.calls / steps},
                        {"us_per_step", k.ns / us}, {"us_per_call", k.ns / 1e3 / double(k.calls)},
                        {"pct_of_kernel_time", 100 * k.ns / p.report.kernel_ns},
@@ -143,7 +136,7 @@ void print_profile(const DecodeProfile& p) {
   std::printf("|%s|%s|%s|%s|%s|%s|%s|\n", std::string(46, '-').c_str(), std::string(12, '-').c_str(),
               std::string(12, '-').c_str(), std::string(12, '-').c_str(), std::string(12, '-').c_str(),
               std::string(10, '-').c_str(), std::string(10, '-').c_str());
-  for (const gpu::KernelTime& k : p.report.kernels)
+  for (const KernelTime& k : p.report.kernels)
     std::printf("| %-44.44s | %10llu | %10.2f | %10.1f | %10.2f | %8.1f | %8.1f |\n", k.name.c_str(),
                 static_cast<unsigned long long>(k.workgroups), k.calls / steps, k.ns / us,
                 k.ns / 1e3 / double(k.calls), 100 * k.ns / p.report.kernel_ns, 100 * k.ns / p.wall_ns);

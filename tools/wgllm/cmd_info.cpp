@@ -1,9 +1,10 @@
 // `wgllm info`: the adapter, its limits that matter to wgllm, and its features.
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "command.h"
-#include "gpu/context.h"
+#include "wgllm/adapter.h"
 
 namespace wgllm::cli {
 namespace {
@@ -16,7 +17,7 @@ std::string mib(uint64_t bytes) {
 
 int run_info(const std::string& adapter, const std::string& backend, bool list) {
   if (list) {
-    auto adapters = gpu::Context::list_adapters(backend);
+    const std::vector<AdapterInfo> adapters = list_adapters(backend);
     if (adapters.empty()) {
       std::fprintf(stderr, "wgllm: error: no GPU adapter found (install a Vulkan driver, e.g. Mesa lavapipe)\n");
       return 1;
@@ -26,10 +27,10 @@ int run_info(const std::string& adapter, const std::string& backend, bool list) 
                   a.driver.c_str());
     return 0;
   }
-  gpu::Context ctx({.adapter = adapter, .backend = backend});
-  const auto& a = ctx.adapter();
-  const auto& l = ctx.limits();
-  const auto& f = ctx.features();
+  const AdapterDetails d = describe_adapter(adapter, backend);
+  const AdapterInfo& a = d.adapter;
+  const AdapterLimits& l = d.limits;
+  const AdapterFeatures& f = d.features;
   std::printf("adapter        %s\n", a.name.c_str());
   std::printf("backend        %s\n", a.backend.c_str());
   std::printf("device type    %s\n", a.type.c_str());
@@ -38,16 +39,16 @@ int run_info(const std::string& adapter, const std::string& backend, bool list) 
   std::printf("driver         %s\n", a.driver.c_str());
   if (a.subgroup_max) std::printf("subgroup size  %u..%u\n", a.subgroup_min, a.subgroup_max);
   std::printf("limits\n");
-  std::printf("  maxStorageBufferBindingSize       %llu (%s)\n", (unsigned long long)l.maxStorageBufferBindingSize,
-              mib(l.maxStorageBufferBindingSize).c_str());
-  std::printf("  maxBufferSize                     %llu (%s)\n", (unsigned long long)l.maxBufferSize,
-              mib(l.maxBufferSize).c_str());
-  std::printf("  maxStorageBuffersPerShaderStage   %u\n", l.maxStorageBuffersPerShaderStage);
-  std::printf("  maxComputeWorkgroupStorageSize    %u\n", l.maxComputeWorkgroupStorageSize);
-  std::printf("  maxComputeInvocationsPerWorkgroup %u\n", l.maxComputeInvocationsPerWorkgroup);
-  std::printf("  maxComputeWorkgroupSize           %u x %u x %u\n", l.maxComputeWorkgroupSizeX,
-              l.maxComputeWorkgroupSizeY, l.maxComputeWorkgroupSizeZ);
-  std::printf("  maxComputeWorkgroupsPerDimension  %u\n", l.maxComputeWorkgroupsPerDimension);
+  std::printf("  maxStorageBufferBindingSize       %llu (%s)\n", (unsigned long long)l.max_storage_buffer_binding_size,
+              mib(l.max_storage_buffer_binding_size).c_str());
+  std::printf("  maxBufferSize                     %llu (%s)\n", (unsigned long long)l.max_buffer_size,
+              mib(l.max_buffer_size).c_str());
+  std::printf("  maxStorageBuffersPerShaderStage   %u\n", l.max_storage_buffers_per_shader_stage);
+  std::printf("  maxComputeWorkgroupStorageSize    %u\n", l.max_compute_workgroup_storage_size);
+  std::printf("  maxComputeInvocationsPerWorkgroup %u\n", l.max_compute_invocations_per_workgroup);
+  std::printf("  maxComputeWorkgroupSize           %u x %u x %u\n", l.max_compute_workgroup_size_x,
+              l.max_compute_workgroup_size_y, l.max_compute_workgroup_size_z);
+  std::printf("  maxComputeWorkgroupsPerDimension  %u\n", l.max_compute_workgroups_per_dimension);
   std::printf("features       %s%s%s\n", f.shader_f16 ? "shader-f16 " : "", f.subgroups ? "subgroups " : "",
               f.timestamp_query ? "timestamp-query" : "");
   return 0;

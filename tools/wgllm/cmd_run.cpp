@@ -3,10 +3,12 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <random>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "command.h"
@@ -32,7 +34,12 @@ std::function<void(uint64_t, uint64_t)> progress_bar() {
   };
 }
 
-Model load_model(const std::string& path, const LoadOptions& options) {
+Model load_model(const std::string& path, const LoadOptions& given) {
+  // The developer aids of README's Development section come from the environment, read here, at the edge.
+  LoadOptions options = given;
+  for (auto [var, field] : {std::pair{"WGLLM_KERNEL_DIR", &options.kernel_dir},
+                            std::pair{"WGLLM_DUMP_SHADERS", &options.dump_shaders_dir}})
+    if (const char* v = std::getenv(var); v && field->empty()) *field = v;
   if (!path.empty()) return Model::load(path, options);
   const auto bytes = default_model_bytes();
   if (bytes.empty()) throw Error("no model: pass -m FILE.gguf");

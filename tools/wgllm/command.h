@@ -19,7 +19,8 @@ struct Command {
 
 std::vector<Command>& commands();
 
-// Shared by run and bench (cmd_run.cpp): the model of -m, or the default model when path is empty; a progress bar
+// Shared by run and bench (cmd_run.cpp): the model of -m, or the default model when path is empty (with the
+// developer aids $WGLLM_KERNEL_DIR and $WGLLM_DUMP_SHADERS unless the options set them); a progress bar
 // for LoadOptions::progress; the memory the model and its KV cache take, on stderr.
 Model load_model(const std::string& path, const LoadOptions& options);
 std::function<void(uint64_t, uint64_t)> progress_bar();

@@ -1,10 +1,10 @@
-#include "kernels/elementwise.h"
+#include "add_kernel.h"
 
 #include <string>
 
 #include "wgllm/error.h"
 
-namespace wgllm::kernels {
+namespace wgllm::test {
 
 void encode_add(gpu::ComputeBatch& batch, gpu::Context& ctx, const gpu::Buffer& a, const gpu::Buffer& b,
                 const gpu::Buffer& out, uint64_t n) {
@@ -24,4 +24,4 @@ void encode_add(gpu::ComputeBatch& batch, gpu::Context& ctx, const gpu::Buffer& 
   batch.dispatch(pipe, bindings, grid.x, grid.y);
 }
 
-}  // namespace wgllm::kernels
+}  // namespace wgllm::test

@@ -1,4 +1,4 @@
-// Memory floors for benchmarks (`wgllm bench-ops` reports their GB/s beside the weight kernels').
+// Memory floors for benchmarks (`wgllm-bench ops` reports their GB/s beside the weight kernels').
 // stream_read: every thread reads SR_LOADS vec4<u32> (16 bytes each, adjacent threads adjacent)
 // of `src` and folds them; results are stored only if they match an impossible value, so the
 // reads cannot be optimised away.

@@ -1,4 +1,4 @@
-// `wgllm bench-kernels`: attention kernels on the issue's reference shapes, baseline vs tiled,
+// `wgllm-bench kernels`: attention kernels on the issue's reference shapes, baseline vs tiled,
 // reported against the floor: GFLOP/s (4 * n_heads * head_dim * sum of windows) and GB/s
 // (the fewest bytes a kernel must move: q, out and the K/V window once).
 #include <chrono>
@@ -9,11 +9,11 @@
 #include <sstream>
 
 #include "command.h"
-#include "gpu/context.h"
+#include "gpu/batch.h"
 #include "kernels/attention.h"
 #include "wgllm/error.h"
 
-namespace wgllm::cli {
+namespace wgllm::bench {
 namespace {
 
 using kernels::AttentionImpl;
@@ -75,8 +75,8 @@ std::optional<kernels::AttentionTiles> parse_tiles(const std::string& spec, uint
 
 int run_bench(const std::string& adapter, bool include_slow, bool f32_kv, double min_seconds,
               const std::vector<std::string>& tile_specs) {
-  gpu::Context ctx({.adapter = adapter});
-  const bool cpu = ctx.adapter().type == "CPU";
+  gpu::Context ctx(context_options(adapter));
+  const bool cpu = ctx.adapter().is_cpu();
   std::printf("adapter: %s (%s), KV %s\n", ctx.adapter().name.c_str(), ctx.adapter().backend.c_str(),
               f32_kv ? "f32" : "f16");
   std::printf("%-28s %-9s %10s %12s %10s %9s\n", "shape (H,KVH,D,Nq,start)", "kernel", "ms", "GFLOP/s", "GB/s",
@@ -131,7 +131,7 @@ int run_bench(const std::string& adapter, bool include_slow, bool f32_kv, double
   return 0;
 }
 
-const Register reg{{"bench-kernels", "benchmark the attention kernels (baseline vs tiled, decode)",
+const Register reg{{"kernels", "benchmark the attention kernels (baseline vs tiled, decode)",
                     [](CLI::App& app) -> std::function<int()> {
                       auto adapter = std::make_shared<std::string>();
                       auto all = std::make_shared<bool>(false);
@@ -147,4 +147,4 @@ const Register reg{{"bench-kernels", "benchmark the attention kernels (baseline 
                     }}};
 
 }  // namespace
-}  // namespace wgllm::cli
+}  // namespace wgllm::bench

@@ -1,4 +1,4 @@
-// `wgllm bench-ops`: throughput of the weight kernels (matmul.wgsl). Matrix-vector (decode,
+// `wgllm-bench ops`: throughput of the weight kernels (matmul.wgsl). Matrix-vector (decode,
 // n_tokens = 1) is reported as weight GB/s (GGUF bytes of W / time), matrix-matrix (prefill) as
 // GFLOP/s. Each sample submits several dispatches in one command buffer and waits; the time per
 // dispatch is the median over the samples.
@@ -13,19 +13,17 @@
 #include <string>
 #include <vector>
 
+#include "add_kernel.h"
 #include "command.h"
-#include "gpu/context.h"
-#include "kernels/elementwise.h"
+#include "gpu/batch.h"
 #include "kernels/kv_cache.h"
-#include "gguf/dequant.h"
 #include "kernels/matmul.h"
 #include "gguf/half.h"
 #include "wgllm/error.h"
 
-namespace wgllm::cli {
+namespace wgllm::bench {
 namespace {
 
-using WeightType = GgufType;
 
 struct Options {
   std::string adapter;
@@ -49,38 +47,38 @@ std::vector<std::string> split(const std::string& s, char sep) {
   return out;
 }
 
-WeightType parse_type(const std::string& s) {
-  for (auto t : {WeightType::F32, WeightType::F16, WeightType::BF16, WeightType::Q8_0, WeightType::Q4_0})
+GgufType parse_type(const std::string& s) {
+  for (auto t : {GgufType::F32, GgufType::F16, GgufType::BF16, GgufType::Q8_0, GgufType::Q4_0})
     if (s == type_name(t)) return t;
   throw InvalidArgument("--types: unknown type '" + s + "' (F32, F16, BF16, Q8_0, Q4_0)");
 }
 
 // Random GGUF bytes: floats in [-1, 1], or random quants with scales in [0.001, 0.03].
-std::vector<uint8_t> random_weight(WeightType t, uint32_t n_in, uint32_t n_out, uint64_t seed) {
+std::vector<uint8_t> random_weight(GgufType t, uint32_t n_in, uint32_t n_out, uint64_t seed) {
   std::vector<uint8_t> out(tensor_bytes(t, n_in, n_out));
   std::mt19937 gen{static_cast<uint32_t>(seed)};
   const size_t n = size_t(n_in) * n_out;
   auto unit = [&] { return float(gen()) / 4294967296.f * 2.f - 1.f; };
   switch (t) {
-    case WeightType::F32:
+    case GgufType::F32:
       for (size_t i = 0; i < n; ++i) {
         const float f = unit();
         std::memcpy(&out[i * 4], &f, 4);
       }
       break;
-    case WeightType::F16:
-    case WeightType::BF16:
+    case GgufType::F16:
+    case GgufType::BF16:
       for (size_t i = 0; i < n; ++i) {
         const float f = unit();
         uint32_t bits;
         std::memcpy(&bits, &f, 4);
-        const uint16_t h = t == WeightType::F16 ? wgllm::f32_to_f16(f) : uint16_t(bits >> 16);
+        const uint16_t h = t == GgufType::F16 ? wgllm::f32_to_f16(f) : uint16_t(bits >> 16);
         std::memcpy(&out[i * 2], &h, 2);
       }
       break;
-    case WeightType::Q8_0:
-    case WeightType::Q4_0: {
-      const size_t bb = t == WeightType::Q8_0 ? 34 : 18;
+    case GgufType::Q8_0:
+    case GgufType::Q4_0: {
+      const size_t bb = t == GgufType::Q8_0 ? 34 : 18;
       for (size_t b = 0; b < out.size(); b += bb) {
         const uint16_t d = wgllm::f32_to_f16(0.001f + 0.029f * (unit() * 0.5f + 0.5f));
         std::memcpy(&out[b], &d, 2);
@@ -138,7 +136,7 @@ void print_dispatch_overhead(gpu::Context& ctx, uint32_t n) {
   for (int rep = 0; rep < 3; ++rep) {  // the first pass compiles the pipeline; keep the last
     const auto t0 = clock::now();
     gpu::ComputeBatch batch(ctx, "dispatch overhead");
-    for (uint32_t i = 0; i < n; ++i) kernels::encode_add(batch, ctx, i % 2 ? b : a, y, i % 2 ? a : b, elems);
+    for (uint32_t i = 0; i < n; ++i) test::encode_add(batch, ctx, i % 2 ? b : a, y, i % 2 ? a : b, elems);
     const auto t1 = clock::now();
     batch.submit_and_wait();
     encode_s = std::chrono::duration<double>(t1 - t0).count();
@@ -165,7 +163,7 @@ void print_memory_floor(gpu::Context& ctx, uint64_t bytes) {
     std::memcpy(&noise[i], &v, 4);
   }
   const kernels::GpuWeight weight =
-      kernels::upload_weight(ctx, WeightType::F16, units * 8, bytes / (units * 16), noise, "floor src");
+      kernels::upload_weight(ctx, GgufType::F16, units * 8, bytes / (units * 16), noise, "floor src");
   if (weight.pieces.size() != 1) throw InvalidArgument("memory floor: the buffer did not fit one binding");
   const gpu::Buffer& src = weight.pieces[0].buffer;
   auto dst = ctx.create_buffer(bytes, WGPUBufferUsage_Storage, "floor dst");
@@ -212,7 +210,10 @@ void print_memory_floor(gpu::Context& ctx, uint64_t bytes) {
 }
 
 int run_bench_ops(const Options& o) {
-  gpu::Context ctx({.adapter = o.adapter, .matvec_shape = o.matvec});
+  if (!o.matvec.empty()) kernels::parse_matvec_config(o.matvec);  // a malformed --matvec fails before any work
+  gpu::ContextOptions options = context_options(o.adapter);
+  options.matvec_shape = o.matvec;
+  gpu::Context ctx(options);
   std::printf("adapter %s (%s), f16 %s, subgroups %s\n", ctx.adapter().name.c_str(), ctx.adapter().backend.c_str(),
               ctx.features().shader_f16 ? "yes" : "no", ctx.features().subgroups ? "yes" : "no");
   if (!o.skip_floors) {
@@ -229,7 +230,7 @@ int run_bench_ops(const Options& o) {
     auto x = ctx.upload<float>(xs, WGPUBufferUsage_Storage, "x");
     auto y = ctx.create_buffer(uint64_t(max_t) * n_out * 4, WGPUBufferUsage_Storage, "y");
     for (const auto& tname : split(o.types, ',')) {
-      const WeightType t = parse_type(tname);
+      const GgufType t = parse_type(tname);
       const auto bytes = random_weight(t, n_in, n_out, n_in * 31 + n_out);
       std::vector<kernels::GpuWeight> copies;
       for (uint64_t total = 0; copies.empty() || total < o.rotate_bytes; total += bytes.size())
@@ -250,7 +251,7 @@ int run_bench_ops(const Options& o) {
   return 0;
 }
 
-const Register reg{{"bench-ops", "benchmark the weight kernels: matvec GB/s and matmul GFLOP/s per weight type",
+const Register reg{{"ops", "benchmark the weight kernels: matvec GB/s and matmul GFLOP/s per weight type",
                     [](CLI::App& app) -> std::function<int()> {
                       auto o = std::make_shared<Options>();
                       app.add_option("--adapter", o->adapter, "adapter index or name substring");
@@ -278,4 +279,4 @@ const Register reg{{"bench-ops", "benchmark the weight kernels: matvec GB/s and 
                     }}};
 
 }  // namespace
-}  // namespace wgllm::cli
+}  // namespace wgllm::bench

@@ -1,0 +1,75 @@
+// What a GGUF file holds, read without a GPU: what `wgllm inspect` shows.
+//
+//   const wgllm::GgufSummary s = wgllm::inspect_gguf("model.gguf");
+//   for (const auto& t : s.tensors) std::printf("%s %s\n", t.name.c_str(), t.type.c_str());
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "wgllm/error.h"
+
+namespace wgllm {
+
+// One metadata key as `wgllm inspect --metadata` lists it.
+struct GgufMetadataRow {
+  std::string key = {};
+  std::string type = {};   // "u32", "f32", "string", "bool", ... or "array" (the value names the element type)
+  std::string value = {};  // for display: strings quoted and cut at 60 characters, arrays summarised by their first items
+};
+
+struct GgufTensorRow {
+  std::string name = {};
+  std::string type = {};              // "F32", "Q8_0", "Q4_K", ...
+  std::vector<uint64_t> shape = {};   // innermost (row length) first, as GGUF stores it
+  uint64_t n_elements = 0;
+  uint64_t n_bytes = 0;
+  uint64_t offset = 0;           // from the start of the data section
+};
+
+// The hyper-parameters wgllm reads from the metadata (a model it can run).
+struct GgufHyperParameters {
+  uint32_t n_vocab = 0, n_embd = 0, n_layer = 0, n_head = 0, n_head_kv = 0, head_dim = 0, n_ff = 0;
+  uint32_t n_ctx_train = 0;
+  float rms_eps = 0;
+  std::string rope_type = {};  // "normal" (adjacent pairs) or "neox" (halves)
+  float rope_base = 0;
+  uint32_t rope_dim = 0;
+  bool rope_freqs_tensor = false;  // rope_freqs.weight present
+  bool rope_scaling = false;       // llama3 frequency scaling; the four fields below apply when set
+  float rope_scaling_factor = 1, rope_scaling_low_freq_factor = 1, rope_scaling_high_freq_factor = 1;
+  uint32_t rope_scaling_original_context = 0;
+  bool qk_norm = false, attn_bias = false, tied_embeddings = false;
+};
+
+struct GgufTokenizerSummary {
+  std::optional<std::string> model = {};     // tokenizer.ggml.model
+  std::optional<std::string> pre = {};       // tokenizer.ggml.pre
+  std::optional<uint64_t> vocab_size = {};   // entries of tokenizer.ggml.tokens
+  std::optional<uint64_t> merges = {};       // entries of tokenizer.ggml.merges
+  std::optional<uint32_t> bos_id, eos_id, unknown_id, padding_id;
+  std::optional<bool> add_bos = {};
+  bool chat_template = false;           // tokenizer.chat_template present
+};
+
+struct GgufSummary {
+  std::string path = {};
+  uint64_t file_size = 0;
+  uint32_t version = 0, alignment = 0;
+  uint64_t data_offset = 0;                  // start of the tensor data section
+  std::optional<std::string> architecture = {};  // general.architecture
+  std::optional<std::string> name = {};          // general.name
+  // The hyper-parameters, or why wgllm cannot run the file (config_error, one line; config is then empty).
+  std::optional<GgufHyperParameters> config = {};
+  std::string config_error = {};
+  GgufTokenizerSummary tokenizer;
+  std::vector<GgufMetadataRow> metadata = {};  // sorted by key
+  std::vector<GgufTensorRow> tensors = {};     // in file order
+};
+
+// Reads the file's header, metadata and tensor infos (the data is mapped, not read). ModelError (one line, naming
+// the field and byte offset) when the file cannot be opened or is malformed, or a well-known key has the wrong type.
+GgufSummary inspect_gguf(const std::string& path);
+
+}  // namespace wgllm

@@ -1,0 +1,49 @@
+// Compute pipelines: the WGSL of a pipeline key (embedded shaders, a context's extra shaders, or a developer's
+// override directory), `//#unroll` expansion, compilation with diagnostics that name file:line, and the cache
+// of compiled pipelines and their bind-group layouts. A Context owns one; kernels reach it through ctx.pipeline().
+#pragma once
+#include <webgpu/webgpu.h>
+
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gpu/handle.h"
+
+namespace wgllm::gpu {
+
+class Context;
+
+// Everything that changes the generated code of a compute pipeline.
+struct PipelineKey {
+  std::string shader;                               // file name of an embedded shader; "a.wgsl+b.wgsl" joins files
+  std::string entry_point;
+  std::vector<std::pair<std::string, double>> overrides;  // WGSL `override` constants
+  std::string prelude;                              // WGSL text prepended (enable f16; aliases)
+  std::string to_string() const;                    // also the pipeline's debug label
+};
+
+class PipelineCache {
+ public:
+  explicit PipelineCache(Context& ctx) : ctx_(ctx) {}
+  PipelineCache(const PipelineCache&) = delete;
+  PipelineCache& operator=(const PipelineCache&) = delete;
+
+  // Compiled once per key. Shader errors throw ShaderError naming file:line.
+  WGPUComputePipeline get(const PipelineKey& key);
+  // "elementwise.wgsl:add" for a pipeline made here; "?" otherwise.
+  std::string name(WGPUComputePipeline pipeline);
+  // Bind group 0's layout of a pipeline (kept for the pipeline's life).
+  WGPUBindGroupLayout layout(WGPUComputePipeline pipeline);
+
+ private:
+  Context& ctx_;
+  std::mutex mutex_;
+  std::map<std::string, ComputePipelineHandle> pipelines_;
+  std::map<WGPUComputePipeline, BindGroupLayoutHandle> layouts_;
+  std::map<WGPUComputePipeline, std::string> names_;
+};
+
+}  // namespace wgllm::gpu
