@@ -2,9 +2,9 @@
 // reported against the floor: GFLOP/s (4 * n_heads * head_dim * sum of windows) and GB/s
 // (the fewest bytes a kernel must move: q, out and the K/V window once).
 #include <chrono>
-#include <optional>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <random>
 #include <sstream>
 
@@ -43,8 +43,10 @@ Result time_kernel(gpu::Context& ctx, const AttentionShape& s, const kernels::Kv
   auto run = [&](uint32_t inner) {
     gpu::ComputeBatch batch(ctx, "bench");
     for (uint32_t i = 0; i < inner; ++i) {
-      if (decode) kernels::encode_attention_decode(batch, ctx, s, q, kv, out, &scratch, splits);
-      else kernels::encode_attention_prefill(batch, ctx, s, q, kv, out, impl, tiles);
+      if (decode)
+        kernels::encode_attention_decode(batch, ctx, s, q, kv, out, &scratch, splits);
+      else
+        kernels::encode_attention_prefill(batch, ctx, s, q, kv, out, impl, tiles);
     }
     const auto t0 = std::chrono::steady_clock::now();
     batch.submit_and_wait();
@@ -81,16 +83,22 @@ int run_bench(const std::string& adapter, bool include_slow, bool f32_kv, double
               f32_kv ? "f32" : "f16");
   std::printf("%-28s %-9s %10s %12s %10s %9s\n", "shape (H,KVH,D,Nq,start)", "kernel", "ms", "GFLOP/s", "GB/s",
               "speedup");
-  const BenchShape shapes[] = {
-      {32, 8, 64, 512, 0, false}, {32, 8, 128, 2048, 0, false}, {14, 14, 64, 512, 512, false},
-      {32, 8, 128, 1, 8191, true}};
+  const BenchShape shapes[] = {{32, 8, 64, 512, 0, false},
+                               {32, 8, 128, 2048, 0, false},
+                               {14, 14, 64, 512, 512, false},
+                               {32, 8, 128, 1, 8191, true}};
   std::mt19937 gen(1234);
   std::uniform_real_distribution<float> dist(-1.f, 1.f);
   for (const auto& b : shapes) {
-    const AttentionShape s{.n_heads = b.n_heads, .n_kv_heads = b.n_kv_heads, .head_dim = b.head_dim,
-                           .n_queries = b.n_queries, .start_pos = b.start_pos};
+    const AttentionShape s{.n_heads = b.n_heads,
+                           .n_kv_heads = b.n_kv_heads,
+                           .head_dim = b.head_dim,
+                           .n_queries = b.n_queries,
+                           .start_pos = b.start_pos};
     const uint32_t seq = b.start_pos + b.n_queries, kv_dim = b.n_kv_heads * b.head_dim;
-    kernels::KvCache kv(ctx, {.kv_dim = kv_dim, .max_seq = seq, .page_size = seq > 256 ? 256u : 0u,
+    kernels::KvCache kv(ctx, {.kv_dim = kv_dim,
+                              .max_seq = seq,
+                              .page_size = seq > 256 ? 256u : 0u,
                               .type = f32_kv ? kernels::KvType::F32 : kernels::KvType::F16});
     std::vector<float> k(size_t(seq) * kv_dim), v(k.size()), q(size_t(b.n_queries) * b.n_heads * b.head_dim);
     for (auto* vec : {&k, &v, &q})

@@ -19,7 +19,9 @@ gpu::ContextOptions context_options(const std::string& adapter) {
     const char* v = std::getenv(name);
     return v ? v : "";
   };
-  return {.adapter = adapter, .extra_shaders = bench_shaders(), .kernel_dir = env("WGLLM_KERNEL_DIR"),
+  return {.adapter = adapter,
+          .extra_shaders = bench_shaders(),
+          .kernel_dir = env("WGLLM_KERNEL_DIR"),
           .dump_shaders_dir = env("WGLLM_DUMP_SHADERS")};
 }
 

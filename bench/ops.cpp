@@ -15,15 +15,14 @@
 
 #include "add_kernel.h"
 #include "command.h"
+#include "gguf/half.h"
 #include "gpu/batch.h"
 #include "kernels/kv_cache.h"
 #include "kernels/matmul.h"
-#include "gguf/half.h"
 #include "wgllm/error.h"
 
 namespace wgllm::bench {
 namespace {
-
 
 struct Options {
   std::string adapter;
@@ -119,7 +118,9 @@ double time_matmul(gpu::Context& ctx, std::span<const kernels::GpuWeight> copies
                    const gpu::Buffer& y, uint32_t n_tokens, uint32_t per_submit, uint32_t repeats) {
   return median_time(
       ctx,
-      [&](gpu::ComputeBatch& b, uint32_t i) { kernels::encode_matmul(b, ctx, copies[i % copies.size()], x, y, n_tokens); },
+      [&](gpu::ComputeBatch& b, uint32_t i) {
+        kernels::encode_matmul(b, ctx, copies[i % copies.size()], x, y, n_tokens);
+      },
       per_submit, repeats);
 }
 
@@ -169,20 +170,25 @@ void print_memory_floor(gpu::Context& ctx, uint64_t bytes) {
   auto dst = ctx.create_buffer(bytes, WGPUBufferUsage_Storage, "floor dst");
   auto sink = ctx.create_buffer(16, WGPUBufferUsage_Storage, "floor sink");
   auto median = [&](auto encode) {
-    return median_time(ctx, [&](gpu::ComputeBatch& b, uint32_t) { encode(b); }, 4, 5);
+    return median_time(
+        ctx, [&](gpu::ComputeBatch& b, uint32_t) { encode(b); }, 4, 5);
   };
   const double copy_s = median([&](gpu::ComputeBatch& b) { b.copy(src, 0, dst, 0, bytes); });
   WGPUComputePipeline pipe = ctx.pipeline({"stream.wgsl", "stream_read", {}, ""});
   const uint32_t n_vec4 = uint32_t(bytes / 16);
   const auto grid = gpu::fold_grid((n_vec4 + 1023) / 1024, ctx.limits().maxComputeWorkgroupsPerDimension);
-  struct { uint32_t n, gx, a, b; } params{n_vec4, grid.x, 0, 0};
+  struct {
+    uint32_t n, gx, a, b;
+  } params{n_vec4, grid.x, 0, 0};
   const double read_s = median([&](gpu::ComputeBatch& b) {
     const gpu::BufferBinding bind[] = {b.uniform(0, params), {1, &src}, {2, &sink}};
     b.dispatch(pipe, bind, grid.x, grid.y);
   });
   WGPUComputePipeline rows_pipe = ctx.pipeline({"stream.wgsl", "stream_rows", {}, ""});
   const auto rows_grid = gpu::fold_grid((n_vec4 / units + 15) / 16, ctx.limits().maxComputeWorkgroupsPerDimension);
-  struct { uint32_t n, gx, units, b; } rows_params{n_vec4, rows_grid.x, units, 0};
+  struct {
+    uint32_t n, gx, units, b;
+  } rows_params{n_vec4, rows_grid.x, units, 0};
   const double rows_s = median([&](gpu::ComputeBatch& b) {
     const gpu::BufferBinding bind[] = {b.uniform(0, rows_params), {1, &src}, {2, &sink}};
     b.dispatch(rows_pipe, bind, rows_grid.x, rows_grid.y);
@@ -202,11 +208,12 @@ void print_memory_floor(gpu::Context& ctx, uint64_t bytes) {
   });
   auto ymv = ctx.create_buffer(uint64_t(weight.n_out) * 4, WGPUBufferUsage_Storage, "floor matvec y");
   const double kernel_s = median([&](gpu::ComputeBatch& b) { kernels::encode_matmul(b, ctx, weight, xbuf, ymv, 1); });
-  std::printf("memory floor over %.0f MB: copy %.1f GB/s (read + write), WGSL streaming read %.1f GB/s, "
-              "read in the matvec's row pattern %.1f GB/s, the same with f16 multiply-adds %.1f GB/s, a minimal F16 "
-              "matvec %.1f GB/s, the matvec kernel over the same buffer %.1f GB/s\n",
-              bytes / 1e6, 2.0 * bytes / copy_s / 1e9, bytes / read_s / 1e9, bytes / rows_s / 1e9, bytes / math_s / 1e9,
-              bytes / mv_s / 1e9, bytes / kernel_s / 1e9);
+  std::printf(
+      "memory floor over %.0f MB: copy %.1f GB/s (read + write), WGSL streaming read %.1f GB/s, "
+      "read in the matvec's row pattern %.1f GB/s, the same with f16 multiply-adds %.1f GB/s, a minimal F16 "
+      "matvec %.1f GB/s, the matvec kernel over the same buffer %.1f GB/s\n",
+      bytes / 1e6, 2.0 * bytes / copy_s / 1e9, bytes / read_s / 1e9, bytes / rows_s / 1e9, bytes / math_s / 1e9,
+      bytes / mv_s / 1e9, bytes / kernel_s / 1e9);
 }
 
 int run_bench_ops(const Options& o) {
@@ -235,13 +242,15 @@ int run_bench_ops(const Options& o) {
       std::vector<kernels::GpuWeight> copies;
       for (uint64_t total = 0; copies.empty() || total < o.rotate_bytes; total += bytes.size())
         copies.push_back(kernels::upload_weight(ctx, t, n_in, n_out, bytes, "bench weight"));
-      const double mv = time_matmul(ctx, copies, x, y, 1, std::max<uint32_t>(o.matvec_per_submit, copies.size()), o.repeats);
+      const double mv =
+          time_matmul(ctx, copies, x, y, 1, std::max<uint32_t>(o.matvec_per_submit, copies.size()), o.repeats);
       const auto shape = kernels::matvec_config(ctx, n_out, n_in);
-      std::printf("%-7s %-5s %5ux%-5u %6u %11.3f %8.1f GB/s  (matvec shape %ux%ux%ux%u)\n", "matvec", tname.c_str(), n_in,
-                  n_out, 1u, mv * 1e3, double(bytes.size()) / mv / 1e9, shape.threads_per_row, shape.rows, shape.groups,
-                  shape.units);
+      std::printf("%-7s %-5s %5ux%-5u %6u %11.3f %8.1f GB/s  (matvec shape %ux%ux%ux%u)\n", "matvec", tname.c_str(),
+                  n_in, n_out, 1u, mv * 1e3, double(bytes.size()) / mv / 1e9, shape.threads_per_row, shape.rows,
+                  shape.groups, shape.units);
       if (!o.skip_matmul) {
-        const double mm = time_matmul(ctx, std::span(copies).first(1), x, y, o.prefill_tokens, o.matmul_per_submit, o.repeats);
+        const double mm =
+            time_matmul(ctx, std::span(copies).first(1), x, y, o.prefill_tokens, o.matmul_per_submit, o.repeats);
         std::printf("%-7s %-5s %5ux%-5u %6u %11.3f %6.1f GFLOP/s\n", "matmul", tname.c_str(), n_in, n_out,
                     o.prefill_tokens, mm * 1e3, kernels::matmul_flops(copies[0], o.prefill_tokens) / mm / 1e9);
       }
@@ -251,32 +260,31 @@ int run_bench_ops(const Options& o) {
   return 0;
 }
 
-const Register reg{{"ops", "benchmark the weight kernels: matvec GB/s and matmul GFLOP/s per weight type",
-                    [](CLI::App& app) -> std::function<int()> {
-                      auto o = std::make_shared<Options>();
-                      app.add_option("--adapter", o->adapter, "adapter index or name substring");
-                      app.add_option("--types", o->types, "comma-separated weight types")->capture_default_str();
-                      app.add_option("--shapes", o->shapes, "comma-separated n_in x n_out")->capture_default_str();
-                      app.add_option("--tokens", o->prefill_tokens, "tokens of the matmul (prefill) runs")
-                          ->capture_default_str();
-                      app.add_option("--repeats", o->repeats, "timed samples (median)")->capture_default_str();
-                      app.add_option("--matvec-per-submit", o->matvec_per_submit, "dispatches per submit, matvec")
-                          ->capture_default_str();
-                      app.add_option("--matmul-per-submit", o->matmul_per_submit, "dispatches per submit, matmul")
-                          ->capture_default_str();
-                      app.add_flag("--no-matmul", o->skip_matmul, "only the matrix-vector runs");
-                      app.add_flag("--no-floors", o->skip_floors, "skip the dispatch-overhead and memory-floor runs");
-                      app.add_option("--rotate-bytes", o->rotate_bytes,
-                                     "matvec: cycle through copies of the weight totalling this many bytes (1: one copy)")
-                          ->capture_default_str();
-                      app.add_option("--matvec", o->matvec, "matvec shape THREADSxROWSxGROUPS (tuning)");
-                      return [o] {
-                        if (o->repeats == 0 || o->matvec_per_submit == 0 || o->matmul_per_submit == 0 ||
-                            o->prefill_tokens == 0)
-                          throw InvalidArgument("--repeats, --*-per-submit and --tokens must be > 0");
-                        return run_bench_ops(*o);
-                      };
-                    }}};
+const Register reg{
+    {"ops", "benchmark the weight kernels: matvec GB/s and matmul GFLOP/s per weight type",
+     [](CLI::App& app) -> std::function<int()> {
+       auto o = std::make_shared<Options>();
+       app.add_option("--adapter", o->adapter, "adapter index or name substring");
+       app.add_option("--types", o->types, "comma-separated weight types")->capture_default_str();
+       app.add_option("--shapes", o->shapes, "comma-separated n_in x n_out")->capture_default_str();
+       app.add_option("--tokens", o->prefill_tokens, "tokens of the matmul (prefill) runs")->capture_default_str();
+       app.add_option("--repeats", o->repeats, "timed samples (median)")->capture_default_str();
+       app.add_option("--matvec-per-submit", o->matvec_per_submit, "dispatches per submit, matvec")
+           ->capture_default_str();
+       app.add_option("--matmul-per-submit", o->matmul_per_submit, "dispatches per submit, matmul")
+           ->capture_default_str();
+       app.add_flag("--no-matmul", o->skip_matmul, "only the matrix-vector runs");
+       app.add_flag("--no-floors", o->skip_floors, "skip the dispatch-overhead and memory-floor runs");
+       app.add_option("--rotate-bytes", o->rotate_bytes,
+                      "matvec: cycle through copies of the weight totalling this many bytes (1: one copy)")
+           ->capture_default_str();
+       app.add_option("--matvec", o->matvec, "matvec shape THREADSxROWSxGROUPS (tuning)");
+       return [o] {
+         if (o->repeats == 0 || o->matvec_per_submit == 0 || o->matmul_per_submit == 0 || o->prefill_tokens == 0)
+           throw InvalidArgument("--repeats, --*-per-submit and --tokens must be > 0");
+         return run_bench_ops(*o);
+       };
+     }}};
 
 }  // namespace
 }  // namespace wgllm::bench

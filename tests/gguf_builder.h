@@ -67,9 +67,9 @@ struct GVal {
 
 struct GTensor {
   std::string name;
-  std::vector<uint64_t> dims;  // GGUF order: dims[0] = row length
-  uint32_t type = 0;           // ggml type id
-  std::vector<uint8_t> data;   // empty: zeros of the size the type implies
+  std::vector<uint64_t> dims;      // GGUF order: dims[0] = row length
+  uint32_t type = 0;               // ggml type id
+  std::vector<uint8_t> data;       // empty: zeros of the size the type implies
   std::optional<uint64_t> offset;  // override the data offset (relative to the data section)
   std::optional<uint32_t> n_dims;  // override the written n_dims
 };
@@ -79,7 +79,8 @@ inline uint64_t gguf_nbytes(uint32_t type, const std::vector<uint64_t>& dims) {
   for (auto d : dims) n *= d;
   switch (type) {
     case 0: return n * 4;
-    case 1: case 30: return n * 2;
+    case 1:
+    case 30: return n * 2;
     case 8: return n / 32 * 34;
     case 2: return n / 32 * 18;
     default: return 0;
@@ -94,9 +95,9 @@ class GgufBuilder {
 
   // Section boundaries of the last build().
   struct Layout {
-    size_t header_end = 0;               // after magic, version, counts (24)
-    std::vector<size_t> kv_start;        // each KV's first byte
-    size_t kv_end = 0;                   // end of metadata = first tensor info
+    size_t header_end = 0;         // after magic, version, counts (24)
+    std::vector<size_t> kv_start;  // each KV's first byte
+    size_t kv_end = 0;             // end of metadata = first tensor info
     std::vector<size_t> tensor_info_start;
     size_t infos_end = 0;
     size_t data_start = 0;

@@ -12,7 +12,9 @@ std::string env(const char* name) {
 }  // namespace
 
 gpu::ContextOptions context_options() {
-  return {.adapter = env("WGLLM_ADAPTER"), .extra_shaders = test_shaders(), .kernel_dir = env("WGLLM_KERNEL_DIR"),
+  return {.adapter = env("WGLLM_ADAPTER"),
+          .extra_shaders = test_shaders(),
+          .kernel_dir = env("WGLLM_KERNEL_DIR"),
           .dump_shaders_dir = env("WGLLM_DUMP_SHADERS")};
 }
 

@@ -62,8 +62,8 @@ struct ErrorReport {
   bool has_nan = false;
   std::string describe() const {
     std::ostringstream s;
-    s << "rel L2 " << rel_l2 << ", worst element [" << worst_index << "]: got " << worst_got << " want "
-      << worst_want << (has_nan ? " (NaN present)" : "");
+    s << "rel L2 " << rel_l2 << ", worst element [" << worst_index << "]: got " << worst_got << " want " << worst_want
+      << (has_nan ? " (NaN present)" : "");
     return s.str();
   }
 };

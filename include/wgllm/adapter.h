@@ -13,14 +13,14 @@
 namespace wgllm {
 
 struct AdapterInfo {
-  uint32_t index = 0;        // position in the enumeration of its backends (what LoadOptions::adapter "N" selects)
-  std::string name = {};          // e.g. "llvmpipe (LLVM 15.0.6, 256 bits)", "NVIDIA H200"
+  uint32_t index = 0;     // position in the enumeration of its backends (what LoadOptions::adapter "N" selects)
+  std::string name = {};  // e.g. "llvmpipe (LLVM 15.0.6, 256 bits)", "NVIDIA H200"
   std::string vendor = {};
   std::string architecture = {};
-  std::string driver = {};        // driver description, e.g. "Mesa 25.0.7"
-  std::string backend = {};       // "Vulkan", "OpenGL", ...
-  std::string type = {};          // "discrete GPU", "integrated GPU", "CPU", "unknown"
-  bool is_cpu = false;       // a CPU adapter (e.g. Mesa lavapipe)
+  std::string driver = {};                      // driver description, e.g. "Mesa 25.0.7"
+  std::string backend = {};                     // "Vulkan", "OpenGL", ...
+  std::string type = {};                        // "discrete GPU", "integrated GPU", "CPU", "unknown"
+  bool is_cpu = false;                          // a CPU adapter (e.g. Mesa lavapipe)
   uint32_t subgroup_min = 0, subgroup_max = 0;  // 0 when the adapter does not say
 };
 

@@ -15,17 +15,18 @@ namespace wgllm {
 // One metadata key as `wgllm inspect --metadata` lists it.
 struct GgufMetadataRow {
   std::string key = {};
-  std::string type = {};   // "u32", "f32", "string", "bool", ... or "array" (the value names the element type)
-  std::string value = {};  // for display: strings quoted and cut at 60 characters, arrays summarised by their first items
+  std::string type = {};  // "u32", "f32", "string", "bool", ... or "array" (the value names the element type)
+  std::string value =
+      {};  // for display: strings quoted and cut at 60 characters, arrays summarised by their first items
 };
 
 struct GgufTensorRow {
   std::string name = {};
-  std::string type = {};              // "F32", "Q8_0", "Q4_K", ...
-  std::vector<uint64_t> shape = {};   // innermost (row length) first, as GGUF stores it
+  std::string type = {};             // "F32", "Q8_0", "Q4_K", ...
+  std::vector<uint64_t> shape = {};  // innermost (row length) first, as GGUF stores it
   uint64_t n_elements = 0;
   uint64_t n_bytes = 0;
-  uint64_t offset = 0;           // from the start of the data section
+  uint64_t offset = 0;  // from the start of the data section
 };
 
 // The hyper-parameters wgllm reads from the metadata (a model it can run).
@@ -44,20 +45,20 @@ struct GgufHyperParameters {
 };
 
 struct GgufTokenizerSummary {
-  std::optional<std::string> model = {};     // tokenizer.ggml.model
-  std::optional<std::string> pre = {};       // tokenizer.ggml.pre
-  std::optional<uint64_t> vocab_size = {};   // entries of tokenizer.ggml.tokens
-  std::optional<uint64_t> merges = {};       // entries of tokenizer.ggml.merges
+  std::optional<std::string> model = {};    // tokenizer.ggml.model
+  std::optional<std::string> pre = {};      // tokenizer.ggml.pre
+  std::optional<uint64_t> vocab_size = {};  // entries of tokenizer.ggml.tokens
+  std::optional<uint64_t> merges = {};      // entries of tokenizer.ggml.merges
   std::optional<uint32_t> bos_id, eos_id, unknown_id, padding_id;
   std::optional<bool> add_bos = {};
-  bool chat_template = false;           // tokenizer.chat_template present
+  bool chat_template = false;  // tokenizer.chat_template present
 };
 
 struct GgufSummary {
   std::string path = {};
   uint64_t file_size = 0;
   uint32_t version = 0, alignment = 0;
-  uint64_t data_offset = 0;                  // start of the tensor data section
+  uint64_t data_offset = 0;                      // start of the tensor data section
   std::optional<std::string> architecture = {};  // general.architecture
   std::optional<std::string> name = {};          // general.name
   // The hyper-parameters, or why wgllm cannot run the file (config_error, one line; config is then empty).

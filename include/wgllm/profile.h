@@ -22,20 +22,20 @@ namespace wgllm {
 
 // One row: a kernel over one grid size (the same matvec over two weight shapes is two rows).
 struct KernelTime {
-  std::string name = {};         // shader file(s) and entry point, "attention.wgsl:attention_decode"
+  std::string name = {};    // shader file(s) and entry point, "attention.wgsl:attention_decode"
   uint64_t workgroups = 0;  // x * y * z of the dispatch grid
   uint64_t calls = 0;
-  double ns = 0;            // sum of its dispatches' GPU time
+  double ns = 0;  // sum of its dispatches' GPU time
 };
 
 struct ProfileReport {
   std::vector<KernelTime> kernels = {};  // most time first
-  double kernel_ns = 0;             // sum over every dispatch
+  double kernel_ns = 0;                  // sum over every dispatch
   uint64_t dispatches = 0;
-  uint64_t batches = 0;             // command buffers read back
-  double batch_span_ns = 0;         // sum over command buffers of (last end-of-pass - first beginning-of-pass)
-  uint64_t windows = 0;             // collect() calls that found work
-  double window_span_ns = 0;        // sum over windows of their first to last timestamp
+  uint64_t batches = 0;       // command buffers read back
+  double batch_span_ns = 0;   // sum over command buffers of (last end-of-pass - first beginning-of-pass)
+  uint64_t windows = 0;       // collect() calls that found work
+  double window_span_ns = 0;  // sum over windows of their first to last timestamp
 };
 
 class Profiler {

@@ -3,7 +3,8 @@
 //   auto model = wgllm::Model::load("model.gguf", {.n_ctx = 2048});
 //   wgllm::Session session(model);
 //   session.generate(model.encode("Once upon a time", true), {.temperature = 0.8f},
-//                    [](int32_t id, std::string_view text) { std::fputs(std::string(text).c_str(), stdout); return true; });
+//                    [](int32_t id, std::string_view text) { std::fputs(std::string(text).c_str(), stdout); return
+//                    true; });
 //
 // Every failure throws a wgllm::Error (wgllm/error.h) whose message is one line.
 #pragma once
@@ -23,7 +24,7 @@ namespace wgllm {
 class Model;
 
 struct LoadOptions {
-  std::string adapter;    // "" = best adapter; an index or a name part (see `wgllm info --list`)
+  std::string adapter;  // "" = best adapter; an index or a name part (see `wgllm info --list`)
   // 0 = the model's context, capped so the KV cache fits the memory budget. Any other value is taken as given: past
   // the model's training context is allowed (positions the model never saw; quality usually drops), and a cache
   // larger than the adapter can bind fails when a Session is made.
@@ -54,11 +55,11 @@ struct ModelInfo {
   uint64_t n_params = 0;
   uint32_t n_vocab = 0, n_embd = 0, n_layer = 0;
   uint32_t n_ctx_train = 0;
-  uint32_t n_ctx = 0;       // the context sessions get
-  bool n_ctx_capped = false;  // n_ctx was lowered from n_ctx_train to fit the memory budget
-  uint64_t weight_bytes = 0;    // GPU memory of the weights
-  uint64_t kv_bytes = 0;        // GPU memory of one session's KV cache (f16)
-  uint64_t bytes_per_token = 0; // weight bytes one decode step reads
+  uint32_t n_ctx = 0;            // the context sessions get
+  bool n_ctx_capped = false;     // n_ctx was lowered from n_ctx_train to fit the memory budget
+  uint64_t weight_bytes = 0;     // GPU memory of the weights
+  uint64_t kv_bytes = 0;         // GPU memory of one session's KV cache (f16)
+  uint64_t bytes_per_token = 0;  // weight bytes one decode step reads
 };
 
 // Sampling, with llama.cpp's semantics and order: repetition penalty, top-k, top-p, min-p, temperature.
@@ -144,8 +145,9 @@ class Session {
   // Greedy decoding with the argmax taken on the GPU: feeds `token`, then each step's argmax is the next step's
   // input without a round trip to the host (the next step is queued before the current one's id is read back; on a
   // CPU adapter, where that gains nothing, each step's logits are read back and the argmax taken on the host, with
-  // the same choice: the lowest id among equal logits). on_id gets each chosen id; stops after max_new ids, at a full context, or when on_id returns false. Returns
-  // the ids chosen; n_past() then counts `token` and every chosen id but the last, as if each were fed.
+  // the same choice: the lowest id among equal logits). on_id gets each chosen id; stops after max_new ids, at a full
+  // context, or when on_id returns false. Returns the ids chosen; n_past() then counts `token` and every chosen id but
+  // the last, as if each were fed.
   uint32_t decode_greedy(int32_t token, uint32_t max_new, const std::function<bool(int32_t id)>& on_id = {});
 
   // Feeds the prompt, then samples up to max_tokens tokens (stopping at end of generation, a full context or when

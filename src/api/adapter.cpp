@@ -8,8 +8,15 @@ namespace wgllm {
 namespace {
 
 AdapterInfo info_of(const gpu::AdapterDesc& d) {
-  return {.index = d.index, .name = d.name, .vendor = d.vendor, .architecture = d.architecture, .driver = d.driver,
-          .backend = d.backend, .type = d.type_name(), .is_cpu = d.is_cpu(), .subgroup_min = d.subgroup_min,
+  return {.index = d.index,
+          .name = d.name,
+          .vendor = d.vendor,
+          .architecture = d.architecture,
+          .driver = d.driver,
+          .backend = d.backend,
+          .type = d.type_name(),
+          .is_cpu = d.is_cpu(),
+          .subgroup_min = d.subgroup_min,
           .subgroup_max = d.subgroup_max};
 }
 

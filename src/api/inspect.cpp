@@ -117,9 +117,12 @@ GgufSummary inspect_gguf(const std::string& path) {
   for (const auto& [key, v] : f.metadata())
     s.metadata.push_back({key, v.type == GgufValueType::Array ? "array" : v.type_string(), value_string(v)});
   for (const GgufTensor& x : f.tensors())
-    s.tensors.push_back({.name = x.name, .type = type_name(x.type),
+    s.tensors.push_back({.name = x.name,
+                         .type = type_name(x.type),
                          .shape = std::vector<uint64_t>(x.dims().begin(), x.dims().end()),
-                         .n_elements = x.n_elements, .n_bytes = x.n_bytes, .offset = x.offset});
+                         .n_elements = x.n_elements,
+                         .n_bytes = x.n_bytes,
+                         .offset = x.offset});
   return s;
 }
 

@@ -15,7 +15,7 @@ namespace wgllm {
 
 struct Model::Impl {
   std::unique_ptr<gpu::Context> ctx;  // empty until the weights are uploaded (before_upload sees none)
-  ModelConfig config;  // parsed once, before the upload
+  ModelConfig config;                 // parsed once, before the upload
   GpuModel gpu;
   std::optional<Tokenizer> tokenizer;
   std::vector<int32_t> eog;  // end-of-generation ids

@@ -23,8 +23,13 @@ void Profiler::reset() { impl_->profiler.reset(); }
 
 ProfileReport Profiler::report() const {
   const gpu::ProfileReport r = impl_->profiler.report();
-  ProfileReport out{.kernels = {}, .kernel_ns = r.kernel_ns, .dispatches = r.dispatches, .batches = r.batches,
-                    .batch_span_ns = r.batch_span_ns, .windows = r.windows, .window_span_ns = r.window_span_ns};
+  ProfileReport out{.kernels = {},
+                    .kernel_ns = r.kernel_ns,
+                    .dispatches = r.dispatches,
+                    .batches = r.batches,
+                    .batch_span_ns = r.batch_span_ns,
+                    .windows = r.windows,
+                    .window_span_ns = r.window_span_ns};
   for (const gpu::KernelTime& k : r.kernels)
     out.kernels.push_back({.name = k.name, .workgroups = k.workgroups, .calls = k.calls, .ns = k.ns});
   return out;

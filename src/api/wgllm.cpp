@@ -168,9 +168,11 @@ std::string TextStream::flush() { return impl_->decoder.flush(); }
 
 struct Session::Impl {
   explicit Impl(const Model& m)
-      : model(&m), gs(uploaded(m), ModelAccess::impl(m).gpu,
-                      {.n_ctx = m.info().n_ctx, .ubatch = ModelAccess::impl(m).ubatch,
-                       .layers_per_submit = ModelAccess::impl(m).layers_per_submit}) {}
+      : model(&m),
+        gs(uploaded(m), ModelAccess::impl(m).gpu,
+           {.n_ctx = m.info().n_ctx,
+            .ubatch = ModelAccess::impl(m).ubatch,
+            .layers_per_submit = ModelAccess::impl(m).layers_per_submit}) {}
   // The model's adapter; a model seen by LoadOptions::before_upload has none yet.
   static gpu::Context& uploaded(const Model& m) {
     const ModelAccess::Impl& impl = ModelAccess::impl(m);
@@ -196,8 +198,8 @@ uint32_t Session::n_past() const { return impl_->gs.n_past(); }
 uint32_t Session::n_ctx() const { return impl_->gs.n_ctx(); }
 void Session::reset() { impl_->gs.reset(); }
 
-GenerateResult Session::generate(std::span<const int32_t> prompt, const SamplingParams& sampling,
-                                 uint32_t max_tokens, const OnToken& on_token) {
+GenerateResult Session::generate(std::span<const int32_t> prompt, const SamplingParams& sampling, uint32_t max_tokens,
+                                 const OnToken& on_token) {
   using clock = std::chrono::steady_clock;
   GpuSession& gs = impl_->gs;
   const Model& model = *impl_->model;

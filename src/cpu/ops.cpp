@@ -14,8 +14,8 @@ std::vector<float> dequantize_row(GgufType t, std::span<const uint8_t> bytes, ui
   return out;
 }
 
-std::vector<float> matmul(GgufType t, std::span<const uint8_t> w, uint64_t ne0, uint64_t ne1,
-                          std::span<const float> x, uint32_t n_tokens, std::span<const float> bias) {
+std::vector<float> matmul(GgufType t, std::span<const uint8_t> w, uint64_t ne0, uint64_t ne1, std::span<const float> x,
+                          uint32_t n_tokens, std::span<const float> bias) {
   std::vector<float> y(size_t(n_tokens) * ne1);
   for (uint64_t o = 0; o < ne1; ++o) {
     const auto row = dequantize_row(t, w, ne0, o);

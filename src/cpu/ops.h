@@ -13,8 +13,8 @@ namespace wgllm::cpu {
 std::vector<float> dequantize_row(GgufType t, std::span<const uint8_t> bytes, uint64_t ne0, uint64_t row);
 
 // y[t][o] = sum_i x[t][i] * W[o][i] (+ bias[o]); x: [n_tokens][ne0], W: GGUF [ne1][ne0].
-std::vector<float> matmul(GgufType t, std::span<const uint8_t> w, uint64_t ne0, uint64_t ne1,
-                          std::span<const float> x, uint32_t n_tokens, std::span<const float> bias = {});
+std::vector<float> matmul(GgufType t, std::span<const uint8_t> w, uint64_t ne0, uint64_t ne1, std::span<const float> x,
+                          uint32_t n_tokens, std::span<const float> bias = {});
 
 // out[t] = row ids[t] of the table (zeros for ids >= ne1).
 std::vector<float> embedding(GgufType t, std::span<const uint8_t> table, uint64_t ne0, uint64_t ne1,

@@ -30,8 +30,7 @@ void dequantize_row(GgufType type, const uint8_t* src, float* dst, size_t n) {
       for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(load_u16(src + 2 * i));
       return;
     case GgufType::Q8_0:
-    case GgufType::Q4_0:
-      break;
+    case GgufType::Q4_0: break;
     default:
       throw InvalidArgument("dequantize_row: unsupported type id " + std::to_string(static_cast<uint32_t>(type)));
   }

@@ -72,13 +72,13 @@ GgufFile GgufFile::open(const std::string& path) {
   GgufFile f;
   f.label_ = path;
   // What the path is, before opening it: opening a FIFO for reading would wait for a writer.
-  struct stat before{};
+  struct stat before {};
   if (::stat(path.c_str(), &before) != 0) throw ModelError(path + ": cannot open: " + std::strerror(errno));
   if (!S_ISREG(before.st_mode)) throw ModelError(path + ": " + file_kind(before.st_mode) + ", not a regular file");
   // O_NONBLOCK: should the path be swapped for a FIFO meanwhile, the open still returns (and fstat below refuses it).
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) throw ModelError(path + ": cannot open: " + std::strerror(errno));
-  struct stat st{};
+  struct stat st {};
   if (fstat(fd, &st) != 0) {
     const int e = errno;
     ::close(fd);
@@ -124,10 +124,17 @@ constexpr uint32_t kMaxNesting = 8;  // arrays of arrays of ...
 // Smallest encoded size of one value of type t (a string needs its 8-byte length; an array its type + length).
 uint64_t min_value_bytes(uint32_t t) {
   switch (static_cast<GgufValueType>(t)) {
-    case GgufValueType::U8: case GgufValueType::I8: case GgufValueType::Bool: return 1;
-    case GgufValueType::U16: case GgufValueType::I16: return 2;
-    case GgufValueType::U32: case GgufValueType::I32: case GgufValueType::F32: return 4;
-    case GgufValueType::U64: case GgufValueType::I64: case GgufValueType::F64: return 8;
+    case GgufValueType::U8:
+    case GgufValueType::I8:
+    case GgufValueType::Bool: return 1;
+    case GgufValueType::U16:
+    case GgufValueType::I16: return 2;
+    case GgufValueType::U32:
+    case GgufValueType::I32:
+    case GgufValueType::F32: return 4;
+    case GgufValueType::U64:
+    case GgufValueType::I64:
+    case GgufValueType::F64: return 8;
     case GgufValueType::String: return 8;
     case GgufValueType::Array: return 12;
   }
@@ -355,8 +362,7 @@ void GgufFile::parse() {
     if (tensor_index_.count(t.name)) r.fail("duplicate tensor name", t.info_offset);
     const uint64_t dims_at = r.pos();
     t.n_dims = r.read<uint32_t>("n_dims");
-    if (t.n_dims == 0 || t.n_dims > 4)
-      r.fail("n_dims " + std::to_string(t.n_dims) + " is outside 1..4", dims_at);
+    if (t.n_dims == 0 || t.n_dims > 4) r.fail("n_dims " + std::to_string(t.n_dims) + " is outside 1..4", dims_at);
     uint64_t n_el = 1;
     for (uint32_t d = 0; d < t.n_dims; ++d) {
       const uint64_t at = r.pos();
@@ -373,8 +379,8 @@ void GgufFile::parse() {
     if (!is_supported_type(type_id)) {
       const char* name = ggml_type_name(type_id);
       if (!name) r.fail("unknown tensor type id " + std::to_string(type_id), type_at);
-      throw ModelError(label_ + ": byte " + std::to_string(type_at) + ": tensor " + quoted(t.name) + ": type " +
-                       name + " is not supported yet (supported: " + supported_type_names() + ")");
+      throw ModelError(label_ + ": byte " + std::to_string(type_at) + ": tensor " + quoted(t.name) + ": type " + name +
+                       " is not supported yet (supported: " + supported_type_names() + ")");
     }
     t.type = static_cast<GgufType>(type_id);
     const uint64_t be = block_elems(t.type);
@@ -453,11 +459,15 @@ namespace {
 
 bool is_int(GgufValueType t) {
   switch (t) {
-    case GgufValueType::U8: case GgufValueType::I8: case GgufValueType::U16: case GgufValueType::I16:
-    case GgufValueType::U32: case GgufValueType::I32: case GgufValueType::U64: case GgufValueType::I64:
-      return true;
-    default:
-      return false;
+    case GgufValueType::U8:
+    case GgufValueType::I8:
+    case GgufValueType::U16:
+    case GgufValueType::I16:
+    case GgufValueType::U32:
+    case GgufValueType::I32:
+    case GgufValueType::U64:
+    case GgufValueType::I64: return true;
+    default: return false;
   }
 }
 
@@ -488,13 +498,13 @@ std::string int_string(const GgufValue& v) {
 
 }  // namespace
 
-#define WGLLM_INT_GETTER(NAME, T, TNAME)                                                              \
-  T GgufFile::get_##NAME(const std::string& key) const {                                             \
-    const GgufValue& v = require(key);                                                                \
-    if (!is_int(v.type)) key_error(key, v, "expected " TNAME ", found " + v.type_string());          \
-    const auto r = fit<T>(v.v);                                                                       \
+#define WGLLM_INT_GETTER(NAME, T, TNAME)                                                                \
+  T GgufFile::get_##NAME(const std::string& key) const {                                                \
+    const GgufValue& v = require(key);                                                                  \
+    if (!is_int(v.type)) key_error(key, v, "expected " TNAME ", found " + v.type_string());             \
+    const auto r = fit<T>(v.v);                                                                         \
     if (!r) key_error(key, v, v.type_string() + " value " + int_string(v) + " does not fit in " TNAME); \
-    return *r;                                                                                        \
+    return *r;                                                                                          \
   }
 WGLLM_INT_GETTER(u32, uint32_t, "u32")
 WGLLM_INT_GETTER(i32, int32_t, "i32")

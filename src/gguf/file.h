@@ -20,8 +20,19 @@ namespace wgllm {
 
 // Metadata value types.
 enum class GgufValueType : uint32_t {
-  U8 = 0, I8 = 1, U16 = 2, I16 = 3, U32 = 4, I32 = 5, F32 = 6, Bool = 7,
-  String = 8, Array = 9, U64 = 10, I64 = 11, F64 = 12,
+  U8 = 0,
+  I8 = 1,
+  U16 = 2,
+  I16 = 3,
+  U32 = 4,
+  I32 = 5,
+  F32 = 6,
+  Bool = 7,
+  String = 8,
+  Array = 9,
+  U64 = 10,
+  I64 = 11,
+  F64 = 12,
 };
 const char* value_type_name(GgufValueType t);
 
@@ -50,7 +61,7 @@ struct GgufTensor {
   GgufType type = GgufType::F32;
   uint32_t n_dims = 0;
   std::array<uint64_t, 4> ne{1, 1, 1, 1};  // ne[0] = row length (innermost); unused dims are 1
-  uint64_t offset = 0;       // from the start of the data section
+  uint64_t offset = 0;                     // from the start of the data section
   uint64_t n_elements = 0;
   uint64_t n_bytes = 0;
   uint64_t info_offset = 0;  // byte offset of this tensor's info in the file

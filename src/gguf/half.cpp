@@ -33,8 +33,8 @@ uint16_t f32_to_f16(float f) {
   const uint32_t ax = x & 0x7FFFFFFFu;
   if (ax > 0x7F800000u) return static_cast<uint16_t>(sign | 0x7E00u | ((ax >> 13) & 0x3FFu));  // quiet NaN
   if (ax >= 0x477FF000u) return static_cast<uint16_t>(sign | 0x7C00u);  // >= 65520 rounds to infinity
-  if (ax < 0x38800000u) {                                                // below 2^-14: subnormal or zero
-    if (ax <= 0x33000000u) return sign;                                  // <= 2^-25 rounds to zero
+  if (ax < 0x38800000u) {                                               // below 2^-14: subnormal or zero
+    if (ax <= 0x33000000u) return sign;                                 // <= 2^-25 rounds to zero
     const uint32_t e = ax >> 23;
     const uint32_t m = (ax & 0x7FFFFFu) | 0x800000u;
     const uint32_t shift = 126 - e;  // 14..24

@@ -12,14 +12,16 @@ FoldedGrid fold_grid(uint64_t n, uint32_t max_per_dim) {
   if (n == 0) return {0, 1};
   if (n <= max_per_dim) return {static_cast<uint32_t>(n), 1};
   const uint64_t y = (n + max_per_dim - 1) / max_per_dim;
-  if (y > max_per_dim) throw InvalidArgument("grid of " + std::to_string(n) + " workgroups exceeds the adapter's " +
-                                             std::to_string(max_per_dim) + "^2 limit");
+  if (y > max_per_dim)
+    throw InvalidArgument("grid of " + std::to_string(n) + " workgroups exceeds the adapter's " +
+                          std::to_string(max_per_dim) + "^2 limit");
   const uint64_t x = (n + y - 1) / y;
   return {static_cast<uint32_t>(x), static_cast<uint32_t>(y)};
 }
 
 const Buffer& BindCache::arena(size_t index, uint64_t size) {
-  while (arenas_.size() <= index) arenas_.push_back(ctx_.create_buffer(size, WGPUBufferUsage_Uniform, "params (cached)"));
+  while (arenas_.size() <= index)
+    arenas_.push_back(ctx_.create_buffer(size, WGPUBufferUsage_Uniform, "params (cached)"));
   return arenas_[index];
 }
 
@@ -116,8 +118,7 @@ void ComputeBatch::flush_uniforms() {
   arena_bytes_.clear();
 }
 
-void ComputeBatch::copy(const Buffer& src, uint64_t src_offset, const Buffer& dst, uint64_t dst_offset,
-                        uint64_t size) {
+void ComputeBatch::copy(const Buffer& src, uint64_t src_offset, const Buffer& dst, uint64_t dst_offset, uint64_t size) {
   end_pass();
   wgpuCommandEncoderCopyBufferToBuffer(encoder_.get(), src.get(), src_offset, dst.get(), dst_offset, size);
 }

@@ -53,18 +53,20 @@ class ComputeBatch {
   // Dispatch `pipeline` over grid (x, y, z) workgroups with a prebuilt bind group.
   void dispatch(WGPUComputePipeline pipeline, WGPUBindGroup group, uint32_t x, uint32_t y = 1, uint32_t z = 1);
   // Same, building (and keeping alive) a bind group from `bindings`.
-  void dispatch(WGPUComputePipeline pipeline, std::span<const BufferBinding> bindings, uint32_t x,
-                uint32_t y = 1, uint32_t z = 1);
+  void dispatch(WGPUComputePipeline pipeline, std::span<const BufferBinding> bindings, uint32_t x, uint32_t y = 1,
+                uint32_t z = 1);
   // Kernel parameters (a uniform struct) for @binding(binding). All of a batch's parameters
   // share a few arena buffers, uploaded once at submit: no buffer is created per dispatch.
   BufferBinding uniform(uint32_t binding, const void* bytes, uint64_t size);
   template <typename T>
-  BufferBinding uniform(uint32_t binding, const T& params) { return uniform(binding, &params, sizeof(T)); }
+  BufferBinding uniform(uint32_t binding, const T& params) {
+    return uniform(binding, &params, sizeof(T));
+  }
   // Copy between buffers (ends the current compute pass).
   void copy(const Buffer& src, uint64_t src_offset, const Buffer& dst, uint64_t dst_offset, uint64_t size);
 
   SubmissionIndex submit();  // finish and submit; the batch is spent afterwards
-  void submit_and_wait();  // submit and block until done
+  void submit_and_wait();    // submit and block until done
 
  private:
   void begin_pass(const WGPUPassTimestampWrites* timestamps = nullptr);

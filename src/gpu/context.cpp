@@ -100,7 +100,8 @@ std::string pop_scope(WGPUInstance instance, WGPUDevice device, const char* what
   };
   cb.userdata1 = &popped;
   wgpuDevicePopErrorScope(device, cb);
-  process_until(instance, nullptr, [&] { return popped.done; }, what);
+  process_until(
+      instance, nullptr, [&] { return popped.done; }, what);
   return popped.error;
 }
 
@@ -200,8 +201,8 @@ Context::Context(const ContextOptions& options)
     s->lost = true;
   };
   desc.deviceLostCallbackInfo.userdata1 = errors_.get();
-  desc.uncapturedErrorCallbackInfo.callback = [](WGPUDevice const*, WGPUErrorType type, WGPUStringView msg,
-                                                 void* sink, void*) {
+  desc.uncapturedErrorCallbackInfo.callback = [](WGPUDevice const*, WGPUErrorType type, WGPUStringView msg, void* sink,
+                                                 void*) {
     const char* kind = type == WGPUErrorType_OutOfMemory ? "GPU out of memory" : "GPU error";
     static_cast<ErrorSink*>(sink)->record(std::string(kind) + ": " + str(msg));
   };
@@ -217,14 +218,16 @@ Context::Context(const ContextOptions& options)
   cb.callback = [](WGPURequestDeviceStatus status, WGPUDevice device, WGPUStringView msg, void* r, void*) {
     auto* res = static_cast<Result*>(r);
     res->done = true;
-    if (status == WGPURequestDeviceStatus_Success) res->device = device;
-    else res->message = str(msg);
+    if (status == WGPURequestDeviceStatus_Success)
+      res->device = device;
+    else
+      res->message = str(msg);
   };
   cb.userdata1 = &result;
   wgpuAdapterRequestDevice(adapter_.get(), &desc, cb);
-  process_until(instance_.get(), nullptr, [&] { return result.done; }, "the GPU device");
-  if (!result.device)
-    throw GpuError("could not create a device on '" + adapter_desc_.name + "': " + result.message);
+  process_until(
+      instance_.get(), nullptr, [&] { return result.done; }, "the GPU device");
+  if (!result.device) throw GpuError("could not create a device on '" + adapter_desc_.name + "': " + result.message);
   device_.reset(result.device);
   queue_.reset(wgpuDeviceGetQueue(device_.get()));
   if (wgpuDeviceGetLimits(device_.get(), &limits_) != WGPUStatus_Success)
@@ -248,7 +251,8 @@ const Buffer& Context::placeholder_storage() {
 }
 
 const Buffer& Context::placeholder_writable() {
-  if (!placeholder_writable_.handle) placeholder_writable_ = create_buffer(16, WGPUBufferUsage_Storage, "placeholder (rw)");
+  if (!placeholder_writable_.handle)
+    placeholder_writable_ = create_buffer(16, WGPUBufferUsage_Storage, "placeholder (rw)");
   return placeholder_writable_;
 }
 
@@ -354,8 +358,8 @@ void Context::read_mapped(const Buffer& staging, uint64_t offset, void* dst, uin
   };
   cb.userdata1 = &mapped;
   wgpuBufferMapAsync(staging.get(), WGPUMapMode_Read, begin, end - begin, cb);
-  process_until(instance_.get(), device_.get(), [&] { return mapped.done; }, "a buffer readback",
-                after ? &*after : nullptr);
+  process_until(
+      instance_.get(), device_.get(), [&] { return mapped.done; }, "a buffer readback", after ? &*after : nullptr);
   check_errors();
   if (mapped.status != WGPUMapAsyncStatus_Success) throw GpuError("buffer readback failed: " + mapped.message);
   const auto* src = static_cast<const uint8_t*>(wgpuBufferGetConstMappedRange(staging.get(), begin, end - begin));
@@ -404,8 +408,6 @@ void Context::wait_idle() {
 
 void Context::push_error_scope(WGPUErrorFilter filter) { wgpuDevicePushErrorScope(device_.get(), filter); }
 
-std::string Context::pop_error_scope(const char* what) {
-  return pop_scope(instance_.get(), device_.get(), what);
-}
+std::string Context::pop_error_scope(const char* what) { return pop_scope(instance_.get(), device_.get(), what); }
 
 }  // namespace wgllm::gpu

@@ -24,12 +24,12 @@ class Profiler;
 enum class AdapterType { DiscreteGpu, IntegratedGpu, Cpu, Unknown };
 
 struct AdapterDesc {
-  uint32_t index = 0;          // position in the enumeration (what --adapter N selects)
-  std::string name;            // e.g. "llvmpipe (LLVM 15.0.6, 256 bits)", "NVIDIA H200"
+  uint32_t index = 0;  // position in the enumeration (what --adapter N selects)
+  std::string name;    // e.g. "llvmpipe (LLVM 15.0.6, 256 bits)", "NVIDIA H200"
   std::string vendor;
   std::string architecture;
-  std::string driver;          // driver description, e.g. "Mesa 25.0.7"
-  std::string backend;         // "Vulkan", "OpenGL", ...
+  std::string driver;   // driver description, e.g. "Mesa 25.0.7"
+  std::string backend;  // "Vulkan", "OpenGL", ...
   AdapterType type = AdapterType::Unknown;
   uint32_t subgroup_min = 0, subgroup_max = 0;
   // "discrete GPU", "integrated GPU", "CPU", "unknown"

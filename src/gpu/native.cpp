@@ -9,11 +9,16 @@ namespace wgllm::gpu::native {
 WGPUInstance create_instance(std::string_view backends) {
   WGPUInstanceExtras extras{};
   extras.chain.sType = static_cast<WGPUSType>(WGPUSType_InstanceExtras);
-  if (backends == "all") extras.backends = WGPUInstanceBackend_All;
-  else if (backends == "vulkan") extras.backends = WGPUInstanceBackend_Vulkan;
-  else if (backends == "gl") extras.backends = WGPUInstanceBackend_GL;
-  else if (backends.empty() || backends == "primary") extras.backends = WGPUInstanceBackend_Primary;
-  else throw InvalidArgument("backend '" + std::string(backends) + "': expected primary, vulkan, gl or all");
+  if (backends == "all")
+    extras.backends = WGPUInstanceBackend_All;
+  else if (backends == "vulkan")
+    extras.backends = WGPUInstanceBackend_Vulkan;
+  else if (backends == "gl")
+    extras.backends = WGPUInstanceBackend_GL;
+  else if (backends.empty() || backends == "primary")
+    extras.backends = WGPUInstanceBackend_Primary;
+  else
+    throw InvalidArgument("backend '" + std::string(backends) + "': expected primary, vulkan, gl or all");
   WGPUInstanceDescriptor desc{};
   desc.nextInChain = &extras.chain;
   return wgpuCreateInstance(&desc);

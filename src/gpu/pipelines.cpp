@@ -81,8 +81,7 @@ std::string shader_message(const std::string& message, const std::vector<std::pa
   // Keep the whole diagnostic (naga's own explanation spans several lines) on one line.
   std::string flat;
   for (char c : message) flat += (c == '\n') ? ' ' : c;
-  flat.erase(std::unique(flat.begin(), flat.end(), [](char a, char b) { return a == ' ' && b == ' '; }),
-             flat.end());
+  flat.erase(std::unique(flat.begin(), flat.end(), [](char a, char b) { return a == ' ' && b == ' '; }), flat.end());
   return where + ": " + flat;
 }
 
@@ -93,7 +92,8 @@ std::string PipelineKey::to_string() const {
   s << shader << ":" << entry_point;
   if (!overrides.empty()) {
     s << "{";
-    for (size_t i = 0; i < overrides.size(); ++i) s << (i ? "," : "") << overrides[i].first << "=" << overrides[i].second;
+    for (size_t i = 0; i < overrides.size(); ++i)
+      s << (i ? "," : "") << overrides[i].first << "=" << overrides[i].second;
     s << "}";
   }
   if (!prelude.empty()) s << "[" << std::hash<std::string>{}(prelude) << "]";

@@ -18,11 +18,11 @@ class Context;
 
 // Everything that changes the generated code of a compute pipeline.
 struct PipelineKey {
-  std::string shader;                               // file name of an embedded shader; "a.wgsl+b.wgsl" joins files
+  std::string shader;  // file name of an embedded shader; "a.wgsl+b.wgsl" joins files
   std::string entry_point;
   std::vector<std::pair<std::string, double>> overrides;  // WGSL `override` constants
-  std::string prelude;                              // WGSL text prepended (enable f16; aliases)
-  std::string to_string() const;                    // also the pipeline's debug label
+  std::string prelude;                                    // WGSL text prepended (enable f16; aliases)
+  std::string to_string() const;                          // also the pipeline's debug label
 };
 
 class PipelineCache {

@@ -37,10 +37,9 @@ Profiler::Chunk* Profiler::take_chunk() {
   d.count = kQueriesPerChunk;
   c->set.reset(wgpuDeviceCreateQuerySet(ctx_.device(), &d));
   if (!c->set) throw GpuError("could not create a timestamp query set");
-  c->resolve = ctx_.create_buffer(kQueriesPerChunk * sizeof(uint64_t), WGPUBufferUsage_QueryResolve,
-                                  "timestamps resolve");
-  c->readback = ctx_.create_buffer(kQueriesPerChunk * sizeof(uint64_t), WGPUBufferUsage_MapRead,
-                                   "timestamps readback");
+  c->resolve =
+      ctx_.create_buffer(kQueriesPerChunk * sizeof(uint64_t), WGPUBufferUsage_QueryResolve, "timestamps resolve");
+  c->readback = ctx_.create_buffer(kQueriesPerChunk * sizeof(uint64_t), WGPUBufferUsage_MapRead, "timestamps readback");
   chunks_.push_back(std::move(c));
   return chunks_.back().get();
 }

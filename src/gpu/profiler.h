@@ -32,17 +32,17 @@ struct KernelTime {
   std::string name;         // pipeline short name, "elementwise.wgsl:add"
   uint64_t workgroups = 0;  // x * y * z of the dispatch grid
   uint64_t calls = 0;
-  double ns = 0;            // sum of its dispatches' GPU time (end-of-pass minus beginning-of-pass timestamps)
+  double ns = 0;  // sum of its dispatches' GPU time (end-of-pass minus beginning-of-pass timestamps)
 };
 
 struct ProfileReport {
   std::vector<KernelTime> kernels;  // most time first
   double kernel_ns = 0;             // sum over every dispatch
   uint64_t dispatches = 0;
-  uint64_t batches = 0;             // submitted batches read back
-  double batch_span_ns = 0;         // sum over batches of (last end-of-pass - first beginning-of-pass)
-  uint64_t windows = 0;             // collect() calls that found work
-  double window_span_ns = 0;        // sum over windows of their batches' first to last timestamp
+  uint64_t batches = 0;       // submitted batches read back
+  double batch_span_ns = 0;   // sum over batches of (last end-of-pass - first beginning-of-pass)
+  uint64_t windows = 0;       // collect() calls that found work
+  double window_span_ns = 0;  // sum over windows of their batches' first to last timestamp
 };
 
 class Profiler {

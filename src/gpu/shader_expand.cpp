@@ -1,7 +1,7 @@
 #include "gpu/shader_expand.h"
 
-#include <map>
 #include <cctype>
+#include <map>
 #include <sstream>
 #include <vector>
 
@@ -32,7 +32,8 @@ std::string trim(const std::string& s) {
 }
 
 void replace_all(std::string& s, const std::string& from, const std::string& to) {
-  for (size_t pos = 0; (pos = s.find(from, pos)) != std::string::npos; pos += to.size()) s.replace(pos, from.size(), to);
+  for (size_t pos = 0; (pos = s.find(from, pos)) != std::string::npos; pos += to.size())
+    s.replace(pos, from.size(), to);
 }
 
 struct Expander {

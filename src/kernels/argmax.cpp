@@ -15,7 +15,9 @@ constexpr uint32_t kArgmaxWorkgroup = 256;
 constexpr uint32_t kArgmaxChunk = 2 * kArgmaxWorkgroup;  // values per partial
 }  // namespace
 
-uint64_t argmax_scratch_bytes(uint32_t n) { return 8ull * std::max<uint32_t>(1, (n + kArgmaxChunk - 1) / kArgmaxChunk); }
+uint64_t argmax_scratch_bytes(uint32_t n) {
+  return 8ull * std::max<uint32_t>(1, (n + kArgmaxChunk - 1) / kArgmaxChunk);
+}
 
 void encode_argmax(gpu::ComputeBatch& batch, gpu::Context& ctx, const gpu::Buffer& values, uint32_t n,
                    const gpu::Buffer& scratch, const gpu::Buffer& out, uint32_t out_index) {

@@ -25,8 +25,7 @@ std::string kv_prelude_vec4(KvView view) {
     case KvView::PackedF16:
       return "alias KvVec = vec2<u32>;\n"
              "fn kv_to_f32(x: KvVec) -> vec4<f32> { return vec4<f32>(unpack2x16float(x.x), unpack2x16float(x.y)); }\n";
-    case KvView::F32:
-      return "alias KvVec = vec4<f32>;\nfn kv_to_f32(x: KvVec) -> vec4<f32> { return x; }\n";
+    case KvView::F32: return "alias KvVec = vec4<f32>;\nfn kv_to_f32(x: KvVec) -> vec4<f32> { return x; }\n";
   }
   return {};
 }
@@ -50,8 +49,7 @@ std::string tile_prelude(const AttentionTiles& t) {
   return "const BQ: u32 = " + std::to_string(t.bq) + "u;\nconst BK: u32 = " + std::to_string(t.bk) +
          "u;\nconst TPR: u32 = " + std::to_string(t.tpr) + "u;\nconst DV: u32 = " + std::to_string(t.dv) +
          "u;\nconst RPT: u32 = " + std::to_string(t.rpt) + "u;\nconst WG: u32 = " + std::to_string(t.wg) +
-         "u;\nconst NL: u32 = " +
-         std::to_string((t.bk * t.dv * t.tpr + t.wg - 1) / t.wg) + "u;\n";
+         "u;\nconst NL: u32 = " + std::to_string((t.bk * t.dv * t.tpr + t.wg - 1) / t.wg) + "u;\n";
 }
 
 // Resolved strides/scale plus every check shared by prefill and decode.
@@ -207,8 +205,8 @@ double attention_flops(const AttentionShape& s) {
 }
 
 void encode_attention_prefill(gpu::ComputeBatch& batch, gpu::Context& ctx, const AttentionShape& shape_in,
-                              const gpu::Buffer& q, const KvCache& kv, const gpu::Buffer& out,
-                              AttentionImpl impl, const AttentionTiles* tiles_override) {
+                              const gpu::Buffer& q, const KvCache& kv, const gpu::Buffer& out, AttentionImpl impl,
+                              const AttentionTiles* tiles_override) {
   const char* fn = "encode_attention_prefill";
   const AttentionShape s = validate(fn, ctx, shape_in, q, kv, out);
   if (impl == AttentionImpl::Auto) impl = tiled_possible(ctx, s) ? AttentionImpl::Tiled : AttentionImpl::Baseline;
@@ -225,8 +223,7 @@ void encode_attention_prefill(gpu::ComputeBatch& batch, gpu::Context& ctx, const
     if (tiles_override) {
       const AttentionTiles& t = *tiles_override;
       if (t.tpr == 0 || t.dv == 0 || t.rpt == 0 || t.bq % t.rpt != 0 || 4 * t.dv * t.tpr != s.head_dim ||
-          t.wg != t.bq / t.rpt * t.tpr || t.bk == 0 ||
-          t.wg > ctx.limits().maxComputeInvocationsPerWorkgroup ||
+          t.wg != t.bq / t.rpt * t.tpr || t.bk == 0 || t.wg > ctx.limits().maxComputeInvocationsPerWorkgroup ||
           8ull * t.bk * s.head_dim > ctx.limits().maxComputeWorkgroupStorageSize || 128 % t.bk != 0)
         fail(fn, "tile override does not fit head_dim " + std::to_string(s.head_dim) + " or the adapter's limits");
       tiles = t;
@@ -322,8 +319,7 @@ void encode_attention_decode(gpu::ComputeBatch& batch, gpu::Context& ctx, const 
     const auto bindings = kernel_bindings(params, q, qw, out, ow, kv, &partials);
     batch.dispatch(decode, bindings, n_splits, s.n_heads, count);
     if (n_splits > 1) {
-      const gpu::BufferBinding reduce_bindings[] = {
-          params, {2, &out, ow.offset_bytes, ow.size_bytes}, {8, &partials}};
+      const gpu::BufferBinding reduce_bindings[] = {params, {2, &out, ow.offset_bytes, ow.size_bytes}, {8, &partials}};
       batch.dispatch(reduce, reduce_bindings, s.n_heads, count);
     }
   });

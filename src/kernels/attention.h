@@ -12,14 +12,14 @@ namespace wgllm::kernels {
 // One batch of queries attending over a KvCache.
 struct AttentionShape {
   uint32_t n_heads = 0;
-  uint32_t n_kv_heads = 0;   // n_heads % n_kv_heads == 0 (GQA)
-  uint32_t head_dim = 0;     // <= 256; multiple of 4 for the tiled kernels, even for the baseline
-  uint32_t n_queries = 0;    // queries in this call
-  uint32_t start_pos = 0;    // positions already in the cache before the batch
-  uint32_t q_base = 0;       // index of the first query of this call within the batch
-  uint32_t q_stride = 0;     // floats between query rows (0 = n_heads * head_dim)
-  uint32_t out_stride = 0;   // floats between output rows (0 = n_heads * head_dim)
-  float scale = 0;           // 0 = 1 / sqrt(head_dim)
+  uint32_t n_kv_heads = 0;  // n_heads % n_kv_heads == 0 (GQA)
+  uint32_t head_dim = 0;    // <= 256; multiple of 4 for the tiled kernels, even for the baseline
+  uint32_t n_queries = 0;   // queries in this call
+  uint32_t start_pos = 0;   // positions already in the cache before the batch
+  uint32_t q_base = 0;      // index of the first query of this call within the batch
+  uint32_t q_stride = 0;    // floats between query rows (0 = n_heads * head_dim)
+  uint32_t out_stride = 0;  // floats between output rows (0 = n_heads * head_dim)
+  float scale = 0;          // 0 = 1 / sqrt(head_dim)
 };
 // Query i of the call sits at position start_pos + q_base + i, attends keys
 // [0, start_pos + q_base + i], reads q row q_base + i and writes out row q_base + i.
@@ -45,11 +45,11 @@ static_assert(sizeof(AttentionParams) == 80 && offsetof(AttentionParams, scale) 
 
 // Tile sizes for the tiled kernels, derived from head_dim and the adapter's limits.
 struct AttentionTiles {
-  uint32_t bq;   // rows (query, head) per workgroup
-  uint32_t bk;   // keys per K/V tile
-  uint32_t tpr;  // threads per row
-  uint32_t dv;   // vec4 columns per thread (head_dim = 4 * dv * tpr)
-  uint32_t wg;   // threads per workgroup = bq / rpt * tpr
+  uint32_t bq;       // rows (query, head) per workgroup
+  uint32_t bk;       // keys per K/V tile
+  uint32_t tpr;      // threads per row
+  uint32_t dv;       // vec4 columns per thread (head_dim = 4 * dv * tpr)
+  uint32_t wg;       // threads per workgroup = bq / rpt * tpr
   uint32_t rpt = 1;  // rows per thread group (each K/V value read from workgroup memory feeds rpt rows)
 };
 AttentionTiles attention_tiles(uint32_t head_dim, const WGPULimits& limits);

@@ -15,11 +15,11 @@ void encode_embedding(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeig
   detail::check_weight(fn, table);
   if (n_tokens == 0) fail(fn, "n_tokens must be > 0");
   if (ids.size < uint64_t(n_tokens) * 4)
-    fail(fn, "ids holds " + std::to_string(ids.size) + " bytes, needs n_tokens * 4 = " +
-                 std::to_string(uint64_t(n_tokens) * 4));
+    fail(fn, "ids holds " + std::to_string(ids.size) +
+                 " bytes, needs n_tokens * 4 = " + std::to_string(uint64_t(n_tokens) * 4));
   if (out.size < uint64_t(n_tokens) * table.n_in * 4)
-    fail(fn, "out holds " + std::to_string(out.size) + " bytes, needs n_tokens * n_embd * 4 = " +
-                 std::to_string(uint64_t(n_tokens) * table.n_in * 4));
+    fail(fn, "out holds " + std::to_string(out.size) +
+                 " bytes, needs n_tokens * n_embd * 4 = " + std::to_string(uint64_t(n_tokens) * table.n_in * 4));
   const uint32_t max_grid = ctx.limits().maxComputeWorkgroupsPerDimension;
   const uint32_t step = std::min(detail::tokens_per_binding(fn, ctx, {table.n_in}), max_grid);
   WGPUComputePipeline pipe =

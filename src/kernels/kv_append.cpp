@@ -30,17 +30,15 @@ void encode_kv_append(gpu::ComputeBatch& batch, gpu::Context& ctx, KvCache& kv, 
     touched[kv.locate(uint32_t(pos)).pool] = true;
 
   constexpr uint32_t kWorkgroup = 256;
-  const auto grid = gpu::fold_grid((threads + kWorkgroup - 1) / kWorkgroup, ctx.limits().maxComputeWorkgroupsPerDimension);
+  const auto grid =
+      gpu::fold_grid((threads + kWorkgroup - 1) / kWorkgroup, ctx.limits().maxComputeWorkgroupsPerDimension);
   WGPUComputePipeline pipe = ctx.pipeline({"kv_append.wgsl", "kv_append", {}, ""});
   for (uint32_t pool = 0; pool < kv.n_pools(); ++pool) {
     if (!touched[pool]) continue;
-    const KvAppendParams p{cfg.kv_dim, start_pos, n_tokens, kv.page_size(), kv.pages_per_pool(), pool, f16 ? 1u : 0u,
-                           grid.x};
-    const gpu::BufferBinding b[] = {batch.uniform(0, p),
-                                    {1, &k, 0, bytes},
-                                    {2, &v, 0, bytes},
-                                    {3, &kv.page_table()},
-                                    {4, &kv.pool(pool)}};
+    const KvAppendParams p{cfg.kv_dim,          start_pos, n_tokens,      kv.page_size(),
+                           kv.pages_per_pool(), pool,      f16 ? 1u : 0u, grid.x};
+    const gpu::BufferBinding b[] = {
+        batch.uniform(0, p), {1, &k, 0, bytes}, {2, &v, 0, bytes}, {3, &kv.page_table()}, {4, &kv.pool(pool)}};
     batch.dispatch(pipe, b, grid.x, grid.y);
   }
 }

@@ -9,11 +9,9 @@
 
 namespace wgllm::kernels {
 
-KvCache::KvCache(gpu::Context& ctx, const KvCacheConfig& config, std::string_view label)
-    : ctx_(ctx), config_(config) {
+KvCache::KvCache(gpu::Context& ctx, const KvCacheConfig& config, std::string_view label) : ctx_(ctx), config_(config) {
   const std::string name(label);
-  if (config_.kv_dim == 0 || config_.max_seq == 0)
-    throw InvalidArgument(name + ": kv_dim and max_seq must be > 0");
+  if (config_.kv_dim == 0 || config_.max_seq == 0) throw InvalidArgument(name + ": kv_dim and max_seq must be > 0");
   if (config_.page_size == 0) config_.page_size = config_.max_seq;
   const uint64_t esize = kv_type_bytes(config_.type);
   const uint64_t page_bytes = 2ull * config_.page_size * config_.kv_dim * esize;  // K then V
@@ -30,9 +28,9 @@ KvCache::KvCache(gpu::Context& ctx, const KvCacheConfig& config, std::string_vie
   pages_per_pool_ = static_cast<uint32_t>(std::min<uint64_t>(limit / page_bytes, n_pages_));
   const uint32_t n_pools = (n_pages_ + pages_per_pool_ - 1) / pages_per_pool_;
   if (n_pools > kMaxPools)
-    throw InvalidArgument(name + ": " + std::to_string(config_.max_seq) + " positions need " +
-                          std::to_string(n_pools) + " storage bindings of " + std::to_string(limit) +
-                          " bytes; at most " + std::to_string(kMaxPools) + " are supported: lower the context (-c)");
+    throw InvalidArgument(name + ": " + std::to_string(config_.max_seq) + " positions need " + std::to_string(n_pools) +
+                          " storage bindings of " + std::to_string(limit) + " bytes; at most " +
+                          std::to_string(kMaxPools) + " are supported: lower the context (-c)");
   for (uint32_t p = 0; p < n_pools; ++p) {
     const uint32_t pages = std::min(pages_per_pool_, n_pages_ - p * pages_per_pool_);
     pools_.push_back(ctx.create_buffer(pages * page_bytes, WGPUBufferUsage_Storage, name + " pool"));
@@ -43,8 +41,7 @@ KvCache::KvCache(gpu::Context& ctx, const KvCacheConfig& config, std::string_vie
     std::vector<uint32_t> sorted = config_.page_order;
     std::sort(sorted.begin(), sorted.end());
     if (sorted != table_)
-      throw InvalidArgument(name + ": page_order must be a permutation of the " + std::to_string(n_pages_) +
-                            " pages");
+      throw InvalidArgument(name + ": page_order must be a permutation of the " + std::to_string(n_pages_) + " pages");
     table_ = config_.page_order;
   }
   page_table_ = ctx.upload<uint32_t>(table_, WGPUBufferUsage_Storage, name + " page table");

@@ -45,8 +45,7 @@ constexpr const char* kMatmulShader = "matmul_common.wgsl+matmul.wgsl";
 
 // The product with the options' epilogues, or (rk) the matvec's RoPE + KV-append epilogue. The options are checked.
 void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight& w, const gpu::Buffer& x,
-                    const gpu::Buffer& y, uint32_t n_tokens, const MatmulOptions& o,
-                    const detail::RopeKvEpilogue* rk) {
+                    const gpu::Buffer& y, uint32_t n_tokens, const MatmulOptions& o, const detail::RopeKvEpilogue* rk) {
   const char* fn = rk ? "encode_qkv_rope_append" : "encode_matmul";
   detail::check_weight(fn, w);
   if (n_tokens == 0) fail(fn, "n_tokens must be > 0");
@@ -81,7 +80,8 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
   const uint64_t norm_floats = (uint64_t(w.n_in) + 7) / 8 * 8;
   if (o.norm) check_size("norm", *o.norm, norm_floats, "n_in rounded up to 8, * 4");
   if (o.norm && !(o.eps > 0)) fail(fn, "eps must be > 0 with norm");
-  if (o.norm && (o.norm->get() == y.get() || (split_out && (o.norm->get() == o.y1->get() || o.norm->get() == o.y2->get()))))
+  if (o.norm &&
+      (o.norm->get() == y.get() || (split_out && (o.norm->get() == o.y1->get() || o.norm->get() == o.y2->get()))))
     fail(fn, "norm must not be an output");
   MatmulImpl impl = o.impl;
   if (impl == MatmulImpl::Auto) impl = n_tokens <= kMatvecMaxTokens ? MatmulImpl::Matvec : MatmulImpl::Tiled;
@@ -103,10 +103,9 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
     const auto y1w = split_out ? detail::row_window(ctx, first, count, y1_width) : detail::RowWindow{0, 16, 0};
     const auto y2w = split_out ? detail::row_window(ctx, first, count, y2_width) : detail::RowWindow{0, 16, 0};
     const bool xv4 = w.n_in % 32 == 0 && xw.first_word % 4 == 0;
-    WGPUComputePipeline pipe =
-        impl == MatmulImpl::Matvec
-            ? ctx.pipeline({kMatvecShader, "matvec", {}, matvec_prelude(mv, w.type, count, xv4)})
-            : ctx.pipeline({kMatmulShader, "matmul", {}, detail::weight_prelude(w.type, 1)});
+    WGPUComputePipeline pipe = impl == MatmulImpl::Matvec
+                                   ? ctx.pipeline({kMatvecShader, "matvec", {}, matvec_prelude(mv, w.type, count, xv4)})
+                                   : ctx.pipeline({kMatmulShader, "matmul", {}, detail::weight_prelude(w.type, 1)});
     for (const auto& piece : w.pieces) {
       MatmulParams p = detail::piece_params(w, piece, count);
       p.flags = flag_bits;
@@ -198,7 +197,10 @@ MatvecConfig parse_matvec_config(const std::string& text) {
     pos = x + 1;
   }
   if (v.size() < 3 || v.size() > 5) throw InvalidArgument(expected);
-  const MatvecConfig c{.threads_per_row = v[0], .rows = v[1], .groups = v[2], .units = v.size() > 3 ? v[3] : 1,
+  const MatvecConfig c{.threads_per_row = v[0],
+                       .rows = v[1],
+                       .groups = v[2],
+                       .units = v.size() > 3 ? v[3] : 1,
                        .int_f16 = v.size() > 4 && v[4] != 0};
   const bool bad = c.threads_per_row == 0 || c.rows == 0 || c.units == 0 || c.rows % 2 || c.groups == 0 ||
                    c.rows * kMatvecMaxTokens > c.threads_per_row || (c.threads_per_row & (c.threads_per_row - 1)) ||

@@ -68,7 +68,7 @@ struct RopeKvEpilogue {
   const gpu::Buffer* table = nullptr;  // upload_rope_table
   const gpu::Buffer* pool = nullptr;   // the KV cache pool holding the position
   uint32_t pos = 0, head_dim = 0, rope_dim = 0;
-  uint32_t k_elem = 0, v_elem = 0;     // K and V rows of `pos` in the pool
+  uint32_t k_elem = 0, v_elem = 0;  // K and V rows of `pos` in the pool
   bool neox = false, kv_f16 = true;
 };
 // encode_matmul for one token with the epilogue above instead of split outputs; o holds split1, split2, and

@@ -26,11 +26,11 @@ void encode_rms_norm(gpu::ComputeBatch& batch, gpu::Context& ctx, const gpu::Buf
   const NormParams p{n_rows, dim, eps, grid.x};
   WGPUComputePipeline pipe = ctx.pipeline({"norm.wgsl", "rms_norm", {{"IN_PLACE", in_place ? 1.0 : 0.0}}, ""});
   // In place, x and y are one buffer: it may be bound writable only once, so x gets the placeholder.
-  const gpu::BufferBinding b[] = {batch.uniform(0, p),
-                                  in_place ? gpu::BufferBinding{1, &ctx.placeholder_storage()}
-                                           : gpu::BufferBinding{1, &x, 0, bytes},
-                                  {2, &w, 0, uint64_t(dim) * 4},
-                                  {3, &y, 0, bytes}};
+  const gpu::BufferBinding b[] = {
+      batch.uniform(0, p),
+      in_place ? gpu::BufferBinding{1, &ctx.placeholder_storage()} : gpu::BufferBinding{1, &x, 0, bytes},
+      {2, &w, 0, uint64_t(dim) * 4},
+      {3, &y, 0, bytes}};
   batch.dispatch(pipe, b, grid.x, grid.y);
 }
 

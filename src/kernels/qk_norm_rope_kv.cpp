@@ -24,7 +24,8 @@ void encode_qk_norm_rope_kv(gpu::ComputeBatch& batch, gpu::Context& ctx, const Q
   const auto& kc = kv.config();
   const uint64_t kv_dim = uint64_t(s.n_kv) * s.head_dim;
   if (kc.kv_dim != kv_dim)
-    fail(fn, "n_kv * head_dim " + std::to_string(kv_dim) + " must equal the cache's kv_dim " + std::to_string(kc.kv_dim));
+    fail(fn,
+         "n_kv * head_dim " + std::to_string(kv_dim) + " must equal the cache's kv_dim " + std::to_string(kc.kv_dim));
   if (s.pos >= kc.max_seq)
     fail(fn, "position " + std::to_string(s.pos) + " is past the cache (max_seq " + std::to_string(kc.max_seq) + ")");
   const uint64_t q_bytes = uint64_t(s.n_head) * s.head_dim * 4, kv_bytes = kv_dim * 4;

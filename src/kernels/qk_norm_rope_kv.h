@@ -24,7 +24,7 @@ struct QkNormRopeKvShape {
   uint32_t head_dim = 0;  // even, <= 512
   uint32_t rope_dim = 0;  // 0 = head_dim; even, <= head_dim
   RopeType type = RopeType::Normal;
-  uint32_t pos = 0;       // the token's position, < the cache's max_seq
+  uint32_t pos = 0;  // the token's position, < the cache's max_seq
   float eps = 1e-6f;
 };
 

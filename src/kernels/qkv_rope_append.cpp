@@ -30,8 +30,10 @@ void encode_qkv_rope_append(gpu::ComputeBatch& batch, gpu::Context& ctx, const G
     fail(fn, "head_dim " + std::to_string(a.head_dim) + " must be even and divide q's and k's rows, " + "rope_dim " +
                  std::to_string(a.rope_dim) + " even and <= head_dim");
   if (a.neox && !qkv_rope_append_supported(ctx, w, a))
-    fail(fn, "neox RoPE needs head_dim and rope_dim multiples of 4, the weight in one piece and a matvec shape of 4k "
-             "rows (head_dim " + std::to_string(a.head_dim) + ", rope_dim " + std::to_string(a.rope_dim) + ", " +
+    fail(fn,
+         "neox RoPE needs head_dim and rope_dim multiples of 4, the weight in one piece and a matvec shape of 4k "
+         "rows (head_dim " +
+             std::to_string(a.head_dim) + ", rope_dim " + std::to_string(a.rope_dim) + ", " +
              std::to_string(w.pieces.size()) + " pieces)");
   if (a.pos >= kc.max_seq)
     fail(fn, "position " + std::to_string(a.pos) + " is past the cache (max_seq " + std::to_string(kc.max_seq) + ")");
@@ -40,9 +42,15 @@ void encode_qkv_rope_append(gpu::ComputeBatch& batch, gpu::Context& ctx, const G
   if (at.k_elem > UINT32_MAX || at.v_elem + kc.kv_dim > UINT32_MAX)
     fail(fn, "the cache pool is too large for 32-bit element offsets");
   const MatmulOptions o{.bias = a.bias, .norm = a.norm, .eps = a.eps, .split1 = q_dim, .split2 = q_dim + kc.kv_dim};
-  const detail::RopeKvEpilogue e{.table = a.table, .pool = &a.kv->pool(at.pool), .pos = a.pos, .head_dim = a.head_dim,
-                                 .rope_dim = a.rope_dim, .k_elem = uint32_t(at.k_elem), .v_elem = uint32_t(at.v_elem),
-                                 .neox = a.neox, .kv_f16 = kc.type == KvType::F16};
+  const detail::RopeKvEpilogue e{.table = a.table,
+                                 .pool = &a.kv->pool(at.pool),
+                                 .pos = a.pos,
+                                 .head_dim = a.head_dim,
+                                 .rope_dim = a.rope_dim,
+                                 .k_elem = uint32_t(at.k_elem),
+                                 .v_elem = uint32_t(at.v_elem),
+                                 .neox = a.neox,
+                                 .kv_f16 = kc.type == KvType::F16};
   detail::encode_matvec_rope_kv(batch, ctx, w, x, y, o, e);
 }
 

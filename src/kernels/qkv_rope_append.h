@@ -14,10 +14,10 @@ namespace wgllm::kernels {
 struct QkvRopeAppend {
   const gpu::Buffer* table = nullptr;  // upload_rope_table(rope_dim, ...)
   uint32_t head_dim = 0;
-  uint32_t rope_dim = 0;  // even, <= head_dim
-  bool neox = false;      // pairs (i, i + rope_dim / 2) rotate (else adjacent pairs (2i, 2i + 1))
-  uint32_t pos = 0;       // the token's position, < the cache's max_seq
-  KvCache* kv = nullptr;  // its kv_dim: the k rows and the v rows of the weight
+  uint32_t rope_dim = 0;              // even, <= head_dim
+  bool neox = false;                  // pairs (i, i + rope_dim / 2) rotate (else adjacent pairs (2i, 2i + 1))
+  uint32_t pos = 0;                   // the token's position, < the cache's max_seq
+  KvCache* kv = nullptr;              // its kv_dim: the k rows and the v rows of the weight
   const gpu::Buffer* bias = nullptr;  // [n_out] f32 (optional)
   const gpu::Buffer* norm = nullptr;  // [n_in] f32 padded to 8 (optional): RMSNorm of x folded in
   float eps = 1e-5f;

@@ -29,8 +29,9 @@ std::vector<float> rope_freq_factors(const RopeScaling& s, uint32_t rope_dim, fl
   std::vector<float> out(rope_dim / 2, 1.f);
   if (!s.enabled) return out;
   if (!(s.factor > 0) || !(s.high_freq_factor > s.low_freq_factor) || s.original_context == 0)
-    throw InvalidArgument("rope_freq_factors: llama3 scaling needs factor > 0, high_freq_factor > low_freq_factor "
-                          "and original_context > 0");
+    throw InvalidArgument(
+        "rope_freq_factors: llama3 scaling needs factor > 0, high_freq_factor > low_freq_factor "
+        "and original_context > 0");
   const double old_ctx = s.original_context;
   const double low_wavelen = old_ctx / s.low_freq_factor, high_wavelen = old_ctx / s.high_freq_factor;
   for (uint32_t i = 0; i < rope_dim / 2; ++i) {
@@ -55,8 +56,8 @@ gpu::Buffer upload_rope_table(gpu::Context& ctx, uint32_t rope_dim, float base, 
   if (rope_dim == 0 || rope_dim % 2) fail(fn, "rope_dim " + std::to_string(rope_dim) + " must be even and > 0");
   if (!(base > 0) || !std::isfinite(base)) fail(fn, "base must be finite and > 0");
   if (!freq_factors.empty() && freq_factors.size() != rope_dim / 2)
-    fail(fn, "freq_factors holds " + std::to_string(freq_factors.size()) + " values, needs rope_dim / 2 = " +
-                 std::to_string(rope_dim / 2));
+    fail(fn, "freq_factors holds " + std::to_string(freq_factors.size()) +
+                 " values, needs rope_dim / 2 = " + std::to_string(rope_dim / 2));
   std::vector<float> table(size_t(rope_dim / 2) * 4, 0.f);
   for (uint32_t i = 0; i < rope_dim / 2; ++i) {
     double f = std::pow(double(base), -2.0 * i / rope_dim);
@@ -96,7 +97,8 @@ void encode_rope(gpu::ComputeBatch& batch, gpu::Context& ctx, const RopeShape& s
   if (x2) need(fn, "x2", *x2, x2_bytes, ctx);
   need(fn, "table", table, uint64_t(rope_dim / 2) * 16, ctx);
   constexpr uint32_t kWorkgroup = 64;
-  const auto grid = gpu::fold_grid((threads + kWorkgroup - 1) / kWorkgroup, ctx.limits().maxComputeWorkgroupsPerDimension);
+  const auto grid =
+      gpu::fold_grid((threads + kWorkgroup - 1) / kWorkgroup, ctx.limits().maxComputeWorkgroupsPerDimension);
   RopeParams p{};
   p.n_tokens = s.n_tokens;
   p.n_heads = s.n_heads;
@@ -109,11 +111,10 @@ void encode_rope(gpu::ComputeBatch& batch, gpu::Context& ctx, const RopeShape& s
   p.grid_x = grid.x;
   p.n_heads2 = s.n_heads2;
   WGPUComputePipeline pipe = ctx.pipeline({"rope_angle.wgsl+rope.wgsl", "rope", {}, ""});
-  const gpu::BufferBinding b[] = {
-      batch.uniform(0, p),
-      {1, &table, 0, uint64_t(rope_dim / 2) * 16},
-      {3, &x, 0, ((uint64_t(s.n_tokens) - 1) * stride + s.head_offset + heads) * 4},
-      {4, x2 ? x2 : &ctx.placeholder_writable(), 0, x2 ? x2_bytes : 16}};
+  const gpu::BufferBinding b[] = {batch.uniform(0, p),
+                                  {1, &table, 0, uint64_t(rope_dim / 2) * 16},
+                                  {3, &x, 0, ((uint64_t(s.n_tokens) - 1) * stride + s.head_offset + heads) * 4},
+                                  {4, x2 ? x2 : &ctx.placeholder_writable(), 0, x2 ? x2_bytes : 16}};
   batch.dispatch(pipe, b, grid.x, grid.y);
 }
 

@@ -37,8 +37,8 @@ struct RopeShape {
   uint32_t n_tokens = 0;
   uint32_t n_heads = 0;
   uint32_t head_dim = 0;
-  uint32_t rope_dim = 0;     // 0 = head_dim; even, <= head_dim
-  uint32_t start_pos = 0;    // token t sits at position start_pos + t (< 2^24)
+  uint32_t rope_dim = 0;   // 0 = head_dim; even, <= head_dim
+  uint32_t start_pos = 0;  // token t sits at position start_pos + t (< 2^24)
   RopeType type = RopeType::Normal;
   uint32_t row_stride = 0;   // floats between token rows (0 = n_heads * head_dim)
   uint32_t head_offset = 0;  // floats from a row's start to its first head (e.g. k inside fused qkv)

@@ -60,14 +60,14 @@ static_assert(sizeof(MatmulParams) == 96);
 
 // The FLAG_* bits of matmul_common.wgsl.
 namespace flags {
-inline constexpr uint32_t kBias = 1, kLastPiece = 2, kNorm = 4, kAccum = 8, kSwiglu = 16, kSplit = 32,
-                          kRopeKv = 64, kNeox = 128;
+inline constexpr uint32_t kBias = 1, kLastPiece = 2, kNorm = 4, kAccum = 8, kSwiglu = 16, kSplit = 32, kRopeKv = 64,
+                          kNeox = 128;
 }
 
 // Helpers of the weight kernels' host encoders (and check.h's).
 namespace detail {
 
-void check_weight(const char* fn, const GpuWeight& w);            // uploaded and not empty
+void check_weight(const char* fn, const GpuWeight& w);  // uploaded and not empty
 
 // A contiguous range of rows of `stride` 4-byte words bound with an aligned offset.
 struct RowWindow {

@@ -68,8 +68,8 @@ ModelConfig config_from_gguf(const GgufFile& f) {
   c.n_embd = dim("embedding_length");
   c.n_layer = dim("block_count");
   c.n_head = dim("attention.head_count");
-  c.n_head_kv = require_dim(f, a + "attention.head_count_kv",
-                            f.find_u32(a + "attention.head_count_kv").value_or(c.n_head));
+  c.n_head_kv =
+      require_dim(f, a + "attention.head_count_kv", f.find_u32(a + "attention.head_count_kv").value_or(c.n_head));
   c.n_ff = dim("feed_forward_length");
   c.n_ctx_train = f.get_u32(a + "context_length");  // long-context models go past kMaxDim; only 0 is wrong
   if (c.n_ctx_train == 0) fail(f, "key '" + a + "context_length' is 0");

@@ -16,23 +16,23 @@ using kernels::RopeType;
 enum class Arch { Llama, Qwen2, Qwen3 };
 struct ModelConfig {
   Arch arch = Arch::Llama;
-  std::string arch_name;      // as in general.architecture
+  std::string arch_name;  // as in general.architecture
   uint32_t n_vocab = 0;
-  uint32_t n_embd = 0;        // model width
+  uint32_t n_embd = 0;  // model width
   uint32_t n_layer = 0;
   uint32_t n_head = 0;
   uint32_t n_head_kv = 0;
-  uint32_t head_dim = 0;      // attention.key_length, default n_embd / n_head
-  uint32_t n_ff = 0;          // feed-forward hidden size
-  uint32_t n_ctx_train = 0;   // context_length
+  uint32_t head_dim = 0;     // attention.key_length, default n_embd / n_head
+  uint32_t n_ff = 0;         // feed-forward hidden size
+  uint32_t n_ctx_train = 0;  // context_length
   float rms_eps = 1e-5f;
   float rope_base = 10000.f;
-  uint32_t rope_dim = 0;      // rope.dimension_count (default head_dim)
+  uint32_t rope_dim = 0;  // rope.dimension_count (default head_dim)
   RopeType rope_type = RopeType::Normal;
   RopeScaling rope_scaling;
-  bool qk_norm = false;       // qwen3: RMSNorm on each q/k head before RoPE
-  bool attn_bias = false;     // qwen2: biases on q/k/v projections
-  bool tied_embeddings = false;  // no output.weight: logits use token_embd.weight
+  bool qk_norm = false;                // qwen3: RMSNorm on each q/k head before RoPE
+  bool attn_bias = false;              // qwen2: biases on q/k/v projections
+  bool tied_embeddings = false;        // no output.weight: logits use token_embd.weight
   bool has_rope_freqs_tensor = false;  // rope_freqs.weight present (llama.cpp's Llama 3.x: per-pair freq divisors)
 
   uint32_t q_dim() const { return n_head * head_dim; }

@@ -24,8 +24,8 @@ std::vector<float> load_tensor(const GgufFile& f, const std::string& name) {
 
 // y[t][o] = sum_i x[t][i] * w[o][i] (+ bias[o]), accumulated in double. x: [T][in], w: [out][in], y: [T][out].
 // Output rows are split over two threads when there is enough work.
-void matmul(const float* x, size_t T, size_t in, const std::vector<float>& w, size_t out, const std::vector<float>& bias,
-            float* y) {
+void matmul(const float* x, size_t T, size_t in, const std::vector<float>& w, size_t out,
+            const std::vector<float>& bias, float* y) {
   auto rows = [&](size_t o0, size_t o1) {
     for (size_t o = o0; o < o1; ++o) {  // one weight row against every token: the row stays in cache
       const float* wo = w.data() + o * in;
@@ -103,8 +103,8 @@ CpuModel load_cpu_model(const GgufFile& f) {
 std::vector<double> rope_inv_freq(const ModelConfig& c, std::span<const float> rope_freqs) {
   const uint32_t half = c.rope_dim / 2;
   if (!rope_freqs.empty() && rope_freqs.size() != half)
-    throw InvalidArgument("rope_freqs has " + std::to_string(rope_freqs.size()) + " entries, expected rope_dim/2 = " +
-                          std::to_string(half));
+    throw InvalidArgument("rope_freqs has " + std::to_string(rope_freqs.size()) +
+                          " entries, expected rope_dim/2 = " + std::to_string(half));
   std::vector<double> inv(half);
   for (uint32_t i = 0; i < half; ++i) inv[i] = std::pow(double(c.rope_base), -2.0 * i / double(c.rope_dim));
   if (!rope_freqs.empty()) {
@@ -157,13 +157,9 @@ void CpuSession::reset() {
   for (auto& v : v_cache_) v.clear();
 }
 
-std::vector<float> CpuSession::forward(std::span<const int32_t> tokens) {
-  return std::move(run(tokens, false).back());
-}
+std::vector<float> CpuSession::forward(std::span<const int32_t> tokens) { return std::move(run(tokens, false).back()); }
 
-std::vector<std::vector<float>> CpuSession::forward_all(std::span<const int32_t> tokens) {
-  return run(tokens, true);
-}
+std::vector<std::vector<float>> CpuSession::forward_all(std::span<const int32_t> tokens) { return run(tokens, true); }
 
 std::vector<std::vector<float>> CpuSession::run(std::span<const int32_t> tokens, bool all_logits) {
   const ModelConfig& c = model_->config;
@@ -180,12 +176,15 @@ std::vector<std::vector<float>> CpuSession::run(std::span<const int32_t> tokens,
 
   // Residual stream x [T][E].
   std::vector<float> x(T * E);
-  for (size_t t = 0; t < T; ++t)
-    std::copy_n(w.token_embd.begin() + size_t(tokens[t]) * E, E, x.begin() + t * E);
+  for (size_t t = 0; t < T; ++t) std::copy_n(w.token_embd.begin() + size_t(tokens[t]) * E, E, x.begin() + t * E);
 
   std::vector<float> h(T * E), q(T * Q), k(T * KV), v(T * KV), attn, gate(T * F), up(T * F), proj(T * E);
-  const AttentionRef ap{.n_heads = c.n_head, .n_kv_heads = c.n_head_kv, .head_dim = c.head_dim,
-                        .n_queries = uint32_t(T), .start_pos = n_past_, .scale = float(1.0 / std::sqrt(double(D)))};
+  const AttentionRef ap{.n_heads = c.n_head,
+                        .n_kv_heads = c.n_head_kv,
+                        .head_dim = c.head_dim,
+                        .n_queries = uint32_t(T),
+                        .start_pos = n_past_,
+                        .scale = float(1.0 / std::sqrt(double(D)))};
   for (uint32_t l = 0; l < c.n_layer; ++l) {
     const CpuLayer& L = w.layers[l];
     // Attention block.

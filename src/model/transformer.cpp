@@ -72,9 +72,9 @@ struct Uploader {
     const GgufTensor& ta = f.tensor(a);
     const GgufTensor& tb = f.tensor(b);
     if (ta.ne[1] != tb.ne[1]) throw ModelError(a + " and " + b + " differ in rows");
-    GpuWeight w = kernels::upload_weight(ctx, ta.type, ta.ne[0], 2 * ta.ne[1],
-                                         kernels::interleave_rows(f.tensor_data(ta), f.tensor_data(tb), ta.ne[1]),
-                                         label);
+    GpuWeight w =
+        kernels::upload_weight(ctx, ta.type, ta.ne[0], 2 * ta.ne[1],
+                               kernels::interleave_rows(f.tensor_data(ta), f.tensor_data(tb), ta.ne[1]), label);
     advance(ta);
     advance(tb);
     return w;
@@ -145,8 +145,7 @@ const gpu::Buffer* optional(const gpu::Buffer& b) { return b.size ? &b : nullptr
 
 GpuModel load_gpu_model(gpu::Context& ctx, const GgufFile& f) { return load_gpu_model(ctx, f, config_from_gguf(f)); }
 
-GpuModel load_gpu_model(gpu::Context& ctx, const GgufFile& f, const ModelConfig& config,
-                        const LoadProgress& progress) {
+GpuModel load_gpu_model(gpu::Context& ctx, const GgufFile& f, const ModelConfig& config, const LoadProgress& progress) {
   GpuModel m;
   m.config = config;
   const ModelConfig& c = m.config;
@@ -203,20 +202,20 @@ int32_t argmax(std::span<const float> v) {
 
 // Activations for up to ubatch tokens. Row-major [tokens][width] f32.
 struct GpuSession::Buffers {
-  gpu::Buffer ids;            // [ubatch] u32 token ids
-  gpu::Buffer x;              // [ubatch][n_embd] residual stream (the output projections add into it)
-  gpu::Buffer q;              // [ubatch][q_dim]
-  gpu::Buffer k, v;           // [ubatch][kv_dim]
-  gpu::Buffer attn;           // [ubatch][q_dim] attention output
-  gpu::Buffer gate, up;       // [ubatch][n_ff] (gate and up not fused)
-  gpu::Buffer act;            // [ubatch][n_ff] SwiGLU output
-  gpu::Buffer last;           // [n_embd] the last token's residual row
-  gpu::Buffer logits;         // [n_vocab] logits of the last token
-  gpu::Buffer logits_host;    // [n_vocab] mappable copy of logits, read back once per step
-  gpu::Buffer logits_all;     // [ubatch][n_vocab], made on first use by forward_all
-  gpu::Buffer argmax_scratch; // encode_argmax's partials
+  gpu::Buffer ids;                         // [ubatch] u32 token ids
+  gpu::Buffer x;                           // [ubatch][n_embd] residual stream (the output projections add into it)
+  gpu::Buffer q;                           // [ubatch][q_dim]
+  gpu::Buffer k, v;                        // [ubatch][kv_dim]
+  gpu::Buffer attn;                        // [ubatch][q_dim] attention output
+  gpu::Buffer gate, up;                    // [ubatch][n_ff] (gate and up not fused)
+  gpu::Buffer act;                         // [ubatch][n_ff] SwiGLU output
+  gpu::Buffer last;                        // [n_embd] the last token's residual row
+  gpu::Buffer logits;                      // [n_vocab] logits of the last token
+  gpu::Buffer logits_host;                 // [n_vocab] mappable copy of logits, read back once per step
+  gpu::Buffer logits_all;                  // [ubatch][n_vocab], made on first use by forward_all
+  gpu::Buffer argmax_scratch;              // encode_argmax's partials
   std::array<gpu::Buffer, 2> id_readback;  // mappable copies of the chosen id of two greedy steps in flight
-  gpu::Buffer decode_scratch; // split-K partials of the decode attention
+  gpu::Buffer decode_scratch;              // split-K partials of the decode attention
 };
 
 GpuSession::GpuSession(gpu::Context& ctx, const GpuModel& model, const GpuSessionOptions& options)
@@ -253,22 +252,23 @@ GpuSession::GpuSession(gpu::Context& ctx, const GpuModel& model, const GpuSessio
   kv_.reserve(c.n_layer);
   decode_qkv_.reserve(c.n_layer);
   for (uint32_t l = 0; l < c.n_layer; ++l)
-    kv_.emplace_back(ctx, kernels::KvCacheConfig{.kv_dim = uint32_t(KV), .max_seq = n_ctx_, .page_size = page,
-                                                     .type = options.kv_type},
-                     "kv cache " + std::to_string(l));
+    kv_.emplace_back(
+        ctx,
+        kernels::KvCacheConfig{.kv_dim = uint32_t(KV), .max_seq = n_ctx_, .page_size = page, .type = options.kv_type},
+        "kv cache " + std::to_string(l));
   for (const GpuLayer& L : model.weights.layers) {
-    const kernels::QkvRopeAppend shape{.head_dim = c.head_dim, .rope_dim = c.rope_dim,
-                                       .neox = c.rope_type == kernels::RopeType::Neox};
-    decode_qkv_.push_back(c.qk_norm                                                       ? DecodeQkv::QkNormRopeAppend
+    const kernels::QkvRopeAppend shape{
+        .head_dim = c.head_dim, .rope_dim = c.rope_dim, .neox = c.rope_type == kernels::RopeType::Neox};
+    decode_qkv_.push_back(c.qk_norm ? DecodeQkv::QkNormRopeAppend
                           : !L.wqkv.empty() && kernels::qkv_rope_append_supported(ctx, L.wqkv, shape)
                               ? DecodeQkv::FusedRopeAppend
                               : DecodeQkv::Separate);
   }
-  const kernels::AttentionShape longest{.n_heads = c.n_head, .n_kv_heads = c.n_head_kv, .head_dim = c.head_dim,
-                                        .n_queries = 1, .start_pos = n_ctx_ - 1};
+  const kernels::AttentionShape longest{
+      .n_heads = c.n_head, .n_kv_heads = c.n_head_kv, .head_dim = c.head_dim, .n_queries = 1, .start_pos = n_ctx_ - 1};
   const uint32_t splits = kernels::attention_decode_splits(longest, kv_[0]);
-  b.decode_scratch = make(std::max<uint64_t>(4, kernels::attention_decode_scratch_bytes(longest, splits) / 4),
-                          "decode scratch");
+  b.decode_scratch =
+      make(std::max<uint64_t>(4, kernels::attention_decode_scratch_bytes(longest, splits) / 4), "decode scratch");
   // Compile the kernels now, as part of loading rather than of the first prompt: encode (and drop) a step of each
   // token count the matvec is specialised for and one tiled prefill chunk. The pipelines stay in the context.
   for (uint32_t n = 1; n <= kernels::kMatvecMaxTokens + 1; ++n)
@@ -310,8 +310,7 @@ std::vector<float> GpuSession::forward(std::span<const int32_t> tokens) {
 std::vector<std::vector<float>> GpuSession::forward_all(std::span<const int32_t> tokens) {
   check_tokens(tokens);
   const uint32_t V = model_.config.n_vocab;
-  if (!buf_->logits_all.size)
-    buf_->logits_all = ctx_.create_buffer(uint64_t(ubatch_) * V * 4, kStorage, "logits all");
+  if (!buf_->logits_all.size) buf_->logits_all = ctx_.create_buffer(uint64_t(ubatch_) * V * 4, kStorage, "logits all");
   std::vector<std::vector<float>> out;
   for (size_t i = 0; i < tokens.size(); i += ubatch_) {
     const auto chunk = tokens.subspan(i, std::min<size_t>(ubatch_, tokens.size() - i));
@@ -380,7 +379,8 @@ uint32_t GpuSession::decode_greedy(int32_t token, uint32_t max_new, const std::f
   // tok/s against 800 in pieces of 4 layers; PERF.md).
   std::array<gpu::SubmissionIndex, 2> done_at{};
   auto submit = [&](uint32_t k) {
-    encode_step(1, pos0 + k, Output::Argmax, [&](Piece piece) { done_at[k % 2] = piece->submit(); }, k % 2, k > 0);
+    encode_step(
+        1, pos0 + k, Output::Argmax, [&](Piece piece) { done_at[k % 2] = piece->submit(); }, k % 2, k > 0);
   };
   submit(0);
   uint32_t chosen = 0;
@@ -438,10 +438,15 @@ void GpuSession::encode_attention_block(gpu::ComputeBatch& batch, uint32_t layer
   const ModelConfig& c = model_.config;
   const GpuLayer& L = model_.weights.layers[layer];
   Buffers& b = *buf_;
-  const kernels::QkvRopeAppend qkv_rope{.table = &model_.weights.rope_table, .head_dim = c.head_dim,
-                                        .rope_dim = c.rope_dim, .neox = c.rope_type == kernels::RopeType::Neox,
-                                        .pos = pos, .kv = &kv_[layer], .bias = optional(L.bqkv),
-                                        .norm = &L.attn_norm, .eps = c.rms_eps};
+  const kernels::QkvRopeAppend qkv_rope{.table = &model_.weights.rope_table,
+                                        .head_dim = c.head_dim,
+                                        .rope_dim = c.rope_dim,
+                                        .neox = c.rope_type == kernels::RopeType::Neox,
+                                        .pos = pos,
+                                        .kv = &kv_[layer],
+                                        .bias = optional(L.bqkv),
+                                        .norm = &L.attn_norm,
+                                        .eps = c.rms_eps};
   if (n == 1 && decode_qkv_[layer] == DecodeQkv::FusedRopeAppend) {
     // q = rope(rms_norm(x) @ wq), k = rope(rms_norm(x) @ wk) and v = rms_norm(x) @ wv (+ biases), k and v written
     // into the cache: one dispatch
@@ -451,8 +456,13 @@ void GpuSession::encode_attention_block(gpu::ComputeBatch& batch, uint32_t layer
     encode_qkv(batch, layer, n);
     if (n == 1 && decode_qkv_[layer] == DecodeQkv::QkNormRopeAppend) {
       // qwen3 decoding: the per-head q/k norm, RoPE and the KV append in one dispatch
-      const kernels::QkNormRopeKvShape s{.n_head = c.n_head, .n_kv = c.n_head_kv, .head_dim = c.head_dim,
-                                         .rope_dim = c.rope_dim, .type = c.rope_type, .pos = pos, .eps = c.rms_eps};
+      const kernels::QkNormRopeKvShape s{.n_head = c.n_head,
+                                         .n_kv = c.n_head_kv,
+                                         .head_dim = c.head_dim,
+                                         .rope_dim = c.rope_dim,
+                                         .type = c.rope_type,
+                                         .pos = pos,
+                                         .eps = c.rms_eps};
       kernels::encode_qk_norm_rope_kv(batch, ctx_, s, model_.weights.rope_table, b.q, b.k, b.v, L.q_norm, L.k_norm,
                                       kv_[layer]);
     } else {
@@ -461,8 +471,12 @@ void GpuSession::encode_attention_block(gpu::ComputeBatch& batch, uint32_t layer
         kernels::encode_rms_norm(batch, ctx_, b.k, L.k_norm, b.k, n * c.n_head_kv, c.head_dim, c.rms_eps);
       }
       // RoPE on q and k (one dispatch) at positions pos ..
-      const kernels::RopeShape rope{.n_tokens = n, .n_heads = c.n_head, .head_dim = c.head_dim,
-                                    .rope_dim = c.rope_dim, .start_pos = pos, .type = c.rope_type,
+      const kernels::RopeShape rope{.n_tokens = n,
+                                    .n_heads = c.n_head,
+                                    .head_dim = c.head_dim,
+                                    .rope_dim = c.rope_dim,
+                                    .start_pos = pos,
+                                    .type = c.rope_type,
                                     .n_heads2 = c.n_head_kv};
       kernels::encode_rope(batch, ctx_, rope, model_.weights.rope_table, b.q, &b.k);
       // k, v rows into the cache
@@ -470,8 +484,8 @@ void GpuSession::encode_attention_block(gpu::ComputeBatch& batch, uint32_t layer
     }
   }
   // causal attention over the cache: the batched kernel for a chunk, split-K decode for one token
-  const kernels::AttentionShape shape{.n_heads = c.n_head, .n_kv_heads = c.n_head_kv, .head_dim = c.head_dim,
-                                      .n_queries = n, .start_pos = pos};
+  const kernels::AttentionShape shape{
+      .n_heads = c.n_head, .n_kv_heads = c.n_head_kv, .head_dim = c.head_dim, .n_queries = n, .start_pos = pos};
   if (n == 1)
     kernels::encode_attention_decode(batch, ctx_, shape, b.q, kv_[layer], b.attn, &b.decode_scratch);
   else

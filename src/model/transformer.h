@@ -30,20 +30,20 @@ class GgufFile;
 // weight (one dispatch writes q, k and v), gate and up interleaved row by row (one dispatch writes SwiGLU of the
 // pair). Otherwise the separate weights are used.
 struct GpuLayer {
-  gpu::Buffer attn_norm;        // [n_embd] f32
-  kernels::GpuWeight wqkv;      // [q_dim + 2 kv_dim][n_embd] = wq, wk, wv stacked; empty when not fused
-  gpu::Buffer bqkv;             // [q_dim + 2 kv_dim] f32 stacked biases (qwen2, fused)
-  kernels::GpuWeight wq;        // [q_dim][n_embd]  (llama: rows permuted for adjacent-pair RoPE, as in the file)
-  kernels::GpuWeight wk;        // [kv_dim][n_embd]
-  kernels::GpuWeight wv;        // [kv_dim][n_embd]
-  gpu::Buffer bq, bk, bv;       // [q_dim], [kv_dim], [kv_dim] f32; qwen2 only, not fused (size 0 otherwise)
-  gpu::Buffer q_norm, k_norm;   // [head_dim] f32 each, shared by every head; qwen3 only (size 0 otherwise)
-  kernels::GpuWeight wo;        // [n_embd][q_dim]
-  gpu::Buffer ffn_norm;         // [n_embd] f32
-  kernels::GpuWeight w_gate_up; // [2 n_ff][n_embd]: gate row i at 2i, up row i at 2i + 1; empty when not fused
-  kernels::GpuWeight w_gate;    // [n_ff][n_embd]
-  kernels::GpuWeight w_up;      // [n_ff][n_embd]
-  kernels::GpuWeight w_down;    // [n_embd][n_ff]
+  gpu::Buffer attn_norm;         // [n_embd] f32
+  kernels::GpuWeight wqkv;       // [q_dim + 2 kv_dim][n_embd] = wq, wk, wv stacked; empty when not fused
+  gpu::Buffer bqkv;              // [q_dim + 2 kv_dim] f32 stacked biases (qwen2, fused)
+  kernels::GpuWeight wq;         // [q_dim][n_embd]  (llama: rows permuted for adjacent-pair RoPE, as in the file)
+  kernels::GpuWeight wk;         // [kv_dim][n_embd]
+  kernels::GpuWeight wv;         // [kv_dim][n_embd]
+  gpu::Buffer bq, bk, bv;        // [q_dim], [kv_dim], [kv_dim] f32; qwen2 only, not fused (size 0 otherwise)
+  gpu::Buffer q_norm, k_norm;    // [head_dim] f32 each, shared by every head; qwen3 only (size 0 otherwise)
+  kernels::GpuWeight wo;         // [n_embd][q_dim]
+  gpu::Buffer ffn_norm;          // [n_embd] f32
+  kernels::GpuWeight w_gate_up;  // [2 n_ff][n_embd]: gate row i at 2i, up row i at 2i + 1; empty when not fused
+  kernels::GpuWeight w_gate;     // [n_ff][n_embd]
+  kernels::GpuWeight w_up;       // [n_ff][n_embd]
+  kernels::GpuWeight w_down;     // [n_embd][n_ff]
 };
 
 struct GpuWeights {
@@ -57,8 +57,8 @@ struct GpuWeights {
 struct GpuModel {
   ModelConfig config;
   GpuWeights weights;
-  uint64_t weight_bytes = 0;        // GPU memory taken by the weights
-  uint64_t bytes_per_token = 0;     // weight bytes one decode step reads (every matrix once, embedding row aside)
+  uint64_t weight_bytes = 0;     // GPU memory taken by the weights
+  uint64_t bytes_per_token = 0;  // weight bytes one decode step reads (every matrix once, embedding row aside)
   const kernels::GpuWeight& logits_weight() const {
     return config.tied_embeddings ? weights.token_embd : weights.output;
   }
@@ -117,7 +117,7 @@ class GpuSession {
   uint32_t n_past() const { return n_past_; }
   uint32_t n_ctx() const { return n_ctx_; }
   uint32_t ubatch() const { return ubatch_; }
-  uint64_t kv_bytes() const;  // GPU memory of the KV caches
+  uint64_t kv_bytes() const;                                           // GPU memory of the KV caches
   uint64_t bind_groups_made() const { return bind_cache_->misses(); }  // over the session's life
   // Forget the cached positions (their rows are overwritten later) and the step encoded ahead.
   void reset() {
@@ -148,8 +148,8 @@ class GpuSession {
   // piece to `ready` in order: submitted at once, or kept for later. Output::Argmax copies the id to
   // id_readback[slot]. one_piece: a single command buffer whatever layers_per_submit_ says (a step queued behind
   // another gains nothing from starting early, and each submission boundary costs GPU time).
-  void encode_step(uint32_t n, uint32_t pos, Output output, const std::function<void(Piece)>& ready,
-                   uint32_t slot = 0, bool one_piece = false);
+  void encode_step(uint32_t n, uint32_t pos, Output output, const std::function<void(Piece)>& ready, uint32_t slot = 0,
+                   bool one_piece = false);
   void encode_layer(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n, uint32_t pos);
   void encode_attention_block(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n, uint32_t pos);
   void encode_qkv(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n);
@@ -171,7 +171,7 @@ class GpuSession {
   uint32_t n_past_ = 0;
   std::unique_ptr<Buffers> buf_;
   std::unique_ptr<gpu::BindCache> bind_cache_;  // decode steps repeat: their bind groups are made once
-  std::vector<kernels::KvCache> kv_;  // [n_layer]
+  std::vector<kernels::KvCache> kv_;            // [n_layer]
   // While the GPU runs a decode step, the CPU encodes the next one (it depends only on the position): the next
   // token then only writes its id and submits.
   std::unique_ptr<PreparedStep> next_;

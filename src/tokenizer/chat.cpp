@@ -84,15 +84,12 @@ std::string llama2(std::span<const ChatMessage> msgs, std::string_view bos, std:
 
 }  // namespace
 
-std::string apply_chat_template(ChatTemplate tmpl, std::span<const ChatMessage> messages,
-                                bool add_generation_prompt, std::string_view bos_text, std::string_view eos_text) {
+std::string apply_chat_template(ChatTemplate tmpl, std::span<const ChatMessage> messages, bool add_generation_prompt,
+                                std::string_view bos_text, std::string_view eos_text) {
   switch (tmpl) {
-    case ChatTemplate::Llama3:
-      return llama3(messages, add_generation_prompt, bos_text);
-    case ChatTemplate::ChatML:
-      return chatml(messages, add_generation_prompt);
-    case ChatTemplate::Llama2:
-      return llama2(messages, bos_text, eos_text);
+    case ChatTemplate::Llama3: return llama3(messages, add_generation_prompt, bos_text);
+    case ChatTemplate::ChatML: return chatml(messages, add_generation_prompt);
+    case ChatTemplate::Llama2: return llama2(messages, bos_text, eos_text);
   }
   throw InvalidArgument("unknown ChatTemplate value");
 }

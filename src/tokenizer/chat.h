@@ -26,8 +26,7 @@ ChatTemplate detect_chat_template(std::string_view jinja);
 // ChatML: no BOS, contents as given. Llama2: bos_text before every user turn, eos_text after every assistant
 // turn, a leading system message folded into the first user turn, contents trimmed; roles must alternate
 // user/assistant (InvalidArgument otherwise); add_generation_prompt changes nothing (the prompt ends in [/INST]).
-std::string apply_chat_template(ChatTemplate tmpl, std::span<const ChatMessage> messages,
-                                bool add_generation_prompt, std::string_view bos_text,
-                                std::string_view eos_text = "");
+std::string apply_chat_template(ChatTemplate tmpl, std::span<const ChatMessage> messages, bool add_generation_prompt,
+                                std::string_view bos_text, std::string_view eos_text = "");
 
 }  // namespace wgllm

@@ -22,8 +22,8 @@ TokenizerData tokenizer_data_from_gguf(const GgufFile& f) {
   if (f.has("tokenizer.ggml.scores")) {
     d.scores = f.get_f32_array("tokenizer.ggml.scores");
     if (d.scores.size() != n)
-      fail("key 'tokenizer.ggml.scores' has " + std::to_string(d.scores.size()) + " entries for " +
-           std::to_string(n) + " tokens");
+      fail("key 'tokenizer.ggml.scores' has " + std::to_string(d.scores.size()) + " entries for " + std::to_string(n) +
+           " tokens");
   }
   if (f.has("tokenizer.ggml.token_type")) {
     d.token_types = f.get_i32_array("tokenizer.ggml.token_type");

@@ -13,8 +13,7 @@ namespace {
 
 // GPT-2 (HF ByteLevel's own regex): contractions, letters, digits, other symbols, each optionally after one space;
 // whitespace runs leave their last space to the next word.
-constexpr const char* kGpt2 =
-    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+constexpr const char* kGpt2 = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 // Llama 3: case-insensitive contractions, letters after at most one non-letter/digit/newline, digits in runs of at
 // most three, symbols with trailing newlines, newline runs.
 constexpr const char* kLlama3 =
@@ -61,8 +60,7 @@ PreTokenizer::PreTokenizer(std::string_view pre) {
   } else if (pre == "smollm") {
     patterns = {kDigit, kGpt2};
   } else {
-    throw ModelError("tokenizer.ggml.pre '" + std::string(pre) + "' is not supported (supported: " + supported() +
-                     ")");
+    throw ModelError("tokenizer.ggml.pre '" + std::string(pre) + "' is not supported (supported: " + supported() + ")");
   }
   for (const char* p : patterns) regexes_.push_back(std::make_unique<Regex>(p));
 }
@@ -82,8 +80,7 @@ struct MatchData {
 };
 
 // Matches and gaps of `re` over `piece`, appended to `out`.
-void split_one(const pcre2_code* re, pcre2_match_data* md, std::string_view piece,
-               std::vector<std::string_view>& out) {
+void split_one(const pcre2_code* re, pcre2_match_data* md, std::string_view piece, std::vector<std::string_view>& out) {
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(piece.data());
   size_t off = 0, last = 0;
   while (off < piece.size()) {

@@ -75,8 +75,8 @@ struct Tokenizer::Impl {
   bool spm_merges_cross_spaces = false;  // some piece holds ▁ after its first character
 
   // Byte-level BPE.
-  std::array<std::string, 256> byte_chars;             // byte -> UTF-8 of the code point standing for it
-  std::array<int32_t, 256> byte_symbol{};             // byte -> id of its one-character token (-1: none)
+  std::array<std::string, 256> byte_chars;                           // byte -> UTF-8 of the code point standing for it
+  std::array<int32_t, 256> byte_symbol{};                            // byte -> id of its one-character token (-1: none)
   std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> merges;  // (left, right) -> (rank, merged id)
   std::unique_ptr<PreTokenizer> pre;
 
@@ -105,14 +105,15 @@ Tokenizer::Tokenizer(TokenizerData data) : impl_(std::make_unique<Impl>()) {
   }
   if (n == 0) bad("tokenizer.ggml.tokens is empty");
   if (!d.token_types.empty() && d.token_types.size() != d.tokens.size())
-    bad("tokenizer.ggml.token_type has " + std::to_string(d.token_types.size()) + " entries for " +
-        std::to_string(n) + " tokens");
+    bad("tokenizer.ggml.token_type has " + std::to_string(d.token_types.size()) + " entries for " + std::to_string(n) +
+        " tokens");
   if (m.spm && d.scores.size() != d.tokens.size())
     bad("tokenizer.ggml.scores has " + std::to_string(d.scores.size()) + " entries for " + std::to_string(n) +
         " tokens");
   for (auto [name, id] : {std::pair{"bos", d.bos}, {"eos", d.eos}, {"unknown", d.unk}, {"padding", d.pad}})
-    if (id < -1 || id >= n) bad(std::string("tokenizer.ggml.") + name + "_token_id " + std::to_string(id) +
-                                " is outside the vocabulary of " + std::to_string(n));
+    if (id < -1 || id >= n)
+      bad(std::string("tokenizer.ggml.") + name + "_token_id " + std::to_string(id) + " is outside the vocabulary of " +
+          std::to_string(n));
   m.add_bos = d.add_bos.value_or(m.spm);
   if (m.add_bos && d.bos < 0) bad("tokenizer.ggml.add_bos_token is set but there is no bos_token_id");
   if (d.add_eos && d.eos < 0) bad("tokenizer.ggml.add_eos_token is set but there is no eos_token_id");
@@ -148,8 +149,7 @@ Tokenizer::Tokenizer(TokenizerData data) : impl_(std::make_unique<Impl>()) {
       }
       if (t == kTokenByte) {
         unsigned v = 0;
-        if (s.size() != 6 || s.compare(0, 3, "<0x") != 0 || s[5] != '>' ||
-            std::sscanf(s.c_str() + 3, "%2x", &v) != 1)
+        if (s.size() != 6 || s.compare(0, 3, "<0x") != 0 || s[5] != '>' || std::sscanf(s.c_str() + 3, "%2x", &v) != 1)
           bad("byte token " + std::to_string(i) + " '" + s + "' is not of the form <0xXX>");
         if (m.byte_tokens[v] < 0) ++bytes;
         m.byte_tokens[v] = i;
@@ -208,8 +208,8 @@ Tokenizer::Tokenizer(TokenizerData data) : impl_(std::make_unique<Impl>()) {
     auto b = m.token_ids.find(std::string_view(mg).substr(sp + 1));
     auto ab = m.token_ids.find(mg.substr(0, sp) + mg.substr(sp + 1));
     if (a == m.token_ids.end() || b == m.token_ids.end() || ab == m.token_ids.end()) continue;
-    const uint64_t key = static_cast<uint64_t>(static_cast<uint32_t>(a->second)) << 32 |
-                         static_cast<uint32_t>(b->second);
+    const uint64_t key =
+        static_cast<uint64_t>(static_cast<uint32_t>(a->second)) << 32 | static_cast<uint32_t>(b->second);
     m.merges.emplace(key, std::pair{static_cast<int32_t>(r), ab->second});
   }
   m.pre = std::make_unique<PreTokenizer>(d.pre);
@@ -409,8 +409,8 @@ void Tokenizer::Impl::encode_bpe_word(std::string_view word, std::vector<int32_t
   std::priority_queue<Cand, std::vector<Cand>, decltype(worse)> queue(worse);
   auto consider = [&](int32_t l, int32_t r) {
     if (l < 0 || r < 0) return;
-    const uint64_t key = static_cast<uint64_t>(static_cast<uint32_t>(sym[l].id)) << 32 |
-                         static_cast<uint32_t>(sym[r].id);
+    const uint64_t key =
+        static_cast<uint64_t>(static_cast<uint32_t>(sym[l].id)) << 32 | static_cast<uint32_t>(sym[r].id);
     auto it = merges.find(key);
     if (it != merges.end()) queue.push({it->second.first, l, r, it->second.second, sym[l].id, sym[r].id});
   };

@@ -9,8 +9,8 @@ namespace wgllm::utf8 {
 enum class Status : uint8_t { Ok, Invalid, Incomplete };
 
 struct Char {
-  uint32_t cp;    // valid only when status == Ok
-  uint32_t len;   // bytes consumed: the character, the invalid maximal subpart (>= 1), or what is there so far
+  uint32_t cp;   // valid only when status == Ok
+  uint32_t len;  // bytes consumed: the character, the invalid maximal subpart (>= 1), or what is there so far
   Status status;
 };
 

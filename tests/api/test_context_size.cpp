@@ -83,8 +83,8 @@ TEST(DefaultContext, RandomInputsKeepTheContract) {
     const uint64_t max_pos = std::uniform_int_distribution<uint64_t>(0, 2ull * n_train)(gen);
     const ContextSize c = default_context(n_train, budget, bpp, max_pos);
     const uint64_t fits = std::min(budget / bpp, max_pos);
-    SCOPED_TRACE("n_ctx_train " + std::to_string(n_train) + ", budget " + std::to_string(budget) +
-                 ", bytes/position " + std::to_string(bpp) + ", max positions " + std::to_string(max_pos));
+    SCOPED_TRACE("n_ctx_train " + std::to_string(n_train) + ", budget " + std::to_string(budget) + ", bytes/position " +
+                 std::to_string(bpp) + ", max positions " + std::to_string(max_pos));
     ASSERT_LE(c.n_ctx, n_train);
     ASSERT_EQ(c.capped, c.n_ctx < n_train);
     if (fits >= n_train) {

@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "model/reference.h"
-#include "model/config.h"
 #include "gguf/file.h"
+#include "model/config.h"
+#include "model/reference.h"
 #include "tokenizer/gguf_tokenizer.h"
 #include "tokenizer/tokenizer.h"
 #include "wgllm/default_model.h"
@@ -28,8 +28,7 @@ TEST(DefaultModel, BytesAreAnAlignedGguf) {
   const GgufFile f = open_default();
   EXPECT_EQ(f.file_size(), bytes.size());
   EXPECT_EQ(f.get_string("general.architecture"), "llama");
-  for (const GgufTensor& t : f.tensors())
-    EXPECT_EQ(t.type, t.n_dims == 1 ? GgufType::F32 : GgufType::F16) << t.name;
+  for (const GgufTensor& t : f.tensors()) EXPECT_EQ(t.type, t.n_dims == 1 ? GgufType::F32 : GgufType::F16) << t.name;
 }
 
 TEST(DefaultModel, Config) {
@@ -67,8 +66,8 @@ TEST(DefaultModel, TokenizerRoundTrips) {
 // Greedy tokens after "ROMEO:" ({1450, 28}), produced by the independent numpy implementation from the committed
 // file: `.venv/bin/python tools/numpy_forward.py models/default/shakespeare-tiny.gguf --tokens 1450,28
 // --n-predict 20` (float64; tools/train_default_model.py checks the same tokens against its PyTorch model).
-const std::vector<int32_t> kNumpyGreedy = {301, 14,  284, 499, 330, 311,  380,  275, 201, 1450,
-                                            269, 43, 514, 261, 1154, 1173, 294, 311, 261, 1154};
+const std::vector<int32_t> kNumpyGreedy = {301, 14, 284, 499, 330,  311,  380, 275, 201, 1450,
+                                           269, 43, 514, 261, 1154, 1173, 294, 311, 261, 1154};
 
 TEST(DefaultModel, CpuForwardGreedyMatchesNumpy) {
   const cpu::CpuModel m = cpu::load_cpu_model(open_default());

@@ -44,9 +44,10 @@ TEST(InspectGguf, ReportsMetadataTensorsAndConfig) {
   for (const auto& [key, v] : f.metadata()) EXPECT_TRUE(md.count(key)) << key;
   EXPECT_EQ(md.at("general.name"), (std::pair<std::string, std::string>{"string", "'tiny'"}));
   EXPECT_EQ(md.at("qwen2.block_count"), (std::pair<std::string, std::string>{"u32", "2"}));
-  EXPECT_EQ(md.at("test.numbers"), (std::pair<std::string, std::string>{"array", "array of i32 [6]: 3, -1, 4, 1, 5, ..."}));
-  EXPECT_TRUE(std::is_sorted(s.metadata.begin(), s.metadata.end(),
-                             [](const auto& a, const auto& b) { return a.key < b.key; }));
+  EXPECT_EQ(md.at("test.numbers"),
+            (std::pair<std::string, std::string>{"array", "array of i32 [6]: 3, -1, 4, 1, 5, ..."}));
+  EXPECT_TRUE(
+      std::is_sorted(s.metadata.begin(), s.metadata.end(), [](const auto& a, const auto& b) { return a.key < b.key; }));
 
   ASSERT_EQ(s.tensors.size(), f.tensors().size());
   EXPECT_EQ(s.tensors.front().name, "token_embd.weight");

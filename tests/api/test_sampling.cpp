@@ -4,9 +4,9 @@
 
 #include <cmath>
 #include <functional>
+#include <map>
 #include <string>
 #include <utility>
-#include <map>
 #include <vector>
 
 #include "api/sampling.h"
@@ -87,9 +87,9 @@ TEST(Sampling, RepetitionPenaltyDividesPositiveAndMultipliesNegative) {
   std::vector<float> l{2.f, -2.f, 1.f};
   const std::vector<int32_t> recent{0, 1, 0};
   apply_repetition_penalty(l, recent, 2.f);
-  EXPECT_FLOAT_EQ(l[0], 1.f);   // once, although it occurs twice
+  EXPECT_FLOAT_EQ(l[0], 1.f);  // once, although it occurs twice
   EXPECT_FLOAT_EQ(l[1], -4.f);
-  EXPECT_FLOAT_EQ(l[2], 1.f);   // not recent
+  EXPECT_FLOAT_EQ(l[2], 1.f);  // not recent
 }
 
 TEST(Sampling, RepetitionPenaltyLooksAtTheLastNOnly) {
@@ -102,7 +102,7 @@ TEST(Sampling, RepetitionPenaltyLooksAtTheLastNOnly) {
   s.accept(0);
   EXPECT_EQ(s.sample(l), 1);  // 0 penalised to 0.3
   s.accept(2);
-  s.accept(2);                // 0 and 1 have left the window of 2
+  s.accept(2);  // 0 and 1 have left the window of 2
   EXPECT_EQ(s.sample(l), 0);
 }
 

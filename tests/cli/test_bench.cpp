@@ -9,8 +9,8 @@
 #include <cstdio>
 #include <string>
 
-#include "model/config.h"
 #include "gguf/file.h"
+#include "model/config.h"
 #include "model_util.h"
 #include "test_util.h"
 
@@ -34,8 +34,8 @@ TEST(CliBench, ProfileJsonAddsUp) {
   const std::string model = test::model_path("llama-f32");
   const uint32_t n_layer = config_from_gguf(GgufFile::open(model)).n_layer;
   constexpr int kSteps = 3;
-  const auto [status, out] = run_cli("bench -m " + model + " -p 0 -n " + std::to_string(kSteps) +
-                                     " -r 1 --profile --json");
+  const auto [status, out] =
+      run_cli("bench -m " + model + " -p 0 -n " + std::to_string(kSteps) + " -r 1 --profile --json");
   ASSERT_EQ(status, 0) << out;
   const nlohmann::json p = nlohmann::json::parse(out).at("profile");
   EXPECT_EQ(p.at("steps"), kSteps);

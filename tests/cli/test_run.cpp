@@ -57,8 +57,8 @@ std::string write_prompt_file(const std::string& text) {
 
 // n random words (letters only: safe inside single quotes on a shell command line).
 std::string random_words(std::mt19937_64& gen, size_t n) {
-  static const char* words[] = {"thou", "art",   "the",  "king",  "of",    "Verona", "night", "my",    "lord",
-                                "sweet", "rose", "and",  "love",  "doth",  "speak",  "what",  "light", "shall",
+  static const char* words[] = {"thou",   "art",  "the",  "king",  "of",    "Verona", "night", "my",    "lord",
+                                "sweet",  "rose", "and",  "love",  "doth",  "speak",  "what",  "light", "shall",
                                 "yonder", "fair", "hath", "death", "heart", "gentle", "noble", "ROMEO", "Juliet"};
   std::uniform_int_distribution<size_t> d(0, std::size(words) - 1);
   std::string s;
@@ -168,8 +168,8 @@ TEST(CliContext, ChatTemplateTokensCountAgainstExplicitContext) {
   const size_t n_plain = tok.encode(user, true, true).size();
   const size_t n_chat = tok.encode(rendered_by_hand("qwen2-f32", "", user), false, true).size();
   ASSERT_GT(n_chat, n_plain);
-  const CliResult r = run_cli("run -m " + test::model_path("qwen2-f32") + " --chat -p '" + user + "' -c " +
-                              std::to_string(n_plain));
+  const CliResult r =
+      run_cli("run -m " + test::model_path("qwen2-f32") + " --chat -p '" + user + "' -c " + std::to_string(n_plain));
   EXPECT_EQ(r.status, 1) << r.err;
   EXPECT_EQ(count_lines(r.err), 1u) << r.err;
   EXPECT_NE(r.err.find("the prompt has " + std::to_string(n_chat) + " tokens"), std::string::npos) << r.err;
@@ -203,9 +203,9 @@ TEST(CliContext, ContextPastTrainingIsAllowedAndSaid) {
   const CliResult r =
       run_cli("run -m " + test::model_path("qwen2-f32") + " -p 'ROMEO:' --temp 0 -n 1 -c " + std::to_string(c));
   EXPECT_EQ(r.status, 0) << r.err;
-  EXPECT_NE(r.err.find("(context " + std::to_string(c) + ", past the model's trained " + std::to_string(n_ctx_train) +
-                       ")"),
-            std::string::npos)
+  EXPECT_NE(
+      r.err.find("(context " + std::to_string(c) + ", past the model's trained " + std::to_string(n_ctx_train) + ")"),
+      std::string::npos)
       << r.err;
 }
 
@@ -234,7 +234,8 @@ TEST(ModelLoad, BeforeUploadRunsFirstAndCanStopTheLoad) {
     EXPECT_EQ(m.info().arch, "qwen2");
     EXPECT_EQ(m.info().n_ctx, 77u);
     EXPECT_TRUE(m.info().adapter.empty());
-    EXPECT_EQ(m.encode("<|im_start|>", false), std::vector<int32_t>{tokenizer_of("qwen2-f32").token_id("<|im_start|>")});
+    EXPECT_EQ(m.encode("<|im_start|>", false),
+              std::vector<int32_t>{tokenizer_of("qwen2-f32").token_id("<|im_start|>")});
     EXPECT_THROW(Session{m}, InvalidArgument);
     throw Stop{};
   };

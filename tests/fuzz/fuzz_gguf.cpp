@@ -5,9 +5,9 @@
 #include <span>
 #include <vector>
 
-#include "model/config.h"
 #include "gguf/dequant.h"
 #include "gguf/file.h"
+#include "model/config.h"
 #include "wgllm/error.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

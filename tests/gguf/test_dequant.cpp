@@ -77,9 +77,9 @@ TEST(DequantF16, FromF32RoundsToNearestEven) {
   EXPECT_EQ(f32_to_f16(INFINITY), 0x7C00);
   EXPECT_EQ(f32_to_f16(1e-10f), 0);
   EXPECT_EQ(f32_to_f16(-0.f), 0x8000);
-  EXPECT_EQ(f32_to_f16(std::ldexp(1.f, -25)), 0);            // tie between 0 and the smallest subnormal: 0
+  EXPECT_EQ(f32_to_f16(std::ldexp(1.f, -25)), 0);  // tie between 0 and the smallest subnormal: 0
   EXPECT_EQ(f32_to_f16(next_up(std::ldexp(1.f, -25))), 1);
-  EXPECT_EQ(f32_to_f16(std::ldexp(3.f, -25)), 2);            // tie between 1 and 2: even
+  EXPECT_EQ(f32_to_f16(std::ldexp(3.f, -25)), 2);  // tie between 1 and 2: even
 }
 
 TEST(DequantBf16, ToF32ExhaustiveAgainstFormula) {
@@ -102,8 +102,8 @@ TEST(DequantBf16, FromF32RoundsToNearestEven) {
     ASSERT_EQ(f32_to_bf16(static_cast<float>(v)), u) << std::hex << h;
     if (std::isinf(v)) continue;
     const uint16_t next = static_cast<uint16_t>(u + 1);
-    const double w = (next & 0x7FFF) == 0x7F80 ? std::ldexp(2.0, 127) * (std::signbit(v) ? -1 : 1)
-                                                : bf16_reference(next);
+    const double w =
+        (next & 0x7FFF) == 0x7F80 ? std::ldexp(2.0, 127) * (std::signbit(v) ? -1 : 1) : bf16_reference(next);
     const double mid_d = (v + w) / 2;
     const float mid = static_cast<float>(mid_d);
     if (static_cast<double>(mid) != mid_d) continue;  // the midpoint above the largest finite: covered below
@@ -177,7 +177,7 @@ TEST(DequantQ4_0, MatchesHandComputedBlocks) {
   }
   uint8_t blk[18] = {};
   set_scale(blk, 2.f);
-  blk[2] = 0xF0;  // element 0: nibble 0 -> -16; element 16: nibble 15 -> 14
+  blk[2] = 0xF0;   // element 0: nibble 0 -> -16; element 16: nibble 15 -> 14
   blk[17] = 0x98;  // element 15: 8 -> 0; element 31: 9 -> 2
   float out[32];
   dequantize_row(GgufType::Q4_0, blk, out, 32);

@@ -7,16 +7,16 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <limits>
-#include <cstring>
 #include <string>
 #include <vector>
 
-#include "gguf_builder.h"
 #include "gguf/file.h"
+#include "gguf_builder.h"
 #include "wgllm/error.h"
 
 namespace wgllm::test {
@@ -200,7 +200,8 @@ TEST(GgufFile, CustomAlignmentAndEveryTensorType) {
 TEST(GgufFile, OpensAFileByPath) {
   auto g = every_type_builder(3);
   const auto bytes = g.build();
-  const std::string path = (std::filesystem::temp_directory_path() / ("wgllm_gguf_test_" + std::to_string(::getpid()) + ".gguf")).string();
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("wgllm_gguf_test_" + std::to_string(::getpid()) + ".gguf")).string();
   {
     std::ofstream out(path, std::ios::binary);
     out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
@@ -322,6 +323,8 @@ GgufBuilder one_tensor(GTensor t) {
 }
 
 const std::vector<CorruptCase>& corrupt_cases() {
+  // One case a line, as a table.
+  // clang-format off
   static const std::vector<CorruptCase> cases = {
       {"empty file", [] { return std::vector<uint8_t>{}; }, "byte 0: header: truncated: file has 0 bytes"},
       {"bad magic", [] { auto b = small_valid().build(); b[0] = 'X'; return b; }, "byte 0: header: bad magic"},
@@ -410,6 +413,7 @@ const std::vector<CorruptCase>& corrupt_cases() {
       {"tensor info cut short", [] { auto g = small_valid(); auto b = g.build(); b.resize(g.layout.infos_end - 3); return b; },
        "tensor #1 ('b'): truncated: tensor data offset needs 8 bytes, 5 left"},
   };
+  // clang-format on
   return cases;
 }
 
@@ -450,9 +454,12 @@ TEST(GgufCorrupt, EveryTruncationFails) {
   }
   // section boundaries by name
   const std::vector<std::pair<const char*, size_t>> cuts = {
-      {"after header", g.layout.header_end},         {"at KV 2", g.layout.kv_start[2]},
-      {"after metadata", g.layout.kv_end},           {"at tensor info 1", g.layout.tensor_info_start[1]},
-      {"after tensor infos", g.layout.infos_end},    {"at data start", g.layout.data_start},
+      {"after header", g.layout.header_end},
+      {"at KV 2", g.layout.kv_start[2]},
+      {"after metadata", g.layout.kv_end},
+      {"at tensor info 1", g.layout.tensor_info_start[1]},
+      {"after tensor infos", g.layout.infos_end},
+      {"at data start", g.layout.data_start},
       {"at tensor 1 data", g.layout.tensor_data_start[1]},
   };
   for (const auto& [what, n] : cuts) {
@@ -487,7 +494,8 @@ TEST(GgufSeeds, WritesFuzzCorpus) {
   seeds.emplace_back("every_type_v3.gguf", every_type_builder(3).build());
   seeds.emplace_back("every_type_v2.gguf", every_type_builder(2).build());
   seeds.emplace_back("small.gguf", small_valid().build());
-  for (const char* arch : {"llama", "qwen2", "qwen3"}) seeds.emplace_back(std::string(arch) + ".gguf", tiny_model(arch).build());
+  for (const char* arch : {"llama", "qwen2", "qwen3"})
+    seeds.emplace_back(std::string(arch) + ".gguf", tiny_model(arch).build());
   {
     GgufBuilder g;
     g.alignment = 64;

@@ -179,10 +179,10 @@ TEST(GpuContext, BindCacheReusesGroupsWithFreshParameters) {
     ctx.write_buffer(x, 0, xs.data(), xs.size() * 4);
     ctx.write_buffer(k, 0, ks.data(), ks.size() * 4);
     gpu::ComputeBatch batch(ctx, "cached rope", &cache);
-    kernels::encode_rope(batch, ctx, {.n_tokens = tokens, .n_heads = heads, .head_dim = dim, .start_pos = start},
-                         table, x);
-    kernels::encode_rope(batch, ctx, {.n_tokens = tokens, .n_heads = 1, .head_dim = dim, .start_pos = start + 1},
-                         table, k);
+    kernels::encode_rope(batch, ctx, {.n_tokens = tokens, .n_heads = heads, .head_dim = dim, .start_pos = start}, table,
+                         x);
+    kernels::encode_rope(batch, ctx, {.n_tokens = tokens, .n_heads = 1, .head_dim = dim, .start_pos = start + 1}, table,
+                         k);
     batch.submit();
     ctx.wait_idle();
     if (!made_first) made_first = cache.misses();

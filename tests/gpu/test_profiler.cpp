@@ -3,8 +3,8 @@
 #include <map>
 #include <utility>
 
-#include "gpu/profiler.h"
 #include "add_kernel.h"
+#include "gpu/profiler.h"
 #include "test_util.h"
 
 namespace wgllm::test {
@@ -108,7 +108,7 @@ TEST(Profiler, BatchLongerThanOneQuerySet) {
   gpu::Profiler profiler(ctx);
   Detach detach{ctx};
   ctx.set_profiler(&profiler);
-  constexpr uint64_t kDispatches = 700;  // > 512 (1024 queries per set, two per dispatch)
+  constexpr uint64_t kDispatches = 700;      // > 512 (1024 queries per set, two per dispatch)
   for (int round = 0; round < 2; ++round) {  // the second round reuses the pool's query sets
     gpu::ComputeBatch batch(ctx, "long");
     for (uint64_t i = 0; i < kDispatches; ++i) c.add(batch, ctx);

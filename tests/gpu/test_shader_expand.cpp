@@ -20,8 +20,8 @@ TEST(ShaderExpand, RepeatsWithIndexAndKeepsLineCount) {
 }
 
 TEST(ShaderExpand, NestedBlocksAndPreludeConstants) {
-  const std::string out = expand_shader("//#unroll i N\n//#unroll j 2\nf($i, $j);\n//#end\n//#end\n",
-                                        "const N: u32 = 2u;\n");
+  const std::string out =
+      expand_shader("//#unroll i N\n//#unroll j 2\nf($i, $j);\n//#end\n//#end\n", "const N: u32 = 2u;\n");
   for (const char* call : {"f(0, 0);", "f(0, 1);", "f(1, 0);", "f(1, 1);"})
     EXPECT_NE(out.find(call), std::string::npos) << out;
   EXPECT_EQ(out.find("f(2"), std::string::npos);

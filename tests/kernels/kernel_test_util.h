@@ -29,7 +29,10 @@ inline std::vector<uint8_t> random_weight(GgufType t, uint64_t ne0, uint64_t ne1
   std::vector<uint8_t> out(tensor_bytes(t, ne0, ne1));
   std::uniform_real_distribution<float> val(-1.f, 1.f), scale(0.002f, 0.05f);
   std::uniform_int_distribution<int> byte(0, 255);
-  auto put16 = [&](size_t at, uint16_t h) { out[at] = uint8_t(h); out[at + 1] = uint8_t(h >> 8); };
+  auto put16 = [&](size_t at, uint16_t h) {
+    out[at] = uint8_t(h);
+    out[at + 1] = uint8_t(h >> 8);
+  };
   switch (t) {
     case GgufType::F32:
       for (size_t i = 0; i < ne0 * ne1; ++i) {

@@ -32,9 +32,7 @@ uint32_t gpu_argmax(const std::vector<float>& values, uint32_t out_index = 0) {
   return got[out_index];
 }
 
-uint32_t cpu_argmax(const std::vector<float>& v) {
-  return uint32_t(std::max_element(v.begin(), v.end()) - v.begin());
-}
+uint32_t cpu_argmax(const std::vector<float>& v) { return uint32_t(std::max_element(v.begin(), v.end()) - v.begin()); }
 
 TEST(Argmax, MatchesMaxElementAtEverySize) {
   for (uint32_t n : {1u, 2u, 255u, 256u, 257u, 511u, 512u, 513u, 1000u, 1024u * 7 + 3, 32000u, 128256u, 151936u}) {

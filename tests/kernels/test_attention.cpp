@@ -25,10 +25,10 @@ struct Case {
   uint32_t page_size = 0;  // 0: contiguous (one page)
   AttentionImpl impl = AttentionImpl::Tiled;
   Kind kind = Kind::Prefill;
-  uint32_t q_split = 0;    // > 0: issue the batch as dispatches of this many queries via q_base
-  uint32_t n_splits = 1;   // decode: 1 = no split-K, 0 = automatic
-  uint32_t row_pad = 0;    // extra floats per q/out row (strides != n_heads * head_dim)
-  uint32_t rpt = 1;        // tiled prefill: rows per thread group (> 1 overrides the default tiles)
+  uint32_t q_split = 0;   // > 0: issue the batch as dispatches of this many queries via q_base
+  uint32_t n_splits = 1;  // decode: 1 = no split-K, 0 = automatic
+  uint32_t row_pad = 0;   // extra floats per q/out row (strides != n_heads * head_dim)
+  uint32_t rpt = 1;       // tiled prefill: rows per thread group (> 1 overrides the default tiles)
 };
 
 std::ostream& operator<<(std::ostream& os, const Case& c) { return os << c.name; }
@@ -39,7 +39,10 @@ ErrorReport run_case(gpu::Context& ctx, const Case& c, uint64_t salt) {
   const uint32_t q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
   const uint32_t stride = q_dim + c.row_pad;
   const uint32_t seq = c.start_pos + c.n_queries;
-  KvCacheConfig cfg{.kv_dim = kv_dim, .max_seq = seq + 3, .page_size = c.page_size, .type = c.kv_type,
+  KvCacheConfig cfg{.kv_dim = kv_dim,
+                    .max_seq = seq + 3,
+                    .page_size = c.page_size,
+                    .type = c.kv_type,
                     .page_order = shuffled_pages(seq + 3, c.page_size, salt)};
   KvCache kv(ctx, cfg, c.name);
   auto k = random_floats(size_t(seq) * kv_dim, gen, -2.f, 2.f);
@@ -51,8 +54,13 @@ ErrorReport run_case(gpu::Context& ctx, const Case& c, uint64_t salt) {
   std::vector<uint32_t> poison(size_t(c.n_queries) * stride, kPoison);
   ctx.write_buffer(out, 0, poison.data(), out.size);
 
-  AttentionShape shape{.n_heads = c.n_heads, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim,
-                       .n_queries = c.n_queries, .start_pos = c.start_pos, .q_stride = stride, .out_stride = stride};
+  AttentionShape shape{.n_heads = c.n_heads,
+                       .n_kv_heads = c.n_kv_heads,
+                       .head_dim = c.head_dim,
+                       .n_queries = c.n_queries,
+                       .start_pos = c.start_pos,
+                       .q_stride = stride,
+                       .out_stride = stride};
   gpu::ComputeBatch batch(ctx, c.name);
   const uint32_t step = c.q_split ? c.q_split : c.n_queries;
   std::vector<gpu::Buffer> scratch;
@@ -87,8 +95,8 @@ ErrorReport run_case(gpu::Context& ctx, const Case& c, uint64_t salt) {
     for (uint32_t pad = q_dim; pad < stride; ++pad)  // padding must stay untouched (poison)
       EXPECT_EQ(std::bit_cast<uint32_t>(got_padded[size_t(i) * stride + pad]), kPoison) << "row " << i;
   }
-  cpu::AttentionRef ref{c.n_heads, c.n_kv_heads, c.head_dim, c.n_queries, c.start_pos,
-                        1.0f / std::sqrt(float(c.head_dim))};
+  cpu::AttentionRef ref{c.n_heads,   c.n_kv_heads, c.head_dim,
+                        c.n_queries, c.start_pos,  1.0f / std::sqrt(float(c.head_dim))};
   auto want = cpu::attention(ref, q_dense, k, v);
   return compare(got, want);
 }
@@ -152,9 +160,9 @@ INSTANTIATE_TEST_SUITE_P(Cases, AttentionTable, ::testing::ValuesIn(kCases),
 TEST(Attention, PackedF16Fallback) {
   gpu::Context ctx(context_options([](auto& o) { o.disable_f16 = true; }));
   ASSERT_EQ(kernels::kv_view(ctx, F16), kernels::KvView::PackedF16);
-  for (const Case& c : {Case{"packed_gqa4_d64_q75", 8, 2, 64, 75, 11},
-                        Case{"packed_baseline_d32", 4, 2, 32, 20, 4, F16, 0, Baseline},
-                        Case{"packed_decode_split", 8, 2, 128, 1, 700, F16, 128, Tiled, Decode, 0, 3}}) {
+  for (const Case& c :
+       {Case{"packed_gqa4_d64_q75", 8, 2, 64, 75, 11}, Case{"packed_baseline_d32", 4, 2, 32, 20, 4, F16, 0, Baseline},
+        Case{"packed_decode_split", 8, 2, 128, 1, 700, F16, 128, Tiled, Decode, 0, 3}}) {
     auto r = run_case(ctx, c, 99);
     EXPECT_LE(r.rel_l2, 3e-3) << c.name << ": " << r.describe();
   }
@@ -171,9 +179,8 @@ TEST(Attention, NoSubgroupsFallsBackToBaseline) {
   gpu::ComputeBatch batch(ctx);
   KvCache kv(ctx, {.kv_dim = 64, .max_seq = 8});
   auto q = ctx.create_buffer(4 * 64 * 4, WGPUBufferUsage_Storage, "q");
-  EXPECT_THROW(kernels::encode_attention_prefill(batch, ctx, {.n_heads = 2, .n_kv_heads = 1, .head_dim = 64,
-                                                              .n_queries = 1},
-                                                 q, kv, q, Tiled),
+  EXPECT_THROW(kernels::encode_attention_prefill(
+                   batch, ctx, {.n_heads = 2, .n_kv_heads = 1, .head_dim = 64, .n_queries = 1}, q, kv, q, Tiled),
                InvalidArgument);
 }
 
@@ -213,11 +220,21 @@ TEST(Attention, BadParametersThrowNamingTheField) {
       {"n_heads", with([](auto& s) { s.n_heads = 0; }), &q, &out},
       {"n_kv_heads", with([](auto& s) { s.n_kv_heads = 0; }), &q, &out},
       {"multiple of n_kv_heads", with([](auto& s) { s.n_heads = 3; }), &q, &out},
-      {"head_dim", with([](auto& s) { s.head_dim = 512; s.n_kv_heads = 1; s.n_heads = 1; }), &q, &out},
+      {"head_dim", with([](auto& s) {
+         s.head_dim = 512;
+         s.n_kv_heads = 1;
+         s.n_heads = 1;
+       }),
+       &q, &out},
       {"head_dim", with([](auto& s) { s.head_dim = 33; }), &q, &out},
       {"n_queries", with([](auto& s) { s.n_queries = 0; }), &q, &out},
       {"max_seq", with([](auto& s) { s.start_pos = 13; }), &q, &out},
-      {"max_seq", with([](auto& s) { s.q_base = 10; s.start_pos = 0; s.n_queries = 7; }), &q, &out},
+      {"max_seq", with([](auto& s) {
+         s.q_base = 10;
+         s.start_pos = 0;
+         s.n_queries = 7;
+       }),
+       &q, &out},
       {"kv_dim", with([](auto& s) { s.n_kv_heads = 4; }), &q, &out},
       {"q_stride", with([](auto& s) { s.q_stride = 100; }), &q, &out},
       {"q buffer", good, &tiny, &out},
@@ -227,8 +244,10 @@ TEST(Attention, BadParametersThrowNamingTheField) {
     for (int decode = 0; decode < 2; ++decode) {
       gpu::ComputeBatch batch(ctx);
       try {
-        if (decode) kernels::encode_attention_decode(batch, ctx, b.shape, *b.q, kv, *b.out, nullptr, 1);
-        else kernels::encode_attention_prefill(batch, ctx, b.shape, *b.q, kv, *b.out);
+        if (decode)
+          kernels::encode_attention_decode(batch, ctx, b.shape, *b.q, kv, *b.out, nullptr, 1);
+        else
+          kernels::encode_attention_prefill(batch, ctx, b.shape, *b.q, kv, *b.out);
         ADD_FAILURE() << "no exception for bad " << b.field;
       } catch (const InvalidArgument& e) {
         EXPECT_NE(std::string(e.what()).find(b.field), std::string::npos) << e.what();
@@ -251,8 +270,9 @@ TEST(Attention, PagedContextBeyondOneBinding) {
   const uint32_t seq = 1u << 17, chunk = 16;
   if (2ull * seq * kv_dim * 2 <= ctx.max_binding_size())
     GTEST_LOG_(INFO) << "the adapter's binding holds this cache whole; still testing the paged path";
-  KvCache kv(ctx, {.kv_dim = kv_dim, .max_seq = seq, .page_size = 1024, .type = F16,
-                   .page_order = shuffled_pages(seq, 1024, 1)});
+  KvCache kv(
+      ctx,
+      {.kv_dim = kv_dim, .max_seq = seq, .page_size = 1024, .type = F16, .page_order = shuffled_pages(seq, 1024, 1)});
   // K/V bytes exceed one binding on lavapipe (128 MiB): several pools must be in use there.
   if (ctx.max_binding_size() < (256ull << 20)) {
     EXPECT_GT(kv.n_pools(), 1u);
@@ -261,7 +281,11 @@ TEST(Attention, PagedContextBeyondOneBinding) {
   const uint64_t s = seed();
   auto value = [s](uint64_t i, uint64_t salt) {
     uint64_t x = (i + salt * 0x9E3779B97F4A7C15ull) ^ s;
-    x ^= x >> 33; x *= 0xff51afd7ed558ccdull; x ^= x >> 33; x *= 0xc4ceb9fe1a85ec53ull; x ^= x >> 33;
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    x ^= x >> 33;
     return float(int64_t(x % 20001) - 10000) / 10000.f;
   };
   const uint32_t rows_per_write = 4096;
@@ -283,10 +307,10 @@ TEST(Attention, PagedContextBeyondOneBinding) {
   ctx.write_buffer(out_prefill, 0, poison.data(), out_prefill.size);
   ctx.write_buffer(out_decode, 0, poison.data(), out_decode.size);
 
-  const AttentionShape prefill{.n_heads = n_heads, .n_kv_heads = n_kv_heads, .head_dim = D,
-                               .n_queries = chunk, .start_pos = seq - chunk};
-  const AttentionShape decode{.n_heads = n_heads, .n_kv_heads = n_kv_heads, .head_dim = D,
-                              .n_queries = 1, .start_pos = seq - 1};
+  const AttentionShape prefill{
+      .n_heads = n_heads, .n_kv_heads = n_kv_heads, .head_dim = D, .n_queries = chunk, .start_pos = seq - chunk};
+  const AttentionShape decode{
+      .n_heads = n_heads, .n_kv_heads = n_kv_heads, .head_dim = D, .n_queries = 1, .start_pos = seq - 1};
   const uint32_t splits = kernels::attention_decode_splits(decode, kv);
   auto scratch = ctx.create_buffer(kernels::attention_decode_scratch_bytes(decode, std::max(splits, 1u)),
                                    WGPUBufferUsage_Storage, "partials");

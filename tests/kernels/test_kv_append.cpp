@@ -35,8 +35,13 @@ TEST_P(KvAppendTable, WritesThroughThePageTable) {
   auto& ctx = context();
   const uint64_t salt = std::hash<std::string>{}(c.name);
   auto gen = rng(salt);
-  kernels::KvCache kv(ctx, {.kv_dim = c.kv_dim, .max_seq = c.max_seq, .page_size = c.page_size, .type = c.type,
-                            .page_order = shuffled_pages(c.max_seq, c.page_size, salt)}, c.name);
+  kernels::KvCache kv(ctx,
+                      {.kv_dim = c.kv_dim,
+                       .max_seq = c.max_seq,
+                       .page_size = c.page_size,
+                       .type = c.type,
+                       .page_order = shuffled_pages(c.max_seq, c.page_size, salt)},
+                      c.name);
   if (std::string(c.name) == "f32_multi_pool" && ctx.max_binding_size() <= (128ull << 20)) {
     EXPECT_GT(kv.n_pools(), 1u);
   }
@@ -77,7 +82,6 @@ TEST_P(KvAppendTable, WritesThroughThePageTable) {
 
 INSTANTIATE_TEST_SUITE_P(Cases, KvAppendTable, ::testing::ValuesIn(kKvAppendCases),
                          [](const auto& info) { return std::string(info.param.name); });
-
 
 TEST(KvAppend, BadArgumentsThrowNamingTheField) {
   auto& ctx = context();

@@ -1,12 +1,12 @@
 // The weight kernels (matmul_common.wgsl + matvec.wgsl / matmul.wgsl) vs the CPU reference: every weight type, matvec
 // and tiled, odd shapes, weights split into pieces, and each fused epilogue; fresh random inputs, poisoned outputs.
+#include <optional>
 #include "cpu/ops.h"
 #include "kernel_test_util.h"
 #include "kernels/embedding.h"
 #include "kernels/matmul.h"
 #include "kernels/weight.h"
 #include "test_util.h"
-#include <optional>
 
 namespace wgllm::test {
 namespace {
@@ -185,9 +185,7 @@ void check_epilogue(gpu::Context& ctx, const EpilogueCase& c) {
   std::vector<float> want, y_init;
   size_t y_width = N;
   switch (c.epilogue) {
-    case Epilogue::Plain:
-      want = full;
-      break;
+    case Epilogue::Plain: want = full; break;
     case Epilogue::Accumulate:
       o.accumulate = true;
       y_init = random_floats(size_t(T) * N, gen);
@@ -288,10 +286,12 @@ TEST(Matmul, EpilogueArgumentsAreChecked) {
   gpu::ComputeBatch batch(ctx);
   expect_throw([&] { kernels::encode_matmul(batch, ctx, odd, x, y, 1, {.swiglu = true}); }, "even n_out");
   expect_throw([&] { kernels::encode_matmul(batch, ctx, w, x, y, 1, {.y1 = &y1}); }, "split outputs");
-  expect_throw([&] { kernels::encode_matmul(batch, ctx, w, x, y, 1, {.y1 = &y1, .y2 = &y2, .split1 = 6, .split2 = 4}); },
-               "split1 <= split2");
-  expect_throw([&] { kernels::encode_matmul(batch, ctx, w, x, y, 1, {.y1 = &y1, .y2 = &y1, .split1 = 2, .split2 = 4}); },
-               "different buffers");
+  expect_throw(
+      [&] { kernels::encode_matmul(batch, ctx, w, x, y, 1, {.y1 = &y1, .y2 = &y2, .split1 = 6, .split2 = 4}); },
+      "split1 <= split2");
+  expect_throw(
+      [&] { kernels::encode_matmul(batch, ctx, w, x, y, 1, {.y1 = &y1, .y2 = &y1, .split1 = 2, .split2 = 4}); },
+      "different buffers");
   expect_throw([&] { kernels::encode_matmul(batch, ctx, w, x, y, 1, {.norm = &short_norm}); }, "norm holds");
   auto big_y = ctx.create_buffer(64 * 4, WGPUBufferUsage_Storage, "y");
   expect_throw([&] { kernels::encode_matmul(batch, ctx, w, x, big_y, 1, {.norm = &big_y, .eps = 1e-5f}); },
@@ -303,9 +303,9 @@ TEST(Matmul, EpilogueArgumentsAreChecked) {
 TEST(Matmul, NoSubgroupsMatvec) {
   gpu::Context ctx(context_options([](auto& o) { o.disable_subgroups = true; }));
   EXPECT_FALSE(kernels::matvec_config(ctx).shuffle);
-  for (const MatmulCase& c : {MatmulCase{"nosg_q4_0_t1", Q4_0, 896, 131, 1, true},
-                              MatmulCase{"nosg_f16_t3", F16, 257, 33, 3},
-                              MatmulCase{"nosg_q8_0_t4_split", Q8_0, 256, 99, 4, false, Auto, 4096}}) {
+  for (const MatmulCase& c :
+       {MatmulCase{"nosg_q4_0_t1", Q4_0, 896, 131, 1, true}, MatmulCase{"nosg_f16_t3", F16, 257, 33, 3},
+        MatmulCase{"nosg_q8_0_t4_split", Q8_0, 256, 99, 4, false, Auto, 4096}}) {
     const auto r = run_matmul(ctx, c, 77);
     EXPECT_LE(r.rel_l2, 1e-5) << c.name << ": " << r.describe();
   }

@@ -50,7 +50,6 @@ TEST_P(RmsNormTable, MatchesCpuReference) {
 INSTANTIATE_TEST_SUITE_P(Cases, RmsNormTable, ::testing::ValuesIn(kNormCases),
                          [](const auto& info) { return std::string(info.param.name); });
 
-
 TEST(Norm, BadArgumentsThrowNamingTheField) {
   auto& ctx = context();
   auto buf = ctx.create_buffer(4096 * 4, WGPUBufferUsage_Storage, "buf");

@@ -47,20 +47,30 @@ TEST_P(QkNormRopeKvTable, MatchesCpuReference) {
   auto knb = ctx.upload<float>(kn, WGPUBufferUsage_Storage, "k_norm");
   const double base = 500000.0;
   auto table = kernels::upload_rope_table(ctx, c.rope_dim, float(base));
-  kernels::KvCache kv(ctx, {.kv_dim = kvd, .max_seq = c.max_seq, .page_size = c.page_size, .type = c.kv_type,
-                            .page_order = shuffled_pages(c.max_seq, c.page_size, salt)}, c.name);
+  kernels::KvCache kv(ctx,
+                      {.kv_dim = kvd,
+                       .max_seq = c.max_seq,
+                       .page_size = c.page_size,
+                       .type = c.kv_type,
+                       .page_order = shuffled_pages(c.max_seq, c.page_size, salt)},
+                      c.name);
   const AppendedRowCheck row(kv, c.pos, gen);
   const float eps = 1e-6f;
   gpu::ComputeBatch batch(ctx, c.name);
   kernels::encode_qk_norm_rope_kv(batch, ctx,
-                                  {.n_head = c.n_head, .n_kv = c.n_kv, .head_dim = c.head_dim, .rope_dim = c.rope_dim,
-                                   .type = c.neox ? RopeType::Neox : RopeType::Normal, .pos = c.pos, .eps = eps},
+                                  {.n_head = c.n_head,
+                                   .n_kv = c.n_kv,
+                                   .head_dim = c.head_dim,
+                                   .rope_dim = c.rope_dim,
+                                   .type = c.neox ? RopeType::Neox : RopeType::Normal,
+                                   .pos = c.pos,
+                                   .eps = eps},
                                   table, qb, kb, vb, qnb, knb, kv);
   batch.submit_and_wait();
   const auto want_q = cpu::rope(cpu::rms_norm(q, qn, c.n_head, c.head_dim, eps), 1, c.n_head, c.head_dim, c.rope_dim,
                                 c.pos, base, c.neox);
-  const auto want_k = cpu::rope(cpu::rms_norm(k, kn, c.n_kv, c.head_dim, eps), 1, c.n_kv, c.head_dim, c.rope_dim,
-                                c.pos, base, c.neox);
+  const auto want_k =
+      cpu::rope(cpu::rms_norm(k, kn, c.n_kv, c.head_dim, eps), 1, c.n_kv, c.head_dim, c.rope_dim, c.pos, base, c.neox);
   const auto rq = compare(ctx.read<float>(qb), want_q);
   EXPECT_LE(rq.rel_l2, 1e-5) << "q: " << rq.describe();
   row.expect(kv, want_k, v);

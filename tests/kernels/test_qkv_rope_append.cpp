@@ -53,11 +53,22 @@ void check_rope_kv(gpu::Context& ctx, const RopeKvCase& c) {
   auto y = ctx.upload<float>(poison, WGPUBufferUsage_Storage, "q");
   const double base = 10000.0;
   auto table = kernels::upload_rope_table(ctx, c.rope_dim, float(base));
-  kernels::KvCache kv(ctx, {.kv_dim = kvd, .max_seq = c.max_seq, .page_size = c.page_size, .type = c.kv_type,
-                            .page_order = shuffled_pages(c.max_seq, c.page_size, salt)}, c.name);
+  kernels::KvCache kv(ctx,
+                      {.kv_dim = kvd,
+                       .max_seq = c.max_seq,
+                       .page_size = c.page_size,
+                       .type = c.kv_type,
+                       .page_order = shuffled_pages(c.max_seq, c.page_size, salt)},
+                      c.name);
   const AppendedRowCheck row(kv, c.pos, gen);
-  const kernels::QkvRopeAppend a{.table = &table, .head_dim = c.head_dim, .rope_dim = c.rope_dim, .neox = c.neox,
-                                 .pos = c.pos, .kv = &kv, .bias = c.bias ? &*bbuf : nullptr, .norm = &nbuf,
+  const kernels::QkvRopeAppend a{.table = &table,
+                                 .head_dim = c.head_dim,
+                                 .rope_dim = c.rope_dim,
+                                 .neox = c.neox,
+                                 .pos = c.pos,
+                                 .kv = &kv,
+                                 .bias = c.bias ? &*bbuf : nullptr,
+                                 .norm = &nbuf,
                                  .eps = 1e-5f};
   gpu::ComputeBatch batch(ctx, c.name);
   if (!kernels::qkv_rope_append_supported(ctx, w, a)) {  // neox under a matvec shape of 2 rows per group

@@ -1,9 +1,9 @@
 // RoPE (rope.wgsl, rope_angle.wgsl) vs a float64 reference; llama3 frequency factors.
+#include <cmath>
 #include "cpu/ops.h"
 #include "kernel_test_util.h"
 #include "kernels/rope.h"
 #include "test_util.h"
-#include <cmath>
 
 namespace wgllm::test {
 namespace {
@@ -54,25 +54,32 @@ TEST_P(RopeTable, MatchesFloat64Reference) {
   auto gen = rng(std::hash<std::string>{}(c.name));
   const uint32_t heads = c.n_heads * c.head_dim, stride = c.head_offset + heads + c.pad;
   const auto x = random_floats(size_t(c.n_tokens) * stride, gen, -2.f, 2.f);
-  const RopeScaling scaling{.enabled = c.llama3, .factor = 8.f, .low_freq_factor = 1.f, .high_freq_factor = 4.f,
-                            .original_context = 8192};
+  const RopeScaling scaling{
+      .enabled = c.llama3, .factor = 8.f, .low_freq_factor = 1.f, .high_freq_factor = 4.f, .original_context = 8192};
   const auto factors = kernels::rope_freq_factors(scaling, c.rope_dim, c.base);
-  auto table = kernels::upload_rope_table(ctx, c.rope_dim, c.base, c.llama3 ? std::span<const float>(factors)
-                                                                            : std::span<const float>());
+  auto table = kernels::upload_rope_table(ctx, c.rope_dim, c.base,
+                                          c.llama3 ? std::span<const float>(factors) : std::span<const float>());
   auto xbuf = ctx.upload<float>(x, WGPUBufferUsage_Storage, "x");
   const auto x2 = random_floats(size_t(c.n_tokens) * c.heads2 * c.head_dim, gen, -2.f, 2.f);
   std::optional<gpu::Buffer> x2buf;
   if (c.heads2) x2buf = ctx.upload<float>(x2, WGPUBufferUsage_Storage, "x2");
   gpu::ComputeBatch batch(ctx, c.name);
   kernels::encode_rope(batch, ctx,
-                       {.n_tokens = c.n_tokens, .n_heads = c.n_heads, .head_dim = c.head_dim, .rope_dim = c.rope_dim,
-                        .start_pos = c.start_pos, .type = c.type, .row_stride = stride, .head_offset = c.head_offset,
+                       {.n_tokens = c.n_tokens,
+                        .n_heads = c.n_heads,
+                        .head_dim = c.head_dim,
+                        .rope_dim = c.rope_dim,
+                        .start_pos = c.start_pos,
+                        .type = c.type,
+                        .row_stride = stride,
+                        .head_offset = c.head_offset,
                         .n_heads2 = c.heads2},
                        table, xbuf, x2buf ? &*x2buf : nullptr);
   batch.submit_and_wait();
   const auto freq = c.llama3 ? std::span<const float>(factors) : std::span<const float>();
   if (c.heads2) {
-    const auto want2 = cpu::rope(x2, c.n_tokens, c.heads2, c.head_dim, c.rope_dim, c.start_pos, c.base, c.type == Neox, freq);
+    const auto want2 =
+        cpu::rope(x2, c.n_tokens, c.heads2, c.head_dim, c.rope_dim, c.start_pos, c.base, c.type == Neox, freq);
     const auto r2 = compare(ctx.read<float>(*x2buf), want2);
     EXPECT_LE(r2.rel_l2, 1e-6) << "x2: " << r2.describe();
   }
@@ -87,8 +94,8 @@ TEST_P(RopeTable, MatchesFloat64Reference) {
         ASSERT_EQ(got_rows[size_t(t) * stride + i], x[size_t(t) * stride + i]) << "token " << t << " float " << i;
       }
   }
-  const auto want = cpu::rope(dense, c.n_tokens, c.n_heads, c.head_dim, c.rope_dim, c.start_pos, c.base,
-                              c.type == Neox, freq);
+  const auto want =
+      cpu::rope(dense, c.n_tokens, c.n_heads, c.head_dim, c.rope_dim, c.start_pos, c.base, c.type == Neox, freq);
   const auto r = compare(got, want);
   // The reduced-angle path keeps f32 rounding (~1e-7) away from the position: measured ~2.5e-7 up to 2^16.
   EXPECT_LE(r.rel_l2, 1e-6) << r.describe();
@@ -98,8 +105,8 @@ INSTANTIATE_TEST_SUITE_P(Cases, RopeTable, ::testing::ValuesIn(kRopeCases),
                          [](const auto& info) { return std::string(info.param.name); });
 
 TEST(Rope, Llama3FreqFactors) {
-  const RopeScaling s{.enabled = true, .factor = 8.f, .low_freq_factor = 1.f, .high_freq_factor = 4.f,
-                      .original_context = 8192};
+  const RopeScaling s{
+      .enabled = true, .factor = 8.f, .low_freq_factor = 1.f, .high_freq_factor = 4.f, .original_context = 8192};
   const auto f = kernels::rope_freq_factors(s, 128, 500000.f);
   ASSERT_EQ(f.size(), 64u);
   EXPECT_EQ(f.front(), 1.f);  // wavelength 2pi < 2048: unchanged
@@ -116,7 +123,6 @@ TEST(Rope, Llama3FreqFactors) {
   const auto plain = kernels::rope_freq_factors({}, 64, 10000.f);
   EXPECT_TRUE(std::all_of(plain.begin(), plain.end(), [](float v) { return v == 1.f; }));
 }
-
 
 TEST(Rope, BadArgumentsThrowNamingTheField) {
   auto& ctx = context();
@@ -146,8 +152,6 @@ TEST(Rope, BadArgumentsThrowNamingTheField) {
   expect_throw([&] { kernels::upload_rope_table(ctx, 63, 10000.f); }, "rope_dim");
   expect_throw([&] { kernels::upload_rope_table(ctx, 64, 0.f); }, "base");
   expect_throw([&] { kernels::upload_rope_table(ctx, 64, 1e4f, std::vector<float>(3, 1.f)); }, "freq_factors");
-
-
 }
 
 }  // namespace

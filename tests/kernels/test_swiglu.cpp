@@ -1,9 +1,9 @@
 // SwiGLU (swiglu.wgsl) vs the CPU reference.
+#include <cmath>
 #include "cpu/ops.h"
 #include "kernel_test_util.h"
 #include "kernels/swiglu.h"
 #include "test_util.h"
-#include <cmath>
 
 namespace wgllm::test {
 namespace {
@@ -28,7 +28,6 @@ TEST(Swiglu, MatchesCpuReference) {
     EXPECT_LE(r.rel_l2, 1e-6) << "n " << n << ": " << r.describe();
   }
 }
-
 
 TEST(Swiglu, BadArgumentsThrowNamingTheField) {
   auto& ctx = context();

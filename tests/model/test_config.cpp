@@ -4,9 +4,9 @@
 #include <functional>
 #include <string>
 
+#include "gguf/file.h"
 #include "gguf_builder.h"
 #include "model/config.h"
-#include "gguf/file.h"
 #include "wgllm/error.h"
 
 namespace wgllm::test {
@@ -138,19 +138,32 @@ TEST(ConfigErrors, EveryCaseGivesItsError) {
        "key 'llama.rope.scaling.type': 'yarn' is not supported (supported: none, llama3)"},
       {"llama3 scaling without factor", [](GgufBuilder& g) { g.kv("llama.rope.scaling.type", GVal::str("llama3")); },
        "key 'llama.rope.scaling.factor' is missing"},
-      {"tokens of the wrong type", [](GgufBuilder& g) { g.set("tokenizer.ggml.tokens", GVal::i32s({1, 2})); },
+      {"tokens of the wrong type",
+       [](GgufBuilder& g) {
+         g.set("tokenizer.ggml.tokens", GVal::i32s({1, 2}));
+       },
        "key 'tokenizer.ggml.tokens': expected array of string, found array of i32"},
-      {"vocab mismatch", [](GgufBuilder& g) { g.set("tokenizer.ggml.tokens", GVal::strings({"a", "b"})); },
+      {"vocab mismatch",
+       [](GgufBuilder& g) {
+         g.set("tokenizer.ggml.tokens", GVal::strings({"a", "b"}));
+       },
        "tensor 'token_embd.weight': shape [16, 10] does not match the config (expected [16, 2])"},
       {"missing tensor", [](GgufBuilder& g) { g.without_tensor("blk.1.ffn_up.weight"); },
        "tensor 'blk.1.ffn_up.weight' is missing"},
       {"wrong q shape",
-       [](GgufBuilder& g) { g.without_tensor("blk.1.attn_q.weight").tensor("blk.1.attn_q.weight", {16, 12}); },
+       [](GgufBuilder& g) {
+         g.without_tensor("blk.1.attn_q.weight").tensor("blk.1.attn_q.weight", {16, 12});
+       },
        "tensor 'blk.1.attn_q.weight': shape [16, 12] does not match the config (expected [16, 16])"},
       {"transposed ffn_down",
-       [](GgufBuilder& g) { g.without_tensor("blk.0.ffn_down.weight").tensor("blk.0.ffn_down.weight", {16, 32}); },
+       [](GgufBuilder& g) {
+         g.without_tensor("blk.0.ffn_down.weight").tensor("blk.0.ffn_down.weight", {16, 32});
+       },
        "tensor 'blk.0.ffn_down.weight': shape [16, 32] does not match the config (expected [32, 16])"},
-      {"wrong output shape", [](GgufBuilder& g) { g.tensor("output.weight", {16, 11}); },
+      {"wrong output shape",
+       [](GgufBuilder& g) {
+         g.tensor("output.weight", {16, 11});
+       },
        "tensor 'output.weight': shape [16, 11]"},
       {"wrong rope_freqs shape", [](GgufBuilder& g) { g.tensor("rope_freqs.weight", {4}); },
        "tensor 'rope_freqs.weight': shape [4] does not match the config (expected [2])"},

@@ -13,8 +13,8 @@
 #include <tuple>
 #include <vector>
 
-#include "model/reference.h"
 #include "gguf/file.h"
+#include "model/reference.h"
 #include "model_util.h"
 #include "test_util.h"
 #include "wgllm/error.h"
@@ -33,9 +33,7 @@ const CpuModel& model(const std::string& name) {
   return *m;
 }
 
-int32_t argmax(const std::vector<float>& v) {
-  return int32_t(std::max_element(v.begin(), v.end()) - v.begin());
-}
+int32_t argmax(const std::vector<float>& v) { return int32_t(std::max_element(v.begin(), v.end()) - v.begin()); }
 
 // bos + n-1 random ids below n_vocab.
 std::vector<int32_t> random_prompt(const CpuModel& m, size_t n, uint64_t salt) {
@@ -122,8 +120,8 @@ TEST_P(CpuForwardQuant, LogitsCloseToF32Twin) {
   }
   const double mean = sum / double(prompt.size());
   EXPECT_LE(mean, c.max_mean);
-  std::printf("%s vs %s: rel L2 mean %.3g (limit %.3g), worst %.3g (limit %.3g)\n", c.name.c_str(),
-              c.f32_twin.c_str(), mean, c.max_mean, worst, c.max_worst);
+  std::printf("%s vs %s: rel L2 mean %.3g (limit %.3g), worst %.3g (limit %.3g)\n", c.name.c_str(), c.f32_twin.c_str(),
+              mean, c.max_mean, worst, c.max_worst);
 }
 
 std::vector<QuantCase> quant_cases() {
@@ -170,7 +168,8 @@ TEST(CpuForward, RealBugsExceedQuantThresholds) {
   CpuModel swapped = model("llama-q4_0");
   for (auto& L : swapped.weights.layers)
     for (auto* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
-      for (size_t b = 0; b < w->size(); b += 32) std::swap_ranges(w->begin() + b, w->begin() + b + 16, w->begin() + b + 16);
+      for (size_t b = 0; b < w->size(); b += 32)
+        std::swap_ranges(w->begin() + b, w->begin() + b + 16, w->begin() + b + 16);
   const double rope_err = mean_rel_l2(wrong_rope, ref, prompt), nibble_err = mean_rel_l2(swapped, ref, prompt);
   std::printf("wrong RoPE layout: mean rel L2 %.3g; swapped Q4_0 nibbles: %.3g\n", rope_err, nibble_err);
   EXPECT_GT(rope_err, 0.16);   // 2x the tied Q8_0 mean limit
@@ -249,9 +248,9 @@ TEST(CpuForward, RopeNormalRotatesAdjacentPairsNeoxHalves) {
     std::vector<float> x = x0;
     cpu::apply_rope(x, 1, c, inv, 3);
     // (a, b, frequency index): Normal pairs (0,1) (2,3); Neox pairs (0,2) (1,3) with rope_dim 4.
-    const std::array<std::tuple<int, int, int>, 2> pairs =
-        type == RopeType::Normal ? std::array{std::tuple{0, 1, 0}, std::tuple{2, 3, 1}}
-                                 : std::array{std::tuple{0, 2, 0}, std::tuple{1, 3, 1}};
+    const std::array<std::tuple<int, int, int>, 2> pairs = type == RopeType::Normal
+                                                               ? std::array{std::tuple{0, 1, 0}, std::tuple{2, 3, 1}}
+                                                               : std::array{std::tuple{0, 2, 0}, std::tuple{1, 3, 1}};
     for (auto [a, b, i] : pairs) {
       const double ang = 3 * inv[i];
       EXPECT_NEAR(x[a], x0[a] * std::cos(ang) - x0[b] * std::sin(ang), 1e-6);

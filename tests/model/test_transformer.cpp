@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "model/reference.h"
 #include "gguf/file.h"
-#include "model_util.h"
+#include "model/reference.h"
 #include "model/transformer.h"
+#include "model_util.h"
 #include "test_util.h"
 #include "wgllm/error.h"
 
@@ -129,17 +129,16 @@ TEST_P(GpuForward, MatchesCpuReference) {
     worst = std::max(worst, e.rel_l2);
     ASSERT_LE(e.rel_l2, tc.tol) << "decode step " << step << ": " << e.describe();
   }
-  std::printf("[ rel L2 ] %-24s %s KV cache: worst %.3g (tolerance %.0e), greedy near ties %d/32\n",
-              tc.model.c_str(), tc.kv == kernels::KvType::F32 ? "f32" : "f16", worst, tc.tol, near_ties);
+  std::printf("[ rel L2 ] %-24s %s KV cache: worst %.3g (tolerance %.0e), greedy near ties %d/32\n", tc.model.c_str(),
+              tc.kv == kernels::KvType::F32 ? "f32" : "f16", worst, tc.tol, near_ties);
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, GpuForward, ::testing::ValuesIn(gpu_cases()),
-                         [](const auto& info) {
-                           std::string s = info.param.model;
-                           std::replace(s.begin(), s.end(), '-', '_');
-                           return s + (info.param.kv == kernels::KvType::F32 ? "_kv_f32" : "_kv_f16") +
-                                  (info.param.matvec.empty() ? "" : "_mv" + info.param.matvec);
-                         });
+INSTANTIATE_TEST_SUITE_P(Models, GpuForward, ::testing::ValuesIn(gpu_cases()), [](const auto& info) {
+  std::string s = info.param.model;
+  std::replace(s.begin(), s.end(), '-', '_');
+  return s + (info.param.kv == kernels::KvType::F32 ? "_kv_f32" : "_kv_f16") +
+         (info.param.matvec.empty() ? "" : "_mv" + info.param.matvec);
+});
 
 // forward (last logits only, chunked by ubatch) equals forward_all's last row.
 TEST(GpuForwardApi, LastLogitsEqualAllLogitsAndErrors) {
@@ -200,8 +199,8 @@ TEST(GpuForwardApi, StepsEncodedAheadFollowAnyCallPattern) {
 }
 
 // Greedy decoding (the argmax on the GPU, or on the host after each readback): the same ids as feeding one token at a
-// time and taking the argmax on the host, stopping where on_id says (the step queued beyond is forgotten: the cache continues correctly), at
-// max_new and at a full context.
+// time and taking the argmax on the host, stopping where on_id says (the step queued beyond is forgotten: the cache
+// continues correctly), at max_new and at a full context.
 class DecodeGreedy : public ::testing::TestWithParam<int32_t> {};
 
 TEST_P(DecodeGreedy, MatchesFeedingAndStopsCleanly) {
@@ -219,14 +218,25 @@ TEST_P(DecodeGreedy, MatchesFeedingAndStopsCleanly) {
   ASSERT_EQ(want.size(), 12u);
 
   // a command buffer per layer: the first greedy step goes in pieces, the later ones in one
-  GpuSession gs(ctx, gm, {.n_ctx = 16, .ubatch = 8, .kv_type = kernels::KvType::F32, .layers_per_submit = 1,
-                          .argmax_on_gpu = on_gpu});
+  GpuSession gs(
+      ctx, gm,
+      {.n_ctx = 16, .ubatch = 8, .kv_type = kernels::KvType::F32, .layers_per_submit = 1, .argmax_on_gpu = on_gpu});
   gs.forward(prompt);
   std::vector<int32_t> got;
-  EXPECT_EQ(gs.decode_greedy(want[0], 0, [&](int32_t id) { got.push_back(id); return true; }), 0u);
+  EXPECT_EQ(gs.decode_greedy(want[0], 0,
+                             [&](int32_t id) {
+                               got.push_back(id);
+                               return true;
+                             }),
+            0u);
   EXPECT_EQ(gs.n_past(), 5u);
   // Stop after 4 ids: token 0..3 fed, the 5th step (queued already) forgotten.
-  EXPECT_EQ(gs.decode_greedy(want[0], 10, [&](int32_t id) { got.push_back(id); return got.size() < 4; }), 4u);
+  EXPECT_EQ(gs.decode_greedy(want[0], 10,
+                             [&](int32_t id) {
+                               got.push_back(id);
+                               return got.size() < 4;
+                             }),
+            4u);
   EXPECT_EQ(got, std::vector<int32_t>(want.begin() + 1, want.begin() + 5));
   EXPECT_EQ(gs.n_past(), 9u);
   // The cache holds exactly the fed tokens: a token of our choice at position 9 sees the right history.
@@ -240,7 +250,12 @@ TEST_P(DecodeGreedy, MatchesFeedingAndStopsCleanly) {
   GpuSession to_end(ctx, gm, {.n_ctx = 16, .ubatch = 8, .kv_type = kernels::KvType::F32, .argmax_on_gpu = on_gpu});
   to_end.forward(prompt);
   got.clear();
-  EXPECT_EQ(to_end.decode_greedy(want[0], 100, [&](int32_t id) { got.push_back(id); return true; }), 11u);
+  EXPECT_EQ(to_end.decode_greedy(want[0], 100,
+                                 [&](int32_t id) {
+                                   got.push_back(id);
+                                   return true;
+                                 }),
+            11u);
   EXPECT_EQ(got, std::vector<int32_t>(want.begin() + 1, want.end()));
   EXPECT_EQ(to_end.n_past(), 16u);
   EXPECT_THROW(to_end.decode_greedy(want[0], 1), InvalidArgument);
@@ -265,29 +280,29 @@ TEST_P(GpuForwardRef, GreedyTokensMatchTransformers) {
   // f32 cache: logits within 1e-4 of float64 transformers; the f16 cache the engine uses: within 1e-3. Both must
   // give the same greedy tokens.
   for (const auto& [kv, tol] : {std::pair{kernels::KvType::F32, 1e-4}, std::pair{kernels::KvType::F16, 1e-3}})
-  for (size_t p = 1; p < fx.prompts.size(); ++p) {  // the 64- and 130-token prompts
-    const test::RefPrompt& rp = fx.prompts[p];
-    SCOPED_TRACE("prompt " + std::to_string(p) + (kv == kernels::KvType::F32 ? ", f32 cache" : ", f16 cache"));
-    GpuSession s(ctx, gm, {.n_ctx = 256, .ubatch = 48, .kv_type = kv});
-    std::vector<float> logits = s.forward(rp.tokens);
-    EXPECT_LE(test::compare(logits, rp.logits.back()).rel_l2, tol);
-    std::vector<int32_t> greedy;
-    while (greedy.size() < rp.greedy.size()) {
-      greedy.push_back(argmax(logits));
-      logits = s.forward(std::span(&greedy.back(), 1));
+    for (size_t p = 1; p < fx.prompts.size(); ++p) {  // the 64- and 130-token prompts
+      const test::RefPrompt& rp = fx.prompts[p];
+      SCOPED_TRACE("prompt " + std::to_string(p) + (kv == kernels::KvType::F32 ? ", f32 cache" : ", f16 cache"));
+      GpuSession s(ctx, gm, {.n_ctx = 256, .ubatch = 48, .kv_type = kv});
+      std::vector<float> logits = s.forward(rp.tokens);
+      EXPECT_LE(test::compare(logits, rp.logits.back()).rel_l2, tol);
+      std::vector<int32_t> greedy;
+      while (greedy.size() < rp.greedy.size()) {
+        greedy.push_back(argmax(logits));
+        logits = s.forward(std::span(&greedy.back(), 1));
+      }
+      EXPECT_EQ(greedy, rp.greedy);
+      // the same through decode_greedy, the argmax on the GPU and on the host
+      for (int32_t on_gpu : {1, 0}) {
+        GpuSession g(ctx, gm, {.n_ctx = 256, .ubatch = 48, .kv_type = kv, .argmax_on_gpu = on_gpu});
+        std::vector<int32_t> ids{argmax(g.forward(rp.tokens))};
+        g.decode_greedy(ids[0], uint32_t(rp.greedy.size() - 1), [&](int32_t id) {
+          ids.push_back(id);
+          return true;
+        });
+        EXPECT_EQ(ids, rp.greedy) << "decode_greedy, argmax on the " << (on_gpu ? "GPU" : "host");
+      }
     }
-    EXPECT_EQ(greedy, rp.greedy);
-    // the same through decode_greedy, the argmax on the GPU and on the host
-    for (int32_t on_gpu : {1, 0}) {
-      GpuSession g(ctx, gm, {.n_ctx = 256, .ubatch = 48, .kv_type = kv, .argmax_on_gpu = on_gpu});
-      std::vector<int32_t> ids{argmax(g.forward(rp.tokens))};
-      g.decode_greedy(ids[0], uint32_t(rp.greedy.size() - 1), [&](int32_t id) {
-        ids.push_back(id);
-        return true;
-      });
-      EXPECT_EQ(ids, rp.greedy) << "decode_greedy, argmax on the " << (on_gpu ? "GPU" : "host");
-    }
-  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GpuForwardRef,
@@ -306,8 +321,8 @@ TEST(GpuForwardCli, RunJsonGreedyMatchesFixture) {
   const test::RefPrompt& rp = fx.prompts[1];
   std::string ids;
   for (int32_t t : rp.tokens) ids += (ids.empty() ? "" : ",") + std::to_string(t);
-  const std::string cmd = std::string(WGLLM_CLI) + " run -m " + test::model_path("qwen2-f32") +
-                          " --temp 0 --json -n " + std::to_string(rp.greedy.size()) + " --prompt-ids " + ids;
+  const std::string cmd = std::string(WGLLM_CLI) + " run -m " + test::model_path("qwen2-f32") + " --temp 0 --json -n " +
+                          std::to_string(rp.greedy.size()) + " --prompt-ids " + ids;
   FILE* pipe = popen(cmd.c_str(), "r");
   ASSERT_NE(pipe, nullptr);
   std::string out;

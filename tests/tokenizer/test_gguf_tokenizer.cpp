@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "gguf/file.h"
 #include "gguf_builder.h"
 #include "model/config.h"
-#include "gguf/file.h"
 #include "model_util.h"
 #include "tokenizer/gguf_tokenizer.h"
 #include "tokenizer/tokenizer.h"
@@ -103,9 +103,9 @@ TEST_P(GgufTokenizerModel, LoadsAndRoundTrips) {
   EXPECT_GE(tok.bos(), 0);
   EXPECT_GE(tok.eos(), 0);
   EXPECT_FALSE(tok.data().chat_template.empty());
-  const std::vector<std::string> samples = {
-      "First Citizen:\nBefore we proceed any further, hear me speak.",
-      "  What says he?  ", "Romeo, Romeo! wherefore art thou Romeo?", "caf\xC3\xA9 \xE2\x82\xAC 42", ""};
+  const std::vector<std::string> samples = {"First Citizen:\nBefore we proceed any further, hear me speak.",
+                                            "  What says he?  ", "Romeo, Romeo! wherefore art thou Romeo?",
+                                            "caf\xC3\xA9 \xE2\x82\xAC 42", ""};
   for (const auto& s : samples) {
     const auto ids = tok.encode(s, false, false);
     for (int32_t id : ids) EXPECT_TRUE(id >= 0 && uint32_t(id) < c.n_vocab) << id;

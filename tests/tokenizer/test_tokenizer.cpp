@@ -284,8 +284,10 @@ TEST(StreamDecoder, InvalidSequencesBecomeReplacementCharacters) {
   };
   StreamDecoder dec(tok);
   EXPECT_EQ(dec.push(byte(0xE2)), "");
-  EXPECT_EQ(dec.push(byte(0x41)), "\xEF\xBF\xBD" "A");  // E2 cannot be followed by 41
-  EXPECT_EQ(dec.push(byte(0x80)), "\xEF\xBF\xBD");       // a lone continuation byte
+  EXPECT_EQ(dec.push(byte(0x41)),
+            "\xEF\xBF\xBD"
+            "A");                                   // E2 cannot be followed by 41
+  EXPECT_EQ(dec.push(byte(0x80)), "\xEF\xBF\xBD");  // a lone continuation byte
   EXPECT_EQ(dec.push(byte(0xF0)), "");
   EXPECT_EQ(dec.push(byte(0x9F)), "");
   EXPECT_EQ(dec.flush(), "\xEF\xBF\xBD");  // truncated at the end: one U+FFFD
@@ -377,8 +379,9 @@ TEST(ChatTemplate, Llama3) {
 }
 
 TEST(ChatTemplate, Llama2) {
-  EXPECT_EQ(apply_chat_template(ChatTemplate::Llama2, kConversation, true, "<s>", "</s>"),
-            "<s>[INST] <<SYS>>\nYou are terse.\n<</SYS>>\n\n Hi there [/INST] Hello. </s><s>[INST] Name a play. [/INST]");
+  EXPECT_EQ(
+      apply_chat_template(ChatTemplate::Llama2, kConversation, true, "<s>", "</s>"),
+      "<s>[INST] <<SYS>>\nYou are terse.\n<</SYS>>\n\n Hi there [/INST] Hello. </s><s>[INST] Name a play. [/INST]");
   EXPECT_EQ(apply_chat_template(ChatTemplate::Llama2, std::span(kConversation).subspan(1), false, "<s>", "</s>"),
             "<s>[INST] Hi there [/INST] Hello. </s><s>[INST] Name a play. [/INST]");
   const std::vector<ChatMessage> bad = {{"user", "a"}, {"user", "b"}};

@@ -78,7 +78,7 @@ double time_tg(Session& s, uint32_t n, uint32_t n_vocab, const std::vector<int32
 struct DecodeProfile {
   uint32_t steps = 0;
   ProfileReport report;
-  double wall_ns = 0;         // all steps
+  double wall_ns = 0;  // all steps
   // One step without the profiler (median): of the tg-host run when there is one (the same feed per token as the
   // profiled steps), else of the tg run (greedy decoding, no logits readback).
   double normal_step_us = 0;
@@ -117,14 +117,22 @@ nlohmann::json profile_json(const DecodeProfile& p) {
   const double steps = p.steps, us = 1e3 * steps;  // ns in all steps -> us per step
   nlohmann::json kernels = nlohmann::json::array();
   for (const KernelTime& k : p.report.kernels)
-    kernels.push_back({{"kernel", k.name}, {"workgroups", k.workgroups}, {"calls_per_step", k.calls / steps},
-                       {"us_per_step", k.ns / us}, {"us_per_call", k.ns / 1e3 / double(k.calls)},
+    kernels.push_back({{"kernel", k.name},
+                       {"workgroups", k.workgroups},
+                       {"calls_per_step", k.calls / steps},
+                       {"us_per_step", k.ns / us},
+                       {"us_per_call", k.ns / 1e3 / double(k.calls)},
                        {"pct_of_kernel_time", 100 * k.ns / p.report.kernel_ns},
                        {"pct_of_step", 100 * k.ns / p.wall_ns}});
-  return {{"steps", p.steps}, {"kernels", kernels}, {"kernel_us_per_step", p.report.kernel_ns / us},
-          {"gpu_span_us_per_step", p.report.window_span_ns / us}, {"wall_us_per_step", p.wall_ns / us},
-          {"normal_wall_us_per_step", p.normal_step_us}, {"dispatches_per_step", p.report.dispatches / steps},
-          {"batches_per_step", p.report.batches / steps}, {"note", kProfileNote}};
+  return {{"steps", p.steps},
+          {"kernels", kernels},
+          {"kernel_us_per_step", p.report.kernel_ns / us},
+          {"gpu_span_us_per_step", p.report.window_span_ns / us},
+          {"wall_us_per_step", p.wall_ns / us},
+          {"normal_wall_us_per_step", p.normal_step_us},
+          {"dispatches_per_step", p.report.dispatches / steps},
+          {"batches_per_step", p.report.batches / steps},
+          {"note", kProfileNote}};
 }
 
 void print_profile(const DecodeProfile& p) {
@@ -138,15 +146,16 @@ void print_profile(const DecodeProfile& p) {
               std::string(10, '-').c_str(), std::string(10, '-').c_str());
   for (const KernelTime& k : p.report.kernels)
     std::printf("| %-44.44s | %10llu | %10.2f | %10.1f | %10.2f | %8.1f | %8.1f |\n", k.name.c_str(),
-                static_cast<unsigned long long>(k.workgroups), k.calls / steps, k.ns / us,
-                k.ns / 1e3 / double(k.calls), 100 * k.ns / p.report.kernel_ns, 100 * k.ns / p.wall_ns);
+                static_cast<unsigned long long>(k.workgroups), k.calls / steps, k.ns / us, k.ns / 1e3 / double(k.calls),
+                100 * k.ns / p.report.kernel_ns, 100 * k.ns / p.wall_ns);
   std::printf("kernel time per step  %10.1f us  (%.1f dispatches in %.1f command buffers)\n", kernel,
               p.report.dispatches / steps, p.report.batches / steps);
   std::printf("GPU span per step     %10.1f us  (first timestamp to last; %.1f us not in a kernel)\n", span,
               span - kernel);
-  std::printf("wall time per step    %10.1f us  (Session::feed; %.1f us outside the GPU span: encode, submit, "
-              "logits readback)\n",
-              wall, wall - span);
+  std::printf(
+      "wall time per step    %10.1f us  (Session::feed; %.1f us outside the GPU span: encode, submit, "
+      "logits readback)\n",
+      wall, wall - span);
   std::printf("wall time per step    %10.1f us  without the profiler (the %s run above)\n", p.normal_step_us,
               p.normal_run);
 }
@@ -154,11 +163,13 @@ void print_profile(const DecodeProfile& p) {
 int bench(const BenchOptions& o) {
   if (o.profile && !o.n_gen) throw InvalidArgument("--profile times decode steps: give -n > 0");
   const uint32_t n_ctx = o.depth + std::max<uint32_t>(std::max(o.n_prompt, o.n_gen), 1);
-  Model model = load_model(o.model, {.adapter = o.adapter, .n_ctx = n_ctx, .ubatch = o.ubatch,
-                                     .layers_per_submit = o.layers_per_submit < 0
-                                                              ? std::nullopt
-                                                              : std::optional<uint32_t>(o.layers_per_submit),
-                                     .progress = o.json ? nullptr : progress_bar()});
+  Model model = load_model(
+      o.model,
+      {.adapter = o.adapter,
+       .n_ctx = n_ctx,
+       .ubatch = o.ubatch,
+       .layers_per_submit = o.layers_per_submit < 0 ? std::nullopt : std::optional<uint32_t>(o.layers_per_submit),
+       .progress = o.json ? nullptr : progress_bar()});
   const ModelInfo& info = model.info();
   if (!o.json) print_memory(model);
   Session s(model);
@@ -188,7 +199,7 @@ int bench(const BenchOptions& o) {
   }
   const double gb = info.bytes_per_token / 1e9;
   if (o.json) {
-    nlohmann::json j = {{"model", info.arch}, {"type", info.weight_type}, {"params", info.n_params},
+    nlohmann::json j = {{"model", info.arch},      {"type", info.weight_type},          {"params", info.n_params},
                         {"adapter", info.adapter}, {"weight_bytes", info.weight_bytes}, {"depth", o.depth}};
     if (!pp.empty()) {
       const Stat p = stats(pp);
@@ -197,7 +208,10 @@ int bench(const BenchOptions& o) {
     for (auto [key, v] : {std::pair{"tg", &tg}, std::pair{"tg_host", &tg_host}}) {
       if (v->empty()) continue;
       const Stat t = stats(*v);
-      j[key] = {{"n", o.n_gen}, {"tokens_per_s", t.median}, {"min", t.min}, {"max", t.max},
+      j[key] = {{"n", o.n_gen},
+                {"tokens_per_s", t.median},
+                {"min", t.min},
+                {"max", t.max},
                 {"decode_gb_per_s", gb * t.median}};
     }
     if (profile) j["profile"] = profile_json(*profile);
@@ -228,30 +242,29 @@ int bench(const BenchOptions& o) {
   return 0;
 }
 
-const Register reg{{"bench", "prompt processing and generation speed of a model",
-                    [](CLI::App& app) -> std::function<int()> {
-                      auto o = std::make_shared<BenchOptions>();
-                      app.add_option("-m,--model", o->model, "GGUF model file");
-                      app.add_option("-p,--n-prompt", o->n_prompt, "prompt tokens (0: skip pp)")
-                          ->capture_default_str();
-                      app.add_option("-n,--n-gen", o->n_gen, "generated tokens (0: skip tg)")->capture_default_str();
-                      app.add_option("-r,--repetitions", o->repeats, "repeats of each test")->capture_default_str();
-                      app.add_option("-d,--depth", o->depth, "tokens already cached when each test starts (filled untimed)")
-                          ->capture_default_str();
-                      app.add_option("--ubatch", o->ubatch, "prompt tokens per GPU step")->capture_default_str();
-                      app.add_option("--adapter", o->adapter, "adapter index or name part (wgllm info --list)");
-                      app.add_flag("--json", o->json, "print one JSON object");
-                      app.add_flag("--profile", o->profile,
-                                   "then -n decode steps with GPU timestamps: time per kernel and grid, their sum, the "
-                                   "GPU span and the wall time per step (one compute pass per dispatch, so not "
-                                   "identical to the normal run)");
-                      app.add_flag("--tg-host", o->tg_host,
-                                   "also time tg feeding one token per step and reading its logits back to the host");
-                      app.add_option("--layers-per-submit", o->layers_per_submit,
-                                     "command buffers per step: one after layer 0, then every N layers (0: one; -1: auto)")
-                          ->capture_default_str();
-                      return [o] { return bench(*o); };
-                    }}};
+const Register reg{
+    {"bench", "prompt processing and generation speed of a model", [](CLI::App& app) -> std::function<int()> {
+       auto o = std::make_shared<BenchOptions>();
+       app.add_option("-m,--model", o->model, "GGUF model file");
+       app.add_option("-p,--n-prompt", o->n_prompt, "prompt tokens (0: skip pp)")->capture_default_str();
+       app.add_option("-n,--n-gen", o->n_gen, "generated tokens (0: skip tg)")->capture_default_str();
+       app.add_option("-r,--repetitions", o->repeats, "repeats of each test")->capture_default_str();
+       app.add_option("-d,--depth", o->depth, "tokens already cached when each test starts (filled untimed)")
+           ->capture_default_str();
+       app.add_option("--ubatch", o->ubatch, "prompt tokens per GPU step")->capture_default_str();
+       app.add_option("--adapter", o->adapter, "adapter index or name part (wgllm info --list)");
+       app.add_flag("--json", o->json, "print one JSON object");
+       app.add_flag("--profile", o->profile,
+                    "then -n decode steps with GPU timestamps: time per kernel and grid, their sum, the "
+                    "GPU span and the wall time per step (one compute pass per dispatch, so not "
+                    "identical to the normal run)");
+       app.add_flag("--tg-host", o->tg_host,
+                    "also time tg feeding one token per step and reading its logits back to the host");
+       app.add_option("--layers-per-submit", o->layers_per_submit,
+                      "command buffers per step: one after layer 0, then every N layers (0: one; -1: auto)")
+           ->capture_default_str();
+       return [o] { return bench(*o); };
+     }}};
 
 }  // namespace
 }  // namespace wgllm::cli

@@ -34,8 +34,7 @@ int run_info(const std::string& adapter, const std::string& backend, bool list) 
   std::printf("adapter        %s\n", a.name.c_str());
   std::printf("backend        %s\n", a.backend.c_str());
   std::printf("device type    %s\n", a.type.c_str());
-  std::printf("vendor         %s%s%s\n", a.vendor.c_str(), a.architecture.empty() ? "" : " / ",
-              a.architecture.c_str());
+  std::printf("vendor         %s%s%s\n", a.vendor.c_str(), a.architecture.empty() ? "" : " / ", a.architecture.c_str());
   std::printf("driver         %s\n", a.driver.c_str());
   if (a.subgroup_max) std::printf("subgroup size  %u..%u\n", a.subgroup_min, a.subgroup_max);
   std::printf("limits\n");
@@ -54,17 +53,16 @@ int run_info(const std::string& adapter, const std::string& backend, bool list) 
   return 0;
 }
 
-const Register reg{{"info", "show the GPU adapter, its limits and features",
-                    [](CLI::App& app) -> std::function<int()> {
-                      auto adapter = std::make_shared<std::string>();
-                      auto list = std::make_shared<bool>(false);
-                      app.add_option("--adapter", *adapter, "adapter index or name substring (see --list)");
-                      auto backend = std::make_shared<std::string>("primary");
-                      app.add_option("--backend", *backend, "primary (Vulkan/Metal/D3D12), vulkan, gl or all")
-                          ->capture_default_str();
-                      app.add_flag("--list", *list, "list every adapter of the chosen backends");
-                      return [=] { return run_info(*adapter, *backend, *list); };
-                    }}};
+const Register reg{
+    {"info", "show the GPU adapter, its limits and features", [](CLI::App& app) -> std::function<int()> {
+       auto adapter = std::make_shared<std::string>();
+       auto list = std::make_shared<bool>(false);
+       app.add_option("--adapter", *adapter, "adapter index or name substring (see --list)");
+       auto backend = std::make_shared<std::string>("primary");
+       app.add_option("--backend", *backend, "primary (Vulkan/Metal/D3D12), vulkan, gl or all")->capture_default_str();
+       app.add_flag("--list", *list, "list every adapter of the chosen backends");
+       return [=] { return run_info(*adapter, *backend, *list); };
+     }}};
 
 }  // namespace
 }  // namespace wgllm::cli

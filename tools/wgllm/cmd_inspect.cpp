@@ -48,8 +48,8 @@ void print_tokenizer(const GgufTokenizerSummary& t) {
   if (t.pre) std::printf("  pre            %s\n", t.pre->c_str());
   if (t.vocab_size) std::printf("  vocab size     %llu\n", static_cast<unsigned long long>(*t.vocab_size));
   if (t.merges) std::printf("  merges         %llu\n", static_cast<unsigned long long>(*t.merges));
-  for (const auto& [k, id] : {std::pair{"bos", t.bos_id}, std::pair{"eos", t.eos_id}, std::pair{"unknown", t.unknown_id},
-                              std::pair{"padding", t.padding_id}})
+  for (const auto& [k, id] : {std::pair{"bos", t.bos_id}, std::pair{"eos", t.eos_id},
+                              std::pair{"unknown", t.unknown_id}, std::pair{"padding", t.padding_id}})
     if (id) std::printf("  %-14s %u\n", (std::string(k) + " id").c_str(), *id);
   if (t.add_bos) std::printf("  add bos        %s\n", *t.add_bos ? "yes" : "no");
   std::printf("  chat template  %s\n", t.chat_template ? "yes" : "no");
@@ -85,8 +85,7 @@ int run_inspect(const std::string& path, bool tensors, bool metadata) {
   std::printf("tensors        %zu (%.2f%s parameters)\n", f.tensors.size(), p >= 1e9 ? p / 1e9 : p / 1e6,
               p >= 1e9 ? "B" : "M");
   std::printf("  %-6s %6s %12s\n", "type", "count", "MiB");
-  for (const auto& [name, cb] : per_type)
-    std::printf("  %-6s %6zu %12.2f\n", name.c_str(), cb.first, mib(cb.second));
+  for (const auto& [name, cb] : per_type) std::printf("  %-6s %6zu %12.2f\n", name.c_str(), cb.first, mib(cb.second));
   std::printf("  %-6s %6zu %12.2f\n", "total", f.tensors.size(), mib(total));
 
   if (tensors) {
@@ -108,8 +107,7 @@ int run_inspect(const std::string& path, bool tensors, bool metadata) {
   return 0;
 }
 
-const Register reg{{"inspect", "show what a GGUF model file holds",
-                    [](CLI::App& app) -> std::function<int()> {
+const Register reg{{"inspect", "show what a GGUF model file holds", [](CLI::App& app) -> std::function<int()> {
                       auto path = std::make_shared<std::string>();
                       auto tensors = std::make_shared<bool>(false);
                       auto metadata = std::make_shared<bool>(false);

@@ -37,8 +37,8 @@ std::function<void(uint64_t, uint64_t)> progress_bar() {
 Model load_model(const std::string& path, const LoadOptions& given) {
   // The developer aids of README's Development section come from the environment, read here, at the edge.
   LoadOptions options = given;
-  for (auto [var, field] : {std::pair{"WGLLM_KERNEL_DIR", &options.kernel_dir},
-                            std::pair{"WGLLM_DUMP_SHADERS", &options.dump_shaders_dir}})
+  for (auto [var, field] :
+       {std::pair{"WGLLM_KERNEL_DIR", &options.kernel_dir}, std::pair{"WGLLM_DUMP_SHADERS", &options.dump_shaders_dir}})
     if (const char* v = std::getenv(var); v && field->empty()) *field = v;
   if (!path.empty()) return Model::load(path, options);
   const auto bytes = default_model_bytes();
@@ -52,9 +52,9 @@ void print_memory(const Model& model) {
   const std::string note = i.n_ctx_capped ? ", capped from " + std::to_string(i.n_ctx_train) + " to fit memory"
                            : i.n_ctx > i.n_ctx_train ? ", past the model's trained " + std::to_string(i.n_ctx_train)
                                                      : "";
-  std::fprintf(stderr, "%s (%s, %u layers) on %s: weights %.1f MiB, KV cache %.1f MiB (context %u%s)\n",
-               i.arch.c_str(), i.weight_type.c_str(), i.n_layer, i.adapter.c_str(), i.weight_bytes / 1048576.0,
-               i.kv_bytes / 1048576.0, i.n_ctx, note.c_str());
+  std::fprintf(stderr, "%s (%s, %u layers) on %s: weights %.1f MiB, KV cache %.1f MiB (context %u%s)\n", i.arch.c_str(),
+               i.weight_type.c_str(), i.n_layer, i.adapter.c_str(), i.weight_bytes / 1048576.0, i.kv_bytes / 1048576.0,
+               i.n_ctx, note.c_str());
 }
 
 namespace {
@@ -71,12 +71,13 @@ std::vector<int32_t> parse_ids(const std::string& s) {
   std::vector<int32_t> ids;
   std::stringstream in(s);
   std::string item;
-  while (std::getline(in, item, ','))
+  while (std::getline(in, item, ',')) {
     try {
       ids.push_back(std::stoi(item));
     } catch (const std::exception&) {
       throw InvalidArgument("--prompt-ids: '" + item + "' is not a token id");
     }
+  }
   return ids;
 }
 
@@ -112,7 +113,9 @@ int run(RunOptions o) {
   // The prompt is tokenised as soon as the tokenizer is read, so a prompt that cannot fit an explicit -c fails before
   // the weights upload. The default context depends on the adapter's memory: that check waits for the load.
   std::vector<int32_t> prompt;
-  Model model = load_model(o.model, {.adapter = o.adapter, .n_ctx = o.n_ctx, .ubatch = o.ubatch,
+  Model model = load_model(o.model, {.adapter = o.adapter,
+                                     .n_ctx = o.n_ctx,
+                                     .ubatch = o.ubatch,
                                      .progress = o.json ? nullptr : progress_bar(),
                                      .before_upload = [&](const Model& m) {
                                        prompt = prompt_tokens(m, o, text);
@@ -136,15 +139,17 @@ int run(RunOptions o) {
   });
   const size_t n_gen = r.tokens.size();
   if (o.json) {
-    const nlohmann::json j = {
-        {"prompt_ids", prompt},
-        {"generated_ids", r.tokens},
-        {"text", r.text},
-        {"seed", o.sampling.seed},
-        {"stopped_by_eog", r.stopped_by_eog},
-        {"timings", {{"load_s", load_s}, {"prompt_s", r.prompt_seconds}, {"generate_s", r.generate_seconds},
-                     {"prompt_tokens_per_s", prompt.size() / r.prompt_seconds},
-                     {"generate_tokens_per_s", n_gen / r.generate_seconds}}}};
+    const nlohmann::json j = {{"prompt_ids", prompt},
+                              {"generated_ids", r.tokens},
+                              {"text", r.text},
+                              {"seed", o.sampling.seed},
+                              {"stopped_by_eog", r.stopped_by_eog},
+                              {"timings",
+                               {{"load_s", load_s},
+                                {"prompt_s", r.prompt_seconds},
+                                {"generate_s", r.generate_seconds},
+                                {"prompt_tokens_per_s", prompt.size() / r.prompt_seconds},
+                                {"generate_tokens_per_s", n_gen / r.generate_seconds}}}};
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     return 0;
   }
@@ -155,36 +160,34 @@ int run(RunOptions o) {
   return 0;
 }
 
-const Register reg{{"run", "generate text from a prompt with a GGUF model",
-                    [](CLI::App& app) -> std::function<int()> {
-                      auto o = std::make_shared<RunOptions>();
-                      app.add_option("-m,--model", o->model, "GGUF model file");
-                      auto* p = app.add_option("-p,--prompt", o->prompt, "prompt text");
-                      auto* f = app.add_option("-f,--file", o->prompt_file, "read the prompt from a file");
-                      auto* ids = app.add_option("--prompt-ids", o->prompt_ids, "prompt as token ids: 1,2,3")
-                                      ->group("Advanced");
-                      p->excludes(f)->excludes(ids);
-                      f->excludes(ids);
-                      app.add_option("-n,--n-predict", o->n_predict, "most tokens to generate")->capture_default_str();
-                      app.add_option("-c,--ctx-size", o->n_ctx, "context size (0: the model's, capped to memory)")
-                          ->capture_default_str();
-                      app.add_option("--temp", o->sampling.temperature, "temperature (0: greedy)")
-                          ->capture_default_str();
-                      app.add_option("--top-k", o->sampling.top_k, "top-k (0: off)")->capture_default_str();
-                      app.add_option("--top-p", o->sampling.top_p, "top-p (1: off)")->capture_default_str();
-                      app.add_option("--min-p", o->sampling.min_p, "min-p (0: off)")->capture_default_str();
-                      app.add_option("--repeat-penalty", o->sampling.repeat_penalty, "repetition penalty (1: off)")
-                          ->capture_default_str();
-                      app.add_option("--repeat-last-n", o->sampling.repeat_last_n, "tokens the penalty looks at")
-                          ->capture_default_str();
-                      app.add_option("--seed", o->seed, "random seed (-1: random)")->capture_default_str();
-                      app.add_flag("--chat", o->chat, "wrap the prompt in the model's chat template");
-                      app.add_option("--system", o->system, "system message for --chat");
-                      app.add_flag("--json", o->json, "print one JSON object (ids, text, timings) instead");
-                      app.add_option("--ubatch", o->ubatch, "prompt tokens per GPU step")->capture_default_str();
-                      app.add_option("--adapter", o->adapter, "adapter index or name part (wgllm info --list)");
-                      return [o] { return run(*o); };
-                    }}};
+const Register reg{
+    {"run", "generate text from a prompt with a GGUF model", [](CLI::App& app) -> std::function<int()> {
+       auto o = std::make_shared<RunOptions>();
+       app.add_option("-m,--model", o->model, "GGUF model file");
+       auto* p = app.add_option("-p,--prompt", o->prompt, "prompt text");
+       auto* f = app.add_option("-f,--file", o->prompt_file, "read the prompt from a file");
+       auto* ids = app.add_option("--prompt-ids", o->prompt_ids, "prompt as token ids: 1,2,3")->group("Advanced");
+       p->excludes(f)->excludes(ids);
+       f->excludes(ids);
+       app.add_option("-n,--n-predict", o->n_predict, "most tokens to generate")->capture_default_str();
+       app.add_option("-c,--ctx-size", o->n_ctx, "context size (0: the model's, capped to memory)")
+           ->capture_default_str();
+       app.add_option("--temp", o->sampling.temperature, "temperature (0: greedy)")->capture_default_str();
+       app.add_option("--top-k", o->sampling.top_k, "top-k (0: off)")->capture_default_str();
+       app.add_option("--top-p", o->sampling.top_p, "top-p (1: off)")->capture_default_str();
+       app.add_option("--min-p", o->sampling.min_p, "min-p (0: off)")->capture_default_str();
+       app.add_option("--repeat-penalty", o->sampling.repeat_penalty, "repetition penalty (1: off)")
+           ->capture_default_str();
+       app.add_option("--repeat-last-n", o->sampling.repeat_last_n, "tokens the penalty looks at")
+           ->capture_default_str();
+       app.add_option("--seed", o->seed, "random seed (-1: random)")->capture_default_str();
+       app.add_flag("--chat", o->chat, "wrap the prompt in the model's chat template");
+       app.add_option("--system", o->system, "system message for --chat");
+       app.add_flag("--json", o->json, "print one JSON object (ids, text, timings) instead");
+       app.add_option("--ubatch", o->ubatch, "prompt tokens per GPU step")->capture_default_str();
+       app.add_option("--adapter", o->adapter, "adapter index or name part (wgllm info --list)");
+       return [o] { return run(*o); };
+     }}};
 
 }  // namespace
 }  // namespace wgllm::cli
