@@ -16,6 +16,7 @@
 #include "add_kernel.h"
 #include "command.h"
 #include "gguf/half.h"
+#include "gguf/types.h"
 #include "gpu/batch.h"
 #include "kernels/kv_cache.h"
 #include "kernels/matmul.h"
@@ -47,9 +48,9 @@ std::vector<std::string> split(const std::string& s, char sep) {
 }
 
 GgufType parse_type(const std::string& s) {
-  for (auto t : {GgufType::F32, GgufType::F16, GgufType::BF16, GgufType::Q8_0, GgufType::Q4_0})
-    if (s == type_name(t)) return t;
-  throw InvalidArgument("--types: unknown type '" + s + "' (F32, F16, BF16, Q8_0, Q4_0)");
+  for (uint32_t id = 0; ggml_type_name(id); ++id)
+    if (is_supported_type(id) && s == ggml_type_name(id)) return GgufType(id);
+  throw InvalidArgument("--types: unknown type '" + s + "' (" + supported_type_names() + ")");
 }
 
 // Random GGUF bytes: floats in [-1, 1], or random quants with scales in [0.001, 0.03].
