@@ -40,6 +40,10 @@ struct LoadOptions {
   // is this n_ctx, 0 when the default is yet to be chosen). A throw stops the load: a caller can reject its input
   // (a prompt longer than the context, say) without waiting for the upload. No Session can be made from it.
   std::function<void(const Model& model)> before_upload = nullptr;
+  // Every weight is scanned for NaN and infinities before it uploads (a ModelError names the tensor and element):
+  // such a model would compute NaN and sample garbage. Off skips the scan (it reads each weight once more on the
+  // CPU; PERF.md gives its cost).
+  bool check_tensors = true;
   // Developer aids ("" = off; the library never reads the environment, the wgllm CLI fills these from
   // $WGLLM_KERNEL_DIR and $WGLLM_DUMP_SHADERS): a kernel file in kernel_dir (e.g. matvec.wgsl) replaces the built-in
   // one of that name; dump_shaders_dir receives every WGSL source exactly as compiled.
@@ -120,13 +124,24 @@ class TextStream {
   std::unique_ptr<Impl> impl_;
 };
 
+// Why generation ended.
+enum class StopReason {
+  EndOfGeneration,  // the model ended its text (EOS or a turn end)
+  Length,           // max_tokens were generated
+  Context,          // the context is full: no position is left for another token (raise the context)
+  Caller,           // on_token returned false
+};
+// "eog", "length", "context", "caller".
+const char* stop_reason_name(StopReason r);
+
 struct GenerateResult {
   std::vector<int32_t> tokens;  // generated ids (the end-of-generation token included when one stopped it)
   std::string text;             // their text (special tokens skipped)
   uint32_t n_prompt = 0;
   double prompt_seconds = 0;    // prompt processing
   double generate_seconds = 0;  // every decode step
-  bool stopped_by_eog = false;
+  StopReason stop_reason = StopReason::Length;
+  bool stopped_by_eog = false;  // stop_reason == EndOfGeneration
 };
 
 // One sequence with its own KV cache. The model must outlive the session. Making the first session of a model

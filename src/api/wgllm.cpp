@@ -91,7 +91,7 @@ std::unique_ptr<ModelAccess::Impl> parse_impl(const GgufFile& f, const LoadOptio
 void upload_impl(ModelAccess::Impl& m, const GgufFile& f, const LoadOptions& o) {
   m.ctx = std::make_unique<gpu::Context>(
       gpu::ContextOptions{.adapter = o.adapter, .kernel_dir = o.kernel_dir, .dump_shaders_dir = o.dump_shaders_dir});
-  m.gpu = load_gpu_model(*m.ctx, f, m.config, o.progress);
+  m.gpu = load_gpu_model(*m.ctx, f, m.config, o.progress, o.check_tensors);
   ModelInfo& i = m.info;
   i.adapter = m.ctx->adapter().name;
   if (!o.n_ctx) {
@@ -198,6 +198,16 @@ uint32_t Session::n_past() const { return impl_->gs.n_past(); }
 uint32_t Session::n_ctx() const { return impl_->gs.n_ctx(); }
 void Session::reset() { impl_->gs.reset(); }
 
+const char* stop_reason_name(StopReason r) {
+  switch (r) {
+    case StopReason::EndOfGeneration: return "eog";
+    case StopReason::Length: return "length";
+    case StopReason::Context: return "context";
+    case StopReason::Caller: return "caller";
+  }
+  return "?";
+}
+
 GenerateResult Session::generate(std::span<const int32_t> prompt, const SamplingParams& sampling, uint32_t max_tokens,
                                  const OnToken& on_token) {
   using clock = std::chrono::steady_clock;
@@ -217,13 +227,17 @@ GenerateResult Session::generate(std::span<const int32_t> prompt, const Sampling
   r.prompt_seconds = std::chrono::duration<double>(t1 - t0).count();
 
   TextStream stream(model);
+  bool caller_stopped = false;
   // Takes one sampled id; false when generation ends with it.
   auto take = [&](int32_t id) {
     r.tokens.push_back(id);
     r.stopped_by_eog = model.is_end_of_generation(id);
     const std::string text = r.stopped_by_eog ? std::string() : stream.push(id);
     r.text += text;
-    if (on_token && !on_token(id, text)) return false;
+    if (on_token && !on_token(id, text)) {
+      caller_stopped = true;
+      return false;
+    }
     return !r.stopped_by_eog && r.tokens.size() < max_tokens;
   };
   int32_t id = max_tokens > 0 ? sampler.sample(logits) : -1;
@@ -242,6 +256,10 @@ GenerateResult Session::generate(std::span<const int32_t> prompt, const Sampling
       }
     }
   }
+  r.stop_reason = r.stopped_by_eog                ? StopReason::EndOfGeneration
+                  : caller_stopped                ? StopReason::Caller
+                  : r.tokens.size() >= max_tokens ? StopReason::Length
+                                                  : StopReason::Context;
   const std::string rest = stream.flush();
   r.text += rest;
   if (on_token && !rest.empty()) on_token(-1, rest);

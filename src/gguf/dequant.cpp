@@ -53,4 +53,31 @@ void dequantize_row(GgufType type, const uint8_t* src, float* dst, size_t n) {
   }
 }
 
+std::optional<uint64_t> find_non_finite(GgufType type, const uint8_t* src, uint64_t n) {
+  // Every exponent bit set: NaN or infinity, in each format.
+  auto scan16 = [&](uint64_t count, uint64_t stride, uint16_t exponent) -> std::optional<uint64_t> {
+    for (uint64_t i = 0; i < count; ++i)
+      if ((load_u16(src + i * stride) & exponent) == exponent) return i;
+    return std::nullopt;
+  };
+  switch (type) {
+    case GgufType::F32:
+      for (uint64_t i = 0; i < n; ++i) {
+        uint32_t bits;
+        std::memcpy(&bits, src + 4 * i, 4);
+        if ((bits & 0x7F800000u) == 0x7F800000u) return i;
+      }
+      return std::nullopt;
+    case GgufType::F16: return scan16(n, 2, 0x7C00);
+    case GgufType::BF16: return scan16(n, 2, 0x7F80);
+    case GgufType::Q8_0:
+    case GgufType::Q4_0: {
+      const std::optional<uint64_t> block = scan16(n / block_elems(type), block_bytes(type), 0x7C00);
+      if (block) return *block * block_elems(type);
+      return std::nullopt;
+    }
+  }
+  throw InvalidArgument("find_non_finite: unsupported type id " + std::to_string(static_cast<uint32_t>(type)));
+}
+
 }  // namespace wgllm

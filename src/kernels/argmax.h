@@ -15,8 +15,12 @@ static_assert(sizeof(ArgmaxParams) == 16);
 // Scratch bytes encode_argmax needs for n values (one (value, index) pair per chunk).
 uint64_t argmax_scratch_bytes(uint32_t n);
 
-// out[out_index] (u32) = the index of the largest of values[0, n) (f32): the lowest index among equals, NaN never
-// wins, 0 when nothing beats -inf. Two dispatches; scratch: argmax_scratch_bytes(n).
+// What encode_argmax writes when a value is NaN or infinite.
+inline constexpr uint32_t kArgmaxNonFinite = 0xffffffffu;
+
+// out[out_index] (u32) = the index of the largest of values[0, n) (f32), the lowest index among equals; or
+// kArgmaxNonFinite when any value is NaN or infinite (logits that are mean the forward pass broke down). Two
+// dispatches; scratch: argmax_scratch_bytes(n).
 void encode_argmax(gpu::ComputeBatch& batch, gpu::Context& ctx, const gpu::Buffer& values, uint32_t n,
                    const gpu::Buffer& scratch, const gpu::Buffer& out, uint32_t out_index = 0);
 

@@ -1,9 +1,11 @@
 // Greedy sampling on the GPU: the index of the largest of n f32 values, written where the next decode step
 // reads its token id, so greedy decoding needs no round trip to the host between steps.
 //
-// Ties go to the lowest index (as std::max_element); NaN never wins; when no value beats -inf the answer is 0.
-// Two passes: argmax_partial reduces each chunk of `chunk` values to one (value, index) pair per workgroup;
-// argmax_final (one workgroup) reduces the n_partials pairs and writes the index to out[out_index].
+// Ties go to the lowest index (as std::max_element). Logits that are NaN or infinite mean the forward pass broke
+// down: when any value is, the answer is NON_FINITE instead of an index, for the host to report.
+// Two passes: argmax_partial reduces each chunk of `chunk` values to one (value, index) pair per workgroup (index
+// BAD when the chunk holds a non-finite value); argmax_final (one workgroup) reduces the n_partials pairs and writes
+// the index, or NON_FINITE, to out[out_index].
 
 struct ArgmaxParams {
   n: u32, chunk: u32, n_partials: u32, out_index: u32,
@@ -16,11 +18,19 @@ struct ArgmaxParams {
 
 const WG: u32 = 256u;
 const NONE: u32 = 0xffffffffu;
+const BAD: u32 = 0xfffffffeu;         // a partial whose chunk holds a non-finite value
+const NON_FINITE: u32 = 0xffffffffu;  // the answer when any value is NaN or infinite (kArgmaxNonFinite)
 
 var<workgroup> best_v: array<f32, WG>;
 var<workgroup> best_i: array<u32, WG>;
+var<workgroup> n_bad: atomic<u32>;  // lanes that saw a non-finite value
 
-// (v, i) beats (bv, bi): larger, or equal with a lower index. NaN compares false: never better.
+// NaN and +-inf: every exponent bit set.
+fn non_finite(v: f32) -> bool {
+  return (bitcast<u32>(v) & 0x7f800000u) == 0x7f800000u;
+}
+
+// (v, i) beats (bv, bi): larger, or equal with a lower index.
 fn beats(v: f32, i: u32, bv: f32, bi: u32) -> bool {
   return v > bv || (v == bv && i < bi);
 }
@@ -45,37 +55,50 @@ fn reduce_workgroup(lid: u32, v: f32, i: u32) {
 
 @compute @workgroup_size(WG)
 fn argmax_partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+  // Cleared by hand: wgpu may skip WGSL's zero-initialisation of workgroup memory (measured on lavapipe: a value
+  // left by an earlier dispatch was seen).
+  if (lid == 0u) { atomicStore(&n_bad, 0u); }
+  workgroupBarrier();
   let begin = wid.x * p.chunk;
   let end = min(p.n, begin + p.chunk);
   var bv = bitcast<f32>(0xff800000u);  // -inf
   var bi = NONE;
+  var bad = false;
   for (var i = begin + lid; i < end; i += WG) {
     let v = values[i];
+    bad = bad || non_finite(v);
     if (beats(v, i, bv, bi)) {
       bv = v;
       bi = i;
     }
   }
-  reduce_workgroup(lid, bv, bi);
+  if (bad) { atomicAdd(&n_bad, 1u); }
+  reduce_workgroup(lid, bv, bi);  // its barriers order the atomic before the read below
   if (lid == 0u) {
-    partials[wid.x] = vec2<u32>(bitcast<u32>(best_v[0]), best_i[0]);
+    partials[wid.x] = select(vec2<u32>(bitcast<u32>(best_v[0]), best_i[0]), vec2<u32>(0u, BAD),
+                             atomicLoad(&n_bad) != 0u);
   }
 }
 
 @compute @workgroup_size(WG)
 fn argmax_final(@builtin(local_invocation_index) lid: u32) {
+  if (lid == 0u) { atomicStore(&n_bad, 0u); }
+  workgroupBarrier();
   var bv = bitcast<f32>(0xff800000u);
   var bi = NONE;
+  var bad = false;
   for (var k = lid; k < p.n_partials; k += WG) {
     let pair = partials[k];
+    bad = bad || pair.y == BAD;
     let v = bitcast<f32>(pair.x);
-    if (beats(v, pair.y, bv, bi)) {
+    if (pair.y != BAD && beats(v, pair.y, bv, bi)) {
       bv = v;
       bi = pair.y;
     }
   }
+  if (bad) { atomicAdd(&n_bad, 1u); }
   reduce_workgroup(lid, bv, bi);
   if (lid == 0u) {
-    out[p.out_index] = select(best_i[0], 0u, best_i[0] == NONE);
+    out[p.out_index] = select(best_i[0], NON_FINITE, atomicLoad(&n_bad) != 0u);
   }
 }

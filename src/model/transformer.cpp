@@ -28,12 +28,24 @@ namespace {
 
 constexpr auto kStorage = WGPUBufferUsage_Storage;
 
-// Uploads GGUF tensors, counting the bytes for the progress callback.
+// Uploads GGUF tensors, counting the bytes for the progress callback; with check_finite, a tensor holding a NaN or
+// an infinity is refused by name before it is uploaded.
 struct Uploader {
   gpu::Context& ctx;
   const GgufFile& f;
   const LoadProgress& progress;
+  bool check_finite = true;
   uint64_t done = 0, total = 0;
+
+  std::span<const uint8_t> data(const GgufTensor& t) const {
+    const std::span<const uint8_t> bytes = f.tensor_data(t);
+    if (check_finite)
+      if (const auto at = find_non_finite(t.type, bytes.data(), t.n_elements))
+        throw ModelError(f.label() + ": tensor '" + t.name + "' (" + type_name(t.type) + " " + t.shape_string() +
+                         "): element " + std::to_string(*at) + (block_elems(t.type) > 1 ? "'s block scale" : "") +
+                         " is NaN or infinite: the file is corrupt (the model would compute NaN)");
+    return bytes;
+  }
 
   void advance(const GgufTensor& t) {
     done += t.n_bytes;
@@ -41,7 +53,7 @@ struct Uploader {
   }
   GpuWeight matrix(const std::string& name) {
     const GgufTensor& t = f.tensor(name);
-    GpuWeight w = kernels::upload_weight(ctx, t.type, t.ne[0], t.ne[1], f.tensor_data(t), name);
+    GpuWeight w = kernels::upload_weight(ctx, t.type, t.ne[0], t.ne[1], data(t), name);
     advance(t);
     return w;
   }
@@ -59,7 +71,7 @@ struct Uploader {
     std::vector<std::span<const uint8_t>> parts;
     uint64_t rows = 0;
     for (const auto& n : names) {
-      parts.push_back(f.tensor_data(f.tensor(n)));
+      parts.push_back(data(f.tensor(n)));
       rows += f.tensor(n).ne[1];
     }
     const GgufTensor& t = f.tensor(*names.begin());
@@ -72,9 +84,8 @@ struct Uploader {
     const GgufTensor& ta = f.tensor(a);
     const GgufTensor& tb = f.tensor(b);
     if (ta.ne[1] != tb.ne[1]) throw ModelError(a + " and " + b + " differ in rows");
-    GpuWeight w =
-        kernels::upload_weight(ctx, ta.type, ta.ne[0], 2 * ta.ne[1],
-                               kernels::interleave_rows(f.tensor_data(ta), f.tensor_data(tb), ta.ne[1]), label);
+    GpuWeight w = kernels::upload_weight(ctx, ta.type, ta.ne[0], 2 * ta.ne[1],
+                                         kernels::interleave_rows(data(ta), data(tb), ta.ne[1]), label);
     advance(ta);
     advance(tb);
     return w;
@@ -82,7 +93,7 @@ struct Uploader {
   std::vector<float> floats(const std::string& name) {
     const GgufTensor& t = f.tensor(name);
     std::vector<float> v(t.n_elements);
-    dequantize_row(t.type, f.tensor_data(t).data(), v.data(), v.size());
+    dequantize_row(t.type, data(t).data(), v.data(), v.size());
     advance(t);
     return v;
   }
@@ -145,11 +156,12 @@ const gpu::Buffer* optional(const gpu::Buffer& b) { return b.size ? &b : nullptr
 
 GpuModel load_gpu_model(gpu::Context& ctx, const GgufFile& f) { return load_gpu_model(ctx, f, config_from_gguf(f)); }
 
-GpuModel load_gpu_model(gpu::Context& ctx, const GgufFile& f, const ModelConfig& config, const LoadProgress& progress) {
+GpuModel load_gpu_model(gpu::Context& ctx, const GgufFile& f, const ModelConfig& config, const LoadProgress& progress,
+                        bool check_finite) {
   GpuModel m;
   m.config = config;
   const ModelConfig& c = m.config;
-  Uploader up{ctx, f, progress};
+  Uploader up{ctx, f, progress, check_finite};
   for (const GgufTensor& t : f.tensors()) up.total += t.n_bytes;
 
   GpuWeights& w = m.weights;
@@ -183,20 +195,19 @@ uint64_t kv_bytes_per_position(const ModelConfig& c, kernels::KvType type) {
 // ---- session
 
 namespace {
-// The index of the largest value as argmax.wgsl chooses it: the lowest among equals, NaN never, 0 when nothing
-// beats -inf.
-int32_t argmax(std::span<const float> v) {
-  int32_t best = 0;
-  float best_v = -INFINITY;
-  bool found = false;
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (v[i] > best_v || (!found && v[i] == best_v)) {
-      best = int32_t(i);
-      best_v = v[i];
-      found = true;
-    }
-  }
-  return best;
+// The index of the largest value as argmax.wgsl chooses it: the lowest among equals (the values are finite).
+int32_t argmax(std::span<const float> v) { return int32_t(std::max_element(v.begin(), v.end()) - v.begin()); }
+
+// Logits that are NaN or infinite mean the forward pass broke down (non-finite activations, or weights the load
+// check did not see): sampling them would print plausible garbage, so generation stops with an error.
+[[noreturn]] void non_finite_logits(uint32_t pos) {
+  throw ModelError("the logits at position " + std::to_string(pos) +
+                   " are not finite (NaN or infinity): the model's activations overflow or its weights are corrupt");
+}
+
+void check_finite(std::span<const float> logits, uint32_t pos) {
+  for (float v : logits)
+    if (!std::isfinite(v)) non_finite_logits(pos);
 }
 }  // namespace
 
@@ -339,7 +350,9 @@ std::vector<float> GpuSession::run_chunk(std::span<const int32_t> tokens, Output
   if (output == Output::None) return {};
   if (output == Output::AllLogits) {
     ctx_.wait_idle();
-    return ctx_.read<float>(b.logits_all, 0, uint64_t(n) * V);
+    std::vector<float> all = ctx_.read<float>(b.logits_all, 0, uint64_t(n) * V);
+    for (uint32_t t = 0; t < n; ++t) check_finite(std::span(all).subspan(size_t(t) * V, V), n_past_ - n + t);
+    return all;
   }
   // While the GPU works, encode the next decode step (the likely next call).
   if (n_past_ < n_ctx_) {
@@ -351,6 +364,7 @@ std::vector<float> GpuSession::run_chunk(std::span<const int32_t> tokens, Output
   }
   std::vector<float> logits(V);
   ctx_.read_mapped(b.logits_host, 0, logits.data(), uint64_t(V) * 4);
+  check_finite(logits, n_past_ - 1);
   return logits;
 }
 
@@ -389,6 +403,7 @@ uint32_t GpuSession::decode_greedy(int32_t token, uint32_t max_new, const std::f
     int32_t id = 0;
     ctx_.read_mapped(b.id_readback[k % 2], 0, &id, 4, done_at[k % 2]);
     n_past_ = pos0 + k + 1;
+    if (uint32_t(id) == kernels::kArgmaxNonFinite) non_finite_logits(pos0 + k);
     ++chosen;
     if (on_id && !on_id(id)) break;
   }

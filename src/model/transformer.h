@@ -68,9 +68,9 @@ struct GpuModel {
 using LoadProgress = std::function<void(uint64_t done, uint64_t total)>;
 
 // Uploads every weight of `f`, whose config (config_from_gguf(f)) is `config`. Throws ModelError (a tensor of the
-// wrong type or shape) or GpuError (device out of memory).
+// wrong type or shape; with check_finite, one holding a NaN or an infinity) or GpuError (device out of memory).
 GpuModel load_gpu_model(gpu::Context& ctx, const GgufFile& f, const ModelConfig& config,
-                        const LoadProgress& progress = {});
+                        const LoadProgress& progress = {}, bool check_finite = true);
 // The same, reading the config of `f` first.
 GpuModel load_gpu_model(gpu::Context& ctx, const GgufFile& f);
 
@@ -102,7 +102,8 @@ class GpuSession {
 
   // Runs `tokens` after those already cached, in chunks of at most ubatch, and returns the logits [n_vocab] of the
   // last one. Throws InvalidArgument for no tokens, an id outside the vocabulary or a full context (before any
-  // work is done).
+  // work is done), and ModelError naming the position when logits come out NaN or infinite (here, in forward_all
+  // and in decode_greedy alike).
   std::vector<float> forward(std::span<const int32_t> tokens);
   // As forward, but returns the logits of every token: [tokens.size()][n_vocab].
   std::vector<std::vector<float>> forward_all(std::span<const int32_t> tokens);

@@ -1,6 +1,6 @@
 // Greedy sampling on the GPU (argmax.wgsl, kernels::encode_argmax) against std::max_element: fresh random logits
-// of every size around the kernel's chunk edges, planted maxima, ties, -inf and NaN, a poisoned output word whose
-// neighbours must survive.
+// of every size around the kernel's chunk edges, planted maxima, ties, non-finite values (NaN, +-inf) anywhere, a
+// poisoned output word whose neighbours must survive.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -64,22 +64,26 @@ TEST(Argmax, TiesGoToTheLowestIndex) {
     EXPECT_EQ(gpu_argmax(values), std::min({a, b, c})) << "tie at " << a << ", " << b << ", " << c;
   }
   EXPECT_EQ(gpu_argmax(std::vector<float>(3000, 0.25f)), 0u) << "all equal";
-  const float ninf = -std::numeric_limits<float>::infinity();
-  EXPECT_EQ(gpu_argmax(std::vector<float>(1500, ninf)), 0u) << "all -inf";
-  std::vector<float> mostly_ninf(1500, ninf);
-  mostly_ninf[1234] = -1e30f;
-  EXPECT_EQ(gpu_argmax(mostly_ninf), 1234u);
+  std::vector<float> lowest(1500, -std::numeric_limits<float>::max());
+  lowest[1234] = -1e30f;
+  EXPECT_EQ(gpu_argmax(lowest), 1234u);
 }
 
-TEST(Argmax, NanNeverWins) {
+// One NaN or infinity anywhere (in any chunk, at its edges) gives kArgmaxNonFinite, not an index.
+TEST(Argmax, AnyNonFiniteValueGivesNoIndex) {
   auto gen = rng(3);
   const uint32_t n = 3000;
-  auto values = random_floats(n, gen, -1.f, 1.f);
-  const uint32_t want = cpu_argmax(values);
-  for (uint32_t i : {0u, 7u, 511u, 512u, 600u, n - 1})
-    if (i != want) values[i] = std::numeric_limits<float>::quiet_NaN();
-  EXPECT_EQ(gpu_argmax(values), want);
-  EXPECT_EQ(gpu_argmax(std::vector<float>(700, std::numeric_limits<float>::quiet_NaN())), 0u) << "all NaN";
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  for (float bad : {nan, -nan, inf, -inf})
+    for (uint32_t at : {0u, 7u, 511u, 512u, 600u, n - 1}) {
+      auto values = random_floats(n, gen, -1.f, 1.f);
+      values[at] = bad;
+      EXPECT_EQ(gpu_argmax(values), kernels::kArgmaxNonFinite) << bad << " at " << at;
+    }
+  EXPECT_EQ(gpu_argmax(std::vector<float>(700, nan)), kernels::kArgmaxNonFinite) << "all NaN";
+  EXPECT_EQ(gpu_argmax(std::vector<float>(1, -inf)), kernels::kArgmaxNonFinite) << "one -inf";
+  auto values = random_floats(n, gen, -1.f, 1.f);  // and the same buffers still answer finite values
+  EXPECT_EQ(gpu_argmax(values), cpu_argmax(values));
 }
 
 TEST(Argmax, WritesTheChosenWordOnly) {

@@ -5,7 +5,10 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <optional>
@@ -13,6 +16,7 @@
 #include <vector>
 
 #include "gguf/file.h"
+#include "model/config.h"
 #include "model/reference.h"
 #include "model/transformer.h"
 #include "model_util.h"
@@ -202,6 +206,54 @@ TEST(GpuForwardApi, StepsEncodedAheadFollowAnyCallPattern) {
 // time and taking the argmax on the host, stopping where on_id says (the step queued beyond is forgotten: the cache
 // continues correctly), at max_new and at a full context.
 class DecodeGreedy : public ::testing::TestWithParam<int32_t> {};
+
+// A weight holding NaN is refused at load, by tensor and element; loaded anyway (no check), the NaN logits stop
+// every path with an error naming the position: forward, forward_all and greedy decoding with the argmax on the
+// GPU (argmax.wgsl answers kArgmaxNonFinite) or on the host.
+TEST(GpuForwardApi, NonFiniteWeightsAndLogitsAreErrors) {
+  const std::string path = test::model_path("llama-f32");
+  std::vector<uint8_t> bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  {
+    const GgufFile clean = GgufFile::open(path);
+    const GgufTensor& t = clean.tensor("output_norm.weight");
+    const float nan = std::nanf("");
+    std::memcpy(&bytes[clean.data_offset() + t.offset + 4 * 5], &nan, 4);  // one element
+  }
+  const GgufFile f = GgufFile::from_bytes(bytes, "nan-norm");
+  gpu::Context& ctx = test::context();
+  try {
+    load_gpu_model(ctx, f);
+    ADD_FAILURE() << "loaded a NaN weight";
+  } catch (const ModelError& e) {
+    EXPECT_NE(std::string(e.what()).find("nan-norm: tensor 'output_norm.weight' (F32 ["), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("element 5 is NaN or infinite"), std::string::npos) << e.what();
+  }
+  const GpuModel gm = load_gpu_model(ctx, f, config_from_gguf(f), {}, false);
+  const std::vector<int32_t> prompt = {1, 5, 9};
+  auto expect_position = [](const auto& call, uint32_t pos, const char* what) {
+    try {
+      call();
+      ADD_FAILURE() << what << ": no error";
+    } catch (const ModelError& e) {
+      EXPECT_NE(std::string(e.what()).find("the logits at position " + std::to_string(pos) + " are not finite"),
+                std::string::npos)
+          << what << ": " << e.what();
+    }
+  };
+  for (bool on_gpu : {true, false}) {
+    GpuSession gs(ctx, gm, {.n_ctx = 16, .ubatch = 8, .argmax_on_gpu = on_gpu});
+    expect_position([&] { gs.forward(prompt); }, 2, "forward");
+    gs.reset();
+    expect_position([&] { gs.forward_all(prompt); }, 0, "forward_all");
+    gs.reset();
+    expect_position([&] { gs.decode_greedy(3, 4); }, 0, on_gpu ? "decode_greedy, GPU argmax" : "decode_greedy, host");
+  }
+}
 
 TEST_P(DecodeGreedy, MatchesFeedingAndStopsCleanly) {
   const int32_t on_gpu = GetParam();

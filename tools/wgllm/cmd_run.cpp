@@ -1,10 +1,17 @@
 // `wgllm run`: load a GGUF model, feed a prompt and stream the generated text.
 #include <nlohmann/json.hpp>
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <random>
 #include <sstream>
 #include <string>
@@ -21,8 +28,10 @@ namespace wgllm::cli {
 // (models/default/README.md).
 std::span<const uint8_t> default_model_bytes() { return default_model_gguf(); }
 
-// A progress bar on stderr while the weights upload.
+// A progress bar on stderr while the weights upload, when stderr is a terminal (redrawn with \r, it would fill a log
+// or a pipe with ~50 copies; the line print_memory writes after the load says what was loaded).
 std::function<void(uint64_t, uint64_t)> progress_bar() {
+  if (!::isatty(STDERR_FILENO)) return nullptr;
   return [last = -1](uint64_t done, uint64_t total) mutable {
     const int pct = total ? int(done * 100 / total) : 100;
     if (pct == last) return;
@@ -65,6 +74,7 @@ struct RunOptions {
   SamplingParams sampling;
   int64_t seed = -1;
   bool chat = false, json = false;
+  bool no_check_tensors = false;
 };
 
 std::vector<int32_t> parse_ids(const std::string& s) {
@@ -81,17 +91,70 @@ std::vector<int32_t> parse_ids(const std::string& s) {
   return ids;
 }
 
-std::string read_file(const std::string& path) {
+// The most prompt bytes taken: 256 per position of an explicit context (a token of text is rarely over 16 bytes; no
+// less than 1 MiB), else 64 MiB (more text than any model's context holds). Past it the prompt cannot fit, and
+// reading on (from /dev/zero, say) would only exhaust the memory.
+uint64_t prompt_byte_limit(uint32_t n_ctx) {
+  return n_ctx ? std::max<uint64_t>(uint64_t(n_ctx) * 256, 1ull << 20) : 64ull << 20;
+}
+
+std::string mib(uint64_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
+
+[[noreturn]] void too_long(const std::string& what, uint64_t limit, uint32_t n_ctx) {
+  throw InvalidArgument(what + " is longer than " + mib(limit) + ", more than " +
+                        (n_ctx ? "a context of " + std::to_string(n_ctx) + " tokens (-c)" : "any model's context") +
+                        " holds");
+}
+
+// A prompt file ("-": standard input): a regular file (a FIFO or a device could block or never end; a directory has
+// no text), read only up to the limit.
+std::string read_prompt_file(const std::string& path, uint64_t limit, uint32_t n_ctx) {
+  if (path == "-") {
+    std::string text(limit + 1, '\0');
+    std::cin.read(text.data(), std::streamsize(text.size()));
+    text.resize(size_t(std::cin.gcount()));
+    if (text.size() > limit) too_long("the prompt on standard input", limit, n_ctx);
+    return text;
+  }
+  std::error_code ec;
+  const auto st = std::filesystem::status(path, ec);
+  if (ec) throw Error(path + ": cannot open the prompt file: " + ec.message());
+  if (!std::filesystem::is_regular_file(st)) {
+    const char* kind = std::filesystem::is_directory(st)        ? "a directory"
+                       : std::filesystem::is_fifo(st)           ? "a FIFO"
+                       : std::filesystem::is_character_file(st) ? "a character device"
+                       : std::filesystem::is_block_file(st)     ? "a block device"
+                                                                : "not a file";
+    throw Error(path + ": " + kind + ", not a regular file (-f takes a text file; -f - reads standard input)");
+  }
+  const uint64_t size = std::filesystem::file_size(path, ec);
+  if (!ec && size > limit) too_long("the prompt file " + path, limit, n_ctx);
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path + ": cannot open the prompt file");
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  if (!in) throw Error(path + ": cannot open the prompt file: " + std::strerror(errno));
+  std::string text(std::min<uint64_t>(size, limit) + 1, '\0');
+  in.read(text.data(), std::streamsize(text.size()));
+  text.resize(size_t(in.gcount()));
+  if (text.size() > limit) too_long("the prompt file " + path, limit, n_ctx);  // it grew meanwhile
+  return text;
 }
 
 // The prompt text (from -p or -f), read before anything is loaded so a bad prompt fails fast.
 std::string prompt_text(const RunOptions& o) {
   if (!o.prompt_ids.empty()) return {};
   if (o.prompt.empty() && o.prompt_file.empty()) throw InvalidArgument("no prompt: pass -p TEXT or -f FILE");
-  return o.prompt_file.empty() ? o.prompt : read_file(o.prompt_file);
+  const uint64_t limit = prompt_byte_limit(o.n_ctx);
+  if (o.prompt_file.empty() && o.prompt.size() > limit) too_long("the prompt (-p)", limit, o.n_ctx);
+  return o.prompt_file.empty() ? o.prompt : read_prompt_file(o.prompt_file, limit, o.n_ctx);
+}
+
+// Text to standard output; false once it cannot be written (a full disk, a closed pipe), so generation stops.
+bool write_out(std::string_view text) {
+  if (!text.empty() && std::fwrite(text.data(), 1, text.size(), stdout) != text.size()) return false;
+  return std::fflush(stdout) == 0;
+}
+
+[[noreturn]] void output_failed() {
+  throw Error(std::string("cannot write to standard output: ") + std::strerror(errno ? errno : EIO));
 }
 
 std::vector<int32_t> prompt_tokens(const Model& model, const RunOptions& o, const std::string& text) {
@@ -108,6 +171,7 @@ void check_prompt_fits(size_t n_prompt, uint32_t n_ctx) {
 
 int run(RunOptions o) {
   using clock = std::chrono::steady_clock;
+  validate(o.sampling);  // a bad option fails before the load
   const std::string text = prompt_text(o);
   const auto t0 = clock::now();
   // The prompt is tokenised as soon as the tokenizer is read, so a prompt that cannot fit an explicit -c fails before
@@ -117,44 +181,52 @@ int run(RunOptions o) {
                                      .n_ctx = o.n_ctx,
                                      .ubatch = o.ubatch,
                                      .progress = o.json ? nullptr : progress_bar(),
-                                     .before_upload = [&](const Model& m) {
-                                       prompt = prompt_tokens(m, o, text);
-                                       if (o.n_ctx) check_prompt_fits(prompt.size(), o.n_ctx);
-                                     }});
+                                     .before_upload =
+                                         [&](const Model& m) {
+                                           prompt = prompt_tokens(m, o, text);
+                                           if (o.n_ctx) check_prompt_fits(prompt.size(), o.n_ctx);
+                                         },
+                                     .check_tensors = !o.no_check_tensors});
   if (!o.json) print_memory(model);
   check_prompt_fits(prompt.size(), model.info().n_ctx);
   Session session(model);  // before the echo: a KV cache the adapter cannot hold fails before any text
   const double load_s = std::chrono::duration<double>(clock::now() - t0).count();  // with the kernels compiled
   if (!o.json && !o.chat && o.prompt_ids.empty()) {  // echo the prompt, then stream the continuation
-    std::fwrite(text.data(), 1, text.size(), stdout);
-    std::fflush(stdout);
+    if (!write_out(text)) output_failed();
   }
   o.sampling.seed = o.seed >= 0 ? uint64_t(o.seed) : std::random_device{}();
+  bool out_ok = true;
   const GenerateResult r = session.generate(prompt, o.sampling, o.n_predict, [&](int32_t, std::string_view text) {
-    if (!o.json) {
-      std::fwrite(text.data(), 1, text.size(), stdout);
-      std::fflush(stdout);
-    }
-    return true;
+    if (!o.json) out_ok = write_out(text);
+    return out_ok;  // text that cannot be written ends the generation
   });
+  if (!out_ok) output_failed();
   const size_t n_gen = r.tokens.size();
+  // A full context ends the text short of -n: said on stderr (after the text), and in --json as stop_reason.
+  auto say_if_full = [&] {
+    if (r.stop_reason == StopReason::Context)
+      std::fprintf(stderr, "stopped after %zu of %u tokens: the context of %u tokens is full (raise -c)\n", n_gen,
+                   o.n_predict, session.n_ctx());
+  };
   if (o.json) {
     const nlohmann::json j = {{"prompt_ids", prompt},
                               {"generated_ids", r.tokens},
                               {"text", r.text},
                               {"seed", o.sampling.seed},
                               {"stopped_by_eog", r.stopped_by_eog},
+                              {"stop_reason", stop_reason_name(r.stop_reason)},
                               {"timings",
                                {{"load_s", load_s},
                                 {"prompt_s", r.prompt_seconds},
                                 {"generate_s", r.generate_seconds},
                                 {"prompt_tokens_per_s", prompt.size() / r.prompt_seconds},
                                 {"generate_tokens_per_s", n_gen / r.generate_seconds}}}};
-    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    if (!write_out(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n")) output_failed();
+    say_if_full();
     return 0;
   }
-  std::printf("\n");
-  std::fflush(stdout);  // the text ends before the closing line on stderr
+  if (!write_out("\n")) output_failed();  // the text ends before the closing lines on stderr
+  say_if_full();
   std::fprintf(stderr, "load %.2f s, prompt %zu tokens %.1f tok/s, generation %zu tokens %.1f tok/s\n", load_s,
                prompt.size(), prompt.size() / r.prompt_seconds, n_gen, n_gen / r.generate_seconds);
   return 0;
@@ -165,7 +237,7 @@ const Register reg{
        auto o = std::make_shared<RunOptions>();
        app.add_option("-m,--model", o->model, "GGUF model file");
        auto* p = app.add_option("-p,--prompt", o->prompt, "prompt text");
-       auto* f = app.add_option("-f,--file", o->prompt_file, "read the prompt from a file");
+       auto* f = app.add_option("-f,--file", o->prompt_file, "read the prompt from a file (-: standard input)");
        auto* ids = app.add_option("--prompt-ids", o->prompt_ids, "prompt as token ids: 1,2,3")->group("Advanced");
        p->excludes(f)->excludes(ids);
        f->excludes(ids);
@@ -186,6 +258,8 @@ const Register reg{
        app.add_flag("--json", o->json, "print one JSON object (ids, text, timings) instead");
        app.add_option("--ubatch", o->ubatch, "prompt tokens per GPU step")->capture_default_str();
        app.add_option("--adapter", o->adapter, "adapter index or name part (wgllm info --list)");
+       app.add_flag("--no-check-tensors", o->no_check_tensors,
+                    "skip the scan of the weights for NaN and infinities at load");
        return [o] { return run(*o); };
      }}};
 

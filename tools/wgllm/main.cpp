@@ -1,7 +1,10 @@
 // wgllm: the command-line front end. Each sub-command lives in its own cmd_*.cpp.
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <map>
+#include <string>
 
 #include "command.h"
 #include "wgllm/error.h"
@@ -29,7 +32,13 @@ int main(int argc, char** argv) {
   }
   try {
     for (auto& [sub, action] : actions)
-      if (sub->parsed()) return action();
+      if (sub->parsed()) {
+        const int status = action();
+        // Output that could not be written (a full disk, a closed pipe) is an error, whatever the command.
+        if (std::fflush(stdout) != 0 || std::ferror(stdout))
+          throw wgllm::Error(std::string("cannot write to standard output: ") + std::strerror(errno ? errno : EIO));
+        return status;
+      }
   } catch (const wgllm::Error& e) {
     std::fprintf(stderr, "wgllm: error: %s\n", e.what());
     return 1;
