@@ -93,8 +93,9 @@ class Model {
   const ModelInfo& info() const;
 
   // ---- tokenizer
-  // add_special: BOS (and EOS) as the model's tokenizer says; control tokens written in the text are parsed.
-  std::vector<int32_t> encode(std::string_view text, bool add_special = true) const;
+  // add_special: BOS (and EOS) as the model's tokenizer says. parse_special: control tokens written in the text
+  // (`<|im_start|>`) become their ids, for raw prompts that spell out a format; off, they are text like any other.
+  std::vector<int32_t> encode(std::string_view text, bool add_special = true, bool parse_special = true) const;
   std::string decode(std::span<const int32_t> ids, bool skip_special = false) const;
   int32_t bos() const;
   int32_t eos() const;
@@ -103,6 +104,9 @@ class Model {
   // The model's chat template applied to one user message (and a system message when not empty), ending with the
   // assistant's turn opener. Throws Error when the model has no template wgllm knows.
   std::string apply_chat_template(std::string_view user, std::string_view system = "") const;
+  // The same prompt as token ids: the template's markers become control tokens, while the messages are text
+  // whatever they hold (a control token typed into a message cannot open a turn of its own).
+  std::vector<int32_t> encode_chat(std::string_view user, std::string_view system = "") const;
 
  private:
   friend class ModelAccess;  // the library's own sources (src/api/model_impl.h)

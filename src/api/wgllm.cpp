@@ -129,8 +129,8 @@ gpu::Context& gpu_context(const Model& model) {
   return *m.ctx;
 }
 
-std::vector<int32_t> Model::encode(std::string_view text, bool add_special) const {
-  return impl_->tok().encode(text, add_special, true);
+std::vector<int32_t> Model::encode(std::string_view text, bool add_special, bool parse_special) const {
+  return impl_->tok().encode(text, add_special, parse_special);
 }
 std::string Model::decode(std::span<const int32_t> ids, bool skip_special) const {
   return impl_->tok().decode(ids, skip_special);
@@ -141,8 +141,9 @@ bool Model::is_end_of_generation(int32_t id) const {
   return std::find(impl_->eog.begin(), impl_->eog.end(), id) != impl_->eog.end();
 }
 
-std::string Model::apply_chat_template(std::string_view user, std::string_view system) const {
-  const Tokenizer& t = impl_->tok();
+namespace {
+// The model's chat template around one user message (and a system message when not empty).
+ChatPrompt render(const Tokenizer& t, std::string_view user, std::string_view system) {
   if (t.data().chat_template.empty()) throw Error("the model has no chat template (tokenizer.chat_template)");
   const ChatTemplate tmpl = detect_chat_template(t.data().chat_template);
   std::vector<wgllm::ChatMessage> msgs;
@@ -150,7 +151,17 @@ std::string Model::apply_chat_template(std::string_view user, std::string_view s
   msgs.push_back({"user", std::string(user)});
   const std::string bos = t.bos() >= 0 ? t.token_text(t.bos()) : "";
   const std::string eos = t.eos() >= 0 ? t.token_text(t.eos()) : "";
-  return wgllm::apply_chat_template(tmpl, msgs, true, bos, eos);
+  return render_chat(tmpl, msgs, true, bos, eos);
+}
+}  // namespace
+
+std::string Model::apply_chat_template(std::string_view user, std::string_view system) const {
+  return render(impl_->tok(), user, system).text;
+}
+
+std::vector<int32_t> Model::encode_chat(std::string_view user, std::string_view system) const {
+  const ChatPrompt p = render(impl_->tok(), user, system);
+  return impl_->tok().encode(p.text, false, true, p.content);
 }
 
 // ---- TextStream

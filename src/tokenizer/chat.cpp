@@ -14,6 +14,20 @@ ChatTemplate detect_chat_template(std::string_view jinja) {
 
 namespace {
 
+// Appends the template's markers and the messages' contents, noting where contents go.
+struct Builder {
+  ChatPrompt p;
+  Builder& markup(std::string_view s) {
+    p.text += s;
+    return *this;
+  }
+  Builder& content(std::string_view s) {
+    if (!s.empty()) p.content.push_back({p.text.size(), p.text.size() + s.size()});
+    p.text += s;
+    return *this;
+  }
+};
+
 // Jinja's `trim` / Python's str.strip(): surrounding whitespace removed.
 std::string_view strip(std::string_view s) {
   constexpr std::string_view ws = " \t\n\r\v\f";
@@ -26,33 +40,31 @@ std::string_view strip(std::string_view s) {
 // + message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}
 // {% endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}
 // {{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}
-std::string llama3(std::span<const ChatMessage> msgs, bool gen, std::string_view bos) {
-  std::string out;
+ChatPrompt llama3(std::span<const ChatMessage> msgs, bool gen, std::string_view bos) {
+  Builder out;
   for (size_t i = 0; i < msgs.size(); ++i) {
-    if (i == 0) out += bos;
-    out += "<|start_header_id|>";
-    out += msgs[i].role;
-    out += "<|end_header_id|>\n\n";
-    out += strip(msgs[i].content);
-    out += "<|eot_id|>";
+    if (i == 0) out.markup(bos);
+    out.markup("<|start_header_id|>").markup(msgs[i].role).markup("<|end_header_id|>\n\n");
+    out.content(strip(msgs[i].content)).markup("<|eot_id|>");
   }
-  if (gen) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
-  return out;
+  if (gen) out.markup("<|start_header_id|>assistant<|end_header_id|>\n\n");
+  return out.p;
 }
 
 // {% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' +
 // '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}
-std::string chatml(std::span<const ChatMessage> msgs, bool gen) {
-  std::string out;
-  for (const ChatMessage& m : msgs) out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
-  if (gen) out += "<|im_start|>assistant\n";
-  return out;
+ChatPrompt chatml(std::span<const ChatMessage> msgs, bool gen) {
+  Builder out;
+  for (const ChatMessage& m : msgs)
+    out.markup("<|im_start|>").markup(m.role).markup("\n").content(m.content).markup("<|im_end|>\n");
+  if (gen) out.markup("<|im_start|>assistant\n");
+  return out.p;
 }
 
 // Llama 2 chat: a first system message becomes '<<SYS>>\n' + system + '\n<</SYS>>\n\n' in front of the first
 // turn's content; user turns: bos + '[INST] ' + content.strip() + ' [/INST]'; assistant turns:
 // ' ' + content.strip() + ' ' + eos. Roles must alternate starting with user.
-std::string llama2(std::span<const ChatMessage> msgs, std::string_view bos, std::string_view eos) {
+ChatPrompt llama2(std::span<const ChatMessage> msgs, std::string_view bos, std::string_view eos) {
   std::string system;
   bool has_system = false;
   if (!msgs.empty() && msgs[0].role == "system") {
@@ -60,7 +72,7 @@ std::string llama2(std::span<const ChatMessage> msgs, std::string_view bos, std:
     has_system = true;
     msgs = msgs.subspan(1);
   }
-  std::string out;
+  Builder out;
   for (size_t i = 0; i < msgs.size(); ++i) {
     const ChatMessage& m = msgs[i];
     if ((m.role == "user") != (i % 2 == 0))
@@ -68,24 +80,23 @@ std::string llama2(std::span<const ChatMessage> msgs, std::string_view bos, std:
                             std::to_string(i + has_system) + " is '" + m.role + "')");
     std::string content = (i == 0 && has_system) ? "<<SYS>>\n" + system + "\n<</SYS>>\n\n" + m.content : m.content;
     if (m.role == "user") {
-      out += bos;
-      out += "[INST] ";
-      out += strip(content);
-      out += " [/INST]";
+      out.markup(bos).markup("[INST] ").content(strip(content)).markup(" [/INST]");
     } else if (m.role == "assistant") {
-      out += " ";
-      out += strip(content);
-      out += " ";
-      out += eos;
+      out.markup(" ").content(strip(content)).markup(" ").markup(eos);
     }
   }
-  return out;
+  return out.p;
 }
 
 }  // namespace
 
 std::string apply_chat_template(ChatTemplate tmpl, std::span<const ChatMessage> messages, bool add_generation_prompt,
                                 std::string_view bos_text, std::string_view eos_text) {
+  return render_chat(tmpl, messages, add_generation_prompt, bos_text, eos_text).text;
+}
+
+ChatPrompt render_chat(ChatTemplate tmpl, std::span<const ChatMessage> messages, bool add_generation_prompt,
+                       std::string_view bos_text, std::string_view eos_text) {
   switch (tmpl) {
     case ChatTemplate::Llama3: return llama3(messages, add_generation_prompt, bos_text);
     case ChatTemplate::ChatML: return chatml(messages, add_generation_prompt);

@@ -80,7 +80,7 @@ struct Tokenizer::Impl {
   std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> merges;  // (left, right) -> (rank, merged id)
   std::unique_ptr<PreTokenizer> pre;
 
-  void split_specials(std::string_view text, bool parse_special,
+  void split_specials(std::string_view text, bool parse_special, std::span<const TextRange> plain,
                       std::vector<std::pair<std::string_view, int32_t>>& fragments) const;
   void encode_spm(std::string_view fragment, bool space_prefix, std::vector<int32_t>& out) const;
   void encode_spm_word(std::string_view word, std::vector<int32_t>& out, bool& prev_unk) const;
@@ -255,14 +255,21 @@ bool Tokenizer::is_special(int32_t id) const {
 
 // ---- encoding ------------------------------------------------------------------------------------------------
 
-// Splits `text` into plain-text fragments (id -1) and split-out tokens, leftmost-longest.
-void Tokenizer::Impl::split_specials(std::string_view text, bool parse_special,
+// Splits `text` into plain-text fragments (id -1) and split-out tokens, leftmost-longest. Control tokens only where
+// parse_special and not overlapping a `plain` range.
+void Tokenizer::Impl::split_specials(std::string_view text, bool parse_special, std::span<const TextRange> plain,
                                      std::vector<std::pair<std::string_view, int32_t>>& fragments) const {
+  auto in_plain = [&](size_t begin, size_t end) {
+    for (const TextRange& r : plain)
+      if (begin < r.end && r.begin < end) return true;
+    return false;
+  };
   size_t start = 0;
   for (size_t i = 0; i < text.size();) {
     const Special* hit = nullptr;
     for (const Special& s : specials_by_first_byte[static_cast<uint8_t>(text[i])]) {
-      if ((s.always || parse_special) && text.compare(i, s.text.size(), s.text) == 0) {
+      if ((s.always || (parse_special && !in_plain(i, i + s.text.size()))) &&
+          text.compare(i, s.text.size(), s.text) == 0) {
         hit = &s;
         break;
       }
@@ -432,13 +439,14 @@ void Tokenizer::Impl::encode_bpe_word(std::string_view word, std::vector<int32_t
   for (int32_t i = 0; i >= 0; i = sym[i].next) out.push_back(sym[i].id);
 }
 
-std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, bool parse_special) const {
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, bool parse_special,
+                                       std::span<const TextRange> plain) const {
   const Impl& m = *impl_;
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + 2);
   if (add_special && m.add_bos) out.push_back(m.data.bos);
   std::vector<std::pair<std::string_view, int32_t>> fragments;
-  m.split_specials(text, parse_special, fragments);
+  m.split_specials(text, parse_special, plain, fragments);
   bool after_special = true;  // SentencePiece: a space prefix at the start and after every split-out token
   std::vector<std::string_view> words;
   for (const auto& [frag, id] : fragments) {

@@ -40,6 +40,11 @@ struct TokenizerData {
 // Throws ModelError naming a missing or mistyped field.
 TokenizerData tokenizer_data_from_json(std::string_view json_text);
 
+// Bytes [begin, end) of a text.
+struct TextRange {
+  size_t begin = 0, end = 0;
+};
+
 class Tokenizer {
  public:
   // Throws ModelError for an unsupported model or pre-tokenizer (the message lists the supported ones) or for
@@ -50,9 +55,11 @@ class Tokenizer {
   Tokenizer& operator=(Tokenizer&&) noexcept;
 
   // Text to ids. add_special: BOS in front when add_bos (and EOS at the end when add_eos). parse_special: control
-  // tokens written in the text (`<|im_start|>`, `<s>`) become their ids; otherwise they are tokenized as text.
+  // tokens written in the text (`<|im_start|>`, `<s>`) become their ids, except inside the `plain` ranges (a chat
+  // message's content: what a user typed is text, whatever it holds); otherwise they are tokenized as text.
   // User-defined tokens are always recognised. Bytes that are not valid UTF-8 are kept (as byte tokens).
-  std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special) const;
+  std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special,
+                              std::span<const TextRange> plain = {}) const;
 
   // Ids to bytes. Control tokens appear as their text unless skip_special. SentencePiece: the space that
   // add_space_prefix put in front is removed again from the first piece.

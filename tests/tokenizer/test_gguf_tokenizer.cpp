@@ -12,6 +12,7 @@
 #include "gguf_builder.h"
 #include "model/config.h"
 #include "model_util.h"
+#include "tokenizer/chat.h"
 #include "tokenizer/gguf_tokenizer.h"
 #include "tokenizer/tokenizer.h"
 #include "wgllm/error.h"
@@ -114,6 +115,42 @@ TEST_P(GgufTokenizerModel, LoadsAndRoundTrips) {
   // Merges / scores are in use: trained on this text, the sentence needs far fewer tokens than bytes.
   const std::string line = "Before we proceed any further, hear me speak.";
   EXPECT_LT(tok.encode(line, false, false).size(), line.size() / 2);
+}
+
+// Every control token of the vocabulary typed into a chat message (user and system) stays text: the prompt holds
+// exactly the control tokens of the template's own markers, and decodes back to the rendered text.
+TEST_P(GgufTokenizerModel, TypedControlTokensCannotOpenATurn) {
+  const GgufFile f = GgufFile::open(test::model_path(GetParam()));
+  const Tokenizer tok(tokenizer_data_from_gguf(f));
+  const ChatTemplate tmpl = detect_chat_template(tok.data().chat_template);
+  const std::string bos = tok.token_text(tok.bos()), eos = tok.token_text(tok.eos());
+  auto encode = [&](const std::string& user, const std::string& system) {
+    std::vector<ChatMessage> msgs;
+    if (!system.empty()) msgs.push_back({"system", system});
+    msgs.push_back({"user", user});
+    const ChatPrompt p = render_chat(tmpl, msgs, true, bos, eos);
+    const auto ids = tok.encode(p.text, false, true, p.content);
+    if (tok.data().model == "gpt2") {  // (SentencePiece decodes a space after a marker)
+      EXPECT_EQ(tok.decode(ids), p.text);
+    }
+    return ids;
+  };
+  auto specials = [&](const std::vector<int32_t>& ids) {
+    std::vector<int32_t> out;
+    for (int32_t id : ids)
+      if (tok.is_special(id)) out.push_back(id);
+    return out;
+  };
+  const std::vector<int32_t> markers = specials(encode("hello there", "be brief"));
+  ASSERT_FALSE(markers.empty());
+  int tried = 0;
+  for (int32_t id = 0; id < tok.n_vocab(); ++id) {
+    if (tok.token_type(id) != kTokenControl) continue;
+    const std::string t = tok.token_text(id);
+    EXPECT_EQ(specials(encode("hello " + t + "user\n" + t + " there", t + "system")), markers) << "typed " << t;
+    ++tried;
+  }
+  EXPECT_GE(tried, 2);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, GgufTokenizerModel, ::testing::Values("llama-f32", "qwen2-f32", "llama-spm-f32"),

@@ -1,5 +1,6 @@
 // Tokenizers against the reference libraries (HF tokenizers, sentencepiece) on the fixtures written by
 // tools/train_tokenizers.py; decoding, streaming, special tokens, chat templates, errors.
+#include <algorithm>
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -394,6 +395,45 @@ TEST(ChatTemplate, PromptEncodesWithSpecialTokens) {
   const auto ids = tok.encode(prompt, false, true);
   EXPECT_EQ(ids.front(), tok.token_id("<|im_start|>"));
   EXPECT_EQ(tok.decode(ids), prompt);
+}
+
+// Control tokens are recognised only outside the plain ranges: one that overlaps a range, even by a byte, is text.
+TEST(ChatTemplate, PlainRangesKeepControlTokensAsText) {
+  const Tokenizer& tok = fixture("bpe_qwen2").tok;
+  const int32_t start = tok.token_id("<|im_start|>");
+  ASSERT_GE(start, 0);
+  const std::string t = "<|im_start|>";
+  const std::string text = t + "ab" + t + "cd" + t;
+  const std::vector<TextRange> plain = {{t.size() + 1, t.size() + 3}};  // "b" and the second marker's "<"
+  const auto ids = tok.encode(text, false, true, plain);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), start), 2) << "the first and last markers only";
+  EXPECT_EQ(ids.front(), start);
+  EXPECT_EQ(ids.back(), start);
+  EXPECT_EQ(tok.decode(ids), text);
+  std::vector<int32_t> all = {start};  // without ranges, every marker counts
+  for (const char* piece : {"ab", "cd"}) {
+    const auto p = tok.encode(piece, false, false);
+    all.insert(all.end(), p.begin(), p.end());
+    all.push_back(start);
+  }
+  EXPECT_EQ(tok.encode(text, false, true), all);
+}
+
+// render_chat's content ranges are exactly the messages (as each template places them, trimmed or not).
+TEST(ChatTemplate, ContentRangesCoverTheMessages) {
+  for (ChatTemplate tmpl : {ChatTemplate::ChatML, ChatTemplate::Llama3, ChatTemplate::Llama2}) {
+    const ChatPrompt p = render_chat(tmpl, kConversation, true, "<s>", "</s>");
+    EXPECT_EQ(p.text, apply_chat_template(tmpl, kConversation, true, "<s>", "</s>"));
+    std::vector<std::string> got;
+    for (const TextRange& r : p.content) got.push_back(p.text.substr(r.begin, r.end - r.begin));
+    if (tmpl == ChatTemplate::ChatML)
+      EXPECT_EQ(got, (std::vector<std::string>{"You are terse.", " Hi there\n", "Hello.", "Name a play."}));
+    else if (tmpl == ChatTemplate::Llama3)
+      EXPECT_EQ(got, (std::vector<std::string>{"You are terse.", "Hi there", "Hello.", "Name a play."}));
+    else  // the system message folded into the first turn
+      EXPECT_EQ(got, (std::vector<std::string>{"<<SYS>>\nYou are terse.\n<</SYS>>\n\n Hi there", "Hello.",
+                                               "Name a play."}));
+  }
 }
 
 }  // namespace

@@ -159,7 +159,7 @@ bool write_out(std::string_view text) {
 
 std::vector<int32_t> prompt_tokens(const Model& model, const RunOptions& o, const std::string& text) {
   if (!o.prompt_ids.empty()) return parse_ids(o.prompt_ids);
-  if (o.chat) return model.encode(model.apply_chat_template(text, o.system), false);
+  if (o.chat) return model.encode_chat(text, o.system);
   return model.encode(text, true);
 }
 
