@@ -56,7 +56,17 @@ void dequantize_row(GgufType type, const uint8_t* src, float* dst, size_t n) {
 std::optional<uint64_t> find_non_finite(GgufType type, const uint8_t* src, uint64_t n) {
   // Every exponent bit set: NaN or infinity, in each format.
   auto scan16 = [&](uint64_t count, uint64_t stride, uint16_t exponent) -> std::optional<uint64_t> {
-    for (uint64_t i = 0; i < count; ++i)
+    uint64_t i = 0;
+    if (stride == 2) {  // four halves at a time: a lane of (v & e) ^ e is zero exactly where all of e's bits are set
+      const uint64_t e = exponent * 0x0001000100010001ull;
+      for (; i + 4 <= count; i += 4) {
+        uint64_t v;
+        std::memcpy(&v, src + 2 * i, 8);
+        const uint64_t y = (v & e) ^ e;  // lanes below 0x8000: the borrow trick finds a zero lane exactly
+        if (((y - 0x0001000100010001ull) & ~y & 0x8000800080008000ull) != 0) break;
+      }
+    }
+    for (; i < count; ++i)
       if ((load_u16(src + i * stride) & exponent) == exponent) return i;
     return std::nullopt;
   };

@@ -104,7 +104,10 @@ class Context {
 
   // Buffers. Usage always includes CopySrc|CopyDst so tests can poison and read anything.
   Buffer create_buffer(uint64_t size, WGPUBufferUsage usage, std::string_view label);
+  // Queued before any work submitted later. Once kWriteChunk bytes of writes are queued they are submitted and
+  // waited for, so their staging copies never hold more than a chunk.
   void write_buffer(const Buffer& buf, uint64_t offset, const void* data, uint64_t size);
+  static constexpr uint64_t kWriteChunk = 16ull << 20;
   void read_buffer(const Buffer& buf, uint64_t offset, void* dst, uint64_t size);
   // Reads from a MapRead buffer that submitted work copies into: maps it (waiting for that work),
   // copies [offset, offset + size) out and unmaps. One wait, no staging buffer of its own. With `after`, the wait
@@ -158,6 +161,8 @@ class Context {
   uint64_t max_binding_size() const;
 
  private:
+  void flush_writes();               // submits the queued writes and waits for them
+  uint64_t queued_write_bytes_ = 0;  // written since the last flush_writes
   struct ErrorSink;
   ContextOptions options_;
   InstanceHandle instance_;

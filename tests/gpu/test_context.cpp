@@ -109,6 +109,37 @@ TEST(GpuContext, ReadbackLargerThan128MiBInPieces) {
   for (uint64_t i = 0; i < n; ++i) ASSERT_EQ(got[i], data[i]) << "at word " << i;
 }
 
+// Bytes of this process's shared memory: a CPU adapter's (lavapipe's) device memory.
+uint64_t shared_memory_bytes() {
+  std::ifstream in("/proc/self/status");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("RssShmem:", 0) == 0) return std::stoull(line.substr(9)) * 1024;
+  return 0;
+}
+
+// Uploads (many writes, no work submitted in between, as a model's weights load) are held once in device memory: the
+// staging copies of queued writes are flushed every Context::kWriteChunk bytes, not kept until the first submission
+// (and then pooled by wgpu's allocator: lavapipe held the weights twice, 480 MiB here for 240). Measured where device
+// memory is this process's shared memory (a CPU adapter), after work was submitted: a buffer's pages are only
+// allocated once written.
+TEST(GpuContext, UploadsAreHeldOnceInDeviceMemory) {
+  gpu::Context ctx(context_options());
+  if (!ctx.adapter().is_cpu()) GTEST_SKIP() << "device memory is not this process's memory on a GPU";
+  const uint64_t piece = 3ull << 20, total = 240ull << 20;  // 80 writes of 3 MiB: each below a chunk
+  std::vector<uint8_t> bytes(piece, 0x5A);
+  const uint64_t before = shared_memory_bytes();
+  std::vector<gpu::Buffer> bufs;
+  for (uint64_t done = 0; done < total; done += piece) {
+    bufs.push_back(ctx.create_buffer(piece, WGPUBufferUsage_Storage, "weight"));
+    ctx.write_buffer(bufs.back(), 0, bytes.data(), piece);
+  }
+  gpu::ComputeBatch(ctx, "after the uploads").submit_and_wait();  // the first work: every write has landed
+  const uint64_t grown = shared_memory_bytes() - before;
+  EXPECT_GE(grown, total) << "the buffers themselves";
+  EXPECT_LE(grown, total + total / 4 + 2 * gpu::Context::kWriteChunk) << "staging copies kept";
+  EXPECT_EQ(ctx.read<uint8_t>(bufs.back(), piece - 16, 16), std::vector<uint8_t>(16, 0x5A));
+}
+
 // A mappable buffer filled by a copy in submitted (not awaited) work: read_mapped waits for it and
 // returns any byte range, unaligned ones included.
 TEST(GpuContext, ReadMappedAfterCopyInTheSameSubmission) {

@@ -1,7 +1,7 @@
 // Tokenizers against the reference libraries (HF tokenizers, sentencepiece) on the fixtures written by
 // tools/train_tokenizers.py; decoding, streaming, special tokens, chat templates, errors.
-#include <algorithm>
 #include <gtest/gtest.h>
+#include <algorithm>
 
 #include <chrono>
 #include <fstream>
@@ -431,8 +431,8 @@ TEST(ChatTemplate, ContentRangesCoverTheMessages) {
     else if (tmpl == ChatTemplate::Llama3)
       EXPECT_EQ(got, (std::vector<std::string>{"You are terse.", "Hi there", "Hello.", "Name a play."}));
     else  // the system message folded into the first turn
-      EXPECT_EQ(got, (std::vector<std::string>{"<<SYS>>\nYou are terse.\n<</SYS>>\n\n Hi there", "Hello.",
-                                               "Name a play."}));
+      EXPECT_EQ(got,
+                (std::vector<std::string>{"<<SYS>>\nYou are terse.\n<</SYS>>\n\n Hi there", "Hello.", "Name a play."}));
   }
 }
 
