@@ -19,7 +19,8 @@ fi
 # ---------------------------------------------------------------- Debian packages
 PKGS=(build-essential cmake pkg-config python3 python3-venv python3-pip unzip ca-certificates
       libvulkan1 vulkan-tools libgtest-dev libgmock-dev libbenchmark-dev libpcre2-dev
-      libcli11-dev nlohmann-json3-dev libcpp-httplib-dev)
+      libcli11-dev nlohmann-json3-dev libcpp-httplib-dev
+      clang libclang-rt-14-dev)  # clang + libFuzzer: the fuzz targets (CTest test `fuzz`)
 
 if [ "${WGLLM_SKIP_APT:-0}" != 1 ]; then
   # lavapipe from bookworm-backports (Mesa 25): Debian 12's own Mesa 22.3 is too old.

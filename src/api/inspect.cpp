@@ -2,6 +2,7 @@
 #include "wgllm/inspect.h"
 
 #include <sstream>
+#include <string_view>
 #include <type_traits>
 #include <variant>
 
@@ -12,7 +13,7 @@ namespace wgllm {
 
 namespace {
 
-std::string shorten(const std::string& s, size_t n = 60) {
+std::string shorten(std::string_view s, size_t n = 60) {
   std::string out;
   for (const char c : s.substr(0, n)) out += c == '\n' ? std::string("\\n") : std::string(1, c);
   return s.size() > n ? out + "..." : out;
@@ -20,26 +21,28 @@ std::string shorten(const std::string& s, size_t n = 60) {
 
 std::string summarise(const GgufArray& a, size_t first = 5) {
   std::ostringstream s;
-  s << "array of " << value_type_name(a.elem_type) << " [" << a.size() << "]";
+  s << "array of " << value_type_name(a.elem_type()) << " [" << a.size() << "]";
   if (a.size() == 0) return s.str();
   s << ": ";
-  std::visit(
-      [&](const auto& v) {
-        using V = std::decay_t<decltype(v)>;
-        for (size_t i = 0; i < v.size() && i < first; ++i) {
-          if (i) s << ", ";
-          if constexpr (std::is_same_v<V, std::vector<std::string>>)
-            s << "'" << shorten(v[i], 30) << "'";
-          else if constexpr (std::is_same_v<V, std::vector<GgufArray>>)
-            s << "(" << summarise(v[i], 2) << ")";
-          else if constexpr (std::is_same_v<V, std::vector<uint8_t>>)
-            s << (v[i] ? "true" : "false");
-          else
-            s << v[i];
-        }
-        if (v.size() > first) s << ", ...";
-      },
-      a.elems);
+  for (size_t i = 0; i < a.size() && i < first; ++i) {
+    if (i) s << ", ";
+    switch (a.elem_type()) {
+      case GgufValueType::String: s << "'" << shorten(a.string(i), 30) << "'"; break;
+      case GgufValueType::Array: s << "(" << summarise(a.array(i), 2) << ")"; break;
+      case GgufValueType::Bool: s << (a.boolean(i) ? "true" : "false"); break;
+      case GgufValueType::F32:
+      case GgufValueType::F64: s << a.f64(i); break;
+      case GgufValueType::I8:
+      case GgufValueType::I16:
+      case GgufValueType::I32:
+      case GgufValueType::I64: s << a.i64(i); break;
+      case GgufValueType::U8:
+      case GgufValueType::U16:
+      case GgufValueType::U32:
+      case GgufValueType::U64: s << a.u64(i); break;
+    }
+  }
+  if (a.size() > first) s << ", ...";
   return s.str();
 }
 

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <limits>
 #include <sstream>
+#include <stdexcept>
 
 #include "wgllm/error.h"
 
@@ -39,19 +40,159 @@ const char* value_type_name(GgufValueType t) {
   return i < std::size(kNames) ? kNames[i] : "?";
 }
 
-size_t GgufArray::size() const {
-  return std::visit([](const auto& v) { return v.size(); }, elems);
-}
-
 std::string GgufValue::type_string() const {
   if (type != GgufValueType::Array) return value_type_name(type);
-  return std::string("array of ") + value_type_name(std::get<GgufArray>(v).elem_type);
+  return std::string("array of ") + value_type_name(std::get<GgufArray>(v).elem_type());
 }
 
 std::string GgufTensor::shape_string() const {
   std::string s = "[";
   for (uint32_t i = 0; i < n_dims; ++i) s += (i ? ", " : "") + std::to_string(ne[i]);
   return s + "]";
+}
+
+// ---- array views -----------------------------------------------------------
+
+namespace {
+
+// Bytes of one number or bool of type t; 0 for strings and arrays (their size is in their bytes).
+uint64_t fixed_bytes(GgufValueType t) {
+  switch (t) {
+    case GgufValueType::U8:
+    case GgufValueType::I8:
+    case GgufValueType::Bool: return 1;
+    case GgufValueType::U16:
+    case GgufValueType::I16: return 2;
+    case GgufValueType::U32:
+    case GgufValueType::I32:
+    case GgufValueType::F32: return 4;
+    case GgufValueType::U64:
+    case GgufValueType::I64:
+    case GgufValueType::F64: return 8;
+    case GgufValueType::String:
+    case GgufValueType::Array: return 0;
+  }
+  return 0;
+}
+
+template <typename T>
+T load(const uint8_t* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+
+// Encoded size of the element of type t at p, in bytes the parser has checked.
+uint64_t element_bytes(const uint8_t* p, GgufValueType t) {
+  if (const uint64_t n = fixed_bytes(t)) return n;
+  if (t == GgufValueType::String) return 8 + load<uint64_t>(p);
+  const auto et = static_cast<GgufValueType>(load<uint32_t>(p));
+  const auto n = load<uint64_t>(p + 4);
+  if (const uint64_t size = fixed_bytes(et)) return 12 + n * size;
+  uint64_t b = 12;
+  for (uint64_t i = 0; i < n; ++i) b += element_bytes(p + b, et);
+  return b;
+}
+
+[[noreturn]] void wrong_type(GgufValueType have, const char* want) {
+  throw std::logic_error(std::string("GgufArray: ") + want + " access to an array of " + value_type_name(have));
+}
+
+}  // namespace
+
+// The parser's way in: it checks the bytes and records the marks as it goes.
+struct GgufArrayAccess {
+  static GgufArray make(GgufValueType et, uint64_t count, const uint8_t* first) {
+    GgufArray a;
+    a.elem_type_ = et;
+    a.count_ = count;
+    a.first_ = first;
+    if (fixed_bytes(et) == 0) a.marks_.reserve(count / GgufArray::kStride + 1);
+    return a;
+  }
+  static void mark(GgufArray& a, uint64_t offset) { a.marks_.push_back(offset); }
+};
+
+GgufArray GgufArray::at(const uint8_t* p) {
+  const auto et = static_cast<GgufValueType>(load<uint32_t>(p));
+  GgufArray a = GgufArrayAccess::make(et, load<uint64_t>(p + 4), p + 12);
+  if (fixed_bytes(et) == 0) {
+    uint64_t off = 0;
+    for (uint64_t i = 0; i < a.count_; ++i) {
+      if (i % kStride == 0) a.marks_.push_back(off);
+      off += element_bytes(a.first_ + off, et);
+    }
+  }
+  return a;
+}
+
+std::span<const uint8_t> GgufArray::bytes() const {
+  return {first_, static_cast<size_t>(count_ * fixed_bytes(elem_type_))};
+}
+
+const uint8_t* GgufArray::element(size_t i) const {
+  if (i >= count_) throw std::out_of_range("GgufArray: element " + std::to_string(i) + " of " + std::to_string(count_));
+  if (const uint64_t size = fixed_bytes(elem_type_)) return first_ + i * size;
+  const uint8_t* p = first_ + marks_[i / kStride];
+  for (size_t j = 0; j < i % kStride; ++j) p += element_bytes(p, elem_type_);
+  return p;
+}
+
+uint64_t GgufArray::u64(size_t i) const {
+  switch (elem_type_) {
+    case GgufValueType::U8: return load<uint8_t>(element(i));
+    case GgufValueType::U16: return load<uint16_t>(element(i));
+    case GgufValueType::U32: return load<uint32_t>(element(i));
+    case GgufValueType::U64: return load<uint64_t>(element(i));
+    default: wrong_type(elem_type_, "unsigned integer");
+  }
+}
+
+int64_t GgufArray::i64(size_t i) const {
+  switch (elem_type_) {
+    case GgufValueType::I8: return load<int8_t>(element(i));
+    case GgufValueType::I16: return load<int16_t>(element(i));
+    case GgufValueType::I32: return load<int32_t>(element(i));
+    case GgufValueType::I64: return load<int64_t>(element(i));
+    default: wrong_type(elem_type_, "signed integer");
+  }
+}
+
+double GgufArray::f64(size_t i) const {
+  switch (elem_type_) {
+    case GgufValueType::F32: return load<float>(element(i));
+    case GgufValueType::F64: return load<double>(element(i));
+    default: wrong_type(elem_type_, "float");
+  }
+}
+
+bool GgufArray::boolean(size_t i) const {
+  if (elem_type_ != GgufValueType::Bool) wrong_type(elem_type_, "bool");
+  return load<uint8_t>(element(i)) != 0;
+}
+
+std::string_view GgufArray::string(size_t i) const {
+  if (elem_type_ != GgufValueType::String) wrong_type(elem_type_, "string");
+  const uint8_t* p = element(i);
+  return {reinterpret_cast<const char*>(p + 8), static_cast<size_t>(load<uint64_t>(p))};
+}
+
+std::vector<std::string> GgufArray::strings() const {
+  if (elem_type_ != GgufValueType::String) wrong_type(elem_type_, "string");
+  std::vector<std::string> out;
+  out.reserve(count_);
+  const uint8_t* p = first_;
+  for (uint64_t i = 0; i < count_; ++i) {
+    const auto n = load<uint64_t>(p);
+    out.emplace_back(reinterpret_cast<const char*>(p + 8), static_cast<size_t>(n));
+    p += 8 + n;
+  }
+  return out;
+}
+
+GgufArray GgufArray::array(size_t i) const {
+  if (elem_type_ != GgufValueType::Array) wrong_type(elem_type_, "array");
+  return at(element(i));
 }
 
 // ---- the mmap --------------------------------------------------------------
@@ -148,6 +289,7 @@ class Reader {
   Reader(const uint8_t* data, uint64_t size, const std::string& label) : p_(data), size_(size), label_(label) {}
 
   uint64_t pos() const { return pos_; }
+  const uint8_t* here() const { return p_ + pos_; }
   uint64_t left() const { return size_ - pos_; }
   void set_context(std::string c) { context_ = std::move(c); }
 
@@ -186,7 +328,8 @@ class Reader {
     return n;
   }
 
-  std::string read_string(const char* what) {
+  // A string's bytes, checked and passed over.
+  std::string_view skip_string(const char* what) {
     const uint64_t at = pos_;
     const auto n = read<uint64_t>(what);
     if (n > left()) {
@@ -194,9 +337,16 @@ class Reader {
       s << what << " length " << n << " exceeds the " << left() << " bytes left";
       fail(s.str(), at);
     }
-    std::string str(reinterpret_cast<const char*>(p_ + pos_), static_cast<size_t>(n));
+    const std::string_view str(reinterpret_cast<const char*>(p_ + pos_), static_cast<size_t>(n));
     pos_ += n;
     return str;
+  }
+  std::string read_string(const char* what) { return std::string(skip_string(what)); }
+
+  // n elements of `size` bytes each (n * size cannot overflow: n was checked by read_count).
+  void skip(uint64_t n, uint64_t size, const char* what) {
+    need(n * size, what);
+    pos_ += n * size;
   }
 
  private:
@@ -225,16 +375,7 @@ void read_scalar(Reader& r, GgufValueType t, GgufValue& out) {
   }
 }
 
-GgufArray read_array(Reader& r, uint32_t depth);
-
-template <typename T, typename Raw>
-std::vector<T> read_numbers(Reader& r, uint64_t n, const char* what) {
-  std::vector<T> v;
-  v.reserve(n);  // n is bounded by the bytes left
-  for (uint64_t i = 0; i < n; ++i) v.push_back(static_cast<T>(r.read<Raw>(what)));
-  return v;
-}
-
+// Checks an array's bytes and returns its view.
 GgufArray read_array(Reader& r, uint32_t depth) {
   const uint64_t at = r.pos();
   if (depth > kMaxNesting) r.fail("arrays nested deeper than " + std::to_string(kMaxNesting), at);
@@ -242,40 +383,19 @@ GgufArray read_array(Reader& r, uint32_t depth) {
   const uint64_t min = min_value_bytes(et);
   if (min == 0) r.fail("unknown array element type " + std::to_string(et), at);
   const uint64_t n = r.read_count("array length", min);
-  GgufArray a;
-  a.elem_type = static_cast<GgufValueType>(et);
-  switch (a.elem_type) {
-    case GgufValueType::U8: a.elems = read_numbers<uint64_t, uint8_t>(r, n, "u8 element"); break;
-    case GgufValueType::U16: a.elems = read_numbers<uint64_t, uint16_t>(r, n, "u16 element"); break;
-    case GgufValueType::U32: a.elems = read_numbers<uint64_t, uint32_t>(r, n, "u32 element"); break;
-    case GgufValueType::U64: a.elems = read_numbers<uint64_t, uint64_t>(r, n, "u64 element"); break;
-    case GgufValueType::I8: a.elems = read_numbers<int64_t, int8_t>(r, n, "i8 element"); break;
-    case GgufValueType::I16: a.elems = read_numbers<int64_t, int16_t>(r, n, "i16 element"); break;
-    case GgufValueType::I32: a.elems = read_numbers<int64_t, int32_t>(r, n, "i32 element"); break;
-    case GgufValueType::I64: a.elems = read_numbers<int64_t, int64_t>(r, n, "i64 element"); break;
-    case GgufValueType::F32: a.elems = read_numbers<double, float>(r, n, "f32 element"); break;
-    case GgufValueType::F64: a.elems = read_numbers<double, double>(r, n, "f64 element"); break;
-    case GgufValueType::Bool: {
-      std::vector<uint8_t> v;
-      v.reserve(n);
-      for (uint64_t i = 0; i < n; ++i) v.push_back(r.read<uint8_t>("bool element") != 0);
-      a.elems = std::move(v);
-      break;
-    }
-    case GgufValueType::String: {
-      std::vector<std::string> v;
-      v.reserve(n);
-      for (uint64_t i = 0; i < n; ++i) v.push_back(r.read_string("string element"));
-      a.elems = std::move(v);
-      break;
-    }
-    case GgufValueType::Array: {
-      std::vector<GgufArray> v;
-      v.reserve(n);
-      for (uint64_t i = 0; i < n; ++i) v.push_back(read_array(r, depth + 1));
-      a.elems = std::move(v);
-      break;
-    }
+  const auto type = static_cast<GgufValueType>(et);
+  GgufArray a = GgufArrayAccess::make(type, n, r.here());
+  if (const uint64_t size = fixed_bytes(type)) {
+    r.skip(n, size, "array elements");
+    return a;
+  }
+  const uint64_t first = r.pos();
+  for (uint64_t i = 0; i < n; ++i) {
+    if (i % GgufArray::kStride == 0) GgufArrayAccess::mark(a, r.pos() - first);
+    if (type == GgufValueType::String)
+      r.skip_string("string element");
+    else
+      read_array(r, depth + 1);
   }
   return a;
 }
@@ -530,44 +650,44 @@ const std::string& GgufFile::get_string(const std::string& key) const {
   return std::get<std::string>(v.v);
 }
 
-const std::vector<std::string>& GgufFile::get_string_array(const std::string& key) const {
+const GgufArray& GgufFile::get_string_array(const std::string& key) const {
   const GgufValue& v = require(key);
-  if (v.type != GgufValueType::Array || std::get<GgufArray>(v.v).elem_type != GgufValueType::String)
+  const GgufArray* a = std::get_if<GgufArray>(&v.v);
+  if (!a || a->elem_type() != GgufValueType::String)
     key_error(key, v, "expected array of string, found " + v.type_string());
-  return std::get<std::vector<std::string>>(std::get<GgufArray>(v.v).elems);
+  return *a;
 }
 
 std::vector<float> GgufFile::get_f32_array(const std::string& key) const {
   const GgufValue& v = require(key);
   const GgufArray* a = std::get_if<GgufArray>(&v.v);
-  if (!a || (a->elem_type != GgufValueType::F32 && a->elem_type != GgufValueType::F64))
+  if (!a || (a->elem_type() != GgufValueType::F32 && a->elem_type() != GgufValueType::F64))
     key_error(key, v, "expected array of f32, found " + v.type_string());
-  const auto& d = std::get<std::vector<double>>(a->elems);
-  std::vector<float> out(d.size());
-  for (size_t i = 0; i < d.size(); ++i) out[i] = to_f32(d[i]);
+  std::vector<float> out(a->size());
+  for (size_t i = 0; i < out.size(); ++i) out[i] = to_f32(a->f64(i));
   return out;
 }
 
 std::vector<int32_t> GgufFile::get_i32_array(const std::string& key) const {
   const GgufValue& v = require(key);
   const GgufArray* a = std::get_if<GgufArray>(&v.v);
-  if (!a || !is_int(a->elem_type)) key_error(key, v, "expected array of i32, found " + v.type_string());
+  if (!a || !is_int(a->elem_type())) key_error(key, v, "expected array of i32, found " + v.type_string());
   std::vector<int32_t> out;
   out.reserve(a->size());
   auto bad = [&](const std::string& x, size_t i) {
     key_error(key, v, "element " + std::to_string(i) + " (" + x + ") does not fit in i32");
   };
-  if (const auto* u = std::get_if<std::vector<uint64_t>>(&a->elems)) {
-    for (size_t i = 0; i < u->size(); ++i) {
-      if ((*u)[i] > uint64_t(std::numeric_limits<int32_t>::max())) bad(std::to_string((*u)[i]), i);
-      out.push_back(static_cast<int32_t>((*u)[i]));
-    }
-  } else {
-    const auto& s = std::get<std::vector<int64_t>>(a->elems);
-    for (size_t i = 0; i < s.size(); ++i) {
-      if (s[i] < std::numeric_limits<int32_t>::min() || s[i] > std::numeric_limits<int32_t>::max())
-        bad(std::to_string(s[i]), i);
-      out.push_back(static_cast<int32_t>(s[i]));
+  const bool is_unsigned = a->elem_type() == GgufValueType::U8 || a->elem_type() == GgufValueType::U16 ||
+                           a->elem_type() == GgufValueType::U32 || a->elem_type() == GgufValueType::U64;
+  for (size_t i = 0; i < a->size(); ++i) {
+    if (is_unsigned) {
+      const uint64_t u = a->u64(i);
+      if (u > uint64_t(std::numeric_limits<int32_t>::max())) bad(std::to_string(u), i);
+      out.push_back(static_cast<int32_t>(u));
+    } else {
+      const int64_t x = a->i64(i);
+      if (x < std::numeric_limits<int32_t>::min() || x > std::numeric_limits<int32_t>::max()) bad(std::to_string(x), i);
+      out.push_back(static_cast<int32_t>(x));
     }
   }
   return out;

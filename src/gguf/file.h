@@ -10,6 +10,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <variant>
 #include <vector>
@@ -36,17 +37,37 @@ enum class GgufValueType : uint32_t {
 };
 const char* value_type_name(GgufValueType t);
 
-// An array value: its element type and the elements in the widest C++ type of their kind.
-struct GgufArray {
-  GgufValueType elem_type = GgufValueType::U8;
-  std::variant<std::vector<uint64_t>,     // U8, U16, U32, U64
-               std::vector<int64_t>,      // I8, I16, I32, I64
-               std::vector<double>,       // F32, F64
-               std::vector<uint8_t>,      // Bool
-               std::vector<std::string>,  // String
-               std::vector<GgufArray>>    // Array (nested)
-      elems;
-  size_t size() const;
+// An array value, a view of its elements in the file's bytes (valid while the GgufFile lives; moving the file
+// keeps it valid). Numbers and bools are read from the file on access; strings and nested arrays are found through
+// the offset of every kStride-th element, so an array costs at most 1/16 of its bytes beyond the file itself.
+// Accessors of the wrong element type throw std::logic_error; indices past the end std::out_of_range.
+class GgufArray {
+ public:
+  static constexpr size_t kStride = 16;
+
+  GgufValueType elem_type() const { return elem_type_; }
+  size_t size() const { return static_cast<size_t>(count_); }
+  // Numbers and bools: the elements as stored (little-endian, packed). Empty for strings and arrays.
+  std::span<const uint8_t> bytes() const;
+
+  uint64_t u64(size_t i) const;  // U8, U16, U32, U64
+  int64_t i64(size_t i) const;   // I8, I16, I32, I64
+  double f64(size_t i) const;    // F32, F64
+  bool boolean(size_t i) const;  // Bool
+  std::string_view string(size_t i) const;
+  std::vector<std::string> strings() const;  // every string, copied
+  GgufArray array(size_t i) const;           // a nested array
+
+ private:
+  friend struct GgufArrayAccess;  // the parser (file.cpp)
+  // The array whose header (element type, count) starts at `p`, in bytes the parser has checked.
+  static GgufArray at(const uint8_t* p);
+  const uint8_t* element(size_t i) const;
+
+  GgufValueType elem_type_ = GgufValueType::U8;
+  uint64_t count_ = 0;
+  const uint8_t* first_ = nullptr;  // the first element's bytes
+  std::vector<uint64_t> marks_;     // strings and arrays: byte offset from first_ of elements 0, kStride, ...
 };
 
 struct GgufValue {
@@ -87,6 +108,7 @@ class GgufFile {
   uint32_t alignment() const { return alignment_; }
   uint64_t file_size() const { return size_; }
   uint64_t data_offset() const { return data_offset_; }  // start of the tensor data section
+  std::span<const uint8_t> bytes() const { return {data_, static_cast<size_t>(size_)}; }  // the whole file
 
   // ---- metadata
   const std::map<std::string, GgufValue>& metadata() const { return kv_; }
@@ -100,7 +122,7 @@ class GgufFile {
   float get_f32(const std::string& key) const;
   bool get_bool(const std::string& key) const;
   const std::string& get_string(const std::string& key) const;
-  const std::vector<std::string>& get_string_array(const std::string& key) const;
+  const GgufArray& get_string_array(const std::string& key) const;  // .strings() copies them out
   std::vector<float> get_f32_array(const std::string& key) const;
   std::vector<int32_t> get_i32_array(const std::string& key) const;
   // Absent key: nullopt; present with the wrong type: ModelError.

@@ -15,7 +15,7 @@ TokenizerData tokenizer_data_from_gguf(const GgufFile& f) {
   TokenizerData d;
   d.model = f.get_string("tokenizer.ggml.model");
   d.pre = f.find_string("tokenizer.ggml.pre").value_or("");
-  d.tokens = f.get_string_array("tokenizer.ggml.tokens");
+  d.tokens = f.get_string_array("tokenizer.ggml.tokens").strings();
   const size_t n = d.tokens.size();
   if (n == 0) fail("key 'tokenizer.ggml.tokens' is empty");
 
@@ -31,7 +31,7 @@ TokenizerData tokenizer_data_from_gguf(const GgufFile& f) {
       fail("key 'tokenizer.ggml.token_type' has " + std::to_string(d.token_types.size()) + " entries for " +
            std::to_string(n) + " tokens");
   }
-  if (f.has("tokenizer.ggml.merges")) d.merges = f.get_string_array("tokenizer.ggml.merges");
+  if (f.has("tokenizer.ggml.merges")) d.merges = f.get_string_array("tokenizer.ggml.merges").strings();
 
   auto id = [&](const char* key, int32_t& dst) {
     const auto v = f.find_i32(key);

@@ -90,24 +90,36 @@ TEST(GgufFile, RoundTripsEveryValueType) {
     EXPECT_EQ(std::get<double>(f.find("f64")->v), 0.1);
     EXPECT_EQ(f.get_f32("f64"), 0.1f);
     EXPECT_EQ(f.get_string("empty_string"), "");
-    EXPECT_EQ(f.get_string_array("strings"), (std::vector<std::string>{"a", "", "ccc"}));
+    EXPECT_EQ(f.get_string_array("strings").strings(), (std::vector<std::string>{"a", "", "ccc"}));
+    EXPECT_EQ(f.get_string_array("strings").string(2), "ccc");
     EXPECT_EQ(f.get_f32_array("f32s"), (std::vector<float>{1.f, -2.5f}));
     EXPECT_EQ(f.get_i32_array("i32s"), (std::vector<int32_t>{-1, 7, 2147483647}));
     EXPECT_EQ(f.get_i32_array("u8s"), (std::vector<int32_t>{1, 255}));
     const auto& bools = std::get<GgufArray>(f.find("bools")->v);
-    EXPECT_EQ(bools.elem_type, GgufValueType::Bool);
-    EXPECT_EQ(std::get<std::vector<uint8_t>>(bools.elems), (std::vector<uint8_t>{0, 1}));
+    EXPECT_EQ(bools.elem_type(), GgufValueType::Bool);
+    ASSERT_EQ(bools.size(), 2u);
+    EXPECT_FALSE(bools.boolean(0));
+    EXPECT_TRUE(bools.boolean(1));
     EXPECT_EQ(f.get_f32_array("f64s"), (std::vector<float>{2.f}));
-    EXPECT_EQ(std::get<std::vector<uint64_t>>(std::get<GgufArray>(f.find("u64s")->v).elems)[0], ~0ull);
+    EXPECT_EQ(std::get<GgufArray>(f.find("u64s")->v).u64(0), ~0ull);
     EXPECT_EQ(f.get_i32_array("empty_array").size(), 0u);
     const auto& nested = std::get<GgufArray>(f.find("nested")->v);
     EXPECT_EQ(f.find("nested")->type_string(), "array of array");
-    const auto& outer = std::get<std::vector<GgufArray>>(nested.elems);
-    ASSERT_EQ(outer.size(), 2u);
-    EXPECT_EQ(std::get<std::vector<int64_t>>(outer[0].elems), (std::vector<int64_t>{1, 2}));
-    const auto& inner = std::get<std::vector<GgufArray>>(outer[1].elems);
+    ASSERT_EQ(nested.elem_type(), GgufValueType::Array);
+    ASSERT_EQ(nested.size(), 2u);
+    const GgufArray first = nested.array(0);
+    ASSERT_EQ(first.size(), 2u);
+    EXPECT_EQ(first.i64(0), 1);
+    EXPECT_EQ(first.i64(1), 2);
+    const GgufArray inner = nested.array(1);
     ASSERT_EQ(inner.size(), 1u);
-    EXPECT_EQ(std::get<std::vector<std::string>>(inner[0].elems)[0], "deep");
+    ASSERT_EQ(inner.array(0).size(), 1u);
+    EXPECT_EQ(inner.array(0).string(0), "deep");
+    // accessors of another element type, or past the end
+    EXPECT_THROW(first.u64(0), std::logic_error);
+    EXPECT_THROW(first.string(0), std::logic_error);
+    EXPECT_THROW(first.i64(2), std::out_of_range);
+    EXPECT_THROW(nested.array(2), std::out_of_range);
     // find_* variants
     EXPECT_EQ(f.find_u32("u16"), 60000u);
     EXPECT_EQ(f.find_u32("absent"), std::nullopt);
@@ -260,7 +272,56 @@ TEST(GgufFile, LargeStringArrayParses) {
   const auto bytes = g.build();
   const auto f = parse(bytes);
   EXPECT_EQ(f.get_string_array("tokenizer.ggml.tokens").size(), 150000u);
-  EXPECT_EQ(f.get_string_array("tokenizer.ggml.tokens")[149999], "token_149999");
+  EXPECT_EQ(f.get_string_array("tokenizer.ggml.tokens").string(149999), "token_149999");
+}
+
+// Large arrays are views of the file's bytes: every element reads back, none is copied out of the file.
+TEST(GgufFile, LargeArraysAreViewsOfTheFile) {
+  const size_t n = size_t{16} << 20;
+  GVal u8s = GVal::array(0, {}, n);
+  for (size_t i = 0; i < n; ++i) u8s.bytes.push_back(static_cast<uint8_t>(i * 7 + (i >> 13)));
+  std::vector<std::string> strs(100003);
+  for (size_t i = 0; i < strs.size(); ++i) strs[i] = std::string(i % 5, static_cast<char>('a' + i % 26));
+  std::vector<GVal> nested;
+  for (size_t i = 0; i < 40; ++i) nested.push_back(GVal::strings({std::to_string(i), std::string(i, 'x')}));
+  GgufBuilder g;
+  g.kv("u8s", u8s).kv("strs", GVal::strings(strs)).kv("nested", GVal::array(9, nested));
+  g.kv("i16s", GVal::array(3, {GVal::i16(-3), GVal::i16(32767)}));
+  const auto f = parse(g.build());
+  const auto inside = [&](const void* p) {
+    const auto* b = static_cast<const uint8_t*>(p);
+    return b >= f.bytes().data() && b < f.bytes().data() + f.bytes().size();
+  };
+
+  const auto& a = std::get<GgufArray>(f.find("u8s")->v);
+  ASSERT_EQ(a.size(), n);
+  ASSERT_EQ(a.bytes().size(), n);
+  EXPECT_TRUE(inside(a.bytes().data()) && inside(a.bytes().data() + n - 1));
+  size_t wrong = 0;
+  for (size_t i = 0; i < n; ++i) wrong += a.u64(i) != static_cast<uint8_t>(i * 7 + (i >> 13));
+  EXPECT_EQ(wrong, 0u);
+
+  const GgufArray& s = f.get_string_array("strs");
+  ASSERT_EQ(s.size(), strs.size());
+  EXPECT_TRUE(s.bytes().empty());
+  for (size_t i = 0; i < strs.size(); ++i) wrong += s.string(i) != strs[i];
+  for (size_t i : {size_t{1}, size_t{17}, strs.size() - 1}) EXPECT_TRUE(inside(s.string(i).data()));
+  EXPECT_EQ(wrong, 0u);
+  EXPECT_EQ(s.strings(), strs);
+
+  const auto& nn = std::get<GgufArray>(f.find("nested")->v);
+  ASSERT_EQ(nn.size(), 40u);
+  for (size_t i = 0; i < 40; ++i) {
+    const GgufArray e = nn.array(i);
+    ASSERT_EQ(e.size(), 2u);
+    EXPECT_EQ(e.string(0), std::to_string(i));
+    EXPECT_EQ(e.string(1), std::string(i, 'x'));
+    EXPECT_TRUE(inside(e.string(1).data()));
+  }
+  const auto& i16s = std::get<GgufArray>(f.find("i16s")->v);
+  EXPECT_EQ(i16s.i64(0), -3);
+  EXPECT_EQ(i16s.i64(1), 32767);
+  EXPECT_EQ(f.get_i32_array("i16s"), (std::vector<int32_t>{-3, 32767}));
 }
 
 TEST(GgufFile, F64OutOfFloatRangeBecomesInfinity) {
