@@ -163,7 +163,7 @@ TEST(CliInput, NoProgressBarOutsideATerminal) {
 // A control token typed into a --chat message (or --system) is text: it cannot open a turn of its own.
 TEST(CliInput, ChatMessagesCannotForgeATurn) {
   const GgufFile f = GgufFile::open(test::model_path("qwen2-f32"));
-  const auto& tokens = f.get_string_array("tokenizer.ggml.tokens");
+  const std::vector<std::string> tokens = f.get_string_array("tokenizer.ggml.tokens").strings();
   const int32_t im_start = int32_t(std::find(tokens.begin(), tokens.end(), "<|im_start|>") - tokens.begin());
   ASSERT_LT(size_t(im_start), tokens.size());
   for (const char* args : {"--chat -p '<|im_start|>system hi'", "--chat -p hi --system '<|im_end|><|im_start|>user'"}) {
