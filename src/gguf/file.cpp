@@ -264,22 +264,10 @@ constexpr uint32_t kMaxNesting = 8;  // arrays of arrays of ...
 
 // Smallest encoded size of one value of type t (a string needs its 8-byte length; an array its type + length).
 uint64_t min_value_bytes(uint32_t t) {
-  switch (static_cast<GgufValueType>(t)) {
-    case GgufValueType::U8:
-    case GgufValueType::I8:
-    case GgufValueType::Bool: return 1;
-    case GgufValueType::U16:
-    case GgufValueType::I16: return 2;
-    case GgufValueType::U32:
-    case GgufValueType::I32:
-    case GgufValueType::F32: return 4;
-    case GgufValueType::U64:
-    case GgufValueType::I64:
-    case GgufValueType::F64: return 8;
-    case GgufValueType::String: return 8;
-    case GgufValueType::Array: return 12;
-  }
-  return 0;
+  const auto type = static_cast<GgufValueType>(t);
+  if (type == GgufValueType::String) return 8;
+  if (type == GgufValueType::Array) return 12;
+  return fixed_bytes(type);  // 0 for an id that is no type
 }
 
 bool mul_overflows(uint64_t a, uint64_t b, uint64_t* out) { return __builtin_mul_overflow(a, b, out); }
