@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# llama.cpp, the oracle for real GGUF files: built for the CPU from the PyPI sdist of llama-cpp-python 0.3.36,
+# which vendors llama.cpp (commit 0c1e570) under vendor/llama.cpp.  The source and the build are cached outside
+# the source tree, keyed by the sdist version, so a second run only prints the paths.
+#
+#   tools/llamacpp.sh            download (sha256-checked), unpack, build; prints the bin directory
+#   tools/llamacpp.sh --src      the same, but prints the unpacked vendor/llama.cpp directory
+#   tools/llamacpp.sh --bin      print the bin directory if the build is there, else fail (builds nothing)
+#
+#   WGLLM_CACHE   the cache root (default ~/.cache/wgllm); the build lands in $WGLLM_CACHE/llama.cpp-<version>/
+set -euo pipefail
+
+VERSION=0.3.36
+SDIST=llama_cpp_python-${VERSION}.tar.gz
+SDIST_SHA256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
+TARGETS=(llama-completion llama-perplexity llama-tokenize llama-bench llama-quantize)
+
+CACHE=${WGLLM_CACHE:-$HOME/.cache/wgllm}
+DIR=$CACHE/llama.cpp-$VERSION
+SRC=$DIR/src/llama_cpp_python-$VERSION/vendor/llama.cpp
+BUILD=$DIR/build
+BIN=$BUILD/bin
+STAMP=$DIR/.built-$(echo "${TARGETS[*]}" | sha256sum | cut -c1-12)
+
+say()  { printf '[llamacpp] %s\n' "$*" >&2; }
+fail() { printf '[llamacpp] error: %s\n' "$*" >&2; exit 1; }
+
+mode=${1:-}
+case "$mode" in
+  ""|--src) ;;
+  --bin) [ -f "$STAMP" ] || fail "no llama.cpp build in $DIR (run tools/llamacpp.sh)"; echo "$BIN"; exit 0 ;;
+  *) fail "unknown option '$mode' (use --src or --bin)" ;;
+esac
+
+mkdir -p "$DIR"
+exec 9>"$DIR/.lock"
+flock 9  # one build at a time per cache
+
+if [ ! -f "$SRC/CMakeLists.txt" ]; then
+  if [ ! -f "$DIR/$SDIST" ]; then
+    say "downloading $SDIST from PyPI (76 MB)"
+    tmp=$(mktemp -d "$DIR/dl.XXXXXX")
+    python3 -m pip download -q --no-deps --no-binary :all: --no-build-isolation "llama-cpp-python==$VERSION" -d "$tmp" \
+      >/dev/null 2>&1 || python3 -m pip download -q --no-deps --no-binary :all: "llama-cpp-python==$VERSION" -d "$tmp" \
+      || fail "pip download llama-cpp-python==$VERSION failed"
+    mv "$tmp/$SDIST" "$DIR/$SDIST" && rm -rf "$tmp"
+  fi
+  got=$(sha256sum "$DIR/$SDIST" | cut -d' ' -f1)
+  [ "$got" = "$SDIST_SHA256" ] || { rm -f "$DIR/$SDIST"; fail "sha256 mismatch for $SDIST: got $got, want $SDIST_SHA256"; }
+  say "unpacking $SDIST"
+  rm -rf "$DIR/src" && mkdir -p "$DIR/src"
+  tar xzf "$DIR/$SDIST" -C "$DIR/src" || fail "could not unpack $DIR/$SDIST"
+fi
+
+if [ "$mode" = --src ]; then echo "$SRC"; exit 0; fi
+
+if [ ! -f "$STAMP" ]; then
+  say "building ${TARGETS[*]} for the CPU in $BUILD (about 15 minutes on 2 cores)"
+  cmake -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DGGML_NATIVE=ON -DLLAMA_BUILD_TESTS=OFF \
+    -DLLAMA_BUILD_SERVER=OFF >"$DIR/configure.log" 2>&1 || fail "cmake configure failed (see $DIR/configure.log)"
+  cmake --build "$BUILD" -j"$(nproc)" --target "${TARGETS[@]}" >"$DIR/build.log" 2>&1 \
+    || fail "build failed (see $DIR/build.log)"
+  touch "$STAMP"
+fi
+echo "$BIN"
