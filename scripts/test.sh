@@ -3,4 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WGLLM_CMAKE_ARGS="-DWGLLM_WERROR=ON ${WGLLM_CMAKE_ARGS:-}" scripts/setup.sh
+# The references for real files, cached outside the tree: Gemma 3 270M Q4_K_M and the llama.cpp oracle.
+tools/fetch_gemma.sh >/dev/null
+tools/llamacpp.sh >/dev/null
 ctest --test-dir "${WGLLM_BUILD_DIR:-build}" --output-on-failure -j"$(nproc)" "$@"

@@ -6,6 +6,7 @@
 #   tools/llamacpp.sh            download (sha256-checked), unpack, build; prints the bin directory
 #   tools/llamacpp.sh --src      the same, but prints the unpacked vendor/llama.cpp directory
 #   tools/llamacpp.sh --bin      print the bin directory if the build is there, else fail (builds nothing)
+#   tools/llamacpp.sh --src-path print the source directory if it is unpacked, else fail (fetches nothing)
 #
 #   WGLLM_CACHE   the cache root (default ~/.cache/wgllm); the build lands in $WGLLM_CACHE/llama.cpp-<version>/
 set -euo pipefail
@@ -29,7 +30,9 @@ mode=${1:-}
 case "$mode" in
   ""|--src) ;;
   --bin) [ -f "$STAMP" ] || fail "no llama.cpp build in $DIR (run tools/llamacpp.sh)"; echo "$BIN"; exit 0 ;;
-  *) fail "unknown option '$mode' (use --src or --bin)" ;;
+  --src-path) [ -f "$SRC/CMakeLists.txt" ] || fail "no llama.cpp source in $DIR (run tools/llamacpp.sh --src)"
+              echo "$SRC"; exit 0 ;;
+  *) fail "unknown option '$mode' (use --src, --bin or --src-path)" ;;
 esac
 
 mkdir -p "$DIR"
