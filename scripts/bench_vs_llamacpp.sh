@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# wgllm beside llama.cpp on the same GGUF files, in one run: `wgllm bench` and `llama-bench` (pp and tg tokens/s),
+# printed as one Markdown table with the ratios. Meant for a GPU machine (llama.cpp built there with CUDA).
+#
+#   scripts/bench_vs_llamacpp.sh build-cuda SRC_TARBALL BUILD_DIR
+#       unpack a llama.cpp source tarball (vendor/llama.cpp of the llama-cpp-python 0.3.36 sdist, stripped of
+#       models/docs/tests) and build llama-bench and llama-quantize with CUDA (sm_90) into BUILD_DIR/bin
+#   scripts/bench_vs_llamacpp.sh compare WGLLM LLAMA_BIN_DIR [-p N] [-n N] [-r N] MODEL...
+#       for each model: llama-bench -ngl 99 -fa 1 and wgllm bench, medians, the table on stdout, the raw JSON of
+#       both under $BENCH_OUT (default /tmp/bench_vs_llamacpp)
+set -euo pipefail
+
+say()  { printf '[bench_vs_llamacpp] %s\n' "$*" >&2; }
+fail() { printf '[bench_vs_llamacpp] error: %s\n' "$*" >&2; exit 1; }
+
+build_cuda() {
+  local tarball=$1 dir=$2
+  [ -f "$tarball" ] || fail "no source tarball at $tarball"
+  mkdir -p "$dir/src"
+  tar xJf "$tarball" -C "$dir/src"
+  local src
+  src=$(dirname "$(find "$dir/src" -maxdepth 3 -name CMakeLists.txt -path '*llama.cpp/CMakeLists.txt' | head -n1)")
+  [ -n "$src" ] || fail "no llama.cpp/CMakeLists.txt in $tarball"
+  say "building llama.cpp with CUDA in $dir"
+  cmake -S "$src" -B "$dir/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+    -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF >"$dir/configure.log" \
+    || fail "configure failed (see $dir/configure.log)"
+  ninja -C "$dir/build" llama-bench llama-quantize >"$dir/build.log" || { tail -30 "$dir/build.log"; fail "build failed"; }
+  echo "$dir/build/bin"
+}
+
+compare() {
+  local wgllm=$1 lbin=$2; shift 2
+  local p=512 n=128 r=5 models=()
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      -p) p=$2; shift 2 ;; -n) n=$2; shift 2 ;; -r) r=$2; shift 2 ;;
+      *) models+=("$1"); shift ;;
+    esac
+  done
+  [ ${#models[@]} -gt 0 ] || fail "no model files given"
+  local out=${BENCH_OUT:-/tmp/bench_vs_llamacpp}
+  mkdir -p "$out"
+  printf '| model | pp%s wgllm | pp%s llama.cpp | ratio | tg%s wgllm | tg%s llama.cpp | ratio |\n' "$p" "$p" "$n" "$n"
+  printf '|---|---|---|---|---|---|---|\n'
+  for m in "${models[@]}"; do
+    local stem
+    stem=$(basename "$m" .gguf)
+    say "$stem: llama-bench"
+    "$lbin/llama-bench" -m "$m" -ngl 99 -fa 1 -p "$p" -n "$n" -r "$r" -o json >"$out/$stem.llama.json" 2>"$out/$stem.llama.err" \
+      || { tail -5 "$out/$stem.llama.err"; fail "llama-bench failed on $m"; }
+    say "$stem: wgllm bench"
+    "$wgllm" bench -m "$m" -p "$p" -n "$n" -r "$r" --json >"$out/$stem.wgllm.json" 2>"$out/$stem.wgllm.err" \
+      || { tail -5 "$out/$stem.wgllm.err"; fail "wgllm bench failed on $m"; }
+    python3 - "$out/$stem.llama.json" "$out/$stem.wgllm.json" "$stem" <<'EOF'
+import json, statistics, sys
+llama = json.load(open(sys.argv[1]))
+wg = json.load(open(sys.argv[2]))
+def lc(kind):
+    for t in llama:
+        if (kind == "pp" and t["n_prompt"] > 0 and t["n_gen"] == 0) or (kind == "tg" and t["n_gen"] > 0 and t["n_prompt"] == 0):
+            return statistics.median(t["samples_ts"])
+    return float("nan")
+def wl(kind):
+    return wg.get(kind, {}).get("tokens_per_s", float("nan"))
+pw, pl, tw, tl = wl("pp"), lc("pp"), wl("tg"), lc("tg")
+print(f"| {sys.argv[3]} | {pw:,.0f} | {pl:,.0f} | {pw / pl:.2f} | {tw:,.1f} | {tl:,.1f} | {tw / tl:.2f} |")
+EOF
+  done
+}
+
+cmd=${1:-}
+case "$cmd" in
+  build-cuda) [ $# -eq 3 ] || fail "usage: $0 build-cuda SRC_TARBALL BUILD_DIR"; build_cuda "$2" "$3" ;;
+  compare) [ $# -ge 4 ] || fail "usage: $0 compare WGLLM LLAMA_BIN_DIR [-p N] [-n N] [-r N] MODEL..."; shift; compare "$@" ;;
+  *) fail "usage: $0 build-cuda SRC_TARBALL BUILD_DIR | compare WGLLM LLAMA_BIN_DIR [-p N] [-n N] [-r N] MODEL..." ;;
+esac
