@@ -114,8 +114,8 @@ Tokenizer::Tokenizer(TokenizerData data) : impl_(std::make_unique<Impl>()) {
     if (id < -1 || id >= n)
       bad(std::string("tokenizer.ggml.") + name + "_token_id " + std::to_string(id) + " is outside the vocabulary of " +
           std::to_string(n));
-  m.add_bos = d.add_bos.value_or(m.spm);
-  if (m.add_bos && d.bos < 0) bad("tokenizer.ggml.add_bos_token is set but there is no bos_token_id");
+  if (d.add_bos && *d.add_bos && d.bos < 0) bad("tokenizer.ggml.add_bos_token is set but there is no bos_token_id");
+  m.add_bos = d.add_bos.value_or(m.spm) && d.bos >= 0;  // byte-level BPE: its pre-tokenizer's default, below
   if (d.add_eos && d.eos < 0) bad("tokenizer.ggml.add_eos_token is set but there is no eos_token_id");
 
   m.types.resize(n, kTokenNormal);
@@ -214,6 +214,7 @@ Tokenizer::Tokenizer(TokenizerData data) : impl_(std::make_unique<Impl>()) {
   }
   m.pre = std::make_unique<PreTokenizer>(d.pre);
   m.ignore_merges = m.pre->ignore_merges();
+  if (!d.add_bos) m.add_bos = m.pre->add_bos() && d.bos >= 0;
 }
 
 Tokenizer::~Tokenizer() = default;
