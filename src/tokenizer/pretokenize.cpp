@@ -15,7 +15,8 @@ namespace {
 
 // The regexes are llama.cpp's (src/llama-vocab.cpp), which follow each model's tokenizer.json; where llama.cpp
 // spells a case-insensitive group as character classes, so do we (PCRE2's caseless 's' would also take U+017F).
-// Unmatched stretches between matches are words too, so a trailing `|\s+` alternative changes nothing.
+// Unmatched stretches between matches are words too, so a trailing `|\s+` alternative changes nothing. Characters
+// beyond ASCII are written as \x{...} escapes (their literal forms do not survive every editor's normalisation).
 
 // GPT-2 (HF ByteLevel's own regex): contractions, letters, digits, other symbols, each optionally after one space;
 // whitespace runs leave their last space to the next word.
@@ -30,13 +31,14 @@ constexpr const char* kQwen2 =
 // Qwen 3.5: Qwen2's with combining marks part of words.
 constexpr const char* kQwen35 =
     R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+// Splits applied before or after a main regex: single digits (SmolLM, StarCoder, ...), digit runs, groups of three
+// ASCII digits, punctuation runs, line breaks, CJK runs.
 constexpr const char* kDigit = R"(\p{N})";
 constexpr const char* kDigits = R"(\p{N}+)";
 constexpr const char* kThreeDigits = R"([0-9][0-9][0-9])";
 constexpr const char* kPunctuationRun = R"([\p{P}\$\+<=>\^~\|`]+)";
 constexpr const char* kNewline = R"([\r\n])";
-constexpr const char* kCjk =
-    R"([\x{4E00}-\x{9FA5}\x{800}-\x{4E00}\x{AC00}-\x{D7FF}]+)";
+constexpr const char* kCjk = R"([\x{4E00}-\x{9FA5}\x{800}-\x{4E00}\x{AC00}-\x{D7FF}]+)";
 // DeepSeek LLM: letters of the cased scripts (the ranges of its tokenizer.json), ASCII and full-width symbols,
 // trailing whitespace, CJK, digits.
 constexpr const char* kDeepseekLetters =
@@ -59,7 +61,7 @@ constexpr const char* kDeepseekSymbols =
 constexpr const char* kTrailingSpace = R"(\s+$)";
 
 struct PreKind {
-  std::vector<std::string_view> names;  // tokenizer.ggml.pre values (llama.cpp's), the first one listed as supported
+  std::vector<std::string_view> names;  // tokenizer.ggml.pre values (llama.cpp's; "" is an absent key)
   std::vector<const char*> patterns;    // applied in turn, each splitting the words of the one before
   bool ignore_merges = false;
   bool add_bos = false;  // BOS by default when tokenizer.ggml.add_bos_token is absent
