@@ -125,6 +125,34 @@ Tokenizer::Tokenizer(TokenizerData data) : impl_(std::make_unique<Impl>()) {
     m.types[i] = static_cast<TokenType>(t);
   }
   for (int32_t i = 0; i < n; ++i) m.token_ids.emplace(d.tokens[i], i);
+  // End-of-turn markers are control tokens whatever type the file gives them (llama.cpp overrides the type of these
+  // texts at load, e.g. Gemma 3's user-defined "</s>"): typed into a text they are text unless parse_special.
+  for (const char* eog : {"<|eot_id|>",
+                          "<|im_end|>",
+                          "<|end|>",
+                          "<|return|>",
+                          "<|call|>",
+                          "<|flush|>",
+                          "<|calls|>",
+                          "<end_of_turn>",
+                          "<|endoftext|>",
+                          "</s>",
+                          "<|eom_id|>",
+                          "<EOT>",
+                          "_<EOT>",
+                          "[EOT]",
+                          "[EOS]",
+                          "<|end_of_text|>",
+                          "<end_of_utterance>",
+                          "<eos>",
+                          "<turn|>",
+                          "<|tool_response>",
+                          "<\xEF\xBD\x9C"
+                          "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",
+                          "[e~["}) {
+    auto it = m.token_ids.find(std::string_view(eog));
+    if (it != m.token_ids.end() && m.types[it->second] != kTokenControl) m.types[it->second] = kTokenControl;
+  }
 
   // Split-out tokens, longest first within each first byte.
   for (int32_t i = 0; i < n; ++i) {
