@@ -126,6 +126,12 @@ def hf_model(r: ggufio.Reader, c, device: str):
     found = [m for m in model.modules() if hasattr(m, "inv_freq")]
     assert found, "no rotary embedding module found"
     for m in found:
+        if rf is not None and c.rope_scaling is None:
+            # llama.cpp's Llama 3.x files carry the scaling as rope_freqs.weight alone (no rope.scaling.* keys, which
+            # llama.cpp refuses): the rotary embedding gets the GGUF's frequencies themselves
+            m.inv_freq.copy_(torch.from_numpy(want).to(m.inv_freq.dtype))
+            if hasattr(m, "original_inv_freq"):
+                m.original_inv_freq = m.inv_freq.clone()
         got = m.inv_freq.detach().double().cpu().numpy()
         if not np.allclose(got, want, rtol=1e-6, atol=0):
             raise RuntimeError(f"rope inv_freq mismatch:\n got  {got}\n want {want}")

@@ -169,7 +169,7 @@ def _train_spm(vocab_size: int) -> tuple[list[str], list[float], list[int]]:
 def tokenizer_metadata(kind: str, arch: str, n_vocab: int) -> dict:
     """tokenizer.ggml.* keys for a tokenizer of exactly n_vocab tokens (padded with <unused{i}> tokens).
 
-    bpe: GPT-2 style byte-level BPE trained on tiny Shakespeare (tokenizer.ggml.model = gpt2, pre = gpt2)
+    bpe: GPT-2 style byte-level BPE trained on tiny Shakespeare (tokenizer.ggml.model = gpt2, pre = gpt-2)
     spm: SentencePiece BPE with byte fallback trained on tiny Shakespeare (tokenizer.ggml.model = llama)
     synthetic: GPT-2 byte tokens + special tokens + filler, no merges (for the big shape presets)
     """
@@ -185,7 +185,7 @@ def tokenizer_metadata(kind: str, arch: str, n_vocab: int) -> dict:
         tokens += specials
         types += [TT_CONTROL] * len(specials)
         md["tokenizer.ggml.model"] = "gpt2"
-        md["tokenizer.ggml.pre"] = "gpt2"
+        md["tokenizer.ggml.pre"] = "gpt-2"  # llama.cpp's name (it refuses "gpt2")
         md["tokenizer.ggml.merges"] = merges
         scores = None
     elif kind == "spm":
@@ -382,12 +382,8 @@ def write_model(a, tokenizer: dict | None = None, tensor_data=None) -> None:
     w.add_rope_freq_base(a.rope_base)
     w.add_rope_dimension_count(a.head_dim)
     w.add_vocab_size(a.n_vocab)
-    if a.rope_scaling == "llama3":
-        w.add_string(f"{arch}.rope.scaling.type", "llama3")
-        w.add_float32(f"{arch}.rope.scaling.factor", a.rope_scaling_factor)
-        w.add_float32(f"{arch}.rope.scaling.low_freq_factor", a.rope_scaling_low)
-        w.add_float32(f"{arch}.rope.scaling.high_freq_factor", a.rope_scaling_high)
-        w.add_uint32(f"{arch}.rope.scaling.original_context_length", a.rope_scaling_orig_ctx)
+    # llama3 RoPE scaling is the rope_freqs.weight tensor alone (below), as in llama.cpp's Llama 3.x files: llama.cpp
+    # aborts on a {arch}.rope.scaling.type of "llama3".
 
     tok = tokenizer if tokenizer is not None else tokenizer_metadata(a.tokenizer, arch, a.n_vocab)
     assert len(tok["tokenizer.ggml.tokens"]) == a.n_vocab

@@ -5,7 +5,7 @@
 
 Models (all n_embd 64, 2 layers, 4 heads, 2 kv heads, head_dim 16, ffn 128, vocab 1024, ctx 256):
   {llama,qwen2,qwen3}-{f32,f16,bf16,q8_0,q4_0}   seed 1, byte-level BPE tokenizer, untied output
-  llama-rope3-tied-{f32,q8_0,q4_0}               seed 2, llama3 rope scaling (factor 8, orig ctx 64), tied
+  llama-rope3-tied-{f32,q8_0,q4_0}               seed 2, llama3 rope scaling (factor 8, orig ctx 64) as rope_freqs.weight, tied
   qwen2-tied-{f32,q8_0}                          seed 3, tied embeddings
   qwen2-mixed                                    seed 4, f16 with attn_v in q8_0 and ffn_up in f32
   llama-spm-f32                                  seed 1, SentencePiece tokenizer (same tensors as llama-f32)

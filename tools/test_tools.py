@@ -2,6 +2,7 @@
 """Self-tests of the model tooling: .venv/bin/python tools/test_tools.py (plain unittest, no pytest needed)."""
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 import sys
@@ -125,15 +126,17 @@ class Tools(unittest.TestCase):
         r = ggufio.Reader(self.model("md", "--arch", "llama", "--seed", "1", "--rope-scaling", "llama3",
                                      "--tie-embeddings"))
         self.assertEqual(r.get("general.architecture"), "llama")
-        self.assertEqual(r.get("llama.rope.scaling.type"), "llama3")
+        self.assertIsNone(r.get("llama.rope.scaling.type"))  # llama.cpp aborts on it: the tensor alone says it
         self.assertNotIn("output.weight", r.tensors)
         self.assertEqual(r.tensors["rope_freqs.weight"].ne, [8])
         c = numpy_forward.read_config(r)
         self.assertEqual((c.n_embd, c.n_layer, c.n_head, c.n_head_kv, c.head_dim, c.n_ff, c.n_vocab),
                          (64, 2, 4, 2, 16, 128, 1024))
-        # rope_freqs.weight and the scaling keys describe the same frequencies
+        # rope_freqs.weight holds llama3's scaling of the make_model defaults (factor 8, low 1, high 4, context 64)
         via_tensor = numpy_forward.rope_inv_freq(c, r.tensor("rope_freqs.weight", np.float64))
-        self.assertTrue(np.allclose(via_tensor, numpy_forward.rope_inv_freq(c, None), rtol=1e-6))
+        llama3 = dict(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_context_length=64)
+        via_keys = numpy_forward.rope_inv_freq(dataclasses.replace(c, rope_scaling=llama3), None)
+        self.assertTrue(np.allclose(via_tensor, via_keys, rtol=1e-6))
         self.assertFalse(np.allclose(via_tensor, 10000.0 ** (-np.arange(0, 16, 2) / 16)))
         toks = r.get("tokenizer.ggml.tokens")
         self.assertEqual(toks[r.get("tokenizer.ggml.bos_token_id")], "<|begin_of_text|>")

@@ -141,26 +141,12 @@ bool Model::is_end_of_generation(int32_t id) const {
   return std::find(impl_->eog.begin(), impl_->eog.end(), id) != impl_->eog.end();
 }
 
-namespace {
-// The model's chat template around one user message (and a system message when not empty).
-ChatPrompt render(const Tokenizer& t, std::string_view user, std::string_view system) {
-  if (t.data().chat_template.empty()) throw Error("the model has no chat template (tokenizer.chat_template)");
-  const ChatTemplate tmpl = detect_chat_template(t.data().chat_template);
-  std::vector<wgllm::ChatMessage> msgs;
-  if (!system.empty()) msgs.push_back({"system", std::string(system)});
-  msgs.push_back({"user", std::string(user)});
-  const std::string bos = t.bos() >= 0 ? t.token_text(t.bos()) : "";
-  const std::string eos = t.eos() >= 0 ? t.token_text(t.eos()) : "";
-  return render_chat(tmpl, msgs, true, bos, eos);
-}
-}  // namespace
-
 std::string Model::apply_chat_template(std::string_view user, std::string_view system) const {
-  return render(impl_->tok(), user, system).text;
+  return render_user_turn(impl_->tok(), impl_->config.arch_name, user, system).text;
 }
 
 std::vector<int32_t> Model::encode_chat(std::string_view user, std::string_view system) const {
-  const ChatPrompt p = render(impl_->tok(), user, system);
+  const ChatPrompt p = render_user_turn(impl_->tok(), impl_->config.arch_name, user, system);
   return impl_->tok().encode(p.text, false, true, p.content);
 }
 

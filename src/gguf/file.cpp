@@ -209,9 +209,10 @@ GgufFile::GgufFile(GgufFile&&) noexcept = default;
 GgufFile& GgufFile::operator=(GgufFile&&) noexcept = default;
 GgufFile::~GgufFile() = default;
 
-GgufFile GgufFile::open(const std::string& path) {
+GgufFile GgufFile::open(const std::string& path, Parts parts) {
   GgufFile f;
   f.label_ = path;
+  f.metadata_only_ = parts == Parts::MetadataOnly;
   // What the path is, before opening it: opening a FIFO for reading would wait for a writer.
   struct stat before {};
   if (::stat(path.c_str(), &before) != 0) throw ModelError(path + ": cannot open: " + std::strerror(errno));
@@ -458,6 +459,8 @@ void GgufFile::parse() {
       r.fail("key 'general.alignment': " + std::to_string(align) + " is not a power of two", a->offset);
     alignment_ = align;
   }
+
+  if (metadata_only_) return;
 
   // ---- tensor infos
   tensors_.reserve(n_tensors);  // bounded by the bytes left (32 per tensor)

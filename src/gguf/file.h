@@ -92,8 +92,11 @@ struct GgufTensor {
 
 class GgufFile {
  public:
+  // What open() parses: everything, or the header and metadata alone (no tensor infos: tensors() is empty, and a
+  // file whose tensors wgllm cannot read still gives its metadata, e.g. its vocabulary).
+  enum class Parts { All, MetadataOnly };
   // Maps `path` read-only. Throws ModelError (cannot open, malformed, unsupported).
-  static GgufFile open(const std::string& path);
+  static GgufFile open(const std::string& path, Parts parts = Parts::All);
   // Parses a copy of `bytes`; `label` stands for the file name in errors.
   static GgufFile from_bytes(std::span<const uint8_t> bytes, const std::string& label = "<memory>");
 
@@ -152,6 +155,7 @@ class GgufFile {
   std::string label_;
   uint32_t version_ = 0;
   uint32_t alignment_ = 32;
+  bool metadata_only_ = false;
   uint64_t data_offset_ = 0;
   std::map<std::string, GgufValue> kv_;
   std::vector<GgufTensor> tensors_;

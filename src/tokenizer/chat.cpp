@@ -6,10 +6,18 @@
 namespace wgllm {
 
 ChatTemplate detect_chat_template(std::string_view jinja) {
+  if (jinja.find("<start_of_turn>") != std::string_view::npos) return ChatTemplate::Gemma;
   if (jinja.find("<|start_header_id|>") != std::string_view::npos) return ChatTemplate::Llama3;
   if (jinja.find("<|im_start|>") != std::string_view::npos) return ChatTemplate::ChatML;
   if (jinja.find("[INST]") != std::string_view::npos) return ChatTemplate::Llama2;
-  throw Error("unknown chat template (supported: llama3, chatml, llama2/mistral [INST])");
+  throw Error("unknown chat template (supported: llama3, chatml, llama2/mistral [INST], gemma)");
+}
+
+ChatTemplate chat_template_for(std::string_view jinja, std::string_view arch) {
+  if (!jinja.empty()) return detect_chat_template(jinja);
+  if (arch == "gemma" || arch == "gemma2" || arch == "gemma3") return ChatTemplate::Gemma;
+  throw Error("the model has no chat template (tokenizer.chat_template) and architecture '" + std::string(arch) +
+              "' has no default one");
 }
 
 namespace {
@@ -88,6 +96,30 @@ ChatPrompt llama2(std::span<const ChatMessage> msgs, std::string_view bos, std::
   return out.p;
 }
 
+// llama.cpp's gemma template (llm_chat_apply_template), with the BOS the Jinja template starts with:
+// '<start_of_turn>' + role + '\n' + content | trim + '<end_of_turn>\n' per message, "assistant" named "model",
+// system contents joined in front of the next user content; '<start_of_turn>model\n' to generate.
+ChatPrompt gemma(std::span<const ChatMessage> msgs, bool gen, std::string_view bos) {
+  Builder out;
+  out.markup(bos);
+  std::string system;
+  for (const ChatMessage& m : msgs) {
+    if (m.role == "system") {
+      system += strip(m.content);
+      continue;
+    }
+    const bool model = m.role == "assistant" || m.role == "model";
+    out.markup("<start_of_turn>").markup(model ? "model" : m.role).markup("\n");
+    if (!system.empty() && !model) {
+      out.content(system).markup("\n\n");
+      system.clear();
+    }
+    out.content(strip(m.content)).markup("<end_of_turn>\n");
+  }
+  if (gen) out.markup("<start_of_turn>model\n");
+  return out.p;
+}
+
 }  // namespace
 
 std::string apply_chat_template(ChatTemplate tmpl, std::span<const ChatMessage> messages, bool add_generation_prompt,
@@ -101,8 +133,20 @@ ChatPrompt render_chat(ChatTemplate tmpl, std::span<const ChatMessage> messages,
     case ChatTemplate::Llama3: return llama3(messages, add_generation_prompt, bos_text);
     case ChatTemplate::ChatML: return chatml(messages, add_generation_prompt);
     case ChatTemplate::Llama2: return llama2(messages, bos_text, eos_text);
+    case ChatTemplate::Gemma: return gemma(messages, add_generation_prompt, bos_text);
   }
   throw InvalidArgument("unknown ChatTemplate value");
+}
+
+ChatPrompt render_user_turn(const Tokenizer& tok, std::string_view arch, std::string_view user,
+                            std::string_view system) {
+  const ChatTemplate tmpl = chat_template_for(tok.data().chat_template, arch);
+  std::vector<ChatMessage> msgs;
+  if (!system.empty()) msgs.push_back({"system", std::string(system)});
+  msgs.push_back({"user", std::string(user)});
+  const std::string bos = tok.bos() >= 0 ? tok.token_text(tok.bos()) : "";
+  const std::string eos = tok.eos() >= 0 ? tok.token_text(tok.eos()) : "";
+  return render_chat(tmpl, msgs, true, bos, eos);
 }
 
 }  // namespace wgllm

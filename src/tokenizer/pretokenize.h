@@ -1,4 +1,5 @@
-// Byte-level BPE pre-tokenization: the text split into words by the regexes of tokenizer.ggml.pre (PCRE2, UTF+UCP).
+// Byte-level BPE pre-tokenization: the text split into words by the regexes of tokenizer.ggml.pre (PCRE2, UTF+UCP),
+// with llama.cpp's names for them.
 #pragma once
 #include <memory>
 #include <string>
@@ -22,6 +23,8 @@ class PreTokenizer {
 
   // Whether a word that is itself a token skips the merges (HF BPE ignore_merges; llama3).
   bool ignore_merges() const { return ignore_merges_; }
+  // Whether BOS is added when the file does not say (llama.cpp's default for this pre-tokenizer).
+  bool add_bos() const { return add_bos_; }
   // The supported tokenizer.ggml.pre values, comma separated.
   static std::string supported();
 
@@ -29,6 +32,7 @@ class PreTokenizer {
   struct Regex;
   std::vector<std::unique_ptr<Regex>> regexes_;
   bool ignore_merges_ = false;
+  bool add_bos_ = false;
 };
 
 }  // namespace wgllm

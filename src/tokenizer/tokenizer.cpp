@@ -114,8 +114,8 @@ Tokenizer::Tokenizer(TokenizerData data) : impl_(std::make_unique<Impl>()) {
     if (id < -1 || id >= n)
       bad(std::string("tokenizer.ggml.") + name + "_token_id " + std::to_string(id) + " is outside the vocabulary of " +
           std::to_string(n));
-  m.add_bos = d.add_bos.value_or(m.spm);
-  if (m.add_bos && d.bos < 0) bad("tokenizer.ggml.add_bos_token is set but there is no bos_token_id");
+  if (d.add_bos && *d.add_bos && d.bos < 0) bad("tokenizer.ggml.add_bos_token is set but there is no bos_token_id");
+  m.add_bos = d.add_bos.value_or(m.spm) && d.bos >= 0;  // byte-level BPE: its pre-tokenizer's default, below
   if (d.add_eos && d.eos < 0) bad("tokenizer.ggml.add_eos_token is set but there is no eos_token_id");
 
   m.types.resize(n, kTokenNormal);
@@ -125,6 +125,34 @@ Tokenizer::Tokenizer(TokenizerData data) : impl_(std::make_unique<Impl>()) {
     m.types[i] = static_cast<TokenType>(t);
   }
   for (int32_t i = 0; i < n; ++i) m.token_ids.emplace(d.tokens[i], i);
+  // End-of-turn markers are control tokens whatever type the file gives them (llama.cpp overrides the type of these
+  // texts at load, e.g. Gemma 3's user-defined "</s>"): typed into a text they are text unless parse_special.
+  for (const char* eog : {"<|eot_id|>",
+                          "<|im_end|>",
+                          "<|end|>",
+                          "<|return|>",
+                          "<|call|>",
+                          "<|flush|>",
+                          "<|calls|>",
+                          "<end_of_turn>",
+                          "<|endoftext|>",
+                          "</s>",
+                          "<|eom_id|>",
+                          "<EOT>",
+                          "_<EOT>",
+                          "[EOT]",
+                          "[EOS]",
+                          "<|end_of_text|>",
+                          "<end_of_utterance>",
+                          "<eos>",
+                          "<turn|>",
+                          "<|tool_response>",
+                          "<\xEF\xBD\x9C"
+                          "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",
+                          "[e~["}) {
+    auto it = m.token_ids.find(std::string_view(eog));
+    if (it != m.token_ids.end() && m.types[it->second] != kTokenControl) m.types[it->second] = kTokenControl;
+  }
 
   // Split-out tokens, longest first within each first byte.
   for (int32_t i = 0; i < n; ++i) {
@@ -214,6 +242,7 @@ Tokenizer::Tokenizer(TokenizerData data) : impl_(std::make_unique<Impl>()) {
   }
   m.pre = std::make_unique<PreTokenizer>(d.pre);
   m.ignore_merges = m.pre->ignore_merges();
+  if (!d.add_bos) m.add_bos = m.pre->add_bos() && d.bos >= 0;
 }
 
 Tokenizer::~Tokenizer() = default;

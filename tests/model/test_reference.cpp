@@ -213,17 +213,19 @@ INSTANTIATE_TEST_SUITE_P(Models, CpuForwardCache,
 
 // ---- pieces
 
-// llama-rope3-tied carries rope_freqs.weight (llama.cpp's factors) and the rope.scaling.* keys: both give the
-// same frequencies, and they differ from unscaled ones.
-TEST(CpuForward, RopeFreqsTensorAgreesWithScalingKeys) {
+// llama-rope3-tied carries llama3 RoPE scaling as llama.cpp's Llama 3.x files do, as rope_freqs.weight alone (no
+// rope.scaling.* keys): its frequencies are the llama3 formula's for make_model's parameters (factor 8, low 1,
+// high 4, original context 64), and differ from unscaled ones.
+TEST(CpuForward, RopeFreqsTensorAloneIsLlama3Scaling) {
   const CpuModel& m = model("llama-rope3-tied-f32");
   ASSERT_TRUE(m.config.has_rope_freqs_tensor);
-  ASSERT_TRUE(m.config.rope_scaling.enabled);
+  EXPECT_FALSE(m.config.rope_scaling.enabled);
   const auto from_tensor = cpu::rope_inv_freq(m.config, m.weights.rope_freqs);
-  const auto from_keys = cpu::rope_inv_freq(m.config, {});
-  ModelConfig plain = m.config;
-  plain.rope_scaling.enabled = false;
-  const auto unscaled = cpu::rope_inv_freq(plain, {});
+  ModelConfig keyed = m.config;
+  keyed.rope_scaling = {
+      .enabled = true, .factor = 8.f, .low_freq_factor = 1.f, .high_freq_factor = 4.f, .original_context = 64};
+  const auto from_keys = cpu::rope_inv_freq(keyed, {});
+  const auto unscaled = cpu::rope_inv_freq(m.config, {});
   ASSERT_EQ(from_tensor.size(), m.config.rope_dim / 2);
   int n_scaled = 0;
   for (size_t i = 0; i < from_tensor.size(); ++i) {

@@ -315,7 +315,11 @@ TEST(Tokenizer, UnknownPreTokenizerListsSupported) {
   } catch (const ModelError& e) {
     const std::string msg = e.what();
     EXPECT_NE(msg.find("'no-such-pre'"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("supported: default, gpt2, llama-bpe (llama3), qwen2, smollm"), std::string::npos) << msg;
+    for (const char* name : {"default", "gpt-2", "gpt2", "llama-bpe", "qwen2", "qwen35", "smollm", "starcoder",
+                             "refact", "command-r", "mpt", "falcon", "deepseek-llm", "deepseek-coder"})
+      EXPECT_TRUE(msg.find(std::string(" ") + name + ",") != std::string::npos ||
+                  msg.find(std::string(" ") + name + ")") != std::string::npos)
+          << name << " in " << msg;
   }
 }
 
@@ -353,8 +357,39 @@ TEST(ChatTemplate, Detects) {
     detect_chat_template("{{ messages }}");
     FAIL() << "no error";
   } catch (const Error& e) {
-    EXPECT_STREQ(e.what(), "unknown chat template (supported: llama3, chatml, llama2/mistral [INST])");
+    EXPECT_STREQ(e.what(), "unknown chat template (supported: llama3, chatml, llama2/mistral [INST], gemma)");
   }
+  // Gemma 3's own template (a line of it), and no template on a gemma file.
+  EXPECT_EQ(
+      detect_chat_template("{{ '<start_of_turn>' + role + '\\n' + (first_user_prefix if loop.first else \"\") }}"),
+      ChatTemplate::Gemma);
+  for (const char* arch : {"gemma", "gemma2", "gemma3"}) EXPECT_EQ(chat_template_for("", arch), ChatTemplate::Gemma);
+  EXPECT_EQ(chat_template_for("{{ '<|im_start|>' }}", "gemma3"), ChatTemplate::ChatML);  // the file's own wins
+  try {
+    chat_template_for("", "llama");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(
+        e.what(),
+        "the model has no chat template (tokenizer.chat_template) and architecture 'llama' has no default one");
+  }
+}
+
+// As llama.cpp's gemma template: "model" for the assistant, contents trimmed, the system message (trimmed) in
+// front of the first user content after a blank line; the BOS the Jinja template starts with.
+TEST(ChatTemplate, Gemma) {
+  EXPECT_EQ(apply_chat_template(ChatTemplate::Gemma, kConversation, true, "<bos>"),
+            "<bos><start_of_turn>user\nYou are terse.\n\nHi there<end_of_turn>\n"
+            "<start_of_turn>model\nHello.<end_of_turn>\n"
+            "<start_of_turn>user\nName a play.<end_of_turn>\n"
+            "<start_of_turn>model\n");
+  EXPECT_EQ(apply_chat_template(ChatTemplate::Gemma, std::span(kConversation).subspan(3), false, "<bos>"),
+            "<bos><start_of_turn>user\nName a play.<end_of_turn>\n");
+  // The contents are the plain ranges: the system text and the user's, not the markers.
+  const ChatPrompt p = render_chat(ChatTemplate::Gemma, std::span(kConversation).subspan(0, 2), true, "<bos>");
+  std::vector<std::string> contents;
+  for (const TextRange& r : p.content) contents.push_back(p.text.substr(r.begin, r.end - r.begin));
+  EXPECT_EQ(contents, (std::vector<std::string>{"You are terse.", "Hi there"}));
 }
 
 TEST(ChatTemplate, ChatML) {

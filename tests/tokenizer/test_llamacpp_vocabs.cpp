@@ -1,0 +1,116 @@
+// The real vocabularies of llama.cpp's tokenizer test set (models/ggml-vocab-*.gguf in its source, each with .inp
+// test strings and the .out ids HF tokenizers give them): every SentencePiece and byte-level BPE one loads through
+// the public Vocab (metadata only: these files hold no tensors) and tokenizes every string to the same ids, read as
+// llama.cpp's test-tokenizer-0 reads them (no special tokens added, none parsed).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "external.h"
+#include "wgllm/vocab.h"
+
+namespace wgllm {
+namespace {
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw std::runtime_error("cannot open " + path);
+  std::ostringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+struct VocabCase {
+  std::string text;
+  std::vector<int32_t> ids;
+};
+
+// The .inp strings (separated by "\n__ggml_vocab_test__\n") with the .out lines (ids separated by spaces).
+std::vector<VocabCase> read_cases(const std::string& base) {
+  const std::string inp = slurp(base + ".inp"), sep = "\n__ggml_vocab_test__\n";
+  std::vector<std::string> texts;
+  for (size_t pos = 0; pos < inp.size();) {
+    const size_t next = inp.find(sep, pos);
+    texts.push_back(inp.substr(pos, next == std::string::npos ? std::string::npos : next - pos));
+    if (next == std::string::npos) break;
+    pos = next + sep.size();
+  }
+  std::istringstream out(slurp(base + ".out"));
+  std::vector<VocabCase> cases;
+  for (std::string line; std::getline(out, line);) {
+    VocabCase c;
+    std::istringstream ids(line);
+    for (int32_t id; ids >> id;) c.ids.push_back(id);
+    cases.push_back(std::move(c));
+  }
+  if (cases.size() != texts.size())
+    throw std::runtime_error(base + ": " + std::to_string(texts.size()) + " strings but " +
+                             std::to_string(cases.size()) + " id lines");
+  for (size_t i = 0; i < cases.size(); ++i) cases[i].text = texts[i];
+  return cases;
+}
+
+std::string show(const std::vector<int32_t>& ids) {
+  std::string s;
+  for (int32_t id : ids) {
+    if (!s.empty()) s += ' ';
+    s += std::to_string(id);
+  }
+  return s;
+}
+
+std::string escaped(const std::string& s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c < 0x20 || c == 0x7F) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02x", c);
+      out += hex;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
+class LlamaCppVocab : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(LlamaCppVocab, TokenizesEveryTestStringAsHfTokenizers) {
+  const auto src = test::llamacpp_src();
+  WGLLM_REQUIRE_EXTERNAL(src, "the llama.cpp source");
+  const std::string base = *src + "/models/ggml-vocab-" + GetParam() + ".gguf";
+  const Vocab vocab = Vocab::load(base);
+  const std::vector<VocabCase> cases = read_cases(base);
+  ASSERT_GE(cases.size(), 20u);
+  size_t mismatches = 0;
+  for (const VocabCase& c : cases) {
+    const std::vector<int32_t> got = vocab.encode(c.text, false, false);
+    if (got == c.ids) continue;
+    if (++mismatches <= 5)
+      ADD_FAILURE() << GetParam() << ": '" << escaped(c.text) << "'\n  want " << show(c.ids) << "\n  got  "
+                    << show(got);
+  }
+  EXPECT_EQ(mismatches, 0u) << "of " << cases.size() << " strings";
+}
+
+INSTANTIATE_TEST_SUITE_P(Vocabs, LlamaCppVocab,
+                         ::testing::Values("llama-spm", "llama-bpe", "phi-3", "qwen2", "qwen35", "gpt-2", "mpt",
+                                           "starcoder", "refact", "command-r", "deepseek-llm", "deepseek-coder",
+                                           "falcon"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (char& c : n)
+                             if (c == '-') c = '_';
+                           return n;
+                         });
+
+}  // namespace
+}  // namespace wgllm
