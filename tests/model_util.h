@@ -23,7 +23,13 @@ inline std::string models_dir() {
   const char* d = std::getenv("WGLLM_TEST_MODELS");
   return d ? d : std::string(WGLLM_BINARY_DIR) + "/test-models";
 }
-inline std::string model_path(const std::string& name) { return models_dir() + "/" + name + ".gguf"; }
+// A model committed under tests/data/models/ (one converted by llama.cpp's converter: gemma3-tiny-f32), else a
+// regenerated one.
+inline std::string model_path(const std::string& name) {
+  const std::string committed = std::string(WGLLM_SOURCE_DIR) + "/tests/data/models/" + name + ".gguf";
+  if (std::ifstream(committed).good()) return committed;
+  return models_dir() + "/" + name + ".gguf";
+}
 inline std::string ref_dir() { return std::string(WGLLM_SOURCE_DIR) + "/tests/data/models/ref"; }
 
 // ---- SHA-256 (FIPS 180-4), hex digest

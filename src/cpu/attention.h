@@ -9,8 +9,9 @@ namespace wgllm::cpu {
 struct AttentionRef {
   uint32_t n_heads = 0, n_kv_heads = 0, head_dim = 0;
   uint32_t n_queries = 0;  // rows of q / out
-  uint32_t start_pos = 0;  // query i sits at position start_pos + i and sees keys [0, start_pos + i]
+  uint32_t start_pos = 0;  // query i sits at position P = start_pos + i and sees keys [0, P]
   float scale = 0;
+  uint32_t window = 0;  // > 0: a sliding window, query P sees keys (P - window, P] only
 };
 
 // q:   [n_queries][n_heads * head_dim]

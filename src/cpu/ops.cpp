@@ -85,4 +85,14 @@ std::vector<float> swiglu(std::span<const float> gate, std::span<const float> up
   return y;
 }
 
+std::vector<float> geglu(std::span<const float> gate, std::span<const float> up) {
+  std::vector<float> y(gate.size());
+  const double c = std::sqrt(2.0 / M_PI);
+  for (size_t i = 0; i < gate.size(); ++i) {
+    const double g = gate[i];
+    y[i] = float(0.5 * g * (1.0 + std::tanh(c * (g + 0.044715 * g * g * g))) * double(up[i]));
+  }
+  return y;
+}
+
 }  // namespace wgllm::cpu

@@ -33,5 +33,7 @@ std::vector<float> rope(std::span<const float> x, uint32_t n_tokens, uint32_t n_
 
 // silu(gate) * up.
 std::vector<float> swiglu(std::span<const float> gate, std::span<const float> up);
+// gelu_tanh(gate) * up, gelu_tanh(g) = g / 2 * (1 + tanh(sqrt(2 / pi) * (g + 0.044715 g^3))) (GeGLU, gemma).
+std::vector<float> geglu(std::span<const float> gate, std::span<const float> up);
 
 }  // namespace wgllm::cpu

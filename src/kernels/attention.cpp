@@ -133,6 +133,7 @@ AttentionParams base_params(const AttentionShape& s, const KvCache& kv) {
   p.n_splits = 1;
   p.split_len = kv.config().max_seq;
   p.grid_x = 1;
+  p.window = s.window;
   return p;
 }
 
@@ -200,7 +201,10 @@ KvView kv_view(const gpu::Context& ctx, KvType type) {
 
 double attention_flops(const AttentionShape& s) {
   double windows = 0;
-  for (uint32_t i = 0; i < s.n_queries; ++i) windows += double(s.start_pos) + s.q_base + i + 1;
+  for (uint32_t i = 0; i < s.n_queries; ++i) {
+    const uint32_t pos = s.start_pos + s.q_base + i;
+    windows += double(pos) + 1 - attention_first_key(pos, s.window);
+  }
   return 4.0 * s.n_heads * s.head_dim * windows;
 }
 
@@ -262,8 +266,19 @@ void encode_attention_prefill(gpu::ComputeBatch& batch, gpu::Context& ctx, const
   });
 }
 
+namespace {
+// Keys the decode kernel walks for queries [first, first + count) of the call: from the first query's first key,
+// rounded down to a 128-key tile (tiles never straddle a page), to the last query's position.
+uint64_t decode_span(const AttentionShape& s, const KvCache& kv, uint32_t first, uint32_t count) {
+  const uint64_t end = std::min<uint64_t>(uint64_t(s.start_pos) + s.q_base + first + count, kv.config().max_seq);
+  const uint64_t lo =
+      attention_first_key(s.start_pos + s.q_base + first, s.window) / kDecodeWorkgroup * kDecodeWorkgroup;
+  return end > lo ? end - lo : 0;
+}
+}  // namespace
+
 uint32_t attention_decode_splits(const AttentionShape& s, const KvCache& kv) {
-  const uint64_t window = std::min<uint64_t>(uint64_t(s.start_pos) + s.q_base + s.n_queries, kv.config().max_seq);
+  const uint64_t window = decode_span(s, kv, 0, s.n_queries);
   const uint64_t rows = uint64_t(s.n_heads) * s.n_queries;
   // Enough workgroups to fill a large GPU (~2048), but no split shorter than two 128-key tiles.
   const uint64_t by_length = (window + 255) / 256;
@@ -312,7 +327,7 @@ void encode_attention_decode(gpu::ComputeBatch& batch, gpu::Context& ctx, const 
     const RowWindow ow = row_window(ctx, uint64_t(s.q_base) + first, count, s.out_stride, q_dim);
     AttentionParams p = chunk_params(s, kv, first, count, qw, ow);
     p.n_splits = n_splits;
-    const uint64_t window = std::min<uint64_t>(uint64_t(s.start_pos) + p.q_base + count, kv.config().max_seq);
+    const uint64_t window = decode_span(s, kv, first, count);
     const uint64_t split_len = (window + n_splits - 1) / n_splits;
     p.split_len = uint32_t((split_len + kDecodeWorkgroup - 1) / kDecodeWorkgroup * kDecodeWorkgroup);
     const gpu::BufferBinding params = batch.uniform(0, p);

@@ -20,9 +20,11 @@ struct AttentionShape {
   uint32_t q_stride = 0;    // floats between query rows (0 = n_heads * head_dim)
   uint32_t out_stride = 0;  // floats between output rows (0 = n_heads * head_dim)
   float scale = 0;          // 0 = 1 / sqrt(head_dim)
+  uint32_t window = 0;      // sliding window: keys a query sees, itself included (0 = all before it)
 };
-// Query i of the call sits at position start_pos + q_base + i, attends keys
-// [0, start_pos + q_base + i], reads q row q_base + i and writes out row q_base + i.
+// Query i of the call sits at position P = start_pos + q_base + i, attends keys [0, P] (with a window W > 0:
+// keys (P - W, P], as llama.cpp's LLAMA_SWA_TYPE_STANDARD masks key p0 when P - p0 >= W), reads q row q_base + i
+// and writes out row q_base + i.
 
 enum class AttentionImpl {
   Auto,      // tiled (several queries share each K/V tile) when possible, else baseline
@@ -40,8 +42,15 @@ struct AttentionParams {
   uint32_t n_splits;
   uint32_t split_len, grid_x;
   uint32_t q_offset, out_offset;  // floats from the start of the q / out binding to this call's row 0
+  uint32_t window, pad0 = 0, pad1 = 0, pad2 = 0;
 };
-static_assert(sizeof(AttentionParams) == 80 && offsetof(AttentionParams, scale) == 56);
+static_assert(sizeof(AttentionParams) == 96 && offsetof(AttentionParams, scale) == 56 &&
+              offsetof(AttentionParams, window) == 80);
+
+// The first key a query at position `pos` sees: 0 without a window, else max(0, pos + 1 - window).
+constexpr uint32_t attention_first_key(uint32_t pos, uint32_t window) {
+  return window == 0 || pos + 1 <= window ? 0 : pos + 1 - window;
+}
 
 // Tile sizes for the tiled kernels, derived from head_dim and the adapter's limits.
 struct AttentionTiles {
@@ -74,7 +83,7 @@ void encode_attention_decode(gpu::ComputeBatch& batch, gpu::Context& ctx, const 
 uint32_t attention_decode_splits(const AttentionShape& shape, const KvCache& kv);
 uint64_t attention_decode_scratch_bytes(const AttentionShape& shape, uint32_t n_splits);
 
-// 4 * n_heads * head_dim * sum of window lengths: the FLOPs of one call.
+// 4 * n_heads * head_dim * sum of the keys each query sees: the FLOPs of one call.
 double attention_flops(const AttentionShape& shape);
 
 }  // namespace wgllm::kernels

@@ -2,8 +2,9 @@
 //
 // Contract (checked host-side by encode_attention_prefill / encode_attention_decode in
 // attention.cpp; the shader also clamps so a bad parameter cannot read out of bounds):
-// - local query i (0 <= i < n_queries) sits at position start_pos + q_base + i and attends
-//   keys [0, min(start_pos + q_base + i + 1, max_seq)); its q row starts at float
+// - local query i (0 <= i < n_queries) sits at position P = start_pos + q_base + i and attends
+//   keys [first_key(P), min(P + 1, max_seq)): all of them, or with a sliding window W > 0 the last W
+//   (P - W, P]; tiles wholly below a workgroup's first key are skipped. Its q row starts at float
 //   q_offset + i * q_stride of the q binding (out likewise).
 // - GQA: head h reads kv head h / (n_heads / n_kv_heads).
 // - KV cache: pages of page_size positions, each page = K rows then V rows ([page_size][kv_dim]
@@ -24,6 +25,7 @@ struct AttentionParams {
   q_stride: u32, out_stride: u32, page_size: u32, pages_per_pool: u32,
   n_pages: u32, n_pools: u32, scale: f32, n_splits: u32,
   split_len: u32, grid_x: u32, q_offset: u32, out_offset: u32,
+  window: u32, _pad0: u32, _pad1: u32, _pad2: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: AttentionParams;
@@ -39,6 +41,11 @@ struct AttentionParams {
 
 const HD4: u32 = DV * TPR;  // head_dim / 4
 const NEG_BIG: f32 = -3.402823e+38;
+
+// The first key a query at position `pos` sees: 0 without a sliding window, else pos + 1 - window (or 0).
+fn first_key(pos: u32) -> u32 {
+  return select(0u, pos + 1u - p.window, p.window > 0u && pos + 1u > p.window);
+}
 
 // (pool, vec4 offset of K[t][0]); V[t][0] is page_size * kv_dim / 4 further. Clamped.
 fn kv_row4(t: u32) -> vec2<u32> {
@@ -111,12 +118,15 @@ fn attention_prefill(@builtin(workgroup_id) wid: vec3<u32>,
   // The workgroup's longest window is its last query's: the loop bound is uniform.
   let last_q = min(qb * qpw + qpw, p.n_queries) - 1u;
   let kv_end = min(p.start_pos + p.q_base + last_q + 1u, p.max_seq);
+  // ... and its first query's window starts lowest: the tiles below it are skipped (uniform too).
+  let kv_begin = min(first_key(p.start_pos + p.q_base + qb * qpw) / BK * BK, kv_end);
 
   // q (pre-scaled), the output accumulators and the tile's scores: private arrays that the
   // //#unroll blocks index with constants only (so GPU compilers keep them in registers).
   var qr: array<vec4<f32>, DV * RPT>;
   var o: array<vec4<f32>, DV * RPT>;
   var win: array<u32, RPT>;
+  var lo: array<u32, RPT>;
   var m: array<f32, RPT>;
   var l: array<f32, RPT>;
   //#unroll r RPT
@@ -126,6 +136,7 @@ fn attention_prefill(@builtin(workgroup_id) wid: vec3<u32>,
     let head_in_group = chunk * hpw + row % hpw;
     let row_ok = row < qpw * hpw && q_local < p.n_queries && head_in_group < group;
     win[$r] = select(0u, min(p.start_pos + p.q_base + q_local + 1u, p.max_seq), row_ok);
+    lo[$r] = first_key(p.start_pos + p.q_base + q_local);
     m[$r] = NEG_BIG;
     l[$r] = 0.0;
     let q_row = (p.q_offset + q_local * p.q_stride) / 4u + (kvh * group + head_in_group) * HD4;
@@ -141,8 +152,8 @@ fn attention_prefill(@builtin(workgroup_id) wid: vec3<u32>,
   // Software pipelining: the next tile's K/V travel into registers while this one is used.
   var pk: array<KvVec, NL>;
   var pv: array<KvVec, NL>;
-  fetch_tile(0u, kv_end, kvh, tid, &pk, &pv);
-  for (var kb = 0u; kb < kv_end; kb += BK) {
+  fetch_tile(kv_begin, kv_end, kvh, tid, &pk, &pv);
+  for (var kb = kv_begin; kb < kv_end; kb += BK) {
     workgroupBarrier();  // the previous tile is consumed
     //#unroll n NL
     {
@@ -181,7 +192,7 @@ fn attention_prefill(@builtin(workgroup_id) wid: vec3<u32>,
         if (TPR > 1u) { x += subgroupShuffleXor(x, 1u); }
         if (TPR > 2u) { x += subgroupShuffleXor(x, 2u); }
         if (TPR > 4u) { x += subgroupShuffleXor(x, 4u); }
-        s[$r * BK + $j] = select(NEG_BIG, x, kb + $j < win[$r]);
+        s[$r * BK + $j] = select(NEG_BIG, x, kb + $j < win[$r] && kb + $j >= lo[$r]);
         tile_max[$r] = max(tile_max[$r], s[$r * BK + $j]);
       }
       //#end
@@ -202,7 +213,7 @@ fn attention_prefill(@builtin(workgroup_id) wid: vec3<u32>,
     {
       var pj: array<f32, RPT>;
       //#unroll r RPT
-      pj[$r] = select(0.0, exp(s[$r * BK + $j] - m_new[$r]), kb + $j < win[$r]);
+      pj[$r] = select(0.0, exp(s[$r * BK + $j] - m_new[$r]), kb + $j < win[$r] && kb + $j >= lo[$r]);
       p_sum[$r] += pj[$r];
       //#end
       //#unroll v DV
@@ -239,7 +250,8 @@ fn attention_prefill(@builtin(workgroup_id) wid: vec3<u32>,
 
 // ---------------------------------------------------------------------------------------
 // Decode: one workgroup per (split, head, query). The split covers keys
-// [split * split_len, min((split + 1) * split_len, window)). DEC_WG threads each score one key
+// [base + split * split_len, min(base + (split + 1) * split_len, P + 1)), base = the query's first key rounded
+// down to a DEC_WG tile (so tiles stay within a page); keys below the first are masked. DEC_WG threads each score one key
 // of a DEC_WG-key tile (a head_dim dot product read from the cache with vec4 loads), then the
 // threads split into KS = DEC_WG / HD4 key slices x HD4 columns to accumulate P.V with
 // coalesced V reads. With one split the output is written directly; otherwise the partial
@@ -266,7 +278,8 @@ fn attention_decode(@builtin(workgroup_id) wid: vec3<u32>,
   if (head >= p.n_heads || q_local >= p.n_queries || split >= p.n_splits) { return; }
   let kvh = head / (p.n_heads / p.n_kv_heads);
   let window = min(p.start_pos + p.q_base + q_local + 1u, p.max_seq);
-  let k_begin = min(split * p.split_len, window);
+  let lo = first_key(p.start_pos + p.q_base + q_local);
+  let k_begin = min(lo / DEC_WG * DEC_WG + split * p.split_len, window);
   let k_end = min(k_begin + p.split_len, window);
   let n_sg = (DEC_WG + sg_size - 1u) / sg_size;
   let sg_id = tid / sg_size;
@@ -286,8 +299,9 @@ fn attention_decode(@builtin(workgroup_id) wid: vec3<u32>,
     let t = kb + tid;
     let loc = kv_row4(kb);  // a tile never straddles a page
     let row = loc.y + tid * (p.kv_dim / 4u) + kvh * HD4;
+    let live = t < k_end && t >= lo;
     var score = NEG_BIG;
-    if (t < k_end) {
+    if (live) {
       var acc = 0.0;
       //#unroll! P 4
       if (loc.x == $P) {
@@ -305,7 +319,7 @@ fn attention_decode(@builtin(workgroup_id) wid: vec3<u32>,
     let m_new = max(m, tile_max);
     let corr = exp(m - m_new);
     var prob = 0.0;
-    if (t < k_end) { prob = exp(score - m_new); }
+    if (live) { prob = exp(score - m_new); }
     dprob[tid] = prob;
     workgroupBarrier();  // dred read by all, dprob written
     let sg_sum = subgroupAdd(prob);

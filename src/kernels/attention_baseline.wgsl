@@ -16,6 +16,7 @@ struct AttentionParams {
   q_stride: u32, out_stride: u32, page_size: u32, pages_per_pool: u32,
   n_pages: u32, n_pools: u32, scale: f32, n_splits: u32,
   split_len: u32, grid_x: u32, q_offset: u32, out_offset: u32,
+  window: u32, _pad0: u32, _pad1: u32, _pad2: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: AttentionParams;
@@ -30,6 +31,11 @@ struct AttentionParams {
 const TILE: u32 = 256u;
 const MAX_HEAD_DIM: u32 = 256u;
 const NEG_BIG: f32 = -3.402823e+38;
+
+// The first key a query at position `pos` sees: 0 without a sliding window, else pos + 1 - window (or 0).
+fn first_key(pos: u32) -> u32 {
+  return select(0u, pos + 1u - p.window, p.window > 0u && pos + 1u > p.window);
+}
 
 var<workgroup> q_sh: array<f32, MAX_HEAD_DIM>;
 var<workgroup> acc: array<f32, MAX_HEAD_DIM>;
@@ -65,6 +71,7 @@ fn attention_prefill_baseline(@builtin(workgroup_id) wid: vec3<u32>,
   let head_dim = min(p.head_dim, MAX_HEAD_DIM);
   let kv_off = (head / (p.n_heads / p.n_kv_heads)) * head_dim;
   let window = min(p.start_pos + p.q_base + q_local + 1u, p.max_seq);
+  let lo = min(first_key(p.start_pos + p.q_base + q_local), window);  // keys [lo, window)
   let q_off = p.q_offset + q_local * p.q_stride + head * head_dim;
   let out_off = p.out_offset + q_local * p.out_stride + head * head_dim;
   let v_shift = p.page_size * p.kv_dim;
@@ -79,7 +86,7 @@ fn attention_prefill_baseline(@builtin(workgroup_id) wid: vec3<u32>,
   }
   workgroupBarrier();
 
-  for (var base = 0u; base < window; base += TILE) {
+  for (var base = lo; base < window; base += TILE) {
     let t = base + tid;
     var score = NEG_BIG;
     if (t < window) {

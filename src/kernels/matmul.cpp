@@ -60,6 +60,7 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
                  std::to_string(o.split2) + ", n_out " + std::to_string(w.n_out) + ")");
   if (o.swiglu && (w.n_out % 2 || split || o.accumulate))
     fail(fn, "swiglu needs an even n_out (interleaved gate/up rows) and neither split outputs nor accumulate");
+  if (o.gelu && !o.swiglu) fail(fn, "gelu needs swiglu (it selects the gate's activation)");
   if (split && o.accumulate) fail(fn, "accumulate does not combine with split outputs");
   // Widths (floats per token) of y, y1, y2.
   const bool split_out = split && !rk;  // y1 and y2 written
@@ -93,7 +94,7 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
   const MatvecConfig mv = matvec_config(ctx, w.n_out, w.n_in);
   const uint32_t flag_bits = (o.bias ? flags::kBias : 0) | (o.norm ? flags::kNorm : 0) |
                              (o.accumulate ? flags::kAccum : 0) | (o.swiglu ? flags::kSwiglu : 0) |
-                             (split_out ? flags::kSplit : 0) | (rk ? flags::kRopeKv : 0) |
+                             (o.gelu ? flags::kGelu : 0) | (split_out ? flags::kSplit : 0) | (rk ? flags::kRopeKv : 0) |
                              (rk && rk->neox ? flags::kNeox : 0);
 
   for (uint32_t first = 0; first < n_tokens; first += step) {

@@ -44,6 +44,7 @@ struct MatmulOptions {
   // W's rows are (gate, up) pairs (interleave_rows): y[t][i] = silu(row 2i) * row 2i+1 (after
   // bias); y is [n_tokens][n_out / 2].
   bool swiglu = false;
+  bool gelu = false;  // with swiglu: gelu_tanh(row 2i) * row 2i+1 instead (GeGLU)
   // Rows [split1, split2) go to *y1 ([n_tokens][split2 - split1]) and [split2, n_out) to *y2;
   // y then holds rows [0, split1) ([n_tokens][split1]). Both or neither.
   const gpu::Buffer* y1 = nullptr;

@@ -46,6 +46,7 @@ const FLAG_SWIGLU: u32 = 16u;     // rows are (gate, up) pairs: y[t][i] = silu(r
 const FLAG_SPLIT: u32 = 32u;      // rows [split1, split2) go to y1, [split2, n_out) to y2
 const FLAG_ROPE_KV: u32 = 64u;    // matvec, one token: q (rows < split1) and k rotated, k and v to the cache
 const FLAG_NEOX: u32 = 128u;      // with FLAG_ROPE_KV: neox RoPE, pairs (i, i + rope_dim / 2)
+const FLAG_GELU: u32 = 256u;      // with FLAG_SWIGLU: gelu_tanh(row 2i) * row 2i+1 (GeGLU, gemma)
 
 @group(0) @binding(0) var<uniform> p: MatmulParams;
 @group(0) @binding(1) var<storage, read> w: array<vec4<u32>>;
@@ -170,6 +171,8 @@ fn store_swiglu(t: u32, r: u32, gate: f32, up: f32) {
   let bb = bias2(g);
   let a = gate + bb.x;
   let b = up + bb.y;
-  // e^-a overflows to inf for a < -88: a / inf = -0, the right limit.
-  y[p.y_off + t * p.y_stride + g / 2u] = a / (1.0 + exp(-a)) * b;
+  // silu(a) = a sigmoid(a); gelu_tanh(a) = a (1 + tanh(u)) / 2 = a sigmoid(2u), u = sqrt(2/pi) (a + 0.044715 a^3).
+  // e^-z overflows to inf for z < -88: a / inf = -0, the right limit.
+  let z = select(a, 1.5957691216057308 * (a + 0.044715 * a * a * a), has(FLAG_GELU));
+  y[p.y_off + t * p.y_stride + g / 2u] = a / (1.0 + exp(-z)) * b;
 }

@@ -11,7 +11,7 @@ using detail::fail;
 using detail::need;
 
 void encode_rms_norm(gpu::ComputeBatch& batch, gpu::Context& ctx, const gpu::Buffer& x, const gpu::Buffer& w,
-                     const gpu::Buffer& y, uint32_t n_rows, uint32_t dim, float eps) {
+                     const gpu::Buffer& y, uint32_t n_rows, uint32_t dim, float eps, bool accumulate) {
   const char* fn = "encode_rms_norm";
   if (n_rows == 0) fail(fn, "n_rows must be > 0");
   if (dim == 0) fail(fn, "dim must be > 0");
@@ -22,9 +22,11 @@ void encode_rms_norm(gpu::ComputeBatch& batch, gpu::Context& ctx, const gpu::Buf
   need(fn, "w", w, uint64_t(dim) * 4, ctx);
   if (w.get() == y.get()) fail(fn, "w and y must be different buffers");
   const bool in_place = x.get() == y.get();
+  if (in_place && accumulate) fail(fn, "accumulate needs x and y to be different buffers");
   const auto grid = gpu::fold_grid(n_rows, ctx.limits().maxComputeWorkgroupsPerDimension);
   const NormParams p{n_rows, dim, eps, grid.x};
-  WGPUComputePipeline pipe = ctx.pipeline({"norm.wgsl", "rms_norm", {{"IN_PLACE", in_place ? 1.0 : 0.0}}, ""});
+  WGPUComputePipeline pipe = ctx.pipeline(
+      {"norm.wgsl", "rms_norm", {{"IN_PLACE", in_place ? 1.0 : 0.0}, {"ACCUMULATE", accumulate ? 1.0 : 0.0}}, ""});
   // In place, x and y are one buffer: it may be bound writable only once, so x gets the placeholder.
   const gpu::BufferBinding b[] = {
       batch.uniform(0, p),

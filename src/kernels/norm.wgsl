@@ -1,7 +1,8 @@
 // RMSNorm over rows of `dim` floats: y = x / sqrt(mean(x^2) + eps) * w (w: [dim] f32).
 // One workgroup per row (grid folded: row = wid.x + wid.y * grid_x). The same kernel serves the
 // model norms (rows = tokens, dim = n_embd) and qwen3's per-head q/k norm (rows = tokens x
-// heads, dim = head_dim). With IN_PLACE it reads and writes `y`.
+// heads, dim = head_dim). With IN_PLACE it reads and writes `y`; with ACCUMULATE it adds the norm to `y`
+// (gemma's post-attention and post-FFN norms into the residual stream).
 
 struct NormParams {
   n_rows: u32, dim: u32, eps: f32, grid_x: u32,
@@ -17,6 +18,7 @@ var<workgroup> red: array<f32, WG>;
 
 // IN_PLACE: read the row from `y` itself (then `x` is a placeholder binding, never read).
 override IN_PLACE: bool = false;
+override ACCUMULATE: bool = false;
 
 fn src(i: u32) -> f32 {
   if (IN_PLACE) { return y[i]; }
@@ -37,5 +39,8 @@ fn rms_norm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_ind
     workgroupBarrier();
   }
   let inv = 1.0 / sqrt(red[0] / f32(p.dim) + p.eps);
-  for (var i = lid; i < p.dim; i += WG) { y[base + i] = src(base + i) * inv * w[i]; }
+  for (var i = lid; i < p.dim; i += WG) {
+    let v = src(base + i) * inv * w[i];
+    if (ACCUMULATE) { y[base + i] += v; } else { y[base + i] = v; }
+  }
 }

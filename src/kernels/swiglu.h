@@ -7,14 +7,17 @@
 
 namespace wgllm::kernels {
 
+// The gate's activation: silu (SwiGLU) or GELU with the tanh approximation (GeGLU, gemma).
+enum class GateAct : uint32_t { Silu = 0, GeluTanh = 1 };
+
 // Mirrors `SwigluParams` in swiglu.wgsl.
 struct SwigluParams {
-  uint32_t n, grid_x, pad0 = 0, pad1 = 0;
+  uint32_t n, grid_x, act = 0, pad1 = 0;
 };
 static_assert(sizeof(SwigluParams) == 16);
 
-// out[i] = silu(gate[i]) * up[i] for i < n; out must differ from gate and up.
+// out[i] = act(gate[i]) * up[i] for i < n; out must differ from gate and up.
 void encode_swiglu(gpu::ComputeBatch& batch, gpu::Context& ctx, const gpu::Buffer& gate, const gpu::Buffer& up,
-                   const gpu::Buffer& out, uint64_t n);
+                   const gpu::Buffer& out, uint64_t n, GateAct act = GateAct::Silu);
 
 }  // namespace wgllm::kernels

@@ -1,8 +1,9 @@
 // SwiGLU: out[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + e^-g), over n floats
-// (flat index = (wid.x + wid.y * grid_x) * WG + lid).
+// (flat index = (wid.x + wid.y * grid_x) * WG + lid). act = 1: GeGLU, gelu_tanh(g) * up[i] with
+// gelu_tanh(g) = g (1 + tanh(u)) / 2 = g / (1 + e^(-2u)), u = sqrt(2/pi) (g + 0.044715 g^3).
 
 struct SwigluParams {
-  n: u32, grid_x: u32, _pad0: u32, _pad1: u32,
+  n: u32, grid_x: u32, act: u32, _pad1: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: SwigluParams;
@@ -17,7 +18,8 @@ fn swiglu(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index
   let i = (wid.x + wid.y * p.grid_x) * WG + lid;
   if (i < p.n) {
     let g = gate[i];
-    // e^-g overflows to inf for g < -88: g / inf = -0, the right limit.
-    out[i] = g / (1.0 + exp(-g)) * up[i];
+    // e^-z overflows to inf for z < -88: g / inf = -0, the right limit.
+    let z = select(g, 1.5957691216057308 * (g + 0.044715 * g * g * g), p.act == 1u);
+    out[i] = g / (1.0 + exp(-z)) * up[i];
   }
 }

@@ -3,6 +3,7 @@
 #include <array>
 #include <cmath>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "gguf/file.h"
@@ -15,6 +16,7 @@ const char* arch_name(Arch a) {
     case Arch::Llama: return "llama";
     case Arch::Qwen2: return "qwen2";
     case Arch::Qwen3: return "qwen3";
+    case Arch::Gemma3: return "gemma3";
   }
   return "?";
 }
@@ -44,6 +46,40 @@ void check_shape(const GgufFile& f, const std::string& name, std::vector<uint64_
   }
 }
 
+// Gemma 3 as llama.cpp reads it (src/models/gemma3.cpp): the embedding scaled by sqrt(n_embd); q.k scaled by
+// 1 / sqrt(head_dim), except for the 62-layer 27B (1 / sqrt(n_embd / n_head), as Google's reference); with
+// attention.sliding_window > 0, local layers are given by attention.sliding_window_pattern (a bool per layer, or
+// a period n: layer i is local unless i % n == n - 1; default 6) and rotate with rope.freq_base_swa (default
+// 10000); final_logit_softcapping when present.
+void read_gemma3(const GgufFile& f, ModelConfig& c) {
+  const std::string a = c.arch_name + ".";
+  c.embd_scale = std::sqrt(float(c.n_embd));
+  c.attn_scale = c.n_layer == 62 ? 1.f / std::sqrt(float(c.n_embd / c.n_head)) : 1.f / std::sqrt(float(c.head_dim));
+  if (const auto cap = f.find_f32(a + "final_logit_softcapping")) {
+    if (!(*cap >= 0.f) || !std::isfinite(*cap))
+      fail(f, "key '" + a + "final_logit_softcapping' = " + std::to_string(*cap) + " is not a finite value >= 0");
+    c.final_logit_softcap = *cap;
+  }
+  c.sliding_window = f.find_u32(a + "attention.sliding_window").value_or(0);
+  if (c.sliding_window == 0) return;
+  c.rope_base_swa = f.find_f32(a + "rope.freq_base_swa").value_or(10000.f);
+  if (!(c.rope_base_swa > 1.f) || !std::isfinite(c.rope_base_swa))
+    fail(f, "key '" + a + "rope.freq_base_swa' = " + std::to_string(c.rope_base_swa) + " is not > 1");
+  const std::string pattern_key = a + "attention.sliding_window_pattern";
+  c.swa_layers.assign(c.n_layer, false);
+  if (const GgufValue* v = f.find(pattern_key); v && std::holds_alternative<GgufArray>(v->v)) {
+    const GgufArray& p = std::get<GgufArray>(v->v);
+    if (p.elem_type() != GgufValueType::Bool || p.size() != c.n_layer)
+      fail(f, "byte " + std::to_string(v->offset) + ": key '" + pattern_key + "': expected an array of " +
+                  std::to_string(c.n_layer) + " bools (one per layer), found " + std::to_string(p.size()) + " of " +
+                  value_type_name(p.elem_type()));
+    for (uint32_t i = 0; i < c.n_layer; ++i) c.swa_layers[i] = p.boolean(i);
+    return;
+  }
+  const uint32_t n = f.find_u32(pattern_key).value_or(6);
+  for (uint32_t i = 0; i < c.n_layer; ++i) c.swa_layers[i] = n == 0 || i % n < n - 1;
+}
+
 }  // namespace
 
 ModelConfig config_from_gguf(const GgufFile& f) {
@@ -59,8 +95,14 @@ ModelConfig config_from_gguf(const GgufFile& f) {
     c.arch = Arch::Qwen3;
     c.rope_type = RopeType::Neox;
     c.qk_norm = true;
+  } else if (c.arch_name == "gemma3") {
+    c.arch = Arch::Gemma3;
+    c.rope_type = RopeType::Neox;
+    c.qk_norm = true;
+    c.ffn_act = FfnAct::GeluTanh;
+    c.post_norms = true;
   } else {
-    fail(f, "architecture '" + c.arch_name + "' is not supported (supported: llama, qwen2, qwen3)");
+    fail(f, "architecture '" + c.arch_name + "' is not supported (supported: llama, qwen2, qwen3, gemma3)");
   }
   const std::string a = c.arch_name + ".";
   auto dim = [&](const std::string& key) { return require_dim(f, a + key, f.get_u32(a + key)); };
@@ -121,6 +163,8 @@ ModelConfig config_from_gguf(const GgufFile& f) {
     fail(f, "key '" + a + "rope.scaling.type': '" + scaling + "' is not supported (supported: none, llama3)");
   }
 
+  if (c.arch == Arch::Gemma3) read_gemma3(f, c);
+
   // ---- vocabulary and tensors
   const GgufTensor& embd = f.tensor("token_embd.weight");
   if (f.has("tokenizer.ggml.tokens")) {
@@ -161,6 +205,10 @@ ModelConfig config_from_gguf(const GgufFile& f) {
     check_shape(f, b + "ffn_gate.weight", {E, F});
     check_shape(f, b + "ffn_up.weight", {E, F});
     check_shape(f, b + "ffn_down.weight", {F, E});
+    if (c.post_norms) {
+      check_shape(f, b + "post_attention_norm.weight", {E});
+      check_shape(f, b + "post_ffw_norm.weight", {E});
+    }
   }
   return c;
 }

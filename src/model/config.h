@@ -2,8 +2,10 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "kernels/rope.h"
+#include "kernels/swiglu.h"
 
 namespace wgllm {
 
@@ -13,7 +15,9 @@ class GgufFile;
 using kernels::RopeScaling;
 using kernels::RopeType;
 
-enum class Arch { Llama, Qwen2, Qwen3 };
+enum class Arch { Llama, Qwen2, Qwen3, Gemma3 };
+// The feed-forward gate's activation, act(x Wgate) * (x Wup): silu or gelu_tanh (kernels/swiglu.h).
+using FfnAct = kernels::GateAct;
 struct ModelConfig {
   Arch arch = Arch::Llama;
   std::string arch_name;  // as in general.architecture
@@ -34,13 +38,27 @@ struct ModelConfig {
   bool attn_bias = false;              // qwen2: biases on q/k/v projections
   bool tied_embeddings = false;        // no output.weight: logits use token_embd.weight
   bool has_rope_freqs_tensor = false;  // rope_freqs.weight present (llama.cpp's Llama 3.x: per-pair freq divisors)
+  // gemma3
+  FfnAct ffn_act = FfnAct::Silu;
+  float embd_scale = 1.f;           // the embedding rows are multiplied by it (gemma: sqrt(n_embd), in f32)
+  bool post_norms = false;          // RMSNorm of the attention and FFN outputs before each residual add
+  float attn_scale = 0.f;           // q.k scale (0: 1 / sqrt(head_dim))
+  float final_logit_softcap = 0.f;  // > 0: logits = cap * tanh(logits / cap)
+  // Sliding-window attention: local layers see the last `sliding_window` positions (themselves included) and
+  // rotate with rope_base_swa; the others are global. swa_layers is empty when no layer is local.
+  uint32_t sliding_window = 0;
+  float rope_base_swa = 10000.f;
+  std::vector<bool> swa_layers;  // [n_layer] or empty
+  bool is_swa(uint32_t layer) const { return layer < swa_layers.size() && swa_layers[layer]; }
+  uint32_t layer_window(uint32_t layer) const { return is_swa(layer) ? sliding_window : 0; }
 
   uint32_t q_dim() const { return n_head * head_dim; }
   uint32_t kv_dim() const { return n_head_kv * head_dim; }
 };
 
-// Reads and validates the hyper-parameters of `f` (architectures llama, qwen2, qwen3) and checks that every tensor
-// the forward pass uses is present with the shape the config implies. Throws ModelError naming the key or tensor.
+// Reads and validates the hyper-parameters of `f` (architectures llama, qwen2, qwen3, gemma3) and checks that every
+// tensor the forward pass uses is present with the shape the config implies. Throws ModelError naming the key or
+// tensor.
 ModelConfig config_from_gguf(const GgufFile& f);
 
 const char* arch_name(Arch a);

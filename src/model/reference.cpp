@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "cpu/attention.h"
+#include "cpu/ops.h"
 #include "gguf/dequant.h"
 #include "gguf/file.h"
 #include "wgllm/error.h"
@@ -63,6 +64,13 @@ void rms_norm(float* x, size_t n, size_t dim, const std::vector<float>& w, float
   }
 }
 
+// The local layers' RoPE: base rope_base_swa, no scaling (llama.cpp: rope_freq_scale_train_swa = 1).
+ModelConfig swa_rope_config(ModelConfig c) {
+  c.rope_base = c.rope_base_swa;
+  c.rope_scaling = {};
+  return c;
+}
+
 }  // namespace
 
 CpuModel load_cpu_model(const GgufFile& f) {
@@ -96,6 +104,10 @@ CpuModel load_cpu_model(const GgufFile& f) {
     L.w_gate = load_tensor(f, b + "ffn_gate.weight");
     L.w_up = load_tensor(f, b + "ffn_up.weight");
     L.w_down = load_tensor(f, b + "ffn_down.weight");
+    if (c.post_norms) {
+      L.post_attn_norm = load_tensor(f, b + "post_attention_norm.weight");
+      L.post_ffn_norm = load_tensor(f, b + "post_ffw_norm.weight");
+    }
   }
   return m;
 }
@@ -148,6 +160,7 @@ CpuSession::CpuSession(const CpuModel& model, uint32_t n_ctx)
     : model_(&model),
       n_ctx_(n_ctx ? n_ctx : model.config.n_ctx_train),
       inv_freq_(rope_inv_freq(model.config, model.weights.rope_freqs)),
+      inv_freq_swa_(rope_inv_freq(swa_rope_config(model.config), {})),
       k_cache_(model.config.n_layer),
       v_cache_(model.config.n_layer) {}
 
@@ -177,16 +190,25 @@ std::vector<std::vector<float>> CpuSession::run(std::span<const int32_t> tokens,
   // Residual stream x [T][E].
   std::vector<float> x(T * E);
   for (size_t t = 0; t < T; ++t) std::copy_n(w.token_embd.begin() + size_t(tokens[t]) * E, E, x.begin() + t * E);
+  if (c.embd_scale != 1.f)  // gemma: in f32, as llama.cpp scales the gathered rows
+    for (float& e : x) e *= c.embd_scale;
 
   std::vector<float> h(T * E), q(T * Q), k(T * KV), v(T * KV), attn, gate(T * F), up(T * F), proj(T * E);
-  const AttentionRef ap{.n_heads = c.n_head,
-                        .n_kv_heads = c.n_head_kv,
-                        .head_dim = c.head_dim,
-                        .n_queries = uint32_t(T),
-                        .start_pos = n_past_,
-                        .scale = float(1.0 / std::sqrt(double(D)))};
+  // x += proj, or (gemma) x += rms_norm(proj) * post_norm.
+  auto add_residual = [&](const std::vector<float>& post_norm) {
+    if (!post_norm.empty()) rms_norm(proj.data(), T, E, post_norm, c.rms_eps);
+    for (size_t i = 0; i < T * E; ++i) x[i] = float(double(x[i]) + double(proj[i]));
+  };
   for (uint32_t l = 0; l < c.n_layer; ++l) {
     const CpuLayer& L = w.layers[l];
+    const AttentionRef ap{.n_heads = c.n_head,
+                          .n_kv_heads = c.n_head_kv,
+                          .head_dim = c.head_dim,
+                          .n_queries = uint32_t(T),
+                          .start_pos = n_past_,
+                          .scale = c.attn_scale > 0 ? c.attn_scale : float(1.0 / std::sqrt(double(D))),
+                          .window = c.layer_window(l)};
+    const std::vector<double>& inv_freq = c.is_swa(l) ? inv_freq_swa_ : inv_freq_;
     // Attention block.
     h = x;
     rms_norm(h.data(), T, E, L.attn_norm, c.rms_eps);
@@ -199,26 +221,23 @@ std::vector<std::vector<float>> CpuSession::run(std::span<const int32_t> tokens,
     }
     for (size_t t = 0; t < T; ++t) {
       const uint32_t pos = n_past_ + uint32_t(t);
-      apply_rope(std::span(q).subspan(t * Q, Q), c.n_head, c, inv_freq_, pos);
-      apply_rope(std::span(k).subspan(t * KV, KV), c.n_head_kv, c, inv_freq_, pos);
+      apply_rope(std::span(q).subspan(t * Q, Q), c.n_head, c, inv_freq, pos);
+      apply_rope(std::span(k).subspan(t * KV, KV), c.n_head_kv, c, inv_freq, pos);
     }
     k_cache_[l].insert(k_cache_[l].end(), k.begin(), k.end());
     v_cache_[l].insert(v_cache_[l].end(), v.begin(), v.end());
     attn = attention(ap, q, k_cache_[l], v_cache_[l]);
     matmul(attn.data(), T, Q, L.wo, E, {}, proj.data());
-    for (size_t i = 0; i < T * E; ++i) x[i] = float(double(x[i]) + double(proj[i]));
+    add_residual(L.post_attn_norm);
 
-    // Feed-forward block: down(silu(gate(h)) * up(h)).
+    // Feed-forward block: down(act(gate(h)) * up(h)), act = silu (or gemma's gelu_tanh).
     h = x;
     rms_norm(h.data(), T, E, L.ffn_norm, c.rms_eps);
     matmul(h.data(), T, E, L.w_gate, F, {}, gate.data());
     matmul(h.data(), T, E, L.w_up, F, {}, up.data());
-    for (size_t i = 0; i < T * F; ++i) {
-      const double g = gate[i];
-      gate[i] = float(g / (1.0 + std::exp(-g)) * double(up[i]));
-    }
+    gate = c.ffn_act == FfnAct::GeluTanh ? geglu(gate, up) : swiglu(gate, up);
     matmul(gate.data(), T, F, L.w_down, E, {}, proj.data());
-    for (size_t i = 0; i < T * E; ++i) x[i] = float(double(x[i]) + double(proj[i]));
+    add_residual(L.post_ffn_norm);
   }
   n_past_ += uint32_t(T);
 
@@ -228,6 +247,8 @@ std::vector<std::vector<float>> CpuSession::run(std::span<const int32_t> tokens,
   rms_norm(xo.data(), n_out, E, w.output_norm, c.rms_eps);
   std::vector<float> logits(n_out * c.n_vocab);
   matmul(xo.data(), n_out, E, c.tied_embeddings ? w.token_embd : w.output, c.n_vocab, {}, logits.data());
+  if (const double cap = c.final_logit_softcap; cap > 0)
+    for (float& z : logits) z = float(cap * std::tanh(double(z) / cap));
   std::vector<std::vector<float>> out(n_out);
   for (size_t t = 0; t < n_out; ++t)
     out[t].assign(logits.begin() + t * c.n_vocab, logits.begin() + (t + 1) * c.n_vocab);

@@ -1,7 +1,7 @@
-// CPU reference forward pass of the decoder (llama / qwen2 / qwen3), on the CPU reference ops (src/cpu/): the ground
-// truth for the GPU forward (transformer.h).
-// Weights are dequantised to f32; dot products, norms, RoPE angles and the softmax are computed in double.
-// Written for clarity, not speed (matrix-vector rows in a plain loop, at most two threads).
+// CPU reference forward pass of the decoder (llama / qwen2 / qwen3 / gemma3), on the CPU reference ops (src/cpu/): the
+// ground truth for the GPU forward (transformer.h). Weights are dequantised to f32; dot products, norms, RoPE angles
+// and the softmax are computed in double. Written for clarity, not speed (matrix-vector rows in a plain loop, at most
+// two threads).
 #pragma once
 #include <cstdint>
 #include <span>
@@ -17,20 +17,22 @@ namespace wgllm::cpu {
 
 // Every matrix is row-major [out][in] (GGUF ne = [in, out]): row o holds the weights of output o.
 struct CpuLayer {
-  std::vector<float> attn_norm;  // [n_embd]
-  std::vector<float> wq;         // [q_dim][n_embd]   (llama: rows permuted for adjacent-pair RoPE, as in the file)
-  std::vector<float> wk;         // [kv_dim][n_embd]
-  std::vector<float> wv;         // [kv_dim][n_embd]
-  std::vector<float> bq;         // [q_dim]   qwen2 only (attn_bias); empty otherwise
-  std::vector<float> bk;         // [kv_dim]  qwen2 only; empty otherwise
-  std::vector<float> bv;         // [kv_dim]  qwen2 only; empty otherwise
-  std::vector<float> q_norm;     // [head_dim] qwen3 only (qk_norm), shared by every q head; empty otherwise
-  std::vector<float> k_norm;     // [head_dim] qwen3 only, shared by every k head; empty otherwise
-  std::vector<float> wo;         // [n_embd][q_dim]
-  std::vector<float> ffn_norm;   // [n_embd]
-  std::vector<float> w_gate;     // [n_ff][n_embd]
-  std::vector<float> w_up;       // [n_ff][n_embd]
-  std::vector<float> w_down;     // [n_embd][n_ff]
+  std::vector<float> attn_norm;       // [n_embd]
+  std::vector<float> wq;              // [q_dim][n_embd]   (llama: rows permuted for adjacent-pair RoPE, as in the file)
+  std::vector<float> wk;              // [kv_dim][n_embd]
+  std::vector<float> wv;              // [kv_dim][n_embd]
+  std::vector<float> bq;              // [q_dim]   qwen2 only (attn_bias); empty otherwise
+  std::vector<float> bk;              // [kv_dim]  qwen2 only; empty otherwise
+  std::vector<float> bv;              // [kv_dim]  qwen2 only; empty otherwise
+  std::vector<float> q_norm;          // [head_dim] qwen3 / gemma3 (qk_norm), shared by every q head; empty otherwise
+  std::vector<float> k_norm;          // [head_dim] qwen3 / gemma3, shared by every k head; empty otherwise
+  std::vector<float> wo;              // [n_embd][q_dim]
+  std::vector<float> ffn_norm;        // [n_embd]
+  std::vector<float> w_gate;          // [n_ff][n_embd]
+  std::vector<float> w_up;            // [n_ff][n_embd]
+  std::vector<float> w_down;          // [n_embd][n_ff]
+  std::vector<float> post_attn_norm;  // [n_embd] gemma3 (post_norms): the attention output's norm; empty otherwise
+  std::vector<float> post_ffn_norm;   // [n_embd] gemma3: the FFN output's norm; empty otherwise
 };
 
 struct CpuWeights {
@@ -83,6 +85,7 @@ class CpuSession {
   uint32_t n_ctx_;
   uint32_t n_past_ = 0;
   std::vector<double> inv_freq_;             // [rope_dim / 2]
+  std::vector<double> inv_freq_swa_;         // [rope_dim / 2] local (sliding-window) layers: rope_base_swa
   std::vector<std::vector<float>> k_cache_;  // [n_layer] of [n_past][kv_dim] (after RoPE)
   std::vector<std::vector<float>> v_cache_;  // [n_layer] of [n_past][kv_dim]
 };

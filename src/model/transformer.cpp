@@ -17,6 +17,7 @@
 #include "kernels/qk_norm_rope_kv.h"
 #include "kernels/qkv_rope_append.h"
 #include "kernels/rope.h"
+#include "kernels/scale.h"
 #include "kernels/swiglu.h"
 #include "wgllm/error.h"
 
@@ -147,6 +148,10 @@ GpuLayer upload_layer(Uploader& up, const ModelConfig& c, uint32_t i) {
     L.w_up = up.matrix(b + "ffn_up.weight");
   }
   L.w_down = up.matrix(b + "ffn_down.weight");
+  if (c.post_norms) {
+    L.post_attn_norm = up.vector(b + "post_attention_norm.weight");
+    L.post_ffn_norm = up.vector(b + "post_ffw_norm.weight");
+  }
   return L;
 }
 
@@ -174,17 +179,20 @@ GpuModel load_gpu_model(gpu::Context& ctx, const GgufFile& f, const ModelConfig&
                                          ? up.floats("rope_freqs.weight")
                                          : kernels::rope_freq_factors(c.rope_scaling, c.rope_dim, c.rope_base);
   w.rope_table = kernels::upload_rope_table(ctx, c.rope_dim, c.rope_base, factors);
+  if (!c.swa_layers.empty())  // local layers: their own base, no scaling (llama.cpp's freq_scale_swa = 1)
+    w.rope_table_swa = kernels::upload_rope_table(ctx, c.rope_dim, c.rope_base_swa);
   ctx.check_errors();  // out of memory shows up here
 
   auto layer_bytes = [](const GpuLayer& L) {
     return L.wqkv.gpu_bytes() + L.wq.gpu_bytes() + L.wk.gpu_bytes() + L.wv.gpu_bytes() + L.wo.gpu_bytes() +
            L.w_gate_up.gpu_bytes() + L.w_gate.gpu_bytes() + L.w_up.gpu_bytes() + L.w_down.gpu_bytes() +
            L.attn_norm.size + L.ffn_norm.size + L.bqkv.size + L.bq.size + L.bk.size + L.bv.size + L.q_norm.size +
-           L.k_norm.size;
+           L.k_norm.size + L.post_attn_norm.size + L.post_ffn_norm.size;
   };
   for (const GpuLayer& L : w.layers) m.bytes_per_token += layer_bytes(L);
   m.bytes_per_token += m.logits_weight().gpu_bytes() + w.output_norm.size;
-  m.weight_bytes = m.bytes_per_token + w.rope_table.size + (c.tied_embeddings ? 0 : w.token_embd.gpu_bytes());
+  m.weight_bytes = m.bytes_per_token + w.rope_table.size + w.rope_table_swa.size +
+                   (c.tied_embeddings ? 0 : w.token_embd.gpu_bytes());
   return m;
 }
 
@@ -220,6 +228,7 @@ struct GpuSession::Buffers {
   gpu::Buffer attn;                        // [ubatch][q_dim] attention output
   gpu::Buffer gate, up;                    // [ubatch][n_ff] (gate and up not fused)
   gpu::Buffer act;                         // [ubatch][n_ff] SwiGLU output
+  gpu::Buffer proj;                        // [ubatch][n_embd] an output projection before its post-norm (gemma3)
   gpu::Buffer last;                        // [n_embd] the last token's residual row
   gpu::Buffer logits;                      // [n_vocab] logits of the last token
   gpu::Buffer logits_host;                 // [n_vocab] mappable copy of logits, read back once per step
@@ -251,6 +260,7 @@ GpuSession::GpuSession(gpu::Context& ctx, const GpuModel& model, const GpuSessio
   b.gate = make(U * F, "gate");
   b.up = make(U * F, "up");
   b.act = make(U * F, "act");
+  b.proj = make(c.post_norms ? U * E : 1, "proj");
   b.last = make(E, "last row");
   b.logits = make(c.n_vocab, "logits");
   b.logits_host = ctx.create_buffer(uint64_t(c.n_vocab) * 4, WGPUBufferUsage_MapRead, "logits readback");
@@ -430,6 +440,9 @@ void GpuSession::encode_step(uint32_t n, uint32_t pos, Output output, const std:
   auto batch = std::make_unique<gpu::ComputeBatch>(ctx_, label, bind_cache_.get());
   // token ids -> embedding rows (dequantised) into the residual stream
   kernels::encode_embedding(*batch, ctx_, model_.weights.token_embd, b.ids, b.x, n);
+  // gemma: x *= sqrt(n_embd)
+  if (model_.config.embd_scale != 1.f)
+    kernels::encode_scale(*batch, ctx_, b.x, uint64_t(n) * model_.config.n_embd, model_.config.embd_scale);
   const uint32_t n_layer = model_.config.n_layer;
   for (uint32_t l = 0; l < n_layer; ++l) {
     encode_layer(*batch, l, n, pos);
@@ -453,7 +466,8 @@ void GpuSession::encode_attention_block(gpu::ComputeBatch& batch, uint32_t layer
   const ModelConfig& c = model_.config;
   const GpuLayer& L = model_.weights.layers[layer];
   Buffers& b = *buf_;
-  const kernels::QkvRopeAppend qkv_rope{.table = &model_.weights.rope_table,
+  const gpu::Buffer& rope_table = model_.weights.layer_rope_table(c, layer);
+  const kernels::QkvRopeAppend qkv_rope{.table = &rope_table,
                                         .head_dim = c.head_dim,
                                         .rope_dim = c.rope_dim,
                                         .neox = c.rope_type == kernels::RopeType::Neox,
@@ -478,8 +492,7 @@ void GpuSession::encode_attention_block(gpu::ComputeBatch& batch, uint32_t layer
                                          .type = c.rope_type,
                                          .pos = pos,
                                          .eps = c.rms_eps};
-      kernels::encode_qk_norm_rope_kv(batch, ctx_, s, model_.weights.rope_table, b.q, b.k, b.v, L.q_norm, L.k_norm,
-                                      kv_[layer]);
+      kernels::encode_qk_norm_rope_kv(batch, ctx_, s, rope_table, b.q, b.k, b.v, L.q_norm, L.k_norm, kv_[layer]);
     } else {
       if (c.qk_norm) {  // qwen3: RMSNorm of every q and k head, in place
         kernels::encode_rms_norm(batch, ctx_, b.q, L.q_norm, b.q, n * c.n_head, c.head_dim, c.rms_eps);
@@ -493,18 +506,30 @@ void GpuSession::encode_attention_block(gpu::ComputeBatch& batch, uint32_t layer
                                     .start_pos = pos,
                                     .type = c.rope_type,
                                     .n_heads2 = c.n_head_kv};
-      kernels::encode_rope(batch, ctx_, rope, model_.weights.rope_table, b.q, &b.k);
+      kernels::encode_rope(batch, ctx_, rope, rope_table, b.q, &b.k);
       // k, v rows into the cache
       kernels::encode_kv_append(batch, ctx_, kv_[layer], b.k, b.v, pos, n);
     }
   }
-  // causal attention over the cache: the batched kernel for a chunk, split-K decode for one token
-  const kernels::AttentionShape shape{
-      .n_heads = c.n_head, .n_kv_heads = c.n_head_kv, .head_dim = c.head_dim, .n_queries = n, .start_pos = pos};
+  // causal attention over the cache (local layers: the last sliding_window positions): the batched kernel for a
+  // chunk, split-K decode for one token
+  const kernels::AttentionShape shape{.n_heads = c.n_head,
+                                      .n_kv_heads = c.n_head_kv,
+                                      .head_dim = c.head_dim,
+                                      .n_queries = n,
+                                      .start_pos = pos,
+                                      .scale = c.attn_scale,
+                                      .window = c.layer_window(layer)};
   if (n == 1)
     kernels::encode_attention_decode(batch, ctx_, shape, b.q, kv_[layer], b.attn, &b.decode_scratch);
   else
     kernels::encode_attention_prefill(batch, ctx_, shape, b.q, kv_[layer], b.attn);
+  if (c.post_norms) {
+    // gemma: x += rms_norm(attn @ wo) * post_attn_norm
+    kernels::encode_matmul(batch, ctx_, L.wo, b.attn, b.proj, n);
+    kernels::encode_rms_norm(batch, ctx_, b.proj, L.post_attn_norm, b.x, n, c.n_embd, c.rms_eps, true);
+    return;
+  }
   // x += attn @ wo
   kernels::encode_matmul(batch, ctx_, L.wo, b.attn, b.x, n, {.accumulate = true});
 }
@@ -535,14 +560,21 @@ void GpuSession::encode_ffn_block(gpu::ComputeBatch& batch, uint32_t layer, uint
   const ModelConfig& c = model_.config;
   const GpuLayer& L = model_.weights.layers[layer];
   Buffers& b = *buf_;
-  // act = silu(h @ w_gate) * (h @ w_up), h = rms_norm(x) * ffn_norm
+  // act = silu(h @ w_gate) * (h @ w_up) (gemma: gelu_tanh), h = rms_norm(x) * ffn_norm
+  const bool gelu = c.ffn_act == FfnAct::GeluTanh;
   if (!L.w_gate_up.empty()) {
     kernels::encode_matmul(batch, ctx_, L.w_gate_up, b.x, b.act, n,
-                           {.norm = &L.ffn_norm, .eps = c.rms_eps, .swiglu = true});
+                           {.norm = &L.ffn_norm, .eps = c.rms_eps, .swiglu = true, .gelu = gelu});
   } else {
     kernels::encode_matmul(batch, ctx_, L.w_gate, b.x, b.gate, n, {.norm = &L.ffn_norm, .eps = c.rms_eps});
     kernels::encode_matmul(batch, ctx_, L.w_up, b.x, b.up, n, {.norm = &L.ffn_norm, .eps = c.rms_eps});
-    kernels::encode_swiglu(batch, ctx_, b.gate, b.up, b.act, uint64_t(n) * c.n_ff);
+    kernels::encode_swiglu(batch, ctx_, b.gate, b.up, b.act, uint64_t(n) * c.n_ff, c.ffn_act);
+  }
+  if (c.post_norms) {
+    // gemma: x += rms_norm(act @ w_down) * post_ffn_norm
+    kernels::encode_matmul(batch, ctx_, L.w_down, b.act, b.proj, n);
+    kernels::encode_rms_norm(batch, ctx_, b.proj, L.post_ffn_norm, b.x, n, c.n_embd, c.rms_eps, true);
+    return;
   }
   // x += act @ w_down
   kernels::encode_matmul(batch, ctx_, L.w_down, b.act, b.x, n, {.accumulate = true});
@@ -552,8 +584,10 @@ void GpuSession::encode_logits(gpu::ComputeBatch& batch, uint32_t n, Output outp
   const ModelConfig& c = model_.config;
   Buffers& b = *buf_;
   const kernels::MatmulOptions normed{.norm = &model_.weights.output_norm, .eps = c.rms_eps};
-  if (output == Output::AllLogits) {  // logits of every token (final norm folded in)
+  const float cap = c.final_logit_softcap;  // > 0: logits = cap * tanh(logits / cap)
+  if (output == Output::AllLogits) {        // logits of every token (final norm folded in)
     kernels::encode_matmul(batch, ctx_, model_.logits_weight(), b.x, b.logits_all, n, normed);
+    if (cap > 0) kernels::encode_scale(batch, ctx_, b.logits_all, uint64_t(n) * c.n_vocab, 1.f, cap);
     return;
   }
   // the last token's row alone (row 0 when decoding)
@@ -563,6 +597,7 @@ void GpuSession::encode_logits(gpu::ComputeBatch& batch, uint32_t n, Output outp
     last = &b.last;
   }
   kernels::encode_matmul(batch, ctx_, model_.logits_weight(), *last, b.logits, 1, normed);
+  if (cap > 0) kernels::encode_scale(batch, ctx_, b.logits, c.n_vocab, 1.f, cap);
   if (output == Output::LastLogits) {
     // onto a mappable buffer in the same command buffer: one wait per token
     batch.copy(b.logits, 0, b.logits_host, 0, uint64_t(c.n_vocab) * 4);

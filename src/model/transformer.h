@@ -37,13 +37,15 @@ struct GpuLayer {
   kernels::GpuWeight wk;         // [kv_dim][n_embd]
   kernels::GpuWeight wv;         // [kv_dim][n_embd]
   gpu::Buffer bq, bk, bv;        // [q_dim], [kv_dim], [kv_dim] f32; qwen2 only, not fused (size 0 otherwise)
-  gpu::Buffer q_norm, k_norm;    // [head_dim] f32 each, shared by every head; qwen3 only (size 0 otherwise)
+  gpu::Buffer q_norm, k_norm;    // [head_dim] f32 each, shared by every head; qwen3 / gemma3 (size 0 otherwise)
   kernels::GpuWeight wo;         // [n_embd][q_dim]
   gpu::Buffer ffn_norm;          // [n_embd] f32
   kernels::GpuWeight w_gate_up;  // [2 n_ff][n_embd]: gate row i at 2i, up row i at 2i + 1; empty when not fused
   kernels::GpuWeight w_gate;     // [n_ff][n_embd]
   kernels::GpuWeight w_up;       // [n_ff][n_embd]
   kernels::GpuWeight w_down;     // [n_embd][n_ff]
+  gpu::Buffer post_attn_norm;    // [n_embd] f32; gemma3 only (size 0 otherwise): x += norm(attn Wo)
+  gpu::Buffer post_ffn_norm;     // [n_embd] f32; gemma3 only: x += norm(act Wdown)
 };
 
 struct GpuWeights {
@@ -52,6 +54,10 @@ struct GpuWeights {
   gpu::Buffer output_norm;        // [n_embd] f32
   kernels::GpuWeight output;      // [n_vocab][n_embd]; empty when tied (logits use token_embd)
   gpu::Buffer rope_table;         // [rope_dim / 2] x 16 bytes: upload_rope_table (llama3 factors folded in)
+  gpu::Buffer rope_table_swa;     // the same for local (sliding-window) layers' rope_base_swa; size 0 without
+  const gpu::Buffer& layer_rope_table(const ModelConfig& c, uint32_t layer) const {
+    return c.is_swa(layer) ? rope_table_swa : rope_table;
+  }
 };
 
 struct GpuModel {

@@ -29,6 +29,7 @@ struct Case {
   uint32_t n_splits = 1;  // decode: 1 = no split-K, 0 = automatic
   uint32_t row_pad = 0;   // extra floats per q/out row (strides != n_heads * head_dim)
   uint32_t rpt = 1;       // tiled prefill: rows per thread group (> 1 overrides the default tiles)
+  uint32_t window = 0;    // sliding window (0: none)
 };
 
 std::ostream& operator<<(std::ostream& os, const Case& c) { return os << c.name; }
@@ -60,7 +61,8 @@ ErrorReport run_case(gpu::Context& ctx, const Case& c, uint64_t salt) {
                        .n_queries = c.n_queries,
                        .start_pos = c.start_pos,
                        .q_stride = stride,
-                       .out_stride = stride};
+                       .out_stride = stride,
+                       .window = c.window};
   gpu::ComputeBatch batch(ctx, c.name);
   const uint32_t step = c.q_split ? c.q_split : c.n_queries;
   std::vector<gpu::Buffer> scratch;
@@ -95,8 +97,8 @@ ErrorReport run_case(gpu::Context& ctx, const Case& c, uint64_t salt) {
     for (uint32_t pad = q_dim; pad < stride; ++pad)  // padding must stay untouched (poison)
       EXPECT_EQ(std::bit_cast<uint32_t>(got_padded[size_t(i) * stride + pad]), kPoison) << "row " << i;
   }
-  cpu::AttentionRef ref{c.n_heads,   c.n_kv_heads, c.head_dim,
-                        c.n_queries, c.start_pos,  1.0f / std::sqrt(float(c.head_dim))};
+  cpu::AttentionRef ref{
+      c.n_heads, c.n_kv_heads, c.head_dim, c.n_queries, c.start_pos, 1.0f / std::sqrt(float(c.head_dim)), c.window};
   auto want = cpu::attention(ref, q_dense, k, v);
   return compare(got, want);
 }
@@ -145,6 +147,37 @@ const Case kCases[] = {
     {"decode_split150_d96_start9000", 4, 2, 96, 1, 9000, F16, 0, Tiled, Decode, 0, 150},
 };
 
+// Sliding windows: query P sees keys (P - W, P]. The same kernels; the window cuts inside key tiles, lands on page
+// boundaries, starts above whole tiles and pages (skipped), spans chunked prefill (start_pos, q_base), is 1 (each
+// query sees itself alone) or covers everything (= no window).
+Case sw(Case c, uint32_t window) {
+  c.window = window;
+  return c;
+}
+const Case kWindowCases[] = {
+    sw({"swa21_gqa2_d64_q75", 4, 2, 64, 75, 0}, 21),
+    sw({"swa33_gqa8_d64_q75_start40", 8, 1, 64, 75, 40}, 33),
+    sw({"swa1_gqa2_d32_q40_start5", 4, 2, 32, 40, 5}, 1),
+    sw({"swa_covers_all_d64_q75_start40", 8, 2, 64, 75, 40}, 5000),
+    sw({"swa_equals_seq_d64_q75_start40", 8, 2, 64, 75, 40}, 115),
+    // P = 255: the window (127, 255] starts exactly on page 1; pages 0 and (for later queries) 1 skipped whole
+    sw({"swa128_paged128_gqa4_d64_q200_start70", 8, 2, 64, 200, 70, F16, 128}, 128),
+    sw({"swa256_paged128_f32_d128_q90_start300", 4, 1, 128, 90, 300, F32, 128}, 256),
+    sw({"swa100_chunked_qbase_gqa2_d64_q75_start300", 4, 2, 64, 75, 300, F16, 128, Tiled, Kind::Prefill, 16}, 100),
+    sw({"swa512_gqa4_d256_q20_start600", 4, 1, 256, 20, 600, F16, 128}, 512),
+    sw({"swa17_rpt2_gqa4_d128_q75_start9", 8, 2, 128, 75, 9, F16, 0, Tiled, Kind::Prefill, 0, 1, 0, 2}, 17),
+    sw({"swa30_baseline_paged_gqa2_d64_q40_start150", 4, 2, 64, 40, 150, F16, 128, Baseline}, 30),
+    sw({"swa1_baseline_d32_q9", 4, 4, 32, 9, 0, F32, 0, Baseline}, 1),
+    sw({"swa512_decode_gqa4_d128_start1000", 8, 2, 128, 1, 1000, F16, 0, Tiled, Decode}, 512),
+    sw({"swa300_decode_split7_gqa4_d128_start1000", 8, 2, 128, 1, 1000, F16, 0, Tiled, Decode, 0, 7}, 300),
+    sw({"swa512_decode_autosplit_paged_d64_start3000", 8, 1, 64, 1, 3000, F16, 128, Tiled, Decode, 0, 0}, 512),
+    sw({"swa128_decode_paged_page_edge", 4, 2, 64, 1, 383, F16, 128, Tiled, Decode, 0, 2}, 128),
+    sw({"swa50_decode_split5_f32_d80_q3_start500", 4, 2, 80, 3, 500, F32, 0, Tiled, Decode, 0, 5}, 50),
+    sw({"swa1_decode_d64_start700", 4, 2, 64, 1, 700, F16, 0, Tiled, Decode, 0, 0}, 1),
+    sw({"swa512_decode_split3_d256_start700", 4, 1, 256, 1, 700, F16, 128, Tiled, Decode, 0, 3}, 512),
+    sw({"swa_covers_all_decode_d64_start300", 4, 2, 64, 1, 300, F16, 0, Tiled, Decode, 0, 3}, 301),
+};
+
 class AttentionTable : public ::testing::TestWithParam<Case> {};
 
 TEST_P(AttentionTable, MatchesCpuReference) {
@@ -155,6 +188,8 @@ TEST_P(AttentionTable, MatchesCpuReference) {
 
 INSTANTIATE_TEST_SUITE_P(Cases, AttentionTable, ::testing::ValuesIn(kCases),
                          [](const auto& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(Window, AttentionTable, ::testing::ValuesIn(kWindowCases),
+                         [](const auto& info) { return std::string(info.param.name); });
 
 // The same kernels through the packed-u32 f16 path (as on adapters without shader-f16).
 TEST(Attention, PackedF16Fallback) {
@@ -162,7 +197,8 @@ TEST(Attention, PackedF16Fallback) {
   ASSERT_EQ(kernels::kv_view(ctx, F16), kernels::KvView::PackedF16);
   for (const Case& c :
        {Case{"packed_gqa4_d64_q75", 8, 2, 64, 75, 11}, Case{"packed_baseline_d32", 4, 2, 32, 20, 4, F16, 0, Baseline},
-        Case{"packed_decode_split", 8, 2, 128, 1, 700, F16, 128, Tiled, Decode, 0, 3}}) {
+        Case{"packed_decode_split", 8, 2, 128, 1, 700, F16, 128, Tiled, Decode, 0, 3},
+        sw({"packed_swa_decode_split", 8, 2, 128, 1, 700, F16, 128, Tiled, Decode, 0, 3}, 200)}) {
     auto r = run_case(ctx, c, 99);
     EXPECT_LE(r.rel_l2, 3e-3) << c.name << ": " << r.describe();
   }
@@ -172,7 +208,8 @@ TEST(Attention, PackedF16Fallback) {
 TEST(Attention, NoSubgroupsFallsBackToBaseline) {
   gpu::Context ctx(context_options([](auto& o) { o.disable_subgroups = true; }));
   for (const Case& c : {Case{"nosg_prefill", 4, 2, 64, 30, 5, F16, 0, AttentionImpl::Auto},
-                        Case{"nosg_decode", 4, 2, 64, 1, 300, F16, 0, Tiled, Decode, 0, 0}}) {
+                        Case{"nosg_decode", 4, 2, 64, 1, 300, F16, 0, Tiled, Decode, 0, 0},
+                        sw({"nosg_swa_prefill", 4, 2, 64, 30, 5, F16, 0, AttentionImpl::Auto}, 9)}) {
     auto r = run_case(ctx, c, 7);
     EXPECT_LE(r.rel_l2, 3e-3) << c.name << ": " << r.describe();
   }

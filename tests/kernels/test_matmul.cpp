@@ -122,7 +122,7 @@ TEST(Matmul, WeightLargerThanABinding) {
 // The fused extras of encode_matmul (norm folded in, residual accumulation, SwiGLU over
 // interleaved rows, split outputs) against the CPU reference applied step by step.
 
-enum class Epilogue { Plain, Accumulate, Swiglu, Split };
+enum class Epilogue { Plain, Accumulate, Swiglu, Geglu, Split };
 
 struct EpilogueCase {
   const char* name;
@@ -146,6 +146,9 @@ const EpilogueCase kEpilogueCases[] = {
     {"swiglu_q8_0_mv_t2_bias", Q8_0, 128, 70, 2, Matvec, Epilogue::Swiglu, false, true},
     {"swiglu_norm_f16_mm_t75", F16, 192, 134, 75, Tiled, Epilogue::Swiglu, true},
     {"swiglu_split_pieces_f32_mv_t1", F32, 64, 202, 1, Matvec, Epilogue::Swiglu, true, false, 6 * 1024},
+    {"geglu_norm_f16_mv_t1", F16, 256, 128, 1, Matvec, Epilogue::Geglu, true},
+    {"geglu_q8_0_mv_t3_bias", Q8_0, 128, 70, 3, Matvec, Epilogue::Geglu, false, true},
+    {"geglu_norm_f32_mm_t75", F32, 192, 134, 75, Tiled, Epilogue::Geglu, true},
     {"split_norm_bias_f16_mv_t1", F16, 256, 160, 1, Matvec, Epilogue::Split, true, true},
     {"split_q8_0_mv_t3", Q8_0, 96, 45, 3, Matvec, Epilogue::Split},
     {"split_norm_f16_mm_t75", F16, 128, 100, 75, Tiled, Epilogue::Split, true, true},
@@ -200,6 +203,18 @@ void check_epilogue(gpu::Context& ctx, const EpilogueCase& c) {
           want.push_back(float(g / (1 + std::exp(-g)) * u));
         }
       break;
+    case Epilogue::Geglu: {
+      o.swiglu = o.gelu = true;
+      y_width = N / 2;
+      std::vector<float> gate, up;
+      for (uint32_t t = 0; t < T; ++t)
+        for (uint32_t i = 0; i < N / 2; ++i) {
+          gate.push_back(full[size_t(t) * N + 2 * i]);
+          up.push_back(full[size_t(t) * N + 2 * i + 1]);
+        }
+      want = cpu::geglu(gate, up);
+      break;
+    }
     case Epilogue::Split:
       o.split1 = N / 2;
       o.split2 = N / 2 + N / 5;
@@ -297,6 +312,7 @@ TEST(Matmul, EpilogueArgumentsAreChecked) {
   expect_throw([&] { kernels::encode_matmul(batch, ctx, w, x, big_y, 1, {.norm = &big_y, .eps = 1e-5f}); },
                "norm must not");
   expect_throw([&] { kernels::encode_matmul(batch, ctx, w, x, y, 1, {.accumulate = true, .swiglu = true}); }, "swiglu");
+  expect_throw([&] { kernels::encode_matmul(batch, ctx, w, x, y, 1, {.gelu = true}); }, "gelu needs swiglu");
 }
 
 // Without subgroups the matvec rows reduce through workgroup memory instead of shuffles.

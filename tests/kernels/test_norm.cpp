@@ -50,6 +50,31 @@ TEST_P(RmsNormTable, MatchesCpuReference) {
 INSTANTIATE_TEST_SUITE_P(Cases, RmsNormTable, ::testing::ValuesIn(kNormCases),
                          [](const auto& info) { return std::string(info.param.name); });
 
+// accumulate: y += rms_norm(x) * w (gemma's post-norms added into the residual stream).
+TEST(Norm, AccumulateAddsIntoY) {
+  auto& ctx = context();
+  for (auto [rows, dim] : {std::pair{1u, 640u}, {75u, 64u}, {3u, 257u}}) {
+    auto gen = rng(rows * 1000 + dim);
+    const auto x = random_floats(size_t(rows) * dim, gen, -3.f, 3.f);
+    const auto w = random_floats(dim, gen, 0.5f, 1.5f);
+    const auto y0 = random_floats(size_t(rows) * dim, gen, -10.f, 10.f);
+    auto xbuf = ctx.upload<float>(x, WGPUBufferUsage_Storage, "x");
+    auto wbuf = ctx.upload<float>(w, WGPUBufferUsage_Storage, "w");
+    auto ybuf = ctx.upload<float>(y0, WGPUBufferUsage_Storage, "y");
+    gpu::ComputeBatch batch(ctx);
+    kernels::encode_rms_norm(batch, ctx, xbuf, wbuf, ybuf, rows, dim, 1e-6f, true);
+    batch.submit_and_wait();
+    auto want = cpu::rms_norm(x, w, rows, dim, 1e-6f);
+    for (size_t i = 0; i < want.size(); ++i) want[i] = float(double(want[i]) + double(y0[i]));
+    const auto r = compare(ctx.read<float>(ybuf), want);
+    EXPECT_LE(r.rel_l2, 1e-6) << rows << "x" << dim << ": " << r.describe();
+  }
+  auto buf = ctx.create_buffer(4096 * 4, WGPUBufferUsage_Storage, "buf");
+  auto other = ctx.create_buffer(4096 * 4, WGPUBufferUsage_Storage, "other");
+  gpu::ComputeBatch batch(ctx);
+  expect_throw([&] { kernels::encode_rms_norm(batch, ctx, buf, other, buf, 2, 64, 1e-6f, true); }, "accumulate");
+}
+
 TEST(Norm, BadArgumentsThrowNamingTheField) {
   auto& ctx = context();
   auto buf = ctx.create_buffer(4096 * 4, WGPUBufferUsage_Storage, "buf");

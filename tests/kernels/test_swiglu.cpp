@@ -29,6 +29,29 @@ TEST(Swiglu, MatchesCpuReference) {
   }
 }
 
+// GeGLU: gelu_tanh(gate) * up (gemma), through the same kernel; extreme gates saturate to 0 and to the identity.
+TEST(Swiglu, GeluTanhMatchesCpuReference) {
+  auto& ctx = context();
+  for (uint32_t n : {1u, 257u, 4864u * 3 + 5}) {
+    auto gen = rng(n + 17);
+    auto gate = random_floats(n, gen, -8.f, 8.f);
+    gate[n / 2] = -100.f;
+    gate[n - 1] = 1e15f;  // x^3 overflows f32: gelu -> x
+    const auto up = random_floats(n, gen, -2.f, 2.f);
+    auto g = ctx.upload<float>(gate, WGPUBufferUsage_Storage, "gate");
+    auto u = ctx.upload<float>(up, WGPUBufferUsage_Storage, "up");
+    auto out = poisoned(ctx, n, "out");
+    gpu::ComputeBatch batch(ctx);
+    kernels::encode_swiglu(batch, ctx, g, u, out, n, kernels::GateAct::GeluTanh);
+    batch.submit_and_wait();
+    const auto got = ctx.read<float>(out);
+    const auto want = cpu::geglu(gate, up);
+    const auto r = compare(got, want);
+    EXPECT_LE(r.rel_l2, 1e-6) << "n " << n << ": " << r.describe();
+    for (uint32_t i : {n / 2, n - 1}) EXPECT_NEAR(got[i], want[i], 1e-6 * std::abs(want[i]) + 1e-30) << i;
+  }
+}
+
 TEST(Swiglu, BadArgumentsThrowNamingTheField) {
   auto& ctx = context();
   auto buf = ctx.create_buffer(4096 * 4, WGPUBufferUsage_Storage, "buf");

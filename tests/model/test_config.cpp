@@ -1,6 +1,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <functional>
 #include <string>
 
@@ -63,6 +64,99 @@ TEST(ConfigFromGguf, Qwen3HasQkNorm) {
   EXPECT_EQ(c.rope_type, RopeType::Neox);
   EXPECT_TRUE(c.qk_norm);
   EXPECT_FALSE(c.attn_bias);
+}
+
+// A gemma3 file as llama.cpp's converter writes it: key_length != n_embd / n_head, a sliding window, no pattern key,
+// per-head q/k norms and the post-attention / post-FFN norms. 7 layers: layer 5 is the global one.
+GgufBuilder tiny_gemma3() {
+  auto g = tiny_model("gemma3");
+  g.without_tensor("blk.0.attn_q.weight").without_tensor("blk.1.attn_q.weight");
+  g.without_tensor("blk.0.attn_k.weight").without_tensor("blk.1.attn_k.weight");
+  g.without_tensor("blk.0.attn_v.weight").without_tensor("blk.1.attn_v.weight");
+  g.without_tensor("blk.0.attn_output.weight").without_tensor("blk.1.attn_output.weight");
+  g.set("gemma3.block_count", GVal::u32(7))
+      .set("gemma3.attention.key_length", GVal::u32(8))
+      .set("gemma3.attention.value_length", GVal::u32(8))
+      .set("gemma3.attention.sliding_window", GVal::u32(5));
+  for (uint64_t i = 0; i < 7; ++i) {
+    const std::string b = "blk." + std::to_string(i) + ".";
+    if (i >= 2)
+      g.tensor(b + "attn_norm.weight", {16})
+          .tensor(b + "ffn_norm.weight", {16})
+          .tensor(b + "ffn_gate.weight", {16, 32})
+          .tensor(b + "ffn_up.weight", {16, 32})
+          .tensor(b + "ffn_down.weight", {32, 16});
+    g.tensor(b + "attn_q.weight", {16, 32})
+        .tensor(b + "attn_k.weight", {16, 16})
+        .tensor(b + "attn_v.weight", {16, 16})
+        .tensor(b + "attn_output.weight", {32, 16})
+        .tensor(b + "attn_q_norm.weight", {8})
+        .tensor(b + "attn_k_norm.weight", {8})
+        .tensor(b + "post_attention_norm.weight", {16})
+        .tensor(b + "post_ffw_norm.weight", {16});
+  }
+  return g;
+}
+
+TEST(ConfigFromGguf, Gemma3AsLlamaCppReadsIt) {
+  const auto c = config_of(tiny_gemma3());
+  EXPECT_EQ(c.arch, Arch::Gemma3);
+  EXPECT_EQ(c.arch_name, "gemma3");
+  EXPECT_EQ(c.head_dim, 8u);
+  EXPECT_EQ(c.q_dim(), 32u);
+  EXPECT_EQ(c.rope_type, RopeType::Neox);
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_TRUE(c.post_norms);
+  EXPECT_EQ(c.ffn_act, FfnAct::GeluTanh);
+  EXPECT_FLOAT_EQ(c.embd_scale, 4.f);                   // sqrt(16)
+  EXPECT_FLOAT_EQ(c.attn_scale, 1.f / std::sqrt(8.f));  // 1 / sqrt(key_length)
+  EXPECT_EQ(c.final_logit_softcap, 0.f);
+  EXPECT_EQ(c.sliding_window, 5u);
+  EXPECT_EQ(c.rope_base, 1000000.f);
+  EXPECT_EQ(c.rope_base_swa, 10000.f);  // absent: llama.cpp's default
+  for (uint32_t i = 0; i < 7; ++i) {
+    EXPECT_EQ(c.is_swa(i), i != 5) << i;  // every 6th layer global
+    EXPECT_EQ(c.layer_window(i), i != 5 ? 5u : 0u) << i;
+  }
+  EXPECT_TRUE(c.tied_embeddings);
+}
+
+TEST(ConfigFromGguf, Gemma3PatternSoftcapAndLocalBase) {
+  auto g = tiny_gemma3();
+  g.set("gemma3.attention.sliding_window_pattern", GVal::u32(3))
+      .set("gemma3.final_logit_softcapping", GVal::f32(30.f))
+      .set("gemma3.rope.freq_base_swa", GVal::f32(5000.f));
+  auto c = config_of(g);
+  for (uint32_t i = 0; i < 7; ++i) EXPECT_EQ(c.is_swa(i), i % 3 != 2) << i;
+  EXPECT_EQ(c.final_logit_softcap, 30.f);
+  EXPECT_EQ(c.rope_base_swa, 5000.f);
+  // the per-layer form: one bool per layer
+  std::vector<GVal> flags;
+  for (int i = 0; i < 7; ++i) flags.push_back(GVal::boolean(i == 1 || i == 4));
+  g.set("gemma3.attention.sliding_window_pattern", GVal::array(7, flags));
+  c = config_of(g);
+  for (uint32_t i = 0; i < 7; ++i) EXPECT_EQ(c.is_swa(i), i == 1 || i == 4) << i;
+  flags.pop_back();
+  g.set("gemma3.attention.sliding_window_pattern", GVal::array(7, flags));
+  EXPECT_THAT(config_error(g), ::testing::HasSubstr("expected an array of 7 bools"));
+  // no window: no local layers
+  g.without("gemma3.attention.sliding_window");
+  c = config_of(g);
+  EXPECT_TRUE(c.swa_layers.empty());
+  EXPECT_EQ(c.layer_window(0), 0u);
+}
+
+TEST(ConfigFromGguf, Gemma3TensorsAreChecked) {
+  EXPECT_THAT(config_error(tiny_gemma3().without_tensor("blk.6.post_ffw_norm.weight")),
+              ::testing::HasSubstr("blk.6.post_ffw_norm.weight"));
+  EXPECT_THAT(config_error(tiny_gemma3().without_tensor("blk.3.attn_k_norm.weight")),
+              ::testing::HasSubstr("blk.3.attn_k_norm.weight"));
+  auto g = tiny_gemma3();
+  g.without_tensor("blk.2.post_attention_norm.weight").tensor("blk.2.post_attention_norm.weight", {8});
+  EXPECT_THAT(config_error(g), ::testing::HasSubstr("blk.2.post_attention_norm.weight"));
+  g = tiny_gemma3();
+  g.set("gemma3.final_logit_softcapping", GVal::f32(-1.f));
+  EXPECT_THAT(config_error(g), ::testing::HasSubstr("final_logit_softcapping"));
 }
 
 TEST(ConfigFromGguf, Llama3ScalingOutputAndDefaults) {

@@ -83,7 +83,7 @@ TEST_P(CpuForwardRef, LogitsAndGreedyMatchTransformers) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CpuForwardRef,
                          ::testing::Values("llama-f32", "qwen2-f32", "qwen3-f32", "llama-rope3-tied-f32",
-                                           "qwen2-tied-f32"),
+                                           "qwen2-tied-f32", "gemma3-tiny-f32"),
                          [](const auto& info) {
                            std::string s = info.param;
                            std::replace(s.begin(), s.end(), '-', '_');
@@ -208,7 +208,7 @@ INSTANTIATE_TEST_SUITE_P(Models, CpuForwardCache,
                                            "qwen2-f32", "qwen2-f16", "qwen2-bf16", "qwen2-q8_0", "qwen2-q4_0",
                                            "qwen3-f32", "qwen3-f16", "qwen3-bf16", "qwen3-q8_0", "qwen3-q4_0",
                                            "llama-rope3-tied-f32", "llama-rope3-tied-q8_0", "llama-rope3-tied-q4_0",
-                                           "qwen2-tied-f32", "qwen2-tied-q8_0", "llama-spm-f32"),
+                                           "qwen2-tied-f32", "qwen2-tied-q8_0", "llama-spm-f32", "gemma3-tiny-f32"),
                          [](const auto& info) { return case_name(info.param); });
 
 // ---- pieces

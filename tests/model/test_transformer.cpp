@@ -54,7 +54,7 @@ std::vector<GpuCase> gpu_cases() {
   for (const char* arch : {"llama", "qwen2", "qwen3"})
     for (const char* type : {"f32", "f16", "bf16", "q8_0", "q4_0"}) models.push_back(std::string(arch) + "-" + type);
   for (const char* m : {"llama-rope3-tied-f32", "llama-rope3-tied-q8_0", "llama-rope3-tied-q4_0", "qwen2-tied-f32",
-                        "qwen2-tied-q8_0", "qwen2-mixed"})
+                        "qwen2-tied-q8_0", "qwen2-mixed", "gemma3-tiny-f32"})
     models.push_back(m);
   std::vector<GpuCase> out;
   for (const std::string& m : models) {
@@ -359,7 +359,7 @@ TEST_P(GpuForwardRef, GreedyTokensMatchTransformers) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GpuForwardRef,
                          ::testing::Values("llama-f32", "qwen2-f32", "qwen3-f32", "llama-rope3-tied-f32",
-                                           "qwen2-tied-f32"),
+                                           "qwen2-tied-f32", "gemma3-tiny-f32"),
                          [](const auto& info) {
                            std::string s = info.param;
                            std::replace(s.begin(), s.end(), '-', '_');
