@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Write a random-weight GGUF model (llama / qwen2 / qwen3) laid out exactly as llama.cpp's converters do.
+"""Write a random-weight GGUF model (llama / qwen2 / qwen3 / gemma3) laid out exactly as llama.cpp's converters do.
 
 Same arguments -> byte-identical file. Every tensor draws from its own generator,
 np.random.default_rng([seed, crc32(arch), crc32(name)]) (PCG64, standard_normal float32), so the same seed gives the same
@@ -38,6 +38,10 @@ SHAPES = {
                          n_vocab=128256, ctx=131072, rope_base=500000.0, rms_eps=1e-5, tie_embeddings=True,
                          rope_scaling="llama3", rope_scaling_factor=32.0, rope_scaling_low=1.0,
                          rope_scaling_high=4.0, rope_scaling_orig_ctx=8192),
+    # Gemma 3 270M: head_dim 256 != n_embd / n_head, sliding window 512 on 5 of every 6 layers (local RoPE base 10k).
+    "gemma-3-270m": dict(arch="gemma3", n_embd=640, n_layer=18, n_head=4, n_head_kv=1, head_dim=256, n_ff=2048,
+                         n_vocab=262144, ctx=32768, rope_base=1e6, rms_eps=1e-6, tie_embeddings=True,
+                         sliding_window=512),
 }
 
 LLAMA3_TEMPLATE = (
@@ -113,6 +117,9 @@ def _specials(arch: str) -> tuple[list[str], str, str, bool, str]:
     if arch == "llama":
         sp = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
         return sp, "<|begin_of_text|>", "<|eot_id|>", True, LLAMA3_TEMPLATE
+    if arch == "gemma3":  # no template: as in Gemma 3 270M's file, the architecture implies Gemma's turns
+        sp = ["<pad>", "<eos>", "<bos>", "<start_of_turn>", "<end_of_turn>"]
+        return sp, "<bos>", "<end_of_turn>", True, ""
     sp = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     return sp, "<|endoftext|>", "<|im_end|>", False, CHATML_TEMPLATE
 
@@ -216,7 +223,8 @@ def tokenizer_metadata(kind: str, arch: str, n_vocab: int) -> dict:
         md["tokenizer.ggml.eot_token_id"] = tokens.index("<|eot_id|>")
     md["tokenizer.ggml.add_bos_token"] = add_bos if kind != "spm" else True
     md["tokenizer.ggml.add_eos_token"] = False
-    md["tokenizer.chat_template"] = template
+    if template:
+        md["tokenizer.chat_template"] = template
     return md
 
 
@@ -256,14 +264,18 @@ def tensor_plan(a) -> list[tuple[str, tuple[int, ...], str, float]]:
         if a.arch == "qwen2":
             plan += [(p + "attn_q.bias", (q_dim,), "bias", 0.1), (p + "attn_k.bias", (kv_dim,), "bias", 0.1),
                      (p + "attn_v.bias", (kv_dim,), "bias", 0.1)]
-        if a.arch == "qwen3":
+        if a.arch in ("qwen3", "gemma3"):
             plan += [(p + "attn_q_norm.weight", (a.head_dim,), "norm", 0.1),
                      (p + "attn_k_norm.weight", (a.head_dim,), "norm", 0.1)]
-        plan += [(p + "attn_output.weight", (a.n_embd, q_dim), "w", 1 / math.sqrt(q_dim)),
-                 (p + "ffn_norm.weight", (a.n_embd,), "norm", 0.1),
+        plan += [(p + "attn_output.weight", (a.n_embd, q_dim), "w", 1 / math.sqrt(q_dim))]
+        if a.arch == "gemma3":  # the norms after attention and after the FFN, before each residual add
+            plan += [(p + "post_attention_norm.weight", (a.n_embd,), "norm", 0.1)]
+        plan += [(p + "ffn_norm.weight", (a.n_embd,), "norm", 0.1),
                  (p + "ffn_gate.weight", (a.n_ff, a.n_embd), "w", 1 / math.sqrt(a.n_embd)),
                  (p + "ffn_up.weight", (a.n_ff, a.n_embd), "w", 1 / math.sqrt(a.n_embd)),
                  (p + "ffn_down.weight", (a.n_embd, a.n_ff), "w", 1 / math.sqrt(a.n_ff))]
+        if a.arch == "gemma3":
+            plan += [(p + "post_ffw_norm.weight", (a.n_embd,), "norm", 0.1)]
     plan.append(("output_norm.weight", (a.n_embd,), "norm_out" if a.tie_embeddings else "norm", 0.1))
     if not a.tie_embeddings:
         plan.append(("output.weight", (a.n_vocab, a.n_embd), "w", 2 / math.sqrt(a.n_embd)))
@@ -301,7 +313,7 @@ def gen_tensor(seed: int, arch: str, name: str, shape: tuple[int, ...], kind: st
 
 def build_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--arch", choices=["llama", "qwen2", "qwen3"], default=None)
+    ap.add_argument("--arch", choices=["llama", "qwen2", "qwen3", "gemma3"], default=None)
     ap.add_argument("--type", choices=list(TYPES), default="f32", help="storage type of the 2-D weights")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", required=True)
@@ -316,6 +328,8 @@ def build_args(argv=None):
     ap.add_argument("--ctx", type=int, default=256)
     ap.add_argument("--rope-base", type=float, default=10000.0)
     ap.add_argument("--rms-eps", type=float, default=1e-5)
+    ap.add_argument("--sliding-window", type=int, default=0,
+                    help="gemma3: attention.sliding_window (every 6th layer global; default n_ctx / 4)")
     ap.add_argument("--rope-scaling", choices=["none", "llama3"], default="none")
     ap.add_argument("--rope-scaling-factor", type=float, default=8.0)
     ap.add_argument("--rope-scaling-low", type=float, default=1.0, help="llama3 low_freq_factor")
@@ -382,6 +396,8 @@ def write_model(a, tokenizer: dict | None = None, tensor_data=None) -> None:
     w.add_rope_freq_base(a.rope_base)
     w.add_rope_dimension_count(a.head_dim)
     w.add_vocab_size(a.n_vocab)
+    if arch == "gemma3":
+        w.add_sliding_window(a.sliding_window or max(1, a.ctx // 4))
     # llama3 RoPE scaling is the rope_freqs.weight tensor alone (below), as in llama.cpp's Llama 3.x files: llama.cpp
     # aborts on a {arch}.rope.scaling.type of "llama3".
 
