@@ -23,9 +23,9 @@ namespace wgllm {
 
 struct PerplexityOptions {
   uint32_t n_ctx = 512;  // tokens per chunk (llama-perplexity -c); the model's context must hold them
-  // Tokens per forward call (-b): below n_ctx a chunk is fed in pieces of n_batch; otherwise it must be a multiple
-  // of n_ctx (llama.cpp then runs n_batch / n_ctx chunks side by side in one batch; here they run one after the
-  // other, which gives the same numbers). llama.cpp's rule: n_batch < n_ctx or n_batch % n_ctx == 0.
+  // Tokens per forward call (-b): below n_ctx a chunk is fed in pieces of n_batch; from n_ctx on, llama.cpp runs
+  // n_batch / n_ctx chunks side by side in one batch (n_batch lowered to a multiple of n_ctx); here they run one
+  // after the other, which gives the same numbers.
   uint32_t n_batch = 2048;
   int32_t n_chunks = -1;  // chunks to score (< 0: every whole chunk of the text)
 };
@@ -60,7 +60,8 @@ struct PerplexityChunk {
 
 struct PerplexityResult {
   uint32_t n_tokens = 0;  // tokens of the whole text (BOS included when added)
-  uint32_t n_ctx = 0, n_batch = 0, n_chunks = 0;
+  uint32_t n_ctx = 0, n_chunks = 0;
+  uint32_t n_batch = 0;           // as llama-perplexity lowers it: below n_ctx, or a multiple of it
   bool add_bos = false;           // the vocabulary adds BOS (and it replaces each chunk's first token)
   uint64_t n_scored = 0;          // tokens scored: n_chunks * (n_ctx - n_ctx/2 - 1)
   std::vector<double> chunk_ppl;  // the running estimate after each chunk
@@ -71,8 +72,8 @@ struct PerplexityResult {
 };
 
 // Throws InvalidArgument when n_ctx is below 3 or above the model's context (load it with LoadOptions::n_ctx), when
-// n_batch breaks llama.cpp's rule above, or when the text has fewer than 2 n_ctx tokens (as llama-perplexity
-// refuses it). on_chunk is called after each chunk.
+// n_batch is 0, or when the text has fewer than 2 n_ctx tokens (as llama-perplexity refuses it). on_chunk is called
+// after each chunk.
 PerplexityResult perplexity(const Model& model, std::string_view text, const PerplexityOptions& options = {},
                             const std::function<void(const PerplexityChunk&)>& on_chunk = {});
 

@@ -45,12 +45,11 @@ PerplexityResult perplexity(const Model& model, std::string_view text, const Per
   if (n_ctx > model.info().n_ctx)
     throw InvalidArgument("perplexity: chunks of " + std::to_string(n_ctx) +
                           " tokens (-c) exceed the model's context of " + std::to_string(model.info().n_ctx));
-  if (o.n_batch == 0 || (o.n_batch >= n_ctx && o.n_batch % n_ctx != 0))
-    throw InvalidArgument("perplexity: the batch size (-b) " + std::to_string(o.n_batch) +
-                          " must be below the chunk size " + std::to_string(n_ctx) + " or a multiple of it");
+  if (o.n_batch == 0) throw InvalidArgument("perplexity: the batch size (-b) must be at least 1");
   PerplexityResult r;
   r.n_ctx = n_ctx;
-  r.n_batch = o.n_batch;
+  // llama-perplexity runs n_batch / n_ctx chunks side by side and lowers n_batch to the tokens they hold
+  r.n_batch = std::min(o.n_batch, std::max(1u, o.n_batch / n_ctx) * n_ctx);
   r.add_bos = ModelAccess::impl(model).tok().add_bos();
   const auto t0 = clock::now();
   std::vector<int32_t> tokens = model.encode(text, true, false);
@@ -62,7 +61,7 @@ PerplexityResult perplexity(const Model& model, std::string_view text, const Per
   const uint32_t max_chunks = uint32_t(tokens.size() / n_ctx);
   r.n_chunks = o.n_chunks < 0 ? max_chunks : std::min(uint32_t(o.n_chunks), max_chunks);
   const uint32_t first = n_ctx / 2;                   // the first position whose logits are scored
-  const uint32_t piece = std::min(o.n_batch, n_ctx);  // tokens per feed
+  const uint32_t piece = std::min(r.n_batch, n_ctx);  // tokens per feed
 
   Session session(model);
   PerplexityStats stats;

@@ -36,10 +36,10 @@ TEST_P(LogitRows, MatchCpuReference) {
   const GgufFile f = GgufFile::open(test::model_path(tc.model));
   gpu::Context& ctx = test::context();
   const GpuModel gm = load_gpu_model(ctx, f);
-  const CpuModel cm = load_cpu_model(f);
+  const cpu::CpuModel cm = cpu::load_cpu_model(f);
   GpuSession gs(
       ctx, gm, {.n_ctx = 128, .ubatch = tc.ubatch, .kv_type = kernels::KvType::F32, .logit_block_rows = tc.block_rows});
-  CpuSession cs(cm, 128);
+  cpu::CpuSession cs(cm, 128);
   auto gen = test::rng(tc.n * 131 + tc.first);
   std::uniform_int_distribution<int32_t> d(0, int32_t(gm.config.n_vocab) - 1);
   std::vector<int32_t> ids(tc.cached + tc.n);
@@ -68,7 +68,9 @@ TEST_P(LogitRows, MatchCpuReference) {
     next = row + m;
   });
   EXPECT_EQ(next, tc.n) << "rows from " << tc.first << " not all handed over";
-  if (tc.first >= tc.n) EXPECT_EQ(calls, 0u);
+  if (tc.first >= tc.n) {
+    EXPECT_EQ(calls, 0u);
+  }
   EXPECT_EQ(gs.n_past(), tc.cached + tc.n);
   // the cache holds the prompt: the next token's logits follow it
   const int32_t one = d(gen);
