@@ -76,7 +76,7 @@ std::pair<int, std::string> shell(const std::string& cmd, const std::string& err
 
 class LlamaCpp : public ::testing::TestWithParam<OracleModel> {};
 
-// 8 short prompts and one past Gemma's 512-token sliding window, 32 greedy tokens each (or up to end of generation).
+// 7 short prompts and one past Gemma's 512-token sliding window, 32 greedy tokens each (or up to end of generation).
 // A different id is allowed only where llama.cpp's own top-two gap is below 0.1 (its CPU path rounds activations to
 // 8 bits for quantised dot products; a near-tie may go either way): that prompt is not compared further.
 TEST_P(LlamaCpp, GreedyMatchesOracle) {
@@ -93,11 +93,10 @@ TEST_P(LlamaCpp, GreedyMatchesOracle) {
       "KING RICHARD II:\nO that I were as great\nAs is my grief",
       "    def main():\n        return 42\n",
       "Once upon a time, in a land far away, there lived",
-      "1, 2, 3, 4, 5, 6,",
       "What light through yonder window breaks? It is the east, and",
       text.substr(0, 2600),  // > 512 tokens with every vocabulary here
   };
-  constexpr int kTokens = 32, kCtx = 4096;
+  constexpr int kTokens = 32, kCtx = 2048;
   constexpr float kNearTie = 0.1f;
   int flips = 0, compared = 0;
   for (size_t p = 0; p < prompts.size(); ++p) {
