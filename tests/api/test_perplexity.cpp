@@ -133,6 +133,10 @@ struct PplCase {
   uint32_t want_chunks;  // 0: every whole chunk of the text
 };
 
+std::ostream& operator<<(std::ostream& o, const PplCase& c) {
+  return o << c.model << " n_ctx " << c.n_ctx << " n_batch " << c.n_batch << " chunks " << c.n_chunks;
+}
+
 class PerplexityVsCpu : public ::testing::TestWithParam<PplCase> {};
 
 // The GPU's logits go through an f16 KV cache: ~3e-4 relative on the logits, well under 1e-3 on the estimate.
