@@ -28,6 +28,8 @@ inline std::optional<std::string> ask_tool(const std::string& script_and_arg) {
 inline std::optional<std::string> llamacpp_bin() { return detail::ask_tool("llamacpp.sh --bin"); }
 // The unpacked llama.cpp source (vendor/llama.cpp of the sdist: models/ggml-vocab-*.gguf, convert_hf_to_gguf.py).
 inline std::optional<std::string> llamacpp_src() { return detail::ask_tool("llamacpp.sh --src-path"); }
+// llama_oracle (tools/llama_oracle.cpp) built from this tree's source against that build.
+inline std::optional<std::string> llama_oracle() { return detail::ask_tool("llamacpp.sh --oracle"); }
 // The Gemma 3 270M Q4_K_M file.
 inline std::optional<std::string> gemma_file() { return detail::ask_tool("fetch_gemma.sh --path"); }
 

@@ -7,6 +7,12 @@
 #   tools/llamacpp.sh --src      the same, but prints the unpacked vendor/llama.cpp directory
 #   tools/llamacpp.sh --bin      print the bin directory if the build is there, else fail (builds nothing)
 #   tools/llamacpp.sh --src-path print the source directory if it is unpacked, else fail (fetches nothing)
+#   tools/llamacpp.sh --oracle   print the path of llama_oracle built from this tree's tools/llama_oracle.cpp if it
+#                                is there, else fail (builds nothing)
+#
+# The full run also builds llama_oracle (tools/llama_oracle.cpp, ours: what the tests ask llama.cpp that its tools
+# do not print) against that build's llama.h and shared libllama, rpath to its bin directory. It is cached by the
+# hash of its source (oracle-<hash>/llama_oracle), so a changed source rebuilds it alone, in seconds.
 #
 #   WGLLM_CACHE   the cache root (default ~/.cache/wgllm); the build lands in $WGLLM_CACHE/llama.cpp-<version>/
 set -euo pipefail
@@ -22,6 +28,8 @@ SRC=$DIR/src/llama_cpp_python-$VERSION/vendor/llama.cpp
 BUILD=$DIR/build
 BIN=$BUILD/bin
 STAMP=$DIR/.built-$(echo "${TARGETS[*]}" | sha256sum | cut -c1-12)
+ORACLE_SRC=$(cd "$(dirname "$0")" && pwd)/llama_oracle.cpp
+ORACLE=$DIR/oracle-$(sha256sum "$ORACLE_SRC" | cut -c1-12)/llama_oracle
 
 say()  { printf '[llamacpp] %s\n' "$*" >&2; }
 fail() { printf '[llamacpp] error: %s\n' "$*" >&2; exit 1; }
@@ -32,7 +40,9 @@ case "$mode" in
   --bin) [ -f "$STAMP" ] || fail "no llama.cpp build in $DIR (run tools/llamacpp.sh)"; echo "$BIN"; exit 0 ;;
   --src-path) [ -f "$SRC/CMakeLists.txt" ] || fail "no llama.cpp source in $DIR (run tools/llamacpp.sh --src)"
               echo "$SRC"; exit 0 ;;
-  *) fail "unknown option '$mode' (use --src, --bin or --src-path)" ;;
+  --oracle) [ -x "$ORACLE" ] || fail "no llama_oracle built from $ORACLE_SRC (run tools/llamacpp.sh)"
+            echo "$ORACLE"; exit 0 ;;
+  *) fail "unknown option '$mode' (use --src, --bin, --src-path or --oracle)" ;;
 esac
 
 mkdir -p "$DIR"
@@ -64,5 +74,14 @@ if [ ! -f "$STAMP" ]; then
   cmake --build "$BUILD" -j"$(nproc)" --target "${TARGETS[@]}" >"$DIR/build.log" 2>&1 \
     || fail "build failed (see $DIR/build.log)"
   touch "$STAMP"
+fi
+
+if [ ! -x "$ORACLE" ]; then
+  say "building llama_oracle from $ORACLE_SRC"
+  mkdir -p "$(dirname "$ORACLE")"
+  "${CXX:-c++}" -std=c++17 -O2 -Wall -o "$ORACLE.tmp" "$ORACLE_SRC" -I"$SRC/include" -I"$SRC/ggml/include" \
+    -L"$BIN" -lllama -lggml -lggml-base -Wl,-rpath,"$BIN" >"$DIR/oracle.log" 2>&1 \
+    || fail "llama_oracle did not build (see $DIR/oracle.log)"
+  mv "$ORACLE.tmp" "$ORACLE"
 fi
 echo "$BIN"

@@ -9,6 +9,7 @@ Models (all n_embd 64, 2 layers, 4 heads, 2 kv heads, head_dim 16, ffn 128, voca
   qwen2-tied-{f32,q8_0}                          seed 3, tied embeddings
   qwen2-mixed                                    seed 4, f16 with attn_v in q8_0 and ffn_up in f32
   llama-spm-f32                                  seed 1, SentencePiece tokenizer (same tensors as llama-f32)
+  llama-spm-{f16,q8_0}                           the same in F16 and Q8_0 (compared with llama.cpp)
 A given seed/arch/shape gives the same float weights in every type: the quantised files are the F32 file
 quantised. Prints each file's sha256; with --manifest FILE also writes "sha256  name" lines.
 """
@@ -37,6 +38,8 @@ def matrix() -> dict[str, list[str]]:
     for t in ("f32", "q8_0"):
         m[f"qwen2-tied-{t}"] = ["--arch", "qwen2", "--type", t, "--seed", "3", "--tie-embeddings"]
     m["llama-spm-f32"] = ["--arch", "llama", "--type", "f32", "--seed", "1", "--tokenizer", "spm"]
+    m["llama-spm-f16"] = ["--arch", "llama", "--type", "f16", "--seed", "1", "--tokenizer", "spm"]
+    m["llama-spm-q8_0"] = ["--arch", "llama", "--type", "q8_0", "--seed", "1", "--tokenizer", "spm"]
     # projections of one layer in different types: the engine cannot fuse q/k/v or gate/up there
     m["qwen2-mixed"] = ["--arch", "qwen2", "--type", "f16", "--seed", "4", "--tensor-type", "attn_v=q8_0",
                         "--tensor-type", "ffn_up=f32"]

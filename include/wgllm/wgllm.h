@@ -160,6 +160,11 @@ class Session {
   std::vector<float> feed(std::span<const int32_t> tokens);
   // Logits of every token fed: [tokens][n_vocab].
   std::vector<std::vector<float>> feed_all(std::span<const int32_t> tokens);
+  // Appends tokens as feed does, and hands the logits of tokens [first, tokens.size()) to on_logits a block of rows
+  // at a time (never [tokens][n_vocab] at once: a large vocabulary takes 1 MiB per row): on_logits(row, logits)
+  // gets rows row, row + 1, ... of `tokens` as [n][n_vocab], in order; the span is valid during the call only.
+  using OnLogits = std::function<void(uint32_t row, std::span<const float> logits)>;
+  void feed_rows(std::span<const int32_t> tokens, uint32_t first, const OnLogits& on_logits);
 
   // Greedy decoding with the argmax taken on the GPU: feeds `token`, then each step's argmax is the next step's
   // input without a round trip to the host (the next step is queued before the current one's id is read back; on a

@@ -188,6 +188,9 @@ std::vector<float> Session::feed(std::span<const int32_t> tokens) { return impl_
 std::vector<std::vector<float>> Session::feed_all(std::span<const int32_t> tokens) {
   return impl_->gs.forward_all(tokens);
 }
+void Session::feed_rows(std::span<const int32_t> tokens, uint32_t first, const OnLogits& on_logits) {
+  impl_->gs.forward_rows(tokens, first, on_logits);
+}
 uint32_t Session::decode_greedy(int32_t token, uint32_t max_new, const std::function<bool(int32_t)>& on_id) {
   return impl_->gs.decode_greedy(token, max_new, on_id);
 }

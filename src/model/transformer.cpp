@@ -233,6 +233,8 @@ struct GpuSession::Buffers {
   gpu::Buffer logits;                      // [n_vocab] logits of the last token
   gpu::Buffer logits_host;                 // [n_vocab] mappable copy of logits, read back once per step
   gpu::Buffer logits_all;                  // [ubatch][n_vocab], made on first use by forward_all
+  gpu::Buffer block_x;                     // [logit_rows_per_block][n_embd], made on first use by forward_rows
+  gpu::Buffer block_logits;                // [logit_rows_per_block][n_vocab], likewise
   gpu::Buffer argmax_scratch;              // encode_argmax's partials
   std::array<gpu::Buffer, 2> id_readback;  // mappable copies of the chosen id of two greedy steps in flight
   gpu::Buffer decode_scratch;              // split-K partials of the decode attention
@@ -245,6 +247,7 @@ GpuSession::GpuSession(gpu::Context& ctx, const GpuModel& model, const GpuSessio
       ubatch_(std::max<uint32_t>(1, std::min(options.ubatch, n_ctx_))),
       layers_per_submit_(options.layers_per_submit.value_or(ctx.adapter().is_cpu() ? 0 : 4)),
       argmax_on_gpu_(options.argmax_on_gpu.value_or(!ctx.adapter().is_cpu())),
+      logit_block_rows_(options.logit_block_rows),
       buf_(std::make_unique<Buffers>()),
       bind_cache_(std::make_unique<gpu::BindCache>(ctx)) {
   const ModelConfig& c = model.config;
@@ -339,6 +342,42 @@ std::vector<std::vector<float>> GpuSession::forward_all(std::span<const int32_t>
     for (size_t t = 0; t < chunk.size(); ++t) out.emplace_back(l.begin() + t * V, l.begin() + (t + 1) * V);
   }
   return out;
+}
+
+uint32_t GpuSession::logit_rows_per_block() const {
+  const uint64_t row = uint64_t(model_.config.n_vocab) * 4;
+  const uint64_t fit =
+      logit_block_rows_ ? logit_block_rows_ : std::min<uint64_t>(kLogitBlockBytes, ctx_.max_binding_size()) / row;
+  return uint32_t(std::clamp<uint64_t>(fit, 1, ubatch_));
+}
+
+// Each ubatch chunk runs its layers, then its rows from `first` on go through the logits product a block at a time:
+// the block's residual rows copied out of x, their logits computed and read back, handed over. The blocks of one
+// chunk queue behind its layers; the host reads each block before the next is encoded (one logits buffer).
+void GpuSession::forward_rows(std::span<const int32_t> tokens, uint32_t first, const OnLogitRows& on_rows) {
+  check_tokens(tokens);
+  const ModelConfig& c = model_.config;
+  const uint32_t V = c.n_vocab, block = logit_rows_per_block();
+  Buffers& b = *buf_;
+  if (!b.block_x.size) {
+    b.block_x = ctx_.create_buffer(uint64_t(block) * c.n_embd * 4, kStorage, "logit block rows");
+    b.block_logits = ctx_.create_buffer(uint64_t(block) * V * 4, kStorage, "logit block");
+  }
+  for (size_t i = 0; i < tokens.size(); i += ubatch_) {
+    const auto chunk = tokens.subspan(i, std::min<size_t>(ubatch_, tokens.size() - i));
+    const uint32_t n = uint32_t(chunk.size()), pos0 = n_past_;
+    run_chunk(chunk, Output::None);  // x: the chunk's final residual rows
+    for (uint32_t r = uint32_t(std::clamp<size_t>(first, i, i + n) - i); r < n; r += block) {
+      const uint32_t m = std::min(block, n - r);
+      gpu::ComputeBatch batch(ctx_, "logit rows");
+      batch.copy(b.x, uint64_t(r) * c.n_embd * 4, b.block_x, 0, uint64_t(m) * c.n_embd * 4);
+      encode_logit_rows(batch, b.block_x, b.block_logits, m);
+      batch.submit();
+      const std::vector<float> logits = ctx_.read<float>(b.block_logits, 0, uint64_t(m) * V);
+      for (uint32_t t = 0; t < m; ++t) check_finite(std::span(logits).subspan(size_t(t) * V, V), pos0 + r + t);
+      on_rows(uint32_t(i + r), logits);
+    }
+  }
 }
 
 std::vector<float> GpuSession::run_chunk(std::span<const int32_t> tokens, Output output) {
@@ -585,9 +624,8 @@ void GpuSession::encode_logits(gpu::ComputeBatch& batch, uint32_t n, Output outp
   Buffers& b = *buf_;
   const kernels::MatmulOptions normed{.norm = &model_.weights.output_norm, .eps = c.rms_eps};
   const float cap = c.final_logit_softcap;  // > 0: logits = cap * tanh(logits / cap)
-  if (output == Output::AllLogits) {        // logits of every token (final norm folded in)
-    kernels::encode_matmul(batch, ctx_, model_.logits_weight(), b.x, b.logits_all, n, normed);
-    if (cap > 0) kernels::encode_scale(batch, ctx_, b.logits_all, uint64_t(n) * c.n_vocab, 1.f, cap);
+  if (output == Output::AllLogits) {        // logits of every token
+    encode_logit_rows(batch, b.x, b.logits_all, n);
     return;
   }
   // the last token's row alone (row 0 when decoding)
@@ -606,6 +644,14 @@ void GpuSession::encode_logits(gpu::ComputeBatch& batch, uint32_t n, Output outp
     kernels::encode_argmax(batch, ctx_, b.logits, c.n_vocab, b.argmax_scratch, b.ids);
     batch.copy(b.ids, 0, b.id_readback[slot], 0, 4);
   }
+}
+
+void GpuSession::encode_logit_rows(gpu::ComputeBatch& batch, const gpu::Buffer& x, const gpu::Buffer& y, uint32_t n) {
+  const ModelConfig& c = model_.config;
+  const kernels::MatmulOptions normed{.norm = &model_.weights.output_norm, .eps = c.rms_eps};
+  kernels::encode_matmul(batch, ctx_, model_.logits_weight(), x, y, n, normed);
+  if (c.final_logit_softcap > 0)
+    kernels::encode_scale(batch, ctx_, y, uint64_t(n) * c.n_vocab, 1.f, c.final_logit_softcap);
 }
 
 }  // namespace wgllm

@@ -95,6 +95,8 @@ struct GpuSessionOptions {
   // each step's logits are read back; unset: the GPU, except on CPU adapters (there the "GPU" shares the cores:
   // encoding ahead competes with it, and the two argmax dispatches cost more than the readback).
   std::optional<bool> argmax_on_gpu = std::nullopt;
+  // forward_rows' rows of logits per block (0: as many as fit GpuSession::kLogitBlockBytes; tests force small ones).
+  uint32_t logit_block_rows = 0;
 };
 
 // One sequence: activations for `ubatch` tokens, a KV cache per layer and the decode scratch. The context and
@@ -113,6 +115,16 @@ class GpuSession {
   std::vector<float> forward(std::span<const int32_t> tokens);
   // As forward, but returns the logits of every token: [tokens.size()][n_vocab].
   std::vector<std::vector<float>> forward_all(std::span<const int32_t> tokens);
+  // As forward, but hands the logits of tokens [first, tokens.size()) to on_rows a block at a time, never
+  // [tokens][n_vocab] at once (a 262,144-token vocabulary takes 1 MiB per row): on_rows(row, logits) gets rows
+  // row, row + 1, ... of `tokens` as [n][n_vocab], n <= logit_rows_per_block(), in order. The span is valid during the
+  // call only. Non-finite logits throw ModelError naming the position.
+  using OnLogitRows = std::function<void(uint32_t row, std::span<const float> logits)>;
+  void forward_rows(std::span<const int32_t> tokens, uint32_t first, const OnLogitRows& on_rows);
+  // Rows of logits forward_rows computes and hands over at once: as many as fit kLogitBlockBytes (and one binding),
+  // or the option's logit_block_rows; at most ubatch, at least 1.
+  uint32_t logit_rows_per_block() const;
+  static constexpr uint64_t kLogitBlockBytes = 64ull << 20;
   // Greedy decoding with the argmax taken on the GPU: feeds `token`, and the argmax of each step's logits becomes
   // the next step's input on the GPU, so the next step is queued before the host has read the current one's id
   // (no round trip between steps). on_id gets each chosen id in order; decoding stops after max_new ids, at a full
@@ -162,12 +174,15 @@ class GpuSession {
   void encode_qkv(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n);
   void encode_ffn_block(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n);
   void encode_logits(gpu::ComputeBatch& batch, uint32_t n, Output output, uint32_t slot);
+  // y[t] = logits of the final residual rows x[t], t < n (the final norm folded into the product, the softcap after).
+  void encode_logit_rows(gpu::ComputeBatch& batch, const gpu::Buffer& x, const gpu::Buffer& y, uint32_t n);
 
   gpu::Context& ctx_;
   const GpuModel& model_;
   uint32_t n_ctx_, ubatch_;
   uint32_t layers_per_submit_;  // 0: one command buffer per step
   bool argmax_on_gpu_;
+  uint32_t logit_block_rows_;  // 0: as many as fit kLogitBlockBytes
   // How each layer's decode step gets q into place and k, v into the cache.
   enum class DecodeQkv {
     FusedRopeAppend,   // one dispatch: the stacked q/k/v product also applies RoPE and appends k, v

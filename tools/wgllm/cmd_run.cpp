@@ -106,6 +106,8 @@ std::string mib(uint64_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
                         " holds");
 }
 
+}  // namespace
+
 // A prompt file ("-": standard input): a regular file (a FIFO or a device could block or never end; a directory has
 // no text), read only up to the limit.
 std::string read_prompt_file(const std::string& path, uint64_t limit, uint32_t n_ctx) {
@@ -137,6 +139,8 @@ std::string read_prompt_file(const std::string& path, uint64_t limit, uint32_t n
   if (text.size() > limit) too_long("the prompt file " + path, limit, n_ctx);  // it grew meanwhile
   return text;
 }
+
+namespace {
 
 // The prompt text (from -p or -f), read before anything is loaded so a bad prompt fails fast.
 std::string prompt_text(const RunOptions& o) {

@@ -26,6 +26,10 @@ Model load_model(const std::string& path, const LoadOptions& options);
 std::function<void(uint64_t, uint64_t)> progress_bar();
 void print_memory(const Model& model);
 
+// Shared by run and perplexity (cmd_run.cpp): the text of a regular file ("-": standard input), at most `limit`
+// bytes (an InvalidArgument past it, saying a context of n_ctx tokens, or any context when 0, cannot hold it).
+std::string read_prompt_file(const std::string& path, uint64_t limit, uint32_t n_ctx);
+
 struct Register {
   explicit Register(Command c) { commands().push_back(std::move(c)); }
 };
