@@ -310,6 +310,13 @@ TEST(GgufTypes, BlockSizesMatchTheGgufPackage) {
   int rows = 0;
   for (uint32_t id, elems, bytes; in >> id >> elems >> bytes; ++rows) {
     ASSERT_TRUE(is_known_type(id)) << "type id " << id;
+    // gguf 0.19.0 still lists Q8_1 with f32 d and s (40 bytes); ggml's block_q8_1 holds two halves (36), as the
+    // gguf-py of the llama.cpp we compare with does.
+    if (id == uint32_t(GgufType::Q8_1)) {
+      EXPECT_TRUE(bytes == 40 || bytes == 36) << bytes;
+      EXPECT_EQ(block_bytes(GgufType::Q8_1), 36u);
+      continue;
+    }
     EXPECT_EQ(block_elems(GgufType(id)), elems) << ggml_type_name(id);
     EXPECT_EQ(block_bytes(GgufType(id)), bytes) << ggml_type_name(id);
   }
