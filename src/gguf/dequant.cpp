@@ -76,7 +76,8 @@ void q5_1(const uint8_t* b, float* y) {
 }
 
 // Element e of a 256-element Q2_K / Q3_K / Q6_K super-block lies in half h = e / 128, quarter k = e % 128 / 32 of
-// it, at l = e % 32: its bits are at byte 32 h + l of the 2-bit array (shift 2 k), its scale is number 8 h + 2 k + l / 16.
+// it, at l = e % 32: its bits are at byte 32 h + l of the 2-bit array (shift 2 k), its scale is number 8 h + 2 k + l
+// / 16.
 void q2_k(const uint8_t* b, float* y) {
   const uint8_t *scales = b, *qs = b + 16;
   const float d = half_at(b + 80), dmin = half_at(b + 82);

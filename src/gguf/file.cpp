@@ -487,7 +487,8 @@ void GgufFile::parse() {
     if (!is_known_type(type_id)) {
       const char* name = ggml_type_name(type_id);
       if (!name) r.fail("unknown tensor type id " + std::to_string(type_id), type_at);
-      r.fail(std::string("type ") + name + " (id " + std::to_string(type_id) + ") was removed from ggml: no GGUF file holds it",
+      r.fail(std::string("type ") + name + " (id " + std::to_string(type_id) +
+                 ") was removed from ggml: no GGUF file holds it",
              type_at);
     }
     t.type = static_cast<GgufType>(type_id);

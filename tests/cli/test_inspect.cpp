@@ -16,8 +16,8 @@ namespace wgllm {
 namespace {
 
 std::string write_file(const std::string& name, const std::vector<uint8_t>& bytes) {
-  const auto path = std::filesystem::temp_directory_path() /
-                    ("wgllm_cli_inspect_" + std::to_string(getpid()) + "_" + name);
+  const auto path =
+      std::filesystem::temp_directory_path() / ("wgllm_cli_inspect_" + std::to_string(getpid()) + "_" + name);
   std::ofstream out(path, std::ios::binary);
   out.write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
   return path.string();
@@ -32,8 +32,9 @@ TEST(CliInspect, ShowsTypesItCannotRunAndRunRefusesThem) {
   const CliResult shown = run_cli("inspect --tensors " + path);
   EXPECT_EQ(shown.status, 0) << shown.err;
   EXPECT_NE(shown.out.find("extra.iq2.weight"), std::string::npos) << shown.out;
-  EXPECT_NE(shown.out.find("IQ2_XXS       1         0.00  (a type wgllm cannot run)"), std::string::npos) << shown.out;
-  EXPECT_NE(shown.out.find("Q4_K          1         0.00\n"), std::string::npos) << shown.out;
+  EXPECT_NE(shown.out.find("  IQ2_XXS      1         0.00  (a type wgllm cannot run)\n"), std::string::npos)
+      << shown.out;
+  EXPECT_NE(shown.out.find("  Q4_K         1         0.00\n"), std::string::npos) << shown.out;
   EXPECT_NE(shown.out.find("note: wgllm cannot run this file"), std::string::npos) << shown.out;
 
   const CliResult run = run_cli("run -m " + path + " -p hi -n 1");
@@ -64,8 +65,8 @@ TEST(CliInspect, RealGemmaFile) {
   const CliResult r = run_cli("inspect " + *gemma);
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("architecture   gemma3"), std::string::npos) << r.out;
-  for (const char* line : {"F32        109", "Q4_K        27", "Q5_0        81", "Q6_K         9", "Q8_0        10",
-                           "total      236"})
+  for (const char* line :
+       {"F32        109", "Q4_K        27", "Q5_0        81", "Q6_K         9", "Q8_0        10", "total      236"})
     EXPECT_NE(r.out.find(line), std::string::npos) << line << " in\n" << r.out;
   EXPECT_EQ(r.out.find("cannot run)"), std::string::npos) << r.out;
 }

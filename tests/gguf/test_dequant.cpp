@@ -368,7 +368,7 @@ TEST(DequantRow, FloatTypesAndErrors) {
   EXPECT_EQ(out, x);
   std::vector<uint8_t> q(34);
   EXPECT_THROW(dequantize_row(GgufType::Q8_0, q.data(), out.data(), 5), InvalidArgument);
-  EXPECT_THROW(dequantize_row(GgufType::Q4_K, q.data(), out.data(), 32), InvalidArgument);   // not 256
+  EXPECT_THROW(dequantize_row(GgufType::Q4_K, q.data(), out.data(), 32), InvalidArgument);    // not 256
   EXPECT_THROW(dequantize_row(GgufType::IQ2_XXS, q.data(), out.data(), 0), InvalidArgument);  // not runnable
 }
 
