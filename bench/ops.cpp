@@ -27,7 +27,7 @@ namespace {
 
 struct Options {
   std::string adapter;
-  std::string types = "F32,F16,BF16,Q8_0,Q4_0";
+  std::string types = "F32,F16,BF16,Q8_0,Q4_0,Q4_1,Q5_0,Q5_1,Q2_K,Q3_K,Q4_K,Q5_K,Q6_K";
   std::string shapes = "4096x4096,896x4864";  // n_in x n_out
   uint32_t prefill_tokens = 512;
   uint32_t repeats = 5;
@@ -53,7 +53,21 @@ GgufType parse_type(const std::string& s) {
   throw InvalidArgument("--types: unknown type '" + s + "' (" + supported_type_names() + ")");
 }
 
-// Random GGUF bytes: floats in [-1, 1], or random quants with scales in [0.001, 0.03].
+// Byte offsets of a block type's f16 fields (d, and dmin or m), from ggml-common.h.
+std::vector<size_t> half_fields(GgufType t) {
+  switch (t) {
+    case GgufType::Q4_1:
+    case GgufType::Q5_1:
+    case GgufType::Q4_K:
+    case GgufType::Q5_K: return {0, 2};
+    case GgufType::Q2_K: return {80, 82};
+    case GgufType::Q3_K: return {108};
+    case GgufType::Q6_K: return {208};
+    default: return {0};
+  }
+}
+
+// Random GGUF bytes: floats in [-1, 1], or random quants and sub-block scales with f16 scales in [0.001, 0.03].
 std::vector<uint8_t> random_weight(GgufType t, uint32_t n_in, uint32_t n_out, uint64_t seed) {
   std::vector<uint8_t> out(tensor_bytes(t, n_in, n_out));
   std::mt19937 gen{static_cast<uint32_t>(seed)};
@@ -76,13 +90,14 @@ std::vector<uint8_t> random_weight(GgufType t, uint32_t n_in, uint32_t n_out, ui
         std::memcpy(&out[i * 2], &h, 2);
       }
       break;
-    case GgufType::Q8_0:
-    case GgufType::Q4_0: {
-      const size_t bb = t == GgufType::Q8_0 ? 34 : 18;
+    default: {
+      const size_t bb = block_bytes(t);
       for (size_t b = 0; b < out.size(); b += bb) {
-        const uint16_t d = wgllm::f32_to_f16(0.001f + 0.029f * (unit() * 0.5f + 0.5f));
-        std::memcpy(&out[b], &d, 2);
-        for (size_t j = 2; j < bb; ++j) out[b + j] = uint8_t(gen());
+        for (size_t j = 0; j < bb; ++j) out[b + j] = uint8_t(gen());
+        for (size_t f : half_fields(t)) {
+          const uint16_t d = wgllm::f32_to_f16(0.001f + 0.029f * (unit() * 0.5f + 0.5f));
+          std::memcpy(&out[b + f], &d, 2);
+        }
       }
       break;
     }
@@ -239,6 +254,11 @@ int run_bench_ops(const Options& o) {
     auto y = ctx.create_buffer(uint64_t(max_t) * n_out * 4, WGPUBufferUsage_Storage, "y");
     for (const auto& tname : split(o.types, ',')) {
       const GgufType t = parse_type(tname);
+      if (n_in % block_elems(t) != 0) {
+        std::printf("%-7s %-5s %5ux%-5u  (skipped: n_in is not a multiple of the %u-element block)\n", "-",
+                    tname.c_str(), n_in, n_out, block_elems(t));
+        continue;
+      }
       const auto bytes = random_weight(t, n_in, n_out, n_in * 31 + n_out);
       std::vector<kernels::GpuWeight> copies;
       for (uint64_t total = 0; copies.empty() || total < o.rotate_bytes; total += bytes.size())

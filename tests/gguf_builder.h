@@ -83,6 +83,10 @@ inline uint64_t gguf_nbytes(uint32_t type, const std::vector<uint64_t>& dims) {
     case 30: return n * 2;
     case 8: return n / 32 * 34;
     case 2: return n / 32 * 18;
+    case 6: return n / 32 * 22;     // Q5_0
+    case 12: return n / 256 * 144;  // Q4_K
+    case 14: return n / 256 * 210;  // Q6_K
+    case 16: return n / 256 * 66;   // IQ2_XXS
     default: return 0;
   }
 }

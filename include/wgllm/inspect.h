@@ -22,7 +22,8 @@ struct GgufMetadataRow {
 
 struct GgufTensorRow {
   std::string name = {};
-  std::string type = {};             // "F32", "Q8_0", "Q4_K", ...
+  std::string type = {};             // "F32", "Q8_0", "Q4_K", "IQ2_XXS", ...
+  bool runnable = true;              // a type wgllm runs (the parser accepts every type ggml defines)
   std::vector<uint64_t> shape = {};  // innermost (row length) first, as GGUF stores it
   uint64_t n_elements = 0;
   uint64_t n_bytes = 0;

@@ -122,6 +122,7 @@ GgufSummary inspect_gguf(const std::string& path) {
   for (const GgufTensor& x : f.tensors())
     s.tensors.push_back({.name = x.name,
                          .type = type_name(x.type),
+                         .runnable = is_supported_type(static_cast<uint32_t>(x.type)),
                          .shape = std::vector<uint64_t>(x.dims().begin(), x.dims().end()),
                          .n_elements = x.n_elements,
                          .n_bytes = x.n_bytes,

@@ -8,13 +8,26 @@
 
 namespace wgllm {
 
-// Converts `n` elements of `type` at `src` (GGUF layout) to f32. For Q8_0 / Q4_0, `n` must be a multiple of 32
-// (InvalidArgument otherwise). Q8_0 block: f16 scale d + 32 int8 q, x = q*d. Q4_0 block: f16 scale d + 16 bytes,
-// element j in the low nibble of byte j and element j+16 in its high nibble, x = (nibble - 8)*d.
+// Converts `n` elements of `type` at `src` (GGUF layout) to f32, bit for bit as ggml (and the gguf Python package)
+// does. For a block type, `n` must be a multiple of block_elems(type) (InvalidArgument otherwise, and for a type
+// wgllm does not run). Each block is as ggml-common.h lays it out:
+//   Q8_0  d, q[32] int8                              x = q * d
+//   Q4_0  d, qs[16]: element j low nibble of byte j, x = (nibble - 8) * d
+//         element j + 16 its high nibble
+//   Q4_1  d, m, qs[16] as Q4_0                       x = d * nibble + m
+//   Q5_0  d, qh (u32: bit j the 5th bit of element j), qs[16] as Q4_0     x = (q - 16) * d
+//   Q5_1  d, m, qh, qs[16]                           x = d * q + m
+// K-quants: 256-element super-blocks of 16- or 32-element sub-blocks, each with its own scale (and min):
+//   Q2_K  scales[16] (low nibble scale, high min), qs[64] (2 bits), d, dmin     x = d*sc * q - dmin*m
+//   Q3_K  hmask[32], qs[64] (2 bits), scales[12] (16 x 6 bits), d              x = d*(sc - 32) * (q - 4*!hbit)
+//   Q4_K  d, dmin, scales[12] (8 x 6-bit scale + min), qs[128]                 x = d*sc * q - dmin*m
+//   Q5_K  d, dmin, scales[12], qh[32] (5th bits), qs[128]                      x = d*sc * q - dmin*m
+//   Q6_K  ql[128], qh[64], scales[16] int8, d                                  x = d*sc * (q - 32)
 void dequantize_row(GgufType type, const uint8_t* src, float* dst, size_t n);
 
-// The first of `n` elements of `type` at `src` that is NaN or infinite — for Q8_0 / Q4_0 the first element of the
-// first block whose scale is — or nullopt when every element is finite. A model with such a weight computes NaN.
+// The first of `n` elements of `type` at `src` that is NaN or infinite — for a block type the first element of the
+// first block whose scale (d, dmin or m) is — or nullopt when every element is finite. A model with such a weight
+// computes NaN.
 std::optional<uint64_t> find_non_finite(GgufType type, const uint8_t* src, uint64_t n);
 
 }  // namespace wgllm

@@ -487,11 +487,12 @@ void GgufFile::parse() {
     t.n_elements = n_el;
     const uint64_t type_at = r.pos();
     const auto type_id = r.read<uint32_t>("tensor type");
-    if (!is_supported_type(type_id)) {
+    if (!is_known_type(type_id)) {
       const char* name = ggml_type_name(type_id);
       if (!name) r.fail("unknown tensor type id " + std::to_string(type_id), type_at);
-      throw ModelError(label_ + ": byte " + std::to_string(type_at) + ": tensor " + quoted(t.name) + ": type " + name +
-                       " is not supported yet (supported: " + supported_type_names() + ")");
+      r.fail(std::string("type ") + name + " (id " + std::to_string(type_id) +
+                 ") was removed from ggml: no GGUF file holds it",
+             type_at);
     }
     t.type = static_cast<GgufType>(type_id);
     const uint64_t be = block_elems(t.type);

@@ -13,6 +13,16 @@
 //         scales [rows][nb] packed two per u32
 //   Q4_0: quants [rows][nb] of 1 vec4 (16 bytes as in GGUF: element j = low nibble of
 //         byte j, element j + 16 = its high nibble), then the f16 scales as for Q8_0
+// The other block types keep GGUF's block bytes (gguf/dequant.h), one block after the other in words:
+//   Q4_1: 5 words (d|m, qs)           Q5_0: 5 words (qh, qs), d in the scale array as Q4_0's
+//   Q5_1: 6 words (d|m, qh, qs)
+// and the K-quants, 256-element super-blocks (nb / 8 per row) whose every sub-block of 32 is one of our blocks:
+//   Q2_K: 20 words (scales, qs), then from vec4 scale_off4 one u32 d|dmin per super-block
+//   Q3_K: 28 words (hmask, qs, scales, d, 2 bytes of padding)
+//   Q4_K: 36 words (d|dmin, scales, qs)    Q5_K: 44 words (d|dmin, scales, qh, qs)
+//   Q6_K: 52 words (ql, qh, scales), d in the scale array
+// Each super-block starts at a multiple of 4 words, so the header (d|dmin and the scales of Q4_K/Q5_K) is
+// one vec4 and every pair of quant words a load reads is one half of a vec4.
 // The host prepends `const WTYPE: u32` (the GGUF type id: one of the T_* below), `const NT: u32`
 // (matvec tokens per dispatch) and, for matvec.wgsl, the shape MV_T, MV_R, MV_G and XV4,
 // mv_lane_sum() (a butterfly of subgroup shuffles, or the identity without subgroups) and the
@@ -27,7 +37,15 @@
 const T_F32: u32 = 0u;
 const T_F16: u32 = 1u;
 const T_Q4_0: u32 = 2u;
+const T_Q4_1: u32 = 3u;
+const T_Q5_0: u32 = 6u;
+const T_Q5_1: u32 = 7u;
 const T_Q8_0: u32 = 8u;
+const T_Q2_K: u32 = 10u;
+const T_Q3_K: u32 = 11u;
+const T_Q4_K: u32 = 12u;
+const T_Q5_K: u32 = 13u;
+const T_Q6_K: u32 = 14u;
 const T_BF16: u32 = 30u;
 
 struct MatmulParams {
@@ -88,8 +106,128 @@ fn f16x8(v: vec4<u32>) -> W8 {
 
 fn bf2(a: u32) -> vec2<f32> { return vec2<f32>(bitcast<f32>(a << 16u), bitcast<f32>(a & 0xFFFF0000u)); }
 
+// Word i of the piece, and words i, i + 1 (i even: one half of a vec4).
+fn wd(i: u32) -> u32 { return w[i >> 2u][i & 3u]; }
+fn wd2(i: u32) -> vec2<u32> {
+  let v = w[i >> 2u];
+  return select(v.xy, v.zw, (i & 2u) != 0u);
+}
+
+// The four bytes of a, each shifted right by sh and masked.
+fn bytes4(a: u32, sh: u32, mask: u32) -> vec4<u32> {
+  return (vec4<u32>(a) >> (vec4<u32>(0u, 8u, 16u, 24u) + vec4<u32>(sh))) & vec4<u32>(mask);
+}
+
+// Byte i (0..15) of a vec4.
+fn byte_of(v: vec4<u32>, i: u32) -> u32 { return (v[i >> 2u] >> (8u * (i & 3u))) & 255u; }
+
+// The 5th bits of unit q's 8 elements from qh (bit e of element e), as 16s.
+fn high8(qh: u32, q: u32) -> array<vec4<u32>, 2> {
+  let b = qh >> (8u * q);
+  return array<vec4<u32>, 2>(((vec4<u32>(b) >> vec4<u32>(0u, 1u, 2u, 3u)) & vec4<u32>(1u)) << vec4<u32>(4u),
+                             ((vec4<u32>(b) >> vec4<u32>(4u, 5u, 6u, 7u)) & vec4<u32>(1u)) << vec4<u32>(4u));
+}
+
+// Elements [8 q, + 8) of 32-element block blk (a Q4_1 / Q5_0 / Q5_1 GPU block).
+fn load8_q45(blk: u32, q: u32) -> W8 {
+  if (WTYPE == T_Q4_1) {
+    let b = blk * 5u;
+    let dm = unpack2x16float(wd(b));
+    let i = b + 1u + 2u * (q & 1u);
+    let sh = 4u * (q >> 1u);
+    return W8(dm.x * vec4<f32>(bytes4(wd(i), sh, 15u)) + dm.y, dm.x * vec4<f32>(bytes4(wd(i + 1u), sh, 15u)) + dm.y);
+  } else if (WTYPE == T_Q5_0) {
+    let b = blk * 5u;
+    let d = q_scale(blk);
+    let hb = high8(wd(b), q);
+    let i = b + 1u + 2u * (q & 1u);
+    let sh = 4u * (q >> 1u);
+    return W8(d * (vec4<f32>(bytes4(wd(i), sh, 15u) | hb[0]) - 16.0),
+              d * (vec4<f32>(bytes4(wd(i + 1u), sh, 15u) | hb[1]) - 16.0));
+  }
+  // T_Q5_1
+  let b = blk * 6u;
+  let dm = unpack2x16float(wd(b));
+  let hb = high8(wd(b + 1u), q);
+  let v = wd2(b + 2u + 2u * (q & 1u));
+  let sh = 4u * (q >> 1u);
+  return W8(dm.x * vec4<f32>(bytes4(v.x, sh, 15u) | hb[0]) + dm.y,
+            dm.x * vec4<f32>(bytes4(v.y, sh, 15u) | hb[1]) + dm.y);
+}
+
+// Elements [8 q, + 8) of sub-block j (of 8) of K-quant super-block sb. In Q2_K / Q3_K / Q6_K sub-block j is half
+// h = j / 4, quarter k = j % 4 of the super-block: its 2-bit quants at bytes 32 h + 8 q .. of the 2-bit array
+// (shift 2 k), its two 16-element scales numbers 8 h + 2 k and + 1.
+fn load8_k(sb: u32, j: u32, q: u32) -> W8 {
+  let h = j >> 2u;
+  let k = j & 3u;
+  let si = 8u * h + 2u * k + (q >> 1u);  // the 16-element scale of this unit
+  if (WTYPE == T_Q2_K) {
+    let b = sb * 20u;
+    let dm = unpack2x16float(w[p.scale_off4 + (sb >> 2u)][sb & 3u]);
+    let sc = byte_of(w[b >> 2u], si);
+    let dl = dm.x * f32(sc & 15u);
+    let ml = dm.y * f32(sc >> 4u);
+    let v = wd2(b + 4u + 8u * h + 2u * q);
+    return W8(dl * vec4<f32>(bytes4(v.x, 2u * k, 3u)) - ml, dl * vec4<f32>(bytes4(v.y, 2u * k, 3u)) - ml);
+  } else if (WTYPE == T_Q3_K) {
+    let b = sb * 28u;
+    let tail = w[(b >> 2u) + 6u];  // scales bytes 0..11, then d
+    let lo = (byte_of(tail, si & 7u) >> (4u * (si >> 3u))) & 15u;
+    let hi = (byte_of(tail, 8u + (si & 3u)) >> (2u * (si >> 2u))) & 3u;
+    let dl = unpack2x16float(tail.w).x * (f32(lo | (hi << 4u)) - 32.0);
+    let v = wd2(b + 8u + 8u * h + 2u * q);
+    let m = wd2(b + 2u * q);
+    let hs = 4u * h + k;
+    return W8(dl * (vec4<f32>(bytes4(v.x, 2u * k, 3u) + 4u * bytes4(m.x, hs, 1u)) - 4.0),
+              dl * (vec4<f32>(bytes4(v.y, 2u * k, 3u) + 4u * bytes4(m.y, hs, 1u)) - 4.0));
+  } else if (WTYPE == T_Q6_K) {
+    let b = sb * 52u;
+    let d = q_scale(sb);
+    let sc = f32(bitcast<i32>(byte_of(w[(b >> 2u) + 12u], si) << 24u) >> 24u);
+    let dl = d * sc;
+    let lq = wd2(b + 16u * h + 8u * (k & 1u) + 2u * q);
+    let hq = wd2(b + 32u + 8u * h + 2u * q);
+    let sh = 4u * (k >> 1u);
+    return W8(dl * (vec4<f32>(bytes4(lq.x, sh, 15u) | (bytes4(hq.x, 2u * k, 3u) << vec4<u32>(4u))) - 32.0),
+              dl * (vec4<f32>(bytes4(lq.y, sh, 15u) | (bytes4(hq.y, 2u * k, 3u) << vec4<u32>(4u))) - 32.0));
+  }
+  // T_Q4_K, T_Q5_K: header d|dmin, scales bytes 0..11; sub-block j the low (j even) or high nibbles of the
+  // qs bytes 32 (j / 2) + 8 q ..; Q5_K's 5th bits bit j of qh bytes 8 q ..
+  let b = sb * select(36u, 44u, WTYPE == T_Q5_K);
+  let hdr = w[b >> 2u];
+  let dm = unpack2x16float(hdr.x);
+  let jj = j & 3u;
+  let s0 = (hdr.y >> (8u * jj)) & 255u;  // scales byte jj
+  let s1 = (hdr.z >> (8u * jj)) & 255u;  // byte jj + 4
+  let s2 = (hdr.w >> (8u * jj)) & 255u;  // byte jj + 8
+  var sc = s0 & 63u;
+  var mn = s1 & 63u;
+  if (j >= 4u) {
+    sc = (s2 & 15u) | ((s0 >> 6u) << 4u);
+    mn = (s2 >> 4u) | ((s1 >> 6u) << 4u);
+  }
+  let dl = dm.x * f32(sc);
+  let ml = dm.y * f32(mn);
+  let sh = 4u * (j & 1u);
+  if (WTYPE == T_Q4_K) {
+    let v = wd2(b + 4u + 8u * (j >> 1u) + 2u * q);
+    return W8(dl * vec4<f32>(bytes4(v.x, sh, 15u)) - ml, dl * vec4<f32>(bytes4(v.y, sh, 15u)) - ml);
+  }
+  let v = wd2(b + 12u + 8u * (j >> 1u) + 2u * q);
+  let m = wd2(b + 4u + 2u * q);
+  return W8(dl * vec4<f32>(bytes4(v.x, sh, 15u) | (bytes4(m.x, j, 1u) << vec4<u32>(4u))) - ml,
+            dl * vec4<f32>(bytes4(v.y, sh, 15u) | (bytes4(m.y, j, 1u) << vec4<u32>(4u))) - ml);
+}
+
 // Elements [8 * (u % 4), + 8) of block u / 4 of piece row r.
 fn load8(r: u32, u: u32) -> W8 {
+  if (WTYPE == T_Q2_K || WTYPE == T_Q3_K || WTYPE == T_Q4_K || WTYPE == T_Q5_K || WTYPE == T_Q6_K) {
+    return load8_k(r * (p.nb >> 3u) + (u >> 5u), (u >> 2u) & 7u, u & 3u);
+  }
+  if (WTYPE == T_Q4_1 || WTYPE == T_Q5_0 || WTYPE == T_Q5_1) {
+    return load8_q45(r * p.nb + (u >> 2u), u & 3u);
+  }
   let blk = r * p.nb + (u >> 2u);
   let q = u & 3u;
   if (WTYPE == T_F32) {

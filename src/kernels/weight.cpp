@@ -9,48 +9,69 @@ namespace wgllm::kernels {
 
 namespace {
 
-constexpr uint32_t kBlock = 32;  // elements per GPU block, whatever the type
+constexpr uint32_t kBlock = 32;  // elements per GPU unit block (matmul_common.wgsl's nb counts these)
 
-// Quantised types keep a scale per block, stored after the quants on the GPU.
-bool quantised(GgufType t) { return t == GgufType::Q8_0 || t == GgufType::Q4_0; }
-
-// GPU bytes of one block's elements (the quants alone for the quantised types).
-uint32_t block_data_bytes(GgufType t) {
+// The GPU layout of a type (matmul_common.wgsl documents each): every GGUF block (for F32/F16/BF16: every 32
+// elements) becomes `data` bytes, a multiple of 4 (padded with zeros where the GGUF block is not), in row order;
+// the `split` bytes at `split_at` of each block (the f16 scale d, or d and dmin) move to a second array after the
+// data. Splitting or padding makes the data's 4-byte words, and the pairs of words a load reads, aligned
+// (PERF.md: the layouts measured).
+struct Layout {
+  uint32_t elems, data, split_at, split;
+};
+Layout layout(GgufType t) {
   switch (t) {
-    case GgufType::F32: return 128;
+    case GgufType::F32: return {32, 128, 0, 0};
     case GgufType::F16:
-    case GgufType::BF16: return 64;
-    case GgufType::Q8_0: return 32;
-    case GgufType::Q4_0: return 16;
+    case GgufType::BF16: return {32, 64, 0, 0};
+    case GgufType::Q8_0: return {32, 32, 0, 2};
+    case GgufType::Q4_0: return {32, 16, 0, 2};
+    case GgufType::Q4_1: return {32, 20, 0, 0};
+    case GgufType::Q5_0: return {32, 20, 0, 2};
+    case GgufType::Q5_1: return {32, 24, 0, 0};
+    case GgufType::Q2_K: return {256, 80, 80, 4};
+    case GgufType::Q3_K: return {256, 112, 0, 0};  // 110 bytes padded to 112
+    case GgufType::Q4_K: return {256, 144, 0, 0};
+    case GgufType::Q5_K: return {256, 176, 0, 0};
+    case GgufType::Q6_K: return {256, 208, 208, 2};
+    default: return {0, 0, 0, 0};
   }
-  return 0;
 }
 
 uint64_t round_up(uint64_t v, uint64_t m) { return (v + m - 1) / m * m; }
 
-// Bytes of a piece of `rows` rows (quants, 16-byte aligned, then scales).
+// GPU blocks per row: nb unit blocks of 32 grouped by the type's block.
+uint64_t row_blocks(GgufType t, uint32_t nb) { return uint64_t(nb) * kBlock / layout(t).elems; }
+
+// Bytes of the data array of a piece of `rows` rows, rounded to 16 (the split array starts there).
+uint64_t data_bytes(GgufType t, uint32_t nb, uint64_t rows) {
+  return round_up(rows * row_blocks(t, nb) * layout(t).data, 16);
+}
+
+// Bytes of a piece of `rows` rows: the data, then the split array.
 uint64_t piece_bytes(GgufType t, uint32_t nb, uint64_t rows) {
-  const uint64_t data = rows * nb * block_data_bytes(t);
-  if (!quantised(t)) return data;
-  return data + round_up(rows * nb * 2, 16);
+  return data_bytes(t, nb, rows) + round_up(rows * row_blocks(t, nb) * layout(t).split, 16);
 }
 
 // Repacks GGUF rows [row_begin, row_begin + rows) into the GPU piece layout.
 std::vector<uint8_t> repack(GgufType t, uint32_t n_in, uint32_t nb, const uint8_t* src, uint32_t row_begin,
                             uint32_t rows) {
   std::vector<uint8_t> out(piece_bytes(t, nb, rows), 0);
-  if (!quantised(t)) {
-    const uint64_t src_row = tensor_bytes(t, n_in), dst_row = uint64_t(nb) * block_data_bytes(t);
+  const Layout l = layout(t);
+  if (block_elems(t) == 1) {  // float types: rows padded to whole unit blocks
+    const uint64_t src_row = tensor_bytes(t, n_in), dst_row = uint64_t(nb) * l.data;
     for (uint32_t r = 0; r < rows; ++r)
       std::memcpy(&out[r * dst_row], src + (uint64_t(row_begin) + r) * src_row, src_row);
     return out;
   }
-  const uint32_t qbytes = block_data_bytes(t), bbytes = block_bytes(t);
-  const uint64_t scales = uint64_t(rows) * nb * qbytes;
-  const uint8_t* s = src + uint64_t(row_begin) * nb * bbytes;
-  for (uint64_t blk = 0; blk < uint64_t(rows) * nb; ++blk, s += bbytes) {
-    std::memcpy(&out[scales + blk * 2], s, 2);
-    std::memcpy(&out[blk * qbytes], s + 2, qbytes);
+  const uint32_t bb = block_bytes(t), tail = bb - l.split_at - l.split;
+  const uint64_t blocks = uint64_t(rows) * row_blocks(t, nb), split_base = data_bytes(t, nb, rows);
+  const uint8_t* s = src + uint64_t(row_begin) * row_blocks(t, nb) * bb;
+  for (uint64_t blk = 0; blk < blocks; ++blk, s += bb) {
+    uint8_t* d = &out[blk * l.data];
+    std::memcpy(d, s, l.split_at);
+    std::memcpy(d + l.split_at, s + l.split_at + l.split, tail);
+    if (l.split) std::memcpy(&out[split_base + blk * l.split], s + l.split_at, l.split);
   }
   return out;
 }
@@ -128,7 +149,9 @@ uint64_t GpuWeight::gpu_bytes() const {
 GpuWeight upload_weight(gpu::Context& ctx, GgufType type, uint64_t ne0, uint64_t ne1, std::span<const uint8_t> bytes,
                         std::string_view label, uint64_t max_piece_bytes) {
   const char* fn = "upload_weight";
-  if (!is_supported_type(uint32_t(type))) fail(fn, "type " + std::to_string(uint32_t(type)) + " unknown");
+  if (!is_supported_type(uint32_t(type)))
+    fail(fn, "type " + std::string(type_name(type)) + " (id " + std::to_string(uint32_t(type)) +
+                 ") is not one wgllm runs (it runs " + supported_type_names() + ")");
   if (ne0 == 0 || ne0 > (1u << 24)) fail(fn, "ne0 (n_in) " + std::to_string(ne0) + " must be in [1, 2^24]");
   if (ne1 == 0 || ne1 > UINT32_MAX) fail(fn, "ne1 (n_out) " + std::to_string(ne1) + " must be in [1, 2^32)");
   if (ne0 % block_elems(type) != 0)
@@ -143,8 +166,9 @@ GpuWeight upload_weight(gpu::Context& ctx, GgufType type, uint64_t ne0, uint64_t
   w.n_out = uint32_t(ne1);
   w.n_blocks = uint32_t((ne0 + kBlock - 1) / kBlock);
   const uint64_t limit = max_piece_bytes ? std::min(max_piece_bytes, ctx.max_binding_size()) : ctx.max_binding_size();
-  const uint64_t row_bytes = uint64_t(w.n_blocks) * (block_data_bytes(type) + (quantised(type) ? 2 : 0));
-  uint64_t rows_per_piece = limit < 16 + row_bytes ? 0 : (limit - 16) / row_bytes;
+  const Layout l = layout(type);
+  const uint64_t row_bytes = row_blocks(type, w.n_blocks) * (l.data + l.split);
+  uint64_t rows_per_piece = limit < 32 + row_bytes ? 0 : (limit - 32) / row_bytes;  // 32: the two arrays' padding
   if (rows_per_piece > 1) rows_per_piece &= ~uint64_t(1);  // pieces start at even rows (SwiGLU pairs)
   if (rows_per_piece == 0)
     fail(fn, "one row (" + std::to_string(row_bytes) + " bytes) exceeds the storage-binding limit of " +
@@ -154,7 +178,7 @@ GpuWeight upload_weight(gpu::Context& ctx, GgufType type, uint64_t ne0, uint64_t
     GpuWeightPiece piece;
     piece.row_begin = uint32_t(r0);
     piece.n_rows = rows;
-    piece.scale_off4 = quantised(type) ? uint32_t(uint64_t(rows) * w.n_blocks * block_data_bytes(type) / 16) : 0;
+    piece.scale_off4 = l.split ? uint32_t(data_bytes(type, w.n_blocks, rows) / 16) : 0;
     const auto data = repack(type, w.n_in, w.n_blocks, bytes.data(), piece.row_begin, rows);
     piece.buffer = ctx.create_buffer(data.size(), WGPUBufferUsage_Storage, label);
     ctx.write_buffer(piece.buffer, 0, data.data(), data.size());

@@ -15,10 +15,10 @@
 namespace wgllm::kernels {
 
 // One row range of a weight, in one buffer no larger than a storage binding. GPU layout (see
-// matmul_common.wgsl): rows padded to n_blocks blocks of 32 elements (zeros past n_in); F32/F16/BF16
-// keep their element bits; Q8_0/Q4_0 are split into a quant array ([rows][n_blocks] x 32 or 16
-// bytes, 16-byte aligned) followed by the f16 scales ([rows][n_blocks], starting at 16-byte
-// index scale_off4). The bytes of each block are otherwise GGUF's.
+// matmul_common.wgsl): F32/F16/BF16 rows padded to n_blocks blocks of 32 elements (zeros past n_in), keeping their
+// element bits; the block types keep each GGUF block's bytes in row order, padded to a multiple of 4 bytes, except
+// that Q8_0/Q4_0/Q5_0/Q6_K move their f16 scale d (Q2_K its d and dmin) into a second array starting at 16-byte
+// index scale_off4.
 struct GpuWeightPiece {
   gpu::Buffer buffer;
   uint32_t row_begin = 0, n_rows = 0;
@@ -29,7 +29,7 @@ struct GpuWeightPiece {
 struct GpuWeight {
   GgufType type = GgufType::F32;
   uint32_t n_in = 0, n_out = 0;
-  uint32_t n_blocks = 0;  // 32-element blocks per row (n_in rounded up)
+  uint32_t n_blocks = 0;  // 32-element blocks per row (n_in rounded up; K-quants: 8 per super-block)
   std::vector<GpuWeightPiece> pieces;
   uint64_t gpu_bytes() const;
   bool empty() const { return pieces.empty(); }

@@ -104,6 +104,11 @@ ModelConfig config_from_gguf(const GgufFile& f) {
   } else {
     fail(f, "architecture '" + c.arch_name + "' is not supported (supported: llama, qwen2, qwen3, gemma3)");
   }
+  // The parser accepts every ggml type (inspect shows any file); running needs types wgllm dequantises.
+  for (const GgufTensor& t : f.tensors())
+    if (!is_supported_type(static_cast<uint32_t>(t.type)))
+      fail(f, "byte " + std::to_string(t.info_offset) + ": tensor '" + t.name + "' has type " + type_name(t.type) +
+                  ", which wgllm cannot run (it runs " + supported_type_names() + ")");
   const std::string a = c.arch_name + ".";
   auto dim = [&](const std::string& key) { return require_dim(f, a + key, f.get_u32(a + key)); };
 

@@ -347,6 +347,20 @@ TEST(GgufFile, ZeroTensorsAndTypeNames) {
   EXPECT_EQ(block_elems(GgufType::Q4_0), 32u);
 }
 
+// Any type ggml defines parses, runnable or not: sizes follow its block layout.
+TEST(GgufFile, EveryKnownTypeParses) {
+  GgufBuilder g;
+  g.tensor("k", {512, 3}, 12).tensor("q5", {64, 2}, 6).tensor("iq", {256, 2}, 16).tensor("q6", {256}, 14);
+  const auto f = parse(g.build());
+  EXPECT_EQ(f.tensor("k").type, GgufType::Q4_K);
+  EXPECT_EQ(f.tensor("k").n_bytes, 2u * 3 * 144);
+  EXPECT_EQ(f.tensor("q5").n_bytes, 2u * 2 * 22);
+  EXPECT_EQ(f.tensor("iq").type, GgufType::IQ2_XXS);
+  EXPECT_EQ(f.tensor("iq").n_bytes, 2u * 66);
+  EXPECT_EQ(f.tensor("q6").n_bytes, 210u);
+  EXPECT_FALSE(is_supported_type(uint32_t(f.tensor("iq").type)));
+}
+
 // ---- corrupt files -----------------------------------------------------------
 
 template <typename T>
@@ -459,10 +473,10 @@ const std::vector<CorruptCase>& corrupt_cases() {
        "tensor #0 ('t'): data offset 4 is not a multiple of the alignment 32"},
       {"unknown tensor type", [] { return one_tensor({"t", {8}, 99, {}, 0, {}}).build(); },
        "tensor #0 ('t'): unknown tensor type id 99"},
-      {"unsupported type Q4_K", [] { return one_tensor({"blk.0.ffn_down.weight", {256}, 12, {}, 0, {}}).build(); },
-       "tensor 'blk.0.ffn_down.weight': type Q4_K is not supported yet (supported: F32, F16, BF16, Q8_0, Q4_0)"},
-      {"unsupported type IQ2_XS", [] { return one_tensor({"t", {256}, 17, {}, 0, {}}).build(); },
-       "type IQ2_XS is not supported yet"},
+      {"removed type Q4_0_4_4", [] { return one_tensor({"t", {256}, 31, {}, 0, {}}).build(); },
+       "tensor #0 ('t'): type Q4_0_4_4 (id 31) was removed from ggml: no GGUF file holds it"},
+      {"Q4_K row not a block multiple", [] { return one_tensor({"t", {128, 2}, 12, {}, 0, {}}).build(); },
+       "row length 128 is not a multiple of the Q4_K block size 256"},
       {"Q8_0 row not a block multiple", [] { return one_tensor({"t", {33}, 8, {}, 0, {}}).build(); },
        "row length 33 is not a multiple of the Q8_0 block size 32"},
       {"overlapping tensors", [] {

@@ -22,9 +22,32 @@ constexpr auto F16 = GgufType::F16;
 constexpr auto BF16 = GgufType::BF16;
 constexpr auto Q8_0 = GgufType::Q8_0;
 constexpr auto Q4_0 = GgufType::Q4_0;
+constexpr auto Q4_1 = GgufType::Q4_1;
+constexpr auto Q5_0 = GgufType::Q5_0;
+constexpr auto Q5_1 = GgufType::Q5_1;
+constexpr auto Q2_K = GgufType::Q2_K;
+constexpr auto Q3_K = GgufType::Q3_K;
+constexpr auto Q4_K = GgufType::Q4_K;
+constexpr auto Q5_K = GgufType::Q5_K;
+constexpr auto Q6_K = GgufType::Q6_K;
 
-// Random GGUF bytes of a [ne1][ne0] tensor: values in [-1, 1] for float types; random quants
-// and random normal f16 scales for Q8_0 / Q4_0.
+// Byte offsets of a block type's f16 fields (the scale d, and the min m or dmin), from ggml-common.h.
+inline std::vector<size_t> block_half_fields(GgufType t) {
+  switch (t) {
+    case GgufType::Q4_1:
+    case GgufType::Q5_1:
+    case GgufType::Q4_K:
+    case GgufType::Q5_K: return {0, 2};
+    case GgufType::Q2_K: return {80, 82};
+    case GgufType::Q3_K: return {108};
+    case GgufType::Q6_K: return {208};
+    default: return {0};
+  }
+}
+
+// Random GGUF bytes of a [ne1][ne0] tensor: values in [-1, 1] for float types; for block types random quants
+// and sub-block scales, and random normal f16 scales of either sign (d in [0.002, 0.05] over the 6-bit
+// sub-block scales of the K-quants, which multiply it by up to 63).
 inline std::vector<uint8_t> random_weight(GgufType t, uint64_t ne0, uint64_t ne1, std::mt19937_64& gen) {
   std::vector<uint8_t> out(tensor_bytes(t, ne0, ne1));
   std::uniform_real_distribution<float> val(-1.f, 1.f), scale(0.002f, 0.05f);
@@ -46,12 +69,13 @@ inline std::vector<uint8_t> random_weight(GgufType t, uint64_t ne0, uint64_t ne1
     case GgufType::BF16:
       for (size_t i = 0; i < ne0 * ne1; ++i) put16(i * 2, uint16_t(std::bit_cast<uint32_t>(val(gen)) >> 16));
       break;
-    case GgufType::Q8_0:
-    case GgufType::Q4_0: {
-      const size_t bb = t == GgufType::Q8_0 ? 34 : 18;
+    default: {
+      const size_t bb = block_bytes(t);
+      const float k_scale = block_elems(t) == 256 ? 1.f / 16 : 1.f;
       for (size_t b = 0; b < out.size(); b += bb) {
-        put16(b, wgllm::f32_to_f16(byte(gen) & 1 ? scale(gen) : -scale(gen)));
-        for (size_t j = 2; j < bb; ++j) out[b + j] = uint8_t(byte(gen));
+        for (size_t j = 0; j < bb; ++j) out[b + j] = uint8_t(byte(gen));
+        for (size_t f : block_half_fields(t))
+          put16(b + f, wgllm::f32_to_f16(k_scale * (byte(gen) & 1 ? scale(gen) : -scale(gen))));
       }
       break;
     }

@@ -77,12 +77,39 @@ const MatmulCase kMatmulCases[] = {
     {"q4_0_mv_4864x17_t2_bias", Q4_0, 4864, 17, 2, true},
     {"q4_0_mm_t75", Q4_0, 224, 131, 75},
     {"q4_0_mm_t64_bias", Q4_0, 64, 65, 64, true},
+    {"q4_1_mv_896x131_t1", Q4_1, 896, 131, 1},
+    {"q4_1_mm_t75_bias", Q4_1, 224, 131, 75, true},
+    {"q5_0_mv_4096x9_t3_bias", Q5_0, 4096, 9, 3, true},
+    {"q5_0_mv_odd_blocks_160x33_t1", Q5_0, 160, 33, 1},
+    {"q5_0_mm_t64", Q5_0, 544, 65, 64},
+    {"q5_1_mv_32x1_t2", Q5_1, 32, 1, 2},
+    {"q5_1_mv_1376x45_t4", Q5_1, 1376, 45, 4},
+    {"q5_1_mm_t7", Q5_1, 96, 3, 7},
+    {"q2_k_mv_512x67_t1", Q2_K, 512, 67, 1},
+    {"q2_k_mm_t75", Q2_K, 256, 70, 75},
+    {"q3_k_mv_768x33_t3_bias", Q3_K, 768, 33, 3, true},
+    {"q3_k_mm_t64", Q3_K, 512, 64, 64},
+    {"q4_k_mv_256x1_t1", Q4_K, 256, 1, 1},
+    {"q4_k_mv_2304x131_t2", Q4_K, 2304, 131, 2},
+    {"q4_k_mm_t75_bias", Q4_K, 512, 131, 75, true},
+    {"q5_k_mv_1280x45_t4", Q5_K, 1280, 45, 4},
+    {"q5_k_mm_t7", Q5_K, 256, 3, 7},
+    {"q6_k_mv_768x131_t1_bias", Q6_K, 768, 131, 1, true},
+    {"q6_k_mv_256x3_t3", Q6_K, 256, 3, 3},
+    {"q6_k_mm_t75", Q6_K, 768, 67, 75},
     // Weights split into row pieces (small pieces forced so the split runs fast).
     {"split_f32_mv_t3", F32, 100, 301, 3, true, Auto, 16 * 1024},
     {"split_f16_mm_t75", F16, 200, 257, 75, false, Auto, 20 * 1024},
     {"split_q8_0_mv_t1", Q8_0, 256, 333, 1, true, Auto, 12 * 1024},
     {"split_q4_0_mm_t64", Q4_0, 128, 190, 64, false, Auto, 3 * 1024},
     {"split_bf16_mv_t2", BF16, 64, 97, 2, false, Auto, 1024},
+    {"split_q5_0_mv_t3", Q5_0, 96, 257, 3, false, Auto, 2 * 1024},
+    {"split_q4_1_mm_t75", Q4_1, 128, 101, 75, true, Auto, 2 * 1024},
+    {"split_q2_k_mv_t1", Q2_K, 256, 99, 1, false, Auto, 2 * 1024},
+    {"split_q3_k_mm_t64", Q3_K, 256, 77, 64, false, Auto, 3 * 1024},
+    {"split_q4_k_mv_t1", Q4_K, 512, 301, 1, true, Auto, 16 * 1024},
+    {"split_q5_k_mv_t2", Q5_K, 256, 61, 2, false, Auto, 2 * 1024},
+    {"split_q6_k_mm_t75", Q6_K, 256, 199, 75, false, Auto, 8 * 1024},
 };
 
 class MatmulTable : public ::testing::TestWithParam<MatmulCase> {};
@@ -153,6 +180,10 @@ const EpilogueCase kEpilogueCases[] = {
     {"split_q8_0_mv_t3", Q8_0, 96, 45, 3, Matvec, Epilogue::Split},
     {"split_norm_f16_mm_t75", F16, 128, 100, 75, Tiled, Epilogue::Split, true, true},
     {"split_pieces_q4_0_mm_t64", Q4_0, 64, 150, 64, Tiled, Epilogue::Split, false, false, 2 * 1024},
+    {"norm_q4_k_mv_t1", Q4_K, 512, 40, 1, Matvec, Epilogue::Plain, true, true},
+    {"swiglu_q6_k_mv_t1", Q6_K, 256, 70, 1, Matvec, Epilogue::Swiglu, true},
+    {"split_q5_0_mm_t75", Q5_0, 128, 100, 75, Tiled, Epilogue::Split, true, true},
+    {"accum_q5_k_mm_t70", Q5_K, 256, 65, 70, Tiled, Epilogue::Accumulate},
 };
 
 void check_epilogue(gpu::Context& ctx, const EpilogueCase& c) {
@@ -346,7 +377,9 @@ TEST(Matmul, BadArgumentsThrowNamingTheField) {
   expect_throw([&] { kernels::upload_weight(ctx, Q8_0, 64, 9, bytes); }, "bytes");
   expect_throw([&] { kernels::upload_weight(ctx, F32, 0, 9, bytes); }, "ne0");
   expect_throw([&] { kernels::upload_weight(ctx, F32, 64, 0, bytes); }, "ne1");
-  expect_throw([&] { kernels::upload_weight(ctx, GgufType(12), 256, 2, std::vector<uint8_t>(288)); }, "type 12");
+  expect_throw([&] { kernels::upload_weight(ctx, GgufType::IQ2_XXS, 256, 2, std::vector<uint8_t>(132)); },
+               "type IQ2_XXS (id 16) is not one wgllm runs");
+  expect_throw([&] { kernels::upload_weight(ctx, Q4_K, 128, 2, std::vector<uint8_t>(144)); }, "multiple of 256");
   expect_throw([&] { kernels::upload_weight(ctx, F32, 4096, 2, std::vector<uint8_t>(4096 * 8), "w", 1024); },
                "one row");
   expect_throw([&] { kernels::encode_embedding(batch, ctx, w, small, y, 5); }, "ids");

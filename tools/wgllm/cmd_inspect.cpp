@@ -73,8 +73,10 @@ int run_inspect(const std::string& path, bool tensors, bool metadata) {
   print_tokenizer(f.tokenizer);
 
   std::map<std::string, std::pair<size_t, uint64_t>> per_type;
+  std::map<std::string, bool> runnable;
   uint64_t total = 0, params = 0;
   for (const auto& t : f.tensors) {
+    runnable[t.type] = t.runnable;
     auto& [count, bytes] = per_type[t.type];
     ++count;
     bytes += t.n_bytes;
@@ -84,14 +86,16 @@ int run_inspect(const std::string& path, bool tensors, bool metadata) {
   const double p = static_cast<double>(params);
   std::printf("tensors        %zu (%.2f%s parameters)\n", f.tensors.size(), p >= 1e9 ? p / 1e9 : p / 1e6,
               p >= 1e9 ? "B" : "M");
-  std::printf("  %-6s %6s %12s\n", "type", "count", "MiB");
-  for (const auto& [name, cb] : per_type) std::printf("  %-6s %6zu %12.2f\n", name.c_str(), cb.first, mib(cb.second));
-  std::printf("  %-6s %6zu %12.2f\n", "total", f.tensors.size(), mib(total));
+  std::printf("  %-7s %6s %12s\n", "type", "count", "MiB");
+  for (const auto& [name, cb] : per_type)
+    std::printf("  %-7s %6zu %12.2f%s\n", name.c_str(), cb.first, mib(cb.second),
+                runnable[name] ? "" : "  (a type wgllm cannot run)");
+  std::printf("  %-7s %6zu %12.2f\n", "total", f.tensors.size(), mib(total));
 
   if (tensors) {
-    std::printf("\n%-40s %-5s %-28s %12s\n", "tensor", "type", "dims", "bytes");
+    std::printf("\n%-40s %-7s %-28s %12s\n", "tensor", "type", "dims", "bytes");
     for (const auto& t : f.tensors)
-      std::printf("%-40s %-5s %-28s %12llu\n", t.name.c_str(), t.type.c_str(), shape_string(t.shape).c_str(),
+      std::printf("%-40s %-7s %-28s %12llu\n", t.name.c_str(), t.type.c_str(), shape_string(t.shape).c_str(),
                   static_cast<unsigned long long>(t.n_bytes));
   }
   if (metadata) {
@@ -99,11 +103,8 @@ int run_inspect(const std::string& path, bool tensors, bool metadata) {
     for (const GgufMetadataRow& m : f.metadata)
       std::printf("  %-44s %-6s %s\n", m.key.c_str(), m.type.c_str(), m.value.c_str());
   }
-  if (!f.config_error.empty()) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "wgllm: error: %s\n", f.config_error.c_str());
-    return 1;
-  }
+  // The file is shown whole either way; what keeps `run` from it is a note, not a failure of inspect.
+  if (!f.config_error.empty()) std::printf("\nnote: wgllm cannot run this file: %s\n", f.config_error.c_str());
   return 0;
 }
 

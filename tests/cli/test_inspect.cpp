@@ -1,0 +1,75 @@
+// `wgllm inspect` shows every file the parser accepts, tensors of types wgllm cannot run included; only `run`
+// refuses such a file, with one line naming the tensor and its type.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "cli_util.h"
+#include "external.h"
+#include "gguf_builder.h"
+
+namespace wgllm {
+namespace {
+
+std::string write_file(const std::string& name, const std::vector<uint8_t>& bytes) {
+  const auto path =
+      std::filesystem::temp_directory_path() / ("wgllm_cli_inspect_" + std::to_string(getpid()) + "_" + name);
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
+  return path.string();
+}
+
+size_t count_lines(const std::string& s) { return size_t(std::count(s.begin(), s.end(), '\n')); }
+
+TEST(CliInspect, ShowsTypesItCannotRunAndRunRefusesThem) {
+  test::GgufBuilder g = test::tiny_model("llama");
+  g.tensor("extra.iq2.weight", {256, 2}, 16 /* IQ2_XXS */).tensor("extra.q4k.weight", {512, 3}, 12);
+  const std::string path = write_file("iq2.gguf", g.build());
+  const CliResult shown = run_cli("inspect --tensors " + path);
+  EXPECT_EQ(shown.status, 0) << shown.err;
+  EXPECT_NE(shown.out.find("extra.iq2.weight"), std::string::npos) << shown.out;
+  EXPECT_NE(shown.out.find("  IQ2_XXS      1         0.00  (a type wgllm cannot run)\n"), std::string::npos)
+      << shown.out;
+  EXPECT_NE(shown.out.find("  Q4_K         1         0.00\n"), std::string::npos) << shown.out;
+  EXPECT_NE(shown.out.find("note: wgllm cannot run this file"), std::string::npos) << shown.out;
+
+  const CliResult run = run_cli("run -m " + path + " -p hi -n 1");
+  EXPECT_EQ(run.status, 1);
+  EXPECT_EQ(count_lines(run.err), 1u) << run.err;
+  EXPECT_NE(run.err.find("tensor 'extra.iq2.weight' has type IQ2_XXS, which wgllm cannot run"), std::string::npos)
+      << run.err;
+  std::filesystem::remove(path);
+}
+
+// An architecture wgllm does not run is shown with a note, not an error.
+TEST(CliInspect, UnknownArchitectureIsANote) {
+  test::GgufBuilder g = test::tiny_model("llama");
+  g.set("general.architecture", test::GVal::str("mamba"));
+  const std::string path = write_file("mamba.gguf", g.build());
+  const CliResult r = run_cli("inspect " + path);
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("architecture   mamba"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("note: wgllm cannot run this file: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("'mamba'"), std::string::npos) << r.out;
+  std::filesystem::remove(path);
+}
+
+// The real Gemma 3 270M Q4_K_M file: every tensor type listed, whether or not its architecture runs yet.
+TEST(CliInspect, RealGemmaFile) {
+  const auto gemma = test::gemma_file();
+  WGLLM_REQUIRE_EXTERNAL(gemma, "the Gemma 3 270M file");
+  const CliResult r = run_cli("inspect " + *gemma);
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("architecture   gemma3"), std::string::npos) << r.out;
+  for (const char* line :
+       {"F32        109", "Q4_K        27", "Q5_0        81", "Q6_K         9", "Q8_0        10", "total      236"})
+    EXPECT_NE(r.out.find(line), std::string::npos) << line << " in\n" << r.out;
+  EXPECT_EQ(r.out.find("cannot run)"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace wgllm
