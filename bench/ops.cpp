@@ -15,6 +15,7 @@
 
 #include "add_kernel.h"
 #include "command.h"
+#include "gguf/dequant.h"
 #include "gguf/half.h"
 #include "gguf/types.h"
 #include "gpu/batch.h"
@@ -53,20 +54,6 @@ GgufType parse_type(const std::string& s) {
   throw InvalidArgument("--types: unknown type '" + s + "' (" + supported_type_names() + ")");
 }
 
-// Byte offsets of a block type's f16 fields (d, and dmin or m), from ggml-common.h.
-std::vector<size_t> half_fields(GgufType t) {
-  switch (t) {
-    case GgufType::Q4_1:
-    case GgufType::Q5_1:
-    case GgufType::Q4_K:
-    case GgufType::Q5_K: return {0, 2};
-    case GgufType::Q2_K: return {80, 82};
-    case GgufType::Q3_K: return {108};
-    case GgufType::Q6_K: return {208};
-    default: return {0};
-  }
-}
-
 // Random GGUF bytes: floats in [-1, 1], or random quants and sub-block scales with f16 scales in [0.001, 0.03].
 std::vector<uint8_t> random_weight(GgufType t, uint32_t n_in, uint32_t n_out, uint64_t seed) {
   std::vector<uint8_t> out(tensor_bytes(t, n_in, n_out));
@@ -94,7 +81,7 @@ std::vector<uint8_t> random_weight(GgufType t, uint32_t n_in, uint32_t n_out, ui
       const size_t bb = block_bytes(t);
       for (size_t b = 0; b < out.size(); b += bb) {
         for (size_t j = 0; j < bb; ++j) out[b + j] = uint8_t(gen());
-        for (size_t f : half_fields(t)) {
+        for (size_t f : scale_fields(t)) {
           const uint16_t d = wgllm::f32_to_f16(0.001f + 0.029f * (unit() * 0.5f + 0.5f));
           std::memcpy(&out[b + f], &d, 2);
         }

@@ -186,8 +186,11 @@ class Tools(unittest.TestCase):
     def test_fixtures_match_regenerated_models(self):
         # tests/data/models/ref/*.ref.gguf came from transformers; the regenerated models must be the same tensors
         # and numpy_forward must reproduce their logits and greedy tokens
+        # (models committed beside ref/, such as gemma3-tiny-f32 made by tools/gemma3_fixture.py through llama.cpp's
+        # converter, are not regenerated here: the C++ model tests match them with their fixtures)
         ref_dir = Path(__file__).resolve().parent.parent / "tests/data/models/ref"
-        refs = sorted(ref_dir.glob("*.ref.gguf"))
+        refs = sorted(p for p in ref_dir.glob("*.ref.gguf")
+                      if not (ref_dir.parent / (p.name[:-len(".ref.gguf")] + ".gguf")).exists())
         self.assertTrue(refs)
         out = self.dir / "fixture-models"
         names = [p.name[:-len(".ref.gguf")] for p in refs]

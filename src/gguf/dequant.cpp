@@ -148,32 +148,28 @@ void q6_k(const uint8_t* b, float* y) {
   }
 }
 
-// Byte offsets in a block of its f16 scales (d, and dmin or m where present); -1 ends the list.
-struct ScaleFields {
-  int at[2];
-};
-ScaleFields scale_fields(GgufType t) {
-  switch (t) {
-    case GgufType::Q4_0:
-    case GgufType::Q5_0:
-    case GgufType::Q8_0: return {{0, -1}};
-    case GgufType::Q4_1:
-    case GgufType::Q5_1:
-    case GgufType::Q4_K:
-    case GgufType::Q5_K: return {{0, 2}};
-    case GgufType::Q2_K: return {{80, 82}};
-    case GgufType::Q3_K: return {{108, -1}};
-    case GgufType::Q6_K: return {{208, -1}};
-    default: return {{-1, -1}};
-  }
-}
-
 [[noreturn]] void unsupported(const char* fn, GgufType t) {
   throw InvalidArgument(std::string(fn) + ": type " + type_name(t) + " (id " + std::to_string(uint32_t(t)) +
                         ") is not one wgllm runs");
 }
 
 }  // namespace
+
+std::vector<size_t> scale_fields(GgufType type) {
+  switch (type) {
+    case GgufType::Q4_0:
+    case GgufType::Q5_0:
+    case GgufType::Q8_0: return {0};
+    case GgufType::Q4_1:
+    case GgufType::Q5_1:
+    case GgufType::Q4_K:
+    case GgufType::Q5_K: return {0, 2};
+    case GgufType::Q2_K: return {80, 82};
+    case GgufType::Q3_K: return {108};
+    case GgufType::Q6_K: return {208};
+    default: return {};
+  }
+}
 
 void dequantize_row(GgufType type, const uint8_t* src, float* dst, size_t n) {
   void (*block)(const uint8_t*, float*) = nullptr;
@@ -235,12 +231,12 @@ std::optional<uint64_t> find_non_finite(GgufType type, const uint8_t* src, uint6
     case GgufType::BF16: return scan16(n, 2, 0x7F80);
     default: break;
   }
-  const ScaleFields f = scale_fields(type);
-  if (f.at[0] < 0) unsupported("find_non_finite", type);
+  const std::vector<size_t> fields = scale_fields(type);
+  if (fields.empty()) unsupported("find_non_finite", type);
   const uint64_t be = block_elems(type), bb = block_bytes(type), blocks = n / be;
   for (uint64_t b = 0; b < blocks; ++b)
-    for (int at : f.at)
-      if (at >= 0 && (load_u16(src + b * bb + at) & 0x7C00) == 0x7C00) return b * be;
+    for (size_t at : fields)
+      if ((load_u16(src + b * bb + at) & 0x7C00) == 0x7C00) return b * be;
   return std::nullopt;
 }
 

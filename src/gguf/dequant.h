@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "gguf/types.h"
 
@@ -24,6 +25,10 @@ namespace wgllm {
 //   Q5_K  d, dmin, scales[12], qh[32] (5th bits), qs[128]                      x = d*sc * q - dmin*m
 //   Q6_K  ql[128], qh[64], scales[16] int8, d                                  x = d*sc * (q - 32)
 void dequantize_row(GgufType type, const uint8_t* src, float* dst, size_t n);
+
+// Byte offsets in a block of `type` of its f16 scales (d, and dmin or m where present), from ggml-common.h; empty
+// for float types and types wgllm does not run.
+std::vector<size_t> scale_fields(GgufType type);
 
 // The first of `n` elements of `type` at `src` that is NaN or infinite — for a block type the first element of the
 // first block whose scale (d, dmin or m) is — or nullopt when every element is finite. A model with such a weight

@@ -56,7 +56,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::vector<float> row;
     for (const auto& t : f.tensors()) {
       const auto bytes = f.tensor_data(t);
-      // Dequantise the first row (capped) of each tensor: reads exactly the bytes the type implies.
+      // Dequantise the first row (capped) of each tensor of a type wgllm runs (the parser accepts every ggml type):
+      // reads exactly the bytes the type implies.
+      if (!wgllm::is_supported_type(uint32_t(t.type))) continue;
       const uint64_t n = std::min<uint64_t>(t.ne[0], 4096) / wgllm::block_elems(t.type) * wgllm::block_elems(t.type);
       if (n == 0 || n / wgllm::block_elems(t.type) * wgllm::block_bytes(t.type) > bytes.size()) continue;
       row.resize(n);

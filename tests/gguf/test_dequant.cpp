@@ -222,20 +222,6 @@ std::vector<uint8_t> read_file(const std::filesystem::path& p) {
   return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
 }
 
-// The f16 fields (d, dmin, m) of a block: their byte offsets.
-std::vector<size_t> half_fields(GgufType t) {
-  switch (t) {
-    case GgufType::Q4_1:
-    case GgufType::Q5_1:
-    case GgufType::Q4_K:
-    case GgufType::Q5_K: return {0, 2};
-    case GgufType::Q2_K: return {80, 82};
-    case GgufType::Q3_K: return {108};
-    case GgufType::Q6_K: return {208};
-    default: return {0};
-  }
-}
-
 // Blocks whose every byte position takes all 256 values over the first 256 blocks (every quant and scale-bit
 // pattern, in every sub-block), then random ones; the f16 fields hold random values of every magnitude and, in
 // turn, the extremes: largest, smallest normal, subnormals, zeros, infinities, negatives.
@@ -244,7 +230,7 @@ std::vector<uint8_t> test_blocks(GgufType t, size_t n_blocks, std::mt19937_64& g
   std::vector<uint8_t> out(n_blocks * bb);
   const uint16_t extremes[] = {0x7BFF, 0xFBFF, 0x0400, 0x8400, 0x0001, 0x8001, 0x03FF, 0x0000,
                                0x8000, 0x3C00, 0xBC00, 0x7C00, 0xFC00, 0x1400, 0x0200};
-  const auto fields = half_fields(t);
+  const auto fields = scale_fields(t);
   std::uniform_real_distribution<float> exponent(-20.f, 12.f);
   for (size_t b = 0; b < n_blocks; ++b) {
     uint8_t* blk = &out[b * bb];
@@ -336,7 +322,7 @@ TEST(DequantRow, NonFiniteScalesAreFound) {
     const size_t bb = block_bytes(t), be = block_elems(t);
     std::vector<uint8_t> blocks(bb * 6);
     for (auto& x : blocks) x = uint8_t(gen());
-    const auto fields = half_fields(t);
+    const auto fields = scale_fields(t);
     for (size_t b = 0; b < 6; ++b)
       for (size_t f : fields) {
         const uint16_t h = f32_to_f16(0.01f);

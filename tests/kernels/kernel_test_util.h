@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "gguf/dequant.h"
 #include "gguf/half.h"
 #include "gguf/types.h"
 #include "kernels/kv_cache.h"
@@ -30,20 +31,6 @@ constexpr auto Q3_K = GgufType::Q3_K;
 constexpr auto Q4_K = GgufType::Q4_K;
 constexpr auto Q5_K = GgufType::Q5_K;
 constexpr auto Q6_K = GgufType::Q6_K;
-
-// Byte offsets of a block type's f16 fields (the scale d, and the min m or dmin), from ggml-common.h.
-inline std::vector<size_t> block_half_fields(GgufType t) {
-  switch (t) {
-    case GgufType::Q4_1:
-    case GgufType::Q5_1:
-    case GgufType::Q4_K:
-    case GgufType::Q5_K: return {0, 2};
-    case GgufType::Q2_K: return {80, 82};
-    case GgufType::Q3_K: return {108};
-    case GgufType::Q6_K: return {208};
-    default: return {0};
-  }
-}
 
 // Random GGUF bytes of a [ne1][ne0] tensor: values in [-1, 1] for float types; for block types random quants
 // and sub-block scales, and random normal f16 scales of either sign (d in [0.002, 0.05] over the 6-bit
@@ -74,7 +61,7 @@ inline std::vector<uint8_t> random_weight(GgufType t, uint64_t ne0, uint64_t ne1
       const float k_scale = block_elems(t) == 256 ? 1.f / 16 : 1.f;
       for (size_t b = 0; b < out.size(); b += bb) {
         for (size_t j = 0; j < bb; ++j) out[b + j] = uint8_t(byte(gen));
-        for (size_t f : block_half_fields(t))
+        for (size_t f : scale_fields(t))
           put16(b + f, wgllm::f32_to_f16(k_scale * (byte(gen) & 1 ? scale(gen) : -scale(gen))));
       }
       break;
