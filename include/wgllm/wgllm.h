@@ -53,7 +53,7 @@ struct LoadOptions {
 
 // What a loaded model is and what it takes.
 struct ModelInfo {
-  std::string arch;         // "llama", "qwen2", "qwen3"
+  std::string arch;         // "llama", "qwen2", "qwen3", "gemma3"
   std::string adapter;      // adapter name
   std::string weight_type;  // GGUF type of the layer matrices ("Q8_0", "F16", ...)
   uint64_t n_params = 0;

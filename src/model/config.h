@@ -34,7 +34,7 @@ struct ModelConfig {
   uint32_t rope_dim = 0;  // rope.dimension_count (default head_dim)
   RopeType rope_type = RopeType::Normal;
   RopeScaling rope_scaling;
-  bool qk_norm = false;                // qwen3: RMSNorm on each q/k head before RoPE
+  bool qk_norm = false;                // qwen3, gemma3: RMSNorm on each q/k head before RoPE
   bool attn_bias = false;              // qwen2: biases on q/k/v projections
   bool tied_embeddings = false;        // no output.weight: logits use token_embd.weight
   bool has_rope_freqs_tensor = false;  // rope_freqs.weight present (llama.cpp's Llama 3.x: per-pair freq divisors)
