@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <numeric>
 #include <random>
 #include <span>
@@ -49,6 +50,33 @@ inline std::vector<uint32_t> shuffled_pages(uint32_t max_seq, uint32_t page_size
   auto gen = rng(salt);
   std::shuffle(order.begin(), order.end(), gen);
   return order;
+}
+
+// For failure messages: a string with newlines, tabs and control bytes escaped, and ids space-separated.
+inline std::string show(const std::string& s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c < 0x20 || c == 0x7F) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02x", c);
+      out += hex;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+inline std::string show(const std::vector<int32_t>& ids) {
+  std::string s;
+  for (int32_t id : ids) {
+    if (!s.empty()) s += ' ';
+    s += std::to_string(id);
+  }
+  return s;
 }
 
 // A bit pattern that is NaN as f32 (and as both f16 halves): outputs are poisoned with it first.

@@ -20,6 +20,8 @@
 namespace wgllm {
 namespace {
 
+using test::show;
+
 // Strings joined by this user-defined token (id 5), which always splits the text before SentencePiece runs, as it
 // does in llama.cpp: each string is tokenized on its own, and one llama-tokenize call covers them all.
 constexpr const char* kSeparator = "[multimodal]";
@@ -157,33 +159,6 @@ std::vector<std::vector<int32_t>> split_at(const std::vector<int32_t>& ids, int3
     }
   }
   return parts;
-}
-
-std::string show(const std::string& s) {
-  std::string out;
-  for (unsigned char c : s) {
-    if (c == '\n') {
-      out += "\\n";
-    } else if (c == '\t') {
-      out += "\\t";
-    } else if (c < 0x20 || c == 0x7F) {
-      char hex[8];
-      std::snprintf(hex, sizeof hex, "\\x%02x", c);
-      out += hex;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out;
-}
-
-std::string show(const std::vector<int32_t>& ids) {
-  std::string s;
-  for (int32_t id : ids) {
-    if (!s.empty()) s += ' ';
-    s += std::to_string(id);
-  }
-  return s;
 }
 
 TEST(GemmaVocab, TokenizesLikeLlamaTokenize) {

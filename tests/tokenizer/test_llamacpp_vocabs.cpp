@@ -11,10 +11,13 @@
 #include <vector>
 
 #include "external.h"
+#include "test_util.h"
 #include "wgllm/vocab.h"
 
 namespace wgllm {
 namespace {
+
+using test::show;
 
 std::string slurp(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -54,33 +57,6 @@ std::vector<VocabCase> read_cases(const std::string& base) {
   return cases;
 }
 
-std::string show(const std::vector<int32_t>& ids) {
-  std::string s;
-  for (int32_t id : ids) {
-    if (!s.empty()) s += ' ';
-    s += std::to_string(id);
-  }
-  return s;
-}
-
-std::string escaped(const std::string& s) {
-  std::string out;
-  for (unsigned char c : s) {
-    if (c == '\n') {
-      out += "\\n";
-    } else if (c == '\t') {
-      out += "\\t";
-    } else if (c < 0x20 || c == 0x7F) {
-      char hex[8];
-      std::snprintf(hex, sizeof hex, "\\x%02x", c);
-      out += hex;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out;
-}
-
 class LlamaCppVocab : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(LlamaCppVocab, TokenizesEveryTestStringAsHfTokenizers) {
@@ -95,8 +71,7 @@ TEST_P(LlamaCppVocab, TokenizesEveryTestStringAsHfTokenizers) {
     const std::vector<int32_t> got = vocab.encode(c.text, false, false);
     if (got == c.ids) continue;
     if (++mismatches <= 5)
-      ADD_FAILURE() << GetParam() << ": '" << escaped(c.text) << "'\n  want " << show(c.ids) << "\n  got  "
-                    << show(got);
+      ADD_FAILURE() << GetParam() << ": '" << show(c.text) << "'\n  want " << show(c.ids) << "\n  got  " << show(got);
   }
   EXPECT_EQ(mismatches, 0u) << "of " << cases.size() << " strings";
 }
