@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Write a random-weight GGUF model (llama / qwen2 / qwen3 / gemma3) laid out exactly as llama.cpp's converters do.
+"""Write a random-weight GGUF model (llama / qwen2 / qwen3 / gemma3 / lfm2) laid out exactly as llama.cpp's converters do.
 
 Same arguments -> byte-identical file. Every tensor draws from its own generator,
 np.random.default_rng([seed, crc32(arch), crc32(name)]) (PCG64, standard_normal float32), so the same seed gives the same
@@ -8,6 +8,13 @@ float weights whatever the storage type: the q8_0 model is the quantised f32 mod
 Examples:
   tools/make_model.py --arch llama --type f32 --seed 1 --out /tmp/llama.gguf
   tools/make_model.py --arch qwen2 --type q4_0 --shape qwen2.5-0.5b --out /tmp/qwen-shape.gguf
+  tools/make_model.py --arch lfm2 --n-layer 6 --lfm2-attn-layers 2,4 --l-cache 3 --out /tmp/lfm2.gguf
+
+lfm2 (Liquid AI's LFM2, as convert_hf_to_gguf.py writes it): attention.head_count_kv is a per-layer INT32 array, 0 on
+the gated short-convolution layers; shortconv.l_cache the convolution's length; head_dim is n_embd / n_head (no
+key_length / rope.dimension_count keys); attention layers hold attn_q/k/v/output and attn_q_norm/attn_k_norm (neox
+RoPE, no row permutation), convolution layers shortconv.in_proj (ne [n_embd, 3 n_embd]: B, C, x), shortconv.conv
+(ne [l_cache, n_embd], always F32) and shortconv.out_proj; the final norm is token_embd_norm.weight.
 """
 from __future__ import annotations
 
@@ -42,6 +49,11 @@ SHAPES = {
     "gemma-3-270m": dict(arch="gemma3", n_embd=640, n_layer=18, n_head=4, n_head_kv=1, head_dim=256, n_ff=2048,
                          n_vocab=262144, ctx=32768, rope_base=1e6, rms_eps=1e-6, tie_embeddings=True,
                          sliding_window=512),
+    # LFM2 350M: 10 short-convolution layers and 6 attention layers; ffn 4608 is block_ff_dim 6656 after LFM2's
+    # automatic sizing (2/3, rounded up to a multiple of 256), as the converter writes it.
+    "lfm2-350m": dict(arch="lfm2", n_embd=1024, n_layer=16, n_head=16, n_head_kv=8, head_dim=64, n_ff=4608,
+                      n_vocab=65536, ctx=128000, rope_base=1e6, rms_eps=1e-5, tie_embeddings=True,
+                      lfm2_attn_layers="2,5,8,10,12,14", l_cache=3),
 }
 
 LLAMA3_TEMPLATE = (
@@ -120,6 +132,9 @@ def _specials(arch: str) -> tuple[list[str], str, str, bool, str]:
     if arch == "gemma3":  # no template: as in Gemma 3 270M's file, the architecture implies Gemma's turns
         sp = ["<pad>", "<eos>", "<bos>", "<start_of_turn>", "<end_of_turn>"]
         return sp, "<bos>", "<end_of_turn>", True, ""
+    if arch == "lfm2":
+        sp = ["<|pad|>", "<|startoftext|>", "<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+        return sp, "<|startoftext|>", "<|im_end|>", True, "{{- bos_token }}" + CHATML_TEMPLATE
     sp = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     return sp, "<|endoftext|>", "<|im_end|>", False, CHATML_TEMPLATE
 
@@ -192,7 +207,7 @@ def tokenizer_metadata(kind: str, arch: str, n_vocab: int) -> dict:
         tokens += specials
         types += [TT_CONTROL] * len(specials)
         md["tokenizer.ggml.model"] = "gpt2"
-        md["tokenizer.ggml.pre"] = "gpt-2"  # llama.cpp's name (it refuses "gpt2")
+        md["tokenizer.ggml.pre"] = "lfm2" if arch == "lfm2" else "gpt-2"  # llama.cpp's names (it refuses "gpt2")
         md["tokenizer.ggml.merges"] = merges
         scores = None
     elif kind == "spm":
@@ -249,14 +264,32 @@ def llama3_rope_factors(hd: int, rope_dim: int, base: float, factor: float, low:
     return np.array(out, dtype=np.float32)
 
 
+def lfm2_attn_layers(a) -> list[int]:
+    """lfm2: the attention layers (--lfm2-attn-layers; default every other layer from 1)."""
+    if not a.lfm2_attn_layers:
+        return list(range(1, a.n_layer, 2))
+    return sorted({int(x) for x in str(a.lfm2_attn_layers).split(",") if x.strip()})
+
+
 def tensor_plan(a) -> list[tuple[str, tuple[int, ...], str, float]]:
     """(name, numpy shape [out, in], init kind, std) in llama.cpp's tensor order."""
     q_dim, kv_dim = a.n_head * a.head_dim, a.n_head_kv * a.head_dim
     # tied: a small embedding keeps the token's own row from dominating its logit (else greedy repeats the input
     # token); a larger final-norm gain then restores a useful logit spread.
     plan = [("token_embd.weight", (a.n_vocab, a.n_embd), "w", 0.5 / math.sqrt(a.n_embd) if a.tie_embeddings else 1.0)]
+    attn = lfm2_attn_layers(a) if a.arch == "lfm2" else None
     for i in range(a.n_layer):
         p = f"blk.{i}."
+        if attn is not None and i not in attn:  # lfm2 gated short convolution
+            plan += [(p + "attn_norm.weight", (a.n_embd,), "norm", 0.1),
+                     (p + "shortconv.in_proj.weight", (3 * a.n_embd, a.n_embd), "w", 1 / math.sqrt(a.n_embd)),
+                     (p + "shortconv.conv.weight", (a.n_embd, a.l_cache), "w", 1 / math.sqrt(a.l_cache)),
+                     (p + "shortconv.out_proj.weight", (a.n_embd, a.n_embd), "w", 1 / math.sqrt(a.n_embd)),
+                     (p + "ffn_norm.weight", (a.n_embd,), "norm", 0.1),
+                     (p + "ffn_gate.weight", (a.n_ff, a.n_embd), "w", 1 / math.sqrt(a.n_embd)),
+                     (p + "ffn_up.weight", (a.n_ff, a.n_embd), "w", 1 / math.sqrt(a.n_embd)),
+                     (p + "ffn_down.weight", (a.n_embd, a.n_ff), "w", 1 / math.sqrt(a.n_ff))]
+            continue
         plan += [(p + "attn_norm.weight", (a.n_embd,), "norm", 0.1),
                  (p + "attn_q.weight", (q_dim, a.n_embd), "w", 1 / math.sqrt(a.n_embd)),
                  (p + "attn_k.weight", (kv_dim, a.n_embd), "w", 1 / math.sqrt(a.n_embd)),
@@ -264,7 +297,7 @@ def tensor_plan(a) -> list[tuple[str, tuple[int, ...], str, float]]:
         if a.arch == "qwen2":
             plan += [(p + "attn_q.bias", (q_dim,), "bias", 0.1), (p + "attn_k.bias", (kv_dim,), "bias", 0.1),
                      (p + "attn_v.bias", (kv_dim,), "bias", 0.1)]
-        if a.arch in ("qwen3", "gemma3"):
+        if a.arch in ("qwen3", "gemma3", "lfm2"):
             plan += [(p + "attn_q_norm.weight", (a.head_dim,), "norm", 0.1),
                      (p + "attn_k_norm.weight", (a.head_dim,), "norm", 0.1)]
         plan += [(p + "attn_output.weight", (a.n_embd, q_dim), "w", 1 / math.sqrt(q_dim))]
@@ -276,7 +309,8 @@ def tensor_plan(a) -> list[tuple[str, tuple[int, ...], str, float]]:
                  (p + "ffn_down.weight", (a.n_embd, a.n_ff), "w", 1 / math.sqrt(a.n_ff))]
         if a.arch == "gemma3":
             plan += [(p + "post_ffw_norm.weight", (a.n_embd,), "norm", 0.1)]
-    plan.append(("output_norm.weight", (a.n_embd,), "norm_out" if a.tie_embeddings else "norm", 0.1))
+    plan.append(("token_embd_norm.weight" if a.arch == "lfm2" else "output_norm.weight", (a.n_embd,),
+                 "norm_out" if a.tie_embeddings else "norm", 0.1))
     if not a.tie_embeddings:
         plan.append(("output.weight", (a.n_vocab, a.n_embd), "w", 2 / math.sqrt(a.n_embd)))
     return plan
@@ -313,7 +347,7 @@ def gen_tensor(seed: int, arch: str, name: str, shape: tuple[int, ...], kind: st
 
 def build_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--arch", choices=["llama", "qwen2", "qwen3", "gemma3"], default=None)
+    ap.add_argument("--arch", choices=["llama", "qwen2", "qwen3", "gemma3", "lfm2"], default=None)
     ap.add_argument("--type", choices=list(TYPES), default="f32", help="storage type of the 2-D weights")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", required=True)
@@ -330,6 +364,9 @@ def build_args(argv=None):
     ap.add_argument("--rms-eps", type=float, default=1e-5)
     ap.add_argument("--sliding-window", type=int, default=0,
                     help="gemma3: attention.sliding_window (every 6th layer global; default n_ctx / 4)")
+    ap.add_argument("--lfm2-attn-layers", default=None, metavar="I,J,..",
+                    help="lfm2: the attention layers, the others gated short convolutions (default 1,3,5,..)")
+    ap.add_argument("--l-cache", type=int, default=3, help="lfm2: shortconv.l_cache, the convolution's length")
     ap.add_argument("--rope-scaling", choices=["none", "llama3"], default="none")
     ap.add_argument("--rope-scaling-factor", type=float, default=8.0)
     ap.add_argument("--rope-scaling-low", type=float, default=1.0, help="llama3 low_freq_factor")
@@ -353,6 +390,22 @@ def build_args(argv=None):
         a.arch = "llama"
     if a.tokenizer is None:
         a.tokenizer = "synthetic" if a.shape else "bpe"
+    if a.arch == "lfm2":
+        if a.shape and a.lfm2_attn_layers and "lfm2_attn_layers" not in explicit:  # the shape's, cut to --n-layer
+            a.lfm2_attn_layers = ",".join(x for x in a.lfm2_attn_layers.split(",") if int(x) < a.n_layer)
+        # head_dim is n_embd / n_head (the converter writes no key_length); llama.cpp's attn_output is n_embd square
+        if "head_dim" not in explicit:
+            a.head_dim = a.n_embd // a.n_head
+        if a.n_head * a.head_dim != a.n_embd:
+            ap.error("lfm2 needs --n-head * --head-dim == --n-embd")
+        if a.l_cache < 2:
+            ap.error("--l-cache must be at least 2")
+        try:
+            layers = lfm2_attn_layers(a)
+        except ValueError:
+            ap.error(f"--lfm2-attn-layers {a.lfm2_attn_layers}: expected comma-separated layer indices")
+        if any(i < 0 or i >= a.n_layer for i in layers):
+            ap.error(f"--lfm2-attn-layers {a.lfm2_attn_layers}: indices must be below --n-layer {a.n_layer}")
     if a.n_head % a.n_head_kv:
         ap.error("--n-head must be a multiple of --n-head-kv")
     if a.head_dim % 2:
@@ -389,13 +442,20 @@ def write_model(a, tokenizer: dict | None = None, tensor_data=None) -> None:
     w.add_block_count(a.n_layer)
     w.add_feed_forward_length(a.n_ff)
     w.add_head_count(a.n_head)
-    w.add_head_count_kv(a.n_head_kv)
-    w.add_key_length(a.head_dim)
-    w.add_value_length(a.head_dim)
+    if arch == "lfm2":  # per layer, 0 on short-convolution layers; no key/value length or rope dimension keys
+        attn = lfm2_attn_layers(a)
+        w.add_array(f"{arch}.attention.head_count_kv", [a.n_head_kv if i in attn else 0 for i in range(a.n_layer)])
+    else:
+        w.add_head_count_kv(a.n_head_kv)
+        w.add_key_length(a.head_dim)
+        w.add_value_length(a.head_dim)
     w.add_layer_norm_rms_eps(a.rms_eps)
     w.add_rope_freq_base(a.rope_base)
-    w.add_rope_dimension_count(a.head_dim)
+    if arch != "lfm2":
+        w.add_rope_dimension_count(a.head_dim)
     w.add_vocab_size(a.n_vocab)
+    if arch == "lfm2":
+        w.add_uint32(f"{arch}.shortconv.l_cache", a.l_cache)
     if arch == "gemma3":
         w.add_sliding_window(a.sliding_window or max(1, a.ctx // 4))
     # llama3 RoPE scaling is the rope_freqs.weight tensor alone (below), as in llama.cpp's Llama 3.x files: llama.cpp
@@ -425,6 +485,8 @@ def write_model(a, tokenizer: dict | None = None, tensor_data=None) -> None:
     overrides = [o.split("=", 1) for o in (a.tensor_type or [])]
 
     def storage(name, shape):
+        if name.endswith("shortconv.conv.weight"):  # F32 always, as the converter and llama-quantize keep it
+            return ggufio.F32
         for part, t in overrides:
             if part in name and len(shape) == 2:
                 return TYPES[t]

@@ -1,9 +1,15 @@
 #!/usr/bin/env python3
-"""Independent float64 numpy forward pass of llama / qwen2 / qwen3 GGUF models, reading the file directly.
+"""Independent float64 numpy forward pass of llama / qwen2 / qwen3 / lfm2 GGUF models, reading the file directly.
 
 It works in GGUF space: llama Q/K rows are stored permuted, so llama uses adjacent-pair ("normal") RoPE on them;
-qwen2/qwen3 use half-split ("neox") RoPE. llama3 frequency scaling comes from rope_freqs.weight when present,
+qwen2/qwen3/lfm2 use half-split ("neox") RoPE. llama3 frequency scaling comes from rope_freqs.weight when present,
 else from the {arch}.rope.scaling.* keys.
+
+lfm2: attention.head_count_kv is a per-layer array, 0 on the gated short-convolution layers. Such a layer computes
+B, C, x = in_proj(attn_norm(h)) (three n_embd slices of its output, in that order), then per channel c the causal
+convolution out[t][c] = sum_k w[c][k] * (B*x)[t - (L-1) + k][c] with w = shortconv.conv.weight (ne = [L, n_embd]:
+tap L-1 multiplies the current position, tap 0 the oldest; zeros before the sequence), and adds out_proj(C * out).
+Its cache is the last L-1 rows of B*x. The final norm is token_embd_norm.weight.
 
   tools/numpy_forward.py MODEL.gguf [--tokens 1,2,3] [--n-predict 16]
 """
@@ -36,6 +42,8 @@ class Config:
     rope_scaling: dict | None   # llama3: factor, low_freq_factor, high_freq_factor, original_context_length
     tied: bool
     bos: int | None
+    layer_kv: tuple[int, ...] | None = None  # lfm2: KV heads per layer, 0 for a short-convolution layer
+    l_cache: int = 0                          # lfm2: shortconv.l_cache, the convolution's length
 
 
 def read_config(r: ggufio.Reader) -> Config:
@@ -49,13 +57,16 @@ def read_config(r: ggufio.Reader) -> Config:
                        high_freq_factor=float(g("rope.scaling.high_freq_factor", 4.0)),
                        original_context_length=int(g("rope.scaling.original_context_length", 8192)))
     bos = r.get("tokenizer.ggml.bos_token_id")
+    hkv = g("attention.head_count_kv", n_head)
+    layer_kv = tuple(int(v) for v in hkv) if isinstance(hkv, (list, np.ndarray)) else None
     return Config(arch=arch, n_vocab=r.tensors["token_embd.weight"].ne[1], n_embd=n_embd,
-                  n_layer=int(g("block_count")), n_head=n_head, n_head_kv=int(g("attention.head_count_kv", n_head)),
+                  n_layer=int(g("block_count")), n_head=n_head,
+                  n_head_kv=max(layer_kv) if layer_kv else int(hkv),
                   head_dim=head_dim, n_ff=int(g("feed_forward_length")),
                   rms_eps=float(g("attention.layer_norm_rms_epsilon", 1e-5)),
                   rope_base=float(g("rope.freq_base", 10000.0)), rope_dim=int(g("rope.dimension_count", head_dim)),
                   rope_scaling=scaling, tied="output.weight" not in r.tensors,
-                  bos=None if bos is None else int(bos))
+                  bos=None if bos is None else int(bos), layer_kv=layer_kv, l_cache=int(g("shortconv.l_cache", 0)))
 
 
 def rope_inv_freq(c: Config, rope_freqs: np.ndarray | None) -> np.ndarray:
@@ -81,10 +92,15 @@ class Model:
         w = lambda n: r.tensor(n, np.float64)  # noqa: E731
         self.tok_embd = w("token_embd.weight")                      # [n_vocab, n_embd]
         self.output = self.tok_embd if c.tied else w("output.weight")
-        self.output_norm = w("output_norm.weight")
+        self.output_norm = w("token_embd_norm.weight" if c.arch == "lfm2" else "output_norm.weight")
         self.layers = []
         for i in range(c.n_layer):
             p = f"blk.{i}."
+            if c.layer_kv is not None and c.layer_kv[i] == 0:  # lfm2 short convolution
+                self.layers.append({k: w(p + k + ".weight") for k in (
+                    "attn_norm", "shortconv.conv", "shortconv.in_proj", "shortconv.out_proj",
+                    "ffn_norm", "ffn_gate", "ffn_up", "ffn_down")})
+                continue
             L = {k: w(p + k + ".weight") for k in ("attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
                                                     "ffn_norm", "ffn_gate", "ffn_up", "ffn_down")}
             for k in ("attn_q", "attn_k", "attn_v"):
@@ -94,7 +110,7 @@ class Model:
             self.layers.append(L)
         rf = r.tensor("rope_freqs.weight", np.float64) if "rope_freqs.weight" in r.tensors else None
         self.inv_freq = rope_inv_freq(c, rf)
-        self.neox = c.arch in ("qwen2", "qwen3")
+        self.neox = c.arch in ("qwen2", "qwen3", "lfm2")
 
     def _rms(self, x, w):
         return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.c.rms_eps) * w
@@ -116,8 +132,22 @@ class Model:
         return x
 
     def new_cache(self):
-        return [dict(k=np.zeros((0, self.c.n_head_kv, self.c.head_dim)),
-                     v=np.zeros((0, self.c.n_head_kv, self.c.head_dim))) for _ in range(self.c.n_layer)]
+        """per layer: dict(k, v) for attention; dict(conv, n) for a short convolution (its last l_cache - 1 rows of
+        B*x, and the positions seen)"""
+        c = self.c
+        return [dict(k=np.zeros((0, c.n_head_kv, c.head_dim)), v=np.zeros((0, c.n_head_kv, c.head_dim)))
+                if "attn_q" in L else dict(conv=np.zeros((c.l_cache - 1, c.n_embd)), n=0) for L in self.layers]
+
+    def _shortconv(self, h, L, state):
+        """lfm2's gated short convolution of the normed h [T, n_embd]; updates state (dict(conv, n))."""
+        T, E = h.shape
+        b, g, x = np.split(h @ L["shortconv.in_proj"].T, 3, axis=-1)
+        seq = np.concatenate([state["conv"], b * x])                        # [l_cache - 1 + T, E]
+        w = L["shortconv.conv"]                                             # [E, l_cache]
+        n = w.shape[1]
+        out = sum(w[:, k] * seq[k:k + T] for k in range(n))                 # tap n-1: the current position
+        state["conv"], state["n"] = seq[seq.shape[0] - (n - 1):], state["n"] + T
+        return (g * out) @ L["shortconv.out_proj"].T
 
     def forward(self, tokens, cache=None) -> np.ndarray:
         """logits [T, n_vocab] (float64) for new tokens, appending to cache (a list from new_cache())."""
@@ -125,13 +155,19 @@ class Model:
         if cache is None:
             cache = self.new_cache()
         tokens = np.asarray(tokens, dtype=np.int64)
-        T, past = len(tokens), cache[0]["k"].shape[0]
+        T, past = len(tokens), cache[0]["k"].shape[0] if "k" in cache[0] else cache[0]["n"]
         pos = np.arange(past, past + T)
         x = self.tok_embd[tokens]
         g = c.n_head // c.n_head_kv
         mask = np.where(np.arange(past + T)[None, :] <= pos[:, None], 0.0, -np.inf)  # [T, S]
         for L, kv in zip(self.layers, cache):
             h = self._rms(x, L["attn_norm"])
+            if "conv" in kv:
+                x = x + self._shortconv(h, L, kv)
+                h = self._rms(x, L["ffn_norm"])
+                gt = h @ L["ffn_gate"].T
+                x = x + ((gt / (1 + np.exp(-gt))) * (h @ L["ffn_up"].T)) @ L["ffn_down"].T
+                continue
             q, k, v = h @ L["attn_q"].T, h @ L["attn_k"].T, h @ L["attn_v"].T
             if L["attn_q_b"] is not None:
                 q, k, v = q + L["attn_q_b"], k + L["attn_k_b"], v + L["attn_v_b"]

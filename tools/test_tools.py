@@ -166,6 +166,67 @@ class Tools(unittest.TestCase):
         a = make_model.build_args(["--shape", "qwen2.5-0.5b", "--n-layer", "1", "--out", "x"])
         self.assertEqual((a.arch, a.n_embd, a.n_layer, a.head_dim, a.n_vocab), ("qwen2", 896, 1, 64, 151936))
 
+    def test_lfm2_layout_and_forward(self):
+        # the layout convert_hf_to_gguf.py writes for LFM2 (see tests/data/models/lfm2-tiny-f32.gguf)
+        p = self.model("lfm2", "--arch", "lfm2", "--seed", "1", "--n-layer", "6", "--lfm2-attn-layers", "2,4")
+        r = ggufio.Reader(p)
+        self.assertEqual(r.get("lfm2.attention.head_count_kv").tolist(), [0, 0, 2, 0, 2, 0])
+        self.assertEqual(r.get("lfm2.attention.head_count_kv").dtype, np.int32)
+        self.assertEqual(r.get("lfm2.shortconv.l_cache"), 3)
+        self.assertIsNone(r.get("lfm2.attention.key_length"))
+        self.assertEqual(r.get("tokenizer.ggml.pre"), "lfm2")
+        self.assertEqual(r.tensors["blk.0.shortconv.conv.weight"].ne, [3, 64])
+        self.assertEqual(r.tensors["blk.0.shortconv.in_proj.weight"].ne, [64, 192])
+        self.assertEqual(r.tensors["blk.2.attn_k.weight"].ne, [64, 32])
+        self.assertEqual(r.tensors["blk.2.attn_q_norm.weight"].ne, [16])
+        self.assertIn("token_embd_norm.weight", r.tensors)
+        self.assertNotIn("output_norm.weight", r.tensors)
+        self.assertNotIn("blk.0.attn_q.weight", r.tensors)
+        self.assertNotIn("blk.2.shortconv.conv.weight", r.tensors)
+        q = ggufio.Reader(self.model("lfm2-q8", "--arch", "lfm2", "--seed", "1", "--n-layer", "6",
+                                     "--lfm2-attn-layers", "2,4", "--type", "q8_0"))
+        self.assertEqual(q.tensors["blk.0.shortconv.conv.weight"].type, ggufio.F32)  # as llama-quantize keeps it
+        self.assertEqual(q.tensors["blk.0.shortconv.in_proj.weight"].type, ggufio.Q8_0)
+        m = numpy_forward.Model(p)
+        self.assertEqual((m.c.layer_kv, m.c.l_cache, m.c.head_dim), ((0, 0, 2, 0, 2, 0), 3, 16))
+        prompt = [m.c.bos] + list(range(100, 120))
+        out, logits = m.greedy(prompt, 32)
+        self.assertGreaterEqual(len(set(out)), 8, out)
+        full = m.forward(prompt + out[:-1])             # no cache: same logits as the decode with the conv state
+        self.assertEqual([int(t) for t in full[len(prompt) - 1:].argmax(-1)], out)
+        self.assertTrue(np.allclose(full[:len(prompt)], logits, atol=1e-9))
+        # the convolution's taps are not symmetric: reversing them changes the logits
+        for L in m.layers:
+            if "shortconv.conv" in L:
+                L["shortconv.conv"] = L["shortconv.conv"][:, ::-1]
+        self.assertFalse(np.allclose(m.forward(prompt), logits, atol=1e-3))
+
+    def test_lfm2_shape_preset(self):
+        a = make_model.build_args(["--shape", "lfm2-350m", "--out", "x"])
+        self.assertEqual((a.arch, a.n_embd, a.n_layer, a.n_head, a.n_head_kv, a.head_dim, a.n_ff, a.n_vocab, a.ctx),
+                         ("lfm2", 1024, 16, 16, 8, 64, 4608, 65536, 128000))
+        self.assertEqual(make_model.lfm2_attn_layers(a), [2, 5, 8, 10, 12, 14])
+        self.assertTrue(a.tie_embeddings and a.l_cache == 3 and a.rope_base == 1e6 and a.tokenizer == "synthetic")
+        a = make_model.build_args(["--shape", "lfm2-350m", "--n-layer", "6", "--out", "x"])
+        self.assertEqual(make_model.lfm2_attn_layers(a), [2, 5])
+
+    def test_lfm2_fixtures(self):
+        # the committed LFM2 models (tools/lfm2_fixture.py: transformers -> convert_hf_to_gguf.py): numpy_forward
+        # reproduces their transformers logits and greedy tokens
+        models = Path(__file__).resolve().parent.parent / "tests/data/models"
+        names = sorted(p.name[:-len(".gguf")] for p in models.glob("lfm2-*.gguf"))
+        for name in names:
+            ref = ggufio.Reader(models / "ref" / f"{name}.ref.gguf")
+            m = numpy_forward.Model(models / f"{name}.gguf")
+            self.assertEqual(ref.get("reference.tensor_sha256"), ggufio.tensor_digest(m.reader), name)
+            for i in range(int(ref.get("reference.n_prompts"))):
+                toks = ref.tensors[f"prompt.{i}.tokens"].numpy(np.int32).tolist()
+                pos = ref.tensors[f"prompt.{i}.logit_positions"].numpy(np.int32)
+                greedy, logits = m.greedy(toks, int(ref.get("reference.n_predict")))
+                want = ref.tensor(f"prompt.{i}.logits", np.float64)
+                self.assertLess(np.linalg.norm(logits[pos] - want) / np.linalg.norm(want), 1e-5, (name, i))
+                self.assertEqual(greedy, ref.tensors[f"prompt.{i}.greedy"].numpy(np.int32).tolist(), (name, i))
+
     def test_shape_preset_small_layer_count(self):
         # the real shapes, one layer, synthetic vocab: checks the writer at full width
         p = self.model("preset", "--shape", "qwen2.5-0.5b", "--n-layer", "1", "--type", "q4_0")
