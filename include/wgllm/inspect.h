@@ -43,6 +43,10 @@ struct GgufHyperParameters {
   float rope_scaling_factor = 1, rope_scaling_low_freq_factor = 1, rope_scaling_high_freq_factor = 1;
   uint32_t rope_scaling_original_context = 0;
   bool qk_norm = false, attn_bias = false, tied_embeddings = false;
+  // One letter per layer: A attention, L local (sliding-window) attention, C short convolution (lfm2).
+  std::string layer_pattern = {};
+  uint32_t sliding_window = 0;  // local layers' window (gemma3); 0 without
+  uint32_t conv_taps = 0;       // shortconv.l_cache of the convolution layers (lfm2); 0 without
 };
 
 struct GgufTokenizerSummary {

@@ -53,7 +53,7 @@ struct LoadOptions {
 
 // What a loaded model is and what it takes.
 struct ModelInfo {
-  std::string arch;         // "llama", "qwen2", "qwen3", "gemma3"
+  std::string arch;         // "llama", "qwen2", "qwen3", "gemma3", "lfm2"
   std::string adapter;      // adapter name
   std::string weight_type;  // GGUF type of the layer matrices ("Q8_0", "F16", ...)
   uint64_t n_params = 0;
@@ -64,6 +64,9 @@ struct ModelInfo {
   uint64_t weight_bytes = 0;     // GPU memory of the weights
   uint64_t kv_bytes = 0;         // GPU memory of one session's KV cache (f16)
   uint64_t bytes_per_token = 0;  // weight bytes one decode step reads
+  // One letter per layer: A attention, L local (sliding-window) attention, C short convolution (lfm2).
+  std::string layer_pattern;
+  uint64_t conv_state_bytes = 0;  // GPU memory of one session's conv states (lfm2; 0 without convolution layers)
 };
 
 // Sampling, with llama.cpp's semantics and order: repetition penalty, top-k, top-p, min-p, temperature.
@@ -184,7 +187,12 @@ class Session {
 
   uint32_t n_past() const;
   uint32_t n_ctx() const;
+  // Forgets every cached position.
   void reset();
+  // Keeps the first n cached positions (n <= n_past()) and forgets the rest, as if only those n tokens had been fed
+  // (a model with convolution layers may feed them again when n is more than a prefill chunk back; InvalidArgument
+  // for n > n_past()).
+  void truncate(uint32_t n);
 
  private:
   struct Impl;

@@ -80,6 +80,9 @@ GgufHyperParameters hyper_parameters(const ModelConfig& c) {
   h.rope_scaling_high_freq_factor = c.rope_scaling.high_freq_factor;
   h.rope_scaling_original_context = c.rope_scaling.original_context;
   h.qk_norm = c.qk_norm, h.attn_bias = c.attn_bias, h.tied_embeddings = c.tied_embeddings;
+  h.layer_pattern = c.layer_pattern();
+  h.sliding_window = c.swa_layers.empty() ? 0 : c.sliding_window;
+  h.conv_taps = c.conv_layers.empty() ? 0 : c.l_cache;
   return h;
 }
 

@@ -71,7 +71,16 @@ std::unique_ptr<ModelAccess::Impl> parse_impl(const GgufFile& f, const LoadOptio
 
   ModelInfo& i = m->info;
   i.arch = config.arch_name;
-  i.weight_type = type_name(f.tensor("blk.0.attn_q.weight").type);
+  // The first attention layer's q projection (lfm2 without attention: the first in_proj).
+  std::string typed = "blk.0.shortconv.in_proj.weight";
+  for (uint32_t l = 0; l < config.n_layer; ++l)
+    if (!config.is_conv(l)) {
+      typed = "blk." + std::to_string(l) + ".attn_q.weight";
+      break;
+    }
+  i.weight_type = type_name(f.tensor(typed).type);
+  i.layer_pattern = config.layer_pattern();
+  i.conv_state_bytes = conv_state_bytes(config, m->ubatch);
   i.n_params = count_params(f);
   i.n_vocab = config.n_vocab, i.n_embd = config.n_embd, i.n_layer = config.n_layer;
   i.n_ctx_train = config.n_ctx_train;
@@ -197,6 +206,7 @@ uint32_t Session::decode_greedy(int32_t token, uint32_t max_new, const std::func
 uint32_t Session::n_past() const { return impl_->gs.n_past(); }
 uint32_t Session::n_ctx() const { return impl_->gs.n_ctx(); }
 void Session::reset() { impl_->gs.reset(); }
+void Session::truncate(uint32_t n) { impl_->gs.truncate(n); }
 
 const char* stop_reason_name(StopReason r) {
   switch (r) {

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "gguf/dequant.h"
+#include "wgllm/error.h"
 
 namespace wgllm::cpu {
 
@@ -91,6 +92,30 @@ std::vector<float> geglu(std::span<const float> gate, std::span<const float> up)
   for (size_t i = 0; i < gate.size(); ++i) {
     const double g = gate[i];
     y[i] = float(0.5 * g * (1.0 + std::tanh(c * (g + 0.044715 * g * g * g))) * double(up[i]));
+  }
+  return y;
+}
+
+std::vector<float> shortconv(std::span<const float> bcx, std::span<const float> taps, std::span<const float> prev,
+                             uint32_t n, uint32_t E, uint32_t L, std::vector<float>* next_prev) {
+  if (L < 1 || bcx.size() != size_t(n) * 3 * E || taps.size() != size_t(E) * L || prev.size() != size_t(L - 1) * E)
+    throw InvalidArgument("cpu::shortconv: sizes disagree with n, E, L");
+  // Rows of B*x: the L-1 before the tokens, then the tokens'.
+  std::vector<double> bx(size_t(L - 1 + n) * E);
+  for (size_t i = 0; i < prev.size(); ++i) bx[i] = prev[i];
+  for (uint32_t t = 0; t < n; ++t)
+    for (uint32_t c = 0; c < E; ++c)
+      bx[size_t(L - 1 + t) * E + c] = double(bcx[size_t(t) * 3 * E + c]) * double(bcx[size_t(t) * 3 * E + 2 * E + c]);
+  std::vector<float> y(size_t(n) * E);
+  for (uint32_t t = 0; t < n; ++t)
+    for (uint32_t c = 0; c < E; ++c) {
+      double acc = 0;
+      for (uint32_t k = 0; k < L; ++k) acc += double(taps[size_t(c) * L + k]) * bx[size_t(t + k) * E + c];
+      y[size_t(t) * E + c] = float(double(bcx[size_t(t) * 3 * E + E + c]) * acc);
+    }
+  if (next_prev) {
+    next_prev->resize(size_t(L - 1) * E);
+    for (size_t i = 0; i < next_prev->size(); ++i) (*next_prev)[i] = float(bx[size_t(n) * E + i]);
   }
   return y;
 }

@@ -36,4 +36,12 @@ std::vector<float> swiglu(std::span<const float> gate, std::span<const float> up
 // gelu_tanh(gate) * up, gelu_tanh(g) = g / 2 * (1 + tanh(sqrt(2 / pi) * (g + 0.044715 g^3))) (GeGLU, gemma).
 std::vector<float> geglu(std::span<const float> gate, std::span<const float> up);
 
+// The gated short convolution of LFM2 between its two projections, for n tokens of width E with L taps:
+// bcx [n][3E] is the in_proj output (B, C and x, E each), taps [E][L] (GGUF ne = [L, E]), prev [L-1][E] the B*x rows of
+// the L-1 positions before the first token, oldest first (zeros before position 0). With bx(t) = B(t) * x(t):
+//   y[t][c] = C(t)[c] * sum_k taps[c][k] * bx(t - (L-1) + k)[c]     (tap 0 meets the oldest position)
+// in double. Returns y [n][E]; *next_prev (optional) receives the L-1 rows the next token needs.
+std::vector<float> shortconv(std::span<const float> bcx, std::span<const float> taps, std::span<const float> prev,
+                             uint32_t n, uint32_t E, uint32_t L, std::vector<float>* next_prev = nullptr);
+
 }  // namespace wgllm::cpu

@@ -17,8 +17,21 @@ const char* arch_name(Arch a) {
     case Arch::Qwen2: return "qwen2";
     case Arch::Qwen3: return "qwen3";
     case Arch::Gemma3: return "gemma3";
+    case Arch::Lfm2: return "lfm2";
   }
   return "?";
+}
+
+uint32_t ModelConfig::n_attention_layers() const {
+  uint32_t n = 0;
+  for (uint32_t l = 0; l < n_layer; ++l) n += is_conv(l) ? 0 : 1;
+  return n;
+}
+
+std::string ModelConfig::layer_pattern() const {
+  std::string s;
+  for (uint32_t l = 0; l < n_layer; ++l) s += is_conv(l) ? 'C' : is_swa(l) ? 'L' : 'A';
+  return s;
 }
 
 namespace {
@@ -27,6 +40,8 @@ namespace {
 
 // Upper bound for widths, counts and head sizes: far above any real model, low enough that products fit.
 constexpr uint32_t kMaxDim = 1u << 20;
+// The most taps a short convolution may have (released LFM2 models have 3).
+constexpr uint32_t kMaxConvTaps = 64;
 
 uint32_t require_dim(const GgufFile& f, const std::string& key, uint32_t v) {
   if (v == 0) fail(f, "key '" + key + "' is 0");
@@ -80,6 +95,51 @@ void read_gemma3(const GgufFile& f, ModelConfig& c) {
   for (uint32_t i = 0; i < c.n_layer; ++i) c.swa_layers[i] = n == 0 || i % n < n - 1;
 }
 
+// LFM2 as llama.cpp reads it (src/models/lfm2.cpp): attention.head_count_kv is a per-layer array (or one number for
+// every layer) whose 0 entries mark the short-convolution layers; the attention layers must agree on their count.
+// shortconv.l_cache gives the convolution's taps.
+void read_lfm2_layers(const GgufFile& f, ModelConfig& c) {
+  const std::string key = c.arch_name + ".attention.head_count_kv";
+  c.conv_layers.assign(c.n_layer, false);
+  const GgufValue* v = f.find(key);
+  if (v && std::holds_alternative<GgufArray>(v->v)) {
+    const GgufArray& kv = std::get<GgufArray>(v->v);
+    const GgufValueType t = kv.elem_type();
+    const bool integer = t == GgufValueType::U8 || t == GgufValueType::U16 || t == GgufValueType::U32 ||
+                         t == GgufValueType::I8 || t == GgufValueType::I16 || t == GgufValueType::I32;
+    if (!integer || kv.size() != c.n_layer)
+      fail(f, "byte " + std::to_string(v->offset) + ": key '" + key + "': expected an array of " +
+                  std::to_string(c.n_layer) + " integers (one per layer), found " + std::to_string(kv.size()) + " of " +
+                  value_type_name(t));
+    for (uint32_t l = 0; l < c.n_layer; ++l) {
+      const bool is_signed = t == GgufValueType::I8 || t == GgufValueType::I16 || t == GgufValueType::I32;
+      const int64_t n = is_signed ? kv.i64(l) : int64_t(kv.u64(l));
+      if (n < 0 || n > int64_t(kMaxDim))
+        fail(f, "key '" + key + "': layer " + std::to_string(l) + " has " + std::to_string(n) + " KV heads");
+      if (n == 0) {
+        c.conv_layers[l] = true;
+      } else if (c.n_head_kv == 0) {
+        c.n_head_kv = uint32_t(n);
+      } else if (uint32_t(n) != c.n_head_kv) {
+        fail(f, "key '" + key + "': the attention layers differ in KV heads (" + std::to_string(c.n_head_kv) + " and " +
+                    std::to_string(n) + " at layer " + std::to_string(l) + "; not supported)");
+      }
+    }
+  } else {
+    c.n_head_kv = require_dim(f, key, f.find_u32(key).value_or(c.n_head));
+  }
+  if (c.n_head_kv == 0) c.n_head_kv = c.n_head;  // no attention layer: the count is never used
+  if (c.n_attention_layers() == c.n_layer) {
+    c.conv_layers.clear();
+    return;
+  }
+  const std::string lkey = c.arch_name + ".shortconv.l_cache";
+  c.l_cache = f.get_u32(lkey);
+  if (c.l_cache < 2 || c.l_cache > kMaxConvTaps)
+    fail(f,
+         "key '" + lkey + "' = " + std::to_string(c.l_cache) + " is outside [2, " + std::to_string(kMaxConvTaps) + "]");
+}
+
 }  // namespace
 
 ModelConfig config_from_gguf(const GgufFile& f) {
@@ -101,8 +161,13 @@ ModelConfig config_from_gguf(const GgufFile& f) {
     c.qk_norm = true;
     c.ffn_act = FfnAct::GeluTanh;
     c.post_norms = true;
+  } else if (c.arch_name == "lfm2") {
+    c.arch = Arch::Lfm2;
+    c.rope_type = RopeType::Neox;
+    c.qk_norm = true;
+    c.output_norm_name = "token_embd_norm.weight";  // llama.cpp's name for LFM2's final norm
   } else {
-    fail(f, "architecture '" + c.arch_name + "' is not supported (supported: llama, qwen2, qwen3, gemma3)");
+    fail(f, "architecture '" + c.arch_name + "' is not supported (supported: llama, qwen2, qwen3, gemma3, lfm2)");
   }
   // The parser accepts every ggml type (inspect shows any file); running needs types wgllm dequantises.
   for (const GgufTensor& t : f.tensors())
@@ -115,8 +180,12 @@ ModelConfig config_from_gguf(const GgufFile& f) {
   c.n_embd = dim("embedding_length");
   c.n_layer = dim("block_count");
   c.n_head = dim("attention.head_count");
-  c.n_head_kv =
-      require_dim(f, a + "attention.head_count_kv", f.find_u32(a + "attention.head_count_kv").value_or(c.n_head));
+  if (c.arch == Arch::Lfm2) {
+    read_lfm2_layers(f, c);
+  } else {
+    c.n_head_kv =
+        require_dim(f, a + "attention.head_count_kv", f.find_u32(a + "attention.head_count_kv").value_or(c.n_head));
+  }
   c.n_ff = dim("feed_forward_length");
   c.n_ctx_train = f.get_u32(a + "context_length");  // long-context models go past kMaxDim; only 0 is wrong
   if (c.n_ctx_train == 0) fail(f, "key '" + a + "context_length' is 0");
@@ -183,16 +252,27 @@ ModelConfig config_from_gguf(const GgufFile& f) {
   }
   c.tied_embeddings = f.find_tensor("output.weight") == nullptr;
   c.has_rope_freqs_tensor = f.find_tensor("rope_freqs.weight") != nullptr;
-  c.attn_bias = f.find_tensor("blk.0.attn_q.bias") != nullptr;
+  for (uint32_t i = 0; i < c.n_layer && !c.is_conv(i); ++i)  // the first attention layer tells
+    c.attn_bias = f.find_tensor("blk." + std::to_string(i) + ".attn_q.bias") != nullptr;
 
   const uint64_t E = c.n_embd, Q = c.q_dim(), KV = c.kv_dim(), F = c.n_ff, V = c.n_vocab;
   check_shape(f, "token_embd.weight", {E, V});
   if (!c.tied_embeddings) check_shape(f, "output.weight", {E, V});
-  check_shape(f, "output_norm.weight", {E});
+  check_shape(f, c.output_norm_name, {E});
   if (c.has_rope_freqs_tensor) check_shape(f, "rope_freqs.weight", {c.rope_dim / 2});
   for (uint32_t i = 0; i < c.n_layer; ++i) {
     const std::string b = "blk." + std::to_string(i) + ".";
     check_shape(f, b + "attn_norm.weight", {E});
+    check_shape(f, b + "ffn_norm.weight", {E});
+    check_shape(f, b + "ffn_gate.weight", {E, F});
+    check_shape(f, b + "ffn_up.weight", {E, F});
+    check_shape(f, b + "ffn_down.weight", {F, E});
+    if (c.is_conv(i)) {
+      check_shape(f, b + "shortconv.conv.weight", {c.l_cache, E});
+      check_shape(f, b + "shortconv.in_proj.weight", {E, 3 * E});
+      check_shape(f, b + "shortconv.out_proj.weight", {E, E});
+      continue;
+    }
     check_shape(f, b + "attn_q.weight", {E, Q});
     check_shape(f, b + "attn_k.weight", {E, KV});
     check_shape(f, b + "attn_v.weight", {E, KV});
@@ -206,10 +286,6 @@ ModelConfig config_from_gguf(const GgufFile& f) {
       check_shape(f, b + "attn_q_norm.weight", {c.head_dim});
       check_shape(f, b + "attn_k_norm.weight", {c.head_dim});
     }
-    check_shape(f, b + "ffn_norm.weight", {E});
-    check_shape(f, b + "ffn_gate.weight", {E, F});
-    check_shape(f, b + "ffn_up.weight", {E, F});
-    check_shape(f, b + "ffn_down.weight", {F, E});
     if (c.post_norms) {
       check_shape(f, b + "post_attention_norm.weight", {E});
       check_shape(f, b + "post_ffw_norm.weight", {E});

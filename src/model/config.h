@@ -15,7 +15,7 @@ class GgufFile;
 using kernels::RopeScaling;
 using kernels::RopeType;
 
-enum class Arch { Llama, Qwen2, Qwen3, Gemma3 };
+enum class Arch { Llama, Qwen2, Qwen3, Gemma3, Lfm2 };
 // The feed-forward gate's activation, act(x Wgate) * (x Wup): silu or gelu_tanh (kernels/swiglu.h).
 using FfnAct = kernels::GateAct;
 struct ModelConfig {
@@ -51,13 +51,23 @@ struct ModelConfig {
   std::vector<bool> swa_layers;  // [n_layer] or empty
   bool is_swa(uint32_t layer) const { return layer < swa_layers.size() && swa_layers[layer]; }
   uint32_t layer_window(uint32_t layer) const { return is_swa(layer) ? sliding_window : 0; }
+  // lfm2: layers whose attention.head_count_kv entry is 0 are gated short convolutions (no attention, no KV cache):
+  // in_proj to B, C, x; a causal depthwise convolution of B*x over the last l_cache positions; C times it; out_proj.
+  // The output norm is token_embd_norm.weight. conv_layers is empty when no layer is a convolution.
+  uint32_t l_cache = 0;           // shortconv.l_cache: the convolution's taps (positions it sees, itself included)
+  std::vector<bool> conv_layers;  // [n_layer] or empty
+  bool is_conv(uint32_t layer) const { return layer < conv_layers.size() && conv_layers[layer]; }
+  uint32_t n_attention_layers() const;
+  std::string output_norm_name = "output_norm.weight";
+  // One letter per layer: A attention, L local (sliding-window) attention, C short convolution.
+  std::string layer_pattern() const;
 
   uint32_t q_dim() const { return n_head * head_dim; }
   uint32_t kv_dim() const { return n_head_kv * head_dim; }
 };
 
-// Reads and validates the hyper-parameters of `f` (architectures llama, qwen2, qwen3, gemma3) and checks that every
-// tensor the forward pass uses is present with the shape the config implies. Throws ModelError naming the key or
+// Reads and validates the hyper-parameters of `f` (architectures llama, qwen2, qwen3, gemma3, lfm2) and checks that
+// every tensor the forward pass uses is present with the shape the config implies. Throws ModelError naming the key or
 // tensor.
 ModelConfig config_from_gguf(const GgufFile& f);
 

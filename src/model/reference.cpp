@@ -79,7 +79,7 @@ CpuModel load_cpu_model(const GgufFile& f) {
   const ModelConfig& c = m.config;
   CpuWeights& w = m.weights;
   w.token_embd = load_tensor(f, "token_embd.weight");
-  w.output_norm = load_tensor(f, "output_norm.weight");
+  w.output_norm = load_tensor(f, c.output_norm_name);
   if (!c.tied_embeddings) w.output = load_tensor(f, "output.weight");
   if (c.has_rope_freqs_tensor) w.rope_freqs = load_tensor(f, "rope_freqs.weight");
   w.layers.resize(c.n_layer);
@@ -87,6 +87,16 @@ CpuModel load_cpu_model(const GgufFile& f) {
     const std::string b = "blk." + std::to_string(i) + ".";
     CpuLayer& L = w.layers[i];
     L.attn_norm = load_tensor(f, b + "attn_norm.weight");
+    L.ffn_norm = load_tensor(f, b + "ffn_norm.weight");
+    L.w_gate = load_tensor(f, b + "ffn_gate.weight");
+    L.w_up = load_tensor(f, b + "ffn_up.weight");
+    L.w_down = load_tensor(f, b + "ffn_down.weight");
+    if (c.is_conv(i)) {
+      L.in_proj = load_tensor(f, b + "shortconv.in_proj.weight");
+      L.conv = load_tensor(f, b + "shortconv.conv.weight");
+      L.out_proj = load_tensor(f, b + "shortconv.out_proj.weight");
+      continue;
+    }
     L.wq = load_tensor(f, b + "attn_q.weight");
     L.wk = load_tensor(f, b + "attn_k.weight");
     L.wv = load_tensor(f, b + "attn_v.weight");
@@ -100,10 +110,6 @@ CpuModel load_cpu_model(const GgufFile& f) {
       L.k_norm = load_tensor(f, b + "attn_k_norm.weight");
     }
     L.wo = load_tensor(f, b + "attn_output.weight");
-    L.ffn_norm = load_tensor(f, b + "ffn_norm.weight");
-    L.w_gate = load_tensor(f, b + "ffn_gate.weight");
-    L.w_up = load_tensor(f, b + "ffn_up.weight");
-    L.w_down = load_tensor(f, b + "ffn_down.weight");
     if (c.post_norms) {
       L.post_attn_norm = load_tensor(f, b + "post_attention_norm.weight");
       L.post_ffn_norm = load_tensor(f, b + "post_ffw_norm.weight");
@@ -162,12 +168,20 @@ CpuSession::CpuSession(const CpuModel& model, uint32_t n_ctx)
       inv_freq_(rope_inv_freq(model.config, model.weights.rope_freqs)),
       inv_freq_swa_(rope_inv_freq(swa_rope_config(model.config), {})),
       k_cache_(model.config.n_layer),
-      v_cache_(model.config.n_layer) {}
+      v_cache_(model.config.n_layer),
+      bx_(model.config.n_layer) {}
 
-void CpuSession::reset() {
-  n_past_ = 0;
-  for (auto& k : k_cache_) k.clear();
-  for (auto& v : v_cache_) v.clear();
+void CpuSession::reset() { truncate(0); }
+
+void CpuSession::truncate(uint32_t n) {
+  if (n > n_past_)
+    throw InvalidArgument("CpuSession::truncate: " + std::to_string(n) + " positions to keep, " +
+                          std::to_string(n_past_) + " cached");
+  const ModelConfig& c = model_->config;
+  for (auto& k : k_cache_) k.resize(std::min(k.size(), size_t(n) * c.kv_dim()));
+  for (auto& v : v_cache_) v.resize(std::min(v.size(), size_t(n) * c.kv_dim()));
+  for (auto& r : bx_) r.resize(std::min(r.size(), size_t(n) * c.n_embd));
+  n_past_ = n;
 }
 
 std::vector<float> CpuSession::forward(std::span<const int32_t> tokens) { return std::move(run(tokens, false).back()); }
@@ -209,26 +223,42 @@ std::vector<std::vector<float>> CpuSession::run(std::span<const int32_t> tokens,
                           .scale = c.attn_scale > 0 ? c.attn_scale : float(1.0 / std::sqrt(double(D))),
                           .window = c.layer_window(l)};
     const std::vector<double>& inv_freq = c.is_swa(l) ? inv_freq_swa_ : inv_freq_;
-    // Attention block.
     h = x;
     rms_norm(h.data(), T, E, L.attn_norm, c.rms_eps);
-    matmul(h.data(), T, E, L.wq, Q, L.bq, q.data());
-    matmul(h.data(), T, E, L.wk, KV, L.bk, k.data());
-    matmul(h.data(), T, E, L.wv, KV, L.bv, v.data());
-    if (c.qk_norm) {
-      rms_norm(q.data(), T * c.n_head, D, L.q_norm, c.rms_eps);
-      rms_norm(k.data(), T * c.n_head_kv, D, L.k_norm, c.rms_eps);
+    if (c.is_conv(l)) {
+      // Short-convolution block (lfm2): out_proj(C * conv(B * x)) over this layer's B*x history.
+      const uint32_t taps = c.l_cache;
+      std::vector<float> bcx(T * 3 * E), prev(size_t(taps - 1) * E, 0.f), next;
+      matmul(h.data(), T, E, L.in_proj, 3 * E, {}, bcx.data());
+      std::vector<float>& hist = bx_[l];
+      for (uint32_t j = 0; j + 1 < taps; ++j)  // positions n_past - (taps - 1) + j; zeros before 0
+        if (const int64_t p = int64_t(n_past_) - (taps - 1) + j; p >= 0)
+          std::copy_n(hist.begin() + p * E, E, prev.begin() + size_t(j) * E);
+      const std::vector<float> y = shortconv(bcx, L.conv, prev, uint32_t(T), uint32_t(E), taps);
+      for (size_t t = 0; t < T; ++t)
+        for (size_t i = 0; i < E; ++i) hist.push_back(bcx[t * 3 * E + i] * bcx[t * 3 * E + 2 * E + i]);
+      matmul(y.data(), T, E, L.out_proj, E, {}, proj.data());
+      add_residual({});
+    } else {
+      // Attention block.
+      matmul(h.data(), T, E, L.wq, Q, L.bq, q.data());
+      matmul(h.data(), T, E, L.wk, KV, L.bk, k.data());
+      matmul(h.data(), T, E, L.wv, KV, L.bv, v.data());
+      if (c.qk_norm) {
+        rms_norm(q.data(), T * c.n_head, D, L.q_norm, c.rms_eps);
+        rms_norm(k.data(), T * c.n_head_kv, D, L.k_norm, c.rms_eps);
+      }
+      for (size_t t = 0; t < T; ++t) {
+        const uint32_t pos = n_past_ + uint32_t(t);
+        apply_rope(std::span(q).subspan(t * Q, Q), c.n_head, c, inv_freq, pos);
+        apply_rope(std::span(k).subspan(t * KV, KV), c.n_head_kv, c, inv_freq, pos);
+      }
+      k_cache_[l].insert(k_cache_[l].end(), k.begin(), k.end());
+      v_cache_[l].insert(v_cache_[l].end(), v.begin(), v.end());
+      attn = attention(ap, q, k_cache_[l], v_cache_[l]);
+      matmul(attn.data(), T, Q, L.wo, E, {}, proj.data());
+      add_residual(L.post_attn_norm);
     }
-    for (size_t t = 0; t < T; ++t) {
-      const uint32_t pos = n_past_ + uint32_t(t);
-      apply_rope(std::span(q).subspan(t * Q, Q), c.n_head, c, inv_freq, pos);
-      apply_rope(std::span(k).subspan(t * KV, KV), c.n_head_kv, c, inv_freq, pos);
-    }
-    k_cache_[l].insert(k_cache_[l].end(), k.begin(), k.end());
-    v_cache_[l].insert(v_cache_[l].end(), v.begin(), v.end());
-    attn = attention(ap, q, k_cache_[l], v_cache_[l]);
-    matmul(attn.data(), T, Q, L.wo, E, {}, proj.data());
-    add_residual(L.post_attn_norm);
 
     // Feed-forward block: down(act(gate(h)) * up(h)), act = silu (or gemma's gelu_tanh).
     h = x;

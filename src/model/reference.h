@@ -1,7 +1,7 @@
-// CPU reference forward pass of the decoder (llama / qwen2 / qwen3 / gemma3), on the CPU reference ops (src/cpu/): the
-// ground truth for the GPU forward (transformer.h). Weights are dequantised to f32; dot products, norms, RoPE angles
-// and the softmax are computed in double. Written for clarity, not speed (matrix-vector rows in a plain loop, at most
-// two threads).
+// CPU reference forward pass of the decoder (llama / qwen2 / qwen3 / gemma3 / lfm2), on the CPU reference ops
+// (src/cpu/): the ground truth for the GPU forward (transformer.h). Weights are dequantised to f32; dot products,
+// norms, RoPE angles and the softmax are computed in double. Written for clarity, not speed (matrix-vector rows in a
+// plain loop, at most two threads).
 #pragma once
 #include <cstdint>
 #include <span>
@@ -33,6 +33,10 @@ struct CpuLayer {
   std::vector<float> w_down;          // [n_embd][n_ff]
   std::vector<float> post_attn_norm;  // [n_embd] gemma3 (post_norms): the attention output's norm; empty otherwise
   std::vector<float> post_ffn_norm;   // [n_embd] gemma3: the FFN output's norm; empty otherwise
+  // lfm2 short-convolution layers (config.is_conv) have these instead of the attention weights:
+  std::vector<float> in_proj;   // [3 n_embd][n_embd]: B, C, x
+  std::vector<float> conv;      // [n_embd][l_cache] taps, tap 0 on the oldest position
+  std::vector<float> out_proj;  // [n_embd][n_embd]
 };
 
 struct CpuWeights {
@@ -75,8 +79,10 @@ class CpuSession {
 
   uint32_t n_past() const { return n_past_; }
   uint32_t n_ctx() const { return n_ctx_; }
-  // Empties the KV cache.
+  // Empties the KV cache (and the convolution history).
   void reset();
+  // Keeps the first n positions (n <= n_past): the state is what feeding those n tokens gives.
+  void truncate(uint32_t n);
 
  private:
   std::vector<std::vector<float>> run(std::span<const int32_t> tokens, bool all_logits);
@@ -88,6 +94,7 @@ class CpuSession {
   std::vector<double> inv_freq_swa_;         // [rope_dim / 2] local (sliding-window) layers: rope_base_swa
   std::vector<std::vector<float>> k_cache_;  // [n_layer] of [n_past][kv_dim] (after RoPE)
   std::vector<std::vector<float>> v_cache_;  // [n_layer] of [n_past][kv_dim]
+  std::vector<std::vector<float>> bx_;       // [n_layer] of [n_past][n_embd]: B*x of the convolution layers
 };
 
 }  // namespace wgllm::cpu

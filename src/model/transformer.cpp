@@ -18,6 +18,7 @@
 #include "kernels/qkv_rope_append.h"
 #include "kernels/rope.h"
 #include "kernels/scale.h"
+#include "kernels/shortconv.h"
 #include "kernels/swiglu.h"
 #include "wgllm/error.h"
 
@@ -118,10 +119,29 @@ struct Uploader {
   }
 };
 
+// The FFN of every architecture: gate/up interleaved when they share a type, and down.
+void upload_ffn(Uploader& up, GpuLayer& L, const std::string& b) {
+  L.ffn_norm = up.norm(b + "ffn_norm.weight");
+  if (up.fusable({b + "ffn_gate.weight", b + "ffn_up.weight"})) {
+    L.w_gate_up = up.interleaved(b + "ffn_gate.weight", b + "ffn_up.weight", b + "ffn_gate_up");
+  } else {
+    L.w_gate = up.matrix(b + "ffn_gate.weight");
+    L.w_up = up.matrix(b + "ffn_up.weight");
+  }
+  L.w_down = up.matrix(b + "ffn_down.weight");
+}
+
 GpuLayer upload_layer(Uploader& up, const ModelConfig& c, uint32_t i) {
   const std::string b = "blk." + std::to_string(i) + ".";
   GpuLayer L;
   L.attn_norm = up.norm(b + "attn_norm.weight");
+  if (c.is_conv(i)) {
+    L.in_proj = up.matrix(b + "shortconv.in_proj.weight");
+    L.conv = up.vector(b + "shortconv.conv.weight");
+    L.out_proj = up.matrix(b + "shortconv.out_proj.weight");
+    upload_ffn(up, L, b);
+    return L;
+  }
   if (up.fusable({b + "attn_q.weight", b + "attn_k.weight", b + "attn_v.weight"})) {
     L.wqkv = up.stacked({b + "attn_q.weight", b + "attn_k.weight", b + "attn_v.weight"}, b + "attn_qkv");
     if (c.attn_bias) L.bqkv = up.stacked_vector({b + "attn_q.bias", b + "attn_k.bias", b + "attn_v.bias"}, b + "bqkv");
@@ -140,14 +160,7 @@ GpuLayer upload_layer(Uploader& up, const ModelConfig& c, uint32_t i) {
     L.k_norm = up.vector(b + "attn_k_norm.weight");
   }
   L.wo = up.matrix(b + "attn_output.weight");
-  L.ffn_norm = up.norm(b + "ffn_norm.weight");
-  if (up.fusable({b + "ffn_gate.weight", b + "ffn_up.weight"})) {
-    L.w_gate_up = up.interleaved(b + "ffn_gate.weight", b + "ffn_up.weight", b + "ffn_gate_up");
-  } else {
-    L.w_gate = up.matrix(b + "ffn_gate.weight");
-    L.w_up = up.matrix(b + "ffn_up.weight");
-  }
-  L.w_down = up.matrix(b + "ffn_down.weight");
+  upload_ffn(up, L, b);
   if (c.post_norms) {
     L.post_attn_norm = up.vector(b + "post_attention_norm.weight");
     L.post_ffn_norm = up.vector(b + "post_ffw_norm.weight");
@@ -173,7 +186,7 @@ GpuModel load_gpu_model(gpu::Context& ctx, const GgufFile& f, const ModelConfig&
   w.token_embd = up.matrix("token_embd.weight");
   w.layers.reserve(c.n_layer);
   for (uint32_t i = 0; i < c.n_layer; ++i) w.layers.push_back(upload_layer(up, c, i));
-  w.output_norm = up.norm("output_norm.weight");
+  w.output_norm = up.norm(c.output_norm_name);
   if (!c.tied_embeddings) w.output = up.matrix("output.weight");
   const std::vector<float> factors = c.has_rope_freqs_tensor
                                          ? up.floats("rope_freqs.weight")
@@ -187,7 +200,8 @@ GpuModel load_gpu_model(gpu::Context& ctx, const GgufFile& f, const ModelConfig&
     return L.wqkv.gpu_bytes() + L.wq.gpu_bytes() + L.wk.gpu_bytes() + L.wv.gpu_bytes() + L.wo.gpu_bytes() +
            L.w_gate_up.gpu_bytes() + L.w_gate.gpu_bytes() + L.w_up.gpu_bytes() + L.w_down.gpu_bytes() +
            L.attn_norm.size + L.ffn_norm.size + L.bqkv.size + L.bq.size + L.bk.size + L.bv.size + L.q_norm.size +
-           L.k_norm.size + L.post_attn_norm.size + L.post_ffn_norm.size;
+           L.k_norm.size + L.post_attn_norm.size + L.post_ffn_norm.size + L.in_proj.gpu_bytes() + L.conv.size +
+           L.out_proj.gpu_bytes();
   };
   for (const GpuLayer& L : w.layers) m.bytes_per_token += layer_bytes(L);
   m.bytes_per_token += m.logits_weight().gpu_bytes() + w.output_norm.size;
@@ -197,7 +211,11 @@ GpuModel load_gpu_model(gpu::Context& ctx, const GgufFile& f, const ModelConfig&
 }
 
 uint64_t kv_bytes_per_position(const ModelConfig& c, kernels::KvType type) {
-  return uint64_t(c.n_layer) * 2 * c.kv_dim() * kernels::kv_type_bytes(type);
+  return uint64_t(c.n_attention_layers()) * 2 * c.kv_dim() * kernels::kv_type_bytes(type);
+}
+
+uint64_t conv_state_bytes(const ModelConfig& c, uint32_t ubatch) {
+  return uint64_t(c.n_layer - c.n_attention_layers()) * kernels::conv_ring_rows(ubatch, c.l_cache) * c.n_embd * 4;
 }
 
 // ---- session
@@ -229,6 +247,8 @@ struct GpuSession::Buffers {
   gpu::Buffer gate, up;                    // [ubatch][n_ff] (gate and up not fused)
   gpu::Buffer act;                         // [ubatch][n_ff] SwiGLU output
   gpu::Buffer proj;                        // [ubatch][n_embd] an output projection before its post-norm (gemma3)
+  gpu::Buffer bcx;                         // [ubatch][3 n_embd] in_proj's B, C, x (lfm2 convolution layers)
+  gpu::Buffer conv_y;                      // [ubatch][n_embd] C * conv(B * x), out_proj's input
   gpu::Buffer last;                        // [n_embd] the last token's residual row
   gpu::Buffer logits;                      // [n_vocab] logits of the last token
   gpu::Buffer logits_host;                 // [n_vocab] mappable copy of logits, read back once per step
@@ -264,6 +284,9 @@ GpuSession::GpuSession(gpu::Context& ctx, const GpuModel& model, const GpuSessio
   b.up = make(U * F, "up");
   b.act = make(U * F, "act");
   b.proj = make(c.post_norms ? U * E : 1, "proj");
+  const bool conv = !c.conv_layers.empty();
+  b.bcx = make(conv ? U * 3 * E : 1, "bcx");
+  b.conv_y = make(conv ? U * E : 1, "conv y");
   b.last = make(E, "last row");
   b.logits = make(c.n_vocab, "logits");
   b.logits_host = ctx.create_buffer(uint64_t(c.n_vocab) * 4, WGPUBufferUsage_MapRead, "logits readback");
@@ -273,13 +296,20 @@ GpuSession::GpuSession(gpu::Context& ctx, const GpuModel& model, const GpuSessio
   // One page when the whole cache fits a binding, else pages of 256 positions across pools.
   const uint64_t one_page = 2ull * n_ctx_ * KV * kernels::kv_type_bytes(options.kv_type);
   const uint32_t page = one_page <= ctx.max_binding_size() ? 0 : 256;
-  kv_.reserve(c.n_layer);
+  kv_.resize(c.n_layer);
+  conv_state_.resize(c.n_layer);
+  conv_rows_ = c.conv_layers.empty() ? 0 : kernels::conv_ring_rows(ubatch_, c.l_cache);
   decode_qkv_.reserve(c.n_layer);
-  for (uint32_t l = 0; l < c.n_layer; ++l)
-    kv_.emplace_back(
+  for (uint32_t l = 0; l < c.n_layer; ++l) {
+    if (c.is_conv(l)) {
+      conv_state_[l] = make(uint64_t(conv_rows_) * E, ("conv state " + std::to_string(l)).c_str());
+      continue;
+    }
+    kv_[l].emplace(
         ctx,
         kernels::KvCacheConfig{.kv_dim = uint32_t(KV), .max_seq = n_ctx_, .page_size = page, .type = options.kv_type},
         "kv cache " + std::to_string(l));
+  }
   for (const GpuLayer& L : model.weights.layers) {
     const kernels::QkvRopeAppend shape{
         .head_dim = c.head_dim, .rope_dim = c.rope_dim, .neox = c.rope_type == kernels::RopeType::Neox};
@@ -290,9 +320,14 @@ GpuSession::GpuSession(gpu::Context& ctx, const GpuModel& model, const GpuSessio
   }
   const kernels::AttentionShape longest{
       .n_heads = c.n_head, .n_kv_heads = c.n_head_kv, .head_dim = c.head_dim, .n_queries = 1, .start_pos = n_ctx_ - 1};
-  const uint32_t splits = kernels::attention_decode_splits(longest, kv_[0]);
-  b.decode_scratch =
-      make(std::max<uint64_t>(4, kernels::attention_decode_scratch_bytes(longest, splits) / 4), "decode scratch");
+  uint64_t scratch = 4;
+  for (uint32_t l = 0; l < c.n_layer; ++l)
+    if (kv_[l]) {  // every attention layer's cache has the same shape
+      const uint32_t splits = kernels::attention_decode_splits(longest, *kv_[l]);
+      scratch = std::max<uint64_t>(scratch, kernels::attention_decode_scratch_bytes(longest, splits));
+      break;
+    }
+  b.decode_scratch = make(scratch / 4, "decode scratch");
   // Compile the kernels now, as part of loading rather than of the first prompt: encode (and drop) a step of each
   // token count the matvec is specialised for and one tiled prefill chunk. The pipelines stay in the context.
   for (uint32_t n = 1; n <= kernels::kMatvecMaxTokens + 1; ++n)
@@ -305,8 +340,27 @@ GpuSession::~GpuSession() = default;
 
 uint64_t GpuSession::kv_bytes() const {
   uint64_t b = 0;
-  for (const auto& kv : kv_) b += kv.bytes();
+  for (const auto& kv : kv_) b += kv ? kv->bytes() : 0;
   return b;
+}
+
+void GpuSession::truncate(uint32_t n) {
+  if (n > n_past_)
+    throw InvalidArgument("cannot keep " + std::to_string(n) + " positions: " + std::to_string(n_past_) +
+                          " are cached");
+  next_.reset();  // encoded for the old position
+  // The rings hold rows of positions [n_past_ - conv_rows_ + 1, n_past_ - 1] (one row may hold a step queued ahead):
+  // the state at n needs n - (l_cache - 1) ... n - 1.
+  const uint32_t taps = model_.config.l_cache;
+  if (conv_rows_ == 0 || n == 0 || uint64_t(n) + conv_rows_ >= uint64_t(n_past_) + taps) {
+    n_past_ = n;
+    return;
+  }
+  // Beyond the rings: the conv states at n are rebuilt by feeding the first n tokens again.
+  const std::vector<int32_t> keep(tokens_.begin(), tokens_.begin() + n);
+  n_past_ = 0;
+  for (size_t i = 0; i < keep.size(); i += ubatch_)
+    run_chunk(std::span(keep).subspan(i, std::min<size_t>(ubatch_, keep.size() - i)), Output::None);
 }
 
 void GpuSession::check_tokens(std::span<const int32_t> tokens) const {
@@ -384,6 +438,8 @@ std::vector<float> GpuSession::run_chunk(std::span<const int32_t> tokens, Output
   const uint32_t n = uint32_t(tokens.size());
   Buffers& b = *buf_;
   ctx_.write_buffer(b.ids, 0, tokens.data(), tokens.size_bytes());
+  tokens_.resize(n_past_);
+  tokens_.insert(tokens_.end(), tokens.begin(), tokens.end());
   // A step encoded ahead is used for the decode call it was made for and dropped otherwise (before anything
   // else is encoded).
   std::unique_ptr<PreparedStep> prepared = std::move(next_);
@@ -447,10 +503,14 @@ uint32_t GpuSession::decode_greedy(int32_t token, uint32_t max_new, const std::f
   };
   submit(0);
   uint32_t chosen = 0;
+  int32_t last = token;
   for (uint32_t k = 0; k < steps; ++k) {
     if (k + 1 < steps) submit(k + 1);
     int32_t id = 0;
     ctx_.read_mapped(b.id_readback[k % 2], 0, &id, 4, done_at[k % 2]);
+    tokens_.resize(pos0 + k);
+    tokens_.push_back(k == 0 ? token : last);  // step k's input
+    last = id;
     n_past_ = pos0 + k + 1;
     if (uint32_t(id) == kernels::kArgmaxNonFinite) non_finite_logits(pos0 + k);
     ++chosen;
@@ -497,8 +557,25 @@ void GpuSession::encode_step(uint32_t n, uint32_t pos, Output output, const std:
 }
 
 void GpuSession::encode_layer(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n, uint32_t pos) {
-  encode_attention_block(batch, layer, n, pos);
+  if (model_.config.is_conv(layer))
+    encode_conv_block(batch, layer, n, pos);
+  else
+    encode_attention_block(batch, layer, n, pos);
   encode_ffn_block(batch, layer, n);
+}
+
+void GpuSession::encode_conv_block(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n, uint32_t pos) {
+  const ModelConfig& c = model_.config;
+  const GpuLayer& L = model_.weights.layers[layer];
+  Buffers& b = *buf_;
+  // B, C, x = rms_norm(x) * attn_norm @ in_proj
+  kernels::encode_matmul(batch, ctx_, L.in_proj, b.x, b.bcx, n, {.norm = &L.attn_norm, .eps = c.rms_eps});
+  // conv_y = C * conv(B * x) over the conv state, which takes this chunk's B * x rows
+  const kernels::ShortConvShape shape{
+      .n_tokens = n, .n_embd = c.n_embd, .taps = c.l_cache, .pos = pos, .ring_rows = conv_rows_};
+  kernels::encode_shortconv(batch, ctx_, shape, b.bcx, L.conv, conv_state_[layer], b.conv_y);
+  // x += conv_y @ out_proj
+  kernels::encode_matmul(batch, ctx_, L.out_proj, b.conv_y, b.x, n, {.accumulate = true});
 }
 
 void GpuSession::encode_attention_block(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n, uint32_t pos) {
@@ -511,7 +588,7 @@ void GpuSession::encode_attention_block(gpu::ComputeBatch& batch, uint32_t layer
                                         .rope_dim = c.rope_dim,
                                         .neox = c.rope_type == kernels::RopeType::Neox,
                                         .pos = pos,
-                                        .kv = &kv_[layer],
+                                        .kv = &kv(layer),
                                         .bias = optional(L.bqkv),
                                         .norm = &L.attn_norm,
                                         .eps = c.rms_eps};
@@ -531,7 +608,7 @@ void GpuSession::encode_attention_block(gpu::ComputeBatch& batch, uint32_t layer
                                          .type = c.rope_type,
                                          .pos = pos,
                                          .eps = c.rms_eps};
-      kernels::encode_qk_norm_rope_kv(batch, ctx_, s, rope_table, b.q, b.k, b.v, L.q_norm, L.k_norm, kv_[layer]);
+      kernels::encode_qk_norm_rope_kv(batch, ctx_, s, rope_table, b.q, b.k, b.v, L.q_norm, L.k_norm, kv(layer));
     } else {
       if (c.qk_norm) {  // qwen3: RMSNorm of every q and k head, in place
         kernels::encode_rms_norm(batch, ctx_, b.q, L.q_norm, b.q, n * c.n_head, c.head_dim, c.rms_eps);
@@ -547,7 +624,7 @@ void GpuSession::encode_attention_block(gpu::ComputeBatch& batch, uint32_t layer
                                     .n_heads2 = c.n_head_kv};
       kernels::encode_rope(batch, ctx_, rope, rope_table, b.q, &b.k);
       // k, v rows into the cache
-      kernels::encode_kv_append(batch, ctx_, kv_[layer], b.k, b.v, pos, n);
+      kernels::encode_kv_append(batch, ctx_, kv(layer), b.k, b.v, pos, n);
     }
   }
   // causal attention over the cache (local layers: the last sliding_window positions): the batched kernel for a
@@ -560,9 +637,9 @@ void GpuSession::encode_attention_block(gpu::ComputeBatch& batch, uint32_t layer
                                       .scale = c.attn_scale,
                                       .window = c.layer_window(layer)};
   if (n == 1)
-    kernels::encode_attention_decode(batch, ctx_, shape, b.q, kv_[layer], b.attn, &b.decode_scratch);
+    kernels::encode_attention_decode(batch, ctx_, shape, b.q, kv(layer), b.attn, &b.decode_scratch);
   else
-    kernels::encode_attention_prefill(batch, ctx_, shape, b.q, kv_[layer], b.attn);
+    kernels::encode_attention_prefill(batch, ctx_, shape, b.q, kv(layer), b.attn);
   if (c.post_norms) {
     // gemma: x += rms_norm(attn @ wo) * post_attn_norm
     kernels::encode_matmul(batch, ctx_, L.wo, b.attn, b.proj, n);

@@ -1,12 +1,14 @@
-// The GPU forward pass of the decoder (llama / qwen2 / qwen3): weights uploaded from a GGUF in their own types
-// (GpuModel) and one sequence's run state with its paged f16 KV cache (GpuSession). Prefill runs in chunks of
-// `ubatch` tokens, decode one token at a time; each chunk or token is encoded into a few command buffers (the GPU
-// starts on the first layers while the rest is encoded), and only the logits are read back. Per layer and token:
-// the q/k/v projection with the norm folded in, RoPE of q and k, KV append, attention, the output projection added
-// to the residual, gate/up with the norm folded in and SwiGLU, the down projection added to the residual. Decoding,
-// the q/k/v projection also does the RoPE and the KV append (5 dispatches per layer); with qwen3's q/k norm one
-// kernel does the norm, the RoPE and the append (6). Greedy decoding (decode_greedy) takes the argmax on the GPU and
-// feeds it to the next step there, so steps run back to back while the host reads the ids behind them.
+// The GPU forward pass of the decoder (llama / qwen2 / qwen3 / gemma3 / lfm2): weights uploaded from a GGUF in
+// their own types (GpuModel) and one sequence's run state with its paged f16 KV cache (GpuSession). Prefill runs in
+// chunks of `ubatch` tokens, decode one token at a time; each chunk or token is encoded into a few command buffers
+// (the GPU starts on the first layers while the rest is encoded), and only the logits are read back. Per layer and
+// token: the q/k/v projection with the norm folded in, RoPE of q and k, KV append, attention, the output projection
+// added to the residual, gate/up with the norm folded in and SwiGLU, the down projection added to the residual.
+// Decoding, the q/k/v projection also does the RoPE and the KV append (5 dispatches per layer); with qwen3's q/k norm
+// one kernel does the norm, the RoPE and the append (6). lfm2's convolution layers run in_proj (norm folded in), the
+// short convolution with its conv state, and out_proj (3 dispatches, then the FFN's 2). Greedy decoding
+// (decode_greedy) takes the argmax on the GPU and feeds it to the next step there, so steps run back to back while
+// the host reads the ids behind them.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -46,6 +48,11 @@ struct GpuLayer {
   kernels::GpuWeight w_down;     // [n_embd][n_ff]
   gpu::Buffer post_attn_norm;    // [n_embd] f32; gemma3 only (size 0 otherwise): x += norm(attn Wo)
   gpu::Buffer post_ffn_norm;     // [n_embd] f32; gemma3 only: x += norm(act Wdown)
+  // lfm2 short-convolution layers (config.is_conv) have these instead of the attention weights; attn_norm is the
+  // operator norm, folded into in_proj: x += out_proj(C * conv(B * x)) with B, C, x = norm(x) in_proj.
+  kernels::GpuWeight in_proj;   // [3 n_embd][n_embd]
+  gpu::Buffer conv;             // [n_embd][l_cache] f32 taps
+  kernels::GpuWeight out_proj;  // [n_embd][n_embd]
 };
 
 struct GpuWeights {
@@ -80,8 +87,10 @@ GpuModel load_gpu_model(gpu::Context& ctx, const GgufFile& f, const ModelConfig&
 // The same, reading the config of `f` first.
 GpuModel load_gpu_model(gpu::Context& ctx, const GgufFile& f);
 
-// GPU memory one KV cache position takes over all layers (K and V of `type`).
+// GPU memory one KV cache position takes over all attention layers (K and V of `type`).
 uint64_t kv_bytes_per_position(const ModelConfig& c, kernels::KvType type = kernels::KvType::F16);
+// GPU memory of one sequence's conv states (lfm2; 0 without convolution layers) for prefill chunks of `ubatch`.
+uint64_t conv_state_bytes(const ModelConfig& c, uint32_t ubatch);
 
 struct GpuSessionOptions {
   uint32_t n_ctx = 0;     // positions the KV cache holds (0: the model's training context)
@@ -139,10 +148,13 @@ class GpuSession {
   uint64_t kv_bytes() const;                                           // GPU memory of the KV caches
   uint64_t bind_groups_made() const { return bind_cache_->misses(); }  // over the session's life
   // Forget the cached positions (their rows are overwritten later) and the step encoded ahead.
-  void reset() {
-    n_past_ = 0;
-    next_.reset();
-  }
+  void reset() { truncate(0); }
+  // Keeps the first n positions (n <= n_past) and forgets the rest: the state is what feeding those n tokens gives.
+  // KV rows past n are overwritten later. A model with convolution layers rewinds its conv states from their rings
+  // when n is at most ubatch positions back; further back, the first n tokens are fed again (a prefill of n).
+  void truncate(uint32_t n);
+  // The tokens behind the n_past() cached positions.
+  std::span<const int32_t> tokens() const { return {tokens_.data(), n_past_}; }
 
  private:
   struct Buffers;
@@ -171,6 +183,7 @@ class GpuSession {
                    bool one_piece = false);
   void encode_layer(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n, uint32_t pos);
   void encode_attention_block(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n, uint32_t pos);
+  void encode_conv_block(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n, uint32_t pos);
   void encode_qkv(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n);
   void encode_ffn_block(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n);
   void encode_logits(gpu::ComputeBatch& batch, uint32_t n, Output output, uint32_t slot);
@@ -192,8 +205,14 @@ class GpuSession {
   std::vector<DecodeQkv> decode_qkv_;  // [n_layer]
   uint32_t n_past_ = 0;
   std::unique_ptr<Buffers> buf_;
-  std::unique_ptr<gpu::BindCache> bind_cache_;  // decode steps repeat: their bind groups are made once
-  std::vector<kernels::KvCache> kv_;            // [n_layer]
+  std::unique_ptr<gpu::BindCache> bind_cache_;       // decode steps repeat: their bind groups are made once
+  std::vector<std::optional<kernels::KvCache>> kv_;  // [n_layer]; none for convolution layers
+  kernels::KvCache& kv(uint32_t layer) { return *kv_[layer]; }
+  // lfm2: per convolution layer a ring of conv_rows_ B*x rows, row q % conv_rows_ holding position q (size 0 for
+  // attention layers). Rows of the last conv_rows_ - 1 positions are kept, so truncate rewinds within them.
+  std::vector<gpu::Buffer> conv_state_;
+  uint32_t conv_rows_ = 0;
+  std::vector<int32_t> tokens_;  // every token fed, [0, n_past_) valid (a rewind beyond the rings feeds them again)
   // While the GPU runs a decode step, the CPU encodes the next one (it depends only on the position): the next
   // token then only writes its id and submits.
   std::unique_ptr<PreparedStep> next_;

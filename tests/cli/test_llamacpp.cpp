@@ -48,6 +48,9 @@ std::vector<OracleModel> oracle_models() {
       {"llama_spm_f16", [] { return std::optional(test::model_path("llama-spm-f16")); }, 0.0},
       {"llama_spm_q8_0", [] { return std::optional(test::model_path("llama-spm-q8_0")); }, 0.0},
       {"gemma3_270m_q4_k_m", [] { return test::gemma_file(); }, 0.5, [] { return test::gemma_f32_file(); }},
+      // transformers' random LFM2s as llama.cpp's converter wrote them (convolution and attention layers)
+      {"lfm2_tiny_f32", [] { return std::optional(test::model_path("lfm2-tiny-f32")); }, 0.5},
+      {"lfm2_tiny_l4_f32", [] { return std::optional(test::model_path("lfm2-tiny-l4-f32")); }, 0.5},
   };
 }
 

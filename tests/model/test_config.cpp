@@ -204,7 +204,7 @@ struct ConfigCase {
 TEST(ConfigErrors, EveryCaseGivesItsError) {
   const std::vector<ConfigCase> cases = {
       {"unknown architecture", [](GgufBuilder& g) { g.set("general.architecture", GVal::str("gpt2")); },
-       "architecture 'gpt2' is not supported (supported: llama, qwen2, qwen3, gemma3)"},
+       "architecture 'gpt2' is not supported (supported: llama, qwen2, qwen3, gemma3, lfm2)"},
       {"no architecture", [](GgufBuilder& g) { g.without("general.architecture"); },
        "key 'general.architecture' is missing"},
       {"missing block_count", [](GgufBuilder& g) { g.without("llama.block_count"); },
@@ -279,6 +279,89 @@ TEST(ConfigErrors, Qwen3WithoutQkNormAndQwen2WithPartialBiases) {
   auto h = tiny_model("qwen2");
   h.without_tensor("blk.1.attn_v.bias");
   EXPECT_THAT(config_error(h), ::testing::HasSubstr("tensor 'blk.1.attn_v.bias' is missing"));
+}
+
+// An LFM2 of two layers as llama.cpp's converter writes it: layer 0 a short convolution (head_count_kv 0 in the
+// per-layer array), layer 1 attention with q/k norms; the final norm is token_embd_norm.weight.
+GgufBuilder tiny_lfm2() {
+  GgufBuilder g = tiny_model("lfm2");
+  const uint64_t E = 16, L = 3;
+  g.set("lfm2.attention.head_count_kv", GVal::array(4, {GVal::u32(0), GVal::u32(2)}));
+  g.kv("lfm2.shortconv.l_cache", GVal::u32(uint32_t(L)));
+  g.without_tensor("output_norm.weight").tensor("token_embd_norm.weight", {E});
+  for (const char* t : {"attn_q", "attn_k", "attn_v", "attn_output"})
+    g.without_tensor(std::string("blk.0.") + t + ".weight");
+  g.tensor("blk.0.shortconv.conv.weight", {L, E})
+      .tensor("blk.0.shortconv.in_proj.weight", {E, 3 * E})
+      .tensor("blk.0.shortconv.out_proj.weight", {E, E})
+      .tensor("blk.1.attn_q_norm.weight", {4})
+      .tensor("blk.1.attn_k_norm.weight", {4});
+  return g;
+}
+
+TEST(ConfigFromGguf, Lfm2ConvolutionLayersFromTheKvHeadArray) {
+  const auto c = config_of(tiny_lfm2());
+  EXPECT_EQ(c.arch, Arch::Lfm2);
+  EXPECT_EQ(c.layer_pattern(), "CA");
+  EXPECT_TRUE(c.is_conv(0));
+  EXPECT_FALSE(c.is_conv(1));
+  EXPECT_EQ(c.n_attention_layers(), 1u);
+  EXPECT_EQ(c.n_head_kv, 2u);
+  EXPECT_EQ(c.l_cache, 3u);
+  EXPECT_EQ(c.rope_type, RopeType::Neox);
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_EQ(c.output_norm_name, "token_embd_norm.weight");
+  // One number for every layer: all attention, no l_cache needed.
+  auto g = tiny_lfm2();
+  g.set("lfm2.attention.head_count_kv", GVal::u32(2)).without("lfm2.shortconv.l_cache");
+  for (const char* t : {"conv", "in_proj", "out_proj"})
+    g.without_tensor(std::string("blk.0.shortconv.") + t + ".weight");
+  g.tensor("blk.0.attn_q.weight", {16, 16})
+      .tensor("blk.0.attn_k.weight", {16, 8})
+      .tensor("blk.0.attn_v.weight", {16, 8});
+  g.tensor("blk.0.attn_output.weight", {16, 16})
+      .tensor("blk.0.attn_q_norm.weight", {4})
+      .tensor("blk.0.attn_k_norm.weight", {4});
+  const auto all = config_of(g);
+  EXPECT_EQ(all.layer_pattern(), "AA");
+  EXPECT_TRUE(all.conv_layers.empty());
+}
+
+TEST(ConfigErrors, Lfm2) {
+  const ConfigCase cases[] = {
+      {"kv array too short",
+       [](GgufBuilder& g) { g.set("lfm2.attention.head_count_kv", GVal::array(4, {GVal::u32(0)})); },
+       "key 'lfm2.attention.head_count_kv': expected an array of 2 integers (one per layer), found 1 of u32"},
+      {"kv array of floats",
+       [](GgufBuilder& g) {
+         g.set("lfm2.attention.head_count_kv", GVal::array(6, {GVal::f32(0), GVal::f32(2)}));
+       },
+       "expected an array of 2 integers (one per layer), found 2 of f32"},
+      {"attention layers differ",
+       [](GgufBuilder& g) {
+         g.set("lfm2.attention.head_count_kv", GVal::array(4, {GVal::u32(1), GVal::u32(2)}));
+       },
+       "the attention layers differ in KV heads (1 and 2 at layer 1; not supported)"},
+      {"no l_cache", [](GgufBuilder& g) { g.without("lfm2.shortconv.l_cache"); }, "lfm2.shortconv.l_cache"},
+      {"l_cache 1", [](GgufBuilder& g) { g.set("lfm2.shortconv.l_cache", GVal::u32(1)); },
+       "key 'lfm2.shortconv.l_cache' = 1 is outside [2, 64]"},
+      {"conv taps disagree",
+       [](GgufBuilder& g) {
+         g.without_tensor("blk.0.shortconv.conv.weight").tensor("blk.0.shortconv.conv.weight", {4, 16});
+       },
+       "tensor 'blk.0.shortconv.conv.weight': shape [4, 16] does not match the config (expected [3, 16])"},
+      {"no in_proj", [](GgufBuilder& g) { g.without_tensor("blk.0.shortconv.in_proj.weight"); },
+       "tensor 'blk.0.shortconv.in_proj.weight' is missing"},
+      {"llama's output norm name",
+       [](GgufBuilder& g) { g.without_tensor("token_embd_norm.weight").tensor("output_norm.weight", {16}); },
+       "tensor 'token_embd_norm.weight' is missing"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    auto g = tiny_lfm2();
+    c.edit(g);
+    EXPECT_THAT(config_error(g), ::testing::HasSubstr(c.expect));
+  }
 }
 
 }  // namespace

@@ -83,7 +83,8 @@ TEST_P(CpuForwardRef, LogitsAndGreedyMatchTransformers) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CpuForwardRef,
                          ::testing::Values("llama-f32", "qwen2-f32", "qwen3-f32", "llama-rope3-tied-f32",
-                                           "qwen2-tied-f32", "gemma3-tiny-f32"),
+                                           "qwen2-tied-f32", "gemma3-tiny-f32", "lfm2-tiny-f32", "lfm2-tiny-l4-f32",
+                                           "lfm2-tiny-mha-f32"),
                          [](const auto& info) {
                            std::string s = info.param;
                            std::replace(s.begin(), s.end(), '-', '_');
@@ -208,8 +209,33 @@ INSTANTIATE_TEST_SUITE_P(Models, CpuForwardCache,
                                            "qwen2-f32", "qwen2-f16", "qwen2-bf16", "qwen2-q8_0", "qwen2-q4_0",
                                            "qwen3-f32", "qwen3-f16", "qwen3-bf16", "qwen3-q8_0", "qwen3-q4_0",
                                            "llama-rope3-tied-f32", "llama-rope3-tied-q8_0", "llama-rope3-tied-q4_0",
-                                           "qwen2-tied-f32", "qwen2-tied-q8_0", "llama-spm-f32", "gemma3-tiny-f32"),
+                                           "qwen2-tied-f32", "qwen2-tied-q8_0", "llama-spm-f32", "gemma3-tiny-f32",
+                                           "lfm2-tiny-f32", "lfm2-tiny-l4-f32"),
                          [](const auto& info) { return case_name(info.param); });
+
+// truncate(n) leaves what feeding the first n tokens gives: the logits of a continuation match a fresh session's
+// (lfm2: the convolution history is cut with the KV cache).
+TEST_P(CpuForwardCache, TruncateEqualsFeedingTheKeptTokens) {
+  const CpuModel& m = model(GetParam());
+  const auto prompt = random_prompt(m, 30, 3), cont = random_prompt(m, 4, 4);
+  CpuSession s(m);
+  for (uint32_t n : {30u, 29u, 28u, 17u, 1u, 0u}) {
+    s.reset();
+    s.forward(prompt);
+    s.truncate(n);
+    EXPECT_EQ(s.n_past(), n);
+    const auto got = s.forward_all(cont);
+    std::vector<int32_t> all(prompt.begin(), prompt.begin() + n);
+    all.insert(all.end(), cont.begin(), cont.end());
+    CpuSession fresh(m);
+    const auto want = fresh.forward_all(all);
+    for (size_t t = 0; t < cont.size(); ++t) {
+      const auto e = test::compare(got[t], want[n + t]);
+      EXPECT_LE(e.rel_l2, 1e-5) << "kept " << n << ", continuation token " << t << ": " << e.describe();
+    }
+  }
+  EXPECT_THROW(s.truncate(s.n_past() + 1), InvalidArgument);
+}
 
 // ---- pieces
 

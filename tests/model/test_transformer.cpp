@@ -53,8 +53,9 @@ std::vector<GpuCase> gpu_cases() {
   std::vector<std::string> models;
   for (const char* arch : {"llama", "qwen2", "qwen3"})
     for (const char* type : {"f32", "f16", "bf16", "q8_0", "q4_0"}) models.push_back(std::string(arch) + "-" + type);
-  for (const char* m : {"llama-rope3-tied-f32", "llama-rope3-tied-q8_0", "llama-rope3-tied-q4_0", "qwen2-tied-f32",
-                        "qwen2-tied-q8_0", "qwen2-mixed", "gemma3-tiny-f32"})
+  for (const char* m :
+       {"llama-rope3-tied-f32", "llama-rope3-tied-q8_0", "llama-rope3-tied-q4_0", "qwen2-tied-f32", "qwen2-tied-q8_0",
+        "qwen2-mixed", "gemma3-tiny-f32", "lfm2-tiny-f32", "lfm2-tiny-l4-f32", "lfm2-tiny-mha-f32"})
     models.push_back(m);
   std::vector<GpuCase> out;
   for (const std::string& m : models) {
@@ -82,8 +83,10 @@ TEST_P(GpuForward, MatchesCpuReference) {
   const GpuModel gm = load_gpu_model(ctx, f);
   // q/k/v and gate/up are fused exactly when their tensors share a type (qwen2-mixed: they do not).
   const bool mixed = tc.model.ends_with("mixed");
-  for (const GpuLayer& L : gm.weights.layers) {
-    EXPECT_EQ(L.wqkv.empty(), mixed);
+  for (uint32_t l = 0; l < gm.config.n_layer; ++l) {
+    const GpuLayer& L = gm.weights.layers[l];
+    EXPECT_EQ(L.wqkv.empty(), mixed || gm.config.is_conv(l));  // convolution layers have in_proj instead
+    EXPECT_EQ(L.in_proj.empty(), !gm.config.is_conv(l));
     EXPECT_EQ(L.w_gate_up.empty(), mixed);
   }
   GpuSession gs(ctx, gm, {.n_ctx = 256, .ubatch = 40, .kv_type = tc.kv, .layers_per_submit = tc.layers_per_submit});
@@ -318,6 +321,68 @@ TEST_P(DecodeGreedy, MatchesFeedingAndStopsCleanly) {
 INSTANTIATE_TEST_SUITE_P(ArgmaxOn, DecodeGreedy, ::testing::Values(1, 0),
                          [](const auto& info) { return std::string(info.param ? "gpu" : "host"); });
 
+// ---- truncate
+
+class GpuTruncate : public ::testing::TestWithParam<std::string> {};
+
+// A session cut back to n positions continues as a fresh one fed those n tokens (the CPU reference): the logits of a
+// continuation match. lfm2's conv states come back from their rings when n is at most ubatch positions back
+// (ubatch 16: n >= 84 of 100) and by feeding the kept tokens again further back (83, 40, 1); 0 is a reset. Then the
+// same after a greedy decode stopped early, whose last queued step wrote one ring row past the kept positions.
+TEST_P(GpuTruncate, ContinuesAsTheKeptTokensGive) {
+  const GgufFile f = GgufFile::open(test::model_path(GetParam()));
+  const cpu::CpuModel cm = cpu::load_cpu_model(f);
+  gpu::Context& ctx = test::context();
+  const GpuModel gm = load_gpu_model(ctx, f);
+  const uint32_t V = cm.config.n_vocab;
+  const std::vector<int32_t> prompt = random_prompt(V, 100, 11), cont = random_prompt(V, 6, 12);
+  auto expect_continues = [&](GpuSession& gs, const std::string& what) {
+    std::vector<int32_t> all(gs.tokens().begin(), gs.tokens().end());
+    const size_t n = all.size();
+    all.insert(all.end(), cont.begin(), cont.end());
+    cpu::CpuSession cs(cm, 256);
+    const auto want = cs.forward_all(all);
+    const auto got = gs.forward_all(cont);
+    for (size_t t = 0; t < cont.size(); ++t) {
+      const auto e = test::compare(got[t], want[n + t]);
+      EXPECT_LE(e.rel_l2, 1e-4) << what << ", continuation token " << t << ": " << e.describe();
+    }
+  };
+  GpuSession gs(ctx, gm, {.n_ctx = 256, .ubatch = 16, .kv_type = kernels::KvType::F32});
+  for (uint32_t n : {100u, 99u, 98u, 84u, 83u, 40u, 1u, 0u}) {
+    gs.reset();
+    gs.forward(prompt);
+    gs.truncate(n);
+    ASSERT_EQ(gs.n_past(), n);
+    ASSERT_TRUE(std::equal(gs.tokens().begin(), gs.tokens().end(), prompt.begin())) << "kept " << n;
+    expect_continues(gs, "kept " + std::to_string(n) + " of 100");
+  }
+  EXPECT_THROW(gs.truncate(gs.n_past() + 1), InvalidArgument);
+  for (int32_t on_gpu : {1, 0}) {
+    GpuSession g(ctx, gm, {.n_ctx = 256, .ubatch = 16, .kv_type = kernels::KvType::F32, .argmax_on_gpu = on_gpu});
+    g.forward(std::span(prompt).first(50));
+    std::vector<int32_t> ids;
+    g.decode_greedy(prompt[50], 10, [&](int32_t id) {
+      ids.push_back(id);
+      return ids.size() < 5;
+    });
+    ASSERT_EQ(g.n_past(), 55u);
+    std::vector<int32_t> fed(prompt.begin(), prompt.begin() + 51);
+    fed.insert(fed.end(), ids.begin(), ids.begin() + 4);
+    ASSERT_EQ(std::vector<int32_t>(g.tokens().begin(), g.tokens().end()), fed);
+    g.truncate(53);
+    expect_continues(g, std::string("after decode_greedy (argmax on the ") + (on_gpu ? "GPU" : "host") + "), kept 53");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, GpuTruncate,
+                         ::testing::Values("lfm2-tiny-f32", "lfm2-tiny-l4-f32", "llama-f32", "gemma3-tiny-f32"),
+                         [](const auto& info) {
+                           std::string s = info.param;
+                           std::replace(s.begin(), s.end(), '-', '_');
+                           return s;
+                         });
+
 // ---- end to end against the transformers fixtures
 
 class GpuForwardRef : public ::testing::TestWithParam<std::string> {};
@@ -359,7 +424,8 @@ TEST_P(GpuForwardRef, GreedyTokensMatchTransformers) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GpuForwardRef,
                          ::testing::Values("llama-f32", "qwen2-f32", "qwen3-f32", "llama-rope3-tied-f32",
-                                           "qwen2-tied-f32", "gemma3-tiny-f32"),
+                                           "qwen2-tied-f32", "gemma3-tiny-f32", "lfm2-tiny-f32", "lfm2-tiny-l4-f32",
+                                           "lfm2-tiny-mha-f32"),
                          [](const auto& info) {
                            std::string s = info.param;
                            std::replace(s.begin(), s.end(), '-', '_');

@@ -40,6 +40,11 @@ void print_config(const GgufHyperParameters& c) {
   std::printf("  qk_norm        %s\n", c.qk_norm ? "yes" : "no");
   std::printf("  attn_bias      %s\n", c.attn_bias ? "yes" : "no");
   std::printf("  tied embedding %s\n", c.tied_embeddings ? "yes" : "no");
+  if (c.layer_pattern.find_first_not_of('A') != std::string::npos)
+    std::printf("  layers         %s (A attention, L local attention, C short convolution)\n", c.layer_pattern.c_str());
+  if (c.sliding_window) std::printf("  sliding window %u\n", c.sliding_window);
+  if (c.conv_taps)
+    std::printf("  conv taps      %u (short convolution over the last %u positions)\n", c.conv_taps, c.conv_taps);
 }
 
 void print_tokenizer(const GgufTokenizerSummary& t) {

@@ -1,0 +1,48 @@
+// LFM2's gated short convolution, between in_proj and out_proj, for n tokens at positions pos .. pos + n - 1 of one
+// sequence (E channels, L taps). With bx(q) = B(q) * x(q), the product of in_proj's first and third chunks:
+//   y[t][c] = C(t)[c] * sum_k taps[c][k] * bx(pos + t - (L-1) + k)[c]      (tap 0 meets the oldest position)
+// where bx of a position before pos comes from the conv state, a ring of R rows holding bx(q) at row q % R, and
+// bx(q) = 0 for q < 0. Each token's bx is written to its ring row for the next call. The host keeps
+// n + L - 1 <= R, so the rows this dispatch writes (pos .. pos+n-1) are never the rows it reads (pos-L+1 .. pos-1).
+// One invocation per (token, channel): flat index i = (wid.x + wid.y * grid_x) * WG + lid, t = i / E, c = i % E.
+
+struct ConvParams {
+  n: u32, n_embd: u32, taps: u32, pos: u32,
+  ring_rows: u32, grid_x: u32, _pad0: u32, _pad1: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: ConvParams;
+@group(0) @binding(1) var<storage, read> bcx: array<f32>;         // [n][3E]: B, C, x
+@group(0) @binding(2) var<storage, read> taps: array<f32>;        // [E][L]
+@group(0) @binding(3) var<storage, read_write> ring: array<f32>;  // [R][E]
+@group(0) @binding(4) var<storage, read_write> y: array<f32>;     // [n][E]
+
+const WG: u32 = 256u;
+
+@compute @workgroup_size(WG)
+fn shortconv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+  let i = (wid.x + wid.y * p.grid_x) * WG + lid;
+  let E = p.n_embd;
+  if (i >= p.n * E) { return; }
+  let t = i / E;
+  let c = i - t * E;
+  let row = t * 3u * E;
+  let bx_t = bcx[row + c] * bcx[row + 2u * E + c];
+  // Positions q = pos + t - (L-1) + k as i32 (before position 0 they are zero).
+  let first = i32(p.pos + t) - i32(p.taps - 1u);
+  var acc = 0.0;
+  for (var k = 0u; k < p.taps; k++) {
+    let q = first + i32(k);
+    if (q < 0) { continue; }
+    var v: f32;
+    if (u32(q) >= p.pos) {  // a token of this call
+      let r = (u32(q) - p.pos) * 3u * E;
+      v = bcx[r + c] * bcx[r + 2u * E + c];
+    } else {
+      v = ring[(u32(q) % p.ring_rows) * E + c];
+    }
+    acc += taps[c * p.taps + k] * v;
+  }
+  ring[((p.pos + t) % p.ring_rows) * E + c] = bx_t;
+  y[i] = bcx[row + E + c] * acc;
+}
