@@ -18,9 +18,10 @@ build_cuda() {
   [ -f "$tarball" ] || fail "no source tarball at $tarball"
   mkdir -p "$dir/src"
   tar xJf "$tarball" -C "$dir/src"
-  local src
-  src=$(dirname "$(find "$dir/src" -maxdepth 3 -name CMakeLists.txt -path '*llama.cpp/CMakeLists.txt' | head -n1)")
-  [ -n "$src" ] || fail "no llama.cpp/CMakeLists.txt in $tarball"
+  local top src
+  top=$(find "$dir/src" -maxdepth 5 -name CMakeLists.txt -path '*llama.cpp/CMakeLists.txt' | head -n1)
+  [ -n "$top" ] || fail "no llama.cpp/CMakeLists.txt in $tarball"
+  src=$(dirname "$top")
   say "building llama.cpp with CUDA in $dir"
   cmake -S "$src" -B "$dir/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
     -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF >"$dir/configure.log" \
