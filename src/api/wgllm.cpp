@@ -80,7 +80,7 @@ std::unique_ptr<ModelAccess::Impl> parse_impl(const GgufFile& f, const LoadOptio
     }
   i.weight_type = type_name(f.tensor(typed).type);
   i.layer_pattern = config.layer_pattern();
-  i.conv_state_bytes = conv_state_bytes(config, m->ubatch);
+  i.conv_state_bytes = conv_state_bytes(config, o.n_ctx ? std::min(m->ubatch, o.n_ctx) : m->ubatch);
   i.n_params = count_params(f);
   i.n_vocab = config.n_vocab, i.n_embd = config.n_embd, i.n_layer = config.n_layer;
   i.n_ctx_train = config.n_ctx_train;
@@ -109,6 +109,7 @@ void upload_impl(ModelAccess::Impl& m, const GgufFile& f, const LoadOptions& o) 
   }
   i.weight_bytes = m.gpu.weight_bytes;
   i.kv_bytes = kv_bytes_per_position(m.gpu.config) * i.n_ctx;
+  i.conv_state_bytes = conv_state_bytes(m.gpu.config, std::min(m.ubatch, i.n_ctx));  // a session's prefill chunk
   i.bytes_per_token = m.gpu.bytes_per_token;
 }
 
