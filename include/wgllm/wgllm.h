@@ -110,6 +110,14 @@ class Model {
   // The same prompt as token ids: the template's markers become control tokens, while the messages are text
   // whatever they hold (a control token typed into a message cannot open a turn of its own).
   std::vector<int32_t> encode_chat(std::string_view user, std::string_view system = "") const;
+  // A conversation (roles "system", "user", "assistant"; InvalidArgument for any other or none) in the model's
+  // template, ending with the assistant's turn opener, as ids. A model without a template wgllm knows gets ChatML,
+  // as llama.cpp's server gives it (the one-message encode_chat above throws instead).
+  struct ChatTurn {
+    std::string role;
+    std::string content;
+  };
+  std::vector<int32_t> encode_chat(std::span<const ChatTurn> turns) const;
 
  private:
   friend class ModelAccess;  // the library's own sources (src/api/model_impl.h)

@@ -160,6 +160,13 @@ std::vector<int32_t> Model::encode_chat(std::string_view user, std::string_view 
   return impl_->tok().encode(p.text, false, true, p.content);
 }
 
+std::vector<int32_t> Model::encode_chat(std::span<const ChatTurn> turns) const {
+  std::vector<ChatMessage> msgs;
+  for (const ChatTurn& t : turns) msgs.push_back({t.role, t.content});
+  const ChatPrompt p = render_conversation(impl_->tok(), impl_->config.arch_name, msgs, true);
+  return impl_->tok().encode(p.text, false, true, p.content);
+}
+
 // ---- TextStream
 
 struct TextStream::Impl {

@@ -77,7 +77,7 @@ AttentionShape validate(const char* fn, const gpu::Context& ctx, AttentionShape 
   if (kv.config().max_seq < end)
     fail(fn, "max_seq " + std::to_string(kv.config().max_seq) + " < start_pos + q_base + n_queries (" +
                  std::to_string(end) + ")");
-  const uint64_t rows = uint64_t(s.q_base) + s.n_queries;
+  const uint64_t rows = uint64_t(s.row) + s.q_base + s.n_queries;
   if (q.size < ((rows - 1) * s.q_stride + q_dim) * 4)
     fail(fn, "q buffer holds " + std::to_string(q.size) + " bytes, needs " +
                  std::to_string(((rows - 1) * s.q_stride + q_dim) * 4));
@@ -243,8 +243,8 @@ void encode_attention_prefill(gpu::ComputeBatch& batch, gpu::Context& ctx, const
   if (impl == AttentionImpl::Baseline) step = std::min(step, max_grid);  // grid y = queries
 
   in_chunks(s.n_queries, step, [&](uint32_t first, uint32_t count) {
-    const RowWindow qw = row_window(ctx, uint64_t(s.q_base) + first, count, s.q_stride, q_dim);
-    const RowWindow ow = row_window(ctx, uint64_t(s.q_base) + first, count, s.out_stride, q_dim);
+    const RowWindow qw = row_window(ctx, uint64_t(s.row) + s.q_base + first, count, s.q_stride, q_dim);
+    const RowWindow ow = row_window(ctx, uint64_t(s.row) + s.q_base + first, count, s.out_stride, q_dim);
     AttentionParams p = chunk_params(s, kv, first, count, qw, ow);
     uint32_t gx, gy;
     if (impl == AttentionImpl::Tiled) {
@@ -323,8 +323,8 @@ void encode_attention_decode(gpu::ComputeBatch& batch, gpu::Context& ctx, const 
 
   uint32_t step = std::min(max_rows_per_binding(ctx, s), max_grid);
   in_chunks(s.n_queries, step, [&](uint32_t first, uint32_t count) {
-    const RowWindow qw = row_window(ctx, uint64_t(s.q_base) + first, count, s.q_stride, q_dim);
-    const RowWindow ow = row_window(ctx, uint64_t(s.q_base) + first, count, s.out_stride, q_dim);
+    const RowWindow qw = row_window(ctx, uint64_t(s.row) + s.q_base + first, count, s.q_stride, q_dim);
+    const RowWindow ow = row_window(ctx, uint64_t(s.row) + s.q_base + first, count, s.out_stride, q_dim);
     AttentionParams p = chunk_params(s, kv, first, count, qw, ow);
     p.n_splits = n_splits;
     const uint64_t window = decode_span(s, kv, first, count);

@@ -21,10 +21,12 @@ struct AttentionShape {
   uint32_t out_stride = 0;  // floats between output rows (0 = n_heads * head_dim)
   float scale = 0;          // 0 = 1 / sqrt(head_dim)
   uint32_t window = 0;      // sliding window: keys a query sees, itself included (0 = all before it)
+  uint32_t row = 0;         // q / out rows before the call's row 0, not positions (a decode step of several
+                            // sequences: this sequence's row)
 };
 // Query i of the call sits at position P = start_pos + q_base + i, attends keys [0, P] (with a window W > 0:
-// keys (P - W, P], as llama.cpp's LLAMA_SWA_TYPE_STANDARD masks key p0 when P - p0 >= W), reads q row q_base + i
-// and writes out row q_base + i.
+// keys (P - W, P], as llama.cpp's LLAMA_SWA_TYPE_STANDARD masks key p0 when P - p0 >= W), reads q row
+// row + q_base + i and writes out row row + q_base + i.
 
 enum class AttentionImpl {
   Auto,      // tiled (several queries share each K/V tile) when possible, else baseline

@@ -28,12 +28,15 @@ void encode_qk_norm_rope_kv(gpu::ComputeBatch& batch, gpu::Context& ctx, const Q
          "n_kv * head_dim " + std::to_string(kv_dim) + " must equal the cache's kv_dim " + std::to_string(kc.kv_dim));
   if (s.pos >= kc.max_seq)
     fail(fn, "position " + std::to_string(s.pos) + " is past the cache (max_seq " + std::to_string(kc.max_seq) + ")");
-  const uint64_t q_bytes = uint64_t(s.n_head) * s.head_dim * 4, kv_bytes = kv_dim * 4;
+  const uint64_t q_bytes = (uint64_t(s.row) + 1) * s.n_head * s.head_dim * 4,
+                 kv_bytes = (uint64_t(s.row) + 1) * kv_dim * 4;
+  if (q_bytes / 4 > UINT32_MAX || kv_bytes / 4 > UINT32_MAX) fail(fn, "row exceeds 32-bit element offsets");
   need(fn, "q", q, q_bytes, ctx);
   need(fn, "k", k, kv_bytes, ctx);
   need(fn, "v", v, kv_bytes, ctx);
-  need(fn, "q_norm", q_norm, uint64_t(s.head_dim) * 4, ctx);
-  need(fn, "k_norm", k_norm, uint64_t(s.head_dim) * 4, ctx);
+  const uint64_t norm_bytes = s.norm ? uint64_t(s.head_dim) * 4 : 16;
+  need(fn, "q_norm", q_norm, norm_bytes, ctx);
+  need(fn, "k_norm", k_norm, norm_bytes, ctx);
   need(fn, "table", table, uint64_t(rope_dim / 2) * 16, ctx);
   if (q.get() == k.get() || q.get() == v.get()) fail(fn, "q must be another buffer than k and v");
   const KvCache::Location at = kv.locate(s.pos);
@@ -49,15 +52,13 @@ void encode_qk_norm_rope_kv(gpu::ComputeBatch& batch, gpu::Context& ctx, const Q
   p.kv_k_off = uint32_t(at.k_elem);
   p.kv_v_off = uint32_t(at.v_elem);
   p.eps = s.eps;
+  p.norm = s.norm ? 1 : 0;
+  p.row = s.row;
   WGPUComputePipeline pipe = ctx.pipeline({"rope_angle.wgsl+qk_norm_rope_kv.wgsl", "qk_norm_rope_kv", {}, ""});
-  const gpu::BufferBinding b[] = {batch.uniform(0, p),
-                                  {1, &table, 0, uint64_t(rope_dim / 2) * 16},
-                                  {2, &q, 0, q_bytes},
-                                  {3, &k, 0, kv_bytes},
-                                  {4, &v, 0, kv_bytes},
-                                  {5, &q_norm, 0, uint64_t(s.head_dim) * 4},
-                                  {6, &k_norm, 0, uint64_t(s.head_dim) * 4},
-                                  {7, &kv.pool(at.pool)}};
+  const gpu::BufferBinding b[] = {batch.uniform(0, p),         {1, &table, 0, uint64_t(rope_dim / 2) * 16},
+                                  {2, &q, 0, q_bytes},         {3, &k, 0, kv_bytes},
+                                  {4, &v, 0, kv_bytes},        {5, &q_norm, 0, norm_bytes},
+                                  {6, &k_norm, 0, norm_bytes}, {7, &kv.pool(at.pool)}};
   batch.dispatch(pipe, b, s.n_head + 2 * s.n_kv);
 }
 

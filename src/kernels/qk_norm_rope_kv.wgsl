@@ -8,14 +8,14 @@
 struct Params {
   n_head: u32, n_kv: u32, head_dim: u32, rope_dim: u32,
   pos: u32, neox: u32, kv_f16: u32, kv_k_off: u32,
-  kv_v_off: u32, eps: f32, _pad0: u32, _pad1: u32,
+  kv_v_off: u32, eps: f32, norm: u32, row: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> turns: array<vec4<f32>>;  // [rope_dim / 2] (hi, mid, lo, 0)
-@group(0) @binding(2) var<storage, read_write> q: array<f32>;      // [n_head * head_dim]
-@group(0) @binding(3) var<storage, read> k: array<f32>;            // [n_kv * head_dim]
-@group(0) @binding(4) var<storage, read> v: array<f32>;            // [n_kv * head_dim]
+@group(0) @binding(2) var<storage, read_write> q: array<f32>;      // [row + 1][n_head * head_dim]
+@group(0) @binding(3) var<storage, read> k: array<f32>;            // [row + 1][n_kv * head_dim]
+@group(0) @binding(4) var<storage, read> v: array<f32>;            // [row + 1][n_kv * head_dim]
 @group(0) @binding(5) var<storage, read> q_norm: array<f32>;       // [head_dim]
 @group(0) @binding(6) var<storage, read> k_norm: array<f32>;       // [head_dim]
 @group(0) @binding(7) var<storage, read_write> kv: array<u32>;     // the cache pool
@@ -40,15 +40,19 @@ fn qk_norm_rope_kv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocat
   let h = wid.x;
   let hd = p.head_dim;
   let is_q = h < p.n_head;
+  let kv_row = p.row * p.n_kv * hd;  // the token's first element in k and v
   if (h >= p.n_head + p.n_kv) {  // a v head: copied
     let base = (h - p.n_head - p.n_kv) * hd;
-    for (var w = lid; w < hd / 2u; w += WG) { store_pair(p.kv_v_off, base + 2u * w, v[base + 2u * w], v[base + 2u * w + 1u]); }
+    for (var w = lid; w < hd / 2u; w += WG) {
+      store_pair(p.kv_v_off, base + 2u * w, v[kv_row + base + 2u * w], v[kv_row + base + 2u * w + 1u]);
+    }
     return;
   }
   let base = select(h - p.n_head, h, is_q) * hd;
+  let q_row = p.row * p.n_head * hd;
   var ss = 0.0;
   for (var i = lid; i < hd; i += WG) {
-    let x = select(k[base + i], q[base + i], is_q);
+    let x = select(k[kv_row + base + i], q[q_row + base + i], is_q);
     row[i] = x;
     ss += x * x;
   }
@@ -58,7 +62,8 @@ fn qk_norm_rope_kv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocat
     if (lid < s) { red[lid] += red[lid + s]; }
     workgroupBarrier();
   }
-  let inv = inverseSqrt(red[0] / f32(hd) + p.eps);
+  let normed = p.norm != 0u;  // off: RoPE and the append alone (models without q/k norms)
+  let inv = select(1.0, inverseSqrt(red[0] / f32(hd) + p.eps), normed);
   // Pair j: j < rope_dim / 2 rotates (2j, 2j + 1) (normal) or (j, j + rope_dim / 2) (neox) by frequency j;
   // the rest, (rope_dim + 2m, rope_dim + 2m + 1), only get the norm. Each element belongs to one pair.
   let half = p.rope_dim / 2u;
@@ -72,8 +77,12 @@ fn qk_norm_rope_kv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocat
       i0 = select(2u * j, j, p.neox != 0u);
       i1 = select(2u * j + 1u, j + half, p.neox != 0u);
     }
-    let w0 = select(k_norm[i0], q_norm[i0], is_q);
-    let w1 = select(k_norm[i1], q_norm[i1], is_q);
+    var w0 = 1.0;
+    var w1 = 1.0;
+    if (normed) {
+      w0 = select(k_norm[i0], q_norm[i0], is_q);
+      w1 = select(k_norm[i1], q_norm[i1], is_q);
+    }
     var a = row[i0] * inv * w0;
     var b = row[i1] * inv * w1;
     if (j < half) {
@@ -92,7 +101,7 @@ fn qk_norm_rope_kv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocat
   for (var m = 0u; m < n; m += 1u) { row[i0s[m]] = r0[m]; }
   workgroupBarrier();
   if (is_q) {
-    for (var i = lid; i < hd; i += WG) { q[base + i] = row[i]; }
+    for (var i = lid; i < hd; i += WG) { q[q_row + base + i] = row[i]; }
   } else {
     for (var w = lid; w < hd / 2u; w += WG) { store_pair(p.kv_k_off, base + 2u * w, row[2u * w], row[2u * w + 1u]); }
   }

@@ -8,14 +8,14 @@
 
 struct ConvParams {
   n: u32, n_embd: u32, taps: u32, pos: u32,
-  ring_rows: u32, grid_x: u32, _pad0: u32, _pad1: u32,
+  ring_rows: u32, grid_x: u32, row: u32, _pad1: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: ConvParams;
-@group(0) @binding(1) var<storage, read> bcx: array<f32>;         // [n][3E]: B, C, x
+@group(0) @binding(1) var<storage, read> bcx: array<f32>;         // [row + n][3E]: B, C, x
 @group(0) @binding(2) var<storage, read> taps: array<f32>;        // [E][L]
 @group(0) @binding(3) var<storage, read_write> ring: array<f32>;  // [R][E]
-@group(0) @binding(4) var<storage, read_write> y: array<f32>;     // [n][E]
+@group(0) @binding(4) var<storage, read_write> y: array<f32>;     // [row + n][E]
 
 const WG: u32 = 256u;
 
@@ -26,7 +26,7 @@ fn shortconv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
   if (i >= p.n * E) { return; }
   let t = i / E;
   let c = i - t * E;
-  let row = t * 3u * E;
+  let row = (p.row + t) * 3u * E;  // rows from p.row on: a decode step of several sequences
   let bx_t = bcx[row + c] * bcx[row + 2u * E + c];
   // Positions q = pos + t - (L-1) + k as i32 (before position 0 they are zero).
   let first = i32(p.pos + t) - i32(p.taps - 1u);
@@ -36,7 +36,7 @@ fn shortconv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
     if (q < 0) { continue; }
     var v: f32;
     if (u32(q) >= p.pos) {  // a token of this call
-      let r = (u32(q) - p.pos) * 3u * E;
+      let r = (p.row + u32(q) - p.pos) * 3u * E;
       v = bcx[r + c] * bcx[r + 2u * E + c];
     } else {
       v = ring[(u32(q) % p.ring_rows) * E + c];
@@ -44,5 +44,5 @@ fn shortconv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
     acc += taps[c * p.taps + k] * v;
   }
   ring[((p.pos + t) % p.ring_rows) * E + c] = bx_t;
-  y[i] = bcx[row + E + c] * acc;
+  y[(p.row + t) * E + c] = bcx[row + E + c] * acc;
 }

@@ -157,6 +157,7 @@ class GpuSession {
   std::span<const int32_t> tokens() const { return {tokens_.data(), n_past_}; }
 
  private:
+  friend class GpuBatchDecode;  // a decode step of several sessions reads and advances their caches and state
   struct Buffers;
   using Piece = std::unique_ptr<gpu::ComputeBatch>;
   // What a step leaves behind after its layers.

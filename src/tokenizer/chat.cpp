@@ -140,13 +140,29 @@ ChatPrompt render_chat(ChatTemplate tmpl, std::span<const ChatMessage> messages,
 
 ChatPrompt render_user_turn(const Tokenizer& tok, std::string_view arch, std::string_view user,
                             std::string_view system) {
-  const ChatTemplate tmpl = chat_template_for(tok.data().chat_template, arch);
   std::vector<ChatMessage> msgs;
   if (!system.empty()) msgs.push_back({"system", std::string(system)});
   msgs.push_back({"user", std::string(user)});
+  return render_conversation(tok, arch, msgs, false);
+}
+
+ChatPrompt render_conversation(const Tokenizer& tok, std::string_view arch, std::span<const ChatMessage> messages,
+                               bool chatml_fallback) {
+  for (const ChatMessage& m : messages)
+    if (m.role != "system" && m.role != "user" && m.role != "assistant")
+      throw InvalidArgument("chat: role '" + m.role + "' is not one of system, user, assistant");
+  if (messages.empty()) throw InvalidArgument("chat: no messages");
+  ChatTemplate tmpl = ChatTemplate::ChatML;
+  try {
+    tmpl = chat_template_for(tok.data().chat_template, arch);
+  } catch (const InvalidArgument&) {
+    throw;
+  } catch (const Error&) {
+    if (!chatml_fallback) throw;
+  }
   const std::string bos = tok.bos() >= 0 ? tok.token_text(tok.bos()) : "";
   const std::string eos = tok.eos() >= 0 ? tok.token_text(tok.eos()) : "";
-  return render_chat(tmpl, msgs, true, bos, eos);
+  return render_chat(tmpl, messages, true, bos, eos);
 }
 
 }  // namespace wgllm

@@ -50,6 +50,11 @@ ChatPrompt render_chat(ChatTemplate tmpl, std::span<const ChatMessage> messages,
 // the template chat_template_for gives the tokenizer's template and `arch`; BOS / EOS texts from the tokenizer.
 ChatPrompt render_user_turn(const Tokenizer& tok, std::string_view arch, std::string_view user,
                             std::string_view system);
+// A conversation (roles "system", "user", "assistant"; InvalidArgument naming any other) ending with the assistant's
+// turn opener. With chatml_fallback, a model whose template chat_template_for does not know gets ChatML, as
+// llama.cpp's server does; without, that throws as chat_template_for does.
+ChatPrompt render_conversation(const Tokenizer& tok, std::string_view arch, std::span<const ChatMessage> messages,
+                               bool chatml_fallback);
 std::string apply_chat_template(ChatTemplate tmpl, std::span<const ChatMessage> messages, bool add_generation_prompt,
                                 std::string_view bos_text, std::string_view eos_text = "");
 

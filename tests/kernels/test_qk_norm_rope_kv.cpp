@@ -1,4 +1,6 @@
 // qwen3's decode step between the q/k/v product and attention (qk_norm_rope_kv.wgsl) vs the CPU reference.
+#include <cmath>
+
 #include "cpu/ops.h"
 #include "kernel_test_util.h"
 #include "kernels/kv_cache.h"
@@ -19,6 +21,8 @@ struct QkNormCase {
   bool neox;
   uint32_t pos, max_seq, page_size;
   kernels::KvType kv_type;
+  uint32_t row = 0;  // the token's row in q, k, v (the rows before it are poison the kernel must leave alone)
+  bool norm = true;  // off: RoPE and the append alone
 };
 const QkNormCase kQkNormCases[] = {
     {"normal_f16cache_d64", 4, 2, 64, 64, false, 9, 32, 0, kernels::KvType::F16},
@@ -26,6 +30,9 @@ const QkNormCase kQkNormCases[] = {
     {"neox_partial_f16cache_d256", 2, 1, 256, 128, true, 127, 256, 128, kernels::KvType::F16},
     {"normal_partial_f32cache_d512_two_pairs_a_thread", 2, 1, 512, 256, false, 0, 4, 0, kernels::KvType::F32},
     {"neox_f16cache_d8", 3, 3, 8, 8, true, 40, 64, 0, kernels::KvType::F16},
+    {"neox_row3_without_norm", 4, 2, 64, 64, true, 17, 256, 128, kernels::KvType::F32, 3, false},
+    {"normal_row1_with_norm_f16cache", 8, 4, 32, 32, false, 5, 16, 0, kernels::KvType::F16, 1, true},
+    {"normal_row2_without_norm_partial", 2, 1, 128, 64, false, 0, 8, 0, kernels::KvType::F16, 2, false},
 };
 std::ostream& operator<<(std::ostream& o, const QkNormCase& c) { return o << c.name; }
 
@@ -40,9 +47,15 @@ TEST_P(QkNormRopeKvTable, MatchesCpuReference) {
   const auto q = random_floats(qd, gen, -3.f, 3.f), k = random_floats(kvd, gen, -3.f, 3.f),
              v = random_floats(kvd, gen, -3.f, 3.f);
   const auto qn = random_floats(c.head_dim, gen, 0.5f, 1.5f), kn = random_floats(c.head_dim, gen, 0.5f, 1.5f);
-  auto qb = ctx.upload<float>(q, WGPUBufferUsage_Storage, "q");
-  auto kb = ctx.upload<float>(k, WGPUBufferUsage_Storage, "k");
-  auto vb = ctx.upload<float>(v, WGPUBufferUsage_Storage, "v");
+  // The token at row c.row; the rows before it poison.
+  auto at_row = [&](const std::vector<float>& x) {
+    std::vector<float> all(x.size() * c.row, std::nanf(""));
+    all.insert(all.end(), x.begin(), x.end());
+    return all;
+  };
+  auto qb = ctx.upload<float>(at_row(q), WGPUBufferUsage_Storage, "q");
+  auto kb = ctx.upload<float>(at_row(k), WGPUBufferUsage_Storage, "k");
+  auto vb = ctx.upload<float>(at_row(v), WGPUBufferUsage_Storage, "v");
   auto qnb = ctx.upload<float>(qn, WGPUBufferUsage_Storage, "q_norm");
   auto knb = ctx.upload<float>(kn, WGPUBufferUsage_Storage, "k_norm");
   const double base = 500000.0;
@@ -64,14 +77,18 @@ TEST_P(QkNormRopeKvTable, MatchesCpuReference) {
                                    .rope_dim = c.rope_dim,
                                    .type = c.neox ? RopeType::Neox : RopeType::Normal,
                                    .pos = c.pos,
-                                   .eps = eps},
+                                   .eps = eps,
+                                   .norm = c.norm,
+                                   .row = c.row},
                                   table, qb, kb, vb, qnb, knb, kv);
   batch.submit_and_wait();
-  const auto want_q = cpu::rope(cpu::rms_norm(q, qn, c.n_head, c.head_dim, eps), 1, c.n_head, c.head_dim, c.rope_dim,
-                                c.pos, base, c.neox);
-  const auto want_k =
-      cpu::rope(cpu::rms_norm(k, kn, c.n_kv, c.head_dim, eps), 1, c.n_kv, c.head_dim, c.rope_dim, c.pos, base, c.neox);
-  const auto rq = compare(ctx.read<float>(qb), want_q);
+  const auto normed_q = c.norm ? cpu::rms_norm(q, qn, c.n_head, c.head_dim, eps) : q;
+  const auto normed_k = c.norm ? cpu::rms_norm(k, kn, c.n_kv, c.head_dim, eps) : k;
+  const auto want_q = cpu::rope(normed_q, 1, c.n_head, c.head_dim, c.rope_dim, c.pos, base, c.neox);
+  const auto want_k = cpu::rope(normed_k, 1, c.n_kv, c.head_dim, c.rope_dim, c.pos, base, c.neox);
+  const auto got_q = ctx.read<float>(qb);
+  for (size_t i = 0; i < size_t(qd) * c.row; ++i) ASSERT_TRUE(std::isnan(got_q[i])) << "q element " << i << " written";
+  const auto rq = compare(std::vector<float>(got_q.begin() + size_t(qd) * c.row, got_q.end()), want_q);
   EXPECT_LE(rq.rel_l2, 1e-5) << "q: " << rq.describe();
   row.expect(kv, want_k, v);
 }

@@ -11,6 +11,7 @@ namespace {
 
 struct ConvCase {
   uint32_t n, E, L, pos, R;
+  uint32_t row = 0;  // the first token's row in bcx and y (rows before it: poison left alone)
 };
 
 // The ring before the call: rows of positions pos-R+1 .. pos-1 hold random B*x rows (the ones before position 0
@@ -18,13 +19,14 @@ struct ConvCase {
 TEST(ShortConv, MatchesCpuReferenceAndUpdatesTheRing) {
   auto& ctx = context();
   const ConvCase cases[] = {
-      {1, 64, 3, 0, 4},   {1, 64, 3, 1, 4},    {1, 1024, 3, 777, 515},  // decode, first tokens, a wrapped ring
-      {7, 64, 3, 0, 10},  {40, 96, 4, 13, 44}, {37, 200, 3, 90, 41},    // prefill chunks, R = n + L (tight)
-      {13, 33, 4, 2, 20}, {1, 300, 2, 5, 3},   {64, 256, 5, 1000, 69},  // E not a multiple of the workgroup
+      {1, 64, 3, 0, 4},      {1, 64, 3, 1, 4},    {1, 1024, 3, 777, 515},  // decode, first tokens, a wrapped ring
+      {7, 64, 3, 0, 10},     {40, 96, 4, 13, 44}, {37, 200, 3, 90, 41},    // prefill chunks, R = n + L (tight)
+      {13, 33, 4, 2, 20},    {1, 300, 2, 5, 3},   {64, 256, 5, 1000, 69},  // E not a multiple of the workgroup
+      {1, 64, 3, 40, 20, 5}, {3, 48, 4, 1, 9, 2},                          // rows of a batch of sequences
   };
   for (const ConvCase& c : cases) {
     SCOPED_TRACE("n " + std::to_string(c.n) + " E " + std::to_string(c.E) + " L " + std::to_string(c.L) + " pos " +
-                 std::to_string(c.pos) + " R " + std::to_string(c.R));
+                 std::to_string(c.pos) + " R " + std::to_string(c.R) + " row " + std::to_string(c.row));
     auto gen = rng(c.n * 7919 + c.E + c.pos);
     const auto bcx = random_floats(size_t(c.n) * 3 * c.E, gen, -2.f, 2.f);
     const auto taps = random_floats(size_t(c.E) * c.L, gen, -1.f, 1.f);
@@ -41,15 +43,21 @@ TEST(ShortConv, MatchesCpuReferenceAndUpdatesTheRing) {
     std::vector<float> next_prev;
     const auto want = cpu::shortconv(bcx, taps, prev, c.n, c.E, c.L, &next_prev);
 
-    auto b_bcx = ctx.upload<float>(bcx, WGPUBufferUsage_Storage, "bcx");
+    std::vector<float> bcx_rows(size_t(c.row) * 3 * c.E, std::nanf(""));
+    bcx_rows.insert(bcx_rows.end(), bcx.begin(), bcx.end());
+    auto b_bcx = ctx.upload<float>(bcx_rows, WGPUBufferUsage_Storage, "bcx");
     auto b_taps = ctx.upload<float>(taps, WGPUBufferUsage_Storage, "taps");
     auto b_ring = ctx.upload<float>(ring, WGPUBufferUsage_Storage | WGPUBufferUsage_CopySrc, "ring");
-    auto b_y = ctx.upload<float>(std::vector<float>(size_t(c.n) * c.E, std::nanf("")), WGPUBufferUsage_Storage, "y");
+    auto b_y =
+        ctx.upload<float>(std::vector<float>(size_t(c.row + c.n) * c.E, std::nanf("")), WGPUBufferUsage_Storage, "y");
     gpu::ComputeBatch batch(ctx);
-    kernels::encode_shortconv(batch, ctx, {.n_tokens = c.n, .n_embd = c.E, .taps = c.L, .pos = c.pos, .ring_rows = c.R},
-                              b_bcx, b_taps, b_ring, b_y);
+    kernels::encode_shortconv(
+        batch, ctx, {.n_tokens = c.n, .n_embd = c.E, .taps = c.L, .pos = c.pos, .ring_rows = c.R, .row = c.row}, b_bcx,
+        b_taps, b_ring, b_y);
     batch.submit_and_wait();
-    const auto got = ctx.read<float>(b_y);
+    const auto y_rows = ctx.read<float>(b_y);
+    for (size_t i = 0; i < size_t(c.row) * c.E; ++i) ASSERT_TRUE(std::isnan(y_rows[i])) << "y element " << i;
+    const std::vector<float> got(y_rows.begin() + size_t(c.row) * c.E, y_rows.end());
     const auto r = compare(got, want);
     EXPECT_LE(r.rel_l2, 1e-6) << r.describe();
 

@@ -1,0 +1,106 @@
+// Continuous batching: many requests share one model. Up to `parallel` sequences decode together, one token of every
+// active sequence per forward step (one pass over the weights for all of them); a new request's prompt is fed in
+// chunks between decode steps, so it joins without stalling the others for long. Requests past `parallel` wait in a
+// bounded queue. What `wgllm serve` runs on.
+//
+//   wgllm::BatchEngine engine(model, {.parallel = 8});
+//   engine.submit({.prompt = model.encode("Once upon a time"), .max_tokens = 64},
+//                 [](const wgllm::CompletionEvent& e) { std::fputs(e.text.c_str(), stdout); return true; });
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "wgllm/error.h"
+#include "wgllm/wgllm.h"
+
+namespace wgllm {
+
+// The queue is full: the request was not taken (a server answers 503).
+class QueueFull : public Error {
+ public:
+  using Error::Error;
+};
+
+struct CompletionRequest {
+  std::vector<int32_t> prompt;  // token ids, BOS / chat template already applied
+  SamplingParams sampling;      // temperature <= 0: greedy (the same ids alone or beside other requests)
+  uint32_t max_tokens = 128;    // generated tokens at most (the context may end it sooner)
+  // OpenAI's penalties over the tokens generated so far: logit -= presence * [count > 0] + frequency * count.
+  float presence_penalty = 0.f, frequency_penalty = 0.f;
+  // 0: no log-probabilities; n >= 1: each event carries the chosen token's log-probability and the n most likely
+  // (at most 20), from the log-softmax of the model's logits before penalties, temperature and filters.
+  uint32_t top_logprobs = 0;
+  bool logprobs = false;  // the chosen token's log-probability (implied by top_logprobs > 0)
+};
+
+struct TokenLogprob {
+  int32_t id = -1;
+  float logprob = 0.f;
+};
+
+// One generated token, or the end of a request. Every request gets its tokens in order and then exactly one event
+// with done set (also when it is cancelled or fails).
+struct CompletionEvent {
+  uint64_t request = 0;  // submit's id
+  int32_t id = -1;       // the token; -1 in the done event
+  std::string text;      // its text (whole UTF-8 characters; may be empty); the done event: text held back, if any
+  float logprob = 0.f;   // with logprobs
+  std::vector<TokenLogprob> top;  // with top_logprobs, most likely first
+  bool done = false;
+  StopReason stop_reason = StopReason::Length;         // done: why it ended (Caller: cancelled)
+  std::string error;                                   // done: non-empty when the request failed (the others go on)
+  uint32_t n_prompt = 0, n_generated = 0;              // done: tokens of the prompt and generated
+  double queued_seconds = 0, first_token_seconds = 0;  // done: time in the queue; submit to the first token
+};
+// Called on the engine's thread, in order, for each event of a request: keep it short. Returning false cancels the
+// request (its sequence stops before the next step; a done event with StopReason::Caller follows).
+using CompletionCallback = std::function<bool(const CompletionEvent& event)>;
+
+struct BatchOptions {
+  uint32_t parallel = 4;         // sequences decoding together (each holds a KV cache of n_ctx positions)
+  uint32_t queue = 64;           // requests waiting beyond those; one more throws QueueFull
+  uint32_t n_ctx = 0;            // positions per sequence (0: the model's context, ModelInfo::n_ctx)
+  uint32_t prefill_chunk = 256;  // prompt tokens fed between two decode steps while others decode
+};
+
+struct BatchStats {
+  uint32_t active = 0, queued = 0;  // sequences decoding or prefilling; requests waiting
+  uint32_t parallel = 0, queue_capacity = 0;
+  uint64_t requests_done = 0, requests_cancelled = 0, requests_failed = 0;
+  uint64_t prompt_tokens = 0, generated_tokens = 0;  // over the engine's life
+  uint64_t steps = 0;                                // forward steps run
+  double busy_seconds = 0;                           // time spent running steps
+};
+
+class BatchEngine {
+ public:
+  // Starts the engine's thread. The model must outlive the engine.
+  explicit BatchEngine(const Model& model, const BatchOptions& options = {});
+  // shutdown(false) if still running.
+  ~BatchEngine();
+  BatchEngine(const BatchEngine&) = delete;
+  BatchEngine& operator=(const BatchEngine&) = delete;
+
+  // Thread-safe. Queues a request and returns its id; on_event receives its events. Throws InvalidArgument (empty
+  // prompt, a prompt that leaves no room in n_ctx for a token, an id outside the vocabulary, sampling parameters out
+  // of range, top_logprobs > 20), QueueFull, or Error after shutdown — nothing is queued then.
+  uint64_t submit(CompletionRequest request, CompletionCallback on_event);
+  // Thread-safe: the request stops before its next step (queued: it never starts). Unknown or finished ids: no-op.
+  void cancel(uint64_t request);
+  BatchStats stats() const;
+  // Stops taking requests and waits for the thread: finish = true lets the queued and running requests end, false
+  // cancels them (each still gets its done event).
+  void shutdown(bool finish);
+
+  uint32_t n_ctx() const;
+  uint32_t parallel() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace wgllm

@@ -1,0 +1,417 @@
+// BatchEngine: a scheduler thread over `parallel` sequence slots of one model (include/wgllm/batch.h).
+//
+// Each turn of the loop: take waiting requests into free slots; feed one prompt chunk (at most prefill_chunk tokens)
+// of the slot that has waited longest for its prompt; then one decode step for every slot that is generating, all
+// of them in one forward (GpuBatchDecode: the weights read once for every sequence). The logits of each decoding
+// slot come back to the host, where its own sampler (penalties, filters, seeded draw) picks its token, so a
+// request's tokens do not depend on what runs beside it.
+#include "wgllm/batch.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <unordered_map>
+
+#include "api/model_impl.h"
+#include "api/sampling.h"
+#include "model/batch_decode.h"
+
+namespace wgllm {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+double seconds_since(clock_type::time_point t) { return std::chrono::duration<double>(clock_type::now() - t).count(); }
+
+// log-softmax of `logits` at `ids` (and the n largest), in double.
+struct LogSoftmax {
+  double max = 0, log_sum = 0;
+  explicit LogSoftmax(std::span<const float> logits) {
+    max = *std::max_element(logits.begin(), logits.end());
+    double sum = 0;
+    for (float v : logits) sum += std::exp(double(v) - max);
+    log_sum = std::log(sum);
+  }
+  float operator()(float v) const { return float(double(v) - max - log_sum); }
+};
+
+std::vector<TokenLogprob> top_logprobs(std::span<const float> logits, uint32_t n, const LogSoftmax& ls) {
+  std::vector<int32_t> ids(logits.size());
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t(i);
+  n = std::min<uint32_t>(n, uint32_t(ids.size()));
+  std::partial_sort(ids.begin(), ids.begin() + n, ids.end(),
+                    [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+  std::vector<TokenLogprob> out;
+  for (uint32_t i = 0; i < n; ++i) out.push_back({ids[i], ls(logits[ids[i]])});
+  return out;
+}
+
+}  // namespace
+
+struct BatchEngine::Impl {
+  struct Request {
+    uint64_t id = 0;
+    CompletionRequest req;
+    CompletionCallback on_event;
+    clock_type::time_point submitted, started;  // started: set by the engine thread under mu
+    bool running = false;                       // in a slot; guarded by mu
+    bool cancelled = false;                     // guarded by mu
+  };
+  struct Slot {
+    std::unique_ptr<GpuSession> session;
+    std::shared_ptr<Request> request;  // empty: free
+    uint32_t fed = 0;                  // prompt tokens fed so far
+    std::optional<Sampler> sampler;
+    std::unique_ptr<TextStream> stream;
+    std::unordered_map<int32_t, uint32_t> counts;  // generated ids (presence / frequency penalties)
+    int32_t next = -1;                             // the sampled token the next decode step feeds
+    uint32_t generated = 0;
+    bool first_token_seen = false;
+    double first_token_seconds = 0;
+    bool prefilling() const { return request && fed < request->req.prompt.size(); }
+    bool decoding() const { return request && !prefilling(); }
+  };
+
+  const Model& model;
+  BatchOptions options;
+  uint32_t n_ctx = 0;
+  std::vector<Slot> slots;
+  std::unique_ptr<GpuBatchDecode> decode;
+
+  mutable std::mutex mu;
+  std::condition_variable wake;
+  std::deque<std::shared_ptr<Request>> queue;                   // guarded by mu
+  std::unordered_map<uint64_t, std::shared_ptr<Request>> live;  // queued or running, by id; guarded by mu
+  uint64_t next_id = 1;                                         // guarded by mu
+  bool stopping = false, finish_on_stop = false;                // guarded by mu
+  BatchStats stats;                                             // guarded by mu
+  std::thread thread;
+
+  Impl(const Model& m, const BatchOptions& o) : model(m), options(o) {
+    if (options.parallel == 0) throw InvalidArgument("BatchEngine: parallel must be >= 1");
+    if (options.prefill_chunk == 0) throw InvalidArgument("BatchEngine: prefill_chunk must be >= 1");
+    auto& impl = ModelAccess::impl(model);
+    n_ctx = options.n_ctx ? options.n_ctx : model.info().n_ctx;
+    gpu::Context& ctx = gpu_context(model);
+    slots.resize(options.parallel);
+    for (Slot& s : slots)
+      s.session = std::make_unique<GpuSession>(
+          ctx, impl.gpu,
+          GpuSessionOptions{.n_ctx = n_ctx, .ubatch = std::min(options.prefill_chunk, n_ctx), .argmax_on_gpu = false});
+    decode = std::make_unique<GpuBatchDecode>(ctx, impl.gpu, options.parallel);
+    stats.parallel = options.parallel;
+    stats.queue_capacity = options.queue;
+    thread = std::thread([this] { run(); });
+  }
+
+  // Sends an event; false when the callback asks to stop (or throws: the request is then cancelled too).
+  static bool send(Request& r, const CompletionEvent& e) {
+    try {
+      return r.on_event(e);
+    } catch (...) {
+      return false;
+    }
+  }
+
+  void finish(Slot& s, StopReason why, const std::string& error = {}) {
+    Request& r = *s.request;
+    CompletionEvent e;
+    e.request = r.id;
+    e.done = true;
+    e.stop_reason = why;
+    e.error = error;
+    e.text = s.stream ? s.stream->flush() : std::string();
+    e.n_prompt = uint32_t(r.req.prompt.size());
+    e.n_generated = s.generated;
+    e.first_token_seconds = s.first_token_seconds;
+    // The books first: whoever the done event wakes sees the request gone from stats().
+    {
+      std::lock_guard lock(mu);
+      e.queued_seconds = std::chrono::duration<double>(r.started - r.submitted).count();
+      live.erase(r.id);
+      if (!error.empty())
+        ++stats.requests_failed;
+      else if (why == StopReason::Caller)
+        ++stats.requests_cancelled;
+      else
+        ++stats.requests_done;
+    }
+    send(r, e);
+    s.request.reset();
+    s.sampler.reset();
+    s.stream.reset();
+    s.counts.clear();
+  }
+
+  // The done event of a request cancelled before it had a slot.
+  void finish_unstarted(Request& r) {
+    CompletionEvent e;
+    e.request = r.id;
+    e.done = true;
+    e.stop_reason = StopReason::Caller;
+    e.n_prompt = uint32_t(r.req.prompt.size());
+    e.queued_seconds = seconds_since(r.submitted);
+    {
+      std::lock_guard lock(mu);
+      live.erase(r.id);
+      ++stats.requests_cancelled;
+    }
+    send(r, e);
+  }
+
+  void start(Slot& s, std::shared_ptr<Request> r) {
+    s.request = std::move(r);
+    s.fed = 0;
+    s.generated = 0;
+    s.next = -1;
+    s.first_token_seen = false;
+    s.first_token_seconds = 0;
+    s.session->reset();
+    s.sampler.emplace(s.request->req.sampling);
+    s.stream = std::make_unique<TextStream>(model);
+    for (int32_t id : s.request->req.prompt) s.sampler->accept(id);
+  }
+
+  // Picks the token after `logits` for slot s and hands it over; false when the request ends with it.
+  bool take(Slot& s, std::span<const float> logits) {
+    Request& r = *s.request;
+    const CompletionRequest& q = r.req;
+    std::span<const float> use = logits;
+    std::vector<float> penalised;
+    if ((q.presence_penalty != 0 || q.frequency_penalty != 0) && !s.counts.empty()) {
+      penalised.assign(logits.begin(), logits.end());
+      for (const auto& [id, n] : s.counts) penalised[id] -= q.presence_penalty + q.frequency_penalty * float(n);
+      use = penalised;
+    }
+    const int32_t id = s.sampler->sample(use);
+    ++s.counts[id];
+    ++s.generated;
+    CompletionEvent e;
+    e.request = r.id;
+    e.id = id;
+    const bool eog = model.is_end_of_generation(id);
+    e.text = eog ? std::string() : s.stream->push(id);
+    if (q.logprobs || q.top_logprobs > 0) {
+      const LogSoftmax ls(logits);
+      e.logprob = ls(logits[id]);
+      if (q.top_logprobs > 0) e.top = top_logprobs(logits, q.top_logprobs, ls);
+    }
+    if (!s.first_token_seen) {
+      s.first_token_seen = true;
+      s.first_token_seconds = seconds_since(r.submitted);
+    }
+    {
+      std::lock_guard lock(mu);
+      ++stats.generated_tokens;
+    }
+    if (!send(r, e)) {
+      finish(s, StopReason::Caller);
+      return false;
+    }
+    if (eog) {
+      finish(s, StopReason::EndOfGeneration);
+      return false;
+    }
+    if (s.generated >= q.max_tokens) {
+      finish(s, StopReason::Length);
+      return false;
+    }
+    if (s.session->n_past() >= n_ctx) {
+      finish(s, StopReason::Context);
+      return false;
+    }
+    s.next = id;
+    return true;
+  }
+
+  bool cancelled(const Slot& s) {
+    std::lock_guard lock(mu);
+    return s.request->cancelled;
+  }
+
+  // One prompt chunk of the slot that started longest ago; with the last chunk, its first token.
+  void prefill_step() {
+    Slot* best = nullptr;
+    for (Slot& s : slots)
+      if (s.prefilling() && (!best || s.request->started < best->request->started)) best = &s;
+    if (!best) return;
+    Slot& s = *best;
+    if (cancelled(s)) return finish(s, StopReason::Caller);
+    const auto& prompt = s.request->req.prompt;
+    const uint32_t n = std::min<uint32_t>(options.prefill_chunk, uint32_t(prompt.size()) - s.fed);
+    const std::span<const int32_t> chunk(prompt.data() + s.fed, n);
+    try {
+      if (s.fed + n < prompt.size()) {
+        s.session->forward_rows(chunk, n, [](uint32_t, std::span<const float>) {});  // no logits
+        s.fed += n;
+      } else {
+        const std::vector<float> logits = s.session->forward(chunk);
+        s.fed += n;
+        {
+          std::lock_guard lock(mu);
+          stats.prompt_tokens += prompt.size();
+        }
+        take(s, logits);
+      }
+    } catch (const std::exception& e) {
+      finish(s, StopReason::Caller, e.what());
+    }
+  }
+
+  // One token of every decoding slot, in one forward.
+  void decode_step() {
+    std::vector<Slot*> active;
+    for (Slot& s : slots)
+      if (s.decoding() && s.next >= 0) {
+        if (cancelled(s))
+          finish(s, StopReason::Caller);
+        else
+          active.push_back(&s);
+      }
+    if (active.empty()) return;
+    std::vector<GpuSession*> sessions;
+    std::vector<int32_t> ids;
+    for (Slot* s : active) {
+      sessions.push_back(s->session.get());
+      ids.push_back(s->next);
+    }
+    std::vector<float> logits;
+    try {
+      logits = decode->step(sessions, ids);
+    } catch (const std::exception& e) {
+      for (Slot* s : active) finish(*s, StopReason::Caller, e.what());
+      return;
+    }
+    const size_t V = model.info().n_vocab;
+    for (size_t i = 0; i < active.size(); ++i) take(*active[i], std::span(logits).subspan(i * V, V));
+  }
+
+  void run() {
+    for (;;) {
+      {
+        std::unique_lock lock(mu);
+        const auto busy = [&] {
+          return std::any_of(slots.begin(), slots.end(), [](const Slot& s) { return bool(s.request); });
+        };
+        wake.wait(lock, [&] { return stopping || !queue.empty() || busy(); });
+        if (stopping && !finish_on_stop) {
+          for (auto& r : queue) r->cancelled = true;
+          for (Slot& s : slots)
+            if (s.request) s.request->cancelled = true;
+        }
+        // Cancelled while waiting: they end now, without a slot.
+        std::vector<std::shared_ptr<Request>> dropped;
+        std::erase_if(queue, [&](const std::shared_ptr<Request>& r) {
+          if (r->cancelled) dropped.push_back(r);
+          return r->cancelled;
+        });
+        if (!dropped.empty()) {
+          lock.unlock();
+          for (auto& r : dropped) finish_unstarted(*r);
+          lock.lock();
+        }
+        // Waiting requests into free slots (cancelled ones end here without starting).
+        for (Slot& s : slots) {
+          if (s.request || queue.empty()) continue;
+          std::shared_ptr<Request> r = std::move(queue.front());
+          queue.pop_front();
+          r->started = clock_type::now();
+          r->running = true;
+          lock.unlock();
+          start(s, std::move(r));
+          lock.lock();
+        }
+        if (stopping && queue.empty() && !busy()) break;
+      }
+      const auto t0 = clock_type::now();
+      prefill_step();
+      decode_step();
+      std::lock_guard lock(mu);
+      ++stats.steps;
+      stats.busy_seconds += seconds_since(t0);
+    }
+  }
+
+  uint64_t submit(CompletionRequest req, CompletionCallback on_event) {
+    if (!on_event) throw InvalidArgument("BatchEngine::submit: no callback");
+    if (req.prompt.empty()) throw InvalidArgument("the prompt is empty");
+    if (req.prompt.size() >= n_ctx)
+      throw InvalidArgument("the prompt has " + std::to_string(req.prompt.size()) +
+                            " tokens, which leaves no room in the context of " + std::to_string(n_ctx) + " tokens");
+    const uint32_t V = model.info().n_vocab;
+    for (int32_t t : req.prompt)
+      if (t < 0 || uint32_t(t) >= V)
+        throw InvalidArgument("token id " + std::to_string(t) + " is outside the vocabulary [0, " + std::to_string(V) +
+                              ")");
+    validate(req.sampling);
+    if (req.top_logprobs > 20) throw InvalidArgument("top_logprobs " + std::to_string(req.top_logprobs) + " > 20");
+    if (!std::isfinite(req.presence_penalty) || !std::isfinite(req.frequency_penalty))
+      throw InvalidArgument("presence_penalty and frequency_penalty must be finite");
+    auto r = std::make_shared<Request>();
+    r->req = std::move(req);
+    r->on_event = std::move(on_event);
+    r->submitted = clock_type::now();
+    {
+      std::lock_guard lock(mu);
+      if (stopping) throw Error("the engine is shutting down");
+      // Capacity: a request per slot, and `queue` more waiting.
+      if (live.size() >= uint64_t(options.parallel) + options.queue)
+        throw QueueFull("the queue is full (" + std::to_string(options.queue) + " requests waiting, " +
+                        std::to_string(options.parallel) + " running)");
+      r->id = next_id++;
+      live[r->id] = r;
+      queue.push_back(r);
+    }
+    wake.notify_one();
+    return r->id;
+  }
+};
+
+BatchEngine::BatchEngine(const Model& model, const BatchOptions& options)
+    : impl_(std::make_unique<Impl>(model, options)) {}
+
+BatchEngine::~BatchEngine() {
+  if (impl_) shutdown(false);
+}
+
+uint64_t BatchEngine::submit(CompletionRequest request, CompletionCallback on_event) {
+  return impl_->submit(std::move(request), std::move(on_event));
+}
+
+void BatchEngine::cancel(uint64_t request) {
+  std::lock_guard lock(impl_->mu);
+  if (auto it = impl_->live.find(request); it != impl_->live.end()) it->second->cancelled = true;
+  impl_->wake.notify_one();
+}
+
+BatchStats BatchEngine::stats() const {
+  std::lock_guard lock(impl_->mu);
+  BatchStats s = impl_->stats;
+  s.queued = uint32_t(impl_->queue.size());
+  s.active = 0;
+  for (const auto& [id, r] : impl_->live) s.active += r->running ? 1 : 0;
+  return s;
+}
+
+void BatchEngine::shutdown(bool finish) {
+  {
+    std::lock_guard lock(impl_->mu);
+    if (!impl_->stopping) {
+      impl_->stopping = true;
+      impl_->finish_on_stop = finish;
+    }
+  }
+  impl_->wake.notify_one();
+  if (impl_->thread.joinable()) impl_->thread.join();
+}
+
+uint32_t BatchEngine::n_ctx() const { return impl_->n_ctx; }
+uint32_t BatchEngine::parallel() const { return impl_->options.parallel; }
+
+}  // namespace wgllm

@@ -1,0 +1,220 @@
+#include "model/batch_decode.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "kernels/argmax.h"
+#include "kernels/attention.h"
+#include "kernels/embedding.h"
+#include "kernels/matmul.h"
+#include "kernels/norm.h"
+#include "kernels/qk_norm_rope_kv.h"
+#include "kernels/scale.h"
+#include "kernels/shortconv.h"
+#include "wgllm/error.h"
+
+namespace wgllm {
+
+namespace {
+constexpr auto kStorage = WGPUBufferUsage_Storage;
+// Every product of the step goes through the matrix-vector kernel, kMatvecMaxTokens tokens per pass over the
+// weights: its arithmetic for a token does not depend on the tokens beside it, so a sequence's logits are the same
+// bits whatever else runs in the step (the tiled kernel, taken from 5 tokens on elsewhere, sums in another order).
+constexpr kernels::MatmulImpl kImpl = kernels::MatmulImpl::Matvec;
+}  // namespace
+
+// Activations for up to max_sequences tokens, row i for sequence i. Row-major [tokens][width] f32.
+struct GpuBatchDecode::Buffers {
+  gpu::Buffer ids, x, q, k, v, attn, gate, up, act, proj, bcx, conv_y, logits, logits_host, scratch;
+};
+
+GpuBatchDecode::GpuBatchDecode(gpu::Context& ctx, const GpuModel& model, uint32_t max_sequences)
+    : ctx_(ctx),
+      model_(model),
+      max_(max_sequences),
+      buf_(std::make_unique<Buffers>()),
+      bind_cache_(std::make_unique<gpu::BindCache>(ctx)) {
+  if (max_ == 0) throw InvalidArgument("GpuBatchDecode: max_sequences must be >= 1");
+  const ModelConfig& c = model.config;
+  const uint64_t N = max_, E = c.n_embd, Q = c.q_dim(), KV = c.kv_dim(), F = c.n_ff, V = c.n_vocab;
+  auto make = [&](uint64_t floats, const char* label) {
+    return ctx.create_buffer(std::max<uint64_t>(floats, 4) * 4, kStorage, label);
+  };
+  Buffers& b = *buf_;
+  const bool conv = !c.conv_layers.empty();
+  b.ids = make(N, "batch ids");
+  b.x = make(N * E, "batch x");
+  b.q = make(N * Q, "batch q");
+  b.k = make(N * KV, "batch k");
+  b.v = make(N * KV, "batch v");
+  b.attn = make(N * Q, "batch attn");
+  b.gate = make(N * F, "batch gate");
+  b.up = make(N * F, "batch up");
+  b.act = make(N * F, "batch act");
+  b.proj = make(c.post_norms ? N * E : 1, "batch proj");
+  b.bcx = make(conv ? N * 3 * E : 1, "batch bcx");
+  b.conv_y = make(conv ? N * E : 1, "batch conv y");
+  b.logits = make(N * V, "batch logits");
+  b.logits_host = ctx.create_buffer(N * V * 4, WGPUBufferUsage_MapRead, "batch logits readback");
+  b.scratch = make(1, "batch decode scratch");
+}
+
+GpuBatchDecode::~GpuBatchDecode() = default;
+
+std::vector<float> GpuBatchDecode::step(std::span<GpuSession* const> sessions, std::span<const int32_t> ids) {
+  const char* fn = "GpuBatchDecode::step";
+  const ModelConfig& c = model_.config;
+  if (sessions.size() != ids.size()) throw InvalidArgument(std::string(fn) + ": sessions and ids differ in count");
+  if (sessions.empty() || sessions.size() > max_)
+    throw InvalidArgument(std::string(fn) + ": " + std::to_string(sessions.size()) + " sessions (1 to " +
+                          std::to_string(max_) + ")");
+  const uint32_t N = uint32_t(sessions.size()), V = c.n_vocab;
+  for (uint32_t i = 0; i < N; ++i) {
+    const GpuSession* s = sessions[i];
+    if (!s || &s->model_ != &model_ || &s->ctx_ != &ctx_)
+      throw InvalidArgument(std::string(fn) + ": session " + std::to_string(i) + " is not of this model");
+    if (std::find(sessions.begin(), sessions.begin() + i, s) != sessions.begin() + i)
+      throw InvalidArgument(std::string(fn) + ": session " + std::to_string(i) + " appears twice");
+    if (s->n_past_ >= s->n_ctx_)
+      throw InvalidArgument(std::string(fn) + ": session " + std::to_string(i) + " is full (" +
+                            std::to_string(s->n_ctx_) + " positions)");
+    if (ids[i] < 0 || uint32_t(ids[i]) >= V)
+      throw InvalidArgument("token id " + std::to_string(ids[i]) + " is outside the vocabulary [0, " +
+                            std::to_string(V) + ")");
+  }
+  Buffers& b = *buf_;
+  // The split-K scratch the longest attention of the step needs.
+  uint64_t scratch = 16;
+  for (uint32_t l = 0; l < c.n_layer; ++l) {
+    if (c.is_conv(l)) continue;
+    for (GpuSession* s : sessions) {
+      const kernels::AttentionShape shape{.n_heads = c.n_head,
+                                          .n_kv_heads = c.n_head_kv,
+                                          .head_dim = c.head_dim,
+                                          .n_queries = 1,
+                                          .start_pos = s->n_past_,
+                                          .window = c.layer_window(l)};
+      const uint32_t splits = kernels::attention_decode_splits(shape, s->kv(l));
+      scratch = std::max(scratch, kernels::attention_decode_scratch_bytes(shape, splits));
+    }
+  }
+  if (b.scratch.size < scratch) b.scratch = ctx_.create_buffer(scratch, kStorage, "batch decode scratch");
+
+  ctx_.write_buffer(b.ids, 0, ids.data(), ids.size_bytes());
+  gpu::ComputeBatch batch(ctx_, "batch decode", bind_cache_.get());
+  kernels::encode_embedding(batch, ctx_, model_.weights.token_embd, b.ids, b.x, N);
+  if (c.embd_scale != 1.f) kernels::encode_scale(batch, ctx_, b.x, uint64_t(N) * c.n_embd, c.embd_scale);
+  for (uint32_t l = 0; l < c.n_layer; ++l) {
+    const GpuLayer& L = model_.weights.layers[l];
+    if (c.is_conv(l)) {
+      // x += out_proj(C * conv(B * x)), B, C, x = norm(x) in_proj; each sequence's convolution over its own state
+      kernels::encode_matmul(batch, ctx_, L.in_proj, b.x, b.bcx, N,
+                             {.norm = &L.attn_norm, .eps = c.rms_eps, .impl = kImpl});
+      for (uint32_t i = 0; i < N; ++i) {
+        GpuSession& s = *sessions[i];
+        const kernels::ShortConvShape shape{.n_tokens = 1,
+                                            .n_embd = c.n_embd,
+                                            .taps = c.l_cache,
+                                            .pos = s.n_past_,
+                                            .ring_rows = s.conv_rows_,
+                                            .row = i};
+        kernels::encode_shortconv(batch, ctx_, shape, b.bcx, L.conv, s.conv_state_[l], b.conv_y);
+      }
+      kernels::encode_matmul(batch, ctx_, L.out_proj, b.conv_y, b.x, N, {.accumulate = true, .impl = kImpl});
+    } else {
+      // q, k, v = norm(x) (wq, wk, wv) (+ biases), then per sequence: the q/k norm (when the model has it), RoPE and
+      // the append into its own cache, and attention over that cache
+      const kernels::MatmulOptions normed{.norm = &L.attn_norm, .eps = c.rms_eps, .impl = kImpl};
+      if (!L.wqkv.empty()) {
+        kernels::MatmulOptions o = normed;
+        o.bias = L.bqkv.size ? &L.bqkv : nullptr;
+        o.y1 = &b.k;
+        o.y2 = &b.v;
+        o.split1 = c.q_dim();
+        o.split2 = c.q_dim() + c.kv_dim();
+        kernels::encode_matmul(batch, ctx_, L.wqkv, b.x, b.q, N, o);
+      } else {
+        for (auto [w, bias, y] : {std::tuple{&L.wq, &L.bq, &b.q}, {&L.wk, &L.bk, &b.k}, {&L.wv, &L.bv, &b.v}}) {
+          kernels::MatmulOptions o = normed;
+          o.bias = bias->size ? bias : nullptr;
+          kernels::encode_matmul(batch, ctx_, *w, b.x, *y, N, o);
+        }
+      }
+      const gpu::Buffer& none = ctx_.placeholder_storage();
+      for (uint32_t i = 0; i < N; ++i) {
+        GpuSession& s = *sessions[i];
+        const kernels::QkNormRopeKvShape rope{.n_head = c.n_head,
+                                              .n_kv = c.n_head_kv,
+                                              .head_dim = c.head_dim,
+                                              .rope_dim = c.rope_dim,
+                                              .type = c.rope_type,
+                                              .pos = s.n_past_,
+                                              .eps = c.rms_eps,
+                                              .norm = c.qk_norm,
+                                              .row = i};
+        kernels::encode_qk_norm_rope_kv(batch, ctx_, rope, model_.weights.layer_rope_table(c, l), b.q, b.k, b.v,
+                                        c.qk_norm ? L.q_norm : none, c.qk_norm ? L.k_norm : none, s.kv(l));
+        const kernels::AttentionShape shape{.n_heads = c.n_head,
+                                            .n_kv_heads = c.n_head_kv,
+                                            .head_dim = c.head_dim,
+                                            .n_queries = 1,
+                                            .start_pos = s.n_past_,
+                                            .scale = c.attn_scale,
+                                            .window = c.layer_window(l),
+                                            .row = i};
+        kernels::encode_attention_decode(batch, ctx_, shape, b.q, s.kv(l), b.attn, &b.scratch);
+      }
+      if (c.post_norms) {  // gemma: x += rms_norm(attn wo) * post_attn_norm
+        kernels::encode_matmul(batch, ctx_, L.wo, b.attn, b.proj, N, {.impl = kImpl});
+        kernels::encode_rms_norm(batch, ctx_, b.proj, L.post_attn_norm, b.x, N, c.n_embd, c.rms_eps, true);
+      } else {
+        kernels::encode_matmul(batch, ctx_, L.wo, b.attn, b.x, N, {.accumulate = true, .impl = kImpl});
+      }
+    }
+    // The FFN: act = act(norm(x) w_gate) * (norm(x) w_up), x += act w_down
+    const bool gelu = c.ffn_act == FfnAct::GeluTanh;
+    if (!L.w_gate_up.empty()) {
+      kernels::encode_matmul(batch, ctx_, L.w_gate_up, b.x, b.act, N,
+                             {.norm = &L.ffn_norm, .eps = c.rms_eps, .swiglu = true, .gelu = gelu, .impl = kImpl});
+    } else {
+      kernels::encode_matmul(batch, ctx_, L.w_gate, b.x, b.gate, N,
+                             {.norm = &L.ffn_norm, .eps = c.rms_eps, .impl = kImpl});
+      kernels::encode_matmul(batch, ctx_, L.w_up, b.x, b.up, N, {.norm = &L.ffn_norm, .eps = c.rms_eps, .impl = kImpl});
+      kernels::encode_swiglu(batch, ctx_, b.gate, b.up, b.act, uint64_t(N) * c.n_ff, c.ffn_act);
+    }
+    if (c.post_norms) {
+      kernels::encode_matmul(batch, ctx_, L.w_down, b.act, b.proj, N, {.impl = kImpl});
+      kernels::encode_rms_norm(batch, ctx_, b.proj, L.post_ffn_norm, b.x, N, c.n_embd, c.rms_eps, true);
+    } else {
+      kernels::encode_matmul(batch, ctx_, L.w_down, b.act, b.x, N, {.accumulate = true, .impl = kImpl});
+    }
+  }
+  kernels::encode_matmul(batch, ctx_, model_.logits_weight(), b.x, b.logits, N,
+                         {.norm = &model_.weights.output_norm, .eps = c.rms_eps, .impl = kImpl});
+  if (c.final_logit_softcap > 0)
+    kernels::encode_scale(batch, ctx_, b.logits, uint64_t(N) * V, 1.f, c.final_logit_softcap);
+  batch.copy(b.logits, 0, b.logits_host, 0, uint64_t(N) * V * 4);
+  batch.submit();
+  std::vector<float> logits(size_t(N) * V);
+  ctx_.read_mapped(b.logits_host, 0, logits.data(), uint64_t(N) * V * 4);
+
+  // Each session now holds its token, as a decode step of its own leaves it.
+  for (uint32_t i = 0; i < N; ++i) {
+    GpuSession& s = *sessions[i];
+    s.next_.reset();
+    s.tokens_.resize(s.n_past_);
+    s.tokens_.push_back(ids[i]);
+    ++s.n_past_;
+  }
+  for (uint32_t i = 0; i < N; ++i)
+    for (size_t j = 0; j < V; ++j)
+      if (!std::isfinite(logits[size_t(i) * V + j]))
+        throw ModelError("the logits at position " + std::to_string(sessions[i]->n_past_ - 1) + " of sequence " +
+                         std::to_string(i) +
+                         " are not finite (NaN or infinity): the model's activations overflow or its weights are "
+                         "corrupt");
+  return logits;
+}
+
+}  // namespace wgllm

@@ -1,0 +1,39 @@
+// One decode step of several sequences at once (continuous batching): the token of each sequence goes through the
+// layers together with the others, so every weight matrix is read once for all of them; each sequence's attention
+// (or convolution) reads and appends its own cache. The sessions keep their state exactly as a decode step of their
+// own (forward of one token) would leave it.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "gpu/batch.h"
+#include "model/transformer.h"
+
+namespace wgllm {
+
+class GpuBatchDecode {
+ public:
+  // Activations for up to max_sequences tokens. The context and model must outlive it.
+  GpuBatchDecode(gpu::Context& ctx, const GpuModel& model, uint32_t max_sequences);
+  ~GpuBatchDecode();
+
+  // Feeds ids[i] to sessions[i] (distinct sessions of this model, each with room for one more position) and returns
+  // the logits of every one: [sessions.size()][n_vocab]. Throws InvalidArgument before any work for a bad id, a full
+  // session, a repeated session or more sessions than max_sequences; ModelError for non-finite logits.
+  std::vector<float> step(std::span<GpuSession* const> sessions, std::span<const int32_t> ids);
+
+  uint32_t max_sequences() const { return max_; }
+  uint64_t bind_groups_made() const { return bind_cache_->misses(); }
+
+ private:
+  struct Buffers;
+  gpu::Context& ctx_;
+  const GpuModel& model_;
+  uint32_t max_;
+  std::unique_ptr<Buffers> buf_;
+  std::unique_ptr<gpu::BindCache> bind_cache_;
+};
+
+}  // namespace wgllm

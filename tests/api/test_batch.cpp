@@ -1,0 +1,278 @@
+// BatchEngine (continuous batching) on the built-in model: a request's tokens do not depend on what runs beside
+// it, requests end exactly once with the right reason, and bad requests, a full queue, cancellation and shutdown
+// behave as batch.h says.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "wgllm/batch.h"
+#include "wgllm/default_model.h"
+#include "wgllm/error.h"
+
+namespace wgllm {
+namespace {
+
+const Model& model() {
+  static const Model m = Model::load(default_model_gguf(), {.n_ctx = 256}, "built-in");
+  return m;
+}
+
+// Collects one request's events; wait() returns once its done event came.
+struct Collector {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<int32_t> ids;
+  std::string text;
+  std::vector<CompletionEvent> events;
+  bool done = false;
+  int done_events = 0;
+  CompletionEvent last;
+  int stop_after = -1;  // return false after this many tokens
+
+  CompletionCallback callback() {
+    return [this](const CompletionEvent& e) {
+      std::lock_guard lock(mu);
+      events.push_back(e);
+      text += e.text;
+      if (e.done) {
+        ++done_events;
+        done = true;
+        last = e;
+        cv.notify_all();
+        return true;
+      }
+      ids.push_back(e.id);
+      return stop_after < 0 || int(ids.size()) < stop_after;
+    };
+  }
+  void wait() {
+    std::unique_lock lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(120), [&] { return done; })) << "no done event";
+  }
+};
+
+CompletionRequest greedy(const std::string& prompt, uint32_t max_tokens) {
+  CompletionRequest r;
+  r.prompt = model().encode(prompt);
+  r.sampling.temperature = 0;
+  r.max_tokens = max_tokens;
+  return r;
+}
+
+const std::vector<std::string> kPrompts = {"ROMEO:",
+                                           "JULIET:\nO Romeo",
+                                           "First Citizen:\nBefore we proceed",
+                                           "KING RICHARD II:\nO that I were",
+                                           "MENENIUS:\nWhat work's, my countrymen",
+                                           "LADY CAPULET:",
+                                           "Now is the winter",
+                                           "To be, or not",
+                                           "BRUTUS:\nI pray you",
+                                           "CORIOLANUS:",
+                                           "HAMLET:\nThe rest is",
+                                           "Good morrow, cousin",
+                                           "What light through yonder",
+                                           "PETRUCHIO:\nI pray",
+                                           "GLOUCESTER:\nNow is",
+                                           "A plague o' both"};
+
+// 16 greedy requests, each alone through the engine and then all 16 at once on 16 slots: the same tokens and text.
+TEST(BatchEngine, GreedyTokensAloneEqualBesideFifteenOthers) {
+  std::vector<std::vector<int32_t>> alone;
+  {
+    BatchEngine engine(model(), {.parallel = 16});
+    for (const std::string& p : kPrompts) {
+      Collector c;
+      engine.submit(greedy(p, 24), c.callback());
+      c.wait();
+      EXPECT_EQ(c.last.stop_reason, StopReason::Length);
+      alone.push_back(c.ids);
+    }
+  }
+  BatchEngine engine(model(), {.parallel = 16, .prefill_chunk = 7});  // prompts in several chunks, between steps
+  std::vector<Collector> cs(kPrompts.size());
+  for (size_t i = 0; i < kPrompts.size(); ++i) engine.submit(greedy(kPrompts[i], 24), cs[i].callback());
+  for (auto& c : cs) c.wait();
+  for (size_t i = 0; i < kPrompts.size(); ++i) {
+    EXPECT_EQ(cs[i].ids, alone[i]) << "prompt " << i << " differs beside the others";
+    EXPECT_EQ(cs[i].done_events, 1);
+    EXPECT_EQ(cs[i].last.n_generated, 24u);
+    EXPECT_EQ(cs[i].last.n_prompt, model().encode(kPrompts[i]).size());
+  }
+  const BatchStats s = engine.stats();
+  EXPECT_EQ(s.requests_done, kPrompts.size());
+  EXPECT_EQ(s.generated_tokens, 24u * kPrompts.size());
+  EXPECT_EQ(s.active, 0u);
+  EXPECT_EQ(s.queued, 0u);
+  // 16 sequences decoded together: far fewer steps than 16 x 24 tokens.
+  EXPECT_LT(s.steps, 24u * kPrompts.size() / 2);
+}
+
+// The text of the events is the decoded text of the ids (UTF-8 whole), and it is what Session::generate gives.
+TEST(BatchEngine, TextAndTokensMatchSessionGenerate) {
+  BatchEngine engine(model(), {.parallel = 2});
+  Collector c;
+  engine.submit(greedy("ROMEO:", 40), c.callback());
+  c.wait();
+  Session s(model());
+  const GenerateResult r = s.generate(model().encode("ROMEO:"), {.temperature = 0}, 40);
+  EXPECT_EQ(c.ids, r.tokens);
+  EXPECT_EQ(c.text, r.text);
+  EXPECT_EQ(c.text, model().decode(c.ids, true));
+}
+
+TEST(BatchEngine, StopReasonsAndCancellation) {
+  BatchEngine engine(model(), {.parallel = 3, .n_ctx = 32});
+  Collector len, ctx, stop;
+  engine.submit(greedy("ROMEO:", 5), len.callback());
+  engine.submit(greedy("JULIET:", 1000), ctx.callback());  // runs into the 32-position context
+  stop.stop_after = 3;
+  engine.submit(greedy("HAMLET:", 50), stop.callback());
+  len.wait();
+  ctx.wait();
+  stop.wait();
+  EXPECT_EQ(len.last.stop_reason, StopReason::Length);
+  EXPECT_EQ(len.ids.size(), 5u);
+  EXPECT_EQ(ctx.last.stop_reason, StopReason::Context);
+  EXPECT_EQ(ctx.last.n_prompt + ctx.last.n_generated, 33u);  // 32 positions fed, then the token after the last
+  EXPECT_EQ(stop.last.stop_reason, StopReason::Caller);
+  EXPECT_EQ(stop.ids.size(), 3u);
+  const BatchStats s = engine.stats();
+  EXPECT_EQ(s.requests_cancelled, 1u);
+  EXPECT_EQ(s.requests_done, 2u);
+  EXPECT_EQ(s.active, 0u);
+}
+
+TEST(BatchEngine, BadRequestsThrowAndNothingIsQueued) {
+  BatchEngine engine(model(), {.parallel = 1, .n_ctx = 16});
+  auto expect = [&](CompletionRequest r, const std::string& what) {
+    try {
+      engine.submit(std::move(r), [](const CompletionEvent&) { return true; });
+      ADD_FAILURE() << "no error, expected " << what;
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  expect(greedy("", 4), "the prompt is empty");
+  CompletionRequest longer = greedy("ROMEO:", 4);
+  longer.prompt.assign(16, 1);
+  expect(longer, "leaves no room in the context of 16");
+  CompletionRequest bad_id = greedy("ROMEO:", 4);
+  bad_id.prompt.push_back(int32_t(model().info().n_vocab));
+  expect(bad_id, "outside the vocabulary");
+  CompletionRequest top = greedy("ROMEO:", 4);
+  top.top_logprobs = 21;
+  expect(top, "top_logprobs 21 > 20");
+  CompletionRequest sampling = greedy("ROMEO:", 4);
+  sampling.sampling.top_p = 2;
+  expect(sampling, "top_p");
+  EXPECT_EQ(engine.stats().queued, 0u);
+  EXPECT_EQ(engine.stats().active, 0u);
+}
+
+// One slot and a queue of one: a third request while two are held is refused; cancelling the queued one ends it
+// without a token; shutdown(false) cancels the running one.
+TEST(BatchEngine, FullQueueCancelAndShutdown) {
+  BatchEngine engine(model(), {.parallel = 1, .queue = 1});
+  std::atomic<bool> release{false};
+  Collector running, queued;
+  auto slow = running.callback();
+  engine.submit(greedy("ROMEO:", 200), [&](const CompletionEvent& e) {
+    while (!e.done && !release) std::this_thread::sleep_for(std::chrono::milliseconds(1));  // holds the engine
+    return slow(e);
+  });
+  const uint64_t q = engine.submit(greedy("JULIET:", 5), queued.callback());
+  EXPECT_THROW(engine.submit(greedy("HAMLET:", 5), [](const CompletionEvent&) { return true; }), QueueFull);
+  engine.cancel(q);
+  release = true;
+  queued.wait();
+  EXPECT_EQ(queued.last.stop_reason, StopReason::Caller);
+  EXPECT_TRUE(queued.ids.empty());
+  engine.shutdown(false);
+  running.wait();
+  EXPECT_EQ(running.last.stop_reason, StopReason::Caller);
+  EXPECT_EQ(running.done_events, 1);
+  EXPECT_THROW(engine.submit(greedy("ROMEO:", 5), [](const CompletionEvent&) { return true; }), Error);
+}
+
+TEST(BatchEngine, ShutdownFinishesWhatIsQueued) {
+  Collector a, b;
+  {
+    BatchEngine engine(model(), {.parallel = 1});
+    engine.submit(greedy("ROMEO:", 6), a.callback());
+    engine.submit(greedy("JULIET:", 6), b.callback());
+    engine.shutdown(true);
+  }
+  EXPECT_EQ(a.last.stop_reason, StopReason::Length);
+  EXPECT_EQ(b.last.stop_reason, StopReason::Length);
+  EXPECT_EQ(b.ids.size(), 6u);
+}
+
+// Greedy picks the most likely token: its log-probability is the first of the top list, the list falls, and the
+// probabilities are a distribution's (each <= 0, their exponentials sum to <= 1).
+TEST(BatchEngine, Logprobs) {
+  BatchEngine engine(model(), {.parallel = 1});
+  Collector c;
+  CompletionRequest r = greedy("ROMEO:", 8);
+  r.top_logprobs = 5;
+  engine.submit(r, c.callback());
+  c.wait();
+  for (const CompletionEvent& e : c.events) {
+    if (e.done) continue;
+    ASSERT_EQ(e.top.size(), 5u);
+    EXPECT_EQ(e.top[0].id, e.id);
+    EXPECT_FLOAT_EQ(e.top[0].logprob, e.logprob);
+    double sum = 0;
+    for (size_t i = 0; i < e.top.size(); ++i) {
+      EXPECT_LE(e.top[i].logprob, 0.f);
+      if (i) EXPECT_LE(e.top[i].logprob, e.top[i - 1].logprob);
+      sum += std::exp(double(e.top[i].logprob));
+    }
+    EXPECT_LE(sum, 1.0 + 1e-5);
+  }
+}
+
+// A presence penalty far above any logit gap: greedy never picks a token twice; without it, it does.
+TEST(BatchEngine, PresencePenaltyAvoidsRepeats) {
+  BatchEngine engine(model(), {.parallel = 2});
+  Collector plain, penalised;
+  engine.submit(greedy("ROMEO:", 40), plain.callback());
+  CompletionRequest r = greedy("ROMEO:", 40);
+  r.presence_penalty = 1000.f;
+  engine.submit(r, penalised.callback());
+  plain.wait();
+  penalised.wait();
+  EXPECT_LT(std::set<int32_t>(plain.ids.begin(), plain.ids.end()).size(), plain.ids.size());
+  EXPECT_EQ(std::set<int32_t>(penalised.ids.begin(), penalised.ids.end()).size(), penalised.ids.size());
+}
+
+// Seeded sampling: the same seed gives the same tokens alone and beside another request.
+TEST(BatchEngine, SeededSamplingIsReproducible) {
+  CompletionRequest r = greedy("ROMEO:", 30);
+  r.sampling = {.temperature = 0.9f, .top_k = 20, .top_p = 0.95f, .min_p = 0.f, .seed = 1234};
+  Collector alone;
+  {
+    BatchEngine engine(model(), {.parallel = 2});
+    engine.submit(r, alone.callback());
+    alone.wait();
+  }
+  BatchEngine engine(model(), {.parallel = 2});
+  Collector with, other;
+  engine.submit(greedy("JULIET:", 30), other.callback());
+  engine.submit(r, with.callback());
+  with.wait();
+  other.wait();
+  EXPECT_EQ(with.ids, alone.ids);
+}
+
+}  // namespace
+}  // namespace wgllm

@@ -1,0 +1,126 @@
+// GpuBatchDecode: one decode step of several sessions (continuous batching) against each session's own decode step,
+// and the same bits whatever runs beside a sequence.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gguf/file.h"
+#include "model/batch_decode.h"
+#include "model/transformer.h"
+#include "model_util.h"
+#include "test_util.h"
+#include "wgllm/error.h"
+
+namespace wgllm {
+namespace {
+
+std::vector<int32_t> random_ids(uint32_t n_vocab, size_t n, std::mt19937_64& gen) {
+  std::uniform_int_distribution<int32_t> d(0, int32_t(n_vocab) - 1);
+  std::vector<int32_t> p;
+  while (p.size() < n) p.push_back(d(gen));
+  return p;
+}
+
+class BatchDecode : public ::testing::TestWithParam<std::string> {};
+
+// Six sessions with prompts of different lengths (one long enough for a split-K attention) take five steps in
+// changing company (all six, five, one, three, six): each step's logits of a sequence equal, bit for bit, those
+// of a twin session stepped alone through the same engine, and match (relative L2) a third twin decoding on its
+// own with GpuSession::forward. The sessions then go on with forward as if each step had been theirs.
+TEST_P(BatchDecode, EachSequenceAsIfAlone) {
+  const GgufFile f = GgufFile::open(test::model_path(GetParam()));
+  gpu::Context& ctx = test::context();
+  const GpuModel gm = load_gpu_model(ctx, f);
+  const uint32_t V = gm.config.n_vocab;
+  const GpuSessionOptions so{.n_ctx = 400, .ubatch = 32, .kv_type = kernels::KvType::F32};
+  const std::vector<uint32_t> lengths = {3, 17, 40, 1, 300, 9};
+  const size_t S = lengths.size();
+  auto gen = test::rng(41);
+  std::vector<std::vector<int32_t>> prompts;
+  for (uint32_t n : lengths) prompts.push_back(random_ids(V, n, gen));
+  auto sessions = [&] {
+    std::vector<std::unique_ptr<GpuSession>> v;
+    for (size_t i = 0; i < S; ++i) {
+      v.push_back(std::make_unique<GpuSession>(ctx, gm, so));
+      v.back()->forward(prompts[i]);
+    }
+    return v;
+  };
+  auto together = sessions(), alone = sessions(), own = sessions();
+  GpuBatchDecode bd(ctx, gm, uint32_t(S));
+  const std::vector<std::vector<size_t>> steps = {
+      {0, 1, 2, 3, 4, 5}, {5, 4, 3, 1, 0}, {2}, {4, 0, 2}, {0, 1, 2, 3, 4, 5}};
+  double worst = 0;
+  for (size_t k = 0; k < steps.size(); ++k) {
+    std::vector<GpuSession*> group;
+    std::vector<int32_t> ids;
+    for (size_t i : steps[k]) {
+      group.push_back(together[i].get());
+      ids.push_back(random_ids(V, 1, gen)[0]);
+    }
+    const std::vector<float> got = bd.step(group, ids);
+    ASSERT_EQ(got.size(), size_t(V) * group.size());
+    for (size_t j = 0; j < steps[k].size(); ++j) {
+      const size_t i = steps[k][j];
+      SCOPED_TRACE("step " + std::to_string(k) + ", sequence " + std::to_string(i));
+      GpuSession* one[] = {alone[i].get()};
+      const std::vector<float> lone = bd.step(one, std::span(&ids[j], 1));
+      ASSERT_EQ(std::memcmp(lone.data(), got.data() + j * V, size_t(V) * 4), 0) << "not the same bits as alone";
+      const std::vector<float> ref = own[i]->forward(std::span(&ids[j], 1));
+      const auto e = test::compare(std::span<const float>(got).subspan(j * V, V), std::span<const float>(ref));
+      worst = std::max(worst, e.rel_l2);
+      ASSERT_LE(e.rel_l2, 1e-4) << e.describe();
+      ASSERT_EQ(together[i]->n_past(), own[i]->n_past());
+      ASSERT_TRUE(std::ranges::equal(together[i]->tokens(), own[i]->tokens()));
+    }
+  }
+  // Afterwards each session decodes and prefills on its own as its twin does.
+  for (size_t i = 0; i < S; ++i) {
+    const std::vector<int32_t> more = random_ids(V, 5, gen);
+    const auto e = test::compare(together[i]->forward(more), own[i]->forward(more));
+    EXPECT_LE(e.rel_l2, 1e-4) << "sequence " << i << " after the batched steps: " << e.describe();
+  }
+  std::printf("[ rel L2 ] %-20s batched vs own decode: worst %.3g\n", GetParam().c_str(), worst);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, BatchDecode,
+                         ::testing::Values("llama-f32", "qwen2-q8_0", "qwen3-f16", "gemma3-tiny-f32", "lfm2-tiny-f32",
+                                           "lfm2-tiny-l4-f32"),
+                         [](const auto& info) {
+                           std::string s = info.param;
+                           std::replace(s.begin(), s.end(), '-', '_');
+                           return s;
+                         });
+
+TEST(BatchDecodeErrors, ThrowBeforeAnyWork) {
+  const GgufFile f = GgufFile::open(test::model_path("llama-f32"));
+  gpu::Context& ctx = test::context();
+  const GpuModel gm = load_gpu_model(ctx, f);
+  GpuSession a(ctx, gm, {.n_ctx = 8}), b(ctx, gm, {.n_ctx = 8}), full(ctx, gm, {.n_ctx = 2});
+  const int32_t two[] = {1, 2};
+  full.forward(two);
+  GpuBatchDecode bd(ctx, gm, 2);
+  auto expect = [&](std::vector<GpuSession*> s, std::vector<int32_t> ids, const std::string& what) {
+    try {
+      bd.step(s, ids);
+      ADD_FAILURE() << "no error, expected " << what;
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  expect({&a, &a}, {1, 2}, "appears twice");
+  expect({&a, &full}, {1, 2}, "is full");
+  expect({&a, &b}, {1, int32_t(gm.config.n_vocab)}, "outside the vocabulary");
+  expect({&a, &b, &full}, {1, 2, 3}, "3 sessions (1 to 2)");
+  expect({&a}, {1, 2}, "differ in count");
+  EXPECT_EQ(a.n_past(), 0u);
+  EXPECT_EQ(b.n_past(), 0u);
+}
+
+}  // namespace
+}  // namespace wgllm
