@@ -3,13 +3,16 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "command.h"
+#include "wgllm/batch.h"
 #include "wgllm/profile.h"
 
 namespace wgllm::cli {
@@ -23,6 +26,7 @@ struct BenchOptions {
   bool profile = false;  // after the table: GPU time per kernel of n_gen decode steps
   bool tg_host = false;  // also time tg with every step's logits read back (feed per token)
   int32_t layers_per_submit = -1;
+  std::vector<uint32_t> parallel;  // concurrent streams through BatchEngine (continuous batching)
 };
 
 struct Stat {
@@ -160,9 +164,65 @@ void print_profile(const DecodeProfile& p) {
               p.normal_run);
 }
 
+// Continuous batching: n streams, each a random prompt of n_prompt tokens and n_gen greedy tokens, submitted at once
+// to a BatchEngine of n slots. The aggregate generation rate counts the tokens made after every stream has its first
+// token (all prompts in) until the last one ends, as llama-batched-bench's S_TG does.
+struct ParallelRun {
+  double tg_tokens_per_s = 0;  // aggregate over the streams
+  double pp_seconds = 0;       // submit to the last first token
+  double total_seconds = 0;
+};
+
+ParallelRun time_parallel(const Model& model, uint32_t n, uint32_t n_prompt, uint32_t n_gen, uint32_t chunk) {
+  using clock = std::chrono::steady_clock;
+  BatchEngine engine(model, {.parallel = n, .queue = n, .n_ctx = n_prompt + n_gen + 1, .prefill_chunk = chunk});
+  struct Stream {
+    std::vector<clock::time_point> at;  // each token's arrival
+  };
+  std::vector<Stream> streams(n);
+  std::mutex mu;
+  std::condition_variable cv;
+  uint32_t done = 0;
+  const auto t0 = clock::now();
+  for (uint32_t i = 0; i < n; ++i) {
+    CompletionRequest r;
+    r.prompt = random_tokens(std::max<uint32_t>(n_prompt, 1), model.info().n_vocab, 100 + i);
+    r.sampling.temperature = 0;
+    r.max_tokens = n_gen;
+    engine.submit(std::move(r), [&, i](const CompletionEvent& e) {
+      std::lock_guard lock(mu);
+      if (e.done) {
+        ++done;
+        cv.notify_all();
+      } else {
+        streams[i].at.push_back(clock::now());
+      }
+      return true;
+    });
+  }
+  std::unique_lock lock(mu);
+  cv.wait(lock, [&] { return done == n; });
+  clock::time_point all_first = t0, end = t0;
+  for (const Stream& st : streams) {
+    if (st.at.empty()) throw Error("bench --parallel: a stream ended without a token");
+    all_first = std::max(all_first, st.at.front());
+    end = std::max(end, st.at.back());
+  }
+  uint64_t after = 0;
+  for (const Stream& st : streams)
+    after += std::count_if(st.at.begin(), st.at.end(), [&](auto t) { return t > all_first; });
+  ParallelRun r;
+  r.pp_seconds = std::chrono::duration<double>(all_first - t0).count();
+  r.total_seconds = std::chrono::duration<double>(end - t0).count();
+  const double tg = std::chrono::duration<double>(end - all_first).count();
+  r.tg_tokens_per_s = tg > 0 ? double(after) / tg : 0;
+  return r;
+}
+
 int bench(const BenchOptions& o) {
   if (o.profile && !o.n_gen) throw InvalidArgument("--profile times decode steps: give -n > 0");
-  const uint32_t n_ctx = o.depth + std::max<uint32_t>(std::max(o.n_prompt, o.n_gen), 1);
+  const uint32_t n_ctx = o.depth + std::max<uint32_t>(std::max(o.n_prompt, o.n_gen), 1) +
+                         (o.parallel.empty() ? 0 : o.n_prompt + o.n_gen + 1);
   Model model = load_model(
       o.model,
       {.adapter = o.adapter,
@@ -191,6 +251,19 @@ int bench(const BenchOptions& o) {
     if (o.n_gen) tg.push_back(time_tg(s, o.n_gen, info.n_vocab, depth, false));
     if (o.n_gen && o.tg_host) tg_host.push_back(time_tg(s, o.n_gen, info.n_vocab, depth, true));
   }
+  // Streams through BatchEngine: a warm-up at the largest count, then each count r times (median).
+  std::vector<std::pair<uint32_t, Stat>> par;
+  if (!o.parallel.empty()) {
+    const uint32_t chunk = std::min<uint32_t>(o.ubatch, 128);
+    time_parallel(model, *std::max_element(o.parallel.begin(), o.parallel.end()), o.n_prompt,
+                  std::min<uint32_t>(o.n_gen, 8), chunk);
+    for (uint32_t n : o.parallel) {
+      std::vector<double> v;
+      for (uint32_t r = 0; r < std::max<uint32_t>(o.repeats, 1); ++r)
+        v.push_back(time_parallel(model, n, o.n_prompt, o.n_gen, chunk).tg_tokens_per_s);
+      par.emplace_back(n, stats(v));
+    }
+  }
   std::optional<DecodeProfile> profile;
   if (o.profile) {
     profile = profile_decode(model, s, o.n_gen, depth);
@@ -215,6 +288,13 @@ int bench(const BenchOptions& o) {
                 {"decode_gb_per_s", gb * t.median}};
     }
     if (profile) j["profile"] = profile_json(*profile);
+    for (const auto& [n, st] : par)
+      j["parallel"].push_back({{"streams", n},
+                               {"tokens_per_s", st.median},
+                               {"min", st.min},
+                               {"max", st.max},
+                               {"per_stream", st.median / n},
+                               {"vs_one_stream", st.median / par.front().second.median}});
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
@@ -238,6 +318,18 @@ int bench(const BenchOptions& o) {
   std::printf("decode GB/s = %.2f MB of weights read per token x tokens/s\n", gb * 1e3);
   std::printf("tg: greedy decoding (Session::decode_greedy: the argmax on the GPU; on the host on CPU adapters)%s\n",
               tg_host.empty() ? "" : "; tg-host: one token fed per step, its logits read back to the host");
+  if (!par.empty()) {
+    std::printf(
+        "\ncontinuous batching (BatchEngine): N streams, each pp%u then tg%u greedy; aggregate tg t/s once every "
+        "stream has its first token\n",
+        o.n_prompt, o.n_gen);
+    std::printf("| %7s | %24s | %12s | %14s |\n", "streams", "t/s (median [min, max])", "per stream", "vs 1st row");
+    std::printf("|%s|%s|%s|%s|\n", std::string(9, '-').c_str(), std::string(26, '-').c_str(),
+                std::string(14, '-').c_str(), std::string(16, '-').c_str());
+    for (const auto& [n, st] : par)
+      std::printf("| %7u | %10.1f [%.1f, %.1f] | %12.1f | %13.2fx |\n", n, st.median, st.min, st.max, st.median / n,
+                  st.median / par.front().second.median);
+  }
   if (profile) print_profile(*profile);
   return 0;
 }
@@ -263,6 +355,10 @@ const Register reg{
        app.add_option("--layers-per-submit", o->layers_per_submit,
                       "command buffers per step: one after layer 0, then every N layers (0: one; -1: auto)")
            ->capture_default_str();
+       app.add_option("--parallel", o->parallel,
+                      "then N concurrent streams (a list: 1,4,16) through continuous batching, each -p prompt "
+                      "tokens and -n generated: aggregate generation t/s")
+           ->delimiter(',');
        return [o] { return bench(*o); };
      }}};
 
