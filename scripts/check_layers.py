@@ -19,16 +19,18 @@ LAYERS = [
     ["src/kernels", "src/cpu", "src/tokenizer"],
     ["src/model"],
     ["src/api", "include/wgllm"],
+    ["server"],
     ["tools/wgllm", "bench"],
 ]
 # Folders that are one unit: the public headers and the library code that implements them.
 SAME_UNIT = {"include/wgllm": "src/api"}
-# Folders that may include only these (besides themselves and the floor): the public headers stand alone, and the
-# command-line tool is a user of the public API like any other.
-ONLY = {"include/wgllm": ["include/wgllm"], "tools/wgllm": ["include/wgllm"]}
-# Where quoted includes are looked up: the include directories of the build (CMakeLists.txt).
-INCLUDE_DIRS = ["include", "src"]
-SOURCE_DIRS = ["include", "src", "tools/wgllm", "bench"]
+# Folders that may include only these (besides themselves and the floor): the public headers stand alone, the HTTP
+# server is a user of the public API like any other, and the command-line tool uses the public API and the server.
+ONLY = {"include/wgllm": ["include/wgllm"], "server": ["include/wgllm"], "tools/wgllm": ["include/wgllm", "server"]}
+# Where quoted includes are looked up: the include directories of the build (CMakeLists.txt); "." is the repository
+# root, through which the CLI names the server's headers ("server/server.h").
+INCLUDE_DIRS = ["include", "src", "."]
+SOURCE_DIRS = ["include", "src", "server", "tools/wgllm", "bench"]
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 
 

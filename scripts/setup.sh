@@ -3,6 +3,7 @@
 #   scripts/setup.sh            install dependencies + configure + build (Release)
 #   WGLLM_SKIP_APT=1 ...        skip the Debian packages (already installed)
 #   WGLLM_BUILD_TYPE=Debug ...  build type
+#   WGLLM_TEST_PACKAGES=1 ...   also what only the tests need (Chromium for the chat page test; scripts/test.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -21,6 +22,9 @@ PKGS=(build-essential cmake pkg-config python3 python3-venv python3-pip unzip ca
       libvulkan1 vulkan-tools libgtest-dev libgmock-dev libbenchmark-dev libpcre2-dev
       libcli11-dev nlohmann-json3-dev libcpp-httplib-dev
       clang libclang-rt-14-dev)  # clang + libFuzzer: the fuzz targets (CTest test `fuzz`)
+# Only for the tests (scripts/test.sh sets WGLLM_TEST_PACKAGES=1): headless Chromium and its WebDriver for the chat
+# page's browser test (CTest test `server_browser`).
+if [ "${WGLLM_TEST_PACKAGES:-0}" = 1 ]; then PKGS+=(chromium chromium-driver); fi
 
 if [ "${WGLLM_SKIP_APT:-0}" != 1 ]; then
   # lavapipe from bookworm-backports (Mesa 25): Debian 12's own Mesa 22.3 is too old.
@@ -74,9 +78,11 @@ if [ ! -f "$WGPU_DIR/.ok" ]; then
 fi
 
 # ---------------------------------------------------------------- Python tooling (tools/)
-# gguf / numpy / tokenizers / sentencepiece make the test models and reference token ids.
+# gguf / numpy / tokenizers / sentencepiece make the test models and reference token ids; openai / requests /
+# selenium drive `wgllm serve` in tests/server/ and scripts/load_test.py.
 VENV="$ROOT/.venv"
-PY_PKGS=(gguf==0.19.0 numpy==2.3.5 tokenizers==0.23.2 sentencepiece==0.2.1)
+PY_PKGS=(gguf==0.19.0 numpy==2.3.5 tokenizers==0.23.2 sentencepiece==0.2.1
+         openai==3.57.0 requests==2.34.2 selenium==4.51.0)
 if [ "${WGLLM_SKIP_VENV:-0}" != 1 ]; then
   stamp="$VENV/.wgllm-$(echo "${PY_PKGS[*]}" | sha256sum | cut -c1-12)"
   if [ ! -f "$stamp" ]; then

@@ -18,7 +18,7 @@ def run(root) -> subprocess.CompletedProcess:
 def planted(file: str, include: str) -> subprocess.CompletedProcess:
     """check_layers on a copy of the code with `#include "include"` added to `file`."""
     with tempfile.TemporaryDirectory() as tmp:
-        for d in ("include", "src", "tools/wgllm", "bench"):
+        for d in ("include", "src", "server", "tools/wgllm", "bench"):
             if (ROOT / d).is_dir():
                 shutil.copytree(ROOT / d, pathlib.Path(tmp) / d)
         path = pathlib.Path(tmp) / file
@@ -39,6 +39,9 @@ def main() -> int:
         ("src/gpu/context.h", "wgllm/wgllm.h", "higher layer"),       # below the API, nothing includes it
         ("include/wgllm/wgllm.h", "gguf/file.h", "may include only"),  # public headers stand alone
         ("tools/wgllm/main.cpp", "model/config.h", "may include only"),  # the CLI uses the public API only
+        ("server/server.cpp", "model/config.h", "may include only"),     # so does the HTTP server
+        ("server/openai.h", "api/sampling.h", "may include only"),
+        ("src/api/wgllm.cpp", "server/server.h", "higher layer"),        # the library knows nothing of the server
     ]:
         r = planted(file, include)
         if r.returncode != 1 or words not in r.stdout or file not in r.stdout:

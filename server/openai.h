@@ -1,0 +1,98 @@
+// OpenAI's API shapes: request bodies of /v1/chat/completions and /v1/completions parsed and checked into a
+// BatchEngine request, and the response objects (whole, streamed chunks, errors) built from what the engine produced.
+// No HTTP here: server.cpp moves these objects over the wire.
+#pragma once
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "wgllm/batch.h"
+#include "wgllm/wgllm.h"
+
+namespace wgllm::server {
+
+// A request refused as OpenAI refuses it: an HTTP status and {"error": {"message", "type", "param", "code"}}.
+struct ApiError : std::runtime_error {
+  int status;
+  std::string param, code;
+  ApiError(int status, const std::string& message, std::string param = {}, std::string code = {})
+      : std::runtime_error(message), status(status), param(std::move(param)), code(std::move(code)) {}
+};
+
+// {"error": {...}}; type follows from the status (invalid_request_error, authentication_error, server_error, ...).
+nlohmann::json error_body(int status, const std::string& message, const std::string& param = {},
+                          const std::string& code = {});
+
+enum class Endpoint { Chat, Completions };
+
+// One request of either endpoint, checked: every field the server uses has its type and range, the prompt fits.
+struct ParsedRequest {
+  Endpoint endpoint = Endpoint::Chat;
+  CompletionRequest engine;       // prompt ids, sampling, max_tokens (clamped to the context left), penalties
+  std::vector<std::string> stop;  // stop strings: the text ends before the first that appears
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage: a last chunk with the usage
+  bool logprobs = false;       // per-token log-probabilities in the response
+  uint32_t top_logprobs = 0;   // alternatives per token (chat: top_logprobs; completions: logprobs = n)
+};
+
+// Parses a request body for `endpoint`. Throws ApiError: 400 for JSON that does not parse, a field of the wrong type
+// or out of range (naming it), n > 1, a prompt that leaves no room in the context of n_ctx tokens; 404 for a model
+// other than `model_name` (an absent model is taken as the served one). Unknown fields are ignored. max_tokens past
+// what the context leaves is lowered to it (the default: all it leaves).
+ParsedRequest parse_request(Endpoint endpoint, const std::string& body, const Model& model, uint32_t n_ctx,
+                            const std::string& model_name);
+
+// One token's log-probabilities as the engine gave them.
+struct TokenLogprobs {
+  int32_t id = -1;
+  float logprob = 0.f;
+  std::vector<TokenLogprob> top;
+};
+
+// How a request ended, for the last chunk and the usage.
+struct Finish {
+  std::string reason;  // "stop" or "length"
+  uint32_t prompt_tokens = 0, completion_tokens = 0;
+};
+
+// Builds the response objects of one request: one id, one creation time, one model name for all its chunks.
+class ResponseWriter {
+ public:
+  ResponseWriter(Endpoint endpoint, const Model& model, std::string model_name, bool logprobs);
+  Endpoint endpoint() const { return endpoint_; }
+
+  // A streamed chunk carrying `text` (and its tokens' log-probabilities); chat's first chunk carries the role.
+  nlohmann::json chunk(const std::string& text, const std::vector<TokenLogprobs>& tokens);
+  // The last streamed chunk: the finish reason, and any text still held.
+  nlohmann::json final_chunk(const std::string& text, const std::vector<TokenLogprobs>& tokens, const Finish& f);
+  // stream_options.include_usage: a chunk with no choices and the usage.
+  nlohmann::json usage_chunk(const Finish& f) const;
+  // The whole response of a request that did not stream.
+  nlohmann::json whole(const std::string& text, const std::vector<TokenLogprobs>& tokens, const Finish& f) const;
+
+ private:
+  nlohmann::json envelope(const char* object) const;
+  nlohmann::json chat_logprobs(const std::vector<TokenLogprobs>& tokens) const;
+  // The legacy completions shape; offsets count from `offset` bytes of text already sent.
+  nlohmann::json completion_logprobs(const std::vector<TokenLogprobs>& tokens, size_t offset) const;
+  std::string token_text(int32_t id) const;
+
+  Endpoint endpoint_;
+  const Model& model_;
+  std::string model_name_, id_;
+  int64_t created_;
+  bool logprobs_;
+  bool role_sent_ = false;
+  size_t text_sent_ = 0;  // bytes of completion text in the chunks so far (text_offset)
+};
+
+// The data of a streamed event: `data: <json>\n\n`.
+std::string sse(const nlohmann::json& j);
+// JSON text that never throws on invalid UTF-8 (a token's bytes can be part of a character): replaced by U+FFFD.
+std::string dump(const nlohmann::json& j);
+
+}  // namespace wgllm::server

@@ -1,0 +1,110 @@
+// `wgllm serve`: an OpenAI-compatible HTTP server (server/server.h) for one model. SIGINT / SIGTERM drain it: new
+// completions get 503 while those in flight finish, then it exits 0.
+#include <pthread.h>
+#include <signal.h>
+
+#include <atomic>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "command.h"
+#include "server/server.h"
+#include "wgllm/batch.h"
+
+namespace wgllm::cli {
+namespace {
+
+struct ServeOptions {
+  std::string model, adapter, host = "127.0.0.1", api_key, alias;
+  int port = 8080;
+  uint32_t parallel = 4, queue = 64, n_ctx = 0;
+  double max_body_mib = 4;
+};
+
+// The id clients name the model by: --alias, else the file's name without .gguf, else the built-in model's.
+std::string model_name(const ServeOptions& o) {
+  if (!o.alias.empty()) return o.alias;
+  if (o.model.empty()) return "shakespeare-tiny";
+  return std::filesystem::path(o.model).stem().string();
+}
+
+int serve(const ServeOptions& o) {
+  if (o.parallel == 0) throw InvalidArgument("--parallel must be at least 1");
+  if (o.port < 0 || o.port > 65535) throw InvalidArgument("--port must be in [0, 65535]");
+  if (!(o.max_body_mib > 0)) throw InvalidArgument("--max-body must be positive");
+  // SIGINT and SIGTERM are taken by a thread of ours (sigwait), not by whichever thread they hit: blocked here,
+  // before any thread starts, so every thread inherits the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error return, not the end of the process
+
+  Model model = load_model(o.model, {.adapter = o.adapter, .n_ctx = o.n_ctx, .progress = progress_bar()});
+  print_memory(model);
+  // -c is each sequence's context; without it the model's (sized for one sequence) is shared among them.
+  const uint32_t per_sequence = o.n_ctx ? o.n_ctx : BatchEngine::default_n_ctx(model, o.parallel);
+  server::Server server(model, {.host = o.host,
+                                .port = o.port,
+                                .api_key = o.api_key,
+                                .model_name = model_name(o),
+                                .max_body_bytes = size_t(o.max_body_mib * 1048576),
+                                .batch = {.parallel = o.parallel, .queue = o.queue, .n_ctx = per_sequence}});
+  const int port = server.bind();
+  std::fprintf(stderr, "serving '%s': %u sequences of %u positions together, %u more may wait\n", model_name(o).c_str(),
+               o.parallel, per_sequence, o.queue);
+  const bool v6 = o.host.find(':') != std::string::npos;
+  std::fprintf(stderr, "listening on http://%s%s%s:%d\n", v6 ? "[" : "", o.host.c_str(), v6 ? "]" : "", port);
+
+  std::atomic<bool> served = false;
+  std::thread signal_thread([&] {
+    const timespec tick{0, 200'000'000};
+    while (!served) {
+      const int sig = sigtimedwait(&signals, nullptr, &tick);
+      if (sig == SIGINT || sig == SIGTERM) {
+        std::fprintf(stderr, "%s: finishing the requests in flight, then exiting\n",
+                     sig == SIGINT ? "SIGINT" : "SIGTERM");
+        server.stop();
+        return;
+      }
+    }
+  });
+  server.serve();
+  served = true;
+  signal_thread.join();
+  std::fprintf(stderr, "stopped\n");
+  return 0;
+}
+
+const Register reg{
+    {"serve", "an OpenAI-compatible HTTP server (chat, completions, models, health, metrics, a chat page)",
+     [](CLI::App& app) -> std::function<int()> {
+       auto o = std::make_shared<ServeOptions>();
+       app.add_option("-m,--model", o->model, "GGUF model file (none: the built-in tiny Shakespeare model)");
+       app.add_option("--host", o->host, "address to listen on (0.0.0.0: every interface)")->capture_default_str();
+       app.add_option("--port", o->port, "port (0: any free one; the line 'listening on ...' names it)")
+           ->capture_default_str();
+       app.add_option("--parallel", o->parallel,
+                      "sequences generated together (each holds a KV cache of -c positions; without -c they share the "
+                      "model's default context, at least 256 each)")
+           ->capture_default_str();
+       app.add_option("--queue", o->queue, "requests waiting beyond those; past it: 503")->capture_default_str();
+       app.add_option(
+              "-c,--ctx-size", o->n_ctx,
+              "context per sequence (0: the model's default context shared among --parallel, at least 256 each)")
+           ->capture_default_str();
+       app.add_option("--api-key", o->api_key, "require 'Authorization: Bearer KEY' (not on /health and /)");
+       app.add_option("--alias", o->alias, "the model's id in the API (default: the file name without .gguf)");
+       app.add_option("--max-body", o->max_body_mib, "largest request body in MiB; past it: 413")
+           ->capture_default_str();
+       app.add_option("--adapter", o->adapter, "adapter index or name part (wgllm info --list)");
+       return [o] { return serve(*o); };
+     }}};
+
+}  // namespace
+}  // namespace wgllm::cli
