@@ -62,7 +62,7 @@ using CompletionCallback = std::function<bool(const CompletionEvent& event)>;
 struct BatchOptions {
   uint32_t parallel = 4;         // sequences decoding together (each holds a KV cache of n_ctx positions)
   uint32_t queue = 64;           // requests waiting beyond those; one more throws QueueFull
-  uint32_t n_ctx = 0;            // positions per sequence (0: the model's context, ModelInfo::n_ctx)
+  uint32_t n_ctx = 0;            // positions per sequence (0: default_n_ctx, the model's context shared out)
   uint32_t prefill_chunk = 256;  // prompt tokens fed between two decode steps while others decode
 };
 
@@ -97,6 +97,10 @@ class BatchEngine {
 
   uint32_t n_ctx() const;
   uint32_t parallel() const;
+  // Positions per sequence when BatchOptions::n_ctx is 0: the model's context (ModelInfo::n_ctx, already sized to the
+  // memory budget for one sequence) shared among `parallel` sequences, as llama.cpp's server shares -c among its
+  // slots, but not below 256 positions (or the model's context when smaller).
+  static uint32_t default_n_ctx(const Model& model, uint32_t parallel);
 
  private:
   struct Impl;

@@ -97,7 +97,7 @@ struct BatchEngine::Impl {
     if (options.parallel == 0) throw InvalidArgument("BatchEngine: parallel must be >= 1");
     if (options.prefill_chunk == 0) throw InvalidArgument("BatchEngine: prefill_chunk must be >= 1");
     auto& impl = ModelAccess::impl(model);
-    n_ctx = options.n_ctx ? options.n_ctx : model.info().n_ctx;
+    n_ctx = options.n_ctx ? options.n_ctx : BatchEngine::default_n_ctx(model, options.parallel);
     gpu::Context& ctx = gpu_context(model);
     slots.resize(options.parallel);
     for (Slot& s : slots)
@@ -412,6 +412,11 @@ void BatchEngine::shutdown(bool finish) {
 }
 
 uint32_t BatchEngine::n_ctx() const { return impl_->n_ctx; }
+
+uint32_t BatchEngine::default_n_ctx(const Model& model, uint32_t parallel) {
+  const uint32_t whole = model.info().n_ctx;
+  return std::max(std::min<uint32_t>(whole, 256), whole / std::max<uint32_t>(parallel, 1));
+}
 uint32_t BatchEngine::parallel() const { return impl_->options.parallel; }
 
 }  // namespace wgllm

@@ -22,7 +22,11 @@ namespace wgllm {
 namespace {
 
 const Model& model() {
-  static const Model m = Model::load(default_model_gguf(), {.n_ctx = 256}, "built-in");
+  static const Model m = [] {
+    LoadOptions o;
+    o.n_ctx = 256;
+    return Model::load(default_model_gguf(), o, "built-in");
+  }();
   return m;
 }
 
@@ -234,7 +238,9 @@ TEST(BatchEngine, Logprobs) {
     double sum = 0;
     for (size_t i = 0; i < e.top.size(); ++i) {
       EXPECT_LE(e.top[i].logprob, 0.f);
-      if (i) EXPECT_LE(e.top[i].logprob, e.top[i - 1].logprob);
+      if (i > 0) {
+        EXPECT_LE(e.top[i].logprob, e.top[i - 1].logprob);
+      }
       sum += std::exp(double(e.top[i].logprob));
     }
     EXPECT_LE(sum, 1.0 + 1e-5);
