@@ -81,6 +81,7 @@ struct BatchEngine::Impl {
   const Model& model;
   BatchOptions options;
   uint32_t n_ctx = 0;
+  std::vector<std::optional<kernels::KvCache>> shared_kv;  // [n_layer] the slots' caches are views of (or empty)
   std::vector<Slot> slots;
   std::unique_ptr<GpuBatchDecode> decode;
 
@@ -99,12 +100,28 @@ struct BatchEngine::Impl {
     auto& impl = ModelAccess::impl(model);
     n_ctx = options.n_ctx ? options.n_ctx : BatchEngine::default_n_ctx(model, options.parallel);
     gpu::Context& ctx = gpu_context(model);
+    // Every slot's KV cache a view of one pool per layer (pages of 256 positions), so that a decode step runs the
+    // RoPE + append and the attention of all sequences in one dispatch each; private caches when the pool would
+    // exceed the storage bindings a cache may span.
+    constexpr uint32_t kPage = 256;
+    const uint32_t slot_ctx = (n_ctx + kPage - 1) / kPage * kPage;
+    try {
+      shared_kv = make_shared_kv(ctx, impl.gpu.config, options.parallel, slot_ctx, kPage);
+    } catch (const InvalidArgument&) {
+      shared_kv.clear();
+    }
     slots.resize(options.parallel);
-    for (Slot& s : slots)
-      s.session = std::make_unique<GpuSession>(
-          ctx, impl.gpu,
-          GpuSessionOptions{.n_ctx = n_ctx, .ubatch = std::min(options.prefill_chunk, n_ctx), .argmax_on_gpu = false});
-    decode = std::make_unique<GpuBatchDecode>(ctx, impl.gpu, options.parallel);
+    for (uint32_t i = 0; i < options.parallel; ++i) {
+      GpuSessionOptions so{.n_ctx = n_ctx, .ubatch = std::min(options.prefill_chunk, n_ctx), .argmax_on_gpu = false};
+      if (!shared_kv.empty()) {
+        so.n_ctx = slot_ctx;
+        so.shared_kv = &shared_kv;
+        so.kv_first_page = i * (slot_ctx / kPage);
+      }
+      slots[i].session = std::make_unique<GpuSession>(ctx, impl.gpu, so);
+    }
+    decode =
+        std::make_unique<GpuBatchDecode>(ctx, impl.gpu, options.parallel, shared_kv.empty() ? nullptr : &shared_kv);
     stats.parallel = options.parallel;
     stats.queue_capacity = options.queue;
     thread = std::thread([this] { run(); });

@@ -319,7 +319,7 @@ void encode_attention_decode(gpu::ComputeBatch& batch, gpu::Context& ctx, const 
   WGPUComputePipeline reduce = ctx.pipeline({"attention.wgsl", "attention_decode_reduce", {}, prelude});
   const uint32_t q_dim = s.n_heads * s.head_dim;
   // Without a split the partials binding is unused; a small placeholder keeps it valid.
-  const gpu::Buffer& partials = n_splits > 1 ? *scratch : ctx.placeholder_storage();
+  const gpu::Buffer& partials = n_splits > 1 ? *scratch : ctx.placeholder_writable();
 
   uint32_t step = std::min(max_rows_per_binding(ctx, s), max_grid);
   in_chunks(s.n_queries, step, [&](uint32_t first, uint32_t count) {
@@ -331,13 +331,88 @@ void encode_attention_decode(gpu::ComputeBatch& batch, gpu::Context& ctx, const 
     const uint64_t split_len = (window + n_splits - 1) / n_splits;
     p.split_len = uint32_t((split_len + kDecodeWorkgroup - 1) / kDecodeWorkgroup * kDecodeWorkgroup);
     const gpu::BufferBinding params = batch.uniform(0, p);
-    const auto bindings = kernel_bindings(params, q, qw, out, ow, kv, &partials);
+    const auto k = kernel_bindings(params, q, qw, out, ow, kv, &partials);
+    const gpu::BufferBinding bindings[] = {k[0], k[1], k[2], k[3], k[4],
+                                           k[5], k[6], k[7], k[8], {9, &ctx.placeholder_storage(), 0, 16}};
     batch.dispatch(decode, bindings, n_splits, s.n_heads, count);
     if (n_splits > 1) {
       const gpu::BufferBinding reduce_bindings[] = {params, {2, &out, ow.offset_bytes, ow.size_bytes}, {8, &partials}};
       batch.dispatch(reduce, reduce_bindings, s.n_heads, count);
     }
   });
+}
+
+namespace {
+// The split-K of encode_attention_decode_rows: splits of 256 keys from key 0 (1024 splits at most; past 262,144 keys
+// longer ones), whatever the other sequences' lengths: a sequence's keys fall into the same splits alone or beside
+// longer ones (whose extra splits are empty for it and add exact zeros), so its output is the same bits.
+struct RowSplits {
+  uint32_t n_splits, split_len;
+};
+RowSplits row_splits(uint32_t max_position) {
+  constexpr uint64_t kLen = 256, kMaxSplits = 1024;
+  const uint64_t keys = uint64_t(max_position) + 1;
+  if (keys <= kLen * kMaxSplits) return {uint32_t((keys + kLen - 1) / kLen), uint32_t(kLen)};
+  const uint64_t len =
+      ((keys + kMaxSplits - 1) / kMaxSplits + kDecodeWorkgroup - 1) / kDecodeWorkgroup * kDecodeWorkgroup;
+  return {uint32_t((keys + len - 1) / len), uint32_t(len)};
+}
+}  // namespace
+
+uint64_t attention_decode_rows_scratch_bytes(const AttentionShape& shape, const KvCache& view, uint32_t max_position) {
+  (void)view;
+  const RowSplits rs = row_splits(max_position);
+  return rs.n_splits > 1 ? attention_decode_scratch_bytes(shape, rs.n_splits) : 0;
+}
+
+void encode_attention_decode_rows(gpu::ComputeBatch& batch, gpu::Context& ctx, const AttentionShape& shape_in,
+                                  const gpu::Buffer& q, const KvCache& owner, const KvCache& view,
+                                  const gpu::Buffer& queries, uint32_t max_position, const gpu::Buffer& out,
+                                  const gpu::Buffer& scratch) {
+  const char* fn = "encode_attention_decode_rows";
+  AttentionShape s = shape_in;
+  s.start_pos = max_position;  // checks the largest position against the views' max_seq
+  s.q_base = 0;
+  s.row = 0;
+  const uint32_t n = s.n_queries;
+  s.n_queries = 1;
+  s = validate(fn, ctx, s, q, view, out);
+  s.n_queries = n;
+  if (!view.same_pools(owner)) fail(fn, "the view is not of the owner's pools");
+  if (!tiled_possible(ctx, s)) fail(fn, "needs subgroups and head_dim % 4 == 0 (the tiled decode kernel)");
+  const uint32_t q_dim = s.n_heads * s.head_dim;
+  if (q.size < (uint64_t(n - 1) * s.q_stride + q_dim) * 4) fail(fn, "q holds fewer than n_queries rows");
+  if (out.size < (uint64_t(n - 1) * s.out_stride + q_dim) * 4) fail(fn, "out holds fewer than n_queries rows");
+  if (queries.size < uint64_t(n) * 8) fail(fn, "queries holds fewer than n_queries (position, page_base) pairs");
+  const uint32_t max_grid = ctx.limits().maxComputeWorkgroupsPerDimension;
+  if (n > max_grid || s.n_heads > max_grid) fail(fn, "n_queries or n_heads exceeds maxComputeWorkgroupsPerDimension");
+  const RowSplits rs = row_splits(max_position);
+  const uint32_t n_splits = rs.n_splits;
+  if (n_splits > max_grid) fail(fn, "n_splits exceeds maxComputeWorkgroupsPerDimension");
+  if (n_splits > 1 && scratch.size < attention_decode_scratch_bytes(s, n_splits))
+    fail(fn, "scratch holds " + std::to_string(scratch.size) + " bytes, needs " +
+                 std::to_string(attention_decode_scratch_bytes(s, n_splits)));
+  const KvView kview = kv_view(ctx, view.config().type);
+  const AttentionTiles tiles = attention_tiles(s.head_dim, ctx.limits());
+  const std::string prelude = kv_prelude_vec4(kview) + tile_prelude(tiles);
+  WGPUComputePipeline decode = ctx.pipeline({"attention.wgsl", "attention_decode", {}, prelude});
+  WGPUComputePipeline reduce = ctx.pipeline({"attention.wgsl", "attention_decode_reduce", {}, prelude});
+  const RowWindow qw = row_window(ctx, 0, n, s.q_stride, q_dim);
+  const RowWindow ow = row_window(ctx, 0, n, s.out_stride, q_dim);
+  AttentionParams p = chunk_params(s, view, 0, n, qw, ow);
+  p.per_query = 1;
+  p.n_splits = n_splits;
+  p.split_len = rs.split_len;
+  const gpu::Buffer& partials = n_splits > 1 ? scratch : ctx.placeholder_writable();
+  const gpu::BufferBinding params = batch.uniform(0, p);
+  const auto k = kernel_bindings(params, q, qw, out, ow, owner, &partials);
+  const gpu::BufferBinding bindings[] = {k[0], k[1], k[2], k[3], k[4],
+                                         k[5], k[6], k[7], k[8], {9, &queries, 0, uint64_t(n) * 8}};
+  batch.dispatch(decode, bindings, n_splits, s.n_heads, n);
+  if (n_splits > 1) {
+    const gpu::BufferBinding reduce_bindings[] = {params, {2, &out, ow.offset_bytes, ow.size_bytes}, {8, &partials}};
+    batch.dispatch(reduce, reduce_bindings, s.n_heads, n);
+  }
 }
 
 }  // namespace wgllm::kernels

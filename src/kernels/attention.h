@@ -44,7 +44,7 @@ struct AttentionParams {
   uint32_t n_splits;
   uint32_t split_len, grid_x;
   uint32_t q_offset, out_offset;  // floats from the start of the q / out binding to this call's row 0
-  uint32_t window, pad0 = 0, pad1 = 0, pad2 = 0;
+  uint32_t window, per_query = 0, pad1 = 0, pad2 = 0;
 };
 static_assert(sizeof(AttentionParams) == 96 && offsetof(AttentionParams, scale) == 56 &&
               offsetof(AttentionParams, window) == 80);
@@ -83,6 +83,18 @@ void encode_attention_decode(gpu::ComputeBatch& batch, gpu::Context& ctx, const 
                              const gpu::Buffer& q, const KvCache& kv, const gpu::Buffer& out,
                              const gpu::Buffer* scratch, uint32_t n_splits = 0);
 uint32_t attention_decode_splits(const AttentionShape& shape, const KvCache& kv);
+
+// Decode of several sequences in one dispatch (continuous batching): query i (q row i, out row i; shape.n_queries of
+// them) is one token of sequence i at position positions_i, attending over that sequence's cache, a view of
+// `owner`'s pools whose pages start at page_base_i in owner's page table (KvCache's view constructor). `queries`
+// holds the n_queries (position, page_base) u32 pairs; every view has `view`'s layout (n_pages, max_seq);
+// max_position is the largest position (it sizes the split-K). shape.start_pos, q_base and row are not used.
+void encode_attention_decode_rows(gpu::ComputeBatch& batch, gpu::Context& ctx, const AttentionShape& shape,
+                                  const gpu::Buffer& q, const KvCache& owner, const KvCache& view,
+                                  const gpu::Buffer& queries, uint32_t max_position, const gpu::Buffer& out,
+                                  const gpu::Buffer& scratch);
+// The scratch encode_attention_decode_rows needs for n_queries sequences whose largest position is max_position.
+uint64_t attention_decode_rows_scratch_bytes(const AttentionShape& shape, const KvCache& view, uint32_t max_position);
 uint64_t attention_decode_scratch_bytes(const AttentionShape& shape, uint32_t n_splits);
 
 // 4 * n_heads * head_dim * sum of the keys each query sees: the FLOPs of one call.

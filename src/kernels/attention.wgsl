@@ -25,7 +25,7 @@ struct AttentionParams {
   q_stride: u32, out_stride: u32, page_size: u32, pages_per_pool: u32,
   n_pages: u32, n_pools: u32, scale: f32, n_splits: u32,
   split_len: u32, grid_x: u32, q_offset: u32, out_offset: u32,
-  window: u32, _pad0: u32, _pad1: u32, _pad2: u32,
+  window: u32, per_query: u32, _pad1: u32, _pad2: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: AttentionParams;
@@ -38,6 +38,9 @@ struct AttentionParams {
 @group(0) @binding(7) var<storage, read> pool3: array<KvVec>;
 // decode only: per (query, head, split) partial state [m, l, 0, 0] then HD4 vec4 of o.
 @group(0) @binding(8) var<storage, read_write> partials: array<vec4<f32>>;
+// decode with per_query (one query per sequence, each over its own view of the pools): query i's position and the
+// first page of its view in page_table.
+@group(0) @binding(9) var<storage, read> queries: array<vec2<u32>>;
 
 const HD4: u32 = DV * TPR;  // head_dim / 4
 const NEG_BIG: f32 = -3.402823e+38;
@@ -48,9 +51,9 @@ fn first_key(pos: u32) -> u32 {
 }
 
 // (pool, vec4 offset of K[t][0]); V[t][0] is page_size * kv_dim / 4 further. Clamped.
-fn kv_row4(t: u32) -> vec2<u32> {
+fn kv_row4(t: u32, page_base: u32) -> vec2<u32> {
   let page = min(t / p.page_size, p.n_pages - 1u);
-  let phys = page_table[page];
+  let phys = page_table[page_base + page];
   let pool = min(phys / p.pages_per_pool, p.n_pools - 1u);
   let slot = phys % p.pages_per_pool;
   return vec2<u32>(pool, (slot * 2u * p.page_size + t % p.page_size) * (p.kv_dim / 4u));
@@ -72,7 +75,7 @@ var<workgroup> v_tile: array<vec4<f32>, BK * HD4>;
 // thread tid takes elements tid, tid + WG, ... of the [BK][HD4] tile.
 fn fetch_tile(kb: u32, kv_end: u32, kvh: u32, tid: u32,
               pk: ptr<function, array<KvVec, NL>>, pv: ptr<function, array<KvVec, NL>>) {
-  let loc = kv_row4(kb);  // a tile never straddles a page
+  let loc = kv_row4(kb, 0u);  // a tile never straddles a page
   let n_keys = min(BK, kv_end - kb);
   let tile_base = loc.y + kvh * HD4;
   let v_shift = p.page_size * (p.kv_dim / 4u);
@@ -277,8 +280,14 @@ fn attention_decode(@builtin(workgroup_id) wid: vec3<u32>,
   let q_local = wid.z;
   if (head >= p.n_heads || q_local >= p.n_queries || split >= p.n_splits) { return; }
   let kvh = head / (p.n_heads / p.n_kv_heads);
-  let window = min(p.start_pos + p.q_base + q_local + 1u, p.max_seq);
-  let lo = first_key(p.start_pos + p.q_base + q_local);
+  var pos = p.start_pos + p.q_base + q_local;
+  var page_base = 0u;
+  if (p.per_query != 0u) {
+    pos = queries[q_local].x;
+    page_base = queries[q_local].y;
+  }
+  let window = min(pos + 1u, p.max_seq);
+  let lo = first_key(pos);
   let k_begin = min(lo / DEC_WG * DEC_WG + split * p.split_len, window);
   let k_end = min(k_begin + p.split_len, window);
   let n_sg = (DEC_WG + sg_size - 1u) / sg_size;
@@ -297,7 +306,7 @@ fn attention_decode(@builtin(workgroup_id) wid: vec3<u32>,
   var o = vec4<f32>(0.0);
   for (var kb = k_begin; kb < k_end; kb += DEC_WG) {
     let t = kb + tid;
-    let loc = kv_row4(kb);  // a tile never straddles a page
+    let loc = kv_row4(kb, page_base);  // a tile never straddles a page
     let row = loc.y + tid * (p.kv_dim / 4u) + kvh * HD4;
     let live = t < k_end && t >= lo;
     var score = NEG_BIG;

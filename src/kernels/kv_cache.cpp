@@ -31,9 +31,10 @@ KvCache::KvCache(gpu::Context& ctx, const KvCacheConfig& config, std::string_vie
     throw InvalidArgument(name + ": " + std::to_string(config_.max_seq) + " positions need " + std::to_string(n_pools) +
                           " storage bindings of " + std::to_string(limit) + " bytes; at most " +
                           std::to_string(kMaxPools) + " are supported: lower the context (-c)");
+  pools_ = std::make_shared<std::vector<gpu::Buffer>>();
   for (uint32_t p = 0; p < n_pools; ++p) {
     const uint32_t pages = std::min(pages_per_pool_, n_pages_ - p * pages_per_pool_);
-    pools_.push_back(ctx.create_buffer(pages * page_bytes, WGPUBufferUsage_Storage, name + " pool"));
+    pools_->push_back(ctx.create_buffer(pages * page_bytes, WGPUBufferUsage_Storage, name + " pool"));
   }
   table_.resize(n_pages_);
   std::iota(table_.begin(), table_.end(), 0u);
@@ -47,9 +48,32 @@ KvCache::KvCache(gpu::Context& ctx, const KvCacheConfig& config, std::string_vie
   page_table_ = ctx.upload<uint32_t>(table_, WGPUBufferUsage_Storage, name + " page table");
 }
 
+KvCache::KvCache(const KvCache& owner, uint32_t first_page, uint32_t n_pages, std::string_view label)
+    : ctx_(owner.ctx_),
+      config_(owner.config_),
+      n_pages_(n_pages),
+      pages_per_pool_(owner.pages_per_pool_),
+      pools_(owner.pools_),
+      page_base_(owner.page_base_ + first_page),
+      view_(true) {
+  const std::string name(label);
+  if (n_pages == 0 || uint64_t(first_page) + n_pages > owner.n_pages_)
+    throw InvalidArgument(name + ": pages [" + std::to_string(first_page) + ", " +
+                          std::to_string(uint64_t(first_page) + n_pages) + ") are not within the owner's " +
+                          std::to_string(owner.n_pages_));
+  if (n_pages > 1 && config_.page_size % kPageMultiple != 0)
+    throw InvalidArgument(name + ": a view of several pages needs a page size that is a multiple of " +
+                          std::to_string(kPageMultiple));
+  config_.max_seq = n_pages * config_.page_size;
+  config_.page_order.clear();
+  table_.assign(owner.table_.begin() + first_page, owner.table_.begin() + first_page + n_pages);
+  page_table_ = ctx_.upload<uint32_t>(table_, WGPUBufferUsage_Storage, name + " page table");
+}
+
 uint64_t KvCache::bytes() const {
+  if (view_) return uint64_t(n_pages_) * 2 * config_.page_size * config_.kv_dim * kv_type_bytes(config_.type);
   uint64_t b = 0;
-  for (const auto& p : pools_) b += p.size;
+  for (const auto& p : *pools_) b += p.size;
   return b;
 }
 
@@ -90,7 +114,7 @@ void KvCache::write(uint32_t pos, uint32_t n, std::span<const float> k, std::spa
       auto* h = reinterpret_cast<uint16_t*>(staged.data());
       for (size_t d = 0; d < count; ++d) h[d] = f32_to_f16(src[d]);
     }
-    ctx_.write_buffer(pools_[pool], elem * esize, staged.data(), staged.size());
+    ctx_.write_buffer((*pools_)[pool], elem * esize, staged.data(), staged.size());
   };
   for_each_page_run(*this, pos, n, [&](uint32_t i, uint32_t rows, const Location& loc) {
     put(&k[size_t(i) * kv_dim], size_t(rows) * kv_dim, loc.pool, loc.k_elem);
@@ -106,7 +130,7 @@ void KvCache::read(uint32_t pos, uint32_t n, std::vector<float>& k, std::vector<
   std::vector<uint8_t> staged;
   auto get = [&](float* dst, size_t count, uint32_t pool, uint64_t elem) {
     staged.resize(count * esize);
-    ctx_.read_buffer(pools_[pool], elem * esize, staged.data(), staged.size());
+    ctx_.read_buffer((*pools_)[pool], elem * esize, staged.data(), staged.size());
     if (config_.type == KvType::F32) {
       std::memcpy(dst, staged.data(), staged.size());
     } else {

@@ -7,6 +7,7 @@
 // p % pages_per_pool). A contiguous cache is the special case of a single page.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -35,15 +36,24 @@ class KvCache {
   static constexpr uint32_t kPageMultiple = 128;  // page sizes of multi-page caches (largest key tile)
 
   KvCache(gpu::Context& ctx, const KvCacheConfig& config, std::string_view label = "kv cache");
+  // A view: logical pages [first_page, first_page + n_pages) of `owner` as a cache of its own (positions from 0,
+  // max_seq n_pages * page_size), in the owner's pools — several sequences' caches in one pool, so a kernel can
+  // reach all of them through the owner's page table (page_base() + the view's page). The owner's pools live as
+  // long as any view of them.
+  KvCache(const KvCache& owner, uint32_t first_page, uint32_t n_pages, std::string_view label = "kv cache view");
+  KvCache(KvCache&&) noexcept = default;
 
   const KvCacheConfig& config() const { return config_; }
   uint32_t page_size() const { return config_.page_size; }
   uint32_t n_pages() const { return n_pages_; }
   uint32_t pages_per_pool() const { return pages_per_pool_; }
-  uint32_t n_pools() const { return static_cast<uint32_t>(pools_.size()); }
-  const gpu::Buffer& pool(uint32_t i) const { return pools_[std::min<uint32_t>(i, n_pools() - 1)]; }
+  uint32_t n_pools() const { return static_cast<uint32_t>(pools_->size()); }
+  const gpu::Buffer& pool(uint32_t i) const { return (*pools_)[std::min<uint32_t>(i, n_pools() - 1)]; }
   const gpu::Buffer& page_table() const { return page_table_; }
-  uint64_t bytes() const;  // GPU memory taken by the pools
+  // A view's first page in its owner's page table (0 for an owner), and whether two caches share pools.
+  uint32_t page_base() const { return page_base_; }
+  bool same_pools(const KvCache& o) const { return pools_ == o.pools_; }
+  uint64_t bytes() const;  // GPU memory taken by the pools (a view: by its pages)
 
   // Element offset (in KV elements, within its pool) of K[pos][0] / V[pos][0], and its pool.
   struct Location {
@@ -61,9 +71,11 @@ class KvCache {
   gpu::Context& ctx_;
   KvCacheConfig config_;
   uint32_t n_pages_ = 0, pages_per_pool_ = 0;
-  std::vector<gpu::Buffer> pools_;
-  std::vector<uint32_t> table_;  // logical page -> physical page
+  std::shared_ptr<std::vector<gpu::Buffer>> pools_;  // shared by an owner and its views
+  std::vector<uint32_t> table_;                      // logical page -> physical page
   gpu::Buffer page_table_;
+  uint32_t page_base_ = 0;
+  bool view_ = false;
 };
 
 }  // namespace wgllm::kernels

@@ -62,4 +62,53 @@ void encode_qk_norm_rope_kv(gpu::ComputeBatch& batch, gpu::Context& ctx, const Q
   batch.dispatch(pipe, b, s.n_head + 2 * s.n_kv);
 }
 
+void encode_qk_norm_rope_kv_rows(gpu::ComputeBatch& batch, gpu::Context& ctx, const QkNormRopeKvShape& s, uint32_t n,
+                                 const gpu::Buffer& table, const gpu::Buffer& q, const gpu::Buffer& k,
+                                 const gpu::Buffer& v, const gpu::Buffer& q_norm, const gpu::Buffer& k_norm,
+                                 const KvCache& cache, const gpu::Buffer& rows) {
+  const char* fn = "encode_qk_norm_rope_kv_rows";
+  if (n == 0) fail(fn, "n must be > 0");
+  if (n > ctx.limits().maxComputeWorkgroupsPerDimension) fail(fn, "n exceeds maxComputeWorkgroupsPerDimension");
+  if (cache.n_pools() != 1) fail(fn, "the cache must be one pool (" + std::to_string(cache.n_pools()) + ")");
+  if (cache.pool(0).size / kv_type_bytes(cache.config().type) > UINT32_MAX)
+    fail(fn, "the cache pool is too large for 32-bit element offsets");
+  need(fn, "rows", rows, uint64_t(n) * 16, ctx);
+  const uint32_t rope_dim = s.rope_dim ? s.rope_dim : s.head_dim;
+  const uint64_t kv_dim = uint64_t(s.n_kv) * s.head_dim;
+  if (s.n_head == 0 || s.n_kv == 0) fail(fn, "n_head and n_kv must be > 0");
+  if (s.head_dim == 0 || s.head_dim % 2 || s.head_dim > 512) fail(fn, "head_dim must be even and <= 512");
+  if (rope_dim % 2 || rope_dim > s.head_dim) fail(fn, "rope_dim must be even and <= head_dim");
+  if (!(s.eps > 0)) fail(fn, "eps must be > 0");
+  if (cache.config().kv_dim != kv_dim) fail(fn, "n_kv * head_dim must equal the cache's kv_dim");
+  const uint64_t q_bytes = uint64_t(n) * s.n_head * s.head_dim * 4, kv_bytes = uint64_t(n) * kv_dim * 4;
+  need(fn, "q", q, q_bytes, ctx);
+  need(fn, "k", k, kv_bytes, ctx);
+  need(fn, "v", v, kv_bytes, ctx);
+  const uint64_t norm_bytes = s.norm ? uint64_t(s.head_dim) * 4 : 16;
+  need(fn, "q_norm", q_norm, norm_bytes, ctx);
+  need(fn, "k_norm", k_norm, norm_bytes, ctx);
+  need(fn, "table", table, uint64_t(rope_dim / 2) * 16, ctx);
+  if (q.get() == k.get() || q.get() == v.get()) fail(fn, "q must be another buffer than k and v");
+  QkNormRopeKvParams p{};
+  p.n_head = s.n_head;
+  p.n_kv = s.n_kv;
+  p.head_dim = s.head_dim;
+  p.rope_dim = rope_dim;
+  p.neox = s.type == RopeType::Neox ? 1 : 0;
+  p.kv_f16 = cache.config().type == KvType::F16 ? 1 : 0;
+  p.eps = s.eps;
+  p.norm = s.norm ? 1 : 0;
+  WGPUComputePipeline pipe = ctx.pipeline({"rope_angle.wgsl+qk_norm_rope_kv.wgsl", "qk_norm_rope_kv_rows", {}, ""});
+  const gpu::BufferBinding b[] = {batch.uniform(0, p),
+                                  {1, &table, 0, uint64_t(rope_dim / 2) * 16},
+                                  {2, &q, 0, q_bytes},
+                                  {3, &k, 0, kv_bytes},
+                                  {4, &v, 0, kv_bytes},
+                                  {5, &q_norm, 0, norm_bytes},
+                                  {6, &k_norm, 0, norm_bytes},
+                                  {7, &cache.pool(0)},
+                                  {8, &rows, 0, uint64_t(n) * 16}};
+  batch.dispatch(pipe, b, s.n_head + 2 * s.n_kv, n);
+}
+
 }  // namespace wgllm::kernels

@@ -39,4 +39,12 @@ void encode_qk_norm_rope_kv(gpu::ComputeBatch& batch, gpu::Context& ctx, const Q
                             const gpu::Buffer& table, const gpu::Buffer& q, const gpu::Buffer& k, const gpu::Buffer& v,
                             const gpu::Buffer& q_norm, const gpu::Buffer& k_norm, KvCache& kv);
 
+// The same for n tokens of n sequences in one dispatch (continuous batching): token i (row i of q, k, v) at the
+// position rows[i].x, its K and V rows at elements rows[i].y and rows[i].z of `pool` (every sequence's cache a view
+// of one single-pool cache; KvCache::locate gives the offsets). s.pos and s.row are not used. rows: [n] vec4<u32>.
+void encode_qk_norm_rope_kv_rows(gpu::ComputeBatch& batch, gpu::Context& ctx, const QkNormRopeKvShape& s, uint32_t n,
+                                 const gpu::Buffer& table, const gpu::Buffer& q, const gpu::Buffer& k,
+                                 const gpu::Buffer& v, const gpu::Buffer& q_norm, const gpu::Buffer& k_norm,
+                                 const KvCache& cache, const gpu::Buffer& rows);
+
 }  // namespace wgllm::kernels

@@ -37,19 +37,34 @@ fn store_pair(at: u32, e: u32, a: f32, b: f32) {
 
 @compute @workgroup_size(WG)
 fn qk_norm_rope_kv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-  let h = wid.x;
+  head(wid.x, lid, p.row, p.pos, p.kv_k_off, p.kv_v_off);
+}
+
+// Several sequences' tokens at once (continuous batching): workgroup (h, i) does head h of the token in row i, at
+// the position and cache offsets rows[i] gives (every sequence's cache a view of the one pool bound as `kv`).
+@group(0) @binding(8) var<storage, read> rows: array<vec4<u32>>;  // [n] (pos, k offset, v offset, 0)
+
+@compute @workgroup_size(WG)
+fn qk_norm_rope_kv_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+  let r = rows[wid.y];
+  head(wid.x, lid, wid.y, r.x, r.y, r.z);
+}
+
+// Head h of the token in row `tok` of q, k, v at position `pos`; its K and V rows start at elements k_off and v_off
+// of the pool. A workgroup's h is uniform, so every barrier below is reached by all of its threads or none.
+fn head(h: u32, lid: u32, tok: u32, pos: u32, k_off: u32, v_off: u32) {
   let hd = p.head_dim;
   let is_q = h < p.n_head;
-  let kv_row = p.row * p.n_kv * hd;  // the token's first element in k and v
+  let kv_row = tok * p.n_kv * hd;  // the token's first element in k and v
   if (h >= p.n_head + p.n_kv) {  // a v head: copied
     let base = (h - p.n_head - p.n_kv) * hd;
     for (var w = lid; w < hd / 2u; w += WG) {
-      store_pair(p.kv_v_off, base + 2u * w, v[kv_row + base + 2u * w], v[kv_row + base + 2u * w + 1u]);
+      store_pair(v_off, base + 2u * w, v[kv_row + base + 2u * w], v[kv_row + base + 2u * w + 1u]);
     }
     return;
   }
   let base = select(h - p.n_head, h, is_q) * hd;
-  let q_row = p.row * p.n_head * hd;
+  let q_row = tok * p.n_head * hd;
   var ss = 0.0;
   for (var i = lid; i < hd; i += WG) {
     let x = select(k[kv_row + base + i], q[q_row + base + i], is_q);
@@ -86,7 +101,7 @@ fn qk_norm_rope_kv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocat
     var a = row[i0] * inv * w0;
     var b = row[i1] * inv * w1;
     if (j < half) {
-      let cs = rope_cos_sin(turns[j], p.pos);
+      let cs = rope_cos_sin(turns[j], pos);
       let ra = a * cs.x - b * cs.y;
       b = a * cs.y + b * cs.x;
       a = ra;
@@ -103,6 +118,6 @@ fn qk_norm_rope_kv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocat
   if (is_q) {
     for (var i = lid; i < hd; i += WG) { q[q_row + base + i] = row[i]; }
   } else {
-    for (var w = lid; w < hd / 2u; w += WG) { store_pair(p.kv_k_off, base + 2u * w, row[2u * w], row[2u * w + 1u]); }
+    for (var w = lid; w < hd / 2u; w += WG) { store_pair(k_off, base + 2u * w, row[2u * w], row[2u * w + 1u]); }
   }
 }

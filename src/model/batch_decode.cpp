@@ -27,12 +27,16 @@ constexpr kernels::MatmulImpl kImpl = kernels::MatmulImpl::Matvec;
 // Activations for up to max_sequences tokens, row i for sequence i. Row-major [tokens][width] f32.
 struct GpuBatchDecode::Buffers {
   gpu::Buffer ids, x, q, k, v, attn, gate, up, act, proj, bcx, conv_y, logits, logits_host, scratch;
+  gpu::Buffer rows;     // [n] (position, K offset, V offset, 0): the RoPE + append of every sequence (shared_kv)
+  gpu::Buffer queries;  // [n] (position, first page): the attention of every sequence (shared_kv)
 };
 
-GpuBatchDecode::GpuBatchDecode(gpu::Context& ctx, const GpuModel& model, uint32_t max_sequences)
+GpuBatchDecode::GpuBatchDecode(gpu::Context& ctx, const GpuModel& model, uint32_t max_sequences,
+                               const std::vector<std::optional<kernels::KvCache>>* shared_kv)
     : ctx_(ctx),
       model_(model),
       max_(max_sequences),
+      shared_kv_(shared_kv),
       buf_(std::make_unique<Buffers>()),
       bind_cache_(std::make_unique<gpu::BindCache>(ctx)) {
   if (max_ == 0) throw InvalidArgument("GpuBatchDecode: max_sequences must be >= 1");
@@ -58,6 +62,8 @@ GpuBatchDecode::GpuBatchDecode(gpu::Context& ctx, const GpuModel& model, uint32_
   b.logits = make(N * V, "batch logits");
   b.logits_host = ctx.create_buffer(N * V * 4, WGPUBufferUsage_MapRead, "batch logits readback");
   b.scratch = make(1, "batch decode scratch");
+  b.rows = make(N * 4, "batch decode rows");
+  b.queries = make(N * 2, "batch decode queries");
 }
 
 GpuBatchDecode::~GpuBatchDecode() = default;
@@ -84,10 +90,49 @@ std::vector<float> GpuBatchDecode::step(std::span<GpuSession* const> sessions, s
                             std::to_string(V) + ")");
   }
   Buffers& b = *buf_;
+  // One dispatch for every sequence's RoPE + append and attention when their caches are views of one-pool caches
+  // (and the adapter runs the tiled decode kernel).
+  int first_attn = -1;
+  for (uint32_t l = 0; l < c.n_layer && first_attn < 0; ++l)
+    if (!c.is_conv(l)) first_attn = int(l);
+  bool shared = shared_kv_ && first_attn >= 0 && ctx_.features().subgroups && c.head_dim % 4 == 0;
+  for (uint32_t l = 0; shared && l < c.n_layer; ++l) {
+    if (c.is_conv(l)) continue;
+    const auto& owner = shared_kv_->at(l);
+    shared = owner && owner->n_pools() == 1;
+    for (GpuSession* s : sessions) shared = shared && s->kv(l).same_pools(*owner);
+  }
+  uint32_t max_pos = 0;
+  if (shared) {
+    ++shared_steps_;
+    std::vector<uint32_t> rows(size_t(N) * 4), queries(size_t(N) * 2);
+    for (uint32_t i = 0; i < N; ++i) {
+      const kernels::KvCache& view = sessions[i]->kv(uint32_t(first_attn));
+      const uint32_t pos = sessions[i]->n_past_;
+      const kernels::KvCache::Location at = view.locate(pos);  // the same in every layer's cache
+      rows[i * 4] = pos;
+      rows[i * 4 + 1] = uint32_t(at.k_elem);
+      rows[i * 4 + 2] = uint32_t(at.v_elem);
+      queries[i * 2] = pos;
+      queries[i * 2 + 1] = view.page_base();
+      max_pos = std::max(max_pos, pos);
+    }
+    ctx_.write_buffer(b.rows, 0, rows.data(), rows.size() * 4);
+    ctx_.write_buffer(b.queries, 0, queries.data(), queries.size() * 4);
+  }
   // The split-K scratch the longest attention of the step needs.
   uint64_t scratch = 16;
   for (uint32_t l = 0; l < c.n_layer; ++l) {
     if (c.is_conv(l)) continue;
+    if (shared) {
+      const kernels::AttentionShape all{.n_heads = c.n_head,
+                                        .n_kv_heads = c.n_head_kv,
+                                        .head_dim = c.head_dim,
+                                        .n_queries = N,
+                                        .window = c.layer_window(l)};
+      scratch = std::max(scratch, kernels::attention_decode_rows_scratch_bytes(all, sessions[0]->kv(l), max_pos));
+      continue;
+    }
     for (GpuSession* s : sessions) {
       const kernels::AttentionShape shape{.n_heads = c.n_head,
                                           .n_kv_heads = c.n_head_kv,
@@ -142,7 +187,27 @@ std::vector<float> GpuBatchDecode::step(std::span<GpuSession* const> sessions, s
         }
       }
       const gpu::Buffer& none = ctx_.placeholder_storage();
-      for (uint32_t i = 0; i < N; ++i) {
+      if (shared) {
+        const kernels::KvCache& owner = *shared_kv_->at(l);
+        const kernels::QkNormRopeKvShape rope{.n_head = c.n_head,
+                                              .n_kv = c.n_head_kv,
+                                              .head_dim = c.head_dim,
+                                              .rope_dim = c.rope_dim,
+                                              .type = c.rope_type,
+                                              .eps = c.rms_eps,
+                                              .norm = c.qk_norm};
+        kernels::encode_qk_norm_rope_kv_rows(batch, ctx_, rope, N, model_.weights.layer_rope_table(c, l), b.q, b.k, b.v,
+                                             c.qk_norm ? L.q_norm : none, c.qk_norm ? L.k_norm : none, owner, b.rows);
+        const kernels::AttentionShape all{.n_heads = c.n_head,
+                                          .n_kv_heads = c.n_head_kv,
+                                          .head_dim = c.head_dim,
+                                          .n_queries = N,
+                                          .scale = c.attn_scale,
+                                          .window = c.layer_window(l)};
+        kernels::encode_attention_decode_rows(batch, ctx_, all, b.q, owner, sessions[0]->kv(l), b.queries, max_pos,
+                                              b.attn, b.scratch);
+      }
+      for (uint32_t i = 0; i < N && !shared; ++i) {
         GpuSession& s = *sessions[i];
         const kernels::QkNormRopeKvShape rope{.n_head = c.n_head,
                                               .n_kv = c.n_head_kv,

@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -15,8 +16,11 @@ namespace wgllm {
 
 class GpuBatchDecode {
  public:
-  // Activations for up to max_sequences tokens. The context and model must outlive it.
-  GpuBatchDecode(gpu::Context& ctx, const GpuModel& model, uint32_t max_sequences);
+  // Activations for up to max_sequences tokens. The context and model must outlive it. With shared_kv (the caches
+  // the sessions are views of: GpuSessionOptions::shared_kv, one pool each), the RoPE + KV append and the attention of
+  // every sequence are one dispatch each per layer; otherwise one per sequence.
+  GpuBatchDecode(gpu::Context& ctx, const GpuModel& model, uint32_t max_sequences,
+                 const std::vector<std::optional<kernels::KvCache>>* shared_kv = nullptr);
   ~GpuBatchDecode();
 
   // Feeds ids[i] to sessions[i] (distinct sessions of this model, each with room for one more position) and returns
@@ -26,14 +30,18 @@ class GpuBatchDecode {
 
   uint32_t max_sequences() const { return max_; }
   uint64_t bind_groups_made() const { return bind_cache_->misses(); }
+  // Steps that ran every sequence's RoPE + append and attention as one dispatch each (shared_kv), over its life.
+  uint64_t shared_steps() const { return shared_steps_; }
 
  private:
   struct Buffers;
   gpu::Context& ctx_;
   const GpuModel& model_;
   uint32_t max_;
+  const std::vector<std::optional<kernels::KvCache>>* shared_kv_;
   std::unique_ptr<Buffers> buf_;
   std::unique_ptr<gpu::BindCache> bind_cache_;
+  uint64_t shared_steps_ = 0;
 };
 
 }  // namespace wgllm

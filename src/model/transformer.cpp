@@ -214,6 +214,23 @@ uint64_t kv_bytes_per_position(const ModelConfig& c, kernels::KvType type) {
   return uint64_t(c.n_attention_layers()) * 2 * c.kv_dim() * kernels::kv_type_bytes(type);
 }
 
+std::vector<std::optional<kernels::KvCache>> make_shared_kv(gpu::Context& ctx, const ModelConfig& c, uint32_t sequences,
+                                                            uint32_t n_ctx, uint32_t page_size, kernels::KvType type) {
+  if (page_size == 0 || page_size % kernels::KvCache::kPageMultiple != 0 || n_ctx % page_size != 0)
+    throw InvalidArgument("make_shared_kv: n_ctx " + std::to_string(n_ctx) + " must be a multiple of page_size " +
+                          std::to_string(page_size) + ", itself a multiple of " +
+                          std::to_string(kernels::KvCache::kPageMultiple));
+  if (uint64_t(sequences) * n_ctx > UINT32_MAX) throw InvalidArgument("make_shared_kv: sequences x n_ctx exceeds 2^32");
+  std::vector<std::optional<kernels::KvCache>> kv(c.n_layer);
+  for (uint32_t l = 0; l < c.n_layer; ++l)
+    if (!c.is_conv(l))
+      kv[l].emplace(ctx,
+                    kernels::KvCacheConfig{
+                        .kv_dim = c.kv_dim(), .max_seq = sequences * n_ctx, .page_size = page_size, .type = type},
+                    "shared kv cache " + std::to_string(l));
+  return kv;
+}
+
 uint64_t conv_state_bytes(const ModelConfig& c, uint32_t ubatch) {
   return uint64_t(c.n_layer - c.n_attention_layers()) * kernels::conv_ring_rows(ubatch, c.l_cache) * c.n_embd * 4;
 }
@@ -303,6 +320,14 @@ GpuSession::GpuSession(gpu::Context& ctx, const GpuModel& model, const GpuSessio
   for (uint32_t l = 0; l < c.n_layer; ++l) {
     if (c.is_conv(l)) {
       conv_state_[l] = make(uint64_t(conv_rows_) * E, ("conv state " + std::to_string(l)).c_str());
+      continue;
+    }
+    if (options.shared_kv) {  // a view of the shared pool
+      const auto& owner = options.shared_kv->at(l);
+      if (!owner || n_ctx_ % owner->page_size() != 0)
+        throw InvalidArgument("GpuSession: the shared KV caches do not fit the model or n_ctx " +
+                              std::to_string(n_ctx_));
+      kv_[l].emplace(*owner, options.kv_first_page, n_ctx_ / owner->page_size(), "kv cache view " + std::to_string(l));
       continue;
     }
     kv_[l].emplace(

@@ -106,7 +106,19 @@ struct GpuSessionOptions {
   std::optional<bool> argmax_on_gpu = std::nullopt;
   // forward_rows' rows of logits per block (0: as many as fit GpuSession::kLogitBlockBytes; tests force small ones).
   uint32_t logit_block_rows = 0;
+  // Several sequences in one pool (continuous batching, GpuBatchDecode): the session's KV caches are views of these
+  // caches ([n_layer], none for convolution layers; see make_shared_kv), pages [kv_first_page, kv_first_page +
+  // n_ctx / their page size). n_ctx must be a multiple of the page size; kv_type is theirs.
+  const std::vector<std::optional<kernels::KvCache>>* shared_kv = nullptr;
+  uint32_t kv_first_page = 0;
 };
+
+// Per attention layer one cache of `sequences` x n_ctx positions in pages of `page_size`, for sessions that share
+// them (GpuSessionOptions::shared_kv): sequence s takes pages [s * n_ctx / page_size, ...). n_ctx must be a multiple
+// of page_size (a multiple of 128).
+std::vector<std::optional<kernels::KvCache>> make_shared_kv(gpu::Context& ctx, const ModelConfig& c, uint32_t sequences,
+                                                            uint32_t n_ctx, uint32_t page_size,
+                                                            kernels::KvType type = kernels::KvType::F16);
 
 // One sequence: activations for `ubatch` tokens, a KV cache per layer and the decode scratch. The context and
 // model must outlive the session.

@@ -97,5 +97,44 @@ TEST(KvAppend, BadArgumentsThrowNamingTheField) {
   expect_throw([&] { kernels::encode_kv_append(batch, ctx, kv, buf, small, 0, 2); }, "v holds");
 }
 
+// A view of an owner's pages is a cache of its own: the KV append into a view lands at the owner's position
+// first_page * page_size + pos, the owner's other rows stay as they were, and a view past the owner is refused.
+TEST(KvCacheView, AppendsIntoTheOwnersPages) {
+  auto& ctx = context();
+  const uint32_t kv_dim = 8, page = 128;
+  kernels::KvCache owner(ctx, {.kv_dim = kv_dim,
+                               .max_seq = 4 * page,
+                               .page_size = page,
+                               .type = kernels::KvType::F32,
+                               .page_order = {2, 0, 3, 1}});
+  auto gen = rng(77);
+  const auto before_k = random_floats(size_t(4) * page * kv_dim, gen, -1.f, 1.f);
+  const auto before_v = random_floats(size_t(4) * page * kv_dim, gen, -1.f, 1.f);
+  owner.write(0, 4 * page, before_k, before_v);
+  kernels::KvCache view(owner, 2, 2);
+  EXPECT_EQ(view.config().max_seq, 2 * page);
+  EXPECT_EQ(view.page_base(), 2u);
+  EXPECT_TRUE(view.same_pools(owner));
+  EXPECT_EQ(view.bytes(), uint64_t(2) * 2 * page * kv_dim * 4);
+  const uint32_t pos = page + 5, n = 3;  // the view's second page
+  const auto k = random_floats(size_t(n) * kv_dim, gen, -1.f, 1.f),
+             v = random_floats(size_t(n) * kv_dim, gen, -1.f, 1.f);
+  auto kb = ctx.upload<float>(k, WGPUBufferUsage_Storage, "k");
+  auto vb = ctx.upload<float>(v, WGPUBufferUsage_Storage, "v");
+  gpu::ComputeBatch batch(ctx);
+  kernels::encode_kv_append(batch, ctx, view, kb, vb, pos, n);
+  batch.submit_and_wait();
+  std::vector<float> got_k, got_v;
+  owner.read(0, 4 * page, got_k, got_v);
+  const size_t at = size_t(2 * page + pos) * kv_dim;
+  for (size_t i = 0; i < got_k.size(); ++i) {
+    const bool written = i >= at && i < at + size_t(n) * kv_dim;
+    ASSERT_EQ(got_k[i], written ? k[i - at] : before_k[i]) << "K element " << i;
+    ASSERT_EQ(got_v[i], written ? v[i - at] : before_v[i]) << "V element " << i;
+  }
+  EXPECT_THROW(kernels::KvCache(owner, 3, 2), InvalidArgument);
+  EXPECT_THROW(kernels::KvCache(owner, 0, 0), InvalidArgument);
+}
+
 }  // namespace
 }  // namespace wgllm::test

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <optional>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -26,33 +28,51 @@ std::vector<int32_t> random_ids(uint32_t n_vocab, size_t n, std::mt19937_64& gen
   return p;
 }
 
-class BatchDecode : public ::testing::TestWithParam<std::string> {};
+struct BatchCase {
+  std::string model;
+  bool shared;  // the sessions' caches views of one pool per layer: one RoPE + append and one attention dispatch
+};
+std::ostream& operator<<(std::ostream& o, const BatchCase& c) { return o << c.model << (c.shared ? " shared" : ""); }
+
+class BatchDecode : public ::testing::TestWithParam<BatchCase> {};
 
 // Six sessions with prompts of different lengths (one long enough for a split-K attention) take five steps in
 // changing company (all six, five, one, three, six): each step's logits of a sequence equal, bit for bit, those
 // of a twin session stepped alone through the same engine, and match (relative L2) a third twin decoding on its
 // own with GpuSession::forward. The sessions then go on with forward as if each step had been theirs.
 TEST_P(BatchDecode, EachSequenceAsIfAlone) {
-  const GgufFile f = GgufFile::open(test::model_path(GetParam()));
+  const BatchCase& tc = GetParam();
+  const GgufFile f = GgufFile::open(test::model_path(tc.model));
   gpu::Context& ctx = test::context();
   const GpuModel gm = load_gpu_model(ctx, f);
   const uint32_t V = gm.config.n_vocab;
-  const GpuSessionOptions so{.n_ctx = 400, .ubatch = 32, .kv_type = kernels::KvType::F32};
+  const GpuSessionOptions so{.n_ctx = 512, .ubatch = 32, .kv_type = kernels::KvType::F32};
   const std::vector<uint32_t> lengths = {3, 17, 40, 1, 300, 9};
   const size_t S = lengths.size();
   auto gen = test::rng(41);
   std::vector<std::vector<int32_t>> prompts;
   for (uint32_t n : lengths) prompts.push_back(random_ids(V, n, gen));
-  auto sessions = [&] {
+  using Shared = std::vector<std::optional<kernels::KvCache>>;
+  // Sessions fed their prompts: with `pool`, views of it (pages of 256 positions, two per session).
+  auto sessions = [&](const Shared* pool) {
     std::vector<std::unique_ptr<GpuSession>> v;
     for (size_t i = 0; i < S; ++i) {
-      v.push_back(std::make_unique<GpuSession>(ctx, gm, so));
+      GpuSessionOptions o = so;
+      o.shared_kv = pool;
+      o.kv_first_page = uint32_t(2 * i);
+      v.push_back(std::make_unique<GpuSession>(ctx, gm, o));
       v.back()->forward(prompts[i]);
     }
     return v;
   };
-  auto together = sessions(), alone = sessions(), own = sessions();
-  GpuBatchDecode bd(ctx, gm, uint32_t(S));
+  const Shared pool_together =
+      tc.shared ? make_shared_kv(ctx, gm.config, uint32_t(S), 512, 256, kernels::KvType::F32) : Shared{};
+  const Shared pool_alone =
+      tc.shared ? make_shared_kv(ctx, gm.config, uint32_t(S), 512, 256, kernels::KvType::F32) : Shared{};
+  auto together = sessions(tc.shared ? &pool_together : nullptr), alone = sessions(tc.shared ? &pool_alone : nullptr),
+       own = sessions(nullptr);
+  GpuBatchDecode bd(ctx, gm, uint32_t(S), tc.shared ? &pool_together : nullptr);
+  GpuBatchDecode bd_alone(ctx, gm, uint32_t(S), tc.shared ? &pool_alone : nullptr);
   const std::vector<std::vector<size_t>> steps = {
       {0, 1, 2, 3, 4, 5}, {5, 4, 3, 1, 0}, {2}, {4, 0, 2}, {0, 1, 2, 3, 4, 5}};
   double worst = 0;
@@ -69,7 +89,7 @@ TEST_P(BatchDecode, EachSequenceAsIfAlone) {
       const size_t i = steps[k][j];
       SCOPED_TRACE("step " + std::to_string(k) + ", sequence " + std::to_string(i));
       GpuSession* one[] = {alone[i].get()};
-      const std::vector<float> lone = bd.step(one, std::span(&ids[j], 1));
+      const std::vector<float> lone = bd_alone.step(one, std::span(&ids[j], 1));
       ASSERT_EQ(std::memcmp(lone.data(), got.data() + j * V, size_t(V) * 4), 0) << "not the same bits as alone";
       const std::vector<float> ref = own[i]->forward(std::span(&ids[j], 1));
       const auto e = test::compare(std::span<const float>(got).subspan(j * V, V), std::span<const float>(ref));
@@ -79,23 +99,30 @@ TEST_P(BatchDecode, EachSequenceAsIfAlone) {
       ASSERT_TRUE(std::ranges::equal(together[i]->tokens(), own[i]->tokens()));
     }
   }
+  EXPECT_EQ(bd.shared_steps(), tc.shared && test::context().features().subgroups ? steps.size() : 0u);
   // Afterwards each session decodes and prefills on its own as its twin does.
   for (size_t i = 0; i < S; ++i) {
     const std::vector<int32_t> more = random_ids(V, 5, gen);
     const auto e = test::compare(together[i]->forward(more), own[i]->forward(more));
     EXPECT_LE(e.rel_l2, 1e-4) << "sequence " << i << " after the batched steps: " << e.describe();
   }
-  std::printf("[ rel L2 ] %-20s batched vs own decode: worst %.3g\n", GetParam().c_str(), worst);
+  std::printf("[ rel L2 ] %-20s %s batched vs own decode: worst %.3g\n", tc.model.c_str(),
+              tc.shared ? "shared pool" : "own caches ", worst);
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, BatchDecode,
-                         ::testing::Values("llama-f32", "qwen2-q8_0", "qwen3-f16", "gemma3-tiny-f32", "lfm2-tiny-f32",
-                                           "lfm2-tiny-l4-f32"),
-                         [](const auto& info) {
-                           std::string s = info.param;
-                           std::replace(s.begin(), s.end(), '-', '_');
-                           return s;
-                         });
+std::vector<BatchCase> batch_cases() {
+  std::vector<BatchCase> v;
+  for (const char* m :
+       {"llama-f32", "qwen2-q8_0", "qwen3-f16", "gemma3-tiny-f32", "lfm2-tiny-f32", "lfm2-tiny-l4-f32", "llama-f16"})
+    for (bool shared : {false, true}) v.push_back({m, shared});
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, BatchDecode, ::testing::ValuesIn(batch_cases()), [](const auto& info) {
+  std::string s = info.param.model + (info.param.shared ? "_shared" : "");
+  std::replace(s.begin(), s.end(), '-', '_');
+  return s;
+});
 
 TEST(BatchDecodeErrors, ThrowBeforeAnyWork) {
   const GgufFile f = GgufFile::open(test::model_path("llama-f32"));
