@@ -1,10 +1,10 @@
 // BatchEngine: a scheduler thread over `parallel` sequence slots of one model (include/wgllm/batch.h).
 //
-// Each turn of the loop: take waiting requests into free slots; feed one prompt chunk (at most prefill_chunk tokens)
-// of the slot that has waited longest for its prompt; then one decode step for every slot that is generating, all
-// of them in one forward (GpuBatchDecode: the weights read once for every sequence). The logits of each decoding
-// slot come back to the host, where its own sampler (penalties, filters, seeded draw) picks its token, so a
-// request's tokens do not depend on what runs beside it.
+// Each turn of the loop: take waiting requests into free slots; feed prompt chunks of the slots waiting for their
+// prompts, earliest first, about prefill_chunk tokens in all; then one decode step for every slot that is
+// generating, all of them in one forward (GpuBatchDecode: the weight products of every sequence together). The
+// logits of each decoding slot come back to the host, where its own sampler (penalties, filters, seeded draw) picks
+// its token, so a request's tokens do not depend on what runs beside it.
 #include "wgllm/batch.h"
 
 #include <algorithm>
@@ -252,16 +252,33 @@ struct BatchEngine::Impl {
     return s.request->cancelled;
   }
 
-  // One prompt chunk of the slot that started longest ago; with the last chunk, its first token.
+  // Prompt chunks between two decode steps: the next chunk of each prefilling slot, those that started first first,
+  // while the turn's chunks stay within prefill_chunk tokens (at least one chunk). A request's chunks are always
+  // [0, prefill_chunk), [prefill_chunk, 2 prefill_chunk), ... of its prompt, whoever else is waiting. With the last
+  // chunk of a prompt comes its first token.
   void prefill_step() {
-    Slot* best = nullptr;
+    std::vector<Slot*> waiting;
     for (Slot& s : slots)
-      if (s.prefilling() && (!best || s.request->started < best->request->started)) best = &s;
-    if (!best) return;
-    Slot& s = *best;
-    if (cancelled(s)) return finish(s, StopReason::Caller);
+      if (s.prefilling()) waiting.push_back(&s);
+    std::sort(waiting.begin(), waiting.end(),
+              [](const Slot* a, const Slot* b) { return a->request->started < b->request->started; });
+    uint32_t fed = 0;
+    for (Slot* sp : waiting) {
+      Slot& s = *sp;
+      const auto& prompt = s.request->req.prompt;
+      const uint32_t n = std::min<uint32_t>(options.prefill_chunk, uint32_t(prompt.size()) - s.fed);
+      if (fed > 0 && fed + n > options.prefill_chunk) break;
+      if (cancelled(s)) {
+        finish(s, StopReason::Caller);
+        continue;
+      }
+      fed += n;
+      feed_chunk(s, n);
+    }
+  }
+
+  void feed_chunk(Slot& s, uint32_t n) {
     const auto& prompt = s.request->req.prompt;
-    const uint32_t n = std::min<uint32_t>(options.prefill_chunk, uint32_t(prompt.size()) - s.fed);
     const std::span<const int32_t> chunk(prompt.data() + s.fed, n);
     try {
       if (s.fed + n < prompt.size()) {

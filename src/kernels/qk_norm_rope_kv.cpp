@@ -9,10 +9,17 @@ namespace wgllm::kernels {
 using detail::fail;
 using detail::need;
 
-void encode_qk_norm_rope_kv(gpu::ComputeBatch& batch, gpu::Context& ctx, const QkNormRopeKvShape& s,
-                            const gpu::Buffer& table, const gpu::Buffer& q, const gpu::Buffer& k, const gpu::Buffer& v,
-                            const gpu::Buffer& q_norm, const gpu::Buffer& k_norm, KvCache& kv) {
-  const char* fn = "encode_qk_norm_rope_kv";
+namespace {
+
+// The checks both encoders share, for `rows` tokens (rows 0 .. rows - 1 of q, k, v), and the parameters without the
+// position and cache offsets. Returns them with the byte sizes of the q, k / v and norm bindings.
+struct Checked {
+  QkNormRopeKvParams p{};
+  uint64_t q_bytes, kv_bytes, norm_bytes, table_bytes;
+};
+Checked check(const char* fn, gpu::Context& ctx, const QkNormRopeKvShape& s, uint64_t rows, const gpu::Buffer& table,
+              const gpu::Buffer& q, const gpu::Buffer& k, const gpu::Buffer& v, const gpu::Buffer& q_norm,
+              const gpu::Buffer& k_norm, const KvCache& kv) {
   constexpr uint32_t kMaxHeadDim = 512;  // MAX_HEAD_DIM in the shader
   if (s.n_head == 0 || s.n_kv == 0) fail(fn, "n_head and n_kv must be > 0");
   if (s.head_dim == 0 || s.head_dim % 2 || s.head_dim > kMaxHeadDim)
@@ -21,44 +28,54 @@ void encode_qk_norm_rope_kv(gpu::ComputeBatch& batch, gpu::Context& ctx, const Q
   if (rope_dim % 2 || rope_dim > s.head_dim)
     fail(fn, "rope_dim " + std::to_string(rope_dim) + " must be even and <= head_dim " + std::to_string(s.head_dim));
   if (!(s.eps > 0)) fail(fn, "eps must be > 0");
-  const auto& kc = kv.config();
   const uint64_t kv_dim = uint64_t(s.n_kv) * s.head_dim;
-  if (kc.kv_dim != kv_dim)
-    fail(fn,
-         "n_kv * head_dim " + std::to_string(kv_dim) + " must equal the cache's kv_dim " + std::to_string(kc.kv_dim));
-  if (s.pos >= kc.max_seq)
-    fail(fn, "position " + std::to_string(s.pos) + " is past the cache (max_seq " + std::to_string(kc.max_seq) + ")");
-  const uint64_t q_bytes = (uint64_t(s.row) + 1) * s.n_head * s.head_dim * 4,
-                 kv_bytes = (uint64_t(s.row) + 1) * kv_dim * 4;
-  if (q_bytes / 4 > UINT32_MAX || kv_bytes / 4 > UINT32_MAX) fail(fn, "row exceeds 32-bit element offsets");
-  need(fn, "q", q, q_bytes, ctx);
-  need(fn, "k", k, kv_bytes, ctx);
-  need(fn, "v", v, kv_bytes, ctx);
-  const uint64_t norm_bytes = s.norm ? uint64_t(s.head_dim) * 4 : 16;
-  need(fn, "q_norm", q_norm, norm_bytes, ctx);
-  need(fn, "k_norm", k_norm, norm_bytes, ctx);
-  need(fn, "table", table, uint64_t(rope_dim / 2) * 16, ctx);
+  if (kv.config().kv_dim != kv_dim)
+    fail(fn, "n_kv * head_dim " + std::to_string(kv_dim) + " must equal the cache's kv_dim " +
+                 std::to_string(kv.config().kv_dim));
+  Checked c;
+  c.q_bytes = rows * s.n_head * s.head_dim * 4;
+  c.kv_bytes = rows * kv_dim * 4;
+  if (c.q_bytes / 4 > UINT32_MAX || c.kv_bytes / 4 > UINT32_MAX) fail(fn, "rows exceed 32-bit element offsets");
+  need(fn, "q", q, c.q_bytes, ctx);
+  need(fn, "k", k, c.kv_bytes, ctx);
+  need(fn, "v", v, c.kv_bytes, ctx);
+  c.norm_bytes = s.norm ? uint64_t(s.head_dim) * 4 : 16;
+  need(fn, "q_norm", q_norm, c.norm_bytes, ctx);
+  need(fn, "k_norm", k_norm, c.norm_bytes, ctx);
+  c.table_bytes = uint64_t(rope_dim / 2) * 16;
+  need(fn, "table", table, c.table_bytes, ctx);
   if (q.get() == k.get() || q.get() == v.get()) fail(fn, "q must be another buffer than k and v");
+  c.p.n_head = s.n_head;
+  c.p.n_kv = s.n_kv;
+  c.p.head_dim = s.head_dim;
+  c.p.rope_dim = rope_dim;
+  c.p.neox = s.type == RopeType::Neox ? 1 : 0;
+  c.p.kv_f16 = kv.config().type == KvType::F16 ? 1 : 0;
+  c.p.eps = s.eps;
+  c.p.norm = s.norm ? 1 : 0;
+  return c;
+}
+
+}  // namespace
+
+void encode_qk_norm_rope_kv(gpu::ComputeBatch& batch, gpu::Context& ctx, const QkNormRopeKvShape& s,
+                            const gpu::Buffer& table, const gpu::Buffer& q, const gpu::Buffer& k, const gpu::Buffer& v,
+                            const gpu::Buffer& q_norm, const gpu::Buffer& k_norm, KvCache& kv) {
+  const char* fn = "encode_qk_norm_rope_kv";
+  Checked c = check(fn, ctx, s, uint64_t(s.row) + 1, table, q, k, v, q_norm, k_norm, kv);
+  if (s.pos >= kv.config().max_seq)
+    fail(fn, "position " + std::to_string(s.pos) + " is past the cache (max_seq " +
+                 std::to_string(kv.config().max_seq) + ")");
   const KvCache::Location at = kv.locate(s.pos);
-  if (at.v_elem + kv_dim > UINT32_MAX) fail(fn, "the cache pool is too large for 32-bit element offsets");
-  QkNormRopeKvParams p{};
-  p.n_head = s.n_head;
-  p.n_kv = s.n_kv;
-  p.head_dim = s.head_dim;
-  p.rope_dim = rope_dim;
-  p.pos = s.pos;
-  p.neox = s.type == RopeType::Neox ? 1 : 0;
-  p.kv_f16 = kc.type == KvType::F16 ? 1 : 0;
-  p.kv_k_off = uint32_t(at.k_elem);
-  p.kv_v_off = uint32_t(at.v_elem);
-  p.eps = s.eps;
-  p.norm = s.norm ? 1 : 0;
-  p.row = s.row;
+  if (at.v_elem + kv.config().kv_dim > UINT32_MAX) fail(fn, "the cache pool is too large for 32-bit element offsets");
+  c.p.pos = s.pos;
+  c.p.kv_k_off = uint32_t(at.k_elem);
+  c.p.kv_v_off = uint32_t(at.v_elem);
+  c.p.row = s.row;
   WGPUComputePipeline pipe = ctx.pipeline({"rope_angle.wgsl+qk_norm_rope_kv.wgsl", "qk_norm_rope_kv", {}, ""});
-  const gpu::BufferBinding b[] = {batch.uniform(0, p),         {1, &table, 0, uint64_t(rope_dim / 2) * 16},
-                                  {2, &q, 0, q_bytes},         {3, &k, 0, kv_bytes},
-                                  {4, &v, 0, kv_bytes},        {5, &q_norm, 0, norm_bytes},
-                                  {6, &k_norm, 0, norm_bytes}, {7, &kv.pool(at.pool)}};
+  const gpu::BufferBinding b[] = {
+      batch.uniform(0, c.p),  {1, &table, 0, c.table_bytes}, {2, &q, 0, c.q_bytes},         {3, &k, 0, c.kv_bytes},
+      {4, &v, 0, c.kv_bytes}, {5, &q_norm, 0, c.norm_bytes}, {6, &k_norm, 0, c.norm_bytes}, {7, &kv.pool(at.pool)}};
   batch.dispatch(pipe, b, s.n_head + 2 * s.n_kv);
 }
 
@@ -73,41 +90,12 @@ void encode_qk_norm_rope_kv_rows(gpu::ComputeBatch& batch, gpu::Context& ctx, co
   if (cache.pool(0).size / kv_type_bytes(cache.config().type) > UINT32_MAX)
     fail(fn, "the cache pool is too large for 32-bit element offsets");
   need(fn, "rows", rows, uint64_t(n) * 16, ctx);
-  const uint32_t rope_dim = s.rope_dim ? s.rope_dim : s.head_dim;
-  const uint64_t kv_dim = uint64_t(s.n_kv) * s.head_dim;
-  if (s.n_head == 0 || s.n_kv == 0) fail(fn, "n_head and n_kv must be > 0");
-  if (s.head_dim == 0 || s.head_dim % 2 || s.head_dim > 512) fail(fn, "head_dim must be even and <= 512");
-  if (rope_dim % 2 || rope_dim > s.head_dim) fail(fn, "rope_dim must be even and <= head_dim");
-  if (!(s.eps > 0)) fail(fn, "eps must be > 0");
-  if (cache.config().kv_dim != kv_dim) fail(fn, "n_kv * head_dim must equal the cache's kv_dim");
-  const uint64_t q_bytes = uint64_t(n) * s.n_head * s.head_dim * 4, kv_bytes = uint64_t(n) * kv_dim * 4;
-  need(fn, "q", q, q_bytes, ctx);
-  need(fn, "k", k, kv_bytes, ctx);
-  need(fn, "v", v, kv_bytes, ctx);
-  const uint64_t norm_bytes = s.norm ? uint64_t(s.head_dim) * 4 : 16;
-  need(fn, "q_norm", q_norm, norm_bytes, ctx);
-  need(fn, "k_norm", k_norm, norm_bytes, ctx);
-  need(fn, "table", table, uint64_t(rope_dim / 2) * 16, ctx);
-  if (q.get() == k.get() || q.get() == v.get()) fail(fn, "q must be another buffer than k and v");
-  QkNormRopeKvParams p{};
-  p.n_head = s.n_head;
-  p.n_kv = s.n_kv;
-  p.head_dim = s.head_dim;
-  p.rope_dim = rope_dim;
-  p.neox = s.type == RopeType::Neox ? 1 : 0;
-  p.kv_f16 = cache.config().type == KvType::F16 ? 1 : 0;
-  p.eps = s.eps;
-  p.norm = s.norm ? 1 : 0;
+  const Checked c = check(fn, ctx, s, n, table, q, k, v, q_norm, k_norm, cache);
   WGPUComputePipeline pipe = ctx.pipeline({"rope_angle.wgsl+qk_norm_rope_kv.wgsl", "qk_norm_rope_kv_rows", {}, ""});
-  const gpu::BufferBinding b[] = {batch.uniform(0, p),
-                                  {1, &table, 0, uint64_t(rope_dim / 2) * 16},
-                                  {2, &q, 0, q_bytes},
-                                  {3, &k, 0, kv_bytes},
-                                  {4, &v, 0, kv_bytes},
-                                  {5, &q_norm, 0, norm_bytes},
-                                  {6, &k_norm, 0, norm_bytes},
-                                  {7, &cache.pool(0)},
-                                  {8, &rows, 0, uint64_t(n) * 16}};
+  const gpu::BufferBinding b[] = {
+      batch.uniform(0, c.p),         {1, &table, 0, c.table_bytes}, {2, &q, 0, c.q_bytes},
+      {3, &k, 0, c.kv_bytes},        {4, &v, 0, c.kv_bytes},        {5, &q_norm, 0, c.norm_bytes},
+      {6, &k_norm, 0, c.norm_bytes}, {7, &cache.pool(0)},           {8, &rows, 0, uint64_t(n) * 16}};
   batch.dispatch(pipe, b, s.n_head + 2 * s.n_kv, n);
 }
 
