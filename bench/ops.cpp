@@ -38,6 +38,8 @@ struct Options {
   bool skip_floors = false;
   uint64_t rotate_bytes = 256ull << 20;  // weight copies cycled by the matvec runs (beyond any L2)
   std::string matvec;                    // TxRxG override of the matvec shape
+  std::string matmul_tiles;              // comma-separated matmul tiles to sweep ("" = the chosen one)
+  bool skip_matvec = false;
 };
 
 std::vector<std::string> split(const std::string& s, char sep) {
@@ -221,48 +223,64 @@ void print_memory_floor(gpu::Context& ctx, uint64_t bytes) {
 
 int run_bench_ops(const Options& o) {
   if (!o.matvec.empty()) kernels::parse_matvec_config(o.matvec);  // a malformed --matvec fails before any work
-  gpu::ContextOptions options = context_options(o.adapter);
-  options.matvec_shape = o.matvec;
-  gpu::Context ctx(options);
-  std::printf("adapter %s (%s), f16 %s, subgroups %s\n", ctx.adapter().name.c_str(), ctx.adapter().backend.c_str(),
-              ctx.features().shader_f16 ? "yes" : "no", ctx.features().subgroups ? "yes" : "no");
-  if (!o.skip_floors) {
-    print_dispatch_overhead(ctx, 500);
-    print_memory_floor(ctx, 512ull << 20);
-  }
-  std::printf("%-7s %-5s %-11s %6s %11s %12s\n", "kernel", "type", "n_in x n_out", "tokens", "ms/call", "throughput");
-  for (const auto& shape : split(o.shapes, ',')) {
-    const auto dims = split(shape, 'x');
-    if (dims.size() != 2) throw InvalidArgument("--shapes: '" + shape + "' is not N_INxN_OUT");
-    const uint32_t n_in = uint32_t(std::stoul(dims[0])), n_out = uint32_t(std::stoul(dims[1]));
-    const uint32_t max_t = o.skip_matmul ? 1 : std::max(1u, o.prefill_tokens);
-    std::vector<float> xs(size_t(max_t) * n_in, 0.5f);
-    auto x = ctx.upload<float>(xs, WGPUBufferUsage_Storage, "x");
-    auto y = ctx.create_buffer(uint64_t(max_t) * n_out * 4, WGPUBufferUsage_Storage, "y");
-    for (const auto& tname : split(o.types, ',')) {
-      const GgufType t = parse_type(tname);
-      if (n_in % block_elems(t) != 0) {
-        std::printf("%-7s %-5s %5ux%-5u  (skipped: n_in is not a multiple of the %u-element block)\n", "-",
-                    tname.c_str(), n_in, n_out, block_elems(t));
-        continue;
+  std::vector<std::string> tiles = split(o.matmul_tiles, ',');
+  for (const auto& t : tiles) kernels::parse_matmul_tile(t);  // likewise --matmul-tiles
+  if (tiles.empty()) tiles.push_back("");
+  for (size_t ti = 0; ti < tiles.size(); ++ti) {
+    gpu::ContextOptions options = context_options(o.adapter);
+    options.matvec_shape = o.matvec;
+    options.matmul_tile = tiles[ti];
+    gpu::Context ctx(options);
+    const bool first = ti == 0;
+    if (first) {
+      std::printf("adapter %s (%s), f16 %s, subgroups %s\n", ctx.adapter().name.c_str(),
+                  ctx.adapter().backend.c_str(), ctx.features().shader_f16 ? "yes" : "no",
+                  ctx.features().subgroups ? "yes" : "no");
+      if (!o.skip_floors) {
+        print_dispatch_overhead(ctx, 500);
+        print_memory_floor(ctx, 512ull << 20);
       }
-      const auto bytes = random_weight(t, n_in, n_out, n_in * 31 + n_out);
-      std::vector<kernels::GpuWeight> copies;
-      for (uint64_t total = 0; copies.empty() || total < o.rotate_bytes; total += bytes.size())
-        copies.push_back(kernels::upload_weight(ctx, t, n_in, n_out, bytes, "bench weight"));
-      const double mv =
-          time_matmul(ctx, copies, x, y, 1, std::max<uint32_t>(o.matvec_per_submit, copies.size()), o.repeats);
-      const auto shape = kernels::matvec_config(ctx, n_out, n_in);
-      std::printf("%-7s %-5s %5ux%-5u %6u %11.3f %8.1f GB/s  (matvec shape %ux%ux%ux%u)\n", "matvec", tname.c_str(),
-                  n_in, n_out, 1u, mv * 1e3, double(bytes.size()) / mv / 1e9, shape.threads_per_row, shape.rows,
-                  shape.groups, shape.units);
-      if (!o.skip_matmul) {
-        const double mm =
-            time_matmul(ctx, std::span(copies).first(1), x, y, o.prefill_tokens, o.matmul_per_submit, o.repeats);
-        std::printf("%-7s %-5s %5ux%-5u %6u %11.3f %6.1f GFLOP/s\n", "matmul", tname.c_str(), n_in, n_out,
-                    o.prefill_tokens, mm * 1e3, kernels::matmul_flops(copies[0], o.prefill_tokens) / mm / 1e9);
+      std::printf("%-7s %-5s %-11s %6s %11s %12s\n", "kernel", "type", "n_in x n_out", "tokens", "ms/call",
+                  "throughput");
+    }
+    const bool matvec = first && !o.skip_matvec;
+    for (const auto& shape : split(o.shapes, ',')) {
+      const auto dims = split(shape, 'x');
+      if (dims.size() != 2) throw InvalidArgument("--shapes: '" + shape + "' is not N_INxN_OUT");
+      const uint32_t n_in = uint32_t(std::stoul(dims[0])), n_out = uint32_t(std::stoul(dims[1]));
+      const uint32_t max_t = o.skip_matmul ? 1 : std::max(1u, o.prefill_tokens);
+      std::vector<float> xs(size_t(max_t) * n_in, 0.5f);
+      auto x = ctx.upload<float>(xs, WGPUBufferUsage_Storage, "x");
+      auto y = ctx.create_buffer(uint64_t(max_t) * n_out * 4, WGPUBufferUsage_Storage, "y");
+      for (const auto& tname : split(o.types, ',')) {
+        const GgufType t = parse_type(tname);
+        if (n_in % block_elems(t) != 0) {
+          std::printf("%-7s %-5s %5ux%-5u  (skipped: n_in is not a multiple of the %u-element block)\n", "-",
+                      tname.c_str(), n_in, n_out, block_elems(t));
+          continue;
+        }
+        const auto bytes = random_weight(t, n_in, n_out, n_in * 31 + n_out);
+        std::vector<kernels::GpuWeight> copies;
+        for (uint64_t total = 0; copies.empty() || (matvec && total < o.rotate_bytes); total += bytes.size())
+          copies.push_back(kernels::upload_weight(ctx, t, n_in, n_out, bytes, "bench weight"));
+        if (matvec) {
+          const double mv =
+              time_matmul(ctx, copies, x, y, 1, std::max<uint32_t>(o.matvec_per_submit, copies.size()), o.repeats);
+          const auto mv_shape = kernels::matvec_config(ctx, n_out, n_in);
+          std::printf("%-7s %-5s %5ux%-5u %6u %11.3f %8.1f GB/s  (matvec shape %ux%ux%ux%u)\n", "matvec",
+                      tname.c_str(), n_in, n_out, 1u, mv * 1e3, double(bytes.size()) / mv / 1e9,
+                      mv_shape.threads_per_row, mv_shape.rows, mv_shape.groups, mv_shape.units);
+        }
+        if (!o.skip_matmul) {
+          const double mm =
+              time_matmul(ctx, std::span(copies).first(1), x, y, o.prefill_tokens, o.matmul_per_submit, o.repeats);
+          const auto tile = kernels::matmul_tile(ctx, o.prefill_tokens, n_out);
+          std::printf("%-7s %-5s %5ux%-5u %6u %11.3f %8.1f GFLOP/s  (tile %ux%u%s)\n", "matmul", tname.c_str(), n_in,
+                      n_out, o.prefill_tokens, mm * 1e3, kernels::matmul_flops(copies[0], o.prefill_tokens) / mm / 1e9,
+                      tile.tokens, tile.rows, tile.f16 ? "xf16" : "");
+        }
+        std::fflush(stdout);
       }
-      std::fflush(stdout);
     }
   }
   return 0;
@@ -287,6 +305,9 @@ const Register reg{
                       "matvec: cycle through copies of the weight totalling this many bytes (1: one copy)")
            ->capture_default_str();
        app.add_option("--matvec", o->matvec, "matvec shape THREADSxROWSxGROUPS (tuning)");
+       app.add_option("--matmul-tiles", o->matmul_tiles,
+                      "matmul tiles to sweep, comma-separated TOKENSxROWS[xf16] (64 or 128 each; tuning)");
+       app.add_flag("--no-matvec", o->skip_matvec, "only the matrix-matrix runs");
        return [o] {
          if (o->repeats == 0 || o->matvec_per_submit == 0 || o->matmul_per_submit == 0 || o->prefill_tokens == 0)
            throw InvalidArgument("--repeats, --*-per-submit and --tokens must be > 0");

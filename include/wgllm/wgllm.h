@@ -49,6 +49,9 @@ struct LoadOptions {
   // one of that name; dump_shaders_dir receives every WGSL source exactly as compiled.
   std::string kernel_dir = {};
   std::string dump_shaders_dir = {};
+  // The tiled matmul's shape for every prefill product, "TOKENSxROWS[xf16]" ("" = chosen per product; the CLI
+  // reads $WGLLM_MATMUL_TILE): a tuning knob for benchmarks.
+  std::string matmul_tile = {};
 };
 
 // What a loaded model is and what it takes.

@@ -57,6 +57,8 @@ struct ContextOptions {
   // The matvec kernel's shape, "THREADSxROWSxGROUPS[xUNITS[xINT_F16]]" (kernels::parse_matvec_config);
   // "" = the adapter's default. A tuning knob for benchmarks and tests.
   std::string matvec_shape = {};
+  // The tiled matmul's shape, "TOKENSxROWS[xf16]" (kernels::parse_matmul_tile); "" = chosen per product.
+  std::string matmul_tile = {};
   // Shaders beyond the library's, found by name by pipeline() (a test's or a benchmark's own kernels). The
   // span must outlive the context.
   std::span<const EmbeddedShader> extra_shaders = {};

@@ -13,8 +13,6 @@ using detail::fail;
 
 namespace {
 
-constexpr uint32_t kTile = 64;  // TM = TN in matmul.wgsl
-
 uint32_t matvec_slots(const MatvecConfig& mv) {
   return mv.threads_per_row / std::min(mv.threads_per_row, mv.shuffle ? 4u : 1u);
 }
@@ -38,6 +36,19 @@ std::string matvec_prelude(const MatvecConfig& mv, GgufType t, uint32_t nt, bool
          "fn mv_lane_sum(v: f32, chunk: u32) -> f32 { return v; }\n"
          "@compute @workgroup_size(MV_WG)\nfn matvec(@builtin(workgroup_id) wid: vec3<u32>, "
          "@builtin(local_invocation_index) lid: u32) { matvec_main(wid, lid, 1u); }\n";
+}
+
+// Host constants for matmul.wgsl: the tile and the element type of its workgroup tiles.
+std::string matmul_prelude(const MatmulTile& t, GgufType type) {
+  const char* ss = t.f16 ? "var<workgroup> xss: array<f32, 4u * TM>;\n"
+                          "fn ss_put(i: u32, v: f32) { xss[i] = v; }\nfn ss_get(i: u32) -> f32 { return xss[i]; }\n"
+                        : "fn ss_put(i: u32, v: f32) { xs[i / 4u][i % 4u] = v; }\n"
+                          "fn ss_get(i: u32) -> f32 { return xs[i / 4u][i % 4u]; }\n";
+  return std::string(t.f16 ? "enable f16;\nalias MM_T = f16;\n" : "alias MM_T = f32;\n") + ss +
+         "const MM_F16: bool = " + (t.f16 ? "true" : "false") + ";\nconst TM: u32 = " + std::to_string(t.tokens) +
+         "u;\nconst TN: u32 = " + std::to_string(t.rows) + "u;\nconst MI: u32 = " + std::to_string(t.tokens / 64) +
+         "u;\nconst NJ: u32 = " + std::to_string(t.rows / 64) + "u;\nconst NACC: u32 = " +
+         std::to_string(t.tokens / 16 * t.rows / 64) + "u;\n" + detail::weight_prelude(type, 1);
 }
 
 constexpr const char* kMatvecShader = "matmul_common.wgsl+rope_angle.wgsl+matvec.wgsl";
@@ -92,6 +103,7 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
   if (impl == MatmulImpl::Matvec) step = std::min(step, kMatvecMaxTokens);
   const gpu::Buffer& none = ctx.placeholder_storage();
   const MatvecConfig mv = matvec_config(ctx, w.n_out, w.n_in);
+  const MatmulTile tile = impl == MatmulImpl::Tiled ? matmul_tile(ctx, std::min(step, n_tokens), w.n_out) : MatmulTile{};
   const uint32_t flag_bits = (o.bias ? flags::kBias : 0) | (o.norm ? flags::kNorm : 0) |
                              (o.accumulate ? flags::kAccum : 0) | (o.swiglu ? flags::kSwiglu : 0) |
                              (o.gelu ? flags::kGelu : 0) | (split_out ? flags::kSplit : 0) | (rk ? flags::kRopeKv : 0) |
@@ -106,7 +118,7 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
     const bool xv4 = w.n_in % 32 == 0 && xw.first_word % 4 == 0;
     WGPUComputePipeline pipe = impl == MatmulImpl::Matvec
                                    ? ctx.pipeline({kMatvecShader, "matvec", {}, matvec_prelude(mv, w.type, count, xv4)})
-                                   : ctx.pipeline({kMatmulShader, "matmul", {}, detail::weight_prelude(w.type, 1)});
+                                   : ctx.pipeline({kMatmulShader, "matmul", {}, matmul_prelude(tile, w.type)});
     for (const auto& piece : w.pieces) {
       MatmulParams p = detail::piece_params(w, piece, count);
       p.flags = flag_bits;
@@ -131,8 +143,8 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
         const uint32_t rows_per_wg = mv.rows * mv.groups;
         n_wg = (piece.n_rows + rows_per_wg - 1) / rows_per_wg;
       } else {
-        p.row_tiles = (piece.n_rows + kTile - 1) / kTile;
-        n_wg = uint64_t(p.row_tiles) * ((count + kTile - 1) / kTile);
+        p.row_tiles = (piece.n_rows + tile.rows - 1) / tile.rows;
+        n_wg = uint64_t(p.row_tiles) * ((count + tile.tokens - 1) / tile.tokens);
       }
       const auto grid = gpu::fold_grid(n_wg, max_grid);
       p.grid_x = grid.x;
@@ -210,6 +222,46 @@ MatvecConfig parse_matvec_config(const std::string& text) {
     throw InvalidArgument("matvec config '" + text +
                           "': threads per row a power of two >= rows * 4, rows even, groups > 0, <= 1024 threads");
   return c;
+}
+
+MatmulTile matmul_tile(const gpu::Context& ctx, uint32_t n_tokens, uint32_t n_rows) {
+  MatmulTile t;
+  if (!ctx.options().matmul_tile.empty()) {
+    t = parse_matmul_tile(ctx.options().matmul_tile);
+  } else if (!ctx.adapter().is_cpu()) {
+    // GPUs: 64 x 128 where it still gives at least 512 workgroups, else 64 x 64; f32 tiles (PERF.md, the tile
+    // sweep on the H200: 128 x 128 was no faster with many workgroups and slower with few; f16 tiles gained
+    // 5-15 % at the price of f16 rounding of activations, which can overflow, so they are opt-in).
+    const uint64_t wide = uint64_t((n_tokens + 63) / 64) * ((n_rows + 127) / 128);
+    if (wide >= 512) t = {64, 128};
+  }
+  // CPU adapters (lavapipe) run a workgroup on one core: 64 x 64 keeps each thread's 16 sums in registers.
+  if (t.f16 && !ctx.features().shader_f16)
+    throw InvalidArgument("matmul tile " + std::to_string(t.tokens) + "x" + std::to_string(t.rows) +
+                          "xf16 needs the adapter's shader-f16 feature");
+  const uint64_t bytes = 32ull * (t.tokens + t.rows) * (t.f16 ? 2 : 4) + (t.f16 ? 16ull * t.tokens : 0);
+  if (bytes > ctx.limits().maxComputeWorkgroupStorageSize)
+    throw InvalidArgument("matmul tile " + std::to_string(t.tokens) + "x" + std::to_string(t.rows) + " needs " +
+                          std::to_string(bytes) + " bytes of workgroup memory; the adapter allows " +
+                          std::to_string(ctx.limits().maxComputeWorkgroupStorageSize));
+  return t;
+}
+
+MatmulTile parse_matmul_tile(const std::string& text) {
+  const std::string expected =
+      "matmul tile '" + text + "': expected TOKENSxROWS[xf16], TOKENS and ROWS each 64 or 128 (e.g. 128x64xf16)";
+  MatmulTile t;
+  std::string rest = text;
+  if (rest.size() > 4 && rest.compare(rest.size() - 4, 4, "xf16") == 0) {
+    t.f16 = true;
+    rest.resize(rest.size() - 4);
+  }
+  if (rest == "64x64") t.tokens = 64, t.rows = 64;
+  else if (rest == "64x128") t.tokens = 64, t.rows = 128;
+  else if (rest == "128x64") t.tokens = 128, t.rows = 64;
+  else if (rest == "128x128") t.tokens = 128, t.rows = 128;
+  else throw InvalidArgument(expected);
+  return t;
 }
 
 double matmul_flops(const GpuWeight& w, uint32_t n_tokens) { return 2.0 * w.n_in * w.n_out * n_tokens; }

@@ -13,7 +13,7 @@ namespace wgllm::kernels {
 enum class MatmulImpl {
   Auto,    // Matvec for n_tokens <= kMatvecMaxTokens, else Tiled
   Matvec,  // one pass over W per kMatvecMaxTokens tokens
-  Tiled,   // 64 x 64 output tiles through workgroup memory
+  Tiled,   // register-tiled: output tiles through workgroup memory (MatmulTile)
 };
 inline constexpr uint32_t kMatvecMaxTokens = 4;
 
@@ -32,6 +32,17 @@ MatvecConfig matvec_config(const gpu::Context& ctx, uint32_t n_rows = 0, uint32_
 // "THREADSxROWSxGROUPS[xUNITS[xINT_F16]]", e.g. "32x4x4x2x1" (ContextOptions::matvec_shape); InvalidArgument
 // when malformed or outside the kernel's constraints.
 MatvecConfig parse_matvec_config(const std::string& text);
+
+// The tiled kernel's shape: a workgroup computes `tokens` x `rows` of y (64 or 128 each; a thread 4 or 8 of each),
+// with f16 tiles and f16 sums of each 32-element block (added into f32) when `f16` (shader-f16).
+struct MatmulTile {
+  uint32_t tokens = 64, rows = 64;
+  bool f16 = false;
+};
+// The context's matmul_tile option when set, else the adapter's shape for n_tokens x n_rows outputs.
+MatmulTile matmul_tile(const gpu::Context& ctx, uint32_t n_tokens, uint32_t n_rows);
+// "TOKENSxROWS[xf16]", e.g. "128x128" or "64x128xf16" (ContextOptions::matmul_tile); InvalidArgument when malformed.
+MatmulTile parse_matmul_tile(const std::string& text);
 
 // What happens around the product, fused into the same dispatch.
 struct MatmulOptions {

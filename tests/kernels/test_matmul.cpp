@@ -216,7 +216,8 @@ const EpilogueCase kEpilogueCases[] = {
     {"accum_q5_k_mm_t70", Q5_K, 256, 65, 70, Tiled, Epilogue::Accumulate},
 };
 
-void check_epilogue(gpu::Context& ctx, const EpilogueCase& c) {
+// tol: the largest relative L2 error allowed (0: f32's, by type).
+void check_epilogue(gpu::Context& ctx, const EpilogueCase& c, double tol = 0) {
   auto gen = rng(std::hash<std::string>{}(c.name));
   const uint32_t T = c.n_tokens, N = c.n_out;
   const auto bytes = random_weight(c.type, c.n_in, N, gen);
@@ -293,7 +294,7 @@ void check_epilogue(gpu::Context& ctx, const EpilogueCase& c) {
   gpu::ComputeBatch batch(ctx, c.name);
   kernels::encode_matmul(batch, ctx, w, xbuf, y, T, o);
   batch.submit_and_wait();
-  const double tol = c.type == F32 ? 1e-5 : 2e-5;
+  if (tol == 0) tol = c.type == F32 ? 1e-5 : 2e-5;
   if (c.epilogue != Epilogue::Split) {
     const auto r = compare(ctx.read<float>(y), want);
     EXPECT_LE(r.rel_l2, tol) << r.describe();
@@ -339,6 +340,51 @@ TEST(Matmul, OtherMatvecShapes) {
   EXPECT_THROW(kernels::parse_matvec_config("32x4"), InvalidArgument);
   EXPECT_THROW(kernels::parse_matvec_config("32x3x4"), InvalidArgument);
   EXPECT_THROW(kernels::parse_matvec_config("0x2x4"), InvalidArgument);
+}
+
+// The tiled matmul's other shapes (the table runs the adapter's own: 64 x 64 on CPU adapters), through the override:
+// every epilogue case under each tile, the product cases dealt out over the tiles, and a product of several tiles
+// each way whose last tiles are partial. f16 tiles round x and W to f16 and sum each 32-term block in f16: they
+// are held to 3e-3 (f32 ones to 1e-5 / 2e-5).
+TEST(Matmul, OtherTiles) {
+  // Each loader and accumulator shape once (MI x NJ: 1 x 2, 2 x 2, 2 x 1 with f16 tiles, 1 x 1 with f16 tiles);
+  // 64 x 64 in f32, the CPU adapters' default, is what the other tests run there.
+  const char* tiles[] = {"64x128", "128x128", "128x64xf16", "64x64xf16"};
+  const size_t n_tiles = std::size(tiles);
+  for (size_t s = 0; s < n_tiles; ++s) {
+    const char* tile = tiles[s];
+    SCOPED_TRACE(tile);
+    const auto want = kernels::parse_matmul_tile(tile);
+    if (want.f16 && !context().features().shader_f16) continue;
+    gpu::Context ctx(context_options([&](auto& o) { o.matmul_tile = tile; }));
+    const auto got = kernels::matmul_tile(ctx, 512, 4096);
+    EXPECT_EQ(got.tokens, want.tokens);
+    EXPECT_EQ(got.rows, want.rows);
+    EXPECT_EQ(got.f16, want.f16);
+    const double tol = want.f16 ? 3e-3 : 0;
+    // A pipeline per tile, type and epilogue is compiled, slowly on CPU adapters: each tile takes every
+    // n_tiles-th epilogue case (together all of them) and every 2 n_tiles-th product case (together half).
+    size_t e = 0;
+    for (const EpilogueCase& c : kEpilogueCases)
+      if (c.impl == Tiled && e++ % n_tiles == s) check_epilogue(ctx, c, tol);
+    size_t i = 0;
+    for (const MatmulCase& c : kMatmulCases)
+      if (c.impl == Tiled || (c.impl == Auto && c.n_tokens > kernels::kMatvecMaxTokens))
+        if (i++ % (2 * n_tiles) == s) {
+          const auto [r, vs_abs] = run_matmul_scaled(ctx, c, 99);
+          EXPECT_TRUE(r.rel_l2 <= (tol ? tol : 1e-5) || vs_abs <= (tol ? tol / 10 : 1e-6))
+              << c.name << ": " << r.describe() << "; against the sums of |terms|: " << vs_abs;
+          EXPECT_FALSE(r.has_nan) << c.name;
+        }
+    if (s < 2) {  // several tiles of each kind, the last partial in both directions
+      const MatmulCase big{"q4_k_mm_512x289_t261", Q4_K, 512, 289, 261, true, Tiled};
+      const auto [r, vs_abs] = run_matmul_scaled(ctx, big, 7 + s);
+      EXPECT_LE(r.rel_l2, tol ? tol : 2e-5) << big.name << ": " << r.describe();
+    }
+  }
+  EXPECT_THROW(kernels::parse_matmul_tile("32x64"), InvalidArgument);
+  EXPECT_THROW(kernels::parse_matmul_tile("128x128xf32"), InvalidArgument);
+  EXPECT_THROW(kernels::parse_matmul_tile("128"), InvalidArgument);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, MatmulEpilogueTable, ::testing::ValuesIn(kEpilogueCases),
