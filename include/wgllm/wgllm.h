@@ -33,6 +33,11 @@ struct LoadOptions {
   // Command buffers per step: submitted after layer 0 and then every this many layers, so the GPU starts
   // while the rest is encoded (0: one per step; unset: 4 on GPUs, 0 on CPU adapters).
   std::optional<uint32_t> layers_per_submit = std::nullopt;
+  // Where decoding chooses each token (the greedy argmax, or a draw with the sampling parameters): true on the GPU,
+  // each step queued before the last id is back and only the id read back; false on the host from each step's
+  // logits; unset: the GPU, except on CPU adapters (where the "GPU" shares the cores and the readback costs little).
+  // Both choose the same tokens (up to floating-point ties). SamplingParams::host forces the host per call.
+  std::optional<bool> choose_on_gpu = std::nullopt;
   // Called while weights upload: bytes done, bytes in all.
   std::function<void(uint64_t done, uint64_t total)> progress;
   // Called once the GGUF is parsed, before the adapter is opened and the weights upload: the tokenizer and chat
@@ -72,7 +77,9 @@ struct ModelInfo {
   uint64_t conv_state_bytes = 0;  // GPU memory of one session's conv states (lfm2; 0 without convolution layers)
 };
 
-// Sampling, with llama.cpp's semantics and order: repetition penalty, top-k, top-p, min-p, temperature.
+// Sampling, with llama.cpp's filters and order: repetition penalty, top-k, top-p, min-p, temperature; then a draw
+// with one uniform per step from a std::mt19937_64 seeded with `seed` (src/cpu/sample.h defines the algorithm; the
+// GPU runs the same one, so a seed gives the same tokens on either).
 struct SamplingParams {
   float temperature = 0.8f;     // <= 0: greedy (argmax after the penalty), deterministic
   int32_t top_k = 40;           // <= 0: off
@@ -81,6 +88,7 @@ struct SamplingParams {
   float repeat_penalty = 1.0f;  // 1: off; positive logits of recent tokens divided, negative ones multiplied
   int32_t repeat_last_n = 64;   // how many recent tokens the penalty looks at (-1: all)
   uint64_t seed = 0;
+  bool host = false;  // choose on the host from each step's logits read back, whatever LoadOptions::choose_on_gpu says
 };
 // Throws InvalidArgument naming the first parameter out of its range: temperature must be finite, top_p and min_p in
 // [0, 1], repeat_penalty finite and > 0, repeat_last_n >= -1. Every sampler of the library checks its parameters so.
@@ -187,9 +195,14 @@ class Session {
   // context, or when on_id returns false. Returns the ids chosen; n_past() then counts `token` and every chosen id but
   // the last, as if each were fed.
   uint32_t decode_greedy(int32_t token, uint32_t max_new, const std::function<bool(int32_t id)>& on_id = {});
+  // As decode_greedy, with each token chosen by `sampling` (the penalty's window starts with the cached tokens and
+  // `token`): on the GPU where LoadOptions::choose_on_gpu says so (each step queued before the last id is back), on
+  // the host from each step's logits otherwise or with sampling.host. Returns the ids chosen.
+  uint32_t decode(int32_t token, uint32_t max_new, const SamplingParams& sampling,
+                  const std::function<bool(int32_t id)>& on_id = {});
 
   // Feeds the prompt, then samples up to max_tokens tokens (stopping at end of generation, a full context or when
-  // on_token returns false); greedy sampling without a repetition penalty runs through decode_greedy. on_token gets
+  // on_token returns false); after the first token, each is chosen as decode() chooses it. on_token gets
   // each id and its text as a TextStream chunk (may be empty), and at the end id -1 with text held back by the
   // stream, if any. The prompt must fit the context (InvalidArgument before any work otherwise).
   using OnToken = std::function<bool(int32_t id, std::string_view text)>;

@@ -22,6 +22,7 @@ struct Model::Impl {
   ModelInfo info;
   uint32_t ubatch = 512;
   std::optional<uint32_t> layers_per_submit;
+  std::optional<bool> choose_on_gpu;  // LoadOptions::choose_on_gpu
 
   const Tokenizer& tok() const {
     if (!tokenizer) throw ModelError("the model has no tokenizer (tokenizer.ggml.* metadata)");

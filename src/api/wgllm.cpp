@@ -68,6 +68,7 @@ std::unique_ptr<ModelAccess::Impl> parse_impl(const GgufFile& f, const LoadOptio
   if (f.has("tokenizer.ggml.model")) m->tokenizer.emplace(tokenizer_data_from_gguf(f));
   m->ubatch = std::max<uint32_t>(1, o.ubatch);
   m->layers_per_submit = o.layers_per_submit;
+  m->choose_on_gpu = o.choose_on_gpu;
 
   ModelInfo& i = m->info;
   i.arch = config.arch_name;
@@ -189,7 +190,8 @@ struct Session::Impl {
         gs(uploaded(m), ModelAccess::impl(m).gpu,
            {.n_ctx = m.info().n_ctx,
             .ubatch = ModelAccess::impl(m).ubatch,
-            .layers_per_submit = ModelAccess::impl(m).layers_per_submit}) {}
+            .layers_per_submit = ModelAccess::impl(m).layers_per_submit,
+            .argmax_on_gpu = ModelAccess::impl(m).choose_on_gpu}) {}
   // The model's adapter; a model seen by LoadOptions::before_upload has none yet.
   static gpu::Context& uploaded(const Model& m) {
     const ModelAccess::Impl& impl = ModelAccess::impl(m);
@@ -214,6 +216,49 @@ void Session::feed_rows(std::span<const int32_t> tokens, uint32_t first, const O
 uint32_t Session::decode_greedy(int32_t token, uint32_t max_new, const std::function<bool(int32_t)>& on_id) {
   return impl_->gs.decode_greedy(token, max_new, on_id);
 }
+namespace {
+
+// Decodes after `token` (which `sampler` has seen): each step's token chosen as sampler.sample() would choose it,
+// on the GPU (the argmax, or sample.wgsl with the sampler's uniforms and recent ids) or on the host.
+uint32_t decode_with(GpuSession& gs, Sampler& sampler, int32_t token, uint32_t max_new,
+                     const std::function<bool(int32_t)>& on_id) {
+  auto take = [&](int32_t id) {
+    sampler.accept(id);
+    return !on_id || on_id(id);
+  };
+  const SamplingParams& p = sampler.params();
+  if (p.host || !gs.chooses_on_gpu()) {  // each step's logits to the host
+    uint32_t chosen = 0;
+    for (int32_t id = token; chosen < max_new && gs.n_past() < gs.n_ctx();) {
+      id = sampler.sample(gs.forward(std::span(&id, 1)));
+      ++chosen;
+      if (on_id && !on_id(id)) break;
+    }
+    return chosen;
+  }
+  if (sampler.argmax_only()) return gs.decode_greedy(token, max_new, take);
+  DecodeSampling ds;
+  ds.settings = sample_settings(p);
+  ds.next_uniform = [&] { return sampler.next_uniform(); };
+  if (p.repeat_penalty != 1.f && p.repeat_last_n != 0) {
+    const uint64_t all = uint64_t(gs.n_ctx()) + 1;  // more ids than a session can hold
+    ds.window = uint32_t(p.repeat_last_n > 0 ? std::min<uint64_t>(p.repeat_last_n, all) : all);
+    ds.recent.assign(sampler.recent().begin(), sampler.recent().end());
+    if (ds.recent.size() > ds.window) ds.recent.erase(ds.recent.begin(), ds.recent.end() - ds.window);
+  }
+  return gs.decode_sampled(token, max_new, ds, take);
+}
+
+}  // namespace
+
+uint32_t Session::decode(int32_t token, uint32_t max_new, const SamplingParams& sampling,
+                         const std::function<bool(int32_t)>& on_id) {
+  Sampler sampler(sampling);
+  for (int32_t id : impl_->gs.tokens()) sampler.accept(id);
+  sampler.accept(token);
+  return decode_with(impl_->gs, sampler, token, max_new, on_id);
+}
+
 uint32_t Session::n_past() const { return impl_->gs.n_past(); }
 uint32_t Session::n_ctx() const { return impl_->gs.n_ctx(); }
 void Session::reset() { impl_->gs.reset(); }
@@ -262,21 +307,7 @@ GenerateResult Session::generate(std::span<const int32_t> prompt, const Sampling
     return !r.stopped_by_eog && r.tokens.size() < max_tokens;
   };
   int32_t id = max_tokens > 0 ? sampler.sample(logits) : -1;
-  if (max_tokens > 0 && take(id)) {
-    if (sampler.argmax_only()) {
-      // the argmax on the GPU: no logits come back
-      gs.decode_greedy(id, max_tokens - 1, [&](int32_t next) {
-        sampler.accept(next);
-        return take(next);
-      });
-    } else {
-      while (gs.n_past() < gs.n_ctx()) {
-        logits = gs.forward(std::span(&id, 1));
-        id = sampler.sample(logits);
-        if (!take(id)) break;
-      }
-    }
-  }
+  if (max_tokens > 0 && take(id)) decode_with(gs, sampler, id, max_tokens - 1, take);
   r.stop_reason = r.stopped_by_eog                ? StopReason::EndOfGeneration
                   : caller_stopped                ? StopReason::Caller
                   : r.tokens.size() >= max_tokens ? StopReason::Length

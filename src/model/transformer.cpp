@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <optional>
 #include <string>
 #include <tuple>
 
@@ -273,6 +274,8 @@ struct GpuSession::Buffers {
   gpu::Buffer block_x;                     // [logit_rows_per_block][n_embd], made on first use by forward_rows
   gpu::Buffer block_logits;                // [logit_rows_per_block][n_vocab], likewise
   gpu::Buffer argmax_scratch;              // encode_argmax's partials
+  gpu::Buffer sample_scratch;              // encode_sample's scratch, made on first use by decode_sampled
+  gpu::Buffer recent_ids;                  // [window] u32 ring of recent ids for decode_sampled's penalty
   std::array<gpu::Buffer, 2> id_readback;  // mappable copies of the chosen id of two greedy steps in flight
   gpu::Buffer decode_scratch;              // split-K partials of the decode attention
 };
@@ -512,6 +515,42 @@ uint32_t GpuSession::decode_greedy(int32_t token, uint32_t max_new, const std::f
     }
     return chosen;
   }
+  return decode_on_gpu(token, max_new, Output::Argmax, nullptr, on_id);
+}
+
+uint32_t GpuSession::decode_sampled(int32_t token, uint32_t max_new, const DecodeSampling& sampling,
+                                    const std::function<bool(int32_t)>& on_id) {
+  check_tokens(std::span(&token, 1));
+  next_.reset();
+  if (max_new == 0) return 0;
+  if (!sampling.next_uniform) throw InvalidArgument("decode_sampled: next_uniform is not set");
+  Buffers& b = *buf_;
+  const uint32_t V = model_.config.n_vocab;
+  // Made once (a bind group is cached by its buffers): the ring holds every id a session can have, n_ctx + 1.
+  if (!b.sample_scratch.size) {
+    b.sample_scratch = ctx_.create_buffer(kernels::sample_scratch_bytes(V), kStorage, "sample scratch");
+    b.recent_ids = ctx_.create_buffer((uint64_t(n_ctx_) + 1) * 4, kStorage, "recent ids");
+  }
+  const uint64_t r = sampling.recent.size(), w = std::min<uint64_t>(sampling.window, n_ctx_ + 1ull);
+  if (r > w)
+    throw InvalidArgument("decode_sampled: " + std::to_string(r) + " recent ids do not fit the window of " +
+                          std::to_string(w));
+  if (r) ctx_.write_buffer(b.recent_ids, 0, sampling.recent.data(), r * 4);
+  // Step k sees the r given ids and the k drawn before it (the last `window` of them) and writes its own over the
+  // oldest: slot (r + k) % window.
+  auto step = [&](uint32_t k) {
+    const kernels::SampleRecent recent{.ids = &b.recent_ids,
+                                       .cap = uint32_t(w),
+                                       .n_recent = uint32_t(std::min(r + k, w)),
+                                       .write_slot = w ? uint32_t((r + k) % w) : 0};
+    return StepSample{&sampling.settings, sampling.next_uniform(), recent};
+  };
+  return decode_on_gpu(token, max_new, Output::Sample, step, on_id);
+}
+
+uint32_t GpuSession::decode_on_gpu(int32_t token, uint32_t max_new, Output output,
+                                   const std::function<StepSample(uint32_t k)>& step_sample,
+                                   const std::function<bool(int32_t id)>& on_id) {
   Buffers& b = *buf_;
   ctx_.write_buffer(b.ids, 0, &token, 4);
   const uint32_t pos0 = n_past_;
@@ -523,8 +562,10 @@ uint32_t GpuSession::decode_greedy(int32_t token, uint32_t max_new, const std::f
   // tok/s against 800 in pieces of 4 layers; PERF.md).
   std::array<gpu::SubmissionIndex, 2> done_at{};
   auto submit = [&](uint32_t k) {
+    const std::optional<StepSample> sample = step_sample ? std::optional(step_sample(k)) : std::nullopt;
     encode_step(
-        1, pos0 + k, Output::Argmax, [&](Piece piece) { done_at[k % 2] = piece->submit(); }, k % 2, k > 0);
+        1, pos0 + k, output, [&](Piece piece) { done_at[k % 2] = piece->submit(); }, k % 2, k > 0,
+        sample ? &*sample : nullptr);
   };
   submit(0);
   uint32_t chosen = 0;
@@ -537,6 +578,7 @@ uint32_t GpuSession::decode_greedy(int32_t token, uint32_t max_new, const std::f
     tokens_.push_back(k == 0 ? token : last);  // step k's input
     last = id;
     n_past_ = pos0 + k + 1;
+    static_assert(kernels::kArgmaxNonFinite == kernels::kSampleNonFinite);
     if (uint32_t(id) == kernels::kArgmaxNonFinite) non_finite_logits(pos0 + k);
     ++chosen;
     if (on_id && !on_id(id)) break;
@@ -553,12 +595,12 @@ uint32_t GpuSession::decode_greedy(int32_t token, uint32_t max_new, const std::f
 //     matmul, swiglu            act = silu(norm(x) Wgate) * (norm(x) Wup)
 //     matmul, accumulate        x += act Wdown
 //   matmul                      logits = norm(x) Wout
-//   copy, or argmax (2)         the logits to the mappable buffer, or the greedy id to the next step's input
+//   copy, argmax (2) or sample (3)  the logits to the mappable buffer, or the chosen id to the next step's input
 // qwen3 decodes with matmul (q, k, v) + qk_norm_rope_kv instead of qkv_rope_append (6 per layer); a layer whose q/k/v
 // or gate/up weights differ in type runs them as separate products (+ rope, kv_append or swiglu). A prefill chunk
 // runs the same steps over n tokens with the tiled matmul, rope + kv_append and the batched attention_prefill.
 void GpuSession::encode_step(uint32_t n, uint32_t pos, Output output, const std::function<void(Piece)>& ready,
-                             uint32_t slot, bool one_piece) {
+                             uint32_t slot, bool one_piece, const StepSample* sample) {
   Buffers& b = *buf_;
   const char* label = n == 1 ? "decode" : "prefill";
   auto batch = std::make_unique<gpu::ComputeBatch>(ctx_, label, bind_cache_.get());
@@ -577,7 +619,7 @@ void GpuSession::encode_step(uint32_t n, uint32_t pos, Output output, const std:
       batch = std::make_unique<gpu::ComputeBatch>(ctx_, label, bind_cache_.get());
     }
   }
-  if (output != Output::None) encode_logits(*batch, n, output, slot);
+  if (output != Output::None) encode_logits(*batch, n, output, slot, sample);
   ready(std::move(batch));
 }
 
@@ -721,7 +763,8 @@ void GpuSession::encode_ffn_block(gpu::ComputeBatch& batch, uint32_t layer, uint
   kernels::encode_matmul(batch, ctx_, L.w_down, b.act, b.x, n, {.accumulate = true});
 }
 
-void GpuSession::encode_logits(gpu::ComputeBatch& batch, uint32_t n, Output output, uint32_t slot) {
+void GpuSession::encode_logits(gpu::ComputeBatch& batch, uint32_t n, Output output, uint32_t slot,
+                               const StepSample* sample) {
   const ModelConfig& c = model_.config;
   Buffers& b = *buf_;
   const kernels::MatmulOptions normed{.norm = &model_.weights.output_norm, .eps = c.rms_eps};
@@ -742,8 +785,12 @@ void GpuSession::encode_logits(gpu::ComputeBatch& batch, uint32_t n, Output outp
     // onto a mappable buffer in the same command buffer: one wait per token
     batch.copy(b.logits, 0, b.logits_host, 0, uint64_t(c.n_vocab) * 4);
   } else {
-    // greedy: the chosen id becomes the next step's input, and a copy comes back to the host
-    kernels::encode_argmax(batch, ctx_, b.logits, c.n_vocab, b.argmax_scratch, b.ids);
+    // the chosen id (greedy: the argmax; else drawn) becomes the next step's input, and a copy comes back to the host
+    if (output == Output::Argmax)
+      kernels::encode_argmax(batch, ctx_, b.logits, c.n_vocab, b.argmax_scratch, b.ids);
+    else
+      kernels::encode_sample(batch, ctx_, *sample->settings, sample->u, b.logits, c.n_vocab, sample->recent,
+                             b.sample_scratch, b.ids);
     batch.copy(b.ids, 0, b.id_readback[slot], 0, 4);
   }
 }

@@ -19,6 +19,7 @@
 
 #include "gpu/batch.h"
 #include "kernels/kv_cache.h"
+#include "kernels/sample.h"
 #include "kernels/weight.h"
 #include "model/config.h"
 
@@ -92,6 +93,14 @@ uint64_t kv_bytes_per_position(const ModelConfig& c, kernels::KvType type = kern
 // GPU memory of one sequence's conv states (lfm2; 0 without convolution layers) for prefill chunks of `ubatch`.
 uint64_t conv_state_bytes(const ModelConfig& c, uint32_t ubatch);
 
+// How decode_sampled chooses each step's token: sample.wgsl with these settings and one uniform per step.
+struct DecodeSampling {
+  kernels::SampleSettings settings;
+  uint32_t window = 0;                  // how many recent ids the penalty sees (0: none; at most n_ctx + 1 count)
+  std::vector<int32_t> recent;          // the ids in it before the first step, oldest first (at most window)
+  std::function<float()> next_uniform;  // called once per step, in step order, as the step is queued
+};
+
 struct GpuSessionOptions {
   uint32_t n_ctx = 0;     // positions the KV cache holds (0: the model's training context)
   uint32_t ubatch = 512;  // most tokens per prefill chunk (activation buffers are sized for it)
@@ -102,7 +111,8 @@ struct GpuSessionOptions {
   std::optional<uint32_t> layers_per_submit = std::nullopt;
   // decode_greedy's argmax: true on the GPU, each step queued before the last id is back; false on the host after
   // each step's logits are read back; unset: the GPU, except on CPU adapters (there the "GPU" shares the cores:
-  // encoding ahead competes with it, and the two argmax dispatches cost more than the readback).
+  // encoding ahead competes with it, and the two argmax dispatches cost more than the readback). The library's
+  // sampled decoding (api) follows the same choice (chooses_on_gpu()); decode_sampled runs on the GPU regardless.
   std::optional<bool> argmax_on_gpu = std::nullopt;
   // forward_rows' rows of logits per block (0: as many as fit GpuSession::kLogitBlockBytes; tests force small ones).
   uint32_t logit_block_rows = 0;
@@ -153,6 +163,14 @@ class GpuSession {
   // but the last (as if each had been fed with forward); the cache rows a step queued beyond that are forgotten.
   // With argmax_on_gpu off (CPU adapters), each step is a forward and the argmax is taken on the host.
   uint32_t decode_greedy(int32_t token, uint32_t max_new, const std::function<bool(int32_t id)>& on_id = {});
+  // As decode_greedy with the GPU argmax, but each step's token is drawn on the GPU (sample.wgsl) with
+  // `sampling`: the ring of recent ids lives on the GPU and takes each drawn id, so steps still queue back to back
+  // and only the ids come back. With the same uniforms and recent ids, cpu::sample_reference chooses the same
+  // tokens from the same logits. Runs on the GPU whatever argmax_on_gpu says.
+  uint32_t decode_sampled(int32_t token, uint32_t max_new, const DecodeSampling& sampling,
+                          const std::function<bool(int32_t id)>& on_id = {});
+  // Whether the token choice of decoding belongs on the GPU (GpuSessionOptions::argmax_on_gpu).
+  bool chooses_on_gpu() const { return argmax_on_gpu_; }
 
   uint32_t n_past() const { return n_past_; }
   uint32_t n_ctx() const { return n_ctx_; }
@@ -178,6 +196,13 @@ class GpuSession {
     LastLogits,  // the last token's logits, copied to the mappable logits_host
     AllLogits,   // every token's logits in logits_all
     Argmax,      // the last token's argmax written to ids[0] (the next step's input) and copied to a readback slot
+    Sample,      // likewise, the token drawn by sample.wgsl (StepSample)
+  };
+  // What an Output::Sample step draws with.
+  struct StepSample {
+    const kernels::SampleSettings* settings;
+    float u;
+    kernels::SampleRecent recent;
   };
   // A decode step encoded ahead (the one at position pos), its pieces not yet submitted.
   struct PreparedStep {
@@ -193,13 +218,18 @@ class GpuSession {
   // id_readback[slot]. one_piece: a single command buffer whatever layers_per_submit_ says (a step queued behind
   // another gains nothing from starting early, and each submission boundary costs GPU time).
   void encode_step(uint32_t n, uint32_t pos, Output output, const std::function<void(Piece)>& ready, uint32_t slot = 0,
-                   bool one_piece = false);
+                   bool one_piece = false, const StepSample* sample = nullptr);
+  // The GPU loop of decode_greedy and decode_sampled: step k's output (Argmax or Sample, made by step_sample(k))
+  // is step k+1's input; each step is queued before the previous id is read back.
+  uint32_t decode_on_gpu(int32_t token, uint32_t max_new, Output output,
+                         const std::function<StepSample(uint32_t k)>& step_sample,
+                         const std::function<bool(int32_t id)>& on_id);
   void encode_layer(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n, uint32_t pos);
   void encode_attention_block(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n, uint32_t pos);
   void encode_conv_block(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n, uint32_t pos);
   void encode_qkv(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n);
   void encode_ffn_block(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n);
-  void encode_logits(gpu::ComputeBatch& batch, uint32_t n, Output output, uint32_t slot);
+  void encode_logits(gpu::ComputeBatch& batch, uint32_t n, Output output, uint32_t slot, const StepSample* sample);
   // y[t] = logits of the final residual rows x[t], t < n (the final norm folded into the product, the softcap after).
   void encode_logit_rows(gpu::ComputeBatch& batch, const gpu::Buffer& x, const gpu::Buffer& y, uint32_t n);
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "api/sampling.h"
+#include "cpu/sample.h"
 #include "wgllm/error.h"
 
 namespace wgllm {
@@ -118,6 +119,26 @@ TEST(Sampling, DrawsFollowTheDistribution) {
   EXPECT_EQ(count.count(4), 0u);
   for (auto [id, p] : std::map<int32_t, double>{{0, 0.4}, {1, 0.3}, {2, 0.15}, {3, 0.1}})
     EXPECT_NEAR(count[id] / double(n), p / 0.95, 0.01) << "token " << id;
+}
+
+// A step takes exactly one uniform and chooses what cpu::sample_reference chooses with it (the GPU's contract).
+TEST(Sampling, OneUniformPerStepAsTheReference) {
+  SamplingParams sp = plain();
+  sp.top_k = 3;
+  sp.seed = 5;
+  Sampler a(sp), b(sp);
+  const auto l = five();
+  std::map<int32_t, int> seen;
+  for (int i = 0; i < 200; ++i) {
+    const float u = b.next_uniform();
+    const int32_t want = cpu::sample_reference(l, {}, reference_settings(sp), u);
+    ASSERT_EQ(a.sample(l), want) << "step " << i;
+    ++seen[want];
+  }
+  EXPECT_EQ(seen.size(), 3u);
+  sp.temperature = 0;  // greedy takes none
+  Sampler g(sp);
+  EXPECT_EQ(g.next_uniform(), 0.f);
 }
 
 TEST(Sampling, SameSeedSameTokens) {

@@ -79,8 +79,8 @@ TEST(CliBench, DepthFillsTheCacheBeforeTheSteps) {
   EXPECT_EQ(reduce_calls(""), 0);
 }
 
-// tg (greedy decoding) and, with --tg-host, tg_host (a feed per token) each report n, a rate within [min, max] and
-// decode GB/s of at most the weights per token; without the flag there is no tg_host.
+// tg (greedy decoding) and, with --tg-host, tg_host (the token chosen on the host) each report n, a rate within [min,
+// max] and decode GB/s of at most the weights per token; without the flag there is no tg_host.
 TEST(CliBench, TgAndTgHostRows) {
   const std::string model = test::model_path("llama-f32");
   for (const bool host : {true, false}) {
@@ -102,6 +102,20 @@ TEST(CliBench, TgAndTgHostRows) {
       EXPECT_LE(gb_per_token, j.at("weight_bytes").get<double>() / 1e9 * (1 + 1e-9)) << key;
     }
   }
+}
+
+// With sampling flags, tg and tg_host decode with them (the JSON names the mode); a flag out of range fails.
+TEST(CliBench, SamplingFlags) {
+  const std::string model = test::model_path("llama-f32");
+  const auto [status, out] =
+      run_cli("bench -m " + model + " -p 0 -n 5 -r 1 --json --tg-host --temp 0.8 --top-p 0.9 --top-k 40 --seed 3");
+  ASSERT_EQ(status, 0) << out;
+  const nlohmann::json j = nlohmann::json::parse(out);
+  for (const char* key : {"tg", "tg_host"})
+    EXPECT_EQ(j.at(key).at("sampling"), "temp 0.8, top-k 40, top-p 0.9, min-p 0.05") << out;
+  const auto [bad, nothing] = run_cli("bench -m " + model + " -p 0 -n 5 --top-p 2");
+  EXPECT_EQ(bad, 1);
+  EXPECT_EQ(nothing, "");
 }
 
 TEST(CliBench, ProfileNeedsDecodeSteps) {

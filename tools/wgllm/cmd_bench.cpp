@@ -24,7 +24,8 @@ struct BenchOptions {
   uint32_t depth = 0;  // tokens already in the cache when pp and tg start (llama-bench's -d)
   bool json = false;
   bool profile = false;  // after the table: GPU time per kernel of n_gen decode steps
-  bool tg_host = false;  // also time tg with every step's logits read back (feed per token)
+  bool tg_host = false;  // also time tg with every step's token chosen on the host from its logits read back
+  SamplingParams sampling{.temperature = 0};  // tg's token choice (default greedy)
   int32_t layers_per_submit = -1;
   std::vector<uint32_t> parallel;  // concurrent streams through BatchEngine (continuous batching)
 };
@@ -32,6 +33,21 @@ struct BenchOptions {
 struct Stat {
   double median, min, max;  // tokens per second
 };
+
+// "greedy" or "temp 0.8, top-k 40, top-p 0.9, min-p 0.05" (and the penalty when on).
+std::string sampling_name(const SamplingParams& p) {
+  char buf[160];
+  if (p.temperature <= 0)
+    std::snprintf(buf, sizeof buf, "greedy");
+  else
+    std::snprintf(buf, sizeof buf, "temp %g, top-k %d, top-p %g, min-p %g", p.temperature, p.top_k, p.top_p, p.min_p);
+  std::string s = buf;
+  if (p.repeat_penalty != 1.f) {
+    std::snprintf(buf, sizeof buf, ", repeat-penalty %g over %d", p.repeat_penalty, p.repeat_last_n);
+    s += buf;
+  }
+  return s;
+}
 
 Stat stats(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -62,18 +78,17 @@ double time_pp(Session& s, const std::vector<int32_t>& prompt, const std::vector
   return prompt.size() / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// Tokens per second of n one-token steps after `depth` cached tokens. Greedy decoding as `wgllm run --temp 0` does it
-// (Session::decode_greedy: on GPUs the argmax stays there and each step is queued before the previous one's id is
-// back), or with `host`, a feed per random token whose logits come back to the host (what host sampling costs).
-double time_tg(Session& s, uint32_t n, uint32_t n_vocab, const std::vector<int32_t>& depth, bool host) {
+// Tokens per second of n one-token steps after `depth` cached tokens, each step's token chosen by `sampling` as
+// `wgllm run` chooses it (Session::decode: on GPUs the argmax or the draw stays there and each step is queued before
+// the previous one's id is back), or with `host`, from each step's logits read back to the host (what host sampling
+// costs).
+double time_tg(Session& s, uint32_t n, uint32_t n_vocab, const std::vector<int32_t>& depth, bool host,
+               SamplingParams sampling) {
   fill(s, depth);
-  const std::vector<int32_t> ids = random_tokens(n, n_vocab, 2);
+  const std::vector<int32_t> ids = random_tokens(1, n_vocab, 2);
+  sampling.host = host;
   const auto t0 = std::chrono::steady_clock::now();
-  if (host) {
-    for (int32_t id : ids) s.feed(std::span(&id, 1));
-  } else if (s.decode_greedy(ids[0], n) != n) {
-    throw Error("bench: greedy decoding stopped before " + std::to_string(n) + " steps");
-  }
+  if (s.decode(ids[0], n, sampling) != n) throw Error("bench: decoding stopped before " + std::to_string(n) + " steps");
   return n / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
@@ -221,6 +236,7 @@ ParallelRun time_parallel(const Model& model, uint32_t n, uint32_t n_prompt, uin
 
 int bench(const BenchOptions& o) {
   if (o.profile && !o.n_gen) throw InvalidArgument("--profile times decode steps: give -n > 0");
+  validate(o.sampling);  // a bad option fails before the load
   const uint32_t n_ctx = o.depth + std::max<uint32_t>(std::max(o.n_prompt, o.n_gen), 1) +
                          (o.parallel.empty() ? 0 : o.n_prompt + o.n_gen + 1);
   Model model = load_model(
@@ -243,13 +259,14 @@ int bench(const BenchOptions& o) {
     for (const auto t0 = clock::now(); std::chrono::duration<double>(clock::now() - t0).count() < 1.5;) run();
   };
   if (o.n_prompt) warm([&] { time_pp(s, prompt, depth); });
-  if (o.n_gen) warm([&] { time_tg(s, std::min<uint32_t>(o.n_gen, 8), info.n_vocab, depth, false); });
-  if (o.n_gen && o.tg_host) warm([&] { time_tg(s, std::min<uint32_t>(o.n_gen, 8), info.n_vocab, depth, true); });
+  if (o.n_gen) warm([&] { time_tg(s, std::min<uint32_t>(o.n_gen, 8), info.n_vocab, depth, false, o.sampling); });
+  if (o.n_gen && o.tg_host)
+    warm([&] { time_tg(s, std::min<uint32_t>(o.n_gen, 8), info.n_vocab, depth, true, o.sampling); });
   std::vector<double> pp, tg, tg_host;
   for (uint32_t r = 0; r < std::max<uint32_t>(o.repeats, 1); ++r) {
     if (o.n_prompt) pp.push_back(time_pp(s, prompt, depth));
-    if (o.n_gen) tg.push_back(time_tg(s, o.n_gen, info.n_vocab, depth, false));
-    if (o.n_gen && o.tg_host) tg_host.push_back(time_tg(s, o.n_gen, info.n_vocab, depth, true));
+    if (o.n_gen) tg.push_back(time_tg(s, o.n_gen, info.n_vocab, depth, false, o.sampling));
+    if (o.n_gen && o.tg_host) tg_host.push_back(time_tg(s, o.n_gen, info.n_vocab, depth, true, o.sampling));
   }
   // Streams through BatchEngine: a warm-up at the largest count, then each count r times (median).
   std::vector<std::pair<uint32_t, Stat>> par;
@@ -281,11 +298,8 @@ int bench(const BenchOptions& o) {
     for (auto [key, v] : {std::pair{"tg", &tg}, std::pair{"tg_host", &tg_host}}) {
       if (v->empty()) continue;
       const Stat t = stats(*v);
-      j[key] = {{"n", o.n_gen},
-                {"tokens_per_s", t.median},
-                {"min", t.min},
-                {"max", t.max},
-                {"decode_gb_per_s", gb * t.median}};
+      j[key] = {{"n", o.n_gen}, {"tokens_per_s", t.median},         {"min", t.min},
+                {"max", t.max}, {"decode_gb_per_s", gb * t.median}, {"sampling", sampling_name(o.sampling)}};
     }
     if (profile) j["profile"] = profile_json(*profile);
     for (const auto& [n, st] : par)
@@ -316,8 +330,9 @@ int bench(const BenchOptions& o) {
   if (!tg.empty()) row("tg", o.n_gen, stats(tg), gb * stats(tg).median);
   if (!tg_host.empty()) row("tg-host", o.n_gen, stats(tg_host), gb * stats(tg_host).median);
   std::printf("decode GB/s = %.2f MB of weights read per token x tokens/s\n", gb * 1e3);
-  std::printf("tg: greedy decoding (Session::decode_greedy: the argmax on the GPU; on the host on CPU adapters)%s\n",
-              tg_host.empty() ? "" : "; tg-host: one token fed per step, its logits read back to the host");
+  std::printf("tg: %s (Session::decode: the token chosen on the GPU; on the host on CPU adapters)%s\n",
+              sampling_name(o.sampling).c_str(),
+              tg_host.empty() ? "" : "; tg-host: each step's logits read back, the token chosen on the host");
   if (!par.empty()) {
     std::printf(
         "\ncontinuous batching (BatchEngine): N streams, each pp%u then tg%u greedy; aggregate tg t/s once every "
@@ -351,7 +366,16 @@ const Register reg{
                     "GPU span and the wall time per step (one compute pass per dispatch, so not "
                     "identical to the normal run)");
        app.add_flag("--tg-host", o->tg_host,
-                    "also time tg feeding one token per step and reading its logits back to the host");
+                    "also time tg with each step's logits read back and its token chosen on the host");
+       app.add_option("--temp", o->sampling.temperature, "tg temperature (0: greedy)")->capture_default_str();
+       app.add_option("--top-k", o->sampling.top_k, "tg top-k (0: off)")->capture_default_str();
+       app.add_option("--top-p", o->sampling.top_p, "tg top-p (1: off)")->capture_default_str();
+       app.add_option("--min-p", o->sampling.min_p, "tg min-p (0: off)")->capture_default_str();
+       app.add_option("--repeat-penalty", o->sampling.repeat_penalty, "tg repetition penalty (1: off)")
+           ->capture_default_str();
+       app.add_option("--repeat-last-n", o->sampling.repeat_last_n, "tokens the penalty looks at")
+           ->capture_default_str();
+       app.add_option("--seed", o->sampling.seed, "tg sampling seed")->capture_default_str();
        app.add_option("--layers-per-submit", o->layers_per_submit,
                       "command buffers per step: one after layer 0, then every N layers (0: one; -1: auto)")
            ->capture_default_str();

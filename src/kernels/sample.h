@@ -1,0 +1,49 @@
+// Sampling on the GPU (sample.wgsl): repetition penalty, top-k, top-p, min-p, temperature and an inverse-CDF draw
+// with a uniform the host supplies. cpu::sample_reference (src/cpu/sample.h) is the same algorithm on the host.
+// Contract checks throw wgllm::InvalidArgument naming the field.
+#pragma once
+#include <cstdint>
+
+#include "gpu/batch.h"
+
+namespace wgllm::kernels {
+
+// The filters of one sampling mode (llama.cpp's order: penalty, top-k, top-p, min-p, temperature).
+struct SampleSettings {
+  float temperature = 1.f;     // <= 0: greedy (the argmax after the penalty)
+  uint32_t top_k = 0;          // 0 or >= n: off
+  float top_p = 1.f;           // [0, 1]; 1: off
+  float min_p = 0.f;           // [0, 1]; 0: off (keeps w >= min_p, w = exp(logit - max logit))
+  float repeat_penalty = 1.f;  // > 0; 1: off
+};
+
+// Mirrors `SampleParams` in sample.wgsl.
+struct SampleParams {
+  uint32_t n, top_k;
+  float top_p, min_p, temperature, penalty, inv_penalty, u;
+  uint32_t n_recent, recent_slot, recent_cap, out_index;
+};
+static_assert(sizeof(SampleParams) == 48);
+
+// Scratch bytes encode_sample needs for n logits.
+inline uint64_t sample_scratch_bytes(uint32_t n) { return 4ull * (16 + 3ull * n); }
+
+// What encode_sample writes when a logit is NaN or infinite.
+inline constexpr uint32_t kSampleNonFinite = 0xffffffffu;
+
+// The recent ids the penalty looks at: a ring of `cap` u32 slots of which the first n_recent hold ids (their order
+// does not matter); the chosen id is written to slot `write_slot` (when cap > 0), so the next step sees it without
+// the host. cap 0: no ring (the buffer is still bound, at least 4 bytes).
+struct SampleRecent {
+  const gpu::Buffer* ids = nullptr;
+  uint32_t cap = 0, n_recent = 0, write_slot = 0;
+};
+
+// out[out_index] (u32) = the id drawn from logits[0, n) (f32) with uniform u in [0, 1) as cpu::sample_reference
+// draws it, or kSampleNonFinite when any logit is NaN or infinite. Three dispatches of one workgroup;
+// scratch: sample_scratch_bytes(n).
+void encode_sample(gpu::ComputeBatch& batch, gpu::Context& ctx, const SampleSettings& settings, float u,
+                   const gpu::Buffer& logits, uint32_t n, const SampleRecent& recent, const gpu::Buffer& scratch,
+                   const gpu::Buffer& out, uint32_t out_index = 0);
+
+}  // namespace wgllm::kernels
