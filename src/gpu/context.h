@@ -57,6 +57,12 @@ struct ContextOptions {
   // The matvec kernel's shape, "THREADSxROWSxGROUPS[xUNITS[xINT_F16]]" (kernels::parse_matvec_config);
   // "" = the adapter's default. A tuning knob for benchmarks and tests.
   std::string matvec_shape = {};
+  // Single-sequence decode attention switches from the per-head kernel to the GQA-grouped one (each K/V row read
+  // once per kv head) at this depth: the keys a step attends besides itself (kernels::DecodeKernel::Auto). 0: always
+  // grouped; past the context: never. The default is a first guess from the reverted kernel's H200 numbers (behind
+  // at 4096, ahead at 16384); `wgllm-bench kernels --decode-depths` measures the crossing.
+  static constexpr uint32_t kDefaultDecodeGqaFrom = 8192;
+  uint32_t decode_gqa_from = kDefaultDecodeGqaFrom;
   // Shaders beyond the library's, found by name by pipeline() (a test's or a benchmark's own kernels). The
   // span must outlive the context.
   std::span<const EmbeddedShader> extra_shaders = {};
