@@ -33,6 +33,11 @@ struct LoadOptions {
   // Command buffers per step: submitted after layer 0 and then every this many layers, so the GPU starts
   // while the rest is encoded (0: one per step; unset: 4 on GPUs, 0 on CPU adapters).
   std::optional<uint32_t> layers_per_submit = std::nullopt;
+  // A decode step whose attention reaches this depth (keys attended besides the new token: its position, or the
+  // sliding window) uses the GQA-grouped attention kernel, which reads each cached K/V row once per KV head instead
+  // of once per query head: ahead on long contexts, behind on short ones. 0: always; more than n_ctx: never.
+  // Sequences decoded together by BatchEngine's shared pool keep the per-head kernel.
+  uint32_t decode_gqa_from = 8192;
   // Called while weights upload: bytes done, bytes in all.
   std::function<void(uint64_t done, uint64_t total)> progress;
   // Called once the GGUF is parsed, before the adapter is opened and the weights upload: the tokenizer and chat
