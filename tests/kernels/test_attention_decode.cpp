@@ -1,7 +1,7 @@
 // The two decode attention kernels (per head, per GQA group) vs the CPU reference (float64) on fresh random inputs,
 // outputs poisoned first: GQA ratios 1..16, head_dim 64 / 128 / 256, depths on both sides of the 128-key tiles and
 // splits, paged caches with their pages shuffled, sliding windows, forced and automatic split counts; then the Auto
-// choice by depth (ContextOptions::decode_gqa_from) and the grouped kernel's own argument checks.
+// choice by depth (ContextOptions::decode_gqa_from), the packed f16 view and the grouped kernel's own checks.
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -148,6 +148,8 @@ const char* kernel_name(DecodeKernel k) {
   return k == DecodeKernel::Grouped ? "grouped" : k == DecodeKernel::PerHead ? "per_head" : "auto";
 }
 
+void PrintTo(const Param& p, std::ostream* os) { *os << std::get<0>(p).name << " " << kernel_name(std::get<1>(p)); }
+
 class AttentionDecodeKernels : public ::testing::TestWithParam<Param> {};
 
 TEST_P(AttentionDecodeKernels, MatchesCpuReference) {
@@ -229,6 +231,17 @@ TEST(AttentionDecode, AutoRunsThePickedKernel) {
     ASSERT_NE(per_head.got, grouped.got) << "the kernels agree to the bit at depth " << depth;
     EXPECT_EQ(autod.got, depth >= 200 ? grouped.got : per_head.got) << "depth " << depth;
     EXPECT_LE(autod.error.rel_l2, 2e-5) << autod.error.describe();
+  }
+}
+
+// The grouped kernel through the packed-u32 f16 view (adapters without shader-f16).
+TEST(AttentionDecode, PackedF16Fallback) {
+  gpu::Context ctx(context_options([](auto& o) { o.disable_f16 = true; }));
+  ASSERT_EQ(kernels::kv_view(ctx, KvType::F16), kernels::KvView::PackedF16);
+  for (const DecodeCase& c : {DecodeCase{"packed_gqa4_d64_depth700_split3", 8, 2, 64, 700, 128, 3},
+                              DecodeCase{"packed_swa200_gqa2_d128_depth500", 4, 2, 128, 500, 128, 0, 200}}) {
+    const DecodeRun r = run_decode(ctx, c, DecodeKernel::Grouped, std::hash<std::string>{}(c.name));
+    EXPECT_LE(r.error.rel_l2, 2e-5) << c.name << ": " << r.error.describe();
   }
 }
 
