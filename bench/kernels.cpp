@@ -1,6 +1,7 @@
 // `wgllm-bench kernels`: attention kernels on the issue's reference shapes, baseline vs tiled,
 // reported against the floor: GFLOP/s (4 * n_heads * head_dim * sum of windows) and GB/s
-// (the fewest bytes a kernel must move: q, out and the K/V window once).
+// (the fewest bytes a kernel must move: q, out and the K/V window once). With --decode-depths, the two decode
+// kernels (per head, per GQA group) side by side at each depth instead, to place ContextOptions::decode_gqa_from.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -18,6 +19,7 @@ namespace {
 
 using kernels::AttentionImpl;
 using kernels::AttentionShape;
+using kernels::DecodeKernel;
 
 struct BenchShape {
   uint32_t n_heads, n_kv_heads, head_dim, n_queries, start_pos;
@@ -33,18 +35,17 @@ double min_bytes(const AttentionShape& s, uint32_t kv_bytes) {
   return 2.0 * s.n_queries * s.n_heads * s.head_dim * 4 + 2.0 * window * s.n_kv_heads * s.head_dim * kv_bytes;
 }
 
-// Median over `repeats` submissions of `inner` dispatches each.
+// Median over `repeats` submissions of `inner` dispatches each. Decode runs `kernel` with the splits it picks.
 Result time_kernel(gpu::Context& ctx, const AttentionShape& s, const kernels::KvCache& kv, const gpu::Buffer& q,
                    const gpu::Buffer& out, bool decode, AttentionImpl impl, double min_seconds,
-                   const kernels::AttentionTiles* tiles = nullptr) {
-  const uint32_t splits = decode ? kernels::attention_decode_splits(s, kv) : 1;
-  gpu::Buffer scratch = ctx.create_buffer(kernels::attention_decode_scratch_bytes(s, std::max(splits, 1u)),
+                   const kernels::AttentionTiles* tiles = nullptr, DecodeKernel kernel = DecodeKernel::Auto) {
+  gpu::Buffer scratch = ctx.create_buffer(std::max<uint64_t>(kernels::attention_decode_scratch_bound(s, kv), 16),
                                           WGPUBufferUsage_Storage, "partials");
   auto run = [&](uint32_t inner) {
     gpu::ComputeBatch batch(ctx, "bench");
     for (uint32_t i = 0; i < inner; ++i) {
       if (decode)
-        kernels::encode_attention_decode(batch, ctx, s, q, kv, out, &scratch, splits);
+        kernels::encode_attention_decode(batch, ctx, s, q, kv, out, &scratch, 0, kernel);
       else
         kernels::encode_attention_prefill(batch, ctx, s, q, kv, out, impl, tiles);
     }
@@ -139,6 +140,59 @@ int run_bench(const std::string& adapter, bool include_slow, bool f32_kv, double
   return 0;
 }
 
+// One decode step (one query at position `depth`) per model shape and depth, through each decode kernel: µs per
+// call and GB/s of the K/V window read once (the floor: 2 * (depth + 1) * kv_dim elements).
+int run_decode_depths(const std::string& adapter, bool f32_kv, double min_seconds,
+                      const std::vector<uint32_t>& depths) {
+  gpu::Context ctx(context_options(adapter));
+  std::printf("adapter: %s (%s), KV %s, decode_gqa_from %u (Auto picks grouped at or above)\n",
+              ctx.adapter().name.c_str(), ctx.adapter().backend.c_str(), f32_kv ? "f32" : "f16",
+              ctx.options().decode_gqa_from);
+  struct ModelShape {
+    const char* name;
+    uint32_t n_heads, n_kv_heads, head_dim;
+  };
+  const ModelShape shapes[] = {{"llama-3.2-1b", 32, 8, 64}, {"qwen3-0.6b", 16, 8, 128}, {"qwen2.5-0.5b", 14, 2, 64}};
+  std::printf("%-14s %-12s %8s %-9s %6s %5s %10s %9s %11s\n", "shape", "(H,KVH,D)", "depth", "kernel", "splits",
+              "heads", "us", "KV GB/s", "vs per-head");
+  std::mt19937 gen(1234);
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  const auto type = f32_kv ? kernels::KvType::F32 : kernels::KvType::F16;
+  for (const ModelShape& m : shapes) {
+    for (const uint32_t depth : depths) {
+      const AttentionShape s{
+          .n_heads = m.n_heads, .n_kv_heads = m.n_kv_heads, .head_dim = m.head_dim, .n_queries = 1, .start_pos = depth};
+      const uint32_t seq = depth + 1, kv_dim = m.n_kv_heads * m.head_dim;
+      const uint32_t page = kernels::KvCache::kPageMultiple * 2;  // as the model's caches: 256-position pages
+      kernels::KvCache kv(
+          ctx, {.kv_dim = kv_dim, .max_seq = (seq + page - 1) / page * page, .page_size = page, .type = type});
+      std::vector<float> k(size_t(seq) * kv_dim), v(k.size()), q(size_t(m.n_heads) * m.head_dim);
+      for (auto* vec : {&k, &v, &q})
+        for (auto& x : *vec) x = dist(gen);
+      kv.write(0, seq, k, v);
+      auto qbuf = ctx.upload<float>(q, WGPUBufferUsage_Storage, "q");
+      auto out = ctx.create_buffer(q.size() * 4, WGPUBufferUsage_Storage, "out");
+      const double kv_bytes = 2.0 * seq * kv_dim * kernels::kv_type_bytes(type);
+      std::ostringstream dims;
+      dims << "(" << m.n_heads << "," << m.n_kv_heads << "," << m.head_dim << ")";
+      double per_head_us = 0;
+      for (const DecodeKernel k : {DecodeKernel::PerHead, DecodeKernel::Grouped}) {
+        const bool grouped = k == DecodeKernel::Grouped;
+        const Result r = time_kernel(ctx, s, kv, qbuf, out, true, AttentionImpl::Auto, min_seconds, nullptr, k);
+        const double us = r.ms * 1e3;
+        if (!grouped) per_head_us = us;
+        char vs[32] = "1.00x";
+        if (grouped) std::snprintf(vs, sizeof vs, "%.2fx", per_head_us / us);
+        std::printf("%-14s %-12s %8u %-9s %6u %5u %10.2f %9.2f %11s\n", m.name, dims.str().c_str(), depth,
+                    grouped ? "grouped" : "per-head", kernels::attention_decode_splits(s, kv, k),
+                    grouped ? kernels::attention_decode_group(ctx, s) : 1u, us, kv_bytes / (us * 1e-6) / 1e9, vs);
+      }
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
+
 const Register reg{{"kernels", "benchmark the attention kernels (baseline vs tiled, decode)",
                     [](CLI::App& app) -> std::function<int()> {
                       auto adapter = std::make_shared<std::string>();
@@ -151,7 +205,15 @@ const Register reg{{"kernels", "benchmark the attention kernels (baseline vs til
                       app.add_option("--seconds", *seconds, "target time per measurement")->capture_default_str();
                       auto tiles = std::make_shared<std::vector<std::string>>();
                       app.add_option("--tiles", *tiles, "also time the tiled kernel with these BQxBKxTPR[xRPT] tiles");
-                      return [=] { return run_bench(*adapter, *all, *f32, *seconds, *tiles); };
+                      auto depths = std::make_shared<std::vector<uint32_t>>();
+                      app.add_option("--decode-depths", *depths,
+                                     "instead: one decode step at each depth (a list: 0,4096,16384) through the "
+                                     "per-head and the GQA-grouped decode kernels, Llama-3.2-1B and Qwen shapes")
+                          ->delimiter(',');
+                      return [=] {
+                        if (!depths->empty()) return run_decode_depths(*adapter, *f32, *seconds, *depths);
+                        return run_bench(*adapter, *all, *f32, *seconds, *tiles);
+                      };
                     }}};
 
 }  // namespace

@@ -38,6 +38,11 @@ struct LoadOptions {
   // logits; unset: the GPU, except on CPU adapters (where the "GPU" shares the cores and the readback costs little).
   // Both choose the same tokens (up to floating-point ties). SamplingParams::host forces the host per call.
   std::optional<bool> choose_on_gpu = std::nullopt;
+  // A decode step whose attention reaches this depth (keys attended besides the new token: its position, or the
+  // sliding window) uses the GQA-grouped attention kernel, which reads each cached K/V row once per KV head instead
+  // of once per query head: ahead on long contexts, behind on short ones. 0: always; more than n_ctx: never.
+  // Sequences decoded together by BatchEngine's shared pool keep the per-head kernel.
+  uint32_t decode_gqa_from = 8192;
   // Called while weights upload: bytes done, bytes in all.
   std::function<void(uint64_t done, uint64_t total)> progress;
   // Called once the GGUF is parsed, before the adapter is opened and the weights upload: the tokenizer and chat

@@ -99,11 +99,11 @@ std::unique_ptr<ModelAccess::Impl> parse_impl(const GgufFile& f, const LoadOptio
 
 // Opens the adapter, uploads the weights and fills the adapter's half of ModelInfo.
 void upload_impl(ModelAccess::Impl& m, const GgufFile& f, const LoadOptions& o) {
-  m.ctx = std::make_unique<gpu::Context>(
-      gpu::ContextOptions{.adapter = o.adapter,
-                                                 .matmul_tile = o.matmul_tile,
-                                                 .kernel_dir = o.kernel_dir,
-                                                 .dump_shaders_dir = o.dump_shaders_dir});
+  m.ctx = std::make_unique<gpu::Context>(gpu::ContextOptions{.adapter = o.adapter,
+                                                             .matmul_tile = o.matmul_tile,
+                                                             .decode_gqa_from = o.decode_gqa_from,
+                                                             .kernel_dir = o.kernel_dir,
+                                                             .dump_shaders_dir = o.dump_shaders_dir});
   m.gpu = load_gpu_model(*m.ctx, f, m.config, o.progress, o.check_tensors);
   ModelInfo& i = m.info;
   i.adapter = m.ctx->adapter().name;

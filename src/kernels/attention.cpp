@@ -277,13 +277,60 @@ uint64_t decode_span(const AttentionShape& s, const KvCache& kv, uint32_t first,
 }
 }  // namespace
 
-uint32_t attention_decode_splits(const AttentionShape& s, const KvCache& kv) {
+uint32_t attention_decode_depth(const AttentionShape& s) {
+  const uint32_t last = s.start_pos + s.q_base + (s.n_queries ? s.n_queries - 1 : 0);
+  return last - attention_first_key(last, s.window);
+}
+
+DecodeKernel resolve_decode_kernel(const gpu::Context& ctx, const AttentionShape& s, DecodeKernel kernel) {
+  if (kernel != DecodeKernel::Auto) return kernel;
+  return attention_decode_depth(s) >= ctx.options().decode_gqa_from ? DecodeKernel::Grouped : DecodeKernel::PerHead;
+}
+
+namespace {
+constexpr uint32_t kMaxDecodeGroup = 8;  // heads per Grouped workgroup: registers hold GQ outputs per thread
+
+// The largest divisor of the GQA group n_heads / n_kv_heads that is <= kMaxDecodeGroup.
+uint32_t group_divisor(const AttentionShape& s) {
+  const uint32_t group = s.n_kv_heads ? s.n_heads / s.n_kv_heads : 1;
+  uint32_t g = std::min(std::max(group, 1u), kMaxDecodeGroup);
+  while (group % g != 0) --g;
+  return g;
+}
+
+// Workgroup memory of attention_decode_gqa serving g heads: gq, gprob, gmax + gsum, gacc.
+uint64_t decode_gqa_storage(uint32_t g, uint32_t head_dim) {
+  return uint64_t(g) * (head_dim / 4) * 16 + uint64_t(g) * kDecodeWorkgroup * 4 +
+         2ull * g * (kDecodeWorkgroup / 4) * 4 + uint64_t(kDecodeWorkgroup) * 16;
+}
+}  // namespace
+
+uint32_t attention_decode_group(const gpu::Context& ctx, const AttentionShape& s) {
+  const uint32_t group = s.n_kv_heads ? s.n_heads / s.n_kv_heads : 1;
+  for (uint32_t g = group_divisor(s); g > 1; --g)
+    if (group % g == 0 && decode_gqa_storage(g, s.head_dim) <= ctx.limits().maxComputeWorkgroupStorageSize) return g;
+  return 1;
+}
+
+uint32_t attention_decode_splits(const AttentionShape& s, const KvCache& kv, DecodeKernel kernel) {
   const uint64_t window = decode_span(s, kv, 0, s.n_queries);
-  const uint64_t rows = uint64_t(s.n_heads) * s.n_queries;
-  // Enough workgroups to fill a large GPU (~2048), but no split shorter than two 128-key tiles.
-  const uint64_t by_length = (window + 255) / 256;
+  const bool grouped = kernel == DecodeKernel::Grouped;
+  const uint64_t rows = uint64_t(s.n_heads / (grouped ? group_divisor(s) : 1)) * s.n_queries;
+  // Enough workgroups to fill a large GPU (~2048), but no split shorter than two 128-key tiles (one for Grouped,
+  // whose workgroups each do several heads' work).
+  const uint64_t key_len = grouped ? kDecodeWorkgroup : 2 * kDecodeWorkgroup;
+  const uint64_t by_length = (window + key_len - 1) / key_len;
   const uint64_t by_occupancy = std::max<uint64_t>(1, 2048 / std::max<uint64_t>(rows, 1));
   return uint32_t(std::clamp<uint64_t>(std::min(by_length, by_occupancy), 1, 256));
+}
+
+uint64_t attention_decode_scratch_bound(const AttentionShape& s, const KvCache& kv) {
+  uint64_t bytes = 0;
+  for (DecodeKernel k : {DecodeKernel::PerHead, DecodeKernel::Grouped}) {
+    const uint32_t splits = attention_decode_splits(s, kv, k);
+    if (splits > 1) bytes = std::max(bytes, attention_decode_scratch_bytes(s, splits));
+  }
+  return bytes;
 }
 
 uint64_t attention_decode_scratch_bytes(const AttentionShape& s, uint32_t n_splits) {
@@ -292,15 +339,18 @@ uint64_t attention_decode_scratch_bytes(const AttentionShape& s, uint32_t n_spli
 
 void encode_attention_decode(gpu::ComputeBatch& batch, gpu::Context& ctx, const AttentionShape& shape_in,
                              const gpu::Buffer& q, const KvCache& kv, const gpu::Buffer& out,
-                             const gpu::Buffer* scratch, uint32_t n_splits) {
+                             const gpu::Buffer* scratch, uint32_t n_splits, DecodeKernel kernel) {
   const char* fn = "encode_attention_decode";
   const AttentionShape s = validate(fn, ctx, shape_in, q, kv, out);
+  if (kernel == DecodeKernel::Grouped && !tiled_possible(ctx, s))
+    fail(fn, "the grouped decode kernel needs subgroups and head_dim / strides that are multiples of 4");
   if (!tiled_possible(ctx, s)) {
     // No subgroups (or head_dim not a multiple of 4): the baseline kernel serves decode too.
     encode_attention_prefill(batch, ctx, s, q, kv, out, AttentionImpl::Baseline);
     return;
   }
-  if (n_splits == 0) n_splits = attention_decode_splits(s, kv);
+  const bool grouped = resolve_decode_kernel(ctx, s, kernel) == DecodeKernel::Grouped;
+  if (n_splits == 0) n_splits = attention_decode_splits(s, kv, grouped ? DecodeKernel::Grouped : DecodeKernel::PerHead);
   const uint32_t max_grid = ctx.limits().maxComputeWorkgroupsPerDimension;
   if (n_splits > max_grid) fail(fn, "n_splits exceeds maxComputeWorkgroupsPerDimension");
   if (s.n_heads > max_grid) fail(fn, "n_heads exceeds maxComputeWorkgroupsPerDimension");
@@ -315,7 +365,13 @@ void encode_attention_decode(gpu::ComputeBatch& batch, gpu::Context& ctx, const 
   const KvView view = kv_view(ctx, kv.config().type);
   const AttentionTiles tiles = attention_tiles(s.head_dim, ctx.limits());
   const std::string prelude = kv_prelude_vec4(view) + tile_prelude(tiles);
-  WGPUComputePipeline decode = ctx.pipeline({"attention.wgsl", "attention_decode", {}, prelude});
+  // Grouped: a workgroup per `group` query heads of one kv head (attention_decode_gqa.wgsl)
+  const uint32_t group = grouped ? attention_decode_group(ctx, s) : 1;
+  WGPUComputePipeline decode = grouped ? ctx.pipeline({"attention.wgsl+attention_decode_gqa.wgsl",
+                                                       "attention_decode_gqa",
+                                                       {},
+                                                       prelude + "const GQ: u32 = " + std::to_string(group) + "u;\n"})
+                                       : ctx.pipeline({"attention.wgsl", "attention_decode", {}, prelude});
   WGPUComputePipeline reduce = ctx.pipeline({"attention.wgsl", "attention_decode_reduce", {}, prelude});
   const uint32_t q_dim = s.n_heads * s.head_dim;
   // Without a split the partials binding is unused; a small placeholder keeps it valid.
@@ -334,7 +390,8 @@ void encode_attention_decode(gpu::ComputeBatch& batch, gpu::Context& ctx, const 
     const auto k = kernel_bindings(params, q, qw, out, ow, kv, &partials);
     const gpu::BufferBinding bindings[] = {k[0], k[1], k[2], k[3], k[4],
                                            k[5], k[6], k[7], k[8], {9, &ctx.placeholder_storage(), 0, 16}};
-    batch.dispatch(decode, bindings, n_splits, s.n_heads, count);
+    // the grouped kernel reads no per-query table (binding 9)
+    batch.dispatch(decode, std::span(bindings).first(grouped ? 9 : 10), n_splits, s.n_heads / group, count);
     if (n_splits > 1) {
       const gpu::BufferBinding reduce_bindings[] = {params, {2, &out, ow.offset_bytes, ow.size_bytes}, {8, &partials}};
       batch.dispatch(reduce, reduce_bindings, s.n_heads, count);

@@ -77,18 +77,44 @@ void encode_attention_prefill(gpu::ComputeBatch& batch, gpu::Context& ctx, const
                               const gpu::Buffer& q, const KvCache& kv, const gpu::Buffer& out,
                               AttentionImpl impl = AttentionImpl::Auto, const AttentionTiles* tiles = nullptr);
 
+// The decode kernels. Both need subgroups and head_dim % 4 == 0 (else decode runs the baseline prefill kernel).
+enum class DecodeKernel {
+  Auto,     // PerHead while the call's depth (attention_decode_depth) is below ctx.options().decode_gqa_from,
+            // Grouped at or above it
+  PerHead,  // attention_decode (attention.wgsl): a workgroup per (split, query head, query); splits of >= 256 keys
+  Grouped,  // attention_decode_gqa.wgsl: a workgroup per (split, up to 8 query heads of one kv head, query), each K/V
+            // row read once for them; splits of >= 128 keys. Fewer, heavier workgroups: ahead only on long windows
+};
+// Keys the last query of a decode call attends besides itself: its position without a sliding window (the tokens
+// cached before it, llama-bench's depth), else at most window - 1.
+uint32_t attention_decode_depth(const AttentionShape& shape);
+// The kernel `kernel` stands for on this call (Auto resolved by depth; PerHead or Grouped as given).
+DecodeKernel resolve_decode_kernel(const gpu::Context& ctx, const AttentionShape& shape, DecodeKernel kernel);
+// Query heads one Grouped workgroup serves: the largest divisor of n_heads / n_kv_heads that is <= 8 and whose
+// workgroup memory fits the adapter.
+uint32_t attention_decode_group(const gpu::Context& ctx, const AttentionShape& shape);
+
 // Decode: like prefill but built for few queries over a long cache. n_splits = 0 chooses the
-// split-K factor (1 = no split); `scratch` must then hold attention_decode_scratch_bytes().
+// split-K factor for the kernel run (1 = no split); `scratch` must then hold attention_decode_scratch_bytes() of it,
+// which attention_decode_scratch_bound() covers for every kernel. Any n_splits works with either kernel.
 void encode_attention_decode(gpu::ComputeBatch& batch, gpu::Context& ctx, const AttentionShape& shape,
                              const gpu::Buffer& q, const KvCache& kv, const gpu::Buffer& out,
-                             const gpu::Buffer* scratch, uint32_t n_splits = 0);
-uint32_t attention_decode_splits(const AttentionShape& shape, const KvCache& kv);
+                             const gpu::Buffer* scratch, uint32_t n_splits = 0,
+                             DecodeKernel kernel = DecodeKernel::Auto);
+// The split-K factor n_splits = 0 picks for `kernel` (PerHead or Grouped; Auto counts as PerHead).
+uint32_t attention_decode_splits(const AttentionShape& shape, const KvCache& kv,
+                                 DecodeKernel kernel = DecodeKernel::PerHead);
+// Scratch enough for encode_attention_decode with n_splits = 0 and any kernel, for calls whose last query is at
+// most at shape's (the split count only grows with the window).
+uint64_t attention_decode_scratch_bound(const AttentionShape& shape, const KvCache& kv);
 
 // Decode of several sequences in one dispatch (continuous batching): query i (q row i, out row i; shape.n_queries of
 // them) is one token of sequence i at position positions_i, attending over that sequence's cache, a view of
 // `owner`'s pools whose pages start at page_base_i in owner's page table (KvCache's view constructor). `queries`
 // holds the n_queries (position, page_base) u32 pairs; every view has `view`'s layout (n_pages, max_seq);
 // max_position is the largest position (it sizes the split-K). shape.start_pos, q_base and row are not used.
+// Always the PerHead kernel: its splits of 256 keys from key 0 keep a sequence's output the same bits alone or beside
+// others; the Grouped kernel does not serve batched rows yet (a long sequence beside short ones decodes as PerHead).
 void encode_attention_decode_rows(gpu::ComputeBatch& batch, gpu::Context& ctx, const AttentionShape& shape,
                                   const gpu::Buffer& q, const KvCache& owner, const KvCache& view,
                                   const gpu::Buffer& queries, uint32_t max_position, const gpu::Buffer& out,

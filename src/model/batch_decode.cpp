@@ -140,8 +140,7 @@ std::vector<float> GpuBatchDecode::step(std::span<GpuSession* const> sessions, s
                                           .n_queries = 1,
                                           .start_pos = s->n_past_,
                                           .window = c.layer_window(l)};
-      const uint32_t splits = kernels::attention_decode_splits(shape, s->kv(l));
-      scratch = std::max(scratch, kernels::attention_decode_scratch_bytes(shape, splits));
+      scratch = std::max(scratch, kernels::attention_decode_scratch_bound(shape, s->kv(l)));
     }
   }
   if (b.scratch.size < scratch) b.scratch = ctx_.create_buffer(scratch, kStorage, "batch decode scratch");
@@ -204,6 +203,8 @@ std::vector<float> GpuBatchDecode::step(std::span<GpuSession* const> sessions, s
                                           .n_queries = N,
                                           .scale = c.attn_scale,
                                           .window = c.layer_window(l)};
+        // every sequence's attention in one dispatch: the per-head kernel whatever the depths (bit-identical outputs
+        // whatever the batch; attention.h)
         kernels::encode_attention_decode_rows(batch, ctx_, all, b.q, owner, sessions[0]->kv(l), b.queries, max_pos,
                                               b.attn, b.scratch);
       }
@@ -228,6 +229,7 @@ std::vector<float> GpuBatchDecode::step(std::span<GpuSession* const> sessions, s
                                             .scale = c.attn_scale,
                                             .window = c.layer_window(l),
                                             .row = i};
+        // the kernel the session's own decode picks at this depth (DecodeKernel::Auto), so the same bits
         kernels::encode_attention_decode(batch, ctx_, shape, b.q, s.kv(l), b.attn, &b.scratch);
       }
       if (c.post_norms) {  // gemma: x += rms_norm(attn wo) * post_attn_norm

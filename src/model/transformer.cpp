@@ -350,9 +350,8 @@ GpuSession::GpuSession(gpu::Context& ctx, const GpuModel& model, const GpuSessio
       .n_heads = c.n_head, .n_kv_heads = c.n_head_kv, .head_dim = c.head_dim, .n_queries = 1, .start_pos = n_ctx_ - 1};
   uint64_t scratch = 4;
   for (uint32_t l = 0; l < c.n_layer; ++l)
-    if (kv_[l]) {  // every attention layer's cache has the same shape
-      const uint32_t splits = kernels::attention_decode_splits(longest, *kv_[l]);
-      scratch = std::max<uint64_t>(scratch, kernels::attention_decode_scratch_bytes(longest, splits));
+    if (kv_[l]) {  // every attention layer's cache has the same shape; either decode kernel may run
+      scratch = std::max<uint64_t>(scratch, kernels::attention_decode_scratch_bound(longest, *kv_[l]));
       break;
     }
   b.decode_scratch = make(scratch / 4, "decode scratch");
@@ -695,7 +694,7 @@ void GpuSession::encode_attention_block(gpu::ComputeBatch& batch, uint32_t layer
     }
   }
   // causal attention over the cache (local layers: the last sliding_window positions): the batched kernel for a
-  // chunk, split-K decode for one token
+  // chunk, split-K decode for one token (per head, or per GQA group from the context's decode_gqa_from depth on)
   const kernels::AttentionShape shape{.n_heads = c.n_head,
                                       .n_kv_heads = c.n_head_kv,
                                       .head_dim = c.head_dim,

@@ -118,6 +118,30 @@ TEST(CliBench, SamplingFlags) {
   EXPECT_EQ(nothing, "");
 }
 
+// --decode-gqa-from: at 0 every decode step's attention runs the grouped kernel, once per layer; by default (8192)
+// at depth 300 the per-head one; the value is in the JSON. A negative one is refused.
+TEST(CliBench, DecodeGqaFromPicksTheAttentionKernel) {
+  if (!test::context().features().timestamp_query) GTEST_SKIP() << "the adapter has no timestamp-query";
+  const std::string model = test::model_path("llama-f32");
+  const uint32_t n_layer = config_from_gguf(GgufFile::open(model)).n_layer;
+  for (const bool grouped : {true, false}) {
+    const auto [status, out] = run_cli("bench -m " + model + " -p 0 -n 2 -r 1 -d 300 --profile --json" +
+                                       (grouped ? " --decode-gqa-from 0" : ""));
+    ASSERT_EQ(status, 0) << out;
+    const nlohmann::json j = nlohmann::json::parse(out);
+    EXPECT_EQ(j.at("decode_gqa_from"), grouped ? 0 : 8192);
+    double per_head = 0, gqa = 0;
+    for (const auto& k : j.at("profile").at("kernels")) {
+      if (k.at("kernel") == "attention.wgsl:attention_decode") per_head += double(k.at("calls_per_step"));
+      if (k.at("kernel") == "attention.wgsl+attention_decode_gqa.wgsl:attention_decode_gqa")
+        gqa += double(k.at("calls_per_step"));
+    }
+    EXPECT_EQ(gqa, grouped ? n_layer : 0) << out;
+    EXPECT_EQ(per_head, grouped ? 0 : n_layer) << out;
+  }
+  EXPECT_NE(run_cli("bench -m " + model + " -p 0 -n 1 -r 1 --decode-gqa-from -1").first, 0);
+}
+
 TEST(CliBench, ProfileNeedsDecodeSteps) {
   const auto [status, out] = run_cli("bench -m " + test::model_path("llama-f32") + " -p 4 -n 0 -r 1 --profile");
   EXPECT_EQ(status, 1) << out;

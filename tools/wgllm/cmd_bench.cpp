@@ -27,6 +27,7 @@ struct BenchOptions {
   bool tg_host = false;  // also time tg with every step's token chosen on the host from its logits read back
   SamplingParams sampling{.temperature = 0};  // tg's token choice (default greedy)
   int32_t layers_per_submit = -1;
+  uint32_t decode_gqa_from = LoadOptions{}.decode_gqa_from;  // depth from which decode attention runs per GQA group
   std::vector<uint32_t> parallel;  // concurrent streams through BatchEngine (continuous batching)
 };
 
@@ -245,6 +246,7 @@ int bench(const BenchOptions& o) {
        .n_ctx = n_ctx,
        .ubatch = o.ubatch,
        .layers_per_submit = o.layers_per_submit < 0 ? std::nullopt : std::optional<uint32_t>(o.layers_per_submit),
+       .decode_gqa_from = o.decode_gqa_from,
        .progress = o.json ? nullptr : progress_bar()});
   const ModelInfo& info = model.info();
   if (!o.json) print_memory(model);
@@ -289,8 +291,13 @@ int bench(const BenchOptions& o) {
   }
   const double gb = info.bytes_per_token / 1e9;
   if (o.json) {
-    nlohmann::json j = {{"model", info.arch},      {"type", info.weight_type},          {"params", info.n_params},
-                        {"adapter", info.adapter}, {"weight_bytes", info.weight_bytes}, {"depth", o.depth}};
+    nlohmann::json j = {{"model", info.arch},
+                        {"type", info.weight_type},
+                        {"params", info.n_params},
+                        {"adapter", info.adapter},
+                        {"weight_bytes", info.weight_bytes},
+                        {"depth", o.depth},
+                        {"decode_gqa_from", o.decode_gqa_from}};
     if (!pp.empty()) {
       const Stat p = stats(pp);
       j["pp"] = {{"n", o.n_prompt}, {"tokens_per_s", p.median}, {"min", p.min}, {"max", p.max}};
@@ -378,6 +385,10 @@ const Register reg{
        app.add_option("--seed", o->sampling.seed, "tg sampling seed")->capture_default_str();
        app.add_option("--layers-per-submit", o->layers_per_submit,
                       "command buffers per step: one after layer 0, then every N layers (0: one; -1: auto)")
+           ->capture_default_str();
+       app.add_option("--decode-gqa-from", o->decode_gqa_from,
+                      "decode attention per GQA group (each K/V row read once per KV head) from this depth on "
+                      "(0: always; past the context: never)")
            ->capture_default_str();
        app.add_option("--parallel", o->parallel,
                       "then N concurrent streams (a list: 1,4,16) through continuous batching, each -p prompt "

@@ -77,6 +77,7 @@ namespace {
 struct RunOptions {
   std::string model, prompt, prompt_file, prompt_ids, adapter, system;
   uint32_t n_predict = 128, n_ctx = 0, ubatch = 512;
+  uint32_t decode_gqa_from = LoadOptions{}.decode_gqa_from;
   SamplingParams sampling;
   int64_t seed = -1;
   bool chat = false, json = false;
@@ -190,6 +191,7 @@ int run(RunOptions o) {
   Model model = load_model(o.model, {.adapter = o.adapter,
                                      .n_ctx = o.n_ctx,
                                      .ubatch = o.ubatch,
+                                     .decode_gqa_from = o.decode_gqa_from,
                                      .progress = o.json ? nullptr : progress_bar(),
                                      .before_upload =
                                          [&](const Model& m) {
@@ -268,6 +270,10 @@ const Register reg{
        app.add_flag("--json", o->json, "print one JSON object (ids, text, timings) instead");
        app.add_option("--ubatch", o->ubatch, "prompt tokens per GPU step")->capture_default_str();
        app.add_option("--adapter", o->adapter, "adapter index or name part (wgllm info --list)");
+       app.add_option("--decode-gqa-from", o->decode_gqa_from,
+                      "decode attention per GQA group (each K/V row read once per KV head) from this depth on")
+           ->capture_default_str()
+           ->group("Advanced");
        app.add_flag("--no-check-tensors", o->no_check_tensors,
                     "skip the scan of the weights for NaN and infinities at load");
        return [o] { return run(*o); };
