@@ -20,6 +20,17 @@ std::string num(double v) {
 }
 }  // namespace
 
+SampleChunks sample_chunks(uint32_t n) {
+  const uint64_t wg = kSampleWorkgroup;
+  const uint64_t per_lane = std::max<uint64_t>(1, (uint64_t(n) + wg * wg - 1) / (wg * wg));
+  return {.n_chunks = uint32_t((n + wg * per_lane - 1) / (wg * per_lane)), .per_lane = uint32_t(per_lane)};
+}
+
+bool sample_fast_path(uint32_t n, const SampleSettings& s) {
+  return s.temperature > 0 && s.repeat_penalty == 1.f && s.top_k > 0 && s.top_k < n &&
+         s.top_k <= sample_chunks(n).n_chunks;
+}
+
 void encode_sample(gpu::ComputeBatch& batch, gpu::Context& ctx, const SampleSettings& s, float u,
                    const gpu::Buffer& logits, uint32_t n, const SampleRecent& recent, const gpu::Buffer& scratch,
                    const gpu::Buffer& out, uint32_t out_index) {
@@ -48,8 +59,12 @@ void encode_sample(gpu::ComputeBatch& batch, gpu::Context& ctx, const SampleSett
     for (int b = a + 1; b < 4; ++b)
       if (distinct[a] == distinct[b]) fail(fn, "logits, recent.ids, scratch and out must be four different buffers");
 
+  const SampleChunks ch = sample_chunks(n);
+  const uint32_t top_k = s.top_k == 0 || s.top_k >= n ? n : s.top_k;
+  const bool fast = sample_fast_path(n, s);
+  const uint32_t n_chunks = ch.n_chunks, per_lane = ch.per_lane;
   const SampleParams p{.n = n,
-                       .top_k = s.top_k == 0 || s.top_k >= n ? n : s.top_k,
+                       .top_k = top_k,
                        .top_p = s.top_p,
                        .min_p = s.min_p,
                        .temperature = s.temperature,
@@ -59,7 +74,11 @@ void encode_sample(gpu::ComputeBatch& batch, gpu::Context& ctx, const SampleSett
                        .n_recent = recent.n_recent,
                        .recent_slot = recent.write_slot,
                        .recent_cap = recent.cap,
-                       .out_index = out_index};
+                       .out_index = out_index,
+                       .fast = fast ? 1u : 0u,
+                       .n_chunks = n_chunks,
+                       .per_lane = per_lane,
+                       .pad = 0};
   const gpu::BufferBinding params = batch.uniform(0, p);
   const gpu::BufferBinding in = {1, &logits, 0, uint64_t(n) * 4};
   const gpu::BufferBinding ring = {2, recent.ids, 0, recent_bytes};
@@ -68,7 +87,17 @@ void encode_sample(gpu::ComputeBatch& batch, gpu::Context& ctx, const SampleSett
   const gpu::BufferBinding prepare[] = {params, in, ring, work, answer};
   const gpu::BufferBinding select[] = {params, work};
   const gpu::BufferBinding draw[] = {params, ring, work, answer};
-  batch.dispatch(ctx.pipeline({"sample.wgsl", "sample_prepare", {}, ""}), prepare, 1);
+  if (fast) {
+    const gpu::BufferBinding scan[] = {params, in, work};
+    const gpu::BufferBinding floor[] = {params, ring, work, answer};
+    const gpu::BufferBinding gather[] = {params, work};
+    batch.dispatch(ctx.pipeline({"sample.wgsl", "sample_chunk_max", {}, ""}), scan, n_chunks);
+    batch.dispatch(ctx.pipeline({"sample.wgsl", "sample_floor", {}, ""}), floor, 1);
+    batch.dispatch(ctx.pipeline({"sample.wgsl", "sample_chunk_keep", {}, ""}), scan, n_chunks);
+    batch.dispatch(ctx.pipeline({"sample.wgsl", "sample_gather", {}, ""}), gather, 1);
+  } else {
+    batch.dispatch(ctx.pipeline({"sample.wgsl", "sample_prepare", {}, ""}), prepare, 1);
+  }
   batch.dispatch(ctx.pipeline({"sample.wgsl", "sample_select", {}, ""}), select, 1);
   batch.dispatch(ctx.pipeline({"sample.wgsl", "sample_draw", {}, ""}), draw, 1);
 }

@@ -17,19 +17,31 @@ struct SampleSettings {
   float repeat_penalty = 1.f;  // > 0; 1: off
 };
 
+// sample.wgsl's workgroup size (WG): also the most chunks of its fast path.
+inline constexpr uint32_t kSampleWorkgroup = 256;
+
 // Mirrors `SampleParams` in sample.wgsl.
 struct SampleParams {
   uint32_t n, top_k;
   float top_p, min_p, temperature, penalty, inv_penalty, u;
   uint32_t n_recent, recent_slot, recent_cap, out_index;
+  uint32_t fast, n_chunks, per_lane, pad;
 };
-static_assert(sizeof(SampleParams) == 48);
+static_assert(sizeof(SampleParams) == 64);
 
 // Scratch bytes encode_sample needs for n logits.
-inline uint64_t sample_scratch_bytes(uint32_t n) { return 4ull * (16 + 3ull * n); }
+inline uint64_t sample_scratch_bytes(uint32_t n) { return 4ull * (16 + 4ull * n + 3 * kSampleWorkgroup); }
 
 // What encode_sample writes when a logit is NaN or infinite.
 inline constexpr uint32_t kSampleNonFinite = 0xffffffffu;
+
+// The fast path's chunks of the vocabulary: at most kSampleWorkgroup of them, each kSampleWorkgroup * per_lane ids.
+struct SampleChunks {
+  uint32_t n_chunks, per_lane;
+};
+SampleChunks sample_chunks(uint32_t n);
+// Whether encode_sample takes the fast path: no penalty, temperature > 0, 0 < top_k < n and top_k <= n_chunks.
+bool sample_fast_path(uint32_t n, const SampleSettings& s);
 
 // The recent ids the penalty looks at: a ring of `cap` u32 slots of which the first n_recent hold ids (their order
 // does not matter); the chosen id is written to slot `write_slot` (when cap > 0), so the next step sees it without
@@ -40,8 +52,9 @@ struct SampleRecent {
 };
 
 // out[out_index] (u32) = the id drawn from logits[0, n) (f32) with uniform u in [0, 1) as cpu::sample_reference
-// draws it, or kSampleNonFinite when any logit is NaN or infinite. Three dispatches of one workgroup;
-// scratch: sample_scratch_bytes(n).
+// draws it, or kSampleNonFinite when any logit is NaN or infinite. Three dispatches of one workgroup, or, without a
+// penalty and with 0 < top_k <= the chunks of the vocabulary (sample.wgsl), six whose passes over all n logits
+// spread over the GPU; scratch: sample_scratch_bytes(n).
 void encode_sample(gpu::ComputeBatch& batch, gpu::Context& ctx, const SampleSettings& settings, float u,
                    const gpu::Buffer& logits, uint32_t n, const SampleRecent& recent, const gpu::Buffer& scratch,
                    const gpu::Buffer& out, uint32_t out_index = 0);

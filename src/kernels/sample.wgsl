@@ -14,8 +14,9 @@
 //            exceeds u * sum(q)
 // Non-finite logits (NaN, +-inf) mean the forward pass broke down: the answer is NON_FINITE instead of an id.
 //
-// Three dispatches of one workgroup each, sharing state through `scratch` (u32 words: [0, 16) state, then the
-// penalised logits [n], then the survivors as (value bits, id) pairs in rising id order [2n]):
+// Three dispatches of one workgroup each (the general path; a fast path is further down), sharing state through
+// `scratch` (u32 words: [0, 16) state, then the penalised logits [n], then the survivors as (value bits, id) pairs
+// in rising id order [2n], then the fast path's regions):
 //   sample_prepare  copy + penalty + max (greedy and non-finite answers end here)
 //   sample_select   top-k, then the survivors compacted in id order
 //   sample_draw     top-p, min-p, temperature and the draw over the survivors
@@ -26,6 +27,7 @@ struct SampleParams {
   n: u32, top_k: u32, top_p: f32, min_p: f32,              // top_k: k < n, or n when off
   temperature: f32, penalty: f32, inv_penalty: f32, u: f32,
   n_recent: u32, recent_slot: u32, recent_cap: u32, out_index: u32,  // recent_cap 0: no ring to append to
+  fast: u32, n_chunks: u32, per_lane: u32, pad: u32,       // the fast path (below); chunks of WG * per_lane ids
 }
 
 @group(0) @binding(0) var<uniform> p: SampleParams;
@@ -41,7 +43,9 @@ const NON_FINITE: u32 = 0xffffffffu;  // kSampleNonFinite
 const S_MAX: u32 = 0u;    // bits of the largest penalised logit
 const S_DONE: u32 = 1u;   // 1: the answer is written (greedy or non-finite)
 const S_COUNT: u32 = 2u;  // survivors after top-k
-const WORK: u32 = 16u;    // the penalised logits start here
+const S_FLOOR: u32 = 3u;  // fast path: the key every candidate reaches
+const S_CAND: u32 = 4u;   // fast path: candidates
+const WORK: u32 = 16u;    // the penalised logits start here (fast path: the candidates' values)
 
 var<workgroup> red_f: array<f32, WG>;
 var<workgroup> red_u: array<u32, WG>;
@@ -63,6 +67,12 @@ fn key_of(v: f32) -> u32 {
   if (b == 0x80000000u) { b = 0u; }
   return select(b | 0x80000000u, ~b, (b & 0x80000000u) != 0u);
 }
+
+// Fast-path regions: per-chunk slots of (value bits, id) [2n] (where the survivors go later), the candidates' ids
+// [n], then per chunk its largest key, whether it saw a non-finite logit, and how many of its ids are candidates.
+fn slot(j: u32) -> u32 { return WORK + p.n + 2u * j; }
+fn ids_at() -> u32 { return WORK + 3u * p.n; }
+fn chunk_word(which: u32, g: u32) -> u32 { return WORK + 4u * p.n + which * WG + g; }
 
 fn work(i: u32) -> f32 { return bitcast<f32>(scratch[WORK + i]); }
 fn cand_v(j: u32) -> f32 { return bitcast<f32>(scratch[WORK + p.n + 2u * j]); }
@@ -161,14 +171,133 @@ fn sample_prepare(@builtin(local_invocation_index) lid: u32) {
   }
 }
 
+// The float whose key_of is k (-0 comes back as +0).
+fn value_of(k: u32) -> f32 {
+  return bitcast<f32>(select(~k, k & 0x7fffffffu, (k & 0x80000000u) != 0u));
+}
+
+// The fast path, taken when there is no penalty and 0 < top_k <= n_chunks (the host decides): the vocabulary in
+// n_chunks chunks of WG * per_lane ids, a workgroup each, so the passes over all n logits use the whole GPU, and the
+// one-workgroup kernels see only the candidates, the ids whose key reaches a floor:
+//   sample_chunk_max   each chunk's largest key, and whether it holds a non-finite logit
+//   sample_floor       one workgroup: the floor = the top_k-th largest chunk maximum (top_k different ids reach
+//                      it, so it is at most the top_k-th largest key of all and every top-k survivor reaches it);
+//                      the max, and the non-finite answer
+//   sample_chunk_keep  each chunk's candidates, in rising id order, into its slots
+//   sample_gather      one workgroup: the candidates packed in rising id order
+// then sample_select and sample_draw over the candidates as over the whole vocabulary (the same survivors in the
+// same order, so the same id as the general path and cpu::sample_reference).
+fn lane_ids(g: u32, lid: u32) -> vec2<u32> {
+  let lo = (g * WG + lid) * p.per_lane;
+  return vec2<u32>(min(p.n, lo), min(p.n, lo + p.per_lane));
+}
+
 @compute @workgroup_size(WG)
-fn sample_select(@builtin(local_invocation_index) lid: u32) {
+fn sample_chunk_max(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+  if (lid == 0u) { atomicStore(&n_bad, 0u); }
+  workgroupBarrier();
+  let r = lane_ids(wg.x, lid);
+  var best = 0u;
+  var bad = false;
+  for (var i = r.x; i < r.y; i++) {
+    let v = logits[i];
+    bad = bad || non_finite(v);
+    best = max(best, key_of(v));
+  }
+  if (bad) { atomicAdd(&n_bad, 1u); }
+  red_u[lid] = best;
+  workgroupBarrier();
+  for (var half = WG / 2u; half > 0u; half = half / 2u) {
+    if (lid < half) { red_u[lid] = max(red_u[lid], red_u[lid + half]); }
+    workgroupBarrier();
+  }
+  if (lid == 0u) {
+    scratch[chunk_word(0u, wg.x)] = red_u[0];
+    scratch[chunk_word(1u, wg.x)] = atomicLoad(&n_bad);
+  }
+}
+
+@compute @workgroup_size(WG)
+fn sample_floor(@builtin(local_invocation_index) lid: u32) {
+  if (lid == 0u) { atomicStore(&n_bad, 0u); }
+  workgroupBarrier();
+  var key = 0u;
+  if (lid < p.n_chunks) {
+    key = scratch[chunk_word(0u, lid)];
+    if (scratch[chunk_word(1u, lid)] != 0u) { atomicAdd(&n_bad, 1u); }
+  }
+  red_u[lid] = key;
+  workgroupBarrier();
+  var above = 0u;  // chunks ranked before this one: a larger maximum, or an equal one on a lower chunk
+  for (var o = 0u; o < p.n_chunks; o++) {
+    let k = red_u[o];
+    above += select(0u, 1u, k > key || (k == key && o < lid));
+  }
+  if (lid < p.n_chunks && above == p.top_k - 1u) { bc_u = key; }
+  if (lid < p.n_chunks && above == 0u) { bc_u2 = key; }
+  let floor_key = workgroupUniformLoad(&bc_u);
+  let max_key = workgroupUniformLoad(&bc_u2);
+  if (lid == 0u) {
+    let is_bad = atomicLoad(&n_bad) != 0u;
+    scratch[S_MAX] = bitcast<u32>(value_of(max_key));
+    scratch[S_FLOOR] = floor_key;
+    scratch[S_DONE] = select(0u, 1u, is_bad);
+    if (is_bad) { finish(NON_FINITE); }
+  }
+}
+
+@compute @workgroup_size(WG)
+fn sample_chunk_keep(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+  if (lid == 0u) {
+    bc_u = scratch[S_DONE];
+    bc_u2 = scratch[S_FLOOR];
+  }
+  if (workgroupUniformLoad(&bc_u) != 0u) { return; }
+  let floor_key = workgroupUniformLoad(&bc_u2);
+  let r = lane_ids(wg.x, lid);
+  var mine = 0u;
+  for (var i = r.x; i < r.y; i++) { mine += select(0u, 1u, key_of(logits[i]) >= floor_key); }
+  let s = scan_u32(lid, mine);
+  var at = wg.x * WG * p.per_lane + s.x;
+  for (var i = r.x; i < r.y; i++) {
+    let v = logits[i];
+    if (key_of(v) >= floor_key) {
+      scratch[slot(at)] = bitcast<u32>(v);
+      scratch[slot(at) + 1u] = i;
+      at += 1u;
+    }
+  }
+  if (lid == 0u) { scratch[chunk_word(2u, wg.x)] = s.y; }
+}
+
+@compute @workgroup_size(WG)
+fn sample_gather(@builtin(local_invocation_index) lid: u32) {
   if (lid == 0u) { bc_u = scratch[S_DONE]; }
   if (workgroupUniformLoad(&bc_u) != 0u) { return; }
+  var count = 0u;
+  if (lid < p.n_chunks) { count = scratch[chunk_word(2u, lid)]; }
+  let s = scan_u32(lid, count);
+  let base = lid * WG * p.per_lane;
+  for (var j = 0u; j < count; j++) {
+    scratch[WORK + s.x + j] = scratch[slot(base + j)];
+    scratch[ids_at() + s.x + j] = scratch[slot(base + j) + 1u];
+  }
+  if (lid == 0u) { scratch[S_CAND] = s.y; }
+}
+
+@compute @workgroup_size(WG)
+fn sample_select(@builtin(local_invocation_index) lid: u32) {
+  if (lid == 0u) {
+    bc_u = scratch[S_DONE];
+    bc_u2 = select(p.n, scratch[S_CAND], p.fast != 0u);
+  }
+  if (workgroupUniformLoad(&bc_u) != 0u) { return; }
+  // The penalised logits, or on the fast path the candidates (their ids at ids_at(), rising).
+  let n = workgroupUniformLoad(&bc_u2);
   // Survivors of top-k: key > cut_key, or key == cut_key and id <= id_cut.
   var cut_key = 0u;
   var id_cut = NONE;
-  if (p.top_k < p.n) {
+  if (p.top_k < n) {
     // Radix select, top byte first: `prefix` holds the decided high bits of the k-th key, `remaining` how many of
     // the keys sharing them are still to be passed over (counting down from the largest).
     // A floor first: each lane's largest key over its ids (i = lid mod WG) belongs to a different id, so with
@@ -178,7 +307,7 @@ fn sample_select(@builtin(local_invocation_index) lid: u32) {
     var floor_key = 0u;
     if (p.top_k <= WG) {
       var lane_max = 0u;
-      for (var i = lid; i < p.n; i += WG) { lane_max = max(lane_max, key_of(work(i))); }
+      for (var i = lid; i < n; i += WG) { lane_max = max(lane_max, key_of(work(i))); }
       red_u[lid] = lane_max;
       workgroupBarrier();
       var above = 0u;  // lanes ranked before this one: a larger maximum, or an equal one on a lower lane
@@ -195,7 +324,7 @@ fn sample_select(@builtin(local_invocation_index) lid: u32) {
       atomicStore(&hist[lid], 0u);
       workgroupBarrier();
       let hi_mask = select(0xffffffffu << (shift + 8u), 0u, shift == 24u);
-      for (var i = lid; i < p.n; i += WG) {
+      for (var i = lid; i < n; i += WG) {
         let k = key_of(work(i));
         if (k >= floor_key && (k & hi_mask) == prefix) { atomicAdd(&hist[(k >> shift) & 255u], 1u); }
       }
@@ -217,7 +346,7 @@ fn sample_select(@builtin(local_invocation_index) lid: u32) {
     }
     cut_key = prefix;
     // The `remaining`-th tie at cut_key in rising id order is the last one kept.
-    let r = chunk(lid, p.n);
+    let r = chunk(lid, n);
     var ties = 0u;
     for (var i = r.x; i < r.y; i++) { ties += select(0u, 1u, key_of(work(i)) == cut_key); }
     let before = scan_u32(lid, ties).x;
@@ -233,7 +362,7 @@ fn sample_select(@builtin(local_invocation_index) lid: u32) {
     id_cut = workgroupUniformLoad(&bc_u);
   }
   // Compaction of the survivors in rising id order.
-  let r = chunk(lid, p.n);
+  let r = chunk(lid, n);
   var mine = 0u;
   for (var i = r.x; i < r.y; i++) {
     let k = key_of(work(i));
@@ -246,7 +375,9 @@ fn sample_select(@builtin(local_invocation_index) lid: u32) {
     let k = key_of(v);
     if (k > cut_key || (k == cut_key && i <= id_cut)) {
       scratch[WORK + p.n + 2u * at] = bitcast<u32>(v);
-      scratch[WORK + p.n + 2u * at + 1u] = i;
+      var id = i;
+      if (p.fast != 0u) { id = scratch[ids_at() + i]; }
+      scratch[WORK + p.n + 2u * at + 1u] = id;
       at += 1u;
     }
   }

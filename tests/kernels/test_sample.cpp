@@ -121,9 +121,12 @@ TEST(Sample, MatchesTheReferenceForTheSameUniform) {
       {"penalty 1.3", 2000, {.temperature = 0.9f, .top_k = 20, .repeat_penalty = 1.3f}, -2, 2, 64},
       {"penalty 0.5 (a bonus)", 2000, {.temperature = 0.7f, .top_p = 0.8f, .repeat_penalty = 0.5f}, -2, 2, 300},
       {"negative logits", 999, kTypical, -40, -30},
+      {"fast path, top-k = chunks", 2000, {.temperature = 1.f, .top_k = 8}, -1, 1},
+      {"fast path, narrow logits", 70000, kTypical, -0.01f, 0.01f},
   };
-  int ties = 0, draws = 0;
+  int ties = 0, draws = 0, fast = 0;
   for (const Case& c : cases) {
+    fast += kernels::sample_fast_path(c.n, c.s);
     auto gen = rng(c.n * 31 + c.s.top_k);
     const auto logits = random_floats(c.n, gen, c.lo, c.hi);
     std::vector<int32_t> recent;
@@ -142,6 +145,7 @@ TEST(Sample, MatchesTheReferenceForTheSameUniform) {
     }
   }
   EXPECT_LE(ties, draws / 50) << "too many floating-point ties: " << ties << " of " << draws;
+  EXPECT_GE(fast, 5) << "cases on encode_sample's fast path";
 }
 
 // Equal logits: the lowest ids first (top-k), whole tie groups (top-p), and the draw in rising id order.
@@ -150,6 +154,11 @@ TEST(Sample, TiesAndEqualLogits) {
   const float us[] = {0.f, 0.19f, 0.21f, 0.99f};
   // top-k 5 of equal logits keeps ids 0..4, each 1/5
   EXPECT_EQ(gpu_sample(flat, {.top_k = 5}, us), (std::vector<uint32_t>{0, 0, 1, 4}));
+  // the same on the fast path, where every id of equal logits is a candidate
+  const std::vector<float> flat5k(5000, 0.25f);
+  ASSERT_TRUE(kernels::sample_fast_path(5000, {.top_k = 5}));
+  ASSERT_FALSE(kernels::sample_fast_path(1000, {.top_k = 5}));
+  EXPECT_EQ(gpu_sample(flat5k, {.top_k = 5}, us), (std::vector<uint32_t>{0, 0, 1, 4}));
   // top-p keeps the whole group: the draw spans the vocabulary
   EXPECT_EQ(gpu_sample(flat, {.top_p = 0.1f}, std::span(us + 3, 1)), (std::vector<uint32_t>{990}));
   // greedy and top-k 1 take the lowest id
@@ -181,7 +190,9 @@ TEST(Sample, AnyNonFiniteLogitGivesNoId) {
   auto gen = rng(5);
   const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
   const float u[] = {0.3f};
-  for (const SampleSettings& s : {kTypical, SampleSettings{.temperature = 0.f, .repeat_penalty = 1.5f}})
+  const SampleSettings fast{.temperature = 0.8f, .top_k = 5};
+  ASSERT_TRUE(kernels::sample_fast_path(3000, fast));
+  for (const SampleSettings& s : {kTypical, fast, SampleSettings{.temperature = 0.f, .repeat_penalty = 1.5f}})
     for (float bad : {nan, inf, -inf})
       for (uint32_t at : {0u, 300u, 2999u}) {
         auto logits = random_floats(3000, gen);
@@ -215,6 +226,10 @@ TEST(Sample, DrawsFollowTheReferenceDistribution) {
        {.temperature = 0.8f, .top_k = 40, .top_p = 0.9f, .min_p = 0.05f},
        {}},
       {"flat top-p", random_floats(500, gen, -1, 1), {.temperature = 1.5f, .top_p = 0.3f}, {}},
+      {"typical, fast path",
+       random_floats(2000, gen, -2, 6),
+       {.temperature = 0.8f, .top_k = 8, .top_p = 0.9f, .min_p = 0.05f},
+       {}},
       {"penalised",
        random_floats(64, gen, 0, 2),
        {.temperature = 1.f, .top_k = 12, .repeat_penalty = 2.f},
