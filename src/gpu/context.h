@@ -61,8 +61,8 @@ struct ContextOptions {
   std::string matmul_tile = {};
   // Single-sequence decode attention switches from the per-head kernel to the GQA-grouped one (each K/V row read
   // once per kv head) at this depth: the keys a step attends besides itself (kernels::DecodeKernel::Auto). 0: always
-  // grouped; past the context: never. The default is a first guess from the reverted kernel's H200 numbers (behind
-  // at 4096, ahead at 16384); `wgllm-bench kernels --decode-depths` measures the crossing.
+  // grouped; past the context: never. The default is measured on the H200 (PERF.md, long-context decode): at 8192
+  // the grouped kernel ties or wins for every shape measured; `wgllm-bench kernels --decode-depths` measures it.
   static constexpr uint32_t kDefaultDecodeGqaFrom = 8192;
   uint32_t decode_gqa_from = kDefaultDecodeGqaFrom;
   // Shaders beyond the library's, found by name by pipeline() (a test's or a benchmark's own kernels). The
