@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # llama.cpp, the oracle for real GGUF files: built for the CPU from the PyPI sdist of llama-cpp-python 0.3.36,
 # which vendors llama.cpp (commit 0c1e570) under vendor/llama.cpp.  The source and the build are cached outside
-# the source tree, keyed by the sdist version, so a second run only prints the paths.
+# the source tree, keyed by the sdist version (the build also by its targets and flags), so a second run only prints
+# the paths.
 #
 #   tools/llamacpp.sh            download (sha256-checked), unpack, build; prints the bin directory
 #   tools/llamacpp.sh --src      the same, but prints the unpacked vendor/llama.cpp directory
@@ -12,7 +13,7 @@
 #
 # The full run also builds llama_oracle (tools/llama_oracle.cpp, ours: what the tests ask llama.cpp that its tools
 # do not print) against that build's llama.h and shared libllama, rpath to its bin directory. It is cached by the
-# hash of its source (oracle-<hash>/llama_oracle), so a changed source rebuilds it alone, in seconds.
+# hash of its source (<build>/oracle-<hash>/llama_oracle), so a changed source rebuilds it alone, in seconds.
 #
 #   WGLLM_CACHE   the cache root (default ~/.cache/wgllm); the build lands in $WGLLM_CACHE/llama.cpp-<version>/
 set -euo pipefail
@@ -25,11 +26,14 @@ TARGETS=(llama-completion llama-perplexity llama-tokenize llama-bench llama-quan
 CACHE=${WGLLM_CACHE:-$HOME/.cache/wgllm}
 DIR=$CACHE/llama.cpp-$VERSION
 SRC=$DIR/src/llama_cpp_python-$VERSION/vendor/llama.cpp
-BUILD=$DIR/build
+# Native code, but without AMX: ggml's AMX matmul (taken for Q8_0 and other quantised weights on CPUs that have
+# AMX) dies with SIGILL where the kernel or a sandbox does not grant a process the AMX tile state.
+FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+BUILD=$DIR/build-$(echo "${TARGETS[*]} $FLAGS" | sha256sum | cut -c1-12)
 BIN=$BUILD/bin
-STAMP=$DIR/.built-$(echo "${TARGETS[*]}" | sha256sum | cut -c1-12)
+STAMP=$BUILD/.built
 ORACLE_SRC=$(cd "$(dirname "$0")" && pwd)/llama_oracle.cpp
-ORACLE=$DIR/oracle-$(sha256sum "$ORACLE_SRC" | cut -c1-12)/llama_oracle
+ORACLE=$BUILD/oracle-$(sha256sum "$ORACLE_SRC" | cut -c1-12)/llama_oracle
 
 say()  { printf '[llamacpp] %s\n' "$*" >&2; }
 fail() { printf '[llamacpp] error: %s\n' "$*" >&2; exit 1; }
@@ -70,7 +74,7 @@ if [ "$mode" = --src ]; then echo "$SRC"; exit 0; fi
 if [ ! -f "$STAMP" ]; then
   say "building ${TARGETS[*]} for the CPU in $BUILD (about 15 minutes on 2 cores)"
   cmake -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DGGML_NATIVE=ON -DLLAMA_BUILD_TESTS=OFF \
-    -DLLAMA_BUILD_SERVER=OFF >"$DIR/configure.log" 2>&1 || fail "cmake configure failed (see $DIR/configure.log)"
+    -DLLAMA_BUILD_SERVER=OFF -DCMAKE_C_FLAGS="$FLAGS" -DCMAKE_CXX_FLAGS="$FLAGS" >"$DIR/configure.log" 2>&1 || fail "cmake configure failed (see $DIR/configure.log)"
   cmake --build "$BUILD" -j"$(nproc)" --target "${TARGETS[@]}" >"$DIR/build.log" 2>&1 \
     || fail "build failed (see $DIR/build.log)"
   touch "$STAMP"
