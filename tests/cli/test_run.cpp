@@ -229,5 +229,25 @@ TEST(ModelLoad, BeforeUploadRunsFirstAndCanStopTheLoad) {
   EXPECT_EQ(Session(m).n_ctx(), 77u);
 }
 
+// A malformed or impossible forced matmul tile ($WGLLM_MATMUL_TILE) fails the load, naming the tile, before any
+// weight uploads.
+TEST(ModelLoad, BadMatmulTileFailsTheLoad) {
+  LoadOptions o;
+  int progress_calls = 0;
+  o.progress = [&](uint64_t, uint64_t) { ++progress_calls; };
+  for (const char* tile : {"32x64", "64x64xf32", "256x256"}) {
+    o.matmul_tile = tile;
+    try {
+      (void)Model::load(test::model_path("llama-f32"), o);
+      ADD_FAILURE() << tile << " loaded";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(tile), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(progress_calls, 0);
+  o.matmul_tile = "128x64";
+  EXPECT_NO_THROW((void)Model::load(test::model_path("llama-f32"), o));
+}
+
 }  // namespace
 }  // namespace wgllm
