@@ -300,24 +300,6 @@ fn sample_select(@builtin(local_invocation_index) lid: u32) {
   if (p.top_k < n) {
     // Radix select, top byte first: `prefix` holds the decided high bits of the k-th key, `remaining` how many of
     // the keys sharing them are still to be passed over (counting down from the largest).
-    // A floor first: each lane's largest key over its ids (i = lid mod WG) belongs to a different id, so with
-    // k <= WG the k-th largest of the lane maxima is at most the k-th largest key of all. Only keys at or above
-    // the floor enter the histograms, which keeps their atomics few (logits share a handful of top bytes: without
-    // the floor most of the vocabulary would add into the same few bins).
-    var floor_key = 0u;
-    if (p.top_k <= WG) {
-      var lane_max = 0u;
-      for (var i = lid; i < n; i += WG) { lane_max = max(lane_max, key_of(work(i))); }
-      red_u[lid] = lane_max;
-      workgroupBarrier();
-      var above = 0u;  // lanes ranked before this one: a larger maximum, or an equal one on a lower lane
-      for (var m = 0u; m < WG; m++) {
-        let o = red_u[m];
-        above += select(0u, 1u, o > lane_max || (o == lane_max && m < lid));
-      }
-      if (above == p.top_k - 1u) { bc_u = lane_max; }
-      floor_key = workgroupUniformLoad(&bc_u);
-    }
     var prefix = 0u;
     var remaining = p.top_k;
     for (var shift = 24u; shift < 32u; shift -= 8u) {
@@ -326,7 +308,7 @@ fn sample_select(@builtin(local_invocation_index) lid: u32) {
       let hi_mask = select(0xffffffffu << (shift + 8u), 0u, shift == 24u);
       for (var i = lid; i < n; i += WG) {
         let k = key_of(work(i));
-        if (k >= floor_key && (k & hi_mask) == prefix) { atomicAdd(&hist[(k >> shift) & 255u], 1u); }
+        if ((k & hi_mask) == prefix) { atomicAdd(&hist[(k >> shift) & 255u], 1u); }
       }
       workgroupBarrier();
       if (lid == 0u) {
