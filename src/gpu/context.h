@@ -59,6 +59,9 @@ struct ContextOptions {
   std::string matvec_shape = {};
   // The tiled matmul's shape, "TOKENSxROWS[xf16]" (kernels::parse_matmul_tile); "" = chosen per product.
   std::string matmul_tile = {};
+  // The CPU adapters' product kernel's shape, "WORKGROUPxROWSxTOKENS" (kernels::parse_rows_config), or "off": the
+  // GPUs' kernels on a CPU adapter too; "" = the default.
+  std::string rows_shape = {};
   // Single-sequence decode attention switches from the per-head kernel to the GQA-grouped one (each K/V row read
   // once per kv head) at this depth: the keys a step attends besides itself (kernels::DecodeKernel::Auto). 0: always
   // grouped; past the context: never. The default is measured on the H200 (PERF.md, long-context decode): at 8192

@@ -51,7 +51,33 @@ std::string matmul_prelude(const MatmulTile& t, GgufType type) {
          std::to_string(t.tokens / 16 * t.rows / 64) + "u;\n" + detail::weight_prelude(type, 1);
 }
 
-constexpr const char* kMatvecShader = "matmul_common.wgsl+rope_angle.wgsl+matvec.wgsl";
+// Host constants for matmul_rows.wgsl: the workgroup, row pairs and tokens per invocation, whether x is shared by
+// subgroup broadcasts (XB), and the entry point.
+std::string rows_prelude(const gpu::Context& ctx, const RowsConfig& c, GgufType type, uint32_t tokens, uint32_t pairs,
+                         bool xv4) {
+  auto u32 = [](const char* name, uint32_t v) {
+    return std::string("const ") + name + ": u32 = " + std::to_string(v) + "u;\n";
+  };
+  const bool xb = ctx.features().subgroups && ctx.adapter().subgroup_min >= 8;
+  std::string s = detail::weight_prelude(type, 1) + u32("RW_WG", c.workgroup) + u32("RH", pairs) +
+                  u32("RQ", pairs / 2) + u32("TT", tokens) + "const XB: bool = " + (xb ? "true" : "false") + ";\nconst XV4: bool = " +
+                  (xv4 ? "true" : "false") + ";\n";
+  if (xb)
+    return s +
+           "fn broadcast8(v: vec4<f32>) -> W32 {\n  return W32(W8(subgroupBroadcast(v, 0u), subgroupBroadcast(v, 1u)), "
+           "W8(subgroupBroadcast(v, 2u), subgroupBroadcast(v, 3u)),\n    W8(subgroupBroadcast(v, 4u), "
+           "subgroupBroadcast(v, 5u)), W8(subgroupBroadcast(v, 6u), subgroupBroadcast(v, 7u)));\n}\n"
+           "@compute @workgroup_size(RW_WG)\nfn matmul_rows(@builtin(workgroup_id) wid: vec3<u32>, "
+           "@builtin(local_invocation_index) lid: u32, @builtin(subgroup_invocation_id) sl: u32) {\n"
+           "  rows_main(wid, lid, sl);\n}\n";
+  const std::string zero8 = "W8(vec4<f32>(0.0), vec4<f32>(0.0))";
+  return s + "fn broadcast8(v: vec4<f32>) -> W32 { return W32(" + zero8 + ", " + zero8 + ", " + zero8 + ", " + zero8 +
+         "); }\n@compute @workgroup_size(RW_WG)\nfn matmul_rows(@builtin(workgroup_id) wid: vec3<u32>, "
+         "@builtin(local_invocation_index) lid: u32) { rows_main(wid, lid, 0u); }\n";
+}
+
+constexpr const char* kMatvecShader = "matmul_common.wgsl+rope_angle.wgsl+rope_kv_epilogue.wgsl+matvec.wgsl";
+constexpr const char* kRowsShader = "matmul_common.wgsl+rope_angle.wgsl+rope_kv_epilogue.wgsl+matmul_rows.wgsl";
 constexpr const char* kMatmulShader = "matmul_common.wgsl+matmul.wgsl";
 
 // The product with the options' epilogues, or (rk) the matvec's RoPE + KV-append epilogue. The options are checked.
@@ -96,7 +122,10 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
       (o.norm->get() == y.get() || (split_out && (o.norm->get() == o.y1->get() || o.norm->get() == o.y2->get()))))
     fail(fn, "norm must not be an output");
   MatmulImpl impl = o.impl;
-  if (impl == MatmulImpl::Auto) impl = n_tokens <= kMatvecMaxTokens ? MatmulImpl::Matvec : MatmulImpl::Tiled;
+  if (impl == MatmulImpl::Auto)
+    impl = rows_config(ctx)                  ? MatmulImpl::Rows
+           : n_tokens <= kMatvecMaxTokens ? MatmulImpl::Matvec
+                                          : MatmulImpl::Tiled;
 
   const uint32_t max_grid = ctx.limits().maxComputeWorkgroupsPerDimension;
   uint32_t step = detail::tokens_per_binding(fn, ctx, {w.n_in, y_width, y1_width, y2_width});
@@ -104,6 +133,8 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
   const gpu::Buffer& none = ctx.placeholder_storage();
   const MatvecConfig mv = matvec_config(ctx, w.n_out, w.n_in);
   const MatmulTile tile = impl == MatmulImpl::Tiled ? matmul_tile(ctx, std::min(step, n_tokens), w.n_out) : MatmulTile{};
+  const RowsConfig rows = impl == MatmulImpl::Rows ? rows_config(ctx).value_or(RowsConfig{}) : RowsConfig{};
+  const uint32_t row_pairs = rk && rk->neox ? 2 : rows.rows / 2;  // the neox RoPE epilogue takes quads of rows
   const uint32_t flag_bits = (o.bias ? flags::kBias : 0) | (o.norm ? flags::kNorm : 0) |
                              (o.accumulate ? flags::kAccum : 0) | (o.swiglu ? flags::kSwiglu : 0) |
                              (o.gelu ? flags::kGelu : 0) | (split_out ? flags::kSplit : 0) | (rk ? flags::kRopeKv : 0) |
@@ -116,9 +147,14 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
     const auto y1w = split_out ? detail::row_window(ctx, first, count, y1_width) : detail::RowWindow{0, 16, 0};
     const auto y2w = split_out ? detail::row_window(ctx, first, count, y2_width) : detail::RowWindow{0, 16, 0};
     const bool xv4 = w.n_in % 32 == 0 && xw.first_word % 4 == 0;
-    WGPUComputePipeline pipe = impl == MatmulImpl::Matvec
-                                   ? ctx.pipeline({kMatvecShader, "matvec", {}, matvec_prelude(mv, w.type, count, xv4)})
-                                   : ctx.pipeline({kMatmulShader, "matmul", {}, matmul_prelude(tile, w.type)});
+    // One token (decode) or the shape's tokens, the last group's missing ones clamped: two pipelines per weight type,
+    // not one per count (lavapipe takes seconds to compile each).
+    const uint32_t rows_tokens = count == 1 ? 1 : rows.tokens;
+    WGPUComputePipeline pipe =
+        impl == MatmulImpl::Matvec ? ctx.pipeline({kMatvecShader, "matvec", {}, matvec_prelude(mv, w.type, count, xv4)})
+        : impl == MatmulImpl::Rows
+            ? ctx.pipeline({kRowsShader, "matmul_rows", {}, rows_prelude(ctx, rows, w.type, rows_tokens, row_pairs, xv4)})
+            : ctx.pipeline({kMatmulShader, "matmul", {}, matmul_prelude(tile, w.type)});
     for (const auto& piece : w.pieces) {
       MatmulParams p = detail::piece_params(w, piece, count);
       p.flags = flag_bits;
@@ -142,6 +178,10 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
       if (impl == MatmulImpl::Matvec) {
         const uint32_t rows_per_wg = mv.rows * mv.groups;
         n_wg = (piece.n_rows + rows_per_wg - 1) / rows_per_wg;
+      } else if (impl == MatmulImpl::Rows) {
+        const uint32_t rows_per_wg = rows.workgroup * 2 * row_pairs;
+        p.row_tiles = (piece.n_rows + rows_per_wg - 1) / rows_per_wg;
+        n_wg = uint64_t(p.row_tiles) * ((count + rows_tokens - 1) / rows_tokens);
       } else {
         p.row_tiles = (piece.n_rows + tile.rows - 1) / tile.rows;
         n_wg = uint64_t(p.row_tiles) * ((count + tile.tokens - 1) / tile.tokens);
@@ -158,9 +198,11 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
           {7, split_out ? o.y1 : &ctx.placeholder_writable(), y1w.offset_bytes, y1w.size_bytes},
           {8, split_out ? o.y2 : &ctx.placeholder_writable(), y2w.offset_bytes, y2w.size_bytes},
       };
-      if (impl == MatmulImpl::Matvec) {
+      if (impl == MatmulImpl::Matvec || impl == MatmulImpl::Rows)
         bindings.push_back(xv4 ? gpu::BufferBinding{9, &x, xw.offset_bytes, xw.size_bytes}
                                : gpu::BufferBinding{9, &none, 0, 16});
+      if (impl == MatmulImpl::Rows) bindings.push_back({12, &piece.buffer});
+      if (impl == MatmulImpl::Matvec || impl == MatmulImpl::Rows) {
         bindings.push_back(rk ? gpu::BufferBinding{10, rk->table} : gpu::BufferBinding{10, &none, 0, 16});
         bindings.push_back(rk ? gpu::BufferBinding{11, rk->pool}
                               : gpu::BufferBinding{11, &ctx.placeholder_writable(), 0, 16});
@@ -222,6 +264,39 @@ MatvecConfig parse_matvec_config(const std::string& text) {
     throw InvalidArgument("matvec config '" + text +
                           "': threads per row a power of two >= rows * 4, rows even, groups > 0, <= 1024 threads");
   return c;
+}
+
+std::optional<RowsConfig> rows_config(const gpu::Context& ctx) {
+  const std::string& forced = ctx.options().rows_shape;
+  const std::optional<RowsConfig> c = forced.empty() ? RowsConfig{} : forced == "off" ? std::optional<RowsConfig>{}
+                                                                                       : parse_rows_config(forced);
+  if (!ctx.adapter().is_cpu()) return std::nullopt;
+  return c;
+}
+
+RowsConfig parse_rows_config(const std::string& text) {
+  const std::string expected = "rows shape '" + text + "': expected WORKGROUPxROWSxTOKENS: a workgroup of 1..256 " +
+                               "invocations (a power of two), 2 or 4 rows, 1..8 tokens (e.g. 16x4x4)";
+  std::vector<uint32_t> v;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    const size_t x = std::min(text.find('x', pos), text.size());
+    const std::string part = text.substr(pos, x - pos);
+    if (part.empty() || part.size() > 3 || part.find_first_not_of("0123456789") != std::string::npos)
+      throw InvalidArgument(expected);
+    v.push_back(uint32_t(std::stoul(part)));
+    pos = x + 1;
+  }
+  if (v.size() != 3) throw InvalidArgument(expected);
+  const RowsConfig c{.workgroup = v[0], .rows = v[1], .tokens = v[2]};
+  if (c.workgroup == 0 || c.workgroup > 256 || (c.workgroup & (c.workgroup - 1)) || (c.rows != 2 && c.rows != 4) ||
+      c.tokens == 0 || c.tokens > 8)
+    throw InvalidArgument(expected);
+  return c;
+}
+
+MatmulImpl token_independent_impl(const gpu::Context& ctx) {
+  return rows_config(ctx) ? MatmulImpl::Rows : MatmulImpl::Matvec;
 }
 
 MatmulTile matmul_tile(const gpu::Context& ctx, uint32_t n_tokens, uint32_t n_rows) {

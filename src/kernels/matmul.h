@@ -1,8 +1,10 @@
-// y = x W^T for a weight in its GGUF type (weight.h): matrix-vector for decode (matvec.wgsl) and tiled
-// matrix-matrix for prefill (matmul.wgsl), both after matmul_common.wgsl, with fused epilogues. Contract checks
+// y = x W^T for a weight in its GGUF type (weight.h): on GPUs matrix-vector for decode (matvec.wgsl) and tiled
+// matrix-matrix for prefill (matmul.wgsl); on CPU adapters one kernel for both (matmul_rows.wgsl); all after
+// matmul_common.wgsl, with fused epilogues. Contract checks
 // happen here and throw wgllm::InvalidArgument naming the field.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "gpu/batch.h"
@@ -11,9 +13,10 @@
 namespace wgllm::kernels {
 
 enum class MatmulImpl {
-  Auto,    // Matvec for n_tokens <= kMatvecMaxTokens, else Tiled
+  Auto,    // CPU adapters: Rows; GPUs: Matvec for n_tokens <= kMatvecMaxTokens, else Tiled
   Matvec,  // one pass over W per kMatvecMaxTokens tokens
   Tiled,   // register-tiled: output tiles through workgroup memory (MatmulTile)
+  Rows,    // an invocation per row pair, all of its columns, RowsConfig::tokens tokens per pass over W (CPU adapters)
 };
 inline constexpr uint32_t kMatvecMaxTokens = 4;
 
@@ -43,6 +46,19 @@ struct MatmulTile {
 MatmulTile matmul_tile(const gpu::Context& ctx, uint32_t n_tokens, uint32_t n_rows);
 // "TOKENSxROWS[xf16]", e.g. "128x128" or "64x128xf16" (ContextOptions::matmul_tile); InvalidArgument when malformed.
 MatmulTile parse_matmul_tile(const std::string& text);
+
+// The Rows kernel's shape: `workgroup` invocations, each `rows` adjacent rows (2 or 4; 4 for the neox RoPE
+// epilogue) for `tokens` tokens (1..8; one for a one-token product).
+struct RowsConfig {
+  uint32_t workgroup = 16, rows = 4, tokens = 4;
+};
+// The context's rows_shape option when set, else the default; nullopt when it is "off" or the adapter is a GPU.
+std::optional<RowsConfig> rows_config(const gpu::Context& ctx);
+// "WORKGROUPxROWSxTOKENS", e.g. "16x4x4" (ContextOptions::rows_shape); InvalidArgument when malformed or out of range.
+RowsConfig parse_rows_config(const std::string& text);
+// Batch decode's product: one whose result for a token does not depend on the tokens beside it (Matvec on GPUs,
+// Rows on CPU adapters).
+MatmulImpl token_independent_impl(const gpu::Context& ctx);
 
 // What happens around the product, fused into the same dispatch.
 struct MatmulOptions {

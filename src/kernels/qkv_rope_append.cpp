@@ -12,7 +12,7 @@ using detail::fail;
 bool qkv_rope_append_supported(const gpu::Context& ctx, const GpuWeight& w, const QkvRopeAppend& a) {
   if (!a.neox) return true;
   return a.head_dim % 4 == 0 && a.rope_dim % 4 == 0 && w.pieces.size() == 1 &&
-         matvec_config(ctx, w.n_out, w.n_in).rows % 4 == 0;
+         (rows_config(ctx) || matvec_config(ctx, w.n_out, w.n_in).rows % 4 == 0);  // Rows takes quads for neox
 }
 
 void encode_qkv_rope_append(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight& w, const gpu::Buffer& x,
@@ -32,7 +32,7 @@ void encode_qkv_rope_append(gpu::ComputeBatch& batch, gpu::Context& ctx, const G
   if (a.neox && !qkv_rope_append_supported(ctx, w, a))
     fail(fn,
          "neox RoPE needs head_dim and rope_dim multiples of 4, the weight in one piece and a matvec shape of 4k "
-         "rows (head_dim " +
+         "rows (or the Rows kernel; head_dim " +
              std::to_string(a.head_dim) + ", rope_dim " + std::to_string(a.rope_dim) + ", " +
              std::to_string(w.pieces.size()) + " pieces)");
   if (a.pos >= kc.max_seq)

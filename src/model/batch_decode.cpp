@@ -18,10 +18,6 @@ namespace wgllm {
 
 namespace {
 constexpr auto kStorage = WGPUBufferUsage_Storage;
-// Every product of the step goes through the matrix-vector kernel, kMatvecMaxTokens tokens per pass over the
-// weights: its arithmetic for a token does not depend on the tokens beside it, so a sequence's logits are the same
-// bits whatever else runs in the step (the tiled kernel, taken from 5 tokens on elsewhere, sums in another order).
-constexpr kernels::MatmulImpl kImpl = kernels::MatmulImpl::Matvec;
 }  // namespace
 
 // Activations for up to max_sequences tokens, row i for sequence i. Row-major [tokens][width] f32.
@@ -149,6 +145,10 @@ std::vector<float> GpuBatchDecode::step(std::span<GpuSession* const> sessions, s
   gpu::ComputeBatch batch(ctx_, "batch decode", bind_cache_.get());
   kernels::encode_embedding(batch, ctx_, model_.weights.token_embd, b.ids, b.x, N);
   if (c.embd_scale != 1.f) kernels::encode_scale(batch, ctx_, b.x, uint64_t(N) * c.n_embd, c.embd_scale);
+  // Every product of the step goes through a kernel whose arithmetic for a token does not depend on the tokens
+  // beside it, so a sequence's logits are the same bits whatever else runs in the step (the GPUs' tiled kernel,
+  // taken from 5 tokens on elsewhere, sums in another order).
+  const kernels::MatmulImpl kImpl = kernels::token_independent_impl(ctx_);
   for (uint32_t l = 0; l < c.n_layer; ++l) {
     const GpuLayer& L = model_.weights.layers[l];
     if (c.is_conv(l)) {

@@ -326,7 +326,10 @@ TEST(Matmul, OtherMatvecShapes) {
   for (size_t s = 0; s < n_shapes; ++s) {
     const char* shape = shapes[s];
     SCOPED_TRACE(shape);
-    gpu::Context ctx(context_options([&](auto& o) { o.matvec_shape = shape; }));
+    gpu::Context ctx(context_options([&](auto& o) {
+      o.matvec_shape = shape;
+      o.rows_shape = "off";  // CPU adapters too take the GPUs' kernels for Auto
+    }));
     EXPECT_EQ(kernels::matvec_config(ctx).threads_per_row, kernels::parse_matvec_config(shape).threads_per_row);
     for (const EpilogueCase& c : kEpilogueCases)
       if (c.impl == Matvec) check_epilogue(ctx, c);
@@ -356,7 +359,10 @@ TEST(Matmul, OtherTiles) {
     SCOPED_TRACE(tile);
     const auto want = kernels::parse_matmul_tile(tile);
     if (want.f16 && !context().features().shader_f16) continue;
-    gpu::Context ctx(context_options([&](auto& o) { o.matmul_tile = tile; }));
+    gpu::Context ctx(context_options([&](auto& o) {
+      o.matmul_tile = tile;
+      o.rows_shape = "off";  // CPU adapters too take the GPUs' kernels for Auto
+    }));
     const auto got = kernels::matmul_tile(ctx, 512, 4096);
     EXPECT_EQ(got.tokens, want.tokens);
     EXPECT_EQ(got.rows, want.rows);
@@ -428,16 +434,77 @@ TEST(Matmul, EpilogueArgumentsAreChecked) {
   expect_throw([&] { kernels::encode_matmul(batch, ctx, w, x, y, 1, {.gelu = true}); }, "gelu needs swiglu");
 }
 
-// Without subgroups the matvec rows reduce through workgroup memory instead of shuffles.
+// Without subgroups the matvec rows reduce through workgroup memory instead of shuffles, and the Rows kernel loads
+// x in every invocation instead of sharing it by broadcasts.
 TEST(Matmul, NoSubgroupsMatvec) {
-  gpu::Context ctx(context_options([](auto& o) { o.disable_subgroups = true; }));
-  EXPECT_FALSE(kernels::matvec_config(ctx).shuffle);
-  for (const MatmulCase& c :
-       {MatmulCase{"nosg_q4_0_t1", Q4_0, 896, 131, 1, true}, MatmulCase{"nosg_f16_t3", F16, 257, 33, 3},
-        MatmulCase{"nosg_q8_0_t4_split", Q8_0, 256, 99, 4, false, Auto, 4096}}) {
-    const auto r = run_matmul(ctx, c, 77);
-    EXPECT_LE(r.rel_l2, 1e-5) << c.name << ": " << r.describe();
+  for (const char* rows : {"off", ""}) {
+    SCOPED_TRACE(rows);
+    gpu::Context ctx(context_options([&](auto& o) {
+      o.disable_subgroups = true;
+      o.rows_shape = rows;
+    }));
+    EXPECT_FALSE(kernels::matvec_config(ctx).shuffle);
+    for (const MatmulCase& c :
+         {MatmulCase{"nosg_q4_0_t1", Q4_0, 896, 131, 1, true}, MatmulCase{"nosg_f16_t3", F16, 257, 33, 3},
+          MatmulCase{"nosg_q8_0_t4_split", Q8_0, 256, 99, 4, false, Auto, 4096},
+          MatmulCase{"nosg_q8_0_t9", Q8_0, 64, 20, 9}}) {
+      const auto r = run_matmul(ctx, c, 77);
+      EXPECT_LE(r.rel_l2, 1e-5) << c.name << ": " << r.describe();
+    }
   }
+}
+
+// The Rows kernel (matmul_rows.wgsl; CPU adapters take it for every product, so the tables above run it there in
+// the default shape) in other shapes and, forced, on any adapter: 2 or 4 rows and 1..8 tokens per invocation, odd
+// workgroups; the epilogue cases and the product cases of a few weight types (the default shape runs every type),
+// dealt out over the shapes (lavapipe takes seconds to compile each pipeline). A token's sum does not depend on the
+// tokens beside it: one token alone gives the same bits as within a batch.
+TEST(Matmul, RowsShapes) {
+  const char* shapes[] = {"8x2x3", "32x4x8", "1x2x1"};
+  const size_t n_shapes = std::size(shapes);
+  auto few = [](GgufType t) { return t == F32 || t == F16 || t == Q8_0; };
+  for (size_t s = 0; s < n_shapes; ++s) {
+    const char* shape = shapes[s];
+    SCOPED_TRACE(shape);
+    gpu::Context ctx(context_options([&](auto& o) { o.rows_shape = shape; }));
+    size_t e = 0;
+    for (EpilogueCase c : kEpilogueCases)
+      if (few(c.type) && e++ % n_shapes == s) {
+        c.impl = MatmulImpl::Rows;
+        check_epilogue(ctx, c);
+      }
+    size_t i = 0;
+    for (MatmulCase c : kMatmulCases)
+      if (few(c.type) && i++ % n_shapes == s) {
+        c.impl = MatmulImpl::Rows;
+        const auto [r, vs_abs] = run_matmul_scaled(ctx, c, 31);
+        EXPECT_TRUE(r.rel_l2 <= 1e-5 || vs_abs <= 1e-6) << c.name << ": " << r.describe() << "; " << vs_abs;
+      }
+  }
+  // token independence: token 5 of a 7-token product equals the same row alone
+  auto& ctx = context();
+  auto gen = rng(123);
+  const uint32_t n_in = 96, n_out = 37, T = 7;
+  const auto bytes = random_weight(Q8_0, n_in, n_out, gen);
+  const auto w = kernels::upload_weight(ctx, Q8_0, n_in, n_out, bytes);
+  const auto x = random_floats(size_t(T) * n_in, gen);
+  auto xs = ctx.upload<float>(x, WGPUBufferUsage_Storage, "x");
+  auto x5 = ctx.upload<float>(std::span(x).subspan(5 * n_in, n_in), WGPUBufferUsage_Storage, "x5");
+  auto y = poisoned(ctx, size_t(T) * n_out, "y");
+  auto y5 = poisoned(ctx, n_out, "y5");
+  gpu::ComputeBatch batch(ctx, "rows tokens");
+  kernels::encode_matmul(batch, ctx, w, xs, y, T, {.impl = MatmulImpl::Rows});
+  kernels::encode_matmul(batch, ctx, w, x5, y5, 1, {.impl = MatmulImpl::Rows});
+  batch.submit_and_wait();
+  const auto all = ctx.read<float>(y), one = ctx.read<float>(y5);
+  for (uint32_t o = 0; o < n_out; ++o) EXPECT_EQ(all[5 * n_out + o], one[o]) << "row " << o;
+
+  EXPECT_THROW(kernels::parse_rows_config("16x4"), InvalidArgument);
+  EXPECT_THROW(kernels::parse_rows_config("16x3x4"), InvalidArgument);
+  EXPECT_THROW(kernels::parse_rows_config("12x4x4"), InvalidArgument);
+  EXPECT_THROW(kernels::parse_rows_config("16x4x9"), InvalidArgument);
+  EXPECT_THROW(kernels::parse_rows_config("16x4x0"), InvalidArgument);
+  EXPECT_EQ(kernels::parse_rows_config("8x2x3").tokens, 3u);
 }
 
 TEST(Matmul, BadArgumentsThrowNamingTheField) {

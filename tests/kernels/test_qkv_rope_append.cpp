@@ -95,13 +95,22 @@ std::ostream& operator<<(std::ostream& o, const RopeKvCase& c) { return o << c.n
 class RopeKvTable : public ::testing::TestWithParam<RopeKvCase> {};
 
 TEST_P(RopeKvTable, MatchesCpuReference) {
-  check_rope_kv(context(), GetParam());
-  // and in the shapes GPUs use (shuffle-only reduction, workgroup memory, units in flight)
+  check_rope_kv(context(), GetParam());  // on CPU adapters: the Rows kernel (matmul_rows.wgsl)
+  // and the matvec in the shapes GPUs use (shuffle-only reduction, workgroup memory, units in flight)
   for (const char* shape : {"32x4x4", "128x4x1", "16x2x2x3"}) {
     SCOPED_TRACE(shape);
-    gpu::Context ctx(context_options([&](auto& o) { o.matvec_shape = shape; }));
+    gpu::Context ctx(context_options([&](auto& o) {
+      o.matvec_shape = shape;
+      o.rows_shape = "off";
+    }));
     check_rope_kv(ctx, GetParam());
   }
+  // and the Rows kernel in another shape (two rows per invocation where the epilogue allows, no subgroups)
+  gpu::Context rows(context_options([&](auto& o) {
+    o.rows_shape = "8x2x1";
+    o.disable_subgroups = true;
+  }));
+  if (rows.adapter().is_cpu()) check_rope_kv(rows, GetParam());
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, RopeKvTable, ::testing::ValuesIn(kRopeKvCases),
