@@ -39,6 +39,7 @@ struct Options {
   uint64_t rotate_bytes = 256ull << 20;  // weight copies cycled by the matvec runs (beyond any L2)
   std::string matvec;                    // TxRxG override of the matvec shape
   std::string matmul_tiles;              // comma-separated matmul tiles to sweep ("" = the chosen one)
+  std::string rows_shapes;               // comma-separated shapes of the CPU adapters' kernel to sweep
   bool skip_matvec = false;
 };
 
@@ -226,10 +227,20 @@ int run_bench_ops(const Options& o) {
   std::vector<std::string> tiles = split(o.matmul_tiles, ',');
   for (const auto& t : tiles) kernels::parse_matmul_tile(t);  // likewise --matmul-tiles
   if (tiles.empty()) tiles.push_back("");
-  for (size_t ti = 0; ti < tiles.size(); ++ti) {
+  const std::vector<std::string> rows_shapes = split(o.rows_shapes, ',');
+  for (const auto& r : rows_shapes)
+    if (r != "off") kernels::parse_rows_config(r);  // and --rows-shapes
+  // (matmul tile, rows shape) per run: the tiles, or the rows shapes (each timed for matvec too)
+  std::vector<std::pair<std::string, std::string>> runs;
+  if (rows_shapes.empty())
+    for (const auto& t : tiles) runs.emplace_back(t, "");
+  else
+    for (const auto& r : rows_shapes) runs.emplace_back("", r);
+  for (size_t ti = 0; ti < runs.size(); ++ti) {
     gpu::ContextOptions options = context_options(o.adapter);
     options.matvec_shape = o.matvec;
-    options.matmul_tile = tiles[ti];
+    options.matmul_tile = runs[ti].first;
+    options.rows_shape = runs[ti].second;
     gpu::Context ctx(options);
     const bool first = ti == 0;
     if (first) {
@@ -243,7 +254,13 @@ int run_bench_ops(const Options& o) {
       std::printf("%-7s %-5s %-11s %6s %11s %12s\n", "kernel", "type", "n_in x n_out", "tokens", "ms/call",
                   "throughput");
     }
-    const bool matvec = first && !o.skip_matvec;
+    const bool matvec = (first || !rows_shapes.empty()) && !o.skip_matvec;
+    const auto rows_cfg = kernels::rows_config(ctx);  // the Rows kernel does both (kernels::MatmulImpl::Auto)
+    const bool rows = rows_cfg.has_value();
+    const auto rows_shape = rows_cfg.value_or(kernels::RowsConfig{});
+    char rows_label[64];
+    std::snprintf(rows_label, sizeof rows_label, "(rows shape %ux%ux%u)", rows_shape.workgroup, rows_shape.rows,
+                  rows_shape.tokens);
     for (const auto& shape : split(o.shapes, ',')) {
       const auto dims = split(shape, 'x');
       if (dims.size() != 2) throw InvalidArgument("--shapes: '" + shape + "' is not N_INxN_OUT");
@@ -267,17 +284,21 @@ int run_bench_ops(const Options& o) {
           const double mv =
               time_matmul(ctx, copies, x, y, 1, std::max<uint32_t>(o.matvec_per_submit, copies.size()), o.repeats);
           const auto mv_shape = kernels::matvec_config(ctx, n_out, n_in);
-          std::printf("%-7s %-5s %5ux%-5u %6u %11.3f %8.1f GB/s  (matvec shape %ux%ux%ux%u)\n", "matvec",
-                      tname.c_str(), n_in, n_out, 1u, mv * 1e3, double(bytes.size()) / mv / 1e9,
-                      mv_shape.threads_per_row, mv_shape.rows, mv_shape.groups, mv_shape.units);
+          char label[64];
+          std::snprintf(label, sizeof label, "(matvec shape %ux%ux%ux%u)", mv_shape.threads_per_row, mv_shape.rows,
+                        mv_shape.groups, mv_shape.units);
+          std::printf("%-7s %-5s %5ux%-5u %6u %11.3f %8.1f GB/s  %s\n", "matvec", tname.c_str(), n_in, n_out, 1u,
+                      mv * 1e3, double(bytes.size()) / mv / 1e9, rows ? rows_label : label);
         }
         if (!o.skip_matmul) {
           const double mm =
               time_matmul(ctx, std::span(copies).first(1), x, y, o.prefill_tokens, o.matmul_per_submit, o.repeats);
           const auto tile = kernels::matmul_tile(ctx, o.prefill_tokens, n_out);
-          std::printf("%-7s %-5s %5ux%-5u %6u %11.3f %8.1f GFLOP/s  (tile %ux%u%s)\n", "matmul", tname.c_str(), n_in,
-                      n_out, o.prefill_tokens, mm * 1e3, kernels::matmul_flops(copies[0], o.prefill_tokens) / mm / 1e9,
-                      tile.tokens, tile.rows, tile.f16 ? "xf16" : "");
+          char label[64];
+          std::snprintf(label, sizeof label, "(tile %ux%u%s)", tile.tokens, tile.rows, tile.f16 ? "xf16" : "");
+          std::printf("%-7s %-5s %5ux%-5u %6u %11.3f %8.1f GFLOP/s  %s\n", "matmul", tname.c_str(), n_in, n_out,
+                      o.prefill_tokens, mm * 1e3, kernels::matmul_flops(copies[0], o.prefill_tokens) / mm / 1e9,
+                      rows ? rows_label : label);
         }
         std::fflush(stdout);
       }
@@ -300,6 +321,8 @@ const Register reg{
        app.add_option("--matmul-per-submit", o->matmul_per_submit, "dispatches per submit, matmul")
            ->capture_default_str();
        app.add_flag("--no-matmul", o->skip_matmul, "only the matrix-vector runs");
+       app.add_option("--rows-shapes", o->rows_shapes,
+                      "CPU adapters' product kernel shapes to sweep, comma-separated WORKGROUPxROWSxTOKENS or off (tuning)");
        app.add_flag("--no-floors", o->skip_floors, "skip the dispatch-overhead and memory-floor runs");
        app.add_option("--rotate-bytes", o->rotate_bytes,
                       "matvec: cycle through copies of the weight totalling this many bytes (1: one copy)")

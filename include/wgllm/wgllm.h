@@ -62,6 +62,9 @@ struct LoadOptions {
   // The tiled matmul's shape for every prefill product, "TOKENSxROWS[xf16]" ("" = chosen per product; the CLI
   // reads $WGLLM_MATMUL_TILE): a tuning knob for benchmarks.
   std::string matmul_tile = {};
+  // CPU adapters' product kernel (matmul_rows.wgsl), "WORKGROUPxROWSxTOKENS" or "off" (the GPUs' kernels instead;
+  // "" = the default; the CLI reads $WGLLM_ROWS_SHAPE): a tuning knob for benchmarks.
+  std::string rows_shape = {};
 };
 
 // What a loaded model is and what it takes.
