@@ -1,36 +1,316 @@
 #!/usr/bin/env bash
-# wgllm beside llama.cpp on the same GGUF files, in one run: `wgllm bench` and `llama-bench` (pp and tg tokens/s),
-# printed as one Markdown table with the ratios. Meant for a GPU machine (llama.cpp built there with CUDA).
+# wgllm beside llama.cpp (CUDA and Vulkan builds) on the same GGUF files: `wgllm bench` and `llama-bench` (pp and tg
+# tokens/s), printed as Markdown tables with the ratios. The builds and the benchmarks run on a GPU machine; the
+# source and the Vulkan toolchain are prepared on a Debian 12 machine with network and carried there.
 #
+# Prepare (Debian 12, network):
+#   scripts/bench_vs_llamacpp.sh prepare-source SDIST_TARBALL OUT_TAR_XZ
+#       vendor/llama.cpp of the llama-cpp-python 0.3.36 sdist, stripped to what the CUDA and Vulkan builds of
+#       llama-bench need (no models, docs, tests, examples, web UI, other backends), checked to configure, as tar.xz
+#   scripts/bench_vs_llamacpp.sh prepare-vulkan-debs DIR
+#       Debian trixie's glslc, libshaderc1, libvulkan-dev, spirv-headers, libvulkan1 (the loader) and libglvnd0
+#       (libGLdispatch, which NVIDIA's Vulkan driver needs) as .deb files in DIR, from the mirror of the system's own
+#       suite (apt-get download with a private sources list and state directory: the system's apt is left untouched)
+# Build (GPU machine; each build resumes where it stopped when run again):
+#   scripts/bench_vs_llamacpp.sh unpack-debs DIR PREFIX
+#       dpkg -x each .deb of DIR into PREFIX (trixie's glslc needs glibc >= 2.38 and libstdc++ from GCC >= 13)
 #   scripts/bench_vs_llamacpp.sh build-cuda SRC_TARBALL BUILD_DIR
-#       unpack a llama.cpp source tarball (vendor/llama.cpp of the llama-cpp-python 0.3.36 sdist, stripped of
-#       models/docs/tests) and build llama-bench and llama-quantize with CUDA (sm_90) into BUILD_DIR/bin
+#   scripts/bench_vs_llamacpp.sh build-vulkan SRC_TARBALL VK_PREFIX BUILD_DIR
+#       llama-bench, llama-batched-bench and llama-quantize with CUDA (sm_90), or with Vulkan against the headers,
+#       loader, glslc and SPIRV-Headers unpacked in VK_PREFIX, into BUILD_DIR/build/bin ($JOBS parallel jobs,
+#       default all cores)
+# Benchmark:
+#   scripts/bench_vs_llamacpp.sh table WGLLM CUDA_BIN_DIR VULKAN_BIN_DIR [-r N] [-p N] [-n N] [-d N]
+#                                      [--vk-prefix VK_PREFIX] [--models-dir DIR] [--tiny]
+#       makes the model files with tools/make_model.py if missing (Llama-3.2-1B F16 and Q8_0, Qwen2.5-0.5B F16,
+#       Qwen3-0.6B F16; random weights, real shapes; needs numpy and gguf), runs llama-bench -ngl 99 -fa 1 with each
+#       build and wgllm bench greedy and sampled (--temp 0.8 --top-p 0.9 --top-k 40) on each, the Llama F16 file
+#       again at depth -d (4096); prints the table of wgllm's tok/s with its ratio to each llama.cpp build, then all
+#       medians [min, max]. "-" as a bin dir skips that build. Defaults -r 5 -p 512 -n 128; --vk-prefix puts
+#       VK_PREFIX's libraries (trixie's Vulkan loader) first on LD_LIBRARY_PATH for every run, wgllm's included;
+#       --models-dir default ${TMPDIR:-/tmp}/wgllm-bench-models; --tiny: 2-layer, 64-wide models of the same
+#       architectures (a smoke run; pair with small -p -n -d)
 #   scripts/bench_vs_llamacpp.sh compare WGLLM LLAMA_BIN_DIR [-p N] [-n N] [-r N] MODEL...
-#       for each model: llama-bench -ngl 99 -fa 1 and wgllm bench, medians, the table on stdout, the raw JSON of
-#       both under $BENCH_OUT (default /tmp/bench_vs_llamacpp)
+#       for each model: llama-bench -ngl 99 -fa 1 and wgllm bench, medians, one table
 #   scripts/bench_vs_llamacpp.sh batched WGLLM LLAMA_BIN_DIR [-p N] [-n N] [-r N] [--npl 1,4,16,64] MODEL...
 #       concurrent streams: wgllm bench --parallel (continuous batching) beside llama-batched-bench (-npp -ntg -npl;
 #       S_TG, the aggregate generation t/s); a table per model with each side's ratio to its own single stream
+#
+# Tables go to stdout, progress to stderr; every run's JSON and log lands under $BENCH_OUT (default
+# /tmp/bench_vs_llamacpp). The JSON is read by scripts/bench_report.py.
 set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(dirname "$HERE")
+PY=${PYTHON:-python3}
+REPORT=("$PY" "$HERE/bench_report.py")
+VK_PACKAGES=(glslc libshaderc1 libvulkan-dev spirv-headers libvulkan1 libglvnd0)
+VK_LIBDIR=usr/lib/x86_64-linux-gnu
+SAMPLING=(--temp 0.8 --top-p 0.9 --top-k 40)
+# the parts of vendor/llama.cpp that no CUDA or Vulkan build of llama-bench reads
+STRIP=(.git .github .devops .gemini .pi models docs media tests examples pocs benches ci skills gguf-py conversion
+       grammars requirements scripts app 'convert_*.py' tools/ui 'tools/server/public*' tools/server/tests
+       tools/server/bench tools/mtmd/tests tools/mtmd/test-1.jpeg tools/mtmd/test-2.mp3 tools/mtmd/test-3.mp4
+       ggml/src/ggml-{sycl,cann,musa,hip,opencl,metal,webgpu,hexagon,openvino,et,zdnn,zendnn,virtgpu,rpc})
+# the configure flags shared by every build here
+LLAMA_CMAKE=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF
+             -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF)
 
 say()  { printf '[bench_vs_llamacpp] %s\n' "$*" >&2; }
 fail() { printf '[bench_vs_llamacpp] error: %s\n' "$*" >&2; exit 1; }
+TMPDIRS=()
+trap '[ ${#TMPDIRS[@]} -eq 0 ] || rm -rf "${TMPDIRS[@]}"' EXIT
+out_dir() { local o=${BENCH_OUT:-/tmp/bench_vs_llamacpp}; mkdir -p "$o"; (cd "$o" && pwd); }
+
+# --- preparing (on a Debian 12 machine with network) -------------------------------------------------------------
+
+prepare_source() {
+  local sdist=$1 dest=$2
+  [ -f "$sdist" ] || fail "no sdist at $sdist"
+  local tmp
+  tmp=$(mktemp -d)
+  TMPDIRS+=("$tmp")
+  say "unpacking vendor/llama.cpp of $sdist"
+  tar xzf "$sdist" -C "$tmp" --wildcards '*/vendor/llama.cpp/*' '*/.git/*'
+  local src
+  src=$(find "$tmp" -maxdepth 3 -type d -path '*/vendor/llama.cpp' | head -n1)
+  [ -f "$src/CMakeLists.txt" ] || fail "no vendor/llama.cpp in $sdist"
+  # the commit, for llama-bench's build_commit (the stripped tree has no git metadata)
+  git -C "$src" rev-parse --short HEAD >"$tmp/commit" 2>/dev/null || echo unknown >"$tmp/commit"
+  (cd "$src" && shopt -s nullglob && eval "rm -rf ${STRIP[*]}")
+  cp "$tmp/commit" "$src/BUILD_COMMIT"
+  say "checking that the stripped tree configures (CPU only)"
+  cmake -S "$src" -B "$tmp/check" "${LLAMA_CMAKE[@]}" -DGGML_NATIVE=OFF >"$tmp/check.log" 2>&1 \
+    || { tail -20 "$tmp/check.log" >&2; fail "the stripped source does not configure"; }
+  mkdir -p "$(dirname "$dest")"
+  XZ_OPT=-9 tar cJf "$dest.part" --sort=name --owner=0 --group=0 --numeric-owner -C "$(dirname "$src")" llama.cpp
+  mv "$dest.part" "$dest"
+  say "$dest: $(du -h "$dest" | cut -f1), llama.cpp $(cat "$tmp/commit")"
+}
+
+prepare_vulkan_debs() {
+  local dir=$1 suite=${DEBIAN_SUITE:-trixie} keyring=/usr/share/keyrings/debian-archive-keyring.gpg
+  command -v apt-get >/dev/null || fail "apt-get not found (prepare-vulkan-debs runs on Debian)"
+  [ -f "$keyring" ] || fail "no $keyring (package debian-archive-keyring)"
+  # the mirror the system takes its own suite from
+  local codename mirror
+  codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
+  mirror=${DEBIAN_MIRROR:-$(apt-get indextargets --format '$(REPO_URI) $(RELEASE)' 2>/dev/null |
+                            awk -v s="$codename" '$2 == s { print $1; exit }')}
+  mirror=${mirror:-http://deb.debian.org/debian/}
+  local apt
+  apt=$(mktemp -d)
+  TMPDIRS+=("$apt")
+  mkdir -p "$apt"/{lists/partial,archives/partial,etc/sources.list.d,etc/preferences.d}
+  : >"$apt/status"
+  echo "deb [signed-by=$keyring] $mirror $suite main" >"$apt/etc/sources.list"
+  local opts=(-o "Dir::Etc::SourceList=$apt/etc/sources.list" -o "Dir::Etc::SourceParts=$apt/etc/sources.list.d"
+              -o "Dir::Etc::Preferences=$apt/etc/preferences" -o "Dir::Etc::PreferencesParts=$apt/etc/preferences.d"
+              -o "Dir::State=$apt" -o "Dir::State::Lists=$apt/lists" -o "Dir::State::status=$apt/status"
+              -o "Dir::Cache=$apt" -o "Dir::Cache::archives=$apt/archives" -o Debug::NoLocking=1)
+  say "fetching the $suite package list from $mirror (private state in $apt)"
+  apt-get "${opts[@]}" -q update >"$apt/update.log" 2>&1 \
+    || { cat "$apt/update.log" >&2; fail "apt-get update ($suite) failed"; }
+  # every dependency of the set outside it must be one the target system brings (C/C++ runtimes, python3)
+  local missing
+  missing=$(apt-cache "${opts[@]}" depends --no-recommends --no-suggests --no-conflicts --no-breaks --no-replaces \
+              --no-enhances "${VK_PACKAGES[@]}" | awk '/^ *Depends:/ { print $2 }' | sed 's/[<>]//g; s/:any$//' |
+            sort -u | grep -vxF -e libc6 -e libgcc-s1 -e libstdc++6 -e python3 "${VK_PACKAGES[@]/#/-e}" || true)
+  [ -z "$missing" ] || say "warning: $suite's ${VK_PACKAGES[*]} also depend on: $missing"
+  mkdir -p "$dir"
+  (cd "$dir" && apt-get "${opts[@]}" -q download "${VK_PACKAGES[@]}") >"$apt/download.log" 2>&1 \
+    || { cat "$apt/download.log" >&2; fail "apt-get download failed"; }
+  ls -1 "$dir"/*.deb >&2
+  say "$dir: $(du -ch "$dir"/*.deb | tail -1 | cut -f1)"
+}
+
+# --- building (on the GPU machine) -------------------------------------------------------------------------------
+
+unpack_debs() {
+  local dir=$1 prefix=$2
+  local debs=("$dir"/*.deb)
+  [ -f "${debs[0]}" ] || fail "no .deb files in $dir"
+  mkdir -p "$prefix"
+  for d in "${debs[@]}"; do
+    if command -v dpkg-deb >/dev/null; then
+      dpkg-deb -x "$d" "$prefix"
+    else  # no dpkg: a .deb is an ar archive holding data.tar.*
+      local member
+      member=$(ar t "$d" | grep '^data\.tar') || fail "no data.tar in $d"
+      case "$member" in
+        *.xz) ar p "$d" "$member" | tar xJ -C "$prefix" ;;
+        *.zst) ar p "$d" "$member" | zstd -dc | tar x -C "$prefix" ;;
+        *.gz) ar p "$d" "$member" | tar xz -C "$prefix" ;;
+        *) ar p "$d" "$member" | tar x -C "$prefix" ;;
+      esac
+    fi
+  done
+  say "unpacked ${#debs[@]} packages into $prefix"
+}
+
+# unpack SRC_TARBALL into DIR/src once, configure DIR/build once, then build the targets (ninja resumes)
+build_llama() {
+  local what=$1 tarball=$2 dir=$3
+  shift 3
+  mkdir -p "$dir"
+  dir=$(cd "$dir" && pwd)
+  local top
+  top=$(find "$dir/src" -maxdepth 5 -name CMakeLists.txt -path '*llama.cpp/CMakeLists.txt' 2>/dev/null | head -n1)
+  if [ -z "$top" ]; then
+    [ -f "$tarball" ] || fail "no source tarball at $tarball"
+    mkdir -p "$dir/src"
+    tar xJf "$tarball" -C "$dir/src"
+    top=$(find "$dir/src" -maxdepth 5 -name CMakeLists.txt -path '*llama.cpp/CMakeLists.txt' | head -n1)
+    [ -n "$top" ] || fail "no llama.cpp/CMakeLists.txt in $tarball"
+  fi
+  local src commit=()
+  src=$(dirname "$top")
+  [ -f "$src/BUILD_COMMIT" ] && commit=(-DLLAMA_BUILD_COMMIT="$(cat "$src/BUILD_COMMIT")")
+  if [ ! -f "$dir/build/build.ninja" ]; then
+    say "configuring llama.cpp with $what in $dir/build"
+    cmake -S "$src" -B "$dir/build" "${LLAMA_CMAKE[@]}" "${commit[@]}" "$@" >"$dir/configure.log" 2>&1 \
+      || { tail -20 "$dir/configure.log" >&2; fail "configure failed (see $dir/configure.log)"; }
+  fi
+  local jobs=${JOBS:-$(nproc)} t0=$SECONDS
+  say "building llama-bench, llama-batched-bench, llama-quantize with $what, $jobs jobs (log: $dir/build.log)"
+  ninja -C "$dir/build" -j "$jobs" llama-bench llama-batched-bench llama-quantize >"$dir/build.log" 2>&1 \
+    || { tail -30 "$dir/build.log" >&2; fail "build with $what failed"; }
+  say "built with $what in $((SECONDS - t0)) s: $dir/build/bin"
+  echo "$dir/build/bin"
+}
 
 build_cuda() {
-  local tarball=$1 dir=$2
-  [ -f "$tarball" ] || fail "no source tarball at $tarball"
-  mkdir -p "$dir/src"
-  tar xJf "$tarball" -C "$dir/src"
-  local top src
-  top=$(find "$dir/src" -maxdepth 5 -name CMakeLists.txt -path '*llama.cpp/CMakeLists.txt' | head -n1)
-  [ -n "$top" ] || fail "no llama.cpp/CMakeLists.txt in $tarball"
-  src=$(dirname "$top")
-  say "building llama.cpp with CUDA in $dir"
-  cmake -S "$src" -B "$dir/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-    -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF >"$dir/configure.log" \
-    || fail "configure failed (see $dir/configure.log)"
-  ninja -C "$dir/build" llama-bench llama-batched-bench llama-quantize >"$dir/build.log" || { tail -30 "$dir/build.log"; fail "build failed"; }
-  echo "$dir/build/bin"
+  build_llama CUDA "$1" "$2" -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90
+}
+
+build_vulkan() {
+  local tarball=$1 prefix=$2 dir=$3
+  [ -d "$prefix" ] || fail "no Vulkan prefix at $prefix (unpack-debs first)"
+  prefix=$(cd "$prefix" && pwd)
+  export LD_LIBRARY_PATH="$prefix/$VK_LIBDIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  local glslc=$prefix/usr/bin/glslc
+  "$glslc" --version >/dev/null 2>&1 || { "$glslc" --version >&2 || true
+    fail "$glslc does not run here (trixie's glslc needs glibc >= 2.38 and libstdc++ from GCC >= 13)"; }
+  build_llama Vulkan "$tarball" "$dir" -DGGML_VULKAN=ON -DVulkan_INCLUDE_DIR="$prefix/usr/include" \
+    -DVulkan_LIBRARY="$prefix/$VK_LIBDIR/libvulkan.so" -DVulkan_GLSLC_EXECUTABLE="$glslc" \
+    -DSPIRV-Headers_DIR="$prefix/usr/share/cmake/SPIRV-Headers"
+}
+
+# --- benchmarking ------------------------------------------------------------------------------------------------
+
+# the rows of `table`: id | label | make_model.py shape | type | at depth (1: -d)
+TABLE_ROWS=(
+  "llama-3.2-1b-f16|Llama-3.2-1B F16|llama-3.2-1b|f16|0"
+  "llama-3.2-1b-q8_0|Llama-3.2-1B Q8_0|llama-3.2-1b|q8_0|0"
+  "qwen2.5-0.5b-f16|Qwen2.5-0.5B F16|qwen2.5-0.5b|f16|0"
+  "qwen3-0.6b-f16|Qwen3-0.6B F16|qwen3-0.6b|f16|0"
+  "llama-3.2-1b-f16-depth|Llama-3.2-1B F16, depth DEPTH|llama-3.2-1b|f16|1"
+)
+TINY=(--n-embd 64 --n-layer 2 --n-head 4 --n-head-kv 2 --head-dim 16 --n-ff 128 --n-vocab 1024 --ctx 8192)
+
+table() {
+  local wgllm=$1 cuda=$2 vulkan=$3
+  shift 3
+  local p=512 n=128 r=5 depth=4096 models=${TMPDIR:-/tmp}/wgllm-bench-models tiny=0
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      -p) p=$2; shift 2 ;; -n) n=$2; shift 2 ;; -r) r=$2; shift 2 ;; -d) depth=$2; shift 2 ;;
+      --models-dir) models=$2; shift 2 ;; --tiny) tiny=1; shift ;;
+      --vk-prefix) [ -d "$2/$VK_LIBDIR" ] || fail "no $2/$VK_LIBDIR (unpack-debs first)"
+                   LD_LIBRARY_PATH="$(cd "$2/$VK_LIBDIR" && pwd)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+                   export LD_LIBRARY_PATH; shift 2 ;;
+      *) fail "table: unknown option '$1'" ;;
+    esac
+  done
+  [ -x "$wgllm" ] || fail "no wgllm executable at $wgllm"
+  local b
+  for b in "$cuda" "$vulkan"; do
+    [ "$b" = - ] || [ -x "$b/llama-bench" ] || fail "no llama-bench in $b (pass - to skip that build)"
+  done
+  local out
+  out=$(out_dir)
+  mkdir -p "$models"
+
+  # model files, made in parallel, each written whole before it is used
+  local row id label shape type at file suffix='' extra=() pids=()
+  [ $tiny = 1 ] && suffix=-tiny && extra=("${TINY[@]}")
+  declare -A file_of=() make_args=()
+  for row in "${TABLE_ROWS[@]}"; do
+    IFS='|' read -r id label shape type at <<<"$row"
+    file=$models/$shape-$type$suffix.gguf
+    file_of[$id]=$file
+    [ -f "$file" ] || make_args[$file]="--shape $shape --type $type"
+  done
+  if [ ${#make_args[@]} -gt 0 ]; then
+    "$PY" -c 'import numpy, gguf' 2>/dev/null \
+      || fail "tools/make_model.py needs the Python packages numpy and gguf (pip install gguf, or PYTHONPATH)"
+    local t0=$SECONDS
+    for file in "${!make_args[@]}"; do
+      say "making $file"
+      # shellcheck disable=SC2086  # make_args holds two options and their values
+      "$PY" "$REPO/tools/make_model.py" ${make_args[$file]} --seed 1 "${extra[@]}" --out "$file.part" \
+        >"$out/make_model.${file##*/}.log" 2>&1 && mv "$file.part" "$file" &
+      pids+=($!)
+    done
+    local pid bad=0
+    for pid in "${pids[@]}"; do wait "$pid" || bad=1; done
+    [ $bad = 0 ] || fail "make_model.py failed (logs: $out/make_model.*.log)"
+    say "made ${#make_args[@]} model files in $((SECONDS - t0)) s"
+  fi
+
+  local failed=()
+  bench_run() {  # LOG_STEM COMMAND...: JSON to LOG_STEM.json, stderr to LOG_STEM.err; a failure is noted, not fatal
+    local stem=$1
+    shift
+    if ! "$@" >"$stem.json" 2>"$stem.err"; then
+      tail -5 "$stem.err" >&2
+      say "failed: $* (log: $stem.err)"
+      rm -f "$stem.json"
+      failed+=("${stem##*/}")
+    fi
+  }
+
+  if [ "$vulkan" != - ]; then  # its first use compiles the shaders: once per file, untimed
+    say "warming up llama.cpp Vulkan"
+    local seen=" "
+    for id in "${!file_of[@]}"; do
+      file=${file_of[$id]}
+      [[ "$seen" == *" $file "* ]] && continue
+      seen+="$file "
+      bench_run "$out/warmup-vulkan.${file##*/}" "$vulkan/llama-bench" -m "$file" -ngl 99 -fa 1 -p "$p" -n 16 -r 1 \
+        -o json
+    done
+  fi
+
+  local rows=() d
+  for row in "${TABLE_ROWS[@]}"; do
+    IFS='|' read -r id label shape type at <<<"$row"
+    file=${file_of[$id]}
+    d=0
+    [ "$at" = 1 ] && d=$depth
+    rows+=("$id=${label//DEPTH/$depth}")
+    rm -f "$out/$id".*.json
+    say "$id (${file##*/}, depth $d): wgllm bench"
+    bench_run "$out/$id.wgllm" "$wgllm" bench -m "$file" -p "$p" -n "$n" -r "$r" -d "$d" --json
+    say "$id: wgllm bench ${SAMPLING[*]}"
+    bench_run "$out/$id.wgllm-sampled" "$wgllm" bench -m "$file" -p 0 -n "$n" -r "$r" -d "$d" "${SAMPLING[@]}" --json
+    if [ "$cuda" != - ]; then
+      say "$id: llama-bench CUDA"
+      bench_run "$out/$id.cuda" "$cuda/llama-bench" -m "$file" -ngl 99 -fa 1 -p "$p" -n "$n" -r "$r" -d "$d" -o json
+    fi
+    if [ "$vulkan" != - ]; then
+      say "$id: llama-bench Vulkan"
+      bench_run "$out/$id.vulkan" "$vulkan/llama-bench" -m "$file" -ngl 99 -fa 1 -p "$p" -n "$n" -r "$r" -d "$d" -o json
+    fi
+  done
+
+  {
+    echo "wgllm bench -p $p -n $n -r $r beside llama-bench -ngl 99 -fa 1 -p $p -n $n -r $r (tok/s, medians)"
+    echo
+    "${REPORT[@]}" table "$out" "$p" "$n" --sampling "${SAMPLING[*]}" "${rows[@]}"
+  } | tee "$out/table.md"
+  say "JSON and logs: $out"
+  [ ${#failed[@]} -eq 0 ] || fail "some runs failed: ${failed[*]}"
 }
 
 compare() {
@@ -43,8 +323,8 @@ compare() {
     esac
   done
   [ ${#models[@]} -gt 0 ] || fail "no model files given"
-  local out=${BENCH_OUT:-/tmp/bench_vs_llamacpp}
-  mkdir -p "$out"
+  local out
+  out=$(out_dir)
   printf '| model | pp%s wgllm | pp%s llama.cpp | ratio | tg%s wgllm | tg%s llama.cpp | ratio |\n' "$p" "$p" "$n" "$n"
   printf '|---|---|---|---|---|---|---|\n'
   for m in "${models[@]}"; do
@@ -56,20 +336,7 @@ compare() {
     say "$stem: wgllm bench"
     "$wgllm" bench -m "$m" -p "$p" -n "$n" -r "$r" --json >"$out/$stem.wgllm.json" 2>"$out/$stem.wgllm.err" \
       || { tail -5 "$out/$stem.wgllm.err"; fail "wgllm bench failed on $m"; }
-    python3 - "$out/$stem.llama.json" "$out/$stem.wgllm.json" "$stem" <<'EOF'
-import json, statistics, sys
-llama = json.load(open(sys.argv[1]))
-wg = json.load(open(sys.argv[2]))
-def lc(kind):
-    for t in llama:
-        if (kind == "pp" and t["n_prompt"] > 0 and t["n_gen"] == 0) or (kind == "tg" and t["n_gen"] > 0 and t["n_prompt"] == 0):
-            return statistics.median(t["samples_ts"])
-    return float("nan")
-def wl(kind):
-    return wg.get(kind, {}).get("tokens_per_s", float("nan"))
-pw, pl, tw, tl = wl("pp"), lc("pp"), wl("tg"), lc("tg")
-print(f"| {sys.argv[3]} | {pw:,.0f} | {pl:,.0f} | {pw / pl:.2f} | {tw:,.1f} | {tl:,.1f} | {tw / tl:.2f} |")
-EOF
+    "${REPORT[@]}" compare "$out/$stem.llama.json" "$out/$stem.wgllm.json" "$stem"
   done
 }
 
@@ -83,8 +350,8 @@ batched() {
     esac
   done
   [ ${#models[@]} -gt 0 ] || fail "no model files given"
-  local out=${BENCH_OUT:-/tmp/bench_vs_llamacpp}
-  mkdir -p "$out"
+  local out
+  out=$(out_dir)
   local most=${npl##*,}
   for m in "${models[@]}"; do
     local stem
@@ -96,32 +363,26 @@ batched() {
     say "$stem: wgllm bench --parallel"
     "$wgllm" bench -m "$m" -p "$p" -n "$n" -r "$r" --parallel "$npl" --json >"$out/$stem.wgllm-parallel.json" \
       2>"$out/$stem.wgllm-parallel.err" || { tail -5 "$out/$stem.wgllm-parallel.err"; fail "wgllm bench failed on $m"; }
-    python3 - "$out/$stem.batched.jsonl" "$out/$stem.wgllm-parallel.json" "$stem" "$p" "$n" <<'EOF'
-import json, sys
-llama = {}
-for line in open(sys.argv[1]):
-    line = line.strip()
-    if line.startswith("{"):
-        j = json.loads(line)
-        llama[j["pl"]] = j["speed_tg"]
-wg = {e["streams"]: e["tokens_per_s"] for e in json.load(open(sys.argv[2])).get("parallel", [])}
-print(f"\n{sys.argv[3]}: pp{sys.argv[4]} + tg{sys.argv[5]} per stream, aggregate generation t/s")
-print("| streams | wgllm | vs 1 stream | llama.cpp S_TG | vs 1 stream | wgllm / llama.cpp |")
-print("|---|---|---|---|---|---|")
-w1, l1 = wg.get(1), llama.get(1)
-nan = float("nan")
-for k in sorted(set(wg) | set(llama)):
-    w, l = wg.get(k, nan), llama.get(k, nan)
-    print(f"| {k} | {w:,.1f} | {w / w1 if w1 else nan:.2f}x | {l:,.1f} | {l / l1 if l1 else nan:.2f}x | {w / l:.2f} |")
-EOF
+    "${REPORT[@]}" batched "$out/$stem.batched.jsonl" "$out/$stem.wgllm-parallel.json" "$stem" "$p" "$n"
   done
 }
 
+usage="usage: $0 prepare-source SDIST OUT_TAR_XZ | prepare-vulkan-debs DIR | unpack-debs DIR PREFIX
+       | build-cuda SRC_TARBALL BUILD_DIR | build-vulkan SRC_TARBALL VK_PREFIX BUILD_DIR
+       | table WGLLM CUDA_BIN_DIR VULKAN_BIN_DIR [-r N] [-p N] [-n N] [-d N] [--vk-prefix DIR] [--models-dir DIR]
+         [--tiny]
+       | compare WGLLM LLAMA_BIN_DIR [-p N] [-n N] [-r N] MODEL...
+       | batched WGLLM LLAMA_BIN_DIR [-p N] [-n N] [-r N] [--npl LIST] MODEL...  (see the top of this script)"
 cmd=${1:-}
+[ $# -gt 0 ] && shift
 case "$cmd" in
-  build-cuda) [ $# -eq 3 ] || fail "usage: $0 build-cuda SRC_TARBALL BUILD_DIR"; build_cuda "$2" "$3" ;;
-  compare) [ $# -ge 4 ] || fail "usage: $0 compare WGLLM LLAMA_BIN_DIR [-p N] [-n N] [-r N] MODEL..."; shift; compare "$@" ;;
-  batched) [ $# -ge 4 ] || fail "usage: $0 batched WGLLM LLAMA_BIN_DIR [-p N] [-n N] [-r N] [--npl LIST] MODEL..."
-           shift; batched "$@" ;;
-  *) fail "usage: $0 build-cuda SRC_TARBALL BUILD_DIR | compare WGLLM LLAMA_BIN_DIR ... | batched WGLLM LLAMA_BIN_DIR ..." ;;
+  prepare-source) [ $# -eq 2 ] || fail "$usage"; prepare_source "$@" ;;
+  prepare-vulkan-debs) [ $# -eq 1 ] || fail "$usage"; prepare_vulkan_debs "$@" ;;
+  unpack-debs) [ $# -eq 2 ] || fail "$usage"; unpack_debs "$@" ;;
+  build-cuda) [ $# -eq 2 ] || fail "$usage"; build_cuda "$@" ;;
+  build-vulkan) [ $# -eq 3 ] || fail "$usage"; build_vulkan "$@" ;;
+  table) [ $# -ge 3 ] || fail "$usage"; table "$@" ;;
+  compare) [ $# -ge 3 ] || fail "$usage"; compare "$@" ;;
+  batched) [ $# -ge 3 ] || fail "$usage"; batched "$@" ;;
+  *) fail "$usage" ;;
 esac
