@@ -62,6 +62,10 @@ struct LoadOptions {
   // The tiled matmul's shape for every prefill product, "TOKENSxROWS[xf16]" ("" = chosen per product; the CLI
   // reads $WGLLM_MATMUL_TILE): a tuning knob for benchmarks.
   std::string matmul_tile = {};
+  // The prefill attention kernel: "f32", "f16" or "BQxBKxCGxf16" ("" = chosen per adapter: f16 arithmetic on GPUs
+  // with shader-f16 where head_dim is 64 or 128, f32 otherwise; the CLI reads $WGLLM_ATTENTION): a tuning knob
+  // for benchmarks.
+  std::string attention_prefill = {};
 };
 
 // What a loaded model is and what it takes.
