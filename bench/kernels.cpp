@@ -1,7 +1,8 @@
-// `wgllm-bench kernels`: attention kernels on the issue's reference shapes, baseline vs tiled,
-// reported against the floor: GFLOP/s (4 * n_heads * head_dim * sum of windows) and GB/s
-// (the fewest bytes a kernel must move: q, out and the K/V window once). With --decode-depths, the two decode
-// kernels (per head, per GQA group) side by side at each depth instead, to place ContextOptions::decode_gqa_from.
+// `wgllm-bench kernels`: attention kernels on the issue's reference shapes (or --shape), baseline vs the default
+// prefill kernel (and each --attention variant: f32, f16, BQxBKxCGxf16), reported against the floor: GFLOP/s
+// (4 * n_heads * head_dim * sum of windows) and GB/s (the fewest bytes a kernel must move: q, out and the K/V window
+// once). With --decode-depths, the two decode kernels (per head, per GQA group) side by side at each depth instead,
+// to place ContextOptions::decode_gqa_from.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -38,7 +39,8 @@ double min_bytes(const AttentionShape& s, uint32_t kv_bytes) {
 // Median over `repeats` submissions of `inner` dispatches each. Decode runs `kernel` with the splits it picks.
 Result time_kernel(gpu::Context& ctx, const AttentionShape& s, const kernels::KvCache& kv, const gpu::Buffer& q,
                    const gpu::Buffer& out, bool decode, AttentionImpl impl, double min_seconds,
-                   const kernels::AttentionTiles* tiles = nullptr, DecodeKernel kernel = DecodeKernel::Auto) {
+                   const kernels::AttentionTiles* tiles = nullptr, DecodeKernel kernel = DecodeKernel::Auto,
+                   const kernels::AttentionF16Tiles* f16_tiles = nullptr) {
   gpu::Buffer scratch = ctx.create_buffer(std::max<uint64_t>(kernels::attention_decode_scratch_bound(s, kv), 16),
                                           WGPUBufferUsage_Storage, "partials");
   auto run = [&](uint32_t inner) {
@@ -47,7 +49,7 @@ Result time_kernel(gpu::Context& ctx, const AttentionShape& s, const kernels::Kv
       if (decode)
         kernels::encode_attention_decode(batch, ctx, s, q, kv, out, &scratch, 0, kernel);
       else
-        kernels::encode_attention_prefill(batch, ctx, s, q, kv, out, impl, tiles);
+        kernels::encode_attention_prefill(batch, ctx, s, q, kv, out, impl, tiles, f16_tiles);
     }
     const auto t0 = std::chrono::steady_clock::now();
     batch.submit_and_wait();
@@ -76,18 +78,60 @@ std::optional<kernels::AttentionTiles> parse_tiles(const std::string& spec, uint
   return t;
 }
 
+// The prefill kernel `impl` stands for on shape s, as a row label: "f32", "f16 64x32x16" or "baseline".
+std::string kernel_label(const gpu::Context& ctx, const AttentionShape& s, kernels::KvType kv_type, AttentionImpl impl,
+                         const kernels::AttentionF16Tiles* f16_tiles) {
+  impl = kernels::resolve_attention_prefill(ctx, s, kv_type, impl);
+  if (impl == AttentionImpl::Baseline) return "baseline";
+  if (impl == AttentionImpl::Tiled) return "f32";
+  std::optional<kernels::AttentionF16Tiles> t;
+  if (f16_tiles)
+    t = *f16_tiles;
+  else
+    t = kernels::parse_attention_variant(ctx.options().attention_prefill).f16_tiles;
+  if (!t) t = kernels::attention_f16_tiles(ctx, s.head_dim);
+  if (!t) return "f16";
+  return "f16 " + std::to_string(t->bq) + "x" + std::to_string(t->bk) + "x" + std::to_string(t->cg);
+}
+
+// "H,KVH,D,NQ,START" -> a prefill shape (NQ = 1: decode); nullopt when malformed.
+std::optional<BenchShape> parse_shape(const std::string& text) {
+  BenchShape b{};
+  char tail = 0;
+  if (std::sscanf(text.c_str(), "%u,%u,%u,%u,%u%c", &b.n_heads, &b.n_kv_heads, &b.head_dim, &b.n_queries, &b.start_pos,
+                  &tail) != 5 ||
+      b.n_heads == 0 || b.n_kv_heads == 0 || b.head_dim == 0 || b.n_queries == 0)
+    return std::nullopt;
+  b.decode = b.n_queries == 1;
+  return b;
+}
+
 int run_bench(const std::string& adapter, bool include_slow, bool f32_kv, double min_seconds,
-              const std::vector<std::string>& tile_specs) {
+              const std::vector<std::string>& tile_specs, const std::vector<std::string>& shape_specs,
+              const std::vector<std::string>& variants) {
   gpu::Context ctx(context_options(adapter));
   const bool cpu = ctx.adapter().is_cpu();
+  std::vector<BenchShape> shapes = {{32, 8, 64, 512, 0, false},
+                                    {32, 8, 128, 2048, 0, false},
+                                    {14, 14, 64, 512, 512, false},
+                                    {32, 8, 128, 1, 8191, true}};
+  if (!shape_specs.empty()) {
+    shapes.clear();
+    for (const auto& spec : shape_specs) {
+      const auto b = parse_shape(spec);
+      if (!b) throw InvalidArgument("--shape '" + spec + "': expected H,KVH,D,NQ,START (e.g. 32,8,128,4096,0)");
+      shapes.push_back(*b);
+    }
+  }
+  std::vector<kernels::AttentionVariant> parsed;
+  for (const auto& v : variants) {
+    parsed.push_back(kernels::parse_attention_variant(v));
+    if (parsed.back().impl == AttentionImpl::Auto) throw InvalidArgument("--attention: an empty variant");
+  }
   std::printf("adapter: %s (%s), KV %s\n", ctx.adapter().name.c_str(), ctx.adapter().backend.c_str(),
               f32_kv ? "f32" : "f16");
-  std::printf("%-28s %-9s %10s %12s %10s %9s\n", "shape (H,KVH,D,Nq,start)", "kernel", "ms", "GFLOP/s", "GB/s",
+  std::printf("%-28s %-24s %10s %12s %10s %9s\n", "shape (H,KVH,D,Nq,start)", "kernel", "ms", "GFLOP/s", "GB/s",
               "speedup");
-  const BenchShape shapes[] = {{32, 8, 64, 512, 0, false},
-                               {32, 8, 128, 2048, 0, false},
-                               {14, 14, 64, 512, 512, false},
-                               {32, 8, 128, 1, 8191, true}};
   std::mt19937 gen(1234);
   std::uniform_real_distribution<float> dist(-1.f, 1.f);
   for (const auto& b : shapes) {
@@ -116,23 +160,40 @@ int run_bench(const std::string& adapter, bool include_slow, bool f32_kv, double
     if (include_slow || !cpu || baseline_flop < 2e9) {
       auto r = time_kernel(ctx, s, kv, qbuf, out, false, AttentionImpl::Baseline, min_seconds);
       base_ms = r.ms;
-      std::printf("%-28s %-9s %10.3f %12.2f %10.2f %9s\n", name.str().c_str(), "baseline", r.ms, r.gflops, r.gbps,
+      std::printf("%-28s %-24s %10.3f %12.2f %10.2f %9s\n", name.str().c_str(), "baseline", r.ms, r.gflops, r.gbps,
                   "1.00x");
     }
-    auto r = time_kernel(ctx, s, kv, qbuf, out, b.decode, AttentionImpl::Auto, min_seconds);
-    char speed[32] = "-";
-    if (base_ms > 0) std::snprintf(speed, sizeof speed, "%.2fx", base_ms / r.ms);
-    std::printf("%-28s %-9s %10.3f %12.2f %10.2f %9s\n", name.str().c_str(), b.decode ? "decode" : "tiled", r.ms,
-                r.gflops, r.gbps, speed);
-    for (const auto& spec : b.decode ? std::vector<std::string>{} : tile_specs) {
+    auto row = [&](const std::string& label, const Result& r) {
+      char speed[32] = "-";
+      if (base_ms > 0) std::snprintf(speed, sizeof speed, "%.2fx", base_ms / r.ms);
+      std::printf("%-28s %-24s %10.3f %12.2f %10.2f %9s\n", name.str().c_str(), label.c_str(), r.ms, r.gflops, r.gbps,
+                  speed);
+    };
+    if (b.decode) {
+      row("decode", time_kernel(ctx, s, kv, qbuf, out, true, AttentionImpl::Auto, min_seconds));
+      std::fflush(stdout);
+      continue;
+    }
+    // The default choice first (what a model's prefill runs), then each variant asked for.
+    row(kernel_label(ctx, s, kv.config().type, AttentionImpl::Auto, nullptr) + " (default)",
+        time_kernel(ctx, s, kv, qbuf, out, false, AttentionImpl::Auto, min_seconds));
+    for (size_t i = 0; i < parsed.size(); ++i) {
+      const auto& var = parsed[i];
+      const kernels::AttentionF16Tiles* ft = var.f16_tiles ? &*var.f16_tiles : nullptr;
+      try {
+        row(kernel_label(ctx, s, kv.config().type, var.impl, ft),
+            time_kernel(ctx, s, kv, qbuf, out, false, var.impl, min_seconds, nullptr, DecodeKernel::Auto, ft));
+      } catch (const Error& e) {
+        std::printf("%-28s %-24s skipped: %s\n", name.str().c_str(), variants[i].c_str(), e.what());
+      }
+    }
+    for (const auto& spec : tile_specs) {
       const auto tiles = parse_tiles(spec, b.head_dim);
       if (!tiles) continue;
       try {
-        auto rt = time_kernel(ctx, s, kv, qbuf, out, false, AttentionImpl::Tiled, min_seconds, &*tiles);
-        std::printf("%-28s %-9s %10.3f %12.2f %10.2f %9.2fx\n", name.str().c_str(), spec.c_str(), rt.ms, rt.gflops,
-                    rt.gbps, base_ms > 0 ? base_ms / rt.ms : 0.0);
+        row(spec, time_kernel(ctx, s, kv, qbuf, out, false, AttentionImpl::Tiled, min_seconds, &*tiles));
       } catch (const Error& e) {
-        std::printf("%-28s %-9s skipped: %s\n", name.str().c_str(), spec.c_str(), e.what());
+        std::printf("%-28s %-24s skipped: %s\n", name.str().c_str(), spec.c_str(), e.what());
       }
     }
     std::fflush(stdout);
@@ -193,7 +254,7 @@ int run_decode_depths(const std::string& adapter, bool f32_kv, double min_second
   return 0;
 }
 
-const Register reg{{"kernels", "benchmark the attention kernels (baseline vs tiled, decode)",
+const Register reg{{"kernels", "benchmark the attention kernels (baseline vs tiled f32 / f16, decode)",
                     [](CLI::App& app) -> std::function<int()> {
                       auto adapter = std::make_shared<std::string>();
                       auto all = std::make_shared<bool>(false);
@@ -205,6 +266,15 @@ const Register reg{{"kernels", "benchmark the attention kernels (baseline vs til
                       app.add_option("--seconds", *seconds, "target time per measurement")->capture_default_str();
                       auto tiles = std::make_shared<std::vector<std::string>>();
                       app.add_option("--tiles", *tiles, "also time the tiled kernel with these BQxBKxTPR[xRPT] tiles");
+                      auto shapes = std::make_shared<std::vector<std::string>>();
+                      app.add_option("--shape", *shapes,
+                                     "instead of the reference shapes: H,KVH,D,NQ,START (repeatable; NQ 1: decode), "
+                                     "e.g. --shape 32,8,128,4096,0");
+                      auto variants = std::make_shared<std::vector<std::string>>();
+                      app.add_option("--attention", *variants,
+                                     "also time these prefill kernels (a list): f32 (attention.wgsl), f16 "
+                                     "(attention_f16.wgsl, default tile) or BQxBKxCGxf16, e.g. f32,f16,32x32x16xf16")
+                          ->delimiter(',');
                       auto depths = std::make_shared<std::vector<uint32_t>>();
                       app.add_option("--decode-depths", *depths,
                                      "instead: one decode step at each depth (a list: 0,4096,16384) through the "
@@ -212,7 +282,7 @@ const Register reg{{"kernels", "benchmark the attention kernels (baseline vs til
                           ->delimiter(',');
                       return [=] {
                         if (!depths->empty()) return run_decode_depths(*adapter, *f32, *seconds, *depths);
-                        return run_bench(*adapter, *all, *f32, *seconds, *tiles);
+                        return run_bench(*adapter, *all, *f32, *seconds, *tiles, *shapes, *variants);
                       };
                     }}};
 

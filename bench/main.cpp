@@ -20,6 +20,7 @@ gpu::ContextOptions context_options(const std::string& adapter) {
     return v ? v : "";
   };
   return {.adapter = adapter,
+          .attention_prefill = env("WGLLM_ATTENTION"),
           .extra_shaders = bench_shaders(),
           .kernel_dir = env("WGLLM_KERNEL_DIR"),
           .dump_shaders_dir = env("WGLLM_DUMP_SHADERS")};

@@ -11,6 +11,7 @@
 #include "api/model_impl.h"
 #include "api/sampling.h"
 #include "gguf/file.h"
+#include "kernels/attention.h"
 #include "kernels/matmul.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/gguf_tokenizer.h"
@@ -103,12 +104,15 @@ void upload_impl(ModelAccess::Impl& m, const GgufFile& f, const LoadOptions& o) 
   m.ctx = std::make_unique<gpu::Context>(gpu::ContextOptions{.adapter = o.adapter,
                                                              .matmul_tile = o.matmul_tile,
                                                              .rows_shape = o.rows_shape,
+                                                             .attention_prefill = o.attention_prefill,
                                                              .decode_gqa_from = o.decode_gqa_from,
                                                              .kernel_dir = o.kernel_dir,
                                                              .dump_shaders_dir = o.dump_shaders_dir});
   // A forced matmul tile the adapter cannot run fails here, before any weight moves, not at the first prompt.
   if (!o.matmul_tile.empty()) kernels::matmul_tile(*m.ctx, 512, 4096);
   if (!o.rows_shape.empty()) kernels::rows_config(*m.ctx);
+  // Likewise a forced attention kernel that cannot run this model's heads.
+  if (!o.attention_prefill.empty()) kernels::check_attention_variant(*m.ctx, m.config.head_dim);
   m.gpu = load_gpu_model(*m.ctx, f, m.config, o.progress, o.check_tensors);
   ModelInfo& i = m.info;
   i.adapter = m.ctx->adapter().name;

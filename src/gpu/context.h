@@ -62,6 +62,9 @@ struct ContextOptions {
   // The CPU adapters' product kernel's shape, "WORKGROUPxROWSxTOKENS" (kernels::parse_rows_config), or "off": the
   // GPUs' kernels on a CPU adapter too; "" = the default.
   std::string rows_shape = {};
+  // The prefill attention kernel, "f32", "f16" or "BQxBKxCGxf16" (kernels::parse_attention_variant); "" = chosen
+  // per adapter (kernels::AttentionImpl::Auto). A tuning knob for benchmarks.
+  std::string attention_prefill = {};
   // Single-sequence decode attention switches from the per-head kernel to the GQA-grouped one (each K/V row read
   // once per kv head) at this depth: the keys a step attends besides itself (kernels::DecodeKernel::Auto). 0: always
   // grouped; past the context: never. The default is measured on the H200 (PERF.md, long-context decode): at 8192

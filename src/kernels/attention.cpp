@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <optional>
 #include <string>
+#include <utility>
 
 #include "kernels/check.h"
 #include "wgllm/error.h"
@@ -90,6 +92,68 @@ AttentionShape validate(const char* fn, const gpu::Context& ctx, AttentionShape 
 
 bool tiled_possible(const gpu::Context& ctx, const AttentionShape& s) {
   return ctx.features().subgroups && s.head_dim % 4 == 0 && s.q_stride % 4 == 0 && s.out_stride % 4 == 0;
+}
+
+constexpr uint32_t kF16Rows = 4;  // TQ in attention_f16.wgsl: rows per thread
+
+// Chunks of 8 dims per f16 partial sum of a score: the largest divisor of head_dim / 8 that is <= 8 (at most 16
+// products per f16 lane of the vec4 accumulators).
+uint32_t f16_score_block(uint32_t head_dim) {
+  uint32_t b = std::min(8u, head_dim / 8);
+  while ((head_dim / 8) % b) --b;
+  return b;
+}
+
+// Why tile t cannot run heads of head_dim on ctx; "" when it can.
+std::string f16_tile_problem(const gpu::Context& ctx, const AttentionF16Tiles& t, uint32_t head_dim) {
+  const std::string name = std::to_string(t.bq) + "x" + std::to_string(t.bk) + "x" + std::to_string(t.cg);
+  if (t.cg == 0 || head_dim % (8 * t.cg) != 0)
+    return "f16 tile " + name + ": head_dim " + std::to_string(head_dim) + " is not a multiple of 8 * cg";
+  if (t.bq == 0 || t.bq % kF16Rows != 0) return "f16 tile " + name + ": bq must be a positive multiple of 4";
+  if (t.bk == 0 || t.bk % t.cg != 0 || 128 % t.bk != 0)
+    return "f16 tile " + name + ": bk must be a multiple of cg that divides 128";
+  const uint64_t threads = uint64_t(t.bq / kF16Rows) * t.cg;
+  if (threads > ctx.limits().maxComputeInvocationsPerWorkgroup)
+    return "f16 tile " + name + " needs " + std::to_string(threads) + " threads per workgroup; the adapter allows " +
+           std::to_string(ctx.limits().maxComputeInvocationsPerWorkgroup);
+  const uint64_t bytes = attention_f16_storage(t, head_dim);
+  if (bytes > ctx.limits().maxComputeWorkgroupStorageSize)
+    return "f16 tile " + name + " needs " + std::to_string(bytes) + " bytes of workgroup memory at head_dim " +
+           std::to_string(head_dim) + "; the adapter allows " +
+           std::to_string(ctx.limits().maxComputeWorkgroupStorageSize);
+  return {};
+}
+
+// Host constants of attention_f16.wgsl (its //#unroll counts among them).
+std::string f16_prelude(const AttentionF16Tiles& t, uint32_t head_dim) {
+  const uint32_t hd8 = head_dim / 8, rg = t.bq / kF16Rows, wg = rg * t.cg, tk = t.bk / t.cg, td8 = hd8 / t.cg;
+  const uint32_t qkb = f16_score_block(head_dim);
+  std::string s = "enable f16;\n";
+  for (const auto& [name, value] : {std::pair{"BQ", t.bq},
+                                    {"BK", t.bk},
+                                    {"CG", t.cg},
+                                    {"HD8", hd8},
+                                    {"QKB", qkb},
+                                    {"RG", rg},
+                                    {"WG", wg},
+                                    {"TK", tk},
+                                    {"TD8", td8},
+                                    {"TD16", 2 * td8},
+                                    {"NQB", hd8 / qkb},
+                                    {"NS", kF16Rows * tk},
+                                    {"NO", kF16Rows * 2 * td8},
+                                    {"NLQ", (t.bq * hd8 + wg - 1) / wg},
+                                    {"NLK", (t.bk * hd8 + wg - 1) / wg}})
+    s += std::string("const ") + name + ": u32 = " + std::to_string(value) + "u;\n";
+  return s;
+}
+
+// Auto picks the f16 kernel for this call (on a GPU): it runs with its default tile, and head_dim is 64 or 128,
+// where that tile gives each thread one 8-dim output chunk (32 f32 outputs). Larger heads need two or more chunks per
+// thread and, within 48 KiB, one key per thread (256: 32x16x16): unmeasured, they keep the f32 kernel unless forced.
+bool f16_default(const gpu::Context& ctx, const AttentionShape& s, KvType kv_type) {
+  return ctx.features().shader_f16 && ctx.features().subgroups && kv_type == KvType::F16 && s.q_stride % 4 == 0 &&
+         s.out_stride % 4 == 0 && s.head_dim <= 128 && attention_f16_tiles(ctx, s.head_dim).has_value();
 }
 
 // A contiguous range of rows bound with an offset aligned to the adapter's requirement.
@@ -194,6 +258,88 @@ AttentionTiles attention_tiles(uint32_t head_dim, const WGPULimits& limits) {
   return t;
 }
 
+uint64_t attention_f16_storage(const AttentionF16Tiles& t, uint32_t head_dim) {
+  const uint64_t hd8 = head_dim / 8;
+  return uint64_t(t.bq) * (hd8 + 1) * 16 +         // Q, rows padded by one 16-byte chunk
+         uint64_t(t.bk) * (hd8 + 1) * 16 +         // K, likewise
+         uint64_t(t.bk) * hd8 * 16 +               // V
+         uint64_t(t.bk) * (t.bq / kF16Rows) * 8 +  // P: 4 rows of f16 per key and row group
+         uint64_t(t.bq / kF16Rows) * t.cg * 16;    // row maxima / sums exchanged (without subgroup shuffles)
+}
+
+std::string attention_f16_prelude(const gpu::Context& ctx, const AttentionF16Tiles& t, uint32_t head_dim) {
+  (void)ctx;
+  return f16_prelude(t, head_dim);
+}
+
+std::optional<AttentionF16Tiles> attention_f16_tiles(const gpu::Context& ctx, uint32_t head_dim) {
+  if (head_dim == 0 || head_dim % 64 != 0) return std::nullopt;
+  const uint32_t cg = (head_dim / 8) % 16 == 0 ? 16 : 8;
+  // 64 rows reuse each K/V tile most; 32 keys give each thread 2 (cg 16) or 4 (cg 8) keys of the score tile.
+  for (const auto& [bq, bk] : {std::pair{64u, 32u}, {32u, 32u}, {64u, 16u}, {32u, 16u}}) {
+    const AttentionF16Tiles t{bq, bk, cg};
+    if (f16_tile_problem(ctx, t, head_dim).empty()) return t;
+  }
+  return std::nullopt;
+}
+
+AttentionVariant parse_attention_variant(const std::string& text) {
+  AttentionVariant v;
+  if (text.empty()) return v;
+  if (text == "f32") {
+    v.impl = AttentionImpl::Tiled;
+    return v;
+  }
+  v.impl = AttentionImpl::TiledF16;
+  if (text == "f16") return v;
+  const std::string expected =
+      "attention variant '" + text + "': expected f32, f16 or BQxBKxCGxf16 (e.g. 64x32x16xf16)";
+  if (text.size() < 5 || text.compare(text.size() - 4, 4, "xf16") != 0) throw InvalidArgument(expected);
+  uint32_t n[3];
+  size_t pos = 0;
+  const std::string dims = text.substr(0, text.size() - 4);
+  for (int i = 0; i < 3; ++i) {
+    const size_t x = i < 2 ? dims.find('x', pos) : dims.size();
+    if (x == std::string::npos) throw InvalidArgument(expected);
+    const std::string part = dims.substr(pos, x - pos);
+    if (part.empty() || part.size() > 4 || part.find_first_not_of("0123456789") != std::string::npos)
+      throw InvalidArgument(expected);
+    n[i] = uint32_t(std::stoul(part));
+    pos = x + 1;
+  }
+  v.f16_tiles = AttentionF16Tiles{n[0], n[1], n[2]};
+  return v;
+}
+
+AttentionImpl resolve_attention_prefill(const gpu::Context& ctx, const AttentionShape& s, KvType kv_type,
+                                        AttentionImpl impl) {
+  if (impl != AttentionImpl::Auto) return impl;
+  impl = parse_attention_variant(ctx.options().attention_prefill).impl;
+  if (impl == AttentionImpl::TiledF16) return impl;
+  // GPUs: the f16 kernel where it runs. CPU adapters keep f32 arithmetic: x86 has no f16 arithmetic, and lavapipe
+  // (2 cores, `wgllm-bench kernels --attention f32,f16`) measured the f16 kernel 1.1x the f32 one at
+  // (32,8,64,512,0) but 0.7x at (32,8,128,512,0).
+  if (impl == AttentionImpl::Auto && !ctx.adapter().is_cpu() && f16_default(ctx, s, kv_type))
+    return AttentionImpl::TiledF16;
+  return tiled_possible(ctx, s) ? AttentionImpl::Tiled : AttentionImpl::Baseline;
+}
+
+void check_attention_variant(const gpu::Context& ctx, uint32_t head_dim) {
+  const AttentionVariant v = parse_attention_variant(ctx.options().attention_prefill);
+  if (v.impl != AttentionImpl::TiledF16) return;
+  const std::string name = "attention variant '" + ctx.options().attention_prefill + "'";
+  if (!ctx.features().shader_f16 || !ctx.features().subgroups)
+    throw InvalidArgument(name + " needs the adapter's shader-f16 and subgroups features");
+  if (v.f16_tiles) {
+    if (std::string problem = f16_tile_problem(ctx, *v.f16_tiles, head_dim); !problem.empty())
+      throw InvalidArgument(name + ": " + problem);
+  } else if (!attention_f16_tiles(ctx, head_dim)) {
+    throw InvalidArgument(name + ": the f16 kernel has no tile for head_dim " + std::to_string(head_dim) +
+                          " on this adapter (head_dim must be a multiple of 64; the tile must fit the workgroup "
+                          "memory)");
+  }
+}
+
 KvView kv_view(const gpu::Context& ctx, KvType type) {
   if (type == KvType::F32) return KvView::F32;
   return ctx.features().shader_f16 ? KvView::F16 : KvView::PackedF16;
@@ -210,10 +356,10 @@ double attention_flops(const AttentionShape& s) {
 
 void encode_attention_prefill(gpu::ComputeBatch& batch, gpu::Context& ctx, const AttentionShape& shape_in,
                               const gpu::Buffer& q, const KvCache& kv, const gpu::Buffer& out, AttentionImpl impl,
-                              const AttentionTiles* tiles_override) {
+                              const AttentionTiles* tiles_override, const AttentionF16Tiles* f16_override) {
   const char* fn = "encode_attention_prefill";
   const AttentionShape s = validate(fn, ctx, shape_in, q, kv, out);
-  if (impl == AttentionImpl::Auto) impl = tiled_possible(ctx, s) ? AttentionImpl::Tiled : AttentionImpl::Baseline;
+  impl = resolve_attention_prefill(ctx, s, kv.config().type, impl);
   if (impl == AttentionImpl::Tiled && !tiled_possible(ctx, s))
     fail(fn, "the tiled kernel needs subgroups and head_dim / strides that are multiples of 4");
   const KvView view = kv_view(ctx, kv.config().type);
@@ -221,9 +367,28 @@ void encode_attention_prefill(gpu::ComputeBatch& batch, gpu::Context& ctx, const
   const uint32_t max_grid = ctx.limits().maxComputeWorkgroupsPerDimension;
 
   WGPUComputePipeline pipe;
-  AttentionTiles tiles{};
-  if (impl == AttentionImpl::Tiled) {
-    tiles = attention_tiles(s.head_dim, ctx.limits());
+  uint32_t bq = 0, bk = 0;  // the tiled kernels' rows per workgroup and keys per tile
+  if (impl == AttentionImpl::TiledF16) {
+    if (!ctx.features().shader_f16 || !ctx.features().subgroups)
+      fail(fn, "the f16 kernel needs the adapter's shader-f16 and subgroups features");
+    if (kv.config().type != KvType::F16) fail(fn, "the f16 kernel needs an f16 KV cache");
+    if (s.q_stride % 4 != 0 || s.out_stride % 4 != 0) fail(fn, "the f16 kernel needs strides that are multiples of 4");
+    std::optional<AttentionF16Tiles> t;
+    if (f16_override)
+      t = *f16_override;
+    else
+      t = parse_attention_variant(ctx.options().attention_prefill).f16_tiles;
+    if (!t) t = attention_f16_tiles(ctx, s.head_dim);
+    if (!t)
+      fail(fn, "the f16 kernel has no tile for head_dim " + std::to_string(s.head_dim) +
+                   " on this adapter (a multiple of 64 whose tile fits the workgroup memory)");
+    if (std::string problem = f16_tile_problem(ctx, *t, s.head_dim); !problem.empty()) fail(fn, problem);
+    bq = t->bq;
+    bk = t->bk;
+    pipe =
+        ctx.pipeline({"attention_f16.wgsl", "attention_prefill_f16", {}, attention_f16_prelude(ctx, *t, s.head_dim)});
+  } else if (impl == AttentionImpl::Tiled) {
+    AttentionTiles tiles = attention_tiles(s.head_dim, ctx.limits());
     if (tiles_override) {
       const AttentionTiles& t = *tiles_override;
       if (t.tpr == 0 || t.dv == 0 || t.rpt == 0 || t.bq % t.rpt != 0 || 4 * t.dv * t.tpr != s.head_dim ||
@@ -232,13 +397,15 @@ void encode_attention_prefill(gpu::ComputeBatch& batch, gpu::Context& ctx, const
         fail(fn, "tile override does not fit head_dim " + std::to_string(s.head_dim) + " or the adapter's limits");
       tiles = t;
     }
-    if (kv.n_pages() > 1 && kv.page_size() % tiles.bk != 0)
-      fail(fn, "KV page_size " + std::to_string(kv.page_size()) + " must be a multiple of the key tile " +
-                   std::to_string(tiles.bk));
+    bq = tiles.bq;
+    bk = tiles.bk;
     pipe = ctx.pipeline({"attention.wgsl", "attention_prefill", {}, kv_prelude_vec4(view) + tile_prelude(tiles)});
   } else {
     pipe = ctx.pipeline({"attention_baseline.wgsl", "attention_prefill_baseline", {}, kv_prelude_scalar(view)});
   }
+  if (bk && kv.n_pages() > 1 && kv.page_size() % bk != 0)
+    fail(fn, "KV page_size " + std::to_string(kv.page_size()) + " must be a multiple of the key tile " +
+                 std::to_string(bk));
   uint32_t step = max_rows_per_binding(ctx, s);
   if (impl == AttentionImpl::Baseline) step = std::min(step, max_grid);  // grid y = queries
 
@@ -247,10 +414,10 @@ void encode_attention_prefill(gpu::ComputeBatch& batch, gpu::Context& ctx, const
     const RowWindow ow = row_window(ctx, uint64_t(s.row) + s.q_base + first, count, s.out_stride, q_dim);
     AttentionParams p = chunk_params(s, kv, first, count, qw, ow);
     uint32_t gx, gy;
-    if (impl == AttentionImpl::Tiled) {
+    if (bq) {  // the tiled kernels: a workgroup per bq rows of one kv head
       const uint32_t group = s.n_heads / s.n_kv_heads;
-      const uint32_t hpw = std::min(group, tiles.bq);
-      const uint64_t q_blocks = (count + tiles.bq / hpw - 1) / (tiles.bq / hpw);
+      const uint32_t hpw = std::min(group, bq);
+      const uint64_t q_blocks = (count + bq / hpw - 1) / (bq / hpw);
       const uint64_t n_wg = q_blocks * ((group + hpw - 1) / hpw) * s.n_kv_heads;
       const auto grid = gpu::fold_grid(n_wg, max_grid);
       gx = grid.x;

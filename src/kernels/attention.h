@@ -1,8 +1,10 @@
-// Host encoders for the attention kernels (attention.wgsl, attention_baseline.wgsl).
+// Host encoders for the attention kernels (attention.wgsl, attention_f16.wgsl, attention_baseline.wgsl).
 // Every contract check happens here, before anything is dispatched; violations throw
 // wgllm::InvalidArgument naming the field.
 #pragma once
 #include <cstdint>
+#include <optional>
+#include <string>
 
 #include "gpu/batch.h"
 #include "kernels/kv_cache.h"
@@ -29,8 +31,11 @@ struct AttentionShape {
 // row + q_base + i and writes out row row + q_base + i.
 
 enum class AttentionImpl {
-  Auto,      // tiled (several queries share each K/V tile) when possible, else baseline
-  Tiled,     // attention.wgsl: needs subgroups and head_dim % 4 == 0
+  Auto,      // the context's attention_prefill option; unset: TiledF16 on GPUs where it runs and head_dim is 64 or
+             // 128, else Tiled when possible, else Baseline
+  Tiled,     // attention.wgsl: f32 arithmetic; needs subgroups and head_dim % 4 == 0
+  TiledF16,  // attention_f16.wgsl: f16 arithmetic, register tiles; needs shader-f16, subgroups, an f16 KV cache
+             // and head_dim % 64 == 0 (attention_f16_tiles)
   Baseline,  // attention_baseline.wgsl: the seed's one-workgroup-per-(query, head) design
 };
 
@@ -65,6 +70,35 @@ struct AttentionTiles {
 };
 AttentionTiles attention_tiles(uint32_t head_dim, const WGPULimits& limits);
 
+// The f16 kernel's tile: a workgroup of bq / 4 * cg threads computes bq rows (query, head) over bk-key tiles; a
+// thread owns 4 rows x bk / cg keys of the scores and 4 rows x head_dim / cg dims of the output. head_dim % (8 cg),
+// bq % 4 and bk % cg are 0, and bk divides 128.
+struct AttentionF16Tiles {
+  uint32_t bq = 64, bk = 32, cg = 16;
+};
+// The default tile for head_dim on the adapter: the first of 64x32, 32x32, 64x16, 32x16 (cg 16, or 8 where
+// head_dim / 8 is not a multiple of 16) that fits its workgroup limits; nullopt when none does or head_dim % 64 != 0.
+std::optional<AttentionF16Tiles> attention_f16_tiles(const gpu::Context& ctx, uint32_t head_dim);
+// Workgroup memory of the f16 kernel with tile t at head_dim.
+uint64_t attention_f16_storage(const AttentionF16Tiles& t, uint32_t head_dim);
+// The host constants the f16 kernel is compiled with for tile t at head_dim on ctx (tests expand the shader with it).
+std::string attention_f16_prelude(const gpu::Context& ctx, const AttentionF16Tiles& t, uint32_t head_dim);
+
+// The prefill kernel a context asks for (ContextOptions::attention_prefill): "" (Auto), "f32" (Tiled), "f16"
+// (TiledF16, its default tile) or "BQxBKxCGxf16" (TiledF16 with that tile, e.g. "64x32x16xf16").
+struct AttentionVariant {
+  AttentionImpl impl = AttentionImpl::Auto;
+  std::optional<AttentionF16Tiles> f16_tiles;
+};
+// InvalidArgument when malformed.
+AttentionVariant parse_attention_variant(const std::string& text);
+// The kernel encode_attention_prefill runs for `impl` on this call (Auto resolved; Tiled or TiledF16 as given).
+AttentionImpl resolve_attention_prefill(const gpu::Context& ctx, const AttentionShape& shape, KvType kv_type,
+                                        AttentionImpl impl = AttentionImpl::Auto);
+// Throws InvalidArgument when the context's attention_prefill option asks for a kernel that cannot run heads of
+// head_dim with an f16 KV cache on this adapter (a forced f16 kernel without shader-f16, a tile that does not fit).
+void check_attention_variant(const gpu::Context& ctx, uint32_t head_dim);
+
 // Which KV view the shaders use: f16 arithmetic types, f16 packed in u32, or f32.
 enum class KvView { F16, PackedF16, F32 };
 KvView kv_view(const gpu::Context& ctx, KvType type);
@@ -72,10 +106,12 @@ KvView kv_view(const gpu::Context& ctx, KvType type);
 // Batched causal prefill: out = softmax(q k^T * scale + causal mask) v, per head.
 // q, out: [q_base + n_queries][stride] f32. Splits the call across dispatches when q/out
 // would exceed the storage-binding limit.
-// `tiles` overrides attention_tiles() for the tiled kernel (tuning; checked against the limits).
+// `tiles` overrides attention_tiles() for the Tiled kernel, `f16_tiles` the f16 kernel's tile (from the context's
+// option, else attention_f16_tiles()) (tuning; checked against the limits).
 void encode_attention_prefill(gpu::ComputeBatch& batch, gpu::Context& ctx, const AttentionShape& shape,
                               const gpu::Buffer& q, const KvCache& kv, const gpu::Buffer& out,
-                              AttentionImpl impl = AttentionImpl::Auto, const AttentionTiles* tiles = nullptr);
+                              AttentionImpl impl = AttentionImpl::Auto, const AttentionTiles* tiles = nullptr,
+                              const AttentionF16Tiles* f16_tiles = nullptr);
 
 // The decode kernels. Both need subgroups and head_dim % 4 == 0 (else decode runs the baseline prefill kernel).
 enum class DecodeKernel {

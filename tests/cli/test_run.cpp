@@ -249,5 +249,24 @@ TEST(ModelLoad, BadMatmulTileFailsTheLoad) {
   EXPECT_NO_THROW((void)Model::load(test::model_path("llama-f32"), o));
 }
 
+// Likewise a malformed or impossible forced attention kernel ($WGLLM_ATTENTION).
+TEST(ModelLoad, BadAttentionVariantFailsTheLoad) {
+  LoadOptions o;
+  int progress_calls = 0;
+  o.progress = [&](uint64_t, uint64_t) { ++progress_calls; };
+  for (const char* variant : {"f64", "64x32xf16", "1024x64x8xf16"}) {
+    o.attention_prefill = variant;
+    try {
+      (void)Model::load(test::model_path("llama-f32"), o);
+      ADD_FAILURE() << variant << " loaded";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(variant), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(progress_calls, 0);
+  o.attention_prefill = "f32";
+  EXPECT_NO_THROW((void)Model::load(test::model_path("llama-f32"), o));
+}
+
 }  // namespace
 }  // namespace wgllm

@@ -1,8 +1,12 @@
 // Attention kernels vs the CPU reference (float64): an explicit table of shapes.
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 
 #include "cpu/attention.h"
+#include "gpu/shader_expand.h"
+#include "gpu/shaders.h"
 #include "kernels/attention.h"
 #include "test_util.h"
 #include "wgllm/error.h"
@@ -25,11 +29,12 @@ struct Case {
   uint32_t page_size = 0;  // 0: contiguous (one page)
   AttentionImpl impl = AttentionImpl::Tiled;
   Kind kind = Kind::Prefill;
-  uint32_t q_split = 0;   // > 0: issue the batch as dispatches of this many queries via q_base
-  uint32_t n_splits = 1;  // decode: 1 = no split-K, 0 = automatic
-  uint32_t row_pad = 0;   // extra floats per q/out row (strides != n_heads * head_dim)
-  uint32_t rpt = 1;       // tiled prefill: rows per thread group (> 1 overrides the default tiles)
-  uint32_t window = 0;    // sliding window (0: none)
+  uint32_t q_split = 0;            // > 0: issue the batch as dispatches of this many queries via q_base
+  uint32_t n_splits = 1;           // decode: 1 = no split-K, 0 = automatic
+  uint32_t row_pad = 0;            // extra floats per q/out row (strides != n_heads * head_dim)
+  uint32_t rpt = 1;                // tiled prefill: rows per thread group (> 1 overrides the default tiles)
+  uint32_t window = 0;             // sliding window (0: none)
+  const char* f16_tile = nullptr;  // TiledF16: "BQxBKxCGxf16" (nullptr: the adapter's default tile)
 };
 
 std::ostream& operator<<(std::ostream& os, const Case& c) { return os << c.name; }
@@ -74,7 +79,10 @@ ErrorReport run_case(gpu::Context& ctx, const Case& c, uint64_t salt) {
       kernels::AttentionTiles tiles = kernels::attention_tiles(c.head_dim, ctx.limits());
       tiles.rpt = c.rpt;
       tiles.wg = tiles.bq / tiles.rpt * tiles.tpr;
-      kernels::encode_attention_prefill(batch, ctx, part, qbuf, kv, out, c.impl, c.rpt > 1 ? &tiles : nullptr);
+      std::optional<kernels::AttentionF16Tiles> f16;
+      if (c.f16_tile) f16 = kernels::parse_attention_variant(c.f16_tile).f16_tiles;
+      kernels::encode_attention_prefill(batch, ctx, part, qbuf, kv, out, c.impl, c.rpt > 1 ? &tiles : nullptr,
+                                        f16 ? &*f16 : nullptr);
     } else {
       const uint32_t splits = c.n_splits ? c.n_splits : kernels::attention_decode_splits(part, kv);
       const gpu::Buffer* sp = nullptr;
@@ -103,11 +111,21 @@ ErrorReport run_case(gpu::Context& ctx, const Case& c, uint64_t salt) {
   return compare(got, want);
 }
 
-double tolerance(const Case& c) { return c.kv_type == KvType::F32 ? 1e-5 : 3e-3; }
+// The f16 kernel rounds q and the probabilities to f16 (unit roundoff u = 2^-11 = 4.9e-4) and sums the products of
+// a score (16 per f16 lane) and of a tile's P V (BK per lane) in f16 before adding them in f32. A numpy model of
+// exactly these roundings gives 1.5e-3 - 2.6e-3 relative L2 against float64 on these inputs (q in [-2, 2]; the
+// output is an average of many v, so its norm is small); the f32 kernels 3e-4 (the f16 KV alone). 8e-3 = 16 u.
+constexpr double kF16ArithmeticTolerance = 8e-3;
+
+double tolerance(const Case& c) {
+  if (c.impl == AttentionImpl::TiledF16) return kF16ArithmeticTolerance;
+  return c.kv_type == KvType::F32 ? 1e-5 : 3e-3;
+}
 
 constexpr auto F16 = KvType::F16;
 constexpr auto F32 = KvType::F32;
 constexpr auto Tiled = AttentionImpl::Tiled;
+constexpr auto TiledF16 = AttentionImpl::TiledF16;
 constexpr auto Baseline = AttentionImpl::Baseline;
 constexpr auto Decode = Kind::Decode;
 
@@ -178,6 +196,38 @@ const Case kWindowCases[] = {
     sw({"swa_covers_all_decode_d64_start300", 4, 2, 64, 1, 300, F16, 0, Tiled, Decode, 0, 3}, 301),
 };
 
+// The f16 kernel (attention_f16.wgsl) with the adapter's default tile (on lavapipe, 8-lane subgroups: 32x32x16 at
+// head_dim 128, row maxima through workgroup memory; 64x32x8 at 64, through subgroup shuffles) and forced tiles: two
+// output chunks per thread (head_dim 128 over 8 threads), GQA groups that do not divide the rows (3) or exceed them
+// (40: a group split over workgroups), partial tiles, chunked prefill (start_pos, q_base), paged KV, strided rows and
+// sliding windows. Few distinct tiles: lavapipe takes 15-45 s to compile each (its shader cache keeps them after).
+Case f16(Case c, const char* tile = nullptr) {
+  c.impl = TiledF16;
+  c.f16_tile = tile;
+  return c;
+}
+const Case kF16Cases[] = {
+    f16({"f16_gqa4_d128_q75_start9", 8, 2, 128, 75, 9}),
+    f16({"f16_mha_d64_q75", 4, 4, 64, 75, 0}),
+    f16({"f16_gqa8_d64_q75_start40", 8, 1, 64, 75, 40}),
+    f16({"f16_gqa2_d64_q3", 4, 2, 64, 3, 0}),
+    f16({"f16_q1_start0", 4, 2, 64, 1, 0}),
+    f16({"f16_gqa3_d64_q30_start7", 6, 2, 64, 30, 7}),
+    f16({"f16_gqa40_d64_q5_start3", 40, 1, 64, 5, 3}, "32x16x8xf16"),
+    f16({"f16_paged128_gqa4_d64_q200_start70", 8, 2, 64, 200, 70, F16, 128}),
+    f16({"f16_split_qbase_gqa2_d128_q75_start10", 4, 2, 128, 75, 10, F16, 128, Tiled, Kind::Prefill, 16}),
+    f16({"f16_strided_rows_d64_q40_start9", 4, 2, 64, 40, 9, F16, 0, Tiled, Kind::Prefill, 0, 1, 12}),
+    f16({"f16_tile32x16x8_gqa4_d128_q40_start20", 8, 2, 128, 40, 20, F16, 128}, "32x16x8xf16"),
+    f16({"f16_tile32x16x8_mha_d128_q9_start30", 2, 2, 128, 9, 30}, "32x16x8xf16"),
+    f16(sw({"f16_swa21_gqa2_d64_q75", 4, 2, 64, 75, 0}, 21)),
+    f16(sw({"f16_swa1_gqa2_d64_q40_start5", 4, 2, 64, 40, 5}, 1)),
+    f16(sw({"f16_swa_covers_all_gqa4_d64_q75_start40", 8, 2, 64, 75, 40}, 5000)),
+    // P = 255: the window (127, 255] starts exactly on page 1; pages 0 and (for later queries) 1 skipped whole
+    f16(sw({"f16_swa128_paged128_gqa4_d64_q200_start70", 8, 2, 64, 200, 70, F16, 128}, 128)),
+    f16(sw({"f16_swa100_chunked_qbase_gqa2_d128_q75_start300", 4, 2, 128, 75, 300, F16, 128, Tiled, Kind::Prefill, 16},
+           100)),
+};
+
 class AttentionTable : public ::testing::TestWithParam<Case> {};
 
 TEST_P(AttentionTable, MatchesCpuReference) {
@@ -190,6 +240,117 @@ INSTANTIATE_TEST_SUITE_P(Cases, AttentionTable, ::testing::ValuesIn(kCases),
                          [](const auto& info) { return std::string(info.param.name); });
 INSTANTIATE_TEST_SUITE_P(Window, AttentionTable, ::testing::ValuesIn(kWindowCases),
                          [](const auto& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(F16, AttentionTable, ::testing::ValuesIn(kF16Cases),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+// The context's attention_prefill option steers AttentionImpl::Auto: "f16" runs the f16 kernel (here on a CPU
+// adapter too, where Auto alone keeps f32 arithmetic), a tile with it; "f32" the f32 kernel.
+TEST(Attention, PrefillOptionChoosesTheKernel) {
+  const AttentionShape s{.n_heads = 8, .n_kv_heads = 2, .head_dim = 64, .n_queries = 10};
+  {
+    gpu::Context ctx(context_options([](auto& o) { o.attention_prefill = "32x16x8xf16"; }));
+    EXPECT_EQ(kernels::resolve_attention_prefill(ctx, s, F16), TiledF16);
+    EXPECT_EQ(kernels::resolve_attention_prefill(ctx, s, F16, Tiled), Tiled);  // an explicit kernel wins
+    auto r = run_case(ctx, {"option_f16_tile_gqa4_d64_q30_start5", 8, 2, 64, 30, 5, F16, 0, AttentionImpl::Auto}, 3);
+    EXPECT_LE(r.rel_l2, kF16ArithmeticTolerance) << r.describe();
+    EXPECT_NO_THROW(kernels::check_attention_variant(ctx, 64));
+    EXPECT_NO_THROW(kernels::check_attention_variant(ctx, 128));  // two 8-dim chunks per thread
+    EXPECT_THROW(kernels::check_attention_variant(ctx, 80), InvalidArgument);
+  }
+  {
+    gpu::Context ctx(context_options([](auto& o) { o.attention_prefill = "f32"; }));
+    EXPECT_EQ(kernels::resolve_attention_prefill(ctx, s, F16), Tiled);
+    EXPECT_NO_THROW(kernels::check_attention_variant(ctx, 80));
+  }
+  auto& ctx = context();
+  // Auto: the f16 kernel on GPUs where it runs at head_dim 64 and 128; CPU adapters keep the f32 kernel; never for an
+  // f32 KV cache or another head_dim.
+  const AttentionImpl want = ctx.adapter().is_cpu() ? Tiled : TiledF16;
+  EXPECT_EQ(kernels::resolve_attention_prefill(ctx, s, F16), want);
+  EXPECT_EQ(kernels::resolve_attention_prefill(ctx, s, F32), Tiled);
+  for (uint32_t d : {80u, 256u}) {
+    AttentionShape other = s;
+    other.head_dim = d;
+    EXPECT_EQ(kernels::resolve_attention_prefill(ctx, other, F16), Tiled) << d;
+  }
+}
+
+TEST(Attention, ParseAttentionVariant) {
+  EXPECT_EQ(kernels::parse_attention_variant("").impl, AttentionImpl::Auto);
+  EXPECT_EQ(kernels::parse_attention_variant("f32").impl, Tiled);
+  const auto f = kernels::parse_attention_variant("f16");
+  EXPECT_EQ(f.impl, TiledF16);
+  EXPECT_FALSE(f.f16_tiles.has_value());
+  const auto t = kernels::parse_attention_variant("64x32x16xf16");
+  ASSERT_TRUE(t.f16_tiles.has_value());
+  EXPECT_EQ(t.f16_tiles->bq, 64u);
+  EXPECT_EQ(t.f16_tiles->bk, 32u);
+  EXPECT_EQ(t.f16_tiles->cg, 16u);
+  for (const char* bad : {"f64", "64x32x16", "64x32xf16", "64x32x16x8xf16", "xf16", "64xx16xf16", "a4x32x16xf16",
+                          "64x32x16xf32", "99999x32x16xf16"})
+    EXPECT_THROW(kernels::parse_attention_variant(bad), InvalidArgument) << bad;
+}
+
+// The f16 kernel's contract checks, each an InvalidArgument before dispatch.
+TEST(Attention, F16KernelRefusesWhatItCannotRun) {
+  auto& ctx = context();
+  auto q = ctx.create_buffer(16 * 512 * 4, WGPUBufferUsage_Storage, "q");
+  auto out = ctx.create_buffer(16 * 512 * 4, WGPUBufferUsage_Storage, "out");
+  auto expect_refusal = [&](const char* what, const AttentionShape& s, KvType type, const kernels::AttentionF16Tiles* t,
+                            uint32_t page = 0) {
+    KvCache kv(ctx, {.kv_dim = s.n_kv_heads * s.head_dim, .max_seq = 256, .page_size = page, .type = type});
+    gpu::ComputeBatch batch(ctx);
+    try {
+      kernels::encode_attention_prefill(batch, ctx, s, q, kv, out, TiledF16, nullptr, t);
+      ADD_FAILURE() << "no exception: " << what;
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  const AttentionShape s{.n_heads = 4, .n_kv_heads = 2, .head_dim = 64, .n_queries = 8};
+  expect_refusal("f16 KV cache", s, F32, nullptr);
+  AttentionShape d80 = s;
+  d80.head_dim = 80;
+  expect_refusal("no tile for head_dim 80", d80, F16, nullptr);
+  const kernels::AttentionF16Tiles too_wide{64, 32, 16};  // 16 threads x 8 dims > head_dim 64
+  expect_refusal("multiple of 8 * cg", s, F16, &too_wide);
+  const kernels::AttentionF16Tiles odd_rows{30, 32, 8};
+  expect_refusal("bq must be", s, F16, &odd_rows);
+  const kernels::AttentionF16Tiles bad_keys{32, 24, 8};
+  expect_refusal("bk must be", s, F16, &bad_keys);
+  const kernels::AttentionF16Tiles huge{1024, 64, 8};
+  expect_refusal("f16 tile 1024x64x8", s, F16, &huge);
+  gpu::Context no_f16(context_options([](auto& o) { o.disable_f16 = true; }));
+  EXPECT_FALSE(no_f16.features().shader_f16);
+  EXPECT_EQ(kernels::resolve_attention_prefill(no_f16, s, F16), Tiled);
+  {
+    KvCache kv(no_f16, {.kv_dim = 128, .max_seq = 64});
+    auto q2 = no_f16.create_buffer(16 * 512 * 4, WGPUBufferUsage_Storage, "q");
+    gpu::ComputeBatch batch(no_f16);
+    EXPECT_THROW(kernels::encode_attention_prefill(batch, no_f16, s, q2, kv, q2, TiledF16), InvalidArgument);
+  }
+}
+
+// The f16 kernel as GPUs compile it: every //#unroll block unrolled (CPU adapters get loops), which makes each
+// workgroup-memory index a constant in its inner dimension. The expanded source replaces the embedded one through
+// kernel_dir for one small tile.
+TEST(Attention, F16KernelUnrolled) {
+  const kernels::AttentionF16Tiles tile{32, 16, 8};
+  const std::string prelude = kernels::attention_f16_prelude(context(), tile, 64);
+  const auto dir = std::filesystem::temp_directory_path() / ("wgllm_f16_unrolled_" + std::to_string(seed()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "attention_f16.wgsl")
+      << gpu::expand_shader(gpu::shader_source("attention_f16.wgsl"), prelude, true);
+  {
+    gpu::Context ctx(context_options([&](auto& o) { o.kernel_dir = dir.string(); }));
+    for (const Case& c : {f16({"unrolled_gqa4_d64_q40_start20", 8, 2, 64, 40, 20, F16, 128}, "32x16x8xf16"),
+                          f16(sw({"unrolled_swa9_gqa2_d64_q20", 4, 2, 64, 20, 0}, 9), "32x16x8xf16")}) {
+      auto r = run_case(ctx, c, 11);
+      EXPECT_LE(r.rel_l2, kF16ArithmeticTolerance) << c.name << ": " << r.describe();
+    }
+  }
+  std::filesystem::remove_all(dir);
+}
 
 // The same kernels through the packed-u32 f16 path (as on adapters without shader-f16).
 TEST(Attention, PackedF16Fallback) {
@@ -231,6 +392,23 @@ TEST(Attention, TilesFitTheAdapter) {
     EXPECT_LE(t.wg, lim.maxComputeInvocationsPerWorkgroup) << d;
     EXPECT_LE(8ull * t.bk * d, lim.maxComputeWorkgroupStorageSize) << d;
     EXPECT_EQ(KvCache::kPageMultiple % t.bk, 0u) << d;
+  }
+  // The f16 kernel's default tiles: head_dim a multiple of 64, within the limits (either reduction).
+  for (uint32_t d : {32u, 64u, 80u, 96u, 128u, 192u, 256u}) {
+    const auto t = kernels::attention_f16_tiles(context(), d);
+    if (d % 64 != 0) {
+      EXPECT_FALSE(t.has_value()) << d;
+      continue;
+    }
+    if (d <= 128 && lim.maxComputeWorkgroupStorageSize >= 32768) {
+      EXPECT_TRUE(t.has_value()) << d;
+    }
+    if (!t) continue;
+    EXPECT_EQ(d % (8 * t->cg), 0u) << d;
+    EXPECT_EQ(t->bk % t->cg, 0u) << d;
+    EXPECT_EQ(KvCache::kPageMultiple % t->bk, 0u) << d;
+    EXPECT_LE(t->bq / 4 * t->cg, lim.maxComputeInvocationsPerWorkgroup) << d;
+    EXPECT_LE(kernels::attention_f16_storage(*t, d), lim.maxComputeWorkgroupStorageSize) << d;
   }
 }
 
@@ -366,8 +544,26 @@ TEST(Attention, PagedContextBeyondOneBinding) {
     kernels::encode_attention_decode(batch, ctx, d, qlast, kv, out_decode, &scratch, splits);
     batch.submit_and_wait();
   }
+  // The f16 kernel over the same pools, with a sliding window from the middle of the last page that lies in another
+  // pool than the chunk's own page (when there are several): its tiles switch pools.
+  const std::vector<uint32_t> order = shuffled_pages(seq, 1024, 1);
+  const uint32_t last_page = (seq - 1) / 1024;
+  auto pool_of = [&](uint32_t page) { return (order.empty() ? page : order[page]) / kv.pages_per_pool(); };
+  uint32_t first_page = last_page;
+  while (first_page > 0 && pool_of(first_page) == pool_of(last_page)) --first_page;
+  const uint32_t f16_window = seq - chunk - (first_page * 1024 + 512) + 1;
+  auto out_f16 = ctx.create_buffer(size_t(chunk) * q_dim * 4, WGPUBufferUsage_Storage, "out f16");
+  ctx.write_buffer(out_f16, 0, poison.data(), out_f16.size);
+  {
+    gpu::ComputeBatch batch(ctx, "paged prefill f16");
+    AttentionShape w = prefill;
+    w.window = f16_window;
+    kernels::encode_attention_prefill(batch, ctx, w, qbuf, kv, out_f16, kernels::AttentionImpl::TiledF16);
+    batch.submit_and_wait();
+  }
   auto got_prefill = ctx.read<float>(out_prefill);
   auto got_decode = ctx.read<float>(out_decode);
+  auto got_f16 = ctx.read<float>(out_f16);
 
   for (uint32_t h : {0u, 13u, 31u}) {
     const uint32_t kvh = h / (n_heads / n_kv_heads);
@@ -377,10 +573,11 @@ TEST(Attention, PagedContextBeyondOneBinding) {
         kh[size_t(t) * D + d] = value(size_t(t) * kv_dim + kvh * D + d, 1);
         vh[size_t(t) * D + d] = value(size_t(t) * kv_dim + kvh * D + d, 2);
       }
-    std::vector<float> qh(size_t(chunk) * D), got_h(size_t(chunk) * D), got_dec(D);
+    std::vector<float> qh(size_t(chunk) * D), got_h(size_t(chunk) * D), got_dec(D), got_w(size_t(chunk) * D);
     for (uint32_t i = 0; i < chunk; ++i) {
       std::copy_n(&q[size_t(i) * q_dim + h * D], D, &qh[size_t(i) * D]);
       std::copy_n(&got_prefill[size_t(i) * q_dim + h * D], D, &got_h[size_t(i) * D]);
+      std::copy_n(&got_f16[size_t(i) * q_dim + h * D], D, &got_w[size_t(i) * D]);
     }
     std::copy_n(&got_decode[h * D], D, got_dec.data());
     cpu::AttentionRef ref{1, 1, D, chunk, seq - chunk, 1.0f / std::sqrt(float(D))};
@@ -389,6 +586,10 @@ TEST(Attention, PagedContextBeyondOneBinding) {
     EXPECT_LE(r.rel_l2, 3e-3) << "prefill head " << h << ": " << r.describe();
     auto rd = compare(std::span<const float>(got_dec), std::span<const float>(want).subspan(size_t(chunk - 1) * D, D));
     EXPECT_LE(rd.rel_l2, 3e-3) << "decode head " << h << ": " << rd.describe();
+    cpu::AttentionRef ref_w{1, 1, D, chunk, seq - chunk, 1.0f / std::sqrt(float(D)), f16_window};
+    auto rw = compare(got_w, cpu::attention(ref_w, qh, kh, vh));
+    EXPECT_LE(rw.rel_l2, kF16ArithmeticTolerance)
+        << "f16 prefill head " << h << ", window " << f16_window << ": " << rw.describe();
   }
 }
 

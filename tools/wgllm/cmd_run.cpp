@@ -48,7 +48,8 @@ Model load_model(const std::string& path, const LoadOptions& given) {
   LoadOptions options = given;
   for (auto [var, field] :
        {std::pair{"WGLLM_KERNEL_DIR", &options.kernel_dir}, std::pair{"WGLLM_DUMP_SHADERS", &options.dump_shaders_dir},
-        std::pair{"WGLLM_MATMUL_TILE", &options.matmul_tile}, std::pair{"WGLLM_ROWS_SHAPE", &options.rows_shape}})
+        std::pair{"WGLLM_MATMUL_TILE", &options.matmul_tile}, std::pair{"WGLLM_ROWS_SHAPE", &options.rows_shape},
+        std::pair{"WGLLM_ATTENTION", &options.attention_prefill}})
     if (const char* v = std::getenv(var); v && field->empty()) *field = v;
   if (!path.empty()) return Model::load(path, options);
   const auto bytes = default_model_bytes();
