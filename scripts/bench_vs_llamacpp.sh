@@ -155,7 +155,8 @@ build_llama() {
   mkdir -p "$dir"
   dir=$(cd "$dir" && pwd)
   local top
-  top=$(find "$dir/src" -maxdepth 5 -name CMakeLists.txt -path '*llama.cpp/CMakeLists.txt' 2>/dev/null | head -n1)
+  # (no source unpacked yet: find fails, which must not end the script under pipefail)
+  top=$(find "$dir/src" -maxdepth 5 -name CMakeLists.txt -path '*llama.cpp/CMakeLists.txt' 2>/dev/null | head -n1 || true)
   if [ -z "$top" ]; then
     [ -f "$tarball" ] || fail "no source tarball at $tarball"
     mkdir -p "$dir/src"
