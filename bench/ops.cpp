@@ -255,9 +255,8 @@ int run_bench_ops(const Options& o) {
                   "throughput");
     }
     const bool matvec = (first || !rows_shapes.empty()) && !o.skip_matvec;
-    const auto rows_cfg = kernels::rows_config(ctx);  // the Rows kernel does both (kernels::MatmulImpl::Auto)
-    const bool rows = rows_cfg.has_value();
-    const auto rows_shape = rows_cfg.value_or(kernels::RowsConfig{});
+    // on CPU adapters the Rows kernel does both for the types it reads (kernels::MatmulImpl::Auto)
+    const auto rows_shape = kernels::rows_config(ctx).value_or(kernels::RowsConfig{});
     char rows_label[64];
     std::snprintf(rows_label, sizeof rows_label, "(rows shape %ux%ux%u)", rows_shape.workgroup, rows_shape.rows,
                   rows_shape.tokens);
@@ -288,7 +287,7 @@ int run_bench_ops(const Options& o) {
           std::snprintf(label, sizeof label, "(matvec shape %ux%ux%ux%u)", mv_shape.threads_per_row, mv_shape.rows,
                         mv_shape.groups, mv_shape.units);
           std::printf("%-7s %-5s %5ux%-5u %6u %11.3f %8.1f GB/s  %s\n", "matvec", tname.c_str(), n_in, n_out, 1u,
-                      mv * 1e3, double(bytes.size()) / mv / 1e9, rows ? rows_label : label);
+                      mv * 1e3, double(bytes.size()) / mv / 1e9, kernels::rows_kernel_for(ctx, t) ? rows_label : label);
         }
         if (!o.skip_matmul) {
           const double mm =
@@ -298,7 +297,7 @@ int run_bench_ops(const Options& o) {
           std::snprintf(label, sizeof label, "(tile %ux%u%s)", tile.tokens, tile.rows, tile.f16 ? "xf16" : "");
           std::printf("%-7s %-5s %5ux%-5u %6u %11.3f %8.1f GFLOP/s  %s\n", "matmul", tname.c_str(), n_in, n_out,
                       o.prefill_tokens, mm * 1e3, kernels::matmul_flops(copies[0], o.prefill_tokens) / mm / 1e9,
-                      rows ? rows_label : label);
+                      kernels::rows_kernel_for(ctx, t) ? rows_label : label);
         }
         std::fflush(stdout);
       }

@@ -123,9 +123,10 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
     fail(fn, "norm must not be an output");
   MatmulImpl impl = o.impl;
   if (impl == MatmulImpl::Auto)
-    impl = rows_config(ctx)                  ? MatmulImpl::Rows
+    impl = rows_kernel_for(ctx, w.type)      ? MatmulImpl::Rows
            : n_tokens <= kMatvecMaxTokens ? MatmulImpl::Matvec
                                           : MatmulImpl::Tiled;
+  if (impl == MatmulImpl::Rows && !rows_kernel_reads(w.type)) impl = MatmulImpl::Matvec;
 
   const uint32_t max_grid = ctx.limits().maxComputeWorkgroupsPerDimension;
   uint32_t step = detail::tokens_per_binding(fn, ctx, {w.n_in, y_width, y1_width, y2_width});
@@ -293,6 +294,15 @@ RowsConfig parse_rows_config(const std::string& text) {
       c.tokens == 0 || c.tokens > 8)
     throw InvalidArgument(expected);
   return c;
+}
+
+bool rows_kernel_reads(GgufType type) {
+  return type == GgufType::F32 || type == GgufType::F16 || type == GgufType::BF16 || type == GgufType::Q8_0 ||
+         type == GgufType::Q4_0;
+}
+
+bool rows_kernel_for(const gpu::Context& ctx, GgufType type) {
+  return rows_kernel_reads(type) && rows_config(ctx).has_value();
 }
 
 MatmulImpl token_independent_impl(const gpu::Context& ctx) {

@@ -16,7 +16,9 @@ enum class MatmulImpl {
   Auto,    // CPU adapters: Rows; GPUs: Matvec for n_tokens <= kMatvecMaxTokens, else Tiled
   Matvec,  // one pass over W per kMatvecMaxTokens tokens
   Tiled,   // register-tiled: output tiles through workgroup memory (MatmulTile)
-  Rows,    // an invocation per row pair, all of its columns, RowsConfig::tokens tokens per pass over W (CPU adapters)
+  // An invocation per 2 or 4 rows, all of their columns, RowsConfig::tokens tokens per pass over W (CPU adapters);
+  // weight types it has no block loader for (rows_kernel_reads) take Matvec instead.
+  Rows,
 };
 inline constexpr uint32_t kMatvecMaxTokens = 4;
 
@@ -56,8 +58,14 @@ struct RowsConfig {
 std::optional<RowsConfig> rows_config(const gpu::Context& ctx);
 // "WORKGROUPxROWSxTOKENS", e.g. "16x4x4" (ContextOptions::rows_shape); InvalidArgument when malformed or out of range.
 RowsConfig parse_rows_config(const std::string& text);
+// Whether the Rows kernel reads this weight type a block at a time (F32, F16, BF16, Q8_0, Q4_0). The others (K-quants,
+// Q4_1, Q5_0, Q5_1) it would read through the 8-element loader with each block's header loaded again per row and
+// unit: on lavapipe that measured slower than the matvec, so Auto keeps them on the GPUs' kernels.
+bool rows_kernel_reads(GgufType type);
+// Auto's choice: the Rows kernel on a CPU adapter (rows_config) for the types it reads.
+bool rows_kernel_for(const gpu::Context& ctx, GgufType type);
 // Batch decode's product: one whose result for a token does not depend on the tokens beside it (Matvec on GPUs,
-// Rows on CPU adapters).
+// Rows on CPU adapters, itself Matvec for the types Rows does not read).
 MatmulImpl token_independent_impl(const gpu::Context& ctx);
 
 // What happens around the product, fused into the same dispatch.

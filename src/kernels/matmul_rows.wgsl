@@ -38,7 +38,7 @@ fn load32(r: u32, blk: u32) -> W32 {
     return W32(W8(d * nib4(v.x), d * nib4(v.y)), W8(d * nib4(v.z), d * nib4(v.w)),
                W8(d * nib4(v.x >> 4u), d * nib4(v.y >> 4u)), W8(d * nib4(v.z >> 4u), d * nib4(v.w >> 4u)));
   }
-  let u = 4u * blk;
+  let u = 4u * blk;  // F32, F16, BF16: one or two vec4 per unit, nothing loaded twice (the host keeps other types off)
   return W32(load8(r, u), load8(r, u + 1u), load8(r, u + 2u), load8(r, u + 3u));
 }
 

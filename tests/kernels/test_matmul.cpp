@@ -460,9 +460,9 @@ TEST(Matmul, NoSubgroupsMatvec) {
 // dealt out over the shapes (lavapipe takes seconds to compile each pipeline). A token's sum does not depend on the
 // tokens beside it: one token alone gives the same bits as within a batch.
 TEST(Matmul, RowsShapes) {
-  const char* shapes[] = {"8x2x3", "32x4x8", "1x2x1"};
+  const char* shapes[] = {"8x2x3", "1x2x1"};
   const size_t n_shapes = std::size(shapes);
-  auto few = [](GgufType t) { return t == F32 || t == F16 || t == Q8_0; };
+  auto few = [](GgufType t) { return t == F32 || t == Q8_0; };
   for (size_t s = 0; s < n_shapes; ++s) {
     const char* shape = shapes[s];
     SCOPED_TRACE(shape);
