@@ -1,19 +1,21 @@
 // Weight products on CPU adapters (Mesa lavapipe), for any number of tokens; compiled after matmul_common.wgsl
 // (the weight layout, the bindings and the epilogues), rope_angle.wgsl and rope_kv_epilogue.wgsl.
 //
-// lavapipe runs a workgroup on one CPU thread, its invocations 8 (or 16) to a SIMD vector. A load whose address
-// is the same in every invocation (uniform) compiles to one scalar load; any other load is a gather, one element
-// at a time. The GPU kernels spread a row over many threads: every x element and every weight word they read is
-// such an element, and the lanes' partial sums are combined at the end. Here each invocation owns 2 RH adjacent rows
-// (lanes = rows) and walks all their columns in step with the others, TT tokens at a time:
-// - x (and the RMSNorm weights) have uniform addresses: one scalar load per element serves 8 x 2 RH rows;
-// - each weight word is one gathered element per row, read once per TT tokens;
+// lavapipe runs a workgroup on one CPU thread, its invocations 8 (or 16) to a SIMD vector. Every storage load whose
+// address is not a compile-time constant becomes a loop over the vector's lanes with a bounds check per 32-bit
+// component, some 8 cycles per lane-word, even when all lanes read the same address (PERF.md): the cost of a kernel
+// there is the number of (lane, word) pairs it loads, not its bytes. The GPU matvec spreads a row over 8 lanes that
+// each load their own x: about 1.1 lane-words per weight. Here each invocation owns 2 RH adjacent rows (lanes = rows)
+// and walks all their columns in step with the others, TT tokens at a time:
+// - each quant word is loaded by one lane only (Q8_0: one lane-word per 4 weights, plus one scale word per block);
+// - x and the RMSNorm weights are loaded once per 8 lanes (lane l loads vec4 l of the block) and shared by
+//   subgroupBroadcast (XB), so they cost 1/8 of a lane-word per element for all 8 x 2 RH rows;
 // - every sum stays in its invocation, in column order: a token's result does not depend on the tokens beside it
 //   (a batch of sequences gets the bits each would get alone), and there is no reduction.
 // A workgroup is RW_WG invocations (RW_WG * 2 RH rows) for TT tokens; the grid is p.row_tiles row tiles x token
-// tiles. Host constants: RW_WG, RH (row pairs per invocation: 1, or 2 for the neox RoPE
-// quads), RQ = RH / 2, TT. Sums live in named registers
-// (acc<row>_<token>), never in an indexed array: lavapipe keeps dynamically indexed arrays in memory.
+// tiles. Host constants: RW_WG, RH (row pairs per invocation: 1, or 2 for the neox RoPE quads), RQ = RH / 2, TT, XB,
+// XV4 (x bound as vec4 too). Sums live in named registers (acc<row>_<token>), never in an indexed array: lavapipe
+// keeps dynamically indexed arrays in memory.
 
 @group(0) @binding(12) var<storage, read> wu: array<u32>;  // the piece again, as words
 
