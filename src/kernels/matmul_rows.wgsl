@@ -106,14 +106,17 @@ fn rows_main(wid: vec3<u32>, lid: u32, sl: u32) {
   //#end
   //#end
   for (var b = 0u; b < p.nb; b += 1u) {
-    var g = W32(W8(vec4<f32>(1.0), vec4<f32>(1.0)), W8(vec4<f32>(1.0), vec4<f32>(1.0)),
-                W8(vec4<f32>(1.0), vec4<f32>(1.0)), W8(vec4<f32>(1.0), vec4<f32>(1.0)));
-    if (has(FLAG_NORM)) { g = load_norm32(b, sl); }
-    // x first (TT x 32 values), then each row's block used at once: few values live at a time
+    // x first (TT x 32 values; with FLAG_NORM its squares summed and the norm weights applied), then each row's
+    // block used at once: few values live at a time
+    let norm_on = has(FLAG_NORM);
+    var g: W32;
+    if (norm_on) { g = load_norm32(b, sl); }
     //#unroll! t TT
-    let xr$t = load_x32(tok$t, b, sl);
-    ss$t += dot32(xr$t, xr$t);
-    let xg$t = mul32(xr$t, g);
+    var xg$t = load_x32(tok$t, b, sl);
+    if (norm_on) {
+      ss$t += dot32(xg$t, xg$t);
+      xg$t = mul32(xg$t, g);
+    }
     //#end
     //#unroll! h RH
     {

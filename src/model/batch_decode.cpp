@@ -148,13 +148,13 @@ std::vector<float> GpuBatchDecode::step(std::span<GpuSession* const> sessions, s
   // Every product of the step goes through a kernel whose arithmetic for a token does not depend on the tokens
   // beside it, so a sequence's logits are the same bits whatever else runs in the step (the GPUs' tiled kernel,
   // taken from 5 tokens on elsewhere, sums in another order).
-  const kernels::MatmulImpl kImpl = kernels::token_independent_impl(ctx_);
+  const kernels::MatmulImpl impl = kernels::token_independent_impl(ctx_);
   for (uint32_t l = 0; l < c.n_layer; ++l) {
     const GpuLayer& L = model_.weights.layers[l];
     if (c.is_conv(l)) {
       // x += out_proj(C * conv(B * x)), B, C, x = norm(x) in_proj; each sequence's convolution over its own state
       kernels::encode_matmul(batch, ctx_, L.in_proj, b.x, b.bcx, N,
-                             {.norm = &L.attn_norm, .eps = c.rms_eps, .impl = kImpl});
+                             {.norm = &L.attn_norm, .eps = c.rms_eps, .impl = impl});
       for (uint32_t i = 0; i < N; ++i) {
         GpuSession& s = *sessions[i];
         const kernels::ShortConvShape shape{.n_tokens = 1,
@@ -165,11 +165,11 @@ std::vector<float> GpuBatchDecode::step(std::span<GpuSession* const> sessions, s
                                             .row = i};
         kernels::encode_shortconv(batch, ctx_, shape, b.bcx, L.conv, s.conv_state_[l], b.conv_y);
       }
-      kernels::encode_matmul(batch, ctx_, L.out_proj, b.conv_y, b.x, N, {.accumulate = true, .impl = kImpl});
+      kernels::encode_matmul(batch, ctx_, L.out_proj, b.conv_y, b.x, N, {.accumulate = true, .impl = impl});
     } else {
       // q, k, v = norm(x) (wq, wk, wv) (+ biases), then per sequence: the q/k norm (when the model has it), RoPE and
       // the append into its own cache, and attention over that cache
-      const kernels::MatmulOptions normed{.norm = &L.attn_norm, .eps = c.rms_eps, .impl = kImpl};
+      const kernels::MatmulOptions normed{.norm = &L.attn_norm, .eps = c.rms_eps, .impl = impl};
       if (!L.wqkv.empty()) {
         kernels::MatmulOptions o = normed;
         o.bias = L.bqkv.size ? &L.bqkv : nullptr;
@@ -233,32 +233,32 @@ std::vector<float> GpuBatchDecode::step(std::span<GpuSession* const> sessions, s
         kernels::encode_attention_decode(batch, ctx_, shape, b.q, s.kv(l), b.attn, &b.scratch);
       }
       if (c.post_norms) {  // gemma: x += rms_norm(attn wo) * post_attn_norm
-        kernels::encode_matmul(batch, ctx_, L.wo, b.attn, b.proj, N, {.impl = kImpl});
+        kernels::encode_matmul(batch, ctx_, L.wo, b.attn, b.proj, N, {.impl = impl});
         kernels::encode_rms_norm(batch, ctx_, b.proj, L.post_attn_norm, b.x, N, c.n_embd, c.rms_eps, true);
       } else {
-        kernels::encode_matmul(batch, ctx_, L.wo, b.attn, b.x, N, {.accumulate = true, .impl = kImpl});
+        kernels::encode_matmul(batch, ctx_, L.wo, b.attn, b.x, N, {.accumulate = true, .impl = impl});
       }
     }
     // The FFN: act = act(norm(x) w_gate) * (norm(x) w_up), x += act w_down
     const bool gelu = c.ffn_act == FfnAct::GeluTanh;
     if (!L.w_gate_up.empty()) {
       kernels::encode_matmul(batch, ctx_, L.w_gate_up, b.x, b.act, N,
-                             {.norm = &L.ffn_norm, .eps = c.rms_eps, .swiglu = true, .gelu = gelu, .impl = kImpl});
+                             {.norm = &L.ffn_norm, .eps = c.rms_eps, .swiglu = true, .gelu = gelu, .impl = impl});
     } else {
       kernels::encode_matmul(batch, ctx_, L.w_gate, b.x, b.gate, N,
-                             {.norm = &L.ffn_norm, .eps = c.rms_eps, .impl = kImpl});
-      kernels::encode_matmul(batch, ctx_, L.w_up, b.x, b.up, N, {.norm = &L.ffn_norm, .eps = c.rms_eps, .impl = kImpl});
+                             {.norm = &L.ffn_norm, .eps = c.rms_eps, .impl = impl});
+      kernels::encode_matmul(batch, ctx_, L.w_up, b.x, b.up, N, {.norm = &L.ffn_norm, .eps = c.rms_eps, .impl = impl});
       kernels::encode_swiglu(batch, ctx_, b.gate, b.up, b.act, uint64_t(N) * c.n_ff, c.ffn_act);
     }
     if (c.post_norms) {
-      kernels::encode_matmul(batch, ctx_, L.w_down, b.act, b.proj, N, {.impl = kImpl});
+      kernels::encode_matmul(batch, ctx_, L.w_down, b.act, b.proj, N, {.impl = impl});
       kernels::encode_rms_norm(batch, ctx_, b.proj, L.post_ffn_norm, b.x, N, c.n_embd, c.rms_eps, true);
     } else {
-      kernels::encode_matmul(batch, ctx_, L.w_down, b.act, b.x, N, {.accumulate = true, .impl = kImpl});
+      kernels::encode_matmul(batch, ctx_, L.w_down, b.act, b.x, N, {.accumulate = true, .impl = impl});
     }
   }
   kernels::encode_matmul(batch, ctx_, model_.logits_weight(), b.x, b.logits, N,
-                         {.norm = &model_.weights.output_norm, .eps = c.rms_eps, .impl = kImpl});
+                         {.norm = &model_.weights.output_norm, .eps = c.rms_eps, .impl = impl});
   if (c.final_logit_softcap > 0)
     kernels::encode_scale(batch, ctx_, b.logits, uint64_t(N) * V, 1.f, c.final_logit_softcap);
   batch.copy(b.logits, 0, b.logits_host, 0, uint64_t(N) * V * 4);
