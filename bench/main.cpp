@@ -23,7 +23,8 @@ gpu::ContextOptions context_options(const std::string& adapter) {
           .attention_prefill = env("WGLLM_ATTENTION"),
           .extra_shaders = bench_shaders(),
           .kernel_dir = env("WGLLM_KERNEL_DIR"),
-          .dump_shaders_dir = env("WGLLM_DUMP_SHADERS")};
+          .dump_shaders_dir = env("WGLLM_DUMP_SHADERS"),
+          .shader_checks = env("WGLLM_SHADER_CHECKS") == "1"};
 }
 
 }  // namespace wgllm::bench

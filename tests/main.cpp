@@ -15,7 +15,8 @@ gpu::ContextOptions context_options() {
   return {.adapter = env("WGLLM_ADAPTER"),
           .extra_shaders = test_shaders(),
           .kernel_dir = env("WGLLM_KERNEL_DIR"),
-          .dump_shaders_dir = env("WGLLM_DUMP_SHADERS")};
+          .dump_shaders_dir = env("WGLLM_DUMP_SHADERS"),
+          .shader_checks = env("WGLLM_SHADER_CHECKS") == "1"};
 }
 
 gpu::Context& context() {

@@ -107,7 +107,8 @@ void upload_impl(ModelAccess::Impl& m, const GgufFile& f, const LoadOptions& o) 
                                                              .attention_prefill = o.attention_prefill,
                                                              .decode_gqa_from = o.decode_gqa_from,
                                                              .kernel_dir = o.kernel_dir,
-                                                             .dump_shaders_dir = o.dump_shaders_dir});
+                                                             .dump_shaders_dir = o.dump_shaders_dir,
+                                                             .shader_checks = o.shader_checks});
   // A forced matmul tile the adapter cannot run fails here, before any weight moves, not at the first prompt.
   if (!o.matmul_tile.empty()) kernels::matmul_tile(*m.ctx, 512, 4096);
   if (!o.rows_shape.empty()) kernels::rows_config(*m.ctx);

@@ -79,6 +79,9 @@ struct ContextOptions {
   // WGSL source exactly as compiled (prelude + expanded `//#unroll` blocks). "" = off.
   std::string kernel_dir = {};
   std::string dump_shaders_dir = {};
+  // naga's runtime checks in every shader (WGLLM_SHADER_CHECKS=1): each array index clamped, each loop bounded.
+  // Off by default: the host checks every shape before dispatch, and the checks slow the inner loops.
+  bool shader_checks = false;
 };
 
 // A GPU buffer with its logical size (the allocation is rounded up to 4 bytes).
@@ -204,6 +207,8 @@ void poll_wait(WGPUDevice device, const uint64_t* index = nullptr);
 void poll(WGPUDevice device);
 // Nanoseconds per timestamp-query tick.
 double timestamp_period(WGPUQueue queue);
+// A shader module with naga's runtime checks (array-index clamps, loop bounding) or without them (checks = false).
+WGPUShaderModule create_shader_module(WGPUDevice device, const WGPUShaderModuleDescriptor& desc, bool checks);
 // The feature to request for WGSL subgroup operations, or WGPUFeatureName_Force32 when absent.
 WGPUFeatureName subgroup_feature(WGPUAdapter adapter);
 }  // namespace native

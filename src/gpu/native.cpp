@@ -44,6 +44,15 @@ void poll(WGPUDevice device) { wgpuDevicePoll(device, false, nullptr); }
 // webgpu.h has no way to ask: resolved timestamps are raw ticks (unless the instance asks wgpu to normalise them).
 double timestamp_period(WGPUQueue queue) { return double(wgpuQueueGetTimestampPeriod(queue)); }
 
+// naga guards every array index with a clamp and every loop with an iteration counter unless the module is
+// "trusted". Our kernels' indices are in range by construction (the host checks every shape before dispatch) and
+// storage buffers keep the driver's robust access either way, so the guards are kept only when asked for: in
+// the innermost loops of the matmul and attention kernels they cost an instruction per workgroup-memory load.
+WGPUShaderModule create_shader_module(WGPUDevice device, const WGPUShaderModuleDescriptor& desc, bool checks) {
+  if (checks) return wgpuDeviceCreateShaderModule(device, &desc);
+  return wgpuDeviceCreateShaderModuleTrusted(device, &desc, WGPUShaderRuntimeChecks_None);
+}
+
 // wgpu-native 29 reports subgroups as its own WGPUNativeFeature_Subgroup, not the standard
 // WGPUFeatureName_Subgroups; accept either.
 WGPUFeatureName subgroup_feature(WGPUAdapter adapter) {

@@ -121,7 +121,7 @@ WGPUComputePipeline PipelineCache::get(const PipelineKey& key) {
   WGPUShaderModuleDescriptor md{};
   md.nextInChain = &wgsl.chain;
   md.label = sv(key.shader);
-  ShaderModuleHandle module(wgpuDeviceCreateShaderModule(ctx_.device(), &md));
+  ShaderModuleHandle module(native::create_shader_module(ctx_.device(), md, options.shader_checks));
 
   std::vector<WGPUConstantEntry> constants;
   for (const auto& [k, v] : key.overrides) {
