@@ -230,12 +230,10 @@ int run_bench_ops(const Options& o) {
   const std::vector<std::string> rows_shapes = split(o.rows_shapes, ',');
   for (const auto& r : rows_shapes)
     if (r != "off") kernels::parse_rows_config(r);  // and --rows-shapes
-  // (matmul tile, rows shape) per run: the tiles, or the rows shapes (each timed for matvec too)
+  // (matmul tile, rows shape) per run: each tile with each rows shape (the rows shapes each timed for matvec too)
   std::vector<std::pair<std::string, std::string>> runs;
-  if (rows_shapes.empty())
-    for (const auto& t : tiles) runs.emplace_back(t, "");
-  else
-    for (const auto& r : rows_shapes) runs.emplace_back("", r);
+  for (const auto& r : rows_shapes.empty() ? std::vector<std::string>{""} : rows_shapes)
+    for (const auto& t : tiles) runs.emplace_back(t, r);
   for (size_t ti = 0; ti < runs.size(); ++ti) {
     gpu::ContextOptions options = context_options(o.adapter);
     options.matvec_shape = o.matvec;
@@ -293,11 +291,10 @@ int run_bench_ops(const Options& o) {
           const double mm =
               time_matmul(ctx, std::span(copies).first(1), x, y, o.prefill_tokens, o.matmul_per_submit, o.repeats);
           const auto tile = kernels::matmul_tile(ctx, o.prefill_tokens, n_out);
-          char label[64];
-          std::snprintf(label, sizeof label, "(tile %ux%u%s)", tile.tokens, tile.rows, tile.f16 ? "xf16" : "");
+          const std::string label = "(tile " + kernels::to_string(tile) + ")";
           std::printf("%-7s %-5s %5ux%-5u %6u %11.3f %8.1f GFLOP/s  %s\n", "matmul", tname.c_str(), n_in, n_out,
                       o.prefill_tokens, mm * 1e3, kernels::matmul_flops(copies[0], o.prefill_tokens) / mm / 1e9,
-                      kernels::rows_kernel_for(ctx, t) ? rows_label : label);
+                      kernels::rows_kernel_for(ctx, t) ? rows_label : label.c_str());
         }
         std::fflush(stdout);
       }

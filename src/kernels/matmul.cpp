@@ -1,6 +1,8 @@
 #include "kernels/matmul.h"
 
 #include <algorithm>
+#include <array>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -44,11 +46,14 @@ std::string matmul_prelude(const MatmulTile& t, GgufType type) {
                           "fn ss_put(i: u32, v: f32) { xss[i] = v; }\nfn ss_get(i: u32) -> f32 { return xss[i]; }\n"
                         : "fn ss_put(i: u32, v: f32) { xs[i / 4u][i % 4u] = v; }\n"
                           "fn ss_get(i: u32) -> f32 { return xs[i / 4u][i % 4u]; }\n";
+  auto u32 = [](const char* name, uint32_t v) {
+    return std::string("const ") + name + ": u32 = " + std::to_string(v) + "u;\n";
+  };
   return std::string(t.f16 ? "enable f16;\nalias MM_T = f16;\n" : "alias MM_T = f32;\n") + ss +
-         "const MM_F16: bool = " + (t.f16 ? "true" : "false") + ";\nconst TM: u32 = " + std::to_string(t.tokens) +
-         "u;\nconst TN: u32 = " + std::to_string(t.rows) + "u;\nconst MI: u32 = " + std::to_string(t.tokens / 64) +
-         "u;\nconst NJ: u32 = " + std::to_string(t.rows / 64) + "u;\nconst NACC: u32 = " +
-         std::to_string(t.tokens / 16 * t.rows / 64) + "u;\n" + detail::weight_prelude(type, 1);
+         "const MM_F16: bool = " + (t.f16 ? "true" : "false") + ";\n" + u32("TM", t.tokens) + u32("TN", t.rows) +
+         u32("TY", t.tokens / t.thread_tokens) + u32("TX", t.rows / t.thread_rows) + u32("MI", t.thread_tokens / 4) +
+         u32("NJ", t.thread_rows / 4) + u32("NACC", t.thread_tokens * t.thread_rows / 4) +
+         u32("NLW", t.rows * 4 / t.threads()) + u32("NLX", t.tokens * 4 / t.threads()) + detail::weight_prelude(type, 1);
 }
 
 // Host constants for matmul_rows.wgsl: the workgroup, row pairs and tokens per invocation, whether x is shared by
@@ -318,35 +323,64 @@ MatmulTile matmul_tile(const gpu::Context& ctx, uint32_t n_tokens, uint32_t n_ro
     // sweep on the H200: 128 x 128 was no faster with many workgroups and slower with few; f16 tiles gained
     // 5-15 % at the price of f16 rounding of activations, which can overflow, so they are opt-in).
     const uint64_t wide = uint64_t((n_tokens + 63) / 64) * ((n_rows + 127) / 128);
-    if (wide >= 512) t = {64, 128};
+    if (wide >= 512) t = {.tokens = 64, .rows = 128, .thread_rows = 8};
   }
   // CPU adapters (lavapipe) run a workgroup on one core: 64 x 64 keeps each thread's 16 sums in registers.
   if (t.f16 && !ctx.features().shader_f16)
-    throw InvalidArgument("matmul tile " + std::to_string(t.tokens) + "x" + std::to_string(t.rows) +
-                          "xf16 needs the adapter's shader-f16 feature");
+    throw InvalidArgument("matmul tile " + to_string(t) + " needs the adapter's shader-f16 feature");
+  // The two tiles of 32 k and, for f16 tiles, the f32 sums of x^2.
   const uint64_t bytes = 32ull * (t.tokens + t.rows) * (t.f16 ? 2 : 4) + (t.f16 ? 16ull * t.tokens : 0);
   if (bytes > ctx.limits().maxComputeWorkgroupStorageSize)
-    throw InvalidArgument("matmul tile " + std::to_string(t.tokens) + "x" + std::to_string(t.rows) + " needs " +
+    throw InvalidArgument("matmul tile " + to_string(t) + " needs " +
                           std::to_string(bytes) + " bytes of workgroup memory; the adapter allows " +
                           std::to_string(ctx.limits().maxComputeWorkgroupStorageSize));
   return t;
 }
 
 MatmulTile parse_matmul_tile(const std::string& text) {
-  const std::string expected =
-      "matmul tile '" + text + "': expected TOKENSxROWS[xf16], TOKENS and ROWS each 64 or 128 (e.g. 128x64xf16)";
+  const std::string expected = "matmul tile '" + text +
+                               "': expected TOKENSxROWS[/TTxTR][xf16], TOKENS and ROWS 32, 64 or 128, TT and TR 4 or 8, "
+                               "64 to 256 threads whose quarter divides TOKENS and ROWS (e.g. 128x64xf16, 64x128/8x8)";
   MatmulTile t;
   std::string rest = text;
   if (rest.size() > 4 && rest.compare(rest.size() - 4, 4, "xf16") == 0) {
     t.f16 = true;
     rest.resize(rest.size() - 4);
   }
-  if (rest == "64x64") t.tokens = 64, t.rows = 64;
-  else if (rest == "64x128") t.tokens = 64, t.rows = 128;
-  else if (rest == "128x64") t.tokens = 128, t.rows = 64;
-  else if (rest == "128x128") t.tokens = 128, t.rows = 128;
-  else throw InvalidArgument(expected);
+  // Two "AxB" numbers with A, B from `allowed`.
+  auto pair = [&](const std::string& s, std::initializer_list<uint32_t> allowed) {
+    const size_t x = s.find('x');
+    if (x == std::string::npos) throw InvalidArgument(expected);
+    std::array<uint32_t, 2> v{};
+    for (int i = 0; i < 2; ++i) {
+      const std::string part = i ? s.substr(x + 1) : s.substr(0, x);
+      for (uint32_t a : allowed)
+        if (part == std::to_string(a)) v[i] = a;
+      if (!v[i]) throw InvalidArgument(expected);
+    }
+    return v;
+  };
+  const size_t slash = rest.find('/');
+  const auto tile = pair(rest.substr(0, slash), {32, 64, 128});
+  t.tokens = tile[0], t.rows = tile[1];
+  t.thread_tokens = t.tokens / 16, t.thread_rows = t.rows / 16;
+  if (slash != std::string::npos) {
+    const auto thread = pair(rest.substr(slash + 1), {4, 8});
+    t.thread_tokens = thread[0], t.thread_rows = thread[1];
+  }
+  const bool micro = (t.thread_tokens == 4 || t.thread_tokens == 8) && (t.thread_rows == 4 || t.thread_rows == 8);
+  const uint32_t threads = micro ? t.threads() : 0;
+  if (threads < 64 || threads > 256 || t.tokens % (threads / 4) || t.rows % (threads / 4))
+    throw InvalidArgument(expected);
   return t;
+}
+
+std::string to_string(const MatmulTile& t) {
+  std::ostringstream s;
+  s << t.tokens << "x" << t.rows;
+  if (t.thread_tokens != t.tokens / 16 || t.thread_rows != t.rows / 16) s << "/" << t.thread_tokens << "x" << t.thread_rows;
+  if (t.f16) s << "xf16";
+  return s.str();
 }
 
 double matmul_flops(const GpuWeight& w, uint32_t n_tokens) { return 2.0 * w.n_in * w.n_out * n_tokens; }

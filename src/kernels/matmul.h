@@ -41,13 +41,21 @@ MatvecConfig parse_matvec_config(const std::string& text);
 // The tiled kernel's shape: a workgroup computes `tokens` x `rows` of y (64 or 128 each; a thread 4 or 8 of each),
 // with f16 tiles and f16 sums of each 32-element block (added into f32) when `f16` (shader-f16).
 struct MatmulTile {
-  uint32_t tokens = 64, rows = 64;
-  bool f16 = false;
+  uint32_t tokens = 64, rows = 64;  // the workgroup's tile of y
+  bool f16 = false;                 // f16 workgroup tiles and block sums (shader-f16)
+  // Each thread's part: thread_tokens x thread_rows outputs (4 or 8 each); the workgroup has
+  // (tokens / thread_tokens) x (rows / thread_rows) threads.
+  uint32_t thread_tokens = 4, thread_rows = 4;
+  uint32_t threads() const { return (tokens / thread_tokens) * (rows / thread_rows); }
 };
 // The context's matmul_tile option when set, else the adapter's shape for n_tokens x n_rows outputs.
 MatmulTile matmul_tile(const gpu::Context& ctx, uint32_t n_tokens, uint32_t n_rows);
-// "TOKENSxROWS[xf16]", e.g. "128x128" or "64x128xf16" (ContextOptions::matmul_tile); InvalidArgument when malformed.
+// "TOKENSxROWS[/TTxTR][xf16]", e.g. "128x128", "64x128xf16" or "64x128/8x8" (ContextOptions::matmul_tile): TOKENS
+// and ROWS 32, 64 or 128; TT x TR each thread's outputs, 4 or 8 each (default TOKENS / 16 x ROWS / 16); 64 to 256
+// threads, a quarter of which divides TOKENS and ROWS. InvalidArgument when malformed.
 MatmulTile parse_matmul_tile(const std::string& text);
+// The tile as parse_matmul_tile reads it.
+std::string to_string(const MatmulTile& t);
 
 // The Rows kernel's shape: `workgroup` invocations, each `rows` adjacent rows (2 or 4; 4 for the neox RoPE
 // epilogue) for `tokens` tokens (1..8; one for a one-token product).

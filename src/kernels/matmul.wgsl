@@ -1,26 +1,37 @@
 // Matrix-matrix products (prefill); compiled after matmul_common.wgsl, which documents the weight layout, the
 // bindings and the epilogues.
 //
-// Register tiling: a workgroup of 256 threads (16 x 16) computes a TM tokens x TN rows tile of y (TM, TN: 64 or 128,
-// from the host prelude), stepping over the row one 32-element block at a time. Each step the threads dequantise
-// the W tile (TN rows x 4 units of 8) and load the x tile (TM tokens x 4 units) into workgroup memory, k-major, so
-// that a thread reads 4 tokens or 4 rows as one vec4. Thread (ty, tx) owns MI x 4 tokens and NJ x 4 rows of the
-// tile (MI = TM / 64, NJ = TN / 64): the vec4 groups ty + 16 i and tx + 16 j, so the 16 threads of a row read 16
-// neighbouring vec4 and a step's 32 k feed MI * NJ * 16 multiply-adds per 4 (MI + NJ) bytes read from
-// workgroup memory. The next block is loaded from memory into registers while the current one is multiplied.
+// Register tiling: a workgroup of MM_WG = TY x TX threads computes a TM tokens x TN rows tile of y (from the host
+// prelude, kernels::MatmulTile), stepping over the row one 32-element block at a time. Each step the threads
+// dequantise the W tile (TN rows x 4 units of 8) and load the x tile (TM tokens x 4 units) into workgroup memory,
+// k-major, so that a thread reads 4 tokens or 4 rows as one vec4. Thread (ty, tx) owns MI x 4 tokens and NJ x 4
+// rows of the tile (TM = 4 MI TY, TN = 4 NJ TX): the vec4 groups ty + TY i and tx + TX j, so the TX threads of a
+// row read TX neighbouring vec4 and a step's 32 k feed MI * NJ * 16 multiply-adds per 4 (MI + NJ) elements read
+// from workgroup memory. The next block is loaded from memory into registers while the current one is multiplied.
+// The loaders are 4 threads per row or token (one unit each), MM_WG / 4 rows or tokens per pass.
+//
+// The vec4 groups of each k of f32 tiles are swizzled (tix): a loader writes 8 k of one column and the 4 loaders of
+// a column sit 8 k apart, which would land all 4 in one bank of workgroup memory; k / 8 * 2 xor-ed into the group
+// moves them 0, 2, 4, 6 vec4 apart. A k's groups are only permuted, so the reads of one k stay conflict-free.
+// (Measured on the H200: f32 tiles gain up to 15 %, f16 ones lose as much; PERF.md.)
 //
 // With MM_F16 (shader-f16) the tiles are f16 in workgroup memory and the products of one block (32 k) are summed
 // in f16 (vec4<f16>: two f16 multiply-adds per instruction on GPUs that pair them), then added into f32
 // accumulators: each weight and activation is rounded to f16 and each 32-term partial sum carries f16 rounding.
-const MM_WG: u32 = 256u;
-const TM4: u32 = TM / 4u;  // vec4 token groups of one k of the x tile
-const TN4: u32 = TN / 4u;  // vec4 row groups of one k of the W tile
-// From the host too (the unroll counts): MI = TM / 64 token groups per thread (also the x units each thread loads
-// per step), NJ = TN / 64 row groups (and W units), NACC = MI * 4 * NJ accumulators.
-var<workgroup> xs: array<vec4<MM_T>, 32u * TM4>;  // [k: 32][token / 4]
-var<workgroup> ws: array<vec4<MM_T>, 32u * TN4>;  // [k: 32][row / 4]
+const MM_WG: u32 = TY * TX;
+const WARP_4X8: bool = TX % 8u == 0u && TY % 4u == 0u;
+const WL: u32 = MM_WG / 4u;  // rows (tokens) per loader pass; NLW = TN / WL and NLX = TM / WL passes (host)
+const TM4: u32 = TM / 4u;    // vec4 token groups of one k of the x tile
+const TN4: u32 = TN / 4u;    // vec4 row groups of one k of the W tile
+// From the host too (the unroll counts): MI token groups and NJ row groups per thread, NACC = MI * 4 * NJ
+// accumulators, NLW and NLX loader passes over the W and x tiles.
+var<workgroup> xs: array<vec4<MM_T>, 32u * TM4>;  // [k: 32][token / 4, swizzled]
+var<workgroup> ws: array<vec4<MM_T>, 32u * TN4>;  // [k: 32][row / 4, swizzled]
 // FLAG_NORM: the sums of x^2 [token][loader lane: 4] go through ss_put / ss_get (host prelude): into xs, once
-// consumed, for f32 tiles (a 128 x 128 tile then fits 32 KiB), into an array of their own for f16 ones.
+// consumed, for f32 tiles, into an array of their own for f16 ones.
+
+// The vec4 of group g at k in a tile of `width` (a multiple of 8) vec4 per k.
+fn tix(k: u32, g: u32, width: u32) -> u32 { return k * width + select(g ^ ((k / 8u) * 2u), g, MM_F16); }
 
 // Eight values into column `c` (a token or row of the tile) at k0 .. k0 + 7 of a k-major tile.
 fn put8(tile_w: u32, c: u32, k0: u32, v: W8, is_w: bool) {
@@ -28,11 +39,11 @@ fn put8(tile_w: u32, c: u32, k0: u32, v: W8, is_w: bool) {
   let e = c % 4u;
   for (var i = 0u; i < 4u; i += 1u) {
     if (is_w) {
-      ws[(k0 + i) * tile_w + g][e] = MM_T(v.lo[i]);
-      ws[(k0 + 4u + i) * tile_w + g][e] = MM_T(v.hi[i]);
+      ws[tix(k0 + i, g, tile_w)][e] = MM_T(v.lo[i]);
+      ws[tix(k0 + 4u + i, g, tile_w)][e] = MM_T(v.hi[i]);
     } else {
-      xs[(k0 + i) * tile_w + g][e] = MM_T(v.lo[i]);
-      xs[(k0 + 4u + i) * tile_w + g][e] = MM_T(v.hi[i]);
+      xs[tix(k0 + i, g, tile_w)][e] = MM_T(v.lo[i]);
+      xs[tix(k0 + 4u + i, g, tile_w)][e] = MM_T(v.hi[i]);
     }
   }
 }
@@ -43,10 +54,10 @@ fn mm_block_f32(acc: ptr<function, array<vec4<f32>, NACC>>, ty: u32, tx: u32) {
     var a: array<vec4<f32>, MI>;
     var bw: array<vec4<f32>, NJ>;
     //#unroll! i MI
-    a[$i] = vec4<f32>(xs[k * TM4 + ty + 16u * $i]);
+    a[$i] = vec4<f32>(xs[tix(k, ty + TY * $i, TM4)]);
     //#end
     //#unroll! j NJ
-    bw[$j] = vec4<f32>(ws[k * TN4 + tx + 16u * $j]);
+    bw[$j] = vec4<f32>(ws[tix(k, tx + TX * $j, TN4)]);
     //#end
     //#unroll! i MI
     //#unroll! c 4
@@ -68,10 +79,10 @@ fn mm_block_f16(acc: ptr<function, array<vec4<f32>, NACC>>, ty: u32, tx: u32) {
     var a: array<vec4<MM_T>, MI>;
     var bw: array<vec4<MM_T>, NJ>;
     //#unroll! i MI
-    a[$i] = xs[k * TM4 + ty + 16u * $i];
+    a[$i] = xs[tix(k, ty + TY * $i, TM4)];
     //#end
     //#unroll! j NJ
-    bw[$j] = ws[k * TN4 + tx + 16u * $j];
+    bw[$j] = ws[tix(k, tx + TX * $j, TN4)];
     //#end
     //#unroll! i MI
     //#unroll! c 4
@@ -92,9 +103,16 @@ fn matmul(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index
   let tile_n = flat % p.row_tiles;
   let tile_m = flat / p.row_tiles;
   if (tile_m * TM >= p.n_tokens) { return; }  // grid padding: uniform per workgroup
-  let ty = lid / 16u;
-  let tx = lid % 16u;
-  let ld = lid / 4u;  // loader: W tile row / x tile token (+ 64 l)
+  // Thread (ty, tx): a 32-thread warp covers 4 ty x 8 tx where the tile allows, so that it reads 4 vec4 of x
+  // (broadcast to 8 threads each) and 8 of W per k, not 2 and 16.
+  var ty = lid / TX;
+  var tx = lid % TX;
+  if (WARP_4X8) {
+    let warp = lid / 32u;
+    ty = (warp / (TX / 8u)) * 4u + (lid % 32u) / 8u;
+    tx = (warp % (TX / 8u)) * 8u + lid % 8u;
+  }
+  let ld = lid / 4u;  // loader: W tile row / x tile token (+ WL l)
   let lq = lid % 4u;  // loader: unit within the block
   let k0 = lq * 8u;
 
@@ -102,35 +120,35 @@ fn matmul(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index
   //#unroll! a NACC
   acc[$a] = vec4<f32>(0.0);
   //#end
-  var wv: array<W8, NJ>;
-  var xv: array<W8, MI>;
-  var ss: array<f32, MI>;  // FLAG_NORM: this loader's part of sum(x^2) of its tokens
-  //#unroll! l MI
+  var wv: array<W8, NLW>;
+  var xv: array<W8, NLX>;
+  var ss: array<f32, NLX>;  // FLAG_NORM: this loader's part of sum(x^2) of its tokens
+  //#unroll! l NLX
   ss[$l] = 0.0;
   //#end
 
   for (var b = 0u; b < p.nb; b += 1u) {
     if (b == 0u) {  // block 0 into registers (zeros outside the matrix)
-      //#unroll! l NJ
+      //#unroll! l NLW
       {
-        let r = tile_n * TN + ld + 64u * $l;
+        let r = tile_n * TN + ld + WL * $l;
         wv[$l] = W8(vec4<f32>(0.0), vec4<f32>(0.0));
         if (r < p.n_rows) { wv[$l] = load8(r, lq); }
       }
       //#end
-      //#unroll! l MI
+      //#unroll! l NLX
       {
-        let t = tile_m * TM + ld + 64u * $l;
+        let t = tile_m * TM + ld + WL * $l;
         xv[$l] = W8(vec4<f32>(0.0), vec4<f32>(0.0));
         if (t < p.n_tokens) { xv[$l] = load_x8(t, lq); }
       }
       //#end
     }
     workgroupBarrier();  // the previous step's tiles are consumed
-    //#unroll! l NJ
-    put8(TN4, ld + 64u * $l, k0, wv[$l], true);
+    //#unroll! l NLW
+    put8(TN4, ld + WL * $l, k0, wv[$l], true);
     //#end
-    //#unroll! l MI
+    //#unroll! l NLX
     {
       var v = xv[$l];
       if (has(FLAG_NORM)) {
@@ -138,21 +156,21 @@ fn matmul(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index
         let g = norm8(b * 4u + lq);
         v = W8(v.lo * g.lo, v.hi * g.hi);
       }
-      put8(TM4, ld + 64u * $l, k0, v, false);
+      put8(TM4, ld + WL * $l, k0, v, false);
     }
     //#end
     workgroupBarrier();
     if (b + 1u < p.nb) {  // the next block's loads overlap this block's multiply-adds
       let u = (b + 1u) * 4u + lq;
-      //#unroll! l NJ
+      //#unroll! l NLW
       {
-        let r = tile_n * TN + ld + 64u * $l;
+        let r = tile_n * TN + ld + WL * $l;
         if (r < p.n_rows) { wv[$l] = load8(r, u); }
       }
       //#end
-      //#unroll! l MI
+      //#unroll! l NLX
       {
-        let t = tile_m * TM + ld + 64u * $l;
+        let t = tile_m * TM + ld + WL * $l;
         if (t < p.n_tokens) { xv[$l] = load_x8(t, u); }
       }
       //#end
@@ -165,8 +183,8 @@ fn matmul(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index
   }
 
   workgroupBarrier();  // xs is consumed
-  //#unroll! l MI
-  ss_put(lid + 256u * $l, ss[$l]);
+  //#unroll! l NLX
+  ss_put(lid + MM_WG * $l, ss[$l]);
   //#end
   workgroupBarrier();
   // acc is indexed with constants only: a dynamic index would move it to local memory and every multiply-add
@@ -174,7 +192,7 @@ fn matmul(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index
   //#unroll! i MI
   //#unroll! c 4
   {
-    let tl = (ty + 16u * $i) * 4u + $c;
+    let tl = (ty + TY * $i) * 4u + $c;
     let t = tile_m * TM + tl;
     var f = 1.0;
     if (has(FLAG_NORM)) {
@@ -184,7 +202,7 @@ fn matmul(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index
       //#unroll! j NJ
       {
         let v = acc[($i * 4u + $c) * NJ + $j] * f;
-        let r = tile_n * TN + (tx + 16u * $j) * 4u;  // even: SwiGLU pairs are (r, r + 1) and (r + 2, r + 3)
+        let r = tile_n * TN + (tx + TX * $j) * 4u;  // even: SwiGLU pairs are (r, r + 1) and (r + 2, r + 3)
         if (has(FLAG_SWIGLU)) {
           if (r < p.n_rows) { store_swiglu(t, r, v.x, v.y); }
           if (r + 2u < p.n_rows) { store_swiglu(t, r + 2u, v.z, v.w); }

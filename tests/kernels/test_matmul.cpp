@@ -350,9 +350,10 @@ TEST(Matmul, OtherMatvecShapes) {
 // each way whose last tiles are partial. f16 tiles round x and W to f16 and sum each 32-term block in f16: they
 // are held to 3e-3 (f32 ones to 1e-5 / 2e-5).
 TEST(Matmul, OtherTiles) {
-  // Each loader and accumulator shape once (MI x NJ: 1 x 2, 2 x 2, 2 x 1 with f16 tiles, 1 x 1 with f16 tiles);
-  // 64 x 64 in f32, the CPU adapters' default, is what the other tests run there.
-  const char* tiles[] = {"64x128", "128x128", "128x64xf16", "64x64xf16"};
+  // Each accumulator shape once (MI x NJ: 1 x 2, 2 x 2, 2 x 1 with f16 tiles, 1 x 1 with f16 tiles), and workgroups of
+  // 256, 128 and 64 threads (loader passes NLW x NLX: 2 x 1, 2 x 2, 2 x 2, 1 x 1; 4 x 2; 4 x 4); 64 x 64 in f32, the
+  // CPU adapters' default, is what the other tests run there.
+  const char* tiles[] = {"64x128", "128x128", "128x64xf16", "64x64xf16", "64x128/8x8", "64x64/8x8xf16"};
   const size_t n_tiles = std::size(tiles);
   for (size_t s = 0; s < n_tiles; ++s) {
     const char* tile = tiles[s];
@@ -367,6 +368,7 @@ TEST(Matmul, OtherTiles) {
     EXPECT_EQ(got.tokens, want.tokens);
     EXPECT_EQ(got.rows, want.rows);
     EXPECT_EQ(got.f16, want.f16);
+    EXPECT_EQ(got.threads(), want.threads());
     const double tol = want.f16 ? 3e-3 : 0;
     // A pipeline per tile, type and epilogue is compiled, slowly on CPU adapters: each tile takes every
     // n_tiles-th epilogue case (together all of them) and every 2 n_tiles-th product case (together half).
@@ -388,7 +390,14 @@ TEST(Matmul, OtherTiles) {
       EXPECT_LE(r.rel_l2, tol ? tol : 2e-5) << big.name << ": " << r.describe();
     }
   }
-  EXPECT_THROW(kernels::parse_matmul_tile("32x64"), InvalidArgument);
+  for (const char* bad : {"32x64", "64x64/2x4", "128x128/4x4", "32x32/8x8", "64x128/8x", "64x128/8x8x"})
+    EXPECT_THROW(kernels::parse_matmul_tile(bad), InvalidArgument) << bad;
+  for (const char* good : {"64x128", "128x64xf16", "64x128/8x8", "32x64/4x4xf16"})
+    EXPECT_EQ(kernels::to_string(kernels::parse_matmul_tile(good)), good);
+  const auto t = kernels::parse_matmul_tile("64x128");
+  EXPECT_EQ(t.thread_tokens, 4u);
+  EXPECT_EQ(t.thread_rows, 8u);
+  EXPECT_EQ(kernels::parse_matmul_tile("32x128/4x8").threads(), 128u);
   EXPECT_THROW(kernels::parse_matmul_tile("128x128xf32"), InvalidArgument);
   EXPECT_THROW(kernels::parse_matmul_tile("128"), InvalidArgument);
 }
@@ -450,6 +459,25 @@ TEST(Matmul, NoSubgroupsMatvec) {
           MatmulCase{"nosg_q8_0_t9", Q8_0, 64, 20, 9}}) {
       const auto r = run_matmul(ctx, c, 77);
       EXPECT_LE(r.rel_l2, 1e-5) << c.name << ": " << r.describe();
+    }
+  }
+}
+
+// Shaders compile without naga's index clamps and loop bounds unless ContextOptions::shader_checks asks for them
+// (WGLLM_SHADER_CHECKS=1): the kernels give the CPU reference's answers either way, through each product kernel.
+TEST(Matmul, ShaderChecks) {
+  for (const bool checks : {true, false}) {
+    for (const char* rows : {"off", ""}) {
+      SCOPED_TRACE(std::string(checks ? "checks " : "trusted ") + rows);
+      gpu::Context ctx(context_options([&](auto& o) {
+        o.shader_checks = checks;
+        o.rows_shape = rows;
+      }));
+      for (const MatmulCase& c : {MatmulCase{"checks_q8_0_t1", Q8_0, 256, 37, 1, true},
+                                  MatmulCase{"checks_f16_t9", F16, 96, 70, 9}}) {
+        const auto r = run_matmul(ctx, c, 78);
+        EXPECT_LE(r.rel_l2, 1e-5) << c.name << ": " << r.describe();
+      }
     }
   }
 }
