@@ -17,6 +17,11 @@ using detail::fail;
 namespace {
 
 constexpr uint32_t kMaxHeadDim = 256;
+// The pipelines' shaders: each kernel file after the parameters, bindings and page walk they share.
+constexpr const char* kAttentionShader = "attention_common.wgsl+attention.wgsl";
+constexpr const char* kAttentionF16Shader = "attention_common.wgsl+attention_f16.wgsl";
+constexpr const char* kAttentionBaselineShader = "attention_common.wgsl+attention_baseline.wgsl";
+constexpr const char* kAttentionDecodeGqaShader = "attention_common.wgsl+attention.wgsl+attention_decode_gqa.wgsl";
 constexpr uint32_t kDecodeWorkgroup = 128;  // DEC_WG in attention.wgsl
 
 std::string kv_prelude_vec4(KvView view) {
@@ -386,7 +391,7 @@ void encode_attention_prefill(gpu::ComputeBatch& batch, gpu::Context& ctx, const
     bq = t->bq;
     bk = t->bk;
     pipe =
-        ctx.pipeline({"attention_f16.wgsl", "attention_prefill_f16", {}, attention_f16_prelude(ctx, *t, s.head_dim)});
+        ctx.pipeline({kAttentionF16Shader, "attention_prefill_f16", {}, attention_f16_prelude(ctx, *t, s.head_dim)});
   } else if (impl == AttentionImpl::Tiled) {
     AttentionTiles tiles = attention_tiles(s.head_dim, ctx.limits());
     if (tiles_override) {
@@ -399,9 +404,9 @@ void encode_attention_prefill(gpu::ComputeBatch& batch, gpu::Context& ctx, const
     }
     bq = tiles.bq;
     bk = tiles.bk;
-    pipe = ctx.pipeline({"attention.wgsl", "attention_prefill", {}, kv_prelude_vec4(view) + tile_prelude(tiles)});
+    pipe = ctx.pipeline({kAttentionShader, "attention_prefill", {}, kv_prelude_vec4(view) + tile_prelude(tiles)});
   } else {
-    pipe = ctx.pipeline({"attention_baseline.wgsl", "attention_prefill_baseline", {}, kv_prelude_scalar(view)});
+    pipe = ctx.pipeline({kAttentionBaselineShader, "attention_prefill_baseline", {}, kv_prelude_scalar(view)});
   }
   if (bk && kv.n_pages() > 1 && kv.page_size() % bk != 0)
     fail(fn, "KV page_size " + std::to_string(kv.page_size()) + " must be a multiple of the key tile " +
@@ -534,12 +539,12 @@ void encode_attention_decode(gpu::ComputeBatch& batch, gpu::Context& ctx, const 
   const std::string prelude = kv_prelude_vec4(view) + tile_prelude(tiles);
   // Grouped: a workgroup per `group` query heads of one kv head (attention_decode_gqa.wgsl)
   const uint32_t group = grouped ? attention_decode_group(ctx, s) : 1;
-  WGPUComputePipeline decode = grouped ? ctx.pipeline({"attention.wgsl+attention_decode_gqa.wgsl",
+  WGPUComputePipeline decode = grouped ? ctx.pipeline({kAttentionDecodeGqaShader,
                                                        "attention_decode_gqa",
                                                        {},
                                                        prelude + "const GQ: u32 = " + std::to_string(group) + "u;\n"})
-                                       : ctx.pipeline({"attention.wgsl", "attention_decode", {}, prelude});
-  WGPUComputePipeline reduce = ctx.pipeline({"attention.wgsl", "attention_decode_reduce", {}, prelude});
+                                       : ctx.pipeline({kAttentionShader, "attention_decode", {}, prelude});
+  WGPUComputePipeline reduce = ctx.pipeline({kAttentionShader, "attention_decode_reduce", {}, prelude});
   const uint32_t q_dim = s.n_heads * s.head_dim;
   // Without a split the partials binding is unused; a small placeholder keeps it valid.
   const gpu::Buffer& partials = n_splits > 1 ? *scratch : ctx.placeholder_writable();
@@ -619,8 +624,8 @@ void encode_attention_decode_rows(gpu::ComputeBatch& batch, gpu::Context& ctx, c
   const KvView kview = kv_view(ctx, view.config().type);
   const AttentionTiles tiles = attention_tiles(s.head_dim, ctx.limits());
   const std::string prelude = kv_prelude_vec4(kview) + tile_prelude(tiles);
-  WGPUComputePipeline decode = ctx.pipeline({"attention.wgsl", "attention_decode", {}, prelude});
-  WGPUComputePipeline reduce = ctx.pipeline({"attention.wgsl", "attention_decode_reduce", {}, prelude});
+  WGPUComputePipeline decode = ctx.pipeline({kAttentionShader, "attention_decode", {}, prelude});
+  WGPUComputePipeline reduce = ctx.pipeline({kAttentionShader, "attention_decode_reduce", {}, prelude});
   const RowWindow qw = row_window(ctx, 0, n, s.q_stride, q_dim);
   const RowWindow ow = row_window(ctx, 0, n, s.out_stride, q_dim);
   AttentionParams p = chunk_params(s, view, 0, n, qw, ow);

@@ -1,41 +1,14 @@
-// FlashAttention for wgllm: batched causal prefill and split-K decode over a paged KV cache.
-//
-// Contract (checked host-side by encode_attention_prefill / encode_attention_decode in
-// attention.cpp; the shader also clamps so a bad parameter cannot read out of bounds):
-// - local query i (0 <= i < n_queries) sits at position P = start_pos + q_base + i and attends
-//   keys [first_key(P), min(P + 1, max_seq)): all of them, or with a sliding window W > 0 the last W
-//   (P - W, P]; tiles wholly below a workgroup's first key are skipped. Its q row starts at float
-//   q_offset + i * q_stride of the q binding (out likewise).
-// - GQA: head h reads kv head h / (n_heads / n_kv_heads).
-// - KV cache: pages of page_size positions, each page = K rows then V rows ([page_size][kv_dim]
-//   each), in up to 4 pool bindings; page_table maps logical -> physical page. Key tiles (BK for
-//   prefill, DEC_WG for decode, both dividing 128) never straddle a page: page_size % 128 == 0,
-//   or a single page.
-// - online softmax, one pass over K/V, no scores buffer; workgroup memory bounded by the tile.
-// - an empty window writes zeros, never NaN.
+// FlashAttention for wgllm: batched causal prefill and split-K decode over a paged KV cache; compiled after
+// attention_common.wgsl (the contract, the parameters, the page walk).
 //
 // The host prepends a prelude: KvVec / kv_to_f32 (4 KV elements as f16, packed u32 pairs or
 // f32) and the tile constants BQ, BK, TPR, DV, RPT (rows per thread group), WG = BQ / RPT * TPR and
 // NL = ceil(BK * HD4 / WG), the vec4 of K (and of V) each thread stages per tile (attention_tiles()).
 // head_dim = 4 * DV * TPR. Barriers stay in entry points, in uniform control flow.
 
-struct AttentionParams {
-  n_heads: u32, n_kv_heads: u32, head_dim: u32, kv_dim: u32,
-  max_seq: u32, start_pos: u32, n_queries: u32, q_base: u32,
-  q_stride: u32, out_stride: u32, page_size: u32, pages_per_pool: u32,
-  n_pages: u32, n_pools: u32, scale: f32, n_splits: u32,
-  split_len: u32, grid_x: u32, q_offset: u32, out_offset: u32,
-  window: u32, per_query: u32, _pad1: u32, _pad2: u32,
-}
-
-@group(0) @binding(0) var<uniform> p: AttentionParams;
+alias KvUnit = KvVec;
 @group(0) @binding(1) var<storage, read> q: array<vec4<f32>>;
 @group(0) @binding(2) var<storage, read_write> out: array<vec4<f32>>;
-@group(0) @binding(3) var<storage, read> page_table: array<u32>;
-@group(0) @binding(4) var<storage, read> pool0: array<KvVec>;
-@group(0) @binding(5) var<storage, read> pool1: array<KvVec>;
-@group(0) @binding(6) var<storage, read> pool2: array<KvVec>;
-@group(0) @binding(7) var<storage, read> pool3: array<KvVec>;
 // decode only: per (query, head, split) partial state [m, l, 0, 0] then HD4 vec4 of o.
 @group(0) @binding(8) var<storage, read_write> partials: array<vec4<f32>>;
 // decode with per_query (one query per sequence, each over its own view of the pools): query i's position and the
@@ -43,21 +16,6 @@ struct AttentionParams {
 @group(0) @binding(9) var<storage, read> queries: array<vec2<u32>>;
 
 const HD4: u32 = DV * TPR;  // head_dim / 4
-const NEG_BIG: f32 = -3.402823e+38;
-
-// The first key a query at position `pos` sees: 0 without a sliding window, else pos + 1 - window (or 0).
-fn first_key(pos: u32) -> u32 {
-  return select(0u, pos + 1u - p.window, p.window > 0u && pos + 1u > p.window);
-}
-
-// (pool, vec4 offset of K[t][0]); V[t][0] is page_size * kv_dim / 4 further. Clamped.
-fn kv_row4(t: u32, page_base: u32) -> vec2<u32> {
-  let page = min(t / p.page_size, p.n_pages - 1u);
-  let phys = page_table[page_base + page];
-  let pool = min(phys / p.pages_per_pool, p.n_pools - 1u);
-  let slot = phys % p.pages_per_pool;
-  return vec2<u32>(pool, (slot * 2u * p.page_size + t % p.page_size) * (p.kv_dim / 4u));
-}
 
 // ---------------------------------------------------------------------------------------
 // Prefill. A workgroup owns BQ rows = (query, head) pairs that share one kv head (the heads of
@@ -75,7 +33,7 @@ var<workgroup> v_tile: array<vec4<f32>, BK * HD4>;
 // thread tid takes elements tid, tid + WG, ... of the [BK][HD4] tile.
 fn fetch_tile(kb: u32, kv_end: u32, kvh: u32, tid: u32,
               pk: ptr<function, array<KvVec, NL>>, pv: ptr<function, array<KvVec, NL>>) {
-  let loc = kv_row4(kb, 0u);  // a tile never straddles a page
+  let loc = kv_row(kb, 0u, 4u);  // a tile never straddles a page
   let n_keys = min(BK, kv_end - kb);
   let tile_base = loc.y + kvh * HD4;
   let v_shift = p.page_size * (p.kv_dim / 4u);
@@ -306,7 +264,7 @@ fn attention_decode(@builtin(workgroup_id) wid: vec3<u32>,
   var o = vec4<f32>(0.0);
   for (var kb = k_begin; kb < k_end; kb += DEC_WG) {
     let t = kb + tid;
-    let loc = kv_row4(kb, page_base);  // a tile never straddles a page
+    let loc = kv_row(kb, page_base, 4u);  // a tile never straddles a page
     let row = loc.y + tid * (p.kv_dim / 4u) + kvh * HD4;
     let live = t < k_end && t >= lo;
     var score = NEG_BIG;

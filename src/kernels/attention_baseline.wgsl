@@ -1,5 +1,5 @@
-// Baseline attention prefill: the seed's design, kept as the reference point for benchmarks
-// and as a second GPU implementation in the tests. One workgroup per (query, head); 256
+// Baseline attention prefill (compiled after attention_common.wgsl): the seed's design, kept as the reference
+// point for benchmarks and as a second GPU implementation in the tests. One workgroup per (query, head); 256
 // threads each score one key of a 256-key tile (a full head_dim dot product read straight
 // from the cache), tree reductions in workgroup memory, online softmax across tiles.
 //
@@ -10,32 +10,12 @@
 // kv_word_value) for f16 (shader-f16), packed f16 in u32 (fallback) or f32 storage.
 // All barriers sit in the entry point, in uniform control flow.
 
-struct AttentionParams {
-  n_heads: u32, n_kv_heads: u32, head_dim: u32, kv_dim: u32,
-  max_seq: u32, start_pos: u32, n_queries: u32, q_base: u32,
-  q_stride: u32, out_stride: u32, page_size: u32, pages_per_pool: u32,
-  n_pages: u32, n_pools: u32, scale: f32, n_splits: u32,
-  split_len: u32, grid_x: u32, q_offset: u32, out_offset: u32,
-  window: u32, _pad0: u32, _pad1: u32, _pad2: u32,
-}
-
-@group(0) @binding(0) var<uniform> p: AttentionParams;
+alias KvUnit = KvWord;
 @group(0) @binding(1) var<storage, read> q: array<f32>;
 @group(0) @binding(2) var<storage, read_write> out: array<f32>;
-@group(0) @binding(3) var<storage, read> page_table: array<u32>;
-@group(0) @binding(4) var<storage, read> pool0: array<KvWord>;
-@group(0) @binding(5) var<storage, read> pool1: array<KvWord>;
-@group(0) @binding(6) var<storage, read> pool2: array<KvWord>;
-@group(0) @binding(7) var<storage, read> pool3: array<KvWord>;
 
 const TILE: u32 = 256u;
 const MAX_HEAD_DIM: u32 = 256u;
-const NEG_BIG: f32 = -3.402823e+38;
-
-// The first key a query at position `pos` sees: 0 without a sliding window, else pos + 1 - window (or 0).
-fn first_key(pos: u32) -> u32 {
-  return select(0u, pos + 1u - p.window, p.window > 0u && pos + 1u > p.window);
-}
 
 var<workgroup> q_sh: array<f32, MAX_HEAD_DIM>;
 var<workgroup> acc: array<f32, MAX_HEAD_DIM>;
@@ -51,15 +31,6 @@ fn load_kv(pool: u32, i: u32) -> f32 {
     case 2u: { return kv_word_value(pool2[w], i); }
     default: { return kv_word_value(pool3[w], i); }
   }
-}
-
-// (pool, element offset of K[t][0]); V[t][0] is page_size * kv_dim further. Clamped.
-fn kv_row(t: u32) -> vec2<u32> {
-  let page = min(t / p.page_size, p.n_pages - 1u);
-  let phys = page_table[page];
-  let pool = min(phys / p.pages_per_pool, p.n_pools - 1u);
-  let slot = phys % p.pages_per_pool;
-  return vec2<u32>(pool, (slot * 2u * p.page_size + t % p.page_size) * p.kv_dim);
 }
 
 @compute @workgroup_size(256)
@@ -90,7 +61,7 @@ fn attention_prefill_baseline(@builtin(workgroup_id) wid: vec3<u32>,
     let t = base + tid;
     var score = NEG_BIG;
     if (t < window) {
-      let loc = kv_row(t);
+      let loc = kv_row(t, 0u, 1u);
       var dot = 0.0;
       for (var d = 0u; d < head_dim; d += 1u) {
         dot += q_sh[d] * load_kv(loc.x, loc.y + kv_off + d);
@@ -124,7 +95,7 @@ fn attention_prefill_baseline(@builtin(workgroup_id) wid: vec3<u32>,
       var a = acc[tid] * corr;
       let n = min(TILE, window - base);
       for (var j = 0u; j < n; j += 1u) {
-        let loc = kv_row(base + j);
+        let loc = kv_row(base + j, 0u, 1u);
         a += probs[j] * load_kv(loc.x, loc.y + v_shift + kv_off + tid);
       }
       acc[tid] = a;

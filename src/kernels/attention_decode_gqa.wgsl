@@ -1,6 +1,6 @@
 // Grouped decode attention: one workgroup per (split, head block, query) serves GQ query heads that share one kv
-// head (GQ divides n_heads / n_kv_heads, at most 8; a host constant). Compiled after attention.wgsl, whose
-// bindings 0..8, parameters, kv_row4, first_key, DEC_WG, KS and MAX_SUBGROUPS it uses; the same contract (causal or
+// head (GQ divides n_heads / n_kv_heads, at most 8; a host constant). Compiled after attention_common.wgsl and
+// attention.wgsl, whose bindings 0..8, parameters, kv_row, first_key, DEC_WG, KS and MAX_SUBGROUPS it uses; the same contract (causal or
 // sliding window, paged KV, q_base / start_pos) and the same partials layout per query head, so
 // attention_decode_reduce combines its splits. Not for per_query calls (encode_attention_decode_rows).
 //

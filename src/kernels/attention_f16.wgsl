@@ -42,19 +42,8 @@
 // of a score; divides HD8) and those derived from them (below). Needs subgroups (the subgroup_size builtin).
 // Barriers stay in the entry point, in uniform control flow.
 
-struct AttentionParams {
-  n_heads: u32, n_kv_heads: u32, head_dim: u32, kv_dim: u32,
-  max_seq: u32, start_pos: u32, n_queries: u32, q_base: u32,
-  q_stride: u32, out_stride: u32, page_size: u32, pages_per_pool: u32,
-  n_pages: u32, n_pools: u32, scale: f32, n_splits: u32,
-  split_len: u32, grid_x: u32, q_offset: u32, out_offset: u32,
-  window: u32, per_query: u32, _pad1: u32, _pad2: u32,
-}
-
-@group(0) @binding(0) var<uniform> p: AttentionParams;
 @group(0) @binding(1) var<storage, read> q: array<vec4<f32>>;
 @group(0) @binding(2) var<storage, read_write> out: array<vec4<f32>>;
-@group(0) @binding(3) var<storage, read> page_table: array<u32>;
 // 8 f16 (16 bytes): the unit of every load and store below. (naga cannot bitcast u32 words to f16 pairs, so the
 // f16 values travel as f16 types throughout.)
 struct H8 {
@@ -62,11 +51,7 @@ struct H8 {
   b: vec4<f16>,
 }
 
-// The f16 KV pools, 8 elements per H8.
-@group(0) @binding(4) var<storage, read> pool0: array<H8>;
-@group(0) @binding(5) var<storage, read> pool1: array<H8>;
-@group(0) @binding(6) var<storage, read> pool2: array<H8>;
-@group(0) @binding(7) var<storage, read> pool3: array<H8>;
+alias KvUnit = H8;  // the f16 KV pools, 8 elements per unit
 
 const TQ: u32 = 4u;  // rows per thread (one vec4 of P per key)
 // From the host (the //#unroll counts must be literals): RG = BQ / TQ row groups, WG = RG * CG threads,
@@ -74,7 +59,6 @@ const TQ: u32 = 4u;  // rows per thread (one vec4 of P per key)
 // f16 partial sums per score, NS = TQ * TK scores and NO = TQ * TD16 vec4 outputs ([row][chunk][half]) per thread,
 // NLQ / NLK = ceil(BQ * HD8 / WG) / ceil(BK * HD8 / WG) Q / K (and V) chunks each thread stages.
 const QP: u32 = HD8 + 1u;  // padded row of the Q and K tiles, in 16-byte chunks
-const NEG_BIG: f32 = -3.402823e+38;
 const LOG2E: f32 = 1.4426950408889634;
 
 var<workgroup> qs: array<array<H8, QP>, BQ>;            // [row][chunk]
@@ -83,24 +67,11 @@ var<workgroup> vs: array<array<H8, HD8>, BK>;           // [key][chunk]
 var<workgroup> ps: array<array<vec4<f16>, RG>, BK>;     // [key][row group]: P of rows 4 rg .. 4 rg + 3
 var<workgroup> red: array<array<vec4<f32>, CG>, RG>;    // without shuffles: each thread's 4 row maxima / sums
 
-fn first_key(pos: u32) -> u32 {
-  return select(0u, pos + 1u - p.window, p.window > 0u && pos + 1u > p.window);
-}
-
-// (pool, offset in 8-element chunks of K[t][0]); V[t][0] is page_size * kv_dim / 8 further. Clamped.
-fn kv_row8(t: u32) -> vec2<u32> {
-  let page = min(t / p.page_size, p.n_pages - 1u);
-  let phys = page_table[page];
-  let pool = min(phys / p.pages_per_pool, p.n_pools - 1u);
-  let slot = phys % p.pages_per_pool;
-  return vec2<u32>(pool, (slot * 2u * p.page_size + t % p.page_size) * (p.kv_dim / 8u));
-}
-
 // The K/V tile of keys [kb, kb + BK) of kv head kvh into registers, zeros past kv_end: thread tid takes chunks
 // tid, tid + WG, ... of the [BK][HD8] tile.
 fn fetch_tile(kb: u32, kv_end: u32, kvh: u32, tid: u32,
               pk: ptr<function, array<H8, NLK>>, pv: ptr<function, array<H8, NLK>>) {
-  let loc = kv_row8(kb);  // a tile never straddles a page
+  let loc = kv_row(kb, 0u, 8u);  // a tile never straddles a page
   let n_keys = min(BK, kv_end - kb);
   let row8 = p.kv_dim / 8u;
   let tile_base = loc.y + kvh * HD8;

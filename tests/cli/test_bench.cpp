@@ -47,7 +47,7 @@ TEST(CliBench, ProfileJsonAddsUp) {
     EXPECT_GE(double(k.at("us_per_call")), 0) << k.dump();
     calls += c;
     us += double(k.at("us_per_step"));
-    if (k.at("kernel") == "attention.wgsl:attention_decode") attention += c;
+    if (k.at("kernel") == "attention_common.wgsl+attention.wgsl:attention_decode") attention += c;
   }
   EXPECT_EQ(attention, n_layer);
   EXPECT_DOUBLE_EQ(calls, double(p.at("dispatches_per_step")));
@@ -72,7 +72,8 @@ TEST(CliBench, DepthFillsTheCacheBeforeTheSteps) {
     EXPECT_GT(double(j.at("pp").at("tokens_per_s")), 0);
     double calls = 0;
     for (const auto& k : j.at("profile").at("kernels"))
-      if (k.at("kernel") == "attention.wgsl:attention_decode_reduce") calls += double(k.at("calls_per_step"));
+      if (k.at("kernel") == "attention_common.wgsl+attention.wgsl:attention_decode_reduce")
+        calls += double(k.at("calls_per_step"));
     return calls;
   };
   EXPECT_EQ(reduce_calls(" -d 300"), n_layer);
@@ -132,8 +133,9 @@ TEST(CliBench, DecodeGqaFromPicksTheAttentionKernel) {
     EXPECT_EQ(j.at("decode_gqa_from"), grouped ? 0 : 8192);
     double per_head = 0, gqa = 0;
     for (const auto& k : j.at("profile").at("kernels")) {
-      if (k.at("kernel") == "attention.wgsl:attention_decode") per_head += double(k.at("calls_per_step"));
-      if (k.at("kernel") == "attention.wgsl+attention_decode_gqa.wgsl:attention_decode_gqa")
+      if (k.at("kernel") == "attention_common.wgsl+attention.wgsl:attention_decode")
+        per_head += double(k.at("calls_per_step"));
+      if (k.at("kernel") == "attention_common.wgsl+attention.wgsl+attention_decode_gqa.wgsl:attention_decode_gqa")
         gqa += double(k.at("calls_per_step"));
     }
     EXPECT_EQ(gqa, grouped ? n_layer : 0) << out;
