@@ -57,7 +57,7 @@ fn attention_decode_gqa(@builtin(workgroup_id) wid: vec3<u32>,
   for (var kb = k_begin; kb < k_end; kb += DEC_WG) {
     let t = kb + tid;
     let n = min(DEC_WG, k_end - kb);
-    let loc = kv_row4(kb, 0u);  // a tile never straddles a page
+    let loc = kv_row(kb, 0u, 4u);  // a tile never straddles a page
     let row = loc.y + tid * vs + kvh * HD4;
     let live = t < k_end && t >= lo;
     var score: array<f32, GQ>;
