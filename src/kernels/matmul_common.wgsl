@@ -186,16 +186,20 @@ fn load8_k(sb: u32, j: u32, q: u32) -> W8 {
     let d = q_scale(sb);
     let sc = f32(bitcast<i32>(byte_of(w[(b >> 2u) + 12u], si) << 24u) >> 24u);
     let dl = d * sc;
-    let lq = wd2(b + 16u * h + 8u * (k & 1u) + 2u * q);
-    let hq = wd2(b + 32u + 8u * h + 2u * q);
-    let sh = 4u * (k >> 1u);
-    return W8(dl * (vec4<f32>(bytes4(lq.x, sh, 15u) | (bytes4(hq.x, 2u * k, 3u) << vec4<u32>(4u))) - 32.0),
-              dl * (vec4<f32>(bytes4(lq.y, sh, 15u) | (bytes4(hq.y, 2u * k, 3u) << vec4<u32>(4u))) - 32.0));
+    return q6k_unit(wd2(b + 16u * h + 8u * (k & 1u) + 2u * q), wd2(b + 32u + 8u * h + 2u * q), k, dl);
   }
-  // T_Q4_K, T_Q5_K: header d|dmin, scales bytes 0..11; sub-block j the low (j even) or high nibbles of the
-  // qs bytes 32 (j / 2) + 8 q ..; Q5_K's 5th bits bit j of qh bytes 8 q ..
+  // T_Q4_K, T_Q5_K: sub-block j the low (j even) or high nibbles of the qs bytes 32 (j / 2) + 8 q ..; Q5_K's 5th
+  // bits bit j of qh bytes 8 q ..
   let b = sb * select(36u, 44u, WTYPE == T_Q5_K);
-  let hdr = w[b >> 2u];
+  let dm = k45_scale_min(w[b >> 2u], j);
+  let v = wd2(b + select(4u, 12u, WTYPE == T_Q5_K) + 8u * (j >> 1u) + 2u * q);
+  var m = vec2<u32>(0u);
+  if (WTYPE == T_Q5_K) { m = wd2(b + 4u + 2u * q); }
+  return k45_unit(v, m, j, dm);
+}
+
+// Q4_K / Q5_K: the scale and min (dl, ml) of sub-block j from the super-block's header (d|dmin, scales bytes 0..11).
+fn k45_scale_min(hdr: vec4<u32>, j: u32) -> vec2<f32> {
   let dm = unpack2x16float(hdr.x);
   let jj = j & 3u;
   let s0 = (hdr.y >> (8u * jj)) & 255u;  // scales byte jj
@@ -207,17 +211,26 @@ fn load8_k(sb: u32, j: u32, q: u32) -> W8 {
     sc = (s2 & 15u) | ((s0 >> 6u) << 4u);
     mn = (s2 >> 4u) | ((s1 >> 6u) << 4u);
   }
-  let dl = dm.x * f32(sc);
-  let ml = dm.y * f32(mn);
+  return vec2<f32>(dm.x * f32(sc), dm.y * f32(mn));
+}
+
+// Q4_K / Q5_K: 8 elements of sub-block j from their two quant words v (and, Q5_K, the two qh words m).
+fn k45_unit(v: vec2<u32>, m: vec2<u32>, j: u32, dm: vec2<f32>) -> W8 {
   let sh = 4u * (j & 1u);
-  if (WTYPE == T_Q4_K) {
-    let v = wd2(b + 4u + 8u * (j >> 1u) + 2u * q);
-    return W8(dl * vec4<f32>(bytes4(v.x, sh, 15u)) - ml, dl * vec4<f32>(bytes4(v.y, sh, 15u)) - ml);
+  var a = bytes4(v.x, sh, 15u);
+  var c = bytes4(v.y, sh, 15u);
+  if (WTYPE == T_Q5_K) {
+    a |= bytes4(m.x, j, 1u) << vec4<u32>(4u);
+    c |= bytes4(m.y, j, 1u) << vec4<u32>(4u);
   }
-  let v = wd2(b + 12u + 8u * (j >> 1u) + 2u * q);
-  let m = wd2(b + 4u + 2u * q);
-  return W8(dl * vec4<f32>(bytes4(v.x, sh, 15u) | (bytes4(m.x, j, 1u) << vec4<u32>(4u))) - ml,
-            dl * vec4<f32>(bytes4(v.y, sh, 15u) | (bytes4(m.y, j, 1u) << vec4<u32>(4u))) - ml);
+  return W8(dm.x * vec4<f32>(a) - dm.y, dm.x * vec4<f32>(c) - dm.y);
+}
+
+// Q6_K: 8 elements of quarter k of a half from their two low-quant words lq and two high-quant words hq.
+fn q6k_unit(lq: vec2<u32>, hq: vec2<u32>, k: u32, dl: f32) -> W8 {
+  let sh = 4u * (k >> 1u);
+  return W8(dl * (vec4<f32>(bytes4(lq.x, sh, 15u) | (bytes4(hq.x, 2u * k, 3u) << vec4<u32>(4u))) - 32.0),
+            dl * (vec4<f32>(bytes4(lq.y, sh, 15u) | (bytes4(hq.y, 2u * k, 3u) << vec4<u32>(4u))) - 32.0));
 }
 
 // Elements [8 * (u % 4), + 8) of block u / 4 of piece row r.

@@ -23,7 +23,8 @@
 fn scale_word(i: u32) -> f32 { return unpack2x16float(wu[4u * p.scale_off4 + (i >> 1u)])[i & 1u]; }
 
 // The 32 elements of block blk of piece row r, each quant word and scale loaded once (load8 reads a Q8_0 / Q4_0
-// block's vec4 and scale once per 8 elements: four loads where one does).
+// block's vec4 and scale once per 8 elements, a K-quant's header once per 8 elements and each quant vec4 twice:
+// four loads where one does).
 struct W32 { a: W8, b: W8, c: W8, d: W8, }
 fn load32(r: u32, blk: u32) -> W32 {
   let i = r * p.nb + blk;
@@ -39,6 +40,41 @@ fn load32(r: u32, blk: u32) -> W32 {
     let d = scale_word(i);
     return W32(W8(d * nib4(v.x), d * nib4(v.y)), W8(d * nib4(v.z), d * nib4(v.w)),
                W8(d * nib4(v.x >> 4u), d * nib4(v.y >> 4u)), W8(d * nib4(v.z >> 4u), d * nib4(v.w >> 4u)));
+  }
+  if (WTYPE == T_Q4_K || WTYPE == T_Q5_K) {  // block j of super-block sb: header 1 vec4, quants 2 (Q5_K: + qh 2)
+    let sb = r * (p.nb >> 3u) + (blk >> 3u);
+    let j = blk & 7u;
+    let b = (sb * select(36u, 44u, WTYPE == T_Q5_K)) >> 2u;  // in vec4
+    let dm = k45_scale_min(w[b], j);
+    let q0 = b + select(1u, 3u, WTYPE == T_Q5_K) + 2u * (j >> 1u);
+    let va = w[q0];
+    let vb = w[q0 + 1u];
+    var ma = vec4<u32>(0u);
+    var mb = vec4<u32>(0u);
+    if (WTYPE == T_Q5_K) {
+      ma = w[b + 1u];
+      mb = w[b + 2u];
+    }
+    return W32(k45_unit(va.xy, ma.xy, j, dm), k45_unit(va.zw, ma.zw, j, dm), k45_unit(vb.xy, mb.xy, j, dm),
+               k45_unit(vb.zw, mb.zw, j, dm));
+  }
+  if (WTYPE == T_Q6_K) {  // block j = 4 h + k: low quants 2 vec4, high quants 2, its two scales one word, d one
+    let sb = r * (p.nb >> 3u) + (blk >> 3u);
+    let j = blk & 7u;
+    let h = j >> 2u;
+    let k = j & 3u;
+    let b = sb * 52u;  // in words
+    let la = w[(b + 16u * h + 8u * (k & 1u)) >> 2u];
+    let lb = w[((b + 16u * h + 8u * (k & 1u)) >> 2u) + 1u];
+    let ha = w[(b + 32u + 8u * h) >> 2u];
+    let hb = w[((b + 32u + 8u * h) >> 2u) + 1u];
+    let si = 8u * h + 2u * k;  // its scales: bytes si, si + 1 of the 16 at word 48
+    let sw = wu[b + 48u + (si >> 2u)] >> (8u * (si & 3u));
+    let d = scale_word(sb);
+    let d0 = d * f32(bitcast<i32>(sw << 24u) >> 24u);
+    let d1 = d * f32(bitcast<i32>((sw >> 8u) << 24u) >> 24u);
+    return W32(q6k_unit(la.xy, ha.xy, k, d0), q6k_unit(la.zw, ha.zw, k, d0), q6k_unit(lb.xy, hb.xy, k, d1),
+               q6k_unit(lb.zw, hb.zw, k, d1));
   }
   let u = 4u * blk;  // F32, F16, BF16: one or two vec4 per unit, nothing loaded twice (the host keeps other types off)
   return W32(load8(r, u), load8(r, u + 1u), load8(r, u + 2u), load8(r, u + 3u));

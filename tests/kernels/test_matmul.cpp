@@ -490,7 +490,7 @@ TEST(Matmul, ShaderChecks) {
 TEST(Matmul, RowsShapes) {
   const char* shapes[] = {"8x2x3", "1x2x1"};
   const size_t n_shapes = std::size(shapes);
-  auto few = [](GgufType t) { return t == F32 || t == Q8_0; };
+  auto few = [](GgufType t) { return t == F32 || t == Q8_0 || t == Q6_K; };
   for (size_t s = 0; s < n_shapes; ++s) {
     const char* shape = shapes[s];
     SCOPED_TRACE(shape);
