@@ -242,9 +242,8 @@ int run_bench_ops(const Options& o) {
     gpu::Context ctx(options);
     const bool first = ti == 0;
     if (first) {
-      std::printf("adapter %s (%s), f16 %s, subgroups %s\n", ctx.adapter().name.c_str(),
-                  ctx.adapter().backend.c_str(), ctx.features().shader_f16 ? "yes" : "no",
-                  ctx.features().subgroups ? "yes" : "no");
+      std::printf("adapter %s (%s), f16 %s, subgroups %s\n", ctx.adapter().name.c_str(), ctx.adapter().backend.c_str(),
+                  ctx.features().shader_f16 ? "yes" : "no", ctx.features().subgroups ? "yes" : "no");
       if (!o.skip_floors) {
         print_dispatch_overhead(ctx, 500);
         print_memory_floor(ctx, 512ull << 20);
@@ -317,8 +316,9 @@ const Register reg{
        app.add_option("--matmul-per-submit", o->matmul_per_submit, "dispatches per submit, matmul")
            ->capture_default_str();
        app.add_flag("--no-matmul", o->skip_matmul, "only the matrix-vector runs");
-       app.add_option("--rows-shapes", o->rows_shapes,
-                      "CPU adapters' product kernel shapes to sweep, comma-separated WORKGROUPxROWSxTOKENS or off (tuning)");
+       app.add_option(
+           "--rows-shapes", o->rows_shapes,
+           "CPU adapters' product kernel shapes to sweep, comma-separated WORKGROUPxROWSxTOKENS or off (tuning)");
        app.add_flag("--no-floors", o->skip_floors, "skip the dispatch-overhead and memory-floor runs");
        app.add_option("--rotate-bytes", o->rotate_bytes,
                       "matvec: cycle through copies of the weight totalling this many bytes (1: one copy)")

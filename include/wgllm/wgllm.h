@@ -55,13 +55,14 @@ struct LoadOptions {
   // CPU; PERF.md gives its cost).
   bool check_tensors = true;
   // Developer aids ("" = off; the library never reads the environment, the wgllm CLI fills these from
-  // $WGLLM_KERNEL_DIR and $WGLLM_DUMP_SHADERS): a kernel file in kernel_dir (e.g. matvec.wgsl) replaces the built-in
-  // one of that name; dump_shaders_dir receives every WGSL source exactly as compiled; shader_checks
+  // $WGLLM_KERNEL_DIR, $WGLLM_DUMP_SHADERS and $WGLLM_SHADER_CHECKS): a kernel file in kernel_dir (e.g. matvec.wgsl)
+  // replaces the built-in one of that name; dump_shaders_dir receives every WGSL source exactly as compiled;
+  // shader_checks
   // ($WGLLM_SHADER_CHECKS=1) compiles every kernel with naga's index clamps and loop bounds.
   std::string kernel_dir = {};
   std::string dump_shaders_dir = {};
   bool shader_checks = false;
-  // The tiled matmul's shape for every prefill product, "TOKENSxROWS[xf16]" ("" = chosen per product; the CLI
+  // The tiled matmul's shape for every prefill product, "TOKENSxROWS[/TTxTR][xf16]" ("" = chosen per product; the CLI
   // reads $WGLLM_MATMUL_TILE): a tuning knob for benchmarks.
   std::string matmul_tile = {};
   // CPU adapters' product kernel (matmul_rows.wgsl), "WORKGROUPxROWSxTOKENS" or "off" (the GPUs' kernels instead;

@@ -57,7 +57,7 @@ struct ContextOptions {
   // The matvec kernel's shape, "THREADSxROWSxGROUPS[xUNITS[xINT_F16]]" (kernels::parse_matvec_config);
   // "" = the adapter's default. A tuning knob for benchmarks and tests.
   std::string matvec_shape = {};
-  // The tiled matmul's shape, "TOKENSxROWS[xf16]" (kernels::parse_matmul_tile); "" = chosen per product.
+  // The tiled matmul's shape, "TOKENSxROWS[/TTxTR][xf16]" (kernels::parse_matmul_tile); "" = chosen per product.
   std::string matmul_tile = {};
   // The CPU adapters' product kernel's shape, "WORKGROUPxROWSxTOKENS" (kernels::parse_rows_config), or "off": the
   // GPUs' kernels on a CPU adapter too; "" = the default.

@@ -390,8 +390,7 @@ void encode_attention_prefill(gpu::ComputeBatch& batch, gpu::Context& ctx, const
     if (std::string problem = f16_tile_problem(ctx, *t, s.head_dim); !problem.empty()) fail(fn, problem);
     bq = t->bq;
     bk = t->bk;
-    pipe =
-        ctx.pipeline({kAttentionF16Shader, "attention_prefill_f16", {}, attention_f16_prelude(ctx, *t, s.head_dim)});
+    pipe = ctx.pipeline({kAttentionF16Shader, "attention_prefill_f16", {}, attention_f16_prelude(ctx, *t, s.head_dim)});
   } else if (impl == AttentionImpl::Tiled) {
     AttentionTiles tiles = attention_tiles(s.head_dim, ctx.limits());
     if (tiles_override) {

@@ -43,9 +43,9 @@ std::string matvec_prelude(const MatvecConfig& mv, GgufType t, uint32_t nt, bool
 // Host constants for matmul.wgsl: the tile and the element type of its workgroup tiles.
 std::string matmul_prelude(const MatmulTile& t, GgufType type) {
   const char* ss = t.f16 ? "var<workgroup> xss: array<f32, 4u * TM>;\n"
-                          "fn ss_put(i: u32, v: f32) { xss[i] = v; }\nfn ss_get(i: u32) -> f32 { return xss[i]; }\n"
-                        : "fn ss_put(i: u32, v: f32) { xs[i / 4u][i % 4u] = v; }\n"
-                          "fn ss_get(i: u32) -> f32 { return xs[i / 4u][i % 4u]; }\n";
+                           "fn ss_put(i: u32, v: f32) { xss[i] = v; }\nfn ss_get(i: u32) -> f32 { return xss[i]; }\n"
+                         : "fn ss_put(i: u32, v: f32) { xs[i / 4u][i % 4u] = v; }\n"
+                           "fn ss_get(i: u32) -> f32 { return xs[i / 4u][i % 4u]; }\n";
   auto u32 = [](const char* name, uint32_t v) {
     return std::string("const ") + name + ": u32 = " + std::to_string(v) + "u;\n";
   };
@@ -53,7 +53,8 @@ std::string matmul_prelude(const MatmulTile& t, GgufType type) {
          "const MM_F16: bool = " + (t.f16 ? "true" : "false") + ";\n" + u32("TM", t.tokens) + u32("TN", t.rows) +
          u32("TY", t.tokens / t.thread_tokens) + u32("TX", t.rows / t.thread_rows) + u32("MI", t.thread_tokens / 4) +
          u32("NJ", t.thread_rows / 4) + u32("NACC", t.thread_tokens * t.thread_rows / 4) +
-         u32("NLW", t.rows * 4 / t.threads()) + u32("NLX", t.tokens * 4 / t.threads()) + detail::weight_prelude(type, 1);
+         u32("NLW", t.rows * 4 / t.threads()) + u32("NLX", t.tokens * 4 / t.threads()) +
+         detail::weight_prelude(type, 1);
 }
 
 // Host constants for matmul_rows.wgsl: the workgroup, row pairs and tokens per invocation, whether x is shared by
@@ -65,8 +66,8 @@ std::string rows_prelude(const gpu::Context& ctx, const RowsConfig& c, GgufType 
   };
   const bool xb = ctx.features().subgroups && ctx.adapter().subgroup_min >= 8;
   std::string s = detail::weight_prelude(type, 1) + u32("RW_WG", c.workgroup) + u32("RH", pairs) +
-                  u32("RQ", pairs / 2) + u32("TT", tokens) + "const XB: bool = " + (xb ? "true" : "false") + ";\nconst XV4: bool = " +
-                  (xv4 ? "true" : "false") + ";\n";
+                  u32("RQ", pairs / 2) + u32("TT", tokens) + "const XB: bool = " + (xb ? "true" : "false") +
+                  ";\nconst XV4: bool = " + (xv4 ? "true" : "false") + ";\n";
   if (xb)
     return s +
            "fn broadcast8(v: vec4<f32>) -> W32 {\n  return W32(W8(subgroupBroadcast(v, 0u), subgroupBroadcast(v, 1u)), "
@@ -128,7 +129,7 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
     fail(fn, "norm must not be an output");
   MatmulImpl impl = o.impl;
   if (impl == MatmulImpl::Auto)
-    impl = rows_kernel_for(ctx, w.type)      ? MatmulImpl::Rows
+    impl = rows_kernel_for(ctx, w.type)   ? MatmulImpl::Rows
            : n_tokens <= kMatvecMaxTokens ? MatmulImpl::Matvec
                                           : MatmulImpl::Tiled;
   if (impl == MatmulImpl::Rows && !rows_kernel_reads(w.type)) impl = MatmulImpl::Matvec;
@@ -138,7 +139,8 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
   if (impl == MatmulImpl::Matvec) step = std::min(step, kMatvecMaxTokens);
   const gpu::Buffer& none = ctx.placeholder_storage();
   const MatvecConfig mv = matvec_config(ctx, w.n_out, w.n_in);
-  const MatmulTile tile = impl == MatmulImpl::Tiled ? matmul_tile(ctx, std::min(step, n_tokens), w.n_out) : MatmulTile{};
+  const MatmulTile tile =
+      impl == MatmulImpl::Tiled ? matmul_tile(ctx, std::min(step, n_tokens), w.n_out) : MatmulTile{};
   const RowsConfig rows = impl == MatmulImpl::Rows ? rows_config(ctx).value_or(RowsConfig{}) : RowsConfig{};
   const uint32_t row_pairs = rk && rk->neox ? 2 : rows.rows / 2;  // the neox RoPE epilogue takes quads of rows
   const uint32_t flag_bits = (o.bias ? flags::kBias : 0) | (o.norm ? flags::kNorm : 0) |
@@ -159,7 +161,8 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
     WGPUComputePipeline pipe =
         impl == MatmulImpl::Matvec ? ctx.pipeline({kMatvecShader, "matvec", {}, matvec_prelude(mv, w.type, count, xv4)})
         : impl == MatmulImpl::Rows
-            ? ctx.pipeline({kRowsShader, "matmul_rows", {}, rows_prelude(ctx, rows, w.type, rows_tokens, row_pairs, xv4)})
+            ? ctx.pipeline(
+                  {kRowsShader, "matmul_rows", {}, rows_prelude(ctx, rows, w.type, rows_tokens, row_pairs, xv4)})
             : ctx.pipeline({kMatmulShader, "matmul", {}, matmul_prelude(tile, w.type)});
     for (const auto& piece : w.pieces) {
       MatmulParams p = detail::piece_params(w, piece, count);
@@ -274,8 +277,9 @@ MatvecConfig parse_matvec_config(const std::string& text) {
 
 std::optional<RowsConfig> rows_config(const gpu::Context& ctx) {
   const std::string& forced = ctx.options().rows_shape;
-  const std::optional<RowsConfig> c = forced.empty() ? RowsConfig{} : forced == "off" ? std::optional<RowsConfig>{}
-                                                                                       : parse_rows_config(forced);
+  const std::optional<RowsConfig> c = forced.empty()    ? RowsConfig{}
+                                      : forced == "off" ? std::optional<RowsConfig>{}
+                                                        : parse_rows_config(forced);
   if (!ctx.adapter().is_cpu()) return std::nullopt;
   return c;
 }
@@ -331,16 +335,17 @@ MatmulTile matmul_tile(const gpu::Context& ctx, uint32_t n_tokens, uint32_t n_ro
   // The two tiles of 32 k and, for f16 tiles, the f32 sums of x^2.
   const uint64_t bytes = 32ull * (t.tokens + t.rows) * (t.f16 ? 2 : 4) + (t.f16 ? 16ull * t.tokens : 0);
   if (bytes > ctx.limits().maxComputeWorkgroupStorageSize)
-    throw InvalidArgument("matmul tile " + to_string(t) + " needs " +
-                          std::to_string(bytes) + " bytes of workgroup memory; the adapter allows " +
+    throw InvalidArgument("matmul tile " + to_string(t) + " needs " + std::to_string(bytes) +
+                          " bytes of workgroup memory; the adapter allows " +
                           std::to_string(ctx.limits().maxComputeWorkgroupStorageSize));
   return t;
 }
 
 MatmulTile parse_matmul_tile(const std::string& text) {
-  const std::string expected = "matmul tile '" + text +
-                               "': expected TOKENSxROWS[/TTxTR][xf16], TOKENS and ROWS 32, 64 or 128, TT and TR 4 or 8, "
-                               "64 to 256 threads whose quarter divides TOKENS and ROWS (e.g. 128x64xf16, 64x128/8x8)";
+  const std::string expected =
+      "matmul tile '" + text +
+      "': expected TOKENSxROWS[/TTxTR][xf16], TOKENS and ROWS 32, 64 or 128, TT and TR 4 or 8, "
+      "64 to 256 threads whose quarter divides TOKENS and ROWS (e.g. 128x64xf16, 64x128/8x8)";
   MatmulTile t;
   std::string rest = text;
   if (rest.size() > 4 && rest.compare(rest.size() - 4, 4, "xf16") == 0) {
@@ -378,7 +383,8 @@ MatmulTile parse_matmul_tile(const std::string& text) {
 std::string to_string(const MatmulTile& t) {
   std::ostringstream s;
   s << t.tokens << "x" << t.rows;
-  if (t.thread_tokens != t.tokens / 16 || t.thread_rows != t.rows / 16) s << "/" << t.thread_tokens << "x" << t.thread_rows;
+  if (t.thread_tokens != t.tokens / 16 || t.thread_rows != t.rows / 16)
+    s << "/" << t.thread_tokens << "x" << t.thread_rows;
   if (t.f16) s << "xf16";
   return s.str();
 }

@@ -473,8 +473,8 @@ TEST(Matmul, ShaderChecks) {
         o.shader_checks = checks;
         o.rows_shape = rows;
       }));
-      for (const MatmulCase& c : {MatmulCase{"checks_q8_0_t1", Q8_0, 256, 37, 1, true},
-                                  MatmulCase{"checks_f16_t9", F16, 96, 70, 9}}) {
+      for (const MatmulCase& c :
+           {MatmulCase{"checks_q8_0_t1", Q8_0, 256, 37, 1, true}, MatmulCase{"checks_f16_t9", F16, 96, 70, 9}}) {
         const auto r = run_matmul(ctx, c, 78);
         EXPECT_LE(r.rel_l2, 1e-5) << c.name << ": " << r.describe();
       }
