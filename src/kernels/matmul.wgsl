@@ -48,16 +48,19 @@ fn put8(tile_w: u32, c: u32, k0: u32, v: W8, is_w: bool) {
   }
 }
 
-// acc += the products of the block in the tiles: f32 multiply-adds.
+// acc += the products of the block in the tiles: f32 multiply-adds. The 32 k are unrolled on GPUs (`//#unroll`):
+// every workgroup-memory address is then a thread's base plus a constant, and the NVIDIA driver left to unroll
+// the loop itself ran the product 1.1-1.35x slower (PERF.md). CPU adapters keep the loop (LLVM compile time).
 fn mm_block_f32(acc: ptr<function, array<vec4<f32>, NACC>>, ty: u32, tx: u32) {
-  for (var k = 0u; k < 32u; k += 1u) {
+  //#unroll k 32
+  {
     var a: array<vec4<f32>, MI>;
     var bw: array<vec4<f32>, NJ>;
     //#unroll! i MI
-    a[$i] = vec4<f32>(xs[tix(k, ty + TY * $i, TM4)]);
+    a[$i] = vec4<f32>(xs[tix($k, ty + TY * $i, TM4)]);
     //#end
     //#unroll! j NJ
-    bw[$j] = vec4<f32>(ws[tix(k, tx + TX * $j, TN4)]);
+    bw[$j] = vec4<f32>(ws[tix($k, tx + TX * $j, TN4)]);
     //#end
     //#unroll! i MI
     //#unroll! c 4
@@ -67,6 +70,7 @@ fn mm_block_f32(acc: ptr<function, array<vec4<f32>, NACC>>, ty: u32, tx: u32) {
     //#end
     //#end
   }
+  //#end
 }
 
 // The same with the block's products summed in f16, then added to the f32 accumulators.
@@ -75,14 +79,15 @@ fn mm_block_f16(acc: ptr<function, array<vec4<f32>, NACC>>, ty: u32, tx: u32) {
   //#unroll! a NACC
   part[$a] = vec4<MM_T>(0.0);
   //#end
-  for (var k = 0u; k < 32u; k += 1u) {
+  //#unroll k 32
+  {
     var a: array<vec4<MM_T>, MI>;
     var bw: array<vec4<MM_T>, NJ>;
     //#unroll! i MI
-    a[$i] = xs[tix(k, ty + TY * $i, TM4)];
+    a[$i] = xs[tix($k, ty + TY * $i, TM4)];
     //#end
     //#unroll! j NJ
-    bw[$j] = ws[tix(k, tx + TX * $j, TN4)];
+    bw[$j] = ws[tix($k, tx + TX * $j, TN4)];
     //#end
     //#unroll! i MI
     //#unroll! c 4
@@ -92,6 +97,7 @@ fn mm_block_f16(acc: ptr<function, array<vec4<f32>, NACC>>, ty: u32, tx: u32) {
     //#end
     //#end
   }
+  //#end
   //#unroll! a NACC
   (*acc)[$a] += vec4<f32>(part[$a]);
   //#end
