@@ -325,7 +325,8 @@ const Register reg{
            ->capture_default_str();
        app.add_option("--matvec", o->matvec, "matvec shape THREADSxROWSxGROUPS (tuning)");
        app.add_option("--matmul-tiles", o->matmul_tiles,
-                      "matmul tiles to sweep, comma-separated TOKENSxROWS[xf16] (64 or 128 each; tuning)");
+                      "matmul tiles to sweep, comma-separated TOKENSxROWS[/TTxTR][xf16] (e.g. "
+                      "64x128,64x128/8x8,128x64xf16; tuning)");
        app.add_flag("--no-matvec", o->skip_matvec, "only the matrix-matrix runs");
        return [o] {
          if (o->repeats == 0 || o->matvec_per_submit == 0 || o->matmul_per_submit == 0 || o->prefill_tokens == 0)

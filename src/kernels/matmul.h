@@ -38,7 +38,7 @@ MatvecConfig matvec_config(const gpu::Context& ctx, uint32_t n_rows = 0, uint32_
 // when malformed or outside the kernel's constraints.
 MatvecConfig parse_matvec_config(const std::string& text);
 
-// The tiled kernel's shape: a workgroup computes `tokens` x `rows` of y (64 or 128 each; a thread 4 or 8 of each),
+// The tiled kernel's shape: a workgroup computes `tokens` x `rows` of y (32, 64 or 128 each; a thread 4 or 8 of each),
 // with f16 tiles and f16 sums of each 32-element block (added into f32) when `f16` (shader-f16).
 struct MatmulTile {
   uint32_t tokens = 64, rows = 64;  // the workgroup's tile of y
