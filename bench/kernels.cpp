@@ -208,7 +208,7 @@ int run_decode_depths(const std::string& adapter, bool f32_kv, double min_second
   gpu::Context ctx(context_options(adapter));
   std::printf("adapter: %s (%s), KV %s, decode_gqa_from %u (Auto picks grouped at or above)\n",
               ctx.adapter().name.c_str(), ctx.adapter().backend.c_str(), f32_kv ? "f32" : "f16",
-              ctx.options().decode_gqa_from);
+              kernels::decode_gqa_from(ctx));
   struct ModelShape {
     const char* name;
     uint32_t n_heads, n_kv_heads, head_dim;

@@ -40,9 +40,10 @@ struct LoadOptions {
   std::optional<bool> choose_on_gpu = std::nullopt;
   // A decode step whose attention reaches this depth (keys attended besides the new token: its position, or the
   // sliding window) uses the GQA-grouped attention kernel, which reads each cached K/V row once per KV head instead
-  // of once per query head: ahead on long contexts, behind on short ones. 0: always; more than n_ctx: never.
-  // Sequences decoded together by BatchEngine's shared pool keep the per-head kernel.
-  uint32_t decode_gqa_from = 8192;
+  // of once per query head. 0: always; more than n_ctx: never; unset: the adapter's (ModelInfo::decode_gqa_from):
+  // 8192 on GPUs, where it is ahead on long contexts and behind on short ones, 0 on CPU adapters, where it is ahead
+  // at every depth. Sequences decoded together by BatchEngine's shared pool keep the per-head kernel.
+  std::optional<uint32_t> decode_gqa_from = std::nullopt;
   // Called while weights upload: bytes done, bytes in all.
   std::function<void(uint64_t done, uint64_t total)> progress;
   // Called once the GGUF is parsed, before the adapter is opened and the weights upload: the tokenizer and chat
@@ -90,6 +91,7 @@ struct ModelInfo {
   // One letter per layer: A attention, L local (sliding-window) attention, C short convolution (lfm2).
   std::string layer_pattern;
   uint64_t conv_state_bytes = 0;  // GPU memory of one session's conv states (lfm2; 0 without convolution layers)
+  uint32_t decode_gqa_from = 0;   // the depth from which decode attention runs per GQA group (LoadOptions'; resolved)
 };
 
 // Sampling, with llama.cpp's filters and order: repetition penalty, top-k, top-p, min-p, temperature; then a draw

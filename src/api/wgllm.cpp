@@ -117,6 +117,7 @@ void upload_impl(ModelAccess::Impl& m, const GgufFile& f, const LoadOptions& o) 
   m.gpu = load_gpu_model(*m.ctx, f, m.config, o.progress, o.check_tensors);
   ModelInfo& i = m.info;
   i.adapter = m.ctx->adapter().name;
+  i.decode_gqa_from = kernels::decode_gqa_from(*m.ctx);
   if (!o.n_ctx) {
     const ContextSize c = adapter_default_context(*m.ctx, m.gpu);
     i.n_ctx = c.n_ctx, i.n_ctx_capped = c.capped;

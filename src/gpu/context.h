@@ -67,10 +67,12 @@ struct ContextOptions {
   std::string attention_prefill = {};
   // Single-sequence decode attention switches from the per-head kernel to the GQA-grouped one (each K/V row read
   // once per kv head) at this depth: the keys a step attends besides itself (kernels::DecodeKernel::Auto). 0: always
-  // grouped; past the context: never. The default is measured on the H200 (PERF.md, long-context decode): at 8192
-  // the grouped kernel ties or wins for every shape measured; `wgllm-bench kernels --decode-depths` measures it.
-  static constexpr uint32_t kDefaultDecodeGqaFrom = 8192;
-  uint32_t decode_gqa_from = kDefaultDecodeGqaFrom;
+  // grouped; past the context: never; unset: the adapter's (kernels::decode_gqa_from). The defaults are measured
+  // (PERF.md, long-context decode; `wgllm-bench kernels --decode-depths`): on the H200 the grouped kernel ties or
+  // wins for every shape from 8192 on; on lavapipe it wins at every depth, 0 included.
+  static constexpr uint32_t kDefaultDecodeGqaFrom = 8192;  // GPUs
+  static constexpr uint32_t kCpuDecodeGqaFrom = 0;         // CPU adapters
+  std::optional<uint32_t> decode_gqa_from = std::nullopt;
   // Shaders beyond the library's, found by name by pipeline() (a test's or a benchmark's own kernels). The
   // span must outlive the context.
   std::span<const EmbeddedShader> extra_shaders = {};

@@ -453,9 +453,15 @@ uint32_t attention_decode_depth(const AttentionShape& s) {
   return last - attention_first_key(last, s.window);
 }
 
+uint32_t decode_gqa_from(const gpu::Context& ctx) {
+  using O = gpu::ContextOptions;
+  return ctx.options().decode_gqa_from.value_or(ctx.adapter().is_cpu() ? O::kCpuDecodeGqaFrom
+                                                                       : O::kDefaultDecodeGqaFrom);
+}
+
 DecodeKernel resolve_decode_kernel(const gpu::Context& ctx, const AttentionShape& s, DecodeKernel kernel) {
   if (kernel != DecodeKernel::Auto) return kernel;
-  return attention_decode_depth(s) >= ctx.options().decode_gqa_from ? DecodeKernel::Grouped : DecodeKernel::PerHead;
+  return attention_decode_depth(s) >= decode_gqa_from(ctx) ? DecodeKernel::Grouped : DecodeKernel::PerHead;
 }
 
 namespace {

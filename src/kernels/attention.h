@@ -115,8 +115,8 @@ void encode_attention_prefill(gpu::ComputeBatch& batch, gpu::Context& ctx, const
 
 // The decode kernels. Both need subgroups and head_dim % 4 == 0 (else decode runs the baseline prefill kernel).
 enum class DecodeKernel {
-  Auto,     // PerHead while the call's depth (attention_decode_depth) is below ctx.options().decode_gqa_from,
-            // Grouped at or above it
+  Auto,     // PerHead while the call's depth (attention_decode_depth) is below decode_gqa_from(ctx), Grouped at or
+            // above it
   PerHead,  // attention_decode (attention.wgsl): a workgroup per (split, query head, query); splits of >= 256 keys
   Grouped,  // attention_decode_gqa.wgsl: a workgroup per (split, up to 8 query heads of one kv head, query), each K/V
             // row read once for them; splits of >= 128 keys. Fewer, heavier workgroups: ahead only on long windows
@@ -124,6 +124,8 @@ enum class DecodeKernel {
 // Keys the last query of a decode call attends besides itself: its position without a sliding window (the tokens
 // cached before it, llama-bench's depth), else at most window - 1.
 uint32_t attention_decode_depth(const AttentionShape& shape);
+// The depth from which Auto picks Grouped: ContextOptions::decode_gqa_from, or the adapter's default when unset.
+uint32_t decode_gqa_from(const gpu::Context& ctx);
 // The kernel `kernel` stands for on this call (Auto resolved by depth; PerHead or Grouped as given).
 DecodeKernel resolve_decode_kernel(const gpu::Context& ctx, const AttentionShape& shape, DecodeKernel kernel);
 // Query heads one Grouped workgroup serves: the largest divisor of n_heads / n_kv_heads that is <= 8 and whose

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "wgllm/adapter.h"
 #include "wgllm/default_model.h"
 #include "wgllm/profile.h"
 #include "wgllm/wgllm.h"
@@ -88,7 +89,15 @@ TEST(DecodeGqa, SwitchMidGenerationGivesTheForcedKernelsTokens) {
   EXPECT_EQ(grouped_calls, 4u * (kSteps + 2 - kSwitchAt));
 }
 
-TEST(DecodeGqa, LoadOptionsDefault) { EXPECT_EQ(LoadOptions{}.decode_gqa_from, 8192u); }
+// Unset, the depth is the adapter's, and info() says which: 0 on CPU adapters, 8192 on GPUs; a set one is kept.
+TEST(DecodeGqa, DefaultIsTheAdapters) {
+  EXPECT_FALSE(LoadOptions{}.decode_gqa_from.has_value());
+  LoadOptions o;
+  o.n_ctx = 64;
+  const Model model = Model::load(default_model_gguf(), o, "built-in");
+  EXPECT_EQ(model.info().decode_gqa_from, describe_adapter().adapter.is_cpu ? 0u : 8192u);
+  EXPECT_EQ(load(40).info().decode_gqa_from, 40u);
+}
 
 }  // namespace
 }  // namespace wgllm

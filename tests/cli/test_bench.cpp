@@ -119,18 +119,22 @@ TEST(CliBench, SamplingFlags) {
   EXPECT_EQ(nothing, "");
 }
 
-// --decode-gqa-from: at 0 every decode step's attention runs the grouped kernel, once per layer; by default (8192)
-// at depth 300 the per-head one; the value is in the JSON. A negative one is refused.
+// --decode-gqa-from: at 0 every decode step's attention runs the grouped kernel, once per layer; at 1000 (past the
+// depths of 300 and 301 the two steps reach) the per-head one; unset, the adapter's default (0 on CPU adapters, 8192 on
+// GPUs). The value in force is in the JSON. A negative one is refused.
 TEST(CliBench, DecodeGqaFromPicksTheAttentionKernel) {
   if (!test::context().features().timestamp_query) GTEST_SKIP() << "the adapter has no timestamp-query";
   const std::string model = test::model_path("llama-f32");
   const uint32_t n_layer = config_from_gguf(GgufFile::open(model)).n_layer;
-  for (const bool grouped : {true, false}) {
-    const auto [status, out] = run_cli("bench -m " + model + " -p 0 -n 2 -r 1 -d 300 --profile --json" +
-                                       (grouped ? " --decode-gqa-from 0" : ""));
+  const int64_t dflt = test::context().adapter().is_cpu() ? 0 : 8192;
+  for (const int64_t from : {int64_t(-1), int64_t(0), int64_t(1000)}) {
+    const std::string arg = from < 0 ? "" : " --decode-gqa-from " + std::to_string(from);
+    const auto [status, out] = run_cli("bench -m " + model + " -p 0 -n 2 -r 1 -d 300 --profile --json" + arg);
     ASSERT_EQ(status, 0) << out;
     const nlohmann::json j = nlohmann::json::parse(out);
-    EXPECT_EQ(j.at("decode_gqa_from"), grouped ? 0 : 8192);
+    const int64_t in_force = from < 0 ? dflt : from;
+    EXPECT_EQ(j.at("decode_gqa_from"), in_force) << arg;
+    const bool grouped = in_force <= 300;
     double per_head = 0, gqa = 0;
     for (const auto& k : j.at("profile").at("kernels")) {
       if (k.at("kernel") == "attention_common.wgsl+attention.wgsl:attention_decode")

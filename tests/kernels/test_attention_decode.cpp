@@ -211,10 +211,18 @@ TEST(AttentionDecode, AutoPicksTheKernelByDepth) {
   EXPECT_EQ(kernels::resolve_decode_kernel(ctx, with(5000, 1, 256), DecodeKernel::Auto), DecodeKernel::PerHead);
   EXPECT_EQ(kernels::resolve_decode_kernel(ctx, with(0), DecodeKernel::Grouped), DecodeKernel::Grouped);
   EXPECT_EQ(kernels::resolve_decode_kernel(ctx, with(9000), DecodeKernel::PerHead), DecodeKernel::PerHead);
-  EXPECT_EQ(ctx.options().decode_gqa_from, 300u);
-  EXPECT_EQ(gpu::ContextOptions{}.decode_gqa_from, 8192u);
+  EXPECT_EQ(kernels::decode_gqa_from(ctx), 300u);
   gpu::Context always(context_options([](auto& o) { o.decode_gqa_from = 0; }));
   EXPECT_EQ(kernels::resolve_decode_kernel(always, with(0), DecodeKernel::Auto), DecodeKernel::Grouped);
+  // Unset: the adapter's (measured: the grouped kernel is ahead at every depth on lavapipe, from 8192 on the H200).
+  auto& dflt = context();
+  ASSERT_FALSE(dflt.options().decode_gqa_from.has_value());
+  const uint32_t from = dflt.adapter().is_cpu() ? 0u : 8192u;
+  EXPECT_EQ(kernels::decode_gqa_from(dflt), from);
+  EXPECT_EQ(kernels::resolve_decode_kernel(dflt, with(from), DecodeKernel::Auto), DecodeKernel::Grouped);
+  if (from > 0) {
+    EXPECT_EQ(kernels::resolve_decode_kernel(dflt, with(from - 1), DecodeKernel::Auto), DecodeKernel::PerHead);
+  }
 }
 
 // The dispatch Auto makes is the forced kernel's, bit for bit, on each side of the threshold (same inputs, same

@@ -27,8 +27,8 @@ struct BenchOptions {
   bool tg_host = false;  // also time tg with every step's token chosen on the host from its logits read back
   SamplingParams sampling{.temperature = 0};  // tg's token choice (default greedy)
   int32_t layers_per_submit = -1;
-  uint32_t decode_gqa_from = LoadOptions{}.decode_gqa_from;  // depth from which decode attention runs per GQA group
-  std::vector<uint32_t> parallel;  // concurrent streams through BatchEngine (continuous batching)
+  std::optional<uint32_t> decode_gqa_from;  // depth from which decode attention runs per GQA group; unset: adapter's
+  std::vector<uint32_t> parallel;           // concurrent streams through BatchEngine (continuous batching)
 };
 
 struct Stat {
@@ -297,7 +297,7 @@ int bench(const BenchOptions& o) {
                         {"adapter", info.adapter},
                         {"weight_bytes", info.weight_bytes},
                         {"depth", o.depth},
-                        {"decode_gqa_from", o.decode_gqa_from}};
+                        {"decode_gqa_from", info.decode_gqa_from}};
     if (!pp.empty()) {
       const Stat p = stats(pp);
       j["pp"] = {{"n", o.n_prompt}, {"tokens_per_s", p.median}, {"min", p.min}, {"max", p.max}};
@@ -388,8 +388,7 @@ const Register reg{
            ->capture_default_str();
        app.add_option("--decode-gqa-from", o->decode_gqa_from,
                       "decode attention per GQA group (each K/V row read once per KV head) from this depth on "
-                      "(0: always; past the context: never)")
-           ->capture_default_str();
+                      "(0: always; past the context: never; default: 8192 on GPUs, 0 on CPU adapters)");
        app.add_option("--parallel", o->parallel,
                       "then N concurrent streams (a list: 1,4,16) through continuous batching, each -p prompt "
                       "tokens and -n generated: aggregate generation t/s")

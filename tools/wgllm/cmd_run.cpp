@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -80,7 +81,7 @@ namespace {
 struct RunOptions {
   std::string model, prompt, prompt_file, prompt_ids, adapter, system;
   uint32_t n_predict = 128, n_ctx = 0, ubatch = 512;
-  uint32_t decode_gqa_from = LoadOptions{}.decode_gqa_from;
+  std::optional<uint32_t> decode_gqa_from;  // unset: the adapter's
   SamplingParams sampling;
   int64_t seed = -1;
   bool chat = false, json = false;
@@ -274,8 +275,8 @@ const Register reg{
        app.add_option("--ubatch", o->ubatch, "prompt tokens per GPU step")->capture_default_str();
        app.add_option("--adapter", o->adapter, "adapter index or name part (wgllm info --list)");
        app.add_option("--decode-gqa-from", o->decode_gqa_from,
-                      "decode attention per GQA group (each K/V row read once per KV head) from this depth on")
-           ->capture_default_str()
+                      "decode attention per GQA group (each K/V row read once per KV head) from this depth on "
+                      "(default: 8192 on GPUs, 0 on CPU adapters)")
            ->group("Advanced");
        app.add_flag("--no-check-tensors", o->no_check_tensors,
                     "skip the scan of the weights for NaN and infinities at load");
