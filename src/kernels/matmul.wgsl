@@ -49,8 +49,9 @@ fn put8(tile_w: u32, c: u32, k0: u32, v: W8, is_w: bool) {
 }
 
 // acc += the products of the block in the tiles: f32 multiply-adds. The 32 k are unrolled on GPUs (`//#unroll`):
-// every workgroup-memory address is then a thread's base plus a constant, and the NVIDIA driver left to unroll
-// the loop itself ran the product 1.1-1.35x slower (PERF.md). CPU adapters keep the loop (LLVM compile time).
+// every workgroup-memory address is then a thread's base plus a constant (H200: products with many workgroups
+// 1.25-1.4x faster than with the loop left to the driver, pp512 1.02x; PERF.md). CPU adapters keep the loop (LLVM
+// compiles straight-line shaders slowly).
 fn mm_block_f32(acc: ptr<function, array<vec4<f32>, NACC>>, ty: u32, tx: u32) {
   //#unroll k 32
   {
