@@ -47,7 +47,10 @@ TEST(CliBench, ProfileJsonAddsUp) {
     EXPECT_GE(double(k.at("us_per_call")), 0) << k.dump();
     calls += c;
     us += double(k.at("us_per_step"));
-    if (k.at("kernel") == "attention_common.wgsl+attention.wgsl:attention_decode") attention += c;
+    // one decode attention per layer and step: per head, or per GQA group (CPU adapters' default)
+    const std::string name = k.at("kernel");
+    const std::string entry = name.substr(name.rfind(':') + 1);
+    if (entry == "attention_decode" || entry == "attention_decode_gqa") attention += c;
   }
   EXPECT_EQ(attention, n_layer);
   EXPECT_DOUBLE_EQ(calls, double(p.at("dispatches_per_step")));

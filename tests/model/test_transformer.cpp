@@ -118,7 +118,7 @@ TEST_P(GpuForward, MatchesCpuReference) {
   // GPU/CPU logit difference can separate (a near tie on random prompts); both then continue with the
   // reference's token, so every later step is still compared.
   std::vector<int32_t> tokens;
-  int near_ties = 0;
+  int near_ties = 0, steps_making_groups = 0;
   for (int step = 0; step < 32; ++step) {
     const int32_t want = argmax(last_cpu), got = argmax(last_gpu);
     if (got != want) {
@@ -134,13 +134,18 @@ TEST_P(GpuForward, MatchesCpuReference) {
     const uint64_t groups_before = gs.bind_groups_made();
     last_gpu = gs.forward(std::span(&tokens.back(), 1));
     last_cpu = cs.forward(std::span(&tokens.back(), 1));
-    if (step > 0) {  // the first decode step makes the groups; later ones only reuse them
-      EXPECT_EQ(gs.bind_groups_made(), groups_before) << "decode step " << step << " made bind groups";
+    // The first decode step makes the groups; later ones only reuse them, except the one step whose attention
+    // first splits its keys (split-K: the partials binding and the reduce dispatch join, at most 2 per layer;
+    // depth 128 here for the grouped kernel, CPU adapters' default).
+    if (const uint64_t made = gs.bind_groups_made() - groups_before; step > 0 && made > 0) {
+      ++steps_making_groups;
+      EXPECT_LE(made, 2u * gm.config.n_layer) << "decode step " << step << " made bind groups";
     }
     const auto e = test::compare(last_gpu, last_cpu);
     worst = std::max(worst, e.rel_l2);
     ASSERT_LE(e.rel_l2, tc.tol) << "decode step " << step << ": " << e.describe();
   }
+  EXPECT_LE(steps_making_groups, 1) << "decode steps made bind groups again and again";
   std::printf("[ rel L2 ] %-24s %s KV cache: worst %.3g (tolerance %.0e), greedy near ties %d/32\n", tc.model.c_str(),
               tc.kv == kernels::KvType::F32 ? "f32" : "f16", worst, tc.tol, near_ties);
 }
