@@ -41,7 +41,12 @@ struct Options {
   std::string matmul_tiles;              // comma-separated matmul tiles to sweep ("" = the chosen one)
   std::string rows_shapes;               // comma-separated shapes of the CPU adapters' kernel to sweep
   bool skip_matvec = false;
+  bool decode_table = false;  // one Markdown table: types x the decode shapes, weight GB/s and % of the read floor
 };
+
+// The one-token products of a Llama-3.1-8B decode step, n_in x n_out: attention q / o (4096 x 4096), FFN gate or up
+// (4096 x 14336), FFN down (14336 x 4096) and the output (4096 x 128256).
+constexpr const char* kDecodeShapes = "4096x4096,4096x14336,14336x4096,4096x128256";
 
 std::vector<std::string> split(const std::string& s, char sep) {
   std::vector<std::string> out;
@@ -157,7 +162,8 @@ void print_dispatch_overhead(gpu::Context& ctx, uint32_t n) {
 // (bytes read + written), a plain WGSL kernel streaming the buffer, the same reads in the matvec's
 // pattern (4 KiB rows, 4 rows per 32 threads), those with the matvec's f16 arithmetic, a minimal
 // F16 matvec (stream.wgsl), and the matvec kernel itself reading the same buffer as a weight.
-void print_memory_floor(gpu::Context& ctx, uint64_t bytes) {
+// Returns the streaming read's GB/s.
+double print_memory_floor(gpu::Context& ctx, uint64_t bytes) {
   const uint32_t units = 256;  // 4 KiB rows, as a 2048-wide F16 weight
   const uint64_t row_bytes = units * 16, max_rows = (ctx.max_binding_size() - 16) / row_bytes & ~uint64_t(1);
   bytes = std::min(bytes / row_bytes, max_rows) * row_bytes;  // even rows: upload_weight's pieces
@@ -220,10 +226,57 @@ void print_memory_floor(gpu::Context& ctx, uint64_t bytes) {
       "matvec %.1f GB/s, the matvec kernel over the same buffer %.1f GB/s\n",
       bytes / 1e6, 2.0 * bytes / copy_s / 1e9, bytes / read_s / 1e9, bytes / rows_s / 1e9, bytes / math_s / 1e9,
       bytes / mv_s / 1e9, bytes / kernel_s / 1e9);
+  return bytes / read_s / 1e9;
+}
+
+// --decode-table: each type's one-token product (the matvec, or the Rows kernel on CPU adapters) at each shape, in
+// weight GB/s (GGUF bytes / time) and as a share of the streaming-read floor, as one Markdown table.
+int run_decode_table(const Options& o) {
+  gpu::ContextOptions options = context_options(o.adapter);
+  options.matvec_shape = o.matvec;
+  gpu::Context ctx(options);
+  std::printf("adapter %s (%s), subgroups %s\n", ctx.adapter().name.c_str(), ctx.adapter().backend.c_str(),
+              ctx.features().subgroups ? "yes" : "no");
+  const double floor_gbs = print_memory_floor(ctx, 512ull << 20);
+  const auto shapes = split(o.shapes, ',');
+  std::printf("\nOne-token weight products, weight GB/s (%% of the %.0f GB/s streaming read), n_in x n_out:\n\n| type |",
+              floor_gbs);
+  for (const auto& s : shapes) std::printf(" %s |", s.c_str());
+  std::printf("\n|---|");
+  for (size_t i = 0; i < shapes.size(); ++i) std::printf("---:|");
+  std::printf("\n");
+  for (const auto& tname : split(o.types, ',')) {
+    const GgufType t = parse_type(tname);
+    std::printf("| %s |", tname.c_str());
+    for (const auto& shape : shapes) {
+      const auto dims = split(shape, 'x');
+      if (dims.size() != 2) throw InvalidArgument("--shapes: '" + shape + "' is not N_INxN_OUT");
+      const uint32_t n_in = uint32_t(std::stoul(dims[0])), n_out = uint32_t(std::stoul(dims[1]));
+      if (n_in % block_elems(t) != 0) {
+        std::printf(" - |");
+        continue;
+      }
+      std::vector<float> xs(n_in, 0.5f);
+      auto x = ctx.upload<float>(xs, WGPUBufferUsage_Storage, "x");
+      auto y = ctx.create_buffer(uint64_t(n_out) * 4, WGPUBufferUsage_Storage, "y");
+      const auto bytes = random_weight(t, n_in, n_out, n_in * 31 + n_out);
+      std::vector<kernels::GpuWeight> copies;
+      for (uint64_t total = 0; copies.empty() || total < o.rotate_bytes; total += bytes.size())
+        copies.push_back(kernels::upload_weight(ctx, t, n_in, n_out, bytes, "bench weight"));
+      const double mv =
+          time_matmul(ctx, copies, x, y, 1, std::max<uint32_t>(o.matvec_per_submit, copies.size()), o.repeats);
+      const double gbs = double(bytes.size()) / mv / 1e9;
+      std::printf(" %.0f (%.0f%%) |", gbs, 100 * gbs / floor_gbs);
+      std::fflush(stdout);
+    }
+    std::printf("\n");
+  }
+  return 0;
 }
 
 int run_bench_ops(const Options& o) {
   if (!o.matvec.empty()) kernels::parse_matvec_config(o.matvec);  // a malformed --matvec fails before any work
+  if (o.decode_table) return run_decode_table(o);
   std::vector<std::string> tiles = split(o.matmul_tiles, ',');
   for (const auto& t : tiles) kernels::parse_matmul_tile(t);  // likewise --matmul-tiles
   if (tiles.empty()) tiles.push_back("");
@@ -328,7 +381,13 @@ const Register reg{
                       "matmul tiles to sweep, comma-separated TOKENSxROWS[/TTxTR][xf16] (e.g. "
                       "64x128,64x128/8x8,128x64xf16; tuning)");
        app.add_flag("--no-matvec", o->skip_matvec, "only the matrix-matrix runs");
-       return [o] {
+       auto* shapes = app.get_option("--shapes");
+       app.add_flag("--decode-table", o->decode_table,
+                    std::string("one table of every type's one-token product in weight GB/s and % of the memory "
+                                "floor (shapes default to ") +
+                        kDecodeShapes + ")");
+       return [o, shapes] {
+         if (o->decode_table && shapes->count() == 0) o->shapes = kDecodeShapes;
          if (o->repeats == 0 || o->matvec_per_submit == 0 || o->matmul_per_submit == 0 || o->prefill_tokens == 0)
            throw InvalidArgument("--repeats, --*-per-submit and --tokens must be > 0");
          return run_bench_ops(*o);

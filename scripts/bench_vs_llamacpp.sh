@@ -21,15 +21,17 @@
 #       default all cores)
 # Benchmark:
 #   scripts/bench_vs_llamacpp.sh table WGLLM CUDA_BIN_DIR VULKAN_BIN_DIR [-r N] [-p N] [-n N] [-d N]
-#                                      [--vk-prefix VK_PREFIX] [--models-dir DIR] [--tiny]
-#       makes the model files with tools/make_model.py if missing (Llama-3.2-1B F16 and Q8_0, Qwen2.5-0.5B F16,
-#       Qwen3-0.6B F16; random weights, real shapes; needs numpy and gguf), runs llama-bench -ngl 99 -fa 1 with each
+#                                      [--vk-prefix VK_PREFIX] [--models-dir DIR] [--tiny] [--rows ID,...]
+#       makes the model files with tools/make_model.py if missing (Llama-3.2-1B F16, Q8_0 and Q4_K_M, Qwen2.5-0.5B
+#       F16, Qwen3-0.6B F16, Gemma 3 270M and LFM2-350M Q4_K_M, Llama-3.1-8B F16 and Q4_K_M; random weights, real
+#       shapes; needs numpy and gguf; the Q4_K_M files are the F16 ones through the llama-quantize of the first bin
+#       dir that has one), runs llama-bench -ngl 99 -fa 1 with each
 #       build and wgllm bench greedy and sampled (--temp 0.8 --top-p 0.9 --top-k 40) on each, the Llama F16 file
 #       again at depth -d (4096); prints the table of wgllm's tok/s with its ratio to each llama.cpp build, then all
 #       medians [min, max]. "-" as a bin dir skips that build. Defaults -r 5 -p 512 -n 128; --vk-prefix puts
 #       VK_PREFIX's libraries (trixie's Vulkan loader) first on LD_LIBRARY_PATH for every run, wgllm's included;
 #       --models-dir default ${TMPDIR:-/tmp}/wgllm-bench-models; --tiny: 2-layer, 64-wide models of the same
-#       architectures (a smoke run; pair with small -p -n -d)
+#       architectures (a smoke run; pair with small -p -n -d); --rows: only the rows of these ids (TABLE_ROWS below)
 #   scripts/bench_vs_llamacpp.sh compare WGLLM LLAMA_BIN_DIR [-p N] [-n N] [-r N] MODEL...
 #       for each model: llama-bench -ngl 99 -fa 1 and wgllm bench, medians, one table
 #   scripts/bench_vs_llamacpp.sh batched WGLLM LLAMA_BIN_DIR [-p N] [-n N] [-r N] [--npl 1,4,16,64] MODEL...
@@ -206,17 +208,26 @@ TABLE_ROWS=(
   "qwen2.5-0.5b-f16|Qwen2.5-0.5B F16|qwen2.5-0.5b|f16|0"
   "qwen3-0.6b-f16|Qwen3-0.6B F16|qwen3-0.6b|f16|0"
   "llama-3.2-1b-f16-depth|Llama-3.2-1B F16, depth DEPTH|llama-3.2-1b|f16|1"
+  "llama-3.2-1b-q4_k_m|Llama-3.2-1B Q4_K_M|llama-3.2-1b|q4_k_m|0"
+  "gemma-3-270m-q4_k_m|Gemma 3 270M Q4_K_M|gemma-3-270m|q4_k_m|0"
+  "lfm2-350m-q4_k_m|LFM2-350M Q4_K_M|lfm2-350m|q4_k_m|0"
+  "llama-3.1-8b-f16|Llama-3.1-8B F16|llama-3.1-8b|f16|0"
+  "llama-3.1-8b-q4_k_m|Llama-3.1-8B Q4_K_M|llama-3.1-8b|q4_k_m|0"
 )
+# types made with llama-quantize from the shape's F16 file (llama.cpp's own mixes: Q4_K_M is Q4_K with Q6_K for
+# half of attn_v / ffn_down and the output)
+QUANTIZED_TYPES=(q4_k_m)
 TINY=(--n-embd 64 --n-layer 2 --n-head 4 --n-head-kv 2 --head-dim 16 --n-ff 128 --n-vocab 1024 --ctx 8192)
 
 table() {
   local wgllm=$1 cuda=$2 vulkan=$3
   shift 3
-  local p=512 n=128 r=5 depth=4096 models=${TMPDIR:-/tmp}/wgllm-bench-models tiny=0
+  local p=512 n=128 r=5 depth=4096 models=${TMPDIR:-/tmp}/wgllm-bench-models tiny=0 only=''
   while [ $# -gt 0 ]; do
     case "$1" in
       -p) p=$2; shift 2 ;; -n) n=$2; shift 2 ;; -r) r=$2; shift 2 ;; -d) depth=$2; shift 2 ;;
       --models-dir) models=$2; shift 2 ;; --tiny) tiny=1; shift ;;
+      --rows) only=",$2,"; shift 2 ;;
       --vk-prefix) [ -d "$2/$VK_LIBDIR" ] || fail "no $2/$VK_LIBDIR (unpack-debs first)"
                    LD_LIBRARY_PATH="$(cd "$2/$VK_LIBDIR" && pwd)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
                    export LD_LIBRARY_PATH; shift 2 ;;
@@ -235,13 +246,30 @@ table() {
   # model files, made in parallel, each written whole before it is used
   local row id label shape type at file suffix='' extra=() pids=()
   [ $tiny = 1 ] && suffix=-tiny && extra=("${TINY[@]}")
-  declare -A file_of=() make_args=()
+  declare -A file_of=() make_args=() quantize_from=()
+  local table_rows=() qt
   for row in "${TABLE_ROWS[@]}"; do
     IFS='|' read -r id label shape type at <<<"$row"
+    [ -z "$only" ] || [[ "$only" == *",$id,"* ]] || continue
+    table_rows+=("$row")
     file=$models/$shape-$type$suffix.gguf
     file_of[$id]=$file
-    [ -f "$file" ] || make_args[$file]="--shape $shape --type $type"
+    [ -f "$file" ] && continue
+    for qt in "${QUANTIZED_TYPES[@]}"; do
+      if [ "$type" = "$qt" ]; then
+        quantize_from[$file]=$models/$shape-f16$suffix.gguf
+        [ -f "${quantize_from[$file]}" ] || make_args[${quantize_from[$file]}]="--shape $shape --type f16"
+        continue 2
+      fi
+    done
+    make_args[$file]="--shape $shape --type $type"
   done
+  [ ${#table_rows[@]} -gt 0 ] || fail "--rows: no row is named '${only//,/ }'"
+  local quantize=''
+  if [ ${#quantize_from[@]} -gt 0 ]; then
+    for b in "$cuda" "$vulkan"; do [ "$b" != - ] && [ -x "$b/llama-quantize" ] && quantize=$b/llama-quantize && break; done
+    [ -n "$quantize" ] || fail "the Q4_K_M rows need llama-quantize beside llama-bench in a bin dir"
+  fi
   if [ ${#make_args[@]} -gt 0 ]; then
     "$PY" -c 'import numpy, gguf' 2>/dev/null \
       || fail "tools/make_model.py needs the Python packages numpy and gguf (pip install gguf, or PYTHONPATH)"
@@ -258,6 +286,14 @@ table() {
     [ $bad = 0 ] || fail "make_model.py failed (logs: $out/make_model.*.log)"
     say "made ${#make_args[@]} model files in $((SECONDS - t0)) s"
   fi
+  for file in "${!quantize_from[@]}"; do
+    say "quantizing ${quantize_from[$file]} to ${file##*/}"
+    qt=${file%$suffix.gguf}
+    qt=${qt##*-}
+    "$quantize" "${quantize_from[$file]}" "$file.part" "${qt^^}" >"$out/quantize.${file##*/}.log" 2>&1 \
+      || fail "llama-quantize failed (log: $out/quantize.${file##*/}.log)"
+    mv "$file.part" "$file"
+  done
 
   local failed=()
   bench_run() {  # LOG_STEM COMMAND...: JSON to LOG_STEM.json, stderr to LOG_STEM.err; a failure is noted, not fatal
@@ -284,7 +320,7 @@ table() {
   fi
 
   local rows=() d
-  for row in "${TABLE_ROWS[@]}"; do
+  for row in "${table_rows[@]}"; do
     IFS='|' read -r id label shape type at <<<"$row"
     file=${file_of[$id]}
     d=0

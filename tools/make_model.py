@@ -45,6 +45,10 @@ SHAPES = {
                          n_vocab=128256, ctx=131072, rope_base=500000.0, rms_eps=1e-5, tie_embeddings=True,
                          rope_scaling="llama3", rope_scaling_factor=32.0, rope_scaling_low=1.0,
                          rope_scaling_high=4.0, rope_scaling_orig_ctx=8192),
+    "llama-3.1-8b": dict(arch="llama", n_embd=4096, n_layer=32, n_head=32, n_head_kv=8, head_dim=128, n_ff=14336,
+                         n_vocab=128256, ctx=131072, rope_base=500000.0, rms_eps=1e-5, tie_embeddings=False,
+                         rope_scaling="llama3", rope_scaling_factor=8.0, rope_scaling_low=1.0,
+                         rope_scaling_high=4.0, rope_scaling_orig_ctx=8192),
     # Gemma 3 270M: head_dim 256 != n_embd / n_head, sliding window 512 on 5 of every 6 layers (local RoPE base 10k).
     "gemma-3-270m": dict(arch="gemma3", n_embd=640, n_layer=18, n_head=4, n_head_kv=1, head_dim=256, n_ff=2048,
                          n_vocab=262144, ctx=32768, rope_base=1e6, rms_eps=1e-6, tie_embeddings=True,

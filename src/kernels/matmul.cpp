@@ -221,6 +221,21 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
   }
 }
 
+// GPUs: 4 rows per group and at least 2 chunks (64 weights) per thread and step where the row has them; as many
+// threads per row as it takes for the whole product to have about 32k threads in flight (a wide GPU's fill),
+// 16 to 256, in workgroups of at least 128 threads (PERF.md: the sweep on the H200).
+MatvecConfig gpu_matvec_config(uint32_t n_rows, uint32_t n_in) {
+  auto pow2_floor = [](uint64_t v) {
+    uint32_t p = 1;
+    while (p * 2 <= v) p *= 2;
+    return p;
+  };
+  const uint32_t rows = 4, chunks = (n_in + 31) / 32;
+  const uint32_t fill = n_rows ? pow2_floor((32768ull * rows + n_rows - 1) / n_rows * 2 - 1) : 256;  // rounded up
+  const uint32_t t = std::clamp(std::min(fill, pow2_floor(chunks / 2)), 16u, 256u);
+  return {.threads_per_row = t, .rows = rows, .groups = std::max(1u, 128 / t), .units = 1};
+}
+
 }  // namespace
 
 MatvecConfig matvec_config(const gpu::Context& ctx, uint32_t n_rows, uint32_t n_in) {
@@ -230,15 +245,8 @@ MatvecConfig matvec_config(const gpu::Context& ctx, uint32_t n_rows, uint32_t n_
   // threads with few reduction steps win.
   else if (ctx.adapter().is_cpu())
     c = {.threads_per_row = 8, .rows = 2, .groups = 8};
-  // GPUs (measured on the H200 at full clocks, PERF.md): tall matrices stream best with a subgroup
-  // per 4 rows; below ~16k rows that leaves too few workgroups to fill the GPU, and 128 threads per
-  // row (4 rows per workgroup) do better, 256 for long rows (the FFN down projection).
-  else if (n_rows >= 16384)
-    c = {.threads_per_row = 32, .rows = 4, .groups = 4};
-  else if (n_in >= 4096)
-    c = {.threads_per_row = 256, .rows = 4, .groups = 1};
   else
-    c = {.threads_per_row = 128, .rows = 4, .groups = 1};
+    c = gpu_matvec_config(n_rows, n_in);
   c.shuffle = ctx.features().subgroups;
   const uint64_t red_bytes = uint64_t(c.rows + 1) * kMatvecMaxTokens * c.groups * matvec_slots(c) * 4;
   if (red_bytes > ctx.limits().maxComputeWorkgroupStorageSize ||

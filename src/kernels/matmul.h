@@ -28,7 +28,7 @@ inline constexpr uint32_t kMatvecMaxTokens = 4;
 // when `shuffle`.
 struct MatvecConfig {
   uint32_t threads_per_row = 32, rows = 2, groups = 4;
-  uint32_t units = 1;    // 8-element units per row loaded per step (loads in flight = rows x units)
+  uint32_t units = 1;    // 32-element chunks per row loaded per step (loads in flight = rows x units)
   bool int_f16 = false;  // F16 weights converted with integer ops instead of unpack2x16float
   bool shuffle = false;
 };

@@ -327,3 +327,225 @@ fn store_swiglu(t: u32, r: u32, gate: f32, up: f32) {
   let z = select(a, 1.5957691216057308 * (a + 0.044715 * a * a * a), has(FLAG_GELU));
   y[p.y_off + t * p.y_stride + g / 2u] = a / (1.0 + exp(-z)) * b;
 }
+
+// ---- Chunks: the block loaders of the products that stream each weight once (matvec.wgsl) ----
+// A chunk is 32 weights of a row that one or two 16-byte loads of the type's quants cover: a 32-element block, or for
+// the K-quants one of 8 parts of a super-block (nb chunks per row either way). It comes as two runs of 16 weights,
+// run r at columns chunk_cols(c)[r] .. + 16, each weight w = d[r] * q + m[r] with q an exact small integer (the
+// type's quant, its offset taken off) or, for the float types, the weight itself (d = 1, m = 0). A product then takes
+// d[r] * dot(q, x) + m[r] * sum(x) per run: a sub-block's scale and min are decoded once per 16 weights, and no weight
+// is converted with an int-to-float instruction (ints() below).
+struct Q16 { a: vec4<f32>, b: vec4<f32>, c: vec4<f32>, e: vec4<f32>, }
+struct Chunk { q0: Q16, q1: Q16, d: vec2<f32>, m: vec2<f32>, }
+
+// Integers below 2^23 to f32, minus off: 2^23 + v has v in its mantissa, so or-ing v into 2^23's bits and
+// subtracting 2^23 + off is exact, two instructions and no conversion.
+fn ints(v: vec4<u32>, off: f32) -> vec4<f32> {
+  return bitcast<vec4<f32>>(v | vec4<u32>(0x4B000000u)) - vec4<f32>(8388608.0 + off);
+}
+
+// Bits sh.. (masked) of the 16 bytes of v, minus off.
+fn q16(v: vec4<u32>, sh: u32, mask: u32, off: f32) -> Q16 {
+  return Q16(ints(bytes4(v.x, sh, mask), off), ints(bytes4(v.y, sh, mask), off), ints(bytes4(v.z, sh, mask), off),
+             ints(bytes4(v.w, sh, mask), off));
+}
+
+// As q16 with hi (bits of the same 16 bytes, already in place) or-ed in.
+fn q16_hi(v: vec4<u32>, sh: u32, mask: u32, hi: array<vec4<u32>, 4>, off: f32) -> Q16 {
+  return Q16(ints(bytes4(v.x, sh, mask) | hi[0], off), ints(bytes4(v.y, sh, mask) | hi[1], off),
+             ints(bytes4(v.z, sh, mask) | hi[2], off), ints(bytes4(v.w, sh, mask) | hi[3], off));
+}
+
+// Bit b of each of the 16 bytes of v, moved to bit `to`.
+fn bit16(v: vec4<u32>, b: u32, to: u32) -> array<vec4<u32>, 4> {
+  return array<vec4<u32>, 4>(bytes4(v.x, b, 1u) << vec4<u32>(to), bytes4(v.y, b, 1u) << vec4<u32>(to),
+                             bytes4(v.z, b, 1u) << vec4<u32>(to), bytes4(v.w, b, 1u) << vec4<u32>(to));
+}
+
+// Bits first .. first + 16 of a (bit e for element e, Q5_0 / Q5_1's qh), moved to bit 4 of each element.
+fn qh16(a: u32, first: u32) -> array<vec4<u32>, 4> {
+  let s = vec4<u32>(first) + vec4<u32>(0u, 1u, 2u, 3u);
+  return array<vec4<u32>, 4>(((vec4<u32>(a) >> s) & vec4<u32>(1u)) << vec4<u32>(4u),
+                             ((vec4<u32>(a) >> (s + vec4<u32>(4u))) & vec4<u32>(1u)) << vec4<u32>(4u),
+                             ((vec4<u32>(a) >> (s + vec4<u32>(8u))) & vec4<u32>(1u)) << vec4<u32>(4u),
+                             ((vec4<u32>(a) >> (s + vec4<u32>(12u))) & vec4<u32>(1u)) << vec4<u32>(4u));
+}
+
+// Sixteen f16 or bf16 (two vec4 of packed pairs) as f32.
+fn half16(a: vec4<u32>, b: vec4<u32>) -> Q16 {
+  if (WTYPE == T_BF16) {
+    return Q16(vec4<f32>(bf2(a.x), bf2(a.y)), vec4<f32>(bf2(a.z), bf2(a.w)), vec4<f32>(bf2(b.x), bf2(b.y)),
+               vec4<f32>(bf2(b.z), bf2(b.w)));
+  }
+  if (F16_INT) {
+    let x = f16x8(a);
+    let y = f16x8(b);
+    return Q16(x.lo, x.hi, y.lo, y.hi);
+  }
+  return Q16(vec4<f32>(unpack2x16float(a.x), unpack2x16float(a.y)),
+             vec4<f32>(unpack2x16float(a.z), unpack2x16float(a.w)),
+             vec4<f32>(unpack2x16float(b.x), unpack2x16float(b.y)),
+             vec4<f32>(unpack2x16float(b.z), unpack2x16float(b.w)));
+}
+
+// The signed byte i (0..15) of v as f32.
+fn sbyte_of(v: vec4<u32>, i: u32) -> f32 { return f32(bitcast<i32>(byte_of(v, i) << 24u) >> 24u); }
+
+// Columns of run 0 and run 1 of chunk c of a row.
+// Q4_K / Q5_K part i of a super-block: quant bytes 16 i ..; their low nibbles are elements 16 (i % 2) .. of
+// sub-block 2 (i / 2), their high nibbles the same elements of the next sub-block.
+// Q6_K part i: low-quant bytes 16 i .., half h = i / 4: elements 16 (i % 4) .. of the half (quarters 0, 1) in their
+// low nibbles, the same 64 further (quarters 2, 3) in their high nibbles.
+// Q2_K / Q3_K part i: half h = i / 4, elements l0 = 16 ((i / 2) % 2) .. of quarters 2 (i % 2) and the next.
+fn chunk_cols(c: u32) -> vec2<u32> {
+  let sb = (c >> 3u) * 256u;
+  let i = c & 7u;
+  if (WTYPE == T_Q4_K || WTYPE == T_Q5_K) {
+    let b = sb + 64u * (i >> 1u) + 16u * (i & 1u);
+    return vec2<u32>(b, b + 32u);
+  } else if (WTYPE == T_Q6_K) {
+    let b = sb + 128u * (i >> 2u) + 16u * (i & 3u);
+    return vec2<u32>(b, b + 64u);
+  } else if (WTYPE == T_Q2_K || WTYPE == T_Q3_K) {
+    let b = sb + 128u * (i >> 2u) + 64u * (i & 1u) + 16u * ((i >> 1u) & 1u);
+    return vec2<u32>(b, b + 32u);
+  }
+  return vec2<u32>(32u * c, 32u * c + 16u);
+}
+
+// Chunk c of piece row r (chunk_cols says which weights).
+fn load_chunk(r: u32, c: u32) -> Chunk {
+  let one = vec2<f32>(1.0);
+  let zero = vec2<f32>(0.0);
+  let sb = r * (p.nb >> 3u) + (c >> 3u);  // K-quants: the super-block and the part of it
+  let i = c & 7u;
+  let blk = r * p.nb + c;  // the others: the block
+  if (WTYPE == T_Q4_K || WTYPE == T_Q5_K) {
+    let b = sb * select(9u, 11u, WTYPE == T_Q5_K);  // in vec4: header, (Q5_K: qh 2), quants 8
+    let hdr = w[b];
+    let v = w[b + select(1u, 3u, WTYPE == T_Q5_K) + i];
+    let s0 = k45_scale_min(hdr, i & 6u);
+    let s1 = k45_scale_min(hdr, i | 1u);
+    if (WTYPE == T_Q5_K) {
+      let m = w[b + 1u + (i & 1u)];  // qh bytes 16 (i % 2) ..: bit j of sub-block j
+      return Chunk(q16_hi(v, 0u, 15u, bit16(m, i & 6u, 4u), 0.0), q16_hi(v, 4u, 15u, bit16(m, i | 1u, 4u), 0.0),
+                   vec2<f32>(s0.x, s1.x), -vec2<f32>(s0.y, s1.y));
+    }
+    return Chunk(q16(v, 0u, 15u, 0.0), q16(v, 4u, 15u, 0.0), vec2<f32>(s0.x, s1.x), -vec2<f32>(s0.y, s1.y));
+  } else if (WTYPE == T_Q6_K) {
+    let b = sb * 13u;  // in vec4: low quants 8, high quants 4, scales 1
+    let h = i >> 2u;
+    let k = (i & 3u) >> 1u;
+    let v = w[b + i];
+    let hq = w[b + 8u + 2u * h + (i & 1u)];  // high-quant bytes 32 h + 16 (i % 2) ..: 2 bits per quarter
+    let si = 8u * h + 2u * k + (i & 1u);     // run 0's scale; run 1's is 4 on
+    let scales = w[b + 12u];
+    let d = q_scale(sb);
+    let hi0 = array<vec4<u32>, 4>(bytes4(hq.x, 2u * k, 3u) << vec4<u32>(4u), bytes4(hq.y, 2u * k, 3u) << vec4<u32>(4u),
+                                  bytes4(hq.z, 2u * k, 3u) << vec4<u32>(4u), bytes4(hq.w, 2u * k, 3u) << vec4<u32>(4u));
+    let k2 = 2u * k + 4u;
+    let hi1 = array<vec4<u32>, 4>(bytes4(hq.x, k2, 3u) << vec4<u32>(4u), bytes4(hq.y, k2, 3u) << vec4<u32>(4u),
+                                  bytes4(hq.z, k2, 3u) << vec4<u32>(4u), bytes4(hq.w, k2, 3u) << vec4<u32>(4u));
+    return Chunk(q16_hi(v, 0u, 15u, hi0, 32.0), q16_hi(v, 4u, 15u, hi1, 32.0),
+                 d * vec2<f32>(sbyte_of(scales, si), sbyte_of(scales, si + 4u)), zero);
+  } else if (WTYPE == T_Q3_K) {
+    let b = sb * 7u;  // in vec4: hmask 2, quants 4, scales and d 1
+    let h = i >> 2u;
+    let lh = (i >> 1u) & 1u;
+    let k = 2u * (i & 1u);
+    let hm = w[b + lh];
+    let v = w[b + 2u + 2u * h + lh];
+    let tail = w[b + 6u];
+    let d = unpack2x16float(tail.w).x;
+    var dl = vec2<f32>(0.0);
+    //#unroll! s 2
+    {
+      let si = 8u * h + 2u * (k + $su) + lh;
+      let lo = (byte_of(tail, si & 7u) >> (4u * (si >> 3u))) & 15u;
+      let hi = (byte_of(tail, 8u + (si & 3u)) >> (2u * (si >> 2u))) & 3u;
+      dl[$s] = d * (f32(lo | (hi << 4u)) - 32.0);
+    }
+    //#end
+    let hb = 4u * h + k;
+    return Chunk(q16_hi(v, 2u * k, 3u, bit16(hm, hb, 2u), 4.0), q16_hi(v, 2u * k + 2u, 3u, bit16(hm, hb + 1u, 2u), 4.0),
+                 dl, zero);
+  } else if (WTYPE == T_Q2_K) {
+    let b = sb * 5u;  // in vec4: scales 1, quants 4
+    let h = i >> 2u;
+    let lh = (i >> 1u) & 1u;
+    let k = 2u * (i & 1u);
+    let scales = w[b];
+    let v = w[b + 1u + 2u * h + lh];
+    let dm = unpack2x16float(w[p.scale_off4 + (sb >> 2u)][sb & 3u]);
+    let si = 8u * h + 2u * k + lh;
+    let s0 = byte_of(scales, si);
+    let s1 = byte_of(scales, si + 2u);
+    return Chunk(q16(v, 2u * k, 3u, 0.0), q16(v, 2u * k + 2u, 3u, 0.0),
+                 dm.x * vec2<f32>(f32(s0 & 15u), f32(s1 & 15u)), -dm.y * vec2<f32>(f32(s0 >> 4u), f32(s1 >> 4u)));
+  } else if (WTYPE == T_Q8_0) {
+    let d = q_scale(blk);
+    let flip = vec4<u32>(0x80808080u);  // signed bytes + 128: unsigned
+    return Chunk(q16(w[2u * blk] ^ flip, 0u, 255u, 128.0), q16(w[2u * blk + 1u] ^ flip, 0u, 255u, 128.0), vec2<f32>(d),
+                 zero);
+  } else if (WTYPE == T_Q4_0) {
+    let v = w[blk];
+    return Chunk(q16(v, 0u, 15u, 8.0), q16(v, 4u, 15u, 8.0), vec2<f32>(q_scale(blk)), zero);
+  } else if (WTYPE == T_Q4_1) {  // 5 words: d|m, quants
+    let b = blk * 5u;
+    let dm = unpack2x16float(wd(b));
+    let v = vec4<u32>(wd(b + 1u), wd(b + 2u), wd(b + 3u), wd(b + 4u));
+    return Chunk(q16(v, 0u, 15u, 0.0), q16(v, 4u, 15u, 0.0), vec2<f32>(dm.x), vec2<f32>(dm.y));
+  } else if (WTYPE == T_Q5_0) {  // 5 words: qh, quants; d in the scale array
+    let b = blk * 5u;
+    let qh = wd(b);
+    let v = vec4<u32>(wd(b + 1u), wd(b + 2u), wd(b + 3u), wd(b + 4u));
+    return Chunk(q16_hi(v, 0u, 15u, qh16(qh, 0u), 16.0), q16_hi(v, 4u, 15u, qh16(qh, 16u), 16.0),
+                 vec2<f32>(q_scale(blk)), zero);
+  } else if (WTYPE == T_Q5_1) {  // 6 words: d|m, qh, quants
+    let b = blk * 6u;
+    let dm = unpack2x16float(wd(b));
+    let qh = wd(b + 1u);
+    let v = vec4<u32>(wd2(b + 2u), wd2(b + 4u));
+    return Chunk(q16_hi(v, 0u, 15u, qh16(qh, 0u), 0.0), q16_hi(v, 4u, 15u, qh16(qh, 16u), 0.0), vec2<f32>(dm.x),
+                 vec2<f32>(dm.y));
+  } else if (WTYPE == T_F32) {
+    let b = blk * 8u;
+    return Chunk(Q16(bitcast<vec4<f32>>(w[b]), bitcast<vec4<f32>>(w[b + 1u]), bitcast<vec4<f32>>(w[b + 2u]),
+                     bitcast<vec4<f32>>(w[b + 3u])),
+                 Q16(bitcast<vec4<f32>>(w[b + 4u]), bitcast<vec4<f32>>(w[b + 5u]), bitcast<vec4<f32>>(w[b + 6u]),
+                     bitcast<vec4<f32>>(w[b + 7u])),
+                 one, zero);
+  }
+  // T_F16, T_BF16
+  let b = blk * 4u;
+  return Chunk(half16(w[b], w[b + 1u]), half16(w[b + 2u], w[b + 3u]), one, zero);
+}
+
+fn dot16(a: Q16, b: Q16) -> f32 { return dot(a.a, b.a) + dot(a.b, b.b) + dot(a.c, b.c) + dot(a.e, b.e); }
+fn mul16(a: Q16, b: Q16) -> Q16 { return Q16(a.a * b.a, a.b * b.b, a.c * b.c, a.e * b.e); }
+fn sum16(a: Q16) -> f32 { return dot(a.a + a.b + a.c + a.e, vec4<f32>(1.0)); }
+
+// x[t][col .. col + 16) of the bound activation window (zeros past n_in; col a multiple of 16).
+fn load_x16(t: u32, col: u32) -> Q16 {
+  let b = p.x_off + t * p.n_in + col;
+  if (col + 16u <= p.n_in) {
+    return Q16(vec4<f32>(x[b], x[b + 1u], x[b + 2u], x[b + 3u]), vec4<f32>(x[b + 4u], x[b + 5u], x[b + 6u], x[b + 7u]),
+               vec4<f32>(x[b + 8u], x[b + 9u], x[b + 10u], x[b + 11u]),
+               vec4<f32>(x[b + 12u], x[b + 13u], x[b + 14u], x[b + 15u]));
+  }
+  var a: array<f32, 16>;
+  for (var i = 0u; i < 16u; i += 1u) {
+    a[i] = 0.0;
+    if (col + i < p.n_in) { a[i] = x[b + i]; }
+  }
+  return Q16(vec4<f32>(a[0], a[1], a[2], a[3]), vec4<f32>(a[4], a[5], a[6], a[7]), vec4<f32>(a[8], a[9], a[10], a[11]),
+             vec4<f32>(a[12], a[13], a[14], a[15]));
+}
+
+// Norm weights of columns col .. col + 16 (the buffer holds n_in rounded up to 8: vec4s past it clamped to its last,
+// whose products meet x's zeros).
+fn norm16(col: u32) -> Q16 {
+  let last = (p.n_in + 3u) / 4u - 1u;
+  let i = col / 4u;
+  return Q16(norm[min(i, last)], norm[min(i + 1u, last)], norm[min(i + 2u, last)], norm[min(i + 3u, last)]);
+}
