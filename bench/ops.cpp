@@ -332,7 +332,7 @@ int run_bench_ops(const Options& o) {
         if (matvec) {
           const double mv =
               time_matmul(ctx, copies, x, y, 1, std::max<uint32_t>(o.matvec_per_submit, copies.size()), o.repeats);
-          const auto mv_shape = kernels::matvec_config(ctx, n_out, n_in);
+          const auto mv_shape = kernels::matvec_config(ctx, n_out, n_in, t);
           char label[64];
           std::snprintf(label, sizeof label, "(matvec shape %ux%ux%ux%u)", mv_shape.threads_per_row, mv_shape.rows,
                         mv_shape.groups, mv_shape.units);

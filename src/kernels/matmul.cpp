@@ -26,7 +26,8 @@ std::string matvec_prelude(const MatvecConfig& mv, GgufType t, uint32_t nt, bool
   };
   std::string s = detail::weight_prelude(t, nt, mv.int_f16) + u32("MV_T", mv.threads_per_row) + u32("MV_R", mv.rows) +
                   u32("MV_G", mv.groups) + u32("MV_NV", mv.rows * nt + nt) + u32("MV_U", mv.units) +
-                  u32("MV_SLOTS", matvec_slots(mv)) + "const XV4: bool = " + (xv4 ? "true" : "false") + ";\n";
+                  u32("MV_SLOTS", matvec_slots(mv)) + "const XV4: bool = " + (xv4 ? "true" : "false") +
+                  ";\nconst MV_CHUNKS: bool = " + (block_elems(t) == 1 ? "false" : "true") + ";\n";
   if (mv.shuffle)
     return s +
            "fn mv_lane_sum(v: f32, chunk: u32) -> f32 {\n  var s = v;\n"
@@ -138,7 +139,7 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
   uint32_t step = detail::tokens_per_binding(fn, ctx, {w.n_in, y_width, y1_width, y2_width});
   if (impl == MatmulImpl::Matvec) step = std::min(step, kMatvecMaxTokens);
   const gpu::Buffer& none = ctx.placeholder_storage();
-  const MatvecConfig mv = matvec_config(ctx, w.n_out, w.n_in);
+    const MatvecConfig mv = matvec_config(ctx, w.n_out, w.n_in, w.type);
   const MatmulTile tile =
       impl == MatmulImpl::Tiled ? matmul_tile(ctx, std::min(step, n_tokens), w.n_out) : MatmulTile{};
   const RowsConfig rows = impl == MatmulImpl::Rows ? rows_config(ctx).value_or(RowsConfig{}) : RowsConfig{};
@@ -221,24 +222,31 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
   }
 }
 
-// GPUs: 4 rows per group and at least 2 chunks (64 weights) per thread and step where the row has them; as many
-// threads per row as it takes for the whole product to have about 32k threads in flight (a wide GPU's fill),
-// 16 to 256, in workgroups of at least 128 threads (PERF.md: the sweep on the H200).
-MatvecConfig gpu_matvec_config(uint32_t n_rows, uint32_t n_in) {
+// GPUs (measured on the H200 at full clocks, PERF.md). Block types, read in 32-weight chunks: 4 rows per group and as
+// many threads per row as it takes for the whole product to have about 64k threads (a wide GPU's fill), no more
+// than the row has chunks (rounded up to a power of two), 16 to 256, in workgroups of at least 128 threads. Float
+// types, read in 8-element units: tall matrices stream best with a subgroup per 4 rows; below ~16k rows that leaves
+// too few workgroups to fill the GPU, and 128 threads per row (4 rows per workgroup) do better, 256 for long rows.
+MatvecConfig gpu_matvec_config(uint32_t n_rows, uint32_t n_in, GgufType type) {
+  if (block_elems(type) == 1) {
+    if (n_rows >= 16384) return {.threads_per_row = 32, .rows = 4, .groups = 4};
+    if (n_in >= 4096) return {.threads_per_row = 256, .rows = 4, .groups = 1};
+    return {.threads_per_row = 128, .rows = 4, .groups = 1};
+  }
   auto pow2_floor = [](uint64_t v) {
     uint32_t p = 1;
     while (p * 2 <= v) p *= 2;
     return p;
   };
   const uint32_t rows = 4, chunks = (n_in + 31) / 32;
-  const uint32_t fill = n_rows ? pow2_floor((32768ull * rows + n_rows - 1) / n_rows * 2 - 1) : 256;  // rounded up
-  const uint32_t t = std::clamp(std::min(fill, pow2_floor(chunks / 2)), 16u, 256u);
+  const uint32_t fill = n_rows ? pow2_floor((65536ull * rows + n_rows - 1) / n_rows * 2 - 1) : 256;  // rounded up
+  const uint32_t t = std::clamp(std::min(fill, pow2_floor(std::max(chunks, 1u) * 2 - 1)), 16u, 256u);
   return {.threads_per_row = t, .rows = rows, .groups = std::max(1u, 128 / t), .units = 1};
 }
 
 }  // namespace
 
-MatvecConfig matvec_config(const gpu::Context& ctx, uint32_t n_rows, uint32_t n_in) {
+MatvecConfig matvec_config(const gpu::Context& ctx, uint32_t n_rows, uint32_t n_in, GgufType type) {
   MatvecConfig c;
   if (!ctx.options().matvec_shape.empty()) c = parse_matvec_config(ctx.options().matvec_shape);
   // CPU adapters (lavapipe) run a workgroup on one core, SIMD across invocations: short rows of
@@ -246,7 +254,7 @@ MatvecConfig matvec_config(const gpu::Context& ctx, uint32_t n_rows, uint32_t n_
   else if (ctx.adapter().is_cpu())
     c = {.threads_per_row = 8, .rows = 2, .groups = 8};
   else
-    c = gpu_matvec_config(n_rows, n_in);
+        c = gpu_matvec_config(n_rows, n_in, type);
   c.shuffle = ctx.features().subgroups;
   const uint64_t red_bytes = uint64_t(c.rows + 1) * kMatvecMaxTokens * c.groups * matvec_slots(c) * 4;
   if (red_bytes > ctx.limits().maxComputeWorkgroupStorageSize ||

@@ -28,12 +28,13 @@ inline constexpr uint32_t kMatvecMaxTokens = 4;
 // when `shuffle`.
 struct MatvecConfig {
   uint32_t threads_per_row = 32, rows = 2, groups = 4;
-  uint32_t units = 1;    // 32-element chunks per row loaded per step (loads in flight = rows x units)
+    uint32_t units = 1;  // chunks (32 weights; float types: units of 8) per row loaded per step (loads in flight: rows x units)
   bool int_f16 = false;  // F16 weights converted with integer ops instead of unpack2x16float
   bool shuffle = false;
 };
 // The adapter's shape, or the context's matvec_shape option when set (benchmarks and tests tune with it).
-MatvecConfig matvec_config(const gpu::Context& ctx, uint32_t n_rows = 0, uint32_t n_in = 0);
+MatvecConfig matvec_config(const gpu::Context& ctx, uint32_t n_rows = 0, uint32_t n_in = 0,
+                           GgufType type = GgufType::Q4_K);
 // "THREADSxROWSxGROUPS[xUNITS[xINT_F16]]", e.g. "32x4x4x2x1" (ContextOptions::matvec_shape); InvalidArgument
 // when malformed or outside the kernel's constraints.
 MatvecConfig parse_matvec_config(const std::string& text);

@@ -331,10 +331,12 @@ fn store_swiglu(t: u32, r: u32, gate: f32, up: f32) {
 // ---- Chunks: the block loaders of the products that stream each weight once (matvec.wgsl) ----
 // A chunk is 32 weights of a row that one or two 16-byte loads of the type's quants cover: a 32-element block, or for
 // the K-quants one of 8 parts of a super-block (nb chunks per row either way). It comes as two runs of 16 weights,
-// run r at columns chunk_cols(c)[r] .. + 16, each weight w = d[r] * q + m[r] with q an exact small integer (the
-// type's quant, its offset taken off) or, for the float types, the weight itself (d = 1, m = 0). A product then takes
-// d[r] * dot(q, x) + m[r] * sum(x) per run: a sub-block's scale and min are decoded once per 16 weights, and no weight
-// is converted with an int-to-float instruction (ints() below).
+// run r at columns chunk_cols(c)[r] .. + 16, each weight w = d[r] * q / 2^p + m[r]: q an exact integer (the type's
+// quant, its offset taken off) left at bit position p of its word, p fixed per type, run and vec4 lane (chunk_xs
+// gives 2^-p), or for the float types the weight itself (p = 0, d = 1, m = 0). A product then takes
+// d[r] * dot(q, x * 2^-p) + m[r] * sum(x) per run (exact: powers of two): a sub-block's scale and min are decoded
+// once per 16 weights, x scaled once for all the rows that share it, and a quant costs one and-or into the bits of
+// 2^23 and one subtraction, with no shift and no int-to-float conversion (q_lanes below).
 struct Q16 { a: vec4<f32>, b: vec4<f32>, c: vec4<f32>, e: vec4<f32>, }
 struct Chunk { q0: Q16, q1: Q16, d: vec2<f32>, m: vec2<f32>, }
 
@@ -342,6 +344,44 @@ struct Chunk { q0: Q16, q1: Q16, d: vec2<f32>, m: vec2<f32>, }
 // subtracting 2^23 + off is exact, two instructions and no conversion.
 fn ints(v: vec4<u32>, off: f32) -> vec4<f32> {
   return bitcast<vec4<f32>>(v | vec4<u32>(0x4B000000u)) - vec4<f32>(8388608.0 + off);
+}
+
+// Quants left at (or near) their bit positions in their word, or-ed into the bits of 2^23 and taken back out with the
+// offset off (scaled by 2^p): exact while they stay below bit 23. The nibbles of bytes 0 and 1 and byte 2's low one
+// stay in place, the others come from the word shifted right by 12; bytes 0 and 1 stay, byte 2 moves to bit 8,
+// byte 3 to bit 0.
+const P_NIB_LO = vec4<f32>(1.0, 256.0, 65536.0, 4096.0);  // 2^p of the four low nibbles of a word
+const P_NIB_HI = vec4<f32>(16.0, 4096.0, 256.0, 65536.0);  // and of its high nibbles
+const P_BYTE = vec4<f32>(1.0, 256.0, 256.0, 1.0);          // and of its bytes (a byte must not reach bit 23)
+fn q_lanes(v: vec4<u32>, p2: vec4<f32>, off: f32) -> vec4<f32> {
+  return bitcast<vec4<f32>>(v | vec4<u32>(0x4B000000u)) - (vec4<f32>(8388608.0) + off * p2);
+}
+fn nib_lo(a: u32, off: f32) -> vec4<f32> {
+  return q_lanes(vec4<u32>(a & 0xFu, a & 0xF00u, a & 0xF0000u, (a >> 12u) & 0xF000u), P_NIB_LO, off);
+}
+fn nib_hi(a: u32, off: f32) -> vec4<f32> {
+  return q_lanes(vec4<u32>(a & 0xF0u, a & 0xF000u, (a >> 12u) & 0xF00u, (a >> 12u) & 0xF0000u), P_NIB_HI, off);
+}
+fn byte_lanes(a: u32, off: f32) -> vec4<f32> {
+    return q_lanes(vec4<u32>(a & 0xFFu, a & 0xFF00u, (a >> 8u) & 0xFF00u, a >> 24u), P_BYTE, off);
+}
+fn nibs_lo(v: vec4<u32>, off: f32) -> Q16 {
+  return Q16(nib_lo(v.x, off), nib_lo(v.y, off), nib_lo(v.z, off), nib_lo(v.w, off));
+}
+fn nibs_hi(v: vec4<u32>, off: f32) -> Q16 {
+  return Q16(nib_hi(v.x, off), nib_hi(v.y, off), nib_hi(v.z, off), nib_hi(v.w, off));
+}
+fn bytes16(v: vec4<u32>, off: f32) -> Q16 {
+  return Q16(byte_lanes(v.x, off), byte_lanes(v.y, off), byte_lanes(v.z, off), byte_lanes(v.w, off));
+}
+
+// 2^-p of run 0 and run 1 by lane: what x is multiplied by before its product with a chunk's quants.
+fn chunk_xs() -> array<vec4<f32>, 2> {
+  if (WTYPE == T_Q4_K || WTYPE == T_Q4_0 || WTYPE == T_Q4_1) {
+    return array<vec4<f32>, 2>(1.0 / P_NIB_LO, 1.0 / P_NIB_HI);
+  }
+  if (WTYPE == T_Q5_K || WTYPE == T_Q6_K || WTYPE == T_Q8_0) { return array<vec4<f32>, 2>(1.0 / P_BYTE, 1.0 / P_BYTE); }
+  return array<vec4<f32>, 2>(vec4<f32>(1.0), vec4<f32>(1.0));
 }
 
 // Bits sh.. (masked) of the 16 bytes of v, minus off.
@@ -426,12 +466,14 @@ fn load_chunk(r: u32, c: u32) -> Chunk {
     let v = w[b + select(1u, 3u, WTYPE == T_Q5_K) + i];
     let s0 = k45_scale_min(hdr, i & 6u);
     let s1 = k45_scale_min(hdr, i | 1u);
-    if (WTYPE == T_Q5_K) {
+        if (WTYPE == T_Q5_K) {  // each quant's 5th bit moved above its nibble: one byte per quant
       let m = w[b + 1u + (i & 1u)];  // qh bytes 16 (i % 2) ..: bit j of sub-block j
-      return Chunk(q16_hi(v, 0u, 15u, bit16(m, i & 6u, 4u), 0.0), q16_hi(v, 4u, 15u, bit16(m, i | 1u, 4u), 0.0),
-                   vec2<f32>(s0.x, s1.x), -vec2<f32>(s0.y, s1.y));
+      let lo = (v & vec4<u32>(0x0F0F0F0Fu)) | (((m >> vec4<u32>(i & 6u)) & vec4<u32>(0x01010101u)) << vec4<u32>(4u));
+      let hi = ((v >> vec4<u32>(4u)) & vec4<u32>(0x0F0F0F0Fu)) |
+               (((m >> vec4<u32>(i | 1u)) & vec4<u32>(0x01010101u)) << vec4<u32>(4u));
+      return Chunk(bytes16(lo, 0.0), bytes16(hi, 0.0), vec2<f32>(s0.x, s1.x), -vec2<f32>(s0.y, s1.y));
     }
-    return Chunk(q16(v, 0u, 15u, 0.0), q16(v, 4u, 15u, 0.0), vec2<f32>(s0.x, s1.x), -vec2<f32>(s0.y, s1.y));
+    return Chunk(nibs_lo(v, 0.0), nibs_hi(v, 0.0), vec2<f32>(s0.x, s1.x), -vec2<f32>(s0.y, s1.y));
   } else if (WTYPE == T_Q6_K) {
     let b = sb * 13u;  // in vec4: low quants 8, high quants 4, scales 1
     let h = i >> 2u;
@@ -441,13 +483,12 @@ fn load_chunk(r: u32, c: u32) -> Chunk {
     let si = 8u * h + 2u * k + (i & 1u);     // run 0's scale; run 1's is 4 on
     let scales = w[b + 12u];
     let d = q_scale(sb);
-    let hi0 = array<vec4<u32>, 4>(bytes4(hq.x, 2u * k, 3u) << vec4<u32>(4u), bytes4(hq.y, 2u * k, 3u) << vec4<u32>(4u),
-                                  bytes4(hq.z, 2u * k, 3u) << vec4<u32>(4u), bytes4(hq.w, 2u * k, 3u) << vec4<u32>(4u));
-    let k2 = 2u * k + 4u;
-    let hi1 = array<vec4<u32>, 4>(bytes4(hq.x, k2, 3u) << vec4<u32>(4u), bytes4(hq.y, k2, 3u) << vec4<u32>(4u),
-                                  bytes4(hq.z, k2, 3u) << vec4<u32>(4u), bytes4(hq.w, k2, 3u) << vec4<u32>(4u));
-    return Chunk(q16_hi(v, 0u, 15u, hi0, 32.0), q16_hi(v, 4u, 15u, hi1, 32.0),
-                 d * vec2<f32>(sbyte_of(scales, si), sbyte_of(scales, si + 4u)), zero);
+    // each quant's 2 high bits moved above its nibble: one byte per quant
+    let lo = (v & vec4<u32>(0x0F0F0F0Fu)) | (((hq >> vec4<u32>(2u * k)) & vec4<u32>(0x03030303u)) << vec4<u32>(4u));
+    let hi = ((v >> vec4<u32>(4u)) & vec4<u32>(0x0F0F0F0Fu)) |
+             (((hq >> vec4<u32>(2u * k + 4u)) & vec4<u32>(0x03030303u)) << vec4<u32>(4u));
+    return Chunk(bytes16(lo, 32.0), bytes16(hi, 32.0), d * vec2<f32>(sbyte_of(scales, si), sbyte_of(scales, si + 4u)),
+                 zero);
   } else if (WTYPE == T_Q3_K) {
     let b = sb * 7u;  // in vec4: hmask 2, quants 4, scales and d 1
     let h = i >> 2u;
@@ -485,16 +526,15 @@ fn load_chunk(r: u32, c: u32) -> Chunk {
   } else if (WTYPE == T_Q8_0) {
     let d = q_scale(blk);
     let flip = vec4<u32>(0x80808080u);  // signed bytes + 128: unsigned
-    return Chunk(q16(w[2u * blk] ^ flip, 0u, 255u, 128.0), q16(w[2u * blk + 1u] ^ flip, 0u, 255u, 128.0), vec2<f32>(d),
-                 zero);
+        return Chunk(bytes16(w[2u * blk] ^ flip, 128.0), bytes16(w[2u * blk + 1u] ^ flip, 128.0), vec2<f32>(d), zero);
   } else if (WTYPE == T_Q4_0) {
     let v = w[blk];
-    return Chunk(q16(v, 0u, 15u, 8.0), q16(v, 4u, 15u, 8.0), vec2<f32>(q_scale(blk)), zero);
+        return Chunk(nibs_lo(v, 8.0), nibs_hi(v, 8.0), vec2<f32>(q_scale(blk)), zero);
   } else if (WTYPE == T_Q4_1) {  // 5 words: d|m, quants
     let b = blk * 5u;
     let dm = unpack2x16float(wd(b));
     let v = vec4<u32>(wd(b + 1u), wd(b + 2u), wd(b + 3u), wd(b + 4u));
-    return Chunk(q16(v, 0u, 15u, 0.0), q16(v, 4u, 15u, 0.0), vec2<f32>(dm.x), vec2<f32>(dm.y));
+        return Chunk(nibs_lo(v, 0.0), nibs_hi(v, 0.0), vec2<f32>(dm.x), vec2<f32>(dm.y));
   } else if (WTYPE == T_Q5_0) {  // 5 words: qh, quants; d in the scale array
     let b = blk * 5u;
     let qh = wd(b);
@@ -523,6 +563,7 @@ fn load_chunk(r: u32, c: u32) -> Chunk {
 
 fn dot16(a: Q16, b: Q16) -> f32 { return dot(a.a, b.a) + dot(a.b, b.b) + dot(a.c, b.c) + dot(a.e, b.e); }
 fn mul16(a: Q16, b: Q16) -> Q16 { return Q16(a.a * b.a, a.b * b.b, a.c * b.c, a.e * b.e); }
+fn lanes16(a: Q16, s: vec4<f32>) -> Q16 { return Q16(a.a * s, a.b * s, a.c * s, a.e * s); }
 fn sum16(a: Q16) -> f32 { return dot(a.a + a.b + a.c + a.e, vec4<f32>(1.0)); }
 
 // x[t][col .. col + 16) of the bound activation window (zeros past n_in; col a multiple of 16).

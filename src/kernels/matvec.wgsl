@@ -2,11 +2,12 @@
 // weight layout, the bindings and the epilogues, rope_angle.wgsl and rope_kv_epilogue.wgsl (the fused RoPE epilogue).
 
 // Matrix-vector (decode). A workgroup is MV_G groups of MV_T threads; a group owns MV_R
-// adjacent rows (host constants, per adapter). Thread lt of a group reads chunks lt, lt + MV_T,
-// ... (matmul_common.wgsl's load_chunk: 32 weights from one or two 16-byte quant loads, the
-// scales decoded once per 16 weights) of each of its rows, MV_U chunks of each row per step
-// (MV_R x MV_U loads in flight), and keeps MV_R x NT partial dots plus NT partial sums of x^2 (for
-// FLAG_NORM). The 32 x of a chunk are read once per group for all MV_R rows (as vec4 when XV4).
+// adjacent rows (host constants, per adapter and weight). For the block types (MV_CHUNKS) thread lt
+// of a group reads chunks lt, lt + MV_T, ... (matmul_common.wgsl's load_chunk: 32 weights from one
+// or two 16-byte quant loads, the scales decoded once per 16 weights) of each of its rows, MV_U
+// chunks of each row per step (MV_R x MV_U loads in flight); for the float types 8-element units
+// the same way (load8). It keeps MV_R x NT partial dots plus NT partial sums of x^2 (for
+// FLAG_NORM). x is read once per group for all MV_R rows (as vec4 when XV4).
 // The group's partials are summed with subgroup shuffles over min(MV_T, subgroup size) lanes,
 // then through workgroup memory. Traffic: the piece's weight bytes once per dispatch, NT tokens.
 // The entry point `matvec` (host prelude) passes the subgroup size (1 without subgroups).
@@ -16,6 +17,14 @@ const MV_ROWS: u32 = MV_G * MV_R;
 // MV_SLOTS (host constant): partial sums per group and value left after the shuffles, MV_T / the
 // smallest subgroup size possible (4 with subgroups, else 1).
 var<workgroup> red: array<f32, MV_NV * MV_G * MV_SLOTS>;
+
+fn mv_x8(t: u32, u: u32) -> W8 {
+  if (XV4) {
+    let i = (p.x_off + t * p.n_in) / 4u + 2u * u;
+    return W8(x4[i], x4[i + 1u]);
+  }
+  return load_x8(t, u);
+}
 
 // x[t][col .. + 16) (col a multiple of 16).
 fn mv_x16(t: u32, col: u32) -> Q16 {
@@ -40,47 +49,85 @@ fn matvec_main(wid: vec3<u32>, lid: u32, sg_size: u32) {
   //#unroll k MV_NV
   vals[$k] = 0.0;
   //#end
-  let n_chunks = p.nb;
-  let zeros = Q16(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
-  // Each step covers MV_U chunks per row; chunks past the row are clamped to its last one and their x zeroed.
-  for (var c0 = lt; c0 < n_chunks; c0 += MV_T * MV_U) {
-    //#unroll! k MV_U
-    let c$k = min(c0 + $k * MV_T, n_chunks - 1u);
-    //#unroll! j MV_R
-    let w$j_$k = load_chunk(wrow$j, c$k);
-    //#end
-    //#end
-    //#unroll! k MV_U
-    {
-      let cols = chunk_cols(c$k);
-      var g0 = zeros;
-      var g1 = zeros;
-      if (has(FLAG_NORM)) {
-        g0 = norm16(cols.x);
-        g1 = norm16(cols.y);
-      }
-      let live = c0 + $k * MV_T < n_chunks;
-      //#unroll t NT
+  if (!MV_CHUNKS) {
+    // The float types: 8-element units, thread lt reading units lt, lt + MV_T, ... (PERF.md: their products stream
+    // faster this way than in chunks). Each step covers MV_U units per row (MV_R x MV_U weight loads in flight);
+    // units past the row are clamped to its last one and their x zeroed.
+    let n_units = p.nb * 4u;
+    for (var u0 = lt; u0 < n_units; u0 += MV_T * MV_U) {
+      //#unroll! k MV_U
+      let u$k = min(u0 + $k * MV_T, n_units - 1u);
+      //#unroll! j MV_R
+      let w$j_$k = load8(wrow$j, u$k);
+      //#end
+      //#end
+      //#unroll! k MV_U
       {
-        var x0 = mv_x16($t, cols.x);
-        var x1 = mv_x16($t, cols.y);
-        if (!live) {
-          x0 = zeros;
-          x1 = zeros;
+        var g = W8(vec4<f32>(1.0), vec4<f32>(1.0));
+        if (has(FLAG_NORM)) { g = norm8(u$k); }
+        let live = u0 + $k * MV_T < n_units;
+        //#unroll t NT
+        {
+          var xr = mv_x8($t, u$k);
+          if (!live) { xr = W8(vec4<f32>(0.0), vec4<f32>(0.0)); }
+          vals[MV_R * NT + $t] += dot(xr.lo, xr.lo) + dot(xr.hi, xr.hi);
+          let xv = W8(xr.lo * g.lo, xr.hi * g.hi);
+          //#unroll! j MV_R
+          vals[$j * NT + $t] += dot(w$j_$k.lo, xv.lo) + dot(w$j_$k.hi, xv.hi);
+          //#end
         }
-        if (has(FLAG_NORM)) {
-          vals[MV_R * NT + $t] += dot16(x0, x0) + dot16(x1, x1);
-          x0 = mul16(x0, g0);
-          x1 = mul16(x1, g1);
-        }
-        let s = vec2<f32>(sum16(x0), sum16(x1));  // for the types with an offset m
-        //#unroll! j MV_R
-        vals[$j * NT + $t] += w$j_$k.d.x * dot16(w$j_$k.q0, x0) + w$j_$k.d.y * dot16(w$j_$k.q1, x1) + dot(w$j_$k.m, s);
         //#end
       }
       //#end
     }
-    //#end
+  } else {
+    let n_chunks = p.nb;
+      let zeros = Q16(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
+    let xs = chunk_xs();
+
+    // Each step covers MV_U chunks per row; chunks past the row are clamped to its last one and their x zeroed.
+    for (var c0 = lt; c0 < n_chunks; c0 += MV_T * MV_U) {
+      //#unroll! k MV_U
+      let c$k = min(c0 + $k * MV_T, n_chunks - 1u);
+      //#unroll! j MV_R
+      let w$j_$k = load_chunk(wrow$j, c$k);
+      //#end
+      //#end
+      //#unroll! k MV_U
+      {
+        let cols = chunk_cols(c$k);
+        var g0 = zeros;
+        var g1 = zeros;
+        if (has(FLAG_NORM)) {
+          g0 = norm16(cols.x);
+          g1 = norm16(cols.y);
+        }
+        let live = c0 + $k * MV_T < n_chunks;
+        //#unroll t NT
+        {
+          var x0 = mv_x16($t, cols.x);
+          var x1 = mv_x16($t, cols.y);
+          if (!live) {
+            x0 = zeros;
+            x1 = zeros;
+          }
+          if (has(FLAG_NORM)) {
+            vals[MV_R * NT + $t] += dot16(x0, x0) + dot16(x1, x1);
+            x0 = mul16(x0, g0);
+            x1 = mul16(x1, g1);
+          }
+                  let s = vec2<f32>(sum16(x0), sum16(x1));  // for the types with an offset m
+          x0 = lanes16(x0, xs[0]);
+          x1 = lanes16(x1, xs[1]);
+
+          //#unroll! j MV_R
+          vals[$j * NT + $t] += w$j_$k.d.x * dot16(w$j_$k.q0, x0) + w$j_$k.d.y * dot16(w$j_$k.q1, x1) + dot(w$j_$k.m, s);
+          //#end
+        }
+        //#end
+      }
+      //#end
+    }
   }
   // Sum each value over the group's lanes: a butterfly of shuffles within aligned chunks of
   // lanes. When the group fits one subgroup (chunk == MV_T) every lane then holds the sums and

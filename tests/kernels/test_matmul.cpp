@@ -463,9 +463,37 @@ TEST(Matmul, NoSubgroupsMatvec) {
     for (const MatmulCase& c :
          {MatmulCase{"nosg_q4_0_t1", Q4_0, 896, 131, 1, true}, MatmulCase{"nosg_f16_t3", F16, 257, 33, 3},
           MatmulCase{"nosg_q8_0_t4_split", Q8_0, 256, 99, 4, false, Auto, 4096},
-          MatmulCase{"nosg_q8_0_t9", Q8_0, 64, 20, 9}}) {
+                    MatmulCase{"nosg_q8_0_t9", Q8_0, 64, 20, 9}, MatmulCase{"nosg_q4_k_t1", Q4_K, 512, 37, 1, true},
+          MatmulCase{"nosg_q6_k_t2_split", Q6_K, 256, 61, 2, false, Auto, 2 * 1024}}) {
       const auto r = run_matmul(ctx, c, 77);
       EXPECT_LE(r.rel_l2, 1e-5) << c.name << ": " << r.describe();
+    }
+  }
+}
+
+// The matvec reads the block types in 32-weight chunks (matmul_common.wgsl's load_chunk: quants left at their bit
+// positions, x scaled by the matching powers of two, scales and mins per run of 16). Every block type through it for
+// one token, whatever the adapter (CPU adapters otherwise take the Rows kernel for some of them): a row count that
+// fills no group, rows of one chunk per thread or several, and a weight split into pieces.
+TEST(Matmul, ChunkLoadersEveryBlockType) {
+  gpu::Context ctx(context_options([](auto& o) { o.rows_shape = "off"; }));
+  const GgufType types[] = {Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K};
+  for (size_t i = 0; i < std::size(types); ++i) {
+    const GgufType t = types[i];
+    SCOPED_TRACE(type_name(t));
+    const uint32_t block = block_elems(t);
+    const MatmulCase cases[] = {
+        {"chunks_odd_rows", t, 3 * std::max(block, 256u), 37, 1, i % 2 == 0, Matvec},
+        {"chunks_split", t, 2 * block, 131, 1, i % 2 == 1, Matvec, 4 * tensor_bytes(t, 2 * block, 1) + 64},
+    };
+    for (const MatmulCase& c : cases) {
+      size_t pieces = 0;
+      const auto [r, vs_abs] = run_matmul_scaled(ctx, c, 1000 + i, &pieces);
+      EXPECT_TRUE(r.rel_l2 <= 1e-5 || vs_abs <= 1e-6) << c.name << ": " << r.describe() << "; vs |terms| " << vs_abs;
+      EXPECT_FALSE(r.has_nan) << c.name;
+      if (c.max_piece_bytes) {
+        EXPECT_GT(pieces, 1u) << c.name;
+      }
     }
   }
 }
