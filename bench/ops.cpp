@@ -239,8 +239,9 @@ int run_decode_table(const Options& o) {
               ctx.features().subgroups ? "yes" : "no");
   const double floor_gbs = print_memory_floor(ctx, 512ull << 20);
   const auto shapes = split(o.shapes, ',');
-  std::printf("\nOne-token weight products, weight GB/s (%% of the %.0f GB/s streaming read), n_in x n_out:\n\n| type |",
-              floor_gbs);
+  std::printf(
+      "\nOne-token weight products, weight GB/s (%% of the %.0f GB/s streaming read), n_in x n_out:\n\n| type |",
+      floor_gbs);
   for (const auto& s : shapes) std::printf(" %s |", s.c_str());
   std::printf("\n|---|");
   for (size_t i = 0; i < shapes.size(); ++i) std::printf("---:|");

@@ -139,7 +139,7 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
   uint32_t step = detail::tokens_per_binding(fn, ctx, {w.n_in, y_width, y1_width, y2_width});
   if (impl == MatmulImpl::Matvec) step = std::min(step, kMatvecMaxTokens);
   const gpu::Buffer& none = ctx.placeholder_storage();
-    const MatvecConfig mv = matvec_config(ctx, w.n_out, w.n_in, w.type);
+  const MatvecConfig mv = matvec_config(ctx, w.n_out, w.n_in, w.type);
   const MatmulTile tile =
       impl == MatmulImpl::Tiled ? matmul_tile(ctx, std::min(step, n_tokens), w.n_out) : MatmulTile{};
   const RowsConfig rows = impl == MatmulImpl::Rows ? rows_config(ctx).value_or(RowsConfig{}) : RowsConfig{};
@@ -254,7 +254,7 @@ MatvecConfig matvec_config(const gpu::Context& ctx, uint32_t n_rows, uint32_t n_
   else if (ctx.adapter().is_cpu())
     c = {.threads_per_row = 8, .rows = 2, .groups = 8};
   else
-        c = gpu_matvec_config(n_rows, n_in, type);
+    c = gpu_matvec_config(n_rows, n_in, type);
   c.shuffle = ctx.features().subgroups;
   const uint64_t red_bytes = uint64_t(c.rows + 1) * kMatvecMaxTokens * c.groups * matvec_slots(c) * 4;
   if (red_bytes > ctx.limits().maxComputeWorkgroupStorageSize ||

@@ -28,11 +28,14 @@ inline constexpr uint32_t kMatvecMaxTokens = 4;
 // when `shuffle`.
 struct MatvecConfig {
   uint32_t threads_per_row = 32, rows = 2, groups = 4;
-    uint32_t units = 1;  // chunks (32 weights; float types: units of 8) per row loaded per step (loads in flight: rows x units)
+  // Per row and step: chunks of 32 weights (the block types) or units of 8 (the float types); loads in flight: rows x
+  // units.
+  uint32_t units = 1;
   bool int_f16 = false;  // F16 weights converted with integer ops instead of unpack2x16float
   bool shuffle = false;
 };
-// The adapter's shape, or the context's matvec_shape option when set (benchmarks and tests tune with it).
+// The adapter's shape for a weight of this type (the block types share theirs, the float types theirs), or the
+// context's matvec_shape option when set (benchmarks and tests tune with it).
 MatvecConfig matvec_config(const gpu::Context& ctx, uint32_t n_rows = 0, uint32_t n_in = 0,
                            GgufType type = GgufType::Q4_K);
 // "THREADSxROWSxGROUPS[xUNITS[xINT_F16]]", e.g. "32x4x4x2x1" (ContextOptions::matvec_shape); InvalidArgument

@@ -12,7 +12,8 @@ using detail::fail;
 bool qkv_rope_append_supported(const gpu::Context& ctx, const GpuWeight& w, const QkvRopeAppend& a) {
   if (!a.neox) return true;
   return a.head_dim % 4 == 0 && a.rope_dim % 4 == 0 && w.pieces.size() == 1 &&
-         (rows_kernel_for(ctx, w.type) || matvec_config(ctx, w.n_out, w.n_in, w.type).rows % 4 == 0);  // Rows takes quads for neox
+         (rows_kernel_for(ctx, w.type) ||
+          matvec_config(ctx, w.n_out, w.n_in, w.type).rows % 4 == 0);  // Rows takes quads for neox
 }
 
 void encode_qkv_rope_append(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight& w, const gpu::Buffer& x,

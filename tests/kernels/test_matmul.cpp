@@ -463,7 +463,7 @@ TEST(Matmul, NoSubgroupsMatvec) {
     for (const MatmulCase& c :
          {MatmulCase{"nosg_q4_0_t1", Q4_0, 896, 131, 1, true}, MatmulCase{"nosg_f16_t3", F16, 257, 33, 3},
           MatmulCase{"nosg_q8_0_t4_split", Q8_0, 256, 99, 4, false, Auto, 4096},
-                    MatmulCase{"nosg_q8_0_t9", Q8_0, 64, 20, 9}, MatmulCase{"nosg_q4_k_t1", Q4_K, 512, 37, 1, true},
+          MatmulCase{"nosg_q8_0_t9", Q8_0, 64, 20, 9}, MatmulCase{"nosg_q4_k_t1", Q4_K, 512, 37, 1, true},
           MatmulCase{"nosg_q6_k_t2_split", Q6_K, 256, 61, 2, false, Auto, 2 * 1024}}) {
       const auto r = run_matmul(ctx, c, 77);
       EXPECT_LE(r.rel_l2, 1e-5) << c.name << ": " << r.describe();
