@@ -336,7 +336,8 @@ fn store_swiglu(t: u32, r: u32, gate: f32, up: f32) {
 // gives 2^-p), or for the float types the weight itself (p = 0, d = 1, m = 0). A product then takes
 // d[r] * dot(q, x * 2^-p) + m[r] * sum(x) per run (exact: powers of two): a sub-block's scale and min are decoded
 // once per 16 weights, x scaled once for all the rows that share it, and a quant costs one and-or into the bits of
-// 2^23 and one subtraction, with no shift and no int-to-float conversion (q_lanes below).
+// 2^23 and one subtraction (plus a shift per word for the lanes that would reach bit 23) and no int-to-float
+// conversion (q_lanes below). The types whose quants need gathering (Q5_0, Q5_1, Q2_K, Q3_K) go through q16 / ints.
 struct Q16 { a: vec4<f32>, b: vec4<f32>, c: vec4<f32>, e: vec4<f32>, }
 struct Chunk { q0: Q16, q1: Q16, d: vec2<f32>, m: vec2<f32>, }
 
@@ -363,7 +364,7 @@ fn nib_hi(a: u32, off: f32) -> vec4<f32> {
   return q_lanes(vec4<u32>(a & 0xF0u, a & 0xF000u, (a >> 12u) & 0xF00u, (a >> 12u) & 0xF0000u), P_NIB_HI, off);
 }
 fn byte_lanes(a: u32, off: f32) -> vec4<f32> {
-    return q_lanes(vec4<u32>(a & 0xFFu, a & 0xFF00u, (a >> 8u) & 0xFF00u, a >> 24u), P_BYTE, off);
+  return q_lanes(vec4<u32>(a & 0xFFu, a & 0xFF00u, (a >> 8u) & 0xFF00u, a >> 24u), P_BYTE, off);
 }
 fn nibs_lo(v: vec4<u32>, off: f32) -> Q16 {
   return Q16(nib_lo(v.x, off), nib_lo(v.y, off), nib_lo(v.z, off), nib_lo(v.w, off));

@@ -82,9 +82,8 @@ fn matvec_main(wid: vec3<u32>, lid: u32, sg_size: u32) {
     }
   } else {
     let n_chunks = p.nb;
-      let zeros = Q16(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
+    let zeros = Q16(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
     let xs = chunk_xs();
-
     // Each step covers MV_U chunks per row; chunks past the row are clamped to its last one and their x zeroed.
     for (var c0 = lt; c0 < n_chunks; c0 += MV_T * MV_U) {
       //#unroll! k MV_U
@@ -116,10 +115,9 @@ fn matvec_main(wid: vec3<u32>, lid: u32, sg_size: u32) {
             x0 = mul16(x0, g0);
             x1 = mul16(x1, g1);
           }
-                  let s = vec2<f32>(sum16(x0), sum16(x1));  // for the types with an offset m
+          let s = vec2<f32>(sum16(x0), sum16(x1));  // for the types with an offset m
           x0 = lanes16(x0, xs[0]);
           x1 = lanes16(x1, xs[1]);
-
           //#unroll! j MV_R
           vals[$j * NT + $t] += w$j_$k.d.x * dot16(w$j_$k.q0, x0) + w$j_$k.d.y * dot16(w$j_$k.q1, x1) + dot(w$j_$k.m, s);
           //#end
