@@ -70,6 +70,20 @@ CONVERSATIONS = {
                      "content": "{\"temperature\": 21.5, \"sky\": \"clear\"}"},
                     {"role": "assistant", "content": "It is 21.5 °C and clear in Paris."},
                     {"role": "user", "content": "And tomorrow?"}], TOOLS, True),
+    # OpenAI's wire form: arguments as a JSON string, content null beside tool calls.
+    "tool_calls_string_args": ([{"role": "user", "content": USER},
+                                {"role": "assistant", "content": None,
+                                 "tool_calls": [dict(CALL, function={"name": "get_weather",
+                                                                     "arguments": "{\"city\": \"Paris\"}"})]},
+                                {"role": "tool", "tool_call_id": "call12345", "content": "21.5 °C, clear"}],
+                               TOOLS, True),
+    "reasoning": ([{"role": "user", "content": "What is 2+2?"},
+                   {"role": "assistant", "content": "<think>\nSimple: 2+2=4.\n</think>\n\nThe answer is 4.",
+                    "reasoning_content": "Simple: 2+2=4."},
+                   {"role": "user", "content": "And 3+3?"}], None, True),
+    "content_parts": ([{"role": "system", "content": [{"type": "text", "text": SYSTEM}]},
+                       {"role": "user", "content": [{"type": "text", "text": "Describe "},
+                                                    {"type": "text", "text": "the sea."}]}], None, True),
 }
 
 
