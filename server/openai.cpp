@@ -77,40 +77,49 @@ double in_range(const char* key, double v, double lo, double hi) {
 
 // ---- the prompt
 
-// A message's content: a string, or an array of parts of which only {"type": "text", "text": ...} is understood.
-std::string message_content(const json& msg) {
+// A message's content is a string, null (an assistant turn that carried only tool calls) or an array of parts of
+// which only {"type": "text", "text": ...} is understood.
+void check_content(const json& msg) {
   const json* c = field(msg, "content");
-  if (!c) return {};  // an assistant turn that carried only tool calls
-  if (c->is_string()) return c->get<std::string>();
+  if (!c || c->is_string()) return;
   if (!c->is_array()) wrong_type("messages.content", "a string or an array of content parts", *c);
-  std::string text;
-  for (const json& part : *c) {
+  for (const json& part : *c)
     if (!part.is_object() || !part.contains("type") || part["type"] != "text" || !part.contains("text") ||
         !part["text"].is_string())
       bad_value("messages", "only text content parts ({\"type\": \"text\", \"text\": ...}) are supported");
-    text += part["text"].get<std::string>();
-  }
-  return text;
 }
 
-std::vector<int32_t> chat_prompt(const json& body, const Model& model) {
+// The messages, tools and chat_template_kwargs as the model's chat template sees them: the body's own JSON, keys
+// in the order the client wrote them (a tool's schema reaches the prompt as written).
+std::vector<int32_t> chat_prompt(const json& body, const std::string& body_text, const Model& model) {
   const json* messages = field(body, "messages");
   if (!messages) throw ApiError(400, "'messages' is required", "messages", "missing_required_parameter");
   if (!messages->is_array()) wrong_type("messages", "an array", *messages);
   if (messages->empty()) bad_value("messages", "'messages' must hold at least one message");
-  std::vector<Model::ChatTurn> turns;
   for (const json& m : *messages) {
     if (!m.is_object()) wrong_type("messages", "an array of objects", m);
     const json* role = field(m, "role");
     if (!role) throw ApiError(400, "every message needs a 'role'", "messages", "missing_required_parameter");
     if (!role->is_string()) wrong_type("messages.role", "a string", *role);
-    std::string r = role->get<std::string>();
-    if (r == "developer") r = "system";  // OpenAI's newer name for the system role
-    turns.push_back({r, message_content(m)});
+    check_content(m);
   }
+  const json* tools = field(body, "tools");
+  if (tools && !tools->is_array()) wrong_type("tools", "an array", *tools);
+  const json* kwargs = field(body, "chat_template_kwargs");
+  if (kwargs && !kwargs->is_object()) wrong_type("chat_template_kwargs", "an object", *kwargs);
+  const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(body_text);
+  nlohmann::ordered_json msgs = ordered["messages"];
+  for (auto& m : msgs)
+    if (m["role"] == "developer") m["role"] = "system";  // OpenAI's newer name for the system role
+  ChatRequest r;
+  r.messages = msgs.dump();
+  if (tools) r.tools = ordered["tools"].dump();
+  if (kwargs) r.variables = ordered["chat_template_kwargs"].dump();
   try {
-    return model.encode_chat(turns);
+    return model.encode_chat(r);
   } catch (const InvalidArgument& e) {
+    bad_value("messages", e.what());
+  } catch (const Error& e) {  // the template refused the conversation (raise_exception) or failed on it
     bad_value("messages", e.what());
   }
 }
@@ -235,7 +244,8 @@ ParsedRequest parse_request(Endpoint endpoint, const std::string& body_text, con
 
   // The prompt last: tokenizing is the costly part.
   const char* prompt_key = endpoint == Endpoint::Chat ? "messages" : "prompt";
-  r.engine.prompt = endpoint == Endpoint::Chat ? chat_prompt(body, model) : completion_prompt(body, model);
+  r.engine.prompt =
+      endpoint == Endpoint::Chat ? chat_prompt(body, body_text, model) : completion_prompt(body, model);
   if (r.engine.prompt.empty()) bad_value(prompt_key, "the prompt is empty");
   const size_t n_prompt = r.engine.prompt.size();
   if (n_prompt >= n_ctx)

@@ -141,6 +141,16 @@ std::optional<Value> string_method(const Value& s, const std::string& name, cons
   return std::nullopt;
 }
 
+// jinja2's undefined for a missing attribute: "'dict object' has no attribute 'x'" (built by appends: GCC 12 warns
+// falsely about chains of std::string + here).
+Value no_attribute(const Value& obj, const std::string& what) {
+  std::string m = "'";
+  m += obj.type_name();
+  m += " object' has no attribute ";
+  m += what;
+  return Value::undefined(std::move(m));
+}
+
 bool is_unsafe(const Value& obj, std::string_view name) {
   static constexpr std::string_view list_mut[] = {"append", "clear", "pop", "reverse", "insert", "sort", "extend",
                                                   "remove"};
@@ -211,7 +221,7 @@ Value get_attr(const Value& obj, const std::string& name) {
   } else if (obj.is_object()) {
     if (const Value* v = obj.obj().find(name)) return *v;
   }
-  return Value::undefined("'" + obj.type_name() + " object' has no attribute '" + name + "'");
+  return no_attribute(obj, "'" + name + "'");
 }
 
 Value get_item(const Value& obj, const Value& key) {
@@ -237,7 +247,7 @@ Value get_item(const Value& obj, const Value& key) {
     }
     return Value::undefined(obj.type_name() + " object has no element " + std::to_string(key.as_int()));
   }
-  return Value::undefined("'" + obj.type_name() + " object' has no attribute " + key.repr());
+  return no_attribute(obj, key.repr());
 }
 
 std::vector<Value> iterate(const Value& v) {

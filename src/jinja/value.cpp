@@ -22,19 +22,23 @@ void Object::set(std::string_view key, Value v) {
   items.emplace_back(std::string(key), std::move(v));
 }
 
+namespace {
+constexpr char kKeyTag = '\x1f';  // starts a stored key that is not a string (no JSON key starts so in practice)
+}  // namespace
+
 std::string Object::key_of(const Value& key) {
   switch (key.type()) {
     case Value::Type::String: return key.str();
-    case Value::Type::Int: return "\x1fi" + std::to_string(key.as_int());
-    case Value::Type::Float: return "\x1ff" + float_repr(key.as_double());
-    case Value::Type::Bool: return key.as_bool() ? "\x1fbT" : "\x1fbF";
-    case Value::Type::None: return "\x1fn";
+    case Value::Type::Int: return std::string(1, kKeyTag) + "i" + std::to_string(key.as_int());
+    case Value::Type::Float: return std::string(1, kKeyTag) + "f" + float_repr(key.as_double());
+    case Value::Type::Bool: return std::string(1, kKeyTag) + (key.as_bool() ? "bT" : "bF");
+    case Value::Type::None: return std::string(1, kKeyTag) + "n";
     default: throw std::runtime_error("unhashable type: '" + key.type_name() + "'");
   }
 }
 
 Value Object::key_value(const std::string& stored) {
-  if (stored.size() < 2 || stored[0] != '\x1f') return Value(stored);
+  if (stored.size() < 2 || stored[0] != kKeyTag) return Value(stored);
   const std::string rest = stored.substr(2);
   switch (stored[1]) {
     case 'i': return Value(static_cast<int64_t>(std::stoll(rest)));

@@ -347,86 +347,88 @@ const std::vector<ChatMessage> kConversation = {
     {"user", "Name a play."},
 };
 
-TEST(ChatTemplate, Detects) {
-  EXPECT_EQ(detect_chat_template(fixture("bpe_gpt2").tok.data().chat_template), ChatTemplate::ChatML);
-  EXPECT_EQ(detect_chat_template(fixture("spm").tok.data().chat_template), ChatTemplate::Llama2);
-  EXPECT_EQ(detect_chat_template("{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>' }}"),
-            ChatTemplate::Llama3);
-  EXPECT_EQ(detect_chat_template("{{ '[INST] ' + message['content'] + ' [/INST]' }}"), ChatTemplate::Llama2);
+// A file's own template always renders (whatever it is); without one, gemma files get Gemma's built-in template and
+// the others none (an error naming the architecture, unless ChatML is asked for as the fallback).
+TEST(ChatTemplate, OwnTemplateOrBuiltin) {
+  for (const char* arch : {"gemma", "gemma2", "gemma3"}) EXPECT_EQ(builtin_chat_family(arch), ChatFamily::Gemma);
+  EXPECT_EQ(builtin_chat_family("llama"), std::nullopt);
+  ChatInput in;
+  in.messages = nlohmann::ordered_json::parse(R"([{"role": "user", "content": "Hi"}])");
+  const ChatFormat own("{{ '<|im_start|>' + messages[0].content }}", "gemma3");  // the file's own wins
+  EXPECT_TRUE(own.has_template());
+  EXPECT_EQ(own.render(in, "<bos>", "", false).text, "<|im_start|>Hi");
+  EXPECT_EQ(ChatFormat("", "gemma3").render(in, "<bos>", "", false).text,
+            "<bos><start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n");
+  EXPECT_EQ(ChatFormat("", "llama").render(in, "<s>", "", true).text, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
   try {
-    detect_chat_template("{{ messages }}");
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    EXPECT_STREQ(e.what(), "unknown chat template (supported: llama3, chatml, llama2/mistral [INST], gemma)");
-  }
-  // Gemma 3's own template (a line of it), and no template on a gemma file.
-  EXPECT_EQ(
-      detect_chat_template("{{ '<start_of_turn>' + role + '\\n' + (first_user_prefix if loop.first else \"\") }}"),
-      ChatTemplate::Gemma);
-  for (const char* arch : {"gemma", "gemma2", "gemma3"}) EXPECT_EQ(chat_template_for("", arch), ChatTemplate::Gemma);
-  EXPECT_EQ(chat_template_for("{{ '<|im_start|>' }}", "gemma3"), ChatTemplate::ChatML);  // the file's own wins
-  try {
-    chat_template_for("", "llama");
+    ChatFormat("", "llama").render(in, "<s>", "", false);
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_STREQ(
         e.what(),
         "the model has no chat template (tokenizer.chat_template) and architecture 'llama' has no default one");
   }
+  // A template that does not parse is an error at render, naming its line and column.
+  try {
+    ChatFormat("line one\n{% if %}", "llama").render(in, "", "", true);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "chat template: line 2, column 7: unexpected end of statement block");
+  }
 }
 
 // As llama.cpp's gemma template: "model" for the assistant, contents trimmed, the system message (trimmed) in
 // front of the first user content after a blank line; the BOS the Jinja template starts with.
 TEST(ChatTemplate, Gemma) {
-  EXPECT_EQ(apply_chat_template(ChatTemplate::Gemma, kConversation, true, "<bos>"),
+  EXPECT_EQ(apply_chat_template(ChatFamily::Gemma, kConversation, true, "<bos>"),
             "<bos><start_of_turn>user\nYou are terse.\n\nHi there<end_of_turn>\n"
             "<start_of_turn>model\nHello.<end_of_turn>\n"
             "<start_of_turn>user\nName a play.<end_of_turn>\n"
             "<start_of_turn>model\n");
-  EXPECT_EQ(apply_chat_template(ChatTemplate::Gemma, std::span(kConversation).subspan(3), false, "<bos>"),
+  EXPECT_EQ(apply_chat_template(ChatFamily::Gemma, std::span(kConversation).subspan(3), false, "<bos>"),
             "<bos><start_of_turn>user\nName a play.<end_of_turn>\n");
   // The contents are the plain ranges: the system text and the user's, not the markers.
-  const ChatPrompt p = render_chat(ChatTemplate::Gemma, std::span(kConversation).subspan(0, 2), true, "<bos>");
+  const ChatPrompt p = render_chat(ChatFamily::Gemma, std::span(kConversation).subspan(0, 2), true, "<bos>");
   std::vector<std::string> contents;
   for (const TextRange& r : p.content) contents.push_back(p.text.substr(r.begin, r.end - r.begin));
   EXPECT_EQ(contents, (std::vector<std::string>{"You are terse.", "Hi there"}));
 }
 
 TEST(ChatTemplate, ChatML) {
-  EXPECT_EQ(apply_chat_template(ChatTemplate::ChatML, kConversation, true, ""),
+  EXPECT_EQ(apply_chat_template(ChatFamily::ChatML, kConversation, true, ""),
             "<|im_start|>system\nYou are terse.<|im_end|>\n"
             "<|im_start|>user\n Hi there\n<|im_end|>\n"
             "<|im_start|>assistant\nHello.<|im_end|>\n"
             "<|im_start|>user\nName a play.<|im_end|>\n"
             "<|im_start|>assistant\n");
-  EXPECT_EQ(apply_chat_template(ChatTemplate::ChatML, std::span(kConversation).subspan(1, 1), false, "<s>"),
+  EXPECT_EQ(apply_chat_template(ChatFamily::ChatML, std::span(kConversation).subspan(1, 1), false, "<s>"),
             "<|im_start|>user\n Hi there\n<|im_end|>\n");
 }
 
 TEST(ChatTemplate, Llama3) {
-  EXPECT_EQ(apply_chat_template(ChatTemplate::Llama3, kConversation, true, "<|begin_of_text|>"),
+  EXPECT_EQ(apply_chat_template(ChatFamily::Llama3, kConversation, true, "<|begin_of_text|>"),
             "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nYou are terse.<|eot_id|>"
             "<|start_header_id|>user<|end_header_id|>\n\nHi there<|eot_id|>"
             "<|start_header_id|>assistant<|end_header_id|>\n\nHello.<|eot_id|>"
             "<|start_header_id|>user<|end_header_id|>\n\nName a play.<|eot_id|>"
             "<|start_header_id|>assistant<|end_header_id|>\n\n");
-  EXPECT_EQ(apply_chat_template(ChatTemplate::Llama3, std::span(kConversation).subspan(3), false, "<B>"),
+  EXPECT_EQ(apply_chat_template(ChatFamily::Llama3, std::span(kConversation).subspan(3), false, "<B>"),
             "<B><|start_header_id|>user<|end_header_id|>\n\nName a play.<|eot_id|>");
 }
 
 TEST(ChatTemplate, Llama2) {
   EXPECT_EQ(
-      apply_chat_template(ChatTemplate::Llama2, kConversation, true, "<s>", "</s>"),
+      apply_chat_template(ChatFamily::Llama2, kConversation, true, "<s>", "</s>"),
       "<s>[INST] <<SYS>>\nYou are terse.\n<</SYS>>\n\n Hi there [/INST] Hello. </s><s>[INST] Name a play. [/INST]");
-  EXPECT_EQ(apply_chat_template(ChatTemplate::Llama2, std::span(kConversation).subspan(1), false, "<s>", "</s>"),
+  EXPECT_EQ(apply_chat_template(ChatFamily::Llama2, std::span(kConversation).subspan(1), false, "<s>", "</s>"),
             "<s>[INST] Hi there [/INST] Hello. </s><s>[INST] Name a play. [/INST]");
   const std::vector<ChatMessage> bad = {{"user", "a"}, {"user", "b"}};
-  EXPECT_THROW(apply_chat_template(ChatTemplate::Llama2, bad, true, "<s>", "</s>"), InvalidArgument);
+  EXPECT_THROW(apply_chat_template(ChatFamily::Llama2, bad, true, "<s>", "</s>"), InvalidArgument);
 }
 
 TEST(ChatTemplate, PromptEncodesWithSpecialTokens) {
   const Tokenizer& tok = fixture("bpe_qwen2").tok;
-  const std::string prompt = apply_chat_template(ChatTemplate::ChatML, kConversation, true, "");
+  const std::string prompt = apply_chat_template(ChatFamily::ChatML, kConversation, true, "");
   const auto ids = tok.encode(prompt, false, true);
   EXPECT_EQ(ids.front(), tok.token_id("<|im_start|>"));
   EXPECT_EQ(tok.decode(ids), prompt);
@@ -456,14 +458,14 @@ TEST(ChatTemplate, PlainRangesKeepControlTokensAsText) {
 
 // render_chat's content ranges are exactly the messages (as each template places them, trimmed or not).
 TEST(ChatTemplate, ContentRangesCoverTheMessages) {
-  for (ChatTemplate tmpl : {ChatTemplate::ChatML, ChatTemplate::Llama3, ChatTemplate::Llama2}) {
+  for (ChatFamily tmpl : {ChatFamily::ChatML, ChatFamily::Llama3, ChatFamily::Llama2}) {
     const ChatPrompt p = render_chat(tmpl, kConversation, true, "<s>", "</s>");
     EXPECT_EQ(p.text, apply_chat_template(tmpl, kConversation, true, "<s>", "</s>"));
     std::vector<std::string> got;
     for (const TextRange& r : p.content) got.push_back(p.text.substr(r.begin, r.end - r.begin));
-    if (tmpl == ChatTemplate::ChatML)
+    if (tmpl == ChatFamily::ChatML)
       EXPECT_EQ(got, (std::vector<std::string>{"You are terse.", " Hi there\n", "Hello.", "Name a play."}));
-    else if (tmpl == ChatTemplate::Llama3)
+    else if (tmpl == ChatFamily::Llama3)
       EXPECT_EQ(got, (std::vector<std::string>{"You are terse.", "Hi there", "Hello.", "Name a play."}));
     else  // the system message folded into the first turn
       EXPECT_EQ(got,

@@ -19,7 +19,7 @@ namespace wgllm::cli {
 namespace {
 
 struct ServeOptions {
-  std::string model, adapter, host = "127.0.0.1", api_key, alias;
+  std::string model, adapter, host = "127.0.0.1", api_key, alias, chat_template;
   int port = 8080;
   uint32_t parallel = 4, queue = 64, n_ctx = 0;
   double max_body_mib = 4;
@@ -45,7 +45,9 @@ int serve(const ServeOptions& o) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   ::signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error return, not the end of the process
 
-  Model model = load_model(o.model, {.adapter = o.adapter, .n_ctx = o.n_ctx, .progress = progress_bar()});
+  const std::string jinja = o.chat_template.empty() ? "" : read_file(o.chat_template, "chat template file");
+  Model model =
+      load_model(o.model, {.adapter = o.adapter, .n_ctx = o.n_ctx, .progress = progress_bar(), .chat_template = jinja});
   print_memory(model);
   // -c is each sequence's context; without it the model's (sized for one sequence) is shared among them.
   const uint32_t per_sequence = o.n_ctx ? o.n_ctx : BatchEngine::default_n_ctx(model, o.parallel);
@@ -103,6 +105,7 @@ const Register reg{
        app.add_option("--max-body", o->max_body_mib, "largest request body in MiB; past it: 413")
            ->capture_default_str();
        app.add_option("--adapter", o->adapter, "adapter index or name part (wgllm info --list)");
+       app.add_option("--chat-template", o->chat_template, "Jinja chat template file (instead of the model's)");
        return [o] { return serve(*o); };
      }}};
 
