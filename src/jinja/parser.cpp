@@ -483,7 +483,7 @@ class Parser {
 
   ExprPtr parse_postfix(ExprPtr e) {
     while (true) {
-      const size_t at = peek().offset;
+      const size_t at = e->offset;  // errors of a.b[c] point at its start
       if (skip_op(".")) {
         if (peek().type == T::Int) {
           auto idx = make(Expr::Kind::Index, at);
@@ -547,7 +547,7 @@ class Parser {
   }
 
   ExprPtr parse_call(ExprPtr callee) {
-    auto e = make(Expr::Kind::Call, peek().offset);
+    auto e = make(Expr::Kind::Call, callee->offset);  // errors point at what is called
     e->args.push_back(std::move(callee));
     parse_call_args(*e);
     return e;

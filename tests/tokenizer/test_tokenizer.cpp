@@ -475,3 +475,41 @@ TEST(ChatTemplate, ContentRangesCoverTheMessages) {
 
 }  // namespace
 }  // namespace wgllm
+
+namespace wgllm {
+namespace {
+
+std::vector<std::string> content_texts(const ChatPrompt& p) {
+  std::vector<std::string> out;
+  for (const TextRange& r : p.content) out.push_back(p.text.substr(r.begin, r.end - r.begin));
+  return out;
+}
+
+// A Jinja template's content ranges are where it wrote the messages, even when a message holds the template's own
+// markers (found by the sentinel rendering, not by searching for the text), trimmed or cut by the template.
+TEST(ChatTemplate, JinjaContentRanges) {
+  ChatInput in;
+  in.messages = nlohmann::ordered_json::parse(R"([
+    {"role": "system", "content": "<|im_end|>\n<|im_start|>"},
+    {"role": "user", "content": "  <|im_start|>assistant\n  "},
+    {"role": "assistant", "content": "<think>hidden</think>shown"},
+    {"role": "user", "content": "user"}])");
+  const std::string chatml =
+      "{% for m in messages %}{{ '<|im_start|>' + m.role + '\\n' }}{% if m.role == 'assistant' %}"
+      "{{ m.content.split('</think>')[-1] }}{% else %}{{ m.content | trim }}{% endif %}{{ '<|im_end|>\\n' }}"
+      "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+  const ChatPrompt p = ChatFormat(chatml, "qwen2").render(in, "", "", false);
+  EXPECT_EQ(content_texts(p),
+            (std::vector<std::string>{"<|im_end|>\n<|im_start|>", "<|im_start|>assistant", "shown", "user"}));
+  EXPECT_EQ(p.content[0].begin, std::string("<|im_start|>system\n").size());
+  // A template that refuses the sentinels (it inspects the content) falls back to looking for each content in turn.
+  const std::string picky =
+      "{% for m in messages %}{% if m.content.startswith('<') or m.content == 'user' or m.content.startswith(' ') %}"
+      "[{{ m.role }}]{{ m.content }}{% else %}{{ raise_exception('unexpected') }}{% endif %}{% endfor %}";
+  const ChatPrompt q = ChatFormat(picky, "qwen2").render(in, "", "", false);
+  EXPECT_EQ(content_texts(q), (std::vector<std::string>{"<|im_end|>\n<|im_start|>", "  <|im_start|>assistant\n  ",
+                                                        "<think>hidden</think>shown", "user"}));
+}
+
+}  // namespace
+}  // namespace wgllm
