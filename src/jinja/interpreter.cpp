@@ -76,6 +76,7 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b) {
     items.insert(items.end(), b.arr().items.begin(), b.arr().items.end());
     return Value::array(std::move(items), a.arr().tuple);
   }
+  if (op == "*" && a.is_int() && (b.is_string() || b.is_array())) return arithmetic(op, b, a);  // 3 * 'ab'
   if (op == "*" && (a.is_string() || a.is_array()) && b.is_int()) {
     const int64_t n = b.as_int();
     if (a.is_string()) {
