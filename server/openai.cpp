@@ -101,6 +101,9 @@ std::vector<int32_t> chat_prompt(const json& body, const std::string& body_text,
     const json* role = field(m, "role");
     if (!role) throw ApiError(400, "every message needs a 'role'", "messages", "missing_required_parameter");
     if (!role->is_string()) wrong_type("messages.role", "a string", *role);
+    const std::string r = role->get<std::string>();
+    if (r != "system" && r != "developer" && r != "user" && r != "assistant" && r != "tool" && r != "function")
+      bad_value("messages", "role '" + r + "' is not one of system, developer, user, assistant, tool, function");
     check_content(m);
   }
   const json* tools = field(body, "tools");
