@@ -247,8 +247,7 @@ ParsedRequest parse_request(Endpoint endpoint, const std::string& body_text, con
 
   // The prompt last: tokenizing is the costly part.
   const char* prompt_key = endpoint == Endpoint::Chat ? "messages" : "prompt";
-  r.engine.prompt =
-      endpoint == Endpoint::Chat ? chat_prompt(body, body_text, model) : completion_prompt(body, model);
+  r.engine.prompt = endpoint == Endpoint::Chat ? chat_prompt(body, body_text, model) : completion_prompt(body, model);
   if (r.engine.prompt.empty()) bad_value(prompt_key, "the prompt is empty");
   const size_t n_prompt = r.engine.prompt.size();
   if (n_prompt >= n_ctx)

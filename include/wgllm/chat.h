@@ -17,7 +17,7 @@ struct ChatRequest {
   std::string tools;      // a JSON array of tools ("" : none; the template sees tools = None)
   std::string variables;  // a JSON object of more template variables, e.g. {"enable_thinking": false} ("" : none)
   bool add_generation_prompt = true;
-  std::string date;  // the day strftime_now() formats, "YYYY-MM-DD" ("" : now)
+  std::string date;                                 // the day strftime_now() formats, "YYYY-MM-DD" ("" : now)
   std::optional<std::string> bos_token, eos_token;  // unset: the model's own token texts ("" for ChatTemplate)
 };
 

@@ -34,8 +34,8 @@ ChatInput chat_input(const ChatRequest& r) {
   if (!r.date.empty()) {
     std::tm t{};
     char rest = 0;
-    if (std::sscanf(r.date.c_str(), "%4d-%2d-%2d%c", &t.tm_year, &t.tm_mon, &t.tm_mday, &rest) != 3 ||
-        t.tm_mon < 1 || t.tm_mon > 12 || t.tm_mday < 1 || t.tm_mday > 31)
+    if (std::sscanf(r.date.c_str(), "%4d-%2d-%2d%c", &t.tm_year, &t.tm_mon, &t.tm_mday, &rest) != 3 || t.tm_mon < 1 ||
+        t.tm_mon > 12 || t.tm_mday < 1 || t.tm_mday > 31)
       throw InvalidArgument("chat: date '" + r.date + "' is not YYYY-MM-DD");
     t.tm_year -= 1900;
     t.tm_mon -= 1;

@@ -20,7 +20,7 @@ struct Model::Impl {
   GpuModel gpu;
   std::optional<Tokenizer> tokenizer;
   std::optional<ChatFormat> chat;  // the file's template (or LoadOptions::chat_template), parsed once
-  std::vector<int32_t> eog;  // end-of-generation ids
+  std::vector<int32_t> eog;        // end-of-generation ids
   ModelInfo info;
   uint32_t ubatch = 512;
   std::optional<uint32_t> layers_per_submit;

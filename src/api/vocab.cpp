@@ -62,10 +62,12 @@ std::vector<int32_t> Vocab::encode_chat(std::string_view user, std::string_view 
   return impl_->tok.encode(p.text, false, true, p.content);
 }
 std::string Vocab::render_chat(const ChatRequest& r, std::string_view jinja) const {
-  const std::optional<ChatFormat> own = jinja.empty() ? std::nullopt : std::optional<ChatFormat>(std::in_place, jinja, impl_->arch);
+  const std::optional<ChatFormat> own =
+      jinja.empty() ? std::nullopt : std::optional<ChatFormat>(std::in_place, jinja, impl_->arch);
   const ChatFormat& format = own ? *own : impl_->chat;
-  return format.render(chat_input(r), r.bos_token ? *r.bos_token : bos_text(impl_->tok),
-                       r.eos_token ? *r.eos_token : eos_text(impl_->tok), false)
+  return format
+      .render(chat_input(r), r.bos_token ? *r.bos_token : bos_text(impl_->tok),
+              r.eos_token ? *r.eos_token : eos_text(impl_->tok), false)
       .text;
 }
 

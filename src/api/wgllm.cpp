@@ -70,8 +70,7 @@ std::unique_ptr<ModelAccess::Impl> parse_impl(const GgufFile& f, const LoadOptio
   const ModelConfig& config = m->config;
   if (f.has("tokenizer.ggml.model")) {
     m->tokenizer.emplace(tokenizer_data_from_gguf(f));
-    m->chat.emplace(o.chat_template.empty() ? m->tokenizer->data().chat_template : o.chat_template,
-                    config.arch_name);
+    m->chat.emplace(o.chat_template.empty() ? m->tokenizer->data().chat_template : o.chat_template, config.arch_name);
   }
   m->ubatch = std::max<uint32_t>(1, o.ubatch);
   m->layers_per_submit = o.layers_per_submit;

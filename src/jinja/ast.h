@@ -39,7 +39,7 @@ struct Expr {
   Kind kind;
   size_t offset = 0;
   Value value;
-  std::string name;  // Name, Attr, Filter, Test; Binary: the operator
+  std::string name;      // Name, Attr, Filter, Test; Binary: the operator
   bool negated = false;  // Test: "is not"
   std::vector<ExprPtr> args;
   std::vector<std::pair<std::string, ExprPtr>> kwargs;  // Call, Filter, Test keyword arguments
@@ -48,26 +48,26 @@ struct Expr {
 
 struct Stmt {
   enum class Kind {
-    Text,        // text
-    Output,      // {{ expr }}
-    If,          // branches: (cond, body)...; else_body
-    For,         // for targets in expr [if cond]: body; else_body
-    Set,         // set targets = expr, or set expr.attr = value (target_attr)
-    SetBlock,    // set targets[0] %}body{% endset; filters applied in `filters`
-    Macro,       // macro name(params) body
-    CallBlock,   // call(params) expr %}body{% endcall
-    FilterBlock, // filter filters %}body{% endfilter
+    Text,         // text
+    Output,       // {{ expr }}
+    If,           // branches: (cond, body)...; else_body
+    For,          // for targets in expr [if cond]: body; else_body
+    Set,          // set targets = expr, or set expr.attr = value (target_attr)
+    SetBlock,     // set targets[0] %}body{% endset; filters applied in `filters`
+    Macro,        // macro name(params) body
+    CallBlock,    // call(params) expr %}body{% endcall
+    FilterBlock,  // filter filters %}body{% endfilter
     Break,
     Continue,
-    Scope,       // a body rendered as is (transformers' {% generation %})
+    Scope,  // a body rendered as is (transformers' {% generation %})
   };
   Kind kind;
   size_t offset = 0;
   std::string text;
-  ExprPtr expr;                     // Output, For iterable, Set value, CallBlock call
-  ExprPtr cond;                     // For filter
-  ExprPtr target_obj;               // Set ns.attr: the namespace expression; text: the attribute
-  std::vector<std::string> targets; // For, Set, SetBlock, Macro name (targets[0])
+  ExprPtr expr;                      // Output, For iterable, Set value, CallBlock call
+  ExprPtr cond;                      // For filter
+  ExprPtr target_obj;                // Set ns.attr: the namespace expression; text: the attribute
+  std::vector<std::string> targets;  // For, Set, SetBlock, Macro name (targets[0])
   std::vector<std::pair<ExprPtr, Body>> branches;
   Body body, else_body;
   std::vector<std::pair<std::string, ExprPtr>> params;  // Macro, CallBlock: name and default (may be null)

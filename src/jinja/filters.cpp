@@ -32,7 +32,8 @@ Value attribute_path(const Value& v, const std::string& path) {
   while (true) {
     const size_t dot = path.find('.', start);
     const std::string part = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
-    const bool digits = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
+    const bool digits =
+        !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
     cur = digits ? get_item(cur, Value(static_cast<int64_t>(std::stoll(part)))) : get_item(cur, Value(part));
     if (dot == std::string::npos) return cur;
     start = dot + 1;
@@ -55,9 +56,12 @@ Value f_tojson(Interpreter&, const Value& v, Args& a) {
   const Value indent = arg(a, 0, "indent", Value::none());
   const bool ascii = arg(a, 1, "ensure_ascii", Value(false)).truthy();
   std::string unit;
-  if (indent.is_int()) unit = std::string(std::max<int64_t>(indent.as_int(), 0), ' ');
-  else if (indent.is_string()) unit = indent.str();
-  else if (!indent.is_none()) throw std::runtime_error("tojson: indent must be an integer or a string");
+  if (indent.is_int())
+    unit = std::string(std::max<int64_t>(indent.as_int(), 0), ' ');
+  else if (indent.is_string())
+    unit = indent.str();
+  else if (!indent.is_none())
+    throw std::runtime_error("tojson: indent must be an integer or a string");
   return Value(to_json(v, indent.is_none() ? nullptr : &unit, ascii));
 }
 
@@ -89,8 +93,8 @@ Value f_title(Interpreter&, const Value& v, Args&) {
   std::string out;
   bool start = true;
   for (char c : s) {
-    const bool sep = c == '-' || kPyWhitespace.find(c) != std::string_view::npos || c == '(' || c == '{' ||
-                     c == '[' || c == '<';
+    const bool sep =
+        c == '-' || kPyWhitespace.find(c) != std::string_view::npos || c == '(' || c == '{' || c == '[' || c == '<';
     out += sep ? c : start ? ascii_upper(std::string(1, c))[0] : ascii_lower(std::string(1, c))[0];
     start = sep;
   }
@@ -311,7 +315,8 @@ Value f_sum(Interpreter&, const Value& v, Args& a) {
   for (const Value& x : items_of(v)) {
     const Value y = attr.is_none() ? x : attribute_path(x, attr.to_str());
     if (!total.is_number() || !y.is_number()) throw std::runtime_error("sum: items must be numbers");
-    total = total.is_float() || y.is_float() ? Value(total.as_double() + y.as_double()) : Value(total.as_int() + y.as_int());
+    total = total.is_float() || y.is_float() ? Value(total.as_double() + y.as_double())
+                                             : Value(total.as_int() + y.as_int());
   }
   return total;
 }
@@ -340,16 +345,44 @@ Value f_center(Interpreter&, const Value& v, Args& a) {
 
 const std::unordered_map<std::string, Filter>& filters() {
   static const std::unordered_map<std::string, Filter> table = {
-      {"tojson", f_tojson},       {"length", f_length},     {"count", f_length},        {"trim", f_trim},
-      {"string", f_string},       {"upper", f_upper},       {"lower", f_lower},         {"capitalize", f_capitalize},
-      {"title", f_title},         {"default", f_default},   {"d", f_default},           {"join", f_join},
-      {"items", f_items},         {"dictsort", f_dictsort}, {"list", f_list},           {"safe", f_safe},
-      {"replace", f_replace},     {"select", f_select},     {"reject", f_reject},       {"selectattr", f_selectattr},
-      {"rejectattr", f_rejectattr}, {"map", f_map},         {"indent", f_indent},       {"int", f_int},
-      {"float", f_float},         {"first", f_first},       {"last", f_last},           {"reverse", f_reverse},
-      {"sort", f_sort},           {"unique", f_unique},     {"min", f_min},             {"max", f_max},
-      {"sum", f_sum},             {"abs", f_abs},           {"escape", f_escape},       {"e", f_escape},
-      {"wordcount", f_wordcount}, {"center", f_center},
+      {"tojson", f_tojson},
+      {"length", f_length},
+      {"count", f_length},
+      {"trim", f_trim},
+      {"string", f_string},
+      {"upper", f_upper},
+      {"lower", f_lower},
+      {"capitalize", f_capitalize},
+      {"title", f_title},
+      {"default", f_default},
+      {"d", f_default},
+      {"join", f_join},
+      {"items", f_items},
+      {"dictsort", f_dictsort},
+      {"list", f_list},
+      {"safe", f_safe},
+      {"replace", f_replace},
+      {"select", f_select},
+      {"reject", f_reject},
+      {"selectattr", f_selectattr},
+      {"rejectattr", f_rejectattr},
+      {"map", f_map},
+      {"indent", f_indent},
+      {"int", f_int},
+      {"float", f_float},
+      {"first", f_first},
+      {"last", f_last},
+      {"reverse", f_reverse},
+      {"sort", f_sort},
+      {"unique", f_unique},
+      {"min", f_min},
+      {"max", f_max},
+      {"sum", f_sum},
+      {"abs", f_abs},
+      {"escape", f_escape},
+      {"e", f_escape},
+      {"wordcount", f_wordcount},
+      {"center", f_center},
   };
   return table;
 }

@@ -181,19 +181,21 @@ Interpreter::Flow Interpreter::exec(const Stmt& s, std::string& out) {
       eval_args(call_expr, 1, args);
       Scope* caller_scope = scope_;
       args.kw.emplace_back("caller", Value::function("caller", [&s, caller_scope](Interpreter& in, Args& a) {
-        Scope scope{{}, caller_scope};
-        for (size_t i = 0; i < s.params.size(); ++i) {
-          const Value* v = a.get(i, s.params[i].first);
-          scope.vars.emplace_back(s.params[i].first, v ? *v : s.params[i].second ? in.eval(*s.params[i].second)
-                                                                                  : Value::undefined("caller"));
-        }
-        Scope* saved = in.scope_;
-        in.scope_ = &scope;
-        std::string text;
-        in.exec(s.body, text);
-        in.scope_ = saved;
-        return Value(std::move(text));
-      }));
+                             Scope scope{{}, caller_scope};
+                             for (size_t i = 0; i < s.params.size(); ++i) {
+                               const Value* v = a.get(i, s.params[i].first);
+                               scope.vars.emplace_back(s.params[i].first, v ? *v
+                                                                          : s.params[i].second
+                                                                              ? in.eval(*s.params[i].second)
+                                                                              : Value::undefined("caller"));
+                             }
+                             Scope* saved = in.scope_;
+                             in.scope_ = &scope;
+                             std::string text;
+                             in.exec(s.body, text);
+                             in.scope_ = saved;
+                             return Value(std::move(text));
+                           }));
       try {
         out += call(fn, args).to_str();
       } catch (const TemplateError&) {
@@ -266,9 +268,9 @@ Interpreter::Flow Interpreter::exec_for(const Stmt& s, std::string& out) {
     if (i > 0) f.emplace_back("previtem", items[i - 1]);
     if (i + 1 < n) f.emplace_back("nextitem", items[i + 1]);
     f.emplace_back("cycle", Value::function("cycle", [i](Interpreter&, Args& a) {
-      if (a.pos.empty()) throw std::runtime_error("no items for cycling given");
-      return a.pos[i % a.pos.size()];
-    }));
+                     if (a.pos.empty()) throw std::runtime_error("no items for cycling given");
+                     return a.pos[i % a.pos.size()];
+                   }));
     scope.set("loop", std::move(loop));
     scope_ = &scope;
     Flow flow;
@@ -316,8 +318,9 @@ Value Interpreter::make_macro(const Stmt& s) {
         if (k == p) v = &kv, ++named;
       Scope* saved = in.scope_;
       in.scope_ = &scope;
-      Value value = v ? *v : s.params[i].second ? in.eval(*s.params[i].second)
-                                                : Value::undefined("'" + p + "' is undefined");
+      Value value = v                    ? *v
+                    : s.params[i].second ? in.eval(*s.params[i].second)
+                                         : Value::undefined("'" + p + "' is undefined");
       in.scope_ = saved;
       scope.vars.emplace_back(p, std::move(value));
     }
@@ -448,8 +451,7 @@ Value Interpreter::eval_node(const Expr& e) {
       if (v.is_string()) {
         const std::vector<std::string_view> chars = utf8_chars(v.str());
         std::string s;
-        for (int64_t i : slice_indices(static_cast<int64_t>(chars.size()), parts[0], parts[1], parts[2]))
-          s += chars[i];
+        for (int64_t i : slice_indices(static_cast<int64_t>(chars.size()), parts[0], parts[1], parts[2])) s += chars[i];
         return Value(std::move(s));
       }
       if (v.is_array()) {
@@ -474,7 +476,9 @@ Value Interpreter::eval_node(const Expr& e) {
     case Expr::Kind::Pos: {
       Value v = eval(*e.args[0]);
       check_defined(v);
-      if (!v.is_number()) throw std::runtime_error("bad operand type for unary " + std::string(e.kind == Expr::Kind::Neg ? "-" : "+") + ": '" + v.type_name() + "'");
+      if (!v.is_number())
+        throw std::runtime_error("bad operand type for unary " + std::string(e.kind == Expr::Kind::Neg ? "-" : "+") +
+                                 ": '" + v.type_name() + "'");
       if (e.kind == Expr::Kind::Pos) return v.is_bool() ? Value(v.as_int()) : v;
       return v.is_float() ? Value(-v.as_double()) : Value(-v.as_int());
     }

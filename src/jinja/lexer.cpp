@@ -247,7 +247,8 @@ class Lexer {
       }
     }
     Token t{is_float ? Token::Type::Float : Token::Type::Int, digits, 0, 0, pos};
-    if (is_float) t.float_value = std::strtod(digits.c_str(), nullptr);
+    if (is_float)
+      t.float_value = std::strtod(digits.c_str(), nullptr);
     else if (std::from_chars(digits.data(), digits.data() + digits.size(), t.int_value).ec != std::errc())
       fail(pos, "integer literal out of range");
     tokens_.push_back(std::move(t));

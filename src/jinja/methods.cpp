@@ -152,8 +152,8 @@ Value no_attribute(const Value& obj, const std::string& what) {
 }
 
 bool is_unsafe(const Value& obj, std::string_view name) {
-  static constexpr std::string_view list_mut[] = {"append", "clear", "pop", "reverse", "insert", "sort", "extend",
-                                                  "remove"};
+  static constexpr std::string_view list_mut[] = {"append", "clear", "pop",    "reverse",
+                                                  "insert", "sort",  "extend", "remove"};
   static constexpr std::string_view dict_mut[] = {"clear", "pop", "popitem", "setdefault", "update"};
   if (obj.is_array() && !obj.arr().tuple)
     return std::find(std::begin(list_mut), std::end(list_mut), name) != std::end(list_mut);
@@ -166,9 +166,10 @@ bool is_unsafe(const Value& obj, std::string_view name) {
 
 bool has_method(const Value& obj, std::string_view name) {
   static constexpr std::string_view str_methods[] = {
-      "strip", "lstrip", "rstrip", "upper", "lower", "title", "capitalize", "startswith", "endswith", "split",
-      "rsplit", "replace", "format", "join", "find", "count", "index", "removeprefix", "removesuffix", "splitlines",
-      "isdigit", "isalpha", "isspace", "isalnum", "isupper", "islower"};
+      "strip",      "lstrip",   "rstrip",  "upper",        "lower",        "title",      "capitalize",
+      "startswith", "endswith", "split",   "rsplit",       "replace",      "format",     "join",
+      "find",       "count",    "index",   "removeprefix", "removesuffix", "splitlines", "isdigit",
+      "isalpha",    "isspace",  "isalnum", "isupper",      "islower"};
   static constexpr std::string_view dict_methods[] = {"get", "items", "keys", "values"};
   static constexpr std::string_view list_methods[] = {"index", "count"};
   const auto in = [&](const auto& list) { return std::find(std::begin(list), std::end(list), name) != std::end(list); };
@@ -192,8 +193,10 @@ std::optional<Value> call_method(Interpreter&, const Value& obj, const std::stri
     }
     std::vector<Value> items;
     for (const auto& [k, v] : o.items) {
-      if (name == "items") items.push_back(Value::array({Object::key_value(k), v}, true));
-      else items.push_back(name == "keys" ? Object::key_value(k) : v);
+      if (name == "items")
+        items.push_back(Value::array({Object::key_value(k), v}, true));
+      else
+        items.push_back(name == "keys" ? Object::key_value(k) : v);
     }
     return Value::array(std::move(items));
   }
@@ -215,8 +218,8 @@ Value get_attr(const Value& obj, const std::string& name) {
   if (obj.is_object() && obj.obj().is_namespace) {
     if (const Value* v = obj.obj().find(name)) return *v;
   } else if (has_method(obj, name)) {
-    if (is_unsafe(obj, name)) return Value::undefined("access to attribute '" + name + "' of '" + obj.type_name() +
-                                                      "' object is unsafe.");
+    if (is_unsafe(obj, name))
+      return Value::undefined("access to attribute '" + name + "' of '" + obj.type_name() + "' object is unsafe.");
     return Value::function(name, [obj, name](Interpreter& in, Args& a) { return *call_method(in, obj, name, a); });
   } else if (obj.is_object()) {
     if (const Value* v = obj.obj().find(name)) return *v;
@@ -272,7 +275,8 @@ Value global(const std::string& name) {
   static const Value range = Value::function("range", [](Interpreter&, Args& a) {
     if (a.pos.empty() || a.pos.size() > 3) throw std::runtime_error("range expected 1 to 3 arguments");
     for (const Value& v : a.pos)
-      if (!v.is_int() && !v.is_bool()) throw std::runtime_error("range() integer argument expected, got " + v.type_name());
+      if (!v.is_int() && !v.is_bool())
+        throw std::runtime_error("range() integer argument expected, got " + v.type_name());
     const int64_t start = a.pos.size() > 1 ? a.pos[0].as_int() : 0;
     const int64_t stop = a.pos.size() > 1 ? a.pos[1].as_int() : a.pos[0].as_int();
     const int64_t step = a.pos.size() > 2 ? a.pos[2].as_int() : 1;

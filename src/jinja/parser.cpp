@@ -26,9 +26,7 @@ class Parser {
  private:
   const Token& peek(size_t ahead = 0) const { return t_[std::min(i_ + ahead, t_.size() - 1)]; }
   const Token& next() { return t_[i_ < t_.size() - 1 ? i_++ : i_]; }
-  bool is_op(std::string_view s, size_t ahead = 0) const {
-    return peek(ahead).type == T::Op && peek(ahead).text == s;
-  }
+  bool is_op(std::string_view s, size_t ahead = 0) const { return peek(ahead).type == T::Op && peek(ahead).text == s; }
   bool is_name(std::string_view s, size_t ahead = 0) const {
     return peek(ahead).type == T::Name && peek(ahead).text == s;
   }
@@ -415,9 +413,12 @@ class Parser {
       case T::Name: {
         next();
         auto e = make(Expr::Kind::Literal, tok.offset);
-        if (tok.text == "true" || tok.text == "True") e->value = Value(true);
-        else if (tok.text == "false" || tok.text == "False") e->value = Value(false);
-        else if (tok.text == "none" || tok.text == "None") e->value = Value::none();
+        if (tok.text == "true" || tok.text == "True")
+          e->value = Value(true);
+        else if (tok.text == "false" || tok.text == "False")
+          e->value = Value(false);
+        else if (tok.text == "none" || tok.text == "None")
+          e->value = Value::none();
         else {
           e->kind = Expr::Kind::Name;
           e->name = tok.text;
@@ -578,8 +579,8 @@ class Parser {
         const Token& n = peek();
         if (is_op("(")) {
           parse_call_args(*t);
-        } else if ((n.type == T::Name || n.type == T::String || n.type == T::Int || n.type == T::Float ||
-                    is_op("[") || is_op("{")) &&
+        } else if ((n.type == T::Name || n.type == T::String || n.type == T::Int || n.type == T::Float || is_op("[") ||
+                    is_op("{")) &&
                    !is_name("else") && !is_name("or") && !is_name("and")) {
           t->args.push_back(parse_postfix(parse_primary()));
         }

@@ -148,8 +148,10 @@ std::string float_repr(double d) {
   const size_t e = sci.find('e');
   std::string sign, digits;
   for (char c : sci.substr(0, e)) {
-    if (c == '-') sign = "-";
-    else if (c != '.') digits += c;
+    if (c == '-')
+      sign = "-";
+    else if (c != '.')
+      digits += c;
   }
   int exp = 0;
   std::from_chars(sci.data() + e + (sci[e + 1] == '+' ? 2 : 1), sci.data() + sci.size(), exp);
@@ -171,11 +173,16 @@ std::string repr_string(const std::string& s) {
   const char q = (s.find('\'') != std::string::npos && s.find('"') == std::string::npos) ? '"' : '\'';
   std::string out(1, q);
   for (unsigned char c : s) {
-    if (c == '\\') out += "\\\\";
-    else if (c == q) out += std::string("\\") + static_cast<char>(q);
-    else if (c == '\n') out += "\\n";
-    else if (c == '\r') out += "\\r";
-    else if (c == '\t') out += "\\t";
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == q)
+      out += std::string("\\") + static_cast<char>(q);
+    else if (c == '\n')
+      out += "\\n";
+    else if (c == '\r')
+      out += "\\r";
+    else if (c == '\t')
+      out += "\\t";
     else if (c < 0x20 || c == 0x7f) {
       static const char* hex = "0123456789abcdef";
       out += "\\x";
@@ -288,8 +295,8 @@ bool less(const Value& a, const Value& b) {
     }
     return x.size() < y.size();
   }
-  throw std::invalid_argument("'<' not supported between instances of '" + a.type_name() + "' and '" +
-                              b.type_name() + "'");
+  throw std::invalid_argument("'<' not supported between instances of '" + a.type_name() + "' and '" + b.type_name() +
+                              "'");
 }
 
 namespace {
@@ -326,8 +333,10 @@ void json_char(std::string& out, std::string_view ch, bool ensure_ascii) {
     case '\b': out += "\\b"; break;
     case '\f': out += "\\f"; break;
     default:
-      if (c < 0x20) u(c);
-      else out += static_cast<char>(c);
+      if (c < 0x20)
+        u(c);
+      else
+        out += static_cast<char>(c);
   }
 }
 
@@ -380,8 +389,12 @@ void json_value(std::string& out, const Value& v, const std::string* indent, boo
         if (i) out += indent ? "," : ", ";
         if (indent) newline(level + 1);
         const Value key = Object::key_value(items[i].first);  // json.dumps writes 512 as "512", True as "true"
-        json_string(out, key.is_string() ? key.str() : key.is_bool() ? (key.as_bool() ? "true" : "false")
-                                       : key.is_none() ? "null" : key.to_str(), ascii);
+        json_string(out,
+                    key.is_string() ? key.str()
+                    : key.is_bool() ? (key.as_bool() ? "true" : "false")
+                    : key.is_none() ? "null"
+                                    : key.to_str(),
+                    ascii);
         out += ": ";
         json_value(out, items[i].second, indent, ascii, level + 1);
       }

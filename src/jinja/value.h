@@ -92,7 +92,7 @@ class Value {
   bool is_markup() const { return markup_; }
 
   bool as_bool() const { return std::get<bool>(v_); }
-  int64_t as_int() const;  // ints and bools
+  int64_t as_int() const;    // ints and bools
   double as_double() const;  // any number
   const std::string& str() const { return std::get<std::string>(v_); }
   Array& arr() const { return *std::get<std::shared_ptr<Array>>(v_); }

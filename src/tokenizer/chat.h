@@ -55,7 +55,7 @@ ChatPrompt render_chat(ChatFamily family, std::span<const ChatMessage> messages,
 // tools (None when absent), documents (None), add_generation_prompt, bos_token, eos_token and the extra variables.
 struct ChatInput {
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();
-  nlohmann::ordered_json tools = nullptr;                             // an array, or null
+  nlohmann::ordered_json tools = nullptr;                               // an array, or null
   nlohmann::ordered_json variables = nlohmann::ordered_json::object();  // chat_template_kwargs (enable_thinking, ...)
   bool add_generation_prompt = true;
   std::optional<std::tm> now;  // strftime_now's time; unset: the local time

@@ -96,8 +96,8 @@ std::optional<std::vector<TextRange>> align(const std::string& text, const std::
     const std::string& c = contents[idx[j]];
     size_t len = std::string::npos;
     for (std::string_view cand : {std::string_view(c), trim(c)}) {
-      if (t.substr(p).starts_with(cand) && (last ? t.substr(p + cand.size()) == next
-                                                 : t.substr(p + cand.size()).starts_with(next))) {
+      if (t.substr(p).starts_with(cand) &&
+          (last ? t.substr(p + cand.size()) == next : t.substr(p + cand.size()).starts_with(next))) {
         len = cand.size();
         break;
       }
@@ -151,7 +151,8 @@ std::vector<ChatMessage> plain_messages(const json& messages) {
     std::string content;
     if (m.contains("content")) {
       const json& c = m["content"];
-      if (c.is_string()) content = c.get<std::string>();
+      if (c.is_string())
+        content = c.get<std::string>();
       else if (c.is_array())
         for (const json& part : c)
           if (part.is_object() && part.contains("text") && part["text"].is_string()) content += part["text"];

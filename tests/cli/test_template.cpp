@@ -23,8 +23,9 @@ const std::string kModel = std::string(WGLLM_SOURCE_DIR) + "/models/default/shak
 TEST(TemplateCli, RendersExactly) {
   const std::string msgs = write_temp("m.json", R"([{"role": "user", "content": "Hi \"there\""},
                                                    {"role": "assistant", "content": "Hello"}])");
-  const std::string tmpl = write_temp(
-      "t.jinja", "{% for m in messages %}[{{ m.role }}:{{ m.content }}]{% endfor %}"
+  const std::string tmpl =
+      write_temp("t.jinja",
+                 "{% for m in messages %}[{{ m.role }}:{{ m.content }}]{% endfor %}"
                  "{% if add_generation_prompt %}>{% endif %}|{{ bos_token }}|{{ eos_token }}|{{ tools is none }}\n");
   CliResult r = run_cli("template --template " + tmpl + " --messages " + msgs);
   EXPECT_EQ(r.status, 0) << r.err;
@@ -59,16 +60,18 @@ TEST(TemplateCli, DateForStrftimeNow) {
 TEST(TemplateCli, ErrorsAreOneLine) {
   const std::string msgs = write_temp("m.json", R"([{"role": "system", "content": "x"}])");
   const std::string raises = write_temp(
-      "r.jinja", "{% for m in messages %}\n{% if m.role == 'system' %}{{ raise_exception('System role not supported') }}"
-                 "{% endif %}{% endfor %}");
+      "r.jinja",
+      "{% for m in messages %}\n{% if m.role == 'system' %}{{ raise_exception('System role not supported') }}"
+      "{% endif %}{% endfor %}");
   CliResult r = run_cli("template --template " + raises + " --messages " + msgs);
   EXPECT_EQ(r.status, 1);
   EXPECT_EQ(r.out, "");
   EXPECT_EQ(r.err, "wgllm: error: chat template: line 2, column 31: System role not supported\n");
   r = run_cli("template --template " + write_temp("s.jinja", "{% if x %}") + " --messages " + msgs);
   EXPECT_EQ(r.status, 1);
-  EXPECT_EQ(r.err, "wgllm: error: chat template: line 1, column 11: unexpected end of template, expected 'elif' or "
-                   "'else' or 'endif'\n");
+  EXPECT_EQ(r.err,
+            "wgllm: error: chat template: line 1, column 11: unexpected end of template, expected 'elif' or "
+            "'else' or 'endif'\n");
   r = run_cli("template --template " + raises + " --messages " + write_temp("bad.json", "[{"));
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.err.find("messages is not JSON"), std::string::npos) << r.err;

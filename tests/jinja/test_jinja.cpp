@@ -62,7 +62,8 @@ const Case kCases[] = {
      "{% endmacro %}{{ tag('a') }}{% call tag('b', body='x') %}inner{% endcall %}",
      "{}", "<a>-</a><b>xinner</b>"},
     // tojson: key order kept, no ASCII escaping, Python's separators and float printing
-    {"{{ d | tojson }}|{{ d | tojson(indent=2) }}|{{ 'é\"\\n' | tojson }}", R"({"d": {"z": 1, "a": [1.5, null, true]}})",
+    {"{{ d | tojson }}|{{ d | tojson(indent=2) }}|{{ 'é\"\\n' | tojson }}",
+     R"({"d": {"z": 1, "a": [1.5, null, true]}})",
      "{\"z\": 1, \"a\": [1.5, null, true]}|{\n  \"z\": 1,\n  \"a\": [\n    1.5,\n    null,\n    true\n  ]\n}|"
      "\"é\\\"\\n\""},
     // slices (by characters), indexing, ~
@@ -117,12 +118,15 @@ TEST(Jinja, ErrorsNameLineAndColumn) {
             "line 3, column 6: no system role");
   EXPECT_EQ(error_of("{{ 'a' | nosuch }}"), "line 1, column 10: No filter named 'nosuch'.");
   EXPECT_EQ(error_of("{% foo %}"), "line 1, column 4: unknown statement 'foo'");
-  EXPECT_EQ(error_of("{{ [1].append(2) }}"), "line 1, column 4: access to attribute 'append' of 'list' object is unsafe.");
+  EXPECT_EQ(error_of("{{ [1].append(2) }}"),
+            "line 1, column 4: access to attribute 'append' of 'list' object is unsafe.");
   EXPECT_EQ(error_of("{{ 1 / 0 }}"), "line 1, column 6: division by zero");
   EXPECT_EQ(error_of("{{ 'a' + 1 }}"), "line 1, column 8: unsupported operand type(s) for +: 'str' and 'int'");
-  EXPECT_EQ(error_of("{% if x %}"), "line 1, column 11: unexpected end of template, expected 'elif' or 'else' or 'endif'");
+  EXPECT_EQ(error_of("{% if x %}"),
+            "line 1, column 11: unexpected end of template, expected 'elif' or 'else' or 'endif'");
   EXPECT_EQ(error_of("{{ \"abc }}"), "line 1, column 4: unterminated string");
-  EXPECT_EQ(error_of("{% set d = {} %}{% set d.x = 1 %}"), "line 1, column 24: cannot assign attribute on non-namespace object");
+  EXPECT_EQ(error_of("{% set d = {} %}{% set d.x = 1 %}"),
+            "line 1, column 24: cannot assign attribute on non-namespace object");
   EXPECT_EQ(error_of("{% break %}"), "line 1, column 4: 'break' outside a loop");
 }
 
@@ -148,7 +152,8 @@ TEST(Jinja, RendersTwentyMessagesUnderAMillisecond) {
       "+ '\\n' + message.content + '<|im_end|>' + '\\n' }}{%- endif %}{%- endfor %}{%- if add_generation_prompt %}"
       "{{- '<|im_start|>assistant\\n' }}{%- endif %}");
   nlohmann::ordered_json msgs = nlohmann::ordered_json::array();
-  for (int i = 0; i < 20; ++i) msgs.push_back({{"role", i % 2 ? "assistant" : "user"}, {"content", std::string(400, 'a')}});
+  for (int i = 0; i < 20; ++i)
+    msgs.push_back({{"role", i % 2 ? "assistant" : "user"}, {"content", std::string(400, 'a')}});
   Value v = Value::object();
   v.obj().set("messages", Value::from_json(msgs));
   v.obj().set("add_generation_prompt", Value(true));

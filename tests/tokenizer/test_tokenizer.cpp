@@ -359,7 +359,8 @@ TEST(ChatTemplate, OwnTemplateOrBuiltin) {
   EXPECT_EQ(own.render(in, "<bos>", "", false).text, "<|im_start|>Hi");
   EXPECT_EQ(ChatFormat("", "gemma3").render(in, "<bos>", "", false).text,
             "<bos><start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n");
-  EXPECT_EQ(ChatFormat("", "llama").render(in, "<s>", "", true).text, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(ChatFormat("", "llama").render(in, "<s>", "", true).text,
+            "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
   try {
     ChatFormat("", "llama").render(in, "<s>", "", false);
     FAIL() << "no error";

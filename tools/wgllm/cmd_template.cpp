@@ -42,8 +42,7 @@ int render_template(const TemplateOptions& o, bool bos_given, bool eos_given) {
   if (bos_given) r.bos_token = o.bos;
   if (eos_given) r.eos_token = o.eos;
   const std::string jinja = o.template_file.empty() ? "" : read_file(o.template_file, "template file");
-  const std::string text =
-      o.model.empty() ? ChatTemplate(jinja).render(r) : Vocab::load(o.model).render_chat(r, jinja);
+  const std::string text = o.model.empty() ? ChatTemplate(jinja).render(r) : Vocab::load(o.model).render_chat(r, jinja);
   std::fwrite(text.data(), 1, text.size(), stdout);
   return 0;
 }
@@ -54,10 +53,10 @@ const Register reg{
        auto o = std::make_shared<TemplateOptions>();
        auto* m = app.add_option("-m,--model", o->model, "GGUF file: its template, BOS and EOS (vocabulary only)");
        auto* t = app.add_option("--template", o->template_file, "Jinja chat template file (instead of the model's)");
-       app.add_option("--messages", o->messages_file, "JSON file: an array of messages (OpenAI's shape)")
-           ->required();
+       app.add_option("--messages", o->messages_file, "JSON file: an array of messages (OpenAI's shape)")->required();
        app.add_option("--tools", o->tools_file, "JSON file: an array of tools (the template's `tools`)");
-       app.add_option("--vars", o->variables, "JSON object of more template variables, e.g. '{\"enable_thinking\": false}'");
+       app.add_option("--vars", o->variables,
+                      "JSON object of more template variables, e.g. '{\"enable_thinking\": false}'");
        auto* b = app.add_option("--bos-token", o->bos, "bos_token's text (default: the model's; none without -m)");
        auto* e = app.add_option("--eos-token", o->eos, "eos_token's text (default: the model's; none without -m)");
        app.add_flag("--no-generation-prompt", o->no_generation_prompt,
