@@ -91,7 +91,8 @@ void check_content(const json& msg) {
 
 // The messages, tools and chat_template_kwargs as the model's chat template sees them: the body's own JSON, keys
 // in the order the client wrote them (a tool's schema reaches the prompt as written).
-std::vector<int32_t> chat_prompt(const json& body, const std::string& body_text, const Model& model) {
+std::vector<int32_t> chat_prompt(const json& body, const std::string& body_text, const Model& model,
+                                 bool& thinking_open) {
   const json* messages = field(body, "messages");
   if (!messages) throw ApiError(400, "'messages' is required", "messages", "missing_required_parameter");
   if (!messages->is_array()) wrong_type("messages", "an array", *messages);
@@ -119,7 +120,11 @@ std::vector<int32_t> chat_prompt(const json& body, const std::string& body_text,
   if (tools) r.tools = ordered["tools"].dump();
   if (kwargs) r.variables = ordered["chat_template_kwargs"].dump();
   try {
-    return model.encode_chat(r);
+    std::vector<int32_t> ids = model.encode_chat(r);
+    // The template may open the reply's thinking itself (the prompt ends in "<think>\n"): its last tokens say.
+    const size_t tail = std::min<size_t>(ids.size(), 8);
+    thinking_open = prompt_opens_thinking(model.decode(std::span(ids).last(tail)));
+    return ids;
   } catch (const InvalidArgument& e) {
     bad_value("messages", e.what());
   } catch (const Error& e) {  // the template refused the conversation (raise_exception) or failed on it
@@ -247,7 +252,8 @@ ParsedRequest parse_request(Endpoint endpoint, const std::string& body_text, con
 
   // The prompt last: tokenizing is the costly part.
   const char* prompt_key = endpoint == Endpoint::Chat ? "messages" : "prompt";
-  r.engine.prompt = endpoint == Endpoint::Chat ? chat_prompt(body, body_text, model) : completion_prompt(body, model);
+  r.engine.prompt = endpoint == Endpoint::Chat ? chat_prompt(body, body_text, model, r.thinking_open)
+                                                : completion_prompt(body, model);
   if (r.engine.prompt.empty()) bad_value(prompt_key, "the prompt is empty");
   const size_t n_prompt = r.engine.prompt.size();
   if (n_prompt >= n_ctx)
@@ -264,13 +270,16 @@ ParsedRequest parse_request(Endpoint endpoint, const std::string& body_text, con
 
 // ---- responses
 
-ResponseWriter::ResponseWriter(Endpoint endpoint, const Model& model, std::string model_name, bool logprobs)
+ResponseWriter::ResponseWriter(Endpoint endpoint, const Model& model, std::string model_name, bool logprobs,
+                               bool split_reasoning, bool thinking_open)
     : endpoint_(endpoint),
       model_(model),
       model_name_(std::move(model_name)),
       created_(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
                    .count()),
-      logprobs_(logprobs) {
+      logprobs_(logprobs),
+      thinking_open_(thinking_open) {
+  if (endpoint == Endpoint::Chat && split_reasoning) reasoning_.emplace(thinking_open);
   thread_local std::mt19937_64 rng{std::random_device{}()};
   char hex[25];
   std::snprintf(hex, sizeof hex, "%016llx%08llx", (unsigned long long)rng(), (unsigned long long)(rng() >> 32));
@@ -322,10 +331,10 @@ json ResponseWriter::chunk(const std::string& text, const std::vector<TokenLogpr
   json out;
   if (endpoint_ == Endpoint::Chat) {
     out = envelope("chat.completion.chunk");
-    json delta = {{"content", text}};
-    if (!role_sent_) delta["role"] = "assistant";
+    json d = reasoning_ ? delta(reasoning_->push(text)) : json{{"content", text}};
+    if (!role_sent_) d["role"] = "assistant";
     role_sent_ = true;
-    choice["delta"] = std::move(delta);
+    choice["delta"] = std::move(d);
     if (logprobs_ && !tokens.empty()) choice["logprobs"] = chat_logprobs(tokens);
   } else {
     out = envelope("text_completion");
@@ -337,8 +346,23 @@ json ResponseWriter::chunk(const std::string& text, const std::vector<TokenLogpr
   return out;
 }
 
+// The delta of a chunk: content (always, as without the split, unless the chunk is reasoning alone) and
+// reasoning_content where there is some.
+json ResponseWriter::delta(const ReasoningSplitter::Parts& parts) {
+  json d = json::object();
+  if (!parts.content.empty() || parts.reasoning.empty()) d["content"] = parts.content;
+  if (!parts.reasoning.empty()) d["reasoning_content"] = parts.reasoning;
+  return d;
+}
+
 json ResponseWriter::final_chunk(const std::string& text, const std::vector<TokenLogprobs>& tokens, const Finish& f) {
   json out = chunk(text, tokens);
+  if (reasoning_) {  // what the splitter still held (a marker's start that never completed)
+    const ReasoningSplitter::Parts rest = reasoning_->flush();
+    json& d = out["choices"][0]["delta"];
+    if (!rest.content.empty()) d["content"] = d.value("content", "") + rest.content;
+    if (!rest.reasoning.empty()) d["reasoning_content"] = d.value("reasoning_content", "") + rest.reasoning;
+  }
   out["choices"][0]["finish_reason"] = f.reason;
   return out;
 }
@@ -362,6 +386,13 @@ json ResponseWriter::whole(const std::string& text, const std::vector<TokenLogpr
   if (endpoint_ == Endpoint::Chat) {
     out = envelope("chat.completion");
     choice["message"] = {{"role", "assistant"}, {"content", text}};
+    if (reasoning_) {
+      ReasoningSplitter split(thinking_open_);
+      ReasoningSplitter::Parts parts = split.push(text), rest = split.flush();
+      choice["message"]["content"] = parts.content + rest.content;
+      const std::string reasoning = parts.reasoning + rest.reasoning;
+      if (!reasoning.empty()) choice["message"]["reasoning_content"] = reasoning;
+    }
     if (logprobs_) choice["logprobs"] = chat_logprobs(tokens);
   } else {
     out = envelope("text_completion");

@@ -5,11 +5,13 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "wgllm/batch.h"
+#include "wgllm/chat.h"
 #include "wgllm/wgllm.h"
 
 namespace wgllm::server {
@@ -37,6 +39,7 @@ struct ParsedRequest {
   bool include_usage = false;  // stream_options.include_usage: a last chunk with the usage
   bool logprobs = false;       // per-token log-probabilities in the response
   uint32_t top_logprobs = 0;   // alternatives per token (chat: top_logprobs; completions: logprobs = n)
+  bool thinking_open = false;  // chat: the prompt ends inside <think> (the template opened it for the model)
 };
 
 // Parses a request body for `endpoint`. Throws ApiError: 400 for JSON that does not parse, a field of the wrong type
@@ -62,10 +65,14 @@ struct Finish {
 // Builds the response objects of one request: one id, one creation time, one model name for all its chunks.
 class ResponseWriter {
  public:
-  ResponseWriter(Endpoint endpoint, const Model& model, std::string model_name, bool logprobs);
+  // split_reasoning (chat): a reply's <think>...</think> goes to reasoning_content, the rest to content
+  // (ReasoningSplitter; thinking_open: the reply starts inside it).
+  ResponseWriter(Endpoint endpoint, const Model& model, std::string model_name, bool logprobs,
+                 bool split_reasoning = false, bool thinking_open = false);
   Endpoint endpoint() const { return endpoint_; }
 
   // A streamed chunk carrying `text` (and its tokens' log-probabilities); chat's first chunk carries the role.
+  // With reasoning split, the delta carries the text's reasoning as reasoning_content and the rest as content.
   nlohmann::json chunk(const std::string& text, const std::vector<TokenLogprobs>& tokens);
   // The last streamed chunk: the finish reason, and any text still held.
   nlohmann::json final_chunk(const std::string& text, const std::vector<TokenLogprobs>& tokens, const Finish& f);
@@ -88,6 +95,9 @@ class ResponseWriter {
   bool logprobs_;
   bool role_sent_ = false;
   size_t text_sent_ = 0;  // bytes of completion text in the chunks so far (text_offset)
+  std::optional<ReasoningSplitter> reasoning_;
+  bool thinking_open_ = false;
+  nlohmann::json delta(const ReasoningSplitter::Parts& parts);
 };
 
 // The data of a streamed event: `data: <json>\n\n`.

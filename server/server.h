@@ -26,6 +26,9 @@ struct ServerOptions {
   std::string model_name;            // the model's id in /v1/models and the responses; requests may name only it
   size_t max_body_bytes = 4u << 20;  // larger request bodies get 413
   BatchOptions batch;                // the engine's slots, queue and context
+  // Chat replies: <think>...</think> apart in reasoning_content (llama-server's "deepseek" format); false keeps it
+  // inline in content (--reasoning-format none).
+  bool split_reasoning = true;
   // Where the request log goes, a line at a time (default: standard error).
   std::function<void(const std::string& line)> log = nullptr;
 };

@@ -7,6 +7,8 @@
 #include <string>
 #include <string_view>
 
+#include "wgllm/error.h"
+
 namespace wgllm {
 
 // A conversation and what the template sees besides it; JSON in the shapes OpenAI's API and transformers use.
@@ -38,5 +40,31 @@ class ChatTemplate {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// A reply split into its reasoning and its content as it streams: text that opens with <think> (after any
+// whitespace) is reasoning up to </think>, and what follows (its leading whitespace dropped) is content, as
+// llama-server's "deepseek" reasoning format gives them (message.reasoning_content beside message.content). A reply
+// without <think> at its start is all content. Text that could still become a marker is held back until the next
+// push decides it.
+class ReasoningSplitter {
+ public:
+  struct Parts {
+    std::string reasoning, content;
+  };
+  // open: the prompt itself ended inside a thinking block (a template that opens <think> for the model), so the
+  // reply starts as reasoning.
+  explicit ReasoningSplitter(bool open = false);
+  Parts push(std::string_view text);
+  // At the end: what was held back.
+  Parts flush();
+
+ private:
+  enum class State { Start, Reasoning, AfterClose, Content };
+  State state_;
+  std::string held_;
+};
+
+// Whether a rendered prompt ends inside a thinking block: its last text, spaces aside, is "<think>".
+bool prompt_opens_thinking(std::string_view prompt);
 
 }  // namespace wgllm

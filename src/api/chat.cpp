@@ -69,4 +69,84 @@ std::string ChatTemplate::render(const ChatRequest& request) const {
       .text;
 }
 
+// ---- ReasoningSplitter
+
+namespace {
+
+constexpr std::string_view kThinkOpen = "<think>", kThinkClose = "</think>";
+constexpr std::string_view kSpaces = " \t\n\r";
+
+// The length of the longest end of `text` that begins `marker` (text that may yet become the marker).
+size_t partial_suffix(std::string_view text, std::string_view marker) {
+  for (size_t n = std::min(text.size(), marker.size() - 1); n > 0; --n)
+    if (marker.starts_with(text.substr(text.size() - n))) return n;
+  return 0;
+}
+
+}  // namespace
+
+ReasoningSplitter::ReasoningSplitter(bool open) : state_(open ? State::Reasoning : State::Start) {}
+
+ReasoningSplitter::Parts ReasoningSplitter::push(std::string_view text) {
+  held_ += text;
+  Parts out;
+  while (true) {
+    switch (state_) {
+      case State::Start: {
+        const size_t b = held_.find_first_not_of(kSpaces);
+        if (b == std::string::npos) return out;  // whitespace only, so far
+        const std::string_view rest = std::string_view(held_).substr(b);
+        if (rest.starts_with(kThinkOpen)) {
+          held_.erase(0, b + kThinkOpen.size());
+          state_ = State::Reasoning;
+          continue;
+        }
+        if (kThinkOpen.starts_with(rest)) return out;  // "<thi": wait
+        state_ = State::Content;
+        continue;
+      }
+      case State::Reasoning: {
+        const size_t close = held_.find(kThinkClose);
+        if (close == std::string::npos) {
+          const size_t keep = partial_suffix(held_, kThinkClose);
+          out.reasoning += held_.substr(0, held_.size() - keep);
+          held_.erase(0, held_.size() - keep);
+          return out;
+        }
+        out.reasoning += held_.substr(0, close);
+        held_.erase(0, close + kThinkClose.size());
+        state_ = State::AfterClose;
+        continue;
+      }
+      case State::AfterClose: {
+        const size_t b = held_.find_first_not_of(kSpaces);
+        if (b == std::string::npos) {
+          held_.clear();
+          return out;
+        }
+        held_.erase(0, b);
+        state_ = State::Content;
+        continue;
+      }
+      case State::Content:
+        out.content += held_;
+        held_.clear();
+        return out;
+    }
+  }
+}
+
+ReasoningSplitter::Parts ReasoningSplitter::flush() {
+  Parts out;
+  if (state_ == State::Reasoning) out.reasoning = std::move(held_);
+  else if (state_ != State::AfterClose) out.content = std::move(held_);
+  held_.clear();
+  return out;
+}
+
+bool prompt_opens_thinking(std::string_view prompt) {
+  const size_t e = prompt.find_last_not_of(kSpaces);
+  return e != std::string_view::npos && prompt.substr(0, e + 1).ends_with(kThinkOpen);
+}
+
 }  // namespace wgllm

@@ -34,6 +34,11 @@ MESSAGES = [{"role": "user", "content": "Weather?"},
             {"role": "tool", "tool_call_id": "c1", "content": "sunny"}]
 
 
+# A template that opens the reply's thinking itself, as Qwen3's and DeepSeek-R1's do.
+THINKING = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+            "{% if add_generation_prompt %}<|im_start|>assistant\n<think>\n{% endif %}")
+
+
 class Templates(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -74,6 +79,40 @@ class Templates(unittest.TestCase):
                 r = self.post(body)
                 self.assertEqual(r.status_code, 400, r.text)
                 self.assertEqual(r.json()["error"]["param"], param)
+
+
+class Reasoning(unittest.TestCase):
+    """The built-in model never writes </think>: after a prompt that opened <think>, its whole reply is reasoning."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.path = pathlib.Path(cls.tmp.name) / "thinking.jinja"
+        cls.path.write_text(THINKING, encoding="utf-8")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def test_reasoning_apart_and_streamed_alike(self):
+        with Server("--parallel", "2", "--chat-template", str(self.path)) as server:
+            client = server.client()
+            kw = dict(model=MODEL, messages=[{"role": "user", "content": "Speak."}], max_tokens=16, temperature=0)
+            whole = client.chat.completions.create(**kw).choices[0].message
+            reasoning = whole.model_extra.get("reasoning_content")
+            self.assertTrue(reasoning, whole)
+            self.assertEqual(whole.content, "")
+            parts = {"reasoning_content": "", "content": ""}
+            for chunk in client.chat.completions.create(stream=True, **kw):
+                if chunk.choices:
+                    d = chunk.choices[0].delta
+                    parts["content"] += d.content or ""
+                    parts["reasoning_content"] += (d.model_extra or {}).get("reasoning_content") or ""
+            self.assertEqual(parts, {"reasoning_content": reasoning, "content": ""})
+        with Server("--parallel", "2", "--chat-template", str(self.path), "--reasoning-format", "none") as server:
+            inline = server.client().chat.completions.create(**kw).choices[0].message
+            self.assertEqual(inline.content, reasoning)
+            self.assertIsNone(inline.model_extra.get("reasoning_content"))
 
 
 if __name__ == "__main__":

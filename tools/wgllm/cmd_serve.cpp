@@ -19,7 +19,7 @@ namespace wgllm::cli {
 namespace {
 
 struct ServeOptions {
-  std::string model, adapter, host = "127.0.0.1", api_key, alias, chat_template;
+  std::string model, adapter, host = "127.0.0.1", api_key, alias, chat_template, reasoning_format = "deepseek";
   int port = 8080;
   uint32_t parallel = 4, queue = 64, n_ctx = 0;
   double max_body_mib = 4;
@@ -56,7 +56,8 @@ int serve(const ServeOptions& o) {
                                 .api_key = o.api_key,
                                 .model_name = model_name(o),
                                 .max_body_bytes = size_t(o.max_body_mib * 1048576),
-                                .batch = {.parallel = o.parallel, .queue = o.queue, .n_ctx = per_sequence}});
+                                .batch = {.parallel = o.parallel, .queue = o.queue, .n_ctx = per_sequence},
+                                .split_reasoning = o.reasoning_format == "deepseek"});
   const int port = server.bind();
   std::fprintf(stderr, "serving '%s': %u sequences of %u positions together, %u more may wait\n", model_name(o).c_str(),
                o.parallel, per_sequence, o.queue);
@@ -106,6 +107,10 @@ const Register reg{
            ->capture_default_str();
        app.add_option("--adapter", o->adapter, "adapter index or name part (wgllm info --list)");
        app.add_option("--chat-template", o->chat_template, "Jinja chat template file (instead of the model's)");
+       app.add_option("--reasoning-format", o->reasoning_format,
+                      "deepseek: a reply's <think>...</think> in message.reasoning_content; none: left in content")
+           ->check(CLI::IsMember({"deepseek", "none"}))
+           ->capture_default_str();
        return [o] { return serve(*o); };
      }}};
 
