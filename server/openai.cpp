@@ -91,8 +91,24 @@ void check_content(const json& msg) {
 
 // The messages, tools and chat_template_kwargs as the model's chat template sees them: the body's own JSON, keys
 // in the order the client wrote them (a tool's schema reaches the prompt as written).
+// tool_choice: "none" (the template gets no tools, the reply no parsing), "auto", "required" or a named function
+// (both taken as "auto": nothing constrains the sampling). Returns whether the tools go to the template.
+bool use_tools(const json& body, const json* tools) {
+  const json* choice = field(body, "tool_choice");
+  if (!choice) return tools != nullptr;
+  if (choice->is_string()) {
+    const std::string c = choice->get<std::string>();
+    if (c != "none" && c != "auto" && c != "required")
+      bad_value("tool_choice", "'tool_choice' must be none, auto, required or {\"type\": \"function\", ...}");
+    return tools && c != "none";
+  }
+  if (!choice->is_object() || !choice->contains("function"))
+    wrong_type("tool_choice", "a string or {\"type\": \"function\", \"function\": {\"name\": ...}}", *choice);
+  return tools != nullptr;
+}
+
 std::vector<int32_t> chat_prompt(const json& body, const std::string& body_text, const Model& model,
-                                 bool& thinking_open) {
+                                 ParsedRequest& req) {
   const json* messages = field(body, "messages");
   if (!messages) throw ApiError(400, "'messages' is required", "messages", "missing_required_parameter");
   if (!messages->is_array()) wrong_type("messages", "an array", *messages);
@@ -117,13 +133,14 @@ std::vector<int32_t> chat_prompt(const json& body, const std::string& body_text,
     if (m["role"] == "developer") m["role"] = "system";  // OpenAI's newer name for the system role
   ChatRequest r;
   r.messages = msgs.dump();
-  if (tools) r.tools = ordered["tools"].dump();
+  req.tool_calls = use_tools(body, tools);
+  if (req.tool_calls) r.tools = ordered["tools"].dump();
   if (kwargs) r.variables = ordered["chat_template_kwargs"].dump();
   try {
     std::vector<int32_t> ids = model.encode_chat(r);
     // The template may open the reply's thinking itself (the prompt ends in "<think>\n"): its last tokens say.
     const size_t tail = std::min<size_t>(ids.size(), 8);
-    thinking_open = prompt_opens_thinking(model.decode(std::span(ids).last(tail)));
+    req.thinking_open = prompt_opens_thinking(model.decode(std::span(ids).last(tail)));
     return ids;
   } catch (const InvalidArgument& e) {
     bad_value("messages", e.what());
@@ -252,8 +269,8 @@ ParsedRequest parse_request(Endpoint endpoint, const std::string& body_text, con
 
   // The prompt last: tokenizing is the costly part.
   const char* prompt_key = endpoint == Endpoint::Chat ? "messages" : "prompt";
-  r.engine.prompt = endpoint == Endpoint::Chat ? chat_prompt(body, body_text, model, r.thinking_open)
-                                                : completion_prompt(body, model);
+  r.engine.prompt =
+      endpoint == Endpoint::Chat ? chat_prompt(body, body_text, model, r) : completion_prompt(body, model);
   if (r.engine.prompt.empty()) bad_value(prompt_key, "the prompt is empty");
   const size_t n_prompt = r.engine.prompt.size();
   if (n_prompt >= n_ctx)
@@ -271,15 +288,17 @@ ParsedRequest parse_request(Endpoint endpoint, const std::string& body_text, con
 // ---- responses
 
 ResponseWriter::ResponseWriter(Endpoint endpoint, const Model& model, std::string model_name, bool logprobs,
-                               bool split_reasoning, bool thinking_open)
+                               bool split_reasoning, bool thinking_open, bool tool_calls)
     : endpoint_(endpoint),
       model_(model),
       model_name_(std::move(model_name)),
       created_(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
                    .count()),
       logprobs_(logprobs),
-      thinking_open_(thinking_open) {
+      thinking_open_(thinking_open),
+      tool_calls_(endpoint == Endpoint::Chat && tool_calls) {
   if (endpoint == Endpoint::Chat && split_reasoning) reasoning_.emplace(thinking_open);
+  if (tool_calls_) tools_.emplace();
   thread_local std::mt19937_64 rng{std::random_device{}()};
   char hex[25];
   std::snprintf(hex, sizeof hex, "%016llx%08llx", (unsigned long long)rng(), (unsigned long long)(rng() >> 32));
@@ -331,7 +350,7 @@ json ResponseWriter::chunk(const std::string& text, const std::vector<TokenLogpr
   json out;
   if (endpoint_ == Endpoint::Chat) {
     out = envelope("chat.completion.chunk");
-    json d = reasoning_ ? delta(reasoning_->push(text)) : json{{"content", text}};
+    json d = delta(reasoning_ ? reasoning_->push(text) : ReasoningSplitter::Parts{"", text});
     if (!role_sent_) d["role"] = "assistant";
     role_sent_ = true;
     choice["delta"] = std::move(d);
@@ -348,22 +367,45 @@ json ResponseWriter::chunk(const std::string& text, const std::vector<TokenLogpr
 
 // The delta of a chunk: content (always, as without the split, unless the chunk is reasoning alone) and
 // reasoning_content where there is some.
-json ResponseWriter::delta(const ReasoningSplitter::Parts& parts) {
+json ResponseWriter::delta(ReasoningSplitter::Parts parts) {
+  if (tools_) parts.content = tools_->push(parts.content);
   json d = json::object();
   if (!parts.content.empty() || parts.reasoning.empty()) d["content"] = parts.content;
   if (!parts.reasoning.empty()) d["reasoning_content"] = parts.reasoning;
   return d;
 }
 
+json ResponseWriter::tool_calls_json(const std::vector<ToolCall>& calls, bool stream) const {
+  json out = json::array();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    json c = {{"id", id_ + "-call-" + std::to_string(i)},
+              {"type", "function"},
+              {"function", {{"name", calls[i].name}, {"arguments", calls[i].arguments}}}};
+    if (stream) c["index"] = i;
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
 json ResponseWriter::final_chunk(const std::string& text, const std::vector<TokenLogprobs>& tokens, const Finish& f) {
   json out = chunk(text, tokens);
+  json& d = out["choices"][0]["delta"];
+  std::string reason = f.reason;
   if (reasoning_) {  // what the splitter still held (a marker's start that never completed)
     const ReasoningSplitter::Parts rest = reasoning_->flush();
-    json& d = out["choices"][0]["delta"];
-    if (!rest.content.empty()) d["content"] = d.value("content", "") + rest.content;
+    const std::string content = tools_ ? tools_->push(rest.content) : rest.content;
+    if (!content.empty()) d["content"] = d.value("content", "") + content;
     if (!rest.reasoning.empty()) d["reasoning_content"] = d.value("reasoning_content", "") + rest.reasoning;
   }
-  out["choices"][0]["finish_reason"] = f.reason;
+  if (tools_) {  // the content held back from a tool-call marker on: the calls, else content after all
+    const ParsedReply p = tools_->finish();
+    if (!p.content.empty()) d["content"] = d.value("content", "") + p.content;
+    if (!p.tool_calls.empty()) {
+      d["tool_calls"] = tool_calls_json(p.tool_calls, true);
+      reason = "tool_calls";
+    }
+  }
+  out["choices"][0]["finish_reason"] = reason;
   return out;
 }
 
@@ -392,6 +434,17 @@ json ResponseWriter::whole(const std::string& text, const std::vector<TokenLogpr
       choice["message"]["content"] = parts.content + rest.content;
       const std::string reasoning = parts.reasoning + rest.reasoning;
       if (!reasoning.empty()) choice["message"]["reasoning_content"] = reasoning;
+    }
+    if (tool_calls_) {  // as the stream gives them: the content before a call marker, then the rest parsed
+      ToolCallStream calls;
+      std::string content = calls.push(choice["message"]["content"].get<std::string>());
+      const ParsedReply p = calls.finish();
+      content += p.content;
+      if (!p.tool_calls.empty()) {
+        choice["message"]["content"] = content.empty() ? json(nullptr) : json(content);
+        choice["message"]["tool_calls"] = tool_calls_json(p.tool_calls, false);
+        choice["finish_reason"] = "tool_calls";
+      }
     }
     if (logprobs_) choice["logprobs"] = chat_logprobs(tokens);
   } else {

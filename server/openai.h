@@ -40,6 +40,7 @@ struct ParsedRequest {
   bool logprobs = false;       // per-token log-probabilities in the response
   uint32_t top_logprobs = 0;   // alternatives per token (chat: top_logprobs; completions: logprobs = n)
   bool thinking_open = false;  // chat: the prompt ends inside <think> (the template opened it for the model)
+  bool tool_calls = false;     // chat with tools (tool_choice not "none"): the reply's tool calls are parsed
 };
 
 // Parses a request body for `endpoint`. Throws ApiError: 400 for JSON that does not parse, a field of the wrong type
@@ -68,11 +69,12 @@ class ResponseWriter {
   // split_reasoning (chat): a reply's <think>...</think> goes to reasoning_content, the rest to content
   // (ReasoningSplitter; thinking_open: the reply starts inside it).
   ResponseWriter(Endpoint endpoint, const Model& model, std::string model_name, bool logprobs,
-                 bool split_reasoning = false, bool thinking_open = false);
+                 bool split_reasoning = false, bool thinking_open = false, bool tool_calls = false);
   Endpoint endpoint() const { return endpoint_; }
 
   // A streamed chunk carrying `text` (and its tokens' log-probabilities); chat's first chunk carries the role.
-  // With reasoning split, the delta carries the text's reasoning as reasoning_content and the rest as content.
+  // With reasoning split, the delta carries the text's reasoning as reasoning_content and the rest as content; with
+  // tools, content from a tool-call marker on is held for the last chunk, which carries the calls (tool_calls).
   nlohmann::json chunk(const std::string& text, const std::vector<TokenLogprobs>& tokens);
   // The last streamed chunk: the finish reason, and any text still held.
   nlohmann::json final_chunk(const std::string& text, const std::vector<TokenLogprobs>& tokens, const Finish& f);
@@ -97,7 +99,10 @@ class ResponseWriter {
   size_t text_sent_ = 0;  // bytes of completion text in the chunks so far (text_offset)
   std::optional<ReasoningSplitter> reasoning_;
   bool thinking_open_ = false;
-  nlohmann::json delta(const ReasoningSplitter::Parts& parts);
+  std::optional<ToolCallStream> tools_;
+  bool tool_calls_ = false;
+  nlohmann::json delta(ReasoningSplitter::Parts parts);
+  nlohmann::json tool_calls_json(const std::vector<ToolCall>& calls, bool stream) const;
 };
 
 // The data of a streamed event: `data: <json>\n\n`.

@@ -239,7 +239,8 @@ struct Server::Impl {
       ParsedRequest r = parse_request(endpoint, req.body, model, engine.n_ctx(), options.model_name);
       auto channel = std::make_shared<Channel>();
       const bool stream = r.stream, include_usage = r.include_usage, logprobs = r.logprobs;
-      ResponseWriter writer(endpoint, model, options.model_name, logprobs, options.split_reasoning, r.thinking_open);
+      ResponseWriter writer(endpoint, model, options.model_name, logprobs, options.split_reasoning, r.thinking_open,
+                            r.tool_calls);
       uint64_t id = 0;
       try {
         id = engine.submit(std::move(r.engine), Channel::callback(channel, model, std::move(r.stop), logprobs));

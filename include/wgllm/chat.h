@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "wgllm/error.h"
 
@@ -62,6 +63,36 @@ class ReasoningSplitter {
   enum class State { Start, Reasoning, AfterClose, Content };
   State state_;
   std::string held_;
+};
+
+// A function call the model wrote in its reply.
+struct ToolCall {
+  std::string name;
+  std::string arguments;  // JSON text (an object), as OpenAI's tool_calls[].function.arguments carry it
+};
+
+struct ParsedReply {
+  std::string content;  // the reply without its tool calls (surrounding whitespace trimmed where calls were found)
+  std::vector<ToolCall> tool_calls;
+};
+
+// The tool calls in a reply, in the formats models write them: Hermes / Qwen (<tool_call>{"name": ..., "arguments":
+// {...}}</tool_call>, any number, text around them), Mistral ([TOOL_CALLS][{"name": ..., "arguments": {...}}, ...],
+// or [TOOL_CALLS]name[ARGS]{...}), Llama 3.x (the whole reply one {"name": ..., "parameters": {...}}, after an
+// optional <|python_tag|>). A reply with none, or whose calls do not parse, is all content.
+ParsedReply parse_tool_calls(std::string_view reply);
+
+// A streamed reply's content with tool calls held back: push gives the text that is surely content (what precedes a
+// tool-call marker, or could not start one); finish parses what was held and the calls in it.
+class ToolCallStream {
+ public:
+  std::string push(std::string_view text);
+  ParsedReply finish();
+
+ private:
+  std::string held_;
+  bool started_ = false;  // some content has passed: a reply-wide JSON call can no longer begin
+  bool holding_ = false;  // a marker appeared: everything from it waits for the end
 };
 
 // Whether a rendered prompt ends inside a thinking block: its last text, spaces aside, is "<think>".

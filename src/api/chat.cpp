@@ -138,8 +138,10 @@ ReasoningSplitter::Parts ReasoningSplitter::push(std::string_view text) {
 
 ReasoningSplitter::Parts ReasoningSplitter::flush() {
   Parts out;
-  if (state_ == State::Reasoning) out.reasoning = std::move(held_);
-  else if (state_ != State::AfterClose) out.content = std::move(held_);
+  if (state_ == State::Reasoning)
+    out.reasoning = std::move(held_);
+  else if (state_ != State::AfterClose)
+    out.content = std::move(held_);
   held_.clear();
   return out;
 }

@@ -1,8 +1,10 @@
-// wgllm/chat.h: ReasoningSplitter gives the same reasoning and content however the reply is cut into pieces, and
-// ChatTemplate renders (the templates themselves are checked against jinja2 in tests/jinja/).
+// wgllm/chat.h: ReasoningSplitter and ToolCallStream give the same results however the reply is cut into pieces,
+// parse_tool_calls reads the families' formats, ChatTemplate renders (the templates themselves are checked against
+// jinja2 in tests/jinja/).
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "wgllm/chat.h"
 
@@ -70,6 +72,76 @@ TEST(ChatTemplateApi, RendersAndRefuses) {
   r.date = "2025-02-30";
   EXPECT_THROW(t.render(r), InvalidArgument);
   EXPECT_THROW(ChatTemplate("{% for %}"), Error);
+}
+
+// Replies as models write tool calls (Qwen 2.5 / Hermes, Mistral Small 3 and Nemo, Llama 3.x), and ones that do not
+// parse, which stay content.
+struct CallCase {
+  const char* reply;
+  const char* content;
+  std::vector<ToolCall> calls;
+};
+
+const CallCase kCalls[] = {
+    {"<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 2}}\n</tool_call>",
+     "",
+     {{"get_weather", R"({"city":"Paris","days":2})"}}},
+    {"Let me check both.\n<tool_call>\n{\"name\": \"a\", \"arguments\": {}}\n</tool_call>\n<tool_call>\n"
+     "{\"name\": \"b\", \"arguments\": \"{\\\"q\\\": 1}\"}\n</tool_call>",
+     "Let me check both.",
+     {{"a", "{}"}, {"b", R"({"q": 1})"}}},
+    {"<tool_call>\n{\"name\": \"cut\", \"arguments\": {\"x\": 1}}", "", {{"cut", R"({"x":1})"}}},  // no closing tag
+    {"[TOOL_CALLS][{\"name\": \"search\", \"arguments\": {\"query\": \"wgllm\"}, \"id\": \"abc123XYZ\"}]",
+     "",
+     {{"search", R"({"query":"wgllm"})"}}},
+    {"[TOOL_CALLS]search[ARGS]{\"query\": \"a}b\"}[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Oslo\"}",
+     "",
+     {{"search", R"({"query":"a}b"})"}, {"get_weather", R"({"city":"Oslo"})"}}},
+    {"{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Rome\"}}", "", {{"get_weather", R"({"city":"Rome"})"}}},
+    {"<|python_tag|>{\"name\": \"f\", \"parameters\": {}}", "", {{"f", "{}"}}},
+    // not calls, or not parsable: all content
+    {"The weather is fine.", "The weather is fine.", {}},
+    {"<tool_call>\n{\"name\": \"broken\", \"arguments\": {\n</tool_call>",
+     "<tool_call>\n{\"name\": \"broken\", \"arguments\": {\n</tool_call>",
+     {}},
+    {"{\"answer\": 42}", "{\"answer\": 42}", {}},
+    {"[TOOL_CALLS]oops", "[TOOL_CALLS]oops", {}},
+};
+
+bool same_calls(const std::vector<ToolCall>& a, const std::vector<ToolCall>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i].name != b[i].name || a[i].arguments != b[i].arguments) return false;
+  return true;
+}
+
+TEST(ToolCalls, ParsesTheFamiliesFormats) {
+  for (const CallCase& c : kCalls) {
+    const ParsedReply p = parse_tool_calls(c.reply);
+    EXPECT_EQ(p.content, c.content) << c.reply;
+    EXPECT_TRUE(same_calls(p.tool_calls, c.calls)) << c.reply << ": " << p.tool_calls.size() << " calls";
+  }
+}
+
+// Streamed in any pieces, the content that passes plus finish() give the same calls, and the text before a call
+// marker is not held back.
+TEST(ToolCalls, StreamHoldsOnlyTheCalls) {
+  for (const CallCase& c : kCalls)
+    for (size_t piece : {size_t(1), size_t(3), size_t(1000)}) {
+      ToolCallStream s;
+      const std::string reply = c.reply;
+      std::string passed;
+      for (size_t i = 0; i < reply.size(); i += piece) passed += s.push(reply.substr(i, piece));
+      const ParsedReply p = s.finish();
+      EXPECT_TRUE(same_calls(p.tool_calls, c.calls)) << c.reply << " in pieces of " << piece;
+      if (c.calls.empty()) {
+        EXPECT_EQ(passed + p.content, reply) << "in pieces of " << piece;
+      }
+    }
+  ToolCallStream s;
+  EXPECT_EQ(s.push("Let me check.\n<tool"), "Let me check.\n");
+  EXPECT_EQ(s.push("_call>{\"name\": \"a\", \"arguments\": {}}</tool_call>"), "");
+  EXPECT_EQ(s.finish().tool_calls.size(), 1u);
 }
 
 }  // namespace

@@ -72,9 +72,29 @@ class Templates(unittest.TestCase):
         self.assertEqual((plain.status_code, with_tools.status_code), (200, 200), plain.text + with_tools.text)
         self.assertGreater(with_tools.json()["usage"]["prompt_tokens"], plain.json()["usage"]["prompt_tokens"] + 20)
 
+    def test_tool_choice_none_leaves_the_tools_out(self):
+        plain = self.post({"messages": MESSAGES})
+        none = self.post({"messages": MESSAGES, "tools": TOOLS, "tool_choice": "none"})
+        self.assertEqual(none.status_code, 200, none.text)
+        self.assertEqual(none.json()["usage"]["prompt_tokens"], plain.json()["usage"]["prompt_tokens"])
+
+    def test_reply_without_calls_is_content(self):
+        """The built-in model writes no tool call: with tools, its reply comes back as content, streamed alike."""
+        client = self.server.client()
+        kw = dict(model=MODEL, messages=MESSAGES, tools=TOOLS, max_tokens=12, temperature=0)
+        whole = client.chat.completions.create(**kw).choices[0]
+        self.assertTrue(whole.message.content)
+        self.assertFalse(whole.message.tool_calls)
+        self.assertIn(whole.finish_reason, ("stop", "length"))
+        streamed = "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(stream=True, **kw)
+                           if c.choices)
+        self.assertEqual(streamed, whole.message.content)
+
     def test_bad_shapes(self):
         for body, param in [({"messages": MESSAGES, "tools": {"x": 1}}, "tools"),
-                            ({"messages": MESSAGES, "chat_template_kwargs": [1]}, "chat_template_kwargs")]:
+                            ({"messages": MESSAGES, "chat_template_kwargs": [1]}, "chat_template_kwargs"),
+                            ({"messages": MESSAGES, "tools": TOOLS, "tool_choice": "sometimes"}, "tool_choice"),
+                            ({"messages": MESSAGES, "tools": TOOLS, "tool_choice": 3}, "tool_choice")]:
             with self.subTest(body=body):
                 r = self.post(body)
                 self.assertEqual(r.status_code, 400, r.text)

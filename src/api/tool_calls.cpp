@@ -1,0 +1,164 @@
+// wgllm/chat.h: tool calls in a model's reply (parse_tool_calls) and their hold-back while it streams
+// (ToolCallStream).
+#include <nlohmann/json.hpp>
+
+#include "wgllm/chat.h"
+
+namespace wgllm {
+
+namespace {
+
+using json = nlohmann::ordered_json;
+
+constexpr std::string_view kSpaces = " \t\n\r";
+constexpr std::string_view kHermesOpen = "<tool_call>", kHermesClose = "</tool_call>";
+constexpr std::string_view kMistral = "[TOOL_CALLS]", kMistralArgs = "[ARGS]", kPythonTag = "<|python_tag|>";
+constexpr std::string_view kMarkers[] = {kHermesOpen, kMistral, kPythonTag};
+
+std::string_view trim(std::string_view s) {
+  const size_t b = s.find_first_not_of(kSpaces);
+  if (b == std::string_view::npos) return {};
+  return s.substr(b, s.find_last_not_of(kSpaces) - b + 1);
+}
+
+struct Unparsable {};
+
+// {"name": ..., "arguments" or "parameters": an object or a JSON string}.
+ToolCall call_from(const json& j) {
+  if (!j.is_object() || !j.contains("name") || !j["name"].is_string()) throw Unparsable{};
+  const json* args = j.contains("arguments") ? &j["arguments"] : j.contains("parameters") ? &j["parameters"] : nullptr;
+  if (!args) return {j["name"].get<std::string>(), "{}"};
+  if (args->is_string()) return {j["name"].get<std::string>(), args->get<std::string>()};
+  if (!args->is_object()) throw Unparsable{};
+  return {j["name"].get<std::string>(), args->dump()};
+}
+
+json parse_json(std::string_view s) {
+  json j = json::parse(s, nullptr, false);
+  if (j.is_discarded()) throw Unparsable{};
+  return j;
+}
+
+// The end of the JSON object or array that starts s (strings and escapes skipped), or npos.
+size_t json_end(std::string_view s) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    if (in_string) {
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      ++depth;
+    } else if ((c == '}' || c == ']') && --depth == 0) {
+      return i + 1;
+    }
+  }
+  return std::string_view::npos;
+}
+
+ParsedReply hermes(std::string_view reply) {
+  ParsedReply out;
+  size_t pos = 0;
+  for (size_t open; (open = reply.find(kHermesOpen, pos)) != std::string_view::npos;) {
+    out.content += reply.substr(pos, open - pos);
+    const size_t body = open + kHermesOpen.size();
+    const size_t close = reply.find(kHermesClose, body);
+    out.tool_calls.push_back(
+        call_from(parse_json(reply.substr(body, close == std::string_view::npos ? close : close - body))));
+    pos = close == std::string_view::npos ? reply.size() : close + kHermesClose.size();
+  }
+  out.content += reply.substr(pos);
+  out.content = std::string(trim(out.content));
+  return out;
+}
+
+ParsedReply mistral(std::string_view reply, size_t at) {
+  ParsedReply out{std::string(trim(reply.substr(0, at))), {}};
+  std::string_view rest = trim(reply.substr(at + kMistral.size()));
+  if (rest.starts_with("[")) {  // [TOOL_CALLS][{"name": ..., "arguments": ...}, ...]
+    const json calls = parse_json(rest);
+    if (!calls.is_array() || calls.empty()) throw Unparsable{};
+    for (const json& c : calls) out.tool_calls.push_back(call_from(c));
+    return out;
+  }
+  while (!rest.empty()) {  // [TOOL_CALLS]name[ARGS]{...} (repeated, each after its own [TOOL_CALLS])
+    const size_t args = rest.find(kMistralArgs);
+    if (args == std::string_view::npos) throw Unparsable{};
+    const std::string name(trim(rest.substr(0, args)));
+    rest = trim(rest.substr(args + kMistralArgs.size()));
+    const size_t end = json_end(rest);
+    if (name.empty() || end == std::string_view::npos) throw Unparsable{};
+    const json a = parse_json(rest.substr(0, end));
+    if (!a.is_object()) throw Unparsable{};
+    out.tool_calls.push_back({name, a.dump()});
+    rest = trim(rest.substr(end));
+    if (rest.starts_with(kMistral))
+      rest = trim(rest.substr(kMistral.size()));
+    else if (!rest.empty())
+      throw Unparsable{};
+  }
+  return out;
+}
+
+}  // namespace
+
+ParsedReply parse_tool_calls(std::string_view reply) {
+  try {
+    if (reply.find(kHermesOpen) != std::string_view::npos) return hermes(reply);
+    if (const size_t at = reply.find(kMistral); at != std::string_view::npos) return mistral(reply, at);
+    std::string_view t = trim(reply);
+    if (t.starts_with(kPythonTag)) t = trim(t.substr(kPythonTag.size()));
+    if (t.starts_with("{") && t.ends_with("}")) {  // Llama 3.x: the whole reply is the call
+      const json j = parse_json(t);
+      if (j.contains("parameters") || j.contains("arguments")) return {"", {call_from(j)}};
+    }
+  } catch (const Unparsable&) {
+  } catch (const json::exception&) {
+  }
+  return {std::string(reply), {}};
+}
+
+std::string ToolCallStream::push(std::string_view text) {
+  held_ += text;
+  if (holding_) return "";
+  if (!started_) {  // a reply that opens with '{' may be a Llama 3.x call as a whole
+    const size_t b = held_.find_first_not_of(kSpaces);
+    if (b == std::string::npos) return "";
+    if (held_[b] == '{') {
+      holding_ = true;
+      return "";
+    }
+  }
+  size_t first = std::string::npos;
+  for (std::string_view m : kMarkers) first = std::min(first, held_.find(m));
+  size_t keep = 0;  // a marker's beginning at the end waits for the next piece
+  if (first == std::string::npos) {
+    for (std::string_view m : kMarkers)
+      for (size_t n = std::min(held_.size(), m.size() - 1); n > keep; --n)
+        if (m.starts_with(std::string_view(held_).substr(held_.size() - n))) {
+          keep = n;
+          break;
+        }
+  } else {
+    holding_ = true;
+    keep = held_.size() - first;
+  }
+  std::string out = held_.substr(0, held_.size() - keep);
+  held_.erase(0, held_.size() - keep);
+  started_ = started_ || !out.empty();
+  return out;
+}
+
+ParsedReply ToolCallStream::finish() {
+  ParsedReply p = holding_ ? parse_tool_calls(held_) : ParsedReply{held_, {}};
+  if (p.tool_calls.empty()) p.content = held_;  // what was held is content after all
+  held_.clear();
+  return p;
+}
+
+}  // namespace wgllm
