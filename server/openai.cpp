@@ -215,7 +215,7 @@ json error_body(int status, const std::string& message, const std::string& param
 }
 
 ParsedRequest parse_request(Endpoint endpoint, const std::string& body_text, const Model& model, uint32_t n_ctx,
-                            const std::string& model_name) {
+                            const std::string& model_name, bool strict_model) {
   const json body = json::parse(body_text, nullptr, false);
   if (body.is_discarded())
     throw ApiError(400, "the body is not valid JSON (RFC 8259; strings in UTF-8)", "", "invalid_json");
@@ -223,7 +223,7 @@ ParsedRequest parse_request(Endpoint endpoint, const std::string& body_text, con
 
   if (const json* m = field(body, "model")) {
     if (!m->is_string()) wrong_type("model", "a string", *m);
-    if (m->get<std::string>() != model_name)
+    if (strict_model && m->get<std::string>() != model_name)
       throw ApiError(404,
                      "The model '" + m->get<std::string>() + "' does not exist (this server runs '" + model_name + "')",
                      "model", "model_not_found");

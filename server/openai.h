@@ -44,11 +44,12 @@ struct ParsedRequest {
 };
 
 // Parses a request body for `endpoint`. Throws ApiError: 400 for JSON that does not parse, a field of the wrong type
-// or out of range (naming it), n > 1, a prompt that leaves no room in the context of n_ctx tokens; 404 for a model
-// other than `model_name` (an absent model is taken as the served one). Unknown fields are ignored. max_tokens past
+// or out of range (naming it), n > 1, a prompt that leaves no room in the context of n_ctx tokens; with strict_model,
+// 404 for a model other than `model_name` (without it, as llama-server, any name is answered by the served model;
+// an absent model is taken as the served one). Unknown fields are ignored. max_tokens past
 // what the context leaves is lowered to it (the default: all it leaves).
 ParsedRequest parse_request(Endpoint endpoint, const std::string& body, const Model& model, uint32_t n_ctx,
-                            const std::string& model_name);
+                            const std::string& model_name, bool strict_model = true);
 
 // One token's log-probabilities as the engine gave them.
 struct TokenLogprobs {

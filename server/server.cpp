@@ -236,7 +236,8 @@ struct Server::Impl {
   void complete(Endpoint endpoint, const httplib::Request& req, httplib::Response& res) {
     try {
       if (draining) throw ApiError(503, "the server is shutting down", "", "shutting_down");
-      ParsedRequest r = parse_request(endpoint, req.body, model, engine.n_ctx(), options.model_name);
+      ParsedRequest r =
+          parse_request(endpoint, req.body, model, engine.n_ctx(), options.model_name, options.strict_model);
       auto channel = std::make_shared<Channel>();
       const bool stream = r.stream, include_usage = r.include_usage, logprobs = r.logprobs;
       ResponseWriter writer(endpoint, model, options.model_name, logprobs, options.split_reasoning, r.thinking_open,

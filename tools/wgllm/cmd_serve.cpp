@@ -23,6 +23,7 @@ struct ServeOptions {
   int port = 8080;
   uint32_t parallel = 4, queue = 64, n_ctx = 0;
   double max_body_mib = 4;
+  bool strict_model = false;
 };
 
 // The id clients name the model by: --alias, else the file's name without .gguf, else the built-in model's.
@@ -55,6 +56,7 @@ int serve(const ServeOptions& o) {
                                 .port = o.port,
                                 .api_key = o.api_key,
                                 .model_name = model_name(o),
+                                .strict_model = o.strict_model,
                                 .max_body_bytes = size_t(o.max_body_mib * 1048576),
                                 .batch = {.parallel = o.parallel, .queue = o.queue, .n_ctx = per_sequence},
                                 .split_reasoning = o.reasoning_format == "deepseek"});
@@ -106,6 +108,8 @@ const Register reg{
        app.add_option("--max-body", o->max_body_mib, "largest request body in MiB; past it: 413")
            ->capture_default_str();
        app.add_option("--adapter", o->adapter, "adapter index or name part (wgllm info --list)");
+       app.add_flag("--strict-model", o->strict_model,
+                    "a request naming another model than this one gets 404 (default: this model answers it)");
        app.add_option("--chat-template", o->chat_template, "Jinja chat template file (instead of the model's)");
        app.add_option("--reasoning-format", o->reasoning_format,
                       "deepseek: a reply's <think>...</think> in message.reasoning_content; none: left in content")
