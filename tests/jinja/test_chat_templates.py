@@ -52,7 +52,7 @@ TOOLS = [{
 CALL = {"id": "call12345", "type": "function",
         "function": {"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}}
 
-# name -> (messages, tools, add_generation_prompt)
+# name -> (messages, tools, add_generation_prompt[, template variables])
 CONVERSATIONS = {
     "system_user": ([{"role": "system", "content": SYSTEM}, {"role": "user", "content": USER}], None, True),
     "user_only": ([{"role": "user", "content": "Hello!"}], None, True),
@@ -84,6 +84,9 @@ CONVERSATIONS = {
     "content_parts": ([{"role": "system", "content": [{"type": "text", "text": SYSTEM}]},
                        {"role": "user", "content": [{"type": "text", "text": "Describe "},
                                                     {"type": "text", "text": "the sea."}]}], None, True),
+    # chat_template_kwargs as clients send them to thinking models
+    "no_thinking": ([{"role": "system", "content": SYSTEM}, {"role": "user", "content": USER}], TOOLS, True,
+                    {"enable_thinking": False, "reasoning_effort": "low", "thinking": False}),
 }
 
 
@@ -121,18 +124,20 @@ def jinja_env():
     return env
 
 
-def render_python(env, source, messages, tools, gen):
+def render_python(env, source, messages, tools, gen, variables):
     try:
         tpl = env.from_string(source)
         return True, tpl.render(messages=messages, tools=tools, documents=None, add_generation_prompt=gen,
-                                bos_token=BOS, eos_token=EOS)
+                                bos_token=BOS, eos_token=EOS, **variables)
     except Exception as e:  # noqa: BLE001 - any refusal counts as one
         return False, f"{type(e).__name__}: {e}"
 
 
-def render_wgllm(binary, template, messages_file, tools_file, gen):
+def render_wgllm(binary, template, messages_file, tools_file, gen, variables):
     cmd = [binary, "template", "--template", str(template), "--messages", messages_file,
            "--bos-token", BOS, "--eos-token", EOS, "--date", DATE]
+    if variables:
+        cmd += ["--vars", json.dumps(variables)]
     if tools_file:
         cmd += ["--tools", tools_file]
     if not gen:
@@ -173,7 +178,7 @@ def main():
     failures = []
     with tempfile.TemporaryDirectory() as tmp:
         files = {}
-        for name, (messages, tools, gen) in CONVERSATIONS.items():
+        for name, (messages, tools, *_) in CONVERSATIONS.items():
             m = os.path.join(tmp, name + ".messages.json")
             pathlib.Path(m).write_text(json.dumps(messages, ensure_ascii=False), encoding="utf-8")
             t = None
@@ -183,9 +188,10 @@ def main():
             files[name] = (m, t)
         for path in templates:
             source = path.read_text(encoding="utf-8")
-            for name, (messages, tools, gen) in CONVERSATIONS.items():
-                ok_py, out_py = render_python(env, source, json.loads(json.dumps(messages)), tools, gen)
-                ok_wg, out_wg = render_wgllm(args.bin, path, files[name][0], files[name][1], gen)
+            for name, (messages, tools, gen, *rest) in CONVERSATIONS.items():
+                variables = rest[0] if rest else {}
+                ok_py, out_py = render_python(env, source, json.loads(json.dumps(messages)), tools, gen, variables)
+                ok_wg, out_wg = render_wgllm(args.bin, path, files[name][0], files[name][1], gen, variables)
                 if ok_py and ok_wg and out_py == out_wg:
                     passed += 1
                 elif not ok_py and not ok_wg:
