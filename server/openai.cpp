@@ -271,6 +271,15 @@ ParsedRequest parse_request(Endpoint endpoint, const std::string& body_text, con
   const char* prompt_key = endpoint == Endpoint::Chat ? "messages" : "prompt";
   r.engine.prompt =
       endpoint == Endpoint::Chat ? chat_prompt(body, body_text, model, r) : completion_prompt(body, model);
+  if (endpoint == Endpoint::Chat) {
+    // The markers the reply is split and parsed by stay in its text where the vocabulary makes them control tokens
+    // (Mistral's [TOOL_CALLS], some files' <think>).
+    for (const char* marker :
+         {"<think>", "</think>", "<tool_call>", "</tool_call>", "[TOOL_CALLS]", "[ARGS]", "<|python_tag|>"}) {
+      const std::vector<int32_t> ids = model.encode(marker, false, true);
+      if (ids.size() == 1) r.engine.keep_special.push_back(ids[0]);
+    }
+  }
   if (r.engine.prompt.empty()) bad_value(prompt_key, "the prompt is empty");
   const size_t n_prompt = r.engine.prompt.size();
   if (n_prompt >= n_ctx)

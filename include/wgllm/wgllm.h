@@ -166,7 +166,8 @@ class Model {
 // Incremental detokenization for streaming: every chunk is whole UTF-8 characters.
 class TextStream {
  public:
-  explicit TextStream(const Model& model, bool skip_special = true);
+  // keep: control tokens written even when skip_special (a chat format's markers: <think>, [TOOL_CALLS], ...).
+  explicit TextStream(const Model& model, bool skip_special = true, std::vector<int32_t> keep = {});
   ~TextStream();
   std::string push(int32_t id);
   std::string flush();

@@ -210,8 +210,9 @@ std::vector<int32_t> Model::encode_chat(const ChatRequest& request) const {
 struct TextStream::Impl {
   StreamDecoder decoder;
 };
-TextStream::TextStream(const Model& model, bool skip_special)
-    : impl_(std::make_unique<Impl>(Impl{StreamDecoder(ModelAccess::impl(model).tok(), skip_special)})) {}
+TextStream::TextStream(const Model& model, bool skip_special, std::vector<int32_t> keep)
+    : impl_(
+          std::make_unique<Impl>(Impl{StreamDecoder(ModelAccess::impl(model).tok(), skip_special, std::move(keep))})) {}
 TextStream::~TextStream() = default;
 std::string TextStream::push(int32_t id) { return impl_->decoder.push(id); }
 std::string TextStream::flush() { return impl_->decoder.flush(); }

@@ -267,6 +267,23 @@ TEST(StreamDecoder, HoldsBackSplitCharacters) {
   EXPECT_EQ(d2.flush(), "");
 }
 
+// Skipping control tokens spares the ones asked for (a chat format's markers the server parses replies by).
+TEST(StreamDecoder, KeepsTheControlTokensAskedFor) {
+  const Tokenizer& tok = fixture("bpe_qwen2").tok;
+  const int32_t start = tok.token_id("<|im_start|>"), end = tok.token_id("<|im_end|>");
+  ASSERT_GE(start, 0);
+  ASSERT_GE(end, 0);
+  const std::vector<int32_t> ids = tok.encode("<|im_start|>ab<|im_end|>", false, true);
+  const auto decode = [&](StreamDecoder d) {
+    std::string out;
+    for (int32_t id : ids) out += d.push(id);
+    return out + d.flush();
+  };
+  EXPECT_EQ(decode(StreamDecoder(tok, true)), "ab");
+  EXPECT_EQ(decode(StreamDecoder(tok, true, {start})), "<|im_start|>ab");
+  EXPECT_EQ(decode(StreamDecoder(tok, false)), "<|im_start|>ab<|im_end|>");
+}
+
 TEST(StreamDecoder, ByteLevelTokensSplittingACodePoint) {
   const Tokenizer& tok = fixture("bpe_gpt2").tok;
   const auto ids = tok.encode("😀", false, false);
