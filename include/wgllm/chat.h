@@ -79,7 +79,8 @@ struct ParsedReply {
 // The tool calls in a reply, in the formats models write them: Hermes / Qwen (<tool_call>{"name": ..., "arguments":
 // {...}}</tool_call>, any number, text around them), Mistral ([TOOL_CALLS][{"name": ..., "arguments": {...}}, ...],
 // or [TOOL_CALLS]name[ARGS]{...}), Llama 3.x (the whole reply one {"name": ..., "parameters": {...}}, after an
-// optional <|python_tag|>). A reply with none, or whose calls do not parse, is all content.
+// optional <|python_tag|>), LFM2 (<|tool_call_start|>[name(arg="value", n=1), ...]<|tool_call_end|>, Python
+// literals). A reply with none, or whose calls do not parse, is all content.
 ParsedReply parse_tool_calls(std::string_view reply);
 
 // A streamed reply's content with tool calls held back: push gives the text that is surely content (what precedes a

@@ -2,6 +2,8 @@
 // (ToolCallStream).
 #include <nlohmann/json.hpp>
 
+#include <cctype>
+
 #include "wgllm/chat.h"
 
 namespace wgllm {
@@ -13,7 +15,8 @@ using json = nlohmann::ordered_json;
 constexpr std::string_view kSpaces = " \t\n\r";
 constexpr std::string_view kHermesOpen = "<tool_call>", kHermesClose = "</tool_call>";
 constexpr std::string_view kMistral = "[TOOL_CALLS]", kMistralArgs = "[ARGS]", kPythonTag = "<|python_tag|>";
-constexpr std::string_view kMarkers[] = {kHermesOpen, kMistral, kPythonTag};
+constexpr std::string_view kLfmOpen = "<|tool_call_start|>", kLfmClose = "<|tool_call_end|>";
+constexpr std::string_view kMarkers[] = {kHermesOpen, kMistral, kPythonTag, kLfmOpen};
 
 std::string_view trim(std::string_view s) {
   const size_t b = s.find_first_not_of(kSpaces);
@@ -105,10 +108,141 @@ ParsedReply mistral(std::string_view reply, size_t at) {
   return out;
 }
 
+// Python literals as LFM2 writes call arguments: strings ('' or ""), numbers, True / False / None, lists, dicts.
+class PythonLiteral {
+ public:
+  explicit PythonLiteral(std::string_view s) : s_(s) {}
+
+  json value() {
+    skip();
+    if (i_ >= s_.size()) throw Unparsable{};
+    const char c = s_[i_];
+    if (c == '"' || c == '\'') return json(string());
+    if (c == '[' || c == '(') {
+      const char close = c == '[' ? ']' : ')';
+      ++i_;
+      json a = json::array();
+      while (!eat(close)) {
+        if (!a.empty() && !eat(',')) throw Unparsable{};
+        if (eat(close)) break;
+        a.push_back(value());
+      }
+      return a;
+    }
+    if (c == '{') {
+      ++i_;
+      json o = json::object();
+      while (!eat('}')) {
+        if (!o.empty() && !eat(',')) throw Unparsable{};
+        if (eat('}')) break;
+        const json k = value();
+        if (!k.is_string() || !eat(':')) throw Unparsable{};
+        o[k.get<std::string>()] = value();
+      }
+      return o;
+    }
+    const size_t b = i_;
+    while (i_ < s_.size() && (std::isalnum(static_cast<unsigned char>(s_[i_])) || s_[i_] == '.' || s_[i_] == '-' ||
+                              s_[i_] == '+' || s_[i_] == '_'))
+      ++i_;
+    const std::string word(s_.substr(b, i_ - b));
+    if (word == "True" || word == "true") return true;
+    if (word == "False" || word == "false") return false;
+    if (word == "None" || word == "null") return nullptr;
+    const json n = json::parse(word, nullptr, false);
+    if (n.is_discarded() || !n.is_number()) throw Unparsable{};
+    return n;
+  }
+
+  // name(arg=value, ...)
+  ToolCall call() {
+    skip();
+    const size_t b = i_;
+    while (i_ < s_.size() &&
+           (std::isalnum(static_cast<unsigned char>(s_[i_])) || s_[i_] == '_' || s_[i_] == '.' || s_[i_] == '-'))
+      ++i_;
+    const std::string name(s_.substr(b, i_ - b));
+    if (name.empty() || !eat('(')) throw Unparsable{};
+    json args = json::object();
+    while (!eat(')')) {
+      if (!args.empty() && !eat(',')) throw Unparsable{};
+      if (eat(')')) break;
+      skip();
+      const size_t k = i_;
+      while (i_ < s_.size() && (std::isalnum(static_cast<unsigned char>(s_[i_])) || s_[i_] == '_')) ++i_;
+      const std::string key(s_.substr(k, i_ - k));
+      if (key.empty() || !eat('=')) throw Unparsable{};
+      args[key] = value();
+    }
+    return {name, args.dump()};
+  }
+
+  bool eat(char c) {
+    skip();
+    if (i_ < s_.size() && s_[i_] == c) {
+      ++i_;
+      return true;
+    }
+    return false;
+  }
+  bool at_end() {
+    skip();
+    return i_ == s_.size();
+  }
+
+ private:
+  void skip() {
+    while (i_ < s_.size() && kSpaces.find(s_[i_]) != std::string_view::npos) ++i_;
+  }
+  std::string string() {
+    const char q = s_[i_++];
+    std::string out;
+    while (i_ < s_.size() && s_[i_] != q) {
+      char c = s_[i_++];
+      if (c == '\\' && i_ < s_.size()) {
+        c = s_[i_++];
+        if (c == 'n')
+          c = '\n';
+        else if (c == 't')
+          c = '\t';
+        else if (c == 'r')
+          c = '\r';
+      }
+      out += c;
+    }
+    if (i_ >= s_.size()) throw Unparsable{};
+    ++i_;
+    return out;
+  }
+
+  std::string_view s_;
+  size_t i_ = 0;
+};
+
+// LFM2: <|tool_call_start|>[name(arg=value, ...), ...]<|tool_call_end|>, text around it.
+ParsedReply lfm2(std::string_view reply, size_t at) {
+  const size_t body = at + kLfmOpen.size();
+  const size_t close = reply.find(kLfmClose, body);
+  std::string_view inner = trim(reply.substr(body, close == std::string_view::npos ? close : close - body));
+  ParsedReply out;
+  out.content =
+      std::string(trim(std::string(reply.substr(0, at)) +
+                       std::string(close == std::string_view::npos ? "" : reply.substr(close + kLfmClose.size()))));
+  PythonLiteral p(inner);
+  if (!p.eat('[')) throw Unparsable{};
+  while (!p.eat(']')) {
+    if (!out.tool_calls.empty() && !p.eat(',')) throw Unparsable{};
+    out.tool_calls.push_back(p.call());
+  }
+  if (!p.at_end() || out.tool_calls.empty()) throw Unparsable{};
+  return out;
+}
+
 }  // namespace
 
 ParsedReply parse_tool_calls(std::string_view reply) {
   try {
+    if (const size_t at = reply.find(kLfmOpen); at != std::string_view::npos) return lfm2(reply, at);
     if (reply.find(kHermesOpen) != std::string_view::npos) return hermes(reply);
     if (const size_t at = reply.find(kMistral); at != std::string_view::npos) return mistral(reply, at);
     std::string_view t = trim(reply);

@@ -3,9 +3,13 @@
 // jinja2 in tests/jinja/).
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <iterator>
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include "external.h"
 #include "wgllm/chat.h"
 
 namespace wgllm {
@@ -99,6 +103,12 @@ const CallCase kCalls[] = {
      {{"search", R"({"query":"a}b"})"}, {"get_weather", R"({"city":"Oslo"})"}}},
     {"{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Rome\"}}", "", {{"get_weather", R"({"city":"Rome"})"}}},
     {"<|python_tag|>{\"name\": \"f\", \"parameters\": {}}", "", {{"f", "{}"}}},
+    {"<|tool_call_start|>[get_weather(city=\"Paris\", days=2), search(query='it\\'s', deep=True, tags=['a', 1.5], "
+     "opts={'k': None})]<|tool_call_end|>Checking.",
+     "Checking.",
+     {{"get_weather", R"({"city":"Paris","days":2})"},
+      {"search", R"({"query":"it's","deep":true,"tags":["a",1.5],"opts":{"k":null}})"}}},
+    {"<|tool_call_start|>[broken(city=]<|tool_call_end|>", "<|tool_call_start|>[broken(city=]<|tool_call_end|>", {}},
     // not calls, or not parsable: all content
     {"The weather is fine.", "The weather is fine.", {}},
     {"<tool_call>\n{\"name\": \"broken\", \"arguments\": {\n</tool_call>",
@@ -125,6 +135,33 @@ TEST(ToolCalls, ParsesTheFamiliesFormats) {
 
 // Streamed in any pieces, the content that passes plus finish() give the same calls, and the text before a call
 // marker is not held back.
+// A call as the family's own template writes it into the conversation parses back to the same call (the templates of
+// llama.cpp's collection; skipped without it).
+TEST(ToolCalls, TemplatesWrittenCallsParseBack) {
+  const auto src = test::llamacpp_src();
+  WGLLM_REQUIRE_EXTERNAL(src, "the llama.cpp source");
+  const std::string calls_json =
+      R"([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "", "tool_calls": [{"type": "function",
+          "function": {"name": "get_weather", "arguments": {"city": "Paris \"x\"", "days": 2, "o": {"a": [1, true, null]}}}}]}])";
+  for (const auto& [file, open, close] :
+       {std::tuple{"Qwen-Qwen2.5-7B-Instruct.jinja", "<tool_call>", "</tool_call>"},
+        std::tuple{"LFM2.5-8B-A1B.jinja", "<|tool_call_start|>", "<|tool_call_end|>"}}) {
+    std::ifstream in(*src + "/models/templates/" + file);
+    ASSERT_TRUE(in) << file;
+    const std::string jinja((std::istreambuf_iterator<char>(in)), {});
+    ChatRequest r;
+    r.messages = calls_json;
+    r.add_generation_prompt = false;
+    const std::string text = ChatTemplate(jinja).render(r);
+    const size_t b = text.find(open), e = text.find(close);
+    ASSERT_TRUE(b != std::string::npos && e != std::string::npos) << file << ":\n" << text;
+    const ParsedReply p = parse_tool_calls(text.substr(b, e + std::string(close).size() - b));
+    ASSERT_EQ(p.tool_calls.size(), 1u) << file;
+    EXPECT_EQ(p.tool_calls[0].name, "get_weather");
+    EXPECT_EQ(p.tool_calls[0].arguments, R"({"city":"Paris \"x\"","days":2,"o":{"a":[1,true,null]}})") << file;
+  }
+}
+
 TEST(ToolCalls, StreamHoldsOnlyTheCalls) {
   for (const CallCase& c : kCalls)
     for (size_t piece : {size_t(1), size_t(3), size_t(1000)}) {
