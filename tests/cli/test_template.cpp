@@ -82,3 +82,21 @@ TEST(TemplateCli, ErrorsAreOneLine) {
 
 }  // namespace
 }  // namespace wgllm
+
+namespace wgllm {
+namespace {
+
+// run --chat renders through the same code, and --chat-template replaces the model's template: a template that
+// raises stops `run` with its message, before any weight loads.
+TEST(TemplateCli, RunChatUsesChatTemplateFile) {
+  const std::string raises = write_temp("run.jinja", "{{ raise_exception('from the given template: ' ~ messages[-1].content) }}");
+  const CliResult r = run_cli("run --chat -p hello -n 1 --chat-template " + raises);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.err, "wgllm: error: chat template: line 1, column 4: from the given template: hello\n");
+  const CliResult missing = run_cli("run --chat -p hello -n 1 --chat-template /nonexistent.jinja");
+  EXPECT_EQ(missing.status, 1);
+  EXPECT_NE(missing.err.find("/nonexistent.jinja"), std::string::npos) << missing.err;
+}
+
+}  // namespace
+}  // namespace wgllm
