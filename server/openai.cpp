@@ -140,7 +140,9 @@ std::vector<int32_t> chat_prompt(const json& body, const std::string& body_text,
     std::vector<int32_t> ids = model.encode_chat(r);
     // The template may open the reply's thinking itself (the prompt ends in "<think>\n"): its last tokens say.
     const size_t tail = std::min<size_t>(ids.size(), 8);
-    req.thinking_open = prompt_opens_thinking(model.decode(std::span(ids).last(tail)));
+    const std::string end = model.decode(std::span(ids).last(tail));
+    req.thinking_open = prompt_opens_thinking(end);
+    req.harmony = prompt_expects_harmony(end);
     return ids;
   } catch (const InvalidArgument& e) {
     bad_value("messages", e.what());
@@ -296,18 +298,55 @@ ParsedRequest parse_request(Endpoint endpoint, const std::string& body_text, con
 
 // ---- responses
 
+ReplyParser::ReplyParser(const ReplyFormat& format) : format_(format) {
+  if (format.harmony) {
+    harmony_.emplace();
+    return;
+  }
+  if (format.split_reasoning) reasoning_.emplace(format.thinking_open);
+  if (format.tool_calls) tools_.emplace();
+}
+
+ReasoningSplitter::Parts ReplyParser::push(std::string_view text) {
+  ReasoningSplitter::Parts p;
+  if (harmony_) {
+    p = harmony_->push(text);
+    if (!format_.split_reasoning) p = {"", p.reasoning + p.content};
+    return p;
+  }
+  p = reasoning_ ? reasoning_->push(text) : ReasoningSplitter::Parts{"", std::string(text)};
+  if (tools_) p.content = tools_->push(p.content);
+  return p;
+}
+
+std::pair<ReasoningSplitter::Parts, std::vector<ToolCall>> ReplyParser::finish() {
+  if (harmony_) {
+    HarmonyStream::End e = harmony_->finish();
+    if (!format_.split_reasoning) e.rest = {"", e.rest.reasoning + e.rest.content};
+    if (!format_.tool_calls) e.tool_calls.clear();
+    return {std::move(e.rest), std::move(e.tool_calls)};
+  }
+  ReasoningSplitter::Parts rest = reasoning_ ? reasoning_->flush() : ReasoningSplitter::Parts{};
+  std::vector<ToolCall> calls;
+  if (tools_) {  // the content held back from a tool-call marker on: the calls, else content after all
+    rest.content = tools_->push(rest.content);
+    ParsedReply p = tools_->finish();
+    rest.content += p.content;
+    calls = std::move(p.tool_calls);
+  }
+  return {std::move(rest), std::move(calls)};
+}
+
 ResponseWriter::ResponseWriter(Endpoint endpoint, const Model& model, std::string model_name, bool logprobs,
-                               bool split_reasoning, bool thinking_open, bool tool_calls)
+                               ReplyFormat format)
     : endpoint_(endpoint),
       model_(model),
       model_name_(std::move(model_name)),
       created_(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
                    .count()),
       logprobs_(logprobs),
-      thinking_open_(thinking_open),
-      tool_calls_(endpoint == Endpoint::Chat && tool_calls) {
-  if (endpoint == Endpoint::Chat && split_reasoning) reasoning_.emplace(thinking_open);
-  if (tool_calls_) tools_.emplace();
+      format_(endpoint == Endpoint::Chat ? format : ReplyFormat{}),
+      parser_(format_) {
   thread_local std::mt19937_64 rng{std::random_device{}()};
   char hex[25];
   std::snprintf(hex, sizeof hex, "%016llx%08llx", (unsigned long long)rng(), (unsigned long long)(rng() >> 32));
@@ -359,7 +398,7 @@ json ResponseWriter::chunk(const std::string& text, const std::vector<TokenLogpr
   json out;
   if (endpoint_ == Endpoint::Chat) {
     out = envelope("chat.completion.chunk");
-    json d = delta(reasoning_ ? reasoning_->push(text) : ReasoningSplitter::Parts{"", text});
+    json d = delta(parser_.push(text));
     if (!role_sent_) d["role"] = "assistant";
     role_sent_ = true;
     choice["delta"] = std::move(d);
@@ -376,8 +415,7 @@ json ResponseWriter::chunk(const std::string& text, const std::vector<TokenLogpr
 
 // The delta of a chunk: content (always, as without the split, unless the chunk is reasoning alone) and
 // reasoning_content where there is some.
-json ResponseWriter::delta(ReasoningSplitter::Parts parts) {
-  if (tools_) parts.content = tools_->push(parts.content);
+json ResponseWriter::delta(const ReasoningSplitter::Parts& parts) const {
   json d = json::object();
   if (!parts.content.empty() || parts.reasoning.empty()) d["content"] = parts.content;
   if (!parts.reasoning.empty()) d["reasoning_content"] = parts.reasoning;
@@ -400,17 +438,12 @@ json ResponseWriter::final_chunk(const std::string& text, const std::vector<Toke
   json out = chunk(text, tokens);
   json& d = out["choices"][0]["delta"];
   std::string reason = f.reason;
-  if (reasoning_) {  // what the splitter still held (a marker's start that never completed)
-    const ReasoningSplitter::Parts rest = reasoning_->flush();
-    const std::string content = tools_ ? tools_->push(rest.content) : rest.content;
-    if (!content.empty()) d["content"] = d.value("content", "") + content;
+  if (endpoint_ == Endpoint::Chat) {  // what the parser still held, and the calls
+    const auto [rest, calls] = parser_.finish();
+    if (!rest.content.empty()) d["content"] = d.value("content", "") + rest.content;
     if (!rest.reasoning.empty()) d["reasoning_content"] = d.value("reasoning_content", "") + rest.reasoning;
-  }
-  if (tools_) {  // the content held back from a tool-call marker on: the calls, else content after all
-    const ParsedReply p = tools_->finish();
-    if (!p.content.empty()) d["content"] = d.value("content", "") + p.content;
-    if (!p.tool_calls.empty()) {
-      d["tool_calls"] = tool_calls_json(p.tool_calls, true);
+    if (!calls.empty()) {
+      d["tool_calls"] = tool_calls_json(calls, true);
       reason = "tool_calls";
     }
   }
@@ -436,24 +469,17 @@ json ResponseWriter::whole(const std::string& text, const std::vector<TokenLogpr
   json out;
   if (endpoint_ == Endpoint::Chat) {
     out = envelope("chat.completion");
-    choice["message"] = {{"role", "assistant"}, {"content", text}};
-    if (reasoning_) {
-      ReasoningSplitter split(thinking_open_);
-      ReasoningSplitter::Parts parts = split.push(text), rest = split.flush();
-      choice["message"]["content"] = parts.content + rest.content;
-      const std::string reasoning = parts.reasoning + rest.reasoning;
-      if (!reasoning.empty()) choice["message"]["reasoning_content"] = reasoning;
-    }
-    if (tool_calls_) {  // as the stream gives them: the content before a call marker, then the rest parsed
-      ToolCallStream calls;
-      std::string content = calls.push(choice["message"]["content"].get<std::string>());
-      const ParsedReply p = calls.finish();
-      content += p.content;
-      if (!p.tool_calls.empty()) {
-        choice["message"]["content"] = content.empty() ? json(nullptr) : json(content);
-        choice["message"]["tool_calls"] = tool_calls_json(p.tool_calls, false);
-        choice["finish_reason"] = "tool_calls";
-      }
+    // Read as the stream reads it, so that both give the same reasoning, content and calls.
+    ReplyParser parser(format_);
+    ReasoningSplitter::Parts parts = parser.push(text);
+    const auto [rest, calls] = parser.finish();
+    const std::string content = parts.content + rest.content, reasoning = parts.reasoning + rest.reasoning;
+    choice["message"] = {{"role", "assistant"}, {"content", content}};
+    if (!reasoning.empty()) choice["message"]["reasoning_content"] = reasoning;
+    if (!calls.empty()) {
+      if (content.empty()) choice["message"]["content"] = nullptr;
+      choice["message"]["tool_calls"] = tool_calls_json(calls, false);
+      choice["finish_reason"] = "tool_calls";
     }
     if (logprobs_) choice["logprobs"] = chat_logprobs(tokens);
   } else {

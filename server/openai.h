@@ -8,6 +8,8 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "wgllm/batch.h"
@@ -41,6 +43,30 @@ struct ParsedRequest {
   uint32_t top_logprobs = 0;   // alternatives per token (chat: top_logprobs; completions: logprobs = n)
   bool thinking_open = false;  // chat: the prompt ends inside <think> (the template opened it for the model)
   bool tool_calls = false;     // chat with tools (tool_choice not "none"): the reply's tool calls are parsed
+  bool harmony = false;        // chat: the prompt leaves the reply to a gpt-oss harmony message
+};
+
+// How a chat reply is read: reasoning apart, tool calls parsed, harmony channels.
+struct ReplyFormat {
+  bool split_reasoning = false;  // <think>...</think> (or harmony's analysis) to reasoning_content
+  bool thinking_open = false;    // the reply starts inside <think>
+  bool tool_calls = false;       // tool calls parsed out of the content
+  bool harmony = false;          // gpt-oss channels (HarmonyStream) instead of <think> and the other call formats
+};
+
+// A chat reply read as it streams (ReplyFormat): push gives each piece's reasoning and content, finish what was
+// held and the tool calls.
+class ReplyParser {
+ public:
+  explicit ReplyParser(const ReplyFormat& format);
+  ReasoningSplitter::Parts push(std::string_view text);
+  std::pair<ReasoningSplitter::Parts, std::vector<ToolCall>> finish();
+
+ private:
+  ReplyFormat format_;
+  std::optional<ReasoningSplitter> reasoning_;
+  std::optional<ToolCallStream> tools_;
+  std::optional<HarmonyStream> harmony_;
 };
 
 // Parses a request body for `endpoint`. Throws ApiError: 400 for JSON that does not parse, a field of the wrong type
@@ -67,10 +93,8 @@ struct Finish {
 // Builds the response objects of one request: one id, one creation time, one model name for all its chunks.
 class ResponseWriter {
  public:
-  // split_reasoning (chat): a reply's <think>...</think> goes to reasoning_content, the rest to content
-  // (ReasoningSplitter; thinking_open: the reply starts inside it).
-  ResponseWriter(Endpoint endpoint, const Model& model, std::string model_name, bool logprobs,
-                 bool split_reasoning = false, bool thinking_open = false, bool tool_calls = false);
+  // format (chat): how the reply is split into reasoning_content, content and tool_calls.
+  ResponseWriter(Endpoint endpoint, const Model& model, std::string model_name, bool logprobs, ReplyFormat format = {});
   Endpoint endpoint() const { return endpoint_; }
 
   // A streamed chunk carrying `text` (and its tokens' log-probabilities); chat's first chunk carries the role.
@@ -98,11 +122,9 @@ class ResponseWriter {
   bool logprobs_;
   bool role_sent_ = false;
   size_t text_sent_ = 0;  // bytes of completion text in the chunks so far (text_offset)
-  std::optional<ReasoningSplitter> reasoning_;
-  bool thinking_open_ = false;
-  std::optional<ToolCallStream> tools_;
-  bool tool_calls_ = false;
-  nlohmann::json delta(ReasoningSplitter::Parts parts);
+  ReplyFormat format_;
+  ReplyParser parser_;  // the streamed reply's
+  nlohmann::json delta(const ReasoningSplitter::Parts& parts) const;
   nlohmann::json tool_calls_json(const std::vector<ToolCall>& calls, bool stream) const;
 };
 

@@ -240,8 +240,11 @@ struct Server::Impl {
           parse_request(endpoint, req.body, model, engine.n_ctx(), options.model_name, options.strict_model);
       auto channel = std::make_shared<Channel>();
       const bool stream = r.stream, include_usage = r.include_usage, logprobs = r.logprobs;
-      ResponseWriter writer(endpoint, model, options.model_name, logprobs, options.split_reasoning, r.thinking_open,
-                            r.tool_calls);
+      ResponseWriter writer(endpoint, model, options.model_name, logprobs,
+                            {.split_reasoning = options.split_reasoning,
+                             .thinking_open = r.thinking_open,
+                             .tool_calls = r.tool_calls,
+                             .harmony = r.harmony});
       uint64_t id = 0;
       try {
         id = engine.submit(std::move(r.engine), Channel::callback(channel, model, std::move(r.stop), logprobs));

@@ -96,6 +96,33 @@ class ToolCallStream {
   bool holding_ = false;  // a marker appeared: everything from it waits for the end
 };
 
+// gpt-oss's "harmony" replies, as they stream: messages <|channel|>NAME[ to=RECIPIENT][ <|constrain|>json]<|message|>
+// BODY ended by <|end|> (then <|start|>assistant and the next), <|call|> or the end of the reply. The analysis
+// channel is reasoning, final (and commentary to no one) content, commentary to=functions.NAME a tool call whose
+// body is its JSON arguments. A reply that does not open with a channel is all content.
+class HarmonyStream {
+ public:
+  ReasoningSplitter::Parts push(std::string_view text);
+  struct End {
+    ReasoningSplitter::Parts rest;  // what was still held
+    std::vector<ToolCall> tool_calls;
+  };
+  End finish();
+
+ private:
+  enum class State { Start, Plain, Header, Body };
+  enum class Kind { Reasoning, Content, Call };
+  void emit(ReasoningSplitter::Parts& out, std::string_view body);
+  void end_call(ReasoningSplitter::Parts& out);
+  State state_ = State::Start;
+  Kind kind_ = Kind::Content;
+  std::string held_, call_name_, call_args_;
+  std::vector<ToolCall> calls_;
+};
+
+// Whether a rendered prompt leaves the reply to a harmony message: it ends with "<|start|>assistant".
+bool prompt_expects_harmony(std::string_view prompt);
+
 // Whether a rendered prompt ends inside a thinking block: its last text, spaces aside, is "<think>".
 bool prompt_opens_thinking(std::string_view prompt);
 

@@ -295,4 +295,120 @@ ParsedReply ToolCallStream::finish() {
   return p;
 }
 
+// ---- HarmonyStream
+
+namespace {
+
+constexpr std::string_view kChannel = "<|channel|>", kMessage = "<|message|>", kStart = "<|start|>";
+constexpr std::string_view kBodyEnds[] = {"<|end|>", "<|call|>", "<|return|>", kStart};
+
+// The value after `key` in a harmony header, up to a space or a marker.
+std::string header_field(std::string_view header, std::string_view key) {
+  const size_t at = header.rfind(key);
+  if (at == std::string_view::npos) return {};
+  std::string_view v = header.substr(at + key.size());
+  return std::string(v.substr(0, std::min(v.find(' '), v.find("<|"))));
+}
+
+}  // namespace
+
+void HarmonyStream::emit(ReasoningSplitter::Parts& out, std::string_view body) {
+  if (kind_ == Kind::Reasoning)
+    out.reasoning += body;
+  else if (kind_ == Kind::Content)
+    out.content += body;
+  else
+    call_args_ += body;
+}
+
+void HarmonyStream::end_call(ReasoningSplitter::Parts& out) {
+  if (kind_ != Kind::Call) return;
+  const std::string args(trim(call_args_));
+  const json j = json::parse(args, nullptr, false);
+  if (!j.is_discarded() && j.is_object())
+    calls_.push_back({call_name_, j.dump()});
+  else
+    out.content += call_args_;  // arguments that do not parse stay content
+  call_args_.clear();
+  kind_ = Kind::Content;
+}
+
+ReasoningSplitter::Parts HarmonyStream::push(std::string_view text) {
+  held_ += text;
+  ReasoningSplitter::Parts out;
+  while (true) {
+    switch (state_) {
+      case State::Start: {
+        const size_t b = held_.find_first_not_of(kSpaces);
+        if (b == std::string::npos) return out;
+        const std::string_view rest = std::string_view(held_).substr(b);
+        if (rest.starts_with(kChannel) || rest.starts_with(kStart)) {
+          state_ = State::Header;
+          continue;
+        }
+        if (kChannel.starts_with(rest) || kStart.starts_with(rest)) return out;
+        state_ = State::Plain;
+        continue;
+      }
+      case State::Plain:
+        out.content += held_;
+        held_.clear();
+        return out;
+      case State::Header: {
+        const size_t m = held_.find(kMessage);
+        if (m == std::string::npos) return out;
+        const std::string_view header = std::string_view(held_).substr(0, m);
+        const std::string channel = header_field(header, kChannel), to = header_field(header, "to=");
+        if (to.starts_with("functions.")) {
+          kind_ = Kind::Call;
+          call_name_ = to.substr(std::string_view("functions.").size());
+        } else {
+          kind_ = channel == "analysis" ? Kind::Reasoning : Kind::Content;
+        }
+        held_.erase(0, m + kMessage.size());
+        state_ = State::Body;
+        continue;
+      }
+      case State::Body: {
+        size_t end = std::string::npos, len = 0;
+        for (std::string_view e : kBodyEnds)
+          if (const size_t at = held_.find(e); at < end) end = at, len = e == kStart ? 0 : e.size();
+        if (end == std::string::npos) {  // all but a marker's possible beginning
+          size_t keep = 0;
+          if (const size_t lt = held_.rfind("<|"); lt != std::string::npos && held_.find("|>", lt) == std::string::npos)
+            keep = held_.size() - lt;
+          else if (held_.ends_with("<"))
+            keep = 1;
+          emit(out, std::string_view(held_).substr(0, held_.size() - keep));
+          held_.erase(0, held_.size() - keep);
+          return out;
+        }
+        emit(out, std::string_view(held_).substr(0, end));
+        held_.erase(0, end + len);
+        end_call(out);
+        state_ = State::Header;
+        continue;
+      }
+    }
+  }
+}
+
+HarmonyStream::End HarmonyStream::finish() {
+  End e;
+  if (state_ == State::Body) {
+    emit(e.rest, held_);
+    end_call(e.rest);
+  } else if (state_ != State::Header) {
+    e.rest.content = held_;  // a reply that never opened a channel
+  }
+  held_.clear();
+  e.tool_calls = std::move(calls_);
+  return e;
+}
+
+bool prompt_expects_harmony(std::string_view prompt) {
+  const size_t e = prompt.find_last_not_of(kSpaces);
+  return e != std::string_view::npos && prompt.substr(0, e + 1).ends_with("<|start|>assistant");
+}
+
 }  // namespace wgllm

@@ -162,6 +162,47 @@ TEST(ToolCalls, TemplatesWrittenCallsParseBack) {
   }
 }
 
+// gpt-oss replies (special tokens kept): analysis as reasoning, final as content, calls to functions.*, in any pieces.
+TEST(Harmony, ChannelsAndCallsInAnyPieces) {
+  struct Case {
+    const char* reply;
+    const char* reasoning;
+    const char* content;
+    std::vector<ToolCall> calls;
+  };
+  const Case cases[] = {
+      {"<|channel|>analysis<|message|>User greets.<|end|><|start|>assistant<|channel|>final<|message|>Hello <there>!",
+       "User greets.",
+       "Hello <there>!",
+       {}},
+      {"<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>commentary "
+       "to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Paris\"}<|call|>",
+       "Need weather.",
+       "",
+       {{"get_weather", R"({"city":"Paris"})"}}},
+      {"<|start|>assistant to=functions.f<|channel|>commentary json<|message|>{}", "", "", {{"f", "{}"}}},
+      {"<|channel|>commentary to=functions.f <|constrain|>json<|message|>{not json", "", "{not json", {}},
+      {"Plain reply, no channels.", "", "Plain reply, no channels.", {}},
+  };
+  for (const Case& c : cases)
+    for (size_t piece : {size_t(1), size_t(4), size_t(1000)}) {
+      HarmonyStream h;
+      const std::string reply = c.reply;
+      ReasoningSplitter::Parts all;
+      for (size_t i = 0; i < reply.size(); i += piece) {
+        const ReasoningSplitter::Parts p = h.push(reply.substr(i, piece));
+        all.reasoning += p.reasoning, all.content += p.content;
+      }
+      const HarmonyStream::End end = h.finish();
+      all.reasoning += end.rest.reasoning, all.content += end.rest.content;
+      EXPECT_EQ(all.reasoning, c.reasoning) << c.reply << " in pieces of " << piece;
+      EXPECT_EQ(all.content, c.content) << c.reply << " in pieces of " << piece;
+      EXPECT_TRUE(same_calls(end.tool_calls, c.calls)) << c.reply << " in pieces of " << piece;
+    }
+  EXPECT_TRUE(prompt_expects_harmony("<|start|>user<|message|>hi<|end|><|start|>assistant"));
+  EXPECT_FALSE(prompt_expects_harmony("<|im_start|>assistant\n"));
+}
+
 TEST(ToolCalls, StreamHoldsOnlyTheCalls) {
   for (const CallCase& c : kCalls)
     for (size_t piece : {size_t(1), size_t(3), size_t(1000)}) {
