@@ -79,6 +79,9 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b) {
   if (op == "*" && a.is_int() && (b.is_string() || b.is_array())) return arithmetic(op, b, a);  // 3 * 'ab'
   if (op == "*" && (a.is_string() || a.is_array()) && b.is_int()) {
     const int64_t n = b.as_int();
+    const size_t unit = a.is_string() ? a.str().size() : a.arr().items.size();
+    if (n > 0 && unit > 0 && uint64_t(n) > (uint64_t{1} << 26) / unit)  // 64 Mi bytes or items: no prompt needs more
+      throw std::runtime_error("repetition too large");
     if (a.is_string()) {
       std::string s;
       for (int64_t i = 0; i < n; ++i) s += a.str();
@@ -358,7 +361,17 @@ Value Interpreter::lookup(const std::string& name) const {
 Value Interpreter::call(const Value& fn, Args& args) {
   if (fn.is_undefined()) throw std::runtime_error(fn.undefined_name());
   if (!fn.is_function()) throw std::runtime_error("'" + fn.type_name() + "' object is not callable");
-  return fn.fn().call(*this, args);
+  constexpr int kMaxCallDepth = 64;
+  if (call_depth_ >= kMaxCallDepth) throw std::runtime_error("maximum recursion depth exceeded");
+  ++call_depth_;
+  try {
+    Value v = fn.fn().call(*this, args);
+    --call_depth_;
+    return v;
+  } catch (...) {
+    --call_depth_;
+    throw;
+  }
 }
 
 Value Interpreter::eval(const Expr& e) {

@@ -48,6 +48,7 @@ class Interpreter {
   std::tm now_;
   Scope root_;
   Scope* scope_ = &root_;
+  int call_depth_ = 0;  // macro and caller() calls in progress (bounded, as Python's recursion is)
 };
 
 // Attribute and item access with jinja2's rules: obj.name tries the Python attribute (a method) first, then the

@@ -281,6 +281,10 @@ Value global(const std::string& name) {
     const int64_t stop = a.pos.size() > 1 ? a.pos[1].as_int() : a.pos[0].as_int();
     const int64_t step = a.pos.size() > 2 ? a.pos[2].as_int() : 1;
     if (step == 0) throw std::runtime_error("range() arg 3 must not be zero");
+    // jinja2's sandbox refuses ranges of more than MAX_RANGE items
+    const int64_t span = step > 0 ? stop - start : start - stop, n = span <= 0 ? 0 : (span - 1) / std::abs(step) + 1;
+    if (n > 100000)
+      throw std::runtime_error("Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
     std::vector<Value> items;
     for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) items.emplace_back(i);
     return Value::array(std::move(items));

@@ -125,6 +125,7 @@ class Parser {
   }
 
   StmtPtr parse_statement() {
+    const Nest nest(*this, peek().offset);
     const Token& kw = next();
     const std::string& k = kw.text;
     if (k == "if") return parse_if(kw.offset);
@@ -289,7 +290,20 @@ class Parser {
     return t;
   }
 
+  // Nesting (brackets, blocks, `not not ...`) is bounded: a template is untrusted input, and each level is a
+  // recursion of the parser and of the evaluator.
+  struct Nest {
+    Parser& p;
+    Nest(Parser& parser, size_t offset) : p(parser) {
+      if (++p.depth_ > kMaxDepth)
+        p.fail(offset, "nested too deeply (more than " + std::to_string(kMaxDepth) + " levels)");
+    }
+    ~Nest() { --p.depth_; }
+  };
+  static constexpr int kMaxDepth = 100;
+
   ExprPtr parse_expression() {
+    const Nest nest(*this, peek().offset);
     ExprPtr e = parse_or();
     while (is_name("if")) {
       const size_t at = next().offset;
@@ -332,6 +346,7 @@ class Parser {
 
   ExprPtr parse_not() {
     if (is_name("not")) {
+      const Nest nest(*this, peek().offset);
       auto e = make(Expr::Kind::Not, next().offset);
       e->args.push_back(parse_not());
       return e;
@@ -398,6 +413,7 @@ class Parser {
   ExprPtr parse_unary(bool with_filter) {
     ExprPtr e;
     if (is_op("-") || is_op("+")) {
+      const Nest nest(*this, peek().offset);
       const Token& op = next();
       e = make(op.text == "-" ? Expr::Kind::Neg : Expr::Kind::Pos, op.offset);
       e->args.push_back(parse_unary(false));
@@ -597,6 +613,7 @@ class Parser {
   const SourceMap& map_;
   size_t i_ = 0;
   int loop_depth_ = 0;
+  int depth_ = 0;
 };
 
 }  // namespace

@@ -90,27 +90,35 @@ Value Value::function(std::string name, std::function<Value(Interpreter&, Args&)
   return Value(std::make_shared<const Function>(Function{std::move(name), std::move(fn)}));
 }
 
-Value Value::from_json(const nlohmann::ordered_json& j) {
+namespace {
+
+Value from_json_at(const nlohmann::ordered_json& j, int depth) {
+  // Requests are untrusted: nesting deeper than any conversation has would only exhaust the stack.
+  if (depth > 256) throw std::invalid_argument("JSON nested too deeply (more than 256 levels)");
   switch (j.type()) {
-    case nlohmann::ordered_json::value_t::null: return none();
+    case nlohmann::ordered_json::value_t::null: return Value::none();
     case nlohmann::ordered_json::value_t::boolean: return Value(j.get<bool>());
     case nlohmann::ordered_json::value_t::number_integer: return Value(j.get<int64_t>());
     case nlohmann::ordered_json::value_t::number_unsigned: return Value(static_cast<int64_t>(j.get<uint64_t>()));
     case nlohmann::ordered_json::value_t::number_float: return Value(j.get<double>());
     case nlohmann::ordered_json::value_t::string: return Value(j.get<std::string>());
     case nlohmann::ordered_json::value_t::array: {
-      Value a = array();
-      for (const auto& e : j) a.arr().items.push_back(from_json(e));
+      Value a = Value::array();
+      for (const auto& e : j) a.arr().items.push_back(from_json_at(e, depth + 1));
       return a;
     }
     case nlohmann::ordered_json::value_t::object: {
-      Value o = object();
-      for (const auto& [k, e] : j.items()) o.obj().items.emplace_back(k, from_json(e));
+      Value o = Value::object();
+      for (const auto& [k, e] : j.items()) o.obj().items.emplace_back(k, from_json_at(e, depth + 1));
       return o;
     }
-    default: return none();
+    default: return Value::none();
   }
 }
+
+}  // namespace
+
+Value Value::from_json(const nlohmann::ordered_json& j) { return from_json_at(j, 0); }
 
 int64_t Value::as_int() const { return is_bool() ? int64_t{as_bool()} : std::get<int64_t>(v_); }
 

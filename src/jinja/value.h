@@ -75,7 +75,8 @@ class Value {
   static Value array(std::vector<Value> items = {}, bool tuple = false);
   static Value object();
   static Value function(std::string name, std::function<Value(Interpreter&, Args&)> fn);
-  // JSON as Python's json.loads gives it (objects keep their key order).
+  // JSON as Python's json.loads gives it (objects keep their key order). Throws std::invalid_argument past 256
+  // levels of nesting.
   static Value from_json(const nlohmann::ordered_json& j);
 
   Type type() const { return static_cast<Type>(v_.index()); }

@@ -47,7 +47,8 @@ void collect_contents(json& messages, std::vector<std::string>& contents, bool r
   }
 }
 
-jinja::Value variables(const ChatInput& in, const json& messages, std::string_view bos, std::string_view eos) {
+jinja::Value variables_unchecked(const ChatInput& in, const json& messages, std::string_view bos,
+                                 std::string_view eos) {
   jinja::Value vars = jinja::Value::object();
   jinja::Object& o = vars.obj();
   o.set("messages", jinja::Value::from_json(messages));
@@ -59,6 +60,15 @@ jinja::Value variables(const ChatInput& in, const json& messages, std::string_vi
   if (in.variables.is_object())
     for (const auto& [k, v] : in.variables.items()) o.set(k, jinja::Value::from_json(v));
   return vars;
+}
+
+// Throws InvalidArgument for JSON nested past what a Value holds.
+jinja::Value variables(const ChatInput& in, const json& messages, std::string_view bos, std::string_view eos) {
+  try {
+    return variables_unchecked(in, messages, bos, eos);
+  } catch (const std::invalid_argument& e) {
+    throw InvalidArgument(std::string("chat: ") + e.what());
+  }
 }
 
 std::string render(const jinja::Template& tmpl, const jinja::Value& vars, const std::optional<std::tm>& now) {

@@ -130,6 +130,22 @@ TEST(Jinja, ErrorsNameLineAndColumn) {
   EXPECT_EQ(error_of("{% break %}"), "line 1, column 4: 'break' outside a loop");
 }
 
+// A template is untrusted input (it comes with the model file): recursion, nesting and sizes are bounded, each an
+// error rather than a crash or an exhausted memory.
+TEST(Jinja, UntrustedTemplatesAreBounded) {
+  EXPECT_EQ(error_of("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}"),
+            "line 1, column 20: maximum recursion depth exceeded");
+  EXPECT_NE(error_of("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}").find("nested too deeply"),
+            std::string::npos);
+  std::string blocks;
+  for (int i = 0; i < 5000; ++i) blocks += "{% if true %}";
+  EXPECT_NE(error_of(blocks).find("nested too deeply"), std::string::npos);
+  EXPECT_NE(error_of("{{ " + std::string(5000, '-') + "1 }}").find("nested too deeply"), std::string::npos);
+  EXPECT_NE(error_of("{% for i in range(100001) %}{% endfor %}").find("Range too big"), std::string::npos);
+  EXPECT_EQ(render("{{ range(100000) | length }}"), "100000");
+  EXPECT_NE(error_of("{{ 'abcd' * 100000000 }}").find("repetition too large"), std::string::npos);
+}
+
 // Python's float repr, the JSON the templates print through tojson.
 TEST(Jinja, FloatsPrintAsPython) {
   EXPECT_EQ(float_repr(1.0), "1.0");
