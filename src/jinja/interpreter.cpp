@@ -254,6 +254,8 @@ Interpreter::Flow Interpreter::exec_for(const Stmt& s, std::string& out) {
   const int64_t n = static_cast<int64_t>(items.size());
   Scope* saved = scope_;
   for (int64_t i = 0; i < n; ++i) {
+    // A template's loops get a budget (far above any prompt's needs), so that none runs for hours.
+    if (++iterations_ > 10'000'000) fail(s.offset, "too many loop iterations (more than 10 million)");
     scope.vars.clear();
     bind(items[i]);
     Value loop = Value::object();
@@ -284,6 +286,7 @@ Interpreter::Flow Interpreter::exec_for(const Stmt& s, std::string& out) {
       throw;
     }
     scope_ = saved;
+    if (out.size() > (size_t{256} << 20)) fail(s.offset, "rendered text too large (more than 256 MiB)");
     if (flow == Flow::Break) break;
   }
   if (n == 0) return exec(s.else_body, out);

@@ -49,6 +49,7 @@ class Interpreter {
   Scope root_;
   Scope* scope_ = &root_;
   int call_depth_ = 0;  // macro and caller() calls in progress (bounded, as Python's recursion is)
+  int64_t iterations_ = 0;  // loop iterations so far: a render has a budget of them
 };
 
 // Attribute and item access with jinja2's rules: obj.name tries the Python attribute (a method) first, then the
