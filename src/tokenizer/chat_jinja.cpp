@@ -30,7 +30,7 @@ std::string_view trim(std::string_view s) {
 // Every content string of the messages (in order), optionally replaced in place by its sentinel.
 void collect_contents(json& messages, std::vector<std::string>& contents, bool replace) {
   const auto take = [&](json& s) {
-    if (!s.is_string()) return;
+    if (!s.is_string() || s.get_ref<const std::string&>().empty()) return;  // nothing to keep as text
     contents.push_back(s.get<std::string>());
     if (replace) s = std::string(kOpen) + std::to_string(contents.size() - 1) + std::string(kClose);
   };
