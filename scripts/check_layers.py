@@ -14,7 +14,7 @@ import sys
 # Bottom to top. A folder's key is its path from the repository root; `include/wgllm/error.h` is the floor.
 LAYERS = [
     ["include/wgllm/error.h"],
-    ["src/gguf"],
+    ["src/gguf", "src/jinja"],
     ["src/gpu"],
     ["src/kernels", "src/cpu", "src/tokenizer"],
     ["src/model"],

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets (fuzz_gguf, fuzz_tokenizer) with clang into a build folder of their own and runs
+# Builds the libFuzzer targets (fuzz_gguf, fuzz_tokenizer, fuzz_jinja) with clang into a build folder of their own and runs
 # each for a while from its seeds; any crash, leak or failed check fails. Without clang++ and libFuzzer it says so
 # and exits 77 (CTest's "skipped").
 #   scripts/fuzz.sh [seconds per target, default 60]
@@ -29,9 +29,9 @@ fi
 say "building the fuzz targets in $FUZZ_DIR"
 cmake -S "$ROOT" -B "$FUZZ_DIR" -DWGLLM_FUZZ=ON -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Release \
   -DWGLLM_WERROR=ON -DWGLLM_BUILD_BENCH=OFF >/dev/null
-cmake --build "$FUZZ_DIR" -j"$(nproc)" --target fuzz_gguf fuzz_tokenizer >/dev/null
+cmake --build "$FUZZ_DIR" -j"$(nproc)" --target fuzz_gguf fuzz_tokenizer fuzz_jinja >/dev/null
 
-# GGUF seeds come from the test that writes them; the tokenizer's are committed.
+# GGUF seeds come from the test that writes them; the tokenizer's and the chat templates' are committed.
 gguf_seeds="$BUILD_DIR/fuzz_seeds"
 if [ -x "$BUILD_DIR/bin/wgllm_tests" ]; then
   "$BUILD_DIR/bin/wgllm_tests" --gtest_filter='GgufSeeds.*' >/dev/null
@@ -39,9 +39,10 @@ fi
 mkdir -p "$gguf_seeds"
 
 status=0
-for target in gguf tokenizer; do
+for target in gguf tokenizer jinja; do
   seeds="$gguf_seeds"
   [ "$target" = tokenizer ] && seeds="$ROOT/tests/fuzz/seeds/tokenizer"
+  [ "$target" = jinja ] && seeds="$ROOT/tests/fuzz/seeds/jinja"
   corpus="$FUZZ_DIR/corpus/$target"
   mkdir -p "$corpus" "$FUZZ_DIR/artifacts"
   say "fuzz_$target for ${SECONDS_EACH} s from $seeds"

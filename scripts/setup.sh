@@ -79,10 +79,11 @@ fi
 
 # ---------------------------------------------------------------- Python tooling (tools/)
 # gguf / numpy / tokenizers / sentencepiece make the test models and reference token ids; openai / requests /
-# selenium drive `wgllm serve` in tests/server/ and scripts/load_test.py.
+# selenium drive `wgllm serve` in tests/server/ and scripts/load_test.py; jinja2 renders the chat templates wgllm's
+# own interpreter is compared with (tests/jinja/).
 VENV="$ROOT/.venv"
 PY_PKGS=(gguf==0.19.0 numpy==2.3.5 tokenizers==0.23.2 sentencepiece==0.2.1
-         openai==3.57.0 requests==2.34.2 selenium==4.51.0)
+         openai==3.57.0 requests==2.34.2 selenium==4.51.0 jinja2==3.1.6)
 if [ "${WGLLM_SKIP_VENV:-0}" != 1 ]; then
   stamp="$VENV/.wgllm-$(echo "${PY_PKGS[*]}" | sha256sum | cut -c1-12)"
   if [ ! -f "$stamp" ]; then

@@ -35,6 +35,8 @@ def main() -> int:
         ("src/gguf/file.h", "model/config.h", "higher layer"),       # the file format reaching up to the model
         ("src/kernels/norm.h", "model/transformer.h", "higher layer"),
         ("src/kernels/matmul.h", "cpu/ops.h", "peer"),                # kernels and their CPU references are peers
+        ("src/jinja/value.h", "tokenizer/chat.h", "higher layer"),    # the template language knows no tokenizer
+        ("src/jinja/template.h", "gguf/file.h", "peer"),              # nor the file format
         ("src/model/config.h", "api/sampling.h", "higher layer"),
         ("src/gpu/context.h", "wgllm/wgllm.h", "higher layer"),       # below the API, nothing includes it
         ("include/wgllm/wgllm.h", "gguf/file.h", "may include only"),  # public headers stand alone

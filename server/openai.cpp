@@ -77,40 +77,76 @@ double in_range(const char* key, double v, double lo, double hi) {
 
 // ---- the prompt
 
-// A message's content: a string, or an array of parts of which only {"type": "text", "text": ...} is understood.
-std::string message_content(const json& msg) {
+// A message's content is a string, null (an assistant turn that carried only tool calls) or an array of parts of
+// which only {"type": "text", "text": ...} is understood.
+void check_content(const json& msg) {
   const json* c = field(msg, "content");
-  if (!c) return {};  // an assistant turn that carried only tool calls
-  if (c->is_string()) return c->get<std::string>();
+  if (!c || c->is_string()) return;
   if (!c->is_array()) wrong_type("messages.content", "a string or an array of content parts", *c);
-  std::string text;
-  for (const json& part : *c) {
+  for (const json& part : *c)
     if (!part.is_object() || !part.contains("type") || part["type"] != "text" || !part.contains("text") ||
         !part["text"].is_string())
       bad_value("messages", "only text content parts ({\"type\": \"text\", \"text\": ...}) are supported");
-    text += part["text"].get<std::string>();
-  }
-  return text;
 }
 
-std::vector<int32_t> chat_prompt(const json& body, const Model& model) {
+// The messages, tools and chat_template_kwargs as the model's chat template sees them: the body's own JSON, keys
+// in the order the client wrote them (a tool's schema reaches the prompt as written).
+// tool_choice: "none" (the template gets no tools, the reply no parsing), "auto", "required" or a named function
+// (both taken as "auto": nothing constrains the sampling). Returns whether the tools go to the template.
+bool use_tools(const json& body, const json* tools) {
+  const json* choice = field(body, "tool_choice");
+  if (!choice) return tools != nullptr;
+  if (choice->is_string()) {
+    const std::string c = choice->get<std::string>();
+    if (c != "none" && c != "auto" && c != "required")
+      bad_value("tool_choice", "'tool_choice' must be none, auto, required or {\"type\": \"function\", ...}");
+    return tools && c != "none";
+  }
+  if (!choice->is_object() || !choice->contains("function"))
+    wrong_type("tool_choice", "a string or {\"type\": \"function\", \"function\": {\"name\": ...}}", *choice);
+  return tools != nullptr;
+}
+
+std::vector<int32_t> chat_prompt(const json& body, const std::string& body_text, const Model& model,
+                                 ParsedRequest& req) {
   const json* messages = field(body, "messages");
   if (!messages) throw ApiError(400, "'messages' is required", "messages", "missing_required_parameter");
   if (!messages->is_array()) wrong_type("messages", "an array", *messages);
   if (messages->empty()) bad_value("messages", "'messages' must hold at least one message");
-  std::vector<Model::ChatTurn> turns;
   for (const json& m : *messages) {
     if (!m.is_object()) wrong_type("messages", "an array of objects", m);
     const json* role = field(m, "role");
     if (!role) throw ApiError(400, "every message needs a 'role'", "messages", "missing_required_parameter");
     if (!role->is_string()) wrong_type("messages.role", "a string", *role);
-    std::string r = role->get<std::string>();
-    if (r == "developer") r = "system";  // OpenAI's newer name for the system role
-    turns.push_back({r, message_content(m)});
+    const std::string r = role->get<std::string>();
+    if (r != "system" && r != "developer" && r != "user" && r != "assistant" && r != "tool" && r != "function")
+      bad_value("messages", "role '" + r + "' is not one of system, developer, user, assistant, tool, function");
+    check_content(m);
   }
+  const json* tools = field(body, "tools");
+  if (tools && !tools->is_array()) wrong_type("tools", "an array", *tools);
+  const json* kwargs = field(body, "chat_template_kwargs");
+  if (kwargs && !kwargs->is_object()) wrong_type("chat_template_kwargs", "an object", *kwargs);
+  const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(body_text);
+  nlohmann::ordered_json msgs = ordered["messages"];
+  for (auto& m : msgs)
+    if (m["role"] == "developer") m["role"] = "system";  // OpenAI's newer name for the system role
+  ChatRequest r;
+  r.messages = msgs.dump();
+  req.tool_calls = use_tools(body, tools);
+  if (req.tool_calls) r.tools = ordered["tools"].dump();
+  if (kwargs) r.variables = ordered["chat_template_kwargs"].dump();
   try {
-    return model.encode_chat(turns);
+    std::vector<int32_t> ids = model.encode_chat(r);
+    // The template may open the reply's thinking itself (the prompt ends in "<think>\n"): its last tokens say.
+    const size_t tail = std::min<size_t>(ids.size(), 8);
+    const std::string end = model.decode(std::span(ids).last(tail));
+    req.thinking_open = prompt_opens_thinking(end);
+    req.harmony = prompt_expects_harmony(end);
+    return ids;
   } catch (const InvalidArgument& e) {
+    bad_value("messages", e.what());
+  } catch (const Error& e) {  // the template refused the conversation (raise_exception) or failed on it
     bad_value("messages", e.what());
   }
 }
@@ -181,7 +217,7 @@ json error_body(int status, const std::string& message, const std::string& param
 }
 
 ParsedRequest parse_request(Endpoint endpoint, const std::string& body_text, const Model& model, uint32_t n_ctx,
-                            const std::string& model_name) {
+                            const std::string& model_name, bool strict_model) {
   const json body = json::parse(body_text, nullptr, false);
   if (body.is_discarded())
     throw ApiError(400, "the body is not valid JSON (RFC 8259; strings in UTF-8)", "", "invalid_json");
@@ -189,7 +225,7 @@ ParsedRequest parse_request(Endpoint endpoint, const std::string& body_text, con
 
   if (const json* m = field(body, "model")) {
     if (!m->is_string()) wrong_type("model", "a string", *m);
-    if (m->get<std::string>() != model_name)
+    if (strict_model && m->get<std::string>() != model_name)
       throw ApiError(404,
                      "The model '" + m->get<std::string>() + "' does not exist (this server runs '" + model_name + "')",
                      "model", "model_not_found");
@@ -235,7 +271,17 @@ ParsedRequest parse_request(Endpoint endpoint, const std::string& body_text, con
 
   // The prompt last: tokenizing is the costly part.
   const char* prompt_key = endpoint == Endpoint::Chat ? "messages" : "prompt";
-  r.engine.prompt = endpoint == Endpoint::Chat ? chat_prompt(body, model) : completion_prompt(body, model);
+  r.engine.prompt =
+      endpoint == Endpoint::Chat ? chat_prompt(body, body_text, model, r) : completion_prompt(body, model);
+  if (endpoint == Endpoint::Chat) {
+    // The markers the reply is split and parsed by stay in its text where the vocabulary makes them control tokens
+    // (Mistral's [TOOL_CALLS], some files' <think>).
+    for (const char* marker :
+         {"<think>", "</think>", "<tool_call>", "</tool_call>", "[TOOL_CALLS]", "[ARGS]", "<|python_tag|>"}) {
+      const std::vector<int32_t> ids = model.encode(marker, false, true);
+      if (ids.size() == 1) r.engine.keep_special.push_back(ids[0]);
+    }
+  }
   if (r.engine.prompt.empty()) bad_value(prompt_key, "the prompt is empty");
   const size_t n_prompt = r.engine.prompt.size();
   if (n_prompt >= n_ctx)
@@ -252,13 +298,55 @@ ParsedRequest parse_request(Endpoint endpoint, const std::string& body_text, con
 
 // ---- responses
 
-ResponseWriter::ResponseWriter(Endpoint endpoint, const Model& model, std::string model_name, bool logprobs)
+ReplyParser::ReplyParser(const ReplyFormat& format) : format_(format) {
+  if (format.harmony) {
+    harmony_.emplace();
+    return;
+  }
+  if (format.split_reasoning) reasoning_.emplace(format.thinking_open);
+  if (format.tool_calls) tools_.emplace();
+}
+
+ReasoningSplitter::Parts ReplyParser::push(std::string_view text) {
+  ReasoningSplitter::Parts p;
+  if (harmony_) {
+    p = harmony_->push(text);
+    if (!format_.split_reasoning) p = {"", p.reasoning + p.content};
+    return p;
+  }
+  p = reasoning_ ? reasoning_->push(text) : ReasoningSplitter::Parts{"", std::string(text)};
+  if (tools_) p.content = tools_->push(p.content);
+  return p;
+}
+
+std::pair<ReasoningSplitter::Parts, std::vector<ToolCall>> ReplyParser::finish() {
+  if (harmony_) {
+    HarmonyStream::End e = harmony_->finish();
+    if (!format_.split_reasoning) e.rest = {"", e.rest.reasoning + e.rest.content};
+    if (!format_.tool_calls) e.tool_calls.clear();
+    return {std::move(e.rest), std::move(e.tool_calls)};
+  }
+  ReasoningSplitter::Parts rest = reasoning_ ? reasoning_->flush() : ReasoningSplitter::Parts{};
+  std::vector<ToolCall> calls;
+  if (tools_) {  // the content held back from a tool-call marker on: the calls, else content after all
+    rest.content = tools_->push(rest.content);
+    ParsedReply p = tools_->finish();
+    rest.content += p.content;
+    calls = std::move(p.tool_calls);
+  }
+  return {std::move(rest), std::move(calls)};
+}
+
+ResponseWriter::ResponseWriter(Endpoint endpoint, const Model& model, std::string model_name, bool logprobs,
+                               ReplyFormat format)
     : endpoint_(endpoint),
       model_(model),
       model_name_(std::move(model_name)),
       created_(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
                    .count()),
-      logprobs_(logprobs) {
+      logprobs_(logprobs),
+      format_(endpoint == Endpoint::Chat ? format : ReplyFormat{}),
+      parser_(format_) {
   thread_local std::mt19937_64 rng{std::random_device{}()};
   char hex[25];
   std::snprintf(hex, sizeof hex, "%016llx%08llx", (unsigned long long)rng(), (unsigned long long)(rng() >> 32));
@@ -310,10 +398,10 @@ json ResponseWriter::chunk(const std::string& text, const std::vector<TokenLogpr
   json out;
   if (endpoint_ == Endpoint::Chat) {
     out = envelope("chat.completion.chunk");
-    json delta = {{"content", text}};
-    if (!role_sent_) delta["role"] = "assistant";
+    json d = delta(parser_.push(text));
+    if (!role_sent_) d["role"] = "assistant";
     role_sent_ = true;
-    choice["delta"] = std::move(delta);
+    choice["delta"] = std::move(d);
     if (logprobs_ && !tokens.empty()) choice["logprobs"] = chat_logprobs(tokens);
   } else {
     out = envelope("text_completion");
@@ -325,9 +413,41 @@ json ResponseWriter::chunk(const std::string& text, const std::vector<TokenLogpr
   return out;
 }
 
+// The delta of a chunk: content (always, as without the split, unless the chunk is reasoning alone) and
+// reasoning_content where there is some.
+json ResponseWriter::delta(const ReasoningSplitter::Parts& parts) const {
+  json d = json::object();
+  if (!parts.content.empty() || parts.reasoning.empty()) d["content"] = parts.content;
+  if (!parts.reasoning.empty()) d["reasoning_content"] = parts.reasoning;
+  return d;
+}
+
+json ResponseWriter::tool_calls_json(const std::vector<ToolCall>& calls, bool stream) const {
+  json out = json::array();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    json c = {{"id", id_ + "-call-" + std::to_string(i)},
+              {"type", "function"},
+              {"function", {{"name", calls[i].name}, {"arguments", calls[i].arguments}}}};
+    if (stream) c["index"] = i;
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
 json ResponseWriter::final_chunk(const std::string& text, const std::vector<TokenLogprobs>& tokens, const Finish& f) {
   json out = chunk(text, tokens);
-  out["choices"][0]["finish_reason"] = f.reason;
+  json& d = out["choices"][0]["delta"];
+  std::string reason = f.reason;
+  if (endpoint_ == Endpoint::Chat) {  // what the parser still held, and the calls
+    const auto [rest, calls] = parser_.finish();
+    if (!rest.content.empty()) d["content"] = d.value("content", "") + rest.content;
+    if (!rest.reasoning.empty()) d["reasoning_content"] = d.value("reasoning_content", "") + rest.reasoning;
+    if (!calls.empty()) {
+      d["tool_calls"] = tool_calls_json(calls, true);
+      reason = "tool_calls";
+    }
+  }
+  out["choices"][0]["finish_reason"] = reason;
   return out;
 }
 
@@ -349,7 +469,18 @@ json ResponseWriter::whole(const std::string& text, const std::vector<TokenLogpr
   json out;
   if (endpoint_ == Endpoint::Chat) {
     out = envelope("chat.completion");
-    choice["message"] = {{"role", "assistant"}, {"content", text}};
+    // Read as the stream reads it, so that both give the same reasoning, content and calls.
+    ReplyParser parser(format_);
+    ReasoningSplitter::Parts parts = parser.push(text);
+    const auto [rest, calls] = parser.finish();
+    const std::string content = parts.content + rest.content, reasoning = parts.reasoning + rest.reasoning;
+    choice["message"] = {{"role", "assistant"}, {"content", content}};
+    if (!reasoning.empty()) choice["message"]["reasoning_content"] = reasoning;
+    if (!calls.empty()) {
+      if (content.empty()) choice["message"]["content"] = nullptr;
+      choice["message"]["tool_calls"] = tool_calls_json(calls, false);
+      choice["finish_reason"] = "tool_calls";
+    }
     if (logprobs_) choice["logprobs"] = chat_logprobs(tokens);
   } else {
     out = envelope("text_completion");

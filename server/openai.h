@@ -5,11 +5,15 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "wgllm/batch.h"
+#include "wgllm/chat.h"
 #include "wgllm/wgllm.h"
 
 namespace wgllm::server {
@@ -37,14 +41,41 @@ struct ParsedRequest {
   bool include_usage = false;  // stream_options.include_usage: a last chunk with the usage
   bool logprobs = false;       // per-token log-probabilities in the response
   uint32_t top_logprobs = 0;   // alternatives per token (chat: top_logprobs; completions: logprobs = n)
+  bool thinking_open = false;  // chat: the prompt ends inside <think> (the template opened it for the model)
+  bool tool_calls = false;     // chat with tools (tool_choice not "none"): the reply's tool calls are parsed
+  bool harmony = false;        // chat: the prompt leaves the reply to a gpt-oss harmony message
+};
+
+// How a chat reply is read: reasoning apart, tool calls parsed, harmony channels.
+struct ReplyFormat {
+  bool split_reasoning = false;  // <think>...</think> (or harmony's analysis) to reasoning_content
+  bool thinking_open = false;    // the reply starts inside <think>
+  bool tool_calls = false;       // tool calls parsed out of the content
+  bool harmony = false;          // gpt-oss channels (HarmonyStream) instead of <think> and the other call formats
+};
+
+// A chat reply read as it streams (ReplyFormat): push gives each piece's reasoning and content, finish what was
+// held and the tool calls.
+class ReplyParser {
+ public:
+  explicit ReplyParser(const ReplyFormat& format);
+  ReasoningSplitter::Parts push(std::string_view text);
+  std::pair<ReasoningSplitter::Parts, std::vector<ToolCall>> finish();
+
+ private:
+  ReplyFormat format_;
+  std::optional<ReasoningSplitter> reasoning_;
+  std::optional<ToolCallStream> tools_;
+  std::optional<HarmonyStream> harmony_;
 };
 
 // Parses a request body for `endpoint`. Throws ApiError: 400 for JSON that does not parse, a field of the wrong type
-// or out of range (naming it), n > 1, a prompt that leaves no room in the context of n_ctx tokens; 404 for a model
-// other than `model_name` (an absent model is taken as the served one). Unknown fields are ignored. max_tokens past
+// or out of range (naming it), n > 1, a prompt that leaves no room in the context of n_ctx tokens; with strict_model,
+// 404 for a model other than `model_name` (without it, as llama-server, any name is answered by the served model;
+// an absent model is taken as the served one). Unknown fields are ignored. max_tokens past
 // what the context leaves is lowered to it (the default: all it leaves).
 ParsedRequest parse_request(Endpoint endpoint, const std::string& body, const Model& model, uint32_t n_ctx,
-                            const std::string& model_name);
+                            const std::string& model_name, bool strict_model = true);
 
 // One token's log-probabilities as the engine gave them.
 struct TokenLogprobs {
@@ -62,10 +93,13 @@ struct Finish {
 // Builds the response objects of one request: one id, one creation time, one model name for all its chunks.
 class ResponseWriter {
  public:
-  ResponseWriter(Endpoint endpoint, const Model& model, std::string model_name, bool logprobs);
+  // format (chat): how the reply is split into reasoning_content, content and tool_calls.
+  ResponseWriter(Endpoint endpoint, const Model& model, std::string model_name, bool logprobs, ReplyFormat format = {});
   Endpoint endpoint() const { return endpoint_; }
 
   // A streamed chunk carrying `text` (and its tokens' log-probabilities); chat's first chunk carries the role.
+  // With reasoning split, the delta carries the text's reasoning as reasoning_content and the rest as content; with
+  // tools, content from a tool-call marker on is held for the last chunk, which carries the calls (tool_calls).
   nlohmann::json chunk(const std::string& text, const std::vector<TokenLogprobs>& tokens);
   // The last streamed chunk: the finish reason, and any text still held.
   nlohmann::json final_chunk(const std::string& text, const std::vector<TokenLogprobs>& tokens, const Finish& f);
@@ -88,6 +122,10 @@ class ResponseWriter {
   bool logprobs_;
   bool role_sent_ = false;
   size_t text_sent_ = 0;  // bytes of completion text in the chunks so far (text_offset)
+  ReplyFormat format_;
+  ReplyParser parser_;  // the streamed reply's
+  nlohmann::json delta(const ReasoningSplitter::Parts& parts) const;
+  nlohmann::json tool_calls_json(const std::vector<ToolCall>& calls, bool stream) const;
 };
 
 // The data of a streamed event: `data: <json>\n\n`.

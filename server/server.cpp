@@ -236,10 +236,15 @@ struct Server::Impl {
   void complete(Endpoint endpoint, const httplib::Request& req, httplib::Response& res) {
     try {
       if (draining) throw ApiError(503, "the server is shutting down", "", "shutting_down");
-      ParsedRequest r = parse_request(endpoint, req.body, model, engine.n_ctx(), options.model_name);
+      ParsedRequest r =
+          parse_request(endpoint, req.body, model, engine.n_ctx(), options.model_name, options.strict_model);
       auto channel = std::make_shared<Channel>();
       const bool stream = r.stream, include_usage = r.include_usage, logprobs = r.logprobs;
-      ResponseWriter writer(endpoint, model, options.model_name, logprobs);
+      ResponseWriter writer(endpoint, model, options.model_name, logprobs,
+                            {.split_reasoning = options.split_reasoning,
+                             .thinking_open = r.thinking_open,
+                             .tool_calls = r.tool_calls,
+                             .harmony = r.harmony});
       uint64_t id = 0;
       try {
         id = engine.submit(std::move(r.engine), Channel::callback(channel, model, std::move(r.stop), logprobs));

@@ -20,12 +20,18 @@
 namespace wgllm::server {
 
 struct ServerOptions {
-  std::string host = "127.0.0.1";    // loopback unless told otherwise
-  int port = 8080;                   // 0: any free port (bind() returns it)
-  std::string api_key;               // non-empty: `Authorization: Bearer KEY` required on every route but /health and /
-  std::string model_name;            // the model's id in /v1/models and the responses; requests may name only it
+  std::string host = "127.0.0.1";  // loopback unless told otherwise
+  int port = 8080;                 // 0: any free port (bind() returns it)
+  std::string api_key;             // non-empty: `Authorization: Bearer KEY` required on every route but /health and /
+  std::string model_name;          // the model's id in /v1/models and the responses
+  // Requests naming another model get 404; without, the served model answers them (its name in `model`), as
+  // llama-server does for clients that send their default name (gpt-4o-mini, ...).
+  bool strict_model = false;
   size_t max_body_bytes = 4u << 20;  // larger request bodies get 413
   BatchOptions batch;                // the engine's slots, queue and context
+  // Chat replies: <think>...</think> apart in reasoning_content (llama-server's "deepseek" format); false keeps it
+  // inline in content (--reasoning-format none).
+  bool split_reasoning = true;
   // Where the request log goes, a line at a time (default: standard error).
   std::function<void(const std::string& line)> log = nullptr;
 };

@@ -34,6 +34,9 @@ struct CompletionRequest {
   // (at most 20), from the log-softmax of the model's logits before penalties, temperature and filters.
   uint32_t top_logprobs = 0;
   bool logprobs = false;  // the chosen token's log-probability (implied by top_logprobs > 0)
+  // Control tokens whose text streams like any other (the text skips the others): a chat format's markers that
+  // the reply is parsed by (<think>, [TOOL_CALLS], ...).
+  std::vector<int32_t> keep_special;
 };
 
 struct TokenLogprob {

@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "wgllm/chat.h"
 #include "wgllm/error.h"
 
 namespace wgllm {
@@ -44,6 +45,9 @@ class Vocab {
   // gemma3 file without a template gets Gemma's. Throws Error when the file has no template wgllm knows.
   std::string apply_chat_template(std::string_view user, std::string_view system = "") const;
   std::vector<int32_t> encode_chat(std::string_view user, std::string_view system = "") const;
+  // Any request (wgllm/chat.h) in the file's template, or in `jinja` where not empty; Error where there is no
+  // template (and no built-in one), or where it fails or raises.
+  std::string render_chat(const ChatRequest& request, std::string_view jinja = "") const;
 
  private:
   struct Impl;

@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "wgllm/chat.h"
 #include "wgllm/error.h"
 
 namespace wgllm {
@@ -55,6 +56,8 @@ struct LoadOptions {
   // such a model would compute NaN and sample garbage. Off skips the scan (it reads each weight once more on the
   // CPU; PERF.md gives its cost).
   bool check_tensors = true;
+  // A Jinja chat template used instead of the file's tokenizer.chat_template (its source text; "" : the file's).
+  std::string chat_template = {};
   // Developer aids ("" = off; the library never reads the environment, the wgllm CLI fills these from
   // $WGLLM_KERNEL_DIR, $WGLLM_DUMP_SHADERS and $WGLLM_SHADER_CHECKS): a kernel file in kernel_dir (e.g. matvec.wgsl)
   // replaces the built-in one of that name; dump_shaders_dir receives every WGSL source exactly as compiled;
@@ -133,19 +136,25 @@ class Model {
   // End of generation: EOS or a chat turn end (<|im_end|>, <|eot_id|>, </s>) present in the vocabulary.
   bool is_end_of_generation(int32_t id) const;
   // The model's chat template applied to one user message (and a system message when not empty), ending with the
-  // assistant's turn opener. Throws Error when the model has no template wgllm knows.
+  // assistant's turn opener. The file's Jinja template (or LoadOptions::chat_template) renders it; a file without
+  // one gets its architecture's built-in template (Gemma's for gemma files). Throws Error when it has neither, or
+  // where the template fails or raises (its line and column).
   std::string apply_chat_template(std::string_view user, std::string_view system = "") const;
   // The same prompt as token ids: the template's markers become control tokens, while the messages are text
   // whatever they hold (a control token typed into a message cannot open a turn of its own).
   std::vector<int32_t> encode_chat(std::string_view user, std::string_view system = "") const;
-  // A conversation (roles "system", "user", "assistant"; InvalidArgument for any other or none) in the model's
-  // template, ending with the assistant's turn opener, as ids. A model without a template wgllm knows gets ChatML,
-  // as llama.cpp's server gives it (the one-message encode_chat above throws instead).
+  // A conversation in the model's template, ending with the assistant's turn opener, as ids. A model with neither
+  // a template nor a built-in one gets ChatML, as llama.cpp's server gives it (the one-message encode_chat above
+  // throws instead); the built-in ones take the roles "system", "user", "assistant" only (InvalidArgument).
   struct ChatTurn {
     std::string role;
     std::string content;
   };
   std::vector<int32_t> encode_chat(std::span<const ChatTurn> turns) const;
+  // Any request (tool calls, tools, template variables; wgllm/chat.h) as the model's template renders it, falling
+  // back as encode_chat(turns) does; its text, and its ids (markers as control tokens, contents as text).
+  std::string render_chat(const ChatRequest& request) const;
+  std::vector<int32_t> encode_chat(const ChatRequest& request) const;
 
  private:
   friend class ModelAccess;  // the library's own sources (src/api/model_impl.h)
@@ -157,7 +166,8 @@ class Model {
 // Incremental detokenization for streaming: every chunk is whole UTF-8 characters.
 class TextStream {
  public:
-  explicit TextStream(const Model& model, bool skip_special = true);
+  // keep: control tokens written even when skip_special (a chat format's markers: <think>, [TOOL_CALLS], ...).
+  explicit TextStream(const Model& model, bool skip_special = true, std::vector<int32_t> keep = {});
   ~TextStream();
   std::string push(int32_t id);
   std::string flush();

@@ -191,7 +191,7 @@ struct BatchEngine::Impl {
     s.first_token_seconds = 0;
     s.session->reset();
     s.sampler.emplace(s.request->req.sampling);
-    s.stream = std::make_unique<TextStream>(model);
+    s.stream = std::make_unique<TextStream>(model, true, s.request->req.keep_special);
     for (int32_t id : s.request->req.prompt) s.sampler->accept(id);
   }
 

@@ -8,6 +8,7 @@
 
 #include "gpu/context.h"
 #include "model/transformer.h"
+#include "tokenizer/chat.h"
 #include "tokenizer/tokenizer.h"
 #include "wgllm/wgllm.h"
 
@@ -18,7 +19,8 @@ struct Model::Impl {
   ModelConfig config;                 // parsed once, before the upload
   GpuModel gpu;
   std::optional<Tokenizer> tokenizer;
-  std::vector<int32_t> eog;  // end-of-generation ids
+  std::optional<ChatFormat> chat;  // the file's template (or LoadOptions::chat_template), parsed once
+  std::vector<int32_t> eog;        // end-of-generation ids
   ModelInfo info;
   uint32_t ubatch = 512;
   std::optional<uint32_t> layers_per_submit;
@@ -27,6 +29,10 @@ struct Model::Impl {
   const Tokenizer& tok() const {
     if (!tokenizer) throw ModelError("the model has no tokenizer (tokenizer.ggml.* metadata)");
     return *tokenizer;
+  }
+  const ChatFormat& chat_format() const {
+    tok();
+    return *chat;
   }
 };
 

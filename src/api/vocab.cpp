@@ -1,6 +1,7 @@
 // wgllm/vocab.h: a GGUF file's tokenizer from its metadata alone.
 #include "wgllm/vocab.h"
 
+#include "api/chat_input.h"
 #include "gguf/file.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/gguf_tokenizer.h"
@@ -9,9 +10,11 @@
 namespace wgllm {
 
 struct Vocab::Impl {
-  explicit Impl(const GgufFile& f) : tok(read(f)), arch(f.find_string("general.architecture").value_or("")) {}
+  explicit Impl(const GgufFile& f)
+      : tok(read(f)), arch(f.find_string("general.architecture").value_or("")), chat(tok.data().chat_template, arch) {}
   Tokenizer tok;
   std::string arch;
+  ChatFormat chat;  // the file's template, parsed once
 
   // The tokenizer's own checks do not know the file: their errors get its name.
   static Tokenizer read(const GgufFile& f) {
@@ -52,11 +55,20 @@ bool Vocab::add_bos() const { return impl_->tok.add_bos(); }
 const std::string& Vocab::architecture() const { return impl_->arch; }
 
 std::string Vocab::apply_chat_template(std::string_view user, std::string_view system) const {
-  return render_user_turn(impl_->tok, impl_->arch, user, system).text;
+  return render_user_turn(impl_->chat, impl_->tok, user, system).text;
 }
 std::vector<int32_t> Vocab::encode_chat(std::string_view user, std::string_view system) const {
-  const ChatPrompt p = render_user_turn(impl_->tok, impl_->arch, user, system);
+  const ChatPrompt p = render_user_turn(impl_->chat, impl_->tok, user, system);
   return impl_->tok.encode(p.text, false, true, p.content);
+}
+std::string Vocab::render_chat(const ChatRequest& r, std::string_view jinja) const {
+  const std::optional<ChatFormat> own =
+      jinja.empty() ? std::nullopt : std::optional<ChatFormat>(std::in_place, jinja, impl_->arch);
+  const ChatFormat& format = own ? *own : impl_->chat;
+  return format
+      .render(chat_input(r), r.bos_token ? *r.bos_token : bos_text(impl_->tok),
+              r.eos_token ? *r.eos_token : eos_text(impl_->tok), false)
+      .text;
 }
 
 }  // namespace wgllm

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <optional>
 
+#include "api/chat_input.h"
 #include "api/context_size.h"
 #include "api/model_impl.h"
 #include "api/sampling.h"
@@ -67,7 +68,10 @@ std::unique_ptr<ModelAccess::Impl> parse_impl(const GgufFile& f, const LoadOptio
   auto m = std::make_unique<ModelAccess::Impl>();
   m->config = config_from_gguf(f);
   const ModelConfig& config = m->config;
-  if (f.has("tokenizer.ggml.model")) m->tokenizer.emplace(tokenizer_data_from_gguf(f));
+  if (f.has("tokenizer.ggml.model")) {
+    m->tokenizer.emplace(tokenizer_data_from_gguf(f));
+    m->chat.emplace(o.chat_template.empty() ? m->tokenizer->data().chat_template : o.chat_template, config.arch_name);
+  }
   m->ubatch = std::max<uint32_t>(1, o.ubatch);
   m->layers_per_submit = o.layers_per_submit;
   m->choose_on_gpu = o.choose_on_gpu;
@@ -167,18 +171,37 @@ bool Model::is_end_of_generation(int32_t id) const {
 }
 
 std::string Model::apply_chat_template(std::string_view user, std::string_view system) const {
-  return render_user_turn(impl_->tok(), impl_->config.arch_name, user, system).text;
+  return render_user_turn(impl_->chat_format(), impl_->tok(), user, system).text;
 }
 
 std::vector<int32_t> Model::encode_chat(std::string_view user, std::string_view system) const {
-  const ChatPrompt p = render_user_turn(impl_->tok(), impl_->config.arch_name, user, system);
+  const ChatPrompt p = render_user_turn(impl_->chat_format(), impl_->tok(), user, system);
   return impl_->tok().encode(p.text, false, true, p.content);
 }
 
 std::vector<int32_t> Model::encode_chat(std::span<const ChatTurn> turns) const {
-  std::vector<ChatMessage> msgs;
-  for (const ChatTurn& t : turns) msgs.push_back({t.role, t.content});
-  const ChatPrompt p = render_conversation(impl_->tok(), impl_->config.arch_name, msgs, true);
+  ChatInput in;
+  for (const ChatTurn& t : turns) in.messages.push_back({{"role", t.role}, {"content", t.content}});
+  const Tokenizer& tok = impl_->tok();
+  const ChatPrompt p = impl_->chat_format().render(in, bos_text(tok), eos_text(tok), true);
+  return tok.encode(p.text, false, true, p.content);
+}
+
+namespace {
+
+ChatPrompt render_request(const ChatFormat& format, const Tokenizer& tok, const ChatRequest& r) {
+  return format.render(chat_input(r), r.bos_token ? *r.bos_token : bos_text(tok),
+                       r.eos_token ? *r.eos_token : eos_text(tok), true);
+}
+
+}  // namespace
+
+std::string Model::render_chat(const ChatRequest& request) const {
+  return render_request(impl_->chat_format(), impl_->tok(), request).text;
+}
+
+std::vector<int32_t> Model::encode_chat(const ChatRequest& request) const {
+  const ChatPrompt p = render_request(impl_->chat_format(), impl_->tok(), request);
   return impl_->tok().encode(p.text, false, true, p.content);
 }
 
@@ -187,8 +210,9 @@ std::vector<int32_t> Model::encode_chat(std::span<const ChatTurn> turns) const {
 struct TextStream::Impl {
   StreamDecoder decoder;
 };
-TextStream::TextStream(const Model& model, bool skip_special)
-    : impl_(std::make_unique<Impl>(Impl{StreamDecoder(ModelAccess::impl(model).tok(), skip_special)})) {}
+TextStream::TextStream(const Model& model, bool skip_special, std::vector<int32_t> keep)
+    : impl_(
+          std::make_unique<Impl>(Impl{StreamDecoder(ModelAccess::impl(model).tok(), skip_special, std::move(keep))})) {}
 TextStream::~TextStream() = default;
 std::string TextStream::push(int32_t id) { return impl_->decoder.push(id); }
 std::string TextStream::flush() { return impl_->decoder.flush(); }

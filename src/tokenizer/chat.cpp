@@ -1,23 +1,14 @@
-// Chat templates (see chat.h). Each renderer follows its Jinja template line by line.
+// Chat prompts (see chat.h): the built-in families, each following its Jinja template line by line. The Jinja
+// path is in chat_jinja.cpp.
 #include "tokenizer/chat.h"
 
 #include "wgllm/error.h"
 
 namespace wgllm {
 
-ChatTemplate detect_chat_template(std::string_view jinja) {
-  if (jinja.find("<start_of_turn>") != std::string_view::npos) return ChatTemplate::Gemma;
-  if (jinja.find("<|start_header_id|>") != std::string_view::npos) return ChatTemplate::Llama3;
-  if (jinja.find("<|im_start|>") != std::string_view::npos) return ChatTemplate::ChatML;
-  if (jinja.find("[INST]") != std::string_view::npos) return ChatTemplate::Llama2;
-  throw Error("unknown chat template (supported: llama3, chatml, llama2/mistral [INST], gemma)");
-}
-
-ChatTemplate chat_template_for(std::string_view jinja, std::string_view arch) {
-  if (!jinja.empty()) return detect_chat_template(jinja);
-  if (arch == "gemma" || arch == "gemma2" || arch == "gemma3") return ChatTemplate::Gemma;
-  throw Error("the model has no chat template (tokenizer.chat_template) and architecture '" + std::string(arch) +
-              "' has no default one");
+std::optional<ChatFamily> builtin_chat_family(std::string_view arch) {
+  if (arch == "gemma" || arch == "gemma2" || arch == "gemma3") return ChatFamily::Gemma;
+  return std::nullopt;
 }
 
 namespace {
@@ -122,47 +113,20 @@ ChatPrompt gemma(std::span<const ChatMessage> msgs, bool gen, std::string_view b
 
 }  // namespace
 
-std::string apply_chat_template(ChatTemplate tmpl, std::span<const ChatMessage> messages, bool add_generation_prompt,
+std::string apply_chat_template(ChatFamily family, std::span<const ChatMessage> messages, bool add_generation_prompt,
                                 std::string_view bos_text, std::string_view eos_text) {
-  return render_chat(tmpl, messages, add_generation_prompt, bos_text, eos_text).text;
+  return render_chat(family, messages, add_generation_prompt, bos_text, eos_text).text;
 }
 
-ChatPrompt render_chat(ChatTemplate tmpl, std::span<const ChatMessage> messages, bool add_generation_prompt,
+ChatPrompt render_chat(ChatFamily family, std::span<const ChatMessage> messages, bool add_generation_prompt,
                        std::string_view bos_text, std::string_view eos_text) {
-  switch (tmpl) {
-    case ChatTemplate::Llama3: return llama3(messages, add_generation_prompt, bos_text);
-    case ChatTemplate::ChatML: return chatml(messages, add_generation_prompt);
-    case ChatTemplate::Llama2: return llama2(messages, bos_text, eos_text);
-    case ChatTemplate::Gemma: return gemma(messages, add_generation_prompt, bos_text);
+  switch (family) {
+    case ChatFamily::Llama3: return llama3(messages, add_generation_prompt, bos_text);
+    case ChatFamily::ChatML: return chatml(messages, add_generation_prompt);
+    case ChatFamily::Llama2: return llama2(messages, bos_text, eos_text);
+    case ChatFamily::Gemma: return gemma(messages, add_generation_prompt, bos_text);
   }
-  throw InvalidArgument("unknown ChatTemplate value");
-}
-
-ChatPrompt render_user_turn(const Tokenizer& tok, std::string_view arch, std::string_view user,
-                            std::string_view system) {
-  std::vector<ChatMessage> msgs;
-  if (!system.empty()) msgs.push_back({"system", std::string(system)});
-  msgs.push_back({"user", std::string(user)});
-  return render_conversation(tok, arch, msgs, false);
-}
-
-ChatPrompt render_conversation(const Tokenizer& tok, std::string_view arch, std::span<const ChatMessage> messages,
-                               bool chatml_fallback) {
-  for (const ChatMessage& m : messages)
-    if (m.role != "system" && m.role != "user" && m.role != "assistant")
-      throw InvalidArgument("chat: role '" + m.role + "' is not one of system, user, assistant");
-  if (messages.empty()) throw InvalidArgument("chat: no messages");
-  ChatTemplate tmpl = ChatTemplate::ChatML;
-  try {
-    tmpl = chat_template_for(tok.data().chat_template, arch);
-  } catch (const InvalidArgument&) {
-    throw;
-  } catch (const Error&) {
-    if (!chatml_fallback) throw;
-  }
-  const std::string bos = tok.bos() >= 0 ? tok.token_text(tok.bos()) : "";
-  const std::string eos = tok.eos() >= 0 ? tok.token_text(tok.eos()) : "";
-  return render_chat(tmpl, messages, true, bos, eos);
+  throw InvalidArgument("unknown ChatFamily value");
 }
 
 }  // namespace wgllm

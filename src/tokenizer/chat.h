@@ -1,16 +1,23 @@
-// Chat prompts: the few chat-template families in use, recognised from the GGUF's Jinja source and rendered
-// exactly as their Jinja templates render.
+// Chat prompts: a model's own Jinja chat template rendered by src/jinja/, and four built-in families for files
+// that carry none.
 #pragma once
+#include <ctime>
+#include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "jinja/template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace wgllm {
 
-enum class ChatTemplate {
+// The built-in renderings, for files that carry no template of their own (tokenizer.chat_template).
+enum class ChatFamily {
   Llama3,  // <|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|> (Meta Llama 3 Instruct)
   ChatML,  // <|im_start|>role\ncontent<|im_end|>\n (Qwen, SmolLM, ...)
   Llama2,  // [INST] ... [/INST] with <<SYS>> (Llama 2 chat; Mistral-style [INST] templates)
@@ -22,12 +29,9 @@ struct ChatMessage {
   std::string content;
 };
 
-// Recognises a template by its markers; throws Error "unknown chat template (...)" otherwise.
-ChatTemplate detect_chat_template(std::string_view jinja);
-// The template of a model: its own (tokenizer.chat_template) when it has one, else the one its architecture
-// (general.architecture) was trained with: Gemma's for gemma, gemma2 and gemma3 files, whose GGUFs often carry none.
-// Throws Error for an unknown template, or for no template and an architecture without a known one.
-ChatTemplate chat_template_for(std::string_view jinja, std::string_view arch);
+// The family a file without a template gets from its architecture (general.architecture): Gemma's for gemma,
+// gemma2 and gemma3 files, whose GGUFs often carry none; nothing for the others.
+std::optional<ChatFamily> builtin_chat_family(std::string_view arch);
 
 // A rendered chat prompt and where the messages' contents sit in it. Encode it with add_special = false,
 // parse_special = true and plain = content: the template's own markers become control tokens (BOS is part of the
@@ -37,25 +41,61 @@ struct ChatPrompt {
   std::vector<TextRange> content;
 };
 
-// The prompt; apply_chat_template gives its text alone.
+// A built-in family's prompt; apply_chat_template gives its text alone.
 // Llama3: bos_text before the first message, contents trimmed of surrounding whitespace.
 // ChatML: no BOS, contents as given. Llama2: bos_text before every user turn, eos_text after every assistant
 // turn, a leading system message folded into the first user turn, contents trimmed; roles must alternate
 // user/assistant (InvalidArgument otherwise); add_generation_prompt changes nothing (the prompt ends in [/INST]).
 // Gemma: bos_text first, contents trimmed, system messages (trimmed) put in front of the next user turn's content
 // with a blank line between, as llama.cpp does (Gemma has no system role).
-ChatPrompt render_chat(ChatTemplate tmpl, std::span<const ChatMessage> messages, bool add_generation_prompt,
+ChatPrompt render_chat(ChatFamily family, std::span<const ChatMessage> messages, bool add_generation_prompt,
                        std::string_view bos_text, std::string_view eos_text = "");
-// The prompt of one user message (and a system message when not empty) ending with the assistant's turn opener, in
-// the template chat_template_for gives the tokenizer's template and `arch`; BOS / EOS texts from the tokenizer.
-ChatPrompt render_user_turn(const Tokenizer& tok, std::string_view arch, std::string_view user,
+
+// What a chat template renders, as transformers' apply_chat_template hands it over: the template sees messages,
+// tools (None when absent), documents (None), add_generation_prompt, bos_token, eos_token and the extra variables.
+struct ChatInput {
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  nlohmann::ordered_json tools = nullptr;                               // an array, or null
+  nlohmann::ordered_json variables = nlohmann::ordered_json::object();  // chat_template_kwargs (enable_thinking, ...)
+  bool add_generation_prompt = true;
+  std::optional<std::tm> now;  // strftime_now's time; unset: the local time
+};
+
+// A model's chat format: its own Jinja template (tokenizer.chat_template, or one given instead), parsed once; a
+// built-in family for a file without one. Rendering is the same for `run --chat`, `serve` and `wgllm template`.
+class ChatFormat {
+ public:
+  // `jinja` empty: the file has no template (the family from builtin_chat_family(arch), if any). A template that
+  // does not parse is kept as its error, thrown by render.
+  ChatFormat(std::string_view jinja, std::string_view arch);
+  ~ChatFormat();
+  ChatFormat(ChatFormat&&) noexcept;
+  ChatFormat& operator=(ChatFormat&&) noexcept;
+  bool has_template() const;
+
+  // The prompt and where the messages' contents sit in it (found as the template placed them; see chat.cpp).
+  // chatml_fallback: with neither a template nor a family, ChatML (as llama.cpp's server does) instead of an Error.
+  // Throws Error "chat template: line L, column C: ..." where the template fails or raises; InvalidArgument for
+  // messages a built-in family cannot render (roles other than system, user, assistant; none at all).
+  ChatPrompt render(const ChatInput& in, std::string_view bos_text, std::string_view eos_text,
+                    bool chatml_fallback) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The Jinja rendering alone (what ChatFormat::render does with a template), for a parsed template.
+ChatPrompt render_jinja_chat(const jinja::Template& tmpl, const ChatInput& in, std::string_view bos_text,
+                             std::string_view eos_text);
+
+// The prompt of one user message (and a system message when not empty) ending with the assistant's turn opener.
+ChatPrompt render_user_turn(const ChatFormat& format, const Tokenizer& tok, std::string_view user,
                             std::string_view system);
-// A conversation (roles "system", "user", "assistant"; InvalidArgument naming any other) ending with the assistant's
-// turn opener. With chatml_fallback, a model whose template chat_template_for does not know gets ChatML, as
-// llama.cpp's server does; without, that throws as chat_template_for does.
-ChatPrompt render_conversation(const Tokenizer& tok, std::string_view arch, std::span<const ChatMessage> messages,
-                               bool chatml_fallback);
-std::string apply_chat_template(ChatTemplate tmpl, std::span<const ChatMessage> messages, bool add_generation_prompt,
+// The BOS / EOS token texts a template gets (empty where the vocabulary has none).
+std::string bos_text(const Tokenizer& tok);
+std::string eos_text(const Tokenizer& tok);
+std::string apply_chat_template(ChatFamily family, std::span<const ChatMessage> messages, bool add_generation_prompt,
                                 std::string_view bos_text, std::string_view eos_text = "");
 
 }  // namespace wgllm

@@ -528,11 +528,12 @@ std::string Tokenizer::token_to_piece(int32_t id) const {
   return impl_->pieces[id];
 }
 
-StreamDecoder::StreamDecoder(const Tokenizer& tokenizer, bool skip_special)
-    : tok_(&tokenizer), skip_special_(skip_special) {}
+StreamDecoder::StreamDecoder(const Tokenizer& tokenizer, bool skip_special, std::vector<int32_t> keep)
+    : tok_(&tokenizer), skip_special_(skip_special), keep_(std::move(keep)) {}
 
 std::string StreamDecoder::push(int32_t id) {
-  tok_->append_piece(pending_, id, at_start_, skip_special_);
+  const bool kept = std::find(keep_.begin(), keep_.end(), id) != keep_.end();
+  tok_->append_piece(pending_, id, at_start_, skip_special_ && !kept);
   std::string out;
   size_t k = 0;
   while (k < pending_.size()) {

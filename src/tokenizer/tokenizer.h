@@ -94,7 +94,8 @@ class Tokenizer {
 // The tokenizer must outlive the decoder.
 class StreamDecoder {
  public:
-  explicit StreamDecoder(const Tokenizer& tokenizer, bool skip_special = false);
+  // keep: control tokens whose text is written even with skip_special (a chat format's markers, e.g. [TOOL_CALLS]).
+  explicit StreamDecoder(const Tokenizer& tokenizer, bool skip_special = false, std::vector<int32_t> keep = {});
   std::string push(int32_t id);
   // Emits what is held back and starts a new stream.
   std::string flush();
@@ -102,6 +103,7 @@ class StreamDecoder {
  private:
   const Tokenizer* tok_;
   bool skip_special_;
+  std::vector<int32_t> keep_;
   bool at_start_ = true;
   std::string pending_;
 };

@@ -73,3 +73,23 @@ TEST(CliInspect, RealGemmaFile) {
 
 }  // namespace
 }  // namespace wgllm
+
+namespace wgllm {
+namespace {
+
+// -m FILE, as every other command takes the model, shows the same as the positional FILE; neither is an error.
+TEST(CliInspect, TakesDashMLikeTheOtherCommands) {
+  const std::string file = std::string(WGLLM_SOURCE_DIR) + "/models/default/shakespeare-tiny.gguf";
+  const CliResult positional = run_cli("inspect " + file + " --metadata");
+  const CliResult dash_m = run_cli("inspect -m " + file + " --metadata");
+  EXPECT_EQ(positional.status, 0) << positional.err;
+  EXPECT_EQ(dash_m.status, 0) << dash_m.err;
+  EXPECT_EQ(dash_m.out, positional.out);
+  EXPECT_NE(dash_m.out.find("architecture   llama"), std::string::npos);
+  const CliResult none = run_cli("inspect");
+  EXPECT_EQ(none.status, 1);
+  EXPECT_EQ(none.err, "wgllm: error: no file: pass -m FILE (or FILE)\n");
+}
+
+}  // namespace
+}  // namespace wgllm

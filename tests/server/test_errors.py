@@ -90,11 +90,21 @@ class Errors(ErrorsBase):
         self.assertEqual(r.status_code, 200, r.text)
 
     def test_unknown_model(self):
-        self.assertError(self.post("/completions", {"prompt": "x", "model": "gpt-4o"}), 404, param="model",
-                         code="model_not_found", words="gpt-4o")
-        client = self.server.client()
-        with self.assertRaises(openai.NotFoundError):
-            client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
+        # As llama-server: the one model served answers a request naming another, and says so in `model`.
+        r = self.post("/completions", {"prompt": "x", "model": "gpt-4o", "max_tokens": 1})
+        self.assertEqual((r.status_code, r.json()["model"]), (200, MODEL), r.text)
+        reply = self.server.client().chat.completions.create(model="gpt-4o-mini", max_tokens=1,
+                                                             messages=[{"role": "user", "content": "hi"}])
+        self.assertEqual(reply.model, MODEL)
+        # --strict-model: 404 model_not_found naming it.
+        with Server("--parallel", "1", "--strict-model") as strict:
+            r = requests.post(strict.base_url + "/completions", json={"prompt": "x", "model": "gpt-4o"}, timeout=60)
+            self.assertEqual(r.status_code, 404, r.text)
+            err = r.json()["error"]
+            self.assertEqual((err["param"], err["code"]), ("model", "model_not_found"))
+            self.assertIn("gpt-4o", err["message"])
+            with self.assertRaises(openai.NotFoundError):
+                strict.client().chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
 
     def test_n_above_one(self):
         err = self.assertError(self.post("/completions", {"prompt": "x", "n": 2}), 400, param="n")

@@ -122,13 +122,14 @@ TEST_P(GgufTokenizerModel, LoadsAndRoundTrips) {
 TEST_P(GgufTokenizerModel, TypedControlTokensCannotOpenATurn) {
   const GgufFile f = GgufFile::open(test::model_path(GetParam()));
   const Tokenizer tok(tokenizer_data_from_gguf(f));
-  const ChatTemplate tmpl = detect_chat_template(tok.data().chat_template);
+  const ChatFormat format(tok.data().chat_template, "");
+  ASSERT_TRUE(format.has_template());
   const std::string bos = tok.token_text(tok.bos()), eos = tok.token_text(tok.eos());
   auto encode = [&](const std::string& user, const std::string& system) {
-    std::vector<ChatMessage> msgs;
-    if (!system.empty()) msgs.push_back({"system", system});
-    msgs.push_back({"user", user});
-    const ChatPrompt p = render_chat(tmpl, msgs, true, bos, eos);
+    ChatInput in;
+    if (!system.empty()) in.messages.push_back({{"role", "system"}, {"content", system}});
+    in.messages.push_back({{"role", "user"}, {"content", user}});
+    const ChatPrompt p = format.render(in, bos, eos, false);
     const auto ids = tok.encode(p.text, false, true, p.content);
     if (tok.data().model == "gpt2") {  // (SentencePiece decodes a space after a marker)
       EXPECT_EQ(tok.decode(ids), p.text);

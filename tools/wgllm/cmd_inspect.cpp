@@ -115,14 +115,18 @@ int run_inspect(const std::string& path, bool tensors, bool metadata) {
 
 const Register reg{{"inspect", "show what a GGUF model file holds", [](CLI::App& app) -> std::function<int()> {
                       auto path = std::make_shared<std::string>();
+                      auto model = std::make_shared<std::string>();
                       auto tensors = std::make_shared<bool>(false);
                       auto metadata = std::make_shared<bool>(false);
-                      app.add_option("file", *path, "the .gguf file")->required();
+                      auto* file = app.add_option("file", *path, "the .gguf file");
+                      auto* m = app.add_option("-m,--model", *model, "the .gguf file (as the other commands take it)");
+                      file->excludes(m);
                       app.add_flag("--tensors", *tensors, "list every tensor (name, type, dims, bytes)");
                       app.add_flag("--metadata", *metadata, "list every metadata key (arrays summarised)");
                       return [=] {
                         try {
-                          return run_inspect(*path, *tensors, *metadata);
+                          if (path->empty() && model->empty()) throw InvalidArgument("no file: pass -m FILE (or FILE)");
+                          return run_inspect(model->empty() ? *path : *model, *tensors, *metadata);
                         } catch (const Error& e) {
                           std::fprintf(stderr, "wgllm: error: %s\n", e.what());
                           return 1;

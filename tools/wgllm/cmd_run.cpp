@@ -79,7 +79,7 @@ void print_memory(const Model& model) {
 namespace {
 
 struct RunOptions {
-  std::string model, prompt, prompt_file, prompt_ids, adapter, system;
+  std::string model, prompt, prompt_file, prompt_ids, adapter, system, chat_template;
   uint32_t n_predict = 128, n_ctx = 0, ubatch = 512;
   std::optional<uint32_t> decode_gqa_from;  // unset: the adapter's
   SamplingParams sampling;
@@ -192,17 +192,20 @@ int run(RunOptions o) {
   // The prompt is tokenised as soon as the tokenizer is read, so a prompt that cannot fit an explicit -c fails before
   // the weights upload. The default context depends on the adapter's memory: that check waits for the load.
   std::vector<int32_t> prompt;
-  Model model = load_model(o.model, {.adapter = o.adapter,
-                                     .n_ctx = o.n_ctx,
-                                     .ubatch = o.ubatch,
-                                     .decode_gqa_from = o.decode_gqa_from,
-                                     .progress = o.json ? nullptr : progress_bar(),
-                                     .before_upload =
-                                         [&](const Model& m) {
-                                           prompt = prompt_tokens(m, o, text);
-                                           if (o.n_ctx) check_prompt_fits(prompt.size(), o.n_ctx);
-                                         },
-                                     .check_tensors = !o.no_check_tensors});
+  Model model = load_model(
+      o.model,
+      {.adapter = o.adapter,
+       .n_ctx = o.n_ctx,
+       .ubatch = o.ubatch,
+       .decode_gqa_from = o.decode_gqa_from,
+       .progress = o.json ? nullptr : progress_bar(),
+       .before_upload =
+           [&](const Model& m) {
+             prompt = prompt_tokens(m, o, text);
+             if (o.n_ctx) check_prompt_fits(prompt.size(), o.n_ctx);
+           },
+       .check_tensors = !o.no_check_tensors,
+       .chat_template = o.chat_template.empty() ? std::string() : read_file(o.chat_template, "chat template file")});
   if (!o.json) print_memory(model);
   check_prompt_fits(prompt.size(), model.info().n_ctx);
   Session session(model);  // before the echo: a KV cache the adapter cannot hold fails before any text
@@ -271,6 +274,8 @@ const Register reg{
        app.add_option("--seed", o->seed, "random seed (-1: random)")->capture_default_str();
        app.add_flag("--chat", o->chat, "wrap the prompt in the model's chat template");
        app.add_option("--system", o->system, "system message for --chat");
+       app.add_option("--chat-template", o->chat_template,
+                      "Jinja chat template file for --chat (instead of the model's)");
        app.add_flag("--json", o->json, "print one JSON object (ids, text, timings) instead");
        app.add_option("--ubatch", o->ubatch, "prompt tokens per GPU step")->capture_default_str();
        app.add_option("--adapter", o->adapter, "adapter index or name part (wgllm info --list)");

@@ -19,10 +19,11 @@ namespace wgllm::cli {
 namespace {
 
 struct ServeOptions {
-  std::string model, adapter, host = "127.0.0.1", api_key, alias;
+  std::string model, adapter, host = "127.0.0.1", api_key, alias, chat_template, reasoning_format = "deepseek";
   int port = 8080;
   uint32_t parallel = 4, queue = 64, n_ctx = 0;
   double max_body_mib = 4;
+  bool strict_model = false;
 };
 
 // The id clients name the model by: --alias, else the file's name without .gguf, else the built-in model's.
@@ -45,7 +46,9 @@ int serve(const ServeOptions& o) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   ::signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error return, not the end of the process
 
-  Model model = load_model(o.model, {.adapter = o.adapter, .n_ctx = o.n_ctx, .progress = progress_bar()});
+  const std::string jinja = o.chat_template.empty() ? "" : read_file(o.chat_template, "chat template file");
+  Model model =
+      load_model(o.model, {.adapter = o.adapter, .n_ctx = o.n_ctx, .progress = progress_bar(), .chat_template = jinja});
   print_memory(model);
   // -c is each sequence's context; without it the model's (sized for one sequence) is shared among them.
   const uint32_t per_sequence = o.n_ctx ? o.n_ctx : BatchEngine::default_n_ctx(model, o.parallel);
@@ -53,8 +56,10 @@ int serve(const ServeOptions& o) {
                                 .port = o.port,
                                 .api_key = o.api_key,
                                 .model_name = model_name(o),
+                                .strict_model = o.strict_model,
                                 .max_body_bytes = size_t(o.max_body_mib * 1048576),
-                                .batch = {.parallel = o.parallel, .queue = o.queue, .n_ctx = per_sequence}});
+                                .batch = {.parallel = o.parallel, .queue = o.queue, .n_ctx = per_sequence},
+                                .split_reasoning = o.reasoning_format == "deepseek"});
   const int port = server.bind();
   std::fprintf(stderr, "serving '%s': %u sequences of %u positions together, %u more may wait\n", model_name(o).c_str(),
                o.parallel, per_sequence, o.queue);
@@ -103,6 +108,13 @@ const Register reg{
        app.add_option("--max-body", o->max_body_mib, "largest request body in MiB; past it: 413")
            ->capture_default_str();
        app.add_option("--adapter", o->adapter, "adapter index or name part (wgllm info --list)");
+       app.add_flag("--strict-model", o->strict_model,
+                    "a request naming another model than this one gets 404 (default: this model answers it)");
+       app.add_option("--chat-template", o->chat_template, "Jinja chat template file (instead of the model's)");
+       app.add_option("--reasoning-format", o->reasoning_format,
+                      "deepseek: a reply's <think>...</think> in message.reasoning_content; none: left in content")
+           ->check(CLI::IsMember({"deepseek", "none"}))
+           ->capture_default_str();
        return [o] { return serve(*o); };
      }}};
 

@@ -30,6 +30,9 @@ void print_memory(const Model& model);
 // bytes (an InvalidArgument past it, saying a context of n_ctx tokens, or any context when 0, cannot hold it).
 std::string read_prompt_file(const std::string& path, uint64_t limit, uint32_t n_ctx);
 
+// Shared by template, run and serve (cmd_template.cpp): the whole of a regular file, `what` naming it in errors.
+std::string read_file(const std::string& path, const char* what);
+
 struct Register {
   explicit Register(Command c) { commands().push_back(std::move(c)); }
 };
