@@ -99,26 +99,34 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
                    std::to_string(floats * 4));
   };
   const bool split = o.y1 || o.y2 || rk;
-  if (split && ((!rk && (!o.y1 || !o.y2)) || o.split1 == 0 || o.split1 > o.split2 || o.split2 >= w.n_out))
-    fail(fn, "split outputs need y1 and y2 and 0 < split1 <= split2 < n_out (got " + std::to_string(o.split1) + ", " +
-                 std::to_string(o.split2) + ", n_out " + std::to_string(w.n_out) + ")");
+  const std::string splits = " (got " + std::to_string(o.split1) + ", " + std::to_string(o.split2) + ", n_out " +
+                             std::to_string(w.n_out) + ")";
+  // y2 may be left out when no rows go to it (split2 == n_out: a weight of q and k rows alone)
+  if (split && !rk &&
+      (!o.y1 || o.split1 == 0 || o.split1 > o.split2 || o.split2 > w.n_out || (o.split2 == w.n_out) == bool(o.y2)))
+    fail(fn, "split outputs need y1 and 0 < split1 <= split2 <= n_out, y2 exactly when split2 < n_out" + splits);
+  // The RoPE + KV epilogue: rows [0, split1) q, [split1, split2) k, [split2, n_out) v, any of them empty but not all
+  // of k and v (a weight of q and k rows alone, or of v rows alone)
+  if (rk && (o.split1 > o.split2 || o.split2 > w.n_out || o.split1 == w.n_out))
+    fail(fn, "q, k and v rows need split1 <= split2 <= n_out and some k or v rows" + splits);
   if (o.swiglu && (w.n_out % 2 || split || o.accumulate))
     fail(fn, "swiglu needs an even n_out (interleaved gate/up rows) and neither split outputs nor accumulate");
   if (o.gelu && !o.swiglu) fail(fn, "gelu needs swiglu (it selects the gate's activation)");
   if (split && o.accumulate) fail(fn, "accumulate does not combine with split outputs");
   // Widths (floats per token) of y, y1, y2.
-  const bool split_out = split && !rk;  // y1 and y2 written
-  const uint32_t y_width = split ? o.split1 : o.swiglu ? w.n_out / 2 : w.n_out;
-  const uint32_t y1_width = split_out ? o.split2 - o.split1 : 1, y2_width = split_out ? w.n_out - o.split2 : 1;
+  const bool split_out = split && !rk;                                                         // y1 (and y2) written
+  const bool has_y2 = split_out && o.y2;
+  const uint32_t y_width = split ? std::max(o.split1, 1u) : o.swiglu ? w.n_out / 2 : w.n_out;  // 1: no q rows
+  const uint32_t y1_width = split_out ? o.split2 - o.split1 : 1, y2_width = has_y2 ? w.n_out - o.split2 : 1;
   check_size("x", x, uint64_t(n_tokens) * w.n_in, "n_tokens * n_in * 4");
   check_size("y", y, uint64_t(n_tokens) * y_width, "n_tokens * (y's rows) * 4");
   if (split_out) {
     check_size("y1", *o.y1, uint64_t(n_tokens) * y1_width, "n_tokens * (split2 - split1) * 4");
-    check_size("y2", *o.y2, uint64_t(n_tokens) * y2_width, "n_tokens * (n_out - split2) * 4");
+    if (has_y2) check_size("y2", *o.y2, uint64_t(n_tokens) * y2_width, "n_tokens * (n_out - split2) * 4");
   }
   for (const gpu::Buffer* out : {&y, o.y1, o.y2})
     if (out && out->get() == x.get()) fail(fn, "x and y must be different buffers");
-  if (split_out && (o.y1->get() == y.get() || o.y2->get() == y.get() || o.y1->get() == o.y2->get()))
+  if (split_out && (o.y1->get() == y.get() || (has_y2 && (o.y2->get() == y.get() || o.y1->get() == o.y2->get()))))
     fail(fn, "y, y1 and y2 must be different buffers");
   if (o.bias) check_size("bias", *o.bias, w.n_out, "n_out * 4");
   if (o.bias && uint64_t(w.n_out) * 4 > ctx.max_binding_size()) fail(fn, "bias exceeds the storage-binding limit");
@@ -126,7 +134,7 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
   if (o.norm) check_size("norm", *o.norm, norm_floats, "n_in rounded up to 8, * 4");
   if (o.norm && !(o.eps > 0)) fail(fn, "eps must be > 0 with norm");
   if (o.norm &&
-      (o.norm->get() == y.get() || (split_out && (o.norm->get() == o.y1->get() || o.norm->get() == o.y2->get()))))
+      (o.norm->get() == y.get() || (split_out && (o.norm->get() == o.y1->get() || (has_y2 && o.norm->get() == o.y2->get())))))
     fail(fn, "norm must not be an output");
   MatmulImpl impl = o.impl;
   if (impl == MatmulImpl::Auto)
@@ -154,7 +162,7 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
     const auto xw = detail::row_window(ctx, first, count, w.n_in);
     const auto yw = detail::row_window(ctx, first, count, y_width);
     const auto y1w = split_out ? detail::row_window(ctx, first, count, y1_width) : detail::RowWindow{0, 16, 0};
-    const auto y2w = split_out ? detail::row_window(ctx, first, count, y2_width) : detail::RowWindow{0, 16, 0};
+    const auto y2w = has_y2 ? detail::row_window(ctx, first, count, y2_width) : detail::RowWindow{0, 16, 0};
     const bool xv4 = w.n_in % 32 == 0 && xw.first_word % 4 == 0;
     // One token (decode) or the shape's tokens, the last group's missing ones clamped: two pipelines per weight type,
     // not one per count (lavapipe takes seconds to compile each).
@@ -206,7 +214,7 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
           {4, o.bias ? o.bias : &none, 0, o.bias ? uint64_t(w.n_out) * 4 : 16},
           {6, o.norm ? o.norm : &none, 0, o.norm ? norm_floats * 4 : 16},
           {7, split_out ? o.y1 : &ctx.placeholder_writable(), y1w.offset_bytes, y1w.size_bytes},
-          {8, split_out ? o.y2 : &ctx.placeholder_writable(), y2w.offset_bytes, y2w.size_bytes},
+          {8, has_y2 ? o.y2 : &ctx.placeholder_writable(), y2w.offset_bytes, y2w.size_bytes},
       };
       if (impl == MatmulImpl::Matvec || impl == MatmulImpl::Rows)
         bindings.push_back(xv4 ? gpu::BufferBinding{9, &x, xw.offset_bytes, xw.size_bytes}

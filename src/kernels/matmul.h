@@ -93,7 +93,7 @@ struct MatmulOptions {
   bool swiglu = false;
   bool gelu = false;  // with swiglu: gelu_tanh(row 2i) * row 2i+1 instead (GeGLU)
   // Rows [split1, split2) go to *y1 ([n_tokens][split2 - split1]) and [split2, n_out) to *y2;
-  // y then holds rows [0, split1) ([n_tokens][split1]). Both or neither.
+  // y then holds rows [0, split1) ([n_tokens][split1]). y1 with y2, or y1 alone with split2 == n_out.
   const gpu::Buffer* y1 = nullptr;
   const gpu::Buffer* y2 = nullptr;
   uint32_t split1 = 0, split2 = 0;

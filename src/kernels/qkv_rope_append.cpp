@@ -22,10 +22,15 @@ void encode_qkv_rope_append(gpu::ComputeBatch& batch, gpu::Context& ctx, const G
   detail::check_weight(fn, w);
   if (!a.table || !a.kv) fail(fn, "the RoPE table and the KV cache are required");
   const auto& kc = a.kv->config();
-  if (uint64_t(kc.kv_dim) * 2 >= w.n_out)
-    fail(fn, "the weight's " + std::to_string(w.n_out) + " rows must hold q rows and the cache's kv_dim " +
-                 std::to_string(kc.kv_dim) + " k and v rows each");
-  const uint32_t q_dim = w.n_out - 2 * kc.kv_dim;
+  // k and v rows in the weight: both, k alone (after q) or v alone
+  const uint32_t kv_sets = a.rows == QkvRows::Qkv ? 2 : 1;
+  if (a.rows == QkvRows::V ? w.n_out != kc.kv_dim : uint64_t(kc.kv_dim) * kv_sets >= w.n_out)
+    fail(fn, "the weight's " + std::to_string(w.n_out) + " rows must hold " +
+                 (a.rows == QkvRows::V ? "the cache's kv_dim " + std::to_string(kc.kv_dim) + " v rows"
+                  : a.rows == QkvRows::Qk
+                      ? "q rows and the cache's kv_dim " + std::to_string(kc.kv_dim) + " k rows"
+                      : "q rows and the cache's kv_dim " + std::to_string(kc.kv_dim) + " k and v rows each"));
+  const uint32_t q_dim = w.n_out - kv_sets * kc.kv_dim;
   if (a.head_dim == 0 || a.head_dim % 2 || a.rope_dim % 2 || a.rope_dim > a.head_dim || q_dim % a.head_dim ||
       kc.kv_dim % a.head_dim)
     fail(fn, "head_dim " + std::to_string(a.head_dim) + " must be even and divide q's and k's rows, " + "rope_dim " +
@@ -42,7 +47,9 @@ void encode_qkv_rope_append(gpu::ComputeBatch& batch, gpu::Context& ctx, const G
   const KvCache::Location at = a.kv->locate(a.pos);
   if (at.k_elem > UINT32_MAX || at.v_elem + kc.kv_dim > UINT32_MAX)
     fail(fn, "the cache pool is too large for 32-bit element offsets");
-  const MatmulOptions o{.bias = a.bias, .norm = a.norm, .eps = a.eps, .split1 = q_dim, .split2 = q_dim + kc.kv_dim};
+  // rows [0, split1) q, [split1, split2) k, the rest v
+  const uint32_t split2 = a.rows == QkvRows::V ? 0 : q_dim + kc.kv_dim;
+  const MatmulOptions o{.bias = a.bias, .norm = a.norm, .eps = a.eps, .split1 = q_dim, .split2 = split2};
   const detail::RopeKvEpilogue e{.table = a.table,
                                  .pool = &a.kv->pool(at.pool),
                                  .pos = a.pos,

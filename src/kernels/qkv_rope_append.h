@@ -11,6 +11,10 @@
 
 namespace wgllm::kernels {
 
+// Which rows the weight holds: q, k and v stacked (one dispatch for all), or, where v's weight has another type
+// than q's and k's (Q4_K_M files keep some layers' v in Q6_K), q and k stacked and v alone (two dispatches).
+enum class QkvRows { Qkv, Qk, V };
+
 struct QkvRopeAppend {
   const gpu::Buffer* table = nullptr;  // upload_rope_table(rope_dim, ...)
   uint32_t head_dim = 0;
@@ -21,14 +25,15 @@ struct QkvRopeAppend {
   const gpu::Buffer* bias = nullptr;  // [n_out] f32 (optional)
   const gpu::Buffer* norm = nullptr;  // [n_in] f32 padded to 8 (optional): RMSNorm of x folded in
   float eps = 1e-5f;
+  QkvRows rows = QkvRows::Qkv;
 };
 
 // Whether encode_qkv_rope_append takes weight w on this adapter: neox needs head_dim and rope_dim multiples of 4,
 // w in one piece and a matvec shape of 4k rows per group (GPUs; CPU adapters use 2).
 bool qkv_rope_append_supported(const gpu::Context& ctx, const GpuWeight& w, const QkvRopeAppend& a);
 
-// w stacks the q, k and v rows ([q_dim + 2 kv_dim][n_in]); x: [n_in] f32, one token. y gets q ([q_dim] f32),
-// rotated; k (rotated) and v go into a.kv at position a.pos.
+// w stacks the q, k and v rows ([q_dim + 2 kv_dim][n_in]; a.rows Qk: [q_dim + kv_dim], V: [kv_dim]); x: [n_in] f32,
+// one token. y gets q ([q_dim] f32), rotated (unused with V); k (rotated) and v go into a.kv at position a.pos.
 void encode_qkv_rope_append(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight& w, const gpu::Buffer& x,
                             const gpu::Buffer& y, const QkvRopeAppend& a);
 

@@ -169,22 +169,7 @@ std::vector<float> GpuBatchDecode::step(std::span<GpuSession* const> sessions, s
     } else {
       // q, k, v = norm(x) (wq, wk, wv) (+ biases), then per sequence: the q/k norm (when the model has it), RoPE and
       // the append into its own cache, and attention over that cache
-      const kernels::MatmulOptions normed{.norm = &L.attn_norm, .eps = c.rms_eps, .impl = impl};
-      if (!L.wqkv.empty()) {
-        kernels::MatmulOptions o = normed;
-        o.bias = L.bqkv.size ? &L.bqkv : nullptr;
-        o.y1 = &b.k;
-        o.y2 = &b.v;
-        o.split1 = c.q_dim();
-        o.split2 = c.q_dim() + c.kv_dim();
-        kernels::encode_matmul(batch, ctx_, L.wqkv, b.x, b.q, N, o);
-      } else {
-        for (auto [w, bias, y] : {std::tuple{&L.wq, &L.bq, &b.q}, {&L.wk, &L.bk, &b.k}, {&L.wv, &L.bv, &b.v}}) {
-          kernels::MatmulOptions o = normed;
-          o.bias = bias->size ? bias : nullptr;
-          kernels::encode_matmul(batch, ctx_, *w, b.x, *y, N, o);
-        }
-      }
+      encode_qkv_products(batch, ctx_, c, L, b.x, b.q, b.k, b.v, N, impl);
       const gpu::Buffer& none = ctx_.placeholder_storage();
       if (shared) {
         const kernels::KvCache& owner = *shared_kv_->at(l);

@@ -146,6 +146,13 @@ GpuLayer upload_layer(Uploader& up, const ModelConfig& c, uint32_t i) {
   if (up.fusable({b + "attn_q.weight", b + "attn_k.weight", b + "attn_v.weight"})) {
     L.wqkv = up.stacked({b + "attn_q.weight", b + "attn_k.weight", b + "attn_v.weight"}, b + "attn_qkv");
     if (c.attn_bias) L.bqkv = up.stacked_vector({b + "attn_q.bias", b + "attn_k.bias", b + "attn_v.bias"}, b + "bqkv");
+  } else if (up.fusable({b + "attn_q.weight", b + "attn_k.weight"})) {
+    L.wqk = up.stacked({b + "attn_q.weight", b + "attn_k.weight"}, b + "attn_qk");
+    L.wv = up.matrix(b + "attn_v.weight");
+    if (c.attn_bias) {
+      L.bqk = up.stacked_vector({b + "attn_q.bias", b + "attn_k.bias"}, b + "bqk");
+      L.bv = up.vector(b + "attn_v.bias");
+    }
   } else {
     L.wq = up.matrix(b + "attn_q.weight");
     L.wk = up.matrix(b + "attn_k.weight");
@@ -198,11 +205,11 @@ GpuModel load_gpu_model(gpu::Context& ctx, const GgufFile& f, const ModelConfig&
   ctx.check_errors();  // out of memory shows up here
 
   auto layer_bytes = [](const GpuLayer& L) {
-    return L.wqkv.gpu_bytes() + L.wq.gpu_bytes() + L.wk.gpu_bytes() + L.wv.gpu_bytes() + L.wo.gpu_bytes() +
-           L.w_gate_up.gpu_bytes() + L.w_gate.gpu_bytes() + L.w_up.gpu_bytes() + L.w_down.gpu_bytes() +
-           L.attn_norm.size + L.ffn_norm.size + L.bqkv.size + L.bq.size + L.bk.size + L.bv.size + L.q_norm.size +
-           L.k_norm.size + L.post_attn_norm.size + L.post_ffn_norm.size + L.in_proj.gpu_bytes() + L.conv.size +
-           L.out_proj.gpu_bytes();
+    return L.wqkv.gpu_bytes() + L.wqk.gpu_bytes() + L.wq.gpu_bytes() + L.wk.gpu_bytes() + L.wv.gpu_bytes() +
+           L.wo.gpu_bytes() + L.w_gate_up.gpu_bytes() + L.w_gate.gpu_bytes() + L.w_up.gpu_bytes() +
+           L.w_down.gpu_bytes() + L.attn_norm.size + L.ffn_norm.size + L.bqkv.size + L.bqk.size + L.bq.size +
+           L.bk.size + L.bv.size + L.q_norm.size + L.k_norm.size + L.post_attn_norm.size + L.post_ffn_norm.size +
+           L.in_proj.gpu_bytes() + L.conv.size + L.out_proj.gpu_bytes();
   };
   for (const GpuLayer& L : w.layers) m.bytes_per_token += layer_bytes(L);
   m.bytes_per_token += m.logits_weight().gpu_bytes() + w.output_norm.size;
@@ -234,6 +241,29 @@ std::vector<std::optional<kernels::KvCache>> make_shared_kv(gpu::Context& ctx, c
 
 uint64_t conv_state_bytes(const ModelConfig& c, uint32_t ubatch) {
   return uint64_t(c.n_layer - c.n_attention_layers()) * kernels::conv_ring_rows(ubatch, c.l_cache) * c.n_embd * 4;
+}
+
+void encode_qkv_products(gpu::ComputeBatch& batch, gpu::Context& ctx, const ModelConfig& c, const GpuLayer& L,
+                         const gpu::Buffer& x, const gpu::Buffer& q, const gpu::Buffer& k, const gpu::Buffer& v,
+                         uint32_t n, kernels::MatmulImpl impl) {
+  const kernels::MatmulOptions normed{.norm = &L.attn_norm, .eps = c.rms_eps, .impl = impl};
+  if (!L.wqkv.empty() || !L.wqk.empty()) {  // stacked: rows [0, q_dim) to q, then k (then v)
+    const bool all = !L.wqkv.empty();
+    kernels::MatmulOptions o = normed;
+    o.bias = optional(all ? L.bqkv : L.bqk);
+    o.y1 = &k;
+    o.y2 = all ? &v : nullptr;
+    o.split1 = c.q_dim();
+    o.split2 = c.q_dim() + c.kv_dim();
+    kernels::encode_matmul(batch, ctx, all ? L.wqkv : L.wqk, x, q, n, o);
+    if (all) return;
+  }
+  for (auto [w, bias, y] : {std::tuple{&L.wq, &L.bq, &q}, {&L.wk, &L.bk, &k}, {&L.wv, &L.bv, &v}}) {
+    if (w->empty()) continue;  // in wqk
+    kernels::MatmulOptions o = normed;
+    o.bias = optional(*bias);
+    kernels::encode_matmul(batch, ctx, *w, x, *y, n, o);
+  }
 }
 
 // ---- session
@@ -341,10 +371,12 @@ GpuSession::GpuSession(gpu::Context& ctx, const GpuModel& model, const GpuSessio
   for (const GpuLayer& L : model.weights.layers) {
     const kernels::QkvRopeAppend shape{
         .head_dim = c.head_dim, .rope_dim = c.rope_dim, .neox = c.rope_type == kernels::RopeType::Neox};
+    const bool fused = !L.wqkv.empty() ? kernels::qkv_rope_append_supported(ctx, L.wqkv, shape)
+                                       : !L.wqk.empty() && kernels::qkv_rope_append_supported(ctx, L.wqk, shape) &&
+                                             kernels::qkv_rope_append_supported(ctx, L.wv, shape);
     decode_qkv_.push_back(c.qk_norm ? DecodeQkv::QkNormRopeAppend
-                          : !L.wqkv.empty() && kernels::qkv_rope_append_supported(ctx, L.wqkv, shape)
-                              ? DecodeQkv::FusedRopeAppend
-                              : DecodeQkv::Separate);
+                          : fused   ? DecodeQkv::FusedRopeAppend
+                                    : DecodeQkv::Separate);
   }
   const kernels::AttentionShape longest{
       .n_heads = c.n_head, .n_kv_heads = c.n_head_kv, .head_dim = c.head_dim, .n_queries = 1, .start_pos = n_ctx_ - 1};
@@ -595,8 +627,9 @@ uint32_t GpuSession::decode_on_gpu(int32_t token, uint32_t max_new, Output outpu
 //     matmul, accumulate        x += act Wdown
 //   matmul                      logits = norm(x) Wout
 //   copy, argmax (2) or sample (3)  the logits to the mappable buffer, or the chosen id to the next step's input
-// qwen3 decodes with matmul (q, k, v) + qk_norm_rope_kv instead of qkv_rope_append (6 per layer); a layer whose q/k/v
-// or gate/up weights differ in type runs them as separate products (+ rope, kv_append or swiglu). A prefill chunk
+// qwen3 decodes with matmul (q, k, v) + qk_norm_rope_kv instead of qkv_rope_append (6 per layer). A layer whose v
+// weight alone differs in type (Q4_K_M) runs qkv_rope_append twice, q and k stacked, then v; one whose q/k/v or
+// gate/up weights differ otherwise runs them as separate products (+ rope, kv_append or swiglu). A prefill chunk
 // runs the same steps over n tokens with the tiled matmul, rope + kv_append and the batched attention_prefill.
 void GpuSession::encode_step(uint32_t n, uint32_t pos, Output output, const std::function<void(Piece)>& ready,
                              uint32_t slot, bool one_piece, const StepSample* sample) {
@@ -660,11 +693,21 @@ void GpuSession::encode_attention_block(gpu::ComputeBatch& batch, uint32_t layer
                                         .eps = c.rms_eps};
   if (n == 1 && decode_qkv_[layer] == DecodeQkv::FusedRopeAppend) {
     // q = rope(rms_norm(x) @ wq), k = rope(rms_norm(x) @ wk) and v = rms_norm(x) @ wv (+ biases), k and v written
-    // into the cache: one dispatch
-    kernels::encode_qkv_rope_append(batch, ctx_, L.wqkv, b.x, b.q, qkv_rope);
+    // into the cache: one dispatch, or one for q and k and one for v where v's weight has another type
+    if (!L.wqkv.empty()) {
+      kernels::encode_qkv_rope_append(batch, ctx_, L.wqkv, b.x, b.q, qkv_rope);
+    } else {
+      kernels::QkvRopeAppend qk = qkv_rope, v = qkv_rope;
+      qk.rows = kernels::QkvRows::Qk;
+      qk.bias = optional(L.bqk);
+      v.rows = kernels::QkvRows::V;
+      v.bias = optional(L.bv);
+      kernels::encode_qkv_rope_append(batch, ctx_, L.wqk, b.x, b.q, qk);
+      kernels::encode_qkv_rope_append(batch, ctx_, L.wv, b.x, b.q, v);
+    }
   } else {
-    // q, k, v = rms_norm(x) * attn_norm @ (wq, wk, wv) (+ bias on qwen2): one dispatch when stacked, else three
-    encode_qkv(batch, layer, n);
+    // q, k, v = rms_norm(x) * attn_norm @ (wq, wk, wv) (+ bias on qwen2): one dispatch when stacked, else two or three
+    encode_qkv_products(batch, ctx_, c, L, b.x, b.q, b.k, b.v, n);
     if (n == 1 && decode_qkv_[layer] == DecodeQkv::QkNormRopeAppend) {
       // qwen3 decoding: the per-head q/k norm, RoPE and the KV append in one dispatch
       const kernels::QkNormRopeKvShape s{.n_head = c.n_head,
@@ -714,28 +757,6 @@ void GpuSession::encode_attention_block(gpu::ComputeBatch& batch, uint32_t layer
   }
   // x += attn @ wo
   kernels::encode_matmul(batch, ctx_, L.wo, b.attn, b.x, n, {.accumulate = true});
-}
-
-void GpuSession::encode_qkv(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n) {
-  const ModelConfig& c = model_.config;
-  const GpuLayer& L = model_.weights.layers[layer];
-  Buffers& b = *buf_;
-  const kernels::MatmulOptions normed{.norm = &L.attn_norm, .eps = c.rms_eps};
-  if (!L.wqkv.empty()) {  // stacked: rows [0, q_dim) to q, then k, then v
-    kernels::MatmulOptions o = normed;
-    o.bias = optional(L.bqkv);
-    o.y1 = &b.k;
-    o.y2 = &b.v;
-    o.split1 = c.q_dim();
-    o.split2 = c.q_dim() + c.kv_dim();
-    kernels::encode_matmul(batch, ctx_, L.wqkv, b.x, b.q, n, o);
-    return;
-  }
-  for (auto [w, bias, y] : {std::tuple{&L.wq, &L.bq, &b.q}, {&L.wk, &L.bk, &b.k}, {&L.wv, &L.bv, &b.v}}) {
-    kernels::MatmulOptions o = normed;
-    o.bias = optional(*bias);
-    kernels::encode_matmul(batch, ctx_, *w, b.x, *y, n, o);
-  }
 }
 
 void GpuSession::encode_ffn_block(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n) {

@@ -19,6 +19,7 @@
 
 #include "gpu/batch.h"
 #include "kernels/kv_cache.h"
+#include "kernels/matmul.h"
 #include "kernels/sample.h"
 #include "kernels/weight.h"
 #include "model/config.h"
@@ -36,6 +37,9 @@ struct GpuLayer {
   gpu::Buffer attn_norm;         // [n_embd] f32
   kernels::GpuWeight wqkv;       // [q_dim + 2 kv_dim][n_embd] = wq, wk, wv stacked; empty when not fused
   gpu::Buffer bqkv;              // [q_dim + 2 kv_dim] f32 stacked biases (qwen2, fused)
+  kernels::GpuWeight wqk;        // [q_dim + kv_dim][n_embd] = wq, wk stacked when wv alone differs in type (Q4_K_M
+                                 // files keep some layers' v in Q6_K); wv then holds v; empty otherwise
+  gpu::Buffer bqk;               // [q_dim + kv_dim] f32 stacked biases (qwen2, with wqk; bv then holds v's)
   kernels::GpuWeight wq;         // [q_dim][n_embd]  (llama: rows permuted for adjacent-pair RoPE, as in the file)
   kernels::GpuWeight wk;         // [kv_dim][n_embd]
   kernels::GpuWeight wv;         // [kv_dim][n_embd]
@@ -92,6 +96,12 @@ GpuModel load_gpu_model(gpu::Context& ctx, const GgufFile& f);
 uint64_t kv_bytes_per_position(const ModelConfig& c, kernels::KvType type = kernels::KvType::F16);
 // GPU memory of one sequence's conv states (lfm2; 0 without convolution layers) for prefill chunks of `ubatch`.
 uint64_t conv_state_bytes(const ModelConfig& c, uint32_t ubatch);
+
+// q, k, v = rms_norm(x) * attn_norm @ (wq, wk, wv) (+ biases) for n tokens into q, k, v ([n][q_dim], [n][kv_dim] x 2):
+// one product when the layer stacks all three, two with wqk and wv, else three.
+void encode_qkv_products(gpu::ComputeBatch& batch, gpu::Context& ctx, const ModelConfig& c, const GpuLayer& L,
+                         const gpu::Buffer& x, const gpu::Buffer& q, const gpu::Buffer& k, const gpu::Buffer& v,
+                         uint32_t n, kernels::MatmulImpl impl = kernels::MatmulImpl::Auto);
 
 // How decode_sampled chooses each step's token: sample.wgsl with these settings and one uniform per step.
 struct DecodeSampling {
@@ -227,7 +237,6 @@ class GpuSession {
   void encode_layer(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n, uint32_t pos);
   void encode_attention_block(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n, uint32_t pos);
   void encode_conv_block(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n, uint32_t pos);
-  void encode_qkv(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n);
   void encode_ffn_block(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n);
   void encode_logits(gpu::ComputeBatch& batch, uint32_t n, Output output, uint32_t slot, const StepSample* sample);
   // y[t] = logits of the final residual rows x[t], t < n (the final norm folded into the product, the softcap after).
@@ -241,7 +250,8 @@ class GpuSession {
   uint32_t logit_block_rows_;  // 0: as many as fit kLogitBlockBytes
   // How each layer's decode step gets q into place and k, v into the cache.
   enum class DecodeQkv {
-    FusedRopeAppend,   // one dispatch: the stacked q/k/v product also applies RoPE and appends k, v
+    FusedRopeAppend,   // one dispatch (two with wqk and wv): the stacked q/k/v product also applies RoPE and
+                       // appends k, v
     QkNormRopeAppend,  // the q/k/v product(s), then the per-head q/k norm + RoPE + append in one (qwen3)
     Separate,          // the product(s), RoPE, the KV append
   };

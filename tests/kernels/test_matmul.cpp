@@ -179,7 +179,7 @@ TEST(Matmul, WeightLargerThanABinding) {
 // The fused extras of encode_matmul (norm folded in, residual accumulation, SwiGLU over
 // interleaved rows, split outputs) against the CPU reference applied step by step.
 
-enum class Epilogue { Plain, Accumulate, Swiglu, Geglu, Split };
+enum class Epilogue { Plain, Accumulate, Swiglu, Geglu, Split, SplitTwo };  // SplitTwo: y and y1 alone
 
 struct EpilogueCase {
   const char* name;
@@ -214,6 +214,8 @@ const EpilogueCase kEpilogueCases[] = {
     {"swiglu_q6_k_mv_t1", Q6_K, 256, 70, 1, Matvec, Epilogue::Swiglu, true},
     {"split_q5_0_mm_t75", Q5_0, 128, 100, 75, Tiled, Epilogue::Split, true, true},
     {"accum_q5_k_mm_t70", Q5_K, 256, 65, 70, Tiled, Epilogue::Accumulate},
+    {"split_two_norm_bias_q4_k_mv_t1", Q4_K, 256, 96, 1, Matvec, Epilogue::SplitTwo, true, true},
+    {"split_two_f16_mm_t75", F16, 128, 100, 75, Tiled, Epilogue::SplitTwo, true},
 };
 
 // tol: the largest relative L2 error allowed (0: f32's, by type).
@@ -282,27 +284,36 @@ void check_epilogue(gpu::Context& ctx, const EpilogueCase& c, double tol = 0) {
       o.split2 = N / 2 + N / 5;
       y_width = o.split1;
       break;
+    case Epilogue::SplitTwo:
+      o.split1 = N - N / 3;
+      o.split2 = N;
+      y_width = o.split1;
+      break;
   }
   gpu::Buffer y = poisoned(ctx, size_t(T) * y_width, "y");
   if (!y_init.empty()) ctx.write_buffer(y, 0, y_init.data(), y_init.size() * 4);
-  if (c.epilogue == Epilogue::Split) {
+  const bool split = c.epilogue == Epilogue::Split || c.epilogue == Epilogue::SplitTwo;
+  if (split) {
     y1 = poisoned(ctx, size_t(T) * (o.split2 - o.split1), "y1");
-    y2 = poisoned(ctx, size_t(T) * (N - o.split2), "y2");
     o.y1 = &*y1;
+  }
+  if (c.epilogue == Epilogue::Split) {
+    y2 = poisoned(ctx, size_t(T) * (N - o.split2), "y2");
     o.y2 = &*y2;
   }
   gpu::ComputeBatch batch(ctx, c.name);
   kernels::encode_matmul(batch, ctx, w, xbuf, y, T, o);
   batch.submit_and_wait();
   if (tol == 0) tol = c.type == F32 ? 1e-5 : 2e-5;
-  if (c.epilogue != Epilogue::Split) {
+  if (!split) {
     const auto r = compare(ctx.read<float>(y), want);
     EXPECT_LE(r.rel_l2, tol) << r.describe();
     return;
   }
   // Split: each output holds its range of rows, token-major.
-  const std::pair<const gpu::Buffer*, std::pair<uint32_t, uint32_t>> outs[] = {
-      {&y, {0, o.split1}}, {&*y1, {o.split1, o.split2}}, {&*y2, {o.split2, N}}};
+  std::vector<std::pair<const gpu::Buffer*, std::pair<uint32_t, uint32_t>>> outs = {{&y, {0, o.split1}},
+                                                                                    {&*y1, {o.split1, o.split2}}};
+  if (y2) outs.push_back({&*y2, {o.split2, N}});
   for (const auto& [buf, range] : outs) {
     std::vector<float> part;
     for (uint32_t t = 0; t < T; ++t)
@@ -438,6 +449,13 @@ TEST(Matmul, EpilogueArgumentsAreChecked) {
   gpu::ComputeBatch batch(ctx);
   expect_throw([&] { kernels::encode_matmul(batch, ctx, odd, x, y, 1, {.swiglu = true}); }, "even n_out");
   expect_throw([&] { kernels::encode_matmul(batch, ctx, w, x, y, 1, {.y1 = &y1}); }, "split outputs");
+  // y2 exactly when rows go to it
+  expect_throw([&] { kernels::encode_matmul(batch, ctx, w, x, y, 1, {.y1 = &y1, .split1 = 6, .split2 = 8}); },
+               "y2 exactly when");
+  expect_throw(
+      [&] { kernels::encode_matmul(batch, ctx, w, x, y, 1, {.y1 = &y1, .y2 = &y2, .split1 = 6, .split2 = 10}); },
+      "y2 exactly when");
+  EXPECT_NO_THROW(kernels::encode_matmul(batch, ctx, w, x, y, 1, {.y1 = &y1, .split1 = 6, .split2 = 10}));
   expect_throw(
       [&] { kernels::encode_matmul(batch, ctx, w, x, y, 1, {.y1 = &y1, .y2 = &y2, .split1 = 6, .split2 = 4}); },
       "split1 <= split2");

@@ -33,12 +33,18 @@ const RopeKvCase kRopeKvCases[] = {
     {"f32_multi_pool", F32, 32, 8, 8, 128, 128, 16000, 129 * 128, 128, kernels::KvType::F32, false},
 };
 
-void check_rope_kv(gpu::Context& ctx, const RopeKvCase& c) {
-  const uint64_t salt = std::hash<std::string>{}(c.name);
+// With split, the weight comes as two (as a Q4_K_M file's layers whose v is Q6_K): q and k rows in the case's type,
+// v rows in another, one dispatch each; the v dispatch must leave its y alone.
+void check_rope_kv(gpu::Context& ctx, const RopeKvCase& c, bool split = false) {
+  const uint64_t salt = std::hash<std::string>{}(c.name) + split;
   auto gen = rng(salt);
   const uint32_t qd = c.n_head * c.head_dim, kvd = c.n_kv * c.head_dim, N = qd + 2 * kvd;
-  const auto bytes = random_weight(c.type, c.n_in, N, gen);
-  const auto w = kernels::upload_weight(ctx, c.type, c.n_in, N, bytes, c.name);
+  const GgufType v_type = !split ? c.type : c.type == GgufType::F16 ? GgufType::Q8_0 : GgufType::F16;
+  const uint32_t n_qk = split ? qd + kvd : N;  // rows of the first weight
+  const auto bytes = random_weight(c.type, c.n_in, n_qk, gen);
+  const auto v_bytes = random_weight(v_type, c.n_in, kvd, gen);  // drawn either way: the same x, norm, bias
+  const auto w = kernels::upload_weight(ctx, c.type, c.n_in, n_qk, bytes, c.name);
+  const auto wv = kernels::upload_weight(ctx, v_type, c.n_in, kvd, v_bytes, "wv");
   const auto x = random_floats(c.n_in, gen, -2.f, 2.f);
   auto norm = random_floats(c.n_in, gen, 0.5f, 1.5f);
   std::vector<float> bias;
@@ -47,10 +53,14 @@ void check_rope_kv(gpu::Context& ctx, const RopeKvCase& c) {
   padded.resize((c.n_in + 7) / 8 * 8, 0.f);
   auto xbuf = ctx.upload<float>(x, WGPUBufferUsage_Storage, "x");
   auto nbuf = ctx.upload<float>(padded, WGPUBufferUsage_Storage, "norm");
-  std::optional<gpu::Buffer> bbuf;
-  if (c.bias) bbuf = ctx.upload<float>(bias, WGPUBufferUsage_Storage, "bias");
+  std::optional<gpu::Buffer> bbuf, vbbuf;
+  if (c.bias) {
+    bbuf = ctx.upload<float>(std::span(bias).first(n_qk), WGPUBufferUsage_Storage, "bias");
+    vbbuf = ctx.upload<float>(std::span(bias).last(kvd), WGPUBufferUsage_Storage, "v bias");
+  }
   const std::vector<float> poison(qd, std::nanf(""));
   auto y = ctx.upload<float>(poison, WGPUBufferUsage_Storage, "q");
+  auto y_unused = ctx.upload<float>(poison, WGPUBufferUsage_Storage, "q unused");
   const double base = 10000.0;
   auto table = kernels::upload_rope_table(ctx, c.rope_dim, float(base));
   kernels::KvCache kv(ctx,
@@ -61,32 +71,44 @@ void check_rope_kv(gpu::Context& ctx, const RopeKvCase& c) {
                        .page_order = shuffled_pages(c.max_seq, c.page_size, salt)},
                       c.name);
   const AppendedRowCheck row(kv, c.pos, gen);
-  const kernels::QkvRopeAppend a{.table = &table,
-                                 .head_dim = c.head_dim,
-                                 .rope_dim = c.rope_dim,
-                                 .neox = c.neox,
-                                 .pos = c.pos,
-                                 .kv = &kv,
-                                 .bias = c.bias ? &*bbuf : nullptr,
-                                 .norm = &nbuf,
-                                 .eps = 1e-5f};
+  kernels::QkvRopeAppend a{.table = &table,
+                           .head_dim = c.head_dim,
+                           .rope_dim = c.rope_dim,
+                           .neox = c.neox,
+                           .pos = c.pos,
+                           .kv = &kv,
+                           .bias = c.bias ? &*bbuf : nullptr,
+                           .norm = &nbuf,
+                           .eps = 1e-5f,
+                           .rows = split ? kernels::QkvRows::Qk : kernels::QkvRows::Qkv};
   gpu::ComputeBatch batch(ctx, c.name);
   if (!kernels::qkv_rope_append_supported(ctx, w, a)) {  // neox under a matvec shape of 2 rows per group
-    EXPECT_EQ(kernels::matvec_config(ctx, N, c.n_in).rows % 4, 2u);
+    EXPECT_EQ(kernels::matvec_config(ctx, n_qk, c.n_in).rows % 4, 2u);
     expect_throw([&] { kernels::encode_qkv_rope_append(batch, ctx, w, xbuf, y, a); }, "neox");
     return;
+  }
+  if (split) {  // v first, into a y of its own: the q/k dispatch after it would hide a stray write to y
+    kernels::QkvRopeAppend av = a;
+    av.rows = kernels::QkvRows::V;
+    av.bias = c.bias ? &*vbbuf : nullptr;
+    kernels::encode_qkv_rope_append(batch, ctx, wv, xbuf, y_unused, av);
   }
   kernels::encode_qkv_rope_append(batch, ctx, w, xbuf, y, a);
   batch.submit_and_wait();
 
   const auto xin = cpu::rms_norm(x, norm, 1, c.n_in, 1e-5f);
-  const auto full = cpu::matmul(c.type, bytes, c.n_in, N, xin, 1, bias);
+  auto full = cpu::matmul(c.type, bytes, c.n_in, n_qk, xin, 1, std::span(bias).first(c.bias ? n_qk : 0));
+  if (split) {
+    const auto v = cpu::matmul(v_type, v_bytes, c.n_in, kvd, xin, 1, std::span(bias).last(c.bias ? kvd : 0));
+    full.insert(full.end(), v.begin(), v.end());
+  }
   const std::vector<float> q(full.begin(), full.begin() + qd), k(full.begin() + qd, full.begin() + qd + kvd),
       v(full.begin() + qd + kvd, full.end());
   const auto want_q = cpu::rope(q, 1, c.n_head, c.head_dim, c.rope_dim, c.pos, base, c.neox);
   const auto want_k = cpu::rope(k, 1, c.n_kv, c.head_dim, c.rope_dim, c.pos, base, c.neox);
   const auto rq = compare(ctx.read<float>(y), want_q);
   EXPECT_LE(rq.rel_l2, 1e-5) << "q: " << rq.describe();
+  for (float f : ctx.read<float>(y_unused)) ASSERT_TRUE(std::isnan(f)) << "the v dispatch wrote to y";
   row.expect(kv, want_k, v);
 }
 
@@ -96,6 +118,10 @@ class RopeKvTable : public ::testing::TestWithParam<RopeKvCase> {};
 
 TEST_P(RopeKvTable, MatchesCpuReference) {
   check_rope_kv(context(), GetParam());  // on CPU adapters: the Rows kernel (matmul_rows.wgsl)
+  {
+    SCOPED_TRACE("q and k, then v in another type");
+    check_rope_kv(context(), GetParam(), true);
+  }
   // and the matvec in the shapes GPUs use (shuffle-only reduction, workgroup memory, units in flight)
   for (const char* shape : {"32x4x4", "128x4x1", "16x2x2x3"}) {
     SCOPED_TRACE(shape);
@@ -104,6 +130,7 @@ TEST_P(RopeKvTable, MatchesCpuReference) {
       o.rows_shape = "off";
     }));
     check_rope_kv(ctx, GetParam());
+    if (shape[0] == '3') check_rope_kv(ctx, GetParam(), true);
   }
   // and the Rows kernel in another shape (two rows per invocation where the epilogue allows, no subgroups)
   gpu::Context rows(context_options([&](auto& o) {
@@ -136,6 +163,14 @@ TEST(QkvRopeAppend, BadArgumentsThrowNamingTheField) {
   const auto same = [](kernels::QkvRopeAppend&) {};
   EXPECT_NO_THROW(run(same, w, y));
   expect_throw([&] { run(same, narrow, y); }, "k and v rows");
+  // q and k alone (96 rows), v alone (32 rows): the row counts must say so
+  const auto qk = kernels::upload_weight(ctx, GgufType::F32, 64, 96, std::span(bytes).first(64 * 96 * 4), "wqk");
+  const auto v = kernels::upload_weight(ctx, GgufType::F32, 64, 32, std::span(bytes).first(64 * 32 * 4), "wv");
+  EXPECT_NO_THROW(run([](auto& a) { a.rows = kernels::QkvRows::Qk; }, qk, y));
+  EXPECT_NO_THROW(run([](auto& a) { a.rows = kernels::QkvRows::V; }, v, y));
+  expect_throw([&] { run([](auto& a) { a.rows = kernels::QkvRows::Qk; }, v, y); },
+               "q rows and the cache's kv_dim 32 k rows");
+  expect_throw([&] { run([](auto& a) { a.rows = kernels::QkvRows::V; }, qk, y); }, "kv_dim 32 v rows");
   expect_throw([&] { run([&](auto& a) { a.kv = &wide; }, w, y); }, "divide q's and k's rows");
   expect_throw([&] { run([](auto& a) { a.pos = 8; }, w, y); }, "max_seq");
   expect_throw([&] { run([](auto& a) { a.rope_dim = 18; }, w, y); }, "rope_dim");

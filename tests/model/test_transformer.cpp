@@ -63,8 +63,8 @@ std::vector<GpuCase> gpu_cases() {
     out.push_back({m, kernels::KvType::F16, 5e-3, 1});
   }
   // The GPUs' kernels in a GPU's matvec shape (4 rows per group): decode then fuses neox RoPE and the KV append too
-  // (qwen2).
-  for (const char* m : {"llama-f16", "qwen2-f16", "qwen2-q8_0", "qwen2-tied-f32"})
+  // (qwen2; qwen2-mixed in two dispatches, q and k stacked, then v).
+  for (const char* m : {"llama-f16", "qwen2-f16", "qwen2-q8_0", "qwen2-tied-f32", "qwen2-mixed"})
     out.push_back({m, kernels::KvType::F16, 5e-3, 4, "16x4x4"});
   return out;
 }
@@ -86,11 +86,15 @@ TEST_P(GpuForward, MatchesCpuReference) {
     }));
   gpu::Context& ctx = own ? *own : test::context();
   const GpuModel gm = load_gpu_model(ctx, f);
-  // q/k/v and gate/up are fused exactly when their tensors share a type (qwen2-mixed: they do not).
+  // q/k/v and gate/up are fused exactly when their tensors share a type (qwen2-mixed: they do not; its q and k do,
+  // v alone is q8_0, so q and k are stacked and v stands alone).
   const bool mixed = tc.model.ends_with("mixed");
   for (uint32_t l = 0; l < gm.config.n_layer; ++l) {
     const GpuLayer& L = gm.weights.layers[l];
     EXPECT_EQ(L.wqkv.empty(), mixed || gm.config.is_conv(l));  // convolution layers have in_proj instead
+    EXPECT_EQ(L.wqk.empty(), !mixed);
+    EXPECT_EQ(L.wv.empty(), !mixed);
+    EXPECT_TRUE(L.wq.empty() && L.wk.empty());
     EXPECT_EQ(L.in_proj.empty(), !gm.config.is_conv(l));
     EXPECT_EQ(L.w_gate_up.empty(), mixed);
   }
