@@ -161,9 +161,9 @@ std::vector<float> GpuBatchDecode::step(std::span<GpuSession* const> sessions, s
                                             .n_embd = c.n_embd,
                                             .taps = c.l_cache,
                                             .pos = s.n_past_,
-                                            .ring_rows = s.conv_rows_,
+                                            .ring_rows = s.state_.conv_rows,
                                             .row = i};
-        kernels::encode_shortconv(batch, ctx_, shape, b.bcx, L.conv, s.conv_state_[l], b.conv_y);
+        kernels::encode_shortconv(batch, ctx_, shape, b.bcx, L.conv, s.state_.conv[l], b.conv_y);
       }
       kernels::encode_matmul(batch, ctx_, L.out_proj, b.conv_y, b.x, N, {.accumulate = true, .impl = impl});
     } else {

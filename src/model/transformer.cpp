@@ -211,31 +211,6 @@ GpuModel load_gpu_model(gpu::Context& ctx, const GgufFile& f, const ModelConfig&
   return m;
 }
 
-uint64_t kv_bytes_per_position(const ModelConfig& c, kernels::KvType type) {
-  return uint64_t(c.n_attention_layers()) * 2 * c.kv_dim() * kernels::kv_type_bytes(type);
-}
-
-std::vector<std::optional<kernels::KvCache>> make_shared_kv(gpu::Context& ctx, const ModelConfig& c, uint32_t sequences,
-                                                            uint32_t n_ctx, uint32_t page_size, kernels::KvType type) {
-  if (page_size == 0 || page_size % kernels::KvCache::kPageMultiple != 0 || n_ctx % page_size != 0)
-    throw InvalidArgument("make_shared_kv: n_ctx " + std::to_string(n_ctx) + " must be a multiple of page_size " +
-                          std::to_string(page_size) + ", itself a multiple of " +
-                          std::to_string(kernels::KvCache::kPageMultiple));
-  if (uint64_t(sequences) * n_ctx > UINT32_MAX) throw InvalidArgument("make_shared_kv: sequences x n_ctx exceeds 2^32");
-  std::vector<std::optional<kernels::KvCache>> kv(c.n_layer);
-  for (uint32_t l = 0; l < c.n_layer; ++l)
-    if (!c.is_conv(l))
-      kv[l].emplace(ctx,
-                    kernels::KvCacheConfig{
-                        .kv_dim = c.kv_dim(), .max_seq = sequences * n_ctx, .page_size = page_size, .type = type},
-                    "shared kv cache " + std::to_string(l));
-  return kv;
-}
-
-uint64_t conv_state_bytes(const ModelConfig& c, uint32_t ubatch) {
-  return uint64_t(c.n_layer - c.n_attention_layers()) * kernels::conv_ring_rows(ubatch, c.l_cache) * c.n_embd * 4;
-}
-
 // ---- session
 
 namespace {
@@ -313,31 +288,8 @@ GpuSession::GpuSession(gpu::Context& ctx, const GpuModel& model, const GpuSessio
   b.argmax_scratch = ctx.create_buffer(kernels::argmax_scratch_bytes(c.n_vocab), kStorage, "argmax scratch");
   for (auto& slot : b.id_readback) slot = ctx.create_buffer(4, WGPUBufferUsage_MapRead, "id readback");
 
-  // One page when the whole cache fits a binding, else pages of 256 positions across pools.
-  const uint64_t one_page = 2ull * n_ctx_ * KV * kernels::kv_type_bytes(options.kv_type);
-  const uint32_t page = one_page <= ctx.max_binding_size() ? 0 : 256;
-  kv_.resize(c.n_layer);
-  conv_state_.resize(c.n_layer);
-  conv_rows_ = c.conv_layers.empty() ? 0 : kernels::conv_ring_rows(ubatch_, c.l_cache);
+  state_ = SequenceState(ctx, c, n_ctx_, ubatch_, options.kv_type, options.shared_kv, options.kv_first_page);
   decode_qkv_.reserve(c.n_layer);
-  for (uint32_t l = 0; l < c.n_layer; ++l) {
-    if (c.is_conv(l)) {
-      conv_state_[l] = make(uint64_t(conv_rows_) * E, ("conv state " + std::to_string(l)).c_str());
-      continue;
-    }
-    if (options.shared_kv) {  // a view of the shared pool
-      const auto& owner = options.shared_kv->at(l);
-      if (!owner || n_ctx_ % owner->page_size() != 0)
-        throw InvalidArgument("GpuSession: the shared KV caches do not fit the model or n_ctx " +
-                              std::to_string(n_ctx_));
-      kv_[l].emplace(*owner, options.kv_first_page, n_ctx_ / owner->page_size(), "kv cache view " + std::to_string(l));
-      continue;
-    }
-    kv_[l].emplace(
-        ctx,
-        kernels::KvCacheConfig{.kv_dim = uint32_t(KV), .max_seq = n_ctx_, .page_size = page, .type = options.kv_type},
-        "kv cache " + std::to_string(l));
-  }
   for (const GpuLayer& L : model.weights.layers) {
     const kernels::QkvRopeAppend shape{
         .head_dim = c.head_dim, .rope_dim = c.rope_dim, .neox = c.rope_type == kernels::RopeType::Neox};
@@ -350,8 +302,8 @@ GpuSession::GpuSession(gpu::Context& ctx, const GpuModel& model, const GpuSessio
       .n_heads = c.n_head, .n_kv_heads = c.n_head_kv, .head_dim = c.head_dim, .n_queries = 1, .start_pos = n_ctx_ - 1};
   uint64_t scratch = 4;
   for (uint32_t l = 0; l < c.n_layer; ++l)
-    if (kv_[l]) {  // every attention layer's cache has the same shape; either decode kernel may run
-      scratch = std::max<uint64_t>(scratch, kernels::attention_decode_scratch_bound(longest, *kv_[l]));
+    if (state_.kv[l]) {  // every attention layer's cache has the same shape; either decode kernel may run
+      scratch = std::max<uint64_t>(scratch, kernels::attention_decode_scratch_bound(longest, *state_.kv[l]));
       break;
     }
   b.decode_scratch = make(scratch / 4, "decode scratch");
@@ -365,25 +317,16 @@ GpuSession::GpuSession(gpu::Context& ctx, const GpuModel& model, const GpuSessio
 
 GpuSession::~GpuSession() = default;
 
-uint64_t GpuSession::kv_bytes() const {
-  uint64_t b = 0;
-  for (const auto& kv : kv_) b += kv ? kv->bytes() : 0;
-  return b;
-}
-
 void GpuSession::truncate(uint32_t n) {
   if (n > n_past_)
     throw InvalidArgument("cannot keep " + std::to_string(n) + " positions: " + std::to_string(n_past_) +
                           " are cached");
   next_.reset();  // encoded for the old position
-  // The rings hold rows of positions [n_past_ - conv_rows_ + 1, n_past_ - 1] (one row may hold a step queued ahead):
-  // the state at n needs n - (l_cache - 1) ... n - 1.
-  const uint32_t taps = model_.config.l_cache;
-  if (conv_rows_ == 0 || n == 0 || uint64_t(n) + conv_rows_ >= uint64_t(n_past_) + taps) {
+  if (n == 0 || state_.rewinds_to(n, n_past_)) {
     n_past_ = n;
     return;
   }
-  // Beyond the rings: the conv states at n are rebuilt by feeding the first n tokens again.
+  // Beyond what the state keeps (the conv rings): it is rebuilt by feeding the first n tokens again.
   const std::vector<int32_t> keep(tokens_.begin(), tokens_.begin() + n);
   n_past_ = 0;
   for (size_t i = 0; i < keep.size(); i += ubatch_)
@@ -638,8 +581,8 @@ void GpuSession::encode_conv_block(gpu::ComputeBatch& batch, uint32_t layer, uin
   kernels::encode_matmul(batch, ctx_, L.in_proj, b.x, b.bcx, n, {.norm = &L.attn_norm, .eps = c.rms_eps});
   // conv_y = C * conv(B * x) over the conv state, which takes this chunk's B * x rows
   const kernels::ShortConvShape shape{
-      .n_tokens = n, .n_embd = c.n_embd, .taps = c.l_cache, .pos = pos, .ring_rows = conv_rows_};
-  kernels::encode_shortconv(batch, ctx_, shape, b.bcx, L.conv, conv_state_[layer], b.conv_y);
+      .n_tokens = n, .n_embd = c.n_embd, .taps = c.l_cache, .pos = pos, .ring_rows = state_.conv_rows};
+  kernels::encode_shortconv(batch, ctx_, shape, b.bcx, L.conv, state_.conv[layer], b.conv_y);
   // x += conv_y @ out_proj
   kernels::encode_matmul(batch, ctx_, L.out_proj, b.conv_y, b.x, n, {.accumulate = true});
 }

@@ -22,6 +22,7 @@
 #include "kernels/sample.h"
 #include "kernels/weight.h"
 #include "model/config.h"
+#include "model/state.h"
 
 namespace wgllm {
 
@@ -88,11 +89,6 @@ GpuModel load_gpu_model(gpu::Context& ctx, const GgufFile& f, const ModelConfig&
 // The same, reading the config of `f` first.
 GpuModel load_gpu_model(gpu::Context& ctx, const GgufFile& f);
 
-// GPU memory one KV cache position takes over all attention layers (K and V of `type`).
-uint64_t kv_bytes_per_position(const ModelConfig& c, kernels::KvType type = kernels::KvType::F16);
-// GPU memory of one sequence's conv states (lfm2; 0 without convolution layers) for prefill chunks of `ubatch`.
-uint64_t conv_state_bytes(const ModelConfig& c, uint32_t ubatch);
-
 // How decode_sampled chooses each step's token: sample.wgsl with these settings and one uniform per step.
 struct DecodeSampling {
   kernels::SampleSettings settings;
@@ -122,13 +118,6 @@ struct GpuSessionOptions {
   const std::vector<std::optional<kernels::KvCache>>* shared_kv = nullptr;
   uint32_t kv_first_page = 0;
 };
-
-// Per attention layer one cache of `sequences` x n_ctx positions in pages of `page_size`, for sessions that share
-// them (GpuSessionOptions::shared_kv): sequence s takes pages [s * n_ctx / page_size, ...). n_ctx must be a multiple
-// of page_size (a multiple of 128).
-std::vector<std::optional<kernels::KvCache>> make_shared_kv(gpu::Context& ctx, const ModelConfig& c, uint32_t sequences,
-                                                            uint32_t n_ctx, uint32_t page_size,
-                                                            kernels::KvType type = kernels::KvType::F16);
 
 // One sequence: activations for `ubatch` tokens, a KV cache per layer and the decode scratch. The context and
 // model must outlive the session.
@@ -175,7 +164,7 @@ class GpuSession {
   uint32_t n_past() const { return n_past_; }
   uint32_t n_ctx() const { return n_ctx_; }
   uint32_t ubatch() const { return ubatch_; }
-  uint64_t kv_bytes() const;                                           // GPU memory of the KV caches
+  uint64_t kv_bytes() const { return state_.kv_bytes(); }              // GPU memory of the KV caches
   uint64_t bind_groups_made() const { return bind_cache_->misses(); }  // over the session's life
   // Forget the cached positions (their rows are overwritten later) and the step encoded ahead.
   void reset() { truncate(0); }
@@ -248,13 +237,9 @@ class GpuSession {
   std::vector<DecodeQkv> decode_qkv_;  // [n_layer]
   uint32_t n_past_ = 0;
   std::unique_ptr<Buffers> buf_;
-  std::unique_ptr<gpu::BindCache> bind_cache_;       // decode steps repeat: their bind groups are made once
-  std::vector<std::optional<kernels::KvCache>> kv_;  // [n_layer]; none for convolution layers
-  kernels::KvCache& kv(uint32_t layer) { return *kv_[layer]; }
-  // lfm2: per convolution layer a ring of conv_rows_ B*x rows, row q % conv_rows_ holding position q (size 0 for
-  // attention layers). Rows of the last conv_rows_ - 1 positions are kept, so truncate rewinds within them.
-  std::vector<gpu::Buffer> conv_state_;
-  uint32_t conv_rows_ = 0;
+  std::unique_ptr<gpu::BindCache> bind_cache_;  // decode steps repeat: their bind groups are made once
+  SequenceState state_;                         // the KV caches and conv states
+  kernels::KvCache& kv(uint32_t layer) { return *state_.kv[layer]; }
   std::vector<int32_t> tokens_;  // every token fed, [0, n_past_) valid (a rewind beyond the rings feeds them again)
   // While the GPU runs a decode step, the CPU encodes the next one (it depends only on the position): the next
   // token then only writes its id and submits.
