@@ -5,20 +5,13 @@
 #include <cmath>
 #include <optional>
 #include <string>
-#include <tuple>
 
 #include "kernels/argmax.h"
 #include "kernels/attention.h"
 #include "kernels/embedding.h"
-#include "kernels/kv_append.h"
 #include "kernels/matmul.h"
-#include "kernels/norm.h"
-#include "kernels/qk_norm_rope_kv.h"
-#include "kernels/qkv_rope_append.h"
-#include "kernels/rope.h"
 #include "kernels/scale.h"
-#include "kernels/shortconv.h"
-#include "kernels/swiglu.h"
+#include "model/blocks.h"
 #include "wgllm/error.h"
 
 namespace wgllm {
@@ -26,8 +19,6 @@ namespace wgllm {
 namespace {
 
 constexpr auto kStorage = WGPUBufferUsage_Storage;
-
-const gpu::Buffer* optional(const gpu::Buffer& b) { return b.size ? &b : nullptr; }
 
 // The index of the largest value as argmax.wgsl chooses it: the lowest among equals (the values are finite).
 int32_t argmax(std::span<const float> v) { return int32_t(std::max_element(v.begin(), v.end()) - v.begin()); }
@@ -45,31 +36,6 @@ void check_finite(std::span<const float> logits, uint32_t pos) {
 }
 }  // namespace
 
-// Activations for up to ubatch tokens. Row-major [tokens][width] f32.
-struct GpuSession::Buffers {
-  gpu::Buffer ids;                         // [ubatch] u32 token ids
-  gpu::Buffer x;                           // [ubatch][n_embd] residual stream (the output projections add into it)
-  gpu::Buffer q;                           // [ubatch][q_dim]
-  gpu::Buffer k, v;                        // [ubatch][kv_dim]
-  gpu::Buffer attn;                        // [ubatch][q_dim] attention output
-  gpu::Buffer gate, up;                    // [ubatch][n_ff] (gate and up not fused)
-  gpu::Buffer act;                         // [ubatch][n_ff] SwiGLU output
-  gpu::Buffer proj;                        // [ubatch][n_embd] an output projection before its post-norm (gemma3)
-  gpu::Buffer bcx;                         // [ubatch][3 n_embd] in_proj's B, C, x (lfm2 convolution layers)
-  gpu::Buffer conv_y;                      // [ubatch][n_embd] C * conv(B * x), out_proj's input
-  gpu::Buffer last;                        // [n_embd] the last token's residual row
-  gpu::Buffer logits;                      // [n_vocab] logits of the last token
-  gpu::Buffer logits_host;                 // [n_vocab] mappable copy of logits, read back once per step
-  gpu::Buffer logits_all;                  // [ubatch][n_vocab], made on first use by forward_all
-  gpu::Buffer block_x;                     // [logit_rows_per_block][n_embd], made on first use by forward_rows
-  gpu::Buffer block_logits;                // [logit_rows_per_block][n_vocab], likewise
-  gpu::Buffer argmax_scratch;              // encode_argmax's partials
-  gpu::Buffer sample_scratch;              // encode_sample's scratch, made on first use by decode_sampled
-  gpu::Buffer recent_ids;                  // [window] u32 ring of recent ids for decode_sampled's penalty
-  std::array<gpu::Buffer, 2> id_readback;  // mappable copies of the chosen id of two greedy steps in flight
-  gpu::Buffer decode_scratch;              // split-K partials of the decode attention
-};
-
 GpuSession::GpuSession(gpu::Context& ctx, const GpuModel& model, const GpuSessionOptions& options)
     : ctx_(ctx),
       model_(model),
@@ -78,12 +44,12 @@ GpuSession::GpuSession(gpu::Context& ctx, const GpuModel& model, const GpuSessio
       layers_per_submit_(options.layers_per_submit.value_or(ctx.adapter().is_cpu() ? 0 : 4)),
       argmax_on_gpu_(options.argmax_on_gpu.value_or(!ctx.adapter().is_cpu())),
       logit_block_rows_(options.logit_block_rows),
-      buf_(std::make_unique<Buffers>()),
+      buf_(std::make_unique<SessionBuffers>()),
       bind_cache_(std::make_unique<gpu::BindCache>(ctx)) {
   const ModelConfig& c = model.config;
   const uint64_t U = ubatch_, E = c.n_embd, Q = c.q_dim(), KV = c.kv_dim(), F = c.n_ff;
   auto make = [&](uint64_t floats, const char* label) { return ctx.create_buffer(floats * 4, kStorage, label); };
-  Buffers& b = *buf_;
+  SessionBuffers& b = *buf_;
   b.ids = make(U, "ids");
   b.x = make(U * E, "x");
   b.q = make(U * Q, "q");
@@ -105,14 +71,7 @@ GpuSession::GpuSession(gpu::Context& ctx, const GpuModel& model, const GpuSessio
 
   state_ = SequenceState(ctx, c, n_ctx_, ubatch_, options.kv_type, options.shared_kv, options.kv_first_page);
   decode_qkv_.reserve(c.n_layer);
-  for (const GpuLayer& L : model.weights.layers) {
-    const kernels::QkvRopeAppend shape{
-        .head_dim = c.head_dim, .rope_dim = c.rope_dim, .neox = c.rope_type == kernels::RopeType::Neox};
-    decode_qkv_.push_back(c.qk_norm ? DecodeQkv::QkNormRopeAppend
-                          : !L.wqkv.empty() && kernels::qkv_rope_append_supported(ctx, L.wqkv, shape)
-                              ? DecodeQkv::FusedRopeAppend
-                              : DecodeQkv::Separate);
-  }
+  for (const GpuLayer& L : model.weights.layers) decode_qkv_.push_back(decode_qkv_for(ctx, c, L));
   const kernels::AttentionShape longest{
       .n_heads = c.n_head, .n_kv_heads = c.n_head_kv, .head_dim = c.head_dim, .n_queries = 1, .start_pos = n_ctx_ - 1};
   uint64_t scratch = 4;
@@ -197,7 +156,7 @@ void GpuSession::forward_rows(std::span<const int32_t> tokens, uint32_t first, c
   check_tokens(tokens);
   const ModelConfig& c = model_.config;
   const uint32_t V = c.n_vocab, block = logit_rows_per_block();
-  Buffers& b = *buf_;
+  SessionBuffers& b = *buf_;
   if (!b.block_x.size) {
     b.block_x = ctx_.create_buffer(uint64_t(block) * c.n_embd * 4, kStorage, "logit block rows");
     b.block_logits = ctx_.create_buffer(uint64_t(block) * V * 4, kStorage, "logit block");
@@ -221,7 +180,7 @@ void GpuSession::forward_rows(std::span<const int32_t> tokens, uint32_t first, c
 
 std::vector<float> GpuSession::run_chunk(std::span<const int32_t> tokens, Output output) {
   const uint32_t n = uint32_t(tokens.size());
-  Buffers& b = *buf_;
+  SessionBuffers& b = *buf_;
   ctx_.write_buffer(b.ids, 0, tokens.data(), tokens.size_bytes());
   tokens_.resize(n_past_);
   tokens_.insert(tokens_.end(), tokens.begin(), tokens.end());
@@ -281,7 +240,7 @@ uint32_t GpuSession::decode_sampled(int32_t token, uint32_t max_new, const Decod
   next_.reset();
   if (max_new == 0) return 0;
   if (!sampling.next_uniform) throw InvalidArgument("decode_sampled: next_uniform is not set");
-  Buffers& b = *buf_;
+  SessionBuffers& b = *buf_;
   const uint32_t V = model_.config.n_vocab;
   // Made once (a bind group is cached by its buffers): the ring holds every id a session can have, n_ctx + 1.
   if (!b.sample_scratch.size) {
@@ -308,7 +267,7 @@ uint32_t GpuSession::decode_sampled(int32_t token, uint32_t max_new, const Decod
 uint32_t GpuSession::decode_on_gpu(int32_t token, uint32_t max_new, Output output,
                                    const std::function<StepSample(uint32_t k)>& step_sample,
                                    const std::function<bool(int32_t id)>& on_id) {
-  Buffers& b = *buf_;
+  SessionBuffers& b = *buf_;
   ctx_.write_buffer(b.ids, 0, &token, 4);
   const uint32_t pos0 = n_past_;
   const uint32_t steps = std::min(max_new, n_ctx_ - pos0);
@@ -358,7 +317,7 @@ uint32_t GpuSession::decode_on_gpu(int32_t token, uint32_t max_new, Output outpu
 // runs the same steps over n tokens with the tiled matmul, rope + kv_append and the batched attention_prefill.
 void GpuSession::encode_step(uint32_t n, uint32_t pos, Output output, const std::function<void(Piece)>& ready,
                              uint32_t slot, bool one_piece, const StepSample* sample) {
-  Buffers& b = *buf_;
+  SessionBuffers& b = *buf_;
   const char* label = n == 1 ? "decode" : "prefill";
   auto batch = std::make_unique<gpu::ComputeBatch>(ctx_, label, bind_cache_.get());
   // token ids -> embedding rows (dequantised) into the residual stream
@@ -381,149 +340,40 @@ void GpuSession::encode_step(uint32_t n, uint32_t pos, Output output, const std:
 }
 
 void GpuSession::encode_layer(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n, uint32_t pos) {
-  if (model_.config.is_conv(layer))
-    encode_conv_block(batch, layer, n, pos);
-  else
-    encode_attention_block(batch, layer, n, pos);
-  encode_ffn_block(batch, layer, n);
-}
-
-void GpuSession::encode_conv_block(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n, uint32_t pos) {
   const ModelConfig& c = model_.config;
   const GpuLayer& L = model_.weights.layers[layer];
-  Buffers& b = *buf_;
-  // B, C, x = rms_norm(x) * attn_norm @ in_proj
-  kernels::encode_matmul(batch, ctx_, L.in_proj, b.x, b.bcx, n, {.norm = &L.attn_norm, .eps = c.rms_eps});
-  // conv_y = C * conv(B * x) over the conv state, which takes this chunk's B * x rows
-  const kernels::ShortConvShape shape{
-      .n_tokens = n, .n_embd = c.n_embd, .taps = c.l_cache, .pos = pos, .ring_rows = state_.conv_rows};
-  kernels::encode_shortconv(batch, ctx_, shape, b.bcx, L.conv, state_.conv[layer], b.conv_y);
-  // x += conv_y @ out_proj
-  kernels::encode_matmul(batch, ctx_, L.out_proj, b.conv_y, b.x, n, {.accumulate = true});
-}
-
-void GpuSession::encode_attention_block(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n, uint32_t pos) {
-  const ModelConfig& c = model_.config;
-  const GpuLayer& L = model_.weights.layers[layer];
-  Buffers& b = *buf_;
-  const gpu::Buffer& rope_table = model_.weights.layer_rope_table(c, layer);
-  const kernels::QkvRopeAppend qkv_rope{.table = &rope_table,
-                                        .head_dim = c.head_dim,
-                                        .rope_dim = c.rope_dim,
-                                        .neox = c.rope_type == kernels::RopeType::Neox,
-                                        .pos = pos,
-                                        .kv = &kv(layer),
-                                        .bias = optional(L.bqkv),
-                                        .norm = &L.attn_norm,
-                                        .eps = c.rms_eps};
-  if (n == 1 && decode_qkv_[layer] == DecodeQkv::FusedRopeAppend) {
-    // q = rope(rms_norm(x) @ wq), k = rope(rms_norm(x) @ wk) and v = rms_norm(x) @ wv (+ biases), k and v written
-    // into the cache: one dispatch
-    kernels::encode_qkv_rope_append(batch, ctx_, L.wqkv, b.x, b.q, qkv_rope);
+  SessionBuffers& b = *buf_;
+  const LayerStep s{.batch = batch,
+                    .ctx = ctx_,
+                    .model = model_,
+                    .L = L,
+                    .b = b,
+                    .state = state_,
+                    .layer = layer,
+                    .n = n,
+                    .pos = pos,
+                    .decode_qkv = decode_qkv_[layer]};
+  if (c.is_conv(layer)) {
+    encode_conv(s);
+    encode_residual(s, L.out_proj, b.conv_y);  // x += conv_y @ out_proj
   } else {
-    // q, k, v = rms_norm(x) * attn_norm @ (wq, wk, wv) (+ bias on qwen2): one dispatch when stacked, else three
-    encode_qkv(batch, layer, n);
-    if (n == 1 && decode_qkv_[layer] == DecodeQkv::QkNormRopeAppend) {
-      // qwen3 decoding: the per-head q/k norm, RoPE and the KV append in one dispatch
-      const kernels::QkNormRopeKvShape s{.n_head = c.n_head,
-                                         .n_kv = c.n_head_kv,
-                                         .head_dim = c.head_dim,
-                                         .rope_dim = c.rope_dim,
-                                         .type = c.rope_type,
-                                         .pos = pos,
-                                         .eps = c.rms_eps};
-      kernels::encode_qk_norm_rope_kv(batch, ctx_, s, rope_table, b.q, b.k, b.v, L.q_norm, L.k_norm, kv(layer));
-    } else {
-      if (c.qk_norm) {  // qwen3: RMSNorm of every q and k head, in place
-        kernels::encode_rms_norm(batch, ctx_, b.q, L.q_norm, b.q, n * c.n_head, c.head_dim, c.rms_eps);
-        kernels::encode_rms_norm(batch, ctx_, b.k, L.k_norm, b.k, n * c.n_head_kv, c.head_dim, c.rms_eps);
-      }
-      // RoPE on q and k (one dispatch) at positions pos ..
-      const kernels::RopeShape rope{.n_tokens = n,
-                                    .n_heads = c.n_head,
-                                    .head_dim = c.head_dim,
-                                    .rope_dim = c.rope_dim,
-                                    .start_pos = pos,
-                                    .type = c.rope_type,
-                                    .n_heads2 = c.n_head_kv};
-      kernels::encode_rope(batch, ctx_, rope, rope_table, b.q, &b.k);
-      // k, v rows into the cache
-      kernels::encode_kv_append(batch, ctx_, kv(layer), b.k, b.v, pos, n);
-    }
+    encode_attention(s);
+    if (c.post_norms)  // gemma: x += rms_norm(attn @ wo) * post_attn_norm
+      encode_post_norm_residual(s, L.wo, b.attn, L.post_attn_norm);
+    else  // x += attn @ wo
+      encode_residual(s, L.wo, b.attn);
   }
-  // causal attention over the cache (local layers: the last sliding_window positions): the batched kernel for a
-  // chunk, split-K decode for one token (per head, or per GQA group from the context's decode_gqa_from depth on)
-  const kernels::AttentionShape shape{.n_heads = c.n_head,
-                                      .n_kv_heads = c.n_head_kv,
-                                      .head_dim = c.head_dim,
-                                      .n_queries = n,
-                                      .start_pos = pos,
-                                      .scale = c.attn_scale,
-                                      .window = c.layer_window(layer)};
-  if (n == 1)
-    kernels::encode_attention_decode(batch, ctx_, shape, b.q, kv(layer), b.attn, &b.decode_scratch);
-  else
-    kernels::encode_attention_prefill(batch, ctx_, shape, b.q, kv(layer), b.attn);
-  if (c.post_norms) {
-    // gemma: x += rms_norm(attn @ wo) * post_attn_norm
-    kernels::encode_matmul(batch, ctx_, L.wo, b.attn, b.proj, n);
-    kernels::encode_rms_norm(batch, ctx_, b.proj, L.post_attn_norm, b.x, n, c.n_embd, c.rms_eps, true);
-    return;
-  }
-  // x += attn @ wo
-  kernels::encode_matmul(batch, ctx_, L.wo, b.attn, b.x, n, {.accumulate = true});
-}
-
-void GpuSession::encode_qkv(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n) {
-  const ModelConfig& c = model_.config;
-  const GpuLayer& L = model_.weights.layers[layer];
-  Buffers& b = *buf_;
-  const kernels::MatmulOptions normed{.norm = &L.attn_norm, .eps = c.rms_eps};
-  if (!L.wqkv.empty()) {  // stacked: rows [0, q_dim) to q, then k, then v
-    kernels::MatmulOptions o = normed;
-    o.bias = optional(L.bqkv);
-    o.y1 = &b.k;
-    o.y2 = &b.v;
-    o.split1 = c.q_dim();
-    o.split2 = c.q_dim() + c.kv_dim();
-    kernels::encode_matmul(batch, ctx_, L.wqkv, b.x, b.q, n, o);
-    return;
-  }
-  for (auto [w, bias, y] : {std::tuple{&L.wq, &L.bq, &b.q}, {&L.wk, &L.bk, &b.k}, {&L.wv, &L.bv, &b.v}}) {
-    kernels::MatmulOptions o = normed;
-    o.bias = optional(*bias);
-    kernels::encode_matmul(batch, ctx_, *w, b.x, *y, n, o);
-  }
-}
-
-void GpuSession::encode_ffn_block(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n) {
-  const ModelConfig& c = model_.config;
-  const GpuLayer& L = model_.weights.layers[layer];
-  Buffers& b = *buf_;
-  // act = silu(h @ w_gate) * (h @ w_up) (gemma: gelu_tanh), h = rms_norm(x) * ffn_norm
-  const bool gelu = c.ffn_act == FfnAct::GeluTanh;
-  if (!L.w_gate_up.empty()) {
-    kernels::encode_matmul(batch, ctx_, L.w_gate_up, b.x, b.act, n,
-                           {.norm = &L.ffn_norm, .eps = c.rms_eps, .swiglu = true, .gelu = gelu});
-  } else {
-    kernels::encode_matmul(batch, ctx_, L.w_gate, b.x, b.gate, n, {.norm = &L.ffn_norm, .eps = c.rms_eps});
-    kernels::encode_matmul(batch, ctx_, L.w_up, b.x, b.up, n, {.norm = &L.ffn_norm, .eps = c.rms_eps});
-    kernels::encode_swiglu(batch, ctx_, b.gate, b.up, b.act, uint64_t(n) * c.n_ff, c.ffn_act);
-  }
-  if (c.post_norms) {
-    // gemma: x += rms_norm(act @ w_down) * post_ffn_norm
-    kernels::encode_matmul(batch, ctx_, L.w_down, b.act, b.proj, n);
-    kernels::encode_rms_norm(batch, ctx_, b.proj, L.post_ffn_norm, b.x, n, c.n_embd, c.rms_eps, true);
-    return;
-  }
-  // x += act @ w_down
-  kernels::encode_matmul(batch, ctx_, L.w_down, b.act, b.x, n, {.accumulate = true});
+  encode_ffn(s);
+  if (c.post_norms)  // gemma: x += rms_norm(act @ w_down) * post_ffn_norm
+    encode_post_norm_residual(s, L.w_down, b.act, L.post_ffn_norm);
+  else  // x += act @ w_down
+    encode_residual(s, L.w_down, b.act);
 }
 
 void GpuSession::encode_logits(gpu::ComputeBatch& batch, uint32_t n, Output output, uint32_t slot,
                                const StepSample* sample) {
   const ModelConfig& c = model_.config;
-  Buffers& b = *buf_;
+  SessionBuffers& b = *buf_;
   const kernels::MatmulOptions normed{.norm = &model_.weights.output_norm, .eps = c.rms_eps};
   const float cap = c.final_logit_softcap;  // > 0: logits = cap * tanh(logits / cap)
   if (output == Output::AllLogits) {        // logits of every token

@@ -27,6 +27,8 @@
 namespace wgllm {
 
 class GgufFile;
+struct SessionBuffers;
+enum class DecodeQkv : uint8_t;
 
 // Every matrix is a GGUF weight of ne = [in, out] (row-major [out][in]); vectors are f32. Norm weights are padded
 // with zeros to a multiple of 8 floats (the matmul kernels fold the norm in and read them as vec4).
@@ -177,7 +179,6 @@ class GpuSession {
 
  private:
   friend class GpuBatchDecode;  // a decode step of several sessions reads and advances their caches and state
-  struct Buffers;
   using Piece = std::unique_ptr<gpu::ComputeBatch>;
   // What a step leaves behind after its layers.
   enum class Output {
@@ -214,10 +215,6 @@ class GpuSession {
                          const std::function<StepSample(uint32_t k)>& step_sample,
                          const std::function<bool(int32_t id)>& on_id);
   void encode_layer(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n, uint32_t pos);
-  void encode_attention_block(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n, uint32_t pos);
-  void encode_conv_block(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n, uint32_t pos);
-  void encode_qkv(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n);
-  void encode_ffn_block(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n);
   void encode_logits(gpu::ComputeBatch& batch, uint32_t n, Output output, uint32_t slot, const StepSample* sample);
   // y[t] = logits of the final residual rows x[t], t < n (the final norm folded into the product, the softcap after).
   void encode_logit_rows(gpu::ComputeBatch& batch, const gpu::Buffer& x, const gpu::Buffer& y, uint32_t n);
@@ -228,15 +225,10 @@ class GpuSession {
   uint32_t layers_per_submit_;  // 0: one command buffer per step
   bool argmax_on_gpu_;
   uint32_t logit_block_rows_;  // 0: as many as fit kLogitBlockBytes
-  // How each layer's decode step gets q into place and k, v into the cache.
-  enum class DecodeQkv {
-    FusedRopeAppend,   // one dispatch: the stacked q/k/v product also applies RoPE and appends k, v
-    QkNormRopeAppend,  // the q/k/v product(s), then the per-head q/k norm + RoPE + append in one (qwen3)
-    Separate,          // the product(s), RoPE, the KV append
-  };
+  // How each layer's decode step gets q into place and k, v into the cache (model/blocks.h).
   std::vector<DecodeQkv> decode_qkv_;  // [n_layer]
   uint32_t n_past_ = 0;
-  std::unique_ptr<Buffers> buf_;
+  std::unique_ptr<SessionBuffers> buf_;
   std::unique_ptr<gpu::BindCache> bind_cache_;  // decode steps repeat: their bind groups are made once
   SequenceState state_;                         // the KV caches and conv states
   kernels::KvCache& kv(uint32_t layer) { return *state_.kv[layer]; }
