@@ -1,4 +1,4 @@
-// The blocks a layer is made of (blocks.cpp), which GpuSession::encode_layer composes per architecture: each
+// The blocks a layer is made of (blocks.cpp), shared by the architectures' layer programs (model/arch/): each
 // encodes its dispatches for one step of n tokens at position pos of one sequence, reading the residual stream x and
 // writing its output to an activation buffer; encode_residual / encode_post_norm_residual add a block's output,
 // projected, back into x.

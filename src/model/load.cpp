@@ -5,6 +5,7 @@
 #include "gguf/dequant.h"
 #include "gguf/file.h"
 #include "kernels/rope.h"
+#include "model/arch/arch.h"
 #include "wgllm/error.h"
 
 namespace wgllm {
@@ -140,27 +141,6 @@ void upload_conv(Uploader& up, GpuLayer& L, const std::string& b) {
   L.out_proj = up.matrix(b + "shortconv.out_proj.weight");
 }
 
-namespace {
-
-GpuLayer upload_layer(Uploader& up, const ModelConfig& c, uint32_t i) {
-  const std::string b = layer_prefix(i);
-  GpuLayer L;
-  if (c.is_conv(i)) {
-    upload_conv(up, L, b);
-    upload_ffn(up, L, b);
-    return L;
-  }
-  upload_attention(up, c, L, b);
-  upload_ffn(up, L, b);
-  if (c.post_norms) {
-    L.post_attn_norm = up.vector(b + "post_attention_norm.weight");
-    L.post_ffn_norm = up.vector(b + "post_ffw_norm.weight");
-  }
-  return L;
-}
-
-}  // namespace
-
 GpuModel load_gpu_model(gpu::Context& ctx, const GgufFile& f) { return load_gpu_model(ctx, f, config_from_gguf(f)); }
 
 GpuModel load_gpu_model(gpu::Context& ctx, const GgufFile& f, const ModelConfig& config, const LoadProgress& progress,
@@ -173,8 +153,9 @@ GpuModel load_gpu_model(gpu::Context& ctx, const GgufFile& f, const ModelConfig&
 
   GpuWeights& w = m.weights;
   w.token_embd = up.matrix("token_embd.weight");
+  const LayerProgram& program = layer_program(c.arch);
   w.layers.reserve(c.n_layer);
-  for (uint32_t i = 0; i < c.n_layer; ++i) w.layers.push_back(upload_layer(up, c, i));
+  for (uint32_t i = 0; i < c.n_layer; ++i) w.layers.push_back(program.upload(up, c, i));
   w.output_norm = up.norm(c.output_norm_name);
   if (!c.tied_embeddings) w.output = up.matrix("output.weight");
   const std::vector<float> factors = c.has_rope_freqs_tensor

@@ -1,5 +1,5 @@
 // Uploading a GGUF's weights (load.cpp): the Uploader, and the weights of the blocks every architecture shares
-// (attention, FFN, short convolution).
+// (attention, FFN, short convolution), which an architecture's layer program (model/arch/) uploads in its order.
 #pragma once
 #include <cstdint>
 #include <initializer_list>

@@ -11,6 +11,7 @@
 #include "kernels/embedding.h"
 #include "kernels/matmul.h"
 #include "kernels/scale.h"
+#include "model/arch/arch.h"
 #include "model/blocks.h"
 #include "wgllm/error.h"
 
@@ -44,6 +45,7 @@ GpuSession::GpuSession(gpu::Context& ctx, const GpuModel& model, const GpuSessio
       layers_per_submit_(options.layers_per_submit.value_or(ctx.adapter().is_cpu() ? 0 : 4)),
       argmax_on_gpu_(options.argmax_on_gpu.value_or(!ctx.adapter().is_cpu())),
       logit_block_rows_(options.logit_block_rows),
+      program_(layer_program(model.config.arch)),
       buf_(std::make_unique<SessionBuffers>()),
       bind_cache_(std::make_unique<gpu::BindCache>(ctx)) {
   const ModelConfig& c = model.config;
@@ -302,19 +304,13 @@ uint32_t GpuSession::decode_on_gpu(int32_t token, uint32_t max_new, Output outpu
   return chosen;
 }
 
-// A decode step (n = 1) of llama / qwen2 runs these dispatches:
-//   embedding                   x = token_embd[id]
-//   per layer (5 dispatches):
-//     qkv_rope_append           q = rope(norm(x) Wq); k = rope(norm(x) Wk), v = norm(x) Wv into the KV cache
-//     attention_decode          attn = softmax(q K^T / sqrt(d)) V over the cache (+ a split-K reduce past 256 keys)
-//     matmul, accumulate        x += attn Wo
-//     matmul, swiglu            act = silu(norm(x) Wgate) * (norm(x) Wup)
-//     matmul, accumulate        x += act Wdown
-//   matmul                      logits = norm(x) Wout
+// A decode step (n = 1) runs these dispatches:
+//   embedding                   x = token_embd[id]  (gemma: + scale, x *= sqrt(n_embd))
+//   per layer                   the architecture's layer program (encode_layer): llama / qwen2's 5 dispatches
+//                               (model/arch/llama.cpp), qwen3's 6; gemma3.cpp and lfm2.cpp list theirs
+//   matmul                      logits = norm(x) Wout  (gemma: + scale, the final softcap)
 //   copy, argmax (2) or sample (3)  the logits to the mappable buffer, or the chosen id to the next step's input
-// qwen3 decodes with matmul (q, k, v) + qk_norm_rope_kv instead of qkv_rope_append (6 per layer); a layer whose q/k/v
-// or gate/up weights differ in type runs them as separate products (+ rope, kv_append or swiglu). A prefill chunk
-// runs the same steps over n tokens with the tiled matmul, rope + kv_append and the batched attention_prefill.
+// A prefill chunk runs the same steps over n tokens with the tiled matmul (and the layers' prefill kernels).
 void GpuSession::encode_step(uint32_t n, uint32_t pos, Output output, const std::function<void(Piece)>& ready,
                              uint32_t slot, bool one_piece, const StepSample* sample) {
   SessionBuffers& b = *buf_;
@@ -340,34 +336,16 @@ void GpuSession::encode_step(uint32_t n, uint32_t pos, Output output, const std:
 }
 
 void GpuSession::encode_layer(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n, uint32_t pos) {
-  const ModelConfig& c = model_.config;
-  const GpuLayer& L = model_.weights.layers[layer];
-  SessionBuffers& b = *buf_;
-  const LayerStep s{.batch = batch,
-                    .ctx = ctx_,
-                    .model = model_,
-                    .L = L,
-                    .b = b,
-                    .state = state_,
-                    .layer = layer,
-                    .n = n,
-                    .pos = pos,
-                    .decode_qkv = decode_qkv_[layer]};
-  if (c.is_conv(layer)) {
-    encode_conv(s);
-    encode_residual(s, L.out_proj, b.conv_y);  // x += conv_y @ out_proj
-  } else {
-    encode_attention(s);
-    if (c.post_norms)  // gemma: x += rms_norm(attn @ wo) * post_attn_norm
-      encode_post_norm_residual(s, L.wo, b.attn, L.post_attn_norm);
-    else  // x += attn @ wo
-      encode_residual(s, L.wo, b.attn);
-  }
-  encode_ffn(s);
-  if (c.post_norms)  // gemma: x += rms_norm(act @ w_down) * post_ffn_norm
-    encode_post_norm_residual(s, L.w_down, b.act, L.post_ffn_norm);
-  else  // x += act @ w_down
-    encode_residual(s, L.w_down, b.act);
+  program_.encode(LayerStep{.batch = batch,
+                            .ctx = ctx_,
+                            .model = model_,
+                            .L = model_.weights.layers[layer],
+                            .b = *buf_,
+                            .state = state_,
+                            .layer = layer,
+                            .n = n,
+                            .pos = pos,
+                            .decode_qkv = decode_qkv_[layer]});
 }
 
 void GpuSession::encode_logits(gpu::ComputeBatch& batch, uint32_t n, Output output, uint32_t slot,

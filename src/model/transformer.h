@@ -9,6 +9,10 @@
 // short convolution with its conv state, and out_proj (3 dispatches, then the FFN's 2). Greedy decoding
 // (decode_greedy) takes the argmax on the GPU and feeds it to the next step there, so steps run back to back while
 // the host reads the ids behind them.
+// Where it lives: loading in load.cpp; the blocks a layer is made of (attention, FFN, short convolution) in
+// blocks.cpp; each architecture's layer program (which weights a layer uploads, which blocks it runs) in
+// model/arch/, registered in arch/arch.h; the per-sequence state (KV caches, conv states) in state.h; the session's
+// buffers, steps, decoding loops and logits here (transformer.cpp).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -28,6 +32,7 @@ namespace wgllm {
 
 class GgufFile;
 struct SessionBuffers;
+struct LayerProgram;
 enum class DecodeQkv : uint8_t;
 
 // Every matrix is a GGUF weight of ne = [in, out] (row-major [out][in]); vectors are f32. Norm weights are padded
@@ -214,6 +219,7 @@ class GpuSession {
   uint32_t decode_on_gpu(int32_t token, uint32_t max_new, Output output,
                          const std::function<StepSample(uint32_t k)>& step_sample,
                          const std::function<bool(int32_t id)>& on_id);
+  // The layer's dispatches as the architecture's layer program (model/arch/) gives them.
   void encode_layer(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n, uint32_t pos);
   void encode_logits(gpu::ComputeBatch& batch, uint32_t n, Output output, uint32_t slot, const StepSample* sample);
   // y[t] = logits of the final residual rows x[t], t < n (the final norm folded into the product, the softcap after).
@@ -224,7 +230,8 @@ class GpuSession {
   uint32_t n_ctx_, ubatch_;
   uint32_t layers_per_submit_;  // 0: one command buffer per step
   bool argmax_on_gpu_;
-  uint32_t logit_block_rows_;  // 0: as many as fit kLogitBlockBytes
+  uint32_t logit_block_rows_;    // 0: as many as fit kLogitBlockBytes
+  const LayerProgram& program_;  // the architecture's layers (model/arch/arch.h)
   // How each layer's decode step gets q into place and k, v into the cache (model/blocks.h).
   std::vector<DecodeQkv> decode_qkv_;  // [n_layer]
   uint32_t n_past_ = 0;
