@@ -12,6 +12,7 @@
 #include "kernels/qk_norm_rope_kv.h"
 #include "kernels/scale.h"
 #include "kernels/shortconv.h"
+#include "model/blocks.h"
 #include "wgllm/error.h"
 
 namespace wgllm {
@@ -161,9 +162,9 @@ std::vector<float> GpuBatchDecode::step(std::span<GpuSession* const> sessions, s
                                             .n_embd = c.n_embd,
                                             .taps = c.l_cache,
                                             .pos = s.n_past_,
-                                            .ring_rows = s.conv_rows_,
+                                            .ring_rows = s.state_.conv_rows,
                                             .row = i};
-        kernels::encode_shortconv(batch, ctx_, shape, b.bcx, L.conv, s.conv_state_[l], b.conv_y);
+        kernels::encode_shortconv(batch, ctx_, shape, b.bcx, L.conv, s.state_.conv[l], b.conv_y);
       }
       kernels::encode_matmul(batch, ctx_, L.out_proj, b.conv_y, b.x, N, {.accumulate = true, .impl = impl});
     } else {

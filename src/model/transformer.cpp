@@ -5,270 +5,22 @@
 #include <cmath>
 #include <optional>
 #include <string>
-#include <tuple>
 
-#include "gguf/dequant.h"
-#include "gguf/file.h"
 #include "kernels/argmax.h"
 #include "kernels/attention.h"
 #include "kernels/embedding.h"
-#include "kernels/kv_append.h"
 #include "kernels/matmul.h"
-#include "kernels/norm.h"
-#include "kernels/qk_norm_rope_kv.h"
-#include "kernels/qkv_rope_append.h"
-#include "kernels/rope.h"
 #include "kernels/scale.h"
-#include "kernels/shortconv.h"
-#include "kernels/swiglu.h"
+#include "model/arch/arch.h"
+#include "model/blocks.h"
 #include "wgllm/error.h"
 
 namespace wgllm {
-
-using kernels::GpuWeight;
 
 namespace {
 
 constexpr auto kStorage = WGPUBufferUsage_Storage;
 
-// Uploads GGUF tensors, counting the bytes for the progress callback; with check_finite, a tensor holding a NaN or
-// an infinity is refused by name before it is uploaded.
-struct Uploader {
-  gpu::Context& ctx;
-  const GgufFile& f;
-  const LoadProgress& progress;
-  bool check_finite = true;
-  uint64_t done = 0, total = 0;
-
-  std::span<const uint8_t> data(const GgufTensor& t) const {
-    const std::span<const uint8_t> bytes = f.tensor_data(t);
-    if (check_finite)
-      if (const auto at = find_non_finite(t.type, bytes.data(), t.n_elements))
-        throw ModelError(f.label() + ": tensor '" + t.name + "' (" + type_name(t.type) + " " + t.shape_string() +
-                         "): element " + std::to_string(*at) + (block_elems(t.type) > 1 ? "'s block scale" : "") +
-                         " is NaN or infinite: the file is corrupt (the model would compute NaN)");
-    return bytes;
-  }
-
-  void advance(const GgufTensor& t) {
-    done += t.n_bytes;
-    if (progress) progress(done, total);
-  }
-  GpuWeight matrix(const std::string& name) {
-    const GgufTensor& t = f.tensor(name);
-    GpuWeight w = kernels::upload_weight(ctx, t.type, t.ne[0], t.ne[1], data(t), name);
-    advance(t);
-    return w;
-  }
-  // True when the tensors share a type and an input width (so one fused weight can hold them).
-  bool fusable(std::initializer_list<std::string> names) const {
-    const GgufTensor& first = f.tensor(*names.begin());
-    for (const auto& n : names) {
-      const GgufTensor& t = f.tensor(n);
-      if (t.type != first.type || t.ne[0] != first.ne[0]) return false;
-    }
-    return true;
-  }
-  // q, k, v stacked into one weight.
-  GpuWeight stacked(std::initializer_list<std::string> names, const std::string& label) {
-    std::vector<std::span<const uint8_t>> parts;
-    uint64_t rows = 0;
-    for (const auto& n : names) {
-      parts.push_back(data(f.tensor(n)));
-      rows += f.tensor(n).ne[1];
-    }
-    const GgufTensor& t = f.tensor(*names.begin());
-    GpuWeight w = kernels::upload_weight(ctx, t.type, t.ne[0], rows, kernels::concat_rows(parts), label);
-    for (const auto& n : names) advance(f.tensor(n));
-    return w;
-  }
-  // gate and up interleaved row by row.
-  GpuWeight interleaved(const std::string& a, const std::string& b, const std::string& label) {
-    const GgufTensor& ta = f.tensor(a);
-    const GgufTensor& tb = f.tensor(b);
-    if (ta.ne[1] != tb.ne[1]) throw ModelError(a + " and " + b + " differ in rows");
-    GpuWeight w = kernels::upload_weight(ctx, ta.type, ta.ne[0], 2 * ta.ne[1],
-                                         kernels::interleave_rows(data(ta), data(tb), ta.ne[1]), label);
-    advance(ta);
-    advance(tb);
-    return w;
-  }
-  std::vector<float> floats(const std::string& name) {
-    const GgufTensor& t = f.tensor(name);
-    std::vector<float> v(t.n_elements);
-    dequantize_row(t.type, data(t).data(), v.data(), v.size());
-    advance(t);
-    return v;
-  }
-  gpu::Buffer vector(const std::string& name) {
-    const std::vector<float> v = floats(name);
-    return ctx.upload(std::span<const float>(v), kStorage, name);
-  }
-  // A norm weight, zero-padded to a multiple of 8 floats (read as vec4 by the fused norm).
-  gpu::Buffer norm(const std::string& name) {
-    std::vector<float> v = floats(name);
-    v.resize((v.size() + 7) / 8 * 8, 0.f);
-    return ctx.upload(std::span<const float>(v), kStorage, name);
-  }
-  gpu::Buffer stacked_vector(std::initializer_list<std::string> names, const std::string& label) {
-    std::vector<float> all;
-    for (const auto& n : names) {
-      const std::vector<float> v = floats(n);
-      all.insert(all.end(), v.begin(), v.end());
-    }
-    return ctx.upload(std::span<const float>(all), kStorage, label);
-  }
-};
-
-// The FFN of every architecture: gate/up interleaved when they share a type, and down.
-void upload_ffn(Uploader& up, GpuLayer& L, const std::string& b) {
-  L.ffn_norm = up.norm(b + "ffn_norm.weight");
-  if (up.fusable({b + "ffn_gate.weight", b + "ffn_up.weight"})) {
-    L.w_gate_up = up.interleaved(b + "ffn_gate.weight", b + "ffn_up.weight", b + "ffn_gate_up");
-  } else {
-    L.w_gate = up.matrix(b + "ffn_gate.weight");
-    L.w_up = up.matrix(b + "ffn_up.weight");
-  }
-  L.w_down = up.matrix(b + "ffn_down.weight");
-}
-
-GpuLayer upload_layer(Uploader& up, const ModelConfig& c, uint32_t i) {
-  const std::string b = "blk." + std::to_string(i) + ".";
-  GpuLayer L;
-  L.attn_norm = up.norm(b + "attn_norm.weight");
-  if (c.is_conv(i)) {
-    L.in_proj = up.matrix(b + "shortconv.in_proj.weight");
-    L.conv = up.vector(b + "shortconv.conv.weight");
-    L.out_proj = up.matrix(b + "shortconv.out_proj.weight");
-    upload_ffn(up, L, b);
-    return L;
-  }
-  if (up.fusable({b + "attn_q.weight", b + "attn_k.weight", b + "attn_v.weight"})) {
-    L.wqkv = up.stacked({b + "attn_q.weight", b + "attn_k.weight", b + "attn_v.weight"}, b + "attn_qkv");
-    if (c.attn_bias) L.bqkv = up.stacked_vector({b + "attn_q.bias", b + "attn_k.bias", b + "attn_v.bias"}, b + "bqkv");
-  } else if (up.fusable({b + "attn_q.weight", b + "attn_k.weight"})) {
-    L.wqk = up.stacked({b + "attn_q.weight", b + "attn_k.weight"}, b + "attn_qk");
-    L.wv = up.matrix(b + "attn_v.weight");
-    if (c.attn_bias) {
-      L.bqk = up.stacked_vector({b + "attn_q.bias", b + "attn_k.bias"}, b + "bqk");
-      L.bv = up.vector(b + "attn_v.bias");
-    }
-  } else {
-    L.wq = up.matrix(b + "attn_q.weight");
-    L.wk = up.matrix(b + "attn_k.weight");
-    L.wv = up.matrix(b + "attn_v.weight");
-    if (c.attn_bias) {
-      L.bq = up.vector(b + "attn_q.bias");
-      L.bk = up.vector(b + "attn_k.bias");
-      L.bv = up.vector(b + "attn_v.bias");
-    }
-  }
-  if (c.qk_norm) {
-    L.q_norm = up.vector(b + "attn_q_norm.weight");
-    L.k_norm = up.vector(b + "attn_k_norm.weight");
-  }
-  L.wo = up.matrix(b + "attn_output.weight");
-  upload_ffn(up, L, b);
-  if (c.post_norms) {
-    L.post_attn_norm = up.vector(b + "post_attention_norm.weight");
-    L.post_ffn_norm = up.vector(b + "post_ffw_norm.weight");
-  }
-  return L;
-}
-
-const gpu::Buffer* optional(const gpu::Buffer& b) { return b.size ? &b : nullptr; }
-
-}  // namespace
-
-GpuModel load_gpu_model(gpu::Context& ctx, const GgufFile& f) { return load_gpu_model(ctx, f, config_from_gguf(f)); }
-
-GpuModel load_gpu_model(gpu::Context& ctx, const GgufFile& f, const ModelConfig& config, const LoadProgress& progress,
-                        bool check_finite) {
-  GpuModel m;
-  m.config = config;
-  const ModelConfig& c = m.config;
-  Uploader up{ctx, f, progress, check_finite};
-  for (const GgufTensor& t : f.tensors()) up.total += t.n_bytes;
-
-  GpuWeights& w = m.weights;
-  w.token_embd = up.matrix("token_embd.weight");
-  w.layers.reserve(c.n_layer);
-  for (uint32_t i = 0; i < c.n_layer; ++i) w.layers.push_back(upload_layer(up, c, i));
-  w.output_norm = up.norm(c.output_norm_name);
-  if (!c.tied_embeddings) w.output = up.matrix("output.weight");
-  const std::vector<float> factors = c.has_rope_freqs_tensor
-                                         ? up.floats("rope_freqs.weight")
-                                         : kernels::rope_freq_factors(c.rope_scaling, c.rope_dim, c.rope_base);
-  w.rope_table = kernels::upload_rope_table(ctx, c.rope_dim, c.rope_base, factors);
-  if (!c.swa_layers.empty())  // local layers: their own base, no scaling (llama.cpp's freq_scale_swa = 1)
-    w.rope_table_swa = kernels::upload_rope_table(ctx, c.rope_dim, c.rope_base_swa);
-  ctx.check_errors();  // out of memory shows up here
-
-  auto layer_bytes = [](const GpuLayer& L) {
-    return L.wqkv.gpu_bytes() + L.wqk.gpu_bytes() + L.wq.gpu_bytes() + L.wk.gpu_bytes() + L.wv.gpu_bytes() +
-           L.wo.gpu_bytes() + L.w_gate_up.gpu_bytes() + L.w_gate.gpu_bytes() + L.w_up.gpu_bytes() +
-           L.w_down.gpu_bytes() + L.attn_norm.size + L.ffn_norm.size + L.bqkv.size + L.bqk.size + L.bq.size +
-           L.bk.size + L.bv.size + L.q_norm.size + L.k_norm.size + L.post_attn_norm.size + L.post_ffn_norm.size +
-           L.in_proj.gpu_bytes() + L.conv.size + L.out_proj.gpu_bytes();
-  };
-  for (const GpuLayer& L : w.layers) m.bytes_per_token += layer_bytes(L);
-  m.bytes_per_token += m.logits_weight().gpu_bytes() + w.output_norm.size;
-  m.weight_bytes = m.bytes_per_token + w.rope_table.size + w.rope_table_swa.size +
-                   (c.tied_embeddings ? 0 : w.token_embd.gpu_bytes());
-  return m;
-}
-
-uint64_t kv_bytes_per_position(const ModelConfig& c, kernels::KvType type) {
-  return uint64_t(c.n_attention_layers()) * 2 * c.kv_dim() * kernels::kv_type_bytes(type);
-}
-
-std::vector<std::optional<kernels::KvCache>> make_shared_kv(gpu::Context& ctx, const ModelConfig& c, uint32_t sequences,
-                                                            uint32_t n_ctx, uint32_t page_size, kernels::KvType type) {
-  if (page_size == 0 || page_size % kernels::KvCache::kPageMultiple != 0 || n_ctx % page_size != 0)
-    throw InvalidArgument("make_shared_kv: n_ctx " + std::to_string(n_ctx) + " must be a multiple of page_size " +
-                          std::to_string(page_size) + ", itself a multiple of " +
-                          std::to_string(kernels::KvCache::kPageMultiple));
-  if (uint64_t(sequences) * n_ctx > UINT32_MAX) throw InvalidArgument("make_shared_kv: sequences x n_ctx exceeds 2^32");
-  std::vector<std::optional<kernels::KvCache>> kv(c.n_layer);
-  for (uint32_t l = 0; l < c.n_layer; ++l)
-    if (!c.is_conv(l))
-      kv[l].emplace(ctx,
-                    kernels::KvCacheConfig{
-                        .kv_dim = c.kv_dim(), .max_seq = sequences * n_ctx, .page_size = page_size, .type = type},
-                    "shared kv cache " + std::to_string(l));
-  return kv;
-}
-
-uint64_t conv_state_bytes(const ModelConfig& c, uint32_t ubatch) {
-  return uint64_t(c.n_layer - c.n_attention_layers()) * kernels::conv_ring_rows(ubatch, c.l_cache) * c.n_embd * 4;
-}
-
-void encode_qkv_products(gpu::ComputeBatch& batch, gpu::Context& ctx, const ModelConfig& c, const GpuLayer& L,
-                         const gpu::Buffer& x, const gpu::Buffer& q, const gpu::Buffer& k, const gpu::Buffer& v,
-                         uint32_t n, kernels::MatmulImpl impl) {
-  const kernels::MatmulOptions normed{.norm = &L.attn_norm, .eps = c.rms_eps, .impl = impl};
-  if (!L.wqkv.empty() || !L.wqk.empty()) {  // stacked: rows [0, q_dim) to q, then k (then v)
-    const bool all = !L.wqkv.empty();
-    kernels::MatmulOptions o = normed;
-    o.bias = optional(all ? L.bqkv : L.bqk);
-    o.y1 = &k;
-    o.y2 = all ? &v : nullptr;
-    o.split1 = c.q_dim();
-    o.split2 = c.q_dim() + c.kv_dim();
-    kernels::encode_matmul(batch, ctx, all ? L.wqkv : L.wqk, x, q, n, o);
-    if (all) return;
-  }
-  for (auto [w, bias, y] : {std::tuple{&L.wq, &L.bq, &q}, {&L.wk, &L.bk, &k}, {&L.wv, &L.bv, &v}}) {
-    if (w->empty()) continue;  // in wqk
-    kernels::MatmulOptions o = normed;
-    o.bias = optional(*bias);
-    kernels::encode_matmul(batch, ctx, *w, x, *y, n, o);
-  }
-}
-
-// ---- session
-
-namespace {
 // The index of the largest value as argmax.wgsl chooses it: the lowest among equals (the values are finite).
 int32_t argmax(std::span<const float> v) { return int32_t(std::max_element(v.begin(), v.end()) - v.begin()); }
 
@@ -285,31 +37,6 @@ void check_finite(std::span<const float> logits, uint32_t pos) {
 }
 }  // namespace
 
-// Activations for up to ubatch tokens. Row-major [tokens][width] f32.
-struct GpuSession::Buffers {
-  gpu::Buffer ids;                         // [ubatch] u32 token ids
-  gpu::Buffer x;                           // [ubatch][n_embd] residual stream (the output projections add into it)
-  gpu::Buffer q;                           // [ubatch][q_dim]
-  gpu::Buffer k, v;                        // [ubatch][kv_dim]
-  gpu::Buffer attn;                        // [ubatch][q_dim] attention output
-  gpu::Buffer gate, up;                    // [ubatch][n_ff] (gate and up not fused)
-  gpu::Buffer act;                         // [ubatch][n_ff] SwiGLU output
-  gpu::Buffer proj;                        // [ubatch][n_embd] an output projection before its post-norm (gemma3)
-  gpu::Buffer bcx;                         // [ubatch][3 n_embd] in_proj's B, C, x (lfm2 convolution layers)
-  gpu::Buffer conv_y;                      // [ubatch][n_embd] C * conv(B * x), out_proj's input
-  gpu::Buffer last;                        // [n_embd] the last token's residual row
-  gpu::Buffer logits;                      // [n_vocab] logits of the last token
-  gpu::Buffer logits_host;                 // [n_vocab] mappable copy of logits, read back once per step
-  gpu::Buffer logits_all;                  // [ubatch][n_vocab], made on first use by forward_all
-  gpu::Buffer block_x;                     // [logit_rows_per_block][n_embd], made on first use by forward_rows
-  gpu::Buffer block_logits;                // [logit_rows_per_block][n_vocab], likewise
-  gpu::Buffer argmax_scratch;              // encode_argmax's partials
-  gpu::Buffer sample_scratch;              // encode_sample's scratch, made on first use by decode_sampled
-  gpu::Buffer recent_ids;                  // [window] u32 ring of recent ids for decode_sampled's penalty
-  std::array<gpu::Buffer, 2> id_readback;  // mappable copies of the chosen id of two greedy steps in flight
-  gpu::Buffer decode_scratch;              // split-K partials of the decode attention
-};
-
 GpuSession::GpuSession(gpu::Context& ctx, const GpuModel& model, const GpuSessionOptions& options)
     : ctx_(ctx),
       model_(model),
@@ -318,12 +45,13 @@ GpuSession::GpuSession(gpu::Context& ctx, const GpuModel& model, const GpuSessio
       layers_per_submit_(options.layers_per_submit.value_or(ctx.adapter().is_cpu() ? 0 : 4)),
       argmax_on_gpu_(options.argmax_on_gpu.value_or(!ctx.adapter().is_cpu())),
       logit_block_rows_(options.logit_block_rows),
-      buf_(std::make_unique<Buffers>()),
+      program_(layer_program(model.config.arch)),
+      buf_(std::make_unique<SessionBuffers>()),
       bind_cache_(std::make_unique<gpu::BindCache>(ctx)) {
   const ModelConfig& c = model.config;
   const uint64_t U = ubatch_, E = c.n_embd, Q = c.q_dim(), KV = c.kv_dim(), F = c.n_ff;
   auto make = [&](uint64_t floats, const char* label) { return ctx.create_buffer(floats * 4, kStorage, label); };
-  Buffers& b = *buf_;
+  SessionBuffers& b = *buf_;
   b.ids = make(U, "ids");
   b.x = make(U * E, "x");
   b.q = make(U * Q, "q");
@@ -343,47 +71,15 @@ GpuSession::GpuSession(gpu::Context& ctx, const GpuModel& model, const GpuSessio
   b.argmax_scratch = ctx.create_buffer(kernels::argmax_scratch_bytes(c.n_vocab), kStorage, "argmax scratch");
   for (auto& slot : b.id_readback) slot = ctx.create_buffer(4, WGPUBufferUsage_MapRead, "id readback");
 
-  // One page when the whole cache fits a binding, else pages of 256 positions across pools.
-  const uint64_t one_page = 2ull * n_ctx_ * KV * kernels::kv_type_bytes(options.kv_type);
-  const uint32_t page = one_page <= ctx.max_binding_size() ? 0 : 256;
-  kv_.resize(c.n_layer);
-  conv_state_.resize(c.n_layer);
-  conv_rows_ = c.conv_layers.empty() ? 0 : kernels::conv_ring_rows(ubatch_, c.l_cache);
+  state_ = SequenceState(ctx, c, n_ctx_, ubatch_, options.kv_type, options.shared_kv, options.kv_first_page);
   decode_qkv_.reserve(c.n_layer);
-  for (uint32_t l = 0; l < c.n_layer; ++l) {
-    if (c.is_conv(l)) {
-      conv_state_[l] = make(uint64_t(conv_rows_) * E, ("conv state " + std::to_string(l)).c_str());
-      continue;
-    }
-    if (options.shared_kv) {  // a view of the shared pool
-      const auto& owner = options.shared_kv->at(l);
-      if (!owner || n_ctx_ % owner->page_size() != 0)
-        throw InvalidArgument("GpuSession: the shared KV caches do not fit the model or n_ctx " +
-                              std::to_string(n_ctx_));
-      kv_[l].emplace(*owner, options.kv_first_page, n_ctx_ / owner->page_size(), "kv cache view " + std::to_string(l));
-      continue;
-    }
-    kv_[l].emplace(
-        ctx,
-        kernels::KvCacheConfig{.kv_dim = uint32_t(KV), .max_seq = n_ctx_, .page_size = page, .type = options.kv_type},
-        "kv cache " + std::to_string(l));
-  }
-  for (const GpuLayer& L : model.weights.layers) {
-    const kernels::QkvRopeAppend shape{
-        .head_dim = c.head_dim, .rope_dim = c.rope_dim, .neox = c.rope_type == kernels::RopeType::Neox};
-    const bool fused = !L.wqkv.empty() ? kernels::qkv_rope_append_supported(ctx, L.wqkv, shape)
-                                       : !L.wqk.empty() && kernels::qkv_rope_append_supported(ctx, L.wqk, shape) &&
-                                             kernels::qkv_rope_append_supported(ctx, L.wv, shape);
-    decode_qkv_.push_back(c.qk_norm ? DecodeQkv::QkNormRopeAppend
-                          : fused   ? DecodeQkv::FusedRopeAppend
-                                    : DecodeQkv::Separate);
-  }
+  for (const GpuLayer& L : model.weights.layers) decode_qkv_.push_back(decode_qkv_for(ctx, c, L));
   const kernels::AttentionShape longest{
       .n_heads = c.n_head, .n_kv_heads = c.n_head_kv, .head_dim = c.head_dim, .n_queries = 1, .start_pos = n_ctx_ - 1};
   uint64_t scratch = 4;
   for (uint32_t l = 0; l < c.n_layer; ++l)
-    if (kv_[l]) {  // every attention layer's cache has the same shape; either decode kernel may run
-      scratch = std::max<uint64_t>(scratch, kernels::attention_decode_scratch_bound(longest, *kv_[l]));
+    if (state_.kv[l]) {  // every attention layer's cache has the same shape; either decode kernel may run
+      scratch = std::max<uint64_t>(scratch, kernels::attention_decode_scratch_bound(longest, *state_.kv[l]));
       break;
     }
   b.decode_scratch = make(scratch / 4, "decode scratch");
@@ -397,25 +93,16 @@ GpuSession::GpuSession(gpu::Context& ctx, const GpuModel& model, const GpuSessio
 
 GpuSession::~GpuSession() = default;
 
-uint64_t GpuSession::kv_bytes() const {
-  uint64_t b = 0;
-  for (const auto& kv : kv_) b += kv ? kv->bytes() : 0;
-  return b;
-}
-
 void GpuSession::truncate(uint32_t n) {
   if (n > n_past_)
     throw InvalidArgument("cannot keep " + std::to_string(n) + " positions: " + std::to_string(n_past_) +
                           " are cached");
   next_.reset();  // encoded for the old position
-  // The rings hold rows of positions [n_past_ - conv_rows_ + 1, n_past_ - 1] (one row may hold a step queued ahead):
-  // the state at n needs n - (l_cache - 1) ... n - 1.
-  const uint32_t taps = model_.config.l_cache;
-  if (conv_rows_ == 0 || n == 0 || uint64_t(n) + conv_rows_ >= uint64_t(n_past_) + taps) {
+  if (n == 0 || state_.rewinds_to(n, n_past_)) {
     n_past_ = n;
     return;
   }
-  // Beyond the rings: the conv states at n are rebuilt by feeding the first n tokens again.
+  // Beyond what the state keeps (the conv rings): it is rebuilt by feeding the first n tokens again.
   const std::vector<int32_t> keep(tokens_.begin(), tokens_.begin() + n);
   n_past_ = 0;
   for (size_t i = 0; i < keep.size(); i += ubatch_)
@@ -471,7 +158,7 @@ void GpuSession::forward_rows(std::span<const int32_t> tokens, uint32_t first, c
   check_tokens(tokens);
   const ModelConfig& c = model_.config;
   const uint32_t V = c.n_vocab, block = logit_rows_per_block();
-  Buffers& b = *buf_;
+  SessionBuffers& b = *buf_;
   if (!b.block_x.size) {
     b.block_x = ctx_.create_buffer(uint64_t(block) * c.n_embd * 4, kStorage, "logit block rows");
     b.block_logits = ctx_.create_buffer(uint64_t(block) * V * 4, kStorage, "logit block");
@@ -495,7 +182,7 @@ void GpuSession::forward_rows(std::span<const int32_t> tokens, uint32_t first, c
 
 std::vector<float> GpuSession::run_chunk(std::span<const int32_t> tokens, Output output) {
   const uint32_t n = uint32_t(tokens.size());
-  Buffers& b = *buf_;
+  SessionBuffers& b = *buf_;
   ctx_.write_buffer(b.ids, 0, tokens.data(), tokens.size_bytes());
   tokens_.resize(n_past_);
   tokens_.insert(tokens_.end(), tokens.begin(), tokens.end());
@@ -555,7 +242,7 @@ uint32_t GpuSession::decode_sampled(int32_t token, uint32_t max_new, const Decod
   next_.reset();
   if (max_new == 0) return 0;
   if (!sampling.next_uniform) throw InvalidArgument("decode_sampled: next_uniform is not set");
-  Buffers& b = *buf_;
+  SessionBuffers& b = *buf_;
   const uint32_t V = model_.config.n_vocab;
   // Made once (a bind group is cached by its buffers): the ring holds every id a session can have, n_ctx + 1.
   if (!b.sample_scratch.size) {
@@ -582,7 +269,7 @@ uint32_t GpuSession::decode_sampled(int32_t token, uint32_t max_new, const Decod
 uint32_t GpuSession::decode_on_gpu(int32_t token, uint32_t max_new, Output output,
                                    const std::function<StepSample(uint32_t k)>& step_sample,
                                    const std::function<bool(int32_t id)>& on_id) {
-  Buffers& b = *buf_;
+  SessionBuffers& b = *buf_;
   ctx_.write_buffer(b.ids, 0, &token, 4);
   const uint32_t pos0 = n_past_;
   const uint32_t steps = std::min(max_new, n_ctx_ - pos0);
@@ -617,23 +304,16 @@ uint32_t GpuSession::decode_on_gpu(int32_t token, uint32_t max_new, Output outpu
   return chosen;
 }
 
-// A decode step (n = 1) of llama / qwen2 runs these dispatches:
-//   embedding                   x = token_embd[id]
-//   per layer (5 dispatches):
-//     qkv_rope_append           q = rope(norm(x) Wq); k = rope(norm(x) Wk), v = norm(x) Wv into the KV cache
-//     attention_decode          attn = softmax(q K^T / sqrt(d)) V over the cache (+ a split-K reduce past 256 keys)
-//     matmul, accumulate        x += attn Wo
-//     matmul, swiglu            act = silu(norm(x) Wgate) * (norm(x) Wup)
-//     matmul, accumulate        x += act Wdown
-//   matmul                      logits = norm(x) Wout
+// A decode step (n = 1) runs these dispatches:
+//   embedding                   x = token_embd[id]  (gemma: + scale, x *= sqrt(n_embd))
+//   per layer                   the architecture's layer program (encode_layer): llama / qwen2's 5 dispatches
+//                               (model/arch/llama.cpp), qwen3's 6; gemma3.cpp and lfm2.cpp list theirs
+//   matmul                      logits = norm(x) Wout  (gemma: + scale, the final softcap)
 //   copy, argmax (2) or sample (3)  the logits to the mappable buffer, or the chosen id to the next step's input
-// qwen3 decodes with matmul (q, k, v) + qk_norm_rope_kv instead of qkv_rope_append (6 per layer). A layer whose v
-// weight alone differs in type (Q4_K_M) runs qkv_rope_append twice, q and k stacked, then v; one whose q/k/v or
-// gate/up weights differ otherwise runs them as separate products (+ rope, kv_append or swiglu). A prefill chunk
-// runs the same steps over n tokens with the tiled matmul, rope + kv_append and the batched attention_prefill.
+// A prefill chunk runs the same steps over n tokens with the tiled matmul (and the layers' prefill kernels).
 void GpuSession::encode_step(uint32_t n, uint32_t pos, Output output, const std::function<void(Piece)>& ready,
                              uint32_t slot, bool one_piece, const StepSample* sample) {
-  Buffers& b = *buf_;
+  SessionBuffers& b = *buf_;
   const char* label = n == 1 ? "decode" : "prefill";
   auto batch = std::make_unique<gpu::ComputeBatch>(ctx_, label, bind_cache_.get());
   // token ids -> embedding rows (dequantised) into the residual stream
@@ -656,137 +336,22 @@ void GpuSession::encode_step(uint32_t n, uint32_t pos, Output output, const std:
 }
 
 void GpuSession::encode_layer(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n, uint32_t pos) {
-  if (model_.config.is_conv(layer))
-    encode_conv_block(batch, layer, n, pos);
-  else
-    encode_attention_block(batch, layer, n, pos);
-  encode_ffn_block(batch, layer, n);
-}
-
-void GpuSession::encode_conv_block(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n, uint32_t pos) {
-  const ModelConfig& c = model_.config;
-  const GpuLayer& L = model_.weights.layers[layer];
-  Buffers& b = *buf_;
-  // B, C, x = rms_norm(x) * attn_norm @ in_proj
-  kernels::encode_matmul(batch, ctx_, L.in_proj, b.x, b.bcx, n, {.norm = &L.attn_norm, .eps = c.rms_eps});
-  // conv_y = C * conv(B * x) over the conv state, which takes this chunk's B * x rows
-  const kernels::ShortConvShape shape{
-      .n_tokens = n, .n_embd = c.n_embd, .taps = c.l_cache, .pos = pos, .ring_rows = conv_rows_};
-  kernels::encode_shortconv(batch, ctx_, shape, b.bcx, L.conv, conv_state_[layer], b.conv_y);
-  // x += conv_y @ out_proj
-  kernels::encode_matmul(batch, ctx_, L.out_proj, b.conv_y, b.x, n, {.accumulate = true});
-}
-
-void GpuSession::encode_attention_block(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n, uint32_t pos) {
-  const ModelConfig& c = model_.config;
-  const GpuLayer& L = model_.weights.layers[layer];
-  Buffers& b = *buf_;
-  const gpu::Buffer& rope_table = model_.weights.layer_rope_table(c, layer);
-  const kernels::QkvRopeAppend qkv_rope{.table = &rope_table,
-                                        .head_dim = c.head_dim,
-                                        .rope_dim = c.rope_dim,
-                                        .neox = c.rope_type == kernels::RopeType::Neox,
-                                        .pos = pos,
-                                        .kv = &kv(layer),
-                                        .bias = optional(L.bqkv),
-                                        .norm = &L.attn_norm,
-                                        .eps = c.rms_eps};
-  if (n == 1 && decode_qkv_[layer] == DecodeQkv::FusedRopeAppend) {
-    // q = rope(rms_norm(x) @ wq), k = rope(rms_norm(x) @ wk) and v = rms_norm(x) @ wv (+ biases), k and v written
-    // into the cache: one dispatch, or one for q and k and one for v where v's weight has another type
-    if (!L.wqkv.empty()) {
-      kernels::encode_qkv_rope_append(batch, ctx_, L.wqkv, b.x, b.q, qkv_rope);
-    } else {
-      kernels::QkvRopeAppend qk = qkv_rope, v = qkv_rope;
-      qk.rows = kernels::QkvRows::Qk;
-      qk.bias = optional(L.bqk);
-      v.rows = kernels::QkvRows::V;
-      v.bias = optional(L.bv);
-      kernels::encode_qkv_rope_append(batch, ctx_, L.wqk, b.x, b.q, qk);
-      kernels::encode_qkv_rope_append(batch, ctx_, L.wv, b.x, b.q, v);
-    }
-  } else {
-    // q, k, v = rms_norm(x) * attn_norm @ (wq, wk, wv) (+ bias on qwen2): one dispatch when stacked, else two or three
-    encode_qkv_products(batch, ctx_, c, L, b.x, b.q, b.k, b.v, n);
-    if (n == 1 && decode_qkv_[layer] == DecodeQkv::QkNormRopeAppend) {
-      // qwen3 decoding: the per-head q/k norm, RoPE and the KV append in one dispatch
-      const kernels::QkNormRopeKvShape s{.n_head = c.n_head,
-                                         .n_kv = c.n_head_kv,
-                                         .head_dim = c.head_dim,
-                                         .rope_dim = c.rope_dim,
-                                         .type = c.rope_type,
-                                         .pos = pos,
-                                         .eps = c.rms_eps};
-      kernels::encode_qk_norm_rope_kv(batch, ctx_, s, rope_table, b.q, b.k, b.v, L.q_norm, L.k_norm, kv(layer));
-    } else {
-      if (c.qk_norm) {  // qwen3: RMSNorm of every q and k head, in place
-        kernels::encode_rms_norm(batch, ctx_, b.q, L.q_norm, b.q, n * c.n_head, c.head_dim, c.rms_eps);
-        kernels::encode_rms_norm(batch, ctx_, b.k, L.k_norm, b.k, n * c.n_head_kv, c.head_dim, c.rms_eps);
-      }
-      // RoPE on q and k (one dispatch) at positions pos ..
-      const kernels::RopeShape rope{.n_tokens = n,
-                                    .n_heads = c.n_head,
-                                    .head_dim = c.head_dim,
-                                    .rope_dim = c.rope_dim,
-                                    .start_pos = pos,
-                                    .type = c.rope_type,
-                                    .n_heads2 = c.n_head_kv};
-      kernels::encode_rope(batch, ctx_, rope, rope_table, b.q, &b.k);
-      // k, v rows into the cache
-      kernels::encode_kv_append(batch, ctx_, kv(layer), b.k, b.v, pos, n);
-    }
-  }
-  // causal attention over the cache (local layers: the last sliding_window positions): the batched kernel for a
-  // chunk, split-K decode for one token (per head, or per GQA group from the context's decode_gqa_from depth on)
-  const kernels::AttentionShape shape{.n_heads = c.n_head,
-                                      .n_kv_heads = c.n_head_kv,
-                                      .head_dim = c.head_dim,
-                                      .n_queries = n,
-                                      .start_pos = pos,
-                                      .scale = c.attn_scale,
-                                      .window = c.layer_window(layer)};
-  if (n == 1)
-    kernels::encode_attention_decode(batch, ctx_, shape, b.q, kv(layer), b.attn, &b.decode_scratch);
-  else
-    kernels::encode_attention_prefill(batch, ctx_, shape, b.q, kv(layer), b.attn);
-  if (c.post_norms) {
-    // gemma: x += rms_norm(attn @ wo) * post_attn_norm
-    kernels::encode_matmul(batch, ctx_, L.wo, b.attn, b.proj, n);
-    kernels::encode_rms_norm(batch, ctx_, b.proj, L.post_attn_norm, b.x, n, c.n_embd, c.rms_eps, true);
-    return;
-  }
-  // x += attn @ wo
-  kernels::encode_matmul(batch, ctx_, L.wo, b.attn, b.x, n, {.accumulate = true});
-}
-
-void GpuSession::encode_ffn_block(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n) {
-  const ModelConfig& c = model_.config;
-  const GpuLayer& L = model_.weights.layers[layer];
-  Buffers& b = *buf_;
-  // act = silu(h @ w_gate) * (h @ w_up) (gemma: gelu_tanh), h = rms_norm(x) * ffn_norm
-  const bool gelu = c.ffn_act == FfnAct::GeluTanh;
-  if (!L.w_gate_up.empty()) {
-    kernels::encode_matmul(batch, ctx_, L.w_gate_up, b.x, b.act, n,
-                           {.norm = &L.ffn_norm, .eps = c.rms_eps, .swiglu = true, .gelu = gelu});
-  } else {
-    kernels::encode_matmul(batch, ctx_, L.w_gate, b.x, b.gate, n, {.norm = &L.ffn_norm, .eps = c.rms_eps});
-    kernels::encode_matmul(batch, ctx_, L.w_up, b.x, b.up, n, {.norm = &L.ffn_norm, .eps = c.rms_eps});
-    kernels::encode_swiglu(batch, ctx_, b.gate, b.up, b.act, uint64_t(n) * c.n_ff, c.ffn_act);
-  }
-  if (c.post_norms) {
-    // gemma: x += rms_norm(act @ w_down) * post_ffn_norm
-    kernels::encode_matmul(batch, ctx_, L.w_down, b.act, b.proj, n);
-    kernels::encode_rms_norm(batch, ctx_, b.proj, L.post_ffn_norm, b.x, n, c.n_embd, c.rms_eps, true);
-    return;
-  }
-  // x += act @ w_down
-  kernels::encode_matmul(batch, ctx_, L.w_down, b.act, b.x, n, {.accumulate = true});
+  program_.encode(LayerStep{.batch = batch,
+                            .ctx = ctx_,
+                            .model = model_,
+                            .L = model_.weights.layers[layer],
+                            .b = *buf_,
+                            .state = state_,
+                            .layer = layer,
+                            .n = n,
+                            .pos = pos,
+                            .decode_qkv = decode_qkv_[layer]});
 }
 
 void GpuSession::encode_logits(gpu::ComputeBatch& batch, uint32_t n, Output output, uint32_t slot,
                                const StepSample* sample) {
   const ModelConfig& c = model_.config;
-  Buffers& b = *buf_;
+  SessionBuffers& b = *buf_;
   const kernels::MatmulOptions normed{.norm = &model_.weights.output_norm, .eps = c.rms_eps};
   const float cap = c.final_logit_softcap;  // > 0: logits = cap * tanh(logits / cap)
   if (output == Output::AllLogits) {        // logits of every token

@@ -9,6 +9,10 @@
 // short convolution with its conv state, and out_proj (3 dispatches, then the FFN's 2). Greedy decoding
 // (decode_greedy) takes the argmax on the GPU and feeds it to the next step there, so steps run back to back while
 // the host reads the ids behind them.
+// Where it lives: loading in load.cpp; the blocks a layer is made of (attention, FFN, short convolution) in
+// blocks.cpp; each architecture's layer program (which weights a layer uploads, which blocks it runs) in
+// model/arch/, registered in arch/arch.h; the per-sequence state (KV caches, conv states) in state.h; the session's
+// buffers, steps, decoding loops and logits here (transformer.cpp).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -19,14 +23,17 @@
 
 #include "gpu/batch.h"
 #include "kernels/kv_cache.h"
-#include "kernels/matmul.h"
 #include "kernels/sample.h"
 #include "kernels/weight.h"
 #include "model/config.h"
+#include "model/state.h"
 
 namespace wgllm {
 
 class GgufFile;
+struct SessionBuffers;
+struct LayerProgram;
+enum class DecodeQkv : uint8_t;
 
 // Every matrix is a GGUF weight of ne = [in, out] (row-major [out][in]); vectors are f32. Norm weights are padded
 // with zeros to a multiple of 8 floats (the matmul kernels fold the norm in and read them as vec4).
@@ -92,17 +99,6 @@ GpuModel load_gpu_model(gpu::Context& ctx, const GgufFile& f, const ModelConfig&
 // The same, reading the config of `f` first.
 GpuModel load_gpu_model(gpu::Context& ctx, const GgufFile& f);
 
-// GPU memory one KV cache position takes over all attention layers (K and V of `type`).
-uint64_t kv_bytes_per_position(const ModelConfig& c, kernels::KvType type = kernels::KvType::F16);
-// GPU memory of one sequence's conv states (lfm2; 0 without convolution layers) for prefill chunks of `ubatch`.
-uint64_t conv_state_bytes(const ModelConfig& c, uint32_t ubatch);
-
-// q, k, v = rms_norm(x) * attn_norm @ (wq, wk, wv) (+ biases) for n tokens into q, k, v ([n][q_dim], [n][kv_dim] x 2):
-// one product when the layer stacks all three, two with wqk and wv, else three.
-void encode_qkv_products(gpu::ComputeBatch& batch, gpu::Context& ctx, const ModelConfig& c, const GpuLayer& L,
-                         const gpu::Buffer& x, const gpu::Buffer& q, const gpu::Buffer& k, const gpu::Buffer& v,
-                         uint32_t n, kernels::MatmulImpl impl = kernels::MatmulImpl::Auto);
-
 // How decode_sampled chooses each step's token: sample.wgsl with these settings and one uniform per step.
 struct DecodeSampling {
   kernels::SampleSettings settings;
@@ -132,13 +128,6 @@ struct GpuSessionOptions {
   const std::vector<std::optional<kernels::KvCache>>* shared_kv = nullptr;
   uint32_t kv_first_page = 0;
 };
-
-// Per attention layer one cache of `sequences` x n_ctx positions in pages of `page_size`, for sessions that share
-// them (GpuSessionOptions::shared_kv): sequence s takes pages [s * n_ctx / page_size, ...). n_ctx must be a multiple
-// of page_size (a multiple of 128).
-std::vector<std::optional<kernels::KvCache>> make_shared_kv(gpu::Context& ctx, const ModelConfig& c, uint32_t sequences,
-                                                            uint32_t n_ctx, uint32_t page_size,
-                                                            kernels::KvType type = kernels::KvType::F16);
 
 // One sequence: activations for `ubatch` tokens, a KV cache per layer and the decode scratch. The context and
 // model must outlive the session.
@@ -185,7 +174,7 @@ class GpuSession {
   uint32_t n_past() const { return n_past_; }
   uint32_t n_ctx() const { return n_ctx_; }
   uint32_t ubatch() const { return ubatch_; }
-  uint64_t kv_bytes() const;                                           // GPU memory of the KV caches
+  uint64_t kv_bytes() const { return state_.kv_bytes(); }              // GPU memory of the KV caches
   uint64_t bind_groups_made() const { return bind_cache_->misses(); }  // over the session's life
   // Forget the cached positions (their rows are overwritten later) and the step encoded ahead.
   void reset() { truncate(0); }
@@ -198,7 +187,6 @@ class GpuSession {
 
  private:
   friend class GpuBatchDecode;  // a decode step of several sessions reads and advances their caches and state
-  struct Buffers;
   using Piece = std::unique_ptr<gpu::ComputeBatch>;
   // What a step leaves behind after its layers.
   enum class Output {
@@ -234,10 +222,8 @@ class GpuSession {
   uint32_t decode_on_gpu(int32_t token, uint32_t max_new, Output output,
                          const std::function<StepSample(uint32_t k)>& step_sample,
                          const std::function<bool(int32_t id)>& on_id);
+  // The layer's dispatches as the architecture's layer program (model/arch/) gives them.
   void encode_layer(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n, uint32_t pos);
-  void encode_attention_block(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n, uint32_t pos);
-  void encode_conv_block(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n, uint32_t pos);
-  void encode_ffn_block(gpu::ComputeBatch& batch, uint32_t layer, uint32_t n);
   void encode_logits(gpu::ComputeBatch& batch, uint32_t n, Output output, uint32_t slot, const StepSample* sample);
   // y[t] = logits of the final residual rows x[t], t < n (the final norm folded into the product, the softcap after).
   void encode_logit_rows(gpu::ComputeBatch& batch, const gpu::Buffer& x, const gpu::Buffer& y, uint32_t n);
@@ -247,24 +233,15 @@ class GpuSession {
   uint32_t n_ctx_, ubatch_;
   uint32_t layers_per_submit_;  // 0: one command buffer per step
   bool argmax_on_gpu_;
-  uint32_t logit_block_rows_;  // 0: as many as fit kLogitBlockBytes
-  // How each layer's decode step gets q into place and k, v into the cache.
-  enum class DecodeQkv {
-    FusedRopeAppend,   // one dispatch (two with wqk and wv): the stacked q/k/v product also applies RoPE and
-                       // appends k, v
-    QkNormRopeAppend,  // the q/k/v product(s), then the per-head q/k norm + RoPE + append in one (qwen3)
-    Separate,          // the product(s), RoPE, the KV append
-  };
+  uint32_t logit_block_rows_;    // 0: as many as fit kLogitBlockBytes
+  const LayerProgram& program_;  // the architecture's layers (model/arch/arch.h)
+  // How each layer's decode step gets q into place and k, v into the cache (model/blocks.h).
   std::vector<DecodeQkv> decode_qkv_;  // [n_layer]
   uint32_t n_past_ = 0;
-  std::unique_ptr<Buffers> buf_;
-  std::unique_ptr<gpu::BindCache> bind_cache_;       // decode steps repeat: their bind groups are made once
-  std::vector<std::optional<kernels::KvCache>> kv_;  // [n_layer]; none for convolution layers
-  kernels::KvCache& kv(uint32_t layer) { return *kv_[layer]; }
-  // lfm2: per convolution layer a ring of conv_rows_ B*x rows, row q % conv_rows_ holding position q (size 0 for
-  // attention layers). Rows of the last conv_rows_ - 1 positions are kept, so truncate rewinds within them.
-  std::vector<gpu::Buffer> conv_state_;
-  uint32_t conv_rows_ = 0;
+  std::unique_ptr<SessionBuffers> buf_;
+  std::unique_ptr<gpu::BindCache> bind_cache_;  // decode steps repeat: their bind groups are made once
+  SequenceState state_;                         // the KV caches and conv states
+  kernels::KvCache& kv(uint32_t layer) { return *state_.kv[layer]; }
   std::vector<int32_t> tokens_;  // every token fed, [0, n_past_) valid (a rewind beyond the rings feeds them again)
   // While the GPU runs a decode step, the CPU encodes the next one (it depends only on the position): the next
   // token then only writes its id and submits.

@@ -1,0 +1,42 @@
+// lfm2: gated short-convolution layers (config.is_conv) among attention layers with per-head q/k norms, each
+// followed by the FFN. A convolution layer's state is its ring of conv rows (SequenceState::conv); the operator norm
+// is attn_norm, folded into in_proj.
+#include "model/arch/arch.h"
+#include "model/blocks.h"
+#include "model/load.h"
+
+namespace wgllm {
+
+namespace {
+
+GpuLayer upload(Uploader& up, const ModelConfig& c, uint32_t layer) {
+  const std::string b = layer_prefix(layer);
+  GpuLayer L;
+  if (c.is_conv(layer))
+    upload_conv(up, L, b);
+  else
+    upload_attention(up, c, L, b);
+  upload_ffn(up, L, b);
+  return L;
+}
+
+// A decode step (n = 1) of a convolution layer runs in_proj (the norm folded in), the short convolution over the
+// conv state and out_proj added to x (3 dispatches), then the FFN's 2; an attention layer runs the q/k/v product and
+// qk_norm_rope_kv, the attention and Wo, then the FFN (6).
+void encode(const LayerStep& s) {
+  if (s.model.config.is_conv(s.layer)) {
+    encode_conv(s);
+    encode_residual(s, s.L.out_proj, s.b.conv_y);
+  } else {
+    encode_attention(s);
+    encode_residual(s, s.L.wo, s.b.attn);
+  }
+  encode_ffn(s);
+  encode_residual(s, s.L.w_down, s.b.act);
+}
+
+}  // namespace
+
+const LayerProgram kLfm2Layers{.upload = upload, .encode = encode};
+
+}  // namespace wgllm

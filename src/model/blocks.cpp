@@ -1,0 +1,172 @@
+#include "model/blocks.h"
+
+#include <tuple>
+
+#include "kernels/attention.h"
+#include "kernels/kv_append.h"
+#include "kernels/matmul.h"
+#include "kernels/norm.h"
+#include "kernels/qk_norm_rope_kv.h"
+#include "kernels/qkv_rope_append.h"
+#include "kernels/rope.h"
+#include "kernels/shortconv.h"
+#include "kernels/swiglu.h"
+
+namespace wgllm {
+
+namespace {
+
+const gpu::Buffer* optional(const gpu::Buffer& b) { return b.size ? &b : nullptr; }
+
+}  // namespace
+
+void encode_qkv_products(gpu::ComputeBatch& batch, gpu::Context& ctx, const ModelConfig& c, const GpuLayer& L,
+                         const gpu::Buffer& x, const gpu::Buffer& q, const gpu::Buffer& k, const gpu::Buffer& v,
+                         uint32_t n, kernels::MatmulImpl impl) {
+  const kernels::MatmulOptions normed{.norm = &L.attn_norm, .eps = c.rms_eps, .impl = impl};
+  if (!L.wqkv.empty() || !L.wqk.empty()) {  // stacked: rows [0, q_dim) to q, then k (then v)
+    const bool all = !L.wqkv.empty();
+    kernels::MatmulOptions o = normed;
+    o.bias = optional(all ? L.bqkv : L.bqk);
+    o.y1 = &k;
+    o.y2 = all ? &v : nullptr;
+    o.split1 = c.q_dim();
+    o.split2 = c.q_dim() + c.kv_dim();
+    kernels::encode_matmul(batch, ctx, all ? L.wqkv : L.wqk, x, q, n, o);
+    if (all) return;
+  }
+  for (auto [w, bias, y] : {std::tuple{&L.wq, &L.bq, &q}, {&L.wk, &L.bk, &k}, {&L.wv, &L.bv, &v}}) {
+    if (w->empty()) continue;  // in wqk
+    kernels::MatmulOptions o = normed;
+    o.bias = optional(*bias);
+    kernels::encode_matmul(batch, ctx, *w, x, *y, n, o);
+  }
+}
+
+DecodeQkv decode_qkv_for(const gpu::Context& ctx, const ModelConfig& c, const GpuLayer& L) {
+  if (c.qk_norm) return DecodeQkv::QkNormRopeAppend;
+  const kernels::QkvRopeAppend shape{
+      .head_dim = c.head_dim, .rope_dim = c.rope_dim, .neox = c.rope_type == kernels::RopeType::Neox};
+  const bool fused = !L.wqkv.empty() ? kernels::qkv_rope_append_supported(ctx, L.wqkv, shape)
+                                     : !L.wqk.empty() && kernels::qkv_rope_append_supported(ctx, L.wqk, shape) &&
+                                           kernels::qkv_rope_append_supported(ctx, L.wv, shape);
+  return fused ? DecodeQkv::FusedRopeAppend : DecodeQkv::Separate;
+}
+
+void encode_attention(const LayerStep& s) {
+  const ModelConfig& c = s.model.config;
+  const GpuLayer& L = s.L;
+  SessionBuffers& b = s.b;
+  gpu::ComputeBatch& batch = s.batch;
+  const uint32_t n = s.n, pos = s.pos;
+  kernels::KvCache& kv = *s.state.kv[s.layer];
+  const gpu::Buffer& rope_table = s.model.weights.layer_rope_table(c, s.layer);
+  const kernels::QkvRopeAppend qkv_rope{.table = &rope_table,
+                                        .head_dim = c.head_dim,
+                                        .rope_dim = c.rope_dim,
+                                        .neox = c.rope_type == kernels::RopeType::Neox,
+                                        .pos = pos,
+                                        .kv = &kv,
+                                        .bias = optional(L.bqkv),
+                                        .norm = &L.attn_norm,
+                                        .eps = c.rms_eps};
+  if (n == 1 && s.decode_qkv == DecodeQkv::FusedRopeAppend) {
+    // q = rope(rms_norm(x) @ wq), k = rope(rms_norm(x) @ wk) and v = rms_norm(x) @ wv (+ biases), k and v written
+    // into the cache: one dispatch, or one for q and k and one for v where v's weight has another type
+    if (!L.wqkv.empty()) {
+      kernels::encode_qkv_rope_append(batch, s.ctx, L.wqkv, b.x, b.q, qkv_rope);
+    } else {
+      kernels::QkvRopeAppend qk = qkv_rope, v = qkv_rope;
+      qk.rows = kernels::QkvRows::Qk;
+      qk.bias = optional(L.bqk);
+      v.rows = kernels::QkvRows::V;
+      v.bias = optional(L.bv);
+      kernels::encode_qkv_rope_append(batch, s.ctx, L.wqk, b.x, b.q, qk);
+      kernels::encode_qkv_rope_append(batch, s.ctx, L.wv, b.x, b.q, v);
+    }
+  } else {
+    // q, k, v = rms_norm(x) * attn_norm @ (wq, wk, wv) (+ bias on qwen2): one product when stacked, else two or three
+    encode_qkv_products(batch, s.ctx, c, L, b.x, b.q, b.k, b.v, n);
+    if (n == 1 && s.decode_qkv == DecodeQkv::QkNormRopeAppend) {
+      // qwen3 decoding: the per-head q/k norm, RoPE and the KV append in one dispatch
+      const kernels::QkNormRopeKvShape shape{.n_head = c.n_head,
+                                             .n_kv = c.n_head_kv,
+                                             .head_dim = c.head_dim,
+                                             .rope_dim = c.rope_dim,
+                                             .type = c.rope_type,
+                                             .pos = pos,
+                                             .eps = c.rms_eps};
+      kernels::encode_qk_norm_rope_kv(batch, s.ctx, shape, rope_table, b.q, b.k, b.v, L.q_norm, L.k_norm, kv);
+    } else {
+      if (c.qk_norm) {  // qwen3: RMSNorm of every q and k head, in place
+        kernels::encode_rms_norm(batch, s.ctx, b.q, L.q_norm, b.q, n * c.n_head, c.head_dim, c.rms_eps);
+        kernels::encode_rms_norm(batch, s.ctx, b.k, L.k_norm, b.k, n * c.n_head_kv, c.head_dim, c.rms_eps);
+      }
+      // RoPE on q and k (one dispatch) at positions pos ..
+      const kernels::RopeShape rope{.n_tokens = n,
+                                    .n_heads = c.n_head,
+                                    .head_dim = c.head_dim,
+                                    .rope_dim = c.rope_dim,
+                                    .start_pos = pos,
+                                    .type = c.rope_type,
+                                    .n_heads2 = c.n_head_kv};
+      kernels::encode_rope(batch, s.ctx, rope, rope_table, b.q, &b.k);
+      // k, v rows into the cache
+      kernels::encode_kv_append(batch, s.ctx, kv, b.k, b.v, pos, n);
+    }
+  }
+  // causal attention over the cache (local layers: the last sliding_window positions): the batched kernel for a
+  // chunk, split-K decode for one token (per head, or per GQA group from the context's decode_gqa_from depth on)
+  const kernels::AttentionShape shape{.n_heads = c.n_head,
+                                      .n_kv_heads = c.n_head_kv,
+                                      .head_dim = c.head_dim,
+                                      .n_queries = n,
+                                      .start_pos = pos,
+                                      .scale = c.attn_scale,
+                                      .window = c.layer_window(s.layer)};
+  if (n == 1)
+    kernels::encode_attention_decode(batch, s.ctx, shape, b.q, kv, b.attn, &b.decode_scratch);
+  else
+    kernels::encode_attention_prefill(batch, s.ctx, shape, b.q, kv, b.attn);
+}
+
+void encode_ffn(const LayerStep& s) {
+  const ModelConfig& c = s.model.config;
+  const GpuLayer& L = s.L;
+  SessionBuffers& b = s.b;
+  // act = silu(h @ w_gate) * (h @ w_up) (gemma: gelu_tanh), h = rms_norm(x) * ffn_norm
+  const bool gelu = c.ffn_act == FfnAct::GeluTanh;
+  if (!L.w_gate_up.empty()) {
+    kernels::encode_matmul(s.batch, s.ctx, L.w_gate_up, b.x, b.act, s.n,
+                           {.norm = &L.ffn_norm, .eps = c.rms_eps, .swiglu = true, .gelu = gelu});
+  } else {
+    kernels::encode_matmul(s.batch, s.ctx, L.w_gate, b.x, b.gate, s.n, {.norm = &L.ffn_norm, .eps = c.rms_eps});
+    kernels::encode_matmul(s.batch, s.ctx, L.w_up, b.x, b.up, s.n, {.norm = &L.ffn_norm, .eps = c.rms_eps});
+    kernels::encode_swiglu(s.batch, s.ctx, b.gate, b.up, b.act, uint64_t(s.n) * c.n_ff, c.ffn_act);
+  }
+}
+
+void encode_conv(const LayerStep& s) {
+  const ModelConfig& c = s.model.config;
+  const GpuLayer& L = s.L;
+  SessionBuffers& b = s.b;
+  // B, C, x = rms_norm(x) * attn_norm @ in_proj
+  kernels::encode_matmul(s.batch, s.ctx, L.in_proj, b.x, b.bcx, s.n, {.norm = &L.attn_norm, .eps = c.rms_eps});
+  // conv_y = C * conv(B * x) over the conv state, which takes this chunk's B * x rows
+  const kernels::ShortConvShape shape{
+      .n_tokens = s.n, .n_embd = c.n_embd, .taps = c.l_cache, .pos = s.pos, .ring_rows = s.state.conv_rows};
+  kernels::encode_shortconv(s.batch, s.ctx, shape, b.bcx, L.conv, s.state.conv[s.layer], b.conv_y);
+}
+
+void encode_residual(const LayerStep& s, const kernels::GpuWeight& w, const gpu::Buffer& in) {
+  kernels::encode_matmul(s.batch, s.ctx, w, in, s.b.x, s.n, {.accumulate = true});
+}
+
+void encode_post_norm_residual(const LayerStep& s, const kernels::GpuWeight& w, const gpu::Buffer& in,
+                               const gpu::Buffer& norm) {
+  const ModelConfig& c = s.model.config;
+  kernels::encode_matmul(s.batch, s.ctx, w, in, s.b.proj, s.n);
+  kernels::encode_rms_norm(s.batch, s.ctx, s.b.proj, norm, s.b.x, s.n, c.n_embd, c.rms_eps, true);
+}
+
+}  // namespace wgllm

@@ -1,0 +1,84 @@
+// The blocks a layer is made of (blocks.cpp), shared by the architectures' layer programs (model/arch/): each
+// encodes its dispatches for one step of n tokens at position pos of one sequence, reading the residual stream x and
+// writing its output to an activation buffer; encode_residual / encode_post_norm_residual add a block's output,
+// projected, back into x.
+#pragma once
+#include <array>
+#include <cstdint>
+
+#include "gpu/batch.h"
+#include "kernels/matmul.h"
+#include "model/state.h"
+#include "model/transformer.h"
+
+namespace wgllm {
+
+// A session's activations for up to ubatch tokens. Row-major [tokens][width] f32.
+struct SessionBuffers {
+  gpu::Buffer ids;                         // [ubatch] u32 token ids
+  gpu::Buffer x;                           // [ubatch][n_embd] residual stream (the output projections add into it)
+  gpu::Buffer q;                           // [ubatch][q_dim]
+  gpu::Buffer k, v;                        // [ubatch][kv_dim]
+  gpu::Buffer attn;                        // [ubatch][q_dim] attention output
+  gpu::Buffer gate, up;                    // [ubatch][n_ff] (gate and up not fused)
+  gpu::Buffer act;                         // [ubatch][n_ff] SwiGLU output
+  gpu::Buffer proj;                        // [ubatch][n_embd] an output projection before its post-norm (gemma3)
+  gpu::Buffer bcx;                         // [ubatch][3 n_embd] in_proj's B, C, x (lfm2 convolution layers)
+  gpu::Buffer conv_y;                      // [ubatch][n_embd] C * conv(B * x), out_proj's input
+  gpu::Buffer last;                        // [n_embd] the last token's residual row
+  gpu::Buffer logits;                      // [n_vocab] logits of the last token
+  gpu::Buffer logits_host;                 // [n_vocab] mappable copy of logits, read back once per step
+  gpu::Buffer logits_all;                  // [ubatch][n_vocab], made on first use by forward_all
+  gpu::Buffer block_x;                     // [logit_rows_per_block][n_embd], made on first use by forward_rows
+  gpu::Buffer block_logits;                // [logit_rows_per_block][n_vocab], likewise
+  gpu::Buffer argmax_scratch;              // encode_argmax's partials
+  gpu::Buffer sample_scratch;              // encode_sample's scratch, made on first use by decode_sampled
+  gpu::Buffer recent_ids;                  // [window] u32 ring of recent ids for decode_sampled's penalty
+  std::array<gpu::Buffer, 2> id_readback;  // mappable copies of the chosen id of two greedy steps in flight
+  gpu::Buffer decode_scratch;              // split-K partials of the decode attention
+};
+
+// q, k, v = rms_norm(x) * attn_norm @ (wq, wk, wv) (+ biases) for n tokens into q, k, v ([n][q_dim], [n][kv_dim] x 2):
+// one product when the layer stacks all three, two with wqk and wv, else three.
+void encode_qkv_products(gpu::ComputeBatch& batch, gpu::Context& ctx, const ModelConfig& c, const GpuLayer& L,
+                         const gpu::Buffer& x, const gpu::Buffer& q, const gpu::Buffer& k, const gpu::Buffer& v,
+                         uint32_t n, kernels::MatmulImpl impl = kernels::MatmulImpl::Auto);
+
+// How an attention layer's decode step gets q into place and k, v into the cache.
+enum class DecodeQkv : uint8_t {
+  FusedRopeAppend,   // one dispatch (two with wqk and wv): the stacked q/k/v product also applies RoPE and appends
+                     // k, v
+  QkNormRopeAppend,  // the q/k/v product(s), then the per-head q/k norm + RoPE + append in one (qk_norm)
+  Separate,          // the product(s), RoPE, the KV append
+};
+// The choice for a layer on this adapter (the session makes it once per layer).
+DecodeQkv decode_qkv_for(const gpu::Context& ctx, const ModelConfig& c, const GpuLayer& L);
+
+// One layer of one step: n tokens at positions pos.. of one sequence.
+struct LayerStep {
+  gpu::ComputeBatch& batch;
+  gpu::Context& ctx;
+  const GpuModel& model;
+  const GpuLayer& L;  // model.weights.layers[layer]
+  SessionBuffers& b;
+  SequenceState& state;
+  uint32_t layer, n, pos;
+  DecodeQkv decode_qkv;  // this layer's, for n == 1
+};
+
+// attn = causal attention over the layer's KV cache of q, k, v = rms_norm(x) * attn_norm (wq, wk, wv) (+ biases),
+// with the per-head q/k norm (qk_norm) and RoPE, k and v appended to the cache; decoding, the fused paths of
+// s.decode_qkv. Local (sliding-window) layers see the last sliding_window positions.
+void encode_attention(const LayerStep& s);
+// act = act(h w_gate) * (h w_up), h = rms_norm(x) * ffn_norm (silu, or gelu_tanh by ffn_act).
+void encode_ffn(const LayerStep& s);
+// conv_y = C * conv(B * x'), B, C, x' = rms_norm(x) * attn_norm in_proj, over the layer's conv state, which takes the
+// step's B * x' rows (lfm2).
+void encode_conv(const LayerStep& s);
+// x += in w.
+void encode_residual(const LayerStep& s, const kernels::GpuWeight& w, const gpu::Buffer& in);
+// x += rms_norm(in w) * norm (gemma's post norms).
+void encode_post_norm_residual(const LayerStep& s, const kernels::GpuWeight& w, const gpu::Buffer& in,
+                               const gpu::Buffer& norm);
+
+}  // namespace wgllm

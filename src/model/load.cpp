@@ -1,0 +1,190 @@
+#include "model/load.h"
+
+#include <string>
+
+#include "gguf/dequant.h"
+#include "gguf/file.h"
+#include "kernels/rope.h"
+#include "model/arch/arch.h"
+#include "wgllm/error.h"
+
+namespace wgllm {
+
+using kernels::GpuWeight;
+
+namespace {
+constexpr auto kStorage = WGPUBufferUsage_Storage;
+}  // namespace
+
+std::span<const uint8_t> Uploader::data(const GgufTensor& t) const {
+  const std::span<const uint8_t> bytes = f.tensor_data(t);
+  if (check_finite)
+    if (const auto at = find_non_finite(t.type, bytes.data(), t.n_elements))
+      throw ModelError(f.label() + ": tensor '" + t.name + "' (" + type_name(t.type) + " " + t.shape_string() +
+                       "): element " + std::to_string(*at) + (block_elems(t.type) > 1 ? "'s block scale" : "") +
+                       " is NaN or infinite: the file is corrupt (the model would compute NaN)");
+  return bytes;
+}
+
+void Uploader::advance(const GgufTensor& t) {
+  done += t.n_bytes;
+  if (progress) progress(done, total);
+}
+
+GpuWeight Uploader::matrix(const std::string& name) {
+  const GgufTensor& t = f.tensor(name);
+  GpuWeight w = kernels::upload_weight(ctx, t.type, t.ne[0], t.ne[1], data(t), name);
+  advance(t);
+  return w;
+}
+
+bool Uploader::fusable(std::initializer_list<std::string> names) const {
+  const GgufTensor& first = f.tensor(*names.begin());
+  for (const auto& n : names) {
+    const GgufTensor& t = f.tensor(n);
+    if (t.type != first.type || t.ne[0] != first.ne[0]) return false;
+  }
+  return true;
+}
+
+GpuWeight Uploader::stacked(std::initializer_list<std::string> names, const std::string& label) {
+  std::vector<std::span<const uint8_t>> parts;
+  uint64_t rows = 0;
+  for (const auto& n : names) {
+    parts.push_back(data(f.tensor(n)));
+    rows += f.tensor(n).ne[1];
+  }
+  const GgufTensor& t = f.tensor(*names.begin());
+  GpuWeight w = kernels::upload_weight(ctx, t.type, t.ne[0], rows, kernels::concat_rows(parts), label);
+  for (const auto& n : names) advance(f.tensor(n));
+  return w;
+}
+
+GpuWeight Uploader::interleaved(const std::string& a, const std::string& b, const std::string& label) {
+  const GgufTensor& ta = f.tensor(a);
+  const GgufTensor& tb = f.tensor(b);
+  if (ta.ne[1] != tb.ne[1]) throw ModelError(a + " and " + b + " differ in rows");
+  GpuWeight w = kernels::upload_weight(ctx, ta.type, ta.ne[0], 2 * ta.ne[1],
+                                       kernels::interleave_rows(data(ta), data(tb), ta.ne[1]), label);
+  advance(ta);
+  advance(tb);
+  return w;
+}
+
+std::vector<float> Uploader::floats(const std::string& name) {
+  const GgufTensor& t = f.tensor(name);
+  std::vector<float> v(t.n_elements);
+  dequantize_row(t.type, data(t).data(), v.data(), v.size());
+  advance(t);
+  return v;
+}
+
+gpu::Buffer Uploader::vector(const std::string& name) {
+  const std::vector<float> v = floats(name);
+  return ctx.upload(std::span<const float>(v), kStorage, name);
+}
+
+gpu::Buffer Uploader::norm(const std::string& name) {
+  std::vector<float> v = floats(name);
+  v.resize((v.size() + 7) / 8 * 8, 0.f);
+  return ctx.upload(std::span<const float>(v), kStorage, name);
+}
+
+gpu::Buffer Uploader::stacked_vector(std::initializer_list<std::string> names, const std::string& label) {
+  std::vector<float> all;
+  for (const auto& n : names) {
+    const std::vector<float> v = floats(n);
+    all.insert(all.end(), v.begin(), v.end());
+  }
+  return ctx.upload(std::span<const float>(all), kStorage, label);
+}
+
+std::string layer_prefix(uint32_t layer) { return "blk." + std::to_string(layer) + "."; }
+
+void upload_attention(Uploader& up, const ModelConfig& c, GpuLayer& L, const std::string& b) {
+  L.attn_norm = up.norm(b + "attn_norm.weight");
+  if (up.fusable({b + "attn_q.weight", b + "attn_k.weight", b + "attn_v.weight"})) {
+    L.wqkv = up.stacked({b + "attn_q.weight", b + "attn_k.weight", b + "attn_v.weight"}, b + "attn_qkv");
+    if (c.attn_bias) L.bqkv = up.stacked_vector({b + "attn_q.bias", b + "attn_k.bias", b + "attn_v.bias"}, b + "bqkv");
+  } else if (up.fusable({b + "attn_q.weight", b + "attn_k.weight"})) {
+    L.wqk = up.stacked({b + "attn_q.weight", b + "attn_k.weight"}, b + "attn_qk");
+    L.wv = up.matrix(b + "attn_v.weight");
+    if (c.attn_bias) {
+      L.bqk = up.stacked_vector({b + "attn_q.bias", b + "attn_k.bias"}, b + "bqk");
+      L.bv = up.vector(b + "attn_v.bias");
+    }
+  } else {
+    L.wq = up.matrix(b + "attn_q.weight");
+    L.wk = up.matrix(b + "attn_k.weight");
+    L.wv = up.matrix(b + "attn_v.weight");
+    if (c.attn_bias) {
+      L.bq = up.vector(b + "attn_q.bias");
+      L.bk = up.vector(b + "attn_k.bias");
+      L.bv = up.vector(b + "attn_v.bias");
+    }
+  }
+  if (c.qk_norm) {
+    L.q_norm = up.vector(b + "attn_q_norm.weight");
+    L.k_norm = up.vector(b + "attn_k_norm.weight");
+  }
+  L.wo = up.matrix(b + "attn_output.weight");
+}
+
+void upload_ffn(Uploader& up, GpuLayer& L, const std::string& b) {
+  L.ffn_norm = up.norm(b + "ffn_norm.weight");
+  if (up.fusable({b + "ffn_gate.weight", b + "ffn_up.weight"})) {
+    L.w_gate_up = up.interleaved(b + "ffn_gate.weight", b + "ffn_up.weight", b + "ffn_gate_up");
+  } else {
+    L.w_gate = up.matrix(b + "ffn_gate.weight");
+    L.w_up = up.matrix(b + "ffn_up.weight");
+  }
+  L.w_down = up.matrix(b + "ffn_down.weight");
+}
+
+void upload_conv(Uploader& up, GpuLayer& L, const std::string& b) {
+  L.attn_norm = up.norm(b + "attn_norm.weight");
+  L.in_proj = up.matrix(b + "shortconv.in_proj.weight");
+  L.conv = up.vector(b + "shortconv.conv.weight");
+  L.out_proj = up.matrix(b + "shortconv.out_proj.weight");
+}
+
+GpuModel load_gpu_model(gpu::Context& ctx, const GgufFile& f) { return load_gpu_model(ctx, f, config_from_gguf(f)); }
+
+GpuModel load_gpu_model(gpu::Context& ctx, const GgufFile& f, const ModelConfig& config, const LoadProgress& progress,
+                        bool check_finite) {
+  GpuModel m;
+  m.config = config;
+  const ModelConfig& c = m.config;
+  Uploader up{ctx, f, progress, check_finite};
+  for (const GgufTensor& t : f.tensors()) up.total += t.n_bytes;
+
+  GpuWeights& w = m.weights;
+  w.token_embd = up.matrix("token_embd.weight");
+  const LayerProgram& program = layer_program(c.arch);
+  w.layers.reserve(c.n_layer);
+  for (uint32_t i = 0; i < c.n_layer; ++i) w.layers.push_back(program.upload(up, c, i));
+  w.output_norm = up.norm(c.output_norm_name);
+  if (!c.tied_embeddings) w.output = up.matrix("output.weight");
+  const std::vector<float> factors = c.has_rope_freqs_tensor
+                                         ? up.floats("rope_freqs.weight")
+                                         : kernels::rope_freq_factors(c.rope_scaling, c.rope_dim, c.rope_base);
+  w.rope_table = kernels::upload_rope_table(ctx, c.rope_dim, c.rope_base, factors);
+  if (!c.swa_layers.empty())  // local layers: their own base, no scaling (llama.cpp's freq_scale_swa = 1)
+    w.rope_table_swa = kernels::upload_rope_table(ctx, c.rope_dim, c.rope_base_swa);
+  ctx.check_errors();  // out of memory shows up here
+
+  auto layer_bytes = [](const GpuLayer& L) {
+    return L.wqkv.gpu_bytes() + L.wqk.gpu_bytes() + L.wq.gpu_bytes() + L.wk.gpu_bytes() + L.wv.gpu_bytes() +
+           L.wo.gpu_bytes() + L.w_gate_up.gpu_bytes() + L.w_gate.gpu_bytes() + L.w_up.gpu_bytes() +
+           L.w_down.gpu_bytes() + L.attn_norm.size + L.ffn_norm.size + L.bqkv.size + L.bqk.size + L.bq.size +
+           L.bk.size + L.bv.size + L.q_norm.size + L.k_norm.size + L.post_attn_norm.size + L.post_ffn_norm.size +
+           L.in_proj.gpu_bytes() + L.conv.size + L.out_proj.gpu_bytes();
+  };
+  for (const GpuLayer& L : w.layers) m.bytes_per_token += layer_bytes(L);
+  m.bytes_per_token += m.logits_weight().gpu_bytes() + w.output_norm.size;
+  m.weight_bytes = m.bytes_per_token + w.rope_table.size + w.rope_table_swa.size +
+                   (c.tied_embeddings ? 0 : w.token_embd.gpu_bytes());
+  return m;
+}
+
+}  // namespace wgllm

@@ -1,0 +1,54 @@
+// Uploading a GGUF's weights (load.cpp): the Uploader, and the weights of the blocks every architecture shares
+// (attention, FFN, short convolution), which an architecture's layer program (model/arch/) uploads in its order.
+#pragma once
+#include <cstdint>
+#include <initializer_list>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "gpu/context.h"
+#include "kernels/weight.h"
+#include "model/transformer.h"
+
+namespace wgllm {
+
+class GgufFile;
+struct GgufTensor;
+
+// Uploads GGUF tensors, counting the bytes for the progress callback; with check_finite, a tensor holding a NaN or
+// an infinity is refused by name before it is uploaded.
+struct Uploader {
+  gpu::Context& ctx;
+  const GgufFile& f;
+  const LoadProgress& progress;
+  bool check_finite = true;
+  uint64_t done = 0, total = 0;
+
+  std::span<const uint8_t> data(const GgufTensor& t) const;
+  void advance(const GgufTensor& t);
+  kernels::GpuWeight matrix(const std::string& name);
+  // True when the tensors share a type and an input width (so one fused weight can hold them).
+  bool fusable(std::initializer_list<std::string> names) const;
+  // q, k, v stacked into one weight.
+  kernels::GpuWeight stacked(std::initializer_list<std::string> names, const std::string& label);
+  // gate and up interleaved row by row.
+  kernels::GpuWeight interleaved(const std::string& a, const std::string& b, const std::string& label);
+  std::vector<float> floats(const std::string& name);
+  gpu::Buffer vector(const std::string& name);
+  // A norm weight, zero-padded to a multiple of 8 floats (read as vec4 by the fused norm).
+  gpu::Buffer norm(const std::string& name);
+  gpu::Buffer stacked_vector(std::initializer_list<std::string> names, const std::string& label);
+};
+
+// "blk.<layer>.", the prefix of a layer's tensor names.
+std::string layer_prefix(uint32_t layer);
+// An attention layer's weights: attn_norm, q/k/v (stacked when they share a type; biases with attn_bias), the per-head
+// q/k norms (qk_norm) and the output projection wo.
+void upload_attention(Uploader& up, const ModelConfig& c, GpuLayer& L, const std::string& prefix);
+// The FFN of every architecture: ffn_norm, gate/up interleaved when they share a type, and down.
+void upload_ffn(Uploader& up, GpuLayer& L, const std::string& prefix);
+// A short-convolution layer's weights (lfm2): attn_norm (the operator norm), in_proj, the conv taps and out_proj.
+void upload_conv(Uploader& up, GpuLayer& L, const std::string& prefix);
+
+}  // namespace wgllm

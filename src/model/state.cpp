@@ -1,0 +1,78 @@
+#include "model/state.h"
+
+#include <string>
+
+#include "kernels/shortconv.h"
+#include "wgllm/error.h"
+
+namespace wgllm {
+
+SequenceState::SequenceState(gpu::Context& ctx, const ModelConfig& c, uint32_t n_ctx, uint32_t ubatch,
+                             kernels::KvType kv_type, const std::vector<std::optional<kernels::KvCache>>* shared_kv,
+                             uint32_t kv_first_page) {
+  const uint64_t E = c.n_embd, KV = c.kv_dim();
+  // One page when the whole cache fits a binding, else pages of 256 positions across pools.
+  const uint64_t one_page = 2ull * n_ctx * KV * kernels::kv_type_bytes(kv_type);
+  const uint32_t page = one_page <= ctx.max_binding_size() ? 0 : 256;
+  kv.resize(c.n_layer);
+  conv.resize(c.n_layer);
+  conv_rows = c.conv_layers.empty() ? 0 : kernels::conv_ring_rows(ubatch, c.l_cache);
+  conv_taps = c.l_cache;
+  for (uint32_t l = 0; l < c.n_layer; ++l) {
+    if (c.is_conv(l)) {
+      conv[l] = ctx.create_buffer(uint64_t(conv_rows) * E * 4, WGPUBufferUsage_Storage,
+                                  ("conv state " + std::to_string(l)).c_str());
+      continue;
+    }
+    if (shared_kv) {  // a view of the shared pool
+      const auto& owner = shared_kv->at(l);
+      if (!owner || n_ctx % owner->page_size() != 0)
+        throw InvalidArgument("GpuSession: the shared KV caches do not fit the model or n_ctx " +
+                              std::to_string(n_ctx));
+      kv[l].emplace(*owner, kv_first_page, n_ctx / owner->page_size(), "kv cache view " + std::to_string(l));
+      continue;
+    }
+    kv[l].emplace(ctx,
+                  kernels::KvCacheConfig{.kv_dim = uint32_t(KV), .max_seq = n_ctx, .page_size = page, .type = kv_type},
+                  "kv cache " + std::to_string(l));
+  }
+}
+
+uint64_t SequenceState::kv_bytes() const {
+  uint64_t b = 0;
+  for (const auto& cache : kv) b += cache ? cache->bytes() : 0;
+  return b;
+}
+
+bool SequenceState::rewinds_to(uint32_t n, uint32_t n_past) const {
+  // The rings hold rows of positions [n_past - conv_rows + 1, n_past - 1] (one row may hold a step queued ahead):
+  // the state at n needs n - (taps - 1) ... n - 1.
+  return conv_rows == 0 || uint64_t(n) + conv_rows >= uint64_t(n_past) + conv_taps;
+}
+
+uint64_t kv_bytes_per_position(const ModelConfig& c, kernels::KvType type) {
+  return uint64_t(c.n_attention_layers()) * 2 * c.kv_dim() * kernels::kv_type_bytes(type);
+}
+
+uint64_t conv_state_bytes(const ModelConfig& c, uint32_t ubatch) {
+  return uint64_t(c.n_layer - c.n_attention_layers()) * kernels::conv_ring_rows(ubatch, c.l_cache) * c.n_embd * 4;
+}
+
+std::vector<std::optional<kernels::KvCache>> make_shared_kv(gpu::Context& ctx, const ModelConfig& c, uint32_t sequences,
+                                                            uint32_t n_ctx, uint32_t page_size, kernels::KvType type) {
+  if (page_size == 0 || page_size % kernels::KvCache::kPageMultiple != 0 || n_ctx % page_size != 0)
+    throw InvalidArgument("make_shared_kv: n_ctx " + std::to_string(n_ctx) + " must be a multiple of page_size " +
+                          std::to_string(page_size) + ", itself a multiple of " +
+                          std::to_string(kernels::KvCache::kPageMultiple));
+  if (uint64_t(sequences) * n_ctx > UINT32_MAX) throw InvalidArgument("make_shared_kv: sequences x n_ctx exceeds 2^32");
+  std::vector<std::optional<kernels::KvCache>> kv(c.n_layer);
+  for (uint32_t l = 0; l < c.n_layer; ++l)
+    if (!c.is_conv(l))
+      kv[l].emplace(ctx,
+                    kernels::KvCacheConfig{
+                        .kv_dim = c.kv_dim(), .max_seq = sequences * n_ctx, .page_size = page_size, .type = type},
+                    "shared kv cache " + std::to_string(l));
+  return kv;
+}
+
+}  // namespace wgllm

@@ -1,0 +1,51 @@
+// What one sequence carries from step to step besides its tokens, per layer: an attention layer's KV cache, a
+// convolution layer's ring of conv rows (lfm2). GpuSession keeps one SequenceState; its truncate (and reset) asks
+// the state whether it can rewind in place, and GpuBatchDecode reads and advances the states of several sessions.
+// A layer kind with state of its own (a recurrent state) adds it here, beside the others, so that the sizes, the
+// rewind rule and the sharing between sessions stay in one place.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "gpu/context.h"
+#include "kernels/kv_cache.h"
+#include "model/config.h"
+
+namespace wgllm {
+
+struct SequenceState {
+  // Allocates the state of n_ctx positions for prefill chunks of up to ubatch tokens. With shared_kv (the caches
+  // of make_shared_kv), the KV caches are views of its pages [kv_first_page, kv_first_page + n_ctx / page size);
+  // otherwise each layer gets a cache of its own (one page when it fits a binding, else pages of 256 positions).
+  SequenceState() = default;
+  SequenceState(gpu::Context& ctx, const ModelConfig& c, uint32_t n_ctx, uint32_t ubatch, kernels::KvType kv_type,
+                const std::vector<std::optional<kernels::KvCache>>* shared_kv, uint32_t kv_first_page);
+
+  std::vector<std::optional<kernels::KvCache>> kv;  // [n_layer]; none for convolution layers
+  // lfm2: per convolution layer a ring of conv_rows B*x rows, row q % conv_rows holding position q (size 0 for
+  // attention layers). Rows of the last conv_rows - 1 positions are kept, so truncate rewinds within them.
+  std::vector<gpu::Buffer> conv;  // [n_layer]
+  uint32_t conv_rows = 0;         // 0 without convolution layers
+  uint32_t conv_taps = 0;         // the convolution's taps (l_cache)
+
+  uint64_t kv_bytes() const;  // GPU memory of the KV caches
+  // Whether the state after the first n of n_past positions is at hand in place (0 < n <= n_past): KV rows past n
+  // are simply overwritten later, the conv rings still hold the rows of the positions n needs. Otherwise the
+  // first n tokens are fed again.
+  bool rewinds_to(uint32_t n, uint32_t n_past) const;
+};
+
+// GPU memory one KV cache position takes over all attention layers (K and V of `type`).
+uint64_t kv_bytes_per_position(const ModelConfig& c, kernels::KvType type = kernels::KvType::F16);
+// GPU memory of one sequence's conv states (lfm2; 0 without convolution layers) for prefill chunks of `ubatch`.
+uint64_t conv_state_bytes(const ModelConfig& c, uint32_t ubatch);
+
+// Per attention layer one cache of `sequences` x n_ctx positions in pages of `page_size`, for sessions that share
+// them (GpuSessionOptions::shared_kv): sequence s takes pages [s * n_ctx / page_size, ...). n_ctx must be a multiple
+// of page_size (a multiple of 128).
+std::vector<std::optional<kernels::KvCache>> make_shared_kv(gpu::Context& ctx, const ModelConfig& c, uint32_t sequences,
+                                                            uint32_t n_ctx, uint32_t page_size,
+                                                            kernels::KvType type = kernels::KvType::F16);
+
+}  // namespace wgllm
