@@ -15,6 +15,16 @@ void Metrics::count_disconnect() {
   ++disconnects_;
 }
 
+void Metrics::count_request_timeout() {
+  std::lock_guard lock(mu_);
+  ++request_timeouts_;
+}
+
+void Metrics::count_refused_connection() {
+  std::lock_guard lock(mu_);
+  ++refused_;
+}
+
 void Metrics::observe_first_token(double seconds) {
   std::lock_guard lock(mu_);
   for (size_t i = 0; i < kBuckets.size(); ++i)
@@ -38,7 +48,7 @@ void sample(std::ostringstream& out, const char* name, const char* type, const c
 
 }  // namespace
 
-std::string Metrics::render(const BatchStats& e, uint32_t http_in_flight) const {
+std::string Metrics::render(const BatchStats& e, uint32_t http_in_flight, size_t open_connections) const {
   std::lock_guard lock(mu_);
   std::ostringstream out;
   out.precision(9);
@@ -49,6 +59,12 @@ std::string Metrics::render(const BatchStats& e, uint32_t http_in_flight) const 
          http_in_flight);
   sample(out, "wgllm_client_disconnects_total", "counter", "streaming clients gone before their response ended",
          disconnects_);
+  sample(out, "wgllm_http_connections_open", "gauge", "client connections open", open_connections);
+  sample(out, "wgllm_http_connections_refused_total", "counter",
+         "connections answered 503 and closed because --max-connections were open", refused_);
+  sample(out, "wgllm_http_request_timeouts_total", "counter",
+         "connections closed because a request's head and body did not arrive within --request-timeout",
+         request_timeouts_);
 
   sample(out, "wgllm_requests_active", "gauge", "sequences prefilling or decoding in the engine", e.active);
   sample(out, "wgllm_requests_queued", "gauge", "requests waiting for a free sequence slot", e.queued);

@@ -1,6 +1,7 @@
 // The HTTP routes and the streaming of completions (server.h). cpp-httplib answers each connection on a thread of
-// its pool; a completion's thread submits to the BatchEngine and then waits on the request's Channel, writing what
-// the engine produced as it comes (server-sent events) or once it ended (one JSON object).
+// its own (connections.h: requests read within a deadline, connections capped); a completion's thread submits to the
+// BatchEngine and then waits on the request's Channel, writing what the engine produced as it comes (server-sent
+// events) or once it ended (one JSON object).
 #include "server.h"
 
 #include <httplib.h>
@@ -18,6 +19,7 @@
 
 #include "channel.h"
 #include "chat_page.h"
+#include "connections.h"
 #include "metrics.h"
 #include "openai.h"
 
@@ -89,7 +91,7 @@ struct Server::Impl {
   ServerOptions options;
   BatchEngine engine;
   Metrics metrics;
-  httplib::Server http;
+  GuardedServer http;  // a thread per connection, requests read within a deadline, connections capped
   const int64_t started = std::time(nullptr);
 
   std::atomic<bool> draining = false;
@@ -101,15 +103,16 @@ struct Server::Impl {
   std::condition_variable flight_cv;
   uint32_t in_flight = 0;
 
-  Impl(const Model& m, ServerOptions o) : model(m), options(std::move(o)), engine(m, options.batch) {
+  Impl(const Model& m, ServerOptions o)
+      : model(m),
+        options(std::move(o)),
+        engine(m, options.batch),
+        http(ConnectionLimits{.request_timeout = options.request_timeout,
+                              .max_connections = options.max_connections,
+                              .on_request_timeout = [this] { metrics.count_request_timeout(); },
+                              .on_refused = [this] { metrics.count_refused_connection(); }}) {
     if (!options.log) options.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
-    // A connection holds a thread while it is open: enough for every slot and queue place, and some to spare for
-    // /health and /metrics while all of those are busy.
-    const size_t threads = options.batch.parallel + options.batch.queue + 16;
-    http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
     http.set_payload_max_length(options.max_body_bytes);
-    http.set_write_timeout(30, 0);  // a client that takes no data for this long counts as gone
-    http.set_keep_alive_timeout(2);
     routes();
   }
 
@@ -168,7 +171,8 @@ struct Server::Impl {
       res.set_content(json{{"status", draining ? "draining" : "ok"}}.dump(), "application/json");
     });
     http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-      res.set_content(metrics.render(engine.stats(), flight()), "text/plain; version=0.0.4; charset=utf-8");
+      res.set_content(metrics.render(engine.stats(), flight(), http.open_connections()),
+                      "text/plain; version=0.0.4; charset=utf-8");
     });
     http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
       const ModelInfo& i = model.info();

@@ -28,7 +28,12 @@ struct ServerOptions {
   // llama-server does for clients that send their default name (gpt-4o-mini, ...).
   bool strict_model = false;
   size_t max_body_bytes = 4u << 20;  // larger request bodies get 413
-  BatchOptions batch;                // the engine's slots, queue and context
+  // A request's head and body must arrive within this many seconds (of the accept, or of a kept-alive connection's
+  // next first byte), however slowly the bytes trickle in; past it the connection is closed. A connection has a
+  // thread of its own, so slow ones hold back no one else; beyond max_connections open, new ones get 503 at once.
+  double request_timeout = 10;
+  size_t max_connections = 1024;
+  BatchOptions batch;  // the engine's slots, queue and context
   // Chat replies: <think>...</think> apart in reasoning_content (llama-server's "deepseek" format); false keeps it
   // inline in content (--reasoning-format none).
   bool split_reasoning = true;

@@ -2,7 +2,9 @@
 // completions get 503 while those in flight finish, then it exits 0.
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <ctime>
@@ -24,7 +26,27 @@ struct ServeOptions {
   uint32_t parallel = 4, queue = 64, n_ctx = 0;
   double max_body_mib = 4;
   bool strict_model = false;
+  double request_timeout = 10;
+  size_t max_connections = 1024;
 };
+
+// Each connection takes a file descriptor: the soft open-file limit is raised toward max_connections + 256 (model
+// files, pipes, the listening socket); returns the connections it allows.
+size_t connections_within_file_limit(size_t max_connections) {
+  rlimit r{};
+  if (::getrlimit(RLIMIT_NOFILE, &r) != 0) return max_connections;
+  const rlim_t want = rlim_t(max_connections) + 256;
+  if (r.rlim_cur < want) {
+    r.rlim_cur = r.rlim_max == RLIM_INFINITY ? want : std::min(want, r.rlim_max);
+    ::setrlimit(RLIMIT_NOFILE, &r);
+    ::getrlimit(RLIMIT_NOFILE, &r);
+  }
+  if (r.rlim_cur >= want) return max_connections;
+  const size_t allowed = r.rlim_cur > 512 ? size_t(r.rlim_cur) - 256 : 256;
+  std::fprintf(stderr, "warning: --max-connections %zu lowered to %zu: the open-file limit is %llu (ulimit -n)\n",
+               max_connections, allowed, (unsigned long long)r.rlim_cur);
+  return allowed;
+}
 
 // The id clients name the model by: --alias, else the file's name without .gguf, else the built-in model's.
 std::string model_name(const ServeOptions& o) {
@@ -37,6 +59,9 @@ int serve(const ServeOptions& o) {
   if (o.parallel == 0) throw InvalidArgument("--parallel must be at least 1");
   if (o.port < 0 || o.port > 65535) throw InvalidArgument("--port must be in [0, 65535]");
   if (!(o.max_body_mib > 0)) throw InvalidArgument("--max-body must be positive");
+  if (!(o.request_timeout > 0) || o.request_timeout > 86400)
+    throw InvalidArgument("--request-timeout must be in (0, 86400] seconds");
+  if (o.max_connections == 0) throw InvalidArgument("--max-connections must be at least 1");
   // SIGINT and SIGTERM are taken by a thread of ours (sigwait), not by whichever thread they hit: blocked here,
   // before any thread starts, so every thread inherits the mask.
   sigset_t signals;
@@ -58,6 +83,8 @@ int serve(const ServeOptions& o) {
                                 .model_name = model_name(o),
                                 .strict_model = o.strict_model,
                                 .max_body_bytes = size_t(o.max_body_mib * 1048576),
+                                .request_timeout = o.request_timeout,
+                                .max_connections = connections_within_file_limit(o.max_connections),
                                 .batch = {.parallel = o.parallel, .queue = o.queue, .n_ctx = per_sequence},
                                 .split_reasoning = o.reasoning_format == "deepseek"});
   const int port = server.bind();
@@ -106,6 +133,13 @@ const Register reg{
        app.add_option("--api-key", o->api_key, "require 'Authorization: Bearer KEY' (not on /health and /)");
        app.add_option("--alias", o->alias, "the model's id in the API (default: the file name without .gguf)");
        app.add_option("--max-body", o->max_body_mib, "largest request body in MiB; past it: 413")
+           ->capture_default_str();
+       app.add_option("--request-timeout", o->request_timeout,
+                      "seconds for a request's head and body to arrive, however slowly; past it the connection "
+                      "is closed")
+           ->capture_default_str();
+       app.add_option("--max-connections", o->max_connections,
+                      "connections open at once (each has a thread); past it: 503 and closed")
            ->capture_default_str();
        app.add_option("--adapter", o->adapter, "adapter index or name part (wgllm info --list)");
        app.add_flag("--strict-model", o->strict_model,
