@@ -8,12 +8,14 @@ prefix of it). Afterwards /metrics must show no sequence active or queued. Print
 
   requests, completed, cancelled (disconnected on purpose), failures (HTTP errors, broken streams), wrong (text
   different from the lone run), leaked (sequences still active or queued afterwards), ttft_p50_ms / ttft_p99_ms
-  (time to the first streamed text), tokens_per_s (completion tokens received / wall time), wall_s
+  (time to the first streamed text), itl_p50_ms / itl_p99_ms (inter-token latency: the gaps between a stream's
+  successive text chunks, a token each), tokens_per_s (completion tokens received / wall time), wall_s
 
 and exits 1 when failures, wrong or leaked is not 0.
 
     scripts/load_test.py --url http://127.0.0.1:8080 -n 400 -c 32
     scripts/load_test.py --start build/bin/wgllm --parallel 16 -n 400 -c 32    # starts and stops its own server
+    scripts/load_test.py --start build/bin/wgllm --long-prompt 2000 ...  # and one request with a long prompt mid-way
 """
 import argparse
 import json
@@ -64,9 +66,10 @@ class Client:
         j = r.json()
         return text_of(endpoint, j, False), j["usage"]["completion_tokens"]
 
-    def stream(self, endpoint, body, disconnect_after=None):
-        """(text, tokens, seconds to the first text, disconnected). Tokens: the usage's, or chunks seen."""
-        t0 = time.perf_counter()
+    def stream(self, endpoint, body, disconnect_after=None, gaps=None):
+        """(text, tokens, seconds to the first text, disconnected). Tokens: the usage's, or chunks seen. The seconds
+        between successive text chunks are appended to gaps."""
+        t0 = last = time.perf_counter()
         r = self.http.post(f"{self.url}/v1/{endpoint}", headers=self.headers, timeout=300, stream=True,
                            json={**body, "stream": True, "stream_options": {"include_usage": True}})
         r.raise_for_status()
@@ -85,7 +88,11 @@ class Client:
                 tokens = obj["usage"]["completion_tokens"]
             piece = text_of(endpoint, obj, True)
             if piece:
-                ttft = ttft if ttft is not None else time.perf_counter() - t0
+                now = time.perf_counter()
+                if ttft is not None and gaps is not None:
+                    gaps.append(now - last)
+                last = now
+                ttft = ttft if ttft is not None else now - t0
                 text += piece
                 chunks += 1
                 if disconnect_after is not None and chunks >= disconnect_after:
@@ -126,7 +133,7 @@ def run(args):
         cut = rng.randint(1, 3) if stream and rng.random() < args.cancel_fraction else None
         jobs.append((rng.randrange(len(kinds)), stream, cut))
     lock = threading.Lock()
-    results = {"completed": 0, "cancelled": 0, "failures": [], "wrong": [], "ttft": [], "tokens": 0}
+    results = {"completed": 0, "cancelled": 0, "failures": [], "wrong": [], "ttft": [], "itl": [], "tokens": 0}
     next_job = iter(range(len(jobs)))
 
     def worker():
@@ -138,9 +145,10 @@ def run(args):
                 return
             k, stream, cut = jobs[j]
             endpoint, body = kinds[k]
+            gaps = []
             try:
                 if stream:
-                    text, tokens, ttft, gone = client.stream(endpoint, body, cut)
+                    text, tokens, ttft, gone = client.stream(endpoint, body, cut, gaps)
                 else:
                     (text, tokens), ttft, gone = client.whole(endpoint, body), None, False
             except Exception as e:  # noqa: BLE001 - counted and reported
@@ -152,12 +160,29 @@ def run(args):
                 results["tokens"] += tokens
                 if ttft is not None:
                     results["ttft"].append(ttft)
+                results["itl"] += gaps
                 results["cancelled" if gone else "completed"] += 1
                 if not ok:
                     results["wrong"].append({"request": j, "endpoint": endpoint, "want": reference[k], "got": text})
 
+    long_result = {}
+
+    def long_request():  # one prompt of --long-prompt tokens, sent once the clients are under way
+        time.sleep(0.5)
+        body = {"prompt": "and " * args.long_prompt, "max_tokens": 1, "temperature": 0}
+        t = time.perf_counter()
+        try:
+            r = requests.post(f"{args.url}/v1/completions", json=body, headers=headers, timeout=600)
+            long_result["status"] = r.status_code
+            long_result["prompt_tokens"] = r.json().get("usage", {}).get("prompt_tokens")
+        except Exception as e:  # noqa: BLE001 - reported
+            long_result["error"] = str(e)
+        long_result["seconds"] = round(time.perf_counter() - t, 2)
+
     t0 = time.perf_counter()
     threads = [threading.Thread(target=worker) for _ in range(args.clients)]
+    if args.long_prompt:
+        threads.append(threading.Thread(target=long_request))
     for t in threads:
         t.start()
     for t in threads:
@@ -172,7 +197,7 @@ def run(args):
         if leaked == 0 or time.time() > deadline:
             break
         time.sleep(0.05)
-    ttft = results["ttft"]
+    ttft, itl = results["ttft"], results["itl"]
     return {
         "requests": args.requests,
         "clients": args.clients,
@@ -183,6 +208,9 @@ def run(args):
         "leaked": leaked,
         "ttft_p50_ms": round(1e3 * statistics.median(ttft), 1) if ttft else None,
         "ttft_p99_ms": round(1e3 * percentile(ttft, 99), 1) if ttft else None,
+        "itl_p50_ms": round(1e3 * statistics.median(itl), 1) if itl else None,
+        "itl_p99_ms": round(1e3 * percentile(itl, 99), 1) if itl else None,
+        **({"long_prompt": long_result} if args.long_prompt else {}),
         "tokens": results["tokens"],
         "tokens_per_s": round(results["tokens"] / wall, 1),
         "wall_s": round(wall, 2),
@@ -192,8 +220,8 @@ def run(args):
     }
 
 
-def start_server(binary, parallel, queue):
-    proc = subprocess.Popen([binary, "serve", "--port", "0", "--parallel", str(parallel), "--queue", str(queue)],
+def start_server(binary, parallel, queue, extra):
+    proc = subprocess.Popen([binary, "serve", "--port", "0", "--parallel", str(parallel), "--queue", str(queue), *extra],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     for line in proc.stderr:
         m = re.search(r"listening on (http://\S+)", line)
@@ -215,12 +243,17 @@ def main():
     ap.add_argument("--cancel-fraction", type=float, default=0.1, help="streams that disconnect mid-way")
     ap.add_argument("--api-key")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--long-prompt", type=int, default=0, metavar="N",
+                    help="also send one completion of an N-token prompt mid-way (the running streams' itl shows what "
+                         "its prefill costs them)")
+    ap.add_argument("--serve-args", default="", help="with --start: more arguments for serve (-m FILE -c N "
+                                                    "--batch-tokens N ...), space-separated")
     args = ap.parse_args()
     if bool(args.url) == bool(args.start):
         ap.error("give --url or --start")
     proc = None
     if args.start:
-        proc, args.url = start_server(args.start, args.parallel, args.queue)
+        proc, args.url = start_server(args.start, args.parallel, args.queue, args.serve_args.split())
     try:
         report = run(args)
     finally:

@@ -28,6 +28,7 @@ struct ServeOptions {
   bool strict_model = false;
   double request_timeout = 10;
   size_t max_connections = 1024;
+  uint32_t batch_tokens = 256;
 };
 
 // Each connection takes a file descriptor: the soft open-file limit is raised toward max_connections + 256 (model
@@ -62,6 +63,7 @@ int serve(const ServeOptions& o) {
   if (!(o.request_timeout > 0) || o.request_timeout > 86400)
     throw InvalidArgument("--request-timeout must be in (0, 86400] seconds");
   if (o.max_connections == 0) throw InvalidArgument("--max-connections must be at least 1");
+  if (o.batch_tokens == 0) throw InvalidArgument("--batch-tokens must be at least 1");
   // SIGINT and SIGTERM are taken by a thread of ours (sigwait), not by whichever thread they hit: blocked here,
   // before any thread starts, so every thread inherits the mask.
   sigset_t signals;
@@ -77,16 +79,18 @@ int serve(const ServeOptions& o) {
   print_memory(model);
   // -c is each sequence's context; without it the model's (sized for one sequence) is shared among them.
   const uint32_t per_sequence = o.n_ctx ? o.n_ctx : BatchEngine::default_n_ctx(model, o.parallel);
-  server::Server server(model, {.host = o.host,
-                                .port = o.port,
-                                .api_key = o.api_key,
-                                .model_name = model_name(o),
-                                .strict_model = o.strict_model,
-                                .max_body_bytes = size_t(o.max_body_mib * 1048576),
-                                .request_timeout = o.request_timeout,
-                                .max_connections = connections_within_file_limit(o.max_connections),
-                                .batch = {.parallel = o.parallel, .queue = o.queue, .n_ctx = per_sequence},
-                                .split_reasoning = o.reasoning_format == "deepseek"});
+  server::Server server(
+      model,
+      {.host = o.host,
+       .port = o.port,
+       .api_key = o.api_key,
+       .model_name = model_name(o),
+       .strict_model = o.strict_model,
+       .max_body_bytes = size_t(o.max_body_mib * 1048576),
+       .request_timeout = o.request_timeout,
+       .max_connections = connections_within_file_limit(o.max_connections),
+       .batch = {.parallel = o.parallel, .queue = o.queue, .n_ctx = per_sequence, .prefill_chunk = o.batch_tokens},
+       .split_reasoning = o.reasoning_format == "deepseek"});
   const int port = server.bind();
   std::fprintf(stderr, "serving '%s': %u sequences of %u positions together, %u more may wait\n", model_name(o).c_str(),
                o.parallel, per_sequence, o.queue);
@@ -133,6 +137,10 @@ const Register reg{
        app.add_option("--api-key", o->api_key, "require 'Authorization: Bearer KEY' (not on /health and /)");
        app.add_option("--alias", o->alias, "the model's id in the API (default: the file name without .gguf)");
        app.add_option("--max-body", o->max_body_mib, "largest request body in MiB; past it: 413")
+           ->capture_default_str();
+       app.add_option("--batch-tokens", o->batch_tokens,
+                      "prompt tokens a step feeds beside the running streams' decode (a long prompt enters in "
+                      "chunks of this, so it does not stall them; llama.cpp's -b)")
            ->capture_default_str();
        app.add_option("--request-timeout", o->request_timeout,
                       "seconds for a request's head and body to arrive, however slowly; past it the connection "
