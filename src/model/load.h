@@ -30,7 +30,7 @@ struct Uploader {
   kernels::GpuWeight matrix(const std::string& name);
   // True when the tensors share a type and an input width (so one fused weight can hold them).
   bool fusable(std::initializer_list<std::string> names) const;
-  // q, k, v stacked into one weight.
+  // the tensors' rows stacked into one weight (q, k, v; or q and k).
   kernels::GpuWeight stacked(std::initializer_list<std::string> names, const std::string& label);
   // gate and up interleaved row by row.
   kernels::GpuWeight interleaved(const std::string& a, const std::string& b, const std::string& label);
