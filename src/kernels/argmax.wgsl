@@ -5,7 +5,9 @@
 // down: when any value is, the answer is NON_FINITE instead of an index, for the host to report.
 // Two passes: argmax_partial reduces each chunk of `chunk` values to one (value, index) pair per workgroup (index
 // BAD when the chunk holds a non-finite value); argmax_final (one workgroup) reduces the n_partials pairs and writes
-// the index, or NON_FINITE, to out[out_index].
+// the index, or NON_FINITE, to out[out_index]. Several rows of n values at once (a batched decode step's logits):
+// workgroup_id.y of the first pass and workgroup_id.x of the second is the row, row r's answer goes to
+// out[out_index + r].
 
 struct ArgmaxParams {
   n: u32, chunk: u32, n_partials: u32, out_index: u32,
@@ -59,13 +61,14 @@ fn argmax_partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocati
   // left by an earlier dispatch was seen).
   if (lid == 0u) { atomicStore(&n_bad, 0u); }
   workgroupBarrier();
+  let row = wid.y * p.n;  // the row's first value
   let begin = wid.x * p.chunk;
   let end = min(p.n, begin + p.chunk);
   var bv = bitcast<f32>(0xff800000u);  // -inf
   var bi = NONE;
   var bad = false;
   for (var i = begin + lid; i < end; i += WG) {
-    let v = values[i];
+    let v = values[row + i];
     bad = bad || non_finite(v);
     if (beats(v, i, bv, bi)) {
       bv = v;
@@ -75,20 +78,20 @@ fn argmax_partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocati
   if (bad) { atomicAdd(&n_bad, 1u); }
   reduce_workgroup(lid, bv, bi);  // its barriers order the atomic before the read below
   if (lid == 0u) {
-    partials[wid.x] = select(vec2<u32>(bitcast<u32>(best_v[0]), best_i[0]), vec2<u32>(0u, BAD),
+    partials[wid.y * p.n_partials + wid.x] = select(vec2<u32>(bitcast<u32>(best_v[0]), best_i[0]), vec2<u32>(0u, BAD),
                              atomicLoad(&n_bad) != 0u);
   }
 }
 
 @compute @workgroup_size(WG)
-fn argmax_final(@builtin(local_invocation_index) lid: u32) {
+fn argmax_final(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
   if (lid == 0u) { atomicStore(&n_bad, 0u); }
   workgroupBarrier();
   var bv = bitcast<f32>(0xff800000u);
   var bi = NONE;
   var bad = false;
   for (var k = lid; k < p.n_partials; k += WG) {
-    let pair = partials[k];
+    let pair = partials[wid.x * p.n_partials + k];
     bad = bad || pair.y == BAD;
     let v = bitcast<f32>(pair.x);
     if (pair.y != BAD && beats(v, pair.y, bv, bi)) {
@@ -99,6 +102,6 @@ fn argmax_final(@builtin(local_invocation_index) lid: u32) {
   if (bad) { atomicAdd(&n_bad, 1u); }
   reduce_workgroup(lid, bv, bi);
   if (lid == 0u) {
-    out[p.out_index] = select(best_i[0], NON_FINITE, atomicLoad(&n_bad) != 0u);
+    out[p.out_index + wid.x] = select(best_i[0], NON_FINITE, atomicLoad(&n_bad) != 0u);
   }
 }

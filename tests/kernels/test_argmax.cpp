@@ -92,6 +92,41 @@ TEST(Argmax, WritesTheChosenWordOnly) {
   EXPECT_EQ(gpu_argmax(values, 5), cpu_argmax(values));
 }
 
+// Several rows at once (a batched decode step's logits): each row's own answer at out[out_index + r], a planted
+// maximum, a tie and a NaN in rows of their own, the words around the answers untouched.
+TEST(Argmax, RowsAtOnce) {
+  auto& ctx = context();
+  for (uint32_t n : {1u, 513u, 32000u}) {
+    const uint32_t rows = 5, out_index = 2;
+    auto gen = rng(n + 7);
+    auto values = random_floats(size_t(n) * rows, gen, -30.f, 30.f);
+    if (n > 1) {
+      values[size_t(1) * n + n - 1] = 99.f;  // row 1: its last value
+      values[size_t(2) * n + 0] = 98.f;      // row 2: a tie with a later one, the lower index wins
+      values[size_t(2) * n + n / 2] = 98.f;
+    }
+    values[size_t(3) * n + n / 3] = std::numeric_limits<float>::quiet_NaN();  // row 3: no index
+    auto v = ctx.upload<float>(values, WGPUBufferUsage_Storage, "values");
+    auto scratch = ctx.create_buffer(kernels::argmax_scratch_bytes(n, rows), WGPUBufferUsage_Storage, "scratch");
+    std::vector<uint32_t> init(out_index + rows + 2, kPoison);
+    auto out = ctx.upload<uint32_t>(init, WGPUBufferUsage_Storage, "out");
+    gpu::ComputeBatch batch(ctx);
+    kernels::encode_argmax(batch, ctx, v, n, scratch, out, out_index, rows);
+    batch.submit_and_wait();
+    const auto got = ctx.read<uint32_t>(out);
+    for (uint32_t i = 0; i < got.size(); ++i) {
+      if (i < out_index || i >= out_index + rows) {
+        EXPECT_EQ(got[i], kPoison) << "n " << n << ": word " << i << " was overwritten";
+        continue;
+      }
+      const uint32_t r = i - out_index;
+      const std::vector<float> row(values.begin() + size_t(r) * n, values.begin() + size_t(r + 1) * n);
+      const uint32_t want = r == 3 ? kernels::kArgmaxNonFinite : cpu_argmax(row);
+      EXPECT_EQ(got[i], want) << "n " << n << " row " << r;
+    }
+  }
+}
+
 TEST(Argmax, BadArgumentsThrowNamingTheField) {
   auto& ctx = context();
   auto values = ctx.create_buffer(4000, WGPUBufferUsage_Storage, "values");
@@ -107,6 +142,9 @@ TEST(Argmax, BadArgumentsThrowNamingTheField) {
     }
   };
   expect_throw([&] { kernels::encode_argmax(batch, ctx, values, 0, scratch, out); }, "n must be > 0");
+  expect_throw([&] { kernels::encode_argmax(batch, ctx, values, 10, scratch, out, 0, 0); }, "rows");
+  expect_throw([&] { kernels::encode_argmax(batch, ctx, values, 500, scratch, out, 0, 3); }, "values");
+  expect_throw([&] { kernels::encode_argmax(batch, ctx, values, 100, scratch, out, 1, 2); }, "out");
   expect_throw([&] { kernels::encode_argmax(batch, ctx, values, 1001, scratch, out); }, "values");
   expect_throw([&] { kernels::encode_argmax(batch, ctx, values, 1000, out, out); }, "scratch");
   expect_throw([&] { kernels::encode_argmax(batch, ctx, values, 1000, scratch, out, 2); }, "out");
