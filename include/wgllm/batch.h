@@ -75,7 +75,9 @@ struct BatchStats {
   uint64_t requests_done = 0, requests_cancelled = 0, requests_failed = 0;
   uint64_t prompt_tokens = 0, generated_tokens = 0;  // over the engine's life
   uint64_t steps = 0;                                // forward steps run
-  double busy_seconds = 0;                           // time spent running steps
+  uint64_t steps_chosen_on_gpu = 0;  // decode steps whose tokens were chosen on the GPU (all plain greedy), only
+                                     // their ids read back
+  double busy_seconds = 0;           // time spent running steps
 };
 
 class BatchEngine {

@@ -2,9 +2,11 @@
 //
 // Each turn of the loop: take waiting requests into free slots; feed prompt chunks of the slots waiting for their
 // prompts, earliest first, about prefill_chunk tokens in all; then one decode step for every slot that is
-// generating, all of them in one forward (GpuBatchDecode: the weight products of every sequence together). The
-// logits of each decoding slot come back to the host, where its own sampler (penalties, filters, seeded draw) picks
-// its token, so a request's tokens do not depend on what runs beside it.
+// generating, all of them in one forward (GpuBatchDecode: the weight products of every sequence together). When
+// every decoding slot is plain greedy (no penalty, no logprobs) and the model chooses tokens on the GPU
+// (LoadOptions::choose_on_gpu), their ids are chosen there (one argmax for all rows) and only the ids come back;
+// otherwise the logits of each decoding slot come back to the host, where its own sampler (penalties, filters,
+// seeded draw) picks its token. Either way a request's tokens do not depend on what runs beside it.
 #include "wgllm/batch.h"
 
 #include <algorithm>
@@ -81,6 +83,7 @@ struct BatchEngine::Impl {
   const Model& model;
   BatchOptions options;
   uint32_t n_ctx = 0;
+  bool choose_on_gpu = false;  // plain greedy steps choose their ids on the GPU (LoadOptions::choose_on_gpu)
   std::vector<std::optional<kernels::KvCache>> shared_kv;  // [n_layer] the slots' caches are views of (or empty)
   std::vector<Slot> slots;
   std::unique_ptr<GpuBatchDecode> decode;
@@ -100,6 +103,7 @@ struct BatchEngine::Impl {
     auto& impl = ModelAccess::impl(model);
     n_ctx = options.n_ctx ? options.n_ctx : BatchEngine::default_n_ctx(model, options.parallel);
     gpu::Context& ctx = gpu_context(model);
+    choose_on_gpu = impl.choose_on_gpu.value_or(!ctx.adapter().is_cpu());
     // Every slot's KV cache a view of one pool per layer (pages of 256 positions), so that a decode step runs the
     // RoPE + append and the attention of all sequences in one dispatch each; private caches when the pool would
     // exceed the storage bindings a cache may span.
@@ -206,7 +210,21 @@ struct BatchEngine::Impl {
       for (const auto& [id, n] : s.counts) penalised[id] -= q.presence_penalty + q.frequency_penalty * float(n);
       use = penalised;
     }
-    const int32_t id = s.sampler->sample(use);
+    return hand_over(s, s.sampler->sample(use), logits);
+  }
+
+  // Whether slot s's next token is the argmax of its logits as they come, which the GPU can choose.
+  bool plain_greedy(const Slot& s) const {
+    const CompletionRequest& q = s.request->req;
+    return s.sampler->argmax_only() && !q.sampling.host && q.presence_penalty == 0 && q.frequency_penalty == 0 &&
+           !q.logprobs && q.top_logprobs == 0;
+  }
+
+  // Hands slot s's token `id` over (logits: its step's, for logprobs; empty when chosen on the GPU); false when the
+  // request ends with it.
+  bool hand_over(Slot& s, int32_t id, std::span<const float> logits) {
+    Request& r = *s.request;
+    const CompletionRequest& q = r.req;
     ++s.counts[id];
     ++s.generated;
     CompletionEvent e;
@@ -214,7 +232,7 @@ struct BatchEngine::Impl {
     e.id = id;
     const bool eog = model.is_end_of_generation(id);
     e.text = eog ? std::string() : s.stream->push(id);
-    if (q.logprobs || q.top_logprobs > 0) {
+    if ((q.logprobs || q.top_logprobs > 0) && !logits.empty()) {
       const LogSoftmax ls(logits);
       e.logprob = ls(logits[id]);
       if (q.top_logprobs > 0) e.top = top_logprobs(logits, q.top_logprobs, ls);
@@ -315,11 +333,28 @@ struct BatchEngine::Impl {
       sessions.push_back(s->session.get());
       ids.push_back(s->next);
     }
+    const bool on_gpu =
+        choose_on_gpu && std::all_of(active.begin(), active.end(), [&](const Slot* s) { return plain_greedy(*s); });
     std::vector<float> logits;
+    std::vector<int32_t> chosen;
     try {
-      logits = decode->step(sessions, ids);
+      if (on_gpu)
+        chosen = decode->step_argmax(sessions, ids);
+      else
+        logits = decode->step(sessions, ids);
     } catch (const std::exception& e) {
       for (Slot* s : active) finish(*s, StopReason::Caller, e.what());
+      return;
+    }
+    if (on_gpu) {
+      {
+        std::lock_guard lock(mu);
+        ++stats.steps_chosen_on_gpu;
+      }
+      for (size_t i = 0; i < active.size(); ++i) {
+        active[i]->sampler->accept(chosen[i]);
+        hand_over(*active[i], chosen[i], {});
+      }
       return;
     }
     const size_t V = model.info().n_vocab;

@@ -24,6 +24,7 @@ constexpr auto kStorage = WGPUBufferUsage_Storage;
 // Activations for up to max_sequences tokens, row i for sequence i. Row-major [tokens][width] f32.
 struct GpuBatchDecode::Buffers {
   gpu::Buffer ids, x, q, k, v, attn, gate, up, act, proj, bcx, conv_y, logits, logits_host, scratch;
+  gpu::Buffer chosen, chosen_host, argmax_scratch;  // step_argmax: [n] u32 ids, a mappable copy, the argmax's partials
   gpu::Buffer rows;     // [n] (position, K offset, V offset, 0): the RoPE + append of every sequence (shared_kv)
   gpu::Buffer queries;  // [n] (position, first page): the attention of every sequence (shared_kv)
 };
@@ -59,14 +60,46 @@ GpuBatchDecode::GpuBatchDecode(gpu::Context& ctx, const GpuModel& model, uint32_
   b.logits = make(N * V, "batch logits");
   b.logits_host = ctx.create_buffer(N * V * 4, WGPUBufferUsage_MapRead, "batch logits readback");
   b.scratch = make(1, "batch decode scratch");
+  b.chosen = make(N, "batch chosen ids");
+  b.chosen_host = ctx.create_buffer(N * 4, WGPUBufferUsage_MapRead, "batch chosen ids readback");
+  b.argmax_scratch =
+      ctx.create_buffer(kernels::argmax_scratch_bytes(uint32_t(V), uint32_t(N)), kStorage, "batch argmax scratch");
   b.rows = make(N * 4, "batch decode rows");
   b.queries = make(N * 2, "batch decode queries");
 }
 
 GpuBatchDecode::~GpuBatchDecode() = default;
 
+namespace {
+ModelError non_finite_logits(uint32_t pos, uint32_t sequence) {
+  return ModelError("the logits at position " + std::to_string(pos) + " of sequence " + std::to_string(sequence) +
+                    " are not finite (NaN or infinity): the model's activations overflow or its weights are corrupt");
+}
+}  // namespace
+
 std::vector<float> GpuBatchDecode::step(std::span<GpuSession* const> sessions, std::span<const int32_t> ids) {
-  const char* fn = "GpuBatchDecode::step";
+  encode_step(sessions, ids, false);
+  const uint32_t N = uint32_t(sessions.size()), V = model_.config.n_vocab;
+  std::vector<float> logits(size_t(N) * V);
+  ctx_.read_mapped(buf_->logits_host, 0, logits.data(), uint64_t(N) * V * 4);
+  for (uint32_t i = 0; i < N; ++i)
+    for (size_t j = 0; j < V; ++j)
+      if (!std::isfinite(logits[size_t(i) * V + j])) throw non_finite_logits(sessions[i]->n_past_ - 1, i);
+  return logits;
+}
+
+std::vector<int32_t> GpuBatchDecode::step_argmax(std::span<GpuSession* const> sessions, std::span<const int32_t> ids) {
+  encode_step(sessions, ids, true);
+  const uint32_t N = uint32_t(sessions.size());
+  std::vector<uint32_t> chosen(N);
+  ctx_.read_mapped(buf_->chosen_host, 0, chosen.data(), uint64_t(N) * 4);
+  for (uint32_t i = 0; i < N; ++i)
+    if (chosen[i] == kernels::kArgmaxNonFinite) throw non_finite_logits(sessions[i]->n_past_ - 1, i);
+  return std::vector<int32_t>(chosen.begin(), chosen.end());
+}
+
+void GpuBatchDecode::encode_step(std::span<GpuSession* const> sessions, std::span<const int32_t> ids, bool argmax) {
+  const char* fn = argmax ? "GpuBatchDecode::step_argmax" : "GpuBatchDecode::step";
   const ModelConfig& c = model_.config;
   if (sessions.size() != ids.size()) throw InvalidArgument(std::string(fn) + ": sessions and ids differ in count");
   if (sessions.empty() || sessions.size() > max_)
@@ -247,10 +280,13 @@ std::vector<float> GpuBatchDecode::step(std::span<GpuSession* const> sessions, s
                          {.norm = &model_.weights.output_norm, .eps = c.rms_eps, .impl = impl});
   if (c.final_logit_softcap > 0)
     kernels::encode_scale(batch, ctx_, b.logits, uint64_t(N) * V, 1.f, c.final_logit_softcap);
-  batch.copy(b.logits, 0, b.logits_host, 0, uint64_t(N) * V * 4);
+  if (argmax) {  // each row's id chosen here (the lowest index of its largest logit), only the ids come back
+    kernels::encode_argmax(batch, ctx_, b.logits, V, b.argmax_scratch, b.chosen, 0, N);
+    batch.copy(b.chosen, 0, b.chosen_host, 0, uint64_t(N) * 4);
+  } else {
+    batch.copy(b.logits, 0, b.logits_host, 0, uint64_t(N) * V * 4);
+  }
   batch.submit();
-  std::vector<float> logits(size_t(N) * V);
-  ctx_.read_mapped(b.logits_host, 0, logits.data(), uint64_t(N) * V * 4);
 
   // Each session now holds its token, as a decode step of its own leaves it.
   for (uint32_t i = 0; i < N; ++i) {
@@ -260,14 +296,6 @@ std::vector<float> GpuBatchDecode::step(std::span<GpuSession* const> sessions, s
     s.tokens_.push_back(ids[i]);
     ++s.n_past_;
   }
-  for (uint32_t i = 0; i < N; ++i)
-    for (size_t j = 0; j < V; ++j)
-      if (!std::isfinite(logits[size_t(i) * V + j]))
-        throw ModelError("the logits at position " + std::to_string(sessions[i]->n_past_ - 1) + " of sequence " +
-                         std::to_string(i) +
-                         " are not finite (NaN or infinity): the model's activations overflow or its weights are "
-                         "corrupt");
-  return logits;
 }
 
 }  // namespace wgllm

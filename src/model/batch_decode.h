@@ -27,6 +27,9 @@ class GpuBatchDecode {
   // the logits of every one: [sessions.size()][n_vocab]. Throws InvalidArgument before any work for a bad id, a full
   // session, a repeated session or more sessions than max_sequences; ModelError for non-finite logits.
   std::vector<float> step(std::span<GpuSession* const> sessions, std::span<const int32_t> ids);
+  // The same step with each sequence's next token chosen on the GPU as greedy decoding does (the lowest index of the
+  // largest logit, argmax.wgsl) in one dispatch pair for all of them; only the ids come back: [sessions.size()].
+  std::vector<int32_t> step_argmax(std::span<GpuSession* const> sessions, std::span<const int32_t> ids);
 
   uint32_t max_sequences() const { return max_; }
   uint64_t bind_groups_made() const { return bind_cache_->misses(); }
@@ -35,6 +38,9 @@ class GpuBatchDecode {
 
  private:
   struct Buffers;
+  // Checks the arguments, encodes and submits the step (its logits, or with argmax each row's chosen id, copied to
+  // the mappable buffer) and advances the sessions.
+  void encode_step(std::span<GpuSession* const> sessions, std::span<const int32_t> ids, bool argmax);
   gpu::Context& ctx_;
   const GpuModel& model_;
   uint32_t max_;

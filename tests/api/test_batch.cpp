@@ -121,6 +121,48 @@ TEST(BatchEngine, GreedyTokensAloneEqualBesideFifteenOthers) {
   EXPECT_LT(s.steps, 24u * kPrompts.size() / 2);
 }
 
+// Tokens chosen on the GPU (one argmax over every decoding row, only the ids read back; forced here, where a CPU
+// adapter would choose on the host): the same ids as the host's choice, alone and beside 15 others; a request that
+// wants logprobs sends its steps back to the host's choice, and its tokens stay the same.
+TEST(BatchEngine, GreedyTokensChosenOnTheGpuEqualTheHostsChoice) {
+  auto load = [](bool gpu) {
+    LoadOptions o;
+    o.n_ctx = 256;
+    o.choose_on_gpu = gpu;
+    return Model::load(default_model_gguf(), o, "built-in");
+  };
+  const Model on_host = load(false), on_gpu = load(true);
+  auto run = [](const Model& m, bool with_logprobs) {
+    BatchEngine engine(m, {.parallel = 16, .prefill_chunk = 7});
+    std::vector<Collector> cs(kPrompts.size());
+    for (size_t i = 0; i < kPrompts.size(); ++i) {
+      CompletionRequest r = greedy(kPrompts[i], 20);
+      r.logprobs = with_logprobs && i == 3;
+      engine.submit(std::move(r), cs[i].callback());
+    }
+    std::vector<std::vector<int32_t>> ids;
+    for (auto& c : cs) {
+      c.wait();
+      ids.push_back(c.ids);
+    }
+    return std::pair{ids, engine.stats()};
+  };
+  const auto [host, host_stats] = run(on_host, false);
+  const auto [gpu, gpu_stats] = run(on_gpu, false);
+  const auto [mixed, mixed_stats] = run(on_gpu, true);
+  EXPECT_EQ(gpu, host);
+  EXPECT_EQ(mixed, host);
+  EXPECT_EQ(host_stats.steps_chosen_on_gpu, 0u);
+  EXPECT_GT(gpu_stats.steps_chosen_on_gpu, 0u);
+  EXPECT_LT(mixed_stats.steps_chosen_on_gpu, gpu_stats.steps_chosen_on_gpu)
+      << "the steps with the logprobs request beside come back to the host";
+  BatchEngine alone(on_gpu, {.parallel = 2});
+  Collector c;
+  alone.submit(greedy(kPrompts[5], 20), c.callback());
+  c.wait();
+  EXPECT_EQ(c.ids, host[5]);
+}
+
 // The text of the events is the decoded text of the ids (UTF-8 whole), and it is what Session::generate gives.
 TEST(BatchEngine, TextAndTokensMatchSessionGenerate) {
   BatchEngine engine(model(), {.parallel = 2});
