@@ -221,8 +221,9 @@ def run(args):
 
 
 def start_server(binary, parallel, queue, extra):
-    proc = subprocess.Popen([binary, "serve", "--port", "0", "--parallel", str(parallel), "--queue", str(queue), *extra],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [binary, "serve", "--port", "0", "--parallel", str(parallel), "--queue", str(queue), *extra],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     for line in proc.stderr:
         m = re.search(r"listening on (http://\S+)", line)
         if m:

@@ -114,7 +114,7 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
   if (o.gelu && !o.swiglu) fail(fn, "gelu needs swiglu (it selects the gate's activation)");
   if (split && o.accumulate) fail(fn, "accumulate does not combine with split outputs");
   // Widths (floats per token) of y, y1, y2.
-  const bool split_out = split && !rk;                                                         // y1 (and y2) written
+  const bool split_out = split && !rk;  // y1 (and y2) written
   const bool has_y2 = split_out && o.y2;
   const uint32_t y_width = split ? std::max(o.split1, 1u) : o.swiglu ? w.n_out / 2 : w.n_out;  // 1: no q rows
   const uint32_t y1_width = split_out ? o.split2 - o.split1 : 1, y2_width = has_y2 ? w.n_out - o.split2 : 1;
@@ -133,8 +133,8 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
   const uint64_t norm_floats = (uint64_t(w.n_in) + 7) / 8 * 8;
   if (o.norm) check_size("norm", *o.norm, norm_floats, "n_in rounded up to 8, * 4");
   if (o.norm && !(o.eps > 0)) fail(fn, "eps must be > 0 with norm");
-  if (o.norm &&
-      (o.norm->get() == y.get() || (split_out && (o.norm->get() == o.y1->get() || (has_y2 && o.norm->get() == o.y2->get())))))
+  if (o.norm && (o.norm->get() == y.get() ||
+                 (split_out && (o.norm->get() == o.y1->get() || (has_y2 && o.norm->get() == o.y2->get())))))
     fail(fn, "norm must not be an output");
   MatmulImpl impl = o.impl;
   if (impl == MatmulImpl::Auto)

@@ -20,6 +20,7 @@ REQUEST_TIMEOUT = 3  # seconds to read a request head and body (--request-timeou
 # bounds below are wide of the idle figures (a real request in ~0.05 s; without the connection threads and the request
 # deadline it waited past 30 s behind the same 300 connections, and the server did not stop on SIGTERM).
 ANSWER_WITHIN = 5
+HEALTH = b"GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
 HEAD = ("POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
         "Content-Length: 1000\r\n\r\n{\"model\": \"x\", \"prompt\": \"").encode()
 
@@ -102,7 +103,7 @@ class SlowClients(unittest.TestCase):
             idle = [slow_connection(server, head=None) for _ in range(40)]  # connected, silent
 
             def extra_reply():
-                s = slow_connection(server, head=b"GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+                s = slow_connection(server, head=HEALTH)
                 s.settimeout(5)
                 reply = b""
                 while data := s.recv(4096):
