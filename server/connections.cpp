@@ -134,6 +134,10 @@ GuardedServer::GuardedServer(ConnectionLimits limits) : limits_(std::move(limits
   new_task_queue = [threads] { return new ConnectionThreads(threads); };
 }
 
+void GuardedServer::widen_backlog() {
+  if (svr_sock_ != INVALID_SOCKET) ::listen(svr_sock_, SOMAXCONN);  // listen again: only the backlog changes
+}
+
 void GuardedServer::refuse(socket_t sock) {
   const std::string body = nlohmann::json{{"error",
                                            {{"message", "the server has " + std::to_string(limits_.max_connections) +

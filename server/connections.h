@@ -48,6 +48,9 @@ class GuardedServer final : public httplib::Server {
  public:
   explicit GuardedServer(ConnectionLimits limits);
   size_t open_connections() const { return open_; }
+  // After binding: the listening socket's queue of connections not yet accepted raised from httplib's 5 (which
+  // drops the SYNs of a burst of clients, each then retried a second or more later) to the system's maximum.
+  void widen_backlog();
 
  private:
   bool process_and_close_socket(socket_t sock) override;

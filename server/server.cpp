@@ -355,6 +355,7 @@ int Server::bind() {
   if (!ok)
     throw Error("cannot listen on " + s.options.host + ":" + std::to_string(s.options.port) +
                 " (address in use, or not an address of this machine?)");
+  s.http.widen_backlog();
   return port;
 }
 
