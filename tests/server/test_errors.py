@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Every error of `wgllm serve` has its HTTP status and OpenAI's body {"error": {message, type, param, code}}:
 malformed JSON, wrong types, bad values, unknown model, n > 1, a prompt past the context, an oversized body, routes
-and methods, the API key, and a full queue."""
+and methods, the API key, a full queue, and bad limits on the command line."""
 import concurrent.futures
 import unittest
 
@@ -178,6 +178,24 @@ class Auth(ErrorsBase):
         self.assertTrue(r.choices[0].text)
         headers = {"Authorization": "Bearer " + self.KEY}
         self.assertIn("wgllm_requests_active", server_util.metrics(self.server.url, headers))
+
+
+class BadServeOptions(unittest.TestCase):
+    def test_bad_limits_refused_with_one_line(self):
+        # each bad value: exit status 1 before anything listens, one line naming the option
+        import subprocess
+        for args, flag in [(["--max-connections", "0"], "--max-connections"),
+                           (["--request-timeout", "0"], "--request-timeout"),
+                           (["--request-timeout", "nan"], "--request-timeout"),
+                           (["--batch-tokens", "0"], "--batch-tokens"),
+                           (["--max-body", "0"], "--max-body")]:
+            p = subprocess.run([server_util.WGLLM, "serve", "--port", "0", *args], capture_output=True, text=True,
+                               timeout=60)
+            self.assertEqual(p.returncode, 1, (args, p.stderr))
+            lines = p.stderr.strip().splitlines()
+            self.assertEqual(len(lines), 1, (args, p.stderr))
+            self.assertIn(flag, lines[0])
+            self.assertNotIn("listening", p.stderr)
 
 
 class QueueFull(ErrorsBase):
