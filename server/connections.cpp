@@ -10,7 +10,7 @@
 #include <string>
 #include <thread>
 
-#include <nlohmann/json.hpp>
+#include "openai.h"
 
 namespace wgllm::server {
 
@@ -139,12 +139,10 @@ void GuardedServer::widen_backlog() {
 }
 
 void GuardedServer::refuse(socket_t sock) {
-  const std::string body = nlohmann::json{{"error",
-                                           {{"message", "the server has " + std::to_string(limits_.max_connections) +
-                                                            " connections open (--max-connections); try again later"},
-                                            {"type", "server_error"},
-                                            {"param", nullptr},
-                                            {"code", "too_many_connections"}}}}
+  const std::string body = error_body(503,
+                                      "the server has " + std::to_string(limits_.max_connections) +
+                                          " connections open (--max-connections); try again later",
+                                      "", "too_many_connections")
                                .dump();
   const std::string reply = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: " +
                             std::to_string(body.size()) + "\r\nConnection: close\r\nRetry-After: 1\r\n\r\n" + body;

@@ -101,6 +101,14 @@ gpu::Buffer Uploader::stacked_vector(std::initializer_list<std::string> names, c
 
 std::string layer_prefix(uint32_t layer) { return "blk." + std::to_string(layer) + "."; }
 
+GpuLayer upload_attention_layer(Uploader& up, const ModelConfig& c, uint32_t layer) {
+  const std::string b = layer_prefix(layer);
+  GpuLayer L;
+  upload_attention(up, c, L, b);
+  upload_ffn(up, L, b);
+  return L;
+}
+
 void upload_attention(Uploader& up, const ModelConfig& c, GpuLayer& L, const std::string& b) {
   L.attn_norm = up.norm(b + "attn_norm.weight");
   if (up.fusable({b + "attn_q.weight", b + "attn_k.weight", b + "attn_v.weight"})) {

@@ -46,6 +46,8 @@ std::string layer_prefix(uint32_t layer);
 // An attention layer's weights: attn_norm, q/k/v (stacked when they share a type; biases with attn_bias), the per-head
 // q/k norms (qk_norm) and the output projection wo.
 void upload_attention(Uploader& up, const ModelConfig& c, GpuLayer& L, const std::string& prefix);
+// A layer of attention then the FFN (upload_attention, upload_ffn): llama's, and the start of gemma3's.
+GpuLayer upload_attention_layer(Uploader& up, const ModelConfig& c, uint32_t layer);
 // The FFN of every architecture: ffn_norm, gate/up interleaved when they share a type, and down.
 void upload_ffn(Uploader& up, GpuLayer& L, const std::string& prefix);
 // A short-convolution layer's weights (lfm2): attn_norm (the operator norm), in_proj, the conv taps and out_proj.

@@ -271,26 +271,28 @@ VKAPI_ATTR VkResult VKAPI_CALL CreateComputePipelines(VkDevice device, VkPipelin
 
 VKAPI_ATTR PFN_vkVoidFunction VKAPI_CALL GetDeviceProcAddr(VkDevice device, const char* name);
 
-VKAPI_ATTR PFN_vkVoidFunction VKAPI_CALL GetInstanceProcAddr(VkInstance instance, const char* name) {
-  const std::string n = name;
-  if (n == "vkGetInstanceProcAddr") return reinterpret_cast<PFN_vkVoidFunction>(&GetInstanceProcAddr);
+// The device-level functions this layer handles (nullptr: the next layer's).
+PFN_vkVoidFunction own_device_function(const std::string& n) {
   if (n == "vkGetDeviceProcAddr") return reinterpret_cast<PFN_vkVoidFunction>(&GetDeviceProcAddr);
-  if (n == "vkCreateInstance") return reinterpret_cast<PFN_vkVoidFunction>(&CreateInstance);
-  if (n == "vkDestroyInstance") return reinterpret_cast<PFN_vkVoidFunction>(&DestroyInstance);
-  if (n == "vkCreateDevice") return reinterpret_cast<PFN_vkVoidFunction>(&CreateDevice);
   if (n == "vkDestroyDevice") return reinterpret_cast<PFN_vkVoidFunction>(&DestroyDevice);
   if (n == "vkCreateShaderModule") return reinterpret_cast<PFN_vkVoidFunction>(&CreateShaderModule);
   if (n == "vkCreateComputePipelines") return reinterpret_cast<PFN_vkVoidFunction>(&CreateComputePipelines);
+  return nullptr;
+}
+
+VKAPI_ATTR PFN_vkVoidFunction VKAPI_CALL GetInstanceProcAddr(VkInstance instance, const char* name) {
+  const std::string n = name;
+  if (n == "vkGetInstanceProcAddr") return reinterpret_cast<PFN_vkVoidFunction>(&GetInstanceProcAddr);
+  if (n == "vkCreateInstance") return reinterpret_cast<PFN_vkVoidFunction>(&CreateInstance);
+  if (n == "vkDestroyInstance") return reinterpret_cast<PFN_vkVoidFunction>(&DestroyInstance);
+  if (n == "vkCreateDevice") return reinterpret_cast<PFN_vkVoidFunction>(&CreateDevice);
+  if (PFN_vkVoidFunction own = own_device_function(n)) return own;
   const PFN_vkGetInstanceProcAddr gipa = instance ? instance_data(instance).next_gipa : nullptr;
   return gipa ? gipa(instance, name) : nullptr;
 }
 
 VKAPI_ATTR PFN_vkVoidFunction VKAPI_CALL GetDeviceProcAddr(VkDevice device, const char* name) {
-  const std::string n = name;
-  if (n == "vkGetDeviceProcAddr") return reinterpret_cast<PFN_vkVoidFunction>(&GetDeviceProcAddr);
-  if (n == "vkDestroyDevice") return reinterpret_cast<PFN_vkVoidFunction>(&DestroyDevice);
-  if (n == "vkCreateShaderModule") return reinterpret_cast<PFN_vkVoidFunction>(&CreateShaderModule);
-  if (n == "vkCreateComputePipelines") return reinterpret_cast<PFN_vkVoidFunction>(&CreateComputePipelines);
+  if (PFN_vkVoidFunction own = own_device_function(name)) return own;
   PFN_vkGetDeviceProcAddr gdpa = nullptr;
   {
     std::lock_guard lock(g_mu);

@@ -12,10 +12,8 @@ namespace wgllm {
 namespace {
 
 GpuLayer upload(Uploader& up, const ModelConfig& c, uint32_t layer) {
+  GpuLayer L = upload_attention_layer(up, c, layer);
   const std::string b = layer_prefix(layer);
-  GpuLayer L;
-  upload_attention(up, c, L, b);
-  upload_ffn(up, L, b);
   L.post_attn_norm = up.vector(b + "post_attention_norm.weight");
   L.post_ffn_norm = up.vector(b + "post_ffw_norm.weight");
   return L;

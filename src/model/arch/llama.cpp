@@ -9,14 +9,6 @@ namespace wgllm {
 
 namespace {
 
-GpuLayer upload(Uploader& up, const ModelConfig& c, uint32_t layer) {
-  const std::string b = layer_prefix(layer);
-  GpuLayer L;
-  upload_attention(up, c, L, b);
-  upload_ffn(up, L, b);
-  return L;
-}
-
 // A decode step (n = 1) of a llama / qwen2 layer runs 5 dispatches:
 //   qkv_rope_append           q = rope(norm(x) Wq); k = rope(norm(x) Wk), v = norm(x) Wv into the KV cache
 //   attention_decode          attn = softmax(q K^T / sqrt(d)) V over the cache (+ a split-K reduce past 256 keys)
@@ -36,6 +28,6 @@ void encode(const LayerStep& s) {
 
 }  // namespace
 
-const LayerProgram kLlamaLayers{.upload = upload, .encode = encode};
+const LayerProgram kLlamaLayers{.upload = upload_attention_layer, .encode = encode};
 
 }  // namespace wgllm
