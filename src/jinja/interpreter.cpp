@@ -158,7 +158,19 @@ Interpreter::Flow Interpreter::exec(const Body& body, std::string& out) {
   return Flow::Normal;
 }
 
+// Errors of a statement's own work (a set or for target that cannot be unpacked from a value that is not iterable)
+// come out as TemplateError at the statement, as eval's do at an expression.
 Interpreter::Flow Interpreter::exec(const Stmt& s, std::string& out) {
+  try {
+    return exec_stmt(s, out);
+  } catch (const TemplateError&) {
+    throw;
+  } catch (const std::exception& ex) {
+    fail(s.offset, ex.what());
+  }
+}
+
+Interpreter::Flow Interpreter::exec_stmt(const Stmt& s, std::string& out) {
   switch (s.kind) {
     case Stmt::Kind::Text: out += s.text; break;
     case Stmt::Kind::Output: out += eval(*s.expr).to_str(); break;

@@ -32,7 +32,8 @@ class Interpreter {
   enum class Flow { Normal, Break, Continue };
 
   Flow exec(const Body& body, std::string& out);
-  Flow exec(const Stmt& s, std::string& out);
+  Flow exec(const Stmt& s, std::string& out);  // exec_stmt, its errors as TemplateError at the statement
+  Flow exec_stmt(const Stmt& s, std::string& out);
   Flow exec_for(const Stmt& s, std::string& out);
   void exec_set(const Stmt& s);
   Value eval_node(const Expr& e);
@@ -48,7 +49,7 @@ class Interpreter {
   std::tm now_;
   Scope root_;
   Scope* scope_ = &root_;
-  int call_depth_ = 0;  // macro and caller() calls in progress (bounded, as Python's recursion is)
+  int call_depth_ = 0;      // macro and caller() calls in progress (bounded, as Python's recursion is)
   int64_t iterations_ = 0;  // loop iterations so far: a render has a budget of them
 };
 

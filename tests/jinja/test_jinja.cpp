@@ -128,6 +128,10 @@ TEST(Jinja, ErrorsNameLineAndColumn) {
   EXPECT_EQ(error_of("{% set d = {} %}{% set d.x = 1 %}"),
             "line 1, column 24: cannot assign attribute on non-namespace object");
   EXPECT_EQ(error_of("{% break %}"), "line 1, column 4: 'break' outside a loop");
+  // unpacking a value that is not iterable, in a set or a for (found by fuzz_jinja: it escaped as another exception)
+  EXPECT_EQ(error_of("{% set nt, d = 2 %}"), "line 1, column 4: 'int' object is not iterable");
+  EXPECT_EQ(error_of("{% for a, b in [1, 2] %}{% endfor %}"), "line 1, column 4: 'int' object is not iterable");
+  EXPECT_EQ(error_of("{% for a in true %}{% endfor %}"), "line 1, column 13: 'bool' object is not iterable");
 }
 
 // A template is untrusted input (it comes with the model file): recursion, nesting and sizes are bounded, each an
