@@ -38,6 +38,7 @@ struct Options {
   bool skip_floors = false;
   uint64_t rotate_bytes = 256ull << 20;  // weight copies cycled by the matvec runs (beyond any L2)
   std::string matvec;                    // TxRxG override of the matvec shape
+  std::string batch_tokens;              // token counts of batch decode's product runs
   std::string matmul_tiles;              // comma-separated matmul tiles to sweep ("" = the chosen one)
   std::string rows_shapes;               // comma-separated shapes of the CPU adapters' kernel to sweep
   bool skip_matvec = false;
@@ -126,11 +127,12 @@ double median_time(gpu::Context& ctx, Encode encode, uint32_t per_submit, uint32
 // copies whose total exceeds the GPU's last-level cache make every dispatch read its weight from
 // memory, as a model's decode step does).
 double time_matmul(gpu::Context& ctx, std::span<const kernels::GpuWeight> copies, const gpu::Buffer& x,
-                   const gpu::Buffer& y, uint32_t n_tokens, uint32_t per_submit, uint32_t repeats) {
+                   const gpu::Buffer& y, uint32_t n_tokens, uint32_t per_submit, uint32_t repeats,
+                   kernels::MatmulImpl impl = kernels::MatmulImpl::Auto) {
   return median_time(
       ctx,
       [&](gpu::ComputeBatch& b, uint32_t i) {
-        kernels::encode_matmul(b, ctx, copies[i % copies.size()], x, y, n_tokens);
+        kernels::encode_matmul(b, ctx, copies[i % copies.size()], x, y, n_tokens, {.impl = impl});
       },
       per_submit, repeats);
 }
@@ -282,6 +284,12 @@ int run_bench_ops(const Options& o) {
   for (const auto& t : tiles) kernels::parse_matmul_tile(t);  // likewise --matmul-tiles
   if (tiles.empty()) tiles.push_back("");
   const std::vector<std::string> rows_shapes = split(o.rows_shapes, ',');
+  std::vector<uint32_t> batch_tokens;
+  for (const auto& n : split(o.batch_tokens, ',')) {
+    if (n.empty() || n.size() > 4 || n.find_first_not_of("0123456789") != std::string::npos || std::stoul(n) == 0)
+      throw InvalidArgument("--batch-tokens: '" + n + "' is not a token count (1..9999)");
+    batch_tokens.push_back(uint32_t(std::stoul(n)));
+  }
   for (const auto& r : rows_shapes)
     if (r != "off") kernels::parse_rows_config(r);  // and --rows-shapes
   // (matmul tile, rows shape) per run: each tile with each rows shape (the rows shapes each timed for matvec too)
@@ -315,7 +323,8 @@ int run_bench_ops(const Options& o) {
       const auto dims = split(shape, 'x');
       if (dims.size() != 2) throw InvalidArgument("--shapes: '" + shape + "' is not N_INxN_OUT");
       const uint32_t n_in = uint32_t(std::stoul(dims[0])), n_out = uint32_t(std::stoul(dims[1]));
-      const uint32_t max_t = o.skip_matmul ? 1 : std::max(1u, o.prefill_tokens);
+      uint32_t max_t = o.skip_matmul ? 1 : std::max(1u, o.prefill_tokens);
+      for (uint32_t n : batch_tokens) max_t = std::max(max_t, n);
       std::vector<float> xs(size_t(max_t) * n_in, 0.5f);
       auto x = ctx.upload<float>(xs, WGPUBufferUsage_Storage, "x");
       auto y = ctx.create_buffer(uint64_t(max_t) * n_out * 4, WGPUBufferUsage_Storage, "y");
@@ -339,6 +348,15 @@ int run_bench_ops(const Options& o) {
                         mv_shape.groups, mv_shape.units);
           std::printf("%-7s %-5s %5ux%-5u %6u %11.3f %8.1f GB/s  %s\n", "matvec", tname.c_str(), n_in, n_out, 1u,
                       mv * 1e3, double(bytes.size()) / mv / 1e9, kernels::rows_kernel_for(ctx, t) ? rows_label : label);
+        }
+        for (uint32_t n : batch_tokens) {  // batch decode's product: every token's sums as if alone
+          const auto impl = kernels::token_independent_impl(ctx);
+          const double bt = time_matmul(ctx, copies, x, y, n, std::max<uint32_t>(o.matvec_per_submit, copies.size()),
+                                        o.repeats, impl);
+          const auto bs = kernels::batch_matvec_config(ctx, n_out, n_in, t);
+          std::printf("%-7s %-5s %5ux%-5u %6u %11.3f %8.1f GFLOP/s  %.1f weight GB/s  (matvec shape %ux%ux%u)\n",
+                      "batch", tname.c_str(), n_in, n_out, n, bt * 1e3, kernels::matmul_flops(copies[0], n) / bt / 1e9,
+                      double(bytes.size()) / bt / 1e9, bs.threads_per_row, bs.rows, bs.groups);
         }
         if (!o.skip_matmul) {
           const double mm =
@@ -382,6 +400,9 @@ const Register reg{
                       "matmul tiles to sweep, comma-separated TOKENSxROWS[/TTxTR][xf16] (e.g. "
                       "64x128,64x128/8x8,128x64xf16; tuning)");
        app.add_flag("--no-matvec", o->skip_matvec, "only the matrix-matrix runs");
+       app.add_option("--batch-tokens", o->batch_tokens,
+                      "also time batch decode's product (each token's sums independent of the others) at these token "
+                      "counts, comma-separated (e.g. 4,16,64)");
        auto* shapes = app.get_option("--shapes");
        app.add_flag("--decode-table", o->decode_table,
                     std::string("one table of every type's one-token product in weight GB/s and % of the memory "

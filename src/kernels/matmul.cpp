@@ -15,18 +15,36 @@ using detail::fail;
 
 namespace {
 
-uint32_t matvec_slots(const MatvecConfig& mv) {
-  return mv.threads_per_row / std::min(mv.threads_per_row, mv.shuffle ? 4u : 1u);
+uint32_t matvec_slots(const gpu::Context& ctx, const MatvecConfig& mv) {
+  const uint32_t lanes = mv.shuffle ? std::max(4u, ctx.adapter().subgroup_min) : 1u;
+  return mv.threads_per_row / std::min(mv.threads_per_row, lanes);
+}
+
+// The matvec's tokens per pipeline for a pass of `count`: the count itself up to kMatvecMaxTokens, then 8 or 16
+// (the missing tokens computed and not stored), so a batch needs 6 pipelines per product, not 16.
+uint32_t matvec_tokens(uint32_t count) { return count <= kMatvecMaxTokens ? count : count <= 8 ? 8 : 16; }
+
+// The workgroup memory of a matvec pipeline with nt tokens: the slots of every value of every group.
+uint64_t matvec_red_bytes(const gpu::Context& ctx, const MatvecConfig& mv, uint32_t nt) {
+  return uint64_t(mv.rows + 1) * nt * mv.groups * matvec_slots(ctx, mv) * 4;
+}
+
+// The most tokens one matvec pass takes with this shape: kMatvecPassTokens, halved while its workgroup memory would
+// exceed the adapter's (down to kMatvecMaxTokens, which matvec_config checks).
+uint32_t matvec_pass_tokens(const gpu::Context& ctx, const MatvecConfig& mv) {
+  uint32_t n = kMatvecPassTokens;
+  while (n > kMatvecMaxTokens && matvec_red_bytes(ctx, mv, n) > ctx.limits().maxComputeWorkgroupStorageSize) n /= 2;
+  return n;
 }
 
 // Host constants for matvec.wgsl (after matmul_common.wgsl's): its shape, the lane sum and the entry point.
-std::string matvec_prelude(const MatvecConfig& mv, GgufType t, uint32_t nt, bool xv4) {
+std::string matvec_prelude(const gpu::Context& ctx, const MatvecConfig& mv, GgufType t, uint32_t nt, bool xv4) {
   auto u32 = [](const char* name, uint32_t v) {
     return std::string("const ") + name + ": u32 = " + std::to_string(v) + "u;\n";
   };
   std::string s = detail::weight_prelude(t, nt, mv.int_f16) + u32("MV_T", mv.threads_per_row) + u32("MV_R", mv.rows) +
                   u32("MV_G", mv.groups) + u32("MV_NV", mv.rows * nt + nt) + u32("MV_U", mv.units) +
-                  u32("MV_SLOTS", matvec_slots(mv)) + "const XV4: bool = " + (xv4 ? "true" : "false") +
+                  u32("MV_SLOTS", matvec_slots(ctx, mv)) + "const XV4: bool = " + (xv4 ? "true" : "false") +
                   ";\nconst MV_CHUNKS: bool = " + (block_elems(t) == 1 ? "false" : "true") + ";\n";
   if (mv.shuffle)
     return s +
@@ -142,12 +160,15 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
            : n_tokens <= kMatvecMaxTokens ? MatmulImpl::Matvec
                                           : MatmulImpl::Tiled;
   if (impl == MatmulImpl::Rows && !rows_kernel_reads(w.type)) impl = MatmulImpl::Matvec;
+  const bool batch_shape = impl == MatmulImpl::Batch;  // the matvec kernel in batch decode's shape
+  if (batch_shape) impl = MatmulImpl::Matvec;
 
   const uint32_t max_grid = ctx.limits().maxComputeWorkgroupsPerDimension;
   uint32_t step = detail::tokens_per_binding(fn, ctx, {w.n_in, y_width, y1_width, y2_width});
-  if (impl == MatmulImpl::Matvec) step = std::min(step, kMatvecMaxTokens);
   const gpu::Buffer& none = ctx.placeholder_storage();
-  const MatvecConfig mv = matvec_config(ctx, w.n_out, w.n_in, w.type);
+  const MatvecConfig mv =
+      batch_shape ? batch_matvec_config(ctx, w.n_out, w.n_in, w.type) : matvec_config(ctx, w.n_out, w.n_in, w.type);
+  if (impl == MatmulImpl::Matvec) step = std::min(step, matvec_pass_tokens(ctx, mv));
   const MatmulTile tile =
       impl == MatmulImpl::Tiled ? matmul_tile(ctx, std::min(step, n_tokens), w.n_out) : MatmulTile{};
   const RowsConfig rows = impl == MatmulImpl::Rows ? rows_config(ctx).value_or(RowsConfig{}) : RowsConfig{};
@@ -168,7 +189,8 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
     // not one per count (lavapipe takes seconds to compile each).
     const uint32_t rows_tokens = count == 1 ? 1 : rows.tokens;
     WGPUComputePipeline pipe =
-        impl == MatmulImpl::Matvec ? ctx.pipeline({kMatvecShader, "matvec", {}, matvec_prelude(mv, w.type, count, xv4)})
+        impl == MatmulImpl::Matvec
+            ? ctx.pipeline({kMatvecShader, "matvec", {}, matvec_prelude(ctx, mv, w.type, matvec_tokens(count), xv4)})
         : impl == MatmulImpl::Rows
             ? ctx.pipeline(
                   {kRowsShader, "matmul_rows", {}, rows_prelude(ctx, rows, w.type, rows_tokens, row_pairs, xv4)})
@@ -254,22 +276,36 @@ MatvecConfig gpu_matvec_config(uint32_t n_rows, uint32_t n_in, GgufType type) {
 
 }  // namespace
 
-MatvecConfig matvec_config(const gpu::Context& ctx, uint32_t n_rows, uint32_t n_in, GgufType type) {
-  MatvecConfig c;
-  if (!ctx.options().matvec_shape.empty()) c = parse_matvec_config(ctx.options().matvec_shape);
-  // CPU adapters (lavapipe) run a workgroup on one core, SIMD across invocations: short rows of
-  // threads with few reduction steps win.
-  else if (ctx.adapter().is_cpu())
-    c = {.threads_per_row = 8, .rows = 2, .groups = 8};
-  else
-    c = gpu_matvec_config(n_rows, n_in, type);
+namespace {
+
+// The shape with the adapter's shuffles, checked against its workgroup limits.
+MatvecConfig checked(const gpu::Context& ctx, MatvecConfig c) {
   c.shuffle = ctx.features().subgroups;
-  const uint64_t red_bytes = uint64_t(c.rows + 1) * kMatvecMaxTokens * c.groups * matvec_slots(c) * 4;
+  const uint64_t red_bytes = matvec_red_bytes(ctx, c, kMatvecMaxTokens);
   if (red_bytes > ctx.limits().maxComputeWorkgroupStorageSize ||
       c.threads_per_row * c.groups > ctx.limits().maxComputeInvocationsPerWorkgroup)
     throw InvalidArgument("matvec config " + std::to_string(c.threads_per_row) + "x" + std::to_string(c.rows) + "x" +
                           std::to_string(c.groups) + " exceeds the adapter's workgroup limits");
   return c;
+}
+
+}  // namespace
+
+MatvecConfig matvec_config(const gpu::Context& ctx, uint32_t n_rows, uint32_t n_in, GgufType type) {
+  if (!ctx.options().matvec_shape.empty()) return checked(ctx, parse_matvec_config(ctx.options().matvec_shape));
+  // CPU adapters (lavapipe) run a workgroup on one core, SIMD across invocations: short rows of
+  // threads with few reduction steps win.
+  if (ctx.adapter().is_cpu()) return checked(ctx, {.threads_per_row = 8, .rows = 2, .groups = 8});
+  return checked(ctx, gpu_matvec_config(n_rows, n_in, type));
+}
+
+// GPUs, float types: 32 threads per row (a subgroup on NVIDIA), 4 rows, 4 groups. The one-token shape's 128 or 256
+// threads per row reduce 16 tokens' 80 values through workgroup memory, which took the H200 2-3x longer at 16 and
+// 64 tokens (PERF.md, "Batched decode"); the block types' one-token shape was already the best there.
+MatvecConfig batch_matvec_config(const gpu::Context& ctx, uint32_t n_rows, uint32_t n_in, GgufType type) {
+  if (!ctx.options().matvec_shape.empty() || ctx.adapter().is_cpu() || block_elems(type) != 1)
+    return matvec_config(ctx, n_rows, n_in, type);
+  return checked(ctx, {.threads_per_row = 32, .rows = 4, .groups = 4});
 }
 
 MatvecConfig parse_matvec_config(const std::string& text) {
@@ -291,11 +327,10 @@ MatvecConfig parse_matvec_config(const std::string& text) {
                        .units = v.size() > 3 ? v[3] : 1,
                        .int_f16 = v.size() > 4 && v[4] != 0};
   const bool bad = c.threads_per_row == 0 || c.rows == 0 || c.units == 0 || c.rows % 2 || c.groups == 0 ||
-                   c.rows * kMatvecMaxTokens > c.threads_per_row || (c.threads_per_row & (c.threads_per_row - 1)) ||
-                   c.threads_per_row * c.groups > 1024;
+                   (c.threads_per_row & (c.threads_per_row - 1)) || c.threads_per_row * c.groups > 1024;
   if (bad)
     throw InvalidArgument("matvec config '" + text +
-                          "': threads per row a power of two >= rows * 4, rows even, groups > 0, <= 1024 threads");
+                          "': threads per row a power of two, rows even, groups > 0, <= 1024 threads");
   return c;
 }
 
@@ -339,7 +374,7 @@ bool rows_kernel_for(const gpu::Context& ctx, GgufType type) {
 }
 
 MatmulImpl token_independent_impl(const gpu::Context& ctx) {
-  return rows_config(ctx) ? MatmulImpl::Rows : MatmulImpl::Matvec;
+  return rows_config(ctx) ? MatmulImpl::Rows : MatmulImpl::Batch;
 }
 
 MatmulTile matmul_tile(const gpu::Context& ctx, uint32_t n_tokens, uint32_t n_rows) {

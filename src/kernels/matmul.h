@@ -14,18 +14,21 @@ namespace wgllm::kernels {
 
 enum class MatmulImpl {
   Auto,    // CPU adapters: Rows; GPUs: Matvec for n_tokens <= kMatvecMaxTokens, else Tiled
-  Matvec,  // one pass over W per kMatvecMaxTokens tokens
-  Tiled,   // register-tiled: output tiles through workgroup memory (MatmulTile)
+  Matvec,  // one pass over W per kMatvecPassTokens tokens (fewer where workgroup memory is short)
+  // Matvec in batch decode's shape (batch_matvec_config): a token's sums are the same bits whatever the tokens beside
+  // it, from 1 to any number
+  Batch,
+  Tiled,  // register-tiled: output tiles through workgroup memory (MatmulTile)
   // An invocation per 2 or 4 rows, all of their columns, RowsConfig::tokens tokens per pass over W (CPU adapters);
   // weight types it has no block loader for (rows_kernel_reads) take Matvec instead.
   Rows,
 };
-inline constexpr uint32_t kMatvecMaxTokens = 4;
+inline constexpr uint32_t kMatvecMaxTokens = 4;    // Auto's matvec: up to this many tokens
+inline constexpr uint32_t kMatvecPassTokens = 16;  // Matvec's tokens per pass over W (batch decode)
 
 // The matvec kernel's shape for an adapter and a weight of n_rows rows of n_in: a workgroup is `groups` groups of
-// `threads_per_row` threads, each group owning `rows` adjacent rows (even, for SwiGLU pairs;
-// rows * kMatvecMaxTokens <= threads_per_row); partial sums are reduced with subgroup shuffles
-// when `shuffle`.
+// `threads_per_row` threads, each group owning `rows` adjacent rows (even, for SwiGLU pairs); partial sums are
+// reduced with subgroup shuffles when `shuffle`. A token's sums depend on threads_per_row alone.
 struct MatvecConfig {
   uint32_t threads_per_row = 32, rows = 2, groups = 4;
   // Per row and step: chunks of 32 weights (the block types) or units of 8 (the float types); loads in flight: rows x
@@ -38,6 +41,9 @@ struct MatvecConfig {
 // context's matvec_shape option when set (benchmarks and tests tune with it).
 MatvecConfig matvec_config(const gpu::Context& ctx, uint32_t n_rows = 0, uint32_t n_in = 0,
                            GgufType type = GgufType::Q4_K);
+// MatmulImpl::Batch's shape: on GPUs 32 threads per row for the float types (their one-token shape reduces many
+// tokens slowly), the one-token shape otherwise. It depends on the weight alone, never on the token count.
+MatvecConfig batch_matvec_config(const gpu::Context& ctx, uint32_t n_rows, uint32_t n_in, GgufType type);
 // "THREADSxROWSxGROUPS[xUNITS[xINT_F16]]", e.g. "32x4x4x2x1" (ContextOptions::matvec_shape); InvalidArgument
 // when malformed or outside the kernel's constraints.
 MatvecConfig parse_matvec_config(const std::string& text);
@@ -76,7 +82,7 @@ RowsConfig parse_rows_config(const std::string& text);
 bool rows_kernel_reads(GgufType type);
 // Auto's choice: the Rows kernel on a CPU adapter (rows_config) for the types it reads.
 bool rows_kernel_for(const gpu::Context& ctx, GgufType type);
-// Batch decode's product: one whose result for a token does not depend on the tokens beside it (Matvec on GPUs,
+// Batch decode's product: one whose result for a token does not depend on the tokens beside it (Batch on GPUs,
 // Rows on CPU adapters, itself Matvec for the types Rows does not read).
 MatmulImpl token_independent_impl(const gpu::Context& ctx);
 

@@ -10,13 +10,41 @@
 // FLAG_NORM). x is read once per group for all MV_R rows (as vec4 when XV4).
 // The group's partials are summed with subgroup shuffles over min(MV_T, subgroup size) lanes,
 // then through workgroup memory. Traffic: the piece's weight bytes once per dispatch, NT tokens.
+// NT may exceed p.n_tokens (the host rounds a batch's count up to 8 or 16): the missing tokens read the last one
+// and are never stored. A token's arithmetic is the same whatever NT, MV_R, MV_G and MV_U are (only MV_T decides
+// which chunks a lane sums, in which order), so a token's outputs are the same bits alone or beside 15 others.
 // The entry point `matvec` (host prelude) passes the subgroup size (1 without subgroups).
 const MV_WG: u32 = MV_T * MV_G;
 const MV_ROWS: u32 = MV_G * MV_R;
 // MV_NV = MV_R * NT + NT (host constant): values per thread, dots [row][token] then x^2 [token].
 // MV_SLOTS (host constant): partial sums per group and value left after the shuffles, MV_T / the
-// smallest subgroup size possible (4 with subgroups, else 1).
+// adapter's smallest subgroup size (at least 4; 1 without subgroups).
 var<workgroup> red: array<f32, MV_NV * MV_G * MV_SLOTS>;
+
+// The token a pass's token t reads: past the pass's count, its last.
+fn mv_tok(t: u32) -> u32 { return min(t, p.n_tokens - 1u); }
+
+// Value v = j * NT + t of a group whose first row is row0 (row row0 + j, token t) with its next three rows' values
+// (for the SwiGLU and RoPE epilogues; zero past the group) and its token's sum of x^2: the epilogue and the store.
+fn mv_store(row0: u32, v: u32, dot_sum: f32, up_sum: f32, dot2: f32, dot3: f32, ss: f32) {
+  let j = v / NT;
+  let t = v % NT;
+  let r = row0 + j;
+  var scale = 1.0;
+  if (has(FLAG_NORM)) { scale = inv_rms(ss); }
+  if (r >= p.n_rows || t >= p.n_tokens) { return; }
+  if (has(FLAG_SWIGLU)) {
+    if (j % 2u == 0u) { store_swiglu(t, r, dot_sum * scale, up_sum * scale); }
+  } else if (has(FLAG_ROPE_KV)) {
+    if (has(FLAG_NEOX)) {
+      if (j % 4u == 0u) { store_rope_kv_neox(r, vec4<f32>(dot_sum, up_sum, dot2, dot3) * scale); }
+    } else if (j % 2u == 0u) {
+      store_rope_kv(r, dot_sum * scale, up_sum * scale);
+    }
+  } else {
+    store_y(t, r, dot_sum * scale);
+  }
+}
 
 fn mv_x8(t: u32, u: u32) -> W8 {
   if (XV4) {
@@ -68,7 +96,7 @@ fn matvec_main(wid: vec3<u32>, lid: u32, sg_size: u32) {
         let live = u0 + $k * MV_T < n_units;
         //#unroll t NT
         {
-          var xr = mv_x8($t, u$k);
+          var xr = mv_x8(mv_tok($t), u$k);
           if (!live) { xr = W8(vec4<f32>(0.0), vec4<f32>(0.0)); }
           vals[MV_R * NT + $t] += dot(xr.lo, xr.lo) + dot(xr.hi, xr.hi);
           let xv = W8(xr.lo * g.lo, xr.hi * g.hi);
@@ -104,8 +132,8 @@ fn matvec_main(wid: vec3<u32>, lid: u32, sg_size: u32) {
         let live = c0 + $k * MV_T < n_chunks;
         //#unroll t NT
         {
-          var x0 = mv_x16($t, cols.x);
-          var x1 = mv_x16($t, cols.y);
+          var x0 = mv_x16(mv_tok($t), cols.x);
+          var x1 = mv_x16(mv_tok($t), cols.y);
           if (!live) {
             x0 = zeros;
             x1 = zeros;
@@ -128,59 +156,51 @@ fn matvec_main(wid: vec3<u32>, lid: u32, sg_size: u32) {
     }
   }
   // Sum each value over the group's lanes: a butterfly of shuffles within aligned chunks of
-  // lanes. When the group fits one subgroup (chunk == MV_T) every lane then holds the sums and
-  // lane lt < MV_R * NT finishes value lt (row row0 + lt / NT, token lt % NT) at once; otherwise
-  // one slot per chunk goes through workgroup memory (on the H200 that path halved the rate of
-  // 256-thread groups; PERF.md).
+  // lanes. When the group fits one subgroup (chunk == MV_T) every lane then holds the sums, and when the group has a
+  // lane per value lane lt finishes value lt (row row0 + lt / NT, token lt % NT) at once; otherwise one slot per
+  // chunk goes through workgroup memory and lane lt finishes values lt, lt + MV_T, ... (on the H200 the slots halved
+  // the rate of 256-thread groups; PERF.md). A value's slots are added in the same order either way.
   let chunk = min(MV_T, sg_size);
   //#unroll k MV_NV
   vals[$k] = mv_lane_sum(vals[$k], chunk);
   //#end
-  let j = lt / NT;
-  let t = lt % NT;
-  var dot_sum = 0.0;
-  var up_sum = 0.0;  // the next row's dot: the up half of a SwiGLU pair, the partner of a RoPE pair
-  var dot2 = 0.0;    // and the two after it (neox RoPE quads)
-  var dot3 = 0.0;
-  var ss = 0.0;
-  if (chunk == MV_T) {
+  if (chunk == MV_T && MV_R * NT <= MV_T) {
     if (lt >= MV_R * NT) { return; }
+    var dot_sum = 0.0;
+    var up_sum = 0.0;  // the next row's dot: the up half of a SwiGLU pair, the partner of a RoPE pair
+    var dot2 = 0.0;    // and the two after it (neox RoPE quads)
+    var dot3 = 0.0;
+    var ss = 0.0;
     //#unroll k MV_NV
     if ($k == lt) { dot_sum = vals[$k]; }
     if ($k == lt + NT) { up_sum = vals[$k]; }
     if ($k == lt + 2u * NT) { dot2 = vals[$k]; }
     if ($k == lt + 3u * NT) { dot3 = vals[$k]; }
-    if ($k == MV_R * NT + t) { ss = vals[$k]; }
+    if ($k == MV_R * NT + lt % NT) { ss = vals[$k]; }
     //#end
-  } else {
-    //#unroll k MV_NV
-    if (lt % chunk == 0u) { red[($k * MV_G + grp) * MV_SLOTS + lt / chunk] = vals[$k]; }
-    //#end
-    workgroupBarrier();
-    if (lt >= MV_R * NT) { return; }
-    for (var c = 0u; c < MV_T / chunk; c += 1u) {
-      dot_sum += red[(lt * MV_G + grp) * MV_SLOTS + c];
-      if (j + 1u < MV_R) { up_sum += red[((lt + NT) * MV_G + grp) * MV_SLOTS + c]; }
-      if (j + 3u < MV_R) {
-        dot2 += red[((lt + 2u * NT) * MV_G + grp) * MV_SLOTS + c];
-        dot3 += red[((lt + 3u * NT) * MV_G + grp) * MV_SLOTS + c];
-      }
-      ss += red[((MV_R * NT + t) * MV_G + grp) * MV_SLOTS + c];
-    }
+    mv_store(row0, lt, dot_sum, up_sum, dot2, dot3, ss);
+    return;
   }
-  let r = row0 + j;
-  var scale = 1.0;
-  if (has(FLAG_NORM)) { scale = inv_rms(ss); }
-  if (r >= p.n_rows) { return; }
-  if (has(FLAG_SWIGLU)) {
-    if (j % 2u == 0u) { store_swiglu(t, r, dot_sum * scale, up_sum * scale); }
-  } else if (has(FLAG_ROPE_KV)) {
-    if (has(FLAG_NEOX)) {
-      if (j % 4u == 0u) { store_rope_kv_neox(r, vec4<f32>(dot_sum, up_sum, dot2, dot3) * scale); }
-    } else if (j % 2u == 0u) {
-      store_rope_kv(r, dot_sum * scale, up_sum * scale);
+  //#unroll k MV_NV
+  if (lt % chunk == 0u) { red[($k * MV_G + grp) * MV_SLOTS + lt / chunk] = vals[$k]; }
+  //#end
+  workgroupBarrier();
+  for (var v = lt; v < MV_R * NT; v += MV_T) {
+    let j = v / NT;
+    var dot_sum = 0.0;
+    var up_sum = 0.0;
+    var dot2 = 0.0;
+    var dot3 = 0.0;
+    var ss = 0.0;
+    for (var c = 0u; c < MV_T / chunk; c += 1u) {
+      dot_sum += red[(v * MV_G + grp) * MV_SLOTS + c];
+      if (j + 1u < MV_R) { up_sum += red[((v + NT) * MV_G + grp) * MV_SLOTS + c]; }
+      if (j + 3u < MV_R) {
+        dot2 += red[((v + 2u * NT) * MV_G + grp) * MV_SLOTS + c];
+        dot3 += red[((v + 3u * NT) * MV_G + grp) * MV_SLOTS + c];
+      }
+      ss += red[((MV_R * NT + v % NT) * MV_G + grp) * MV_SLOTS + c];
     }
-  } else {
-    store_y(t, r, dot_sum * scale);
+    mv_store(row0, v, dot_sum, up_sum, dot2, dot3, ss);
   }
 }

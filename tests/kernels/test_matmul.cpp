@@ -1,6 +1,7 @@
 // The weight kernels (matmul_common.wgsl + matvec.wgsl / matmul.wgsl) vs the CPU reference: every weight type, matvec
 // and tiled, odd shapes, weights split into pieces, and each fused epilogue; fresh random inputs, poisoned outputs.
 #include <cmath>
+#include <cstring>
 #include <iterator>
 #include <optional>
 #include "cpu/ops.h"
@@ -216,6 +217,9 @@ const EpilogueCase kEpilogueCases[] = {
     {"accum_q5_k_mm_t70", Q5_K, 256, 65, 70, Tiled, Epilogue::Accumulate},
     {"split_two_norm_bias_q4_k_mv_t1", Q4_K, 256, 96, 1, Matvec, Epilogue::SplitTwo, true, true},
     {"split_two_f16_mm_t75", F16, 128, 100, 75, Tiled, Epilogue::SplitTwo, true},
+    // batch decode's matvec passes: 16 tokens, then 5 in a pipeline of 8
+    {"swiglu_norm_q4_k_mv_t21", Q4_K, 512, 70, 21, Matvec, Epilogue::Swiglu, true},
+    {"split_norm_bias_f16_mv_t21", F16, 256, 100, 21, Matvec, Epilogue::Split, true, true},
 };
 
 // tol: the largest relative L2 error allowed (0: f32's, by type).
@@ -346,7 +350,7 @@ TEST(Matmul, OtherMatvecShapes) {
     EXPECT_EQ(kernels::matvec_config(ctx).threads_per_row, kernels::parse_matvec_config(shape).threads_per_row);
     size_t e = 0;
     for (const EpilogueCase& c : kEpilogueCases)
-      if (c.impl == Matvec && e++ % n_shapes == s) check_epilogue(ctx, c);
+      if (c.impl == Matvec && c.n_tokens <= kernels::kMatvecMaxTokens && e++ % n_shapes == s) check_epilogue(ctx, c);
     size_t i = 0;
     for (const MatmulCase& c : kMatmulCases)
       if (c.impl != Tiled && c.n_tokens <= kernels::kMatvecMaxTokens && (c.n_tokens == 1 || block_elems(c.type) == 1) &&
@@ -487,6 +491,53 @@ TEST(Matmul, NoSubgroupsMatvec) {
           MatmulCase{"nosg_q6_k_t2_split", Q6_K, 256, 61, 2, false, Auto, 2 * 1024}}) {
       const auto r = run_matmul(ctx, c, 77);
       EXPECT_LE(r.rel_l2, 1e-5) << c.name << ": " << r.describe();
+    }
+  }
+}
+
+// The matvec for many tokens (MatmulImpl::Matvec and batch decode's Batch: passes of up to 16 tokens; pipelines of
+// 1-4, 8 or 16 tokens whose missing tokens are computed and not stored) gives each token the same bits as a product
+// of that token alone, with the norm and bias epilogues, in the adapter's shapes and in one whose group is narrower
+// than its values.
+TEST(Matmul, MatvecTokensAsIfAlone) {
+  for (const char* shape : {"", "16x2x2"}) {
+    SCOPED_TRACE(shape);
+    gpu::Context ctx(context_options([&](auto& o) {
+      o.matvec_shape = shape;
+      o.rows_shape = "off";
+    }));
+    for (const auto& [type, impl] : {std::pair{Q4_K, Matvec}, std::pair{F16, MatmulImpl::Batch}}) {
+      SCOPED_TRACE(type_name(type));
+      auto gen = rng(321);
+      const uint32_t n_in = 512, n_out = 37, T = 21;
+      const auto bytes = random_weight(type, n_in, n_out, gen);
+      const auto w = kernels::upload_weight(ctx, type, n_in, n_out, bytes);
+      const auto x = random_floats(size_t(T) * n_in, gen);
+      const auto bias = random_floats(n_out, gen);
+      auto norm = random_floats(n_in, gen, 0.5f, 1.5f);
+      auto xs = ctx.upload<float>(x, WGPUBufferUsage_Storage, "x");
+      auto bbuf = ctx.upload<float>(bias, WGPUBufferUsage_Storage, "bias");
+      auto nbuf = ctx.upload<float>(norm, WGPUBufferUsage_Storage, "norm");
+      const kernels::MatmulOptions o{.bias = &bbuf, .norm = &nbuf, .eps = 1e-5f, .impl = impl};
+      auto y = poisoned(ctx, size_t(T) * n_out, "y");
+      std::vector<gpu::Buffer> x1, y1;
+      for (uint32_t t = 0; t < T; ++t) {
+        x1.push_back(ctx.upload<float>(std::span(x).subspan(size_t(t) * n_in, n_in), WGPUBufferUsage_Storage, "x1"));
+        y1.push_back(poisoned(ctx, n_out, "y1"));
+      }
+      gpu::ComputeBatch batch(ctx, "matvec tokens");
+      kernels::encode_matmul(batch, ctx, w, xs, y, T, o);
+      for (uint32_t t = 0; t < T; ++t) kernels::encode_matmul(batch, ctx, w, x1[t], y1[t], 1, o);
+      batch.submit_and_wait();
+      const auto all = ctx.read<float>(y);
+      const auto want = cpu::matmul(type, bytes, n_in, n_out, cpu::rms_norm(x, norm, T, n_in, 1e-5f), T, bias);
+      const auto r = compare(all, want);
+      EXPECT_LE(r.rel_l2, 2e-5) << r.describe();
+      for (uint32_t t = 0; t < T; ++t) {
+        const auto one = ctx.read<float>(y1[t]);
+        ASSERT_EQ(std::memcmp(one.data(), all.data() + size_t(t) * n_out, size_t(n_out) * 4), 0)
+            << "token " << t << " is not the same bits as alone";
+      }
     }
   }
 }
