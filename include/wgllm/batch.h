@@ -77,6 +77,7 @@ struct BatchStats {
   uint64_t steps = 0;                                // forward steps run
   uint64_t steps_chosen_on_gpu = 0;  // decode steps whose tokens were chosen on the GPU (all plain greedy), only
                                      // their ids read back
+  uint64_t steps_encoded_ahead = 0;  // decode steps encoded while the step before them ran (the same sequences)
   double busy_seconds = 0;           // time spent running steps
 };
 

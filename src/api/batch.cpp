@@ -346,6 +346,10 @@ struct BatchEngine::Impl {
       for (Slot* s : active) finish(*s, StopReason::Caller, e.what());
       return;
     }
+    {
+      std::lock_guard lock(mu);
+      stats.steps_encoded_ahead = decode->prepared_steps();
+    }
     if (on_gpu) {
       {
         std::lock_guard lock(mu);

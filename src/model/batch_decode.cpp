@@ -78,7 +78,7 @@ ModelError non_finite_logits(uint32_t pos, uint32_t sequence) {
 }  // namespace
 
 std::vector<float> GpuBatchDecode::step(std::span<GpuSession* const> sessions, std::span<const int32_t> ids) {
-  encode_step(sessions, ids, false);
+  run_step(sessions, ids, false);
   const uint32_t N = uint32_t(sessions.size()), V = model_.config.n_vocab;
   std::vector<float> logits(size_t(N) * V);
   ctx_.read_mapped(buf_->logits_host, 0, logits.data(), uint64_t(N) * V * 4);
@@ -89,7 +89,7 @@ std::vector<float> GpuBatchDecode::step(std::span<GpuSession* const> sessions, s
 }
 
 std::vector<int32_t> GpuBatchDecode::step_argmax(std::span<GpuSession* const> sessions, std::span<const int32_t> ids) {
-  encode_step(sessions, ids, true);
+  run_step(sessions, ids, true);
   const uint32_t N = uint32_t(sessions.size());
   std::vector<uint32_t> chosen(N);
   ctx_.read_mapped(buf_->chosen_host, 0, chosen.data(), uint64_t(N) * 4);
@@ -98,8 +98,53 @@ std::vector<int32_t> GpuBatchDecode::step_argmax(std::span<GpuSession* const> se
   return std::vector<int32_t>(chosen.begin(), chosen.end());
 }
 
-void GpuBatchDecode::encode_step(std::span<GpuSession* const> sessions, std::span<const int32_t> ids, bool argmax) {
-  const char* fn = argmax ? "GpuBatchDecode::step_argmax" : "GpuBatchDecode::step";
+// A step encoded while the previous one ran: the same sessions, each one position on, its ids written when it is
+// submitted. Everything else it encodes (positions, cache locations, buffers) follows from the sessions and their
+// positions alone.
+struct GpuBatchDecode::Prepared {
+  std::vector<GpuSession*> sessions;
+  std::vector<uint32_t> positions;
+  bool argmax = false;
+  const gpu::Profiler* profiler = nullptr;
+  Encoded step;
+};
+
+void GpuBatchDecode::run_step(std::span<GpuSession* const> sessions, std::span<const int32_t> ids, bool argmax) {
+  check_step(sessions, ids, argmax ? "GpuBatchDecode::step_argmax" : "GpuBatchDecode::step");
+  const uint32_t N = uint32_t(sessions.size());
+  std::unique_ptr<Prepared> prepared = std::move(next_);
+  const bool hit = prepared && prepared->argmax == argmax && prepared->profiler == ctx_.profiler() &&
+                   std::equal(sessions.begin(), sessions.end(), prepared->sessions.begin(), prepared->sessions.end()) &&
+                   std::equal(sessions.begin(), sessions.end(), prepared->positions.begin(),
+                              [](const GpuSession* s, uint32_t pos) { return s->n_past_ == pos; });
+  Encoded step = hit ? std::move(prepared->step) : encode_step(sessions, argmax);
+  prepared.reset();
+  ctx_.write_buffer(buf_->ids, 0, ids.data(), ids.size_bytes());
+  step.batch->submit();
+  if (hit) ++prepared_steps_;
+  if (step.shared) ++shared_steps_;
+  // Each session now holds its token, as a decode step of its own leaves it.
+  for (uint32_t i = 0; i < N; ++i) {
+    GpuSession& s = *sessions[i];
+    s.next_.reset();
+    s.tokens_.resize(s.n_past_);
+    s.tokens_.push_back(ids[i]);
+    ++s.n_past_;
+  }
+  // While the GPU works, the next step of the same sessions (the likely next call), where each has room for it.
+  if (std::all_of(sessions.begin(), sessions.end(), [](const GpuSession* s) { return s->n_past_ < s->n_ctx_; })) {
+    auto next = std::make_unique<Prepared>();
+    next->sessions.assign(sessions.begin(), sessions.end());
+    for (const GpuSession* s : sessions) next->positions.push_back(s->n_past_);
+    next->argmax = argmax;
+    next->profiler = ctx_.profiler();
+    next->step = encode_step(sessions, argmax);
+    next_ = std::move(next);
+  }
+}
+
+void GpuBatchDecode::check_step(std::span<GpuSession* const> sessions, std::span<const int32_t> ids,
+                                const char* fn) const {
   const ModelConfig& c = model_.config;
   if (sessions.size() != ids.size()) throw InvalidArgument(std::string(fn) + ": sessions and ids differ in count");
   if (sessions.empty() || sessions.size() > max_)
@@ -119,6 +164,11 @@ void GpuBatchDecode::encode_step(std::span<GpuSession* const> sessions, std::spa
       throw InvalidArgument("token id " + std::to_string(ids[i]) + " is outside the vocabulary [0, " +
                             std::to_string(V) + ")");
   }
+}
+
+GpuBatchDecode::Encoded GpuBatchDecode::encode_step(std::span<GpuSession* const> sessions, bool argmax) {
+  const ModelConfig& c = model_.config;
+  const uint32_t N = uint32_t(sessions.size()), V = c.n_vocab;
   Buffers& b = *buf_;
   // One dispatch for every sequence's RoPE + append and attention when their caches are views of one-pool caches
   // (and the adapter runs the tiled decode kernel).
@@ -134,7 +184,6 @@ void GpuBatchDecode::encode_step(std::span<GpuSession* const> sessions, std::spa
   }
   uint32_t max_pos = 0;
   if (shared) {
-    ++shared_steps_;
     std::vector<uint32_t> rows(size_t(N) * 4), queries(size_t(N) * 2);
     for (uint32_t i = 0; i < N; ++i) {
       const kernels::KvCache& view = sessions[i]->kv(uint32_t(first_attn));
@@ -175,8 +224,8 @@ void GpuBatchDecode::encode_step(std::span<GpuSession* const> sessions, std::spa
   }
   if (b.scratch.size < scratch) b.scratch = ctx_.create_buffer(scratch, kStorage, "batch decode scratch");
 
-  ctx_.write_buffer(b.ids, 0, ids.data(), ids.size_bytes());
-  gpu::ComputeBatch batch(ctx_, "batch decode", bind_cache_.get());
+  auto owned = std::make_unique<gpu::ComputeBatch>(ctx_, "batch decode", bind_cache_.get());
+  gpu::ComputeBatch& batch = *owned;
   kernels::encode_embedding(batch, ctx_, model_.weights.token_embd, b.ids, b.x, N);
   if (c.embd_scale != 1.f) kernels::encode_scale(batch, ctx_, b.x, uint64_t(N) * c.n_embd, c.embd_scale);
   // Every product of the step goes through a kernel whose arithmetic for a token does not depend on the tokens
@@ -286,16 +335,7 @@ void GpuBatchDecode::encode_step(std::span<GpuSession* const> sessions, std::spa
   } else {
     batch.copy(b.logits, 0, b.logits_host, 0, uint64_t(N) * V * 4);
   }
-  batch.submit();
-
-  // Each session now holds its token, as a decode step of its own leaves it.
-  for (uint32_t i = 0; i < N; ++i) {
-    GpuSession& s = *sessions[i];
-    s.next_.reset();
-    s.tokens_.resize(s.n_past_);
-    s.tokens_.push_back(ids[i]);
-    ++s.n_past_;
-  }
+  return {std::move(owned), shared};
 }
 
 }  // namespace wgllm

@@ -35,12 +35,24 @@ class GpuBatchDecode {
   uint64_t bind_groups_made() const { return bind_cache_->misses(); }
   // Steps that ran every sequence's RoPE + append and attention as one dispatch each (shared_kv), over its life.
   uint64_t shared_steps() const { return shared_steps_; }
+  // Steps submitted as encoded while the step before them ran (the same sessions, one position on), over its life.
+  uint64_t prepared_steps() const { return prepared_steps_; }
 
  private:
   struct Buffers;
-  // Checks the arguments, encodes and submits the step (its logits, or with argmax each row's chosen id, copied to
-  // the mappable buffer) and advances the sessions.
-  void encode_step(std::span<GpuSession* const> sessions, std::span<const int32_t> ids, bool argmax);
+  struct Prepared;
+  struct Encoded {
+    std::unique_ptr<gpu::ComputeBatch> batch;
+    bool shared = false;  // every sequence's RoPE + append and attention one dispatch each
+  };
+  // Checks the arguments, submits the step (the one encoded ahead when it was made for these sessions at these
+  // positions, else a fresh one), advances the sessions, then encodes their next step while the GPU runs this one.
+  void run_step(std::span<GpuSession* const> sessions, std::span<const int32_t> ids, bool argmax);
+  // InvalidArgument (naming fn) for a bad id, a full, foreign or repeated session or too many sessions.
+  void check_step(std::span<GpuSession* const> sessions, std::span<const int32_t> ids, const char* fn) const;
+  // The step of each session at its position, ids read from the ids buffer when it runs: its logits, or with argmax
+  // each row's chosen id, copied to the mappable buffer. Writes the positions' table buffers.
+  Encoded encode_step(std::span<GpuSession* const> sessions, bool argmax);
   gpu::Context& ctx_;
   const GpuModel& model_;
   uint32_t max_;
@@ -48,6 +60,8 @@ class GpuBatchDecode {
   std::unique_ptr<Buffers> buf_;
   std::unique_ptr<gpu::BindCache> bind_cache_;
   uint64_t shared_steps_ = 0;
+  uint64_t prepared_steps_ = 0;
+  std::unique_ptr<Prepared> next_;  // the step encoded ahead, if any
 };
 
 }  // namespace wgllm

@@ -36,9 +36,9 @@ std::ostream& operator<<(std::ostream& o, const BatchCase& c) { return o << c.mo
 
 class BatchDecode : public ::testing::TestWithParam<BatchCase> {};
 
-// Six sessions with prompts of different lengths (one long enough for a split-K attention) take five steps in
-// changing company (all six, five, one, three, six): each step's logits of a sequence equal, bit for bit, those
-// of a twin session stepped alone through the same engine, and match (relative L2) a third twin decoding on its
+// Six sessions with prompts of different lengths (one long enough for a split-K attention) take seven steps in
+// changing company (all six, five, one, one, three, six, six): each step's logits of a sequence equal, bit for bit,
+// those of a twin session stepped alone through the same engine, and match (relative L2) a third twin decoding on its
 // own with GpuSession::forward. The sessions then go on with forward as if each step had been theirs.
 TEST_P(BatchDecode, EachSequenceAsIfAlone) {
   const BatchCase& tc = GetParam();
@@ -73,8 +73,10 @@ TEST_P(BatchDecode, EachSequenceAsIfAlone) {
        own = sessions(nullptr);
   GpuBatchDecode bd(ctx, gm, uint32_t(S), tc.shared ? &pool_together : nullptr);
   GpuBatchDecode bd_alone(ctx, gm, uint32_t(S), tc.shared ? &pool_alone : nullptr);
-  const std::vector<std::vector<size_t>> steps = {
-      {0, 1, 2, 3, 4, 5}, {5, 4, 3, 1, 0}, {2}, {4, 0, 2}, {0, 1, 2, 3, 4, 5}};
+  // A step of the sessions of the step before runs as encoded ahead (GpuBatchDecode::prepared_steps): the 4th and
+  // the last.
+  const std::vector<std::vector<size_t>> steps = {{0, 1, 2, 3, 4, 5}, {5, 4, 3, 1, 0},   {2}, {2}, {4, 0, 2},
+                                                  {0, 1, 2, 3, 4, 5}, {0, 1, 2, 3, 4, 5}};
   double worst = 0;
   for (size_t k = 0; k < steps.size(); ++k) {
     std::vector<GpuSession*> group;
@@ -100,6 +102,7 @@ TEST_P(BatchDecode, EachSequenceAsIfAlone) {
     }
   }
   EXPECT_EQ(bd.shared_steps(), tc.shared && test::context().features().subgroups ? steps.size() : 0u);
+  EXPECT_EQ(bd.prepared_steps(), 2u);
   // Afterwards each session decodes and prefills on its own as its twin does.
   for (size_t i = 0; i < S; ++i) {
     const std::vector<int32_t> more = random_ids(V, 5, gen);
