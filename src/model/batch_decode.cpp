@@ -8,10 +8,8 @@
 #include "kernels/attention.h"
 #include "kernels/embedding.h"
 #include "kernels/matmul.h"
-#include "kernels/norm.h"
-#include "kernels/qk_norm_rope_kv.h"
 #include "kernels/scale.h"
-#include "kernels/shortconv.h"
+#include "model/arch/arch.h"
 #include "model/blocks.h"
 #include "wgllm/error.h"
 
@@ -23,7 +21,8 @@ constexpr auto kStorage = WGPUBufferUsage_Storage;
 
 // Activations for up to max_sequences tokens, row i for sequence i. Row-major [tokens][width] f32.
 struct GpuBatchDecode::Buffers {
-  gpu::Buffer ids, x, q, k, v, attn, gate, up, act, proj, bcx, conv_y, logits, logits_host, scratch;
+  SessionBuffers layer;  // what the layers' blocks read and write (ids, x, q, ..., decode_scratch)
+  gpu::Buffer logits, logits_host;
   gpu::Buffer chosen, chosen_host, argmax_scratch;  // step_argmax: [n] u32 ids, a mappable copy, the argmax's partials
   gpu::Buffer rows;     // [n] (position, K offset, V offset, 0): the RoPE + append of every sequence (shared_kv)
   gpu::Buffer queries;  // [n] (position, first page): the attention of every sequence (shared_kv)
@@ -43,7 +42,8 @@ GpuBatchDecode::GpuBatchDecode(gpu::Context& ctx, const GpuModel& model, uint32_
   auto make = [&](uint64_t floats, const char* label) {
     return ctx.create_buffer(std::max<uint64_t>(floats, 4) * 4, kStorage, label);
   };
-  Buffers& b = *buf_;
+  Buffers& bb = *buf_;
+  SessionBuffers& b = bb.layer;
   const bool conv = !c.conv_layers.empty();
   b.ids = make(N, "batch ids");
   b.x = make(N * E, "batch x");
@@ -57,15 +57,15 @@ GpuBatchDecode::GpuBatchDecode(gpu::Context& ctx, const GpuModel& model, uint32_
   b.proj = make(c.post_norms ? N * E : 1, "batch proj");
   b.bcx = make(conv ? N * 3 * E : 1, "batch bcx");
   b.conv_y = make(conv ? N * E : 1, "batch conv y");
-  b.logits = make(N * V, "batch logits");
-  b.logits_host = ctx.create_buffer(N * V * 4, WGPUBufferUsage_MapRead, "batch logits readback");
-  b.scratch = make(1, "batch decode scratch");
-  b.chosen = make(N, "batch chosen ids");
-  b.chosen_host = ctx.create_buffer(N * 4, WGPUBufferUsage_MapRead, "batch chosen ids readback");
-  b.argmax_scratch =
+  b.decode_scratch = make(1, "batch decode scratch");
+  bb.logits = make(N * V, "batch logits");
+  bb.logits_host = ctx.create_buffer(N * V * 4, WGPUBufferUsage_MapRead, "batch logits readback");
+  bb.chosen = make(N, "batch chosen ids");
+  bb.chosen_host = ctx.create_buffer(N * 4, WGPUBufferUsage_MapRead, "batch chosen ids readback");
+  bb.argmax_scratch =
       ctx.create_buffer(kernels::argmax_scratch_bytes(uint32_t(V), uint32_t(N)), kStorage, "batch argmax scratch");
-  b.rows = make(N * 4, "batch decode rows");
-  b.queries = make(N * 2, "batch decode queries");
+  bb.rows = make(N * 4, "batch decode rows");
+  bb.queries = make(N * 2, "batch decode queries");
 }
 
 GpuBatchDecode::~GpuBatchDecode() = default;
@@ -119,7 +119,7 @@ void GpuBatchDecode::run_step(std::span<GpuSession* const> sessions, std::span<c
                               [](const GpuSession* s, uint32_t pos) { return s->n_past_ == pos; });
   Encoded step = hit ? std::move(prepared->step) : encode_step(sessions, argmax);
   prepared.reset();
-  ctx_.write_buffer(buf_->ids, 0, ids.data(), ids.size_bytes());
+  ctx_.write_buffer(buf_->layer.ids, 0, ids.data(), ids.size_bytes());
   step.batch->submit();
   if (hit) ++prepared_steps_;
   if (step.shared) ++shared_steps_;
@@ -169,7 +169,15 @@ void GpuBatchDecode::check_step(std::span<GpuSession* const> sessions, std::span
 GpuBatchDecode::Encoded GpuBatchDecode::encode_step(std::span<GpuSession* const> sessions, bool argmax) {
   const ModelConfig& c = model_.config;
   const uint32_t N = uint32_t(sessions.size()), V = c.n_vocab;
-  Buffers& b = *buf_;
+  Buffers& bb = *buf_;
+  SessionBuffers& b = bb.layer;
+  StepRows rows;
+  rows.rows = &bb.rows;
+  rows.queries = &bb.queries;
+  for (GpuSession* s : sessions) {
+    rows.states.push_back(&s->state_);
+    rows.positions.push_back(s->n_past_);
+  }
   // One dispatch for every sequence's RoPE + append and attention when their caches are views of one-pool caches
   // (and the adapter runs the tiled decode kernel).
   int first_attn = -1;
@@ -184,20 +192,22 @@ GpuBatchDecode::Encoded GpuBatchDecode::encode_step(std::span<GpuSession* const>
   }
   uint32_t max_pos = 0;
   if (shared) {
-    std::vector<uint32_t> rows(size_t(N) * 4), queries(size_t(N) * 2);
+    std::vector<uint32_t> table(size_t(N) * 4), queries(size_t(N) * 2);
     for (uint32_t i = 0; i < N; ++i) {
       const kernels::KvCache& view = sessions[i]->kv(uint32_t(first_attn));
       const uint32_t pos = sessions[i]->n_past_;
       const kernels::KvCache::Location at = view.locate(pos);  // the same in every layer's cache
-      rows[i * 4] = pos;
-      rows[i * 4 + 1] = uint32_t(at.k_elem);
-      rows[i * 4 + 2] = uint32_t(at.v_elem);
+      table[i * 4] = pos;
+      table[i * 4 + 1] = uint32_t(at.k_elem);
+      table[i * 4 + 2] = uint32_t(at.v_elem);
       queries[i * 2] = pos;
       queries[i * 2 + 1] = view.page_base();
       max_pos = std::max(max_pos, pos);
     }
-    ctx_.write_buffer(b.rows, 0, rows.data(), rows.size() * 4);
-    ctx_.write_buffer(b.queries, 0, queries.data(), queries.size() * 4);
+    ctx_.write_buffer(bb.rows, 0, table.data(), table.size() * 4);
+    ctx_.write_buffer(bb.queries, 0, queries.data(), queries.size() * 4);
+    rows.shared = shared_kv_;
+    rows.max_pos = max_pos;
   }
   // The split-K scratch the longest attention of the step needs.
   uint64_t scratch = 16;
@@ -222,7 +232,7 @@ GpuBatchDecode::Encoded GpuBatchDecode::encode_step(std::span<GpuSession* const>
       scratch = std::max(scratch, kernels::attention_decode_scratch_bound(shape, s->kv(l)));
     }
   }
-  if (b.scratch.size < scratch) b.scratch = ctx_.create_buffer(scratch, kStorage, "batch decode scratch");
+  if (b.decode_scratch.size < scratch) b.decode_scratch = ctx_.create_buffer(scratch, kStorage, "batch decode scratch");
 
   auto owned = std::make_unique<gpu::ComputeBatch>(ctx_, "batch decode", bind_cache_.get());
   gpu::ComputeBatch& batch = *owned;
@@ -230,110 +240,27 @@ GpuBatchDecode::Encoded GpuBatchDecode::encode_step(std::span<GpuSession* const>
   if (c.embd_scale != 1.f) kernels::encode_scale(batch, ctx_, b.x, uint64_t(N) * c.n_embd, c.embd_scale);
   // Every product of the step goes through a kernel whose arithmetic for a token does not depend on the tokens
   // beside it, so a sequence's logits are the same bits whatever else runs in the step (the GPUs' tiled kernel,
-  // taken from 5 tokens on elsewhere, sums in another order).
-  const kernels::MatmulImpl impl = kernels::token_independent_impl(ctx_);
-  for (uint32_t l = 0; l < c.n_layer; ++l) {
-    const GpuLayer& L = model_.weights.layers[l];
-    if (c.is_conv(l)) {
-      // x += out_proj(C * conv(B * x)), B, C, x = norm(x) in_proj; each sequence's convolution over its own state
-      kernels::encode_matmul(batch, ctx_, L.in_proj, b.x, b.bcx, N,
-                             {.norm = &L.attn_norm, .eps = c.rms_eps, .impl = impl});
-      for (uint32_t i = 0; i < N; ++i) {
-        GpuSession& s = *sessions[i];
-        const kernels::ShortConvShape shape{.n_tokens = 1,
-                                            .n_embd = c.n_embd,
-                                            .taps = c.l_cache,
-                                            .pos = s.n_past_,
-                                            .ring_rows = s.state_.conv_rows,
-                                            .row = i};
-        kernels::encode_shortconv(batch, ctx_, shape, b.bcx, L.conv, s.state_.conv[l], b.conv_y);
-      }
-      kernels::encode_matmul(batch, ctx_, L.out_proj, b.conv_y, b.x, N, {.accumulate = true, .impl = impl});
-    } else {
-      // q, k, v = norm(x) (wq, wk, wv) (+ biases), then per sequence: the q/k norm (when the model has it), RoPE and
-      // the append into its own cache, and attention over that cache
-      encode_qkv_products(batch, ctx_, c, L, b.x, b.q, b.k, b.v, N, impl);
-      const gpu::Buffer& none = ctx_.placeholder_storage();
-      if (shared) {
-        const kernels::KvCache& owner = *shared_kv_->at(l);
-        const kernels::QkNormRopeKvShape rope{.n_head = c.n_head,
-                                              .n_kv = c.n_head_kv,
-                                              .head_dim = c.head_dim,
-                                              .rope_dim = c.rope_dim,
-                                              .type = c.rope_type,
-                                              .eps = c.rms_eps,
-                                              .norm = c.qk_norm};
-        kernels::encode_qk_norm_rope_kv_rows(batch, ctx_, rope, N, model_.weights.layer_rope_table(c, l), b.q, b.k, b.v,
-                                             c.qk_norm ? L.q_norm : none, c.qk_norm ? L.k_norm : none, owner, b.rows);
-        const kernels::AttentionShape all{.n_heads = c.n_head,
-                                          .n_kv_heads = c.n_head_kv,
-                                          .head_dim = c.head_dim,
-                                          .n_queries = N,
-                                          .scale = c.attn_scale,
-                                          .window = c.layer_window(l)};
-        // every sequence's attention in one dispatch: the per-head kernel whatever the depths (bit-identical outputs
-        // whatever the batch; attention.h)
-        kernels::encode_attention_decode_rows(batch, ctx_, all, b.q, owner, sessions[0]->kv(l), b.queries, max_pos,
-                                              b.attn, b.scratch);
-      }
-      for (uint32_t i = 0; i < N && !shared; ++i) {
-        GpuSession& s = *sessions[i];
-        const kernels::QkNormRopeKvShape rope{.n_head = c.n_head,
-                                              .n_kv = c.n_head_kv,
-                                              .head_dim = c.head_dim,
-                                              .rope_dim = c.rope_dim,
-                                              .type = c.rope_type,
-                                              .pos = s.n_past_,
-                                              .eps = c.rms_eps,
-                                              .norm = c.qk_norm,
-                                              .row = i};
-        kernels::encode_qk_norm_rope_kv(batch, ctx_, rope, model_.weights.layer_rope_table(c, l), b.q, b.k, b.v,
-                                        c.qk_norm ? L.q_norm : none, c.qk_norm ? L.k_norm : none, s.kv(l));
-        const kernels::AttentionShape shape{.n_heads = c.n_head,
-                                            .n_kv_heads = c.n_head_kv,
-                                            .head_dim = c.head_dim,
-                                            .n_queries = 1,
-                                            .start_pos = s.n_past_,
-                                            .scale = c.attn_scale,
-                                            .window = c.layer_window(l),
-                                            .row = i};
-        // the kernel the session's own decode picks at this depth (DecodeKernel::Auto), so the same bits
-        kernels::encode_attention_decode(batch, ctx_, shape, b.q, s.kv(l), b.attn, &b.scratch);
-      }
-      if (c.post_norms) {  // gemma: x += rms_norm(attn wo) * post_attn_norm
-        kernels::encode_matmul(batch, ctx_, L.wo, b.attn, b.proj, N, {.impl = impl});
-        kernels::encode_rms_norm(batch, ctx_, b.proj, L.post_attn_norm, b.x, N, c.n_embd, c.rms_eps, true);
-      } else {
-        kernels::encode_matmul(batch, ctx_, L.wo, b.attn, b.x, N, {.accumulate = true, .impl = impl});
-      }
-    }
-    // The FFN: act = act(norm(x) w_gate) * (norm(x) w_up), x += act w_down
-    const bool gelu = c.ffn_act == FfnAct::GeluTanh;
-    if (!L.w_gate_up.empty()) {
-      kernels::encode_matmul(batch, ctx_, L.w_gate_up, b.x, b.act, N,
-                             {.norm = &L.ffn_norm, .eps = c.rms_eps, .swiglu = true, .gelu = gelu, .impl = impl});
-    } else {
-      kernels::encode_matmul(batch, ctx_, L.w_gate, b.x, b.gate, N,
-                             {.norm = &L.ffn_norm, .eps = c.rms_eps, .impl = impl});
-      kernels::encode_matmul(batch, ctx_, L.w_up, b.x, b.up, N, {.norm = &L.ffn_norm, .eps = c.rms_eps, .impl = impl});
-      kernels::encode_swiglu(batch, ctx_, b.gate, b.up, b.act, uint64_t(N) * c.n_ff, c.ffn_act);
-    }
-    if (c.post_norms) {
-      kernels::encode_matmul(batch, ctx_, L.w_down, b.act, b.proj, N, {.impl = impl});
-      kernels::encode_rms_norm(batch, ctx_, b.proj, L.post_ffn_norm, b.x, N, c.n_embd, c.rms_eps, true);
-    } else {
-      kernels::encode_matmul(batch, ctx_, L.w_down, b.act, b.x, N, {.accumulate = true, .impl = impl});
-    }
-  }
-  kernels::encode_matmul(batch, ctx_, model_.logits_weight(), b.x, b.logits, N,
-                         {.norm = &model_.weights.output_norm, .eps = c.rms_eps, .impl = impl});
+  // taken from 5 tokens on elsewhere, sums in another order): the layers' blocks see `rows`.
+  const LayerProgram& program = layer_program(c.arch);
+  for (uint32_t l = 0; l < c.n_layer; ++l)
+    program.encode(LayerStep{.batch = batch,
+                             .ctx = ctx_,
+                             .model = model_,
+                             .L = model_.weights.layers[l],
+                             .b = b,
+                             .layer = l,
+                             .n = N,
+                             .rows = &rows});
+  kernels::encode_matmul(
+      batch, ctx_, model_.logits_weight(), b.x, bb.logits, N,
+      {.norm = &model_.weights.output_norm, .eps = c.rms_eps, .impl = kernels::token_independent_impl(ctx_)});
   if (c.final_logit_softcap > 0)
-    kernels::encode_scale(batch, ctx_, b.logits, uint64_t(N) * V, 1.f, c.final_logit_softcap);
+    kernels::encode_scale(batch, ctx_, bb.logits, uint64_t(N) * V, 1.f, c.final_logit_softcap);
   if (argmax) {  // each row's id chosen here (the lowest index of its largest logit), only the ids come back
-    kernels::encode_argmax(batch, ctx_, b.logits, V, b.argmax_scratch, b.chosen, 0, N);
-    batch.copy(b.chosen, 0, b.chosen_host, 0, uint64_t(N) * 4);
+    kernels::encode_argmax(batch, ctx_, bb.logits, V, bb.argmax_scratch, bb.chosen, 0, N);
+    batch.copy(bb.chosen, 0, bb.chosen_host, 0, uint64_t(N) * 4);
   } else {
-    batch.copy(b.logits, 0, b.logits_host, 0, uint64_t(N) * V * 4);
+    batch.copy(bb.logits, 0, bb.logits_host, 0, uint64_t(N) * V * 4);
   }
   return {std::move(owned), shared};
 }

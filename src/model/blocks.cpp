@@ -18,6 +18,60 @@ namespace {
 
 const gpu::Buffer* optional(const gpu::Buffer& b) { return b.size ? &b : nullptr; }
 
+// The products' kernel: Auto for one sequence's step, a token-independent one for a batched step.
+kernels::MatmulImpl product_impl(const LayerStep& s) {
+  return s.rows ? kernels::token_independent_impl(s.ctx) : kernels::MatmulImpl::Auto;
+}
+
+// A batched decode step's attention: the q/k/v products for every sequence's token, then per sequence the q/k norm
+// (where the model has it), RoPE and the append into its own cache, and attention over that cache (one dispatch for
+// all of them when the caches share one pool).
+void encode_attention_rows(const LayerStep& s) {
+  const ModelConfig& c = s.model.config;
+  const GpuLayer& L = s.L;
+  SessionBuffers& b = s.b;
+  const StepRows& r = *s.rows;
+  const uint32_t l = s.layer;
+  encode_qkv_products(s.batch, s.ctx, c, L, b.x, b.q, b.k, b.v, s.n, product_impl(s));
+  const gpu::Buffer& none = s.ctx.placeholder_storage();
+  const gpu::Buffer& rope_table = s.model.weights.layer_rope_table(c, l);
+  const gpu::Buffer& q_norm = c.qk_norm ? L.q_norm : none;
+  const gpu::Buffer& k_norm = c.qk_norm ? L.k_norm : none;
+  kernels::QkNormRopeKvShape rope{.n_head = c.n_head,
+                                  .n_kv = c.n_head_kv,
+                                  .head_dim = c.head_dim,
+                                  .rope_dim = c.rope_dim,
+                                  .type = c.rope_type,
+                                  .eps = c.rms_eps,
+                                  .norm = c.qk_norm};
+  kernels::AttentionShape shape{.n_heads = c.n_head,
+                                .n_kv_heads = c.n_head_kv,
+                                .head_dim = c.head_dim,
+                                .n_queries = 1,
+                                .scale = c.attn_scale,
+                                .window = c.layer_window(l)};
+  if (r.shared) {
+    const kernels::KvCache& owner = *r.shared->at(l);
+    kernels::encode_qk_norm_rope_kv_rows(s.batch, s.ctx, rope, s.n, rope_table, b.q, b.k, b.v, q_norm, k_norm, owner,
+                                         *r.rows);
+    // the per-head kernel whatever the depths (bit-identical outputs whatever the batch; attention.h)
+    shape.n_queries = s.n;
+    kernels::encode_attention_decode_rows(s.batch, s.ctx, shape, b.q, owner, *r.states[0]->kv[l], *r.queries, r.max_pos,
+                                          b.attn, b.decode_scratch);
+    return;
+  }
+  for (uint32_t i = 0; i < s.n; ++i) {
+    kernels::KvCache& kv = *r.states[i]->kv[l];
+    rope.pos = r.positions[i];
+    rope.row = i;
+    kernels::encode_qk_norm_rope_kv(s.batch, s.ctx, rope, rope_table, b.q, b.k, b.v, q_norm, k_norm, kv);
+    shape.start_pos = r.positions[i];
+    shape.row = i;
+    // the kernel the session's own decode picks at this depth (DecodeKernel::Auto), so the same bits
+    kernels::encode_attention_decode(s.batch, s.ctx, shape, b.q, kv, b.attn, &b.decode_scratch);
+  }
+}
+
 }  // namespace
 
 void encode_qkv_products(gpu::ComputeBatch& batch, gpu::Context& ctx, const ModelConfig& c, const GpuLayer& L,
@@ -54,12 +108,13 @@ DecodeQkv decode_qkv_for(const gpu::Context& ctx, const ModelConfig& c, const Gp
 }
 
 void encode_attention(const LayerStep& s) {
+  if (s.rows) return encode_attention_rows(s);
   const ModelConfig& c = s.model.config;
   const GpuLayer& L = s.L;
   SessionBuffers& b = s.b;
   gpu::ComputeBatch& batch = s.batch;
   const uint32_t n = s.n, pos = s.pos;
-  kernels::KvCache& kv = *s.state.kv[s.layer];
+  kernels::KvCache& kv = *s.state->kv[s.layer];
   const gpu::Buffer& rope_table = s.model.weights.layer_rope_table(c, s.layer);
   const kernels::QkvRopeAppend qkv_rope{.table = &rope_table,
                                         .head_dim = c.head_dim,
@@ -136,12 +191,14 @@ void encode_ffn(const LayerStep& s) {
   SessionBuffers& b = s.b;
   // act = silu(h @ w_gate) * (h @ w_up) (gemma: gelu_tanh), h = rms_norm(x) * ffn_norm
   const bool gelu = c.ffn_act == FfnAct::GeluTanh;
+  const kernels::MatmulImpl impl = product_impl(s);
   if (!L.w_gate_up.empty()) {
     kernels::encode_matmul(s.batch, s.ctx, L.w_gate_up, b.x, b.act, s.n,
-                           {.norm = &L.ffn_norm, .eps = c.rms_eps, .swiglu = true, .gelu = gelu});
+                           {.norm = &L.ffn_norm, .eps = c.rms_eps, .swiglu = true, .gelu = gelu, .impl = impl});
   } else {
-    kernels::encode_matmul(s.batch, s.ctx, L.w_gate, b.x, b.gate, s.n, {.norm = &L.ffn_norm, .eps = c.rms_eps});
-    kernels::encode_matmul(s.batch, s.ctx, L.w_up, b.x, b.up, s.n, {.norm = &L.ffn_norm, .eps = c.rms_eps});
+    const kernels::MatmulOptions normed{.norm = &L.ffn_norm, .eps = c.rms_eps, .impl = impl};
+    kernels::encode_matmul(s.batch, s.ctx, L.w_gate, b.x, b.gate, s.n, normed);
+    kernels::encode_matmul(s.batch, s.ctx, L.w_up, b.x, b.up, s.n, normed);
     kernels::encode_swiglu(s.batch, s.ctx, b.gate, b.up, b.act, uint64_t(s.n) * c.n_ff, c.ffn_act);
   }
 }
@@ -151,21 +208,36 @@ void encode_conv(const LayerStep& s) {
   const GpuLayer& L = s.L;
   SessionBuffers& b = s.b;
   // B, C, x = rms_norm(x) * attn_norm @ in_proj
-  kernels::encode_matmul(s.batch, s.ctx, L.in_proj, b.x, b.bcx, s.n, {.norm = &L.attn_norm, .eps = c.rms_eps});
-  // conv_y = C * conv(B * x) over the conv state, which takes this chunk's B * x rows
-  const kernels::ShortConvShape shape{
-      .n_tokens = s.n, .n_embd = c.n_embd, .taps = c.l_cache, .pos = s.pos, .ring_rows = s.state.conv_rows};
-  kernels::encode_shortconv(s.batch, s.ctx, shape, b.bcx, L.conv, s.state.conv[s.layer], b.conv_y);
+  kernels::encode_matmul(s.batch, s.ctx, L.in_proj, b.x, b.bcx, s.n,
+                         {.norm = &L.attn_norm, .eps = c.rms_eps, .impl = product_impl(s)});
+  // conv_y = C * conv(B * x) over the conv state, which takes this chunk's B * x rows; in a batched step each
+  // sequence's row over its own state
+  if (!s.rows) {
+    const kernels::ShortConvShape shape{
+        .n_tokens = s.n, .n_embd = c.n_embd, .taps = c.l_cache, .pos = s.pos, .ring_rows = s.state->conv_rows};
+    kernels::encode_shortconv(s.batch, s.ctx, shape, b.bcx, L.conv, s.state->conv[s.layer], b.conv_y);
+    return;
+  }
+  for (uint32_t i = 0; i < s.n; ++i) {
+    const SequenceState& state = *s.rows->states[i];
+    const kernels::ShortConvShape shape{.n_tokens = 1,
+                                        .n_embd = c.n_embd,
+                                        .taps = c.l_cache,
+                                        .pos = s.rows->positions[i],
+                                        .ring_rows = state.conv_rows,
+                                        .row = i};
+    kernels::encode_shortconv(s.batch, s.ctx, shape, b.bcx, L.conv, state.conv[s.layer], b.conv_y);
+  }
 }
 
 void encode_residual(const LayerStep& s, const kernels::GpuWeight& w, const gpu::Buffer& in) {
-  kernels::encode_matmul(s.batch, s.ctx, w, in, s.b.x, s.n, {.accumulate = true});
+  kernels::encode_matmul(s.batch, s.ctx, w, in, s.b.x, s.n, {.accumulate = true, .impl = product_impl(s)});
 }
 
 void encode_post_norm_residual(const LayerStep& s, const kernels::GpuWeight& w, const gpu::Buffer& in,
                                const gpu::Buffer& norm) {
   const ModelConfig& c = s.model.config;
-  kernels::encode_matmul(s.batch, s.ctx, w, in, s.b.proj, s.n);
+  kernels::encode_matmul(s.batch, s.ctx, w, in, s.b.proj, s.n, {.impl = product_impl(s)});
   kernels::encode_rms_norm(s.batch, s.ctx, s.b.proj, norm, s.b.x, s.n, c.n_embd, c.rms_eps, true);
 }
 

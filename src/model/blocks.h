@@ -5,6 +5,8 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <optional>
+#include <vector>
 
 #include "gpu/batch.h"
 #include "kernels/matmul.h"
@@ -54,16 +56,32 @@ enum class DecodeQkv : uint8_t {
 // The choice for a layer on this adapter (the session makes it once per layer).
 DecodeQkv decode_qkv_for(const gpu::Context& ctx, const ModelConfig& c, const GpuLayer& L);
 
-// One layer of one step: n tokens at positions pos.. of one sequence.
+// The sequences of a batched decode step (GpuBatchDecode): the step's token i is the next of sequence i, at
+// positions[i]. Its products take a kernel whose sums for a token do not depend on the tokens beside it
+// (kernels::token_independent_impl), so a sequence's outputs are the same bits whatever company it has.
+struct StepRows {
+  std::vector<SequenceState*> states;
+  std::vector<uint32_t> positions;
+  // When every sequence's caches are views of one pool per layer (`shared`, the owners): the RoPE + append and the
+  // attention of all of them in one dispatch each, from the step's tables.
+  const std::vector<std::optional<kernels::KvCache>>* shared = nullptr;
+  const gpu::Buffer* rows = nullptr;     // [n] (position, K offset, V offset, 0)
+  const gpu::Buffer* queries = nullptr;  // [n] (position, first page)
+  uint32_t max_pos = 0;                  // the step's last position
+};
+
+// One layer of one step: n tokens at positions pos.. of one sequence (state), or one token of each of n sequences
+// (rows).
 struct LayerStep {
   gpu::ComputeBatch& batch;
   gpu::Context& ctx;
   const GpuModel& model;
   const GpuLayer& L;  // model.weights.layers[layer]
   SessionBuffers& b;
-  SequenceState& state;
-  uint32_t layer, n, pos;
-  DecodeQkv decode_qkv;  // this layer's, for n == 1
+  SequenceState* state = nullptr;  // one sequence's step
+  uint32_t layer = 0, n = 0, pos = 0;
+  DecodeQkv decode_qkv = DecodeQkv::Separate;  // this layer's, for n == 1
+  const StepRows* rows = nullptr;              // a batched decode step
 };
 
 // attn = causal attention over the layer's KV cache of q, k, v = rms_norm(x) * attn_norm (wq, wk, wv) (+ biases),

@@ -341,7 +341,7 @@ void GpuSession::encode_layer(gpu::ComputeBatch& batch, uint32_t layer, uint32_t
                             .model = model_,
                             .L = model_.weights.layers[layer],
                             .b = *buf_,
-                            .state = state_,
+                            .state = &state_,
                             .layer = layer,
                             .n = n,
                             .pos = pos,
