@@ -454,7 +454,8 @@ json ResponseWriter::final_chunk(const std::string& text, const std::vector<Toke
 static json usage(const Finish& f) {
   return {{"prompt_tokens", f.prompt_tokens},
           {"completion_tokens", f.completion_tokens},
-          {"total_tokens", f.prompt_tokens + f.completion_tokens}};
+          {"total_tokens", f.prompt_tokens + f.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", f.cached_tokens}}}};
 }
 
 json ResponseWriter::usage_chunk(const Finish& f) const {

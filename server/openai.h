@@ -88,6 +88,7 @@ struct TokenLogprobs {
 struct Finish {
   std::string reason;  // "stop" or "length"
   uint32_t prompt_tokens = 0, completion_tokens = 0;
+  uint32_t cached_tokens = 0;  // of prompt_tokens: kept from an earlier request's cache
 };
 
 // Builds the response objects of one request: one id, one creation time, one model name for all its chunks.

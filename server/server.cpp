@@ -229,12 +229,12 @@ struct Server::Impl {
 
   // The note of a finished completion in the request log.
   static std::string note(const CompletionEvent& done, const char* reason) {
-    return "prompt " + std::to_string(done.n_prompt) + " generated " + std::to_string(done.n_generated) + " finish " +
-           reason + (done.error.empty() ? "" : " error: " + done.error);
+    return "prompt " + std::to_string(done.n_prompt) + " (cached " + std::to_string(done.n_cached) + ") generated " +
+           std::to_string(done.n_generated) + " finish " + reason + (done.error.empty() ? "" : " error: " + done.error);
   }
 
   Finish finish_of(const Piece& p) const {
-    return {finish_reason(*p.done, p.stopped_by_string), p.done->n_prompt, p.done->n_generated};
+    return {finish_reason(*p.done, p.stopped_by_string), p.done->n_prompt, p.done->n_generated, p.done->n_cached};
   }
 
   void complete(Endpoint endpoint, const httplib::Request& req, httplib::Response& res) {

@@ -53,9 +53,10 @@ struct CompletionEvent {
   float logprob = 0.f;   // with logprobs
   std::vector<TokenLogprob> top;  // with top_logprobs, most likely first
   bool done = false;
-  StopReason stop_reason = StopReason::Length;         // done: why it ended (Caller: cancelled)
-  std::string error;                                   // done: non-empty when the request failed (the others go on)
-  uint32_t n_prompt = 0, n_generated = 0;              // done: tokens of the prompt and generated
+  StopReason stop_reason = StopReason::Length;  // done: why it ended (Caller: cancelled)
+  std::string error;                            // done: non-empty when the request failed (the others go on)
+  uint32_t n_prompt = 0, n_generated = 0;       // done: tokens of the prompt and generated
+  uint32_t n_cached = 0;  // done: prompt tokens whose positions were kept from an earlier request (not computed)
   double queued_seconds = 0, first_token_seconds = 0;  // done: time in the queue; submit to the first token
 };
 // Called on the engine's thread, in order, for each event of a request: keep it short. Returning false cancels the
@@ -67,6 +68,12 @@ struct BatchOptions {
   uint32_t queue = 64;           // requests waiting beyond those; one more throws QueueFull
   uint32_t n_ctx = 0;            // positions per sequence (0: default_n_ctx, the model's context shared out)
   uint32_t prefill_chunk = 256;  // prompt tokens fed between two decode steps while others decode
+  // A request takes the free slot whose cache holds the longest prefix of its prompt (the system prompt, the
+  // conversation so far) and keeps those positions instead of computing them again: all but the prompt's last
+  // token, and only where the slot's state rewinds in place (a convolution model's state: its last few positions).
+  // The kept positions are what the earlier request computed (by prefill or decode steps), so the outputs may differ
+  // from a fresh run's in the last bits; greedy outputs were the same in the tests.
+  bool cache_prompt = true;
 };
 
 struct BatchStats {
@@ -74,6 +81,7 @@ struct BatchStats {
   uint32_t parallel = 0, queue_capacity = 0;
   uint64_t requests_done = 0, requests_cancelled = 0, requests_failed = 0;
   uint64_t prompt_tokens = 0, generated_tokens = 0;  // over the engine's life
+  uint64_t prompt_tokens_cached = 0;                 // of prompt_tokens: positions kept from earlier requests
   uint64_t steps = 0;                                // forward steps run
   uint64_t steps_chosen_on_gpu = 0;  // decode steps whose tokens were chosen on the GPU (all plain greedy), only
                                      // their ids read back

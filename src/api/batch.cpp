@@ -68,7 +68,8 @@ struct BatchEngine::Impl {
   struct Slot {
     std::unique_ptr<GpuSession> session;
     std::shared_ptr<Request> request;  // empty: free
-    uint32_t fed = 0;                  // prompt tokens fed so far
+    uint32_t fed = 0;                  // prompt tokens fed so far (or kept: cached)
+    uint32_t cached = 0;               // prompt tokens kept from the request before (BatchOptions::cache_prompt)
     std::optional<Sampler> sampler;
     std::unique_ptr<TextStream> stream;
     std::unordered_map<int32_t, uint32_t> counts;  // generated ids (presence / frequency penalties)
@@ -150,6 +151,7 @@ struct BatchEngine::Impl {
     e.text = s.stream ? s.stream->flush() : std::string();
     e.n_prompt = uint32_t(r.req.prompt.size());
     e.n_generated = s.generated;
+    e.n_cached = s.cached;
     e.first_token_seconds = s.first_token_seconds;
     // The books first: whoever the done event wakes sees the request gone from stats().
     {
@@ -164,6 +166,7 @@ struct BatchEngine::Impl {
         ++stats.requests_done;
     }
     send(r, e);
+    if (!error.empty()) s.session->reset();  // whatever a failed step left is not offered to the next request
     s.request.reset();
     s.sampler.reset();
     s.stream.reset();
@@ -186,14 +189,39 @@ struct BatchEngine::Impl {
     send(r, e);
   }
 
+  // The positions of slot s's cache that a prompt can keep: its longest common prefix with the tokens cached there,
+  // short of the prompt's last token (whose logits start the reply), where the state rewinds to it in place.
+  uint32_t reusable(const Slot& s, const std::vector<int32_t>& prompt) const {
+    if (!options.cache_prompt || prompt.empty()) return 0;
+    const std::span<const int32_t> cached = s.session->tokens();
+    const size_t limit = std::min(cached.size(), prompt.size() - 1);
+    uint32_t n = 0;
+    while (n < limit && cached[n] == prompt[n]) ++n;
+    if (n > 0 && !s.session->truncates_in_place(n)) n = 0;  // a rewind that feeds tokens again gains nothing
+    return n;
+  }
+
+  // The free slot for a prompt: the one that keeps the most of it (the first free one when none keeps any).
+  Slot* free_slot(const std::vector<int32_t>& prompt) {
+    Slot* best = nullptr;
+    uint32_t best_n = 0;
+    for (Slot& s : slots) {
+      if (s.request) continue;
+      const uint32_t n = reusable(s, prompt);
+      if (!best || n > best_n) best = &s, best_n = n;
+    }
+    return best;
+  }
+
   void start(Slot& s, std::shared_ptr<Request> r) {
     s.request = std::move(r);
-    s.fed = 0;
     s.generated = 0;
     s.next = -1;
     s.first_token_seen = false;
     s.first_token_seconds = 0;
-    s.session->reset();
+    s.cached = reusable(s, s.request->req.prompt);
+    s.session->truncate(s.cached);  // in place (reusable); 0: reset
+    s.fed = s.cached;
     s.sampler.emplace(s.request->req.sampling);
     s.stream = std::make_unique<TextStream>(model, true, s.request->req.keep_special);
     for (int32_t id : s.request->req.prompt) s.sampler->accept(id);
@@ -308,6 +336,7 @@ struct BatchEngine::Impl {
         {
           std::lock_guard lock(mu);
           stats.prompt_tokens += prompt.size();
+          stats.prompt_tokens_cached += s.cached;
         }
         take(s, logits);
       }
@@ -389,15 +418,16 @@ struct BatchEngine::Impl {
           for (auto& r : dropped) finish_unstarted(*r);
           lock.lock();
         }
-        // Waiting requests into free slots (cancelled ones end here without starting).
-        for (Slot& s : slots) {
-          if (s.request || queue.empty()) continue;
+        // Waiting requests into free slots, in order, each into the slot that keeps the most of its prompt.
+        while (!queue.empty()) {
+          Slot* s = free_slot(queue.front()->req.prompt);
+          if (!s) break;
           std::shared_ptr<Request> r = std::move(queue.front());
           queue.pop_front();
           r->started = clock_type::now();
           r->running = true;
           lock.unlock();
-          start(s, std::move(r));
+          start(*s, std::move(r));
           lock.lock();
         }
         if (stopping && queue.empty() && !busy()) break;

@@ -182,6 +182,8 @@ class GpuSession {
   // KV rows past n are overwritten later. A model with convolution layers rewinds its conv states from their rings
   // when n is at most ubatch positions back; further back, the first n tokens are fed again (a prefill of n).
   void truncate(uint32_t n);
+  // Whether truncate(n) keeps the state in place (no tokens fed again): n == 0, or the state rewinds to n.
+  bool truncates_in_place(uint32_t n) const { return n == 0 || (n <= n_past_ && state_.rewinds_to(n, n_past_)); }
   // The tokens behind the n_past() cached positions.
   std::span<const int32_t> tokens() const { return {tokens_.data(), n_past_}; }
 

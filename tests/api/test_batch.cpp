@@ -12,6 +12,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "wgllm/batch.h"
@@ -124,6 +125,41 @@ TEST(BatchEngine, GreedyTokensAloneEqualBesideFifteenOthers) {
 // Tokens chosen on the GPU (one argmax over every decoding row, only the ids read back; forced here, where a CPU
 // adapter would choose on the host): the same ids as the host's choice, alone and beside 15 others; a request that
 // wants logprobs sends its steps back to the host's choice, and its tokens stay the same.
+// A request whose prompt continues an earlier one (a conversation's next turn: the earlier prompt, its reply, more)
+// takes that request's slot, whichever it was, and keeps its positions: all the cached ones, the earlier reply's
+// last token aside (never fed). Its greedy reply is the one a fresh engine gives, and an unrelated prompt keeps
+// nothing. With cache_prompt off nothing is kept.
+TEST(BatchEngine, PromptCacheKeepsAnEarlierRequestsPositions) {
+  const CompletionRequest first = greedy(kPrompts[2], 12), other = greedy(kPrompts[6], 12);
+  auto run = [&](bool cache) {
+    BatchEngine engine(model(), {.parallel = 3, .prefill_chunk = 5, .cache_prompt = cache});
+    Collector a, b;
+    engine.submit(other, b.callback());  // the first free slot: the first request must not land beside it
+    engine.submit(first, a.callback());
+    a.wait();
+    b.wait();
+    CompletionRequest next = greedy(kPrompts[2], 16);
+    next.prompt.insert(next.prompt.end(), a.ids.begin(), a.ids.end());
+    const std::vector<int32_t> more = model().encode("\nSecond Citizen:\nWe are accounted");
+    next.prompt.insert(next.prompt.end(), more.begin(), more.end());
+    Collector c, d;
+    engine.submit(next, c.callback());
+    c.wait();
+    engine.submit(greedy(kPrompts[9], 4), d.callback());
+    d.wait();
+    return std::tuple{c.ids, c.last, d.last, a.ids.size(), engine.stats()};
+  };
+  const auto [cached_ids, cached_done, unrelated_done, first_reply, stats] = run(true);
+  const auto [fresh_ids, fresh_done, fresh_unrelated, first_reply2, fresh_stats] = run(false);
+  EXPECT_EQ(cached_ids, fresh_ids);
+  EXPECT_EQ(cached_done.n_cached, first.prompt.size() + first_reply - 1);
+  EXPECT_EQ(cached_done.n_prompt, fresh_done.n_prompt);
+  EXPECT_EQ(fresh_done.n_cached, 0u);
+  EXPECT_LT(unrelated_done.n_cached, 2u) << "an unrelated prompt shares a beginning-of-text token at most";
+  EXPECT_EQ(stats.prompt_tokens_cached, cached_done.n_cached + unrelated_done.n_cached);
+  EXPECT_EQ(fresh_stats.prompt_tokens_cached, 0u);
+}
+
 TEST(BatchEngine, GreedyTokensChosenOnTheGpuEqualTheHostsChoice) {
   auto load = [](bool gpu) {
     LoadOptions o;

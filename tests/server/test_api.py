@@ -72,6 +72,16 @@ class Api(unittest.TestCase):
         self.assertEqual(r.usage.completion_tokens, 5 if r.choices[0].finish_reason == "length" else
                          r.usage.completion_tokens)
 
+    def test_prompt_cache(self):
+        # a prompt that continues an earlier one keeps its positions (the slot that holds them is chosen)
+        ids = [1] + [40 + (7 * i) % 300 for i in range(80)]
+        r = self.complete(ids, max_tokens=4, temperature=0)
+        self.assertLessEqual(r.usage.prompt_tokens_details.cached_tokens, 1)
+        again = self.complete(ids + [33, 34, 35], max_tokens=4, temperature=0)
+        self.assertGreaterEqual(again.usage.prompt_tokens_details.cached_tokens, len(ids))
+        self.assertEqual(again.usage.prompt_tokens, len(ids) + 3)
+        self.assertIn("wgllm_prompt_tokens_cached_total", requests.get(self.server.url + "/metrics", timeout=10).text)
+
     def test_stream_equals_whole_chat(self):
         for p in PROMPTS:
             whole = self.chat(p, max_tokens=24, temperature=0)
@@ -85,7 +95,12 @@ class Api(unittest.TestCase):
             self.assertEqual(finishes[-1], whole.choices[0].finish_reason)
             self.assertTrue(all(f is None for f in finishes[:-1]))
             self.assertEqual(chunks[-1].choices, [])  # the usage chunk is last
-            self.assertEqual(chunks[-1].usage.model_dump(), whole.usage.model_dump())
+            # the streamed request kept the whole one's cached positions (the prompt cache): only that count differs
+            usage = chunks[-1].usage.model_dump()
+            self.assertGreater(usage["prompt_tokens_details"].pop("cached_tokens"), 0)
+            want = whole.usage.model_dump()
+            want["prompt_tokens_details"].pop("cached_tokens")
+            self.assertEqual(usage, want)
             self.assertEqual(len({c.id for c in chunks}), 1)
 
     def test_stream_equals_whole_completions(self):
@@ -136,7 +151,12 @@ class Api(unittest.TestCase):
         streamed = [t for c in self.chat("Speak", max_tokens=10, temperature=0, logprobs=True, top_logprobs=3,
                                          stream=True) if c.choices and c.choices[0].logprobs
                     for t in c.choices[0].logprobs.content]
-        self.assertEqual([t.model_dump() for t in streamed], [t.model_dump() for t in content])
+        # the streamed request kept the first one's cached positions (the prompt cache), which were computed in
+        # other chunks: the same tokens, log-probabilities equal but for the last bits
+        self.assertEqual([(t.token, [a.token for a in t.top_logprobs]) for t in streamed],
+                         [(t.token, [a.token for a in t.top_logprobs]) for t in content])
+        for a, b in zip(streamed, content):
+            self.assertAlmostEqual(a.logprob, b.logprob, places=4)
         plain = self.chat("Speak", max_tokens=4, temperature=0)
         self.assertIsNone(plain.choices[0].logprobs)
 

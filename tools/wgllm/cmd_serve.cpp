@@ -29,6 +29,7 @@ struct ServeOptions {
   double request_timeout = 10;
   size_t max_connections = 1024;
   uint32_t batch_tokens = 256;
+  bool no_cache_prompt = false;
 };
 
 // Each connection takes a file descriptor: the soft open-file limit is raised toward max_connections + 256 (model
@@ -79,18 +80,20 @@ int serve(const ServeOptions& o) {
   print_memory(model);
   // -c is each sequence's context; without it the model's (sized for one sequence) is shared among them.
   const uint32_t per_sequence = o.n_ctx ? o.n_ctx : BatchEngine::default_n_ctx(model, o.parallel);
-  server::Server server(
-      model,
-      {.host = o.host,
-       .port = o.port,
-       .api_key = o.api_key,
-       .model_name = model_name(o),
-       .strict_model = o.strict_model,
-       .max_body_bytes = size_t(o.max_body_mib * 1048576),
-       .request_timeout = o.request_timeout,
-       .max_connections = connections_within_file_limit(o.max_connections),
-       .batch = {.parallel = o.parallel, .queue = o.queue, .n_ctx = per_sequence, .prefill_chunk = o.batch_tokens},
-       .split_reasoning = o.reasoning_format == "deepseek"});
+  server::Server server(model, {.host = o.host,
+                                .port = o.port,
+                                .api_key = o.api_key,
+                                .model_name = model_name(o),
+                                .strict_model = o.strict_model,
+                                .max_body_bytes = size_t(o.max_body_mib * 1048576),
+                                .request_timeout = o.request_timeout,
+                                .max_connections = connections_within_file_limit(o.max_connections),
+                                .batch = {.parallel = o.parallel,
+                                          .queue = o.queue,
+                                          .n_ctx = per_sequence,
+                                          .prefill_chunk = o.batch_tokens,
+                                          .cache_prompt = !o.no_cache_prompt},
+                                .split_reasoning = o.reasoning_format == "deepseek"});
   const int port = server.bind();
   std::fprintf(stderr, "serving '%s': %u sequences of %u positions together, %u more may wait\n", model_name(o).c_str(),
                o.parallel, per_sequence, o.queue);
@@ -142,6 +145,10 @@ const Register reg{
                       "prompt tokens a step feeds beside the running streams' decode (a long prompt enters in "
                       "chunks of this, so it does not stall them; llama.cpp's -b)")
            ->capture_default_str();
+       app.add_flag(
+           "--no-cache-prompt", o->no_cache_prompt,
+           "compute every prompt in full; by default a request takes the free sequence whose cache holds the "
+           "longest prefix of its prompt and keeps those positions (usage.prompt_tokens_details.cached_tokens)");
        app.add_option("--request-timeout", o->request_timeout,
                       "seconds for a request's head and body to arrive, however slowly; past it the connection "
                       "is closed")
