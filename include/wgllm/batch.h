@@ -69,8 +69,9 @@ struct BatchOptions {
   uint32_t n_ctx = 0;            // positions per sequence (0: default_n_ctx, the model's context shared out)
   uint32_t prefill_chunk = 256;  // prompt tokens fed between two decode steps while others decode
   // A request takes the free slot whose cache holds the longest prefix of its prompt (the system prompt, the
-  // conversation so far) and keeps those positions instead of computing them again: all but the prompt's last
-  // token, and only where the slot's state rewinds in place (a convolution model's state: its last few positions).
+  // conversation so far; among equals the least recently used) and keeps those positions instead of computing them
+  // again: all but the prompt's last token, and only where the slot's state rewinds in place (a convolution model's
+  // state: its last few positions).
   // The kept positions are what the earlier request computed (by prefill or decode steps), so the outputs may differ
   // from a fresh run's in the last bits; greedy outputs were the same in the tests.
   bool cache_prompt = true;

@@ -70,6 +70,7 @@ struct BatchEngine::Impl {
     std::shared_ptr<Request> request;  // empty: free
     uint32_t fed = 0;                  // prompt tokens fed so far (or kept: cached)
     uint32_t cached = 0;               // prompt tokens kept from the request before (BatchOptions::cache_prompt)
+    uint64_t started = 0;              // when its last request started (a count of starts; 0: never)
     std::optional<Sampler> sampler;
     std::unique_ptr<TextStream> stream;
     std::unordered_map<int32_t, uint32_t> counts;  // generated ids (presence / frequency penalties)
@@ -87,6 +88,7 @@ struct BatchEngine::Impl {
   bool choose_on_gpu = false;  // plain greedy steps choose their ids on the GPU (LoadOptions::choose_on_gpu)
   std::vector<std::optional<kernels::KvCache>> shared_kv;  // [n_layer] the slots' caches are views of (or empty)
   std::vector<Slot> slots;
+  uint64_t starts = 0;  // requests started into slots
   std::unique_ptr<GpuBatchDecode> decode;
 
   mutable std::mutex mu;
@@ -201,14 +203,15 @@ struct BatchEngine::Impl {
     return n;
   }
 
-  // The free slot for a prompt: the one that keeps the most of it (the first free one when none keeps any).
+  // The free slot for a prompt: the one that keeps the most of it; among equals the least recently started (an
+  // unused one first), so that the caches other prompts may want are the last to go.
   Slot* free_slot(const std::vector<int32_t>& prompt) {
     Slot* best = nullptr;
     uint32_t best_n = 0;
     for (Slot& s : slots) {
       if (s.request) continue;
       const uint32_t n = reusable(s, prompt);
-      if (!best || n > best_n) best = &s, best_n = n;
+      if (!best || n > best_n || (n == best_n && s.started < best->started)) best = &s, best_n = n;
     }
     return best;
   }
@@ -219,6 +222,7 @@ struct BatchEngine::Impl {
     s.next = -1;
     s.first_token_seen = false;
     s.first_token_seconds = 0;
+    s.started = ++starts;
     s.cached = reusable(s, s.request->req.prompt);
     s.session->truncate(s.cached);  // in place (reusable); 0: reset
     s.fed = s.cached;

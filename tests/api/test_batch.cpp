@@ -147,16 +147,21 @@ TEST(BatchEngine, PromptCacheKeepsAnEarlierRequestsPositions) {
     c.wait();
     engine.submit(greedy(kPrompts[9], 4), d.callback());
     d.wait();
-    return std::tuple{c.ids, c.last, d.last, a.ids.size(), engine.stats()};
+    Collector e;  // the same request again: all its prompt but the last token kept, the same reply
+    engine.submit(next, e.callback());
+    e.wait();
+    EXPECT_EQ(e.ids, c.ids);
+    EXPECT_EQ(e.last.n_cached, cache ? next.prompt.size() - 1 : 0u);
+    return std::tuple{c.ids, c.last, d.last, a.ids.size(), engine.stats(), e.last.n_cached};
   };
-  const auto [cached_ids, cached_done, unrelated_done, first_reply, stats] = run(true);
-  const auto [fresh_ids, fresh_done, fresh_unrelated, first_reply2, fresh_stats] = run(false);
+  const auto [cached_ids, cached_done, unrelated_done, first_reply, stats, again] = run(true);
+  const auto [fresh_ids, fresh_done, fresh_unrelated, first_reply2, fresh_stats, again2] = run(false);
   EXPECT_EQ(cached_ids, fresh_ids);
   EXPECT_EQ(cached_done.n_cached, first.prompt.size() + first_reply - 1);
   EXPECT_EQ(cached_done.n_prompt, fresh_done.n_prompt);
   EXPECT_EQ(fresh_done.n_cached, 0u);
   EXPECT_LT(unrelated_done.n_cached, 2u) << "an unrelated prompt shares a beginning-of-text token at most";
-  EXPECT_EQ(stats.prompt_tokens_cached, cached_done.n_cached + unrelated_done.n_cached);
+  EXPECT_EQ(stats.prompt_tokens_cached, cached_done.n_cached + unrelated_done.n_cached + again);
   EXPECT_EQ(fresh_stats.prompt_tokens_cached, 0u);
 }
 
