@@ -192,16 +192,19 @@ struct BatchEngine::Impl {
   }
 
   // The positions of slot s's cache that a prompt can keep: its longest common prefix with the tokens cached there,
-  // short of the prompt's last token (whose logits start the reply), where the state rewinds to it in place.
+  // short of the prompt's last token (whose logits start the reply), where the state rewinds to it in place and it
+  // saves at least kMinCachedPrompt tokens. Shorter prefixes (a beginning-of-text token that every prompt shares) are
+  // computed again: they save nothing, and a prompt computed whole gives a fresh run's bits whatever ran before it.
   uint32_t reusable(const Slot& s, const std::vector<int32_t>& prompt) const {
     if (!options.cache_prompt || prompt.empty()) return 0;
     const std::span<const int32_t> cached = s.session->tokens();
     const size_t limit = std::min(cached.size(), prompt.size() - 1);
     uint32_t n = 0;
     while (n < limit && cached[n] == prompt[n]) ++n;
-    if (n > 0 && !s.session->truncates_in_place(n)) n = 0;  // a rewind that feeds tokens again gains nothing
+    if (n < kMinCachedPrompt || !s.session->truncates_in_place(n)) n = 0;  // a rewind that feeds tokens gains nothing
     return n;
   }
+  static constexpr uint32_t kMinCachedPrompt = 16;
 
   // The free slot for a prompt: the one that keeps the most of it; among equals the least recently started (an
   // unused one first), so that the caches other prompts may want are the last to go.

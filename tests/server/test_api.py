@@ -76,7 +76,7 @@ class Api(unittest.TestCase):
         # a prompt that continues an earlier one keeps its positions (the slot that holds them is chosen)
         ids = [1] + [40 + (7 * i) % 300 for i in range(80)]
         r = self.complete(ids, max_tokens=4, temperature=0)
-        self.assertLessEqual(r.usage.prompt_tokens_details.cached_tokens, 1)
+        self.assertEqual(r.usage.prompt_tokens_details.cached_tokens, 0)
         again = self.complete(ids + [33, 34, 35], max_tokens=4, temperature=0)
         self.assertGreaterEqual(again.usage.prompt_tokens_details.cached_tokens, len(ids))
         self.assertEqual(again.usage.prompt_tokens, len(ids) + 3)
@@ -95,9 +95,10 @@ class Api(unittest.TestCase):
             self.assertEqual(finishes[-1], whole.choices[0].finish_reason)
             self.assertTrue(all(f is None for f in finishes[:-1]))
             self.assertEqual(chunks[-1].choices, [])  # the usage chunk is last
-            # the streamed request kept the whole one's cached positions (the prompt cache): only that count differs
+            # the streamed request may keep the whole one's cached positions (the prompt cache, from 16 tokens): only
+            # that count may differ
             usage = chunks[-1].usage.model_dump()
-            self.assertGreater(usage["prompt_tokens_details"].pop("cached_tokens"), 0)
+            usage["prompt_tokens_details"].pop("cached_tokens")
             want = whole.usage.model_dump()
             want["prompt_tokens_details"].pop("cached_tokens")
             self.assertEqual(usage, want)
@@ -151,8 +152,8 @@ class Api(unittest.TestCase):
         streamed = [t for c in self.chat("Speak", max_tokens=10, temperature=0, logprobs=True, top_logprobs=3,
                                          stream=True) if c.choices and c.choices[0].logprobs
                     for t in c.choices[0].logprobs.content]
-        # the streamed request kept the first one's cached positions (the prompt cache), which were computed in
-        # other chunks: the same tokens, log-probabilities equal but for the last bits
+        # the streamed request may keep the first one's cached positions (the prompt cache), computed in other
+        # chunks: the same tokens, log-probabilities equal but for the last bits
         self.assertEqual([(t.token, [a.token for a in t.top_logprobs]) for t in streamed],
                          [(t.token, [a.token for a in t.top_logprobs]) for t in content])
         for a, b in zip(streamed, content):
