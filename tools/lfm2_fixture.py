@@ -80,13 +80,14 @@ CHAT_TEMPLATE = ("{{- bos_token -}}"
                  "{%- endfor -%}"
                  "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}")
 
-# The converter, run with get_vocab_base_pre answering "lfm2" (argv: llama.cpp source dir, then the converter's).
+# The converter, run with get_vocab_base_pre answering PRE (argv: llama.cpp source dir, PRE, then the converter's).
 CONVERT = """
 import runpy, sys
 src = sys.argv.pop(1)
+pre = sys.argv.pop(1)
 sys.path[:0] = [src, src + "/gguf-py"]
 import conversion.base
-conversion.base.TextModel.get_vocab_base_pre = lambda self, tokenizer: "lfm2"
+conversion.base.TextModel.get_vocab_base_pre = lambda self, tokenizer: pre
 sys.argv[0] = src + "/convert_hf_to_gguf.py"
 runpy.run_path(sys.argv[0], run_name="__main__")
 """
@@ -151,14 +152,15 @@ def run(model, prompt: list[int], n_predict: int):
     import torch
     with torch.no_grad():
         out = model(input_ids=torch.tensor([prompt]), use_cache=True)
-        rows, cache, greedy = [out.logits[0].double()], out.cache, []
+        key = "cache" if hasattr(out, "cache") else "past_key_values"  # LFM2's output names it cache
+        rows, cache, greedy = [out.logits[0].double()], getattr(out, key), []
         for i in range(n_predict):
             t = int(torch.argmax(rows[-1][-1]))
             greedy.append(t)
             if i + 1 == n_predict:
                 break
-            out = model(input_ids=torch.tensor([[t]]), cache=cache, use_cache=True)
-            cache = out.cache
+            out = model(input_ids=torch.tensor([[t]]), use_cache=True, **{key: cache})
+            cache = getattr(out, key)
             rows.append(out.logits[0].double())
     return torch.cat(rows).numpy(), greedy
 
@@ -169,8 +171,8 @@ def run_nocache(model, tokens: list[int]) -> np.ndarray:
         return model(input_ids=torch.tensor([tokens]), use_cache=False).logits[0].double().numpy()
 
 
-def convert(llama_src: Path, hf_dir: Path, gguf_path: Path) -> None:
-    subprocess.run([sys.executable, "-c", CONVERT, str(llama_src), str(hf_dir), "--outtype", "f32",
+def convert(llama_src: Path, hf_dir: Path, gguf_path: Path, pre: str = "lfm2") -> None:
+    subprocess.run([sys.executable, "-c", CONVERT, str(llama_src), pre, str(hf_dir), "--outtype", "f32",
                     "--outfile", str(gguf_path)], check=True, env=dict(os.environ, NO_LOCAL_GGUF="1"))
 
 
@@ -196,6 +198,15 @@ def fixture(name: str, spec: dict, a) -> None:
     n_ff = model.model.layers[0].feed_forward.w1.out_features
     assert int(r.get("lfm2.feed_forward_length")) == n_ff, (r.get("lfm2.feed_forward_length"), n_ff)
     assert ("output.weight" in r.tensors) != spec["tie_word_embeddings"]
+    write_reference(name, "lfm2", model, gguf_path, a)
+
+
+def write_reference(name: str, arch: str, model, gguf_path: Path, a) -> None:
+    """The reference files of the model at gguf_path (transformers' float64 `model`, holding the file's weights):
+    prompts of a.prompt_lengths tokens from the file's vocabulary, their logits and greedy continuations."""
+    import torch
+    import transformers
+    r = ggufio.Reader(gguf_path)
     types = np.asarray(r.get("tokenizer.ggml.token_type"))
     pool = np.nonzero(types == 1)[0]
     bos = int(r.get("tokenizer.ggml.bos_token_id"))
@@ -206,7 +217,7 @@ def fixture(name: str, spec: dict, a) -> None:
           "reference.model_file": gguf_path.name,
           "reference.model_sha256": ggufio.sha256_file(gguf_path),
           "reference.tensor_sha256": ggufio.tensor_digest(r),
-          "reference.arch": "lfm2",
+          "reference.arch": arch,
           "reference.source": f"transformers {transformers.__version__}, torch {torch.__version__}, float64, cpu, "
                               f"eager attention; model from convert_hf_to_gguf.py",
           "reference.n_prompts": len(prompts),

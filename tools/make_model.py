@@ -55,6 +55,10 @@ SHAPES = {
                          sliding_window=512),
     # LFM2 350M: 10 short-convolution layers and 6 attention layers; ffn 4608 is block_ff_dim 6656 after LFM2's
     # automatic sizing (2/3, rounded up to a multiple of 256), as the converter writes it.
+    # Qwen3-30B-A3B: 48 layers, each FFN 128 experts of 768 of which 8 per token (the dense n_ff is unused).
+    "qwen3-30b-a3b": dict(arch="qwen3moe", n_embd=2048, n_layer=48, n_head=32, n_head_kv=4, head_dim=128, n_ff=6144,
+                          n_vocab=151936, ctx=40960, rope_base=1e6, rms_eps=1e-6, tie_embeddings=False,
+                          n_expert=128, n_expert_used=8, n_ff_exp=768),
     "lfm2-350m": dict(arch="lfm2", n_embd=1024, n_layer=16, n_head=16, n_head_kv=8, head_dim=64, n_ff=4608,
                       n_vocab=65536, ctx=128000, rope_base=1e6, rms_eps=1e-5, tie_embeddings=True,
                       lfm2_attn_layers="2,5,8,10,12,14", l_cache=3),
@@ -301,12 +305,20 @@ def tensor_plan(a) -> list[tuple[str, tuple[int, ...], str, float]]:
         if a.arch == "qwen2":
             plan += [(p + "attn_q.bias", (q_dim,), "bias", 0.1), (p + "attn_k.bias", (kv_dim,), "bias", 0.1),
                      (p + "attn_v.bias", (kv_dim,), "bias", 0.1)]
-        if a.arch in ("qwen3", "gemma3", "lfm2"):
+        if a.arch in ("qwen3", "qwen3moe", "gemma3", "lfm2"):
             plan += [(p + "attn_q_norm.weight", (a.head_dim,), "norm", 0.1),
                      (p + "attn_k_norm.weight", (a.head_dim,), "norm", 0.1)]
         plan += [(p + "attn_output.weight", (a.n_embd, q_dim), "w", 1 / math.sqrt(q_dim))]
         if a.arch == "gemma3":  # the norms after attention and after the FFN, before each residual add
             plan += [(p + "post_attention_norm.weight", (a.n_embd,), "norm", 0.1)]
+        if a.arch == "qwen3moe":  # the router and the experts stacked: numpy [expert][out][in]
+            X, FX = a.n_expert, a.n_ff_exp
+            plan += [(p + "ffn_norm.weight", (a.n_embd,), "norm", 0.1),
+                     (p + "ffn_gate_inp.weight", (X, a.n_embd), "w", 4 / math.sqrt(a.n_embd)),
+                     (p + "ffn_gate_exps.weight", (X, FX, a.n_embd), "w", 1 / math.sqrt(a.n_embd)),
+                     (p + "ffn_up_exps.weight", (X, FX, a.n_embd), "w", 1 / math.sqrt(a.n_embd)),
+                     (p + "ffn_down_exps.weight", (X, a.n_embd, FX), "w", 1 / math.sqrt(FX))]
+            continue
         plan += [(p + "ffn_norm.weight", (a.n_embd,), "norm", 0.1),
                  (p + "ffn_gate.weight", (a.n_ff, a.n_embd), "w", 1 / math.sqrt(a.n_embd)),
                  (p + "ffn_up.weight", (a.n_ff, a.n_embd), "w", 1 / math.sqrt(a.n_embd)),
@@ -333,7 +345,7 @@ def gen_tensor(seed: int, arch: str, name: str, shape: tuple[int, ...], kind: st
         elif kind == "norm_out":
             x = (x + np.float32(1.0)) * np.float32(6.0)
         return x
-    rows, cols = shape
+    rows, cols = int(np.prod(shape[:-1])), shape[-1]  # stacked experts: their rows one after the other
     enc_cols = ggufio.nbytes(ggml_type, cols) // np.dtype(
         {ggufio.F32: np.float32, ggufio.F16: np.float16, ggufio.BF16: np.uint16}.get(ggml_type, np.uint8)).itemsize
     out = None
@@ -351,7 +363,7 @@ def gen_tensor(seed: int, arch: str, name: str, shape: tuple[int, ...], kind: st
 
 def build_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--arch", choices=["llama", "qwen2", "qwen3", "gemma3", "lfm2"], default=None)
+    ap.add_argument("--arch", choices=["llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "lfm2"], default=None)
     ap.add_argument("--type", choices=list(TYPES), default="f32", help="storage type of the 2-D weights")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", required=True)
@@ -371,6 +383,9 @@ def build_args(argv=None):
     ap.add_argument("--lfm2-attn-layers", default=None, metavar="I,J,..",
                     help="lfm2: the attention layers, the others gated short convolutions (default 1,3,5,..)")
     ap.add_argument("--l-cache", type=int, default=3, help="lfm2: shortconv.l_cache, the convolution's length")
+    ap.add_argument("--n-expert", type=int, default=8, help="qwen3moe: experts per layer")
+    ap.add_argument("--n-expert-used", type=int, default=2, help="qwen3moe: experts chosen per token")
+    ap.add_argument("--n-ff-exp", type=int, default=64, help="qwen3moe: each expert's FFN width")
     ap.add_argument("--rope-scaling", choices=["none", "llama3"], default="none")
     ap.add_argument("--rope-scaling-factor", type=float, default=8.0)
     ap.add_argument("--rope-scaling-low", type=float, default=1.0, help="llama3 low_freq_factor")
@@ -410,6 +425,8 @@ def build_args(argv=None):
             ap.error(f"--lfm2-attn-layers {a.lfm2_attn_layers}: expected comma-separated layer indices")
         if any(i < 0 or i >= a.n_layer for i in layers):
             ap.error(f"--lfm2-attn-layers {a.lfm2_attn_layers}: indices must be below --n-layer {a.n_layer}")
+    if a.arch == "qwen3moe" and not 1 <= a.n_expert_used <= a.n_expert:
+        ap.error("--n-expert-used must be in [1, --n-expert]")
     if a.n_head % a.n_head_kv:
         ap.error("--n-head must be a multiple of --n-head-kv")
     if a.head_dim % 2:
@@ -419,7 +436,8 @@ def build_args(argv=None):
         if not part or t not in TYPES:
             ap.error(f"--tensor-type {o}: expected PART=TYPE with TYPE one of {', '.join(TYPES)}")
     if TYPES[a.type] in (ggufio.Q8_0, ggufio.Q4_0):
-        for n, v in (("n-embd", a.n_embd), ("n-ff", a.n_ff), ("n-head*head-dim", a.n_head * a.head_dim)):
+        for n, v in (("n-embd", a.n_embd), ("n-ff", a.n_ff), ("n-head*head-dim", a.n_head * a.head_dim),
+                     ("n-ff-exp", a.n_ff_exp if a.arch == "qwen3moe" else 32)):
             if v % 32:
                 ap.error(f"{a.type} needs {n} to be a multiple of 32 (got {v})")
     return a
@@ -462,6 +480,10 @@ def write_model(a, tokenizer: dict | None = None, tensor_data=None) -> None:
         w.add_uint32(f"{arch}.shortconv.l_cache", a.l_cache)
     if arch == "gemma3":
         w.add_sliding_window(a.sliding_window or max(1, a.ctx // 4))
+    if arch == "qwen3moe":
+        w.add_expert_count(a.n_expert)
+        w.add_expert_used_count(a.n_expert_used)
+        w.add_expert_feed_forward_length(a.n_ff_exp)
     # llama3 RoPE scaling is the rope_freqs.weight tensor alone (below), as in llama.cpp's Llama 3.x files: llama.cpp
     # aborts on a {arch}.rope.scaling.type of "llama3".
 
@@ -492,9 +514,9 @@ def write_model(a, tokenizer: dict | None = None, tensor_data=None) -> None:
         if name.endswith("shortconv.conv.weight"):  # F32 always, as the converter and llama-quantize keep it
             return ggufio.F32
         for part, t in overrides:
-            if part in name and len(shape) == 2:
+            if part in name and len(shape) >= 2:
                 return TYPES[t]
-        return wtype if len(shape) == 2 else ggufio.F32
+        return wtype if len(shape) >= 2 else ggufio.F32
 
     for name, shape, _, _ in plan:
         t = storage(name, shape)

@@ -43,6 +43,10 @@ def matrix() -> dict[str, list[str]]:
     # projections of one layer in different types: the engine cannot fuse q/k/v or gate/up there
     m["qwen2-mixed"] = ["--arch", "qwen2", "--type", "f16", "--seed", "4", "--tensor-type", "attn_v=q8_0",
                         "--tensor-type", "ffn_up=f32"]
+    # mixtures of experts: 8 experts of 64, 2 per token; in the mixed one the experts' gate and up differ in type
+    moe = ["--arch", "qwen3moe", "--seed", "5", "--n-expert", "8", "--n-expert-used", "2", "--n-ff-exp", "64"]
+    m["qwen3moe-q8_0"] = moe + ["--type", "q8_0"]
+    m["qwen3moe-mixed"] = moe + ["--type", "f16", "--tensor-type", "ffn_up_exps=q8_0"]
     return m
 
 

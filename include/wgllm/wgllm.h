@@ -80,7 +80,7 @@ struct LoadOptions {
 
 // What a loaded model is and what it takes.
 struct ModelInfo {
-  std::string arch;         // "llama", "qwen2", "qwen3", "gemma3", "lfm2"
+  std::string arch;         // "llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "lfm2"
   std::string adapter;      // adapter name
   std::string weight_type;  // GGUF type of the layer matrices ("Q8_0", "F16", ...)
   uint64_t n_params = 0;
@@ -93,6 +93,7 @@ struct ModelInfo {
   uint64_t bytes_per_token = 0;  // weight bytes one decode step reads
   // One letter per layer: A attention, L local (sliding-window) attention, C short convolution (lfm2).
   std::string layer_pattern;
+  uint32_t n_expert = 0, n_expert_used = 0;  // mixtures of experts: experts per layer, chosen per token (0: dense)
   uint64_t conv_state_bytes = 0;  // GPU memory of one session's conv states (lfm2; 0 without convolution layers)
   uint32_t decode_gqa_from = 0;   // the depth from which decode attention runs per GQA group (LoadOptions'; resolved)
 };

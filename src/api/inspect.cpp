@@ -83,6 +83,7 @@ GgufHyperParameters hyper_parameters(const ModelConfig& c) {
   h.layer_pattern = c.layer_pattern();
   h.sliding_window = c.swa_layers.empty() ? 0 : c.sliding_window;
   h.conv_taps = c.conv_layers.empty() ? 0 : c.l_cache;
+  h.n_expert = c.n_expert, h.n_expert_used = c.n_expert_used, h.n_ff_exp = c.n_ff_exp;
   return h;
 }
 

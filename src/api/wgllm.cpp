@@ -87,6 +87,7 @@ std::unique_ptr<ModelAccess::Impl> parse_impl(const GgufFile& f, const LoadOptio
     }
   i.weight_type = type_name(f.tensor(typed).type);
   i.layer_pattern = config.layer_pattern();
+  i.n_expert = config.n_expert, i.n_expert_used = config.n_expert_used;
   i.conv_state_bytes = conv_state_bytes(config, o.n_ctx ? std::min(m->ubatch, o.n_ctx) : m->ubatch);
   i.n_params = count_params(f);
   i.n_vocab = config.n_vocab, i.n_embd = config.n_embd, i.n_layer = config.n_layer;

@@ -1,5 +1,7 @@
 #include "cpu/ops.h"
 
+#include <algorithm>
+
 #include <cmath>
 #include <cstring>
 
@@ -84,6 +86,25 @@ std::vector<float> swiglu(std::span<const float> gate, std::span<const float> up
     y[i] = float(g / (1.0 + std::exp(-g)) * double(up[i]));
   }
   return y;
+}
+
+MoeRoute moe_route(std::span<const float> logits, uint32_t n_used, bool normalize) {
+  std::vector<uint32_t> order(logits.size());
+  for (uint32_t e = 0; e < order.size(); ++e) order[e] = e;
+  std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return logits[a] > logits[b]; });
+  double mx = -INFINITY, sum = 0;
+  for (float z : logits) mx = std::max(mx, double(z));
+  for (float z : logits) sum += std::exp(double(z) - mx);
+  MoeRoute r;
+  double top = 0;
+  for (uint32_t i = 0; i < n_used && i < order.size(); ++i) {
+    r.experts.push_back(order[i]);
+    r.weights.push_back(std::exp(double(logits[order[i]]) - mx) / sum);
+    top += r.weights.back();
+  }
+  if (normalize)
+    for (double& w : r.weights) w /= top;
+  return r;
 }
 
 std::vector<float> geglu(std::span<const float> gate, std::span<const float> up) {

@@ -36,6 +36,14 @@ std::vector<float> swiglu(std::span<const float> gate, std::span<const float> up
 // gelu_tanh(gate) * up, gelu_tanh(g) = g / 2 * (1 + tanh(sqrt(2 / pi) * (g + 0.044715 g^3))) (GeGLU, gemma).
 std::vector<float> geglu(std::span<const float> gate, std::span<const float> up);
 
+// A mixture of experts' routing of one token (kernels/moe.h): p = softmax(logits) in double, the n_used largest
+// logits' experts in order (ties: the lower expert first) and their p, divided by their sum when normalize.
+struct MoeRoute {
+  std::vector<uint32_t> experts;
+  std::vector<double> weights;
+};
+MoeRoute moe_route(std::span<const float> logits, uint32_t n_used, bool normalize);
+
 // The gated short convolution of LFM2 between its two projections, for n tokens of width E with L taps:
 // bcx [n][3E] is the in_proj output (B, C and x, E each), taps [E][L] (GGUF ne = [L, E]), prev [L-1][E] the B*x rows of
 // the L-1 positions before the first token, oldest first (zeros before position 0). With bx(t) = B(t) * x(t):

@@ -38,14 +38,16 @@ uint32_t matvec_pass_tokens(const gpu::Context& ctx, const MatvecConfig& mv) {
 }
 
 // Host constants for matvec.wgsl (after matmul_common.wgsl's): its shape, the lane sum and the entry point.
-std::string matvec_prelude(const gpu::Context& ctx, const MatvecConfig& mv, GgufType t, uint32_t nt, bool xv4) {
+std::string matvec_prelude(const gpu::Context& ctx, const MatvecConfig& mv, GgufType t, uint32_t nt, bool xv4,
+                           bool experts = false) {
   auto u32 = [](const char* name, uint32_t v) {
     return std::string("const ") + name + ": u32 = " + std::to_string(v) + "u;\n";
   };
   std::string s = detail::weight_prelude(t, nt, mv.int_f16) + u32("MV_T", mv.threads_per_row) + u32("MV_R", mv.rows) +
                   u32("MV_G", mv.groups) + u32("MV_NV", mv.rows * nt + nt) + u32("MV_U", mv.units) +
                   u32("MV_SLOTS", matvec_slots(ctx, mv)) + "const XV4: bool = " + (xv4 ? "true" : "false") +
-                  ";\nconst MV_CHUNKS: bool = " + (block_elems(t) == 1 ? "false" : "true") + ";\n";
+                  ";\nconst MV_CHUNKS: bool = " + (block_elems(t) == 1 ? "false" : "true") +
+                  ";\nconst MV_EXPERTS: bool = " + (experts ? "true" : "false") + ";\n";
   if (mv.shuffle)
     return s +
            "fn mv_lane_sum(v: f32, chunk: u32) -> f32 {\n  var s = v;\n"
@@ -242,6 +244,7 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
         bindings.push_back(xv4 ? gpu::BufferBinding{9, &x, xw.offset_bytes, xw.size_bytes}
                                : gpu::BufferBinding{9, &none, 0, 16});
       if (impl == MatmulImpl::Rows) bindings.push_back({12, &piece.buffer});
+      if (impl == MatmulImpl::Matvec) bindings.push_back({5, &none, 0, 16});
       if (impl == MatmulImpl::Matvec || impl == MatmulImpl::Rows) {
         bindings.push_back(rk ? gpu::BufferBinding{10, rk->table} : gpu::BufferBinding{10, &none, 0, 16});
         bindings.push_back(rk ? gpu::BufferBinding{11, rk->pool}
@@ -449,6 +452,70 @@ std::string to_string(const MatmulTile& t) {
 }
 
 double matmul_flops(const GpuWeight& w, uint32_t n_tokens) { return 2.0 * w.n_in * w.n_out * n_tokens; }
+
+void encode_expert_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight& w, const gpu::Buffer& x,
+                          const gpu::Buffer& y, const gpu::Buffer& experts, uint32_t n_tokens, uint32_t n_used,
+                          const ExpertOptions& o) {
+  const char* fn = "encode_expert_matmul";
+  detail::check_weight(fn, w);
+  if (w.n_experts == 0 || w.n_out % w.n_experts)
+    fail(fn, "W must stack experts (uploaded with n_experts; got " + std::to_string(w.n_experts) + ")");
+  if (n_tokens == 0 || n_used == 0 || n_used > w.n_experts)
+    fail(fn, "n_tokens (" + std::to_string(n_tokens) + ") must be > 0 and n_used (" + std::to_string(n_used) +
+                 ") in [1, n_experts " + std::to_string(w.n_experts) + "]");
+  const uint32_t rows = w.n_out / w.n_experts;  // per expert
+  if (o.swiglu && rows % 2) fail(fn, "swiglu needs an even number of rows per expert (interleaved gate/up rows)");
+  if (o.gelu && !o.swiglu) fail(fn, "gelu needs swiglu (it selects the gate's activation)");
+  const uint64_t pairs = uint64_t(n_tokens) * n_used;
+  if (pairs > ctx.limits().maxComputeWorkgroupsPerDimension)
+    fail(fn, "n_tokens * n_used = " + std::to_string(pairs) + " exceeds the adapter's " +
+                 std::to_string(ctx.limits().maxComputeWorkgroupsPerDimension) + " workgroups per dimension");
+  const uint32_t y_width = o.swiglu ? rows / 2 : rows;
+  const uint64_t norm_floats = (uint64_t(w.n_in) + 7) / 8 * 8;
+  detail::need(fn, "x", x, (o.x_per_pair ? pairs : n_tokens) * w.n_in * 4, ctx);
+  detail::need(fn, "y", y, pairs * y_width * 4, ctx);
+  detail::need(fn, "experts", experts, pairs * 4, ctx);
+  if (o.norm) detail::need(fn, "norm", *o.norm, norm_floats * 4, ctx);
+  if (o.norm && !(o.eps > 0)) fail(fn, "eps must be > 0 with norm");
+  for (const gpu::Buffer* in : {&x, &experts, o.norm})
+    if (in && in->get() == y.get()) fail(fn, "y must not be an input");
+
+  const gpu::Buffer& none = ctx.placeholder_storage();
+  const MatvecConfig mv = batch_matvec_config(ctx, rows, w.n_in, w.type);
+  const bool xv4 = w.n_in % 32 == 0;
+  WGPUComputePipeline pipe =
+      ctx.pipeline({kMatvecShader, "matvec", {}, matvec_prelude(ctx, mv, w.type, 1, xv4, /*experts=*/true)});
+  const uint32_t rows_per_wg = mv.rows * mv.groups;
+  const auto grid = gpu::fold_grid((rows + rows_per_wg - 1) / rows_per_wg, ctx.limits().maxComputeWorkgroupsPerDimension);
+  for (const auto& piece : w.pieces) {
+    MatmulParams p = detail::piece_params(w, piece, 1);
+    p.row_begin = 0;
+    p.n_rows = rows;
+    p.flags = (o.norm ? flags::kNorm : 0) | (o.swiglu ? flags::kSwiglu : 0) | (o.gelu ? flags::kGelu : 0);
+    p.eps = o.eps;
+    p.y_stride = y_width;
+    p.grid_x = grid.x;
+    p.n_used = n_used;
+    p.x_per_pair = o.x_per_pair;
+    p.expert_first = piece.row_begin / rows;
+    p.n_experts = piece.n_rows / rows;
+    const std::vector<gpu::BufferBinding> bindings = {
+        batch.uniform(0, p),
+        {1, &piece.buffer},
+        {2, &x},
+        {3, &y},
+        {4, &none, 0, 16},
+        {5, &experts},
+        {6, o.norm ? o.norm : &none, 0, o.norm ? norm_floats * 4 : 16},
+        {7, &ctx.placeholder_writable(), 0, 16},
+        {8, &ctx.placeholder_writable(), 0, 16},
+        {9, xv4 ? &x : &none, 0, xv4 ? x.size : 16},
+        {10, &none, 0, 16},
+        {11, &ctx.placeholder_writable(), 0, 16},
+    };
+    batch.dispatch(pipe, bindings, grid.x, grid.y, uint32_t(pairs));
+  }
+}
 
 void encode_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight& w, const gpu::Buffer& x,
                    const gpu::Buffer& y, uint32_t n_tokens, const MatmulOptions& o) {

@@ -115,6 +115,23 @@ void encode_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight&
 // 2 * n_in * n_out * n_tokens.
 double matmul_flops(const GpuWeight& w, uint32_t n_tokens);
 
+// Expert products (mixtures of experts, kernels/moe.h): W stacks W.n_experts matrices of R = n_out / n_experts rows
+// (upload_weight with n_experts). For each pair i = token * n_used + slot, y[i] = x[i / n_used] W_e^T over expert
+// e = experts[i]'s rows, with x[i] instead when x_per_pair (x: [n_tokens (* n_used)][n_in], y: [n_tokens * n_used][R,
+// halved with swiglu], experts: [n_tokens * n_used] u32, written on the GPU by the router). The matvec kernel in
+// batch decode's shape, one dispatch per piece; each pair reads its expert's rows alone, so its sums are the same
+// bits whatever the other pairs are.
+struct ExpertOptions {
+  const gpu::Buffer* norm = nullptr;  // RMSNorm of x first, as MatmulOptions::norm
+  float eps = 1e-5f;
+  bool swiglu = false;  // each expert's rows are (gate, up) pairs, as MatmulOptions::swiglu
+  bool gelu = false;
+  bool x_per_pair = false;
+};
+void encode_expert_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight& w, const gpu::Buffer& x,
+                          const gpu::Buffer& y, const gpu::Buffer& experts, uint32_t n_tokens, uint32_t n_used,
+                          const ExpertOptions& options = {});
+
 namespace detail {
 // The one-token RoPE + KV-append epilogue of the matvec kernel (FLAG_ROPE_KV), as encode_qkv_rope_append
 // (qkv_rope_append.h) checks and passes it: q and k rows rotated, k and v written at element offsets of a cache pool.

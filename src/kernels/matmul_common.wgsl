@@ -55,6 +55,7 @@ struct MatmulParams {
   split1: u32, split2: u32, y1_off: u32, y2_off: u32,
   eps: f32, y_stride: u32, pos: u32, head_dim: u32,
   rope_dim: u32, kv_f16: u32, kv_k_off: u32, kv_v_off: u32,
+  n_used: u32, x_per_pair: u32, expert_first: u32, n_experts: u32,  // matvec expert products (MV_EXPERTS)
 }
 const FLAG_BIAS: u32 = 1u;        // add bias[row]
 const FLAG_LAST_PIECE: u32 = 2u;  // embedding: ids past the table write zero rows
@@ -71,7 +72,7 @@ const FLAG_GELU: u32 = 256u;      // with FLAG_SWIGLU: gelu_tanh(row 2i) * row 2
 @group(0) @binding(2) var<storage, read> x: array<f32>;
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;
 @group(0) @binding(4) var<storage, read> bias: array<f32>;
-@group(0) @binding(5) var<storage, read> ids: array<u32>;
+@group(0) @binding(5) var<storage, read> ids: array<u32>;  // embedding: token ids; matvec: experts (MV_EXPERTS)
 @group(0) @binding(6) var<storage, read> norm: array<vec4<f32>>;
 @group(0) @binding(7) var<storage, read_write> y1: array<f32>;
 @group(0) @binding(8) var<storage, read_write> y2: array<f32>;

@@ -21,20 +21,32 @@ const MV_ROWS: u32 = MV_G * MV_R;
 // adapter's smallest subgroup size (at least 4; 1 without subgroups).
 var<workgroup> red: array<f32, MV_NV * MV_G * MV_SLOTS>;
 
+// Expert products (MV_EXPERTS, one token per pass; kernels/moe.h): the weight stacks experts' matrices of p.n_rows
+// rows each, this piece's from expert p.expert_first (p.n_experts of them), and workgroup row z of the grid computes
+// pair z = token * p.n_used + slot: expert ids[z]'s rows for x row z / p.n_used (z with p.x_per_pair) into y row z.
+// A workgroup whose expert is in another piece does nothing.
+var<workgroup> mv_expert: u32;
+var<private> mv_x_row: u32;  // the pair's x row and y row
+var<private> mv_y_row: u32;
+
 // The token a pass's token t reads: past the pass's count, its last.
-fn mv_tok(t: u32) -> u32 { return min(t, p.n_tokens - 1u); }
+fn mv_tok(t: u32) -> u32 {
+  if (MV_EXPERTS) { return mv_x_row; }
+  return min(t, p.n_tokens - 1u);
+}
 
 // Value v = j * NT + t of a group whose first row is row0 (row row0 + j, token t) with its next three rows' values
 // (for the SwiGLU and RoPE epilogues; zero past the group) and its token's sum of x^2: the epilogue and the store.
 fn mv_store(row0: u32, v: u32, dot_sum: f32, up_sum: f32, dot2: f32, dot3: f32, ss: f32) {
   let j = v / NT;
   let t = v % NT;
+  let ty = select(t, mv_y_row, MV_EXPERTS);  // the y row
   let r = row0 + j;
   var scale = 1.0;
   if (has(FLAG_NORM)) { scale = inv_rms(ss); }
   if (r >= p.n_rows || t >= p.n_tokens) { return; }
   if (has(FLAG_SWIGLU)) {
-    if (j % 2u == 0u) { store_swiglu(t, r, dot_sum * scale, up_sum * scale); }
+    if (j % 2u == 0u) { store_swiglu(ty, r, dot_sum * scale, up_sum * scale); }
   } else if (has(FLAG_ROPE_KV)) {
     if (has(FLAG_NEOX)) {
       if (j % 4u == 0u) { store_rope_kv_neox(r, vec4<f32>(dot_sum, up_sum, dot2, dot3) * scale); }
@@ -42,7 +54,7 @@ fn mv_store(row0: u32, v: u32, dot_sum: f32, up_sum: f32, dot2: f32, dot3: f32, 
       store_rope_kv(r, dot_sum * scale, up_sum * scale);
     }
   } else {
-    store_y(t, r, dot_sum * scale);
+    store_y(ty, r, dot_sum * scale);
   }
 }
 
@@ -69,8 +81,17 @@ fn matvec_main(wid: vec3<u32>, lid: u32, sg_size: u32) {
   let lt = lid % MV_T;
   let row0 = flat * MV_ROWS + grp * MV_R;
   let last_row = p.n_rows - 1u;
+  var wbase = 0u;  // expert products: the piece row of the expert's row 0
+  if (MV_EXPERTS) {
+    if (lid == 0u) { mv_expert = ids[wid.z]; }
+    let e = workgroupUniformLoad(&mv_expert);
+    if (e < p.expert_first || e - p.expert_first >= p.n_experts) { return; }
+    wbase = (e - p.expert_first) * p.n_rows;
+    mv_x_row = select(wid.z / p.n_used, wid.z, p.x_per_pair != 0u);
+    mv_y_row = wid.z;
+  }
   //#unroll! j MV_R
-  let wrow$j = rope_row(min(row0 + $j, last_row));  // rows past the piece: loaded, never stored
+  let wrow$j = wbase + rope_row(min(row0 + $j, last_row));  // rows past the piece: loaded, never stored
   //#end
   // vals is indexed only inside //#unroll blocks: constant indices keep it in registers on GPUs.
   var vals: array<f32, MV_NV>;

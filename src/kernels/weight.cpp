@@ -147,7 +147,7 @@ uint64_t GpuWeight::gpu_bytes() const {
 }
 
 GpuWeight upload_weight(gpu::Context& ctx, GgufType type, uint64_t ne0, uint64_t ne1, std::span<const uint8_t> bytes,
-                        std::string_view label, uint64_t max_piece_bytes) {
+                        std::string_view label, uint64_t max_piece_bytes, uint32_t n_experts) {
   const char* fn = "upload_weight";
   if (!is_supported_type(uint32_t(type)))
     fail(fn, "type " + std::string(type_name(type)) + " (id " + std::to_string(uint32_t(type)) +
@@ -173,6 +173,15 @@ GpuWeight upload_weight(gpu::Context& ctx, GgufType type, uint64_t ne0, uint64_t
   if (rows_per_piece == 0)
     fail(fn, "one row (" + std::to_string(row_bytes) + " bytes) exceeds the storage-binding limit of " +
                  std::to_string(limit));
+  if (n_experts > 0) {  // whole experts per piece
+    if (ne1 % n_experts) fail(fn, "ne1 (" + std::to_string(ne1) + ") is not a multiple of n_experts " + std::to_string(n_experts));
+    const uint64_t expert_rows = ne1 / n_experts;
+    if (rows_per_piece < expert_rows)
+      fail(fn, "one expert (" + std::to_string(expert_rows * row_bytes) +
+                   " bytes) exceeds the storage-binding limit of " + std::to_string(limit));
+    rows_per_piece -= rows_per_piece % expert_rows;
+    w.n_experts = n_experts;
+  }
   for (uint64_t r0 = 0; r0 < ne1; r0 += rows_per_piece) {
     const uint32_t rows = uint32_t(std::min<uint64_t>(rows_per_piece, ne1 - r0));
     GpuWeightPiece piece;

@@ -30,6 +30,7 @@ struct GpuWeight {
   GgufType type = GgufType::F32;
   uint32_t n_in = 0, n_out = 0;
   uint32_t n_blocks = 0;  // 32-element blocks per row (n_in rounded up; K-quants: 8 per super-block)
+  uint32_t n_experts = 0;  // > 0: n_experts matrices of n_out / n_experts rows stacked, no expert split by a piece
   std::vector<GpuWeightPiece> pieces;
   uint64_t gpu_bytes() const;
   bool empty() const { return pieces.empty(); }
@@ -38,8 +39,9 @@ struct GpuWeight {
 // Uploads GGUF bytes (tensor_bytes(type, ne0, ne1) of them) as a GpuWeight, repacked as above and
 // split into row ranges so no piece exceeds ctx.max_binding_size() (or max_piece_bytes when > 0,
 // which tests use to force splits).
+// With n_experts > 0, ne1 holds that many experts' rows stacked and pieces split only between experts.
 GpuWeight upload_weight(gpu::Context& ctx, GgufType type, uint64_t ne0, uint64_t ne1, std::span<const uint8_t> bytes,
-                        std::string_view label = "weight", uint64_t max_piece_bytes = 0);
+                        std::string_view label = "weight", uint64_t max_piece_bytes = 0, uint32_t n_experts = 0);
 
 // GGUF bytes of [ne1 = rows][ne0] tensors of one type stacked into one (rows in order).
 std::vector<uint8_t> concat_rows(std::span<const std::span<const uint8_t>> parts);
@@ -55,8 +57,9 @@ struct MatmulParams {
   float eps;
   uint32_t y_stride, pos, head_dim;
   uint32_t rope_dim, kv_f16, kv_k_off, kv_v_off;
+  uint32_t n_used, x_per_pair, expert_first, n_experts;
 };
-static_assert(sizeof(MatmulParams) == 96);
+static_assert(sizeof(MatmulParams) == 112);
 
 // The FLAG_* bits of matmul_common.wgsl.
 namespace flags {

@@ -58,6 +58,7 @@ GpuBatchDecode::GpuBatchDecode(gpu::Context& ctx, const GpuModel& model, uint32_
   b.bcx = make(conv ? N * 3 * E : 1, "batch bcx");
   b.conv_y = make(conv ? N * E : 1, "batch conv y");
   b.decode_scratch = make(1, "batch decode scratch");
+  make_moe_buffers(ctx, c, b, N);
   bb.logits = make(N * V, "batch logits");
   bb.logits_host = ctx.create_buffer(N * V * 4, WGPUBufferUsage_MapRead, "batch logits readback");
   bb.chosen = make(N, "batch chosen ids");

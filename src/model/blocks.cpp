@@ -1,10 +1,12 @@
 #include "model/blocks.h"
 
+#include <algorithm>
 #include <tuple>
 
 #include "kernels/attention.h"
 #include "kernels/kv_append.h"
 #include "kernels/matmul.h"
+#include "kernels/moe.h"
 #include "kernels/norm.h"
 #include "kernels/qk_norm_rope_kv.h"
 #include "kernels/qkv_rope_append.h"
@@ -201,6 +203,48 @@ void encode_ffn(const LayerStep& s) {
     kernels::encode_matmul(s.batch, s.ctx, L.w_up, b.x, b.up, s.n, normed);
     kernels::encode_swiglu(s.batch, s.ctx, b.gate, b.up, b.act, uint64_t(s.n) * c.n_ff, c.ffn_act);
   }
+}
+
+void make_moe_buffers(gpu::Context& ctx, const ModelConfig& c, SessionBuffers& b, uint64_t tokens) {
+  const uint64_t n = c.is_moe() ? tokens : 0, pairs = n * c.n_expert_used;
+  auto make = [&](uint64_t floats, const char* label) {
+    return ctx.create_buffer(std::max<uint64_t>(floats, 4) * 4, WGPUBufferUsage_Storage, label);
+  };
+  b.router_logits = make(n * c.n_expert, "router logits");
+  b.moe_experts = make(pairs, "chosen experts");
+  b.moe_weights = make(pairs, "expert weights");
+  b.moe_act = make(pairs * c.n_ff_exp, "expert act");
+  b.moe_out = make(pairs * c.n_embd, "expert out");
+  const bool split = c.is_moe();  // sized when any layer might not fuse gate and up; small next to the rest
+  b.moe_gate = make(split ? pairs * c.n_ff_exp : 0, "expert gate");
+  b.moe_up = make(split ? pairs * c.n_ff_exp : 0, "expert up");
+}
+
+void encode_moe_ffn(const LayerStep& s) {
+  const ModelConfig& c = s.model.config;
+  const GpuLayer& L = s.L;
+  SessionBuffers& b = s.b;
+  const uint32_t k = c.n_expert_used;
+  // router logits of h = rms_norm(x) * ffn_norm, then each token's experts and weights
+  kernels::encode_matmul(s.batch, s.ctx, L.router, b.x, b.router_logits, s.n,
+                         {.norm = &L.ffn_norm, .eps = c.rms_eps, .impl = product_impl(s)});
+  kernels::encode_moe_route(s.batch, s.ctx, b.router_logits, b.moe_experts, b.moe_weights, s.n, c.n_expert, k,
+                            /*normalize=*/true);
+  // each chosen expert's act(h gate_e) * (h up_e), then its down product
+  const bool gelu = c.ffn_act == FfnAct::GeluTanh;
+  if (!L.exps_gate_up.empty()) {
+    kernels::encode_expert_matmul(s.batch, s.ctx, L.exps_gate_up, b.x, b.moe_act, b.moe_experts, s.n, k,
+                                  {.norm = &L.ffn_norm, .eps = c.rms_eps, .swiglu = true, .gelu = gelu});
+  } else {
+    const kernels::ExpertOptions normed{.norm = &L.ffn_norm, .eps = c.rms_eps};
+    kernels::encode_expert_matmul(s.batch, s.ctx, L.exps_gate, b.x, b.moe_gate, b.moe_experts, s.n, k, normed);
+    kernels::encode_expert_matmul(s.batch, s.ctx, L.exps_up, b.x, b.moe_up, b.moe_experts, s.n, k, normed);
+    kernels::encode_swiglu(s.batch, s.ctx, b.moe_gate, b.moe_up, b.moe_act, uint64_t(s.n) * k * c.n_ff_exp,
+                           c.ffn_act);
+  }
+  kernels::encode_expert_matmul(s.batch, s.ctx, L.exps_down, b.moe_act, b.moe_out, b.moe_experts, s.n, k,
+                                {.x_per_pair = true});
+  kernels::encode_moe_combine(s.batch, s.ctx, b.moe_out, b.moe_weights, b.x, s.n, k, c.n_embd);
 }
 
 void encode_conv(const LayerStep& s) {

@@ -38,7 +38,17 @@ struct SessionBuffers {
   gpu::Buffer recent_ids;                  // [window] u32 ring of recent ids for decode_sampled's penalty
   std::array<gpu::Buffer, 2> id_readback;  // mappable copies of the chosen id of two greedy steps in flight
   gpu::Buffer decode_scratch;              // split-K partials of the decode attention
+  // mixtures of experts (make_moe_buffers; size 4 otherwise)
+  gpu::Buffer router_logits;  // [ubatch][n_expert]
+  gpu::Buffer moe_experts;    // [ubatch][n_expert_used] u32: the chosen experts, best first
+  gpu::Buffer moe_weights;    // [ubatch][n_expert_used]: their weights
+  gpu::Buffer moe_gate, moe_up;  // [ubatch][n_expert_used][n_ff_exp]: gate and up not fused
+  gpu::Buffer moe_act;        // [ubatch][n_expert_used][n_ff_exp]: each chosen expert's SwiGLU
+  gpu::Buffer moe_out;        // [ubatch][n_expert_used][n_embd]: each chosen expert's output
 };
+
+// The mixture-of-experts buffers of b for `tokens` tokens (placeholders of 16 bytes for dense models).
+void make_moe_buffers(gpu::Context& ctx, const ModelConfig& c, SessionBuffers& b, uint64_t tokens);
 
 // q, k, v = rms_norm(x) * attn_norm @ (wq, wk, wv) (+ biases) for n tokens into q, k, v ([n][q_dim], [n][kv_dim] x 2):
 // one product when the layer stacks all three, two with wqk and wv, else three.
@@ -90,6 +100,10 @@ struct LayerStep {
 void encode_attention(const LayerStep& s);
 // act = act(h w_gate) * (h w_up), h = rms_norm(x) * ffn_norm (silu, or gelu_tanh by ffn_act).
 void encode_ffn(const LayerStep& s);
+// x += the mixture of experts' output for h = rms_norm(x) * ffn_norm: the router's choice of n_expert_used experts
+// and weights (kernels/moe.h), each chosen expert's SwiGLU FFN of h, their weighted sum. Every expert id stays on
+// the GPU.
+void encode_moe_ffn(const LayerStep& s);
 // conv_y = C * conv(B * x'), B, C, x' = rms_norm(x) * attn_norm in_proj, over the layer's conv state, which takes the
 // step's B * x' rows (lfm2).
 void encode_conv(const LayerStep& s);

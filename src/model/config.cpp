@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "gguf/file.h"
+#include "kernels/moe.h"
 #include "wgllm/error.h"
 
 namespace wgllm {
@@ -16,6 +17,7 @@ const char* arch_name(Arch a) {
     case Arch::Llama: return "llama";
     case Arch::Qwen2: return "qwen2";
     case Arch::Qwen3: return "qwen3";
+    case Arch::Qwen3Moe: return "qwen3moe";
     case Arch::Gemma3: return "gemma3";
     case Arch::Lfm2: return "lfm2";
   }
@@ -140,6 +142,20 @@ void read_lfm2_layers(const GgufFile& f, ModelConfig& c) {
          "key '" + lkey + "' = " + std::to_string(c.l_cache) + " is outside [2, " + std::to_string(kMaxConvTaps) + "]");
 }
 
+// A mixture of experts' counts (qwen3moe as llama.cpp reads it: softmax gating, the top k renormalised).
+void read_experts(const GgufFile& f, ModelConfig& c) {
+  const std::string a = c.arch_name + ".";
+  c.n_expert = require_dim(f, a + "expert_count", f.get_u32(a + "expert_count"));
+  c.n_expert_used = require_dim(f, a + "expert_used_count", f.get_u32(a + "expert_used_count"));
+  c.n_ff_exp = require_dim(f, a + "expert_feed_forward_length", f.get_u32(a + "expert_feed_forward_length"));
+  if (c.n_expert_used > c.n_expert || c.n_expert_used > kernels::kMoeMaxUsed || c.n_expert > kernels::kMoeMaxExperts)
+    fail(f, "key '" + a + "expert_used_count' = " + std::to_string(c.n_expert_used) + " of expert_count " +
+                std::to_string(c.n_expert) + ": needs 1 <= used <= count, used <= " + std::to_string(kernels::kMoeMaxUsed) +
+                ", count <= " + std::to_string(kernels::kMoeMaxExperts));
+  if (const auto g = f.find_u32(a + "expert_gating_func"); g && *g != 1)  // llama.cpp: 1 softmax, 2 sigmoid
+    fail(f, "key '" + a + "expert_gating_func' = " + std::to_string(*g) + " is not supported (1, softmax)");
+}
+
 }  // namespace
 
 ModelConfig config_from_gguf(const GgufFile& f) {
@@ -155,6 +171,10 @@ ModelConfig config_from_gguf(const GgufFile& f) {
     c.arch = Arch::Qwen3;
     c.rope_type = RopeType::Neox;
     c.qk_norm = true;
+  } else if (c.arch_name == "qwen3moe") {
+    c.arch = Arch::Qwen3Moe;
+    c.rope_type = RopeType::Neox;
+    c.qk_norm = true;
   } else if (c.arch_name == "gemma3") {
     c.arch = Arch::Gemma3;
     c.rope_type = RopeType::Neox;
@@ -167,7 +187,7 @@ ModelConfig config_from_gguf(const GgufFile& f) {
     c.qk_norm = true;
     c.output_norm_name = "token_embd_norm.weight";  // llama.cpp's name for LFM2's final norm
   } else {
-    fail(f, "architecture '" + c.arch_name + "' is not supported (supported: llama, qwen2, qwen3, gemma3, lfm2)");
+    fail(f, "architecture '" + c.arch_name + "' is not supported (supported: llama, qwen2, qwen3, qwen3moe, gemma3, lfm2)");
   }
   // The parser accepts every ggml type (inspect shows any file); running needs types wgllm dequantises.
   for (const GgufTensor& t : f.tensors())
@@ -187,6 +207,7 @@ ModelConfig config_from_gguf(const GgufFile& f) {
         require_dim(f, a + "attention.head_count_kv", f.find_u32(a + "attention.head_count_kv").value_or(c.n_head));
   }
   c.n_ff = dim("feed_forward_length");
+  if (c.arch == Arch::Qwen3Moe) read_experts(f, c);
   c.n_ctx_train = f.get_u32(a + "context_length");  // long-context models go past kMaxDim; only 0 is wrong
   if (c.n_ctx_train == 0) fail(f, "key '" + a + "context_length' is 0");
   if (c.n_head % c.n_head_kv != 0)
@@ -264,9 +285,17 @@ ModelConfig config_from_gguf(const GgufFile& f) {
     const std::string b = "blk." + std::to_string(i) + ".";
     check_shape(f, b + "attn_norm.weight", {E});
     check_shape(f, b + "ffn_norm.weight", {E});
-    check_shape(f, b + "ffn_gate.weight", {E, F});
-    check_shape(f, b + "ffn_up.weight", {E, F});
-    check_shape(f, b + "ffn_down.weight", {F, E});
+    if (c.is_moe()) {
+      const uint64_t X = c.n_expert, FX = c.n_ff_exp;
+      check_shape(f, b + "ffn_gate_inp.weight", {E, X});
+      check_shape(f, b + "ffn_gate_exps.weight", {E, FX, X});
+      check_shape(f, b + "ffn_up_exps.weight", {E, FX, X});
+      check_shape(f, b + "ffn_down_exps.weight", {FX, E, X});
+    } else {
+      check_shape(f, b + "ffn_gate.weight", {E, F});
+      check_shape(f, b + "ffn_up.weight", {E, F});
+      check_shape(f, b + "ffn_down.weight", {F, E});
+    }
     if (c.is_conv(i)) {
       check_shape(f, b + "shortconv.conv.weight", {c.l_cache, E});
       check_shape(f, b + "shortconv.in_proj.weight", {E, 3 * E});

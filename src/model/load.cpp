@@ -71,6 +71,26 @@ GpuWeight Uploader::interleaved(const std::string& a, const std::string& b, cons
   return w;
 }
 
+GpuWeight Uploader::experts(const std::string& name) {
+  const GgufTensor& t = f.tensor(name);
+  GpuWeight w = kernels::upload_weight(ctx, t.type, t.ne[0], t.ne[1] * t.ne[2], data(t), name, 0, uint32_t(t.ne[2]));
+  advance(t);
+  return w;
+}
+
+GpuWeight Uploader::interleaved_experts(const std::string& a, const std::string& b, const std::string& label) {
+  const GgufTensor& ta = f.tensor(a);
+  const GgufTensor& tb = f.tensor(b);
+  if (ta.ne[1] != tb.ne[1] || ta.ne[2] != tb.ne[2]) throw ModelError(a + " and " + b + " differ in shape");
+  // Expert e's rows are rows [e * ne1, (e + 1) * ne1) of both: interleaving all rows pairs them within experts.
+  const uint64_t rows = ta.ne[1] * ta.ne[2];
+  GpuWeight w = kernels::upload_weight(ctx, ta.type, ta.ne[0], 2 * rows, kernels::interleave_rows(data(ta), data(tb), rows),
+                                       label, 0, uint32_t(ta.ne[2]));
+  advance(ta);
+  advance(tb);
+  return w;
+}
+
 std::vector<float> Uploader::floats(const std::string& name) {
   const GgufTensor& t = f.tensor(name);
   std::vector<float> v(t.n_elements);
@@ -149,6 +169,18 @@ void upload_ffn(Uploader& up, GpuLayer& L, const std::string& b) {
   L.w_down = up.matrix(b + "ffn_down.weight");
 }
 
+void upload_moe_ffn(Uploader& up, GpuLayer& L, const std::string& b) {
+  L.ffn_norm = up.norm(b + "ffn_norm.weight");
+  L.router = up.matrix(b + "ffn_gate_inp.weight");
+  if (up.fusable({b + "ffn_gate_exps.weight", b + "ffn_up_exps.weight"})) {
+    L.exps_gate_up = up.interleaved_experts(b + "ffn_gate_exps.weight", b + "ffn_up_exps.weight", b + "ffn_gate_up_exps");
+  } else {
+    L.exps_gate = up.experts(b + "ffn_gate_exps.weight");
+    L.exps_up = up.experts(b + "ffn_up_exps.weight");
+  }
+  L.exps_down = up.experts(b + "ffn_down_exps.weight");
+}
+
 void upload_conv(Uploader& up, GpuLayer& L, const std::string& b) {
   L.attn_norm = up.norm(b + "attn_norm.weight");
   L.in_proj = up.matrix(b + "shortconv.in_proj.weight");
@@ -181,16 +213,26 @@ GpuModel load_gpu_model(gpu::Context& ctx, const GgufFile& f, const ModelConfig&
     w.rope_table_swa = kernels::upload_rope_table(ctx, c.rope_dim, c.rope_base_swa);
   ctx.check_errors();  // out of memory shows up here
 
+  // A token reads the router and n_expert_used of the n_expert experts.
+  auto expert_bytes = [](const GpuLayer& L) {
+    return L.exps_gate_up.gpu_bytes() + L.exps_gate.gpu_bytes() + L.exps_up.gpu_bytes() + L.exps_down.gpu_bytes();
+  };
   auto layer_bytes = [](const GpuLayer& L) {
-    return L.wqkv.gpu_bytes() + L.wqk.gpu_bytes() + L.wq.gpu_bytes() + L.wk.gpu_bytes() + L.wv.gpu_bytes() +
+    return L.router.gpu_bytes() + L.wqkv.gpu_bytes() + L.wqk.gpu_bytes() + L.wq.gpu_bytes() + L.wk.gpu_bytes() + L.wv.gpu_bytes() +
            L.wo.gpu_bytes() + L.w_gate_up.gpu_bytes() + L.w_gate.gpu_bytes() + L.w_up.gpu_bytes() +
            L.w_down.gpu_bytes() + L.attn_norm.size + L.ffn_norm.size + L.bqkv.size + L.bqk.size + L.bq.size +
            L.bk.size + L.bv.size + L.q_norm.size + L.k_norm.size + L.post_attn_norm.size + L.post_ffn_norm.size +
            L.in_proj.gpu_bytes() + L.conv.size + L.out_proj.gpu_bytes();
   };
-  for (const GpuLayer& L : w.layers) m.bytes_per_token += layer_bytes(L);
+  uint64_t all_experts = 0;
+  for (const GpuLayer& L : w.layers) {
+    m.bytes_per_token += layer_bytes(L) + (c.is_moe() ? expert_bytes(L) * c.n_expert_used / c.n_expert : 0);
+    all_experts += expert_bytes(L);
+  }
   m.bytes_per_token += m.logits_weight().gpu_bytes() + w.output_norm.size;
-  m.weight_bytes = m.bytes_per_token + w.rope_table.size + w.rope_table_swa.size +
+  uint64_t read_experts = 0;
+  for (const GpuLayer& L : w.layers) read_experts += c.is_moe() ? expert_bytes(L) * c.n_expert_used / c.n_expert : 0;
+  m.weight_bytes = m.bytes_per_token - read_experts + all_experts + w.rope_table.size + w.rope_table_swa.size +
                    (c.tied_embeddings ? 0 : w.token_embd.gpu_bytes());
   return m;
 }

@@ -34,6 +34,10 @@ struct Uploader {
   kernels::GpuWeight stacked(std::initializer_list<std::string> names, const std::string& label);
   // gate and up interleaved row by row.
   kernels::GpuWeight interleaved(const std::string& a, const std::string& b, const std::string& label);
+  // A [n_expert][rows][in] tensor as stacked experts (GpuWeight::n_experts); two of them (gate and up) interleaved
+  // row by row, so each expert's rows are (gate, up) pairs.
+  kernels::GpuWeight experts(const std::string& name);
+  kernels::GpuWeight interleaved_experts(const std::string& a, const std::string& b, const std::string& label);
   std::vector<float> floats(const std::string& name);
   gpu::Buffer vector(const std::string& name);
   // A norm weight, zero-padded to a multiple of 8 floats (read as vec4 by the fused norm).
@@ -50,6 +54,9 @@ void upload_attention(Uploader& up, const ModelConfig& c, GpuLayer& L, const std
 GpuLayer upload_attention_layer(Uploader& up, const ModelConfig& c, uint32_t layer);
 // The FFN of every architecture: ffn_norm, gate/up interleaved when they share a type, and down.
 void upload_ffn(Uploader& up, GpuLayer& L, const std::string& prefix);
+// A mixture of experts' weights (config.is_moe()): ffn_norm, the router, the experts' gate/up (interleaved when they
+// share a type) and down.
+void upload_moe_ffn(Uploader& up, GpuLayer& L, const std::string& prefix);
 // A short-convolution layer's weights (lfm2): attn_norm (the operator norm), in_proj, the conv taps and out_proj.
 void upload_conv(Uploader& up, GpuLayer& L, const std::string& prefix);
 

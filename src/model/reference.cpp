@@ -71,6 +71,37 @@ ModelConfig swa_rope_config(ModelConfig c) {
   return c;
 }
 
+// x += the mixture of experts' output for the normed rows h (config.is_moe()): per token the router's softmax, its
+// top n_expert_used renormalised (cpu::moe_route), each chosen expert's act(h gate_e) * (h up_e) down_e added with
+// its weight, in double.
+void moe_ffn(const ModelConfig& c, const CpuLayer& L, const std::vector<float>& h, std::vector<float>& x) {
+  const size_t E = c.n_embd, FX = c.n_ff_exp, X = c.n_expert, T = h.size() / E;
+  std::vector<float> logits(T * X);
+  matmul(h.data(), T, E, L.router, X, {}, logits.data());
+  auto dot = [](const float* a, const float* b, size_t n) {
+    double s = 0;
+    for (size_t i = 0; i < n; ++i) s += double(a[i]) * double(b[i]);
+    return s;
+  };
+  std::vector<float> gate(FX), up(FX);
+  for (size_t t = 0; t < T; ++t) {
+    const float* ht = h.data() + t * E;
+    const MoeRoute route = moe_route(std::span(logits).subspan(t * X, X), c.n_expert_used, /*normalize=*/true);
+    std::vector<double> acc(E, 0.0);
+    for (size_t r = 0; r < route.experts.size(); ++r) {
+      const size_t e = route.experts[r];
+      for (size_t o = 0; o < FX; ++o) {
+        gate[o] = float(dot(ht, L.exps_gate.data() + (e * FX + o) * E, E));
+        up[o] = float(dot(ht, L.exps_up.data() + (e * FX + o) * E, E));
+      }
+      const std::vector<float> act = c.ffn_act == FfnAct::GeluTanh ? geglu(gate, up) : swiglu(gate, up);
+      for (size_t i = 0; i < E; ++i)
+        acc[i] += route.weights[r] * double(float(dot(act.data(), L.exps_down.data() + (e * E + i) * FX, FX)));
+    }
+    for (size_t i = 0; i < E; ++i) x[t * E + i] = float(double(x[t * E + i]) + acc[i]);
+  }
+}
+
 }  // namespace
 
 CpuModel load_cpu_model(const GgufFile& f) {
@@ -88,9 +119,16 @@ CpuModel load_cpu_model(const GgufFile& f) {
     CpuLayer& L = w.layers[i];
     L.attn_norm = load_tensor(f, b + "attn_norm.weight");
     L.ffn_norm = load_tensor(f, b + "ffn_norm.weight");
-    L.w_gate = load_tensor(f, b + "ffn_gate.weight");
-    L.w_up = load_tensor(f, b + "ffn_up.weight");
-    L.w_down = load_tensor(f, b + "ffn_down.weight");
+    if (c.is_moe()) {
+      L.router = load_tensor(f, b + "ffn_gate_inp.weight");
+      L.exps_gate = load_tensor(f, b + "ffn_gate_exps.weight");
+      L.exps_up = load_tensor(f, b + "ffn_up_exps.weight");
+      L.exps_down = load_tensor(f, b + "ffn_down_exps.weight");
+    } else {
+      L.w_gate = load_tensor(f, b + "ffn_gate.weight");
+      L.w_up = load_tensor(f, b + "ffn_up.weight");
+      L.w_down = load_tensor(f, b + "ffn_down.weight");
+    }
     if (c.is_conv(i)) {
       L.in_proj = load_tensor(f, b + "shortconv.in_proj.weight");
       L.conv = load_tensor(f, b + "shortconv.conv.weight");
@@ -263,6 +301,10 @@ std::vector<std::vector<float>> CpuSession::run(std::span<const int32_t> tokens,
     // Feed-forward block: down(act(gate(h)) * up(h)), act = silu (or gemma's gelu_tanh).
     h = x;
     rms_norm(h.data(), T, E, L.ffn_norm, c.rms_eps);
+    if (c.is_moe()) {
+      moe_ffn(c, L, h, x);
+      continue;
+    }
     matmul(h.data(), T, E, L.w_gate, F, {}, gate.data());
     matmul(h.data(), T, E, L.w_up, F, {}, up.data());
     gate = c.ffn_act == FfnAct::GeluTanh ? geglu(gate, up) : swiglu(gate, up);

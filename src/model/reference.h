@@ -37,6 +37,11 @@ struct CpuLayer {
   std::vector<float> in_proj;   // [3 n_embd][n_embd]: B, C, x
   std::vector<float> conv;      // [n_embd][l_cache] taps, tap 0 on the oldest position
   std::vector<float> out_proj;  // [n_embd][n_embd]
+  // mixtures of experts (config.is_moe()) have these instead of w_gate, w_up, w_down:
+  std::vector<float> router;     // [n_expert][n_embd]
+  std::vector<float> exps_gate;  // [n_expert][n_ff_exp][n_embd]
+  std::vector<float> exps_up;    // [n_expert][n_ff_exp][n_embd]
+  std::vector<float> exps_down;  // [n_expert][n_embd][n_ff_exp]
 };
 
 struct CpuWeights {

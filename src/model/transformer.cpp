@@ -65,6 +65,7 @@ GpuSession::GpuSession(gpu::Context& ctx, const GpuModel& model, const GpuSessio
   const bool conv = !c.conv_layers.empty();
   b.bcx = make(conv ? U * 3 * E : 1, "bcx");
   b.conv_y = make(conv ? U * E : 1, "conv y");
+  make_moe_buffers(ctx, c, b, U);
   b.last = make(E, "last row");
   b.logits = make(c.n_vocab, "logits");
   b.logits_host = ctx.create_buffer(uint64_t(c.n_vocab) * 4, WGPUBufferUsage_MapRead, "logits readback");

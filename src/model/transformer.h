@@ -1,4 +1,4 @@
-// The GPU forward pass of the decoder (llama / qwen2 / qwen3 / gemma3 / lfm2): weights uploaded from a GGUF in
+// The GPU forward pass of the decoder (llama / qwen2 / qwen3 / qwen3moe / gemma3 / lfm2): weights uploaded from a GGUF in
 // their own types (GpuModel) and one sequence's run state with its paged f16 KV cache (GpuSession). Prefill runs in
 // chunks of `ubatch` tokens, decode one token at a time; each chunk or token is encoded into a few command buffers
 // (the GPU starts on the first layers while the rest is encoded), and only the logits are read back. Per layer and
@@ -65,6 +65,13 @@ struct GpuLayer {
   kernels::GpuWeight in_proj;   // [3 n_embd][n_embd]
   gpu::Buffer conv;             // [n_embd][l_cache] f32 taps
   kernels::GpuWeight out_proj;  // [n_embd][n_embd]
+  // Mixtures of experts (config.is_moe()) have these instead of the dense FFN's gate/up and down: x += the chosen
+  // experts' down(act(norm(x) gate_e) * (norm(x) up_e)), weighted by the router (kernels/moe.h).
+  kernels::GpuWeight router;        // [n_expert][n_embd] ffn_gate_inp
+  kernels::GpuWeight exps_gate_up;  // [n_expert][2 n_ff_exp][n_embd]: each expert's gate and up rows interleaved
+  kernels::GpuWeight exps_gate;     // [n_expert][n_ff_exp][n_embd], when gate and up differ in type (else empty)
+  kernels::GpuWeight exps_up;       // [n_expert][n_ff_exp][n_embd], likewise
+  kernels::GpuWeight exps_down;     // [n_expert][n_embd][n_ff_exp]
 };
 
 struct GpuWeights {

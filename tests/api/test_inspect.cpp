@@ -7,6 +7,7 @@
 
 #include "gguf/file.h"
 #include "gguf_builder.h"
+#include "model_util.h"
 #include "wgllm/inspect.h"
 
 namespace wgllm {
@@ -85,6 +86,15 @@ TEST(InspectGguf, ReportsMetadataTensorsAndConfig) {
   EXPECT_EQ(s.tokenizer.add_bos, false);
   EXPECT_FALSE(s.tokenizer.chat_template);
   std::filesystem::remove(path);
+}
+
+// A mixture of experts (the committed qwen3moe fixture, written by llama.cpp's converter): its experts are reported.
+TEST(InspectGguf, ReportsExperts) {
+  const GgufSummary s = inspect_gguf(test::model_path("qwen3moe-tiny-k4-f32"));
+  ASSERT_TRUE(s.config) << s.config_error;
+  EXPECT_EQ(s.config->n_expert, 16u);
+  EXPECT_EQ(s.config->n_expert_used, 4u);
+  EXPECT_EQ(s.config->n_ff_exp, 48u);
 }
 
 // A file wgllm cannot run is still described; why it cannot run is config_error.

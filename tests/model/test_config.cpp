@@ -204,7 +204,7 @@ struct ConfigCase {
 TEST(ConfigErrors, EveryCaseGivesItsError) {
   const std::vector<ConfigCase> cases = {
       {"unknown architecture", [](GgufBuilder& g) { g.set("general.architecture", GVal::str("gpt2")); },
-       "architecture 'gpt2' is not supported (supported: llama, qwen2, qwen3, gemma3, lfm2)"},
+       "architecture 'gpt2' is not supported (supported: llama, qwen2, qwen3, qwen3moe, gemma3, lfm2)"},
       {"no architecture", [](GgufBuilder& g) { g.without("general.architecture"); },
        "key 'general.architecture' is missing"},
       {"missing block_count", [](GgufBuilder& g) { g.without("llama.block_count"); },
@@ -325,6 +325,63 @@ TEST(ConfigFromGguf, Lfm2ConvolutionLayersFromTheKvHeadArray) {
   const auto all = config_of(g);
   EXPECT_EQ(all.layer_pattern(), "AA");
   EXPECT_TRUE(all.conv_layers.empty());
+}
+
+// A qwen3moe of two layers: qwen3's attention, 4 experts of FFN 8, 2 per token, as llama.cpp's converter writes it.
+GgufBuilder tiny_qwen3moe() {
+  GgufBuilder g = tiny_model("qwen3moe");
+  const uint64_t E = 16, X = 4, FX = 8;
+  g.kv("qwen3moe.expert_count", GVal::u32(X))
+      .kv("qwen3moe.expert_used_count", GVal::u32(2))
+      .kv("qwen3moe.expert_feed_forward_length", GVal::u32(FX));
+  for (int i = 0; i < 2; ++i) {
+    const std::string b = "blk." + std::to_string(i) + ".";
+    g.without_tensor(b + "ffn_gate.weight").without_tensor(b + "ffn_up.weight").without_tensor(b + "ffn_down.weight");
+    g.tensor(b + "attn_q_norm.weight", {4})
+        .tensor(b + "attn_k_norm.weight", {4})
+        .tensor(b + "ffn_gate_inp.weight", {E, X})
+        .tensor(b + "ffn_gate_exps.weight", {E, FX, X})
+        .tensor(b + "ffn_up_exps.weight", {E, FX, X})
+        .tensor(b + "ffn_down_exps.weight", {FX, E, X});
+  }
+  return g;
+}
+
+TEST(ConfigFromGguf, Qwen3MoeExperts) {
+  const auto c = config_of(tiny_qwen3moe());
+  EXPECT_EQ(c.arch, Arch::Qwen3Moe);
+  EXPECT_TRUE(c.is_moe());
+  EXPECT_EQ(c.n_expert, 4u);
+  EXPECT_EQ(c.n_expert_used, 2u);
+  EXPECT_EQ(c.n_ff_exp, 8u);
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_EQ(c.rope_type, RopeType::Neox);
+  EXPECT_FALSE(config_of(tiny_model("qwen3")).is_moe());
+}
+
+TEST(ConfigErrors, Qwen3Moe) {
+  const ConfigCase cases[] = {
+      {"no expert count", [](GgufBuilder& g) { g.without("qwen3moe.expert_count"); }, "qwen3moe.expert_count"},
+      {"more used than experts", [](GgufBuilder& g) { g.set("qwen3moe.expert_used_count", GVal::u32(5)); },
+       "key 'qwen3moe.expert_used_count' = 5 of expert_count 4: needs 1 <= used <= count"},
+      {"none used", [](GgufBuilder& g) { g.set("qwen3moe.expert_used_count", GVal::u32(0)); },
+       "qwen3moe.expert_used_count"},
+      {"sigmoid gating", [](GgufBuilder& g) { g.kv("qwen3moe.expert_gating_func", GVal::u32(2)); },
+       "key 'qwen3moe.expert_gating_func' = 2 is not supported"},
+      {"experts of another width",
+       [](GgufBuilder& g) {
+         g.without_tensor("blk.1.ffn_up_exps.weight").tensor("blk.1.ffn_up_exps.weight", {16, 9, 4});
+       },
+       "tensor 'blk.1.ffn_up_exps.weight': shape [16, 9, 4] does not match the config (expected [16, 8, 4])"},
+      {"no router", [](GgufBuilder& g) { g.without_tensor("blk.0.ffn_gate_inp.weight"); },
+       "tensor 'blk.0.ffn_gate_inp.weight' is missing"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    auto g = tiny_qwen3moe();
+    c.edit(g);
+    EXPECT_THAT(config_error(g), ::testing::HasSubstr(c.expect));
+  }
 }
 
 TEST(ConfigErrors, Lfm2) {

@@ -55,7 +55,8 @@ std::vector<GpuCase> gpu_cases() {
     for (const char* type : {"f32", "f16", "bf16", "q8_0", "q4_0"}) models.push_back(std::string(arch) + "-" + type);
   for (const char* m :
        {"llama-rope3-tied-f32", "llama-rope3-tied-q8_0", "llama-rope3-tied-q4_0", "qwen2-tied-f32", "qwen2-tied-q8_0",
-        "qwen2-mixed", "gemma3-tiny-f32", "lfm2-tiny-f32", "lfm2-tiny-l4-f32", "lfm2-tiny-mha-f32"})
+        "qwen2-mixed", "gemma3-tiny-f32", "lfm2-tiny-f32", "lfm2-tiny-l4-f32", "lfm2-tiny-mha-f32", "qwen3moe-tiny-f32",
+        "qwen3moe-tiny-k4-f32", "qwen3moe-q8_0", "qwen3moe-mixed"})
     models.push_back(m);
   std::vector<GpuCase> out;
   for (const std::string& m : models) {
@@ -87,8 +88,8 @@ TEST_P(GpuForward, MatchesCpuReference) {
   gpu::Context& ctx = own ? *own : test::context();
   const GpuModel gm = load_gpu_model(ctx, f);
   // q/k/v and gate/up are fused exactly when their tensors share a type (qwen2-mixed: they do not; its q and k do,
-  // v alone is q8_0, so q and k are stacked and v stands alone).
-  const bool mixed = tc.model.ends_with("mixed");
+  // v alone is q8_0, so q and k are stacked and v stands alone; qwen3moe-mixed: the experts' up is q8_0).
+  const bool mixed = tc.model == "qwen2-mixed", experts_mixed = tc.model == "qwen3moe-mixed";
   for (uint32_t l = 0; l < gm.config.n_layer; ++l) {
     const GpuLayer& L = gm.weights.layers[l];
     EXPECT_EQ(L.wqkv.empty(), mixed || gm.config.is_conv(l));  // convolution layers have in_proj instead
@@ -96,7 +97,9 @@ TEST_P(GpuForward, MatchesCpuReference) {
     EXPECT_EQ(L.wv.empty(), !mixed);
     EXPECT_TRUE(L.wq.empty() && L.wk.empty());
     EXPECT_EQ(L.in_proj.empty(), !gm.config.is_conv(l));
-    EXPECT_EQ(L.w_gate_up.empty(), mixed);
+    EXPECT_EQ(L.w_gate_up.empty(), mixed || gm.config.is_moe());  // experts: exps_gate_up instead
+    EXPECT_EQ(L.exps_gate_up.empty(), !gm.config.is_moe() || experts_mixed);
+    EXPECT_EQ(L.exps_up.empty(), !experts_mixed);
   }
   GpuSession gs(ctx, gm, {.n_ctx = 256, .ubatch = 40, .kv_type = tc.kv, .layers_per_submit = tc.layers_per_submit});
   cpu::CpuSession cs(cm, 256);
@@ -390,7 +393,8 @@ TEST_P(GpuTruncate, ContinuesAsTheKeptTokensGive) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, GpuTruncate,
-                         ::testing::Values("lfm2-tiny-f32", "lfm2-tiny-l4-f32", "llama-f32", "gemma3-tiny-f32"),
+                         ::testing::Values("lfm2-tiny-f32", "lfm2-tiny-l4-f32", "llama-f32", "gemma3-tiny-f32",
+                                           "qwen3moe-tiny-k4-f32"),
                          [](const auto& info) {
                            std::string s = info.param;
                            std::replace(s.begin(), s.end(), '-', '_');
@@ -439,7 +443,8 @@ TEST_P(GpuForwardRef, GreedyTokensMatchTransformers) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, GpuForwardRef,
                          ::testing::Values("llama-f32", "qwen2-f32", "qwen3-f32", "llama-rope3-tied-f32",
                                            "qwen2-tied-f32", "gemma3-tiny-f32", "lfm2-tiny-f32", "lfm2-tiny-l4-f32",
-                                           "lfm2-tiny-mha-f32"),
+                                           "lfm2-tiny-mha-f32", "qwen3moe-tiny-f32", "qwen3moe-tiny-k4-f32",
+                                           "qwen3moe-tiny-k1-f32"),
                          [](const auto& info) {
                            std::string s = info.param;
                            std::replace(s.begin(), s.end(), '-', '_');

@@ -68,7 +68,9 @@ void print_memory(const Model& model) {
                                                      : "";
   // Layers of more than one kind (lfm2's convolutions, gemma's local attention): the pattern, and the conv states.
   const bool mixed = i.layer_pattern.find_first_not_of(i.layer_pattern.substr(0, 1)) != std::string::npos;
-  const std::string layers = mixed ? " " + i.layer_pattern : "";
+  std::string layers = mixed ? " " + i.layer_pattern : "";
+  if (i.n_expert)
+    layers += ", " + std::to_string(i.n_expert) + " experts, " + std::to_string(i.n_expert_used) + " per token";
   const std::string conv =
       i.conv_state_bytes ? ", conv state " + std::to_string(i.conv_state_bytes / 1024) + " KiB" : std::string();
   std::fprintf(stderr, "%s (%s, %u layers%s) on %s: weights %.1f MiB, KV cache %.1f MiB%s (context %u%s)\n",

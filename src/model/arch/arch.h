@@ -22,7 +22,8 @@ struct LayerProgram {
   void (*encode)(const LayerStep& s);
 };
 
-extern const LayerProgram kLlamaLayers;   // arch/llama.cpp: llama, qwen2, qwen3
+extern const LayerProgram kLlamaLayers;     // arch/llama.cpp: llama, qwen2, qwen3
+extern const LayerProgram kQwen3MoeLayers;  // arch/qwen3moe.cpp
 extern const LayerProgram kGemma3Layers;  // arch/gemma3.cpp
 extern const LayerProgram kLfm2Layers;    // arch/lfm2.cpp
 
@@ -31,6 +32,7 @@ inline const LayerProgram& layer_program(Arch arch) {
     case Arch::Llama:
     case Arch::Qwen2:
     case Arch::Qwen3: return kLlamaLayers;
+    case Arch::Qwen3Moe: return kQwen3MoeLayers;
     case Arch::Gemma3: return kGemma3Layers;
     case Arch::Lfm2: return kLfm2Layers;
   }

@@ -1,0 +1,35 @@
+// Mixtures of experts (moe.wgsl): routing a token to its experts and adding their outputs back, on the GPU, so a
+// step never waits for the host to learn which experts were chosen. The experts' products are the matvec kernel's
+// (encode_expert_matmul in matmul.h), reading the expert ids the router wrote.
+// A layer: logits = norm(x) W_router (encode_matmul), encode_moe_route, the experts' gate/up and down products, then
+// encode_moe_combine. Contract checks throw wgllm::InvalidArgument naming the field.
+#pragma once
+#include <cstdint>
+
+#include "gpu/batch.h"
+
+namespace wgllm::kernels {
+
+inline constexpr uint32_t kMoeMaxExperts = 512;  // experts a router may choose from
+inline constexpr uint32_t kMoeMaxUsed = 32;      // experts chosen per token
+
+// Mirrors `MoeParams` in moe.wgsl.
+struct MoeParams {
+  uint32_t n_tokens, n_expert, n_used, flags;
+  uint32_t width, grid_x, pad0, pad1;
+};
+static_assert(sizeof(MoeParams) == 32);
+
+// For each token t: p = softmax(logits[t]) (f32), the n_used largest logits' experts in order (ties: the lower
+// expert first) into experts[t][r] and their p into weights[t][r], divided by their sum when normalize.
+// logits: [n_tokens][n_expert] f32; experts: [n_tokens][n_used] u32; weights: [n_tokens][n_used] f32.
+void encode_moe_route(gpu::ComputeBatch& batch, gpu::Context& ctx, const gpu::Buffer& logits,
+                      const gpu::Buffer& experts, const gpu::Buffer& weights, uint32_t n_tokens, uint32_t n_expert,
+                      uint32_t n_used, bool normalize);
+
+// x[t][i] += sum over r < n_used, in order, of weights[t][r] * ys[t * n_used + r][i] (the residual add of the
+// experts' outputs). x: [n_tokens][width], ys: [n_tokens * n_used][width], weights: [n_tokens][n_used], all f32.
+void encode_moe_combine(gpu::ComputeBatch& batch, gpu::Context& ctx, const gpu::Buffer& ys, const gpu::Buffer& weights,
+                        const gpu::Buffer& x, uint32_t n_tokens, uint32_t n_used, uint32_t width);
+
+}  // namespace wgllm::kernels

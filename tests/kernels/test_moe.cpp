@@ -1,0 +1,235 @@
+// Mixtures of experts on the GPU (kernels/moe.h, encode_expert_matmul in matmul.h) against the CPU reference:
+// routing (softmax, top k, renormalised weights), the experts' products over stacked expert weights of every family
+// of types (with the norm and SwiGLU epilogues, x per token or per pair, experts split across pieces), and the
+// weighted sum into the residual stream.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <set>
+
+#include "cpu/ops.h"
+#include "kernel_test_util.h"
+#include "kernels/matmul.h"
+#include "kernels/moe.h"
+#include "kernels/weight.h"
+
+namespace wgllm::test {
+namespace {
+
+struct RouteCase {
+  uint32_t n_tokens, n_expert, n_used;
+  bool normalize;
+};
+
+// Logits with ties and equal runs mixed in: the order must be the largest first, the lower expert first among equals.
+std::vector<float> router_logits(const RouteCase& c, std::mt19937_64& gen) {
+  std::vector<float> z = random_floats(size_t(c.n_tokens) * c.n_expert, gen, -4.f, 4.f);
+  for (uint32_t t = 0; t < c.n_tokens; t += 3)
+    for (uint32_t e = 1; e < c.n_expert; e += 5) z[size_t(t) * c.n_expert + e] = z[size_t(t) * c.n_expert + e - 1];
+  return z;
+}
+
+TEST(Moe, RouteMatchesCpuReference) {
+  gpu::Context& ctx = context();
+  for (const RouteCase& c : {RouteCase{1, 8, 2, true}, RouteCase{5, 4, 1, true}, RouteCase{7, 128, 8, true},
+                             RouteCase{3, 16, 4, false}, RouteCase{33, 512, 10, true}, RouteCase{2, 65, 32, true},
+                             RouteCase{4, 3, 3, false}}) {
+    SCOPED_TRACE(testing::Message() << c.n_tokens << " tokens, " << c.n_expert << " experts, top " << c.n_used
+                                    << (c.normalize ? " renormalised" : ""));
+    auto gen = rng(c.n_expert * 31 + c.n_used);
+    const auto z = router_logits(c, gen);
+    auto logits = ctx.upload<float>(z, WGPUBufferUsage_Storage, "logits");
+    const size_t pairs = size_t(c.n_tokens) * c.n_used;
+    auto experts = poisoned(ctx, pairs, "experts");
+    auto weights = poisoned(ctx, pairs, "weights");
+    gpu::ComputeBatch batch(ctx, "route");
+    kernels::encode_moe_route(batch, ctx, logits, experts, weights, c.n_tokens, c.n_expert, c.n_used, c.normalize);
+    batch.submit_and_wait();
+    const auto got_e = ctx.read<uint32_t>(experts);
+    const auto got_w = ctx.read<float>(weights);
+    for (uint32_t t = 0; t < c.n_tokens; ++t) {
+      const auto want = cpu::moe_route(std::span(z).subspan(size_t(t) * c.n_expert, c.n_expert), c.n_used, c.normalize);
+      for (uint32_t r = 0; r < c.n_used; ++r) {
+        const size_t i = size_t(t) * c.n_used + r;
+        ASSERT_EQ(got_e[i], want.experts[r]) << "token " << t << " rank " << r;
+        EXPECT_NEAR(got_w[i], want.weights[r], 2e-6 + 2e-6 * want.weights[r]) << "token " << t << " rank " << r;
+      }
+    }
+  }
+}
+
+struct ExpertCase {
+  const char* name;
+  GgufType type;
+  uint32_t n_in, rows;  // rows per expert (gate/up interleaved with swiglu)
+  uint32_t n_expert, n_used, n_tokens;
+  bool swiglu, norm, x_per_pair;
+  uint64_t max_piece_bytes = 0;  // > 0: experts split across pieces
+};
+
+const ExpertCase kExpertCases[] = {
+    {"f32_gate_up_norm", F32, 64, 64, 8, 2, 3, true, true, false},
+    {"f16_down_per_pair", F16, 96, 40, 4, 1, 5, false, false, true},
+    {"bf16_plain", BF16, 64, 34, 6, 3, 2, false, false, false},
+    {"q8_0_gate_up_pieces", Q8_0, 128, 48, 16, 4, 3, true, true, false, 3 * 48 * 136},
+    {"q4_0_down", Q4_0, 64, 64, 5, 2, 4, false, false, true},
+    {"q5_1_gate_up", Q5_1, 96, 20, 4, 2, 2, true, true, false},
+    {"q4_k_gate_up_norm", Q4_K, 256, 64, 8, 2, 7, true, true, false},
+    {"q4_k_one_token_pieces", Q4_K, 512, 36, 12, 8, 1, true, true, false, 2 * 36 * 288},
+    {"q6_k_down_per_pair", Q6_K, 256, 70, 8, 3, 3, false, false, true},
+    {"q5_k_plain", Q5_K, 256, 18, 4, 4, 2, false, true, false},
+    {"q3_k_gate_up", Q3_K, 256, 16, 3, 2, 2, true, false, false},
+    {"q2_k_down", Q2_K, 256, 30, 5, 1, 3, false, false, true},
+};
+
+class ExpertTable : public testing::TestWithParam<ExpertCase> {};
+
+// y[pair] against cpu::matmul over the chosen expert's rows, each pair's bits equal to a lone product of its expert
+// (its sums do not depend on the other pairs), and nothing written past the pairs.
+TEST_P(ExpertTable, MatchesCpuReference) {
+  const ExpertCase& c = GetParam();
+  gpu::Context& ctx = context();
+  auto gen = rng(std::hash<std::string>{}(c.name));
+  const uint64_t total_rows = uint64_t(c.n_expert) * c.rows;
+  const auto bytes = random_weight(c.type, c.n_in, total_rows, gen);
+  const auto w = kernels::upload_weight(ctx, c.type, c.n_in, total_rows, bytes, "experts", c.max_piece_bytes, c.n_expert);
+  if (c.max_piece_bytes) ASSERT_GT(w.pieces.size(), 1u) << "the case must split the experts across pieces";
+  const uint32_t pairs = c.n_tokens * c.n_used;
+  const uint32_t x_rows = c.x_per_pair ? pairs : c.n_tokens;
+  const auto x = random_floats(size_t(x_rows) * c.n_in, gen);
+  const auto norm = random_floats(c.n_in, gen, 0.5f, 1.5f);
+  std::vector<float> norm_padded(norm);
+  norm_padded.resize((c.n_in + 7) / 8 * 8, 0.f);
+  // every token's experts distinct, the last expert and expert 0 among them
+  std::vector<uint32_t> ids;
+  for (uint32_t t = 0; t < c.n_tokens; ++t) {
+    std::vector<uint32_t> all(c.n_expert);
+    std::iota(all.begin(), all.end(), 0u);
+    std::shuffle(all.begin(), all.end(), gen);
+    if (t == 0) std::swap(*std::find(all.begin(), all.end(), c.n_expert - 1), all[0]);
+    ids.insert(ids.end(), all.begin(), all.begin() + c.n_used);
+  }
+  auto xs = ctx.upload<float>(x, WGPUBufferUsage_Storage, "x");
+  auto nbuf = ctx.upload<float>(norm_padded, WGPUBufferUsage_Storage, "norm");
+  auto ebuf = ctx.upload<uint32_t>(ids, WGPUBufferUsage_Storage, "experts");
+  const uint32_t width = c.swiglu ? c.rows / 2 : c.rows;
+  auto y = poisoned(ctx, size_t(pairs) * width + 64, "y");
+  const kernels::ExpertOptions o{
+      .norm = c.norm ? &nbuf : nullptr, .eps = 1e-5f, .swiglu = c.swiglu, .x_per_pair = c.x_per_pair};
+  gpu::ComputeBatch batch(ctx, "experts");
+  kernels::encode_expert_matmul(batch, ctx, w, xs, y, ebuf, c.n_tokens, c.n_used, o);
+  // pair 1 alone (its expert id and x row copied into buffers of its own)
+  const uint32_t lone = std::min(1u, pairs - 1), lone_x = c.x_per_pair ? lone : lone / c.n_used;
+  auto x1 = ctx.upload<float>(std::span(x).subspan(size_t(lone_x) * c.n_in, c.n_in), WGPUBufferUsage_Storage, "x1");
+  auto e1 = ctx.upload<uint32_t>(std::span(ids).subspan(lone, 1), WGPUBufferUsage_Storage, "e1");
+  auto y1 = poisoned(ctx, width, "y1");
+  kernels::encode_expert_matmul(batch, ctx, w, x1, y1, e1, 1, 1, o);
+  batch.submit_and_wait();
+  const auto got = ctx.read<float>(y);
+
+  const auto xn = c.norm ? cpu::rms_norm(x, norm, x_rows, c.n_in, 1e-5f) : x;
+  const size_t row_bytes = tensor_bytes(c.type, c.n_in, 1);
+  std::vector<float> want;
+  for (uint32_t i = 0; i < pairs; ++i) {
+    const std::span<const uint8_t> expert(bytes.data() + size_t(ids[i]) * c.rows * row_bytes, c.rows * row_bytes);
+    const uint32_t xr = c.x_per_pair ? i : i / c.n_used;
+    const auto out = cpu::matmul(c.type, expert, c.n_in, c.rows, std::span(xn).subspan(size_t(xr) * c.n_in, c.n_in), 1);
+    if (!c.swiglu) {
+      want.insert(want.end(), out.begin(), out.end());
+      continue;
+    }
+    std::vector<float> gate, up;
+    for (uint32_t r = 0; r < c.rows; r += 2) {
+      gate.push_back(out[r]);
+      up.push_back(out[r + 1]);
+    }
+    const auto act = cpu::swiglu(gate, up);
+    want.insert(want.end(), act.begin(), act.end());
+  }
+  const auto r = compare(std::span<const float>(got).first(want.size()), std::span<const float>(want));
+  EXPECT_LE(r.rel_l2, 2e-5) << r.describe();
+  for (size_t i = want.size(); i < got.size(); ++i) ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), kPoison) << "past the pairs";
+  const auto one = ctx.read<float>(y1);
+  EXPECT_EQ(std::memcmp(one.data(), got.data() + size_t(lone) * width, size_t(width) * 4), 0)
+      << "pair " << lone << " differs from its lone product";
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, ExpertTable, testing::ValuesIn(kExpertCases),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+// The same products without subgroup operations (reductions through workgroup memory only).
+TEST(Moe, ExpertsWithoutSubgroups) {
+  gpu::Context ctx(context_options([](auto& o) { o.disable_subgroups = true; }));
+  auto gen = rng(5);
+  const uint32_t n_in = 256, rows = 24, X = 6, k = 2, T = 3;
+  const auto bytes = random_weight(Q4_K, n_in, uint64_t(X) * rows, gen);
+  const auto w = kernels::upload_weight(ctx, Q4_K, n_in, uint64_t(X) * rows, bytes, "experts", 0, X);
+  const auto x = random_floats(size_t(T) * n_in, gen);
+  const std::vector<uint32_t> ids = {5, 0, 2, 3, 1, 4};
+  auto xs = ctx.upload<float>(x, WGPUBufferUsage_Storage, "x");
+  auto ebuf = ctx.upload<uint32_t>(ids, WGPUBufferUsage_Storage, "experts");
+  auto y = poisoned(ctx, size_t(T) * k * rows, "y");
+  gpu::ComputeBatch batch(ctx, "experts");
+  kernels::encode_expert_matmul(batch, ctx, w, xs, y, ebuf, T, k);
+  batch.submit_and_wait();
+  const auto got = ctx.read<float>(y);
+  const size_t row_bytes = tensor_bytes(Q4_K, n_in, 1);
+  std::vector<float> want;
+  for (uint32_t i = 0; i < T * k; ++i) {
+    const std::span<const uint8_t> expert(bytes.data() + size_t(ids[i]) * rows * row_bytes, rows * row_bytes);
+    const auto out = cpu::matmul(Q4_K, expert, n_in, rows, std::span(x).subspan(size_t(i / k) * n_in, n_in), 1);
+    want.insert(want.end(), out.begin(), out.end());
+  }
+  const auto r = compare(got, want);
+  EXPECT_LE(r.rel_l2, 2e-5) << r.describe();
+}
+
+TEST(Moe, CombineAddsTheWeightedExperts) {
+  gpu::Context& ctx = context();
+  auto gen = rng(9);
+  const uint32_t T = 5, k = 3, width = 70;
+  const auto ys = random_floats(size_t(T) * k * width, gen);
+  const auto wts = random_floats(size_t(T) * k, gen, 0.f, 1.f);
+  const auto x0 = random_floats(size_t(T) * width, gen);
+  auto ybuf = ctx.upload<float>(ys, WGPUBufferUsage_Storage, "ys");
+  auto wbuf = ctx.upload<float>(wts, WGPUBufferUsage_Storage, "weights");
+  std::vector<float> xpad(x0);
+  xpad.resize(x0.size() + 16, 7.f);  // past the tokens: untouched
+  auto xbuf = ctx.upload<float>(xpad, WGPUBufferUsage_Storage, "x");
+  gpu::ComputeBatch batch(ctx, "combine");
+  kernels::encode_moe_combine(batch, ctx, ybuf, wbuf, xbuf, T, k, width);
+  batch.submit_and_wait();
+  const auto got = ctx.read<float>(xbuf);
+  for (uint32_t t = 0; t < T; ++t)
+    for (uint32_t i = 0; i < width; ++i) {
+      double want = x0[size_t(t) * width + i], acc = 0;
+      for (uint32_t r = 0; r < k; ++r) acc += double(wts[t * k + r]) * ys[(size_t(t) * k + r) * width + i];
+      ASSERT_NEAR(got[size_t(t) * width + i], want + acc, 1e-5) << "token " << t << " element " << i;
+    }
+  for (size_t i = x0.size(); i < xpad.size(); ++i) ASSERT_EQ(got[i], 7.f) << "past the tokens";
+}
+
+TEST(Moe, BadArgumentsThrowNamingTheField) {
+  gpu::Context& ctx = context();
+  auto gen = rng(3);
+  const auto bytes = random_weight(F16, 64, 4 * 8, gen);
+  const auto stacked = kernels::upload_weight(ctx, F16, 64, 32, bytes, "experts", 0, 4);
+  const auto plain = kernels::upload_weight(ctx, F16, 64, 32, bytes);
+  auto buf = [&](size_t floats) { return ctx.create_buffer(floats * 4, WGPUBufferUsage_Storage, "b"); };
+  auto x = buf(64 * 4), y = buf(8 * 8), ids = buf(8), small = buf(1), logits = buf(64), wts = buf(8);
+  gpu::ComputeBatch batch(ctx, "bad");
+  expect_throw([&] { kernels::encode_expert_matmul(batch, ctx, plain, x, y, ids, 2, 2); }, "n_experts");
+  expect_throw([&] { kernels::encode_expert_matmul(batch, ctx, stacked, x, y, ids, 2, 5); }, "n_used");
+  expect_throw([&] { kernels::encode_expert_matmul(batch, ctx, stacked, x, small, ids, 2, 2); }, "y");
+  expect_throw([&] { kernels::encode_expert_matmul(batch, ctx, stacked, x, y, small, 2, 2); }, "experts");
+  expect_throw([&] { kernels::encode_expert_matmul(batch, ctx, stacked, x, x, ids, 1, 1); }, "y must not");
+  expect_throw([&] { kernels::encode_moe_route(batch, ctx, logits, ids, wts, 2, 8, 9, true); }, "n_used");
+  expect_throw([&] { kernels::encode_moe_route(batch, ctx, logits, ids, wts, 2, 1000, 2, true); }, "n_expert");
+  expect_throw([&] { kernels::encode_moe_route(batch, ctx, logits, small, wts, 2, 8, 2, true); }, "experts");
+  expect_throw([&] { kernels::encode_moe_combine(batch, ctx, y, wts, x, 2, 2, 100); }, "ys");
+  expect_throw([&] { kernels::upload_weight(ctx, F16, 64, 30, random_weight(F16, 64, 30, gen), "e", 0, 4); },
+               "n_experts");
+}
+
+}  // namespace
+}  // namespace wgllm::test
