@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kernels/check.h"
+#include "kernels/moe.h"
 #include "wgllm/error.h"
 
 namespace wgllm::kernels {
@@ -483,8 +484,11 @@ void encode_expert_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const Gpu
   const gpu::Buffer& none = ctx.placeholder_storage();
   const MatvecConfig mv = batch_matvec_config(ctx, rows, w.n_in, w.type);
   const bool xv4 = w.n_in % 32 == 0;
-  WGPUComputePipeline pipe =
-      ctx.pipeline({kMatvecShader, "matvec", {}, matvec_prelude(ctx, mv, w.type, 1, xv4, /*experts=*/true)});
+  const bool grouped = o.group && pairs > 1 && matvec_pass_tokens(ctx, mv) >= kMoeTile;
+  const uint32_t slots = grouped ? moe_group_tiles(uint32_t(pairs), w.n_experts) : uint32_t(pairs);
+  if (grouped) detail::need(fn, "group", *o.group, moe_group_words(uint32_t(pairs), w.n_experts) * 4, ctx);
+  WGPUComputePipeline pipe = ctx.pipeline(
+      {kMatvecShader, "matvec", {}, matvec_prelude(ctx, mv, w.type, grouped ? kMoeTile : 1, xv4, /*experts=*/true)});
   const uint32_t rows_per_wg = mv.rows * mv.groups;
   const auto grid = gpu::fold_grid((rows + rows_per_wg - 1) / rows_per_wg, ctx.limits().maxComputeWorkgroupsPerDimension);
   for (const auto& piece : w.pieces) {
@@ -499,13 +503,14 @@ void encode_expert_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const Gpu
     p.x_per_pair = o.x_per_pair;
     p.expert_first = piece.row_begin / rows;
     p.n_experts = piece.n_rows / rows;
+    p.tiles_off = grouped ? uint32_t(pairs) : 0;
     const std::vector<gpu::BufferBinding> bindings = {
         batch.uniform(0, p),
         {1, &piece.buffer},
         {2, &x},
         {3, &y},
         {4, &none, 0, 16},
-        {5, &experts},
+        {5, grouped ? o.group : &experts},
         {6, o.norm ? o.norm : &none, 0, o.norm ? norm_floats * 4 : 16},
         {7, &ctx.placeholder_writable(), 0, 16},
         {8, &ctx.placeholder_writable(), 0, 16},
@@ -513,7 +518,7 @@ void encode_expert_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const Gpu
         {10, &none, 0, 16},
         {11, &ctx.placeholder_writable(), 0, 16},
     };
-    batch.dispatch(pipe, bindings, grid.x, grid.y, uint32_t(pairs));
+    batch.dispatch(pipe, bindings, grid.x, grid.y, slots);
   }
 }
 

@@ -127,6 +127,10 @@ struct ExpertOptions {
   bool swiglu = false;  // each expert's rows are (gate, up) pairs, as MatmulOptions::swiglu
   bool gelu = false;
   bool x_per_pair = false;
+  // The pairs grouped by expert (encode_moe_group over the same experts): each expert's rows read once per
+  // kMoeTile of its pairs instead of once per pair (prefill and batched steps). Ignored where the adapter's
+  // workgroup memory holds no kMoeTile-token pass.
+  const gpu::Buffer* group = nullptr;
 };
 void encode_expert_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight& w, const gpu::Buffer& x,
                           const gpu::Buffer& y, const gpu::Buffer& experts, uint32_t n_tokens, uint32_t n_used,

@@ -56,6 +56,7 @@ struct MatmulParams {
   eps: f32, y_stride: u32, pos: u32, head_dim: u32,
   rope_dim: u32, kv_f16: u32, kv_k_off: u32, kv_v_off: u32,
   n_used: u32, x_per_pair: u32, expert_first: u32, n_experts: u32,  // matvec expert products (MV_EXPERTS)
+  tiles_off: u32, _pad0: u32, _pad1: u32, _pad2: u32,                // and grouped by expert (NT > 1)
 }
 const FLAG_BIAS: u32 = 1u;        // add bias[row]
 const FLAG_LAST_PIECE: u32 = 2u;  // embedding: ids past the table write zero rows

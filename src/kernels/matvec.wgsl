@@ -21,17 +21,22 @@ const MV_ROWS: u32 = MV_G * MV_R;
 // adapter's smallest subgroup size (at least 4; 1 without subgroups).
 var<workgroup> red: array<f32, MV_NV * MV_G * MV_SLOTS>;
 
-// Expert products (MV_EXPERTS, one token per pass; kernels/moe.h): the weight stacks experts' matrices of p.n_rows
-// rows each, this piece's from expert p.expert_first (p.n_experts of them), and workgroup row z of the grid computes
-// pair z = token * p.n_used + slot: expert ids[z]'s rows for x row z / p.n_used (z with p.x_per_pair) into y row z.
-// A workgroup whose expert is in another piece does nothing.
-var<workgroup> mv_expert: u32;
-var<private> mv_x_row: u32;  // the pair's x row and y row
-var<private> mv_y_row: u32;
+// Expert products (MV_EXPERTS; kernels/moe.h): the weight stacks experts' matrices of p.n_rows rows each, this
+// piece's from expert p.expert_first (p.n_experts of them). Pair i = token * p.n_used + slot takes expert e(i)'s rows
+// for x row i / p.n_used (i with p.x_per_pair) into y row i.
+//   NT = 1: workgroup row z of the grid computes pair z, e(z) = ids[z].
+//   NT > 1 (grouped): ids holds the pairs ordered by expert, then from p.tiles_off the tiles encode_moe_group made
+//   (expert, first, count <= NT, 0): workgroup row z computes tile z's pairs ids[first ..][.. count], reading the
+//   expert's rows once for all of them. Tiles of count 0 (past the step's) do nothing.
+// A workgroup whose expert is in another piece does nothing. A pair's sums are those of its lone product.
+var<workgroup> mv_tile: vec4<u32>;
+var<private> mv_x_rows: array<u32, NT>;  // the pass's token t: its pair's x row and y row
+var<private> mv_y_rows: array<u32, NT>;
+var<private> mv_count: u32;  // pairs in the pass
 
 // The token a pass's token t reads: past the pass's count, its last.
 fn mv_tok(t: u32) -> u32 {
-  if (MV_EXPERTS) { return mv_x_row; }
+  if (MV_EXPERTS) { return mv_x_rows[min(t, mv_count - 1u)]; }
   return min(t, p.n_tokens - 1u);
 }
 
@@ -40,11 +45,11 @@ fn mv_tok(t: u32) -> u32 {
 fn mv_store(row0: u32, v: u32, dot_sum: f32, up_sum: f32, dot2: f32, dot3: f32, ss: f32) {
   let j = v / NT;
   let t = v % NT;
-  let ty = select(t, mv_y_row, MV_EXPERTS);  // the y row
+  let ty = select(t, mv_y_rows[min(t, NT - 1u)], MV_EXPERTS);  // the y row
   let r = row0 + j;
   var scale = 1.0;
   if (has(FLAG_NORM)) { scale = inv_rms(ss); }
-  if (r >= p.n_rows || t >= p.n_tokens) { return; }
+  if (r >= p.n_rows || t >= select(p.n_tokens, mv_count, MV_EXPERTS)) { return; }
   if (has(FLAG_SWIGLU)) {
     if (j % 2u == 0u) { store_swiglu(ty, r, dot_sum * scale, up_sum * scale); }
   } else if (has(FLAG_ROPE_KV)) {
@@ -83,12 +88,26 @@ fn matvec_main(wid: vec3<u32>, lid: u32, sg_size: u32) {
   let last_row = p.n_rows - 1u;
   var wbase = 0u;  // expert products: the piece row of the expert's row 0
   if (MV_EXPERTS) {
-    if (lid == 0u) { mv_expert = ids[wid.z]; }
-    let e = workgroupUniformLoad(&mv_expert);
-    if (e < p.expert_first || e - p.expert_first >= p.n_experts) { return; }
+    if (lid == 0u) {
+      if (NT == 1u) {
+        mv_tile = vec4<u32>(ids[wid.z], wid.z, 1u, 0u);  // a pair alone: its expert, itself
+      } else {
+        let at = p.tiles_off + 4u * wid.z;
+        mv_tile = vec4<u32>(ids[at], ids[at + 1u], ids[at + 2u], 0u);
+      }
+    }
+    let tile = workgroupUniformLoad(&mv_tile);
+    let e = tile.x;
+    mv_count = tile.z;
+    if (mv_count == 0u || e < p.expert_first || e - p.expert_first >= p.n_experts) { return; }
     wbase = (e - p.expert_first) * p.n_rows;
-    mv_x_row = select(wid.z / p.n_used, wid.z, p.x_per_pair != 0u);
-    mv_y_row = wid.z;
+    //#unroll t NT
+    {
+      let pair = select(ids[tile.y + min($t, mv_count - 1u)], tile.y, NT == 1u);
+      mv_x_rows[$t] = select(pair / p.n_used, pair, p.x_per_pair != 0u);
+      mv_y_rows[$t] = pair;
+    }
+    //#end
   }
   //#unroll! j MV_R
   let wrow$j = wbase + rope_row(min(row0 + $j, last_row));  // rows past the piece: loaded, never stored

@@ -40,6 +40,25 @@ void encode_moe_route(gpu::ComputeBatch& batch, gpu::Context& ctx, const gpu::Bu
   batch.dispatch(ctx.pipeline({kShader, "moe_route", {}, ""}), b, grid.x, grid.y);
 }
 
+void encode_moe_group(gpu::ComputeBatch& batch, gpu::Context& ctx, const gpu::Buffer& experts, const gpu::Buffer& group,
+                      uint32_t n_tokens, uint32_t n_expert, uint32_t n_used) {
+  const char* fn = "encode_moe_group";
+  if (n_tokens == 0 || n_used == 0 || n_used > n_expert || n_expert > kMoeMaxExperts)
+    fail(fn, "n_tokens (" + std::to_string(n_tokens) + ") > 0 and 1 <= n_used (" + std::to_string(n_used) +
+                 ") <= n_expert (" + std::to_string(n_expert) + ") <= " + std::to_string(kMoeMaxExperts) + " needed");
+  const uint64_t pairs64 = uint64_t(n_tokens) * n_used;
+  if (pairs64 > UINT32_MAX / 8) fail(fn, "n_tokens * n_used too large");
+  const uint32_t pairs = uint32_t(pairs64);
+  need(fn, "experts", experts, pairs64 * 4, ctx);
+  need(fn, "group", group, moe_group_words(pairs, n_expert) * 4, ctx);
+  if (experts.get() == group.get()) fail(fn, "experts and group must be different buffers");
+  const MoeParams p{n_tokens, n_expert, n_used, 0, moe_group_tiles(pairs, n_expert), 1, 0, 0};
+  const gpu::BufferBinding b[] = {batch.uniform(0, p),
+                                  {2, &experts, 0, pairs64 * 4},
+                                  {6, &group, 0, moe_group_words(pairs, n_expert) * 4}};
+  batch.dispatch(ctx.pipeline({kShader, "moe_group", {}, ""}), b, 1);
+}
+
 void encode_moe_combine(gpu::ComputeBatch& batch, gpu::Context& ctx, const gpu::Buffer& ys, const gpu::Buffer& weights,
                         const gpu::Buffer& x, uint32_t n_tokens, uint32_t n_used, uint32_t width) {
   const char* fn = "encode_moe_combine";

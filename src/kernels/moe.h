@@ -4,6 +4,7 @@
 // A layer: logits = norm(x) W_router (encode_matmul), encode_moe_route, the experts' gate/up and down products, then
 // encode_moe_combine. Contract checks throw wgllm::InvalidArgument naming the field.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 
 #include "gpu/batch.h"
@@ -12,6 +13,7 @@ namespace wgllm::kernels {
 
 inline constexpr uint32_t kMoeMaxExperts = 512;  // experts a router may choose from
 inline constexpr uint32_t kMoeMaxUsed = 32;      // experts chosen per token
+inline constexpr uint32_t kMoeTile = 16;         // pairs of one expert per pass of the grouped products
 
 // Mirrors `MoeParams` in moe.wgsl.
 struct MoeParams {
@@ -26,6 +28,19 @@ static_assert(sizeof(MoeParams) == 32);
 void encode_moe_route(gpu::ComputeBatch& batch, gpu::Context& ctx, const gpu::Buffer& logits,
                       const gpu::Buffer& experts, const gpu::Buffer& weights, uint32_t n_tokens, uint32_t n_expert,
                       uint32_t n_used, bool normalize);
+
+// The grouping of the grouped expert products (encode_expert_matmul with a group): the n_tokens * n_used pairs
+// ordered by expert (experts: [n_tokens][n_used] from encode_moe_route), and tiles of up to kMoeTile pairs of one
+// expert. group: moe_group_words(n_tokens * n_used, n_expert) u32.
+void encode_moe_group(gpu::ComputeBatch& batch, gpu::Context& ctx, const gpu::Buffer& experts, const gpu::Buffer& group,
+                      uint32_t n_tokens, uint32_t n_expert, uint32_t n_used);
+// The most tiles a grouping of `pairs` pairs over n_expert experts has: each expert's count rounded up to tiles.
+inline uint32_t moe_group_tiles(uint32_t pairs, uint32_t n_expert) {
+  return std::min(pairs, (pairs + kMoeTile - 1) / kMoeTile + n_expert);
+}
+inline uint64_t moe_group_words(uint32_t pairs, uint32_t n_expert) {
+  return pairs + 4ull * moe_group_tiles(pairs, n_expert);
+}
 
 // x[t][i] += sum over r < n_used, in order, of weights[t][r] * ys[t * n_used + r][i] (the residual add of the
 // experts' outputs). x: [n_tokens][width], ys: [n_tokens * n_used][width], weights: [n_tokens][n_used], all f32.

@@ -6,6 +6,10 @@
 // weights[..], divided by the sum of the n_used with FLAG_NORM_TOP (summed in rank order). Thread l holds experts
 // l, l + RT_WG, ...; maxima and sums go through a fixed tree in workgroup memory, so the result does not depend on
 // timing.
+// moe_group (one workgroup): the step's pairs i = t * n_used + r ordered by their expert experts[i] into groups[0 ..
+// pairs) (within an expert in no particular order), then from groups[pairs] tiles (expert, first, count, 0) of at most
+// MOE_TILE pairs of one expert each, p.width tile slots in all, the unused with count 0: what the grouped expert
+// products (matvec.wgsl, MV_EXPERTS) read.
 // moe_combine: x[t][i] += sum over r of weights[t * n_used + r] * y[t * n_used + r][i], r in order.
 
 struct MoeParams {
@@ -20,6 +24,7 @@ const FLAG_NORM_TOP: u32 = 1u;
 @group(0) @binding(3) var<storage, read_write> weights: array<f32>;  // route: out; combine: in ([n_tokens][n_used])
 @group(0) @binding(4) var<storage, read> ys: array<f32>;             // combine: [n_tokens * n_used][width]
 @group(0) @binding(5) var<storage, read_write> x: array<f32>;        // combine: [n_tokens][width]
+@group(0) @binding(6) var<storage, read_write> groups: array<u32>;   // group: out
 
 const RT_WG: u32 = 64u;
 const RT_PER: u32 = 8u;  // experts per thread: at most RT_WG * RT_PER = 512 (kMoeMaxExperts)
@@ -106,6 +111,46 @@ fn moe_route(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
   if ((p.flags & FLAG_NORM_TOP) != 0u && lid == 0u) {
     for (var r = 0u; r < p.n_used; r += 1u) { weights[t * p.n_used + r] = weights[t * p.n_used + r] / sum_top; }
   }
+}
+
+const GR_WG: u32 = 256u;
+const MOE_TILE: u32 = 16u;  // kMoeTile: the grouped products' pairs per pass
+var<workgroup> gr_count: array<atomic<u32>, 512>;
+var<workgroup> gr_base: array<u32, 512>;
+var<workgroup> gr_tiles: u32;
+
+@compute @workgroup_size(GR_WG)
+fn moe_group(@builtin(local_invocation_index) lid: u32) {
+  let pairs = p.n_tokens * p.n_used;
+  for (var e = lid; e < p.n_expert; e += GR_WG) { atomicStore(&gr_count[e], 0u); }
+  workgroupBarrier();
+  for (var i = lid; i < pairs; i += GR_WG) { atomicAdd(&gr_count[min(experts[i], p.n_expert - 1u)], 1u); }
+  workgroupBarrier();
+  if (lid == 0u) {
+    var at = 0u;
+    var n = 0u;
+    for (var e = 0u; e < p.n_expert; e += 1u) {
+      let c = atomicLoad(&gr_count[e]);
+      gr_base[e] = at;
+      for (var s = 0u; s < c; s += MOE_TILE) {
+        let o = pairs + 4u * n;
+        groups[o] = e;
+        groups[o + 1u] = at + s;
+        groups[o + 2u] = min(MOE_TILE, c - s);
+        groups[o + 3u] = 0u;
+        n += 1u;
+      }
+      at += c;
+      atomicStore(&gr_count[e], 0u);  // now each expert's cursor
+    }
+    gr_tiles = n;
+  }
+  workgroupBarrier();
+  for (var i = lid; i < pairs; i += GR_WG) {
+    let e = min(experts[i], p.n_expert - 1u);
+    groups[gr_base[e] + atomicAdd(&gr_count[e], 1u)] = i;
+  }
+  for (var t = gr_tiles + lid; t < p.width; t += GR_WG) { groups[pairs + 4u * t + 2u] = 0u; }
 }
 
 const CB_WG: u32 = 256u;

@@ -58,8 +58,9 @@ struct MatmulParams {
   uint32_t y_stride, pos, head_dim;
   uint32_t rope_dim, kv_f16, kv_k_off, kv_v_off;
   uint32_t n_used, x_per_pair, expert_first, n_experts;
+  uint32_t tiles_off, pad0, pad1, pad2;
 };
-static_assert(sizeof(MatmulParams) == 112);
+static_assert(sizeof(MatmulParams) == 128);
 
 // The FLAG_* bits of matmul_common.wgsl.
 namespace flags {

@@ -213,6 +213,7 @@ void make_moe_buffers(gpu::Context& ctx, const ModelConfig& c, SessionBuffers& b
   b.router_logits = make(n * c.n_expert, "router logits");
   b.moe_experts = make(pairs, "chosen experts");
   b.moe_weights = make(pairs, "expert weights");
+  b.moe_group = make(c.is_moe() ? kernels::moe_group_words(uint32_t(pairs), c.n_expert) : 0, "expert groups");
   b.moe_act = make(pairs * c.n_ff_exp, "expert act");
   b.moe_out = make(pairs * c.n_embd, "expert out");
   const bool split = c.is_moe();  // sized when any layer might not fuse gate and up; small next to the rest
@@ -230,20 +231,26 @@ void encode_moe_ffn(const LayerStep& s) {
                          {.norm = &L.ffn_norm, .eps = c.rms_eps, .impl = product_impl(s)});
   kernels::encode_moe_route(s.batch, s.ctx, b.router_logits, b.moe_experts, b.moe_weights, s.n, c.n_expert, k,
                             /*normalize=*/true);
+  // Several tokens: the pairs grouped by expert, so an expert's weights are read once per kMoeTile of its pairs.
+  const gpu::Buffer* group = nullptr;
+  if (s.n > 1) {
+    kernels::encode_moe_group(s.batch, s.ctx, b.moe_experts, b.moe_group, s.n, c.n_expert, k);
+    group = &b.moe_group;
+  }
   // each chosen expert's act(h gate_e) * (h up_e), then its down product
   const bool gelu = c.ffn_act == FfnAct::GeluTanh;
   if (!L.exps_gate_up.empty()) {
     kernels::encode_expert_matmul(s.batch, s.ctx, L.exps_gate_up, b.x, b.moe_act, b.moe_experts, s.n, k,
-                                  {.norm = &L.ffn_norm, .eps = c.rms_eps, .swiglu = true, .gelu = gelu});
+                                  {.norm = &L.ffn_norm, .eps = c.rms_eps, .swiglu = true, .gelu = gelu, .group = group});
   } else {
-    const kernels::ExpertOptions normed{.norm = &L.ffn_norm, .eps = c.rms_eps};
+    const kernels::ExpertOptions normed{.norm = &L.ffn_norm, .eps = c.rms_eps, .group = group};
     kernels::encode_expert_matmul(s.batch, s.ctx, L.exps_gate, b.x, b.moe_gate, b.moe_experts, s.n, k, normed);
     kernels::encode_expert_matmul(s.batch, s.ctx, L.exps_up, b.x, b.moe_up, b.moe_experts, s.n, k, normed);
     kernels::encode_swiglu(s.batch, s.ctx, b.moe_gate, b.moe_up, b.moe_act, uint64_t(s.n) * k * c.n_ff_exp,
                            c.ffn_act);
   }
   kernels::encode_expert_matmul(s.batch, s.ctx, L.exps_down, b.moe_act, b.moe_out, b.moe_experts, s.n, k,
-                                {.x_per_pair = true});
+                                {.x_per_pair = true, .group = group});
   kernels::encode_moe_combine(s.batch, s.ctx, b.moe_out, b.moe_weights, b.x, s.n, k, c.n_embd);
 }
 

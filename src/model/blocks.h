@@ -42,6 +42,7 @@ struct SessionBuffers {
   gpu::Buffer router_logits;  // [ubatch][n_expert]
   gpu::Buffer moe_experts;    // [ubatch][n_expert_used] u32: the chosen experts, best first
   gpu::Buffer moe_weights;    // [ubatch][n_expert_used]: their weights
+  gpu::Buffer moe_group;      // the pairs grouped by expert (kernels::encode_moe_group), for steps of several tokens
   gpu::Buffer moe_gate, moe_up;  // [ubatch][n_expert_used][n_ff_exp]: gate and up not fused
   gpu::Buffer moe_act;        // [ubatch][n_expert_used][n_ff_exp]: each chosen expert's SwiGLU
   gpu::Buffer moe_out;        // [ubatch][n_expert_used][n_embd]: each chosen expert's output

@@ -80,12 +80,15 @@ const ExpertCase kExpertCases[] = {
     {"q5_k_plain", Q5_K, 256, 18, 4, 4, 2, false, true, false},
     {"q3_k_gate_up", Q3_K, 256, 16, 3, 2, 2, true, false, false},
     {"q2_k_down", Q2_K, 256, 30, 5, 1, 3, false, false, true},
+    {"q4_k_many_tokens", Q4_K, 256, 32, 4, 2, 37, true, true, false},
+    {"f16_many_tokens_down", F16, 64, 24, 3, 1, 40, false, false, true},
 };
 
 class ExpertTable : public testing::TestWithParam<ExpertCase> {};
 
 // y[pair] against cpu::matmul over the chosen expert's rows, each pair's bits equal to a lone product of its expert
-// (its sums do not depend on the other pairs), and nothing written past the pairs.
+// (its sums do not depend on the other pairs) and to its product grouped by expert (encode_moe_group: several pairs
+// of an expert per pass), and nothing written past the pairs.
 TEST_P(ExpertTable, MatchesCpuReference) {
   const ExpertCase& c = GetParam();
   gpu::Context& ctx = context();
@@ -124,8 +127,16 @@ TEST_P(ExpertTable, MatchesCpuReference) {
   auto e1 = ctx.upload<uint32_t>(std::span(ids).subspan(lone, 1), WGPUBufferUsage_Storage, "e1");
   auto y1 = poisoned(ctx, width, "y1");
   kernels::encode_expert_matmul(batch, ctx, w, x1, y1, e1, 1, 1, o);
+  auto group = poisoned(ctx, kernels::moe_group_words(pairs, c.n_expert), "group");
+  auto yg = poisoned(ctx, size_t(pairs) * width + 64, "y grouped");
+  kernels::encode_moe_group(batch, ctx, ebuf, group, c.n_tokens, c.n_expert, c.n_used);
+  kernels::ExpertOptions og = o;
+  og.group = &group;
+  kernels::encode_expert_matmul(batch, ctx, w, xs, yg, ebuf, c.n_tokens, c.n_used, og);
   batch.submit_and_wait();
   const auto got = ctx.read<float>(y);
+  const auto got_g = ctx.read<float>(yg);
+  EXPECT_EQ(std::memcmp(got.data(), got_g.data(), got.size() * 4), 0) << "grouped by expert differs from per pair";
 
   const auto xn = c.norm ? cpu::rms_norm(x, norm, x_rows, c.n_in, 1e-5f) : x;
   const size_t row_bytes = tensor_bytes(c.type, c.n_in, 1);
