@@ -166,6 +166,23 @@ class Tools(unittest.TestCase):
         a = make_model.build_args(["--shape", "qwen2.5-0.5b", "--n-layer", "1", "--out", "x"])
         self.assertEqual((a.arch, a.n_embd, a.n_layer, a.head_dim, a.n_vocab), ("qwen2", 896, 1, 64, 151936))
 
+    def test_qwen3moe_layout(self):
+        # the layout convert_hf_to_gguf.py writes for Qwen3-MoE (see tests/data/models/qwen3moe-tiny-f32.gguf)
+        # the fixture's sizes (n_embd 64, 8 experts of 32, 2 per token): every expert tensor's shape as the converter's
+        r = ggufio.Reader(self.model("moe", "--arch", "qwen3moe", "--type", "q8_0", "--seed", "1", "--n-expert", "8",
+                                     "--n-expert-used", "2", "--n-ff-exp", "32"))
+        fx = ggufio.Reader(Path(__file__).resolve().parent.parent / "tests/data/models/qwen3moe-tiny-f32.gguf")
+        for k in ("expert_count", "expert_used_count", "expert_feed_forward_length"):
+            self.assertEqual(r.get("qwen3moe." + k), fx.get("qwen3moe." + k), k)
+        for part in ("ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"):
+            name = f"blk.1.{part}.weight"
+            self.assertEqual(tuple(r.tensors[name].shape), tuple(fx.tensors[name].shape), name)
+        self.assertNotIn("blk.0.ffn_gate.weight", r.tensors)
+        self.assertIn("blk.0.attn_q_norm.weight", r.tensors)
+        a = make_model.build_args(["--shape", "qwen3-30b-a3b", "--n-layer", "8", "--out", "x"])
+        self.assertEqual((a.arch, a.n_embd, a.n_layer, a.n_expert, a.n_expert_used, a.n_ff_exp),
+                         ("qwen3moe", 2048, 8, 128, 8, 768))
+
     def test_lfm2_layout_and_forward(self):
         # the layout convert_hf_to_gguf.py writes for LFM2 (see tests/data/models/lfm2-tiny-f32.gguf)
         p = self.model("lfm2", "--arch", "lfm2", "--seed", "1", "--n-layer", "6", "--lfm2-attn-layers", "2,4")
