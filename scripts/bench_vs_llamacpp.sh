@@ -23,9 +23,9 @@
 #   scripts/bench_vs_llamacpp.sh table WGLLM CUDA_BIN_DIR VULKAN_BIN_DIR [-r N] [-p N] [-n N] [-d N]
 #                                      [--vk-prefix VK_PREFIX] [--models-dir DIR] [--tiny] [--rows ID,...]
 #       makes the model files with tools/make_model.py if missing (Llama-3.2-1B F16, Q8_0 and Q4_K_M, Qwen2.5-0.5B
-#       F16, Qwen3-0.6B F16, Gemma 3 270M and LFM2-350M Q4_K_M, Llama-3.1-8B F16 and Q4_K_M; random weights, real
-#       shapes; needs numpy and gguf; the Q4_K_M files are the F16 ones through the llama-quantize of the first bin
-#       dir that has one), runs llama-bench -ngl 99 -fa 1 with each
+#       F16, Qwen3-0.6B F16, Gemma 3 270M and LFM2-350M Q4_K_M, Llama-3.1-8B F16 and Q4_K_M, Qwen3-30B-A3B Q4_K_M;
+#       random weights, real shapes; needs numpy and gguf; the Q4_K_M files are the F16 ones through the
+#       llama-quantize of the first bin dir that has one, Qwen3-30B-A3B's its Q8_0 one), runs llama-bench -ngl 99 -fa 1 with each
 #       build and wgllm bench greedy and sampled (--temp 0.8 --top-p 0.9 --top-k 40) on each, the Llama F16 file
 #       again at depth -d (4096); prints the table of wgllm's tok/s with its ratio to each llama.cpp build, then all
 #       medians [min, max]. "-" as a bin dir skips that build. Defaults -r 5 -p 512 -n 128; --vk-prefix puts
@@ -213,10 +213,13 @@ TABLE_ROWS=(
   "lfm2-350m-q4_k_m|LFM2-350M Q4_K_M|lfm2-350m|q4_k_m|0"
   "llama-3.1-8b-f16|Llama-3.1-8B F16|llama-3.1-8b|f16|0"
   "llama-3.1-8b-q4_k_m|Llama-3.1-8B Q4_K_M|llama-3.1-8b|q4_k_m|0"
+  "qwen3-30b-a3b-q4_k_m|Qwen3-30B-A3B Q4_K_M|qwen3-30b-a3b|q4_k_m|0"
 )
 # types made with llama-quantize from the shape's F16 file (llama.cpp's own mixes: Q4_K_M is Q4_K with Q6_K for
-# half of attn_v / ffn_down and the output)
+# half of attn_v / ffn_down and the output); from its Q8_0 file (--allow-requantize) for the shapes listed in
+# QUANTIZE_FROM, whose F16 file would not fit the disk beside the rest (Qwen3-30B-A3B: 61 GB in F16, 32 GB in Q8_0)
 QUANTIZED_TYPES=(q4_k_m)
+declare -A QUANTIZE_FROM=([qwen3-30b-a3b]=q8_0)
 TINY=(--n-embd 64 --n-layer 2 --n-head 4 --n-head-kv 2 --head-dim 16 --n-ff 128 --n-vocab 1024 --ctx 8192)
 
 table() {
@@ -257,8 +260,9 @@ table() {
     [ -f "$file" ] && continue
     for qt in "${QUANTIZED_TYPES[@]}"; do
       if [ "$type" = "$qt" ]; then
-        quantize_from[$file]=$models/$shape-f16$suffix.gguf
-        [ -f "${quantize_from[$file]}" ] || make_args[${quantize_from[$file]}]="--shape $shape --type f16"
+        local src=${QUANTIZE_FROM[$shape]:-f16}
+        quantize_from[$file]=$models/$shape-$src$suffix.gguf
+        [ -f "${quantize_from[$file]}" ] || make_args[${quantize_from[$file]}]="--shape $shape --type $src"
         continue 2
       fi
     done
@@ -290,7 +294,9 @@ table() {
     say "quantizing ${quantize_from[$file]} to ${file##*/}"
     qt=${file%$suffix.gguf}
     qt=${qt##*-}
-    "$quantize" "${quantize_from[$file]}" "$file.part" "${qt^^}" >"$out/quantize.${file##*/}.log" 2>&1 \
+    local requant=()
+    [[ "${quantize_from[$file]}" == *-f16$suffix.gguf ]] || requant=(--allow-requantize)
+    "$quantize" "${requant[@]}" "${quantize_from[$file]}" "$file.part" "${qt^^}" >"$out/quantize.${file##*/}.log" 2>&1 \
       || fail "llama-quantize failed (log: $out/quantize.${file##*/}.log)"
     mv "$file.part" "$file"
   done
