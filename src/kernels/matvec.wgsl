@@ -45,11 +45,16 @@ fn mv_tok(t: u32) -> u32 {
 fn mv_store(row0: u32, v: u32, dot_sum: f32, up_sum: f32, dot2: f32, dot3: f32, ss: f32) {
   let j = v / NT;
   let t = v % NT;
-  let ty = select(t, mv_y_rows[min(t, NT - 1u)], MV_EXPERTS);  // the y row
+  var ty = t;  // the y row
+  var count = p.n_tokens;
+  if (MV_EXPERTS) {  // (a branch, not a select: the other pipelines never touch these arrays)
+    ty = mv_y_rows[min(t, NT - 1u)];
+    count = mv_count;
+  }
   let r = row0 + j;
   var scale = 1.0;
   if (has(FLAG_NORM)) { scale = inv_rms(ss); }
-  if (r >= p.n_rows || t >= select(p.n_tokens, mv_count, MV_EXPERTS)) { return; }
+  if (r >= p.n_rows || t >= count) { return; }
   if (has(FLAG_SWIGLU)) {
     if (j % 2u == 0u) { store_swiglu(ty, r, dot_sum * scale, up_sum * scale); }
   } else if (has(FLAG_ROPE_KV)) {
