@@ -3,9 +3,9 @@
 //
 // moe_route: workgroup t (flat over x, y) takes token t's router logits z[t][0 .. n_expert): p = softmax(z) in f32,
 // the n_used largest logits in order (ties: the lower expert first) into experts[t * n_used + r], their p into
-// weights[..], divided by the sum of the n_used with FLAG_NORM_TOP (summed in rank order). Thread l holds experts
-// l, l + RT_WG, ...; maxima and sums go through a fixed tree in workgroup memory, so the result does not depend on
-// timing.
+// weights[..], divided by the sum of the n_used with FLAG_NORM_TOP (summed in rank order; the softmax's own sum then
+// cancels and is not taken). Each expert's rank is counted against all the others at once, so the top k take no
+// sequential rounds; the softmax's sum goes through a fixed tree, so nothing depends on timing.
 // moe_group (one workgroup): the step's pairs i = t * n_used + r ordered by their expert experts[i] into groups[0 ..
 // pairs) (within an expert in no particular order), then from groups[pairs] tiles (expert, first, count, 0) of at most
 // MOE_TILE pairs of one expert each, p.width tile slots in all, the unused with count 0: what the grouped expert
@@ -26,90 +26,65 @@ const FLAG_NORM_TOP: u32 = 1u;
 @group(0) @binding(5) var<storage, read_write> x: array<f32>;        // combine: [n_tokens][width]
 @group(0) @binding(6) var<storage, read_write> groups: array<u32>;   // group: out
 
-const RT_WG: u32 = 64u;
-const RT_PER: u32 = 8u;  // experts per thread: at most RT_WG * RT_PER = 512 (kMoeMaxExperts)
-var<workgroup> red_v: array<f32, RT_WG>;
-var<workgroup> red_i: array<u32, RT_WG>;
+const RT_WG: u32 = 128u;
+const RT_MAX: u32 = 512u;  // kMoeMaxExperts
+const RT_USED: u32 = 32u;  // kMoeMaxUsed
+var<workgroup> rt_z: array<f32, RT_MAX>;
+var<workgroup> rt_top_e: array<u32, RT_USED>;
+var<workgroup> rt_top_z: array<f32, RT_USED>;
+var<workgroup> rt_sum: array<f32, RT_WG>;
 
-// The maximum (with its lowest index) over the workgroup of each thread's (v, i).
-fn arg_max(lid: u32, v: f32, i: u32) -> vec2<u32> {
-  red_v[lid] = v;
-  red_i[lid] = i;
-  for (var s = RT_WG / 2u; s > 0u; s >>= 1u) {
-    workgroupBarrier();
-    if (lid < s) {
-      let ov = red_v[lid + s];
-      let oi = red_i[lid + s];
-      if (ov > red_v[lid] || (ov == red_v[lid] && oi < red_i[lid])) {
-        red_v[lid] = ov;
-        red_i[lid] = oi;
-      }
-    }
+// Expert e's rank among the token's n_expert logits: how many come before it (larger, or equal and lower).
+fn rt_rank(e: u32) -> u32 {
+  let z = rt_z[e];
+  var r = 0u;
+  for (var o = 0u; o < p.n_expert; o += 1u) {
+    let zo = rt_z[o];
+    r += select(0u, 1u, zo > z || (zo == z && o < e));
   }
-  workgroupBarrier();
-  let r = vec2<u32>(bitcast<u32>(red_v[0]), red_i[0]);
-  workgroupBarrier();
   return r;
 }
-
-fn sum_all(lid: u32, v: f32) -> f32 {
-  red_v[lid] = v;
-  for (var s = RT_WG / 2u; s > 0u; s >>= 1u) {
-    workgroupBarrier();
-    if (lid < s) { red_v[lid] += red_v[lid + s]; }
-  }
-  workgroupBarrier();
-  let r = red_v[0];
-  workgroupBarrier();
-  return r;
-}
-
-const NEG_INF: f32 = -3.4028234663852886e38;
 
 @compute @workgroup_size(RT_WG)
 fn moe_route(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
   let t = wid.x + wid.y * p.grid_x;
   if (t >= p.n_tokens) { return; }  // uniform: the whole workgroup
-  var z: array<f32, RT_PER>;
-  var mx = NEG_INF;
-  var best = NEG_INF;
-  var best_i = 0xFFFFFFFFu;
-  for (var j = 0u; j < RT_PER; j += 1u) {
-    let e = lid + j * RT_WG;
-    z[j] = NEG_INF;
-    if (e < p.n_expert) { z[j] = logits[t * p.n_expert + e]; }
-    mx = max(mx, z[j]);
+  for (var e = lid; e < p.n_expert; e += RT_WG) { rt_z[e] = logits[t * p.n_expert + e]; }
+  if (lid < p.n_used) {  // expert 0 and a NaN weight where NaN logits leave a rank empty
+    rt_top_e[lid] = 0u;
+    rt_top_z[lid] = bitcast<f32>(0x7FC00000u);
   }
-  mx = bitcast<f32>(arg_max(lid, mx, 0u).x);
-  var s = 0.0;
-  for (var j = 0u; j < RT_PER; j += 1u) {
-    if (lid + j * RT_WG < p.n_expert) { s += exp(z[j] - mx); }
-  }
-  let total = sum_all(lid, s);
-  var picked = 0u;  // bit j: expert lid + j * RT_WG is chosen
-  var sum_top = 0.0;
-  for (var r = 0u; r < p.n_used; r += 1u) {
-    var v = NEG_INF;
-    var vi = 0xFFFFFFFFu;
-    for (var j = 0u; j < RT_PER; j += 1u) {
-      let e = lid + j * RT_WG;
-      if (e < p.n_expert && (picked & (1u << j)) == 0u && (z[j] > v || vi == 0xFFFFFFFFu)) {
-        v = z[j];
-        vi = e;
-      }
-    }
-    let top = arg_max(lid, v, vi);
-    let e = select(top.y, 0u, top.y >= p.n_expert);  // none left only with NaN logits: expert 0, weight NaN
-    if (e % RT_WG == lid) { picked |= 1u << (e / RT_WG); }
-    let w = exp(bitcast<f32>(top.x) - mx) / total;
-    sum_top += w;
-    if (lid == 0u) {
-      experts[t * p.n_used + r] = e;
-      weights[t * p.n_used + r] = w;
+  workgroupBarrier();
+  // Every expert's rank at once (no k sequential rounds): the top n_used land in rank order.
+  for (var e = lid; e < p.n_expert; e += RT_WG) {
+    let r = rt_rank(e);
+    if (r < p.n_used) {
+      rt_top_e[r] = e;
+      rt_top_z[r] = rt_z[e];
     }
   }
-  if ((p.flags & FLAG_NORM_TOP) != 0u && lid == 0u) {
-    for (var r = 0u; r < p.n_used; r += 1u) { weights[t * p.n_used + r] = weights[t * p.n_used + r] / sum_top; }
+  workgroupBarrier();
+  let mx = rt_top_z[0];  // the largest logit
+  // p_r = e^(z_r - mx) / sum over all experts; renormalised, the sum over the top n_used alone (in rank order).
+  var total = 0.0;
+  if ((p.flags & FLAG_NORM_TOP) != 0u) {
+    if (lid < p.n_used) {
+      for (var r = 0u; r < p.n_used; r += 1u) { total += exp(rt_top_z[r] - mx); }
+    }
+  } else {
+    var s = 0.0;
+    for (var e = lid; e < p.n_expert; e += RT_WG) { s += exp(rt_z[e] - mx); }
+    rt_sum[lid] = s;
+    for (var h = RT_WG / 2u; h > 0u; h >>= 1u) {  // a fixed tree: the same sum whatever the timing
+      workgroupBarrier();
+      if (lid < h) { rt_sum[lid] += rt_sum[lid + h]; }
+    }
+    workgroupBarrier();
+    total = rt_sum[0];
+  }
+  if (lid < p.n_used) {
+    experts[t * p.n_used + lid] = rt_top_e[lid];
+    weights[t * p.n_used + lid] = exp(rt_top_z[lid] - mx) / total;
   }
 }
 
