@@ -484,11 +484,12 @@ void encode_expert_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const Gpu
   const gpu::Buffer& none = ctx.placeholder_storage();
   const MatvecConfig mv = batch_matvec_config(ctx, rows, w.n_in, w.type);
   const bool xv4 = w.n_in % 32 == 0;
-  const bool grouped = o.group && pairs > 1 && matvec_pass_tokens(ctx, mv) >= kMoeTile;
+  const uint32_t tile = moe_tile(uint32_t(pairs), w.n_experts);
+  const bool grouped = o.group && tile > 1 && matvec_pass_tokens(ctx, mv) >= tile;
   const uint32_t slots = grouped ? moe_group_tiles(uint32_t(pairs), w.n_experts) : uint32_t(pairs);
-  if (grouped) detail::need(fn, "group", *o.group, moe_group_words(uint32_t(pairs), w.n_experts) * 4, ctx);
+  if (grouped) detail::need(fn, "group", *o.group, moe_group_words(uint32_t(pairs)) * 4, ctx);
   WGPUComputePipeline pipe = ctx.pipeline(
-      {kMatvecShader, "matvec", {}, matvec_prelude(ctx, mv, w.type, grouped ? kMoeTile : 1, xv4, /*experts=*/true)});
+      {kMatvecShader, "matvec", {}, matvec_prelude(ctx, mv, w.type, grouped ? tile : 1, xv4, /*experts=*/true)});
   const uint32_t rows_per_wg = mv.rows * mv.groups;
   const auto grid = gpu::fold_grid((rows + rows_per_wg - 1) / rows_per_wg, ctx.limits().maxComputeWorkgroupsPerDimension);
   for (const auto& piece : w.pieces) {

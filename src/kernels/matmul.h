@@ -128,8 +128,8 @@ struct ExpertOptions {
   bool gelu = false;
   bool x_per_pair = false;
   // The pairs grouped by expert (encode_moe_group over the same experts): each expert's rows read once per
-  // kMoeTile of its pairs instead of once per pair (prefill and batched steps). Ignored where the adapter's
-  // workgroup memory holds no kMoeTile-token pass.
+  // moe_tile of its pairs instead of once per pair (prefill and large batched steps). Ignored where moe_tile is 1
+  // or the adapter's workgroup memory holds no pass of moe_tile tokens.
   const gpu::Buffer* group = nullptr;
 };
 void encode_expert_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight& w, const gpu::Buffer& x,

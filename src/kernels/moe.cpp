@@ -50,12 +50,12 @@ void encode_moe_group(gpu::ComputeBatch& batch, gpu::Context& ctx, const gpu::Bu
   if (pairs64 > UINT32_MAX / 8) fail(fn, "n_tokens * n_used too large");
   const uint32_t pairs = uint32_t(pairs64);
   need(fn, "experts", experts, pairs64 * 4, ctx);
-  need(fn, "group", group, moe_group_words(pairs, n_expert) * 4, ctx);
+  need(fn, "group", group, moe_group_words(pairs) * 4, ctx);
   if (experts.get() == group.get()) fail(fn, "experts and group must be different buffers");
-  const MoeParams p{n_tokens, n_expert, n_used, 0, moe_group_tiles(pairs, n_expert), 1, 0, 0};
+  const MoeParams p{n_tokens, n_expert, n_used, 0, moe_group_tiles(pairs, n_expert), 1, moe_tile(pairs, n_expert), 0};
   const gpu::BufferBinding b[] = {batch.uniform(0, p),
                                   {2, &experts, 0, pairs64 * 4},
-                                  {6, &group, 0, moe_group_words(pairs, n_expert) * 4}};
+                                  {6, &group, 0, moe_group_words(pairs) * 4}};
   batch.dispatch(ctx.pipeline({kShader, "moe_group", {}, ""}), b, 1);
 }
 

@@ -13,12 +13,12 @@ namespace wgllm::kernels {
 
 inline constexpr uint32_t kMoeMaxExperts = 512;  // experts a router may choose from
 inline constexpr uint32_t kMoeMaxUsed = 32;      // experts chosen per token
-inline constexpr uint32_t kMoeTile = 16;         // pairs of one expert per pass of the grouped products
+inline constexpr uint32_t kMoeTile = 16;         // the most pairs of one expert per pass of the grouped products
 
 // Mirrors `MoeParams` in moe.wgsl.
 struct MoeParams {
   uint32_t n_tokens, n_expert, n_used, flags;
-  uint32_t width, grid_x, pad0, pad1;
+  uint32_t width, grid_x, tile, pad1;
 };
 static_assert(sizeof(MoeParams) == 32);
 
@@ -29,18 +29,26 @@ void encode_moe_route(gpu::ComputeBatch& batch, gpu::Context& ctx, const gpu::Bu
                       const gpu::Buffer& experts, const gpu::Buffer& weights, uint32_t n_tokens, uint32_t n_expert,
                       uint32_t n_used, bool normalize);
 
+// The pairs per pass of the grouped expert products for a step of `pairs` (token, expert) pairs over n_expert
+// experts: the mean pairs per expert rounded up to the matvec's token counts (1-4, 8, 16), at most kMoeTile. A pass
+// computes all its tile's lanes, so a tile larger than an expert's share wastes arithmetic; 1 means no grouping
+// (each pair its own pass: Qwen3-30B-A3B's 128 experts, 8 per token, group from 32 tokens on).
+inline uint32_t moe_tile(uint32_t pairs, uint32_t n_expert) {
+  const uint32_t mean = (pairs + n_expert - 1) / std::max(n_expert, 1u);
+  return mean <= 4 ? std::max(mean, 1u) : mean <= 8 ? 8 : kMoeTile;
+}
 // The grouping of the grouped expert products (encode_expert_matmul with a group): the n_tokens * n_used pairs
-// ordered by expert (experts: [n_tokens][n_used] from encode_moe_route), and tiles of up to kMoeTile pairs of one
-// expert. group: moe_group_words(n_tokens * n_used, n_expert) u32.
+// ordered by expert (experts: [n_tokens][n_used] from encode_moe_route), and tiles of up to moe_tile pairs of one
+// expert. group: moe_group_words(n_tokens * n_used) u32.
 void encode_moe_group(gpu::ComputeBatch& batch, gpu::Context& ctx, const gpu::Buffer& experts, const gpu::Buffer& group,
                       uint32_t n_tokens, uint32_t n_expert, uint32_t n_used);
 // The most tiles a grouping of `pairs` pairs over n_expert experts has: each expert's count rounded up to tiles.
 inline uint32_t moe_group_tiles(uint32_t pairs, uint32_t n_expert) {
-  return std::min(pairs, (pairs + kMoeTile - 1) / kMoeTile + n_expert);
+  const uint32_t tile = moe_tile(pairs, n_expert);
+  return std::min(pairs, (pairs + tile - 1) / tile + n_expert);
 }
-inline uint64_t moe_group_words(uint32_t pairs, uint32_t n_expert) {
-  return pairs + 4ull * moe_group_tiles(pairs, n_expert);
-}
+// The group buffer's u32 for up to `pairs` pairs: the order, then 4 per tile (at most one tile per pair).
+inline uint64_t moe_group_words(uint32_t pairs) { return 5ull * pairs; }
 
 // x[t][i] += sum over r < n_used, in order, of weights[t][r] * ys[t * n_used + r][i] (the residual add of the
 // experts' outputs). x: [n_tokens][width], ys: [n_tokens * n_used][width], weights: [n_tokens][n_used], all f32.

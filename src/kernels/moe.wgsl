@@ -8,13 +8,13 @@
 // sequential rounds; the softmax's sum goes through a fixed tree, so nothing depends on timing.
 // moe_group (one workgroup): the step's pairs i = t * n_used + r ordered by their expert experts[i] into groups[0 ..
 // pairs) (within an expert in no particular order), then from groups[pairs] tiles (expert, first, count, 0) of at most
-// MOE_TILE pairs of one expert each, p.width tile slots in all, the unused with count 0: what the grouped expert
+// p.tile (moe_tile) pairs of one expert each, p.width tile slots in all, the unused with count 0: what the grouped expert
 // products (matvec.wgsl, MV_EXPERTS) read.
 // moe_combine: x[t][i] += sum over r of weights[t * n_used + r] * y[t * n_used + r][i], r in order.
 
 struct MoeParams {
   n_tokens: u32, n_expert: u32, n_used: u32, flags: u32,
-  width: u32, grid_x: u32, _pad0: u32, _pad1: u32,
+  width: u32, grid_x: u32, tile: u32, _pad1: u32,
 }
 const FLAG_NORM_TOP: u32 = 1u;
 
@@ -89,7 +89,6 @@ fn moe_route(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
 }
 
 const GR_WG: u32 = 256u;
-const MOE_TILE: u32 = 16u;  // kMoeTile: the grouped products' pairs per pass
 var<workgroup> gr_count: array<atomic<u32>, 512>;
 var<workgroup> gr_base: array<u32, 512>;
 var<workgroup> gr_tiles: u32;
@@ -107,11 +106,11 @@ fn moe_group(@builtin(local_invocation_index) lid: u32) {
     for (var e = 0u; e < p.n_expert; e += 1u) {
       let c = atomicLoad(&gr_count[e]);
       gr_base[e] = at;
-      for (var s = 0u; s < c; s += MOE_TILE) {
+      for (var s = 0u; s < c; s += p.tile) {
         let o = pairs + 4u * n;
         groups[o] = e;
         groups[o + 1u] = at + s;
-        groups[o + 2u] = min(MOE_TILE, c - s);
+        groups[o + 2u] = min(p.tile, c - s);
         groups[o + 3u] = 0u;
         n += 1u;
       }

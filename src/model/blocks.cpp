@@ -213,7 +213,7 @@ void make_moe_buffers(gpu::Context& ctx, const ModelConfig& c, SessionBuffers& b
   b.router_logits = make(n * c.n_expert, "router logits");
   b.moe_experts = make(pairs, "chosen experts");
   b.moe_weights = make(pairs, "expert weights");
-  b.moe_group = make(c.is_moe() ? kernels::moe_group_words(uint32_t(pairs), c.n_expert) : 0, "expert groups");
+  b.moe_group = make(c.is_moe() ? kernels::moe_group_words(uint32_t(pairs)) : 0, "expert groups");
   b.moe_act = make(pairs * c.n_ff_exp, "expert act");
   b.moe_out = make(pairs * c.n_embd, "expert out");
   const bool split = c.is_moe();  // sized when any layer might not fuse gate and up; small next to the rest
@@ -231,9 +231,10 @@ void encode_moe_ffn(const LayerStep& s) {
                          {.norm = &L.ffn_norm, .eps = c.rms_eps, .impl = product_impl(s)});
   kernels::encode_moe_route(s.batch, s.ctx, b.router_logits, b.moe_experts, b.moe_weights, s.n, c.n_expert, k,
                             /*normalize=*/true);
-  // Several tokens: the pairs grouped by expert, so an expert's weights are read once per kMoeTile of its pairs.
+  // Enough tokens for several per expert: the pairs grouped by expert, so an expert's weights are read once per
+  // moe_tile of its pairs.
   const gpu::Buffer* group = nullptr;
-  if (s.n > 1) {
+  if (kernels::moe_tile(s.n * k, c.n_expert) > 1) {
     kernels::encode_moe_group(s.batch, s.ctx, b.moe_experts, b.moe_group, s.n, c.n_expert, k);
     group = &b.moe_group;
   }

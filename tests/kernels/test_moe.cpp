@@ -81,7 +81,9 @@ const ExpertCase kExpertCases[] = {
     {"q3_k_gate_up", Q3_K, 256, 16, 3, 2, 2, true, false, false},
     {"q2_k_down", Q2_K, 256, 30, 5, 1, 3, false, false, true},
     {"q4_k_many_tokens", Q4_K, 256, 32, 4, 2, 37, true, true, false},
-    {"f16_many_tokens_down", F16, 64, 24, 3, 1, 40, false, false, true},
+    {"f16_many_tokens_down", F16, 64, 24, 3, 1, 40, false, false, true},  // tiles of 16 (moe_tile)
+    {"q6_k_tiles_of_8", Q6_K, 256, 16, 4, 2, 14, true, false, false},
+    {"q8_0_tiles_of_3_down", Q8_0, 64, 32, 4, 1, 10, false, false, true},
 };
 
 class ExpertTable : public testing::TestWithParam<ExpertCase> {};
@@ -96,7 +98,9 @@ TEST_P(ExpertTable, MatchesCpuReference) {
   const uint64_t total_rows = uint64_t(c.n_expert) * c.rows;
   const auto bytes = random_weight(c.type, c.n_in, total_rows, gen);
   const auto w = kernels::upload_weight(ctx, c.type, c.n_in, total_rows, bytes, "experts", c.max_piece_bytes, c.n_expert);
-  if (c.max_piece_bytes) ASSERT_GT(w.pieces.size(), 1u) << "the case must split the experts across pieces";
+  if (c.max_piece_bytes) {
+    ASSERT_GT(w.pieces.size(), 1u) << "the case must split the experts across pieces";
+  }
   const uint32_t pairs = c.n_tokens * c.n_used;
   const uint32_t x_rows = c.x_per_pair ? pairs : c.n_tokens;
   const auto x = random_floats(size_t(x_rows) * c.n_in, gen);
@@ -127,7 +131,7 @@ TEST_P(ExpertTable, MatchesCpuReference) {
   auto e1 = ctx.upload<uint32_t>(std::span(ids).subspan(lone, 1), WGPUBufferUsage_Storage, "e1");
   auto y1 = poisoned(ctx, width, "y1");
   kernels::encode_expert_matmul(batch, ctx, w, x1, y1, e1, 1, 1, o);
-  auto group = poisoned(ctx, kernels::moe_group_words(pairs, c.n_expert), "group");
+  auto group = poisoned(ctx, kernels::moe_group_words(pairs), "group");
   auto yg = poisoned(ctx, size_t(pairs) * width + 64, "y grouped");
   kernels::encode_moe_group(batch, ctx, ebuf, group, c.n_tokens, c.n_expert, c.n_used);
   kernels::ExpertOptions og = o;
