@@ -257,17 +257,23 @@ def write_reference(name: str, arch: str, model, gguf_path: Path, a) -> None:
     (ref_dir / f"{name}.ref.json").write_text(json.dumps(summary, indent=1) + "\n")
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def cli(doc: str, fixtures: dict, make_fixture, argv=None) -> None:
+    """The command line of a fixture script: make_fixture(name, spec, args) for each fixture asked for."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--llama-src", type=Path, required=True, help="llama.cpp source (tools/llamacpp.sh --src-path)")
     ap.add_argument("--out-dir", type=Path, default=ROOT / "tests/data/models")
-    ap.add_argument("--only", nargs="+", choices=list(FIXTURES), default=list(FIXTURES))
+    ap.add_argument("--only", nargs="+", choices=list(fixtures), default=list(fixtures))
     ap.add_argument("--prompt-lengths", default="7,64,130")
     ap.add_argument("--n-predict", type=int, default=32)
     ap.add_argument("--tail", type=int, default=8)
     a = ap.parse_args(argv)
+    a.out_dir.mkdir(parents=True, exist_ok=True)
     for name in a.only:
-        fixture(name, FIXTURES[name], a)
+        make_fixture(name, fixtures[name], a)
+
+
+def main(argv=None):
+    cli(__doc__, FIXTURES, fixture, argv)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,6 @@ Needs what lfm2_fixture.py needs (torch, transformers 5.x, tokenizers, numpy, sa
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
 from pathlib import Path
@@ -105,16 +104,7 @@ def fixture(name: str, spec: dict, a) -> None:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--llama-src", type=Path, required=True, help="llama.cpp source (tools/llamacpp.sh --src-path)")
-    ap.add_argument("--out-dir", type=Path, default=ROOT / "tests/data/models")
-    ap.add_argument("--only", nargs="+", choices=list(FIXTURES), default=list(FIXTURES))
-    ap.add_argument("--prompt-lengths", default="7,64,130")
-    ap.add_argument("--n-predict", type=int, default=32)
-    ap.add_argument("--tail", type=int, default=8)
-    a = ap.parse_args(argv)
-    for name in a.only:
-        fixture(name, FIXTURES[name], a)
+    lf.cli(__doc__, FIXTURES, fixture, argv)
 
 
 if __name__ == "__main__":
