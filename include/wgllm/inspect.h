@@ -47,8 +47,10 @@ struct GgufHyperParameters {
   std::string layer_pattern = {};
   uint32_t sliding_window = 0;  // local layers' window (gemma3); 0 without
   uint32_t conv_taps = 0;       // shortconv.l_cache of the convolution layers (lfm2); 0 without
-  // Mixtures of experts (qwen3moe): every layer's FFN is n_expert experts of n_ff_exp, n_expert_used per token.
-  uint32_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0;
+  // Mixtures of experts (qwen3moe, lfm2moe): the FFN of every layer from n_dense_lead on is n_expert experts of
+  // n_ff_exp, n_expert_used per token, chosen by a softmax router or (moe_sigmoid) a sigmoid one with a selection bias.
+  uint32_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0, n_dense_lead = 0;
+  bool moe_sigmoid = false;
 };
 
 struct GgufTokenizerSummary {

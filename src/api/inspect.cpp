@@ -84,6 +84,7 @@ GgufHyperParameters hyper_parameters(const ModelConfig& c) {
   h.sliding_window = c.swa_layers.empty() ? 0 : c.sliding_window;
   h.conv_taps = c.conv_layers.empty() ? 0 : c.l_cache;
   h.n_expert = c.n_expert, h.n_expert_used = c.n_expert_used, h.n_ff_exp = c.n_ff_exp;
+  h.n_dense_lead = c.n_dense_lead, h.moe_sigmoid = c.moe_sigmoid;
   return h;
 }
 

@@ -88,22 +88,29 @@ std::vector<float> swiglu(std::span<const float> gate, std::span<const float> up
   return y;
 }
 
-MoeRoute moe_route(std::span<const float> logits, uint32_t n_used, bool normalize) {
-  std::vector<uint32_t> order(logits.size());
-  for (uint32_t e = 0; e < order.size(); ++e) order[e] = e;
-  std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return logits[a] > logits[b]; });
+MoeRoute moe_route(std::span<const float> logits, uint32_t n_used, bool normalize,
+                   std::span<const float> sigmoid_bias) {
+  const bool sigmoid = !sigmoid_bias.empty();
+  std::vector<double> p(logits.size()), rank_by(logits.size());
   double mx = -INFINITY, sum = 0;
   for (float z : logits) mx = std::max(mx, double(z));
   for (float z : logits) sum += std::exp(double(z) - mx);
+  for (size_t e = 0; e < logits.size(); ++e) {
+    p[e] = sigmoid ? 1.0 / (1.0 + std::exp(-double(logits[e]))) : std::exp(double(logits[e]) - mx) / sum;
+    rank_by[e] = sigmoid ? p[e] + double(sigmoid_bias[e]) : double(logits[e]);
+  }
+  std::vector<uint32_t> order(logits.size());
+  for (uint32_t e = 0; e < order.size(); ++e) order[e] = e;
+  std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return rank_by[a] > rank_by[b]; });
   MoeRoute r;
   double top = 0;
   for (uint32_t i = 0; i < n_used && i < order.size(); ++i) {
     r.experts.push_back(order[i]);
-    r.weights.push_back(std::exp(double(logits[order[i]]) - mx) / sum);
+    r.weights.push_back(p[order[i]]);
     top += r.weights.back();
   }
   if (normalize)
-    for (double& w : r.weights) w /= top;
+    for (double& w : r.weights) w /= sigmoid ? std::max(top, 6.103515625e-5) : top;
   return r;
 }
 

@@ -37,12 +37,14 @@ std::vector<float> swiglu(std::span<const float> gate, std::span<const float> up
 std::vector<float> geglu(std::span<const float> gate, std::span<const float> up);
 
 // A mixture of experts' routing of one token (kernels/moe.h): p = softmax(logits) in double, the n_used largest
-// logits' experts in order (ties: the lower expert first) and their p, divided by their sum when normalize.
+// logits' experts in order (ties: the lower expert first) and their p, divided by their sum when normalize. With
+// sigmoid_bias (non-empty: lfm2moe), p = sigmoid(logits), ranked by p + sigmoid_bias, the sum clamped to >= 2^-14.
 struct MoeRoute {
   std::vector<uint32_t> experts;
   std::vector<double> weights;
 };
-MoeRoute moe_route(std::span<const float> logits, uint32_t n_used, bool normalize);
+MoeRoute moe_route(std::span<const float> logits, uint32_t n_used, bool normalize,
+                   std::span<const float> sigmoid_bias = {});
 
 // The gated short convolution of LFM2 between its two projections, for n tokens of width E with L taps:
 // bcx [n][3E] is the in_proj output (B, C and x, E each), taps [E][L] (GGUF ne = [L, E]), prev [L-1][E] the B*x rows of

@@ -17,7 +17,7 @@ constexpr const char* kShader = "moe.wgsl";
 
 void encode_moe_route(gpu::ComputeBatch& batch, gpu::Context& ctx, const gpu::Buffer& logits,
                       const gpu::Buffer& experts, const gpu::Buffer& weights, uint32_t n_tokens, uint32_t n_expert,
-                      uint32_t n_used, bool normalize) {
+                      uint32_t n_used, bool normalize, const gpu::Buffer* sigmoid_bias) {
   const char* fn = "encode_moe_route";
   if (n_tokens == 0) fail(fn, "n_tokens must be > 0");
   if (n_expert == 0 || n_expert > kMoeMaxExperts)
@@ -31,12 +31,16 @@ void encode_moe_route(gpu::ComputeBatch& batch, gpu::Context& ctx, const gpu::Bu
   need(fn, "weights", weights, pairs * 4, ctx);
   if (experts.get() == weights.get() || logits.get() == experts.get() || logits.get() == weights.get())
     fail(fn, "logits, experts and weights must be different buffers");
+  if (sigmoid_bias) need(fn, "sigmoid_bias", *sigmoid_bias, uint64_t(n_expert) * 4, ctx);
   const auto grid = gpu::fold_grid(n_tokens, ctx.limits().maxComputeWorkgroupsPerDimension);
-  const MoeParams p{n_tokens, n_expert, n_used, normalize ? 1u : 0u, 0, grid.x, 0, 0};
-  const gpu::BufferBinding b[] = {batch.uniform(0, p),
-                                  {1, &logits, 0, uint64_t(n_tokens) * n_expert * 4},
-                                  {2, &experts, 0, pairs * 4},
-                                  {3, &weights, 0, pairs * 4}};
+  const uint32_t flags = (normalize ? 1u : 0u) | (sigmoid_bias ? 2u : 0u);  // FLAG_NORM_TOP, FLAG_SIGMOID
+  const MoeParams p{n_tokens, n_expert, n_used, flags, 0, grid.x, 0, 0};
+  const gpu::BufferBinding b[] = {
+      batch.uniform(0, p),
+      {1, &logits, 0, uint64_t(n_tokens) * n_expert * 4},
+      {2, &experts, 0, pairs * 4},
+      {3, &weights, 0, pairs * 4},
+      {7, sigmoid_bias ? sigmoid_bias : &ctx.placeholder_storage(), 0, sigmoid_bias ? uint64_t(n_expert) * 4 : 16}};
   batch.dispatch(ctx.pipeline({kShader, "moe_route", {}, ""}), b, grid.x, grid.y);
 }
 

@@ -24,10 +24,12 @@ static_assert(sizeof(MoeParams) == 32);
 
 // For each token t: p = softmax(logits[t]) (f32), the n_used largest logits' experts in order (ties: the lower
 // expert first) into experts[t][r] and their p into weights[t][r], divided by their sum when normalize.
+// With sigmoid_bias ([n_expert] f32: lfm2moe's selection bias): p = sigmoid(logits[t]), the experts ranked by
+// p + sigmoid_bias, their weights p (divided by max(their sum, 2^-14) when normalize, as llama.cpp).
 // logits: [n_tokens][n_expert] f32; experts: [n_tokens][n_used] u32; weights: [n_tokens][n_used] f32.
 void encode_moe_route(gpu::ComputeBatch& batch, gpu::Context& ctx, const gpu::Buffer& logits,
                       const gpu::Buffer& experts, const gpu::Buffer& weights, uint32_t n_tokens, uint32_t n_expert,
-                      uint32_t n_used, bool normalize);
+                      uint32_t n_used, bool normalize, const gpu::Buffer* sigmoid_bias = nullptr);
 
 // The pairs per pass of the grouped expert products for a step of `pairs` (token, expert) pairs over n_expert
 // experts: the mean pairs per expert rounded up to the matvec's token counts (1-4, 8, 16), at most kMoeTile. A pass

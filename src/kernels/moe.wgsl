@@ -3,7 +3,8 @@
 //
 // moe_route: workgroup t (flat over x, y) takes token t's router logits z[t][0 .. n_expert): p = softmax(z) in f32,
 // the n_used largest logits in order (ties: the lower expert first) into experts[t * n_used + r], their p into
-// weights[..], divided by the sum of the n_used with FLAG_NORM_TOP (summed in rank order; the softmax's own sum then
+// weights[..], divided by the sum of the n_used with FLAG_NORM_TOP; with FLAG_SIGMOID p = sigmoid(z), the experts
+// ranked by p + sel_bias (lfm2moe's selection bias), the weights their unbiased p (summed in rank order; the softmax's own sum then
 // cancels and is not taken). Each expert's rank is counted against all the others at once, so the top k take no
 // sequential rounds; the softmax's sum goes through a fixed tree, so nothing depends on timing.
 // moe_group (one workgroup): the step's pairs i = t * n_used + r ordered by their expert experts[i] into groups[0 ..
@@ -17,6 +18,7 @@ struct MoeParams {
   width: u32, grid_x: u32, tile: u32, _pad1: u32,
 }
 const FLAG_NORM_TOP: u32 = 1u;
+const FLAG_SIGMOID: u32 = 2u;  // route: p = sigmoid(z), ranked by p + sel_bias
 
 @group(0) @binding(0) var<uniform> p: MoeParams;
 @group(0) @binding(1) var<storage, read> logits: array<f32>;        // route: [n_tokens][n_expert]
@@ -25,13 +27,16 @@ const FLAG_NORM_TOP: u32 = 1u;
 @group(0) @binding(4) var<storage, read> ys: array<f32>;             // combine: [n_tokens * n_used][width]
 @group(0) @binding(5) var<storage, read_write> x: array<f32>;        // combine: [n_tokens][width]
 @group(0) @binding(6) var<storage, read_write> groups: array<u32>;   // group: out
+@group(0) @binding(7) var<storage, read> sel_bias: array<f32>;       // route with FLAG_SIGMOID: [n_expert]
 
 const RT_WG: u32 = 128u;
 const RT_MAX: u32 = 512u;  // kMoeMaxExperts
 const RT_USED: u32 = 32u;  // kMoeMaxUsed
-var<workgroup> rt_z: array<f32, RT_MAX>;
+var<workgroup> rt_z: array<f32, RT_MAX>;  // what experts are ranked by: the logit, or p + selection bias
+var<workgroup> rt_p: array<f32, RT_MAX>;  // sigmoid gating: p
 var<workgroup> rt_top_e: array<u32, RT_USED>;
 var<workgroup> rt_top_z: array<f32, RT_USED>;
+var<workgroup> rt_top_p: array<f32, RT_USED>;
 var<workgroup> rt_sum: array<f32, RT_WG>;
 
 // Expert e's rank among the token's n_expert logits: how many come before it (larger, or equal and lower).
@@ -49,10 +54,21 @@ fn rt_rank(e: u32) -> u32 {
 fn moe_route(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
   let t = wid.x + wid.y * p.grid_x;
   if (t >= p.n_tokens) { return; }  // uniform: the whole workgroup
-  for (var e = lid; e < p.n_expert; e += RT_WG) { rt_z[e] = logits[t * p.n_expert + e]; }
+  let sigmoid = (p.flags & FLAG_SIGMOID) != 0u;
+  for (var e = lid; e < p.n_expert; e += RT_WG) {
+    let z = logits[t * p.n_expert + e];
+    if (sigmoid) {
+      let q = 1.0 / (1.0 + exp(-z));
+      rt_p[e] = q;
+      rt_z[e] = q + sel_bias[e];
+    } else {
+      rt_z[e] = z;
+    }
+  }
   if (lid < p.n_used) {  // expert 0 and a NaN weight where NaN logits leave a rank empty
     rt_top_e[lid] = 0u;
     rt_top_z[lid] = bitcast<f32>(0x7FC00000u);
+    rt_top_p[lid] = bitcast<f32>(0x7FC00000u);
   }
   workgroupBarrier();
   // Every expert's rank at once (no k sequential rounds): the top n_used land in rank order.
@@ -61,9 +77,23 @@ fn moe_route(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
     if (r < p.n_used) {
       rt_top_e[r] = e;
       rt_top_z[r] = rt_z[e];
+      if (sigmoid) { rt_top_p[r] = rt_p[e]; }
     }
   }
   workgroupBarrier();
+  if (sigmoid) {  // weights p_r, renormalised: divided by their sum (at least 2^-14, as llama.cpp clamps it)
+    var total = 1.0;
+    if ((p.flags & FLAG_NORM_TOP) != 0u && lid < p.n_used) {
+      total = 0.0;
+      for (var r = 0u; r < p.n_used; r += 1u) { total += rt_top_p[r]; }
+      total = max(total, 6.103515625e-5);
+    }
+    if (lid < p.n_used) {
+      experts[t * p.n_used + lid] = rt_top_e[lid];
+      weights[t * p.n_used + lid] = rt_top_p[lid] / total;
+    }
+    return;
+  }
   let mx = rt_top_z[0];  // the largest logit
   // p_r = e^(z_r - mx) / sum over all experts; renormalised, the sum over the top n_used alone (in rank order).
   var total = 0.0;

@@ -230,7 +230,7 @@ void encode_moe_ffn(const LayerStep& s) {
   kernels::encode_matmul(s.batch, s.ctx, L.router, b.x, b.router_logits, s.n,
                          {.norm = &L.ffn_norm, .eps = c.rms_eps, .impl = product_impl(s)});
   kernels::encode_moe_route(s.batch, s.ctx, b.router_logits, b.moe_experts, b.moe_weights, s.n, c.n_expert, k,
-                            /*normalize=*/true);
+                            /*normalize=*/true, c.moe_sigmoid ? &L.exp_probs_b : nullptr);
   // Enough tokens for several per expert: the pairs grouped by expert, so an expert's weights are read once per
   // moe_tile of its pairs.
   const gpu::Buffer* group = nullptr;

@@ -20,6 +20,7 @@ const char* arch_name(Arch a) {
     case Arch::Qwen3Moe: return "qwen3moe";
     case Arch::Gemma3: return "gemma3";
     case Arch::Lfm2: return "lfm2";
+    case Arch::Lfm2Moe: return "lfm2moe";
   }
   return "?";
 }
@@ -152,8 +153,16 @@ void read_experts(const GgufFile& f, ModelConfig& c) {
     fail(f, "key '" + a + "expert_used_count' = " + std::to_string(c.n_expert_used) + " of expert_count " +
                 std::to_string(c.n_expert) + ": needs 1 <= used <= count, used <= " + std::to_string(kernels::kMoeMaxUsed) +
                 ", count <= " + std::to_string(kernels::kMoeMaxExperts));
-  if (const auto g = f.find_u32(a + "expert_gating_func"); g && *g != 1)  // llama.cpp: 1 softmax, 2 sigmoid
-    fail(f, "key '" + a + "expert_gating_func' = " + std::to_string(*g) + " is not supported (1, softmax)");
+  // llama.cpp: 1 softmax, 2 sigmoid; absent: the architecture's (qwen3moe softmax, lfm2moe sigmoid)
+  const uint32_t gating = f.find_u32(a + "expert_gating_func").value_or(c.arch == Arch::Lfm2Moe ? 2 : 1);
+  if (gating != 1 && gating != 2)
+    fail(f, "key '" + a + "expert_gating_func' = " + std::to_string(gating) +
+                " is not supported (1 softmax, 2 sigmoid)");
+  c.moe_sigmoid = gating == 2;
+  c.n_dense_lead = f.find_u32(a + "leading_dense_block_count").value_or(0);
+  if (c.n_dense_lead > c.n_layer)
+    fail(f, "key '" + a + "leading_dense_block_count' = " + std::to_string(c.n_dense_lead) + " exceeds block_count " +
+                std::to_string(c.n_layer));
 }
 
 }  // namespace
@@ -181,13 +190,13 @@ ModelConfig config_from_gguf(const GgufFile& f) {
     c.qk_norm = true;
     c.ffn_act = FfnAct::GeluTanh;
     c.post_norms = true;
-  } else if (c.arch_name == "lfm2") {
-    c.arch = Arch::Lfm2;
+  } else if (c.arch_name == "lfm2" || c.arch_name == "lfm2moe") {
+    c.arch = c.arch_name == "lfm2" ? Arch::Lfm2 : Arch::Lfm2Moe;
     c.rope_type = RopeType::Neox;
     c.qk_norm = true;
     c.output_norm_name = "token_embd_norm.weight";  // llama.cpp's name for LFM2's final norm
   } else {
-    fail(f, "architecture '" + c.arch_name + "' is not supported (supported: llama, qwen2, qwen3, qwen3moe, gemma3, lfm2)");
+    fail(f, "architecture '" + c.arch_name + "' is not supported (supported: llama, qwen2, qwen3, qwen3moe, gemma3, lfm2, lfm2moe)");
   }
   // The parser accepts every ggml type (inspect shows any file); running needs types wgllm dequantises.
   for (const GgufTensor& t : f.tensors())
@@ -200,14 +209,14 @@ ModelConfig config_from_gguf(const GgufFile& f) {
   c.n_embd = dim("embedding_length");
   c.n_layer = dim("block_count");
   c.n_head = dim("attention.head_count");
-  if (c.arch == Arch::Lfm2) {
+  if (c.arch == Arch::Lfm2 || c.arch == Arch::Lfm2Moe) {
     read_lfm2_layers(f, c);
   } else {
     c.n_head_kv =
         require_dim(f, a + "attention.head_count_kv", f.find_u32(a + "attention.head_count_kv").value_or(c.n_head));
   }
   c.n_ff = dim("feed_forward_length");
-  if (c.arch == Arch::Qwen3Moe) read_experts(f, c);
+  if (c.arch == Arch::Qwen3Moe || c.arch == Arch::Lfm2Moe) read_experts(f, c);
   c.n_ctx_train = f.get_u32(a + "context_length");  // long-context models go past kMaxDim; only 0 is wrong
   if (c.n_ctx_train == 0) fail(f, "key '" + a + "context_length' is 0");
   if (c.n_head % c.n_head_kv != 0)
@@ -285,8 +294,9 @@ ModelConfig config_from_gguf(const GgufFile& f) {
     const std::string b = "blk." + std::to_string(i) + ".";
     check_shape(f, b + "attn_norm.weight", {E});
     check_shape(f, b + "ffn_norm.weight", {E});
-    if (c.is_moe()) {
+    if (c.is_moe_layer(i)) {
       const uint64_t X = c.n_expert, FX = c.n_ff_exp;
+      if (c.moe_sigmoid) check_shape(f, b + "exp_probs_b.bias", {X});
       check_shape(f, b + "ffn_gate_inp.weight", {E, X});
       check_shape(f, b + "ffn_gate_exps.weight", {E, FX, X});
       check_shape(f, b + "ffn_up_exps.weight", {E, FX, X});

@@ -15,7 +15,7 @@ class GgufFile;
 using kernels::RopeScaling;
 using kernels::RopeType;
 
-enum class Arch { Llama, Qwen2, Qwen3, Qwen3Moe, Gemma3, Lfm2 };
+enum class Arch { Llama, Qwen2, Qwen3, Qwen3Moe, Gemma3, Lfm2, Lfm2Moe };
 // The feed-forward gate's activation, act(x Wgate) * (x Wup): silu or gelu_tanh (kernels/swiglu.h).
 using FfnAct = kernels::GateAct;
 struct ModelConfig {
@@ -58,12 +58,16 @@ struct ModelConfig {
   std::vector<bool> conv_layers;  // [n_layer] or empty
   bool is_conv(uint32_t layer) const { return layer < conv_layers.size() && conv_layers[layer]; }
   uint32_t n_attention_layers() const;
-  // Mixtures of experts (qwen3moe): every layer's FFN is n_expert SwiGLU experts of width n_ff_exp
-  // (ffn_{gate,up,down}_exps, [n_expert][rows][in]), of which a router (ffn_gate_inp, [n_expert][n_embd]) picks
-  // n_expert_used per token: a softmax over the router's logits, the top n_expert_used kept and divided by their sum,
-  // the chosen experts' outputs added with those weights. n_expert 0: dense FFNs (n_ff).
+  // Mixtures of experts (qwen3moe, lfm2moe): the FFN of every layer from n_dense_lead on is n_expert SwiGLU experts
+  // of width n_ff_exp (ffn_{gate,up,down}_exps, [n_expert][rows][in]), of which a router (ffn_gate_inp,
+  // [n_expert][n_embd]) picks n_expert_used per token: p = softmax (qwen3moe) or sigmoid (lfm2moe) of the router's
+  // logits, the n_expert_used largest p (lfm2moe: p + exp_probs_b.bias, the selection bias) kept and their p divided
+  // by their sum, the chosen experts' outputs added with those weights. n_expert 0: dense FFNs (n_ff) throughout.
   uint32_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0;
+  uint32_t n_dense_lead = 0;  // leading layers with a dense FFN (lfm2moe: leading_dense_block_count)
+  bool moe_sigmoid = false;   // sigmoid gating with a selection bias (expert_gating_func 2)
   bool is_moe() const { return n_expert > 0; }
+  bool is_moe_layer(uint32_t layer) const { return is_moe() && layer >= n_dense_lead; }
   std::string output_norm_name = "output_norm.weight";
   // One letter per layer: A attention, L local (sliding-window) attention, C short convolution.
   std::string layer_pattern() const;
@@ -72,7 +76,7 @@ struct ModelConfig {
   uint32_t kv_dim() const { return n_head_kv * head_dim; }
 };
 
-// Reads and validates the hyper-parameters of `f` (architectures llama, qwen2, qwen3, qwen3moe, gemma3, lfm2) and checks that
+// Reads and validates the hyper-parameters of `f` (architectures llama, qwen2, qwen3, qwen3moe, gemma3, lfm2, lfm2moe) and checks that
 // every tensor the forward pass uses is present with the shape the config implies. Throws ModelError naming the key or
 // tensor.
 ModelConfig config_from_gguf(const GgufFile& f);

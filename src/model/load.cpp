@@ -179,6 +179,7 @@ void upload_moe_ffn(Uploader& up, GpuLayer& L, const std::string& b) {
     L.exps_up = up.experts(b + "ffn_up_exps.weight");
   }
   L.exps_down = up.experts(b + "ffn_down_exps.weight");
+  if (up.f.find_tensor(b + "exp_probs_b.bias")) L.exp_probs_b = up.vector(b + "exp_probs_b.bias");
 }
 
 void upload_conv(Uploader& up, GpuLayer& L, const std::string& b) {

@@ -54,8 +54,8 @@ void upload_attention(Uploader& up, const ModelConfig& c, GpuLayer& L, const std
 GpuLayer upload_attention_layer(Uploader& up, const ModelConfig& c, uint32_t layer);
 // The FFN of every architecture: ffn_norm, gate/up interleaved when they share a type, and down.
 void upload_ffn(Uploader& up, GpuLayer& L, const std::string& prefix);
-// A mixture of experts' weights (config.is_moe()): ffn_norm, the router, the experts' gate/up (interleaved when they
-// share a type) and down.
+// A mixture of experts' weights (config.is_moe_layer): ffn_norm, the router, the experts' gate/up (interleaved when
+// they share a type) and down, and the selection bias where the file has one (lfm2moe).
 void upload_moe_ffn(Uploader& up, GpuLayer& L, const std::string& prefix);
 // A short-convolution layer's weights (lfm2): attn_norm (the operator norm), in_proj, the conv taps and out_proj.
 void upload_conv(Uploader& up, GpuLayer& L, const std::string& prefix);

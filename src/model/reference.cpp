@@ -71,8 +71,8 @@ ModelConfig swa_rope_config(ModelConfig c) {
   return c;
 }
 
-// x += the mixture of experts' output for the normed rows h (config.is_moe()): per token the router's softmax, its
-// top n_expert_used renormalised (cpu::moe_route), each chosen expert's act(h gate_e) * (h up_e) down_e added with
+// x += the mixture of experts' output for the normed rows h (config.is_moe_layer): per token the router's softmax or
+// sigmoid, its top n_expert_used renormalised (cpu::moe_route), each chosen expert's act(h gate_e) * (h up_e) down_e added with
 // its weight, in double.
 void moe_ffn(const ModelConfig& c, const CpuLayer& L, const std::vector<float>& h, std::vector<float>& x) {
   const size_t E = c.n_embd, FX = c.n_ff_exp, X = c.n_expert, T = h.size() / E;
@@ -86,7 +86,8 @@ void moe_ffn(const ModelConfig& c, const CpuLayer& L, const std::vector<float>& 
   std::vector<float> gate(FX), up(FX);
   for (size_t t = 0; t < T; ++t) {
     const float* ht = h.data() + t * E;
-    const MoeRoute route = moe_route(std::span(logits).subspan(t * X, X), c.n_expert_used, /*normalize=*/true);
+    const MoeRoute route =
+        moe_route(std::span(logits).subspan(t * X, X), c.n_expert_used, /*normalize=*/true, L.exp_probs_b);
     std::vector<double> acc(E, 0.0);
     for (size_t r = 0; r < route.experts.size(); ++r) {
       const size_t e = route.experts[r];
@@ -119,7 +120,8 @@ CpuModel load_cpu_model(const GgufFile& f) {
     CpuLayer& L = w.layers[i];
     L.attn_norm = load_tensor(f, b + "attn_norm.weight");
     L.ffn_norm = load_tensor(f, b + "ffn_norm.weight");
-    if (c.is_moe()) {
+    if (c.is_moe_layer(i)) {
+      if (c.moe_sigmoid) L.exp_probs_b = load_tensor(f, b + "exp_probs_b.bias");
       L.router = load_tensor(f, b + "ffn_gate_inp.weight");
       L.exps_gate = load_tensor(f, b + "ffn_gate_exps.weight");
       L.exps_up = load_tensor(f, b + "ffn_up_exps.weight");
@@ -301,7 +303,7 @@ std::vector<std::vector<float>> CpuSession::run(std::span<const int32_t> tokens,
     // Feed-forward block: down(act(gate(h)) * up(h)), act = silu (or gemma's gelu_tanh).
     h = x;
     rms_norm(h.data(), T, E, L.ffn_norm, c.rms_eps);
-    if (c.is_moe()) {
+    if (c.is_moe_layer(l)) {
       moe_ffn(c, L, h, x);
       continue;
     }

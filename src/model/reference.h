@@ -42,6 +42,7 @@ struct CpuLayer {
   std::vector<float> exps_gate;  // [n_expert][n_ff_exp][n_embd]
   std::vector<float> exps_up;    // [n_expert][n_ff_exp][n_embd]
   std::vector<float> exps_down;  // [n_expert][n_embd][n_ff_exp]
+  std::vector<float> exp_probs_b;  // [n_expert] selection bias (sigmoid gating); empty otherwise
 };
 
 struct CpuWeights {

@@ -1,4 +1,4 @@
-// The GPU forward pass of the decoder (llama / qwen2 / qwen3 / qwen3moe / gemma3 / lfm2): weights uploaded from a GGUF in
+// The GPU forward pass of the decoder (llama / qwen2 / qwen3 / qwen3moe / gemma3 / lfm2 / lfm2moe): weights uploaded from a GGUF in
 // their own types (GpuModel) and one sequence's run state with its paged f16 KV cache (GpuSession). Prefill runs in
 // chunks of `ubatch` tokens, decode one token at a time; each chunk or token is encoded into a few command buffers
 // (the GPU starts on the first layers while the rest is encoded), and only the logits are read back. Per layer and
@@ -72,6 +72,7 @@ struct GpuLayer {
   kernels::GpuWeight exps_gate;     // [n_expert][n_ff_exp][n_embd], when gate and up differ in type (else empty)
   kernels::GpuWeight exps_up;       // [n_expert][n_ff_exp][n_embd], likewise
   kernels::GpuWeight exps_down;     // [n_expert][n_embd][n_ff_exp]
+  gpu::Buffer exp_probs_b;          // [n_expert] f32 selection bias (sigmoid gating, lfm2moe); size 0 otherwise
 };
 
 struct GpuWeights {

@@ -56,6 +56,8 @@ std::vector<OracleModel> oracle_models() {
       {"lfm2_tiny_l4_f32", [] { return std::optional(test::model_path("lfm2-tiny-l4-f32")); }, 0.5},
       // and a random Qwen3-MoE (16 experts, 4 per token)
       {"qwen3moe_tiny_k4_f32", [] { return std::optional(test::model_path("qwen3moe-tiny-k4-f32")); }, 0.5},
+      // and a random LFM2-MoE (sigmoid router with a selection bias, a dense first layer)
+      {"lfm2moe_tiny_f32", [] { return std::optional(test::model_path("lfm2moe-tiny-f32")); }, 0.5},
   };
 }
 

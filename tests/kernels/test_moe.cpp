@@ -19,6 +19,7 @@ namespace {
 struct RouteCase {
   uint32_t n_tokens, n_expert, n_used;
   bool normalize;
+  bool sigmoid = false;  // sigmoid gating with a random selection bias (lfm2moe)
 };
 
 // Logits with ties and equal runs mixed in: the order must be the largest first, the lower expert first among equals.
@@ -33,22 +34,27 @@ TEST(Moe, RouteMatchesCpuReference) {
   gpu::Context& ctx = context();
   for (const RouteCase& c : {RouteCase{1, 8, 2, true}, RouteCase{5, 4, 1, true}, RouteCase{7, 128, 8, true},
                              RouteCase{3, 16, 4, false}, RouteCase{33, 512, 10, true}, RouteCase{2, 65, 32, true},
-                             RouteCase{4, 3, 3, false}}) {
+                             RouteCase{4, 3, 3, false}, RouteCase{9, 32, 4, true, true}, RouteCase{5, 8, 2, false, true},
+                             RouteCase{3, 256, 8, true, true}}) {
     SCOPED_TRACE(testing::Message() << c.n_tokens << " tokens, " << c.n_expert << " experts, top " << c.n_used
-                                    << (c.normalize ? " renormalised" : ""));
+                                    << (c.normalize ? " renormalised" : "") << (c.sigmoid ? ", sigmoid" : ""));
     auto gen = rng(c.n_expert * 31 + c.n_used);
     const auto z = router_logits(c, gen);
+    const std::vector<float> bias = c.sigmoid ? random_floats(c.n_expert, gen, -0.2f, 0.2f) : std::vector<float>{};
     auto logits = ctx.upload<float>(z, WGPUBufferUsage_Storage, "logits");
+    auto bias_buf = ctx.upload<float>(c.sigmoid ? bias : std::vector<float>(4), WGPUBufferUsage_Storage, "bias");
     const size_t pairs = size_t(c.n_tokens) * c.n_used;
     auto experts = poisoned(ctx, pairs, "experts");
     auto weights = poisoned(ctx, pairs, "weights");
     gpu::ComputeBatch batch(ctx, "route");
-    kernels::encode_moe_route(batch, ctx, logits, experts, weights, c.n_tokens, c.n_expert, c.n_used, c.normalize);
+    kernels::encode_moe_route(batch, ctx, logits, experts, weights, c.n_tokens, c.n_expert, c.n_used, c.normalize,
+                              c.sigmoid ? &bias_buf : nullptr);
     batch.submit_and_wait();
     const auto got_e = ctx.read<uint32_t>(experts);
     const auto got_w = ctx.read<float>(weights);
     for (uint32_t t = 0; t < c.n_tokens; ++t) {
-      const auto want = cpu::moe_route(std::span(z).subspan(size_t(t) * c.n_expert, c.n_expert), c.n_used, c.normalize);
+      const auto want =
+          cpu::moe_route(std::span(z).subspan(size_t(t) * c.n_expert, c.n_expert), c.n_used, c.normalize, bias);
       for (uint32_t r = 0; r < c.n_used; ++r) {
         const size_t i = size_t(t) * c.n_used + r;
         ASSERT_EQ(got_e[i], want.experts[r]) << "token " << t << " rank " << r;

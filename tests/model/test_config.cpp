@@ -204,7 +204,7 @@ struct ConfigCase {
 TEST(ConfigErrors, EveryCaseGivesItsError) {
   const std::vector<ConfigCase> cases = {
       {"unknown architecture", [](GgufBuilder& g) { g.set("general.architecture", GVal::str("gpt2")); },
-       "architecture 'gpt2' is not supported (supported: llama, qwen2, qwen3, qwen3moe, gemma3, lfm2)"},
+       "architecture 'gpt2' is not supported (supported: llama, qwen2, qwen3, qwen3moe, gemma3, lfm2, lfm2moe)"},
       {"no architecture", [](GgufBuilder& g) { g.without("general.architecture"); },
        "key 'general.architecture' is missing"},
       {"missing block_count", [](GgufBuilder& g) { g.without("llama.block_count"); },
@@ -366,8 +366,12 @@ TEST(ConfigErrors, Qwen3Moe) {
        "key 'qwen3moe.expert_used_count' = 5 of expert_count 4: needs 1 <= used <= count"},
       {"none used", [](GgufBuilder& g) { g.set("qwen3moe.expert_used_count", GVal::u32(0)); },
        "qwen3moe.expert_used_count"},
-      {"sigmoid gating", [](GgufBuilder& g) { g.kv("qwen3moe.expert_gating_func", GVal::u32(2)); },
-       "key 'qwen3moe.expert_gating_func' = 2 is not supported"},
+      {"sigmoid gating without its bias", [](GgufBuilder& g) { g.kv("qwen3moe.expert_gating_func", GVal::u32(2)); },
+       "tensor 'blk.0.exp_probs_b.bias' is missing"},
+      {"another gating", [](GgufBuilder& g) { g.kv("qwen3moe.expert_gating_func", GVal::u32(3)); },
+       "key 'qwen3moe.expert_gating_func' = 3 is not supported (1 softmax, 2 sigmoid)"},
+      {"more dense layers than layers", [](GgufBuilder& g) { g.kv("qwen3moe.leading_dense_block_count", GVal::u32(3)); },
+       "key 'qwen3moe.leading_dense_block_count' = 3 exceeds block_count 2"},
       {"experts of another width",
        [](GgufBuilder& g) {
          g.without_tensor("blk.1.ffn_up_exps.weight").tensor("blk.1.ffn_up_exps.weight", {16, 9, 4});

@@ -28,12 +28,14 @@ void print_config(const GgufHyperParameters& c) {
   std::printf("  n_embd         %u\n", c.n_embd);
   std::printf("  n_layer        %u\n", c.n_layer);
   std::printf("  n_head         %u (kv %u, head_dim %u)\n", c.n_head, c.n_head_kv, c.head_dim);
-  if (c.n_expert)
-    std::printf("  experts        %u per layer, %u per token (softmax router, top %u renormalised), expert FFN %u; "
-                "every layer\n",
-                c.n_expert, c.n_expert_used, c.n_expert_used, c.n_ff_exp);
-  else
-    std::printf("  n_ff           %u\n", c.n_ff);
+  if (!c.n_expert || c.n_dense_lead) std::printf("  n_ff           %u%s\n", c.n_ff, c.n_expert ? " (dense layers)" : "");
+  if (c.n_expert) {
+    const std::string layers =
+        c.n_dense_lead ? "layers " + std::to_string(c.n_dense_lead) + ".." + std::to_string(c.n_layer - 1) : "every layer";
+    std::printf("  experts        %u per layer, %u per token (%s router, top %u renormalised), expert FFN %u; %s\n",
+                c.n_expert, c.n_expert_used, c.moe_sigmoid ? "sigmoid + selection bias" : "softmax", c.n_expert_used,
+                c.n_ff_exp, layers.c_str());
+  }
   std::printf("  n_ctx_train    %u\n", c.n_ctx_train);
   std::printf("  rms_eps        %g\n", static_cast<double>(c.rms_eps));
   std::printf("  rope           %s, base %g, dims %u%s\n", c.rope_type.c_str(), static_cast<double>(c.rope_base),

@@ -25,7 +25,7 @@ struct LayerProgram {
 extern const LayerProgram kLlamaLayers;     // arch/llama.cpp: llama, qwen2, qwen3
 extern const LayerProgram kQwen3MoeLayers;  // arch/qwen3moe.cpp
 extern const LayerProgram kGemma3Layers;  // arch/gemma3.cpp
-extern const LayerProgram kLfm2Layers;    // arch/lfm2.cpp
+extern const LayerProgram kLfm2Layers;    // arch/lfm2.cpp: lfm2, lfm2moe
 
 inline const LayerProgram& layer_program(Arch arch) {
   switch (arch) {
@@ -34,7 +34,8 @@ inline const LayerProgram& layer_program(Arch arch) {
     case Arch::Qwen3: return kLlamaLayers;
     case Arch::Qwen3Moe: return kQwen3MoeLayers;
     case Arch::Gemma3: return kGemma3Layers;
-    case Arch::Lfm2: return kLfm2Layers;
+    case Arch::Lfm2:
+    case Arch::Lfm2Moe: return kLfm2Layers;
   }
   throw ModelError("no layer program for architecture " + std::to_string(int(arch)));
 }

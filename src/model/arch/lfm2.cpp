@@ -1,6 +1,7 @@
-// lfm2: gated short-convolution layers (config.is_conv) among attention layers with per-head q/k norms, each
-// followed by the FFN. A convolution layer's state is its ring of conv rows (SequenceState::conv); the operator norm
-// is attn_norm, folded into in_proj.
+// lfm2 and lfm2moe: gated short-convolution layers (config.is_conv) among attention layers with per-head q/k norms,
+// each followed by the FFN: dense, or from layer n_dense_lead on lfm2moe's mixture of experts (sigmoid gating with a
+// selection bias, config.is_moe_layer). A convolution layer's state is its ring of conv rows (SequenceState::conv);
+// the operator norm is attn_norm, folded into in_proj.
 #include "model/arch/arch.h"
 #include "model/blocks.h"
 #include "model/load.h"
@@ -16,13 +17,16 @@ GpuLayer upload(Uploader& up, const ModelConfig& c, uint32_t layer) {
     upload_conv(up, L, b);
   else
     upload_attention(up, c, L, b);
-  upload_ffn(up, L, b);
+  if (c.is_moe_layer(layer))
+    upload_moe_ffn(up, L, b);
+  else
+    upload_ffn(up, L, b);
   return L;
 }
 
 // A decode step (n = 1) of a convolution layer runs in_proj (the norm folded in), the short convolution over the
 // conv state and out_proj added to x (3 dispatches), then the FFN's 2; an attention layer runs the q/k/v product and
-// qk_norm_rope_kv, the attention and Wo, then the FFN (6).
+// qk_norm_rope_kv, the attention and Wo, then the FFN (6); a mixture of experts' FFN runs 5 (blocks.h encode_moe_ffn).
 void encode(const LayerStep& s) {
   if (s.model.config.is_conv(s.layer)) {
     encode_conv(s);
@@ -30,6 +34,10 @@ void encode(const LayerStep& s) {
   } else {
     encode_attention(s);
     encode_residual(s, s.L.wo, s.b.attn);
+  }
+  if (s.model.config.is_moe_layer(s.layer)) {
+    encode_moe_ffn(s);
+    return;
   }
   encode_ffn(s);
   encode_residual(s, s.L.w_down, s.b.act);
