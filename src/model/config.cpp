@@ -143,7 +143,8 @@ void read_lfm2_layers(const GgufFile& f, ModelConfig& c) {
          "key '" + lkey + "' = " + std::to_string(c.l_cache) + " is outside [2, " + std::to_string(kMaxConvTaps) + "]");
 }
 
-// A mixture of experts' counts (qwen3moe as llama.cpp reads it: softmax gating, the top k renormalised).
+// A mixture of experts' counts, gating and dense leading layers (qwen3moe and lfm2moe as llama.cpp reads them; both
+// renormalise the top k).
 void read_experts(const GgufFile& f, ModelConfig& c) {
   const std::string a = c.arch_name + ".";
   c.n_expert = require_dim(f, a + "expert_count", f.get_u32(a + "expert_count"));

@@ -13,7 +13,10 @@ GpuLayer upload(Uploader& up, const ModelConfig& c, uint32_t layer) {
   const std::string b = layer_prefix(layer);
   GpuLayer L;
   upload_attention(up, c, L, b);
-  upload_moe_ffn(up, L, b);
+  if (c.is_moe_layer(layer))
+    upload_moe_ffn(up, L, b);
+  else  // a leading dense layer (leading_dense_block_count; 0 in the released files)
+    upload_ffn(up, L, b);
   return L;
 }
 
@@ -23,7 +26,12 @@ GpuLayer upload(Uploader& up, const ModelConfig& c, uint32_t layer) {
 void encode(const LayerStep& s) {
   encode_attention(s);
   encode_residual(s, s.L.wo, s.b.attn);
-  encode_moe_ffn(s);
+  if (s.model.config.is_moe_layer(s.layer)) {
+    encode_moe_ffn(s);
+    return;
+  }
+  encode_ffn(s);
+  encode_residual(s, s.L.w_down, s.b.act);
 }
 
 }  // namespace
