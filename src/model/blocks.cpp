@@ -255,6 +255,15 @@ void encode_moe_ffn(const LayerStep& s) {
   kernels::encode_moe_combine(s.batch, s.ctx, b.moe_out, b.moe_weights, b.x, s.n, k, c.n_embd);
 }
 
+void encode_layer_ffn(const LayerStep& s) {
+  if (s.model.config.is_moe_layer(s.layer)) {
+    encode_moe_ffn(s);
+    return;
+  }
+  encode_ffn(s);
+  encode_residual(s, s.L.w_down, s.b.act);
+}
+
 void encode_conv(const LayerStep& s) {
   const ModelConfig& c = s.model.config;
   const GpuLayer& L = s.L;

@@ -105,6 +105,9 @@ void encode_ffn(const LayerStep& s);
 // and weights (kernels/moe.h), each chosen expert's SwiGLU FFN of h, their weighted sum. Every expert id stays on
 // the GPU.
 void encode_moe_ffn(const LayerStep& s);
+// The layer's FFN added to x: encode_moe_ffn on a mixture-of-experts layer (config.is_moe_layer), else encode_ffn and
+// its down projection's residual add.
+void encode_layer_ffn(const LayerStep& s);
 // conv_y = C * conv(B * x'), B, C, x' = rms_norm(x) * attn_norm in_proj, over the layer's conv state, which takes the
 // step's B * x' rows (lfm2).
 void encode_conv(const LayerStep& s);

@@ -182,6 +182,13 @@ void upload_moe_ffn(Uploader& up, GpuLayer& L, const std::string& b) {
   if (up.f.find_tensor(b + "exp_probs_b.bias")) L.exp_probs_b = up.vector(b + "exp_probs_b.bias");
 }
 
+void upload_layer_ffn(Uploader& up, const ModelConfig& c, GpuLayer& L, uint32_t layer) {
+  if (c.is_moe_layer(layer))
+    upload_moe_ffn(up, L, layer_prefix(layer));
+  else  // dense: every layer of the dense architectures, the leading ones of a mixture (leading_dense_block_count)
+    upload_ffn(up, L, layer_prefix(layer));
+}
+
 void upload_conv(Uploader& up, GpuLayer& L, const std::string& b) {
   L.attn_norm = up.norm(b + "attn_norm.weight");
   L.in_proj = up.matrix(b + "shortconv.in_proj.weight");

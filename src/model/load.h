@@ -57,6 +57,8 @@ void upload_ffn(Uploader& up, GpuLayer& L, const std::string& prefix);
 // A mixture of experts' weights (config.is_moe_layer): ffn_norm, the router, the experts' gate/up (interleaved when
 // they share a type) and down, and the selection bias where the file has one (lfm2moe).
 void upload_moe_ffn(Uploader& up, GpuLayer& L, const std::string& prefix);
+// upload_moe_ffn on a mixture-of-experts layer (config.is_moe_layer), else upload_ffn.
+void upload_layer_ffn(Uploader& up, const ModelConfig& c, GpuLayer& L, uint32_t layer);
 // A short-convolution layer's weights (lfm2): attn_norm (the operator norm), in_proj, the conv taps and out_proj.
 void upload_conv(Uploader& up, GpuLayer& L, const std::string& prefix);
 

@@ -17,10 +17,7 @@ GpuLayer upload(Uploader& up, const ModelConfig& c, uint32_t layer) {
     upload_conv(up, L, b);
   else
     upload_attention(up, c, L, b);
-  if (c.is_moe_layer(layer))
-    upload_moe_ffn(up, L, b);
-  else
-    upload_ffn(up, L, b);
+  upload_layer_ffn(up, c, L, layer);
   return L;
 }
 
@@ -35,12 +32,7 @@ void encode(const LayerStep& s) {
     encode_attention(s);
     encode_residual(s, s.L.wo, s.b.attn);
   }
-  if (s.model.config.is_moe_layer(s.layer)) {
-    encode_moe_ffn(s);
-    return;
-  }
-  encode_ffn(s);
-  encode_residual(s, s.L.w_down, s.b.act);
+  encode_layer_ffn(s);
 }
 
 }  // namespace

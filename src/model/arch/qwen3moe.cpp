@@ -13,10 +13,7 @@ GpuLayer upload(Uploader& up, const ModelConfig& c, uint32_t layer) {
   const std::string b = layer_prefix(layer);
   GpuLayer L;
   upload_attention(up, c, L, b);
-  if (c.is_moe_layer(layer))
-    upload_moe_ffn(up, L, b);
-  else  // a leading dense layer (leading_dense_block_count; 0 in the released files)
-    upload_ffn(up, L, b);
+  upload_layer_ffn(up, c, L, layer);  // dense below leading_dense_block_count (0 in the released files)
   return L;
 }
 
@@ -26,12 +23,7 @@ GpuLayer upload(Uploader& up, const ModelConfig& c, uint32_t layer) {
 void encode(const LayerStep& s) {
   encode_attention(s);
   encode_residual(s, s.L.wo, s.b.attn);
-  if (s.model.config.is_moe_layer(s.layer)) {
-    encode_moe_ffn(s);
-    return;
-  }
-  encode_ffn(s);
-  encode_residual(s, s.L.w_down, s.b.act);
+  encode_layer_ffn(s);
 }
 
 }  // namespace
