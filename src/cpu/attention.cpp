@@ -25,7 +25,7 @@ std::vector<float> attention(const AttentionRef& p, std::span<const float> q, st
         scores[t] = dot * double(p.scale);
         max_score = std::max(max_score, scores[t]);
       }
-      double sum = 0;
+      double sum = p.sinks.empty() ? 0.0 : std::exp(double(p.sinks[h]) - max_score);
       for (size_t t = first; t <= pos; ++t) sum += (scores[t] = std::exp(scores[t] - max_score));
       std::fill(acc.begin(), acc.end(), 0.0);
       for (size_t t = first; t <= pos; ++t)

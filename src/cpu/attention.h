@@ -12,6 +12,8 @@ struct AttentionRef {
   uint32_t start_pos = 0;  // query i sits at position P = start_pos + i and sees keys [0, P]
   float scale = 0;
   uint32_t window = 0;  // > 0: a sliding window, query P sees keys (P - window, P] only
+  // [n_heads] attention sinks (gpt-oss), or empty: head h's softmax gets one more term e^(sinks[h]) with no value.
+  std::span<const float> sinks;
 };
 
 // q:   [n_queries][n_heads * head_dim]

@@ -124,6 +124,24 @@ std::vector<float> geglu(std::span<const float> gate, std::span<const float> up)
   return y;
 }
 
+std::vector<float> swiglu_oai(std::span<const float> gate, std::span<const float> up) {
+  std::vector<float> y(gate.size());
+  for (size_t i = 0; i < gate.size(); ++i) {
+    const double g = std::min(double(gate[i]), 7.0), u = std::clamp(double(up[i]), -7.0, 7.0);
+    y[i] = float(g / (1.0 + std::exp(-1.702 * g)) * (u + 1.0));
+  }
+  return y;
+}
+
+std::vector<float> gated(uint32_t act, std::span<const float> gate, std::span<const float> up) {
+  switch (act) {
+    case 0: return swiglu(gate, up);
+    case 1: return geglu(gate, up);
+    case 2: return swiglu_oai(gate, up);
+  }
+  throw InvalidArgument("cpu::gated: unknown activation " + std::to_string(act));
+}
+
 std::vector<float> shortconv(std::span<const float> bcx, std::span<const float> taps, std::span<const float> prev,
                              uint32_t n, uint32_t E, uint32_t L, std::vector<float>* next_prev) {
   if (L < 1 || bcx.size() != size_t(n) * 3 * E || taps.size() != size_t(E) * L || prev.size() != size_t(L - 1) * E)

@@ -35,6 +35,10 @@ std::vector<float> rope(std::span<const float> x, uint32_t n_tokens, uint32_t n_
 std::vector<float> swiglu(std::span<const float> gate, std::span<const float> up);
 // gelu_tanh(gate) * up, gelu_tanh(g) = g / 2 * (1 + tanh(sqrt(2 / pi) * (g + 0.044715 g^3))) (GeGLU, gemma).
 std::vector<float> geglu(std::span<const float> gate, std::span<const float> up);
+// gpt-oss's clamped SwiGLU: g = min(gate, 7), g sigmoid(1.702 g) (clamp(up, -7, 7) + 1) (llama.cpp's swiglu_oai).
+std::vector<float> swiglu_oai(std::span<const float> gate, std::span<const float> up);
+// The gated activation by kind (kernels::GateAct as its value: 0 silu, 1 gelu_tanh, 2 gpt-oss's).
+std::vector<float> gated(uint32_t act, std::span<const float> gate, std::span<const float> up);
 
 // A mixture of experts' routing of one token (kernels/moe.h): p = softmax(logits) in double, the n_used largest
 // logits' experts in order (ties: the lower expert first) and their p, divided by their sum when normalize. With

@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "kernels/check.h"
 #include "wgllm/error.h"
@@ -91,6 +92,9 @@ AttentionShape validate(const char* fn, const gpu::Context& ctx, AttentionShape 
   if (out.size < ((rows - 1) * s.out_stride + q_dim) * 4)
     fail(fn, "out buffer holds " + std::to_string(out.size) + " bytes, needs " +
                  std::to_string(((rows - 1) * s.out_stride + q_dim) * 4));
+  if (s.sinks && s.sinks->size < uint64_t(s.n_heads) * 4)
+    fail(fn, "sinks buffer holds " + std::to_string(s.sinks->size) + " bytes, needs n_heads * 4 = " +
+                 std::to_string(uint64_t(s.n_heads) * 4));
   (void)ctx;
   return s;
 }
@@ -203,6 +207,7 @@ AttentionParams base_params(const AttentionShape& s, const KvCache& kv) {
   p.split_len = kv.config().max_seq;
   p.grid_x = 1;
   p.window = s.window;
+  p.sinks = s.sinks ? 1 : 0;
   return p;
 }
 
@@ -217,11 +222,18 @@ AttentionParams chunk_params(const AttentionShape& s, const KvCache& kv, uint32_
   return p;
 }
 
-// Bindings 0..7 of the attention kernels (params, q, out, page table, the 4 KV pools) and, for decode,
-// 8 (partials). Prefill pipelines bind the first 8 only.
-std::array<gpu::BufferBinding, 9> kernel_bindings(const gpu::BufferBinding& params, const gpu::Buffer& q,
-                                                  const RowWindow& qw, const gpu::Buffer& out, const RowWindow& ow,
-                                                  const KvCache& kv, const gpu::Buffer* partials = nullptr) {
+// Binding 10 of every attention kernel: the per-head sinks, or a placeholder the kernels never read (p.sinks = 0).
+gpu::BufferBinding sinks_binding(gpu::Context& ctx, const AttentionShape& s) {
+  return s.sinks ? gpu::BufferBinding{10, s.sinks, 0, uint64_t(s.n_heads) * 4}
+                 : gpu::BufferBinding{10, &ctx.placeholder_storage(), 0, 16};
+}
+
+// Bindings 0..7 of the attention kernels (params, q, out, page table, the 4 KV pools) and 10 (sinks); decode adds
+// 8 (partials) and, per-query, 9.
+std::vector<gpu::BufferBinding> kernel_bindings(gpu::Context& ctx, const AttentionShape& s,
+                                                const gpu::BufferBinding& params, const gpu::Buffer& q,
+                                                const RowWindow& qw, const gpu::Buffer& out, const RowWindow& ow,
+                                                const KvCache& kv) {
   return {params,
           gpu::BufferBinding{1, &q, qw.offset_bytes, qw.size_bytes},
           gpu::BufferBinding{2, &out, ow.offset_bytes, ow.size_bytes},
@@ -230,7 +242,7 @@ std::array<gpu::BufferBinding, 9> kernel_bindings(const gpu::BufferBinding& para
           gpu::BufferBinding{5, &kv.pool(1)},
           gpu::BufferBinding{6, &kv.pool(2)},
           gpu::BufferBinding{7, &kv.pool(3)},
-          gpu::BufferBinding{8, partials ? partials : &kv.page_table()}};
+          sinks_binding(ctx, s)};
 }
 
 // Calls fn(first, count) over [0, n) in pieces of at most `step`.
@@ -432,8 +444,8 @@ void encode_attention_prefill(gpu::ComputeBatch& batch, gpu::Context& ctx, const
       gy = count;
     }
     p.grid_x = gx;
-    const auto bindings = kernel_bindings(batch.uniform(0, p), q, qw, out, ow, kv);
-    batch.dispatch(pipe, std::span(bindings).first(8), gx, gy);
+    const auto bindings = kernel_bindings(ctx, s, batch.uniform(0, p), q, qw, out, ow, kv);
+    batch.dispatch(pipe, bindings, gx, gy);
   });
 }
 
@@ -564,13 +576,14 @@ void encode_attention_decode(gpu::ComputeBatch& batch, gpu::Context& ctx, const 
     const uint64_t split_len = (window + n_splits - 1) / n_splits;
     p.split_len = uint32_t((split_len + kDecodeWorkgroup - 1) / kDecodeWorkgroup * kDecodeWorkgroup);
     const gpu::BufferBinding params = batch.uniform(0, p);
-    const auto k = kernel_bindings(params, q, qw, out, ow, kv, &partials);
-    const gpu::BufferBinding bindings[] = {k[0], k[1], k[2], k[3], k[4],
-                                           k[5], k[6], k[7], k[8], {9, &ctx.placeholder_storage(), 0, 16}};
+    auto bindings = kernel_bindings(ctx, s, params, q, qw, out, ow, kv);
+    bindings.push_back({8, &partials});
     // the grouped kernel reads no per-query table (binding 9)
-    batch.dispatch(decode, std::span(bindings).first(grouped ? 9 : 10), n_splits, s.n_heads / group, count);
+    if (!grouped) bindings.push_back({9, &ctx.placeholder_storage(), 0, 16});
+    batch.dispatch(decode, bindings, n_splits, s.n_heads / group, count);
     if (n_splits > 1) {
-      const gpu::BufferBinding reduce_bindings[] = {params, {2, &out, ow.offset_bytes, ow.size_bytes}, {8, &partials}};
+      const gpu::BufferBinding reduce_bindings[] = {
+          params, {2, &out, ow.offset_bytes, ow.size_bytes}, {8, &partials}, sinks_binding(ctx, s)};
       batch.dispatch(reduce, reduce_bindings, s.n_heads, count);
     }
   });
@@ -639,12 +652,13 @@ void encode_attention_decode_rows(gpu::ComputeBatch& batch, gpu::Context& ctx, c
   p.split_len = rs.split_len;
   const gpu::Buffer& partials = n_splits > 1 ? scratch : ctx.placeholder_writable();
   const gpu::BufferBinding params = batch.uniform(0, p);
-  const auto k = kernel_bindings(params, q, qw, out, ow, owner, &partials);
-  const gpu::BufferBinding bindings[] = {k[0], k[1], k[2], k[3], k[4],
-                                         k[5], k[6], k[7], k[8], {9, &queries, 0, uint64_t(n) * 8}};
+  auto bindings = kernel_bindings(ctx, s, params, q, qw, out, ow, owner);
+  bindings.push_back({8, &partials});
+  bindings.push_back({9, &queries, 0, uint64_t(n) * 8});
   batch.dispatch(decode, bindings, n_splits, s.n_heads, n);
   if (n_splits > 1) {
-    const gpu::BufferBinding reduce_bindings[] = {params, {2, &out, ow.offset_bytes, ow.size_bytes}, {8, &partials}};
+    const gpu::BufferBinding reduce_bindings[] = {
+        params, {2, &out, ow.offset_bytes, ow.size_bytes}, {8, &partials}, sinks_binding(ctx, s)};
     batch.dispatch(reduce, reduce_bindings, s.n_heads, n);
   }
 }

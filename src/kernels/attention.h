@@ -25,6 +25,9 @@ struct AttentionShape {
   uint32_t window = 0;      // sliding window: keys a query sees, itself included (0 = all before it)
   uint32_t row = 0;         // q / out rows before the call's row 0, not positions (a decode step of several
                             // sequences: this sequence's row)
+  // Attention sinks (gpt-oss): [n_heads] f32 logits, one per query head, each joining its head's softmax as a key
+  // without a value (out = sum_j e^(s_j) v_j / (sum_j e^(s_j) + e^(sink))); none when null.
+  const gpu::Buffer* sinks = nullptr;
 };
 // Query i of the call sits at position P = start_pos + q_base + i, attends keys [0, P] (with a window W > 0:
 // keys (P - W, P], as llama.cpp's LLAMA_SWA_TYPE_STANDARD masks key p0 when P - p0 >= W), reads q row
@@ -49,7 +52,7 @@ struct AttentionParams {
   uint32_t n_splits;
   uint32_t split_len, grid_x;
   uint32_t q_offset, out_offset;  // floats from the start of the q / out binding to this call's row 0
-  uint32_t window, per_query = 0, pad1 = 0, pad2 = 0;
+  uint32_t window, per_query = 0, sinks = 0, pad2 = 0;
 };
 static_assert(sizeof(AttentionParams) == 96 && offsetof(AttentionParams, scale) == 56 &&
               offsetof(AttentionParams, window) == 80);

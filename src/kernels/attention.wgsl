@@ -199,8 +199,10 @@ fn attention_prefill(@builtin(workgroup_id) wid: vec3<u32>,
     let q_local = qb * qpw + row / hpw;
     let head_in_group = chunk * hpw + row % hpw;
     if (row < qpw * hpw && q_local < p.n_queries && head_in_group < group) {
-      let inv = select(0.0, 1.0 / l[$r], l[$r] > 0.0);  // empty window -> 0, never NaN
-      let o_row = (p.out_offset + q_local * p.out_stride) / 4u + (kvh * group + head_in_group) * HD4;
+      let head = kvh * group + head_in_group;
+      let lt = l[$r] + sink_term(head, m[$r]);
+      let inv = select(0.0, 1.0 / lt, lt > 0.0);  // empty window -> 0, never NaN
+      let o_row = (p.out_offset + q_local * p.out_stride) / 4u + head * HD4;
       //#unroll v DV
       out[o_row + $v * TPR + lane] = o[$r * DV + $v] * inv;
       //#end
@@ -325,7 +327,8 @@ fn attention_decode(@builtin(workgroup_id) wid: vec3<u32>,
     var total = vec4<f32>(0.0);
     for (var k = 0u; k < KS; k += 1u) { total += dacc[k * HD4 + tid]; }
     if (p.n_splits == 1u) {
-      let inv = select(0.0, 1.0 / l, l > 0.0);
+      let lt = l + sink_term(head, m);
+      let inv = select(0.0, 1.0 / lt, lt > 0.0);
       out[(p.out_offset + q_local * p.out_stride) / 4u + head * HD4 + tid] = total * inv;
     } else {
       let base = ((q_local * p.n_heads + head) * p.n_splits + split) * (HD4 + 1u);
@@ -375,7 +378,7 @@ fn attention_decode_reduce(@builtin(workgroup_id) wid: vec3<u32>,
     let st = partials[(first + s) * (HD4 + 1u)];
     local_l += st.y * exp(st.x - big_m);
   }
-  let big_l = reduce_splits(tid, local_l, false);
+  let big_l = reduce_splits(tid, local_l, false) + sink_term(head, big_m);
   let inv = select(0.0, 1.0 / big_l, big_l > 0.0);
   let col = tid % HD4;
   let slice = tid / HD4;

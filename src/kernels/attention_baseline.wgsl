@@ -107,7 +107,7 @@ fn attention_prefill_baseline(@builtin(workgroup_id) wid: vec3<u32>,
     workgroupBarrier();
   }
   if (tid < head_dim) {
-    let l = state[1];
+    let l = state[1] + sink_term(head, state[0]);
     out[out_off + tid] = select(0.0, acc[tid] / l, l > 0.0);  // empty window -> 0, never NaN
   }
 }

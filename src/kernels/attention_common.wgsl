@@ -22,7 +22,7 @@ struct AttentionParams {
   q_stride: u32, out_stride: u32, page_size: u32, pages_per_pool: u32,
   n_pages: u32, n_pools: u32, scale: f32, n_splits: u32,
   split_len: u32, grid_x: u32, q_offset: u32, out_offset: u32,
-  window: u32, per_query: u32, _pad1: u32, _pad2: u32,
+  window: u32, per_query: u32, sinks: u32, _pad2: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: AttentionParams;
@@ -33,6 +33,23 @@ struct AttentionParams {
 @group(0) @binding(7) var<storage, read> pool3: array<KvUnit>;
 
 const NEG_BIG: f32 = -3.402823e+38;
+
+// Attention sinks (gpt-oss; p.sinks != 0): a learned logit per query head that joins each row's softmax as one more
+// key with no value, out = sum_j e^(s_j) v_j / (sum_j e^(s_j) + e^(sink)). The kernels add e^(sink - m) to the
+// denominator l of a row whose running maximum is m where they normalise (for a split row, the reduce); an empty
+// window (m = NEG_BIG) gets an infinite denominator and so still writes zeros.
+@group(0) @binding(10) var<storage, read> sinks: array<f32>;
+
+fn sink_term(head: u32, m: f32) -> f32 {
+  if (p.sinks == 0u) { return 0.0; }
+  return exp(sinks[head] - m);
+}
+
+// The same for a maximum m in log2 units (scores pre-scaled by log2(e)).
+fn sink_term_log2(head: u32, m: f32) -> f32 {
+  if (p.sinks == 0u) { return 0.0; }
+  return exp2(sinks[head] * 1.4426950408889634 - m);
+}
 
 // The first key a query at position `pos` sees: 0 without a sliding window, else pos + 1 - window (or 0).
 fn first_key(pos: u32) -> u32 {

@@ -142,7 +142,8 @@ fn attention_decode_gqa(@builtin(workgroup_id) wid: vec3<u32>,
       for (var k = 0u; k < KS; k += 1u) { total += gacc[k * HD4 + tid]; }
       let head = head0 + $h;
       if (p.n_splits == 1u) {
-        let inv = select(0.0, 1.0 / l[$h], l[$h] > 0.0);
+        let lt = l[$h] + sink_term(head, m[$h]);
+        let inv = select(0.0, 1.0 / lt, lt > 0.0);
         out[(p.out_offset + q_local * p.out_stride) / 4u + head * HD4 + tid] = total * inv;
       } else {
         let base = ((q_local * p.n_heads + head) * p.n_splits + split) * (HD4 + 1u);

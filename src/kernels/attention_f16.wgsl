@@ -339,8 +339,10 @@ fn attention_prefill_f16(@builtin(workgroup_id) wid: vec3<u32>,
     let q_local = qb * qpw + row / hpw;
     let head_in_group = chunk * hpw + row % hpw;
     if (row < qpw * hpw && q_local < p.n_queries && head_in_group < group) {
-      let inv = select(0.0, 1.0 / lt[$i], lt[$i] > 0.0);
-      let o_row = (p.out_offset + q_local * p.out_stride) / 4u + (kvh * group + head_in_group) * (HD8 * 2u);
+      let head = kvh * group + head_in_group;
+      let lsum = lt[$i] + sink_term_log2(head, m[$i]);
+      let inv = select(0.0, 1.0 / lsum, lsum > 0.0);
+      let o_row = (p.out_offset + q_local * p.out_stride) / 4u + head * (HD8 * 2u);
       //#unroll u TD8
       {
         let at = o_row + (cg + $u * CG) * 2u;

@@ -16,6 +16,11 @@ using detail::fail;
 
 namespace {
 
+// The SwiGLU epilogue's gate activation as flags (silu: none).
+uint32_t act_flags(GateAct act) {
+  return act == GateAct::GeluTanh ? flags::kGelu : act == GateAct::SwigluOai ? flags::kSwigluOai : 0;
+}
+
 uint32_t matvec_slots(const gpu::Context& ctx, const MatvecConfig& mv) {
   const uint32_t lanes = mv.shuffle ? std::max(4u, ctx.adapter().subgroup_min) : 1u;
   return mv.threads_per_row / std::min(mv.threads_per_row, lanes);
@@ -132,7 +137,7 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
     fail(fn, "q, k and v rows need split1 <= split2 <= n_out and some k or v rows" + splits);
   if (o.swiglu && (w.n_out % 2 || split || o.accumulate))
     fail(fn, "swiglu needs an even n_out (interleaved gate/up rows) and neither split outputs nor accumulate");
-  if (o.gelu && !o.swiglu) fail(fn, "gelu needs swiglu (it selects the gate's activation)");
+  if (o.act != GateAct::Silu && !o.swiglu) fail(fn, "a gate activation needs swiglu (it selects the gate's activation)");
   if (split && o.accumulate) fail(fn, "accumulate does not combine with split outputs");
   // Widths (floats per token) of y, y1, y2.
   const bool split_out = split && !rk;  // y1 (and y2) written
@@ -178,7 +183,7 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
   const uint32_t row_pairs = rk && rk->neox ? 2 : rows.rows / 2;  // the neox RoPE epilogue takes quads of rows
   const uint32_t flag_bits = (o.bias ? flags::kBias : 0) | (o.norm ? flags::kNorm : 0) |
                              (o.accumulate ? flags::kAccum : 0) | (o.swiglu ? flags::kSwiglu : 0) |
-                             (o.gelu ? flags::kGelu : 0) | (split_out ? flags::kSplit : 0) | (rk ? flags::kRopeKv : 0) |
+                             act_flags(o.act) | (split_out ? flags::kSplit : 0) | (rk ? flags::kRopeKv : 0) |
                              (rk && rk->neox ? flags::kNeox : 0);
 
   for (uint32_t first = 0; first < n_tokens; first += step) {
@@ -466,7 +471,7 @@ void encode_expert_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const Gpu
                  ") in [1, n_experts " + std::to_string(w.n_experts) + "]");
   const uint32_t rows = w.n_out / w.n_experts;  // per expert
   if (o.swiglu && rows % 2) fail(fn, "swiglu needs an even number of rows per expert (interleaved gate/up rows)");
-  if (o.gelu && !o.swiglu) fail(fn, "gelu needs swiglu (it selects the gate's activation)");
+  if (o.act != GateAct::Silu && !o.swiglu) fail(fn, "a gate activation needs swiglu (it selects the gate's activation)");
   const uint64_t pairs = uint64_t(n_tokens) * n_used;
   if (pairs > ctx.limits().maxComputeWorkgroupsPerDimension)
     fail(fn, "n_tokens * n_used = " + std::to_string(pairs) + " exceeds the adapter's " +
@@ -478,6 +483,8 @@ void encode_expert_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const Gpu
   detail::need(fn, "experts", experts, pairs * 4, ctx);
   if (o.norm) detail::need(fn, "norm", *o.norm, norm_floats * 4, ctx);
   if (o.norm && !(o.eps > 0)) fail(fn, "eps must be > 0 with norm");
+  if (o.bias) detail::need(fn, "bias", *o.bias, uint64_t(w.n_out) * 4, ctx);
+  if (o.bias && uint64_t(w.n_out) * 4 > ctx.max_binding_size()) fail(fn, "bias exceeds the storage-binding limit");
   for (const gpu::Buffer* in : {&x, &experts, o.norm})
     if (in && in->get() == y.get()) fail(fn, "y must not be an input");
 
@@ -496,7 +503,8 @@ void encode_expert_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const Gpu
     MatmulParams p = detail::piece_params(w, piece, 1);
     p.row_begin = 0;
     p.n_rows = rows;
-    p.flags = (o.norm ? flags::kNorm : 0) | (o.swiglu ? flags::kSwiglu : 0) | (o.gelu ? flags::kGelu : 0);
+    p.flags = (o.norm ? flags::kNorm : 0) | (o.swiglu ? flags::kSwiglu : 0) | act_flags(o.act) |
+              (o.bias ? flags::kBias : 0);
     p.eps = o.eps;
     p.y_stride = y_width;
     p.grid_x = grid.x;
@@ -510,7 +518,7 @@ void encode_expert_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const Gpu
         {1, &piece.buffer},
         {2, &x},
         {3, &y},
-        {4, &none, 0, 16},
+        {4, o.bias ? o.bias : &none, 0, o.bias ? uint64_t(w.n_out) * 4 : 16},
         {5, grouped ? o.group : &experts},
         {6, o.norm ? o.norm : &none, 0, o.norm ? norm_floats * 4 : 16},
         {7, &ctx.placeholder_writable(), 0, 16},

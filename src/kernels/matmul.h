@@ -8,6 +8,7 @@
 #include <string>
 
 #include "gpu/batch.h"
+#include "kernels/swiglu.h"
 #include "kernels/weight.h"
 
 namespace wgllm::kernels {
@@ -94,10 +95,10 @@ struct MatmulOptions {
   const gpu::Buffer* norm = nullptr;
   float eps = 1e-5f;
   bool accumulate = false;  // y += x W^T (the residual add); y is read and written
-  // W's rows are (gate, up) pairs (interleave_rows): y[t][i] = silu(row 2i) * row 2i+1 (after
-  // bias); y is [n_tokens][n_out / 2].
+  // W's rows are (gate, up) pairs (interleave_rows): y[t][i] = act(row 2i) * row 2i+1 (after bias; gpt-oss's act
+  // clamps both, kernels/swiglu.h); y is [n_tokens][n_out / 2].
   bool swiglu = false;
-  bool gelu = false;  // with swiglu: gelu_tanh(row 2i) * row 2i+1 instead (GeGLU)
+  GateAct act = GateAct::Silu;  // with swiglu: the gate's activation
   // Rows [split1, split2) go to *y1 ([n_tokens][split2 - split1]) and [split2, n_out) to *y2;
   // y then holds rows [0, split1) ([n_tokens][split1]). y1 with y2, or y1 alone with split2 == n_out.
   const gpu::Buffer* y1 = nullptr;
@@ -124,8 +125,10 @@ double matmul_flops(const GpuWeight& w, uint32_t n_tokens);
 struct ExpertOptions {
   const gpu::Buffer* norm = nullptr;  // RMSNorm of x first, as MatmulOptions::norm
   float eps = 1e-5f;
+  // [n_experts][R] f32: each expert's bias, laid out as its rows (gpt-oss), added before the SwiGLU
+  const gpu::Buffer* bias = nullptr;
   bool swiglu = false;  // each expert's rows are (gate, up) pairs, as MatmulOptions::swiglu
-  bool gelu = false;
+  GateAct act = GateAct::Silu;
   bool x_per_pair = false;
   // The pairs grouped by expert (encode_moe_group over the same experts): each expert's rows read once per
   // moe_tile of its pairs instead of once per pair (prefill and large batched steps). Ignored where moe_tile is 1

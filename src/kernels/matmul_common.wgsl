@@ -67,6 +67,7 @@ const FLAG_SPLIT: u32 = 32u;      // rows [split1, split2) go to y1, [split2, n_
 const FLAG_ROPE_KV: u32 = 64u;    // matvec, one token: q (rows < split1) and k rotated, k and v to the cache
 const FLAG_NEOX: u32 = 128u;      // with FLAG_ROPE_KV: neox RoPE, pairs (i, i + rope_dim / 2)
 const FLAG_GELU: u32 = 256u;      // with FLAG_SWIGLU: gelu_tanh(row 2i) * row 2i+1 (GeGLU, gemma)
+const FLAG_OAI: u32 = 512u;       // with FLAG_SWIGLU: gpt-oss's clamped SwiGLU (store_swiglu)
 
 @group(0) @binding(0) var<uniform> p: MatmulParams;
 @group(0) @binding(1) var<storage, read> w: array<vec4<u32>>;
@@ -294,11 +295,15 @@ fn inv_rms(ss: f32) -> f32 { return inverseSqrt(ss / f32(p.n_in) + p.eps); }
 // Norm weights of unit u (8 elements).
 fn norm8(u: u32) -> W8 { return W8(norm[2u * u], norm[2u * u + 1u]); }
 
+// The bias of row g is bias[bias_base + g]: bias_base is 0 but in the matvec's expert products, where bias holds
+// every expert's rows and it is the expert's first.
+var<private> bias_base: u32 = 0u;
+
 // The epilogue: value v of token t, piece row r -> bias, then the output it belongs to.
 fn store_y(t: u32, r: u32, v: f32) {
   let g = p.row_begin + r;
   var out = v;
-  if (has(FLAG_BIAS)) { out += bias[g]; }
+  if (has(FLAG_BIAS)) { out += bias[bias_base + g]; }
   if (has(FLAG_SPLIT) && g >= p.split1) {
     if (g >= p.split2) {
       y2[p.y2_off + t * (p.n_out - p.split2) + g - p.split2] = out;
@@ -314,7 +319,7 @@ fn store_y(t: u32, r: u32, v: f32) {
 
 // The bias of rows g and g + 1 (zeros without FLAG_BIAS).
 fn bias2(g: u32) -> vec2<f32> {
-  if (has(FLAG_BIAS)) { return vec2<f32>(bias[g], bias[g + 1u]); }
+  if (has(FLAG_BIAS)) { return vec2<f32>(bias[bias_base + g], bias[bias_base + g + 1u]); }
   return vec2<f32>(0.0);
 }
 
@@ -322,11 +327,17 @@ fn bias2(g: u32) -> vec2<f32> {
 fn store_swiglu(t: u32, r: u32, gate: f32, up: f32) {
   let g = p.row_begin + r;
   let bb = bias2(g);
-  let a = gate + bb.x;
-  let b = up + bb.y;
-  // silu(a) = a sigmoid(a); gelu_tanh(a) = a (1 + tanh(u)) / 2 = a sigmoid(2u), u = sqrt(2/pi) (a + 0.044715 a^3).
+  var a = gate + bb.x;
+  var b = up + bb.y;
+  // silu(a) = a sigmoid(a); gelu_tanh(a) = a (1 + tanh(u)) / 2 = a sigmoid(2u), u = sqrt(2/pi) (a + 0.044715 a^3);
+  // gpt-oss: a' = min(a, 7), a' sigmoid(1.702 a') (clamp(b, -7, 7) + 1).
   // e^-z overflows to inf for z < -88: a / inf = -0, the right limit.
-  let z = select(a, 1.5957691216057308 * (a + 0.044715 * a * a * a), has(FLAG_GELU));
+  var z = select(a, 1.5957691216057308 * (a + 0.044715 * a * a * a), has(FLAG_GELU));
+  if (has(FLAG_OAI)) {
+    a = min(a, 7.0);
+    b = clamp(b, -7.0, 7.0) + 1.0;
+    z = 1.702 * a;
+  }
   y[p.y_off + t * p.y_stride + g / 2u] = a / (1.0 + exp(-z)) * b;
 }
 

@@ -106,6 +106,7 @@ fn matvec_main(wid: vec3<u32>, lid: u32, sg_size: u32) {
     mv_count = tile.z;
     if (mv_count == 0u || e < p.expert_first || e - p.expert_first >= p.n_experts) { return; }
     wbase = (e - p.expert_first) * p.n_rows;
+    bias_base = e * p.n_rows;
     //#unroll t NT
     {
       let pair = select(ids[tile.y + min($t, mv_count - 1u)], tile.y, NT == 1u);

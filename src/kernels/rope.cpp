@@ -1,5 +1,6 @@
 #include "kernels/rope.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 #include <string>
@@ -24,10 +25,39 @@ double round_bits(double v, int bits) {
 
 }  // namespace
 
+float rope_yarn_mscale(const RopeScaling& s) {
+  if (!s.enabled || s.kind != RopeScalingKind::Yarn) return 1.f;
+  const double m = s.factor > 1.f ? 1.0 + 0.1 * std::log(double(s.factor)) : 1.0;
+  return float(double(s.attn_factor) * m);
+}
+
+namespace {
+
+// YaRN's divisors (rope_freq_factors).
+std::vector<float> yarn_freq_factors(const RopeScaling& s, uint32_t rope_dim, float base) {
+  if (!(s.factor > 0) || s.original_context == 0 || !(s.beta_fast > 0) || !(s.beta_slow > 0))
+    throw InvalidArgument("rope_freq_factors: YaRN needs factor, original_context, beta_fast and beta_slow > 0");
+  // the dimension pair whose wavelength turns n_rot times over the original context
+  auto corr_dim = [&](double n_rot) {
+    return rope_dim * std::log(double(s.original_context) / (n_rot * 2 * std::numbers::pi)) / (2 * std::log(double(base)));
+  };
+  const double lo = std::max(0.0, std::floor(corr_dim(s.beta_fast)));
+  const double hi = std::min(double(rope_dim - 1), std::ceil(corr_dim(s.beta_slow)));
+  std::vector<float> out(rope_dim / 2);
+  for (uint32_t i = 0; i < rope_dim / 2; ++i) {
+    const double ramp = 1 - std::clamp((i - lo) / std::max(0.001, hi - lo), 0.0, 1.0);
+    out[i] = float(1.0 / ((1 - ramp) / s.factor + ramp));
+  }
+  return out;
+}
+
+}  // namespace
+
 std::vector<float> rope_freq_factors(const RopeScaling& s, uint32_t rope_dim, float base) {
   if (rope_dim == 0 || rope_dim % 2) throw InvalidArgument("rope_freq_factors: rope_dim must be even and > 0");
   std::vector<float> out(rope_dim / 2, 1.f);
   if (!s.enabled) return out;
+  if (s.kind == RopeScalingKind::Yarn) return yarn_freq_factors(s, rope_dim, base);
   if (!(s.factor > 0) || !(s.high_freq_factor > s.low_freq_factor) || s.original_context == 0)
     throw InvalidArgument(
         "rope_freq_factors: llama3 scaling needs factor > 0, high_freq_factor > low_freq_factor "

@@ -14,17 +14,29 @@ namespace wgllm::kernels {
 // Neox:   rotate halves (x[i], x[i + head_dim/2]) — qwen2 / qwen3.
 enum class RopeType { Normal, Neox };
 
-struct RopeScaling {  // llama3-style frequency scaling ("rope.scaling.type" = llama3)
+// Frequency scaling for contexts past the trained one ("rope.scaling.type"): llama3's, or YaRN (gpt-oss, Qwen with
+// long contexts), as llama.cpp applies them.
+enum class RopeScalingKind : uint8_t { Llama3, Yarn };
+struct RopeScaling {
   bool enabled = false;
+  RopeScalingKind kind = RopeScalingKind::Llama3;
   float factor = 1.f;
-  float low_freq_factor = 1.f;
-  float high_freq_factor = 4.f;
+  float low_freq_factor = 1.f;   // llama3
+  float high_freq_factor = 4.f;  // llama3
   uint32_t original_context = 8192;
+  float beta_fast = 32.f, beta_slow = 1.f;  // YaRN: the rotations per original context that bound the blend
+  float attn_factor = 1.f;                  // YaRN: rope.scaling.attn_factor, a multiplier of the magnitude scale
 };
 
-// llama3 frequency scaling: the divisor of each of the rope_dim / 2 frequencies (1 for high
-// frequencies, `factor` for low ones, a smooth blend between). All ones when !s.enabled.
+// The divisor of each of the rope_dim / 2 frequencies base^(-2i/rope_dim). All ones when !s.enabled.
+//   llama3: 1 for high frequencies, `factor` for low ones, a smooth blend between.
+//   YaRN: the frequency f/factor * (1 - r_i) + f * r_i, r_i = 1 - clamp((i - lo) / max(hi - lo, 0.001), 0, 1) with
+//         lo, hi the dimensions (floored, ceiled, clamped to [0, rope_dim - 1]) whose wavelength makes beta_fast and
+//         beta_slow turns over original_context positions (ggml_rope_yarn_corr_dims).
 std::vector<float> rope_freq_factors(const RopeScaling& s, uint32_t rope_dim, float base);
+// YaRN's magnitude scale: every rotated pair is multiplied by it, attn_factor * (1 + 0.1 ln factor) (1 without YaRN or
+// for factor <= 1). The RoPE kernels rotate without it; the model folds its square into the q.k scale.
+float rope_yarn_mscale(const RopeScaling& s);
 
 // The frequency table encode_rope reads: for i < rope_dim / 2, base^(-2i/rope_dim) / factor[i]
 // (factors optional, e.g. rope_freq_factors() or a GGUF rope_freqs tensor) in turns per

@@ -7,8 +7,9 @@
 
 namespace wgllm::kernels {
 
-// The gate's activation: silu (SwiGLU) or GELU with the tanh approximation (GeGLU, gemma).
-enum class GateAct : uint32_t { Silu = 0, GeluTanh = 1 };
+// The gate's activation: silu (SwiGLU), GELU with the tanh approximation (GeGLU, gemma), or gpt-oss's clamped
+// SwiGLU: g = min(gate, 7), u = clamp(up, -7, 7), out = g sigmoid(1.702 g) (u + 1) (llama.cpp's swiglu_oai).
+enum class GateAct : uint32_t { Silu = 0, GeluTanh = 1, SwigluOai = 2 };
 
 // Mirrors `SwigluParams` in swiglu.wgsl.
 struct SwigluParams {

@@ -1,6 +1,7 @@
 // SwiGLU: out[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + e^-g), over n floats
 // (flat index = (wid.x + wid.y * grid_x) * WG + lid). act = 1: GeGLU, gelu_tanh(g) * up[i] with
-// gelu_tanh(g) = g (1 + tanh(u)) / 2 = g / (1 + e^(-2u)), u = sqrt(2/pi) (g + 0.044715 g^3).
+// gelu_tanh(g) = g (1 + tanh(u)) / 2 = g / (1 + e^(-2u)), u = sqrt(2/pi) (g + 0.044715 g^3). act = 2: gpt-oss's
+// clamped SwiGLU, g' = min(g, 7), g' / (1 + e^(-1.702 g')) * (clamp(up[i], -7, 7) + 1).
 
 struct SwigluParams {
   n: u32, grid_x: u32, act: u32, _pad1: u32,
@@ -17,9 +18,15 @@ const WG: u32 = 256u;
 fn swiglu(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
   let i = (wid.x + wid.y * p.grid_x) * WG + lid;
   if (i < p.n) {
-    let g = gate[i];
+    var g = gate[i];
+    var u = up[i];
     // e^-z overflows to inf for z < -88: g / inf = -0, the right limit.
-    let z = select(g, 1.5957691216057308 * (g + 0.044715 * g * g * g), p.act == 1u);
-    out[i] = g / (1.0 + exp(-z)) * up[i];
+    var z = select(g, 1.5957691216057308 * (g + 0.044715 * g * g * g), p.act == 1u);
+    if (p.act == 2u) {
+      g = min(g, 7.0);
+      u = clamp(u, -7.0, 7.0) + 1.0;
+      z = 1.702 * g;
+    }
+    out[i] = g / (1.0 + exp(-z)) * u;
   }
 }

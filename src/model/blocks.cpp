@@ -50,8 +50,9 @@ void encode_attention_rows(const LayerStep& s) {
                                 .n_kv_heads = c.n_head_kv,
                                 .head_dim = c.head_dim,
                                 .n_queries = 1,
-                                .scale = c.attn_scale,
-                                .window = c.layer_window(l)};
+                                .scale = c.attention_scale(),
+                                .window = c.layer_window(l),
+                                .sinks = optional(L.attn_sinks)};
   if (r.shared) {
     const kernels::KvCache& owner = *r.shared->at(l);
     kernels::encode_qk_norm_rope_kv_rows(s.batch, s.ctx, rope, s.n, rope_table, b.q, b.k, b.v, q_norm, k_norm, owner,
@@ -179,8 +180,9 @@ void encode_attention(const LayerStep& s) {
                                       .head_dim = c.head_dim,
                                       .n_queries = n,
                                       .start_pos = pos,
-                                      .scale = c.attn_scale,
-                                      .window = c.layer_window(s.layer)};
+                                      .scale = c.attention_scale(),
+                                      .window = c.layer_window(s.layer),
+                                      .sinks = optional(L.attn_sinks)};
   if (n == 1)
     kernels::encode_attention_decode(batch, s.ctx, shape, b.q, kv, b.attn, &b.decode_scratch);
   else
@@ -192,11 +194,10 @@ void encode_ffn(const LayerStep& s) {
   const GpuLayer& L = s.L;
   SessionBuffers& b = s.b;
   // act = silu(h @ w_gate) * (h @ w_up) (gemma: gelu_tanh), h = rms_norm(x) * ffn_norm
-  const bool gelu = c.ffn_act == FfnAct::GeluTanh;
   const kernels::MatmulImpl impl = product_impl(s);
   if (!L.w_gate_up.empty()) {
     kernels::encode_matmul(s.batch, s.ctx, L.w_gate_up, b.x, b.act, s.n,
-                           {.norm = &L.ffn_norm, .eps = c.rms_eps, .swiglu = true, .gelu = gelu, .impl = impl});
+                           {.norm = &L.ffn_norm, .eps = c.rms_eps, .swiglu = true, .act = c.ffn_act, .impl = impl});
   } else {
     const kernels::MatmulOptions normed{.norm = &L.ffn_norm, .eps = c.rms_eps, .impl = impl};
     kernels::encode_matmul(s.batch, s.ctx, L.w_gate, b.x, b.gate, s.n, normed);
@@ -226,9 +227,9 @@ void encode_moe_ffn(const LayerStep& s) {
   const GpuLayer& L = s.L;
   SessionBuffers& b = s.b;
   const uint32_t k = c.n_expert_used;
-  // router logits of h = rms_norm(x) * ffn_norm, then each token's experts and weights
+  // router logits of h = rms_norm(x) * ffn_norm (+ bias), then each token's experts and weights
   kernels::encode_matmul(s.batch, s.ctx, L.router, b.x, b.router_logits, s.n,
-                         {.norm = &L.ffn_norm, .eps = c.rms_eps, .impl = product_impl(s)});
+                         {.bias = optional(L.router_b), .norm = &L.ffn_norm, .eps = c.rms_eps, .impl = product_impl(s)});
   kernels::encode_moe_route(s.batch, s.ctx, b.router_logits, b.moe_experts, b.moe_weights, s.n, c.n_expert, k,
                             /*normalize=*/true, c.moe_sigmoid ? &L.exp_probs_b : nullptr);
   // Enough tokens for several per expert: the pairs grouped by expert, so an expert's weights are read once per
@@ -238,20 +239,26 @@ void encode_moe_ffn(const LayerStep& s) {
     kernels::encode_moe_group(s.batch, s.ctx, b.moe_experts, b.moe_group, s.n, c.n_expert, k);
     group = &b.moe_group;
   }
-  // each chosen expert's act(h gate_e) * (h up_e), then its down product
-  const bool gelu = c.ffn_act == FfnAct::GeluTanh;
+  // each chosen expert's act(h gate_e + bias) * (h up_e + bias), then its down product (+ bias)
   if (!L.exps_gate_up.empty()) {
     kernels::encode_expert_matmul(s.batch, s.ctx, L.exps_gate_up, b.x, b.moe_act, b.moe_experts, s.n, k,
-                                  {.norm = &L.ffn_norm, .eps = c.rms_eps, .swiglu = true, .gelu = gelu, .group = group});
+                                  {.norm = &L.ffn_norm,
+                                   .eps = c.rms_eps,
+                                   .bias = optional(L.exps_gate_up_b),
+                                   .swiglu = true,
+                                   .act = c.ffn_act,
+                                   .group = group});
   } else {
-    const kernels::ExpertOptions normed{.norm = &L.ffn_norm, .eps = c.rms_eps, .group = group};
+    kernels::ExpertOptions normed{.norm = &L.ffn_norm, .eps = c.rms_eps, .group = group};
+    normed.bias = optional(L.exps_gate_b);
     kernels::encode_expert_matmul(s.batch, s.ctx, L.exps_gate, b.x, b.moe_gate, b.moe_experts, s.n, k, normed);
+    normed.bias = optional(L.exps_up_b);
     kernels::encode_expert_matmul(s.batch, s.ctx, L.exps_up, b.x, b.moe_up, b.moe_experts, s.n, k, normed);
     kernels::encode_swiglu(s.batch, s.ctx, b.moe_gate, b.moe_up, b.moe_act, uint64_t(s.n) * k * c.n_ff_exp,
                            c.ffn_act);
   }
   kernels::encode_expert_matmul(s.batch, s.ctx, L.exps_down, b.moe_act, b.moe_out, b.moe_experts, s.n, k,
-                                {.x_per_pair = true, .group = group});
+                                {.bias = optional(L.exps_down_b), .x_per_pair = true, .group = group});
   kernels::encode_moe_combine(s.batch, s.ctx, b.moe_out, b.moe_weights, b.x, s.n, k, c.n_embd);
 }
 
@@ -291,8 +298,8 @@ void encode_conv(const LayerStep& s) {
   }
 }
 
-void encode_residual(const LayerStep& s, const kernels::GpuWeight& w, const gpu::Buffer& in) {
-  kernels::encode_matmul(s.batch, s.ctx, w, in, s.b.x, s.n, {.accumulate = true, .impl = product_impl(s)});
+void encode_residual(const LayerStep& s, const kernels::GpuWeight& w, const gpu::Buffer& in, const gpu::Buffer* bias) {
+  kernels::encode_matmul(s.batch, s.ctx, w, in, s.b.x, s.n, {.bias = bias, .accumulate = true, .impl = product_impl(s)});
 }
 
 void encode_post_norm_residual(const LayerStep& s, const kernels::GpuWeight& w, const gpu::Buffer& in,

@@ -99,7 +99,7 @@ struct LayerStep {
 // with the per-head q/k norm (qk_norm) and RoPE, k and v appended to the cache; decoding, the fused paths of
 // s.decode_qkv. Local (sliding-window) layers see the last sliding_window positions.
 void encode_attention(const LayerStep& s);
-// act = act(h w_gate) * (h w_up), h = rms_norm(x) * ffn_norm (silu, or gelu_tanh by ffn_act).
+// act = act(h w_gate) * (h w_up), h = rms_norm(x) * ffn_norm (silu, gelu_tanh or gpt-oss's by ffn_act).
 void encode_ffn(const LayerStep& s);
 // x += the mixture of experts' output for h = rms_norm(x) * ffn_norm: the router's choice of n_expert_used experts
 // and weights (kernels/moe.h), each chosen expert's SwiGLU FFN of h, their weighted sum. Every expert id stays on
@@ -111,8 +111,9 @@ void encode_layer_ffn(const LayerStep& s);
 // conv_y = C * conv(B * x'), B, C, x' = rms_norm(x) * attn_norm in_proj, over the layer's conv state, which takes the
 // step's B * x' rows (lfm2).
 void encode_conv(const LayerStep& s);
-// x += in w.
-void encode_residual(const LayerStep& s, const kernels::GpuWeight& w, const gpu::Buffer& in);
+// x += in w (+ bias).
+void encode_residual(const LayerStep& s, const kernels::GpuWeight& w, const gpu::Buffer& in,
+                     const gpu::Buffer* bias = nullptr);
 // x += rms_norm(in w) * norm (gemma's post norms).
 void encode_post_norm_residual(const LayerStep& s, const kernels::GpuWeight& w, const gpu::Buffer& in,
                                const gpu::Buffer& norm);

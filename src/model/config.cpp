@@ -21,8 +21,14 @@ const char* arch_name(Arch a) {
     case Arch::Gemma3: return "gemma3";
     case Arch::Lfm2: return "lfm2";
     case Arch::Lfm2Moe: return "lfm2moe";
+    case Arch::GptOss: return "gpt-oss";
   }
   return "?";
+}
+
+float ModelConfig::attention_scale() const {
+  const float m = kernels::rope_yarn_mscale(rope_scaling);
+  return (attn_scale > 0 ? attn_scale : 1.f / std::sqrt(float(head_dim))) * m * m;
 }
 
 uint32_t ModelConfig::n_attention_layers() const {
@@ -64,6 +70,9 @@ void check_shape(const GgufFile& f, const std::string& name, std::vector<uint64_
   }
 }
 
+void read_swa_layers(const GgufFile& f, ModelConfig& c, float default_base, uint32_t default_period);
+void read_experts(const GgufFile& f, ModelConfig& c);
+
 // Gemma 3 as llama.cpp reads it (src/models/gemma3.cpp): the embedding scaled by sqrt(n_embd); q.k scaled by
 // 1 / sqrt(head_dim), except for the 62-layer 27B (1 / sqrt(n_embd / n_head), as Google's reference); with
 // attention.sliding_window > 0, local layers are given by attention.sliding_window_pattern (a bool per layer, or
@@ -80,7 +89,15 @@ void read_gemma3(const GgufFile& f, ModelConfig& c) {
   }
   c.sliding_window = f.find_u32(a + "attention.sliding_window").value_or(0);
   if (c.sliding_window == 0) return;
-  c.rope_base_swa = f.find_f32(a + "rope.freq_base_swa").value_or(10000.f);
+  read_swa_layers(f, c, 10000.f, 6);
+}
+
+// The local (sliding-window) layers as llama.cpp's load_swa_pattern reads them: attention.sliding_window_pattern is
+// a bool per layer, or a period n (layer i is local unless i % n == n - 1; absent: default_period); they rotate with
+// rope.freq_base_swa (absent: default_base).
+void read_swa_layers(const GgufFile& f, ModelConfig& c, float default_base, uint32_t default_period) {
+  const std::string a = c.arch_name + ".";
+  c.rope_base_swa = f.find_f32(a + "rope.freq_base_swa").value_or(default_base);
   if (!(c.rope_base_swa > 1.f) || !std::isfinite(c.rope_base_swa))
     fail(f, "key '" + a + "rope.freq_base_swa' = " + std::to_string(c.rope_base_swa) + " is not > 1");
   const std::string pattern_key = a + "attention.sliding_window_pattern";
@@ -94,8 +111,26 @@ void read_gemma3(const GgufFile& f, ModelConfig& c) {
     for (uint32_t i = 0; i < c.n_layer; ++i) c.swa_layers[i] = p.boolean(i);
     return;
   }
-  const uint32_t n = f.find_u32(pattern_key).value_or(6);
+  const uint32_t n = f.find_u32(pattern_key).value_or(default_period);
   for (uint32_t i = 0; i < c.n_layer; ++i) c.swa_layers[i] = n == 0 || i % n < n - 1;
+}
+
+// gpt-oss as llama.cpp reads it (src/models/openai-moe.cpp): every FFN a mixture of experts (softmax over the top
+// k of the router's biased logits, the clamped SwiGLU, biases on every product); attention with q/k/v/o biases and
+// a sink per head; local layers every other one from layer 0 (sliding_window_pattern 2), rotating as the global
+// ones (the same base and scaling); the FFN's norm is named post_attention_norm.
+void read_gpt_oss(const GgufFile& f, ModelConfig& c) {
+  const std::string a = c.arch_name + ".";
+  read_experts(f, c);
+  c.ffn_act = FfnAct::SwigluOai;
+  c.attn_out_bias = true;
+  c.attn_sinks = true;
+  c.moe_bias = true;
+  c.ffn_norm_name = "post_attention_norm.weight";
+  c.sliding_window = f.get_u32(a + "attention.sliding_window");
+  if (c.sliding_window == 0) fail(f, "key '" + a + "attention.sliding_window' is 0");
+  read_swa_layers(f, c, c.rope_base, 2);
+  c.rope_scaling_swa = c.rope_scaling;
 }
 
 // LFM2 as llama.cpp reads it (src/models/lfm2.cpp): attention.head_count_kv is a per-layer array (or one number for
@@ -154,11 +189,12 @@ void read_experts(const GgufFile& f, ModelConfig& c) {
     fail(f, "key '" + a + "expert_used_count' = " + std::to_string(c.n_expert_used) + " of expert_count " +
                 std::to_string(c.n_expert) + ": needs 1 <= used <= count, used <= " + std::to_string(kernels::kMoeMaxUsed) +
                 ", count <= " + std::to_string(kernels::kMoeMaxExperts));
-  // llama.cpp: 1 softmax, 2 sigmoid; absent: the architecture's (qwen3moe softmax, lfm2moe sigmoid)
+  // llama.cpp: 1 softmax, 2 sigmoid, 3 softmax over the top k (gpt-oss; with the renormalisation, the same weights as
+  // 1); absent: the architecture's (qwen3moe and gpt-oss softmax, lfm2moe sigmoid)
   const uint32_t gating = f.find_u32(a + "expert_gating_func").value_or(c.arch == Arch::Lfm2Moe ? 2 : 1);
-  if (gating != 1 && gating != 2)
+  if (gating < 1 || gating > 3)
     fail(f, "key '" + a + "expert_gating_func' = " + std::to_string(gating) +
-                " is not supported (1 softmax, 2 sigmoid)");
+                " is not supported (1 softmax, 2 sigmoid, 3 softmax of the top k)");
   c.moe_sigmoid = gating == 2;
   c.n_dense_lead = f.find_u32(a + "leading_dense_block_count").value_or(0);
   if (c.n_dense_lead > c.n_layer)
@@ -196,8 +232,12 @@ ModelConfig config_from_gguf(const GgufFile& f) {
     c.rope_type = RopeType::Neox;
     c.qk_norm = true;
     c.output_norm_name = "token_embd_norm.weight";  // llama.cpp's name for LFM2's final norm
+  } else if (c.arch_name == "gpt-oss") {
+    c.arch = Arch::GptOss;
+    c.rope_type = RopeType::Neox;
   } else {
-    fail(f, "architecture '" + c.arch_name + "' is not supported (supported: llama, qwen2, qwen3, qwen3moe, gemma3, lfm2, lfm2moe)");
+    fail(f, "architecture '" + c.arch_name +
+                "' is not supported (supported: llama, qwen2, qwen3, qwen3moe, gemma3, lfm2, lfm2moe, gpt-oss)");
   }
   // The parser accepts every ggml type (inspect shows any file); running needs types wgllm dequantises.
   for (const GgufTensor& t : f.tensors())
@@ -217,7 +257,7 @@ ModelConfig config_from_gguf(const GgufFile& f) {
         require_dim(f, a + "attention.head_count_kv", f.find_u32(a + "attention.head_count_kv").value_or(c.n_head));
   }
   c.n_ff = dim("feed_forward_length");
-  if (c.arch == Arch::Qwen3Moe || c.arch == Arch::Lfm2Moe) read_experts(f, c);
+  if (c.arch == Arch::Qwen3Moe || c.arch == Arch::Lfm2Moe) read_experts(f, c);  // gpt-oss: read_gpt_oss
   c.n_ctx_train = f.get_u32(a + "context_length");  // long-context models go past kMaxDim; only 0 is wrong
   if (c.n_ctx_train == 0) fail(f, "key '" + a + "context_length' is 0");
   if (c.n_head % c.n_head_kv != 0)
@@ -264,11 +304,31 @@ ModelConfig config_from_gguf(const GgufFile& f) {
                   ", low_freq_factor " + std::to_string(s.low_freq_factor) + ", high_freq_factor " +
                   std::to_string(s.high_freq_factor) + ", original_context_length " +
                   std::to_string(s.original_context) + ")");
+  } else if (scaling == "yarn") {
+    auto& s = c.rope_scaling;
+    s.enabled = true;
+    s.kind = kernels::RopeScalingKind::Yarn;
+    s.factor = f.get_f32(a + "rope.scaling.factor");
+    s.original_context = f.find_u32(a + "rope.scaling.original_context_length").value_or(c.n_ctx_train);
+    s.beta_fast = f.find_f32(a + "rope.scaling.yarn_beta_fast").value_or(s.beta_fast);
+    s.beta_slow = f.find_f32(a + "rope.scaling.yarn_beta_slow").value_or(s.beta_slow);
+    s.attn_factor = f.find_f32(a + "rope.scaling.attn_factor").value_or(s.attn_factor);
+    if (!(s.factor >= 1.f) || !std::isfinite(s.factor) || s.original_context == 0 || !(s.beta_fast > 0.f) ||
+        !(s.beta_slow > 0.f) || !std::isfinite(s.beta_fast) || !std::isfinite(s.beta_slow) || !(s.attn_factor > 0.f) ||
+        !std::isfinite(s.attn_factor))
+      fail(f, "yarn rope scaling parameters are inconsistent (factor " + std::to_string(s.factor) +
+                  ", original_context_length " + std::to_string(s.original_context) + ", yarn_beta_fast " +
+                  std::to_string(s.beta_fast) + ", yarn_beta_slow " + std::to_string(s.beta_slow) + ", attn_factor " +
+                  std::to_string(s.attn_factor) + ")");
+    if (c.rope_dim != c.head_dim)
+      fail(f, "yarn rope scaling on " + std::to_string(c.rope_dim) + " of " + std::to_string(c.head_dim) +
+                  " head dimensions is not supported (its magnitude scale is folded into the q.k scale)");
   } else if (scaling != "none") {
-    fail(f, "key '" + a + "rope.scaling.type': '" + scaling + "' is not supported (supported: none, llama3)");
+    fail(f, "key '" + a + "rope.scaling.type': '" + scaling + "' is not supported (supported: none, llama3, yarn)");
   }
 
   if (c.arch == Arch::Gemma3) read_gemma3(f, c);
+  if (c.arch == Arch::GptOss) read_gpt_oss(f, c);
 
   // ---- vocabulary and tensors
   const GgufTensor& embd = f.tensor("token_embd.weight");
@@ -294,7 +354,7 @@ ModelConfig config_from_gguf(const GgufFile& f) {
   for (uint32_t i = 0; i < c.n_layer; ++i) {
     const std::string b = "blk." + std::to_string(i) + ".";
     check_shape(f, b + "attn_norm.weight", {E});
-    check_shape(f, b + "ffn_norm.weight", {E});
+    check_shape(f, b + c.ffn_norm_name, {E});
     if (c.is_moe_layer(i)) {
       const uint64_t X = c.n_expert, FX = c.n_ff_exp;
       if (c.moe_sigmoid) check_shape(f, b + "exp_probs_b.bias", {X});
@@ -302,6 +362,12 @@ ModelConfig config_from_gguf(const GgufFile& f) {
       check_shape(f, b + "ffn_gate_exps.weight", {E, FX, X});
       check_shape(f, b + "ffn_up_exps.weight", {E, FX, X});
       check_shape(f, b + "ffn_down_exps.weight", {FX, E, X});
+      if (c.moe_bias) {
+        check_shape(f, b + "ffn_gate_inp.bias", {X});
+        check_shape(f, b + "ffn_gate_exps.bias", {FX, X});
+        check_shape(f, b + "ffn_up_exps.bias", {FX, X});
+        check_shape(f, b + "ffn_down_exps.bias", {E, X});
+      }
     } else {
       check_shape(f, b + "ffn_gate.weight", {E, F});
       check_shape(f, b + "ffn_up.weight", {E, F});
@@ -317,6 +383,8 @@ ModelConfig config_from_gguf(const GgufFile& f) {
     check_shape(f, b + "attn_k.weight", {E, KV});
     check_shape(f, b + "attn_v.weight", {E, KV});
     check_shape(f, b + "attn_output.weight", {Q, E});
+    if (c.attn_out_bias) check_shape(f, b + "attn_output.bias", {E});
+    if (c.attn_sinks) check_shape(f, b + "attn_sinks.weight", {c.n_head});
     if (c.attn_bias) {
       check_shape(f, b + "attn_q.bias", {Q});
       check_shape(f, b + "attn_k.bias", {KV});

@@ -15,8 +15,9 @@ class GgufFile;
 using kernels::RopeScaling;
 using kernels::RopeType;
 
-enum class Arch { Llama, Qwen2, Qwen3, Qwen3Moe, Gemma3, Lfm2, Lfm2Moe };
-// The feed-forward gate's activation, act(x Wgate) * (x Wup): silu or gelu_tanh (kernels/swiglu.h).
+enum class Arch { Llama, Qwen2, Qwen3, Qwen3Moe, Gemma3, Lfm2, Lfm2Moe, GptOss };
+// The feed-forward gate's activation, act(x Wgate) * (x Wup): silu, gelu_tanh or gpt-oss's clamped SwiGLU
+// (kernels/swiglu.h).
 using FfnAct = kernels::GateAct;
 struct ModelConfig {
   Arch arch = Arch::Llama;
@@ -34,8 +35,12 @@ struct ModelConfig {
   uint32_t rope_dim = 0;  // rope.dimension_count (default head_dim)
   RopeType rope_type = RopeType::Normal;
   RopeScaling rope_scaling;
+  RopeScaling rope_scaling_swa;  // the local (sliding-window) layers': none (gemma3), or rope_scaling (gpt-oss)
   bool qk_norm = false;                // qwen3, gemma3: RMSNorm on each q/k head before RoPE
-  bool attn_bias = false;              // qwen2: biases on q/k/v projections
+  bool attn_bias = false;              // qwen2, gpt-oss: biases on q/k/v projections
+  bool attn_out_bias = false;          // gpt-oss: a bias on the output projection (attn_output.bias)
+  // gpt-oss: a learned logit per query head (attn_sinks.weight, [n_head]) in every row's softmax, a key with no value
+  bool attn_sinks = false;
   bool tied_embeddings = false;        // no output.weight: logits use token_embd.weight
   bool has_rope_freqs_tensor = false;  // rope_freqs.weight present (llama.cpp's Llama 3.x: per-pair freq divisors)
   // gemma3
@@ -66,17 +71,26 @@ struct ModelConfig {
   uint32_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0;
   uint32_t n_dense_lead = 0;  // leading layers with a dense FFN (lfm2moe: leading_dense_block_count)
   bool moe_sigmoid = false;   // sigmoid gating with a selection bias (expert_gating_func 2)
+  // gpt-oss: biases on the router's logits (ffn_gate_inp.bias, [n_expert]) and the experts' products
+  // (ffn_{gate,up,down}_exps.bias, [n_expert][rows]). Its router's softmax over the top k equals this renormalisation.
+  bool moe_bias = false;
   bool is_moe() const { return n_expert > 0; }
   bool is_moe_layer(uint32_t layer) const { return is_moe() && layer >= n_dense_lead; }
   std::string output_norm_name = "output_norm.weight";
+  std::string ffn_norm_name = "ffn_norm.weight";  // the FFN's input norm (gpt-oss: post_attention_norm.weight)
   // One letter per layer: A attention, L local (sliding-window) attention, C short convolution.
   std::string layer_pattern() const;
 
   uint32_t q_dim() const { return n_head * head_dim; }
+  // The q.k scale of the GPU's attention: attn_scale (0: 1 / sqrt(head_dim)) times the square of YaRN's magnitude
+  // scale, which the RoPE tables leave out (q and k are both rotated by it; config_from_gguf refuses YaRN on part
+  // of a head). The CPU reference scales the rotation instead.
+  float attention_scale() const;
   uint32_t kv_dim() const { return n_head_kv * head_dim; }
 };
 
-// Reads and validates the hyper-parameters of `f` (architectures llama, qwen2, qwen3, qwen3moe, gemma3, lfm2, lfm2moe) and checks that
+// Reads and validates the hyper-parameters of `f` (architectures llama, qwen2, qwen3, qwen3moe, gemma3, lfm2, lfm2moe,
+// gpt-oss) and checks that
 // every tensor the forward pass uses is present with the shape the config implies. Throws ModelError naming the key or
 // tensor.
 ModelConfig config_from_gguf(const GgufFile& f);

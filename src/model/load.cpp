@@ -119,13 +119,24 @@ gpu::Buffer Uploader::stacked_vector(std::initializer_list<std::string> names, c
   return ctx.upload(std::span<const float>(all), kStorage, label);
 }
 
+gpu::Buffer Uploader::interleaved_vector(const std::string& a, const std::string& b, const std::string& label) {
+  const std::vector<float> va = floats(a), vb = floats(b);
+  if (va.size() != vb.size()) throw ModelError(a + " and " + b + " differ in length");
+  std::vector<float> all(2 * va.size());
+  for (size_t i = 0; i < va.size(); ++i) {
+    all[2 * i] = va[i];
+    all[2 * i + 1] = vb[i];
+  }
+  return ctx.upload(std::span<const float>(all), kStorage, label);
+}
+
 std::string layer_prefix(uint32_t layer) { return "blk." + std::to_string(layer) + "."; }
 
 GpuLayer upload_attention_layer(Uploader& up, const ModelConfig& c, uint32_t layer) {
   const std::string b = layer_prefix(layer);
   GpuLayer L;
   upload_attention(up, c, L, b);
-  upload_ffn(up, L, b);
+  upload_ffn(up, c, L, b);
   return L;
 }
 
@@ -156,10 +167,12 @@ void upload_attention(Uploader& up, const ModelConfig& c, GpuLayer& L, const std
     L.k_norm = up.vector(b + "attn_k_norm.weight");
   }
   L.wo = up.matrix(b + "attn_output.weight");
+  if (c.attn_out_bias) L.bo = up.vector(b + "attn_output.bias");
+  if (c.attn_sinks) L.attn_sinks = up.vector(b + "attn_sinks.weight");
 }
 
-void upload_ffn(Uploader& up, GpuLayer& L, const std::string& b) {
-  L.ffn_norm = up.norm(b + "ffn_norm.weight");
+void upload_ffn(Uploader& up, const ModelConfig& c, GpuLayer& L, const std::string& b) {
+  L.ffn_norm = up.norm(b + c.ffn_norm_name);
   if (up.fusable({b + "ffn_gate.weight", b + "ffn_up.weight"})) {
     L.w_gate_up = up.interleaved(b + "ffn_gate.weight", b + "ffn_up.weight", b + "ffn_gate_up");
   } else {
@@ -169,24 +182,32 @@ void upload_ffn(Uploader& up, GpuLayer& L, const std::string& b) {
   L.w_down = up.matrix(b + "ffn_down.weight");
 }
 
-void upload_moe_ffn(Uploader& up, GpuLayer& L, const std::string& b) {
-  L.ffn_norm = up.norm(b + "ffn_norm.weight");
+void upload_moe_ffn(Uploader& up, const ModelConfig& c, GpuLayer& L, const std::string& b) {
+  L.ffn_norm = up.norm(b + c.ffn_norm_name);
   L.router = up.matrix(b + "ffn_gate_inp.weight");
-  if (up.fusable({b + "ffn_gate_exps.weight", b + "ffn_up_exps.weight"})) {
-    L.exps_gate_up = up.interleaved_experts(b + "ffn_gate_exps.weight", b + "ffn_up_exps.weight", b + "ffn_gate_up_exps");
+  if (c.moe_bias) L.router_b = up.vector(b + "ffn_gate_inp.bias");
+  const std::string gate = b + "ffn_gate_exps.", up_ = b + "ffn_up_exps.";
+  if (up.fusable({gate + "weight", up_ + "weight"})) {
+    L.exps_gate_up = up.interleaved_experts(gate + "weight", up_ + "weight", b + "ffn_gate_up_exps");
+    if (c.moe_bias) L.exps_gate_up_b = up.interleaved_vector(gate + "bias", up_ + "bias", b + "ffn_gate_up_exps.bias");
   } else {
-    L.exps_gate = up.experts(b + "ffn_gate_exps.weight");
-    L.exps_up = up.experts(b + "ffn_up_exps.weight");
+    L.exps_gate = up.experts(gate + "weight");
+    L.exps_up = up.experts(up_ + "weight");
+    if (c.moe_bias) {
+      L.exps_gate_b = up.vector(gate + "bias");
+      L.exps_up_b = up.vector(up_ + "bias");
+    }
   }
   L.exps_down = up.experts(b + "ffn_down_exps.weight");
+  if (c.moe_bias) L.exps_down_b = up.vector(b + "ffn_down_exps.bias");
   if (up.f.find_tensor(b + "exp_probs_b.bias")) L.exp_probs_b = up.vector(b + "exp_probs_b.bias");
 }
 
 void upload_layer_ffn(Uploader& up, const ModelConfig& c, GpuLayer& L, uint32_t layer) {
   if (c.is_moe_layer(layer))
-    upload_moe_ffn(up, L, layer_prefix(layer));
+    upload_moe_ffn(up, c, L, layer_prefix(layer));
   else  // dense: every layer of the dense architectures, the leading ones of a mixture (leading_dense_block_count)
-    upload_ffn(up, L, layer_prefix(layer));
+    upload_ffn(up, c, L, layer_prefix(layer));
 }
 
 void upload_conv(Uploader& up, GpuLayer& L, const std::string& b) {
@@ -217,17 +238,19 @@ GpuModel load_gpu_model(gpu::Context& ctx, const GgufFile& f, const ModelConfig&
                                          ? up.floats("rope_freqs.weight")
                                          : kernels::rope_freq_factors(c.rope_scaling, c.rope_dim, c.rope_base);
   w.rope_table = kernels::upload_rope_table(ctx, c.rope_dim, c.rope_base, factors);
-  if (!c.swa_layers.empty())  // local layers: their own base, no scaling (llama.cpp's freq_scale_swa = 1)
-    w.rope_table_swa = kernels::upload_rope_table(ctx, c.rope_dim, c.rope_base_swa);
+  if (!c.swa_layers.empty())  // local layers: their own base and scaling (gemma3: none; gpt-oss: the global one)
+    w.rope_table_swa = kernels::upload_rope_table(
+        ctx, c.rope_dim, c.rope_base_swa, kernels::rope_freq_factors(c.rope_scaling_swa, c.rope_dim, c.rope_base_swa));
   ctx.check_errors();  // out of memory shows up here
 
   // A token reads the router and n_expert_used of the n_expert experts.
   auto expert_bytes = [](const GpuLayer& L) {
-    return L.exps_gate_up.gpu_bytes() + L.exps_gate.gpu_bytes() + L.exps_up.gpu_bytes() + L.exps_down.gpu_bytes();
+    return L.exps_gate_up.gpu_bytes() + L.exps_gate.gpu_bytes() + L.exps_up.gpu_bytes() + L.exps_down.gpu_bytes() +
+           L.exps_gate_up_b.size + L.exps_gate_b.size + L.exps_up_b.size + L.exps_down_b.size;
   };
   auto layer_bytes = [](const GpuLayer& L) {
     return L.router.gpu_bytes() + L.wqkv.gpu_bytes() + L.wqk.gpu_bytes() + L.wq.gpu_bytes() + L.wk.gpu_bytes() + L.wv.gpu_bytes() +
-           L.wo.gpu_bytes() + L.w_gate_up.gpu_bytes() + L.w_gate.gpu_bytes() + L.w_up.gpu_bytes() +
+           L.wo.gpu_bytes() + L.bo.size + L.attn_sinks.size + L.router_b.size + L.w_gate_up.gpu_bytes() + L.w_gate.gpu_bytes() + L.w_up.gpu_bytes() +
            L.w_down.gpu_bytes() + L.attn_norm.size + L.ffn_norm.size + L.bqkv.size + L.bqk.size + L.bq.size +
            L.bk.size + L.bv.size + L.q_norm.size + L.k_norm.size + L.post_attn_norm.size + L.post_ffn_norm.size +
            L.in_proj.gpu_bytes() + L.conv.size + L.out_proj.gpu_bytes();

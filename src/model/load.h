@@ -43,20 +43,22 @@ struct Uploader {
   // A norm weight, zero-padded to a multiple of 8 floats (read as vec4 by the fused norm).
   gpu::Buffer norm(const std::string& name);
   gpu::Buffer stacked_vector(std::initializer_list<std::string> names, const std::string& label);
+  // Two vectors of one length interleaved element by element (the biases of interleaved gate and up rows).
+  gpu::Buffer interleaved_vector(const std::string& a, const std::string& b, const std::string& label);
 };
 
 // "blk.<layer>.", the prefix of a layer's tensor names.
 std::string layer_prefix(uint32_t layer);
 // An attention layer's weights: attn_norm, q/k/v (stacked when they share a type; biases with attn_bias), the per-head
-// q/k norms (qk_norm) and the output projection wo.
+// q/k norms (qk_norm), the output projection wo (its bias with attn_out_bias) and the sinks (attn_sinks).
 void upload_attention(Uploader& up, const ModelConfig& c, GpuLayer& L, const std::string& prefix);
 // A layer of attention then the FFN (upload_attention, upload_ffn): llama's, and the start of gemma3's.
 GpuLayer upload_attention_layer(Uploader& up, const ModelConfig& c, uint32_t layer);
-// The FFN of every architecture: ffn_norm, gate/up interleaved when they share a type, and down.
-void upload_ffn(Uploader& up, GpuLayer& L, const std::string& prefix);
-// A mixture of experts' weights (config.is_moe_layer): ffn_norm, the router, the experts' gate/up (interleaved when
-// they share a type) and down, and the selection bias where the file has one (lfm2moe).
-void upload_moe_ffn(Uploader& up, GpuLayer& L, const std::string& prefix);
+// The FFN of every architecture: its norm (config.ffn_norm_name), gate/up interleaved when they share a type, and down.
+void upload_ffn(Uploader& up, const ModelConfig& c, GpuLayer& L, const std::string& prefix);
+// A mixture of experts' weights (config.is_moe_layer): its norm, the router, the experts' gate/up (interleaved when
+// they share a type) and down, the selection bias where the file has one (lfm2moe) and the biases (moe_bias).
+void upload_moe_ffn(Uploader& up, const ModelConfig& c, GpuLayer& L, const std::string& prefix);
 // upload_moe_ffn on a mixture-of-experts layer (config.is_moe_layer), else upload_ffn.
 void upload_layer_ffn(Uploader& up, const ModelConfig& c, GpuLayer& L, uint32_t layer);
 // A short-convolution layer's weights (lfm2): attn_norm (the operator norm), in_proj, the conv taps and out_proj.

@@ -64,10 +64,11 @@ void rms_norm(float* x, size_t n, size_t dim, const std::vector<float>& w, float
   }
 }
 
-// The local layers' RoPE: base rope_base_swa, no scaling (llama.cpp: rope_freq_scale_train_swa = 1).
+// The local layers' RoPE: base rope_base_swa, their own scaling (gemma3: none, llama.cpp's
+// rope_freq_scale_train_swa = 1; gpt-oss: the global one).
 ModelConfig swa_rope_config(ModelConfig c) {
   c.rope_base = c.rope_base_swa;
-  c.rope_scaling = {};
+  c.rope_scaling = c.rope_scaling_swa;
   return c;
 }
 
@@ -77,7 +78,8 @@ ModelConfig swa_rope_config(ModelConfig c) {
 void moe_ffn(const ModelConfig& c, const CpuLayer& L, const std::vector<float>& h, std::vector<float>& x) {
   const size_t E = c.n_embd, FX = c.n_ff_exp, X = c.n_expert, T = h.size() / E;
   std::vector<float> logits(T * X);
-  matmul(h.data(), T, E, L.router, X, {}, logits.data());
+  matmul(h.data(), T, E, L.router, X, L.router_b, logits.data());
+  auto bias = [](const std::vector<float>& b, size_t i) { return b.empty() ? 0.0 : double(b[i]); };
   auto dot = [](const float* a, const float* b, size_t n) {
     double s = 0;
     for (size_t i = 0; i < n; ++i) s += double(a[i]) * double(b[i]);
@@ -92,12 +94,13 @@ void moe_ffn(const ModelConfig& c, const CpuLayer& L, const std::vector<float>& 
     for (size_t r = 0; r < route.experts.size(); ++r) {
       const size_t e = route.experts[r];
       for (size_t o = 0; o < FX; ++o) {
-        gate[o] = float(dot(ht, L.exps_gate.data() + (e * FX + o) * E, E));
-        up[o] = float(dot(ht, L.exps_up.data() + (e * FX + o) * E, E));
+        gate[o] = float(dot(ht, L.exps_gate.data() + (e * FX + o) * E, E) + bias(L.exps_gate_b, e * FX + o));
+        up[o] = float(dot(ht, L.exps_up.data() + (e * FX + o) * E, E) + bias(L.exps_up_b, e * FX + o));
       }
-      const std::vector<float> act = c.ffn_act == FfnAct::GeluTanh ? geglu(gate, up) : swiglu(gate, up);
+      const std::vector<float> act = gated(uint32_t(c.ffn_act), gate, up);
       for (size_t i = 0; i < E; ++i)
-        acc[i] += route.weights[r] * double(float(dot(act.data(), L.exps_down.data() + (e * E + i) * FX, FX)));
+        acc[i] += route.weights[r] * double(float(dot(act.data(), L.exps_down.data() + (e * E + i) * FX, FX) +
+                                                  bias(L.exps_down_b, e * E + i)));
     }
     for (size_t i = 0; i < E; ++i) x[t * E + i] = float(double(x[t * E + i]) + acc[i]);
   }
@@ -119,9 +122,15 @@ CpuModel load_cpu_model(const GgufFile& f) {
     const std::string b = "blk." + std::to_string(i) + ".";
     CpuLayer& L = w.layers[i];
     L.attn_norm = load_tensor(f, b + "attn_norm.weight");
-    L.ffn_norm = load_tensor(f, b + "ffn_norm.weight");
+    L.ffn_norm = load_tensor(f, b + c.ffn_norm_name);
     if (c.is_moe_layer(i)) {
       if (c.moe_sigmoid) L.exp_probs_b = load_tensor(f, b + "exp_probs_b.bias");
+      if (c.moe_bias) {
+        L.router_b = load_tensor(f, b + "ffn_gate_inp.bias");
+        L.exps_gate_b = load_tensor(f, b + "ffn_gate_exps.bias");
+        L.exps_up_b = load_tensor(f, b + "ffn_up_exps.bias");
+        L.exps_down_b = load_tensor(f, b + "ffn_down_exps.bias");
+      }
       L.router = load_tensor(f, b + "ffn_gate_inp.weight");
       L.exps_gate = load_tensor(f, b + "ffn_gate_exps.weight");
       L.exps_up = load_tensor(f, b + "ffn_up_exps.weight");
@@ -150,6 +159,8 @@ CpuModel load_cpu_model(const GgufFile& f) {
       L.k_norm = load_tensor(f, b + "attn_k_norm.weight");
     }
     L.wo = load_tensor(f, b + "attn_output.weight");
+    if (c.attn_out_bias) L.bo = load_tensor(f, b + "attn_output.bias");
+    if (c.attn_sinks) L.sinks = load_tensor(f, b + "attn_sinks.weight");
     if (c.post_norms) {
       L.post_attn_norm = load_tensor(f, b + "post_attention_norm.weight");
       L.post_ffn_norm = load_tensor(f, b + "post_ffw_norm.weight");
@@ -167,6 +178,19 @@ std::vector<double> rope_inv_freq(const ModelConfig& c, std::span<const float> r
   for (uint32_t i = 0; i < half; ++i) inv[i] = std::pow(double(c.rope_base), -2.0 * i / double(c.rope_dim));
   if (!rope_freqs.empty()) {
     for (uint32_t i = 0; i < half; ++i) inv[i] /= double(rope_freqs[i]);
+  } else if (c.rope_scaling.enabled && c.rope_scaling.kind == kernels::RopeScalingKind::Yarn) {
+    // YaRN: each frequency blended between itself (extrapolation, high frequencies) and itself / factor
+    // (interpolation, low ones) by a ramp over the dimensions whose wavelengths turn between beta_fast and beta_slow
+    // times over the original context (ggml_rope_yarn_corr_dims: floored and ceiled, clamped to [0, rope_dim - 1])
+    const RopeScaling& s = c.rope_scaling;
+    const double dims = c.rope_dim, base = c.rope_base, n0 = s.original_context;
+    auto dim_of = [&](double turns) { return dims * std::log(n0 / (turns * 2 * std::numbers::pi)) / (2 * std::log(base)); };
+    const double lo = std::max(0.0, std::floor(dim_of(s.beta_fast)));
+    const double hi = std::min(dims - 1, std::ceil(dim_of(s.beta_slow)));
+    for (uint32_t i = 0; i < half; ++i) {
+      const double extrapolate = 1 - std::clamp((double(i) - lo) / std::max(hi - lo, 0.001), 0.0, 1.0);
+      inv[i] = inv[i] / s.factor * (1 - extrapolate) + inv[i] * extrapolate;
+    }
   } else if (c.rope_scaling.enabled) {
     // llama3: long wavelengths slowed down by `factor`, short ones kept, a smooth blend between.
     const RopeScaling& s = c.rope_scaling;
@@ -187,11 +211,15 @@ std::vector<double> rope_inv_freq(const ModelConfig& c, std::span<const float> r
 void apply_rope(std::span<float> x, uint32_t n_heads, const ModelConfig& c, std::span<const double> inv_freq,
                 uint32_t pos) {
   const uint32_t half = c.rope_dim / 2;
+  const RopeScaling& s = c.rope_scaling;
+  const double mscale = s.enabled && s.kind == kernels::RopeScalingKind::Yarn
+                            ? double(s.attn_factor) * (s.factor > 1 ? 1 + 0.1 * std::log(double(s.factor)) : 1.0)
+                            : 1.0;
   for (uint32_t h = 0; h < n_heads; ++h) {
     float* v = x.data() + size_t(h) * c.head_dim;
     for (uint32_t i = 0; i < half; ++i) {
       const double angle = double(pos) * inv_freq[i];
-      const double cs = std::cos(angle), sn = std::sin(angle);
+      const double cs = mscale * std::cos(angle), sn = mscale * std::sin(angle);
       // Normal: (2i, 2i+1); Neox: (i, i + rope_dim/2).
       const uint32_t a = c.rope_type == RopeType::Normal ? 2 * i : i;
       const uint32_t b = c.rope_type == RopeType::Normal ? 2 * i + 1 : i + half;
@@ -206,7 +234,8 @@ CpuSession::CpuSession(const CpuModel& model, uint32_t n_ctx)
     : model_(&model),
       n_ctx_(n_ctx ? n_ctx : model.config.n_ctx_train),
       inv_freq_(rope_inv_freq(model.config, model.weights.rope_freqs)),
-      inv_freq_swa_(rope_inv_freq(swa_rope_config(model.config), {})),
+      swa_config_(swa_rope_config(model.config)),
+      inv_freq_swa_(rope_inv_freq(swa_config_, {})),
       k_cache_(model.config.n_layer),
       v_cache_(model.config.n_layer),
       bx_(model.config.n_layer) {}
@@ -261,8 +290,10 @@ std::vector<std::vector<float>> CpuSession::run(std::span<const int32_t> tokens,
                           .n_queries = uint32_t(T),
                           .start_pos = n_past_,
                           .scale = c.attn_scale > 0 ? c.attn_scale : float(1.0 / std::sqrt(double(D))),
-                          .window = c.layer_window(l)};
+                          .window = c.layer_window(l),
+                          .sinks = L.sinks};
     const std::vector<double>& inv_freq = c.is_swa(l) ? inv_freq_swa_ : inv_freq_;
+    const ModelConfig& rope_config = c.is_swa(l) ? swa_config_ : c;  // the local layers' own scaling
     h = x;
     rms_norm(h.data(), T, E, L.attn_norm, c.rms_eps);
     if (c.is_conv(l)) {
@@ -290,13 +321,13 @@ std::vector<std::vector<float>> CpuSession::run(std::span<const int32_t> tokens,
       }
       for (size_t t = 0; t < T; ++t) {
         const uint32_t pos = n_past_ + uint32_t(t);
-        apply_rope(std::span(q).subspan(t * Q, Q), c.n_head, c, inv_freq, pos);
-        apply_rope(std::span(k).subspan(t * KV, KV), c.n_head_kv, c, inv_freq, pos);
+        apply_rope(std::span(q).subspan(t * Q, Q), c.n_head, rope_config, inv_freq, pos);
+        apply_rope(std::span(k).subspan(t * KV, KV), c.n_head_kv, rope_config, inv_freq, pos);
       }
       k_cache_[l].insert(k_cache_[l].end(), k.begin(), k.end());
       v_cache_[l].insert(v_cache_[l].end(), v.begin(), v.end());
       attn = attention(ap, q, k_cache_[l], v_cache_[l]);
-      matmul(attn.data(), T, Q, L.wo, E, {}, proj.data());
+      matmul(attn.data(), T, Q, L.wo, E, L.bo, proj.data());
       add_residual(L.post_attn_norm);
     }
 
@@ -309,7 +340,7 @@ std::vector<std::vector<float>> CpuSession::run(std::span<const int32_t> tokens,
     }
     matmul(h.data(), T, E, L.w_gate, F, {}, gate.data());
     matmul(h.data(), T, E, L.w_up, F, {}, up.data());
-    gate = c.ffn_act == FfnAct::GeluTanh ? geglu(gate, up) : swiglu(gate, up);
+    gate = gated(uint32_t(c.ffn_act), gate, up);
     matmul(gate.data(), T, F, L.w_down, E, {}, proj.data());
     add_residual(L.post_ffn_norm);
   }

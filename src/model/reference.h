@@ -21,12 +21,14 @@ struct CpuLayer {
   std::vector<float> wq;              // [q_dim][n_embd]   (llama: rows permuted for adjacent-pair RoPE, as in the file)
   std::vector<float> wk;              // [kv_dim][n_embd]
   std::vector<float> wv;              // [kv_dim][n_embd]
-  std::vector<float> bq;              // [q_dim]   qwen2 only (attn_bias); empty otherwise
-  std::vector<float> bk;              // [kv_dim]  qwen2 only; empty otherwise
-  std::vector<float> bv;              // [kv_dim]  qwen2 only; empty otherwise
+  std::vector<float> bq;              // [q_dim]   qwen2 and gpt-oss (attn_bias); empty otherwise
+  std::vector<float> bk;              // [kv_dim]  likewise
+  std::vector<float> bv;              // [kv_dim]  likewise
   std::vector<float> q_norm;          // [head_dim] qwen3 / gemma3 (qk_norm), shared by every q head; empty otherwise
   std::vector<float> k_norm;          // [head_dim] qwen3 / gemma3, shared by every k head; empty otherwise
   std::vector<float> wo;              // [n_embd][q_dim]
+  std::vector<float> bo;              // [n_embd]  gpt-oss only (attn_out_bias); empty otherwise
+  std::vector<float> sinks;           // [n_head]  gpt-oss only (attn_sinks); empty otherwise
   std::vector<float> ffn_norm;        // [n_embd]
   std::vector<float> w_gate;          // [n_ff][n_embd]
   std::vector<float> w_up;            // [n_ff][n_embd]
@@ -43,6 +45,8 @@ struct CpuLayer {
   std::vector<float> exps_up;    // [n_expert][n_ff_exp][n_embd]
   std::vector<float> exps_down;  // [n_expert][n_embd][n_ff_exp]
   std::vector<float> exp_probs_b;  // [n_expert] selection bias (sigmoid gating); empty otherwise
+  // gpt-oss (moe_bias): [n_expert], [n_expert][n_ff_exp] x 2, [n_expert][n_embd]; empty otherwise
+  std::vector<float> router_b, exps_gate_b, exps_up_b, exps_down_b;
 };
 
 struct CpuWeights {
@@ -63,11 +67,12 @@ struct CpuModel {
 CpuModel load_cpu_model(const GgufFile& f);
 
 // RoPE inverse frequencies [rope_dim / 2] in double: base^(-2i / rope_dim), divided by rope_freqs[i] when the model
-// has that tensor (llama.cpp's llama3 factors), else with llama3 scaling from the config when enabled.
+// has that tensor (llama.cpp's llama3 factors), else with the config's llama3 or YaRN scaling when enabled.
 std::vector<double> rope_inv_freq(const ModelConfig& c, std::span<const float> rope_freqs);
 
 // Rotates `x` ([n_heads][head_dim], one token at position `pos`) in place: the first rope_dim dims of each head,
-// adjacent pairs (Normal) or pairs (i, i + rope_dim/2) (Neox).
+// adjacent pairs (Normal) or pairs (i, i + rope_dim/2) (Neox); with YaRN, scaled by its magnitude factor
+// attn_factor * (1 + 0.1 ln factor) as llama.cpp's rope does.
 void apply_rope(std::span<float> x, uint32_t n_heads, const ModelConfig& c, std::span<const double> inv_freq,
                 uint32_t pos);
 
@@ -97,6 +102,7 @@ class CpuSession {
   uint32_t n_ctx_;
   uint32_t n_past_ = 0;
   std::vector<double> inv_freq_;             // [rope_dim / 2]
+  ModelConfig swa_config_;                   // the config with the local layers' RoPE base and scaling
   std::vector<double> inv_freq_swa_;         // [rope_dim / 2] local (sliding-window) layers: rope_base_swa
   std::vector<std::vector<float>> k_cache_;  // [n_layer] of [n_past][kv_dim] (after RoPE)
   std::vector<std::vector<float>> v_cache_;  // [n_layer] of [n_past][kv_dim]

@@ -53,7 +53,9 @@ struct GpuLayer {
   gpu::Buffer bq, bk, bv;        // [q_dim], [kv_dim], [kv_dim] f32; qwen2 only, not fused (size 0 otherwise)
   gpu::Buffer q_norm, k_norm;    // [head_dim] f32 each, shared by every head; qwen3 / gemma3 (size 0 otherwise)
   kernels::GpuWeight wo;         // [n_embd][q_dim]
-  gpu::Buffer ffn_norm;          // [n_embd] f32
+  gpu::Buffer bo;                // [n_embd] f32 output projection bias; gpt-oss only (size 0 otherwise)
+  gpu::Buffer attn_sinks;        // [n_head] f32 per-head sink logits; gpt-oss only
+  gpu::Buffer ffn_norm;          // [n_embd] f32 (gpt-oss: post_attention_norm)
   kernels::GpuWeight w_gate_up;  // [2 n_ff][n_embd]: gate row i at 2i, up row i at 2i + 1; empty when not fused
   kernels::GpuWeight w_gate;     // [n_ff][n_embd]
   kernels::GpuWeight w_up;       // [n_ff][n_embd]
@@ -73,6 +75,11 @@ struct GpuLayer {
   kernels::GpuWeight exps_up;       // [n_expert][n_ff_exp][n_embd], likewise
   kernels::GpuWeight exps_down;     // [n_expert][n_embd][n_ff_exp]
   gpu::Buffer exp_probs_b;          // [n_expert] f32 selection bias (sigmoid gating, lfm2moe); size 0 otherwise
+  // gpt-oss's biases (config.moe_bias; size 0 otherwise), laid out as the weights' rows
+  gpu::Buffer router_b;                  // [n_expert]
+  gpu::Buffer exps_gate_up_b;            // [n_expert][2 n_ff_exp], gate and up interleaved as exps_gate_up
+  gpu::Buffer exps_gate_b, exps_up_b;    // [n_expert][n_ff_exp] each, with exps_gate and exps_up
+  gpu::Buffer exps_down_b;               // [n_expert][n_embd]
 };
 
 struct GpuWeights {

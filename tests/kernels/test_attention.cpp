@@ -35,6 +35,7 @@ struct Case {
   uint32_t rpt = 1;                // tiled prefill: rows per thread group (> 1 overrides the default tiles)
   uint32_t window = 0;             // sliding window (0: none)
   const char* f16_tile = nullptr;  // TiledF16: "BQxBKxCGxf16" (nullptr: the adapter's default tile)
+  bool sinks = false;              // per-head attention sinks (gpt-oss)
 };
 
 std::ostream& operator<<(std::ostream& os, const Case& c) { return os << c.name; }
@@ -60,6 +61,9 @@ ErrorReport run_case(gpu::Context& ctx, const Case& c, uint64_t salt) {
   std::vector<uint32_t> poison(size_t(c.n_queries) * stride, kPoison);
   ctx.write_buffer(out, 0, poison.data(), out.size);
 
+  // sinks from well below to well above the scores: some heads barely notice theirs, some are mostly sink
+  const auto sinks = random_floats(c.sinks ? c.n_heads : 0, gen, -4.f, 8.f);
+  const gpu::Buffer sink_buf = c.sinks ? ctx.upload<float>(sinks, WGPUBufferUsage_Storage, "sinks") : gpu::Buffer{};
   AttentionShape shape{.n_heads = c.n_heads,
                        .n_kv_heads = c.n_kv_heads,
                        .head_dim = c.head_dim,
@@ -67,7 +71,8 @@ ErrorReport run_case(gpu::Context& ctx, const Case& c, uint64_t salt) {
                        .start_pos = c.start_pos,
                        .q_stride = stride,
                        .out_stride = stride,
-                       .window = c.window};
+                       .window = c.window,
+                       .sinks = c.sinks ? &sink_buf : nullptr};
   gpu::ComputeBatch batch(ctx, c.name);
   const uint32_t step = c.q_split ? c.q_split : c.n_queries;
   std::vector<gpu::Buffer> scratch;
@@ -105,8 +110,8 @@ ErrorReport run_case(gpu::Context& ctx, const Case& c, uint64_t salt) {
     for (uint32_t pad = q_dim; pad < stride; ++pad)  // padding must stay untouched (poison)
       EXPECT_EQ(std::bit_cast<uint32_t>(got_padded[size_t(i) * stride + pad]), kPoison) << "row " << i;
   }
-  cpu::AttentionRef ref{
-      c.n_heads, c.n_kv_heads, c.head_dim, c.n_queries, c.start_pos, 1.0f / std::sqrt(float(c.head_dim)), c.window};
+  cpu::AttentionRef ref{c.n_heads,  c.n_kv_heads, c.head_dim, c.n_queries, c.start_pos, 1.0f / std::sqrt(float(c.head_dim)),
+                        c.window, sinks};
   auto want = cpu::attention(ref, q_dense, k, v);
   return compare(got, want);
 }
@@ -228,6 +233,23 @@ const Case kF16Cases[] = {
            100)),
 };
 
+// Attention sinks (gpt-oss) in every kernel that normalises a row: the f32 and f16 tiled prefill, the baseline, decode
+// whole and split (the reduce adds the sink), with windows and chunked calls.
+Case sinks(Case c) {
+  c.sinks = true;
+  return c;
+}
+const Case kSinkCases[] = {
+    sinks({"sinks_gqa2_d64_q75_start9", 4, 2, 64, 75, 9}),
+    sinks(sw({"sinks_swa6_gqa4_d64_q40_start3", 8, 2, 64, 40, 3, F16, 128, Tiled, Kind::Prefill, 16}, 6)),
+    sinks({"sinks_f32_mha_d80_q20", 4, 4, 80, 20, 0, F32}),
+    sinks({"sinks_baseline_gqa2_d64_q30_start5", 4, 2, 64, 30, 5, F16, 0, Baseline}),
+    sinks(f16({"sinks_f16_gqa4_d64_q75_start9", 8, 2, 64, 75, 9})),
+    sinks(f16(sw({"sinks_f16_swa5_gqa2_d128_q40", 4, 2, 128, 40, 0}, 5))),
+    sinks({"sinks_decode_gqa4_d64_start300", 8, 2, 64, 1, 300, F16, 0, Tiled, Decode, 0, 1}),
+    sinks({"sinks_decode_split4_gqa4_d64_start300", 8, 2, 64, 1, 300, F16, 0, Tiled, Decode, 0, 4}),
+};
+
 class AttentionTable : public ::testing::TestWithParam<Case> {};
 
 TEST_P(AttentionTable, MatchesCpuReference) {
@@ -241,6 +263,8 @@ INSTANTIATE_TEST_SUITE_P(Cases, AttentionTable, ::testing::ValuesIn(kCases),
 INSTANTIATE_TEST_SUITE_P(Window, AttentionTable, ::testing::ValuesIn(kWindowCases),
                          [](const auto& info) { return std::string(info.param.name); });
 INSTANTIATE_TEST_SUITE_P(F16, AttentionTable, ::testing::ValuesIn(kF16Cases),
+                         [](const auto& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(Sinks, AttentionTable, ::testing::ValuesIn(kSinkCases),
                          [](const auto& info) { return std::string(info.param.name); });
 
 // The context's attention_prefill option steers AttentionImpl::Auto: "f16" runs the f16 kernel (here on a CPU

@@ -32,6 +32,7 @@ struct DecodeCase {
   uint32_t n_queries = 1;  // > 1: consecutive positions, as a decode call may carry
   KvType kv_type = KvType::F16;
   uint32_t row_pad = 0;  // floats between q / out rows beyond n_heads * head_dim
+  bool sinks = false;    // per-head attention sinks (gpt-oss)
 };
 
 // The GPU output of one decode call and the reference, on inputs drawn from `salt`.
@@ -64,6 +65,10 @@ DecodeRun run_decode(gpu::Context& ctx, const DecodeCase& c, DecodeKernel kernel
   const std::vector<uint32_t> poison(size_t(c.n_queries) * stride, kPoison);
   ctx.write_buffer(out, 0, poison.data(), out.size);
 
+  // sinks from well below to well above the scores (|q.k| * scale <= 16 here): some heads barely notice theirs,
+  // some are mostly sink
+  const auto sinks = random_floats(c.sinks ? c.n_heads : 0, gen, -4.f, 8.f);
+  const gpu::Buffer sink_buf = c.sinks ? ctx.upload<float>(sinks, WGPUBufferUsage_Storage, "sinks") : gpu::Buffer{};
   const AttentionShape shape{.n_heads = c.n_heads,
                              .n_kv_heads = c.n_kv_heads,
                              .head_dim = c.head_dim,
@@ -71,7 +76,8 @@ DecodeRun run_decode(gpu::Context& ctx, const DecodeCase& c, DecodeKernel kernel
                              .start_pos = c.depth,
                              .q_stride = stride,
                              .out_stride = stride,
-                             .window = c.window};
+                             .window = c.window,
+                             .sinks = c.sinks ? &sink_buf : nullptr};
   const uint32_t splits = c.n_splits ? c.n_splits : kernels::attention_decode_splits(shape, kv, kernel);
   const uint64_t scratch_bytes = std::max(kernels::attention_decode_scratch_bytes(shape, splits),
                                           kernels::attention_decode_scratch_bound(shape, kv));
@@ -93,7 +99,7 @@ DecodeRun run_decode(gpu::Context& ctx, const DecodeCase& c, DecodeKernel kernel
       EXPECT_EQ(std::bit_cast<uint32_t>(got_rows[size_t(i) * stride + f]), kPoison) << c.name << " row " << i;
   }
   const cpu::AttentionRef ref{
-      c.n_heads, c.n_kv_heads, c.head_dim, c.n_queries, c.depth, 1.0f / std::sqrt(float(c.head_dim)), c.window};
+      c.n_heads, c.n_kv_heads, c.head_dim, c.n_queries, c.depth, 1.0f / std::sqrt(float(c.head_dim)), c.window, sinks};
   r.want = cpu::attention(ref, q_dense, k, v);
   r.error = compare(r.got, r.want);
   return r;
@@ -140,6 +146,11 @@ const DecodeCase kCases[] = {
     {"swa1_gqa8_d128_depth700", 8, 1, 128, 700, 128, 0, 1},
     {"swa512_gqa4_d256_depth700_split3", 4, 1, 256, 700, 128, 3, 512},
     {"swa_all_gqa4_d64_depth300", 8, 2, 64, 300, 128, 3, 301},
+    // attention sinks: unsplit (the decode kernel normalises), split (the reduce does), windowed, several queries
+    {"sinks_gqa4_d64_depth200_nosplit", 8, 2, 64, 200, 128, 1, 0, 1, KvType::F16, 0, true},
+    {"sinks_gqa8_d64_depth1000_split5", 8, 1, 64, 1000, 128, 5, 0, 1, KvType::F16, 0, true},
+    {"sinks_swa6_gqa2_d64_depth40", 4, 2, 64, 40, 128, 0, 6, 2, KvType::F16, 0, true},
+    {"sinks_mha_d128_depth0", 4, 4, 128, 0, 128, 0, 0, 1, KvType::F32, 0, true},
 };
 
 using Param = std::tuple<DecodeCase, DecodeKernel>;

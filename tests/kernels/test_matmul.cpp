@@ -180,7 +180,8 @@ TEST(Matmul, WeightLargerThanABinding) {
 // The fused extras of encode_matmul (norm folded in, residual accumulation, SwiGLU over
 // interleaved rows, split outputs) against the CPU reference applied step by step.
 
-enum class Epilogue { Plain, Accumulate, Swiglu, Geglu, Split, SplitTwo };  // SplitTwo: y and y1 alone
+// SplitTwo: y and y1 alone; SwigluOai: gpt-oss's clamped SwiGLU (sums here reach past its clamps at +-7)
+enum class Epilogue { Plain, Accumulate, Swiglu, Geglu, SwigluOai, Split, SplitTwo };
 
 struct EpilogueCase {
   const char* name;
@@ -207,6 +208,12 @@ const EpilogueCase kEpilogueCases[] = {
     {"geglu_norm_f16_mv_t1", F16, 256, 128, 1, Matvec, Epilogue::Geglu, true},
     {"geglu_q8_0_mv_t3_bias", Q8_0, 128, 70, 3, Matvec, Epilogue::Geglu, false, true},
     {"geglu_norm_f32_mm_t75", F32, 192, 134, 75, Tiled, Epilogue::Geglu, true},
+    {"oai_norm_bias_f16_mv_t1", F16, 256, 128, 1, Matvec, Epilogue::SwigluOai, true, true},
+    {"oai_q4_0_mv_t3_bias", Q4_0, 256, 70, 3, Matvec, Epilogue::SwigluOai, false, true},
+    {"oai_norm_bias_q8_0_mm_t75", Q8_0, 192, 134, 75, Tiled, Epilogue::SwigluOai, true, true},
+    // the residual add with a bias (gpt-oss's output projection)
+    {"accum_bias_q8_0_mv_t1", Q8_0, 128, 64, 1, Matvec, Epilogue::Accumulate, false, true},
+    {"accum_bias_f16_mm_t70", F16, 96, 65, 70, Tiled, Epilogue::Accumulate, false, true},
     {"split_norm_bias_f16_mv_t1", F16, 256, 160, 1, Matvec, Epilogue::Split, true, true},
     {"split_q8_0_mv_t3", Q8_0, 96, 45, 3, Matvec, Epilogue::Split},
     {"split_norm_f16_mm_t75", F16, 128, 100, 75, Tiled, Epilogue::Split, true, true},
@@ -271,8 +278,10 @@ void check_epilogue(gpu::Context& ctx, const EpilogueCase& c, double tol = 0) {
           want.push_back(float(g / (1 + std::exp(-g)) * u));
         }
       break;
-    case Epilogue::Geglu: {
-      o.swiglu = o.gelu = true;
+    case Epilogue::Geglu:
+    case Epilogue::SwigluOai: {
+      o.swiglu = true;
+      o.act = c.epilogue == Epilogue::Geglu ? kernels::GateAct::GeluTanh : kernels::GateAct::SwigluOai;
       y_width = N / 2;
       std::vector<float> gate, up;
       for (uint32_t t = 0; t < T; ++t)
@@ -280,7 +289,7 @@ void check_epilogue(gpu::Context& ctx, const EpilogueCase& c, double tol = 0) {
           gate.push_back(full[size_t(t) * N + 2 * i]);
           up.push_back(full[size_t(t) * N + 2 * i + 1]);
         }
-      want = cpu::geglu(gate, up);
+      want = cpu::gated(uint32_t(o.act), gate, up);
       break;
     }
     case Epilogue::Split:
@@ -471,7 +480,8 @@ TEST(Matmul, EpilogueArgumentsAreChecked) {
   expect_throw([&] { kernels::encode_matmul(batch, ctx, w, x, big_y, 1, {.norm = &big_y, .eps = 1e-5f}); },
                "norm must not");
   expect_throw([&] { kernels::encode_matmul(batch, ctx, w, x, y, 1, {.accumulate = true, .swiglu = true}); }, "swiglu");
-  expect_throw([&] { kernels::encode_matmul(batch, ctx, w, x, y, 1, {.gelu = true}); }, "gelu needs swiglu");
+  expect_throw([&] { kernels::encode_matmul(batch, ctx, w, x, y, 1, {.act = kernels::GateAct::GeluTanh}); },
+               "gate activation needs swiglu");
 }
 
 // Without subgroups the matvec rows reduce through workgroup memory instead of shuffles, and the Rows kernel loads

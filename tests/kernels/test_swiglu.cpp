@@ -52,6 +52,32 @@ TEST(Swiglu, GeluTanhMatchesCpuReference) {
   }
 }
 
+// gpt-oss's clamped SwiGLU through the same kernel: gates above 7 and ups outside [-7, 7] clamped (values well past
+// both, and exactly at them), very negative gates to 0.
+TEST(Swiglu, OaiMatchesCpuReference) {
+  auto& ctx = context();
+  for (uint32_t n : {1u, 257u, 2880u * 4 + 3}) {
+    auto gen = rng(n + 29);
+    auto gate = random_floats(n, gen, -12.f, 12.f);
+    auto up = random_floats(n, gen, -12.f, 12.f);
+    gate[n / 2] = -100.f;
+    gate[n - 1] = 7.f;
+    up[n - 1] = -7.f;
+    auto g = ctx.upload<float>(gate, WGPUBufferUsage_Storage, "gate");
+    auto u = ctx.upload<float>(up, WGPUBufferUsage_Storage, "up");
+    auto out = poisoned(ctx, n, "out");
+    gpu::ComputeBatch batch(ctx);
+    kernels::encode_swiglu(batch, ctx, g, u, out, n, kernels::GateAct::SwigluOai);
+    batch.submit_and_wait();
+    const auto got = ctx.read<float>(out);
+    const auto want = cpu::swiglu_oai(gate, up);
+    const auto r = compare(got, want);
+    EXPECT_LE(r.rel_l2, 1e-6) << "n " << n << ": " << r.describe();
+    // a gate clamped to 7 and an up of -7 (u + 1 = -6): 7 sigmoid(11.914) * -6
+    EXPECT_NEAR(want[n - 1], 7.0 / (1.0 + std::exp(-1.702 * 7.0)) * -6.0, 1e-5);
+  }
+}
+
 TEST(Swiglu, BadArgumentsThrowNamingTheField) {
   auto& ctx = context();
   auto buf = ctx.create_buffer(4096 * 4, WGPUBufferUsage_Storage, "buf");

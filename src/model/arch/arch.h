@@ -26,6 +26,7 @@ extern const LayerProgram kLlamaLayers;     // arch/llama.cpp: llama, qwen2, qwe
 extern const LayerProgram kQwen3MoeLayers;  // arch/qwen3moe.cpp
 extern const LayerProgram kGemma3Layers;  // arch/gemma3.cpp
 extern const LayerProgram kLfm2Layers;    // arch/lfm2.cpp: lfm2, lfm2moe
+extern const LayerProgram kGptOssLayers;  // arch/gpt_oss.cpp
 
 inline const LayerProgram& layer_program(Arch arch) {
   switch (arch) {
@@ -36,6 +37,7 @@ inline const LayerProgram& layer_program(Arch arch) {
     case Arch::Gemma3: return kGemma3Layers;
     case Arch::Lfm2:
     case Arch::Lfm2Moe: return kLfm2Layers;
+    case Arch::GptOss: return kGptOssLayers;
   }
   throw ModelError("no layer program for architecture " + std::to_string(int(arch)));
 }
