@@ -39,15 +39,18 @@ struct GgufHyperParameters {
   float rope_base = 0;
   uint32_t rope_dim = 0;
   bool rope_freqs_tensor = false;  // rope_freqs.weight present
-  bool rope_scaling = false;       // llama3 frequency scaling; the four fields below apply when set
-  float rope_scaling_factor = 1, rope_scaling_low_freq_factor = 1, rope_scaling_high_freq_factor = 1;
+  bool rope_scaling = false;         // frequency scaling; the fields below apply when set
+  std::string rope_scaling_type = {};  // "llama3" or "yarn"
+  float rope_scaling_factor = 1, rope_scaling_low_freq_factor = 1, rope_scaling_high_freq_factor = 1;  // low/high: llama3
+  float rope_scaling_beta_fast = 0, rope_scaling_beta_slow = 0;  // yarn
   uint32_t rope_scaling_original_context = 0;
   bool qk_norm = false, attn_bias = false, tied_embeddings = false;
+  bool attn_sinks = false;  // a learned sink logit per attention head (gpt-oss)
   // One letter per layer: A attention, L local (sliding-window) attention, C short convolution (lfm2).
   std::string layer_pattern = {};
   uint32_t sliding_window = 0;  // local layers' window (gemma3); 0 without
   uint32_t conv_taps = 0;       // shortconv.l_cache of the convolution layers (lfm2); 0 without
-  // Mixtures of experts (qwen3moe, lfm2moe): the FFN of every layer from n_dense_lead on is n_expert experts of
+  // Mixtures of experts (qwen3moe, lfm2moe, gpt-oss): the FFN of every layer from n_dense_lead on is n_expert experts of
   // n_ff_exp, n_expert_used per token, chosen by a softmax router or (moe_sigmoid) a sigmoid one with a selection bias.
   uint32_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0, n_dense_lead = 0;
   bool moe_sigmoid = false;

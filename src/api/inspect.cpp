@@ -75,11 +75,15 @@ GgufHyperParameters hyper_parameters(const ModelConfig& c) {
   h.rope_dim = c.rope_dim;
   h.rope_freqs_tensor = c.has_rope_freqs_tensor;
   h.rope_scaling = c.rope_scaling.enabled;
+  h.rope_scaling_type = c.rope_scaling.kind == kernels::RopeScalingKind::Yarn ? "yarn" : "llama3";
+  h.rope_scaling_beta_fast = c.rope_scaling.beta_fast;
+  h.rope_scaling_beta_slow = c.rope_scaling.beta_slow;
   h.rope_scaling_factor = c.rope_scaling.factor;
   h.rope_scaling_low_freq_factor = c.rope_scaling.low_freq_factor;
   h.rope_scaling_high_freq_factor = c.rope_scaling.high_freq_factor;
   h.rope_scaling_original_context = c.rope_scaling.original_context;
   h.qk_norm = c.qk_norm, h.attn_bias = c.attn_bias, h.tied_embeddings = c.tied_embeddings;
+  h.attn_sinks = c.attn_sinks;
   h.layer_pattern = c.layer_pattern();
   h.sliding_window = c.swa_layers.empty() ? 0 : c.sliding_window;
   h.conv_taps = c.conv_layers.empty() ? 0 : c.l_cache;

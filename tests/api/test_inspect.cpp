@@ -97,6 +97,24 @@ TEST(InspectGguf, ReportsExperts) {
   EXPECT_EQ(s.config->n_ff_exp, 48u);
 }
 
+// gpt-oss (the committed fixture): YaRN, sinks, local layers every other one, the experts.
+TEST(InspectGguf, ReportsGptOss) {
+  const GgufSummary s = inspect_gguf(test::model_path("gpt-oss-tiny-f32"));
+  ASSERT_TRUE(s.config) << s.config_error;
+  EXPECT_EQ(s.architecture, "gpt-oss");
+  EXPECT_TRUE(s.config->rope_scaling);
+  EXPECT_EQ(s.config->rope_scaling_type, "yarn");
+  EXPECT_EQ(s.config->rope_scaling_factor, 4.f);
+  EXPECT_EQ(s.config->rope_scaling_original_context, 128u);
+  EXPECT_EQ(s.config->rope_scaling_beta_fast, 32.f);
+  EXPECT_TRUE(s.config->attn_sinks);
+  EXPECT_TRUE(s.config->attn_bias);
+  EXPECT_EQ(s.config->layer_pattern, "LALA");
+  EXPECT_EQ(s.config->sliding_window, 6u);
+  EXPECT_EQ(s.config->n_expert, 8u);
+  EXPECT_EQ(s.config->n_expert_used, 2u);
+}
+
 // A file wgllm cannot run is still described; why it cannot run is config_error.
 TEST(InspectGguf, UnsupportedModelKeepsTheRest) {
   test::GgufBuilder g = test::tiny_model("llama");

@@ -1,4 +1,5 @@
-// RoPE (rope.wgsl, rope_angle.wgsl) vs a float64 reference; llama3 frequency factors.
+// RoPE (rope.wgsl, rope_angle.wgsl) vs a float64 reference; llama3 and YaRN frequency factors.
+#include <algorithm>
 #include <cmath>
 #include "cpu/ops.h"
 #include "kernel_test_util.h"
@@ -122,6 +123,29 @@ TEST(Rope, Llama3FreqFactors) {
   }
   const auto plain = kernels::rope_freq_factors({}, 64, 10000.f);
   EXPECT_TRUE(std::all_of(plain.begin(), plain.end(), [](float v) { return v == 1.f; }));
+}
+
+// YaRN at gpt-oss's shape (head_dim 64, base 150000, factor 32 over 4096 positions, betas 32 and 1): the blend runs
+// between dimension pairs 8 (wavelength turning 32 times over 4096 positions: 8.09, floored) and 18 (once: 17.40,
+// ceiled); below it the frequencies are kept, above it divided by 32. The magnitude scale is 1 + 0.1 ln 32.
+TEST(Rope, YarnFreqFactors) {
+  const RopeScaling s{.enabled = true, .kind = kernels::RopeScalingKind::Yarn, .factor = 32.f, .original_context = 4096};
+  const auto f = kernels::rope_freq_factors(s, 64, 150000.f);
+  ASSERT_EQ(f.size(), 32u);
+  for (size_t i = 0; i < f.size(); ++i) {
+    const double r = 1 - std::clamp((double(i) - 8) / 10, 0.0, 1.0);  // 1: extrapolate (keep), 0: interpolate
+    EXPECT_NEAR(f[i], 1 / ((1 - r) / 32 + r), 1e-5 * f[i]) << i;
+  }
+  EXPECT_EQ(f[8], 1.f);
+  EXPECT_EQ(f[18], 32.f);
+  EXPECT_NEAR(kernels::rope_yarn_mscale(s), 1 + 0.1 * std::log(32.0), 1e-6);
+  RopeScaling llama3 = s;
+  llama3.kind = kernels::RopeScalingKind::Llama3;
+  EXPECT_EQ(kernels::rope_yarn_mscale(llama3), 1.f);
+  EXPECT_EQ(kernels::rope_yarn_mscale({}), 1.f);
+  RopeScaling bad = s;
+  bad.beta_slow = 0;
+  EXPECT_THROW(kernels::rope_freq_factors(bad, 64, 150000.f), InvalidArgument);
 }
 
 TEST(Rope, BadArgumentsThrowNamingTheField) {

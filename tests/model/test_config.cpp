@@ -204,7 +204,7 @@ struct ConfigCase {
 TEST(ConfigErrors, EveryCaseGivesItsError) {
   const std::vector<ConfigCase> cases = {
       {"unknown architecture", [](GgufBuilder& g) { g.set("general.architecture", GVal::str("gpt2")); },
-       "architecture 'gpt2' is not supported (supported: llama, qwen2, qwen3, qwen3moe, gemma3, lfm2, lfm2moe)"},
+       "architecture 'gpt2' is not supported (supported: llama, qwen2, qwen3, qwen3moe, gemma3, lfm2, lfm2moe, gpt-oss)"},
       {"no architecture", [](GgufBuilder& g) { g.without("general.architecture"); },
        "key 'general.architecture' is missing"},
       {"missing block_count", [](GgufBuilder& g) { g.without("llama.block_count"); },
@@ -228,8 +228,10 @@ TEST(ConfigErrors, EveryCaseGivesItsError) {
        "rope.dimension_count' = 8 must be even"},
       {"zero eps", [](GgufBuilder& g) { g.set("llama.attention.layer_norm_rms_epsilon", GVal::f32(0.f)); },
        "is not positive"},
-      {"yarn scaling", [](GgufBuilder& g) { g.kv("llama.rope.scaling.type", GVal::str("yarn")); },
-       "key 'llama.rope.scaling.type': 'yarn' is not supported (supported: none, llama3)"},
+      {"linear scaling", [](GgufBuilder& g) { g.kv("llama.rope.scaling.type", GVal::str("linear")); },
+       "key 'llama.rope.scaling.type': 'linear' is not supported (supported: none, llama3, yarn)"},
+      {"yarn scaling without its factor", [](GgufBuilder& g) { g.kv("llama.rope.scaling.type", GVal::str("yarn")); },
+       "key 'llama.rope.scaling.factor' is missing"},
       {"llama3 scaling without factor", [](GgufBuilder& g) { g.kv("llama.rope.scaling.type", GVal::str("llama3")); },
        "key 'llama.rope.scaling.factor' is missing"},
       {"tokens of the wrong type",
@@ -368,8 +370,8 @@ TEST(ConfigErrors, Qwen3Moe) {
        "qwen3moe.expert_used_count"},
       {"sigmoid gating without its bias", [](GgufBuilder& g) { g.kv("qwen3moe.expert_gating_func", GVal::u32(2)); },
        "tensor 'blk.0.exp_probs_b.bias' is missing"},
-      {"another gating", [](GgufBuilder& g) { g.kv("qwen3moe.expert_gating_func", GVal::u32(3)); },
-       "key 'qwen3moe.expert_gating_func' = 3 is not supported (1 softmax, 2 sigmoid)"},
+      {"another gating", [](GgufBuilder& g) { g.kv("qwen3moe.expert_gating_func", GVal::u32(4)); },
+       "key 'qwen3moe.expert_gating_func' = 4 is not supported (1 softmax, 2 sigmoid, 3 softmax of the top k)"},
       {"more dense layers than layers", [](GgufBuilder& g) { g.kv("qwen3moe.leading_dense_block_count", GVal::u32(3)); },
        "key 'qwen3moe.leading_dense_block_count' = 3 exceeds block_count 2"},
       {"experts of another width",
@@ -383,6 +385,104 @@ TEST(ConfigErrors, Qwen3Moe) {
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);
     auto g = tiny_qwen3moe();
+    c.edit(g);
+    EXPECT_THAT(config_error(g), ::testing::HasSubstr(c.expect));
+  }
+}
+
+// A gpt-oss of two layers as llama.cpp's converter writes it: biases on q/k/v/o, sinks, the FFN's norm named
+// post_attention_norm, 4 experts of FFN 8 with biases, 2 per token, a sliding window of 4, YaRN.
+GgufBuilder tiny_gpt_oss() {
+  GgufBuilder g = tiny_model("gpt-oss");
+  const uint64_t E = 16, X = 4, FX = 8;
+  g.kv("gpt-oss.expert_count", GVal::u32(X))
+      .kv("gpt-oss.expert_used_count", GVal::u32(2))
+      .kv("gpt-oss.expert_feed_forward_length", GVal::u32(FX))
+      .kv("gpt-oss.attention.sliding_window", GVal::u32(4))
+      .kv("gpt-oss.rope.scaling.type", GVal::str("yarn"))
+      .kv("gpt-oss.rope.scaling.factor", GVal::f32(32.f))
+      .kv("gpt-oss.rope.scaling.original_context_length", GVal::u32(128));
+  for (int i = 0; i < 2; ++i) {
+    const std::string b = "blk." + std::to_string(i) + ".";
+    for (const char* t : {"ffn_gate.weight", "ffn_up.weight", "ffn_down.weight", "ffn_norm.weight"})
+      g.without_tensor(b + t);
+    g.tensor(b + "attn_q.bias", {16})
+        .tensor(b + "attn_k.bias", {8})
+        .tensor(b + "attn_v.bias", {8})
+        .tensor(b + "attn_output.bias", {E})
+        .tensor(b + "attn_sinks.weight", {4})
+        .tensor(b + "post_attention_norm.weight", {E})
+        .tensor(b + "ffn_gate_inp.weight", {E, X})
+        .tensor(b + "ffn_gate_inp.bias", {X})
+        .tensor(b + "ffn_gate_exps.weight", {E, FX, X})
+        .tensor(b + "ffn_gate_exps.bias", {FX, X})
+        .tensor(b + "ffn_up_exps.weight", {E, FX, X})
+        .tensor(b + "ffn_up_exps.bias", {FX, X})
+        .tensor(b + "ffn_down_exps.weight", {FX, E, X})
+        .tensor(b + "ffn_down_exps.bias", {E, X});
+  }
+  return g;
+}
+
+TEST(ConfigFromGguf, GptOssAsLlamaCppReadsIt) {
+  const auto c = config_of(tiny_gpt_oss());
+  EXPECT_EQ(c.arch, Arch::GptOss);
+  EXPECT_EQ(c.rope_type, RopeType::Neox);
+  EXPECT_TRUE(c.attn_bias && c.attn_out_bias && c.attn_sinks && c.moe_bias);
+  EXPECT_FALSE(c.qk_norm);
+  EXPECT_EQ(c.ffn_act, FfnAct::SwigluOai);
+  EXPECT_EQ(c.ffn_norm_name, "post_attention_norm.weight");
+  EXPECT_EQ(c.n_expert, 4u);
+  EXPECT_EQ(c.n_expert_used, 2u);
+  EXPECT_FALSE(c.moe_sigmoid);
+  // local layers every other one from layer 0, rotating with the global base and scaling
+  EXPECT_EQ(c.layer_pattern(), "LA");
+  EXPECT_EQ(c.sliding_window, 4u);
+  EXPECT_EQ(c.rope_base_swa, c.rope_base);
+  EXPECT_TRUE(c.rope_scaling.enabled);
+  EXPECT_EQ(c.rope_scaling.kind, kernels::RopeScalingKind::Yarn);
+  EXPECT_EQ(c.rope_scaling.factor, 32.f);
+  EXPECT_EQ(c.rope_scaling.original_context, 128u);
+  EXPECT_EQ(c.rope_scaling.beta_fast, 32.f);
+  EXPECT_EQ(c.rope_scaling.beta_slow, 1.f);
+  EXPECT_TRUE(c.rope_scaling_swa.enabled);
+  // YaRN's magnitude scale (1 + 0.1 ln 32) on q and k, squared into the GPU's q.k scale
+  const double m = 1 + 0.1 * std::log(32.0);
+  EXPECT_NEAR(c.attention_scale(), m * m / 2.0, 1e-6);  // head_dim 4
+}
+
+TEST(ConfigErrors, GptOss) {
+  const ConfigCase cases[] = {
+      {"no sliding window", [](GgufBuilder& g) { g.without("gpt-oss.attention.sliding_window"); },
+       "gpt-oss.attention.sliding_window"},
+      {"no sinks", [](GgufBuilder& g) { g.without_tensor("blk.1.attn_sinks.weight"); },
+       "tensor 'blk.1.attn_sinks.weight' is missing"},
+      {"sinks of another length",
+       [](GgufBuilder& g) { g.without_tensor("blk.0.attn_sinks.weight").tensor("blk.0.attn_sinks.weight", {2}); },
+       "tensor 'blk.0.attn_sinks.weight': shape [2] does not match the config (expected [4])"},
+      {"no output bias", [](GgufBuilder& g) { g.without_tensor("blk.0.attn_output.bias"); },
+       "tensor 'blk.0.attn_output.bias' is missing"},
+      {"no router bias", [](GgufBuilder& g) { g.without_tensor("blk.1.ffn_gate_inp.bias"); },
+       "tensor 'blk.1.ffn_gate_inp.bias' is missing"},
+      {"expert bias of another width",
+       [](GgufBuilder& g) {
+         g.without_tensor("blk.0.ffn_down_exps.bias").tensor("blk.0.ffn_down_exps.bias", {8, 4});
+       },
+       "tensor 'blk.0.ffn_down_exps.bias': shape [8, 4] does not match the config (expected [16, 4])"},
+      {"no FFN norm", [](GgufBuilder& g) { g.without_tensor("blk.0.post_attention_norm.weight"); },
+       "tensor 'blk.0.post_attention_norm.weight' is missing"},
+      {"yarn without a factor", [](GgufBuilder& g) { g.without("gpt-oss.rope.scaling.factor"); },
+       "gpt-oss.rope.scaling.factor"},
+      {"yarn shrinking", [](GgufBuilder& g) { g.set("gpt-oss.rope.scaling.factor", GVal::f32(0.5f)); },
+       "yarn rope scaling parameters are inconsistent (factor 0.500000"},
+      {"yarn on part of a head", [](GgufBuilder& g) { g.kv("gpt-oss.rope.dimension_count", GVal::u32(2)); },
+       "yarn rope scaling on 2 of 4 head dimensions is not supported"},
+      {"another scaling", [](GgufBuilder& g) { g.set("gpt-oss.rope.scaling.type", GVal::str("longrope")); },
+       "'longrope' is not supported (supported: none, llama3, yarn)"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    auto g = tiny_gpt_oss();
     c.edit(g);
     EXPECT_THAT(config_error(g), ::testing::HasSubstr(c.expect));
   }

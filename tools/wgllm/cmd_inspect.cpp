@@ -40,12 +40,17 @@ void print_config(const GgufHyperParameters& c) {
   std::printf("  rms_eps        %g\n", static_cast<double>(c.rms_eps));
   std::printf("  rope           %s, base %g, dims %u%s\n", c.rope_type.c_str(), static_cast<double>(c.rope_base),
               c.rope_dim, c.rope_freqs_tensor ? ", rope_freqs tensor" : "");
-  if (c.rope_scaling)
+  if (c.rope_scaling && c.rope_scaling_type == "yarn")
+    std::printf("  rope scaling   yarn, factor %g, original context %u, beta fast %g, slow %g\n",
+                static_cast<double>(c.rope_scaling_factor), c.rope_scaling_original_context,
+                static_cast<double>(c.rope_scaling_beta_fast), static_cast<double>(c.rope_scaling_beta_slow));
+  else if (c.rope_scaling)
     std::printf("  rope scaling   llama3, factor %g, low %g, high %g, original context %u\n",
                 static_cast<double>(c.rope_scaling_factor), static_cast<double>(c.rope_scaling_low_freq_factor),
                 static_cast<double>(c.rope_scaling_high_freq_factor), c.rope_scaling_original_context);
   std::printf("  qk_norm        %s\n", c.qk_norm ? "yes" : "no");
   std::printf("  attn_bias      %s\n", c.attn_bias ? "yes" : "no");
+  if (c.attn_sinks) std::printf("  attn sinks     yes (a logit per head in every softmax)\n");
   std::printf("  tied embedding %s\n", c.tied_embeddings ? "yes" : "no");
   if (c.layer_pattern.find_first_not_of('A') != std::string::npos)
     std::printf("  layers         %s (A attention, L local attention, C short convolution)\n", c.layer_pattern.c_str());
