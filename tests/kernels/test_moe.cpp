@@ -71,6 +71,8 @@ struct ExpertCase {
   uint32_t n_expert, n_used, n_tokens;
   bool swiglu, norm, x_per_pair;
   uint64_t max_piece_bytes = 0;  // > 0: experts split across pieces
+  bool bias = false;             // each expert's row biases (gpt-oss)
+  kernels::GateAct act = kernels::GateAct::Silu;
 };
 
 const ExpertCase kExpertCases[] = {
@@ -90,6 +92,12 @@ const ExpertCase kExpertCases[] = {
     {"f16_many_tokens_down", F16, 64, 24, 3, 1, 40, false, false, true},  // tiles of 16 (moe_tile)
     {"q6_k_tiles_of_8", Q6_K, 256, 16, 4, 2, 14, true, false, false},
     {"q8_0_tiles_of_3_down", Q8_0, 64, 32, 4, 1, 10, false, false, true},
+    // gpt-oss's: the biases of the chosen expert's rows, gate/up through the clamped SwiGLU; alone, in pieces, grouped
+    {"q8_0_gate_up_bias_oai", Q8_0, 128, 48, 8, 2, 3, true, true, false, 0, true, kernels::GateAct::SwigluOai},
+    {"f32_gate_up_bias_oai_pieces", F32, 64, 40, 8, 4, 2, true, true, false, 3 * 40 * 256, true,
+     kernels::GateAct::SwigluOai},
+    {"q4_k_many_tokens_bias_oai", Q4_K, 256, 32, 4, 2, 37, true, true, false, 0, true, kernels::GateAct::SwigluOai},
+    {"f16_down_bias_per_pair", F16, 64, 24, 6, 2, 20, false, false, true, 0, true},
 };
 
 class ExpertTable : public testing::TestWithParam<ExpertCase> {};
@@ -122,13 +130,20 @@ TEST_P(ExpertTable, MatchesCpuReference) {
     if (t == 0) std::swap(*std::find(all.begin(), all.end(), c.n_expert - 1), all[0]);
     ids.insert(ids.end(), all.begin(), all.begin() + c.n_used);
   }
+  // biases of a scale that moves the sums (and, with the clamped SwiGLU, across its clamps at +-7)
+  const auto bias = random_floats(c.bias ? total_rows : 0, gen, -4.f, 4.f);
   auto xs = ctx.upload<float>(x, WGPUBufferUsage_Storage, "x");
   auto nbuf = ctx.upload<float>(norm_padded, WGPUBufferUsage_Storage, "norm");
   auto ebuf = ctx.upload<uint32_t>(ids, WGPUBufferUsage_Storage, "experts");
+  const gpu::Buffer bbuf = c.bias ? ctx.upload<float>(bias, WGPUBufferUsage_Storage, "bias") : gpu::Buffer{};
   const uint32_t width = c.swiglu ? c.rows / 2 : c.rows;
   auto y = poisoned(ctx, size_t(pairs) * width + 64, "y");
-  const kernels::ExpertOptions o{
-      .norm = c.norm ? &nbuf : nullptr, .eps = 1e-5f, .swiglu = c.swiglu, .x_per_pair = c.x_per_pair};
+  const kernels::ExpertOptions o{.norm = c.norm ? &nbuf : nullptr,
+                                 .eps = 1e-5f,
+                                 .bias = c.bias ? &bbuf : nullptr,
+                                 .swiglu = c.swiglu,
+                                 .act = c.act,
+                                 .x_per_pair = c.x_per_pair};
   gpu::ComputeBatch batch(ctx, "experts");
   kernels::encode_expert_matmul(batch, ctx, w, xs, y, ebuf, c.n_tokens, c.n_used, o);
   // pair 1 alone (its expert id and x row copied into buffers of its own)
@@ -154,7 +169,9 @@ TEST_P(ExpertTable, MatchesCpuReference) {
   for (uint32_t i = 0; i < pairs; ++i) {
     const std::span<const uint8_t> expert(bytes.data() + size_t(ids[i]) * c.rows * row_bytes, c.rows * row_bytes);
     const uint32_t xr = c.x_per_pair ? i : i / c.n_used;
-    const auto out = cpu::matmul(c.type, expert, c.n_in, c.rows, std::span(xn).subspan(size_t(xr) * c.n_in, c.n_in), 1);
+    auto out = cpu::matmul(c.type, expert, c.n_in, c.rows, std::span(xn).subspan(size_t(xr) * c.n_in, c.n_in), 1);
+    if (c.bias)
+      for (uint32_t r = 0; r < c.rows; ++r) out[r] += bias[size_t(ids[i]) * c.rows + r];
     if (!c.swiglu) {
       want.insert(want.end(), out.begin(), out.end());
       continue;
@@ -164,7 +181,7 @@ TEST_P(ExpertTable, MatchesCpuReference) {
       gate.push_back(out[r]);
       up.push_back(out[r + 1]);
     }
-    const auto act = cpu::swiglu(gate, up);
+    const auto act = cpu::gated(uint32_t(c.act), gate, up);
     want.insert(want.end(), act.begin(), act.end());
   }
   const auto r = compare(std::span<const float>(got).first(want.size()), std::span<const float>(want));
