@@ -23,7 +23,8 @@
 #   scripts/bench_vs_llamacpp.sh table WGLLM CUDA_BIN_DIR VULKAN_BIN_DIR [-r N] [-p N] [-n N] [-d N]
 #                                      [--vk-prefix VK_PREFIX] [--models-dir DIR] [--tiny] [--rows ID,...]
 #       makes the model files with tools/make_model.py if missing (Llama-3.2-1B F16, Q8_0 and Q4_K_M, Qwen2.5-0.5B
-#       F16, Qwen3-0.6B F16, Gemma 3 270M and LFM2-350M Q4_K_M, Llama-3.1-8B F16 and Q4_K_M, Qwen3-30B-A3B Q4_K_M;
+#       F16, Qwen3-0.6B F16, Gemma 3 270M and LFM2-350M Q4_K_M, Llama-3.1-8B F16 and Q4_K_M, Qwen3-30B-A3B and
+#       LFM2-8B-A1B Q4_K_M;
 #       random weights, real shapes; needs numpy and gguf; the Q4_K_M files are the F16 ones through the
 #       llama-quantize of the first bin dir that has one, Qwen3-30B-A3B's its Q8_0 one), runs llama-bench -ngl 99 -fa 1 with each
 #       build and wgllm bench greedy and sampled (--temp 0.8 --top-p 0.9 --top-k 40) on each, the Llama F16 file
@@ -214,6 +215,7 @@ TABLE_ROWS=(
   "llama-3.1-8b-f16|Llama-3.1-8B F16|llama-3.1-8b|f16|0"
   "llama-3.1-8b-q4_k_m|Llama-3.1-8B Q4_K_M|llama-3.1-8b|q4_k_m|0"
   "qwen3-30b-a3b-q4_k_m|Qwen3-30B-A3B Q4_K_M|qwen3-30b-a3b|q4_k_m|0"
+  "lfm2-8b-a1b-q4_k_m|LFM2-8B-A1B Q4_K_M|lfm2-8b-a1b|q4_k_m|0"
 )
 # types made with llama-quantize from the shape's F16 file (llama.cpp's own mixes: Q4_K_M is Q4_K with Q6_K for
 # half of attn_v / ffn_down and the output); from its Q8_0 file (--allow-requantize) for the shapes listed in

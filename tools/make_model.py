@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Write a random-weight GGUF model (llama / qwen2 / qwen3 / gemma3 / lfm2) laid out exactly as llama.cpp's converters do.
+"""Write a random-weight GGUF model (llama / qwen2 / qwen3 / qwen3moe / gemma3 / lfm2 / lfm2moe) laid out exactly as
+llama.cpp's converters do.
 
 Same arguments -> byte-identical file. Every tensor draws from its own generator,
 np.random.default_rng([seed, crc32(arch), crc32(name)]) (PCG64, standard_normal float32), so the same seed gives the same
@@ -15,6 +16,8 @@ the gated short-convolution layers; shortconv.l_cache the convolution's length; 
 key_length / rope.dimension_count keys); attention layers hold attn_q/k/v/output and attn_q_norm/attn_k_norm (neox
 RoPE, no row permutation), convolution layers shortconv.in_proj (ne [n_embd, 3 n_embd]: B, C, x), shortconv.conv
 (ne [l_cache, n_embd], always F32) and shortconv.out_proj; the final norm is token_embd_norm.weight.
+lfm2moe (LFM2-8B-A1B) is lfm2 whose FFNs from layer --n-dense-lead on are mixtures of experts: a sigmoid router
+(expert_gating_func 2) with a per-expert selection bias exp_probs_b.bias, as convert_hf_to_gguf.py writes it.
 """
 from __future__ import annotations
 
@@ -62,7 +65,15 @@ SHAPES = {
     "lfm2-350m": dict(arch="lfm2", n_embd=1024, n_layer=16, n_head=16, n_head_kv=8, head_dim=64, n_ff=4608,
                       n_vocab=65536, ctx=128000, rope_base=1e6, rms_eps=1e-5, tie_embeddings=True,
                       lfm2_attn_layers="2,5,8,10,12,14", l_cache=3),
+    # LFM2-8B-A1B: 24 layers, 6 of them attention; the first 2 FFNs dense (7168), the others 32 experts of 1792 of
+    # which 4 per token (8.3 B parameters, 1.5 B active).
+    "lfm2-8b-a1b": dict(arch="lfm2moe", n_embd=2048, n_layer=24, n_head=32, n_head_kv=8, head_dim=64, n_ff=7168,
+                        n_vocab=65536, ctx=128000, rope_base=1e6, rms_eps=1e-5, tie_embeddings=True,
+                        lfm2_attn_layers="2,6,10,14,18,21", l_cache=3, n_expert=32, n_expert_used=4, n_ff_exp=1792,
+                        n_dense_lead=2),
 }
+LFM2 = ("lfm2", "lfm2moe")  # the LFM2 layer layout
+MOE = ("qwen3moe", "lfm2moe")  # FFNs of experts
 
 LLAMA3_TEMPLATE = (
     "{{- bos_token }}"
@@ -140,7 +151,7 @@ def _specials(arch: str) -> tuple[list[str], str, str, bool, str]:
     if arch == "gemma3":  # no template: as in Gemma 3 270M's file, the architecture implies Gemma's turns
         sp = ["<pad>", "<eos>", "<bos>", "<start_of_turn>", "<end_of_turn>"]
         return sp, "<bos>", "<end_of_turn>", True, ""
-    if arch == "lfm2":
+    if arch in LFM2:
         sp = ["<|pad|>", "<|startoftext|>", "<|endoftext|>", "<|im_start|>", "<|im_end|>"]
         return sp, "<|startoftext|>", "<|im_end|>", True, "{{- bos_token }}" + CHATML_TEMPLATE
     sp = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -215,7 +226,7 @@ def tokenizer_metadata(kind: str, arch: str, n_vocab: int) -> dict:
         tokens += specials
         types += [TT_CONTROL] * len(specials)
         md["tokenizer.ggml.model"] = "gpt2"
-        md["tokenizer.ggml.pre"] = "lfm2" if arch == "lfm2" else "gpt-2"  # llama.cpp's names (it refuses "gpt2")
+        md["tokenizer.ggml.pre"] = "lfm2" if arch in LFM2 else "gpt-2"  # llama.cpp's names (it refuses "gpt2")
         md["tokenizer.ggml.merges"] = merges
         scores = None
     elif kind == "spm":
@@ -279,24 +290,39 @@ def lfm2_attn_layers(a) -> list[int]:
     return sorted({int(x) for x in str(a.lfm2_attn_layers).split(",") if x.strip()})
 
 
+def ffn_plan(a, i: int) -> list[tuple[str, tuple[int, ...], str, float]]:
+    """Layer i's FFN: its norm and the dense gate/up/down, or (a mixture's layers) the router and the stacked experts,
+    numpy [expert][out][in], with lfm2moe's selection bias."""
+    p = f"blk.{i}."
+    plan = [(p + "ffn_norm.weight", (a.n_embd,), "norm", 0.1)]
+    if a.arch not in MOE or i < a.n_dense_lead:
+        return plan + [(p + "ffn_gate.weight", (a.n_ff, a.n_embd), "w", 1 / math.sqrt(a.n_embd)),
+                       (p + "ffn_up.weight", (a.n_ff, a.n_embd), "w", 1 / math.sqrt(a.n_embd)),
+                       (p + "ffn_down.weight", (a.n_embd, a.n_ff), "w", 1 / math.sqrt(a.n_ff))]
+    X, FX = a.n_expert, a.n_ff_exp
+    if a.arch == "lfm2moe":
+        plan.append((p + "exp_probs_b.bias", (X,), "bias", 0.1))
+    return plan + [(p + "ffn_gate_inp.weight", (X, a.n_embd), "w", 4 / math.sqrt(a.n_embd)),
+                   (p + "ffn_gate_exps.weight", (X, FX, a.n_embd), "w", 1 / math.sqrt(a.n_embd)),
+                   (p + "ffn_up_exps.weight", (X, FX, a.n_embd), "w", 1 / math.sqrt(a.n_embd)),
+                   (p + "ffn_down_exps.weight", (X, a.n_embd, FX), "w", 1 / math.sqrt(FX))]
+
+
 def tensor_plan(a) -> list[tuple[str, tuple[int, ...], str, float]]:
     """(name, numpy shape [out, in], init kind, std) in llama.cpp's tensor order."""
     q_dim, kv_dim = a.n_head * a.head_dim, a.n_head_kv * a.head_dim
     # tied: a small embedding keeps the token's own row from dominating its logit (else greedy repeats the input
     # token); a larger final-norm gain then restores a useful logit spread.
     plan = [("token_embd.weight", (a.n_vocab, a.n_embd), "w", 0.5 / math.sqrt(a.n_embd) if a.tie_embeddings else 1.0)]
-    attn = lfm2_attn_layers(a) if a.arch == "lfm2" else None
+    attn = lfm2_attn_layers(a) if a.arch in LFM2 else None
     for i in range(a.n_layer):
         p = f"blk.{i}."
         if attn is not None and i not in attn:  # lfm2 gated short convolution
             plan += [(p + "attn_norm.weight", (a.n_embd,), "norm", 0.1),
                      (p + "shortconv.in_proj.weight", (3 * a.n_embd, a.n_embd), "w", 1 / math.sqrt(a.n_embd)),
                      (p + "shortconv.conv.weight", (a.n_embd, a.l_cache), "w", 1 / math.sqrt(a.l_cache)),
-                     (p + "shortconv.out_proj.weight", (a.n_embd, a.n_embd), "w", 1 / math.sqrt(a.n_embd)),
-                     (p + "ffn_norm.weight", (a.n_embd,), "norm", 0.1),
-                     (p + "ffn_gate.weight", (a.n_ff, a.n_embd), "w", 1 / math.sqrt(a.n_embd)),
-                     (p + "ffn_up.weight", (a.n_ff, a.n_embd), "w", 1 / math.sqrt(a.n_embd)),
-                     (p + "ffn_down.weight", (a.n_embd, a.n_ff), "w", 1 / math.sqrt(a.n_ff))]
+                     (p + "shortconv.out_proj.weight", (a.n_embd, a.n_embd), "w", 1 / math.sqrt(a.n_embd))]
+            plan += ffn_plan(a, i)
             continue
         plan += [(p + "attn_norm.weight", (a.n_embd,), "norm", 0.1),
                  (p + "attn_q.weight", (q_dim, a.n_embd), "w", 1 / math.sqrt(a.n_embd)),
@@ -305,27 +331,16 @@ def tensor_plan(a) -> list[tuple[str, tuple[int, ...], str, float]]:
         if a.arch == "qwen2":
             plan += [(p + "attn_q.bias", (q_dim,), "bias", 0.1), (p + "attn_k.bias", (kv_dim,), "bias", 0.1),
                      (p + "attn_v.bias", (kv_dim,), "bias", 0.1)]
-        if a.arch in ("qwen3", "qwen3moe", "gemma3", "lfm2"):
+        if a.arch in ("qwen3", "qwen3moe", "gemma3", "lfm2", "lfm2moe"):
             plan += [(p + "attn_q_norm.weight", (a.head_dim,), "norm", 0.1),
                      (p + "attn_k_norm.weight", (a.head_dim,), "norm", 0.1)]
         plan += [(p + "attn_output.weight", (a.n_embd, q_dim), "w", 1 / math.sqrt(q_dim))]
         if a.arch == "gemma3":  # the norms after attention and after the FFN, before each residual add
             plan += [(p + "post_attention_norm.weight", (a.n_embd,), "norm", 0.1)]
-        if a.arch == "qwen3moe":  # the router and the experts stacked: numpy [expert][out][in]
-            X, FX = a.n_expert, a.n_ff_exp
-            plan += [(p + "ffn_norm.weight", (a.n_embd,), "norm", 0.1),
-                     (p + "ffn_gate_inp.weight", (X, a.n_embd), "w", 4 / math.sqrt(a.n_embd)),
-                     (p + "ffn_gate_exps.weight", (X, FX, a.n_embd), "w", 1 / math.sqrt(a.n_embd)),
-                     (p + "ffn_up_exps.weight", (X, FX, a.n_embd), "w", 1 / math.sqrt(a.n_embd)),
-                     (p + "ffn_down_exps.weight", (X, a.n_embd, FX), "w", 1 / math.sqrt(FX))]
-            continue
-        plan += [(p + "ffn_norm.weight", (a.n_embd,), "norm", 0.1),
-                 (p + "ffn_gate.weight", (a.n_ff, a.n_embd), "w", 1 / math.sqrt(a.n_embd)),
-                 (p + "ffn_up.weight", (a.n_ff, a.n_embd), "w", 1 / math.sqrt(a.n_embd)),
-                 (p + "ffn_down.weight", (a.n_embd, a.n_ff), "w", 1 / math.sqrt(a.n_ff))]
+        plan += ffn_plan(a, i)
         if a.arch == "gemma3":
             plan += [(p + "post_ffw_norm.weight", (a.n_embd,), "norm", 0.1)]
-    plan.append(("token_embd_norm.weight" if a.arch == "lfm2" else "output_norm.weight", (a.n_embd,),
+    plan.append(("token_embd_norm.weight" if a.arch in LFM2 else "output_norm.weight", (a.n_embd,),
                  "norm_out" if a.tie_embeddings else "norm", 0.1))
     if not a.tie_embeddings:
         plan.append(("output.weight", (a.n_vocab, a.n_embd), "w", 2 / math.sqrt(a.n_embd)))
@@ -363,7 +378,7 @@ def gen_tensor(seed: int, arch: str, name: str, shape: tuple[int, ...], kind: st
 
 def build_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--arch", choices=["llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "lfm2"], default=None)
+    ap.add_argument("--arch", choices=["llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "lfm2", "lfm2moe"], default=None)
     ap.add_argument("--type", choices=list(TYPES), default="f32", help="storage type of the 2-D weights")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", required=True)
@@ -383,9 +398,11 @@ def build_args(argv=None):
     ap.add_argument("--lfm2-attn-layers", default=None, metavar="I,J,..",
                     help="lfm2: the attention layers, the others gated short convolutions (default 1,3,5,..)")
     ap.add_argument("--l-cache", type=int, default=3, help="lfm2: shortconv.l_cache, the convolution's length")
-    ap.add_argument("--n-expert", type=int, default=8, help="qwen3moe: experts per layer")
-    ap.add_argument("--n-expert-used", type=int, default=2, help="qwen3moe: experts chosen per token")
-    ap.add_argument("--n-ff-exp", type=int, default=64, help="qwen3moe: each expert's FFN width")
+    ap.add_argument("--n-expert", type=int, default=8, help="qwen3moe, lfm2moe: experts per layer")
+    ap.add_argument("--n-expert-used", type=int, default=2, help="qwen3moe, lfm2moe: experts chosen per token")
+    ap.add_argument("--n-ff-exp", type=int, default=64, help="qwen3moe, lfm2moe: each expert's FFN width")
+    ap.add_argument("--n-dense-lead", type=int, default=0,
+                    help="lfm2moe: leading layers with a dense FFN (leading_dense_block_count)")
     ap.add_argument("--rope-scaling", choices=["none", "llama3"], default="none")
     ap.add_argument("--rope-scaling-factor", type=float, default=8.0)
     ap.add_argument("--rope-scaling-low", type=float, default=1.0, help="llama3 low_freq_factor")
@@ -409,7 +426,7 @@ def build_args(argv=None):
         a.arch = "llama"
     if a.tokenizer is None:
         a.tokenizer = "synthetic" if a.shape else "bpe"
-    if a.arch == "lfm2":
+    if a.arch in LFM2:
         if a.shape and a.lfm2_attn_layers and "lfm2_attn_layers" not in explicit:  # the shape's, cut to --n-layer
             a.lfm2_attn_layers = ",".join(x for x in a.lfm2_attn_layers.split(",") if int(x) < a.n_layer)
         # head_dim is n_embd / n_head (the converter writes no key_length); llama.cpp's attn_output is n_embd square
@@ -425,8 +442,12 @@ def build_args(argv=None):
             ap.error(f"--lfm2-attn-layers {a.lfm2_attn_layers}: expected comma-separated layer indices")
         if any(i < 0 or i >= a.n_layer for i in layers):
             ap.error(f"--lfm2-attn-layers {a.lfm2_attn_layers}: indices must be below --n-layer {a.n_layer}")
-    if a.arch == "qwen3moe" and not 1 <= a.n_expert_used <= a.n_expert:
+    if a.arch in MOE and not 1 <= a.n_expert_used <= a.n_expert:
         ap.error("--n-expert-used must be in [1, --n-expert]")
+    if a.arch == "qwen3moe":
+        a.n_dense_lead = 0
+    if not 0 <= a.n_dense_lead <= a.n_layer:
+        ap.error("--n-dense-lead must be in [0, --n-layer]")
     if a.n_head % a.n_head_kv:
         ap.error("--n-head must be a multiple of --n-head-kv")
     if a.head_dim % 2:
@@ -437,7 +458,7 @@ def build_args(argv=None):
             ap.error(f"--tensor-type {o}: expected PART=TYPE with TYPE one of {', '.join(TYPES)}")
     if TYPES[a.type] in (ggufio.Q8_0, ggufio.Q4_0):
         for n, v in (("n-embd", a.n_embd), ("n-ff", a.n_ff), ("n-head*head-dim", a.n_head * a.head_dim),
-                     ("n-ff-exp", a.n_ff_exp if a.arch == "qwen3moe" else 32)):
+                     ("n-ff-exp", a.n_ff_exp if a.arch in MOE else 32)):
             if v % 32:
                 ap.error(f"{a.type} needs {n} to be a multiple of 32 (got {v})")
     return a
@@ -464,7 +485,7 @@ def write_model(a, tokenizer: dict | None = None, tensor_data=None) -> None:
     w.add_block_count(a.n_layer)
     w.add_feed_forward_length(a.n_ff)
     w.add_head_count(a.n_head)
-    if arch == "lfm2":  # per layer, 0 on short-convolution layers; no key/value length or rope dimension keys
+    if arch in LFM2:  # per layer, 0 on short-convolution layers; no key/value length or rope dimension keys
         attn = lfm2_attn_layers(a)
         w.add_array(f"{arch}.attention.head_count_kv", [a.n_head_kv if i in attn else 0 for i in range(a.n_layer)])
     else:
@@ -473,17 +494,20 @@ def write_model(a, tokenizer: dict | None = None, tensor_data=None) -> None:
         w.add_value_length(a.head_dim)
     w.add_layer_norm_rms_eps(a.rms_eps)
     w.add_rope_freq_base(a.rope_base)
-    if arch != "lfm2":
+    if arch not in LFM2:
         w.add_rope_dimension_count(a.head_dim)
     w.add_vocab_size(a.n_vocab)
-    if arch == "lfm2":
+    if arch in LFM2:
         w.add_uint32(f"{arch}.shortconv.l_cache", a.l_cache)
     if arch == "gemma3":
         w.add_sliding_window(a.sliding_window or max(1, a.ctx // 4))
-    if arch == "qwen3moe":
+    if arch in MOE:
         w.add_expert_count(a.n_expert)
         w.add_expert_used_count(a.n_expert_used)
         w.add_expert_feed_forward_length(a.n_ff_exp)
+    if arch == "lfm2moe":
+        w.add_uint32(f"{arch}.leading_dense_block_count", a.n_dense_lead)
+        w.add_uint32(f"{arch}.expert_gating_func", 2)  # sigmoid
     # llama3 RoPE scaling is the rope_freqs.weight tensor alone (below), as in llama.cpp's Llama 3.x files: llama.cpp
     # aborts on a {arch}.rope.scaling.type of "llama3".
 

@@ -47,6 +47,9 @@ def matrix() -> dict[str, list[str]]:
     moe = ["--arch", "qwen3moe", "--seed", "5", "--n-expert", "8", "--n-expert-used", "2", "--n-ff-exp", "64"]
     m["qwen3moe-q8_0"] = moe + ["--type", "q8_0"]
     m["qwen3moe-mixed"] = moe + ["--type", "f16", "--tensor-type", "ffn_up_exps=q8_0"]
+    # LFM2-MoE: conv, attn, conv, attn; the first layer dense; 8 experts of 64, 2 per token, a selection bias
+    m["lfm2moe-q8_0"] = ["--arch", "lfm2moe", "--seed", "6", "--type", "q8_0", "--n-layer", "4", "--lfm2-attn-layers",
+                         "1,3", "--n-dense-lead", "1", "--n-expert", "8", "--n-expert-used", "2", "--n-ff-exp", "64"]
     return m
 
 

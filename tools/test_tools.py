@@ -183,6 +183,28 @@ class Tools(unittest.TestCase):
         self.assertEqual((a.arch, a.n_embd, a.n_layer, a.n_expert, a.n_expert_used, a.n_ff_exp),
                          ("qwen3moe", 2048, 8, 128, 8, 768))
 
+    def test_lfm2moe_layout(self):
+        # the layout convert_hf_to_gguf.py writes for LFM2-MoE (see tests/data/models/lfm2moe-tiny-f32.gguf: 5 layers
+        # conv, attn, conv, attn, conv, the first 2 dense, 8 experts of 32, 2 per token)
+        r = ggufio.Reader(self.model("lfm2moe", "--arch", "lfm2moe", "--seed", "1", "--n-layer", "5",
+                                     "--lfm2-attn-layers", "1,3", "--n-dense-lead", "2", "--n-ff", "96",
+                                     "--n-expert", "8", "--n-expert-used", "2", "--n-ff-exp", "32"))
+        fx = ggufio.Reader(Path(__file__).resolve().parent.parent / "tests/data/models/lfm2moe-tiny-f32.gguf")
+        for k in ("expert_count", "expert_used_count", "expert_feed_forward_length", "leading_dense_block_count",
+                  "expert_gating_func", "shortconv.l_cache"):
+            self.assertEqual(r.get("lfm2moe." + k), fx.get("lfm2moe." + k), k)
+        self.assertEqual(r.get("lfm2moe.attention.head_count_kv").tolist(),
+                         fx.get("lfm2moe.attention.head_count_kv").tolist())
+        for i in range(5):
+            mine = {n: r.tensors[n].ne for n in r.tensors if n.startswith(f"blk.{i}.")}
+            theirs = {n: fx.tensors[n].ne for n in fx.tensors if n.startswith(f"blk.{i}.")}
+            self.assertEqual(mine, theirs, i)
+        self.assertEqual(r.get("tokenizer.ggml.pre"), "lfm2")
+        a = make_model.build_args(["--shape", "lfm2-8b-a1b", "--out", "x"])
+        self.assertEqual((a.arch, a.n_embd, a.n_layer, a.n_expert, a.n_expert_used, a.n_ff_exp, a.n_dense_lead),
+                         ("lfm2moe", 2048, 24, 32, 4, 1792, 2))
+        self.assertEqual(make_model.lfm2_attn_layers(a), [2, 6, 10, 14, 18, 21])
+
     def test_lfm2_layout_and_forward(self):
         # the layout convert_hf_to_gguf.py writes for LFM2 (see tests/data/models/lfm2-tiny-f32.gguf)
         p = self.model("lfm2", "--arch", "lfm2", "--seed", "1", "--n-layer", "6", "--lfm2-attn-layers", "2,4")
