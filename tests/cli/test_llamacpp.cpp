@@ -58,6 +58,8 @@ std::vector<OracleModel> oracle_models() {
       {"qwen3moe_tiny_k4_f32", [] { return std::optional(test::model_path("qwen3moe-tiny-k4-f32")); }, 0.5},
       // and a random LFM2-MoE (sigmoid router with a selection bias, a dense first layer)
       {"lfm2moe_tiny_f32", [] { return std::optional(test::model_path("lfm2moe-tiny-f32")); }, 0.5},
+      // and a random gpt-oss (sinks, biases, YaRN, the clamped SwiGLU, windows of 6 positions on every other layer)
+      {"gpt_oss_tiny_f32", [] { return std::optional(test::model_path("gpt-oss-tiny-f32")); }, 0.5},
   };
 }
 
