@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """Train the small test tokenizers and write their fixtures.
 
-Run:  .venv/bin/python tools/train_tokenizers.py [--text PATH] [--out DIR]
+Run:  .venv/bin/python tools/train_tokenizers.py [--text PATH] [--out DIR] [--only NAME ...]
 
 Trains on tiny Shakespeare (default ../shared/data/tinyshakespeare.txt relative to the repository root, else the
 copy in tests/data/), plus the same lines with numbers in front so that the vocabularies hold digit merges:
-  - four byte-level BPE tokenizers with HF `tokenizers` (vocab 2000), one per pre-tokenizer the engine supports:
-    bpe_gpt2 (pre "gpt2"), bpe_llama3 ("llama-bpe"), bpe_qwen2 ("qwen2"), bpe_smollm ("smollm"); qwen2 and smollm
-    reuse the merges learnt under llama3's and gpt2's rules so that their one-digit splits matter;
+  - five byte-level BPE tokenizers with HF `tokenizers` (vocab 2000), one per pre-tokenizer the engine supports:
+    bpe_gpt2 (pre "gpt2"), bpe_llama3 ("llama-bpe"), bpe_qwen2 ("qwen2"), bpe_smollm ("smollm"), bpe_gpt4o
+    ("gpt-4o": o200k's rules, gpt-oss); qwen2 and smollm reuse the merges learnt under llama3's and gpt2's rules so
+    that their one-digit splits matter;
   - one SentencePiece BPE model with byte fallback (vocab 1000): spm ("llama").
 Each fixture tests/data/tokenizers/<name>.json holds exactly the fields of the engine's TokenizerData (what a GGUF
 converter writes as tokenizer.ggml.*). tests/data/tokenizers/strings.json holds the test strings and
@@ -44,6 +45,10 @@ LLAMA3_PATTERN = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N
                   r"""|\s*[\r\n]+|\s+(?!\S)|\s+""")
 QWEN2_PATTERN = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
                  r"""|\s*[\r\n]+|\s+(?!\S)|\s+""")
+# o200k (GPT-4o, gpt-oss): words split at case changes (an upper-case run, then lower case), contractions kept on them.
+GPT4O_PATTERN = (r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?"""
+                 r"""|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?"""
+                 r"""|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+""")
 
 # name -> (gguf pre, pre-tokenizer the vocabulary is trained under). qwen2 and smollm reuse the vocabularies
 # trained under llama3's and gpt2's rules: those hold multi-digit tokens, so the one-digit splits are exercised.
@@ -52,6 +57,7 @@ BPE_KINDS = {
     "bpe_llama3": ("llama-bpe", "llama-bpe"),
     "bpe_qwen2": ("qwen2", "llama-bpe"),
     "bpe_smollm": ("smollm", "gpt2"),
+    "bpe_gpt4o": ("gpt-4o", "gpt-4o"),
 }
 SPM_KIND = "spm"
 KINDS = list(BPE_KINDS) + [SPM_KIND]
@@ -82,7 +88,7 @@ def _bpe_pre_tokenizer(pre: str):
     if pre == "smollm":  # SmolLM's tokenizer.json: every digit on its own, then GPT-2 byte level
         return pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
                                         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
-    pattern = {"llama-bpe": LLAMA3_PATTERN, "qwen2": QWEN2_PATTERN}[pre]
+    pattern = {"llama-bpe": LLAMA3_PATTERN, "qwen2": QWEN2_PATTERN, "gpt-4o": GPT4O_PATTERN}[pre]
     return pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False),
                                     pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
 
@@ -315,6 +321,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("text", nargs="?", default=None, help="training text (default: tiny Shakespeare)")
     ap.add_argument("--out", default=str(FIXTURES), help="fixture folder")
+    ap.add_argument("--only", nargs="*", choices=KINDS, help="write these fixtures alone (strings.json kept)")
     args = ap.parse_args()
     text_path = Path(args.text) if args.text else (DEFAULT_TEXT if DEFAULT_TEXT.exists() else FALLBACK_TEXT)
     out = Path(args.out)
@@ -322,13 +329,18 @@ def main() -> None:
     text = text_path.read_text(encoding="utf-8")
 
     strings = make_strings(text)
-    _write_json(out / "strings.json", strings)
+    if args.only:
+        with open(out / "strings.json", encoding="utf-8") as f:
+            assert json.load(f) == strings, "strings.json differs from the strings this text gives"
+    else:
+        _write_json(out / "strings.json", strings)
+    wanted = set(args.only or KINDS)
 
     with tempfile.TemporaryDirectory() as tmp:
         numbered = Path(tmp) / "numbered.txt"
         numbered.write_text(numbered_lines(text), encoding="utf-8")
         tokenizers = {name: train_bpe(pre, train_pre, [str(text_path), str(numbered)])
-                      for name, (pre, train_pre) in BPE_KINDS.items()}
+                      for name, (pre, train_pre) in BPE_KINDS.items() if name in wanted}
     for name, tok in tokenizers.items():
         pre = BPE_KINDS[name][0]
         _write_json(out / f"{name}.json", bpe_data(tok, pre))
@@ -338,6 +350,8 @@ def main() -> None:
         _write_json(out / f"{name}.ref.json", {"ids": with_special, "ids_no_special": no_special})
         print(f"{name}: vocab {tok.get_vocab_size()}, {len(strings)} strings")
 
+    if SPM_KIND not in wanted:
+        return
     sp = train_spm(text_path)
     _write_json(out / f"{SPM_KIND}.json", spm_data(sp))
     ids = [sp.encode(s) for s in strings]

@@ -31,6 +31,13 @@ constexpr const char* kQwen2 =
 // Qwen 3.5: Qwen2's with combining marks part of words.
 constexpr const char* kQwen35 =
     R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+// o200k (GPT-4o, gpt-oss, Llama 4): words split where the case changes (upper-case letters, then lower-case ones),
+// each taking one leading non-letter/digit and a trailing contraction; digits in runs of at most three; symbols with
+// trailing newlines or slashes. The tokenizer.json regex itself (llama.cpp runs an ASCII-case approximation of it).
+constexpr const char* kGpt4o =
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?)"
+    R"(|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?)"
+    R"(|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 // Splits applied before or after a main regex: single digits (SmolLM, StarCoder, ...), digit runs, groups of three
 // ASCII digits, punctuation runs, line breaks, CJK runs.
 constexpr const char* kDigit = R"(\p{N})";
@@ -79,6 +86,7 @@ const std::vector<PreKind>& kinds() {
       {{"dbrx", "smaug-bpe"}, {kLlama3}},
       {{"qwen2", "deepseek-r1-qwen", "megrez", "stablelm2", "hunyuan"}, {kQwen2}},
       {{"qwen35"}, {kQwen35}},
+      {{"gpt-4o", "llama4"}, {kGpt4o}},
       {{"starcoder", "refact", "command-r", "smollm", "codeshell", "exaone", "minerva-7b"}, {kDigit, kGpt2}},
       {{"falcon"}, {kPunctuationRun, kGpt2, kThreeDigits}},
       {{"deepseek-llm"}, {kNewline, kDeepseekLetters, kDeepseekSymbols, kTrailingSpace, kCjk, kDigits}},

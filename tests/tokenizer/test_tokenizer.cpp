@@ -158,7 +158,7 @@ TEST_P(TokenizerReference, EncodesAMegabyteQuickly) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, TokenizerReference,
-                         ::testing::Values("bpe_gpt2", "bpe_llama3", "bpe_qwen2", "bpe_smollm", "spm"),
+                         ::testing::Values("bpe_gpt2", "bpe_llama3", "bpe_qwen2", "bpe_smollm", "bpe_gpt4o", "spm"),
                          [](const auto& info) { return info.param; });
 
 TEST(Tokenizer, SpmWholeTextMergesMatchReference) {
@@ -174,8 +174,8 @@ TEST(Tokenizer, SpmWholeTextMergesMatchReference) {
 
 TEST(Tokenizer, ReferenceStringsTellPreTokenizersApart) {
   // Each fixture encoded with any other pre-tokenizer must disagree with its reference somewhere.
-  for (const char* name : {"bpe_gpt2", "bpe_llama3", "bpe_qwen2", "bpe_smollm"}) {
-    for (const char* pre : {"gpt2", "llama-bpe", "qwen2", "smollm"}) {
+  for (const char* name : {"bpe_gpt2", "bpe_llama3", "bpe_qwen2", "bpe_smollm", "bpe_gpt4o"}) {
+    for (const char* pre : {"gpt2", "llama-bpe", "qwen2", "smollm", "gpt-4o"}) {
       TokenizerData d = tokenizer_data_from_json(read_file(kDataDir + "tokenizers/" + name + ".json"));
       if (d.pre == pre) continue;
       d.pre = pre;
@@ -335,7 +335,7 @@ TEST(Tokenizer, UnknownPreTokenizerListsSupported) {
   } catch (const ModelError& e) {
     const std::string msg = e.what();
     EXPECT_NE(msg.find("'no-such-pre'"), std::string::npos) << msg;
-    for (const char* name : {"default", "gpt-2", "gpt2", "llama-bpe", "qwen2", "qwen35", "smollm", "starcoder",
+    for (const char* name : {"default", "gpt-2", "gpt2", "llama-bpe", "qwen2", "qwen35", "gpt-4o", "smollm", "starcoder",
                              "refact", "command-r", "mpt", "falcon", "deepseek-llm", "deepseek-coder"})
       EXPECT_TRUE(msg.find(std::string(" ") + name + ",") != std::string::npos ||
                   msg.find(std::string(" ") + name + ")") != std::string::npos)
