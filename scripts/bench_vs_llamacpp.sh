@@ -24,7 +24,7 @@
 #                                      [--vk-prefix VK_PREFIX] [--models-dir DIR] [--tiny] [--rows ID,...]
 #       makes the model files with tools/make_model.py if missing (Llama-3.2-1B F16, Q8_0 and Q4_K_M, Qwen2.5-0.5B
 #       F16, Qwen3-0.6B F16, Gemma 3 270M and LFM2-350M Q4_K_M, Llama-3.1-8B F16 and Q4_K_M, Qwen3-30B-A3B and
-#       LFM2-8B-A1B Q4_K_M;
+#       LFM2-8B-A1B Q4_K_M, gpt-oss-20b MXFP4_MOE;
 #       random weights, real shapes; needs numpy and gguf; the Q4_K_M files are the F16 ones through the
 #       llama-quantize of the first bin dir that has one, Qwen3-30B-A3B's its Q8_0 one), runs llama-bench -ngl 99 -fa 1 with each
 #       build and wgllm bench greedy and sampled (--temp 0.8 --top-p 0.9 --top-k 40) on each, the Llama F16 file
@@ -216,12 +216,14 @@ TABLE_ROWS=(
   "llama-3.1-8b-q4_k_m|Llama-3.1-8B Q4_K_M|llama-3.1-8b|q4_k_m|0"
   "qwen3-30b-a3b-q4_k_m|Qwen3-30B-A3B Q4_K_M|qwen3-30b-a3b|q4_k_m|0"
   "lfm2-8b-a1b-q4_k_m|LFM2-8B-A1B Q4_K_M|lfm2-8b-a1b|q4_k_m|0"
+  "gpt-oss-20b-mxfp4_moe|gpt-oss-20b MXFP4 (experts; the rest Q8_0)|gpt-oss-20b|mxfp4_moe|0"
 )
 # types made with llama-quantize from the shape's F16 file (llama.cpp's own mixes: Q4_K_M is Q4_K with Q6_K for
 # half of attn_v / ffn_down and the output); from its Q8_0 file (--allow-requantize) for the shapes listed in
-# QUANTIZE_FROM, whose F16 file would not fit the disk beside the rest (Qwen3-30B-A3B: 61 GB in F16, 32 GB in Q8_0)
-QUANTIZED_TYPES=(q4_k_m)
-declare -A QUANTIZE_FROM=([qwen3-30b-a3b]=q8_0)
+# QUANTIZE_FROM, whose F16 file would not fit the disk beside the rest (Qwen3-30B-A3B: 61 GB in F16, 32 GB in Q8_0;
+# gpt-oss-20b 42 and 22 GB). MXFP4_MOE is llama.cpp's gpt-oss mix: the experts in MXFP4, the rest as in the source.
+QUANTIZED_TYPES=(q4_k_m mxfp4_moe)
+declare -A QUANTIZE_FROM=([qwen3-30b-a3b]=q8_0 [gpt-oss-20b]=q8_0)
 TINY=(--n-embd 64 --n-layer 2 --n-head 4 --n-head-kv 2 --head-dim 16 --n-ff 128 --n-vocab 1024 --ctx 8192)
 
 table() {

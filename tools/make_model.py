@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Write a random-weight GGUF model (llama / qwen2 / qwen3 / qwen3moe / gemma3 / lfm2 / lfm2moe) laid out exactly as
-llama.cpp's converters do.
+"""Write a random-weight GGUF model (llama / qwen2 / qwen3 / qwen3moe / gemma3 / lfm2 / lfm2moe / gpt-oss) laid out
+exactly as llama.cpp's converters do.
 
 Same arguments -> byte-identical file. Every tensor draws from its own generator,
 np.random.default_rng([seed, crc32(arch), crc32(name)]) (PCG64, standard_normal float32), so the same seed gives the same
@@ -18,6 +18,9 @@ RoPE, no row permutation), convolution layers shortconv.in_proj (ne [n_embd, 3 n
 (ne [l_cache, n_embd], always F32) and shortconv.out_proj; the final norm is token_embd_norm.weight.
 lfm2moe (LFM2-8B-A1B) is lfm2 whose FFNs from layer --n-dense-lead on are mixtures of experts: a sigmoid router
 (expert_gating_func 2) with a per-expert selection bias exp_probs_b.bias, as convert_hf_to_gguf.py writes it.
+gpt-oss: every FFN a mixture of experts with biases (router and experts, F32 like every bias), q/k/v/o biases, a sink
+logit per head (attn_sinks.weight), the FFN's norm named post_attention_norm, local layers every other one from 0
+(attention.sliding_window), YaRN RoPE (rope.scaling.*), the gpt-4o pre-tokenizer.
 """
 from __future__ import annotations
 
@@ -71,9 +74,21 @@ SHAPES = {
                         n_vocab=65536, ctx=128000, rope_base=1e6, rms_eps=1e-5, tie_embeddings=True,
                         lfm2_attn_layers="2,6,10,14,18,21", l_cache=3, n_expert=32, n_expert_used=4, n_ff_exp=1792,
                         n_dense_lead=2),
+    # gpt-oss-20b: 24 layers of 32 experts of 2880, 4 per token; 64 heads / 8 KV heads of 64; windows of 128 on every
+    # other layer; YaRN x32 over 4096 positions (20.9 B parameters, 3.6 B active).
+    "gpt-oss-20b": dict(arch="gpt-oss", n_embd=2880, n_layer=24, n_head=64, n_head_kv=8, head_dim=64, n_ff=2880,
+                        n_vocab=201088, ctx=131072, rope_base=150000.0, rms_eps=1e-5, tie_embeddings=False,
+                        n_expert=32, n_expert_used=4, n_ff_exp=2880, sliding_window=128, rope_scaling="yarn",
+                        rope_scaling_factor=32.0, rope_scaling_orig_ctx=4096),
 }
 LFM2 = ("lfm2", "lfm2moe")  # the LFM2 layer layout
-MOE = ("qwen3moe", "lfm2moe")  # FFNs of experts
+MOE = ("qwen3moe", "lfm2moe", "gpt-oss")  # FFNs of experts
+HARMONY_TEMPLATE = (  # gpt-oss's turns, without its channels and tools
+    "{%- for message in messages %}"
+    "{{- '<|start|>' + message['role'] + '<|message|>' + message['content'] + '<|end|>' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|start|>assistant' }}{%- endif %}"
+)
 
 LLAMA3_TEMPLATE = (
     "{{- bos_token }}"
@@ -151,6 +166,9 @@ def _specials(arch: str) -> tuple[list[str], str, str, bool, str]:
     if arch == "gemma3":  # no template: as in Gemma 3 270M's file, the architecture implies Gemma's turns
         sp = ["<pad>", "<eos>", "<bos>", "<start_of_turn>", "<end_of_turn>"]
         return sp, "<bos>", "<end_of_turn>", True, ""
+    if arch == "gpt-oss":
+        sp = ["<|startoftext|>", "<|endoftext|>", "<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|return|>"]
+        return sp, "<|startoftext|>", "<|return|>", False, HARMONY_TEMPLATE
     if arch in LFM2:
         sp = ["<|pad|>", "<|startoftext|>", "<|endoftext|>", "<|im_start|>", "<|im_end|>"]
         return sp, "<|startoftext|>", "<|im_end|>", True, "{{- bos_token }}" + CHATML_TEMPLATE
@@ -226,7 +244,8 @@ def tokenizer_metadata(kind: str, arch: str, n_vocab: int) -> dict:
         tokens += specials
         types += [TT_CONTROL] * len(specials)
         md["tokenizer.ggml.model"] = "gpt2"
-        md["tokenizer.ggml.pre"] = "lfm2" if arch in LFM2 else "gpt-2"  # llama.cpp's names (it refuses "gpt2")
+        # llama.cpp's names (it refuses "gpt2")
+        md["tokenizer.ggml.pre"] = "lfm2" if arch in LFM2 else "gpt-4o" if arch == "gpt-oss" else "gpt-2"
         md["tokenizer.ggml.merges"] = merges
         scores = None
     elif kind == "spm":
@@ -294,7 +313,7 @@ def ffn_plan(a, i: int) -> list[tuple[str, tuple[int, ...], str, float]]:
     """Layer i's FFN: its norm and the dense gate/up/down, or (a mixture's layers) the router and the stacked experts,
     numpy [expert][out][in], with lfm2moe's selection bias."""
     p = f"blk.{i}."
-    plan = [(p + "ffn_norm.weight", (a.n_embd,), "norm", 0.1)]
+    plan = [(p + ("post_attention_norm.weight" if a.arch == "gpt-oss" else "ffn_norm.weight"), (a.n_embd,), "norm", 0.1)]
     if a.arch not in MOE or i < a.n_dense_lead:
         return plan + [(p + "ffn_gate.weight", (a.n_ff, a.n_embd), "w", 1 / math.sqrt(a.n_embd)),
                        (p + "ffn_up.weight", (a.n_ff, a.n_embd), "w", 1 / math.sqrt(a.n_embd)),
@@ -302,10 +321,14 @@ def ffn_plan(a, i: int) -> list[tuple[str, tuple[int, ...], str, float]]:
     X, FX = a.n_expert, a.n_ff_exp
     if a.arch == "lfm2moe":
         plan.append((p + "exp_probs_b.bias", (X,), "bias", 0.1))
-    return plan + [(p + "ffn_gate_inp.weight", (X, a.n_embd), "w", 4 / math.sqrt(a.n_embd)),
-                   (p + "ffn_gate_exps.weight", (X, FX, a.n_embd), "w", 1 / math.sqrt(a.n_embd)),
-                   (p + "ffn_up_exps.weight", (X, FX, a.n_embd), "w", 1 / math.sqrt(a.n_embd)),
-                   (p + "ffn_down_exps.weight", (X, a.n_embd, FX), "w", 1 / math.sqrt(FX))]
+    plan += [(p + "ffn_gate_inp.weight", (X, a.n_embd), "w", 4 / math.sqrt(a.n_embd)),
+             (p + "ffn_gate_exps.weight", (X, FX, a.n_embd), "w", 1 / math.sqrt(a.n_embd)),
+             (p + "ffn_up_exps.weight", (X, FX, a.n_embd), "w", 1 / math.sqrt(a.n_embd)),
+             (p + "ffn_down_exps.weight", (X, a.n_embd, FX), "w", 1 / math.sqrt(FX))]
+    if a.arch == "gpt-oss":  # biases of the router and of every expert's rows: numpy [expert][rows]
+        plan += [(p + "ffn_gate_inp.bias", (X,), "bias", 0.1), (p + "ffn_gate_exps.bias", (X, FX), "bias", 0.1),
+                 (p + "ffn_up_exps.bias", (X, FX), "bias", 0.1), (p + "ffn_down_exps.bias", (X, a.n_embd), "bias", 0.1)]
+    return plan
 
 
 def tensor_plan(a) -> list[tuple[str, tuple[int, ...], str, float]]:
@@ -328,13 +351,15 @@ def tensor_plan(a) -> list[tuple[str, tuple[int, ...], str, float]]:
                  (p + "attn_q.weight", (q_dim, a.n_embd), "w", 1 / math.sqrt(a.n_embd)),
                  (p + "attn_k.weight", (kv_dim, a.n_embd), "w", 1 / math.sqrt(a.n_embd)),
                  (p + "attn_v.weight", (kv_dim, a.n_embd), "w", 1 / math.sqrt(a.n_embd))]
-        if a.arch == "qwen2":
+        if a.arch in ("qwen2", "gpt-oss"):
             plan += [(p + "attn_q.bias", (q_dim,), "bias", 0.1), (p + "attn_k.bias", (kv_dim,), "bias", 0.1),
                      (p + "attn_v.bias", (kv_dim,), "bias", 0.1)]
         if a.arch in ("qwen3", "qwen3moe", "gemma3", "lfm2", "lfm2moe"):
             plan += [(p + "attn_q_norm.weight", (a.head_dim,), "norm", 0.1),
                      (p + "attn_k_norm.weight", (a.head_dim,), "norm", 0.1)]
         plan += [(p + "attn_output.weight", (a.n_embd, q_dim), "w", 1 / math.sqrt(q_dim))]
+        if a.arch == "gpt-oss":
+            plan += [(p + "attn_output.bias", (a.n_embd,), "bias", 0.1), (p + "attn_sinks.weight", (a.n_head,), "bias", 1.0)]
         if a.arch == "gemma3":  # the norms after attention and after the FFN, before each residual add
             plan += [(p + "post_attention_norm.weight", (a.n_embd,), "norm", 0.1)]
         plan += ffn_plan(a, i)
@@ -378,7 +403,8 @@ def gen_tensor(seed: int, arch: str, name: str, shape: tuple[int, ...], kind: st
 
 def build_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--arch", choices=["llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "lfm2", "lfm2moe"], default=None)
+    ap.add_argument("--arch", choices=["llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "lfm2", "lfm2moe", "gpt-oss"],
+                    default=None)
     ap.add_argument("--type", choices=list(TYPES), default="f32", help="storage type of the 2-D weights")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", required=True)
@@ -394,7 +420,8 @@ def build_args(argv=None):
     ap.add_argument("--rope-base", type=float, default=10000.0)
     ap.add_argument("--rms-eps", type=float, default=1e-5)
     ap.add_argument("--sliding-window", type=int, default=0,
-                    help="gemma3: attention.sliding_window (every 6th layer global; default n_ctx / 4)")
+                    help="gemma3, gpt-oss: attention.sliding_window (gemma3: every 6th layer global; gpt-oss: every "
+                         "other one; default n_ctx / 4)")
     ap.add_argument("--lfm2-attn-layers", default=None, metavar="I,J,..",
                     help="lfm2: the attention layers, the others gated short convolutions (default 1,3,5,..)")
     ap.add_argument("--l-cache", type=int, default=3, help="lfm2: shortconv.l_cache, the convolution's length")
@@ -403,7 +430,8 @@ def build_args(argv=None):
     ap.add_argument("--n-ff-exp", type=int, default=64, help="qwen3moe, lfm2moe: each expert's FFN width")
     ap.add_argument("--n-dense-lead", type=int, default=0,
                     help="lfm2moe: leading layers with a dense FFN (leading_dense_block_count)")
-    ap.add_argument("--rope-scaling", choices=["none", "llama3"], default="none")
+    ap.add_argument("--rope-scaling", choices=["none", "llama3", "yarn"], default="none",
+                    help="llama3: the rope_freqs.weight tensor; yarn: rope.scaling.* keys (factor, original context)")
     ap.add_argument("--rope-scaling-factor", type=float, default=8.0)
     ap.add_argument("--rope-scaling-low", type=float, default=1.0, help="llama3 low_freq_factor")
     ap.add_argument("--rope-scaling-high", type=float, default=4.0, help="llama3 high_freq_factor")
@@ -499,8 +527,12 @@ def write_model(a, tokenizer: dict | None = None, tensor_data=None) -> None:
     w.add_vocab_size(a.n_vocab)
     if arch in LFM2:
         w.add_uint32(f"{arch}.shortconv.l_cache", a.l_cache)
-    if arch == "gemma3":
+    if arch in ("gemma3", "gpt-oss"):
         w.add_sliding_window(a.sliding_window or max(1, a.ctx // 4))
+    if a.rope_scaling == "yarn":
+        w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        w.add_rope_scaling_factor(a.rope_scaling_factor)
+        w.add_rope_scaling_orig_ctx_len(a.rope_scaling_orig_ctx)
     if arch in MOE:
         w.add_expert_count(a.n_expert)
         w.add_expert_used_count(a.n_expert_used)
@@ -535,7 +567,8 @@ def write_model(a, tokenizer: dict | None = None, tensor_data=None) -> None:
     overrides = [o.split("=", 1) for o in (a.tensor_type or [])]
 
     def storage(name, shape):
-        if name.endswith("shortconv.conv.weight"):  # F32 always, as the converter and llama-quantize keep it
+        # F32 always, as the converter and llama-quantize keep them: the conv taps, every bias, the sinks
+        if name.endswith(("shortconv.conv.weight", ".bias", "attn_sinks.weight")):
             return ggufio.F32
         for part, t in overrides:
             if part in name and len(shape) >= 2:

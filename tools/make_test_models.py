@@ -50,6 +50,10 @@ def matrix() -> dict[str, list[str]]:
     # LFM2-MoE: conv, attn, conv, attn; the first layer dense; 8 experts of 64, 2 per token, a selection bias
     m["lfm2moe-q8_0"] = ["--arch", "lfm2moe", "--seed", "6", "--type", "q8_0", "--n-layer", "4", "--lfm2-attn-layers",
                          "1,3", "--n-dense-lead", "1", "--n-expert", "8", "--n-expert-used", "2", "--n-ff-exp", "64"]
+    # gpt-oss: 3 layers (local, global, local: windows of 5), 8 experts of 64, 2 per token, YaRN x4 over 64 positions
+    m["gpt-oss-q8_0"] = ["--arch", "gpt-oss", "--seed", "7", "--type", "q8_0", "--n-layer", "3", "--n-expert", "8",
+                         "--n-expert-used", "2", "--n-ff-exp", "64", "--sliding-window", "5", "--rope-scaling", "yarn",
+                         "--rope-scaling-factor", "4", "--rope-scaling-orig-ctx", "64"]
     return m
 
 

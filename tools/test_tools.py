@@ -205,6 +205,28 @@ class Tools(unittest.TestCase):
                          ("lfm2moe", 2048, 24, 32, 4, 1792, 2))
         self.assertEqual(make_model.lfm2_attn_layers(a), [2, 6, 10, 14, 18, 21])
 
+    def test_gpt_oss_layout(self):
+        # the layout convert_hf_to_gguf.py writes for gpt-oss (see tests/data/models/gpt-oss-tiny-f32.gguf: 4 layers,
+        # 8 experts of 32, 2 per token, 4 heads of 16, 2 KV heads, windows of 6, YaRN x4 over 128 positions)
+        r = ggufio.Reader(self.model("gpt-oss", "--arch", "gpt-oss", "--type", "q8_0", "--seed", "1", "--n-layer", "4",
+                                     "--n-expert", "8", "--n-expert-used", "2", "--n-ff-exp", "32", "--n-ff", "32",
+                                     "--sliding-window", "6", "--rope-scaling", "yarn", "--rope-scaling-factor", "4",
+                                     "--rope-scaling-orig-ctx", "128"))
+        fx = ggufio.Reader(Path(__file__).resolve().parent.parent / "tests/data/models/gpt-oss-tiny-f32.gguf")
+        for k in ("expert_count", "expert_used_count", "expert_feed_forward_length", "attention.sliding_window",
+                  "rope.scaling.type", "rope.scaling.factor", "rope.scaling.original_context_length"):
+            self.assertEqual(r.get("gpt-oss." + k), fx.get("gpt-oss." + k), k)
+        for i in range(4):
+            mine = {n: r.tensors[n].ne for n in r.tensors if n.startswith(f"blk.{i}.")}
+            theirs = {n: fx.tensors[n].ne for n in fx.tensors if n.startswith(f"blk.{i}.")}
+            self.assertEqual(mine, theirs, i)
+        self.assertEqual(r.tensors["blk.0.ffn_gate_exps.bias"].type, ggufio.F32)  # biases stay F32
+        self.assertEqual(r.tensors["blk.0.ffn_gate_exps.weight"].type, ggufio.Q8_0)
+        self.assertEqual(r.get("tokenizer.ggml.pre"), "gpt-4o")
+        a = make_model.build_args(["--shape", "gpt-oss-20b", "--out", "x"])
+        self.assertEqual((a.arch, a.n_embd, a.n_layer, a.n_head, a.n_expert, a.n_expert_used, a.n_ff_exp,
+                          a.sliding_window, a.rope_scaling), ("gpt-oss", 2880, 24, 64, 32, 4, 2880, 128, "yarn"))
+
     def test_lfm2_layout_and_forward(self):
         # the layout convert_hf_to_gguf.py writes for LFM2 (see tests/data/models/lfm2-tiny-f32.gguf)
         p = self.model("lfm2", "--arch", "lfm2", "--seed", "1", "--n-layer", "6", "--lfm2-attn-layers", "2,4")
