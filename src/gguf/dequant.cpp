@@ -1,5 +1,7 @@
 #include "gguf/dequant.h"
 
+#include <bit>
+#include <cmath>
 #include <cstring>
 #include <string>
 
@@ -72,6 +74,18 @@ void q5_1(const uint8_t* b, float* y) {
   for (int j = 0; j < 32; ++j) {
     const float v = d * static_cast<float>(q[j]);
     y[j] = v + m;
+  }
+}
+
+// MXFP4: the E2M1 value of each nibble from ggml's table, whose values are twice E2M1's (so that they are integers),
+// times the E8M0 scale halved to match.
+constexpr int8_t kMxfp4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+void mxfp4(const uint8_t* b, float* y) {
+  const float d = e8m0_half(b[0]);
+  for (int j = 0; j < 16; ++j) {
+    y[j] = static_cast<float>(kMxfp4Values[b[1 + j] & 0x0F]) * d;
+    y[j + 16] = static_cast<float>(kMxfp4Values[b[1 + j] >> 4]) * d;
   }
 }
 
@@ -155,6 +169,8 @@ void q6_k(const uint8_t* b, float* y) {
 
 }  // namespace
 
+float e8m0_half(uint8_t e) { return std::bit_cast<float>(e < 2 ? 0x00200000u << e : uint32_t(e - 1) << 23); }
+
 std::vector<size_t> scale_fields(GgufType type) {
   switch (type) {
     case GgufType::Q4_0:
@@ -193,6 +209,7 @@ void dequantize_row(GgufType type, const uint8_t* src, float* dst, size_t n) {
     case GgufType::Q4_K: block = [](const uint8_t* b, float* y) { q45_k(b, nullptr, b + 16, y); }; break;
     case GgufType::Q5_K: block = [](const uint8_t* b, float* y) { q45_k(b, b + 16, b + 48, y); }; break;
     case GgufType::Q6_K: block = q6_k; break;
+    case GgufType::MXFP4: block = mxfp4; break;
     default: unsupported("dequantize_row", type);
   }
   const size_t be = block_elems(type), bb = block_bytes(type);
@@ -229,6 +246,16 @@ std::optional<uint64_t> find_non_finite(GgufType type, const uint8_t* src, uint6
       return std::nullopt;
     case GgufType::F16: return scan16(n, 2, 0x7C00);
     case GgufType::BF16: return scan16(n, 2, 0x7F80);
+    case GgufType::MXFP4: {  // the scale is always finite, a product of it may not be (e > 252)
+      float y[32];
+      for (uint64_t b = 0; b < n / 32; ++b) {
+        if (src[b * 17] <= 252) continue;
+        mxfp4(src + b * 17, y);
+        for (uint64_t j = 0; j < 32; ++j)
+          if (!std::isfinite(y[j])) return b * 32 + j;
+      }
+      return std::nullopt;
+    }
     default: break;
   }
   const std::vector<size_t> fields = scale_fields(type);

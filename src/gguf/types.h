@@ -27,6 +27,7 @@ enum class GgufType : uint32_t {
   Q8_K = 15,
   IQ2_XXS = 16,
   BF16 = 30,
+  MXFP4 = 39,
 };
 
 // Name of any ggml type id ("Q4_K", "IQ2_XS", ...); nullptr for an id ggml never had.
@@ -39,7 +40,7 @@ bool is_supported_type(uint32_t type_id);
 // "F32, F16, BF16, Q8_0, ...": the runnable types, for error messages.
 std::string supported_type_names();
 
-uint32_t block_elems(GgufType t);  // elements per block: 1 for F32/F16/BF16, 32 for Q8_0/Q4_0, 256 for K-quants
+uint32_t block_elems(GgufType t);  // elements per block: 1 for F32/F16/BF16, 32 for Q8_0/Q4_0/MXFP4, 256 for K-quants
 uint32_t block_bytes(GgufType t);  // bytes per block: 4, 2, 34, 18, 144, ... (0 for an unknown id)
 // Bytes of `rows` rows of ne0 elements (ne0 a multiple of block_elems(t)).
 uint64_t tensor_bytes(GgufType t, uint64_t ne0, uint64_t rows = 1);

@@ -21,7 +21,7 @@ std::span<const uint8_t> Uploader::data(const GgufTensor& t) const {
   if (check_finite)
     if (const auto at = find_non_finite(t.type, bytes.data(), t.n_elements))
       throw ModelError(f.label() + ": tensor '" + t.name + "' (" + type_name(t.type) + " " + t.shape_string() +
-                       "): element " + std::to_string(*at) + (block_elems(t.type) > 1 ? "'s block scale" : "") +
+                       "): element " + std::to_string(*at) + (scale_fields(t.type).empty() ? "" : "'s block scale") +
                        " is NaN or infinite: the file is corrupt (the model would compute NaN)");
   return bytes;
 }

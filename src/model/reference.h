@@ -62,7 +62,7 @@ struct CpuModel {
   CpuWeights weights;
 };
 
-// Reads the config and dequantises every weight of `f` (F32 / F16 / BF16 / Q8_0 / Q4_0) to f32.
+// Reads the config and dequantises every weight of `f` (any type wgllm runs: dequantize_row) to f32.
 // Throws ModelError for a file config_from_gguf rejects.
 CpuModel load_cpu_model(const GgufFile& f);
 

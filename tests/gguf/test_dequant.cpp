@@ -191,6 +191,61 @@ TEST(DequantQ4_0, MatchesHandComputedBlocks) {
   EXPECT_EQ(out[1], -16.f);
 }
 
+// The E2M1 values of MXFP4 as the OCP spec defines them (sign, 2 exponent bits, 1 mantissa bit; exponent 0
+// subnormal), doubled as ggml's table holds them (+0 for the negative zero, nibble 8).
+double e2m1_doubled(int nib) {
+  const int e = (nib >> 1) & 3, m = nib & 1;
+  const double v = e == 0 ? m * 0.5 : std::ldexp(1.0 + m / 2.0, e - 1);
+  return v == 0 ? 0.0 : 2 * (nib & 8 ? -v : v);
+}
+
+TEST(DequantMxfp4, MatchesHandComputedBlocks) {
+  // Each scale byte of the edges (subnormal scales 0, 1; the first normal 2; 1.0 at 127; the largest at 254, 255)
+  // with every nibble in both halves: element j low nibble of byte j, element j + 16 its high nibble.
+  for (const int e : {0, 1, 2, 3, 127, 128, 200, 252, 253, 254, 255}) {
+    SCOPED_TRACE(e);
+    const double scale = std::ldexp(1.0, e - 128);  // 2^(e - 127) halved: the table is doubled
+    EXPECT_EQ(e8m0_half(uint8_t(e)), float(scale));
+    uint8_t blk[17];
+    blk[0] = uint8_t(e);
+    for (int j = 0; j < 16; ++j) blk[1 + j] = uint8_t(j | (15 - j) << 4);
+    float out[32];
+    dequantize_row(GgufType::MXFP4, blk, out, 32);
+    for (int j = 0; j < 16; ++j) {
+      // exact in double; as f32 infinite where it overflows
+      const double lo = e2m1_doubled(j) * scale, hi = e2m1_doubled(15 - j) * scale;
+      EXPECT_TRUE(same(lo, out[j]) || (std::isinf(out[j]) && std::abs(lo) >= 0x1p128)) << j << ": " << out[j];
+      EXPECT_TRUE(same(hi, out[16 + j]) || (std::isinf(out[16 + j]) && std::abs(hi) >= 0x1p128))
+          << 16 + j << ": " << out[16 + j];
+    }
+  }
+  uint8_t blk[17] = {127};
+  blk[1] = 0x7F;   // element 0: nibble 15 -> -12 / 2 = -6; element 16: nibble 7 -> 6
+  blk[16] = 0x89;  // element 15: 9 -> -0.5; element 31: 8 -> 0
+  float out[32];
+  dequantize_row(GgufType::MXFP4, blk, out, 32);
+  EXPECT_EQ(out[0], -6.f);
+  EXPECT_EQ(out[16], 6.f);
+  EXPECT_EQ(out[15], -0.5f);
+  EXPECT_EQ(std::bit_cast<uint32_t>(out[31]), 0u);  // +0: ggml's table holds 0 for the negative zero
+  EXPECT_EQ(out[1], 0.f);
+}
+
+// An MXFP4 scale is a finite power of two (e = 255 is 2^127, not NaN); its products overflow from e = 253 on (12 *
+// 2^125), and find_non_finite names the first element that does.
+TEST(DequantMxfp4, NonFiniteProductsAreFound) {
+  std::vector<uint8_t> blocks(17 * 6, 0x77);  // every element 12 * scale
+  for (size_t b = 0; b < 6; ++b) blocks[b * 17] = 252;
+  EXPECT_EQ(find_non_finite(GgufType::MXFP4, blocks.data(), 6 * 32), std::nullopt);
+  blocks[4 * 17] = 253;
+  EXPECT_EQ(find_non_finite(GgufType::MXFP4, blocks.data(), 6 * 32), std::optional<uint64_t>(4 * 32));
+  blocks[4 * 17] = 255;
+  std::fill(blocks.begin() + 4 * 17 + 1, blocks.begin() + 5 * 17, 0x11);  // 1 * 2^127: finite ...
+  blocks[4 * 17 + 6] = 0x21;                                              // ... but element 21: 2 * 2^127
+  EXPECT_EQ(find_non_finite(GgufType::MXFP4, blocks.data(), 6 * 32), std::optional<uint64_t>(4 * 32 + 21));
+  EXPECT_TRUE(scale_fields(GgufType::MXFP4).empty());
+}
+
 // ---------------------------------------------------------------------------------- against the gguf package
 // Fresh random blocks of every quantised type, dequantised here and by the gguf Python package (0.19.0, in the
 // tools' venv; tests/gguf/dequant_reference.py): the f32 bits must be equal (NaN where it gives NaN).
@@ -223,8 +278,9 @@ std::vector<uint8_t> read_file(const std::filesystem::path& p) {
 }
 
 // Blocks whose every byte position takes all 256 values over the first 256 blocks (every quant and scale-bit
-// pattern, in every sub-block), then random ones; the f16 fields hold random values of every magnitude and, in
-// turn, the extremes: largest, smallest normal, subnormals, zeros, infinities, negatives.
+// pattern, in every sub-block; every MXFP4 scale byte, 0, 1, 254 and 255 included), then random ones; the f16 fields
+// hold random values of every magnitude and, in turn, the extremes: largest, smallest normal, subnormals, zeros,
+// infinities, negatives.
 std::vector<uint8_t> test_blocks(GgufType t, size_t n_blocks, std::mt19937_64& gen) {
   const size_t bb = block_bytes(t);
   std::vector<uint8_t> out(n_blocks * bb);
@@ -285,7 +341,7 @@ TEST_P(DequantVsGguf, BitExact) {
 INSTANTIATE_TEST_SUITE_P(Types, DequantVsGguf,
                          ::testing::Values(GgufType::Q8_0, GgufType::Q4_0, GgufType::Q4_1, GgufType::Q5_0,
                                            GgufType::Q5_1, GgufType::Q2_K, GgufType::Q3_K, GgufType::Q4_K,
-                                           GgufType::Q5_K, GgufType::Q6_K),
+                                           GgufType::Q5_K, GgufType::Q6_K, GgufType::MXFP4),
                          [](const auto& info) { return std::string(type_name(info.param)); });
 
 // The type table holds ggml's block layout of every type the gguf package knows.
