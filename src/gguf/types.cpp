@@ -22,7 +22,7 @@ constexpr TypeRow kTypes[] = {
     {"I8", 1, 1, false},         {"I16", 1, 2, false},        {"I32", 1, 4, false},        {"I64", 1, 8, false},
     {"F64", 1, 8, false},        {"IQ1_M", 256, 56, false},   {"BF16", 1, 2, true},        {"Q4_0_4_4", 0, 0, false},
     {"Q4_0_4_8", 0, 0, false},   {"Q4_0_8_8", 0, 0, false},   {"TQ1_0", 256, 54, false},   {"TQ2_0", 256, 66, false},
-    {"IQ4_NL_4_4", 0, 0, false}, {"IQ4_NL_4_8", 0, 0, false}, {"IQ4_NL_8_8", 0, 0, false}, {"MXFP4", 32, 17, false},
+    {"IQ4_NL_4_4", 0, 0, false}, {"IQ4_NL_4_8", 0, 0, false}, {"IQ4_NL_8_8", 0, 0, false}, {"MXFP4", 32, 17, true},
     {"NVFP4", 64, 36, false},    {"Q1_0", 128, 18, false},    {"Q2_0", 64, 18, false},
 };
 
@@ -31,7 +31,7 @@ const TypeRow* find(uint32_t id) { return id < std::size(kTypes) ? &kTypes[id] :
 // The runnable types, in the order error messages list them.
 constexpr GgufType kRunOrder[] = {GgufType::F32,  GgufType::F16,  GgufType::BF16, GgufType::Q8_0, GgufType::Q4_0,
                                   GgufType::Q4_1, GgufType::Q5_0, GgufType::Q5_1, GgufType::Q2_K, GgufType::Q3_K,
-                                  GgufType::Q4_K, GgufType::Q5_K, GgufType::Q6_K};
+                                  GgufType::Q4_K, GgufType::Q5_K, GgufType::Q6_K, GgufType::MXFP4};
 
 }  // namespace
 

@@ -77,9 +77,10 @@ struct RowsConfig {
 std::optional<RowsConfig> rows_config(const gpu::Context& ctx);
 // "WORKGROUPxROWSxTOKENS", e.g. "16x4x4" (ContextOptions::rows_shape); InvalidArgument when malformed or out of range.
 RowsConfig parse_rows_config(const std::string& text);
-// Whether the Rows kernel reads this weight type a block at a time (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K). The
-// others (Q2_K, Q3_K, Q4_1, Q5_0, Q5_1) it would read through the 8-element loader with each block's header loaded
-// again per unit: on lavapipe that measured slower than the matvec, so Auto keeps them on the GPUs' kernels.
+// Whether the Rows kernel reads this weight type a block at a time (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K,
+// MXFP4). The others (Q2_K, Q3_K, Q4_1, Q5_0, Q5_1) it would read through the 8-element loader with each block's
+// header loaded again per unit: on lavapipe that measured slower than the matvec, so Auto keeps them on the GPUs'
+// kernels.
 bool rows_kernel_reads(GgufType type);
 // Auto's choice: the Rows kernel on a CPU adapter (rows_config) for the types it reads.
 bool rows_kernel_for(const gpu::Context& ctx, GgufType type);

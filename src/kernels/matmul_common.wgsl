@@ -13,6 +13,8 @@
 //         scales [rows][nb] packed two per u32
 //   Q4_0: quants [rows][nb] of 1 vec4 (16 bytes as in GGUF: element j = low nibble of
 //         byte j, element j + 16 = its high nibble), then the f16 scales as for Q8_0
+//   MXFP4: quants as Q4_0's (E2M1 codes: mxfp4x4), then from vec4 scale_off4 the E8M0
+//         scale bytes [rows][nb] packed four per u32 (mx_scale)
 // The other block types keep GGUF's block bytes (gguf/dequant.h), one block after the other in words:
 //   Q4_1: 5 words (d|m, qs)           Q5_0: 5 words (qh, qs), d in the scale array as Q4_0's
 //   Q5_1: 6 words (d|m, qh, qs)
@@ -47,6 +49,7 @@ const T_Q4_K: u32 = 12u;
 const T_Q5_K: u32 = 13u;
 const T_Q6_K: u32 = 14u;
 const T_BF16: u32 = 30u;
+const T_MXFP4: u32 = 39u;
 
 struct MatmulParams {
   n_in: u32, n_out: u32, n_tokens: u32, nb: u32,
@@ -90,6 +93,27 @@ fn q_scale(blk: u32) -> f32 {
 fn i8x4(a: u32) -> vec4<f32> {
   let s = bitcast<vec4<i32>>(vec4<u32>(a << 24u, a << 16u, a << 8u, a)) >> vec4<u32>(24u);
   return vec4<f32>(s);
+}
+
+// MXFP4 (gguf/dequant.h): the scale of block blk from its E8M0 byte e, 2^(e - 128) as ggml's GGML_E8M0_TO_FP32_HALF
+// builds it (the exponent e - 1; subnormal 2^-128, 2^-127 for e = 0, 1); e8m0_half alone for a byte already loaded.
+fn e8m0_half(e: u32) -> f32 { return bitcast<f32>(select((e - 1u) << 23u, 0x00200000u << min(e, 1u), e < 2u)); }
+fn mx_scale(blk: u32) -> f32 {
+  return e8m0_half((w[p.scale_off4 + (blk >> 4u)][(blk >> 2u) & 3u] >> (8u * (blk & 3u))) & 255u);
+}
+
+// The four E2M1 codes at bit sh of the bytes of a (bit 3 the sign, bits 0..2 the magnitude) as ggml's doubled
+// values {0, 1, 2, 3, 4, 6, 8, 12}: the magnitude looked up in a u32 of eight nibbles, then made a float with the
+// sign in both terms of the 2^23 subtraction (ints), which leaves +0, not -0, for code 8 as ggml's table does.
+const MXFP4_MAGS: u32 = 0xC8643210u;
+fn mxfp4x4(a: u32, sh: u32) -> vec4<f32> {
+  let n = bytes4(a, sh, 15u);
+  let mag = (vec4<u32>(MXFP4_MAGS) >> ((n & vec4<u32>(7u)) << vec4<u32>(2u))) & vec4<u32>(15u);
+  let big = ((n & vec4<u32>(8u)) << vec4<u32>(28u)) | vec4<u32>(0x4B000000u);  // +-2^23
+  return bitcast<vec4<f32>>(big | mag) - bitcast<vec4<f32>>(big);
+}
+fn mxfp4x16(v: vec4<u32>, sh: u32) -> Q16 {
+  return Q16(mxfp4x4(v.x, sh), mxfp4x4(v.y, sh), mxfp4x4(v.z, sh), mxfp4x4(v.w, sh));
 }
 
 fn nib4(a: u32) -> vec4<f32> {
@@ -262,6 +286,12 @@ fn load8(r: u32, u: u32) -> W8 {
     let odd = (q & 1u) == 1u;
     let d = q_scale(blk);
     return W8(d * i8x4(select(v.x, v.z, odd)), d * i8x4(select(v.y, v.w, odd)));
+  } else if (WTYPE == T_MXFP4) {  // as Q4_0
+    let v = w[blk];
+    let odd = (q & 1u) == 1u;
+    let sh = select(0u, 4u, q >= 2u);
+    let d = mx_scale(blk);
+    return W8(d * mxfp4x4(select(v.x, v.z, odd), sh), d * mxfp4x4(select(v.y, v.w, odd), sh));
   } else {  // T_Q4_0
     let v = w[blk];
     let odd = (q & 1u) == 1u;
@@ -350,7 +380,8 @@ fn store_swiglu(t: u32, r: u32, gate: f32, up: f32) {
 // d[r] * dot(q, x * 2^-p) + m[r] * sum(x) per run (exact: powers of two): a sub-block's scale and min are decoded
 // once per 16 weights, x scaled once for all the rows that share it, and a quant costs one and-or into the bits of
 // 2^23 and one subtraction (plus a shift per word for the lanes that would reach bit 23) and no int-to-float
-// conversion (q_lanes below). The types whose quants need gathering (Q5_0, Q5_1, Q2_K, Q3_K) go through q16 / ints.
+// conversion (q_lanes below). The types whose quants need gathering (Q5_0, Q5_1, Q2_K, Q3_K) go through q16 / ints;
+// MXFP4's codes are looked up (mxfp4x16), its values at p = 0.
 struct Q16 { a: vec4<f32>, b: vec4<f32>, c: vec4<f32>, e: vec4<f32>, }
 struct Chunk { q0: Q16, q1: Q16, d: vec2<f32>, m: vec2<f32>, }
 
@@ -544,6 +575,9 @@ fn load_chunk(r: u32, c: u32) -> Chunk {
   } else if (WTYPE == T_Q4_0) {
     let v = w[blk];
         return Chunk(nibs_lo(v, 8.0), nibs_hi(v, 8.0), vec2<f32>(q_scale(blk)), zero);
+  } else if (WTYPE == T_MXFP4) {  // the doubled E2M1 values are the integers q (p = 0)
+    let v = w[blk];
+    return Chunk(mxfp4x16(v, 0u), mxfp4x16(v, 4u), vec2<f32>(mx_scale(blk)), zero);
   } else if (WTYPE == T_Q4_1) {  // 5 words: d|m, quants
     let b = blk * 5u;
     let dm = unpack2x16float(wd(b));

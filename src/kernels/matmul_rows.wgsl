@@ -19,11 +19,12 @@
 
 @group(0) @binding(12) var<storage, read> wu: array<u32>;  // the piece again, as words
 
-// The f16 scale of Q8_0 / Q4_0 block i from one word (q_scale reads its vec4: four elements gathered for one).
+// The f16 scale of Q8_0 / Q4_0 block i from one word (q_scale reads its vec4: four elements gathered for one; MXFP4's
+// scale byte likewise, in load32).
 fn scale_word(i: u32) -> f32 { return unpack2x16float(wu[4u * p.scale_off4 + (i >> 1u)])[i & 1u]; }
 
-// The 32 elements of block blk of piece row r, each quant word and scale loaded once (load8 reads a Q8_0 / Q4_0
-// block's vec4 and scale once per 8 elements, a K-quant's header once per 8 elements and each quant vec4 twice:
+// The 32 elements of block blk of piece row r, each quant word and scale loaded once (load8 reads a Q8_0 / Q4_0 /
+// MXFP4 block's vec4 and scale once per 8 elements, a K-quant's header once per 8 elements and each quant vec4 twice:
 // four loads where one does).
 struct W32 { a: W8, b: W8, c: W8, d: W8, }
 fn load32(r: u32, blk: u32) -> W32 {
@@ -40,6 +41,12 @@ fn load32(r: u32, blk: u32) -> W32 {
     let d = scale_word(i);
     return W32(W8(d * nib4(v.x), d * nib4(v.y)), W8(d * nib4(v.z), d * nib4(v.w)),
                W8(d * nib4(v.x >> 4u), d * nib4(v.y >> 4u)), W8(d * nib4(v.z >> 4u), d * nib4(v.w >> 4u)));
+  }
+  if (WTYPE == T_MXFP4) {
+    let v = w[i];
+    let d = e8m0_half((wu[4u * p.scale_off4 + (i >> 2u)] >> (8u * (i & 3u))) & 255u);
+    return W32(W8(d * mxfp4x4(v.x, 0u), d * mxfp4x4(v.y, 0u)), W8(d * mxfp4x4(v.z, 0u), d * mxfp4x4(v.w, 0u)),
+               W8(d * mxfp4x4(v.x, 4u), d * mxfp4x4(v.y, 4u)), W8(d * mxfp4x4(v.z, 4u), d * mxfp4x4(v.w, 4u)));
   }
   if (WTYPE == T_Q4_K || WTYPE == T_Q5_K) {  // block j of super-block sb: header 1 vec4, quants 2 (Q5_K: + qh 2)
     let sb = r * (p.nb >> 3u) + (blk >> 3u);

@@ -13,9 +13,9 @@ constexpr uint32_t kBlock = 32;  // elements per GPU unit block (matmul_common.w
 
 // The GPU layout of a type (matmul_common.wgsl documents each): every GGUF block (for F32/F16/BF16: every 32
 // elements) becomes `data` bytes, a multiple of 4 (padded with zeros where the GGUF block is not), in row order;
-// the `split` bytes at `split_at` of each block (the f16 scale d, or d and dmin) move to a second array after the
-// data. Splitting or padding makes the data's 4-byte words, and the pairs of words a load reads, aligned
-// (PERF.md: the layouts measured).
+// the `split` bytes at `split_at` of each block (the f16 scale d, or d and dmin; MXFP4's scale byte) move to a second
+// array after the data. Splitting or padding makes the data's 4-byte words, and the pairs of words a load reads,
+// aligned (PERF.md: the layouts measured).
 struct Layout {
   uint32_t elems, data, split_at, split;
 };
@@ -34,6 +34,7 @@ Layout layout(GgufType t) {
     case GgufType::Q4_K: return {256, 144, 0, 0};
     case GgufType::Q5_K: return {256, 176, 0, 0};
     case GgufType::Q6_K: return {256, 208, 208, 2};
+    case GgufType::MXFP4: return {32, 16, 0, 1};  // the scale byte e apart: the quants one aligned vec4
     default: return {0, 0, 0, 0};
   }
 }

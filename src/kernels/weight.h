@@ -17,8 +17,8 @@ namespace wgllm::kernels {
 // One row range of a weight, in one buffer no larger than a storage binding. GPU layout (see
 // matmul_common.wgsl): F32/F16/BF16 rows padded to n_blocks blocks of 32 elements (zeros past n_in), keeping their
 // element bits; the block types keep each GGUF block's bytes in row order, padded to a multiple of 4 bytes, except
-// that Q8_0/Q4_0/Q5_0/Q6_K move their f16 scale d (Q2_K its d and dmin) into a second array starting at 16-byte
-// index scale_off4.
+// that Q8_0/Q4_0/Q5_0/Q6_K move their f16 scale d (Q2_K its d and dmin, MXFP4 its scale byte) into a second array
+// starting at 16-byte index scale_off4.
 struct GpuWeightPiece {
   gpu::Buffer buffer;
   uint32_t row_begin = 0, n_rows = 0;

@@ -366,6 +366,7 @@ TEST(GgufTypes, BlockSizesMatchTheGgufPackage) {
   for (uint32_t removed : {4u, 5u, 31u, 32u, 33u, 36u, 37u, 38u}) EXPECT_FALSE(is_known_type(removed)) << removed;
   EXPECT_FALSE(is_known_type(43));
   EXPECT_TRUE(is_supported_type(uint32_t(GgufType::Q6_K)));
+  EXPECT_TRUE(is_supported_type(uint32_t(GgufType::MXFP4)));
   EXPECT_FALSE(is_supported_type(uint32_t(GgufType::IQ2_XXS)));
   EXPECT_FALSE(is_supported_type(uint32_t(GgufType::Q8_K)));
 }

@@ -31,10 +31,12 @@ constexpr auto Q3_K = GgufType::Q3_K;
 constexpr auto Q4_K = GgufType::Q4_K;
 constexpr auto Q5_K = GgufType::Q5_K;
 constexpr auto Q6_K = GgufType::Q6_K;
+constexpr auto MXFP4 = GgufType::MXFP4;
 
 // Random GGUF bytes of a [ne1][ne0] tensor: values in [-1, 1] for float types; for block types random quants
 // and sub-block scales, and random normal f16 scales of either sign (d in [0.002, 0.05] over the 6-bit
-// sub-block scales of the K-quants, which multiply it by up to 63).
+// sub-block scales of the K-quants, which multiply it by up to 63); MXFP4: random codes and scales 2^-9 .. 2^-4
+// (values up to 0.75).
 inline std::vector<uint8_t> random_weight(GgufType t, uint64_t ne0, uint64_t ne1, std::mt19937_64& gen) {
   std::vector<uint8_t> out(tensor_bytes(t, ne0, ne1));
   std::uniform_real_distribution<float> val(-1.f, 1.f), scale(0.002f, 0.05f);
@@ -55,6 +57,12 @@ inline std::vector<uint8_t> random_weight(GgufType t, uint64_t ne0, uint64_t ne1
       break;
     case GgufType::BF16:
       for (size_t i = 0; i < ne0 * ne1; ++i) put16(i * 2, uint16_t(std::bit_cast<uint32_t>(val(gen)) >> 16));
+      break;
+    case GgufType::MXFP4:
+      for (size_t b = 0; b < out.size(); b += 17) {
+        out[b] = uint8_t(119 + byte(gen) % 6);
+        for (size_t j = 1; j < 17; ++j) out[b + j] = uint8_t(byte(gen));
+      }
       break;
     default: {
       const size_t bb = block_bytes(t);

@@ -33,10 +33,12 @@ const EmbedCase kEmbedCases[] = {
     {"q4_k_d768", Q4_K, 768, 65, 9},
     {"q5_k_d256", Q5_K, 256, 31, 3},
     {"q6_k_d512", Q6_K, 512, 33, 5},
+    {"mxfp4_d96", MXFP4, 96, 65, 5},
     {"split_f16_d64", F16, 64, 500, 40, 8 * 1024},
     {"split_q6_k_d256", Q6_K, 256, 97, 30, 4 * 1024},
     {"split_q5_0_d64", Q5_0, 64, 101, 20, 1024},
     {"split_q4_0_d128", Q4_0, 128, 333, 75, 4 * 1024},
+    {"split_mxfp4_d96", MXFP4, 96, 301, 40, 2 * 1024},
 };
 
 class EmbeddingTable : public ::testing::TestWithParam<EmbedCase> {};

@@ -126,6 +126,11 @@ const MatmulCase kMatmulCases[] = {
     {"q6_k_mv_768x131_t1_bias", Q6_K, 768, 131, 1, true},
     {"q6_k_mv_256x3_t3", Q6_K, 256, 3, 3},
     {"q6_k_mm_t75", Q6_K, 768, 67, 75},
+    {"mxfp4_mv_896x131_t1", MXFP4, 896, 131, 1},
+    {"mxfp4_mv_32x1_t4", MXFP4, 32, 1, 4},
+    {"mxfp4_mv_2880x17_t2_bias", MXFP4, 2880, 17, 2, true},  // gpt-oss's n_embd
+    {"mxfp4_mm_t75", MXFP4, 224, 131, 75},
+    {"mxfp4_mm_t64_bias", MXFP4, 64, 65, 64, true},
     // Weights split into row pieces (small pieces forced so the split runs fast).
     {"split_f32_mv_t3", F32, 100, 301, 3, true, Auto, 16 * 1024},
     {"split_f16_mm_t75", F16, 200, 257, 75, false, Auto, 20 * 1024},
@@ -139,6 +144,8 @@ const MatmulCase kMatmulCases[] = {
     {"split_q4_k_mv_t1", Q4_K, 512, 301, 1, true, Auto, 16 * 1024},
     {"split_q5_k_mv_t2", Q5_K, 256, 61, 2, false, Auto, 2 * 1024},
     {"split_q6_k_mm_t75", Q6_K, 256, 199, 75, false, Auto, 8 * 1024},
+    {"split_mxfp4_mv_t1", MXFP4, 96, 257, 1, true, Auto, 2 * 1024},  // 3 scale bytes a row: unaligned scale words
+    {"split_mxfp4_mm_t64", MXFP4, 128, 190, 64, false, Auto, 3 * 1024},
 };
 
 class MatmulTable : public ::testing::TestWithParam<MatmulCase> {};
@@ -224,9 +231,16 @@ const EpilogueCase kEpilogueCases[] = {
     {"accum_q5_k_mm_t70", Q5_K, 256, 65, 70, Tiled, Epilogue::Accumulate},
     {"split_two_norm_bias_q4_k_mv_t1", Q4_K, 256, 96, 1, Matvec, Epilogue::SplitTwo, true, true},
     {"split_two_f16_mm_t75", F16, 128, 100, 75, Tiled, Epilogue::SplitTwo, true},
+    {"norm_mxfp4_mv_t1", MXFP4, 512, 40, 1, Matvec, Epilogue::Plain, true, true},
+    {"accum_mxfp4_mm_t70", MXFP4, 96, 65, 70, Tiled, Epilogue::Accumulate},
+    {"swiglu_norm_mxfp4_mv_t2_bias", MXFP4, 128, 70, 2, Matvec, Epilogue::Swiglu, true, true},
+    {"geglu_norm_mxfp4_mm_t75", MXFP4, 192, 134, 75, Tiled, Epilogue::Geglu, true},
+    {"split_pieces_mxfp4_mv_t3", MXFP4, 64, 150, 3, Matvec, Epilogue::Split, false, false, 2 * 1024},
+    {"split_two_norm_bias_mxfp4_mm_t75", MXFP4, 128, 100, 75, Tiled, Epilogue::SplitTwo, true, true},
     // batch decode's matvec passes: 16 tokens, then 5 in a pipeline of 8
     {"swiglu_norm_q4_k_mv_t21", Q4_K, 512, 70, 21, Matvec, Epilogue::Swiglu, true},
     {"split_norm_bias_f16_mv_t21", F16, 256, 100, 21, Matvec, Epilogue::Split, true, true},
+    {"swiglu_norm_mxfp4_mv_t21", MXFP4, 512, 70, 21, Matvec, Epilogue::Swiglu, true},
 };
 
 // tol: the largest relative L2 error allowed (0: f32's, by type).
@@ -498,7 +512,9 @@ TEST(Matmul, NoSubgroupsMatvec) {
          {MatmulCase{"nosg_q4_0_t1", Q4_0, 896, 131, 1, true}, MatmulCase{"nosg_f16_t3", F16, 257, 33, 3},
           MatmulCase{"nosg_q8_0_t4_split", Q8_0, 256, 99, 4, false, Auto, 4096},
           MatmulCase{"nosg_q8_0_t9", Q8_0, 64, 20, 9}, MatmulCase{"nosg_q4_k_t1", Q4_K, 512, 37, 1, true},
-          MatmulCase{"nosg_q6_k_t2_split", Q6_K, 256, 61, 2, false, Auto, 2 * 1024}}) {
+          MatmulCase{"nosg_q6_k_t2_split", Q6_K, 256, 61, 2, false, Auto, 2 * 1024},
+          MatmulCase{"nosg_mxfp4_t1", MXFP4, 2880, 37, 1, true},
+          MatmulCase{"nosg_mxfp4_t3_split", MXFP4, 96, 101, 3, false, Auto, 2 * 1024}}) {
       const auto r = run_matmul(ctx, c, 77);
       EXPECT_LE(r.rel_l2, 1e-5) << c.name << ": " << r.describe();
     }
@@ -558,7 +574,7 @@ TEST(Matmul, MatvecTokensAsIfAlone) {
 // fills no group, rows of one chunk per thread or several, and a weight split into pieces.
 TEST(Matmul, ChunkLoadersEveryBlockType) {
   gpu::Context ctx(context_options([](auto& o) { o.rows_shape = "off"; }));
-  const GgufType types[] = {Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K};
+  const GgufType types[] = {Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, MXFP4};
   for (size_t i = 0; i < std::size(types); ++i) {
     const GgufType t = types[i];
     SCOPED_TRACE(type_name(t));

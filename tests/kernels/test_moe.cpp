@@ -98,6 +98,11 @@ const ExpertCase kExpertCases[] = {
      kernels::GateAct::SwigluOai},
     {"q4_k_many_tokens_bias_oai", Q4_K, 256, 32, 4, 2, 37, true, true, false, 0, true, kernels::GateAct::SwigluOai},
     {"f16_down_bias_per_pair", F16, 64, 24, 6, 2, 20, false, false, true, 0, true},
+    // gpt-oss's experts are MXFP4: plain and in pieces, with the biases and the clamped SwiGLU, grouped, down per pair
+    {"mxfp4_gate_up_norm_pieces", MXFP4, 128, 48, 16, 4, 3, true, true, false, 3 * 48 * 68},
+    {"mxfp4_gate_up_bias_oai_many_tokens", MXFP4, 96, 32, 4, 2, 37, true, true, false, 0, true,
+     kernels::GateAct::SwigluOai},
+    {"mxfp4_down_bias_per_pair", MXFP4, 64, 64, 5, 2, 4, false, false, true, 0, true},
 };
 
 class ExpertTable : public testing::TestWithParam<ExpertCase> {};
@@ -195,31 +200,34 @@ TEST_P(ExpertTable, MatchesCpuReference) {
 INSTANTIATE_TEST_SUITE_P(Cases, ExpertTable, testing::ValuesIn(kExpertCases),
                          [](const auto& info) { return std::string(info.param.name); });
 
-// The same products without subgroup operations (reductions through workgroup memory only).
+// The same products without subgroup operations (reductions through workgroup memory only), K-quant and MXFP4 experts.
 TEST(Moe, ExpertsWithoutSubgroups) {
   gpu::Context ctx(context_options([](auto& o) { o.disable_subgroups = true; }));
-  auto gen = rng(5);
-  const uint32_t n_in = 256, rows = 24, X = 6, k = 2, T = 3;
-  const auto bytes = random_weight(Q4_K, n_in, uint64_t(X) * rows, gen);
-  const auto w = kernels::upload_weight(ctx, Q4_K, n_in, uint64_t(X) * rows, bytes, "experts", 0, X);
-  const auto x = random_floats(size_t(T) * n_in, gen);
-  const std::vector<uint32_t> ids = {5, 0, 2, 3, 1, 4};
-  auto xs = ctx.upload<float>(x, WGPUBufferUsage_Storage, "x");
-  auto ebuf = ctx.upload<uint32_t>(ids, WGPUBufferUsage_Storage, "experts");
-  auto y = poisoned(ctx, size_t(T) * k * rows, "y");
-  gpu::ComputeBatch batch(ctx, "experts");
-  kernels::encode_expert_matmul(batch, ctx, w, xs, y, ebuf, T, k);
-  batch.submit_and_wait();
-  const auto got = ctx.read<float>(y);
-  const size_t row_bytes = tensor_bytes(Q4_K, n_in, 1);
-  std::vector<float> want;
-  for (uint32_t i = 0; i < T * k; ++i) {
-    const std::span<const uint8_t> expert(bytes.data() + size_t(ids[i]) * rows * row_bytes, rows * row_bytes);
-    const auto out = cpu::matmul(Q4_K, expert, n_in, rows, std::span(x).subspan(size_t(i / k) * n_in, n_in), 1);
-    want.insert(want.end(), out.begin(), out.end());
+  for (const GgufType type : {Q4_K, MXFP4}) {
+    SCOPED_TRACE(type_name(type));
+    auto gen = rng(5);
+    const uint32_t n_in = 256, rows = 24, X = 6, k = 2, T = 3;
+    const auto bytes = random_weight(type, n_in, uint64_t(X) * rows, gen);
+    const auto w = kernels::upload_weight(ctx, type, n_in, uint64_t(X) * rows, bytes, "experts", 0, X);
+    const auto x = random_floats(size_t(T) * n_in, gen);
+    const std::vector<uint32_t> ids = {5, 0, 2, 3, 1, 4};
+    auto xs = ctx.upload<float>(x, WGPUBufferUsage_Storage, "x");
+    auto ebuf = ctx.upload<uint32_t>(ids, WGPUBufferUsage_Storage, "experts");
+    auto y = poisoned(ctx, size_t(T) * k * rows, "y");
+    gpu::ComputeBatch batch(ctx, "experts");
+    kernels::encode_expert_matmul(batch, ctx, w, xs, y, ebuf, T, k);
+    batch.submit_and_wait();
+    const auto got = ctx.read<float>(y);
+    const size_t row_bytes = tensor_bytes(type, n_in, 1);
+    std::vector<float> want;
+    for (uint32_t i = 0; i < T * k; ++i) {
+      const std::span<const uint8_t> expert(bytes.data() + size_t(ids[i]) * rows * row_bytes, rows * row_bytes);
+      const auto out = cpu::matmul(type, expert, n_in, rows, std::span(x).subspan(size_t(i / k) * n_in, n_in), 1);
+      want.insert(want.end(), out.begin(), out.end());
+    }
+    const auto r = compare(got, want);
+    EXPECT_LE(r.rel_l2, 2e-5) << r.describe();
   }
-  const auto r = compare(got, want);
-  EXPECT_LE(r.rel_l2, 2e-5) << r.describe();
 }
 
 TEST(Moe, CombineAddsTheWeightedExperts) {

@@ -29,6 +29,7 @@ const RopeKvCase kRopeKvCases[] = {
     {"q8_0_f32cache_partial_rope_bias_paged", Q8_0, 96, 6, 2, 32, 16, 300, 512, 128, kernels::KvType::F32, true},
     {"bf16_f16cache_page_edge_bias", BF16, 64, 4, 4, 64, 64, 255, 512, 128, kernels::KvType::F16, true},
     {"q4_0_f16cache_first_position", Q4_0, 64, 2, 1, 64, 32, 0, 8, 0, kernels::KvType::F16, false},
+    {"neox_mxfp4_f32cache_bias", MXFP4, 96, 4, 2, 32, 32, 9, 64, 0, kernels::KvType::F32, true, true},
     // > one binding of K/V on a 128 MiB adapter: the position lives in the second pool.
     {"f32_multi_pool", F32, 32, 8, 8, 128, 128, 16000, 129 * 128, 128, kernels::KvType::F32, false},
 };
