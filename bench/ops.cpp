@@ -28,7 +28,7 @@ namespace {
 
 struct Options {
   std::string adapter;
-  std::string types = "F32,F16,BF16,Q8_0,Q4_0,Q4_1,Q5_0,Q5_1,Q2_K,Q3_K,Q4_K,Q5_K,Q6_K";
+  std::string types = "F32,F16,BF16,Q8_0,Q4_0,Q4_1,Q5_0,Q5_1,Q2_K,Q3_K,Q4_K,Q5_K,Q6_K,MXFP4";
   std::string shapes = "4096x4096,896x4864";  // n_in x n_out
   uint32_t prefill_tokens = 512;
   uint32_t repeats = 5;
@@ -63,7 +63,8 @@ GgufType parse_type(const std::string& s) {
   throw InvalidArgument("--types: unknown type '" + s + "' (" + supported_type_names() + ")");
 }
 
-// Random GGUF bytes: floats in [-1, 1], or random quants and sub-block scales with f16 scales in [0.001, 0.03].
+// Random GGUF bytes: floats in [-1, 1], or random quants and sub-block scales with f16 scales in [0.001, 0.03]
+// (MXFP4: scales 2^-10 .. 2^-5).
 std::vector<uint8_t> random_weight(GgufType t, uint32_t n_in, uint32_t n_out, uint64_t seed) {
   std::vector<uint8_t> out(tensor_bytes(t, n_in, n_out));
   std::mt19937 gen{static_cast<uint32_t>(seed)};
@@ -84,6 +85,12 @@ std::vector<uint8_t> random_weight(GgufType t, uint32_t n_in, uint32_t n_out, ui
         std::memcpy(&bits, &f, 4);
         const uint16_t h = t == GgufType::F16 ? wgllm::f32_to_f16(f) : uint16_t(bits >> 16);
         std::memcpy(&out[i * 2], &h, 2);
+      }
+      break;
+    case GgufType::MXFP4:
+      for (size_t b = 0; b < out.size(); b += 17) {
+        for (size_t j = 1; j < 17; ++j) out[b + j] = uint8_t(gen());
+        out[b] = uint8_t(118 + gen() % 6);
       }
       break;
     default: {
