@@ -3,8 +3,8 @@
 The reader is deliberately independent of the `gguf` Python package so that tools which run on machines without
 it (hf_reference.py on a PyTorch box) can still read models, and so that tests can cross-check the two.
 
-Supported tensor types: F32, F16, BF16, Q8_0, Q4_0, I32 (enough for models written by make_model.py and for the
-reference fixtures written by hf_reference.py).
+Supported tensor types: F32, F16, BF16, Q8_0, Q4_0, MXFP4, I32 (enough for models written by make_model.py and for
+the reference fixtures written by hf_reference.py).
 """
 from __future__ import annotations
 
@@ -19,10 +19,10 @@ GGUF_MAGIC = b"GGUF"
 DEFAULT_ALIGNMENT = 32
 
 # ggml tensor types
-F32, F16, Q4_0, Q8_0, I32, BF16 = 0, 1, 2, 8, 26, 30
-TYPE_NAMES = {F32: "F32", F16: "F16", Q4_0: "Q4_0", Q8_0: "Q8_0", I32: "I32", BF16: "BF16"}
+F32, F16, Q4_0, Q8_0, I32, BF16, MXFP4 = 0, 1, 2, 8, 26, 30, 39
+TYPE_NAMES = {F32: "F32", F16: "F16", Q4_0: "Q4_0", Q8_0: "Q8_0", I32: "I32", BF16: "BF16", MXFP4: "MXFP4"}
 # (elements per block, bytes per block)
-BLOCK = {F32: (1, 4), F16: (1, 2), Q4_0: (32, 18), Q8_0: (32, 34), I32: (1, 4), BF16: (1, 2)}
+BLOCK = {F32: (1, 4), F16: (1, 2), Q4_0: (32, 18), Q8_0: (32, 34), I32: (1, 4), BF16: (1, 2), MXFP4: (32, 17)}
 
 # gguf metadata value types
 (T_U8, T_I8, T_U16, T_I16, T_U32, T_I32, T_F32, T_BOOL, T_STR, T_ARR, T_U64, T_I64, T_F64) = range(13)
@@ -69,6 +69,41 @@ def quantize_q4_0(x: np.ndarray) -> np.ndarray:
     return out.reshape(*shape[:-1], shape[-1] // 32 * 18)
 
 
+# MXFP4: ggml's table of the 16 E2M1 codes, each value doubled (integers); the E8M0 scale is halved to match.
+MXFP4_VALUES = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], dtype=np.float32)
+
+
+def e8m0_half(e: np.ndarray) -> np.ndarray:
+    """E8M0 bytes -> float32 2^(e - 128), from bits as ggml's GGML_E8M0_TO_FP32_HALF (subnormal for e < 2)."""
+    e = np.asarray(e, dtype=np.uint32)
+    bits = np.where(e < 2, np.uint32(0x00200000) << np.minimum(e, 1), (np.maximum(e, 1) - 1) << np.uint32(23))
+    return bits.astype(np.uint32).view(np.float32)
+
+
+def quantize_mxfp4(x: np.ndarray) -> np.ndarray:
+    """rows of float32 [..., k] -> uint8 [..., k/32*17]: per block e = floor(log2(amax)) - 2 + 127 (0 for an
+    all-zero block; log2 in float32 as ggml's log2f and the gguf package take it), then each
+    element the code whose value (MXFP4_VALUES * e8m0_half(e)) is nearest, the first code on a tie; element j in
+    the low nibble of byte j, element j+16 in the high nibble."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    shape = x.shape
+    b = x.reshape(-1, 32)
+    amax = np.abs(b).max(axis=1)
+    with np.errstate(divide="ignore"):
+        lg = np.floor(np.log2(np.where(amax > 0, amax, np.float32(1))))
+    # below 2^-125 ggml's cast of a negative exponent to uint8 is undefined; here it is 0
+    e = np.where(amax > 0, np.clip(lg.astype(np.int64) - 2 + 127, 0, 255), 0).astype(np.uint8)
+    d = e8m0_half(e)
+    codes = np.empty(b.shape, dtype=np.uint8)
+    step = 1 << 14  # blocks at a time: the distances to all 16 values are 2 KiB a block
+    for i in range(0, b.shape[0], step):
+        vals = d[i:i + step, None, None] * MXFP4_VALUES[None, None, :]
+        codes[i:i + step] = np.argmin(np.abs(vals - b[i:i + step, :, None]), axis=2)
+    qs = codes[:, :16] | (codes[:, 16:] << np.uint8(4))
+    out = np.concatenate([e[:, None], qs], axis=1)
+    return out.reshape(*shape[:-1], shape[-1] // 32 * 17)
+
+
 def to_bf16(x: np.ndarray) -> np.ndarray:
     """float32 -> bf16 bits (uint16), round to nearest even, NaN kept quiet (as ggml_compute_fp32_to_bf16)."""
     n = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
@@ -90,6 +125,8 @@ def encode(x: np.ndarray, ggml_type: int) -> np.ndarray:
         return quantize_q8_0(x)
     if ggml_type == Q4_0:
         return quantize_q4_0(x)
+    if ggml_type == MXFP4:
+        return quantize_mxfp4(x)
     raise ValueError(f"unsupported type {ggml_type}")
 
 
@@ -115,6 +152,12 @@ def decode(raw: np.ndarray, ggml_type: int, n_elements: int) -> np.ndarray:
         qs = b[:, 2:]
         q = np.concatenate([qs & 0x0F, qs >> 4], axis=1).astype(np.float32) - 8
         return (d * q).reshape(-1)[:n_elements]
+    if ggml_type == MXFP4:
+        b = raw.reshape(-1, 17)
+        qs = b[:, 1:]
+        q = MXFP4_VALUES[np.concatenate([qs & 0x0F, qs >> 4], axis=1)]
+        with np.errstate(over="ignore"):  # e > 252 overflows, as in ggml
+            return (e8m0_half(b[:, :1]) * q).reshape(-1)[:n_elements]
     raise ValueError(f"unsupported type {ggml_type}")
 
 

@@ -10,6 +10,7 @@ Examples:
   tools/make_model.py --arch llama --type f32 --seed 1 --out /tmp/llama.gguf
   tools/make_model.py --arch qwen2 --type q4_0 --shape qwen2.5-0.5b --out /tmp/qwen-shape.gguf
   tools/make_model.py --arch lfm2 --n-layer 6 --lfm2-attn-layers 2,4 --l-cache 3 --out /tmp/lfm2.gguf
+  tools/make_model.py --arch qwen3moe --type mxfp4_moe --seed 5 --out /tmp/moe-mxfp4.gguf   # experts MXFP4
 
 lfm2 (Liquid AI's LFM2, as convert_hf_to_gguf.py writes it): attention.head_count_kv is a per-layer INT32 array, 0 on
 the gated short-convolution layers; shortconv.l_cache the convolution's length; head_dim is n_embd / n_head (no
@@ -38,9 +39,15 @@ import ggufio  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 
-TYPES = {"f32": ggufio.F32, "f16": ggufio.F16, "bf16": ggufio.BF16, "q8_0": ggufio.Q8_0, "q4_0": ggufio.Q4_0}
+# storage types (--type, --tensor-type; mxfp4 only through --tensor-type or a mix)
+TYPES = {"f32": ggufio.F32, "f16": ggufio.F16, "bf16": ggufio.BF16, "q8_0": ggufio.Q8_0, "q4_0": ggufio.Q4_0,
+         "mxfp4": ggufio.MXFP4}
+# --type mixes as llama-quantize writes them: (the 2-D weights' type, [(name part, type) of the 3-D tensors]).
+# mxfp4_moe: the stacked experts ffn_{gate,up,down}_exps in MXFP4, the rest Q8_0 (llama-quantize MXFP4_MOE, which
+# also leaves the router ffn_gate_inp unquantised; here it is Q8_0 as in --type q8_0).
+MIXES = {"mxfp4_moe": ("q8_0", [("_exps.", "mxfp4")])}
 # gguf "general.file_type" (llama_ftype) for each --type
-FILE_TYPE = {"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 7, "bf16": 32}
+FILE_TYPE = {"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 7, "bf16": 32, "mxfp4_moe": 38}
 
 SHAPES = {
     "qwen2.5-0.5b": dict(arch="qwen2", n_embd=896, n_layer=24, n_head=14, n_head_kv=2, head_dim=64, n_ff=4864,
@@ -405,7 +412,8 @@ def build_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--arch", choices=["llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "lfm2", "lfm2moe", "gpt-oss"],
                     default=None)
-    ap.add_argument("--type", choices=list(TYPES), default="f32", help="storage type of the 2-D weights")
+    ap.add_argument("--type", choices=[t for t in TYPES if t != "mxfp4"] + list(MIXES), default="f32",
+                    help="storage type of the 2-D weights, or a mix (mxfp4_moe: experts MXFP4, the rest Q8_0)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", required=True)
     ap.add_argument("--shape", choices=list(SHAPES), help="random weights with a real model's shapes")
@@ -484,12 +492,17 @@ def build_args(argv=None):
         part, _, t = o.partition("=")
         if not part or t not in TYPES:
             ap.error(f"--tensor-type {o}: expected PART=TYPE with TYPE one of {', '.join(TYPES)}")
-    if TYPES[a.type] in (ggufio.Q8_0, ggufio.Q4_0):
+    if TYPES[base_type(a.type)] in (ggufio.Q8_0, ggufio.Q4_0):
         for n, v in (("n-embd", a.n_embd), ("n-ff", a.n_ff), ("n-head*head-dim", a.n_head * a.head_dim),
                      ("n-ff-exp", a.n_ff_exp if a.arch in MOE else 32)):
             if v % 32:
                 ap.error(f"{a.type} needs {n} to be a multiple of 32 (got {v})")
     return a
+
+
+def base_type(t: str) -> str:
+    """The storage type of --type t's 2-D weights."""
+    return MIXES[t][0] if t in MIXES else t
 
 
 def write_model(a, tokenizer: dict | None = None, tensor_data=None) -> None:
@@ -502,7 +515,7 @@ def write_model(a, tokenizer: dict | None = None, tensor_data=None) -> None:
     """
     import gguf
     arch = a.arch
-    wtype = TYPES[a.type]
+    wtype = TYPES[base_type(a.type)]
     w = gguf.GGUFWriter(a.out, arch)  # adds general.architecture
     w.add_name(a.name or f"wgllm-test-{arch}-{a.type}" + (f"-{a.shape}" if a.shape else ""))
     w.add_file_type(FILE_TYPE[a.type])
@@ -572,6 +585,9 @@ def write_model(a, tokenizer: dict | None = None, tensor_data=None) -> None:
             return ggufio.F32
         for part, t in overrides:
             if part in name and len(shape) >= 2:
+                return TYPES[t]
+        for part, t in MIXES.get(a.type, ("", []))[1]:
+            if part in name and len(shape) == 3:
                 return TYPES[t]
         return wtype if len(shape) >= 2 else ggufio.F32
 

@@ -10,6 +10,9 @@ Models (all n_embd 64, 2 layers, 4 heads, 2 kv heads, head_dim 16, ffn 128, voca
   qwen2-mixed                                    seed 4, f16 with attn_v in q8_0 and ffn_up in f32
   llama-spm-f32                                  seed 1, SentencePiece tokenizer (same tensors as llama-f32)
   llama-spm-{f16,q8_0}                           the same in F16 and Q8_0 (compared with llama.cpp)
+  qwen3moe-{q8_0,mixed,mxfp4}                    seed 5, 8 experts of 64, 2 per token; mixed: f16 with the experts'
+                                                 up in q8_0; mxfp4: llama-quantize's MXFP4_MOE mix (experts MXFP4,
+                                                 the rest q8_0)
 A given seed/arch/shape gives the same float weights in every type: the quantised files are the F32 file
 quantised. Prints each file's sha256; with --manifest FILE also writes "sha256  name" lines.
 """
@@ -47,6 +50,7 @@ def matrix() -> dict[str, list[str]]:
     moe = ["--arch", "qwen3moe", "--seed", "5", "--n-expert", "8", "--n-expert-used", "2", "--n-ff-exp", "64"]
     m["qwen3moe-q8_0"] = moe + ["--type", "q8_0"]
     m["qwen3moe-mixed"] = moe + ["--type", "f16", "--tensor-type", "ffn_up_exps=q8_0"]
+    m["qwen3moe-mxfp4"] = moe + ["--type", "mxfp4_moe"]
     # LFM2-MoE: conv, attn, conv, attn; the first layer dense; 8 experts of 64, 2 per token, a selection bias
     m["lfm2moe-q8_0"] = ["--arch", "lfm2moe", "--seed", "6", "--type", "q8_0", "--n-layer", "4", "--lfm2-attn-layers",
                          "1,3", "--n-dense-lead", "1", "--n-expert", "8", "--n-expert-used", "2", "--n-ff-exp", "64"]

@@ -96,6 +96,25 @@ class Tools(unittest.TestCase):
         self.assertAlmostEqual(d, -23 / 8, places=2)
         vals = np.concatenate([q[2:] & 15, q[2:] >> 4]).astype(np.float32) - 8
         self.assertTrue(np.allclose(vals * d, blk, atol=abs(d) / 2 + 1e-3))
+        # MXFP4: bit-exact too (ggml's quantize_row_mxfp4_ref through the package); every value within half the
+        # grid's widest gap (4 scales, between 8 and 12) or clamped to 12 scales, both at most amax / 2
+        mx = gguf.GGMLQuantizationType.MXFP4
+        q = ggufio.quantize_mxfp4(x)
+        self.assertTrue(np.array_equal(q, gguf.quants.quantize(x, mx)))
+        d = gguf.quants.dequantize(q, mx)
+        self.assertTrue(np.array_equal(d, ggufio.decode(q, ggufio.MXFP4, x.size).reshape(x.shape)))
+        amax = np.abs(x.reshape(-1, 32)).max(axis=1, keepdims=True)
+        self.assertTrue(np.all(np.abs(d - x).reshape(-1, 32) <= amax / 2))
+        # MXFP4 layout: the scale byte, then element j's code in the low nibble of byte j, element j+16's in the high
+        # nibble; a block on the grid (amax 12: scale 2^(3 - 3) = 1) comes back exactly, +0 for the code 8 as 0
+        blk = np.concatenate([ggufio.MXFP4_VALUES, -ggufio.MXFP4_VALUES[::-1]])
+        q = ggufio.quantize_mxfp4(blk[None])[0]
+        self.assertEqual(q[0], 127 + 3 - 2)
+        self.assertEqual(list(q[1:] & 15), [0, 1, 2, 3, 4, 5, 6, 7, 0, 9, 10, 11, 12, 13, 14, 15])
+        self.assertEqual(list(q[1:] >> 4), [7, 6, 5, 4, 3, 2, 1, 0, 15, 14, 13, 12, 11, 10, 9, 0])
+        self.assertTrue(np.array_equal(ggufio.decode(q, ggufio.MXFP4, 32), blk))
+        self.assertEqual(list(ggufio.e8m0_half(np.array([0, 1, 2, 127, 255])).astype(np.float64)),
+                         [2.0 ** -128, 2.0 ** -127, 2.0 ** -126, 0.5, 2.0 ** 127])
         bf = ggufio.to_bf16(x)
         self.assertTrue(np.array_equal(bf.view(np.uint8).reshape(x.shape[0], -1),
                                        gguf.quants.quantize(x, gguf.GGMLQuantizationType.BF16)))
@@ -115,6 +134,22 @@ class Tools(unittest.TestCase):
             self.assertEqual(ours.tensors["token_embd.weight"].ne, [64, 1024])
             self.assertEqual(ours.tensors["blk.0.attn_norm.weight"].type, ggufio.F32)
             self.assertEqual(len(ours.get("tokenizer.ggml.tokens")), 1024)
+
+    def test_mxfp4_moe_mix(self):
+        # llama-quantize's MXFP4_MOE: the stacked experts MXFP4, the other matrices Q8_0, vectors F32
+        import gguf
+        p = self.model("mxfp4-moe", "--arch", "qwen3moe", "--type", "mxfp4_moe", "--seed", "5")
+        ref, ours = gguf.GGUFReader(p), ggufio.Reader(p)
+        self.assertEqual(ours.get("general.file_type"), 38)
+        for rt in ref.tensors:
+            t = ours.tensors[rt.name]
+            want = ggufio.MXFP4 if "_exps." in rt.name else ggufio.Q8_0 if len(t.ne) >= 2 else ggufio.F32
+            self.assertEqual(t.type, want, rt.name)
+            self.assertTrue(np.array_equal(gguf.quants.dequantize(rt.data, rt.tensor_type), ours.tensor(rt.name)))
+        f = ggufio.Reader(self.model("mxfp4-moe-f32", "--arch", "qwen3moe", "--seed", "5"))
+        a, b = f.tensor("blk.1.ffn_down_exps.weight"), ours.tensor("blk.1.ffn_down_exps.weight")
+        self.assertLess(np.abs(a - b).max(), np.abs(a).max() / 4)  # the same weights, quantised
+        self.assertTrue(np.array_equal(f.tensor("blk.0.ffn_norm.weight"), ours.tensor("blk.0.ffn_norm.weight")))
 
     def test_types_share_weights(self):
         f = ggufio.Reader(self.model("sw-f32", "--arch", "llama", "--seed", "4"))
