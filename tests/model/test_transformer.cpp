@@ -286,6 +286,34 @@ TEST(GpuForwardApi, NonFiniteWeightsAndLogitsAreErrors) {
   }
 }
 
+// An MXFP4 scale is a finite power of two, but 12 times it overflows from e = 253 on: the element is refused, not its
+// block's scale.
+TEST(GpuForwardApi, OverflowingMxfp4WeightIsRefused) {
+  const std::string path = test::model_path("qwen3moe-mxfp4");
+  std::vector<uint8_t> bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  {
+    const GgufFile clean = GgufFile::open(path);
+    const GgufTensor& t = clean.tensor("blk.0.ffn_up_exps.weight");
+    uint8_t* block = &bytes[clean.data_offset() + t.offset + 3 * 17];  // elements 96 .. 127
+    block[0] = 253;
+    std::fill(block + 1, block + 17, uint8_t(0));
+    block[1 + 2] = 0x70;  // element 96 + 16 + 2: 12 * 2^125
+  }
+  const GgufFile f = GgufFile::from_bytes(bytes, "mxfp4-inf");
+  try {
+    load_gpu_model(test::context(), f);
+    ADD_FAILURE() << "loaded an infinite weight";
+  } catch (const ModelError& e) {
+    EXPECT_NE(std::string(e.what()).find("tensor 'blk.0.ffn_up_exps.weight' (MXFP4 ["), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("element 114 is NaN or infinite"), std::string::npos) << e.what();
+    EXPECT_EQ(std::string(e.what()).find("block scale"), std::string::npos) << e.what();
+  }
+}
+
 TEST_P(DecodeGreedy, MatchesFeedingAndStopsCleanly) {
   const int32_t on_gpu = GetParam();
   const GgufFile f = GgufFile::open(test::model_path("llama-f32"));
