@@ -218,6 +218,8 @@ const EpilogueCase kEpilogueCases[] = {
     {"oai_norm_bias_f16_mv_t1", F16, 256, 128, 1, Matvec, Epilogue::SwigluOai, true, true},
     {"oai_q4_0_mv_t3_bias", Q4_0, 256, 70, 3, Matvec, Epilogue::SwigluOai, false, true},
     {"oai_norm_bias_q8_0_mm_t75", Q8_0, 192, 134, 75, Tiled, Epilogue::SwigluOai, true, true},
+    {"oai_norm_bias_mxfp4_mv_t2", MXFP4, 128, 70, 2, Matvec, Epilogue::SwigluOai, true, true},
+    {"oai_bias_mxfp4_mm_t75", MXFP4, 96, 66, 75, Tiled, Epilogue::SwigluOai, false, true},
     // the residual add with a bias (gpt-oss's output projection)
     {"accum_bias_q8_0_mv_t1", Q8_0, 128, 64, 1, Matvec, Epilogue::Accumulate, false, true},
     {"accum_bias_f16_mm_t70", F16, 96, 65, 70, Tiled, Epilogue::Accumulate, false, true},
