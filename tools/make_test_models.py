@@ -13,6 +13,7 @@ Models (all n_embd 64, 2 layers, 4 heads, 2 kv heads, head_dim 16, ffn 128, voca
   qwen3moe-{q8_0,mixed,mxfp4}                    seed 5, 8 experts of 64, 2 per token; mixed: f16 with the experts'
                                                  up in q8_0; mxfp4: llama-quantize's MXFP4_MOE mix (experts MXFP4,
                                                  the rest q8_0)
+  gpt-oss-{q8_0,mxfp4}                           seed 7, 3 layers, 8 experts of 64, 2 per token, YaRN; mxfp4 as above
 A given seed/arch/shape gives the same float weights in every type: the quantised files are the F32 file
 quantised. Prints each file's sha256; with --manifest FILE also writes "sha256  name" lines.
 """
@@ -55,9 +56,11 @@ def matrix() -> dict[str, list[str]]:
     m["lfm2moe-q8_0"] = ["--arch", "lfm2moe", "--seed", "6", "--type", "q8_0", "--n-layer", "4", "--lfm2-attn-layers",
                          "1,3", "--n-dense-lead", "1", "--n-expert", "8", "--n-expert-used", "2", "--n-ff-exp", "64"]
     # gpt-oss: 3 layers (local, global, local: windows of 5), 8 experts of 64, 2 per token, YaRN x4 over 64 positions
-    m["gpt-oss-q8_0"] = ["--arch", "gpt-oss", "--seed", "7", "--type", "q8_0", "--n-layer", "3", "--n-expert", "8",
-                         "--n-expert-used", "2", "--n-ff-exp", "64", "--sliding-window", "5", "--rope-scaling", "yarn",
-                         "--rope-scaling-factor", "4", "--rope-scaling-orig-ctx", "64"]
+    oss = ["--arch", "gpt-oss", "--seed", "7", "--n-layer", "3", "--n-expert", "8", "--n-expert-used", "2", "--n-ff-exp",
+           "64", "--sliding-window", "5", "--rope-scaling", "yarn", "--rope-scaling-factor", "4", "--rope-scaling-orig-ctx",
+           "64"]
+    m["gpt-oss-q8_0"] = oss + ["--type", "q8_0"]
+    m["gpt-oss-mxfp4"] = oss + ["--type", "mxfp4_moe"]  # as gpt-oss ships: the experts MXFP4 (their biases F32)
     return m
 
 
