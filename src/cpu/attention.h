@@ -13,7 +13,7 @@ struct AttentionRef {
   float scale = 0;
   uint32_t window = 0;  // > 0: a sliding window, query P sees keys (P - window, P] only
   // [n_heads] attention sinks (gpt-oss), or empty: head h's softmax gets one more term e^(sinks[h]) with no value.
-  std::span<const float> sinks;
+  std::span<const float> sinks = {};
 };
 
 // q:   [n_queries][n_heads * head_dim]
