@@ -25,12 +25,6 @@ double round_bits(double v, int bits) {
 
 }  // namespace
 
-float rope_yarn_mscale(const RopeScaling& s) {
-  if (!s.enabled || s.kind != RopeScalingKind::Yarn) return 1.f;
-  const double m = s.factor > 1.f ? 1.0 + 0.1 * std::log(double(s.factor)) : 1.0;
-  return float(double(s.attn_factor) * m);
-}
-
 namespace {
 
 // YaRN's divisors (rope_freq_factors).

@@ -2,6 +2,7 @@
 // the RoPE variants, llama3 frequency scaling, the frequency table on the GPU and the RoPE of q and k over a chunk.
 // Contract checks throw wgllm::InvalidArgument naming the field.
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -35,8 +36,13 @@ struct RopeScaling {
 //         beta_slow turns over original_context positions (ggml_rope_yarn_corr_dims).
 std::vector<float> rope_freq_factors(const RopeScaling& s, uint32_t rope_dim, float base);
 // YaRN's magnitude scale: every rotated pair is multiplied by it, attn_factor * (1 + 0.1 ln factor) (1 without YaRN or
-// for factor <= 1). The RoPE kernels rotate without it; the model folds its square into the q.k scale.
-float rope_yarn_mscale(const RopeScaling& s);
+// for factor <= 1). The RoPE kernels rotate without it; the model folds its square into the q.k scale. (Inline: the
+// config, which links without the kernels, uses it.)
+inline float rope_yarn_mscale(const RopeScaling& s) {
+  if (!s.enabled || s.kind != RopeScalingKind::Yarn) return 1.f;
+  const double m = s.factor > 1.f ? 1.0 + 0.1 * std::log(double(s.factor)) : 1.0;
+  return float(double(s.attn_factor) * m);
+}
 
 // The frequency table encode_rope reads: for i < rope_dim / 2, base^(-2i/rope_dim) / factor[i]
 // (factors optional, e.g. rope_freq_factors() or a GGUF rope_freqs tensor) in turns per
