@@ -10,6 +10,19 @@ namespace {
 
 // ---------------------------------------------------------------------------------- SwiGLU
 
+// out = act(gate) * up through swiglu.wgsl (the output poisoned first).
+std::vector<float> gated_on_gpu(gpu::Context& ctx, const std::vector<float>& gate, const std::vector<float>& up,
+                                kernels::GateAct act) {
+  const uint32_t n = uint32_t(gate.size());
+  auto g = ctx.upload<float>(gate, WGPUBufferUsage_Storage, "gate");
+  auto u = ctx.upload<float>(up, WGPUBufferUsage_Storage, "up");
+  auto out = poisoned(ctx, n, "out");
+  gpu::ComputeBatch batch(ctx);
+  kernels::encode_swiglu(batch, ctx, g, u, out, n, act);
+  batch.submit_and_wait();
+  return ctx.read<float>(out);
+}
+
 TEST(Swiglu, MatchesCpuReference) {
   auto& ctx = context();
   for (uint32_t n : {1u, 255u, 256u * 3 + 7, 4864u * 7, 100000u}) {
@@ -18,13 +31,7 @@ TEST(Swiglu, MatchesCpuReference) {
     gate[n / 2] = -100.f;  // e^100 overflows f32: silu -> -0 (the reference: a denormal)
     gate[n - 1] = 100.f;
     const auto up = random_floats(n, gen, -2.f, 2.f);
-    auto g = ctx.upload<float>(gate, WGPUBufferUsage_Storage, "gate");
-    auto u = ctx.upload<float>(up, WGPUBufferUsage_Storage, "up");
-    auto out = poisoned(ctx, n, "out");
-    gpu::ComputeBatch batch(ctx);
-    kernels::encode_swiglu(batch, ctx, g, u, out, n);
-    batch.submit_and_wait();
-    const auto r = compare(ctx.read<float>(out), cpu::swiglu(gate, up));
+    const auto r = compare(gated_on_gpu(ctx, gate, up, kernels::GateAct::Silu), cpu::swiglu(gate, up));
     EXPECT_LE(r.rel_l2, 1e-6) << "n " << n << ": " << r.describe();
   }
 }
@@ -38,13 +45,7 @@ TEST(Swiglu, GeluTanhMatchesCpuReference) {
     gate[n / 2] = -100.f;
     gate[n - 1] = 1e15f;  // x^3 overflows f32: gelu -> x
     const auto up = random_floats(n, gen, -2.f, 2.f);
-    auto g = ctx.upload<float>(gate, WGPUBufferUsage_Storage, "gate");
-    auto u = ctx.upload<float>(up, WGPUBufferUsage_Storage, "up");
-    auto out = poisoned(ctx, n, "out");
-    gpu::ComputeBatch batch(ctx);
-    kernels::encode_swiglu(batch, ctx, g, u, out, n, kernels::GateAct::GeluTanh);
-    batch.submit_and_wait();
-    const auto got = ctx.read<float>(out);
+    const auto got = gated_on_gpu(ctx, gate, up, kernels::GateAct::GeluTanh);
     const auto want = cpu::geglu(gate, up);
     const auto r = compare(got, want);
     EXPECT_LE(r.rel_l2, 1e-6) << "n " << n << ": " << r.describe();
@@ -63,13 +64,7 @@ TEST(Swiglu, OaiMatchesCpuReference) {
     gate[n / 2] = -100.f;
     gate[n - 1] = 7.f;
     up[n - 1] = -7.f;
-    auto g = ctx.upload<float>(gate, WGPUBufferUsage_Storage, "gate");
-    auto u = ctx.upload<float>(up, WGPUBufferUsage_Storage, "up");
-    auto out = poisoned(ctx, n, "out");
-    gpu::ComputeBatch batch(ctx);
-    kernels::encode_swiglu(batch, ctx, g, u, out, n, kernels::GateAct::SwigluOai);
-    batch.submit_and_wait();
-    const auto got = ctx.read<float>(out);
+    const auto got = gated_on_gpu(ctx, gate, up, kernels::GateAct::SwigluOai);
     const auto want = cpu::swiglu_oai(gate, up);
     const auto r = compare(got, want);
     EXPECT_LE(r.rel_l2, 1e-6) << "n " << n << ": " << r.describe();
