@@ -138,6 +138,11 @@ std::vector<float> gated(uint32_t act, std::span<const float> gate, std::span<co
     case 0: return swiglu(gate, up);
     case 1: return geglu(gate, up);
     case 2: return swiglu_oai(gate, up);
+    case 3: {
+      std::vector<float> y(gate.size());
+      for (size_t i = 0; i < gate.size(); ++i) y[i] = float(double(up[i]) / (1.0 + std::exp(-double(gate[i]))));
+      return y;
+    }
   }
   throw InvalidArgument("cpu::gated: unknown activation " + std::to_string(act));
 }

@@ -37,7 +37,7 @@ std::vector<float> swiglu(std::span<const float> gate, std::span<const float> up
 std::vector<float> geglu(std::span<const float> gate, std::span<const float> up);
 // gpt-oss's clamped SwiGLU: g = min(gate, 7), g sigmoid(1.702 g) (clamp(up, -7, 7) + 1) (llama.cpp's swiglu_oai).
 std::vector<float> swiglu_oai(std::span<const float> gate, std::span<const float> up);
-// The gated activation by kind (kernels::GateAct as its value: 0 silu, 1 gelu_tanh, 2 gpt-oss's).
+// The gated activation by kind (kernels::GateAct as its value: 0 silu, 1 gelu_tanh, 2 gpt-oss's, 3 sigmoid(gate) * up).
 std::vector<float> gated(uint32_t act, std::span<const float> gate, std::span<const float> up);
 
 // A mixture of experts' routing of one token (kernels/moe.h): p = softmax(logits) in double, the n_used largest

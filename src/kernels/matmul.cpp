@@ -138,6 +138,7 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
   if (o.swiglu && (w.n_out % 2 || split || o.accumulate))
     fail(fn, "swiglu needs an even n_out (interleaved gate/up rows) and neither split outputs nor accumulate");
   if (o.act != GateAct::Silu && !o.swiglu) fail(fn, "a gate activation needs swiglu (it selects the gate's activation)");
+  if (o.act == GateAct::Sigmoid) fail(fn, "the sigmoid gate is not a matmul epilogue (encode_swiglu runs it)");
   if (split && o.accumulate) fail(fn, "accumulate does not combine with split outputs");
   // Widths (floats per token) of y, y1, y2.
   const bool split_out = split && !rk;  // y1 (and y2) written
@@ -473,6 +474,7 @@ void encode_expert_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const Gpu
   const uint32_t rows = w.n_out / w.n_experts;  // per expert
   if (o.swiglu && rows % 2) fail(fn, "swiglu needs an even number of rows per expert (interleaved gate/up rows)");
   if (o.act != GateAct::Silu && !o.swiglu) fail(fn, "a gate activation needs swiglu (it selects the gate's activation)");
+  if (o.act == GateAct::Sigmoid) fail(fn, "the sigmoid gate is not a matmul epilogue (encode_swiglu runs it)");
   const uint64_t pairs = uint64_t(n_tokens) * n_used;
   if (pairs > ctx.limits().maxComputeWorkgroupsPerDimension)
     fail(fn, "n_tokens * n_used = " + std::to_string(pairs) + " exceeds the adapter's " +

@@ -8,8 +8,9 @@
 namespace wgllm::kernels {
 
 // The gate's activation: silu (SwiGLU), GELU with the tanh approximation (GeGLU, gemma), or gpt-oss's clamped
-// SwiGLU: g = min(gate, 7), u = clamp(up, -7, 7), out = g sigmoid(1.702 g) (u + 1) (llama.cpp's swiglu_oai).
-enum class GateAct : uint32_t { Silu = 0, GeluTanh = 1, SwigluOai = 2 };
+// SwiGLU: g = min(gate, 7), u = clamp(up, -7, 7), out = g sigmoid(1.702 g) (u + 1) (llama.cpp's swiglu_oai); or the
+// sigmoid alone, out = sigmoid(gate) * up (qwen35's gated attention output; on its own, not as a matmul epilogue).
+enum class GateAct : uint32_t { Silu = 0, GeluTanh = 1, SwigluOai = 2, Sigmoid = 3 };
 
 // Mirrors `SwigluParams` in swiglu.wgsl.
 struct SwigluParams {

@@ -1,7 +1,8 @@
 // SwiGLU: out[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + e^-g), over n floats
 // (flat index = (wid.x + wid.y * grid_x) * WG + lid). act = 1: GeGLU, gelu_tanh(g) * up[i] with
 // gelu_tanh(g) = g (1 + tanh(u)) / 2 = g / (1 + e^(-2u)), u = sqrt(2/pi) (g + 0.044715 g^3). act = 2: gpt-oss's
-// clamped SwiGLU, g' = min(g, 7), g' / (1 + e^(-1.702 g')) * (clamp(up[i], -7, 7) + 1).
+// clamped SwiGLU, g' = min(g, 7), g' / (1 + e^(-1.702 g')) * (clamp(up[i], -7, 7) + 1). act = 3: the sigmoid gate,
+// up[i] / (1 + e^-g).
 
 struct SwigluParams {
   n: u32, grid_x: u32, act: u32, _pad1: u32,
@@ -26,6 +27,10 @@ fn swiglu(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index
       g = min(g, 7.0);
       u = clamp(u, -7.0, 7.0) + 1.0;
       z = 1.702 * g;
+    }
+    if (p.act == 3u) {
+      z = g;
+      g = 1.0;
     }
     out[i] = g / (1.0 + exp(-z)) * u;
   }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "gguf/file.h"
+#include "kernels/delta_net.h"
 #include "kernels/moe.h"
 #include "wgllm/error.h"
 
@@ -22,6 +23,7 @@ const char* arch_name(Arch a) {
     case Arch::Lfm2: return "lfm2";
     case Arch::Lfm2Moe: return "lfm2moe";
     case Arch::GptOss: return "gpt-oss";
+    case Arch::Qwen35: return "qwen35";
   }
   return "?";
 }
@@ -33,13 +35,13 @@ float ModelConfig::attention_scale() const {
 
 uint32_t ModelConfig::n_attention_layers() const {
   uint32_t n = 0;
-  for (uint32_t l = 0; l < n_layer; ++l) n += is_conv(l) ? 0 : 1;
+  for (uint32_t l = 0; l < n_layer; ++l) n += is_attention(l) ? 1 : 0;
   return n;
 }
 
 std::string ModelConfig::layer_pattern() const {
   std::string s;
-  for (uint32_t l = 0; l < n_layer; ++l) s += is_conv(l) ? 'C' : is_swa(l) ? 'L' : 'A';
+  for (uint32_t l = 0; l < n_layer; ++l) s += is_conv(l) ? 'C' : is_delta(l) ? 'D' : is_swa(l) ? 'L' : 'A';
   return s;
 }
 
@@ -131,6 +133,55 @@ void read_gpt_oss(const GgufFile& f, ModelConfig& c) {
   if (c.sliding_window == 0) fail(f, "key '" + a + "attention.sliding_window' is 0");
   read_swa_layers(f, c, c.rope_base, 2);
   c.rope_scaling_swa = c.rope_scaling;
+}
+
+// Qwen 3.5 as llama.cpp reads it (src/models/qwen35.cpp): attention.recurrent_layers (a bool per layer) marks the
+// gated DeltaNet layers, or else every full_attention_interval-th layer (default 4) is full attention; the ssm.*
+// keys give the DeltaNet's shape; the FFN's norm is named post_attention_norm. Its multi-axis RoPE
+// (rope.dimension_sections) rotates every section by the same text position, which is NeoX RoPE over
+// rope.dimension_count dims. Layers past block_count - nextn_predict_layers (a multi-token-prediction head) are
+// not run.
+void read_qwen35(const GgufFile& f, ModelConfig& c) {
+  const std::string a = c.arch_name + ".";
+  c.attn_gated = true;
+  c.ffn_norm_name = "post_attention_norm.weight";
+  const uint32_t total = c.n_layer;
+  const uint32_t nextn = f.find_u32(a + "nextn_predict_layers").value_or(0);
+  if (nextn >= total)
+    fail(f, "key '" + a + "nextn_predict_layers' = " + std::to_string(nextn) + " leaves no layer of block_count " +
+                std::to_string(total));
+  c.n_layer = total - nextn;
+  auto ssm = [&](const char* key) { return require_dim(f, a + key, f.get_u32(a + key)); };
+  c.ssm_conv = ssm("ssm.conv_kernel");
+  if (c.ssm_conv < 2 || c.ssm_conv > kMaxConvTaps)
+    fail(f, "key '" + a + "ssm.conv_kernel' = " + std::to_string(c.ssm_conv) + " is outside [2, " +
+                std::to_string(kMaxConvTaps) + "]");
+  c.ssm_dk = ssm("ssm.state_size");
+  c.ssm_k_heads = ssm("ssm.group_count");
+  c.ssm_v_heads = ssm("ssm.time_step_rank");
+  const uint32_t inner = ssm("ssm.inner_size");
+  if (inner % c.ssm_v_heads != 0 || c.ssm_v_heads % c.ssm_k_heads != 0)
+    fail(f, "keys '" + a + "ssm.*': inner_size " + std::to_string(inner) + " over time_step_rank " +
+                std::to_string(c.ssm_v_heads) + " value heads and group_count " + std::to_string(c.ssm_k_heads) +
+                " key heads: value heads must divide inner_size and be a multiple of the key heads");
+  c.ssm_dv = inner / c.ssm_v_heads;
+  if (c.ssm_dk > kernels::kDeltaMaxHeadDim || c.ssm_dv > kernels::kDeltaMaxHeadDim)
+    fail(f, "keys '" + a + "ssm.*': head dimensions " + std::to_string(c.ssm_dk) + " (keys) and " +
+                std::to_string(c.ssm_dv) + " (values) must be at most " + std::to_string(kernels::kDeltaMaxHeadDim));
+  c.delta_layers.assign(c.n_layer, false);
+  const std::string key = a + "attention.recurrent_layers";
+  if (const GgufValue* v = f.find(key); v && std::holds_alternative<GgufArray>(v->v)) {
+    const GgufArray& p = std::get<GgufArray>(v->v);
+    if (p.elem_type() != GgufValueType::Bool || p.size() != total)
+      fail(f, "byte " + std::to_string(v->offset) + ": key '" + key + "': expected an array of " +
+                  std::to_string(total) + " bools (one per block), found " + std::to_string(p.size()) + " of " +
+                  value_type_name(p.elem_type()));
+    for (uint32_t i = 0; i < c.n_layer; ++i) c.delta_layers[i] = p.boolean(i);
+  } else {
+    const uint32_t interval = f.find_u32(a + "full_attention_interval").value_or(4);
+    if (interval == 0) fail(f, "key '" + a + "full_attention_interval' is 0");
+    for (uint32_t i = 0; i < c.n_layer; ++i) c.delta_layers[i] = (i + 1) % interval != 0;
+  }
 }
 
 // LFM2 as llama.cpp reads it (src/models/lfm2.cpp): attention.head_count_kv is a per-layer array (or one number for
@@ -235,9 +286,13 @@ ModelConfig config_from_gguf(const GgufFile& f) {
   } else if (c.arch_name == "gpt-oss") {
     c.arch = Arch::GptOss;
     c.rope_type = RopeType::Neox;
+  } else if (c.arch_name == "qwen35") {
+    c.arch = Arch::Qwen35;
+    c.rope_type = RopeType::Neox;
+    c.qk_norm = true;
   } else {
     fail(f, "architecture '" + c.arch_name +
-                "' is not supported (supported: llama, qwen2, qwen3, qwen3moe, gemma3, lfm2, lfm2moe, gpt-oss)");
+                "' is not supported (supported: llama, qwen2, qwen3, qwen3moe, gemma3, lfm2, lfm2moe, gpt-oss, qwen35)");
   }
   // The parser accepts every ggml type (inspect shows any file); running needs types wgllm dequantises.
   for (const GgufTensor& t : f.tensors())
@@ -250,6 +305,7 @@ ModelConfig config_from_gguf(const GgufFile& f) {
   c.n_embd = dim("embedding_length");
   c.n_layer = dim("block_count");
   c.n_head = dim("attention.head_count");
+  if (c.arch == Arch::Qwen35) read_qwen35(f, c);
   if (c.arch == Arch::Lfm2 || c.arch == Arch::Lfm2Moe) {
     read_lfm2_layers(f, c);
   } else {
@@ -343,8 +399,11 @@ ModelConfig config_from_gguf(const GgufFile& f) {
   }
   c.tied_embeddings = f.find_tensor("output.weight") == nullptr;
   c.has_rope_freqs_tensor = f.find_tensor("rope_freqs.weight") != nullptr;
-  for (uint32_t i = 0; i < c.n_layer && !c.is_conv(i); ++i)  // the first attention layer tells
-    c.attn_bias = f.find_tensor("blk." + std::to_string(i) + ".attn_q.bias") != nullptr;
+  for (uint32_t i = 0; i < c.n_layer; ++i)  // the first attention layer tells
+    if (c.is_attention(i)) {
+      c.attn_bias = f.find_tensor("blk." + std::to_string(i) + ".attn_q.bias") != nullptr;
+      break;
+    }
 
   const uint64_t E = c.n_embd, Q = c.q_dim(), KV = c.kv_dim(), F = c.n_ff, V = c.n_vocab;
   check_shape(f, "token_embd.weight", {E, V});
@@ -379,7 +438,20 @@ ModelConfig config_from_gguf(const GgufFile& f) {
       check_shape(f, b + "shortconv.out_proj.weight", {E, E});
       continue;
     }
-    check_shape(f, b + "attn_q.weight", {E, Q});
+    if (c.is_delta(i)) {
+      const uint64_t VH = c.ssm_v_heads, VD = uint64_t(c.ssm_v_heads) * c.ssm_dv;
+      check_shape(f, b + "attn_qkv.weight", {E, c.delta_conv_dim()});
+      check_shape(f, b + "attn_gate.weight", {E, VD});
+      check_shape(f, b + "ssm_conv1d.weight", {c.ssm_conv, c.delta_conv_dim()});
+      check_shape(f, b + "ssm_dt.bias", {VH});
+      check_shape(f, b + "ssm_a", {VH});
+      check_shape(f, b + "ssm_beta.weight", {E, VH});
+      check_shape(f, b + "ssm_alpha.weight", {E, VH});
+      check_shape(f, b + "ssm_norm.weight", {c.ssm_dv});
+      check_shape(f, b + "ssm_out.weight", {VD, E});
+      continue;
+    }
+    check_shape(f, b + "attn_q.weight", {E, c.attn_gated ? 2 * Q : Q});
     check_shape(f, b + "attn_k.weight", {E, KV});
     check_shape(f, b + "attn_v.weight", {E, KV});
     check_shape(f, b + "attn_output.weight", {Q, E});

@@ -15,7 +15,7 @@ class GgufFile;
 using kernels::RopeScaling;
 using kernels::RopeType;
 
-enum class Arch { Llama, Qwen2, Qwen3, Qwen3Moe, Gemma3, Lfm2, Lfm2Moe, GptOss };
+enum class Arch { Llama, Qwen2, Qwen3, Qwen3Moe, Gemma3, Lfm2, Lfm2Moe, GptOss, Qwen35 };
 // The feed-forward gate's activation, act(x Wgate) * (x Wup): silu, gelu_tanh or gpt-oss's clamped SwiGLU
 // (kernels/swiglu.h).
 using FfnAct = kernels::GateAct;
@@ -62,6 +62,24 @@ struct ModelConfig {
   uint32_t l_cache = 0;           // shortconv.l_cache: the convolution's taps (positions it sees, itself included)
   std::vector<bool> conv_layers;  // [n_layer] or empty
   bool is_conv(uint32_t layer) const { return layer < conv_layers.size() && conv_layers[layer]; }
+  // qwen35: most layers are gated DeltaNet linear attention (kernels/delta_net.h), a recurrent state per value head
+  // instead of a KV cache: in-projections to q, k, v (attn_qkv, `conv_dim` channels), the gate z (attn_gate) and the
+  // per-head decay and update rates (ssm_alpha, ssm_beta); a causal depthwise convolution of q, k, v over the last
+  // ssm_conv taps (ssm_conv1d) and silu; the delta rule with q, k L2-normalised; the output RMS-normed per head
+  // (ssm_norm) times silu(z); ssm_out. Value head h reads key head h % ssm_k_heads (llama.cpp's converter stores
+  // the value heads in that order). The other layers are full attention whose q projection also gives a gate per
+  // head: attn_gated. delta_layers is empty when no layer is recurrent.
+  std::vector<bool> delta_layers;  // [n_layer] or empty
+  uint32_t ssm_conv = 0;           // ssm.conv_kernel: the convolution's taps
+  uint32_t ssm_k_heads = 0;        // ssm.group_count: key (and query) heads
+  uint32_t ssm_v_heads = 0;        // ssm.time_step_rank: value heads, each with its own state
+  uint32_t ssm_dk = 0;             // ssm.state_size: the key head dimension
+  uint32_t ssm_dv = 0;             // ssm.inner_size / time_step_rank: the value head dimension
+  bool attn_gated = false;         // qwen35: attention output * sigmoid(gate), the gate in attn_q's odd head halves
+  bool is_delta(uint32_t layer) const { return layer < delta_layers.size() && delta_layers[layer]; }
+  uint32_t delta_conv_dim() const { return 2 * ssm_k_heads * ssm_dk + ssm_v_heads * ssm_dv; }  // q, k, v channels
+  // A layer with a KV cache (neither a short convolution nor a recurrent layer).
+  bool is_attention(uint32_t layer) const { return !is_conv(layer) && !is_delta(layer); }
   uint32_t n_attention_layers() const;
   // Mixtures of experts (qwen3moe, lfm2moe): the FFN of every layer from n_dense_lead on is n_expert SwiGLU experts
   // of width n_ff_exp (ffn_{gate,up,down}_exps, [n_expert][rows][in]), of which a router (ffn_gate_inp,
@@ -78,7 +96,7 @@ struct ModelConfig {
   bool is_moe_layer(uint32_t layer) const { return is_moe() && layer >= n_dense_lead; }
   std::string output_norm_name = "output_norm.weight";
   std::string ffn_norm_name = "ffn_norm.weight";  // the FFN's input norm (gpt-oss: post_attention_norm.weight)
-  // One letter per layer: A attention, L local (sliding-window) attention, C short convolution.
+  // One letter per layer: A attention, L local (sliding-window) attention, C short convolution, D gated DeltaNet.
   std::string layer_pattern() const;
 
   uint32_t q_dim() const { return n_head * head_dim; }
@@ -90,7 +108,7 @@ struct ModelConfig {
 };
 
 // Reads and validates the hyper-parameters of `f` (architectures llama, qwen2, qwen3, qwen3moe, gemma3, lfm2, lfm2moe,
-// gpt-oss) and checks that
+// gpt-oss, qwen35) and checks that
 // every tensor the forward pass uses is present with the shape the config implies. Throws ModelError naming the key or
 // tensor.
 ModelConfig config_from_gguf(const GgufFile& f);

@@ -73,6 +73,25 @@ TEST(Swiglu, OaiMatchesCpuReference) {
   }
 }
 
+// qwen35's attention gate, sigmoid(gate) * up: gates far past the sigmoid's saturation both ways (e^-g overflows to
+// infinity: 0), and one at 0 (1/2).
+TEST(Swiglu, SigmoidGateMatchesCpuReference) {
+  auto& ctx = context();
+  for (uint32_t n : {1u, 257u, 2048u * 3 + 7}) {
+    auto gen = rng(n + 41);
+    auto gate = random_floats(n, gen, -10.f, 10.f);
+    const auto up = random_floats(n, gen, -3.f, 3.f);
+    gate[n - 1] = 0.f;
+    if (n > 1) gate[n / 2] = -200.f;
+    const auto got = gated_on_gpu(ctx, gate, up, kernels::GateAct::Sigmoid);
+    const auto want = cpu::gated(3, gate, up);
+    const auto r = compare(got, want);
+    EXPECT_LE(r.rel_l2, 1e-6) << "n " << n << ": " << r.describe();
+    if (n > 1) EXPECT_EQ(got[n / 2], 0.f);
+    EXPECT_FLOAT_EQ(want[n - 1], up[n - 1] / 2);
+  }
+}
+
 TEST(Swiglu, BadArgumentsThrowNamingTheField) {
   auto& ctx = context();
   auto buf = ctx.create_buffer(4096 * 4, WGPUBufferUsage_Storage, "buf");

@@ -1,0 +1,113 @@
+#include "kernels/delta_net.h"
+
+#include <algorithm>
+#include <bit>
+#include <string>
+
+#include "kernels/check.h"
+
+namespace wgllm::kernels {
+
+using detail::fail;
+using detail::need;
+
+namespace {
+
+// The workgroup shapes of a head size: delta_rule's VB columns x KS invocations per column (KPT rows each),
+// delta_conv's CW invocations.
+struct Layout {
+  uint32_t vb, ks, kpt, cw;
+};
+
+Layout layout(const DeltaShape& s) {
+  const uint32_t vb = std::min(s.dv, 32u);
+  const uint32_t ks = std::min(256 / vb, s.dk);
+  return {vb, ks, (s.dk + ks - 1) / ks, std::bit_ceil(std::max(s.dk, s.dv))};
+}
+
+std::string prelude(const DeltaShape& s) {
+  const Layout l = layout(s);
+  auto c = [](const char* name, uint32_t v) { return "const " + std::string(name) + ": u32 = " + std::to_string(v) + "u;\n"; };
+  return c("DK", s.dk) + c("DV", s.dv) + c("VB", l.vb) + c("KS", l.ks) + c("KPT", l.kpt) + c("CW", l.cw);
+}
+
+void check_shape(const char* fn, const DeltaShape& s) {
+  if (s.n_tokens == 0) fail(fn, "n_tokens must be > 0");
+  if (s.k_heads == 0 || s.v_heads == 0 || s.v_heads % s.k_heads != 0)
+    fail(fn, "v_heads " + std::to_string(s.v_heads) + " must be a non-zero multiple of k_heads " +
+                 std::to_string(s.k_heads));
+  if (s.dk == 0 || s.dv == 0 || s.dk > kDeltaMaxHeadDim || s.dv > kDeltaMaxHeadDim)
+    fail(fn, "head dimensions dk " + std::to_string(s.dk) + ", dv " + std::to_string(s.dv) + " must be in [1, " +
+                 std::to_string(kDeltaMaxHeadDim) + "]");
+  if ((uint64_t(s.row) + s.n_tokens) * (uint64_t(s.channels()) + uint64_t(s.v_heads) * s.dv) > UINT32_MAX)
+    fail(fn, "index space exceeds 2^32-1");
+}
+
+}  // namespace
+
+void encode_delta_conv(gpu::ComputeBatch& batch, gpu::Context& ctx, const DeltaShape& s, uint32_t taps_count,
+                       uint32_t pos, uint32_t ring_rows, float eps, const gpu::Buffer& x, const gpu::Buffer& taps,
+                       const gpu::Buffer& ring, const gpu::Buffer& c) {
+  const char* fn = "encode_delta_conv";
+  check_shape(fn, s);
+  if (taps_count < 2) fail(fn, "taps must be >= 2");
+  if (uint64_t(s.n_tokens) + taps_count - 1 > ring_rows)
+    fail(fn, "ring_rows " + std::to_string(ring_rows) + " < n_tokens + taps - 1 = " +
+                 std::to_string(uint64_t(s.n_tokens) + taps_count - 1) +
+                 " (the rows written would overwrite rows read)");
+  if (uint64_t(pos) + s.n_tokens > UINT32_MAX) fail(fn, "pos + n_tokens exceeds 2^32-1");
+  if (!(eps > 0.f)) fail(fn, "eps must be > 0");
+  if (s.n_tokens > ctx.limits().maxComputeWorkgroupsPerDimension)
+    fail(fn, "n_tokens " + std::to_string(s.n_tokens) + " exceeds the workgroups per dimension");
+  const uint64_t W = s.channels(), end = (uint64_t(s.row) + s.n_tokens) * W;
+  if (uint64_t(ring_rows) * W > UINT32_MAX) fail(fn, "ring index space exceeds 2^32-1");
+  need(fn, "x", x, end * 4, ctx);
+  need(fn, "taps", taps, W * taps_count * 4, ctx);
+  need(fn, "ring", ring, uint64_t(ring_rows) * W * 4, ctx);
+  need(fn, "c", c, end * 4, ctx);
+  if (c.get() == x.get() || c.get() == ring.get() || ring.get() == x.get())
+    fail(fn, "x, ring and c must be different buffers");
+  const DeltaParams p{s.n_tokens, s.k_heads, s.v_heads, s.row, pos, ring_rows, taps_count, eps, 0, 0, 0, 0};
+  WGPUComputePipeline pipe = ctx.pipeline({"delta_net.wgsl", "delta_conv", {}, prelude(s)});
+  const gpu::BufferBinding b[] = {batch.uniform(0, p),
+                                  {1, &x, 0, end * 4},
+                                  {2, &taps, 0, W * taps_count * 4},
+                                  {3, &ring, 0, uint64_t(ring_rows) * W * 4},
+                                  {4, &c, 0, end * 4}};
+  batch.dispatch(pipe, b, 2 * s.k_heads + s.v_heads, s.n_tokens);
+}
+
+void encode_delta_rule(gpu::ComputeBatch& batch, gpu::Context& ctx, const DeltaShape& s, const gpu::Buffer& c,
+                       const DeltaGates& gates, const gpu::Buffer& consts, const gpu::Buffer& state,
+                       const gpu::Buffer& o) {
+  const char* fn = "encode_delta_rule";
+  check_shape(fn, s);
+  if (!gates.alpha || !gates.beta) fail(fn, "alpha and beta are required");
+  const uint64_t H = s.v_heads, rows = uint64_t(s.row) + s.n_tokens;
+  if (gates.stride < H || uint64_t(gates.beta_offset) + H > gates.stride)
+    fail(fn, "gates: stride " + std::to_string(gates.stride) + " and beta_offset " +
+                 std::to_string(gates.beta_offset) + " do not hold " + std::to_string(H) + " heads");
+  const uint64_t W = s.channels(), ab = rows * gates.stride * 4, state_bytes = H * s.dk * s.dv * 4;
+  need(fn, "c", c, rows * W * 4, ctx);
+  need(fn, "alpha", *gates.alpha, ab, ctx);
+  need(fn, "beta", *gates.beta, ab, ctx);
+  need(fn, "consts", consts, 2 * H * 4, ctx);
+  need(fn, "state", state, state_bytes, ctx);
+  need(fn, "o", o, rows * H * s.dv * 4, ctx);
+  for (const gpu::Buffer* in : {&c, gates.alpha, gates.beta, &consts})
+    if (in->get() == state.get() || in->get() == o.get()) fail(fn, "state and o must differ from the inputs");
+  if (state.get() == o.get()) fail(fn, "state and o must be different buffers");
+  const DeltaParams p{s.n_tokens, s.k_heads, s.v_heads, s.row, 0, 0, 0, 0.f, gates.stride, gates.beta_offset, 0, 0};
+  WGPUComputePipeline pipe = ctx.pipeline({"delta_net.wgsl", "delta_rule", {}, prelude(s)});
+  const gpu::BufferBinding b[] = {batch.uniform(0, p),
+                                  {5, &c, 0, rows * W * 4},
+                                  {6, gates.alpha, 0, ab},
+                                  {7, gates.beta, 0, ab},
+                                  {8, &consts, 0, 2 * H * 4},
+                                  {9, &state, 0, state_bytes},
+                                  {10, &o, 0, rows * H * s.dv * 4}};
+  const uint32_t blocks = (s.dv + layout(s).vb - 1) / layout(s).vb;
+  batch.dispatch(pipe, b, s.v_heads * blocks, 1);
+}
+
+}  // namespace wgllm::kernels

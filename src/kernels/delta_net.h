@@ -1,0 +1,55 @@
+// Gated DeltaNet (delta_net.wgsl; qwen35's linear-attention layers) for a chunk of tokens of one sequence:
+// encode_delta_conv (the causal convolution of q, k, v over a ring of the last rows, silu, q and k L2-normalised),
+// then encode_delta_rule (the gated delta rule over the sequence's recurrent state). The CPU references are
+// cpu::conv_silu and cpu::delta_rule (cpu/delta_net.h). Contract checks throw wgllm::InvalidArgument naming the field.
+#pragma once
+#include <cstdint>
+
+#include "gpu/batch.h"
+
+namespace wgllm::kernels {
+
+// The largest key or value head dimension the kernels take (a state column's rows are held in registers).
+inline constexpr uint32_t kDeltaMaxHeadDim = 256;
+
+// Mirrors `DeltaParams` in delta_net.wgsl.
+struct DeltaParams {
+  uint32_t n, k_heads, v_heads, row;
+  uint32_t pos, ring_rows, taps;
+  float eps;
+  uint32_t ab_stride, beta_offset, pad0, pad1;
+};
+static_assert(sizeof(DeltaParams) == 48);
+
+struct DeltaShape {
+  uint32_t n_tokens = 0;  // tokens of this call, at positions pos .. pos + n_tokens - 1
+  uint32_t k_heads = 0;   // K: key (and query) heads
+  uint32_t v_heads = 0;   // H: value heads, a multiple of K; value head h reads key head h % K
+  uint32_t dk = 0, dv = 0;  // head dimensions, each at most kDeltaMaxHeadDim
+  uint32_t row = 0;       // the first token's row in every [tokens][...] buffer (a decode step of several sequences)
+  uint32_t channels() const { return 2 * k_heads * dk + v_heads * dv; }  // W: q, k, v
+};
+
+// delta_conv: x [row + n][W] (the q/k/v in-projection), taps [W][L] f32, ring [R][W] f32 (row q % R holds x of
+// position q < pos; rows before position 0 are never read) -> c [row + n][W]: silu(conv(x)), q and k heads
+// L2-normalised (x / sqrt(|x|^2 + eps); q also / sqrt(dk)). Needs taps >= 2 and n_tokens + taps - 1 <= R
+// (kernels::conv_ring_rows).
+void encode_delta_conv(gpu::ComputeBatch& batch, gpu::Context& ctx, const DeltaShape& s, uint32_t taps_count,
+                       uint32_t pos, uint32_t ring_rows, float eps, const gpu::Buffer& x, const gpu::Buffer& taps,
+                       const gpu::Buffer& ring, const gpu::Buffer& c);
+
+// Where a step's alpha and beta lie: alpha of token r, head h at r * stride + h; beta at r * stride + beta_offset + h
+// (one buffer [n][2H] from a stacked product: stride 2H, offset H; or two [n][H]: stride H, offset 0).
+struct DeltaGates {
+  const gpu::Buffer* alpha = nullptr;
+  const gpu::Buffer* beta = nullptr;
+  uint32_t stride = 0, beta_offset = 0;
+};
+
+// delta_rule: c [row + n][W] (delta_conv's output), the gates, consts [2H] f32 (dt_bias, then a = -exp(A_log)),
+// state [H][dk][dv] f32 (read and updated) -> o [row + n][H][dv].
+void encode_delta_rule(gpu::ComputeBatch& batch, gpu::Context& ctx, const DeltaShape& s, const gpu::Buffer& c,
+                       const DeltaGates& gates, const gpu::Buffer& consts, const gpu::Buffer& state,
+                       const gpu::Buffer& o);
+
+}  // namespace wgllm::kernels

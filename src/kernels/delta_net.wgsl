@@ -1,0 +1,151 @@
+// Gated DeltaNet (qwen35's linear attention) for n tokens at positions pos .. pos + n - 1 of one sequence, in two
+// dispatches after the in-projections. K key heads of DK and H value heads of DV; a token's row of qkv holds q
+// (K x DK), k (K x DK), v (H x DV): W = 2 K DK + H DV channels. Value head h reads key head h % K.
+//
+// delta_conv: the causal depthwise convolution of every channel over the last L positions, silu, and q, k
+// L2-normalised per head (q also by 1 / sqrt(DK)):
+//   c(t)[i] = silu(sum_k taps[i][k] x(pos + t - (L-1) + k)[i])      (tap 0 meets the oldest position)
+//   q = c_q / sqrt(|c_q|^2 + eps) / sqrt(DK),  k = c_k / sqrt(|c_k|^2 + eps),  v = c_v
+// where x of a position before pos comes from the conv state, a ring of R rows holding x(q) at row q % R
+// (x(q) = 0 for q < 0); each token's x row is written to the ring for the next call (the host keeps n + L - 1 <= R,
+// so the rows written are never rows read). One workgroup per (head slot, token): slots 0..K-1 the q heads, K..2K-1
+// the k heads, 2K.. the v heads; invocation i owns channel i of the slot.
+//
+// delta_rule: the recurrence over the tokens, in order, on each value head's state S [DK][DV] (f32, kept in
+// registers for the whole call):
+//   g = exp(a softplus(alpha + dt_bias)),  b = sigmoid(beta)
+//   S = g S;  S += k (b (v - S^T k))^T;  o = S^T q
+// The columns of S are independent: a workgroup owns VB columns of one head, KS invocations per column each holding
+// KPT = DK / KS rows of it; the two sums over DK (S^T k and S^T q) are each KS partial sums through workgroup memory.
+// The per-head output norm and its silu(z) gate run after it (norm.wgsl, swiglu.wgsl).
+//
+// The two entry points use bindings 1-4 and 5-10. The host prepends the shape: const DK, DV, VB, KS, KPT, CW: u32 (CW, delta_conv's workgroup, a power of two
+// >= max(DK, DV)).
+
+struct DeltaParams {
+  n: u32, k_heads: u32, v_heads: u32, row: u32,
+  pos: u32, ring_rows: u32, taps: u32, eps: f32,
+  ab_stride: u32, beta_offset: u32, _pad0: u32, _pad1: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: DeltaParams;
+
+// ---- delta_conv
+@group(0) @binding(1) var<storage, read> x: array<f32>;           // [row + n][W] the in-projection
+@group(0) @binding(2) var<storage, read> taps: array<f32>;        // [W][L]
+@group(0) @binding(3) var<storage, read_write> ring: array<f32>;  // [R][W]
+@group(0) @binding(4) var<storage, read_write> c: array<f32>;     // [row + n][W] q, k (normalised), v
+
+var<workgroup> sq: array<f32, CW>;
+
+@compute @workgroup_size(CW)
+fn delta_conv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+  let K = p.k_heads;
+  let W = 2u * K * DK + p.v_heads * DV;
+  let slot = wid.x;
+  let t = wid.y;
+  let qk = slot < 2u * K;
+  let dim = select(DV, DK, qk);
+  let ch = select(2u * K * DK + (slot - 2u * K) * DV, slot * DK, qk) + lid;
+  let live = lid < dim;
+  var val = 0.0;
+  if (live) {
+    let first = i32(p.pos + t) - i32(p.taps - 1u);
+    var acc = 0.0;
+    for (var k = 0u; k < p.taps; k++) {
+      let q = first + i32(k);
+      if (q < 0) { continue; }
+      var xv: f32;
+      if (u32(q) >= p.pos) {
+        xv = x[(p.row + u32(q) - p.pos) * W + ch];
+      } else {
+        xv = ring[(u32(q) % p.ring_rows) * W + ch];
+      }
+      acc += taps[ch * p.taps + k] * xv;
+    }
+    ring[((p.pos + t) % p.ring_rows) * W + ch] = x[(p.row + t) * W + ch];
+    val = acc / (1.0 + exp(-acc));
+  }
+  // |c|^2 of the head (q and k slots; the v slots run the same barriers and leave val as it is)
+  sq[lid] = val * val;
+  workgroupBarrier();
+  for (var s = CW / 2u; s > 0u; s >>= 1u) {
+    if (lid < s) { sq[lid] += sq[lid + s]; }
+    workgroupBarrier();
+  }
+  if (qk) {
+    val /= sqrt(sq[0] + p.eps);
+    if (slot < K) { val /= sqrt(f32(DK)); }
+  }
+  if (live) { c[(p.row + t) * W + ch] = val; }
+}
+
+// ---- delta_rule
+@group(0) @binding(5) var<storage, read> qkv: array<f32>;          // [row + n][W], delta_conv's output
+@group(0) @binding(6) var<storage, read> alpha: array<f32>;        // [row + n][ab_stride]: alpha at h
+@group(0) @binding(7) var<storage, read> beta: array<f32>;         // [row + n][ab_stride]: beta at beta_offset + h
+@group(0) @binding(8) var<storage, read> consts: array<f32>;       // [2H]: dt_bias, then a (= -exp(A_log))
+@group(0) @binding(9) var<storage, read_write> state: array<f32>;  // [H][DK][DV]
+@group(0) @binding(10) var<storage, read_write> o: array<f32>;      // [row + n][H][DV]
+
+var<workgroup> part_k: array<f32, VB * KS>;
+var<workgroup> part_q: array<f32, VB * KS>;
+
+@compute @workgroup_size(VB * KS)
+fn delta_rule(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+  let K = p.k_heads;
+  let H = p.v_heads;
+  let W = 2u * K * DK + H * DV;
+  let blocks = (DV + VB - 1u) / VB;
+  let h = wid.x / blocks;
+  let vl = lid % VB;
+  let v = (wid.x % blocks) * VB + vl;
+  let ks = lid / VB;
+  let kh = h % K;
+  let live = v < DV;
+  var S: array<f32, KPT>;
+  var kr: array<f32, KPT>;
+  for (var i = 0u; i < KPT; i++) {
+    let j = ks + KS * i;
+    S[i] = select(0.0, state[(h * DK + j) * DV + v], live && j < DK);
+  }
+  let dt = consts[h];
+  let a = consts[H + h];
+  for (var t = 0u; t < p.n; t++) {
+    let r = p.row + t;
+    let base = r * W;
+    let xa = alpha[r * p.ab_stride + h] + dt;
+    let g = exp(a * select(log(1.0 + exp(xa)), xa, xa > 20.0));
+    let b = 1.0 / (1.0 + exp(-beta[r * p.ab_stride + p.beta_offset + h]));
+    // S^T k, KS partial sums per column
+    var pk = 0.0;
+    for (var i = 0u; i < KPT; i++) {
+      let j = ks + KS * i;
+      kr[i] = select(0.0, qkv[base + K * DK + kh * DK + j], j < DK);
+      pk += S[i] * kr[i];
+    }
+    part_k[lid] = pk;
+    workgroupBarrier();
+    var kv = 0.0;
+    for (var s = 0u; s < KS; s++) { kv += part_k[s * VB + vl]; }
+    let vv = select(0.0, qkv[base + 2u * K * DK + h * DV + v], live);
+    let delta = b * (vv - g * kv);
+    var pq = 0.0;
+    for (var i = 0u; i < KPT; i++) {
+      let j = ks + KS * i;
+      S[i] = g * S[i] + kr[i] * delta;
+      pq += S[i] * select(0.0, qkv[base + kh * DK + j], j < DK);
+    }
+    part_q[lid] = pq;
+    workgroupBarrier();
+    if (ks == 0u && live) {
+      var acc = 0.0;
+      for (var s = 0u; s < KS; s++) { acc += part_q[s * VB + vl]; }
+      o[(r * H + h) * DV + v] = acc;
+    }
+  }
+  for (var i = 0u; i < KPT; i++) {
+    let j = ks + KS * i;
+    if (live && j < DK) { state[(h * DK + j) * DV + v] = S[i]; }
+  }
+}

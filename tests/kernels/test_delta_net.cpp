@@ -1,0 +1,239 @@
+// The gated DeltaNet kernels (delta_net.wgsl: delta_conv, delta_rule) vs cpu::conv_silu + cpu::normalize_qk and
+// cpu::delta_rule (double precision), over shapes that hit the edges: one key head serving several value heads,
+// head sizes below, at and between the workgroup's column block, a state carried across calls, rows of a batch.
+#include <cmath>
+
+#include "cpu/delta_net.h"
+#include "kernel_test_util.h"
+#include "kernels/delta_net.h"
+#include "test_util.h"
+
+namespace wgllm::test {
+namespace {
+
+struct Heads {
+  uint32_t k_heads, v_heads, dk, dv;
+  uint32_t width() const { return 2 * k_heads * dk + v_heads * dv; }
+};
+
+struct ConvCase {
+  Heads h;
+  uint32_t n, L, pos, R;
+  uint32_t row = 0;
+};
+
+// The ring before the call holds random rows for positions pos-R+1 .. pos-1 (poison before position 0 and in the
+// rows the call writes); c starts poisoned, and its rows before `row` must stay so.
+TEST(DeltaNet, ConvMatchesCpuReferenceAndUpdatesTheRing) {
+  auto& ctx = context();
+  const ConvCase cases[] = {
+      {{2, 4, 16, 16}, 1, 4, 0, 5},          {{2, 4, 16, 16}, 7, 4, 0, 11},      // the first tokens
+      {{1, 2, 32, 32}, 1, 4, 40, 5},         {{2, 2, 32, 32}, 33, 3, 90, 36},    // decode with a wrapped ring; chunk
+      {{4, 8, 128, 128}, 5, 4, 1000, 9},     {{3, 6, 24, 40}, 9, 2, 3, 12},      // real sizes; dk != dv, odd
+      {{2, 2, 256, 256}, 2, 4, 7, 6},        {{1, 3, 8, 100}, 6, 5, 17, 11},     // the largest heads; 3 v per k
+      {{2, 4, 16, 16}, 1, 4, 12, 5, 3},      {{1, 2, 32, 32}, 2, 3, 2, 4, 1},    // rows of a batch of sequences
+  };
+  for (const ConvCase& c : cases) {
+    const uint32_t W = c.h.width();
+    SCOPED_TRACE("K " + std::to_string(c.h.k_heads) + " H " + std::to_string(c.h.v_heads) + " dk " +
+                 std::to_string(c.h.dk) + " dv " + std::to_string(c.h.dv) + " n " + std::to_string(c.n) + " L " +
+                 std::to_string(c.L) + " pos " + std::to_string(c.pos) + " row " + std::to_string(c.row));
+    auto gen = rng(c.n * 7919 + W + c.pos);
+    const auto x = random_floats(size_t(c.n) * W, gen, -2.f, 2.f);
+    const auto taps = random_floats(size_t(W) * c.L, gen, -1.f, 1.f);
+    std::vector<float> ring(size_t(c.R) * W, std::nanf(""));
+    std::vector<float> prev(size_t(c.L - 1) * W, 0.f);
+    for (int64_t q = int64_t(c.pos) - c.R + 1; q < int64_t(c.pos); ++q) {
+      if (q < 0) continue;
+      const auto row = random_floats(W, gen, -3.f, 3.f);
+      std::copy(row.begin(), row.end(), ring.begin() + (q % c.R) * W);
+      if (const int64_t j = q - (int64_t(c.pos) - (c.L - 1)); j >= 0)
+        std::copy(row.begin(), row.end(), prev.begin() + j * W);
+    }
+    const std::vector<float> ring_before = ring;
+    auto want = cpu::conv_silu(x, taps, prev, c.n, W, c.L);
+    const float eps = 1e-6f;
+    cpu::normalize_qk(want, c.n, W, c.h.k_heads, c.h.dk, eps);
+
+    std::vector<float> x_rows(size_t(c.row) * W, std::nanf(""));
+    x_rows.insert(x_rows.end(), x.begin(), x.end());
+    auto b_x = ctx.upload<float>(x_rows, WGPUBufferUsage_Storage, "x");
+    auto b_taps = ctx.upload<float>(taps, WGPUBufferUsage_Storage, "taps");
+    auto b_ring = ctx.upload<float>(ring, WGPUBufferUsage_Storage | WGPUBufferUsage_CopySrc, "ring");
+    auto b_c = poisoned(ctx, size_t(c.row + c.n) * W, "c");
+    gpu::ComputeBatch batch(ctx);
+    const kernels::DeltaShape shape{
+        .n_tokens = c.n, .k_heads = c.h.k_heads, .v_heads = c.h.v_heads, .dk = c.h.dk, .dv = c.h.dv, .row = c.row};
+    kernels::encode_delta_conv(batch, ctx, shape, c.L, c.pos, c.R, eps, b_x, b_taps, b_ring, b_c);
+    batch.submit_and_wait();
+    const auto c_rows = ctx.read<float>(b_c);
+    for (size_t i = 0; i < size_t(c.row) * W; ++i) ASSERT_TRUE(std::isnan(c_rows[i])) << "c element " << i;
+    const std::vector<float> got(c_rows.begin() + size_t(c.row) * W, c_rows.end());
+    const auto r = compare(got, want);
+    EXPECT_LE(r.rel_l2, 1e-6) << r.describe();
+    // every normalised head has length 1 (q: 1 / sqrt(dk))
+    for (uint32_t head = 0; head < 2 * c.h.k_heads; ++head) {
+      double ss = 0;
+      for (uint32_t j = 0; j < c.h.dk; ++j) ss += double(got[head * c.h.dk + j]) * got[head * c.h.dk + j];
+      EXPECT_NEAR(ss, head < c.h.k_heads ? 1.0 / c.h.dk : 1.0, 1e-5) << "head " << head;
+    }
+    // The ring: each token's x row in row (pos + t) % R, every other row as it was.
+    const auto ring_after = ctx.read<float>(b_ring);
+    for (uint32_t row = 0; row < c.R; ++row) {
+      const int64_t t = ((int64_t(row) - c.pos) % c.R + c.R) % c.R;
+      for (uint32_t ch = 0; ch < W; ++ch) {
+        const float g = ring_after[size_t(row) * W + ch];
+        const float w = t < c.n ? x[size_t(t) * W + ch] : ring_before[size_t(row) * W + ch];
+        ASSERT_TRUE(g == w || (std::isnan(g) && std::isnan(w))) << "row " << row << " channel " << ch;
+      }
+    }
+  }
+}
+
+struct RuleCase {
+  Heads h;
+  std::vector<uint32_t> chunks;  // tokens per call, the state carried between them
+  bool stacked_gates = false;    // alpha and beta in one [n][2H] buffer
+  uint32_t row = 0;
+};
+
+// qkv: random q and k heads normalised as delta_conv leaves them, random v; alpha and beta spread so the decays run
+// from forgetting almost everything to keeping almost everything (and softplus's linear branch past 20); a random
+// initial state. The outputs of every call and the final state against the reference's.
+TEST(DeltaNet, RuleMatchesCpuReferenceAcrossCalls) {
+  auto& ctx = context();
+  const RuleCase cases[] = {
+      {{2, 4, 16, 16}, {1}},                  {{2, 4, 16, 16}, {7, 1, 1}, true},   // decode; a chunk then steps
+      {{1, 2, 32, 32}, {64}},                 {{2, 2, 32, 32}, {5, 31}, true},     // a long chunk; uneven chunks
+      {{4, 8, 128, 128}, {3, 1}},             {{2, 4, 128, 128}, {17}, true},      // Qwen 3.5's head size
+      {{3, 6, 24, 40}, {9}},                  {{1, 3, 8, 100}, {4, 2}},            // dk != dv; dv past a block
+      {{2, 2, 256, 256}, {2, 1}},             {{1, 1, 200, 48}, {6}},              // the largest; KPT not whole
+      {{2, 4, 16, 16}, {1}, false, 5},        {{1, 2, 32, 32}, {2}, true, 3},      // rows of a batch
+  };
+  for (const RuleCase& c : cases) {
+    const Heads& h = c.h;
+    const uint32_t W = h.width(), H = h.v_heads;
+    uint32_t total = 0;
+    for (uint32_t n : c.chunks) total += n;
+    SCOPED_TRACE("K " + std::to_string(h.k_heads) + " H " + std::to_string(H) + " dk " + std::to_string(h.dk) +
+                 " dv " + std::to_string(h.dv) + " tokens " + std::to_string(total) + " row " + std::to_string(c.row));
+    auto gen = rng(total * 131 + W + c.row);
+    auto qkv = random_floats(size_t(total) * W, gen, -1.f, 1.f);
+    cpu::normalize_qk(qkv, total, W, h.k_heads, h.dk, 1e-6f);
+    auto alpha = random_floats(size_t(total) * H, gen, -4.f, 3.f);
+    const auto beta = random_floats(size_t(total) * H, gen, -4.f, 4.f);
+    alpha[0] = 25.f;  // softplus(x) = x
+    auto dt_bias = random_floats(H, gen, -1.f, 1.f);
+    auto a = random_floats(H, gen, -3.f, -0.05f);
+    std::vector<float> consts = dt_bias;
+    consts.insert(consts.end(), a.begin(), a.end());
+    const auto state0 = random_floats(size_t(H) * h.dk * h.dv, gen, -0.5f, 0.5f);
+    std::vector<double> state(state0.begin(), state0.end());
+
+    auto b_state = ctx.upload<float>(state0, WGPUBufferUsage_Storage | WGPUBufferUsage_CopySrc, "state");
+    auto b_consts = ctx.upload<float>(consts, WGPUBufferUsage_Storage, "consts");
+    uint32_t done = 0;
+    for (uint32_t n : c.chunks) {
+      const size_t first = done;
+      auto part = [&](const std::vector<float>& v, size_t width) {
+        std::vector<float> rows(size_t(c.row) * width, std::nanf(""));
+        rows.insert(rows.end(), v.begin() + first * width, v.begin() + (first + n) * width);
+        return rows;
+      };
+      const cpu::DeltaRuleRef ref{.n_tokens = n, .k_heads = h.k_heads, .v_heads = H, .dk = h.dk, .dv = h.dv};
+      const auto sub = [&](const std::vector<float>& v, size_t width) {
+        return std::vector<float>(v.begin() + first * width, v.begin() + (first + n) * width);
+      };
+      const auto want = cpu::delta_rule(ref, sub(qkv, W), sub(alpha, H), sub(beta, H), dt_bias, a, state);
+
+      auto b_qkv = ctx.upload<float>(part(qkv, W), WGPUBufferUsage_Storage, "qkv");
+      gpu::Buffer b_alpha, b_beta;
+      kernels::DeltaGates gates;
+      if (c.stacked_gates) {
+        std::vector<float> ab;
+        for (size_t t = 0; t < n; ++t) {
+          ab.insert(ab.end(), alpha.begin() + (first + t) * H, alpha.begin() + (first + t + 1) * H);
+          ab.insert(ab.end(), beta.begin() + (first + t) * H, beta.begin() + (first + t + 1) * H);
+        }
+        std::vector<float> rows(size_t(c.row) * 2 * H, std::nanf(""));
+        rows.insert(rows.end(), ab.begin(), ab.end());
+        b_alpha = ctx.upload<float>(rows, WGPUBufferUsage_Storage, "ab");
+        gates = {.alpha = &b_alpha, .beta = &b_alpha, .stride = 2 * H, .beta_offset = H};
+      } else {
+        b_alpha = ctx.upload<float>(part(alpha, H), WGPUBufferUsage_Storage, "alpha");
+        b_beta = ctx.upload<float>(part(beta, H), WGPUBufferUsage_Storage, "beta");
+        gates = {.alpha = &b_alpha, .beta = &b_beta, .stride = H, .beta_offset = 0};
+      }
+      auto b_o = poisoned(ctx, size_t(c.row + n) * H * h.dv, "o");
+      gpu::ComputeBatch batch(ctx);
+      const kernels::DeltaShape shape{
+          .n_tokens = n, .k_heads = h.k_heads, .v_heads = H, .dk = h.dk, .dv = h.dv, .row = c.row};
+      kernels::encode_delta_rule(batch, ctx, shape, b_qkv, gates, b_consts, b_state, b_o);
+      batch.submit_and_wait();
+      const auto o_rows = ctx.read<float>(b_o);
+      for (size_t i = 0; i < size_t(c.row) * H * h.dv; ++i) ASSERT_TRUE(std::isnan(o_rows[i])) << "o element " << i;
+      const std::vector<float> got(o_rows.begin() + size_t(c.row) * H * h.dv, o_rows.end());
+      const auto r = compare(got, want);
+      EXPECT_LE(r.rel_l2, 2e-6) << "call at token " << first << ": " << r.describe();
+      done += n;
+    }
+    const auto got_state = ctx.read<float>(b_state);
+    const std::vector<float> want_state(state.begin(), state.end());
+    const auto r = compare(got_state, want_state);
+    EXPECT_LE(r.rel_l2, 2e-6) << "state: " << r.describe();
+  }
+}
+
+TEST(DeltaNet, BadArgumentsThrowNamingTheField) {
+  auto& ctx = context();
+  auto buf = ctx.create_buffer(1 << 16, WGPUBufferUsage_Storage, "buf");
+  auto other = ctx.create_buffer(1 << 16, WGPUBufferUsage_Storage, "other");
+  auto ring = ctx.create_buffer(1 << 16, WGPUBufferUsage_Storage, "ring");
+  auto state = ctx.create_buffer(1 << 16, WGPUBufferUsage_Storage, "state");
+  auto small = ctx.create_buffer(16, WGPUBufferUsage_Storage, "small");
+  const kernels::DeltaShape ok{.n_tokens = 4, .k_heads = 2, .v_heads = 4, .dk = 16, .dv = 16};
+  auto with = [&](auto edit) {
+    kernels::DeltaShape s = ok;
+    edit(s);
+    return s;
+  };
+  gpu::ComputeBatch batch(ctx);
+  auto conv = [&](const kernels::DeltaShape& s, uint32_t taps, uint32_t R, const gpu::Buffer& x,
+                  const gpu::Buffer& t, const gpu::Buffer& rg, const gpu::Buffer& c) {
+    kernels::encode_delta_conv(batch, ctx, s, taps, 9, R, 1e-6f, x, t, rg, c);
+  };
+  expect_throw([&] { conv(with([](auto& s) { s.n_tokens = 0; }), 4, 8, buf, other, ring, state); }, "n_tokens must");
+  expect_throw([&] { conv(with([](auto& s) { s.v_heads = 3; }), 4, 8, buf, other, ring, state); },
+               "v_heads 3 must be a non-zero multiple of k_heads 2");
+  expect_throw([&] { conv(with([](auto& s) { s.dk = 257; }), 4, 8, buf, other, ring, state); },
+               "head dimensions dk 257");
+  expect_throw([&] { conv(ok, 1, 8, buf, other, ring, state); }, "taps must");
+  expect_throw([&] { conv(ok, 4, 6, buf, other, ring, state); }, "ring_rows 6 < n_tokens + taps - 1 = 7");
+  expect_throw([&] { conv(ok, 4, 8, small, other, ring, state); }, "x holds");
+  expect_throw([&] { conv(ok, 4, 8, buf, small, ring, state); }, "taps holds");
+  expect_throw([&] { conv(ok, 4, 8, buf, other, small, state); }, "ring holds");
+  expect_throw([&] { conv(ok, 4, 8, buf, other, ring, small); }, "c holds");
+  expect_throw([&] { conv(ok, 4, 8, buf, other, ring, buf); }, "different buffers");
+
+  const kernels::DeltaGates gates{.alpha = &other, .beta = &other, .stride = 8, .beta_offset = 4};
+  auto rule = [&](const kernels::DeltaShape& s, const kernels::DeltaGates& g, const gpu::Buffer& c,
+                  const gpu::Buffer& k, const gpu::Buffer& st, const gpu::Buffer& o) {
+    kernels::encode_delta_rule(batch, ctx, s, c, g, k, st, o);
+  };
+  expect_throw([&] { rule(ok, {.alpha = &other, .beta = nullptr, .stride = 4}, buf, other, state, ring); },
+               "alpha and beta are required");
+  expect_throw([&] { rule(ok, {.alpha = &other, .beta = &other, .stride = 8, .beta_offset = 5}, buf, other, state,
+                          ring); },
+               "stride 8 and beta_offset 5 do not hold 4 heads");
+  expect_throw([&] { rule(ok, gates, small, other, state, ring); }, "c holds");
+  expect_throw([&] { rule(ok, {.alpha = &small, .beta = &other, .stride = 4}, buf, other, state, ring); },
+               "alpha holds");
+  expect_throw([&] { rule(ok, gates, buf, small, state, ring); }, "consts holds");
+  expect_throw([&] { rule(ok, gates, buf, other, small, ring); }, "state holds");
+  expect_throw([&] { rule(ok, gates, buf, other, state, small); }, "o holds");
+  expect_throw([&] { rule(ok, gates, buf, other, state, state); }, "state and o must be different buffers");
+  expect_throw([&] { rule(ok, gates, buf, other, buf, ring); }, "state and o must differ from the inputs");
+}
+
+}  // namespace
+}  // namespace wgllm::test
