@@ -81,7 +81,7 @@ std::unique_ptr<ModelAccess::Impl> parse_impl(const GgufFile& f, const LoadOptio
   // The first attention layer's q projection (lfm2 without attention: the first in_proj).
   std::string typed = "blk.0.shortconv.in_proj.weight";
   for (uint32_t l = 0; l < config.n_layer; ++l)
-    if (!config.is_conv(l)) {
+    if (config.is_attention(l)) {
       typed = "blk." + std::to_string(l) + ".attn_q.weight";
       break;
     }

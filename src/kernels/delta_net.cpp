@@ -79,7 +79,7 @@ void encode_delta_conv(gpu::ComputeBatch& batch, gpu::Context& ctx, const DeltaS
 
 void encode_delta_rule(gpu::ComputeBatch& batch, gpu::Context& ctx, const DeltaShape& s, const gpu::Buffer& c,
                        const DeltaGates& gates, const gpu::Buffer& consts, const gpu::Buffer& state,
-                       const gpu::Buffer& o) {
+                       const gpu::Buffer& state_out, const gpu::Buffer& o, bool fresh) {
   const char* fn = "encode_delta_rule";
   check_shape(fn, s);
   if (!gates.alpha || !gates.beta) fail(fn, "alpha and beta are required");
@@ -93,11 +93,14 @@ void encode_delta_rule(gpu::ComputeBatch& batch, gpu::Context& ctx, const DeltaS
   need(fn, "beta", *gates.beta, ab, ctx);
   need(fn, "consts", consts, 2 * H * 4, ctx);
   need(fn, "state", state, state_bytes, ctx);
+  need(fn, "state_out", state_out, state_bytes, ctx);
   need(fn, "o", o, rows * H * s.dv * 4, ctx);
-  for (const gpu::Buffer* in : {&c, gates.alpha, gates.beta, &consts})
-    if (in->get() == state.get() || in->get() == o.get()) fail(fn, "state and o must differ from the inputs");
-  if (state.get() == o.get()) fail(fn, "state and o must be different buffers");
-  const DeltaParams p{s.n_tokens, s.k_heads, s.v_heads, s.row, 0, 0, 0, 0.f, gates.stride, gates.beta_offset, 0, 0};
+  for (const gpu::Buffer* in : {&c, gates.alpha, gates.beta, &consts, &state})
+    if (in->get() == state_out.get() || in->get() == o.get())
+      fail(fn, "state_out and o must differ from the inputs (state included)");
+  if (state_out.get() == o.get()) fail(fn, "state_out and o must be different buffers");
+  const DeltaParams p{
+      s.n_tokens, s.k_heads, s.v_heads, s.row, 0, 0, 0, 0.f, gates.stride, gates.beta_offset, fresh ? 1u : 0u, 0};
   WGPUComputePipeline pipe = ctx.pipeline({"delta_net.wgsl", "delta_rule", {}, prelude(s)});
   const gpu::BufferBinding b[] = {batch.uniform(0, p),
                                   {5, &c, 0, rows * W * 4},
@@ -105,7 +108,8 @@ void encode_delta_rule(gpu::ComputeBatch& batch, gpu::Context& ctx, const DeltaS
                                   {7, gates.beta, 0, ab},
                                   {8, &consts, 0, 2 * H * 4},
                                   {9, &state, 0, state_bytes},
-                                  {10, &o, 0, rows * H * s.dv * 4}};
+                                  {10, &o, 0, rows * H * s.dv * 4},
+                                  {11, &state_out, 0, state_bytes}};
   const uint32_t blocks = (s.dv + layout(s).vb - 1) / layout(s).vb;
   batch.dispatch(pipe, b, s.v_heads * blocks, 1);
 }

@@ -17,7 +17,7 @@ struct DeltaParams {
   uint32_t n, k_heads, v_heads, row;
   uint32_t pos, ring_rows, taps;
   float eps;
-  uint32_t ab_stride, beta_offset, pad0, pad1;
+  uint32_t ab_stride, beta_offset, fresh, pad1;
 };
 static_assert(sizeof(DeltaParams) == 48);
 
@@ -46,10 +46,12 @@ struct DeltaGates {
   uint32_t stride = 0, beta_offset = 0;
 };
 
-// delta_rule: c [row + n][W] (delta_conv's output), the gates, consts [2H] f32 (dt_bias, then a = -exp(A_log)),
-// state [H][dk][dv] f32 (read and updated) -> o [row + n][H][dv].
+// delta_rule: c [row + n][W] (delta_conv's output), the gates, consts [2H] f32 (dt_bias, then a = -exp(A_log)), the
+// state before the call [H][dk][dv] f32 (zeros instead when `fresh`: the state before position 0) -> o [row + n][H][dv]
+// and the state after it in state_out, another buffer (the one before stays: a decode step run ahead of the host
+// leaves the state it started from; SequenceState keeps two per layer).
 void encode_delta_rule(gpu::ComputeBatch& batch, gpu::Context& ctx, const DeltaShape& s, const gpu::Buffer& c,
                        const DeltaGates& gates, const gpu::Buffer& consts, const gpu::Buffer& state,
-                       const gpu::Buffer& o);
+                       const gpu::Buffer& state_out, const gpu::Buffer& o, bool fresh = false);
 
 }  // namespace wgllm::kernels

@@ -12,20 +12,21 @@
 // the k heads, 2K.. the v heads; invocation i owns channel i of the slot.
 //
 // delta_rule: the recurrence over the tokens, in order, on each value head's state S [DK][DV] (f32, kept in
-// registers for the whole call):
+// registers for the whole call, read from `state` (zeros instead when `fresh`: a sequence's first tokens) and
+// written to `state_out`, another buffer, so the state before the call survives it):
 //   g = exp(a softplus(alpha + dt_bias)),  b = sigmoid(beta)
 //   S = g S;  S += k (b (v - S^T k))^T;  o = S^T q
 // The columns of S are independent: a workgroup owns VB columns of one head, KS invocations per column each holding
 // KPT = DK / KS rows of it; the two sums over DK (S^T k and S^T q) are each KS partial sums through workgroup memory.
 // The per-head output norm and its silu(z) gate run after it (norm.wgsl, swiglu.wgsl).
 //
-// The two entry points use bindings 1-4 and 5-10. The host prepends the shape: const DK, DV, VB, KS, KPT, CW: u32 (CW, delta_conv's workgroup, a power of two
+// The two entry points use bindings 1-4 and 5-11. The host prepends the shape: const DK, DV, VB, KS, KPT, CW: u32 (CW, delta_conv's workgroup, a power of two
 // >= max(DK, DV)).
 
 struct DeltaParams {
   n: u32, k_heads: u32, v_heads: u32, row: u32,
   pos: u32, ring_rows: u32, taps: u32, eps: f32,
-  ab_stride: u32, beta_offset: u32, _pad0: u32, _pad1: u32,
+  ab_stride: u32, beta_offset: u32, fresh: u32, _pad1: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: DeltaParams;
@@ -85,8 +86,9 @@ fn delta_conv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
 @group(0) @binding(6) var<storage, read> alpha: array<f32>;        // [row + n][ab_stride]: alpha at h
 @group(0) @binding(7) var<storage, read> beta: array<f32>;         // [row + n][ab_stride]: beta at beta_offset + h
 @group(0) @binding(8) var<storage, read> consts: array<f32>;       // [2H]: dt_bias, then a (= -exp(A_log))
-@group(0) @binding(9) var<storage, read_write> state: array<f32>;  // [H][DK][DV]
+@group(0) @binding(9) var<storage, read> state: array<f32>;        // [H][DK][DV] before the call
 @group(0) @binding(10) var<storage, read_write> o: array<f32>;      // [row + n][H][DV]
+@group(0) @binding(11) var<storage, read_write> state_out: array<f32>;  // [H][DK][DV] after it
 
 var<workgroup> part_k: array<f32, VB * KS>;
 var<workgroup> part_q: array<f32, VB * KS>;
@@ -107,7 +109,7 @@ fn delta_rule(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
   var kr: array<f32, KPT>;
   for (var i = 0u; i < KPT; i++) {
     let j = ks + KS * i;
-    S[i] = select(0.0, state[(h * DK + j) * DV + v], live && j < DK);
+    S[i] = select(0.0, state[(h * DK + j) * DV + v], live && j < DK && p.fresh == 0u);
   }
   let dt = consts[h];
   let a = consts[H + h];
@@ -146,6 +148,6 @@ fn delta_rule(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
   }
   for (var i = 0u; i < KPT; i++) {
     let j = ks + KS * i;
-    if (live && j < DK) { state[(h * DK + j) * DV + v] = S[i]; }
+    if (live && j < DK) { state_out[(h * DK + j) * DV + v] = S[i]; }
   }
 }

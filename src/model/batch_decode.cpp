@@ -51,14 +51,15 @@ GpuBatchDecode::GpuBatchDecode(gpu::Context& ctx, const GpuModel& model, uint32_
   b.k = make(N * KV, "batch k");
   b.v = make(N * KV, "batch v");
   b.attn = make(N * Q, "batch attn");
-  b.gate = make(N * F, "batch gate");
+  b.gate = make(N * gate_act_width(c), "batch gate");
   b.up = make(N * F, "batch up");
-  b.act = make(N * F, "batch act");
+  b.act = make(N * gate_act_width(c), "batch act");
   b.proj = make(c.post_norms ? N * E : 1, "batch proj");
   b.bcx = make(conv ? N * 3 * E : 1, "batch bcx");
   b.conv_y = make(conv ? N * E : 1, "batch conv y");
   b.decode_scratch = make(1, "batch decode scratch");
   make_moe_buffers(ctx, c, b, N);
+  make_delta_buffers(ctx, c, b, N);
   bb.logits = make(N * V, "batch logits");
   bb.logits_host = ctx.create_buffer(N * V * 4, WGPUBufferUsage_MapRead, "batch logits readback");
   bb.chosen = make(N, "batch chosen ids");
@@ -183,10 +184,10 @@ GpuBatchDecode::Encoded GpuBatchDecode::encode_step(std::span<GpuSession* const>
   // (and the adapter runs the tiled decode kernel).
   int first_attn = -1;
   for (uint32_t l = 0; l < c.n_layer && first_attn < 0; ++l)
-    if (!c.is_conv(l)) first_attn = int(l);
+    if (c.is_attention(l)) first_attn = int(l);
   bool shared = shared_kv_ && first_attn >= 0 && ctx_.features().subgroups && c.head_dim % 4 == 0;
   for (uint32_t l = 0; shared && l < c.n_layer; ++l) {
-    if (c.is_conv(l)) continue;
+    if (!c.is_attention(l)) continue;
     const auto& owner = shared_kv_->at(l);
     shared = owner && owner->n_pools() == 1;
     for (GpuSession* s : sessions) shared = shared && s->kv(l).same_pools(*owner);
@@ -213,7 +214,7 @@ GpuBatchDecode::Encoded GpuBatchDecode::encode_step(std::span<GpuSession* const>
   // The split-K scratch the longest attention of the step needs.
   uint64_t scratch = 16;
   for (uint32_t l = 0; l < c.n_layer; ++l) {
-    if (c.is_conv(l)) continue;
+    if (!c.is_attention(l)) continue;
     if (shared) {
       const kernels::AttentionShape all{.n_heads = c.n_head,
                                         .n_kv_heads = c.n_head_kv,

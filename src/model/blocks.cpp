@@ -4,6 +4,7 @@
 #include <tuple>
 
 #include "kernels/attention.h"
+#include "kernels/delta_net.h"
 #include "kernels/kv_append.h"
 #include "kernels/matmul.h"
 #include "kernels/moe.h"
@@ -222,6 +223,21 @@ void make_moe_buffers(gpu::Context& ctx, const ModelConfig& c, SessionBuffers& b
   b.moe_up = make(split ? pairs * c.n_ff_exp : 0, "expert up");
 }
 
+void make_delta_buffers(gpu::Context& ctx, const ModelConfig& c, SessionBuffers& b, uint64_t tokens) {
+  const uint64_t n = c.delta_layers.empty() ? 0 : tokens, H = c.ssm_v_heads, VD = H * c.ssm_dv;
+  auto make = [&](uint64_t floats, const char* label) {
+    return ctx.create_buffer(std::max<uint64_t>(floats, 4) * 4, WGPUBufferUsage_Storage, label);
+  };
+  b.delta_x = make(n * c.delta_conv_dim(), "delta x");
+  b.delta_c = make(n * c.delta_conv_dim(), "delta conv");
+  b.delta_z = make(n * VD, "delta z");
+  b.delta_ab = make(n * 2 * H, "delta alpha beta");
+  b.delta_b = make(n * H, "delta beta");
+  b.delta_o = make(n * VD, "delta o");
+  b.delta_n = make(n * VD, "delta norm");
+  b.delta_y = make(n * VD, "delta y");
+}
+
 void encode_moe_ffn(const LayerStep& s) {
   const ModelConfig& c = s.model.config;
   const GpuLayer& L = s.L;
@@ -296,6 +312,67 @@ void encode_conv(const LayerStep& s) {
                                         .row = i};
     kernels::encode_shortconv(s.batch, s.ctx, shape, b.bcx, L.conv, state.conv[s.layer], b.conv_y);
   }
+}
+
+void encode_attention_gate(const LayerStep& s) {
+  const ModelConfig& c = s.model.config;
+  kernels::encode_matmul(s.batch, s.ctx, s.L.wgate, s.b.x, s.b.gate, s.n,
+                         {.norm = &s.L.attn_norm, .eps = c.rms_eps, .impl = product_impl(s)});
+  kernels::encode_swiglu(s.batch, s.ctx, s.b.gate, s.b.attn, s.b.act, uint64_t(s.n) * c.q_dim(),
+                         kernels::GateAct::Sigmoid);
+}
+
+void encode_delta_net(const LayerStep& s) {
+  const ModelConfig& c = s.model.config;
+  const GpuLayer& L = s.L;
+  SessionBuffers& b = s.b;
+  const uint32_t W = c.delta_conv_dim(), H = c.ssm_v_heads, VD = H * c.ssm_dv;
+  // q/k/v, z, alpha, beta = rms_norm(x) * attn_norm @ (attn_qkv, attn_gate, ssm_alpha, ssm_beta): one product when
+  // stacked, else four
+  const kernels::MatmulOptions normed{.norm = &L.attn_norm, .eps = c.rms_eps, .impl = product_impl(s)};
+  kernels::DeltaGates gates;
+  if (!L.ssm_in.empty()) {
+    kernels::MatmulOptions o = normed;
+    o.y1 = &b.delta_z;
+    o.y2 = &b.delta_ab;
+    o.split1 = W;
+    o.split2 = W + VD;
+    kernels::encode_matmul(s.batch, s.ctx, L.ssm_in, b.x, b.delta_x, s.n, o);
+    gates = {.alpha = &b.delta_ab, .beta = &b.delta_ab, .stride = 2 * H, .beta_offset = H};
+  } else {
+    kernels::encode_matmul(s.batch, s.ctx, L.ssm_qkv, b.x, b.delta_x, s.n, normed);
+    kernels::encode_matmul(s.batch, s.ctx, L.ssm_z, b.x, b.delta_z, s.n, normed);
+    kernels::encode_matmul(s.batch, s.ctx, L.ssm_alpha, b.x, b.delta_ab, s.n, normed);
+    kernels::encode_matmul(s.batch, s.ctx, L.ssm_beta, b.x, b.delta_b, s.n, normed);
+    gates = {.alpha = &b.delta_ab, .beta = &b.delta_b, .stride = H, .beta_offset = 0};
+  }
+  // the convolution over the conv state and the delta rule over the recurrent state, from the buffer of the state at
+  // pos to the other one: a chunk of an even number of tokens runs as two, all but the last, then the last (each
+  // dispatch reads one buffer and writes the other). In a batched step each sequence's row over its own states.
+  kernels::DeltaShape shape{.n_tokens = s.n, .k_heads = c.ssm_k_heads, .v_heads = H, .dk = c.ssm_dk, .dv = c.ssm_dv};
+  auto run = [&](const SequenceState& state, uint32_t pos, uint32_t n, uint32_t row) {
+    shape.n_tokens = n;
+    shape.row = row;
+    kernels::encode_delta_conv(s.batch, s.ctx, shape, c.ssm_conv, pos, state.conv_rows, c.rms_eps, b.delta_x,
+                               L.ssm_conv, state.conv[s.layer], b.delta_c);
+    const auto& states = state.delta[s.layer];
+    for (uint32_t done = 0; done < n;) {
+      const uint32_t part = n % 2 == 0 && done == 0 ? n - 1 : n - done, p = pos + done;
+      shape.n_tokens = part;
+      shape.row = row + done;
+      kernels::encode_delta_rule(s.batch, s.ctx, shape, b.delta_c, gates, L.ssm_consts, states[p % 2],
+                                 states[(p + part) % 2], b.delta_o, /*fresh=*/p == 0);
+      done += part;
+    }
+  };
+  if (!s.rows) {
+    run(*s.state, s.pos, s.n, 0);
+  } else {
+    for (uint32_t i = 0; i < s.n; ++i) run(*s.rows->states[i], s.rows->positions[i], 1, i);
+  }
+  // the per-head norm, then silu(z) times it
+  kernels::encode_rms_norm(s.batch, s.ctx, b.delta_o, L.ssm_norm, b.delta_n, s.n * H, c.ssm_dv, c.rms_eps);
+  kernels::encode_swiglu(s.batch, s.ctx, b.delta_z, b.delta_n, b.delta_y, uint64_t(s.n) * VD);
 }
 
 void encode_residual(const LayerStep& s, const kernels::GpuWeight& w, const gpu::Buffer& in, const gpu::Buffer* bias) {

@@ -22,11 +22,20 @@ struct SessionBuffers {
   gpu::Buffer q;                           // [ubatch][q_dim]
   gpu::Buffer k, v;                        // [ubatch][kv_dim]
   gpu::Buffer attn;                        // [ubatch][q_dim] attention output
-  gpu::Buffer gate, up;                    // [ubatch][n_ff] (gate and up not fused)
-  gpu::Buffer act;                         // [ubatch][n_ff] SwiGLU output
+  gpu::Buffer gate, up;                    // [ubatch][n_ff] (gate and up not fused); qwen35: gate at least q_dim
+  gpu::Buffer act;                         // [ubatch][n_ff] SwiGLU output; qwen35: at least q_dim (the gated attention)
   gpu::Buffer proj;                        // [ubatch][n_embd] an output projection before its post-norm (gemma3)
   gpu::Buffer bcx;                         // [ubatch][3 n_embd] in_proj's B, C, x (lfm2 convolution layers)
   gpu::Buffer conv_y;                      // [ubatch][n_embd] C * conv(B * x), out_proj's input
+  // qwen35's DeltaNet layers (size 4 otherwise): W = config.delta_conv_dim(), VD = v_heads dv, H = v_heads
+  gpu::Buffer delta_x;   // [ubatch][W] the q/k/v in-projection
+  gpu::Buffer delta_c;   // [ubatch][W] after the convolution (q, k normalised)
+  gpu::Buffer delta_z;   // [ubatch][VD] the output gate's projection
+  gpu::Buffer delta_ab;  // [ubatch][2H] alpha then beta (stacked product), or [ubatch][H] alpha alone
+  gpu::Buffer delta_b;   // [ubatch][H] beta (separate products)
+  gpu::Buffer delta_o;   // [ubatch][VD] the delta rule's output
+  gpu::Buffer delta_n;   // [ubatch][VD] its per-head RMS norm
+  gpu::Buffer delta_y;   // [ubatch][VD] norm * silu(z), ssm_out's input
   gpu::Buffer last;                        // [n_embd] the last token's residual row
   gpu::Buffer logits;                      // [n_vocab] logits of the last token
   gpu::Buffer logits_host;                 // [n_vocab] mappable copy of logits, read back once per step
@@ -50,6 +59,12 @@ struct SessionBuffers {
 
 // The mixture-of-experts buffers of b for `tokens` tokens (placeholders of 16 bytes for dense models).
 void make_moe_buffers(gpu::Context& ctx, const ModelConfig& c, SessionBuffers& b, uint64_t tokens);
+// The DeltaNet buffers of b for `tokens` tokens (placeholders of 16 bytes without DeltaNet layers).
+void make_delta_buffers(gpu::Context& ctx, const ModelConfig& c, SessionBuffers& b, uint64_t tokens);
+// The width of b.gate and b.act per token: n_ff, or q_dim where larger on models with a gated attention output.
+inline uint64_t gate_act_width(const ModelConfig& c) {
+  return c.attn_gated && c.q_dim() > c.n_ff ? c.q_dim() : c.n_ff;
+}
 
 // q, k, v = rms_norm(x) * attn_norm @ (wq, wk, wv) (+ biases) for n tokens into q, k, v ([n][q_dim], [n][kv_dim] x 2):
 // one product when the layer stacks all three, two with wqk and wv, else three.
@@ -111,6 +126,12 @@ void encode_layer_ffn(const LayerStep& s);
 // conv_y = C * conv(B * x'), B, C, x' = rms_norm(x) * attn_norm in_proj, over the layer's conv state, which takes the
 // step's B * x' rows (lfm2).
 void encode_conv(const LayerStep& s);
+// act = attn * sigmoid(rms_norm(x) * attn_norm @ wgate) (qwen35's gated attention output; wo's input).
+void encode_attention_gate(const LayerStep& s);
+// delta_y = rms_norm(o) * ssm_norm * silu(z) per value head, o the gated delta rule (kernels/delta_net.h) of q, k, v
+// = conv(rms_norm(x) * attn_norm @ attn_qkv) over the layer's conv state, its recurrent state updated; z, alpha, beta
+// the other in-projections (qwen35's DeltaNet layers; ssm_out's input).
+void encode_delta_net(const LayerStep& s);
 // x += in w (+ bias).
 void encode_residual(const LayerStep& s, const kernels::GpuWeight& w, const gpu::Buffer& in,
                      const gpu::Buffer* bias = nullptr);

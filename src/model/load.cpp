@@ -91,6 +91,19 @@ GpuWeight Uploader::interleaved_experts(const std::string& a, const std::string&
   return w;
 }
 
+std::vector<uint8_t> Uploader::alternate_runs(const GgufTensor& t, uint64_t run, uint32_t first) {
+  const uint64_t row_bytes = tensor_bytes(t.type, t.ne[0]);
+  if (run == 0 || t.ne[1] % (2 * run) != 0)
+    throw ModelError(f.label() + ": tensor '" + t.name + "': " + std::to_string(t.ne[1]) +
+                     " rows are not whole pairs of runs of " + std::to_string(run));
+  const std::span<const uint8_t> all = data(t);
+  std::vector<uint8_t> out;
+  out.reserve(all.size() / 2);
+  for (uint64_t r = first * run; r < t.ne[1]; r += 2 * run)
+    out.insert(out.end(), all.begin() + r * row_bytes, all.begin() + (r + run) * row_bytes);
+  return out;
+}
+
 std::vector<float> Uploader::floats(const std::string& name) {
   const GgufTensor& t = f.tensor(name);
   std::vector<float> v(t.n_elements);
@@ -253,7 +266,9 @@ GpuModel load_gpu_model(gpu::Context& ctx, const GgufFile& f, const ModelConfig&
            L.wo.gpu_bytes() + L.bo.size + L.attn_sinks.size + L.router_b.size + L.w_gate_up.gpu_bytes() + L.w_gate.gpu_bytes() + L.w_up.gpu_bytes() +
            L.w_down.gpu_bytes() + L.attn_norm.size + L.ffn_norm.size + L.bqkv.size + L.bqk.size + L.bq.size +
            L.bk.size + L.bv.size + L.q_norm.size + L.k_norm.size + L.post_attn_norm.size + L.post_ffn_norm.size +
-           L.in_proj.gpu_bytes() + L.conv.size + L.out_proj.gpu_bytes();
+           L.in_proj.gpu_bytes() + L.conv.size + L.out_proj.gpu_bytes() + L.wgate.gpu_bytes() + L.ssm_in.gpu_bytes() +
+           L.ssm_qkv.gpu_bytes() + L.ssm_z.gpu_bytes() + L.ssm_alpha.gpu_bytes() + L.ssm_beta.gpu_bytes() +
+           L.ssm_conv.size + L.ssm_consts.size + L.ssm_norm.size + L.ssm_out.gpu_bytes();
   };
   uint64_t all_experts = 0;
   for (const GpuLayer& L : w.layers) {

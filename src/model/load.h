@@ -38,6 +38,10 @@ struct Uploader {
   // row by row, so each expert's rows are (gate, up) pairs.
   kernels::GpuWeight experts(const std::string& name);
   kernels::GpuWeight interleaved_experts(const std::string& a, const std::string& b, const std::string& label);
+  // The rows of t taken in runs of `run`, every other run from run `first` (0 or 1): one half of each head of a
+  // tensor stored [head][2][run] rows (qwen35's attn_q: each head's q rows, then its gate rows). Not counted as
+  // uploaded (advance when done).
+  std::vector<uint8_t> alternate_runs(const GgufTensor& t, uint64_t run, uint32_t first);
   std::vector<float> floats(const std::string& name);
   gpu::Buffer vector(const std::string& name);
   // A norm weight, zero-padded to a multiple of 8 floats (read as vec4 by the fused norm).

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "cpu/attention.h"
+#include "cpu/delta_net.h"
 #include "cpu/ops.h"
 #include "gguf/dequant.h"
 #include "gguf/file.h"
@@ -146,7 +147,29 @@ CpuModel load_cpu_model(const GgufFile& f) {
       L.out_proj = load_tensor(f, b + "shortconv.out_proj.weight");
       continue;
     }
+    if (c.is_delta(i)) {
+      L.ssm_qkv = load_tensor(f, b + "attn_qkv.weight");
+      L.ssm_z = load_tensor(f, b + "attn_gate.weight");
+      L.ssm_alpha = load_tensor(f, b + "ssm_alpha.weight");
+      L.ssm_beta = load_tensor(f, b + "ssm_beta.weight");
+      L.ssm_conv = load_tensor(f, b + "ssm_conv1d.weight");
+      L.ssm_dt = load_tensor(f, b + "ssm_dt.bias");
+      L.ssm_a = load_tensor(f, b + "ssm_a");
+      L.ssm_norm = load_tensor(f, b + "ssm_norm.weight");
+      L.ssm_out = load_tensor(f, b + "ssm_out.weight");
+      continue;
+    }
     L.wq = load_tensor(f, b + "attn_q.weight");
+    if (c.attn_gated) {  // per head: head_dim q rows, then head_dim gate rows
+      const size_t run = size_t(c.head_dim) * c.n_embd;
+      std::vector<float> q, gate;
+      for (size_t h = 0; h < c.n_head; ++h) {
+        q.insert(q.end(), L.wq.begin() + 2 * h * run, L.wq.begin() + (2 * h + 1) * run);
+        gate.insert(gate.end(), L.wq.begin() + (2 * h + 1) * run, L.wq.begin() + (2 * h + 2) * run);
+      }
+      L.wq = std::move(q);
+      L.wgate = std::move(gate);
+    }
     L.wk = load_tensor(f, b + "attn_k.weight");
     L.wv = load_tensor(f, b + "attn_v.weight");
     if (c.attn_bias) {
@@ -238,7 +261,8 @@ CpuSession::CpuSession(const CpuModel& model, uint32_t n_ctx)
       inv_freq_swa_(rope_inv_freq(swa_config_, {})),
       k_cache_(model.config.n_layer),
       v_cache_(model.config.n_layer),
-      bx_(model.config.n_layer) {}
+      bx_(model.config.n_layer),
+      delta_(model.config.n_layer) {}
 
 void CpuSession::reset() { truncate(0); }
 
@@ -247,9 +271,22 @@ void CpuSession::truncate(uint32_t n) {
     throw InvalidArgument("CpuSession::truncate: " + std::to_string(n) + " positions to keep, " +
                           std::to_string(n_past_) + " cached");
   const ModelConfig& c = model_->config;
+  if (!c.delta_layers.empty()) {  // a recurrent state: from zeros, the first n tokens fed again
+    if (n == n_past_) return;
+    const std::vector<int32_t> keep(tokens_.begin(), tokens_.begin() + n);
+    for (auto& k : k_cache_) k.clear();
+    for (auto& v : v_cache_) v.clear();
+    for (auto& r : bx_) r.clear();
+    for (auto& d : delta_) d.clear();
+    tokens_.clear();
+    n_past_ = 0;
+    if (n > 0) run(keep, false);
+    return;
+  }
   for (auto& k : k_cache_) k.resize(std::min(k.size(), size_t(n) * c.kv_dim()));
   for (auto& v : v_cache_) v.resize(std::min(v.size(), size_t(n) * c.kv_dim()));
   for (auto& r : bx_) r.resize(std::min(r.size(), size_t(n) * c.n_embd));
+  tokens_.resize(n);
   n_past_ = n;
 }
 
@@ -310,6 +347,30 @@ std::vector<std::vector<float>> CpuSession::run(std::span<const int32_t> tokens,
         for (size_t i = 0; i < E; ++i) hist.push_back(bcx[t * 3 * E + i] * bcx[t * 3 * E + 2 * E + i]);
       matmul(y.data(), T, E, L.out_proj, E, {}, proj.data());
       add_residual({});
+    } else if (c.is_delta(l)) {
+      // Gated DeltaNet block (qwen35): ssm_out(rms_norm(rule(conv(q, k, v))) * ssm_norm * silu(z)).
+      const size_t W = c.delta_conv_dim(), H = c.ssm_v_heads, DV = c.ssm_dv, VD = H * DV, taps = c.ssm_conv;
+      std::vector<float> xq(T * W), z(T * VD), alpha(T * H), beta(T * H), prev((taps - 1) * W, 0.f);
+      matmul(h.data(), T, E, L.ssm_qkv, W, {}, xq.data());
+      matmul(h.data(), T, E, L.ssm_z, VD, {}, z.data());
+      matmul(h.data(), T, E, L.ssm_alpha, H, {}, alpha.data());
+      matmul(h.data(), T, E, L.ssm_beta, H, {}, beta.data());
+      std::vector<float>& hist = bx_[l];
+      for (size_t j = 0; j + 1 < taps; ++j)  // positions n_past - (taps - 1) + j; zeros before 0
+        if (const int64_t p = int64_t(n_past_) - int64_t(taps - 1) + int64_t(j); p >= 0)
+          std::copy_n(hist.begin() + p * W, W, prev.begin() + j * W);
+      hist.insert(hist.end(), xq.begin(), xq.end());
+      std::vector<float> qkv = conv_silu(xq, L.ssm_conv, prev, uint32_t(T), uint32_t(W), uint32_t(taps));
+      normalize_qk(qkv, uint32_t(T), uint32_t(W), c.ssm_k_heads, c.ssm_dk, c.rms_eps);
+      std::vector<double>& state = delta_[l];
+      state.resize(H * c.ssm_dk * DV, 0.0);
+      const DeltaRuleRef ref{
+          .n_tokens = uint32_t(T), .k_heads = c.ssm_k_heads, .v_heads = c.ssm_v_heads, .dk = c.ssm_dk, .dv = c.ssm_dv};
+      std::vector<float> o = delta_rule(ref, qkv, alpha, beta, L.ssm_dt, L.ssm_a, state);
+      rms_norm(o.data(), T * H, DV, L.ssm_norm, c.rms_eps);
+      o = gated(0, z, o);  // silu(z) * norm
+      matmul(o.data(), T, VD, L.ssm_out, E, {}, proj.data());
+      add_residual({});
     } else {
       // Attention block.
       matmul(h.data(), T, E, L.wq, Q, L.bq, q.data());
@@ -327,6 +388,11 @@ std::vector<std::vector<float>> CpuSession::run(std::span<const int32_t> tokens,
       k_cache_[l].insert(k_cache_[l].end(), k.begin(), k.end());
       v_cache_[l].insert(v_cache_[l].end(), v.begin(), v.end());
       attn = attention(ap, q, k_cache_[l], v_cache_[l]);
+      if (c.attn_gated) {  // qwen35: attn * sigmoid(h wgate)
+        std::vector<float> g(T * Q);
+        matmul(h.data(), T, E, L.wgate, Q, {}, g.data());
+        attn = gated(3, g, attn);
+      }
       matmul(attn.data(), T, Q, L.wo, E, L.bo, proj.data());
       add_residual(L.post_attn_norm);
     }
@@ -345,6 +411,7 @@ std::vector<std::vector<float>> CpuSession::run(std::span<const int32_t> tokens,
     add_residual(L.post_ffn_norm);
   }
   n_past_ += uint32_t(T);
+  tokens_.insert(tokens_.end(), tokens.begin(), tokens.end());
 
   // Final norm and logits, for every token or only the last.
   const size_t first = all_logits ? 0 : T - 1, n_out = T - first;

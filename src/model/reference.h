@@ -1,4 +1,4 @@
-// CPU reference forward pass of the decoder (llama / qwen2 / qwen3 / gemma3 / lfm2), on the CPU reference ops
+// CPU reference forward pass of the decoder (llama / qwen2 / qwen3 / gemma3 / lfm2 / MoE / gpt-oss / qwen35), on the CPU reference ops
 // (src/cpu/): the ground truth for the GPU forward (transformer.h). Weights are dequantised to f32; dot products,
 // norms, RoPE angles and the softmax are computed in double. Written for clarity, not speed (matrix-vector rows in a
 // plain loop, at most two threads).
@@ -39,6 +39,19 @@ struct CpuLayer {
   std::vector<float> in_proj;   // [3 n_embd][n_embd]: B, C, x
   std::vector<float> conv;      // [n_embd][l_cache] taps, tap 0 on the oldest position
   std::vector<float> out_proj;  // [n_embd][n_embd]
+  // qwen35's attention layers: wq holds the q half of each head of attn_q, wgate the gate half:
+  std::vector<float> wgate;  // [q_dim][n_embd]
+  // qwen35's DeltaNet layers (config.is_delta) have these instead of the attention weights (W = delta_conv_dim(),
+  // VD = v_heads dv, H = v_heads):
+  std::vector<float> ssm_qkv;    // [W][n_embd]
+  std::vector<float> ssm_z;      // [VD][n_embd]
+  std::vector<float> ssm_alpha;  // [H][n_embd]
+  std::vector<float> ssm_beta;   // [H][n_embd]
+  std::vector<float> ssm_conv;   // [W][ssm_conv] taps, tap 0 on the oldest position
+  std::vector<float> ssm_dt;     // [H] dt bias
+  std::vector<float> ssm_a;      // [H] -exp(A_log)
+  std::vector<float> ssm_norm;   // [dv]
+  std::vector<float> ssm_out;    // [n_embd][VD]
   // mixtures of experts (config.is_moe()) have these instead of w_gate, w_up, w_down:
   std::vector<float> router;     // [n_expert][n_embd]
   std::vector<float> exps_gate;  // [n_expert][n_ff_exp][n_embd]
@@ -107,6 +120,9 @@ class CpuSession {
   std::vector<std::vector<float>> k_cache_;  // [n_layer] of [n_past][kv_dim] (after RoPE)
   std::vector<std::vector<float>> v_cache_;  // [n_layer] of [n_past][kv_dim]
   std::vector<std::vector<float>> bx_;       // [n_layer] of [n_past][n_embd]: B*x of the convolution layers
+                                             // (qwen35: [n_past][W], the DeltaNet layers' in-projection rows)
+  std::vector<std::vector<double>> delta_;   // [n_layer] of [v_heads][dk][dv]: the DeltaNet layers' states
+  std::vector<int32_t> tokens_;              // the tokens fed (a recurrent state rewinds by feeding them again)
 };
 
 }  // namespace wgllm::cpu

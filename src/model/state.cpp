@@ -16,12 +16,22 @@ SequenceState::SequenceState(gpu::Context& ctx, const ModelConfig& c, uint32_t n
   const uint32_t page = one_page <= ctx.max_binding_size() ? 0 : 256;
   kv.resize(c.n_layer);
   conv.resize(c.n_layer);
-  conv_rows = c.conv_layers.empty() ? 0 : kernels::conv_ring_rows(ubatch, c.l_cache);
-  conv_taps = c.l_cache;
+  delta.resize(c.n_layer);
+  recurrent = !c.delta_layers.empty();
+  conv_taps = recurrent ? c.ssm_conv : c.l_cache;
+  conv_rows = c.conv_layers.empty() && !recurrent ? 0 : kernels::conv_ring_rows(ubatch, conv_taps);
   for (uint32_t l = 0; l < c.n_layer; ++l) {
     if (c.is_conv(l)) {
       conv[l] = ctx.create_buffer(uint64_t(conv_rows) * E * 4, WGPUBufferUsage_Storage,
                                   ("conv state " + std::to_string(l)).c_str());
+      continue;
+    }
+    if (c.is_delta(l)) {
+      conv[l] = ctx.create_buffer(uint64_t(conv_rows) * c.delta_conv_dim() * 4, WGPUBufferUsage_Storage,
+                                  ("conv state " + std::to_string(l)).c_str());
+      for (uint32_t i = 0; i < 2; ++i)
+        delta[l][i] = ctx.create_buffer(delta_state_bytes(c), WGPUBufferUsage_Storage,
+                                        ("recurrent state " + std::to_string(l) + "." + std::to_string(i)).c_str());
       continue;
     }
     if (shared_kv) {  // a view of the shared pool
@@ -45,6 +55,7 @@ uint64_t SequenceState::kv_bytes() const {
 }
 
 bool SequenceState::rewinds_to(uint32_t n, uint32_t n_past) const {
+  if (recurrent) return n == n_past;
   // The rings hold rows of positions [n_past - conv_rows + 1, n_past - 1] (one row may hold a step queued ahead):
   // the state at n needs n - (taps - 1) ... n - 1.
   return conv_rows == 0 || uint64_t(n) + conv_rows >= uint64_t(n_past) + conv_taps;
@@ -54,8 +65,16 @@ uint64_t kv_bytes_per_position(const ModelConfig& c, kernels::KvType type) {
   return uint64_t(c.n_attention_layers()) * 2 * c.kv_dim() * kernels::kv_type_bytes(type);
 }
 
+uint64_t delta_state_bytes(const ModelConfig& c) { return uint64_t(c.ssm_v_heads) * c.ssm_dk * c.ssm_dv * 4; }
+
 uint64_t conv_state_bytes(const ModelConfig& c, uint32_t ubatch) {
-  return uint64_t(c.n_layer - c.n_attention_layers()) * kernels::conv_ring_rows(ubatch, c.l_cache) * c.n_embd * 4;
+  uint64_t bytes = 0;
+  for (uint32_t l = 0; l < c.n_layer; ++l) {
+    if (c.is_conv(l)) bytes += uint64_t(kernels::conv_ring_rows(ubatch, c.l_cache)) * c.n_embd * 4;
+    if (c.is_delta(l))
+      bytes += uint64_t(kernels::conv_ring_rows(ubatch, c.ssm_conv)) * c.delta_conv_dim() * 4 + 2 * delta_state_bytes(c);
+  }
+  return bytes;
 }
 
 std::vector<std::optional<kernels::KvCache>> make_shared_kv(gpu::Context& ctx, const ModelConfig& c, uint32_t sequences,
@@ -67,7 +86,7 @@ std::vector<std::optional<kernels::KvCache>> make_shared_kv(gpu::Context& ctx, c
   if (uint64_t(sequences) * n_ctx > UINT32_MAX) throw InvalidArgument("make_shared_kv: sequences x n_ctx exceeds 2^32");
   std::vector<std::optional<kernels::KvCache>> kv(c.n_layer);
   for (uint32_t l = 0; l < c.n_layer; ++l)
-    if (!c.is_conv(l))
+    if (c.is_attention(l))
       kv[l].emplace(ctx,
                     kernels::KvCacheConfig{
                         .kv_dim = c.kv_dim(), .max_seq = sequences * n_ctx, .page_size = page_size, .type = type},

@@ -4,6 +4,7 @@
 // A layer kind with state of its own (a recurrent state) adds it here, beside the others, so that the sizes, the
 // rewind rule and the sharing between sessions stay in one place.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <vector>
@@ -25,21 +26,32 @@ struct SequenceState {
   std::vector<std::optional<kernels::KvCache>> kv;  // [n_layer]; none for convolution layers
   // lfm2: per convolution layer a ring of conv_rows B*x rows, row q % conv_rows holding position q (size 0 for
   // attention layers). Rows of the last conv_rows - 1 positions are kept, so truncate rewinds within them.
+  // qwen35's DeltaNet layers likewise keep a ring of their q/k/v in-projection rows (delta_conv_dim wide).
   std::vector<gpu::Buffer> conv;  // [n_layer]
   uint32_t conv_rows = 0;         // 0 without convolution layers
-  uint32_t conv_taps = 0;         // the convolution's taps (l_cache)
+  uint32_t conv_taps = 0;         // the convolution's taps (l_cache; qwen35: ssm_conv)
+  // qwen35: per DeltaNet layer its recurrent state, [v_heads][dk][dv] f32, in two buffers (size 0 for other
+  // layers): the state after position p (p tokens fed) is in delta[l][p % 2]. A step reads one and writes the other,
+  // so a decode step run ahead of the host (GpuSession::decode_on_gpu) leaves the state at n_past intact. It cannot
+  // rewind further: truncating a sequence that has one feeds the kept tokens again (rewinds_to). At position 0 the
+  // kernels start from zeros rather than read it. (delta_state_buffers: which buffer a step reads and writes.)
+  std::vector<std::array<gpu::Buffer, 2>> delta;  // [n_layer]
+  bool recurrent = false;                         // some layer has a recurrent state
 
   uint64_t kv_bytes() const;  // GPU memory of the KV caches
   // Whether the state after the first n of n_past positions is at hand in place (0 < n <= n_past): KV rows past n
-  // are simply overwritten later, the conv rings still hold the rows of the positions n needs. Otherwise the
-  // first n tokens are fed again.
+  // are simply overwritten later, the conv rings still hold the rows of the positions n needs; a recurrent state
+  // only at n = n_past. Otherwise the first n tokens are fed again.
   bool rewinds_to(uint32_t n, uint32_t n_past) const;
 };
 
 // GPU memory one KV cache position takes over all attention layers (K and V of `type`).
 uint64_t kv_bytes_per_position(const ModelConfig& c, kernels::KvType type = kernels::KvType::F16);
-// GPU memory of one sequence's conv states (lfm2; 0 without convolution layers) for prefill chunks of `ubatch`.
+// GPU memory of one sequence's conv and recurrent states (lfm2, qwen35; 0 without such layers) for prefill chunks of
+// `ubatch`.
 uint64_t conv_state_bytes(const ModelConfig& c, uint32_t ubatch);
+// GPU memory of one DeltaNet layer's recurrent state (qwen35).
+uint64_t delta_state_bytes(const ModelConfig& c);
 
 // Per attention layer one cache of `sequences` x n_ctx positions in pages of `page_size`, for sessions that share
 // them (GpuSessionOptions::shared_kv): sequence s takes pages [s * n_ctx / page_size, ...). n_ctx must be a multiple

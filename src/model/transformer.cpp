@@ -58,14 +58,15 @@ GpuSession::GpuSession(gpu::Context& ctx, const GpuModel& model, const GpuSessio
   b.k = make(U * KV, "k");
   b.v = make(U * KV, "v");
   b.attn = make(U * Q, "attn");
-  b.gate = make(U * F, "gate");
+  b.gate = make(U * gate_act_width(c), "gate");
   b.up = make(U * F, "up");
-  b.act = make(U * F, "act");
+  b.act = make(U * gate_act_width(c), "act");
   b.proj = make(c.post_norms ? U * E : 1, "proj");
   const bool conv = !c.conv_layers.empty();
   b.bcx = make(conv ? U * 3 * E : 1, "bcx");
   b.conv_y = make(conv ? U * E : 1, "conv y");
   make_moe_buffers(ctx, c, b, U);
+  make_delta_buffers(ctx, c, b, U);
   b.last = make(E, "last row");
   b.logits = make(c.n_vocab, "logits");
   b.logits_host = ctx.create_buffer(uint64_t(c.n_vocab) * 4, WGPUBufferUsage_MapRead, "logits readback");

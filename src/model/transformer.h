@@ -1,4 +1,4 @@
-// The GPU forward pass of the decoder (llama / qwen2 / qwen3 / qwen3moe / gemma3 / lfm2 / lfm2moe): weights uploaded from a GGUF in
+// The GPU forward pass of the decoder (llama / qwen2 / qwen3 / qwen3moe / gemma3 / lfm2 / lfm2moe / gpt-oss / qwen35): weights uploaded from a GGUF in
 // their own types (GpuModel) and one sequence's run state with its paged f16 KV cache (GpuSession). Prefill runs in
 // chunks of `ubatch` tokens, decode one token at a time; each chunk or token is encoded into a few command buffers
 // (the GPU starts on the first layers while the rest is encoded), and only the logits are read back. Per layer and
@@ -67,6 +67,21 @@ struct GpuLayer {
   kernels::GpuWeight in_proj;   // [3 n_embd][n_embd]
   gpu::Buffer conv;             // [n_embd][l_cache] f32 taps
   kernels::GpuWeight out_proj;  // [n_embd][n_embd]
+  // qwen35's attention layers: the gate rows of attn_q (each head's second half), x += (attn * sigmoid(norm(x)
+  // wgate)) wo; wq (or wqkv) holds the first halves.
+  kernels::GpuWeight wgate;  // [q_dim][n_embd]
+  // qwen35's gated DeltaNet layers (config.is_delta) have these instead of the attention weights; attn_norm is the
+  // operator norm, folded into the in-projections (kernels/delta_net.h for the rest).
+  kernels::GpuWeight ssm_in;     // [W + v_heads dv + 2 v_heads][n_embd] = attn_qkv, attn_gate, ssm_alpha, ssm_beta
+                                 // stacked when they share a type (W = config.delta_conv_dim()); empty otherwise
+  kernels::GpuWeight ssm_qkv;    // [W][n_embd]   (not stacked)
+  kernels::GpuWeight ssm_z;      // [v_heads dv][n_embd]
+  kernels::GpuWeight ssm_alpha;  // [v_heads][n_embd]
+  kernels::GpuWeight ssm_beta;   // [v_heads][n_embd]
+  gpu::Buffer ssm_conv;          // [W][ssm_conv] f32 taps
+  gpu::Buffer ssm_consts;        // [2 v_heads] f32: dt_bias, then a = -exp(A_log)
+  gpu::Buffer ssm_norm;          // [dv] f32, shared by every value head
+  kernels::GpuWeight ssm_out;    // [n_embd][v_heads dv]
   // Mixtures of experts (config.is_moe()) have these instead of the dense FFN's gate/up and down: x += the chosen
   // experts' down(act(norm(x) gate_e) * (norm(x) up_e)), weighted by the router (kernels/moe.h).
   kernels::GpuWeight router;        // [n_expert][n_embd] ffn_gate_inp

@@ -1,6 +1,7 @@
 // The gated DeltaNet kernels (delta_net.wgsl: delta_conv, delta_rule) vs cpu::conv_silu + cpu::normalize_qk and
 // cpu::delta_rule (double precision), over shapes that hit the edges: one key head serving several value heads,
 // head sizes below, at and between the workgroup's column block, a state carried across calls, rows of a batch.
+#include <array>
 #include <cmath>
 
 #include "cpu/delta_net.h"
@@ -95,6 +96,7 @@ struct RuleCase {
   std::vector<uint32_t> chunks;  // tokens per call, the state carried between them
   bool stacked_gates = false;    // alpha and beta in one [n][2H] buffer
   uint32_t row = 0;
+  bool fresh = false;  // the first call starts from zeros (position 0), whatever the buffer holds
 };
 
 // qkv: random q and k heads normalised as delta_conv leaves them, random v; alpha and beta spread so the decays run
@@ -104,11 +106,11 @@ TEST(DeltaNet, RuleMatchesCpuReferenceAcrossCalls) {
   auto& ctx = context();
   const RuleCase cases[] = {
       {{2, 4, 16, 16}, {1}},                  {{2, 4, 16, 16}, {7, 1, 1}, true},   // decode; a chunk then steps
-      {{1, 2, 32, 32}, {64}},                 {{2, 2, 32, 32}, {5, 31}, true},     // a long chunk; uneven chunks
-      {{4, 8, 128, 128}, {3, 1}},             {{2, 4, 128, 128}, {17}, true},      // Qwen 3.5's head size
-      {{3, 6, 24, 40}, {9}},                  {{1, 3, 8, 100}, {4, 2}},            // dk != dv; dv past a block
-      {{2, 2, 256, 256}, {2, 1}},             {{1, 1, 200, 48}, {6}},              // the largest; KPT not whole
-      {{2, 4, 16, 16}, {1}, false, 5},        {{1, 2, 32, 32}, {2}, true, 3},      // rows of a batch
+      {{2, 2, 32, 32}, {64}},                 {{2, 2, 32, 32}, {5, 31}, true},     // a long chunk; uneven chunks
+      {{4, 8, 128, 128}, {3, 1}, true},                                            // Qwen 3.5's head size
+      {{1, 3, 24, 100}, {4, 2}},              {{1, 3, 200, 40}, {3}},              // dv past a block; KPT not whole
+      {{2, 4, 16, 16}, {1}, false, 5},        {{2, 2, 32, 32}, {2}, true, 3},      // rows of a batch
+      {{2, 4, 16, 16}, {6, 1}, false, 0, true}, {{4, 8, 128, 128}, {1, 1}, true, 2, true},  // from position 0
   };
   for (const RuleCase& c : cases) {
     const Heads& h = c.h;
@@ -129,8 +131,13 @@ TEST(DeltaNet, RuleMatchesCpuReferenceAcrossCalls) {
     consts.insert(consts.end(), a.begin(), a.end());
     const auto state0 = random_floats(size_t(H) * h.dk * h.dv, gen, -0.5f, 0.5f);
     std::vector<double> state(state0.begin(), state0.end());
+    if (c.fresh) std::fill(state.begin(), state.end(), 0.0);
 
-    auto b_state = ctx.upload<float>(state0, WGPUBufferUsage_Storage | WGPUBufferUsage_CopySrc, "state");
+    // two state buffers, each call reading one and writing the other; the one read must stay as it was
+    std::array<gpu::Buffer, 2> b_state{
+        ctx.upload<float>(state0, WGPUBufferUsage_Storage | WGPUBufferUsage_CopySrc, "state 0"),
+        poisoned(ctx, state0.size(), "state 1")};
+    uint32_t cur = 0;
     auto b_consts = ctx.upload<float>(consts, WGPUBufferUsage_Storage, "consts");
     uint32_t done = 0;
     for (uint32_t n : c.chunks) {
@@ -165,11 +172,15 @@ TEST(DeltaNet, RuleMatchesCpuReferenceAcrossCalls) {
         gates = {.alpha = &b_alpha, .beta = &b_beta, .stride = H, .beta_offset = 0};
       }
       auto b_o = poisoned(ctx, size_t(c.row + n) * H * h.dv, "o");
+      const std::vector<float> state_before = ctx.read<float>(b_state[cur]);
       gpu::ComputeBatch batch(ctx);
       const kernels::DeltaShape shape{
           .n_tokens = n, .k_heads = h.k_heads, .v_heads = H, .dk = h.dk, .dv = h.dv, .row = c.row};
-      kernels::encode_delta_rule(batch, ctx, shape, b_qkv, gates, b_consts, b_state, b_o);
+      kernels::encode_delta_rule(batch, ctx, shape, b_qkv, gates, b_consts, b_state[cur], b_state[1 - cur], b_o,
+                                 c.fresh && done == 0);
       batch.submit_and_wait();
+      ASSERT_EQ(ctx.read<float>(b_state[cur]), state_before) << "the state read was changed";
+      cur = 1 - cur;
       const auto o_rows = ctx.read<float>(b_o);
       for (size_t i = 0; i < size_t(c.row) * H * h.dv; ++i) ASSERT_TRUE(std::isnan(o_rows[i])) << "o element " << i;
       const std::vector<float> got(o_rows.begin() + size_t(c.row) * H * h.dv, o_rows.end());
@@ -177,7 +188,7 @@ TEST(DeltaNet, RuleMatchesCpuReferenceAcrossCalls) {
       EXPECT_LE(r.rel_l2, 2e-6) << "call at token " << first << ": " << r.describe();
       done += n;
     }
-    const auto got_state = ctx.read<float>(b_state);
+    const auto got_state = ctx.read<float>(b_state[cur]);
     const std::vector<float> want_state(state.begin(), state.end());
     const auto r = compare(got_state, want_state);
     EXPECT_LE(r.rel_l2, 2e-6) << "state: " << r.describe();
@@ -216,9 +227,10 @@ TEST(DeltaNet, BadArgumentsThrowNamingTheField) {
   expect_throw([&] { conv(ok, 4, 8, buf, other, ring, buf); }, "different buffers");
 
   const kernels::DeltaGates gates{.alpha = &other, .beta = &other, .stride = 8, .beta_offset = 4};
+  auto out = ctx.create_buffer(1 << 16, WGPUBufferUsage_Storage, "state out");
   auto rule = [&](const kernels::DeltaShape& s, const kernels::DeltaGates& g, const gpu::Buffer& c,
                   const gpu::Buffer& k, const gpu::Buffer& st, const gpu::Buffer& o) {
-    kernels::encode_delta_rule(batch, ctx, s, c, g, k, st, o);
+    kernels::encode_delta_rule(batch, ctx, s, c, g, k, st, out, o);
   };
   expect_throw([&] { rule(ok, {.alpha = &other, .beta = nullptr, .stride = 4}, buf, other, state, ring); },
                "alpha and beta are required");
@@ -231,8 +243,11 @@ TEST(DeltaNet, BadArgumentsThrowNamingTheField) {
   expect_throw([&] { rule(ok, gates, buf, small, state, ring); }, "consts holds");
   expect_throw([&] { rule(ok, gates, buf, other, small, ring); }, "state holds");
   expect_throw([&] { rule(ok, gates, buf, other, state, small); }, "o holds");
-  expect_throw([&] { rule(ok, gates, buf, other, state, state); }, "state and o must be different buffers");
-  expect_throw([&] { rule(ok, gates, buf, other, buf, ring); }, "state and o must differ from the inputs");
+  expect_throw([&] { rule(ok, gates, buf, other, state, out); }, "state_out and o must be different buffers");
+  expect_throw([&] { rule(ok, gates, buf, other, out, ring); }, "state_out and o must differ from the inputs");
+  expect_throw([&] { rule(ok, gates, buf, other, state, buf); }, "state_out and o must differ from the inputs");
+  expect_throw([&] { kernels::encode_delta_rule(batch, ctx, ok, buf, gates, other, state, small, ring); },
+               "state_out holds");
 }
 
 }  // namespace

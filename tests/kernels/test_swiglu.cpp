@@ -87,7 +87,9 @@ TEST(Swiglu, SigmoidGateMatchesCpuReference) {
     const auto want = cpu::gated(3, gate, up);
     const auto r = compare(got, want);
     EXPECT_LE(r.rel_l2, 1e-6) << "n " << n << ": " << r.describe();
-    if (n > 1) EXPECT_EQ(got[n / 2], 0.f);
+    if (n > 1) {
+      EXPECT_EQ(got[n / 2], 0.f);
+    }
     EXPECT_FLOAT_EQ(want[n - 1], up[n - 1] / 2);
   }
 }
