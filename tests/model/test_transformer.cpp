@@ -58,7 +58,7 @@ std::vector<GpuCase> gpu_cases() {
         "qwen2-mixed", "gemma3-tiny-f32", "lfm2-tiny-f32", "lfm2-tiny-l4-f32", "lfm2-tiny-mha-f32", "qwen3moe-tiny-f32",
         "qwen3moe-tiny-k4-f32", "qwen3moe-q8_0", "qwen3moe-mixed", "qwen3moe-mxfp4", "lfm2moe-tiny-f32",
         "lfm2moe-tiny-k4-f32", "lfm2moe-q8_0", "gpt-oss-tiny-f32", "gpt-oss-tiny-k4-f32", "gpt-oss-q8_0",
-        "gpt-oss-mxfp4"})
+        "gpt-oss-mxfp4", "qwen35-tiny-f32", "qwen35-tiny-k32-f32"})
     models.push_back(m);
   std::vector<GpuCase> out;
   for (const std::string& m : models) {
@@ -102,11 +102,13 @@ TEST_P(GpuForward, MatchesCpuReference) {
   const bool mixed = tc.model == "qwen2-mixed", experts_mixed = tc.model == "qwen3moe-mixed";
   for (uint32_t l = 0; l < gm.config.n_layer; ++l) {
     const GpuLayer& L = gm.weights.layers[l];
-    EXPECT_EQ(L.wqkv.empty(), mixed || gm.config.is_conv(l));  // convolution layers have in_proj instead
+    EXPECT_EQ(L.wqkv.empty(), mixed || !gm.config.is_attention(l));  // convolution, DeltaNet layers: their own
     EXPECT_EQ(L.wqk.empty(), !mixed);
     EXPECT_EQ(L.wv.empty(), !mixed);
     EXPECT_TRUE(L.wq.empty() && L.wk.empty());
     EXPECT_EQ(L.in_proj.empty(), !gm.config.is_conv(l));
+    EXPECT_EQ(L.ssm_in.empty(), !gm.config.is_delta(l));
+    EXPECT_EQ(L.wgate.empty(), !(gm.config.attn_gated && gm.config.is_attention(l)));
     EXPECT_EQ(L.w_gate_up.empty(), mixed || gm.config.is_moe_layer(l));  // experts: exps_gate_up instead
     EXPECT_EQ(L.exps_gate_up.empty(), !gm.config.is_moe_layer(l) || experts_mixed);
     EXPECT_EQ(L.exp_probs_b.size > 0, gm.config.moe_sigmoid && gm.config.is_moe_layer(l));
@@ -385,7 +387,8 @@ class GpuTruncate : public ::testing::TestWithParam<std::string> {};
 // A session cut back to n positions continues as a fresh one fed those n tokens (the CPU reference): the logits of a
 // continuation match. lfm2's conv states come back from their rings when n is at most ubatch positions back
 // (ubatch 16: n >= 84 of 100) and by feeding the kept tokens again further back (83, 40, 1); 0 is a reset. Then the
-// same after a greedy decode stopped early, whose last queued step wrote one ring row past the kept positions.
+// same after a greedy decode stopped early, whose last queued step wrote one ring row past the kept positions (and,
+// qwen35, a recurrent state into the buffer not holding the kept one).
 TEST_P(GpuTruncate, ContinuesAsTheKeptTokensGive) {
   const GgufFile f = GgufFile::open(test::model_path(GetParam()));
   const cpu::CpuModel cm = cpu::load_cpu_model(f);
@@ -427,6 +430,9 @@ TEST_P(GpuTruncate, ContinuesAsTheKeptTokensGive) {
     std::vector<int32_t> fed(prompt.begin(), prompt.begin() + 51);
     fed.insert(fed.end(), ids.begin(), ids.begin() + 4);
     ASSERT_EQ(std::vector<int32_t>(g.tokens().begin(), g.tokens().end()), fed);
+    // as it stands: the step queued past the last id ran, and must have left nothing a continuation reads (a
+    // recurrent state, qwen35, keeps the state it started from)
+    expect_continues(g, std::string("after decode_greedy (argmax on the ") + (on_gpu ? "GPU" : "host") + "), all kept");
     g.truncate(53);
     expect_continues(g, std::string("after decode_greedy (argmax on the ") + (on_gpu ? "GPU" : "host") + "), kept 53");
   }
@@ -434,7 +440,8 @@ TEST_P(GpuTruncate, ContinuesAsTheKeptTokensGive) {
 
 INSTANTIATE_TEST_SUITE_P(Models, GpuTruncate,
                          ::testing::Values("lfm2-tiny-f32", "lfm2-tiny-l4-f32", "llama-f32", "gemma3-tiny-f32",
-                                           "qwen3moe-tiny-k4-f32", "lfm2moe-tiny-f32", "gpt-oss-tiny-f32"),
+                                           "qwen3moe-tiny-k4-f32", "lfm2moe-tiny-f32", "gpt-oss-tiny-f32",
+                                           "qwen35-tiny-f32"),
                          [](const auto& info) {
                            std::string s = info.param;
                            std::replace(s.begin(), s.end(), '-', '_');
@@ -485,7 +492,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, GpuForwardRef,
                                            "qwen2-tied-f32", "gemma3-tiny-f32", "lfm2-tiny-f32", "lfm2-tiny-l4-f32",
                                            "lfm2-tiny-mha-f32", "qwen3moe-tiny-f32", "qwen3moe-tiny-k4-f32",
                                            "qwen3moe-tiny-k1-f32", "lfm2moe-tiny-f32", "gpt-oss-tiny-f32",
-                                           "gpt-oss-tiny-k4-f32"),
+                                           "gpt-oss-tiny-k4-f32", "qwen35-tiny-f32", "qwen35-tiny-k32-f32"),
                          // lfm2moe-tiny-k4-f32 is left out: with the f16 cache its logits land 1.1e-3 from
                          // transformers' (its sigmoid router's top 4 of 16 sit close), past this test's 1e-3; its
                          // CPU forward matches transformers and the GPU's matches the CPU's (GpuForward)
