@@ -60,6 +60,8 @@ std::vector<OracleModel> oracle_models() {
       {"lfm2moe_tiny_f32", [] { return std::optional(test::model_path("lfm2moe-tiny-f32")); }, 0.5},
       // and a random gpt-oss (sinks, biases, YaRN, the clamped SwiGLU, windows of 6 positions on every other layer)
       {"gpt_oss_tiny_f32", [] { return std::optional(test::model_path("gpt-oss-tiny-f32")); }, 0.5},
+      // and a random Qwen 3.5 (gated DeltaNet layers among gated attention layers; a key head per two value heads)
+      {"qwen35_tiny_f32", [] { return std::optional(test::model_path("qwen35-tiny-f32")); }, 0.5},
   };
 }
 
