@@ -90,8 +90,11 @@ fn delta_conv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
 @group(0) @binding(10) var<storage, read_write> o: array<f32>;      // [row + n][H][DV]
 @group(0) @binding(11) var<storage, read_write> state_out: array<f32>;  // [H][DK][DV] after it
 
-var<workgroup> part_k: array<f32, VB * KS>;
-var<workgroup> part_q: array<f32, VB * KS>;
+// Partial sums of S^T k and S^T q, double-buffered by token parity: one barrier per token. A token's S^T k partials
+// are summed right after the barrier that follows their writes; its S^T q partials after the next token's barrier
+// (the buffer a token writes is next written two tokens later, past a barrier every reader has reached).
+var<workgroup> part_k: array<f32, 2u * VB * KS>;
+var<workgroup> part_q: array<f32, 2u * VB * KS>;
 
 @compute @workgroup_size(VB * KS)
 fn delta_rule(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
@@ -106,45 +109,83 @@ fn delta_rule(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
   let kh = h % K;
   let live = v < DV;
   var S: array<f32, KPT>;
-  var kr: array<f32, KPT>;
   for (var i = 0u; i < KPT; i++) {
     let j = ks + KS * i;
     S[i] = select(0.0, state[(h * DK + j) * DV + v], live && j < DK && p.fresh == 0u);
   }
   let dt = consts[h];
   let a = consts[H + h];
-  for (var t = 0u; t < p.n; t++) {
-    let r = p.row + t;
-    let base = r * W;
-    let xa = alpha[r * p.ab_stride + h] + dt;
-    let g = exp(a * select(log(1.0 + exp(xa)), xa, xa > 20.0));
-    let b = 1.0 / (1.0 + exp(-beta[r * p.ab_stride + p.beta_offset + h]));
-    // S^T k, KS partial sums per column
-    var pk = 0.0;
+  // The token's inputs (this invocation's rows of k and q, its v, the gates' logits), loaded a token ahead.
+  var kr: array<f32, KPT>;
+  var qr: array<f32, KPT>;
+  var vv: f32;
+  var xa: f32;
+  var xb: f32;
+  var nk: array<f32, KPT>;
+  var nq: array<f32, KPT>;
+  var nv = 0.0;
+  var na = 0.0;
+  var nb = 0.0;
+  {
+    let base = p.row * W;
     for (var i = 0u; i < KPT; i++) {
       let j = ks + KS * i;
       kr[i] = select(0.0, qkv[base + K * DK + kh * DK + j], j < DK);
-      pk += S[i] * kr[i];
+      qr[i] = select(0.0, qkv[base + kh * DK + j], j < DK);
     }
-    part_k[lid] = pk;
+    vv = select(0.0, qkv[base + 2u * K * DK + h * DV + v], live);
+    xa = alpha[p.row * p.ab_stride + h];
+    xb = beta[p.row * p.ab_stride + p.beta_offset + h];
+  }
+  for (var t = 0u; t < p.n; t++) {
+    let r = p.row + t;
+    let buf = (t % 2u) * VB * KS;
+    let xd = xa + dt;
+    let g = exp(a * select(log(1.0 + exp(xd)), xd, xd > 20.0));
+    let b = 1.0 / (1.0 + exp(-xb));
+    // S^T k, KS partial sums per column
+    var pk = 0.0;
+    for (var i = 0u; i < KPT; i++) { pk += S[i] * kr[i]; }
+    part_k[buf + lid] = pk;
+    if (t + 1u < p.n) {
+      let base = (r + 1u) * W;
+      for (var i = 0u; i < KPT; i++) {
+        let j = ks + KS * i;
+        nk[i] = select(0.0, qkv[base + K * DK + kh * DK + j], j < DK);
+        nq[i] = select(0.0, qkv[base + kh * DK + j], j < DK);
+      }
+      nv = select(0.0, qkv[base + 2u * K * DK + h * DV + v], live);
+      na = alpha[(r + 1u) * p.ab_stride + h];
+      nb = beta[(r + 1u) * p.ab_stride + p.beta_offset + h];
+    }
     workgroupBarrier();
+    if (t > 0u && ks == 0u && live) {  // the previous token's output, its partials complete
+      let prev = VB * KS - buf;
+      var acc = 0.0;
+      for (var s = 0u; s < KS; s++) { acc += part_q[prev + s * VB + vl]; }
+      o[((r - 1u) * H + h) * DV + v] = acc;
+    }
     var kv = 0.0;
-    for (var s = 0u; s < KS; s++) { kv += part_k[s * VB + vl]; }
-    let vv = select(0.0, qkv[base + 2u * K * DK + h * DV + v], live);
+    for (var s = 0u; s < KS; s++) { kv += part_k[buf + s * VB + vl]; }
     let delta = b * (vv - g * kv);
     var pq = 0.0;
     for (var i = 0u; i < KPT; i++) {
-      let j = ks + KS * i;
       S[i] = g * S[i] + kr[i] * delta;
-      pq += S[i] * select(0.0, qkv[base + kh * DK + j], j < DK);
+      pq += S[i] * qr[i];
     }
-    part_q[lid] = pq;
-    workgroupBarrier();
-    if (ks == 0u && live) {
-      var acc = 0.0;
-      for (var s = 0u; s < KS; s++) { acc += part_q[s * VB + vl]; }
-      o[(r * H + h) * DV + v] = acc;
-    }
+    part_q[buf + lid] = pq;
+    kr = nk;
+    qr = nq;
+    vv = nv;
+    xa = na;
+    xb = nb;
+  }
+  workgroupBarrier();
+  if (ks == 0u && live) {
+    let last = ((p.n - 1u) % 2u) * VB * KS;
+    var acc = 0.0;
+    for (var s = 0u; s < KS; s++) { acc += part_q[last + s * VB + vl]; }
+    o[((p.row + p.n - 1u) * H + h) * DV + v] = acc;
   }
   for (var i = 0u; i < KPT; i++) {
     let j = ks + KS * i;
