@@ -59,8 +59,7 @@ int run(const std::string& adapter, double min_seconds, const std::vector<uint32
     const kernels::DeltaShape base{.k_heads = m.k_heads, .v_heads = m.v_heads, .dk = m.dk, .dv = m.dv};
     const uint32_t W = base.channels(), H = m.v_heads;
     std::printf("%s: %u key heads, %u value heads of %ux%u, %u taps\n", m.name, m.k_heads, H, m.dk, m.dv, m.taps);
-    std::printf("%8s %12s %12s %12s %12s %14s\n", "tokens", "conv us", "rule us", "us/token", "tokens/s",
-                "state GB/s");
+    std::printf("%8s %12s %12s %12s %12s %14s\n", "tokens", "conv us", "rule us", "us/token", "tokens/s", "state GB/s");
     double decode_us = 0;
     for (const uint32_t n : lengths) {
       kernels::DeltaShape s = base;
@@ -111,17 +110,17 @@ int run(const std::string& adapter, double min_seconds, const std::vector<uint32
   return 0;
 }
 
-const Register reg{{"delta", "benchmark the gated DeltaNet kernels (Qwen 3.5 shapes, 1 to 16,384 tokens)",
-                    [](CLI::App& app) -> std::function<int()> {
-                      auto adapter = std::make_shared<std::string>();
-                      auto seconds = std::make_shared<double>(0.5);
-                      auto lengths = std::make_shared<std::vector<uint32_t>>(
-                          std::vector<uint32_t>{1, 512, 4096, 16384});
-                      app.add_option("--adapter", *adapter, "adapter index or name substring");
-                      app.add_option("--seconds", *seconds, "target time per measurement")->capture_default_str();
-                      app.add_option("--tokens", *lengths, "chunk lengths (a list)")->delimiter(',')->capture_default_str();
-                      return [=] { return run(*adapter, *seconds, *lengths); };
-                    }}};
+const Register reg{
+    {"delta", "benchmark the gated DeltaNet kernels (Qwen 3.5 shapes, 1 to 16,384 tokens)",
+     [](CLI::App& app) -> std::function<int()> {
+       auto adapter = std::make_shared<std::string>();
+       auto seconds = std::make_shared<double>(0.5);
+       auto lengths = std::make_shared<std::vector<uint32_t>>(std::vector<uint32_t>{1, 512, 4096, 16384});
+       app.add_option("--adapter", *adapter, "adapter index or name substring");
+       app.add_option("--seconds", *seconds, "target time per measurement")->capture_default_str();
+       app.add_option("--tokens", *lengths, "chunk lengths (a list)")->delimiter(',')->capture_default_str();
+       return [=] { return run(*adapter, *seconds, *lengths); };
+     }}};
 
 }  // namespace
 }  // namespace wgllm::bench

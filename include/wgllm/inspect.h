@@ -46,10 +46,14 @@ struct GgufHyperParameters {
   uint32_t rope_scaling_original_context = 0;
   bool qk_norm = false, attn_bias = false, tied_embeddings = false;
   bool attn_sinks = false;  // a learned sink logit per attention head (gpt-oss)
-  // One letter per layer: A attention, L local (sliding-window) attention, C short convolution (lfm2).
+  // One letter per layer: A attention, L local (sliding-window) attention, C short convolution (lfm2), D gated
+  // DeltaNet (qwen35).
   std::string layer_pattern = {};
   uint32_t sliding_window = 0;  // local layers' window (gemma3); 0 without
   uint32_t conv_taps = 0;       // shortconv.l_cache of the convolution layers (lfm2); 0 without
+  // qwen35's DeltaNet layers (0 without): key and value heads, their dimensions, the convolution's taps
+  uint32_t delta_k_heads = 0, delta_v_heads = 0, delta_dk = 0, delta_dv = 0, delta_taps = 0;
+  bool attn_gated = false;  // the attention output times sigmoid of a gate from the q projection (qwen35)
   // Mixtures of experts (qwen3moe, lfm2moe, gpt-oss): the FFN of every layer from n_dense_lead on is n_expert experts of
   // n_ff_exp, n_expert_used per token, chosen by a softmax router or (moe_sigmoid) a sigmoid one with a selection bias.
   uint32_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0, n_dense_lead = 0;

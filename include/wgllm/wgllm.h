@@ -94,7 +94,8 @@ struct ModelInfo {
   // One letter per layer: A attention, L local (sliding-window) attention, C short convolution (lfm2).
   std::string layer_pattern;
   uint32_t n_expert = 0, n_expert_used = 0;  // mixtures of experts: experts per layer, chosen per token (0: dense)
-  uint64_t conv_state_bytes = 0;  // GPU memory of one session's conv states (lfm2; 0 without convolution layers)
+  // GPU memory of one session's conv and recurrent states (lfm2, qwen35; 0 without such layers)
+  uint64_t conv_state_bytes = 0;
   uint32_t decode_gqa_from = 0;   // the depth from which decode attention runs per GQA group (LoadOptions'; resolved)
 };
 

@@ -87,6 +87,11 @@ GgufHyperParameters hyper_parameters(const ModelConfig& c) {
   h.layer_pattern = c.layer_pattern();
   h.sliding_window = c.swa_layers.empty() ? 0 : c.sliding_window;
   h.conv_taps = c.conv_layers.empty() ? 0 : c.l_cache;
+  if (!c.delta_layers.empty()) {
+    h.delta_k_heads = c.ssm_k_heads, h.delta_v_heads = c.ssm_v_heads, h.delta_dk = c.ssm_dk, h.delta_dv = c.ssm_dv;
+    h.delta_taps = c.ssm_conv;
+  }
+  h.attn_gated = c.attn_gated;
   h.n_expert = c.n_expert, h.n_expert_used = c.n_expert_used, h.n_ff_exp = c.n_ff_exp;
   h.n_dense_lead = c.n_dense_lead, h.moe_sigmoid = c.moe_sigmoid;
   return h;

@@ -27,7 +27,9 @@ Layout layout(const DeltaShape& s) {
 
 std::string prelude(const DeltaShape& s) {
   const Layout l = layout(s);
-  auto c = [](const char* name, uint32_t v) { return "const " + std::string(name) + ": u32 = " + std::to_string(v) + "u;\n"; };
+  auto c = [](const char* name, uint32_t v) {
+    return "const " + std::string(name) + ": u32 = " + std::to_string(v) + "u;\n";
+  };
   return c("DK", s.dk) + c("DV", s.dv) + c("VB", l.vb) + c("KS", l.ks) + c("KPT", l.kpt) + c("CW", l.cw);
 }
 
@@ -52,8 +54,8 @@ void encode_delta_conv(gpu::ComputeBatch& batch, gpu::Context& ctx, const DeltaS
   check_shape(fn, s);
   if (taps_count < 2) fail(fn, "taps must be >= 2");
   if (uint64_t(s.n_tokens) + taps_count - 1 > ring_rows)
-    fail(fn, "ring_rows " + std::to_string(ring_rows) + " < n_tokens + taps - 1 = " +
-                 std::to_string(uint64_t(s.n_tokens) + taps_count - 1) +
+    fail(fn, "ring_rows " + std::to_string(ring_rows) +
+                 " < n_tokens + taps - 1 = " + std::to_string(uint64_t(s.n_tokens) + taps_count - 1) +
                  " (the rows written would overwrite rows read)");
   if (uint64_t(pos) + s.n_tokens > UINT32_MAX) fail(fn, "pos + n_tokens exceeds 2^32-1");
   if (!(eps > 0.f)) fail(fn, "eps must be > 0");
@@ -85,8 +87,8 @@ void encode_delta_rule(gpu::ComputeBatch& batch, gpu::Context& ctx, const DeltaS
   if (!gates.alpha || !gates.beta) fail(fn, "alpha and beta are required");
   const uint64_t H = s.v_heads, rows = uint64_t(s.row) + s.n_tokens;
   if (gates.stride < H || uint64_t(gates.beta_offset) + H > gates.stride)
-    fail(fn, "gates: stride " + std::to_string(gates.stride) + " and beta_offset " +
-                 std::to_string(gates.beta_offset) + " do not hold " + std::to_string(H) + " heads");
+    fail(fn, "gates: stride " + std::to_string(gates.stride) + " and beta_offset " + std::to_string(gates.beta_offset) +
+                 " do not hold " + std::to_string(H) + " heads");
   const uint64_t W = s.channels(), ab = rows * gates.stride * 4, state_bytes = H * s.dk * s.dv * 4;
   need(fn, "c", c, rows * W * 4, ctx);
   need(fn, "alpha", *gates.alpha, ab, ctx);
@@ -99,8 +101,8 @@ void encode_delta_rule(gpu::ComputeBatch& batch, gpu::Context& ctx, const DeltaS
     if (in->get() == state_out.get() || in->get() == o.get())
       fail(fn, "state_out and o must differ from the inputs (state included)");
   if (state_out.get() == o.get()) fail(fn, "state_out and o must be different buffers");
-  const DeltaParams p{
-      s.n_tokens, s.k_heads, s.v_heads, s.row, 0, 0, 0, 0.f, gates.stride, gates.beta_offset, fresh ? 1u : 0u, 0};
+  const DeltaParams p{s.n_tokens, s.k_heads,    s.v_heads,         s.row,           0, 0, 0,
+                      0.f,        gates.stride, gates.beta_offset, fresh ? 1u : 0u, 0};
   WGPUComputePipeline pipe = ctx.pipeline({"delta_net.wgsl", "delta_rule", {}, prelude(s)});
   const gpu::BufferBinding b[] = {batch.uniform(0, p),
                                   {5, &c, 0, rows * W * 4},

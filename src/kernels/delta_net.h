@@ -22,11 +22,11 @@ struct DeltaParams {
 static_assert(sizeof(DeltaParams) == 48);
 
 struct DeltaShape {
-  uint32_t n_tokens = 0;  // tokens of this call, at positions pos .. pos + n_tokens - 1
-  uint32_t k_heads = 0;   // K: key (and query) heads
-  uint32_t v_heads = 0;   // H: value heads, a multiple of K; value head h reads key head h % K
+  uint32_t n_tokens = 0;    // tokens of this call, at positions pos .. pos + n_tokens - 1
+  uint32_t k_heads = 0;     // K: key (and query) heads
+  uint32_t v_heads = 0;     // H: value heads, a multiple of K; value head h reads key head h % K
   uint32_t dk = 0, dv = 0;  // head dimensions, each at most kDeltaMaxHeadDim
-  uint32_t row = 0;       // the first token's row in every [tokens][...] buffer (a decode step of several sequences)
+  uint32_t row = 0;         // the first token's row in every [tokens][...] buffer (a decode step of several sequences)
   uint32_t channels() const { return 2 * k_heads * dk + v_heads * dv; }  // W: q, k, v
 };
 

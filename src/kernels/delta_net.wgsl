@@ -17,11 +17,12 @@
 //   g = exp(a softplus(alpha + dt_bias)),  b = sigmoid(beta)
 //   S = g S;  S += k (b (v - S^T k))^T;  o = S^T q
 // The columns of S are independent: a workgroup owns VB columns of one head, KS invocations per column each holding
-// KPT = DK / KS rows of it; the two sums over DK (S^T k and S^T q) are each KS partial sums through workgroup memory.
+// KPT = DK / KS rows of it; the two sums over DK (S^T k and S^T q) are each KS partial sums through workgroup memory
+// (one barrier per token).
 // The per-head output norm and its silu(z) gate run after it (norm.wgsl, swiglu.wgsl).
 //
-// The two entry points use bindings 1-4 and 5-11. The host prepends the shape: const DK, DV, VB, KS, KPT, CW: u32 (CW, delta_conv's workgroup, a power of two
-// >= max(DK, DV)).
+// The two entry points use bindings 1-4 and 5-11. The host prepends the shape: const DK, DV, VB, KS, KPT, CW: u32
+// (CW, delta_conv's workgroup, a power of two >= max(DK, DV)).
 
 struct DeltaParams {
   n: u32, k_heads: u32, v_heads: u32, row: u32,

@@ -292,7 +292,8 @@ ModelConfig config_from_gguf(const GgufFile& f) {
     c.qk_norm = true;
   } else {
     fail(f, "architecture '" + c.arch_name +
-                "' is not supported (supported: llama, qwen2, qwen3, qwen3moe, gemma3, lfm2, lfm2moe, gpt-oss, qwen35)");
+                "' is not supported (supported: llama, qwen2, qwen3, qwen3moe, gemma3, lfm2, lfm2moe, gpt-oss, "
+                "qwen35)");
   }
   // The parser accepts every ggml type (inspect shows any file); running needs types wgllm dequantises.
   for (const GgufTensor& t : f.tensors())

@@ -72,7 +72,8 @@ uint64_t conv_state_bytes(const ModelConfig& c, uint32_t ubatch) {
   for (uint32_t l = 0; l < c.n_layer; ++l) {
     if (c.is_conv(l)) bytes += uint64_t(kernels::conv_ring_rows(ubatch, c.l_cache)) * c.n_embd * 4;
     if (c.is_delta(l))
-      bytes += uint64_t(kernels::conv_ring_rows(ubatch, c.ssm_conv)) * c.delta_conv_dim() * 4 + 2 * delta_state_bytes(c);
+      bytes += uint64_t(kernels::conv_ring_rows(ubatch, c.ssm_conv)) * c.delta_conv_dim() * 4 +
+               2 * delta_state_bytes(c);
   }
   return bytes;
 }

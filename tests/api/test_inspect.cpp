@@ -115,6 +115,21 @@ TEST(InspectGguf, ReportsGptOss) {
   EXPECT_EQ(s.config->n_expert_used, 2u);
 }
 
+// qwen35 (the committed fixture): DeltaNet layers among gated attention layers, their heads and taps.
+TEST(InspectGguf, ReportsQwen35) {
+  const GgufSummary s = inspect_gguf(test::model_path("qwen35-tiny-f32"));
+  ASSERT_TRUE(s.config) << s.config_error;
+  EXPECT_EQ(s.architecture, "qwen35");
+  EXPECT_EQ(s.config->layer_pattern, "DDDADA");
+  EXPECT_EQ(s.config->delta_k_heads, 2u);
+  EXPECT_EQ(s.config->delta_v_heads, 4u);
+  EXPECT_EQ(s.config->delta_dk, 16u);
+  EXPECT_EQ(s.config->delta_dv, 16u);
+  EXPECT_EQ(s.config->delta_taps, 4u);
+  EXPECT_TRUE(s.config->attn_gated);
+  EXPECT_EQ(s.config->rope_dim, 8u);
+}
+
 // A file wgllm cannot run is still described; why it cannot run is config_error.
 TEST(InspectGguf, UnsupportedModelKeepsTheRest) {
   test::GgufBuilder g = test::tiny_model("llama");

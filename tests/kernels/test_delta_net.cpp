@@ -28,11 +28,11 @@ struct ConvCase {
 TEST(DeltaNet, ConvMatchesCpuReferenceAndUpdatesTheRing) {
   auto& ctx = context();
   const ConvCase cases[] = {
-      {{2, 4, 16, 16}, 1, 4, 0, 5},          {{2, 4, 16, 16}, 7, 4, 0, 11},      // the first tokens
-      {{1, 2, 32, 32}, 1, 4, 40, 5},         {{2, 2, 32, 32}, 33, 3, 90, 36},    // decode with a wrapped ring; chunk
-      {{4, 8, 128, 128}, 5, 4, 1000, 9},     {{3, 6, 24, 40}, 9, 2, 3, 12},      // real sizes; dk != dv, odd
-      {{2, 2, 256, 256}, 2, 4, 7, 6},        {{1, 3, 8, 100}, 6, 5, 17, 11},     // the largest heads; 3 v per k
-      {{2, 4, 16, 16}, 1, 4, 12, 5, 3},      {{1, 2, 32, 32}, 2, 3, 2, 4, 1},    // rows of a batch of sequences
+      {{2, 4, 16, 16}, 1, 4, 0, 5},      {{2, 4, 16, 16}, 7, 4, 0, 11},    // the first tokens
+      {{1, 2, 32, 32}, 1, 4, 40, 5},     {{2, 2, 32, 32}, 33, 3, 90, 36},  // decode with a wrapped ring; chunk
+      {{4, 8, 128, 128}, 5, 4, 1000, 9}, {{3, 6, 24, 40}, 9, 2, 3, 12},    // real sizes; dk != dv, odd
+      {{2, 2, 256, 256}, 2, 4, 7, 6},    {{1, 3, 8, 100}, 6, 5, 17, 11},   // the largest heads; 3 v per k
+      {{2, 4, 16, 16}, 1, 4, 12, 5, 3},  {{1, 2, 32, 32}, 2, 3, 2, 4, 1},  // rows of a batch of sequences
   };
   for (const ConvCase& c : cases) {
     const uint32_t W = c.h.width();
@@ -105,20 +105,25 @@ struct RuleCase {
 TEST(DeltaNet, RuleMatchesCpuReferenceAcrossCalls) {
   auto& ctx = context();
   const RuleCase cases[] = {
-      {{2, 4, 16, 16}, {1}},                  {{2, 4, 16, 16}, {7, 1, 1}, true},   // decode; a chunk then steps
-      {{2, 2, 32, 32}, {64}},                 {{2, 2, 32, 32}, {5, 31}, true},     // a long chunk; uneven chunks
-      {{4, 8, 128, 128}, {3, 1}, true},                                            // Qwen 3.5's head size
-      {{1, 3, 24, 100}, {4, 2}},              {{1, 3, 200, 40}, {3}},              // dv past a block; KPT not whole
-      {{2, 4, 16, 16}, {1}, false, 5},        {{2, 2, 32, 32}, {2}, true, 3},      // rows of a batch
-      {{2, 4, 16, 16}, {6, 1}, false, 0, true}, {{4, 8, 128, 128}, {1, 1}, true, 2, true},  // from position 0
+      {{2, 4, 16, 16}, {1}},
+      {{2, 4, 16, 16}, {7, 1, 1}, true},  // decode; a chunk then steps
+      {{2, 2, 32, 32}, {64}},
+      {{2, 2, 32, 32}, {5, 31}, true},   // a long chunk; uneven chunks
+      {{4, 8, 128, 128}, {3, 1}, true},  // Qwen 3.5's head size
+      {{1, 3, 24, 100}, {4, 2}},
+      {{1, 3, 200, 40}, {3}},  // dv past a block; KPT not whole
+      {{2, 4, 16, 16}, {1}, false, 5},
+      {{2, 2, 32, 32}, {2}, true, 3},  // rows of a batch
+      {{2, 4, 16, 16}, {6, 1}, false, 0, true},
+      {{4, 8, 128, 128}, {1, 1}, true, 2, true},  // from position 0
   };
   for (const RuleCase& c : cases) {
     const Heads& h = c.h;
     const uint32_t W = h.width(), H = h.v_heads;
     uint32_t total = 0;
     for (uint32_t n : c.chunks) total += n;
-    SCOPED_TRACE("K " + std::to_string(h.k_heads) + " H " + std::to_string(H) + " dk " + std::to_string(h.dk) +
-                 " dv " + std::to_string(h.dv) + " tokens " + std::to_string(total) + " row " + std::to_string(c.row));
+    SCOPED_TRACE("K " + std::to_string(h.k_heads) + " H " + std::to_string(H) + " dk " + std::to_string(h.dk) + " dv " +
+                 std::to_string(h.dv) + " tokens " + std::to_string(total) + " row " + std::to_string(c.row));
     auto gen = rng(total * 131 + W + c.row);
     auto qkv = random_floats(size_t(total) * W, gen, -1.f, 1.f);
     cpu::normalize_qk(qkv, total, W, h.k_heads, h.dk, 1e-6f);
@@ -209,10 +214,9 @@ TEST(DeltaNet, BadArgumentsThrowNamingTheField) {
     return s;
   };
   gpu::ComputeBatch batch(ctx);
-  auto conv = [&](const kernels::DeltaShape& s, uint32_t taps, uint32_t R, const gpu::Buffer& x,
-                  const gpu::Buffer& t, const gpu::Buffer& rg, const gpu::Buffer& c) {
-    kernels::encode_delta_conv(batch, ctx, s, taps, 9, R, 1e-6f, x, t, rg, c);
-  };
+  auto conv = [&](const kernels::DeltaShape& s, uint32_t taps, uint32_t R, const gpu::Buffer& x, const gpu::Buffer& t,
+                  const gpu::Buffer& rg,
+                  const gpu::Buffer& c) { kernels::encode_delta_conv(batch, ctx, s, taps, 9, R, 1e-6f, x, t, rg, c); };
   expect_throw([&] { conv(with([](auto& s) { s.n_tokens = 0; }), 4, 8, buf, other, ring, state); }, "n_tokens must");
   expect_throw([&] { conv(with([](auto& s) { s.v_heads = 3; }), 4, 8, buf, other, ring, state); },
                "v_heads 3 must be a non-zero multiple of k_heads 2");
@@ -229,14 +233,13 @@ TEST(DeltaNet, BadArgumentsThrowNamingTheField) {
   const kernels::DeltaGates gates{.alpha = &other, .beta = &other, .stride = 8, .beta_offset = 4};
   auto out = ctx.create_buffer(1 << 16, WGPUBufferUsage_Storage, "state out");
   auto rule = [&](const kernels::DeltaShape& s, const kernels::DeltaGates& g, const gpu::Buffer& c,
-                  const gpu::Buffer& k, const gpu::Buffer& st, const gpu::Buffer& o) {
-    kernels::encode_delta_rule(batch, ctx, s, c, g, k, st, out, o);
-  };
+                  const gpu::Buffer& k, const gpu::Buffer& st,
+                  const gpu::Buffer& o) { kernels::encode_delta_rule(batch, ctx, s, c, g, k, st, out, o); };
   expect_throw([&] { rule(ok, {.alpha = &other, .beta = nullptr, .stride = 4}, buf, other, state, ring); },
                "alpha and beta are required");
-  expect_throw([&] { rule(ok, {.alpha = &other, .beta = &other, .stride = 8, .beta_offset = 5}, buf, other, state,
-                          ring); },
-               "stride 8 and beta_offset 5 do not hold 4 heads");
+  expect_throw(
+      [&] { rule(ok, {.alpha = &other, .beta = &other, .stride = 8, .beta_offset = 5}, buf, other, state, ring); },
+      "stride 8 and beta_offset 5 do not hold 4 heads");
   expect_throw([&] { rule(ok, gates, small, other, state, ring); }, "c holds");
   expect_throw([&] { rule(ok, {.alpha = &small, .beta = &other, .stride = 4}, buf, other, state, ring); },
                "alpha holds");

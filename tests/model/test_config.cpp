@@ -204,7 +204,8 @@ struct ConfigCase {
 TEST(ConfigErrors, EveryCaseGivesItsError) {
   const std::vector<ConfigCase> cases = {
       {"unknown architecture", [](GgufBuilder& g) { g.set("general.architecture", GVal::str("gpt2")); },
-       "architecture 'gpt2' is not supported (supported: llama, qwen2, qwen3, qwen3moe, gemma3, lfm2, lfm2moe, gpt-oss)"},
+       "architecture 'gpt2' is not supported (supported: llama, qwen2, qwen3, qwen3moe, gemma3, lfm2, lfm2moe, "
+       "gpt-oss, qwen35)"},
       {"no architecture", [](GgufBuilder& g) { g.without("general.architecture"); },
        "key 'general.architecture' is missing"},
       {"missing block_count", [](GgufBuilder& g) { g.without("llama.block_count"); },
@@ -483,6 +484,104 @@ TEST(ConfigErrors, GptOss) {
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);
     auto g = tiny_gpt_oss();
+    c.edit(g);
+    EXPECT_THAT(config_error(g), ::testing::HasSubstr(c.expect));
+  }
+}
+
+// A qwen35 of three blocks as llama.cpp's converter writes it: layer 0 a gated DeltaNet (2 key heads, 4 value heads of
+// 4, 3 taps), layer 1 gated attention (attn_q twice q_dim: per head q then gate; q/k norms), block 2 a
+// multi-token-prediction head (nextn_predict_layers 1) that is not run; the FFN's norm is post_attention_norm.
+GgufBuilder tiny_qwen35() {
+  GgufBuilder g = tiny_model("qwen35");
+  const uint64_t E = 16, K = 2, H = 4, DK = 4, DV = 4, W = 2 * K * DK + H * DV;
+  g.set("qwen35.block_count", GVal::u32(3))
+      .kv("qwen35.nextn_predict_layers", GVal::u32(1))
+      .kv("qwen35.ssm.conv_kernel", GVal::u32(3))
+      .kv("qwen35.ssm.state_size", GVal::u32(uint32_t(DK)))
+      .kv("qwen35.ssm.group_count", GVal::u32(uint32_t(K)))
+      .kv("qwen35.ssm.time_step_rank", GVal::u32(uint32_t(H)))
+      .kv("qwen35.ssm.inner_size", GVal::u32(uint32_t(H * DV)))
+      .kv("qwen35.attention.recurrent_layers",
+          GVal::array(7, {GVal::boolean(true), GVal::boolean(false), GVal::boolean(false)}))
+      .kv("qwen35.rope.dimension_count", GVal::u32(2));
+  for (const char* t : {"attn_q", "attn_k", "attn_v", "attn_output"})
+    g.without_tensor(std::string("blk.0.") + t + ".weight");
+  for (int i = 0; i < 2; ++i) {
+    const std::string b = "blk." + std::to_string(i) + ".";
+    g.without_tensor(b + "ffn_norm.weight").tensor(b + "post_attention_norm.weight", {E});
+  }
+  g.tensor("blk.0.attn_qkv.weight", {E, W})
+      .tensor("blk.0.attn_gate.weight", {E, H * DV})
+      .tensor("blk.0.ssm_conv1d.weight", {3, W})
+      .tensor("blk.0.ssm_dt.bias", {H})
+      .tensor("blk.0.ssm_a", {H})
+      .tensor("blk.0.ssm_beta.weight", {E, H})
+      .tensor("blk.0.ssm_alpha.weight", {E, H})
+      .tensor("blk.0.ssm_norm.weight", {DV})
+      .tensor("blk.0.ssm_out.weight", {H * DV, E});
+  g.without_tensor("blk.1.attn_q.weight")
+      .tensor("blk.1.attn_q.weight", {E, 2 * 16})
+      .tensor("blk.1.attn_q_norm.weight", {4})
+      .tensor("blk.1.attn_k_norm.weight", {4});
+  return g;
+}
+
+TEST(ConfigFromGguf, Qwen35AsLlamaCppReadsIt) {
+  const auto c = config_of(tiny_qwen35());
+  EXPECT_EQ(c.arch, Arch::Qwen35);
+  EXPECT_EQ(c.n_layer, 2u);  // the prediction head is not run
+  EXPECT_EQ(c.layer_pattern(), "DA");
+  EXPECT_TRUE(c.is_delta(0) && c.is_attention(1) && !c.is_attention(0));
+  EXPECT_EQ(c.n_attention_layers(), 1u);
+  EXPECT_EQ(c.ssm_k_heads, 2u);
+  EXPECT_EQ(c.ssm_v_heads, 4u);
+  EXPECT_EQ(c.ssm_dk, 4u);
+  EXPECT_EQ(c.ssm_dv, 4u);
+  EXPECT_EQ(c.ssm_conv, 3u);
+  EXPECT_EQ(c.delta_conv_dim(), 32u);
+  EXPECT_TRUE(c.attn_gated && c.qk_norm);
+  EXPECT_EQ(c.rope_type, RopeType::Neox);
+  EXPECT_EQ(c.rope_dim, 2u);
+  EXPECT_EQ(c.ffn_norm_name, "post_attention_norm.weight");
+  // Without attention.recurrent_layers: every full_attention_interval-th layer is attention (default 4).
+  auto g = tiny_qwen35();
+  g.without("qwen35.attention.recurrent_layers").kv("qwen35.full_attention_interval", GVal::u32(2));
+  EXPECT_EQ(config_of(g).layer_pattern(), "DA");
+}
+
+TEST(ConfigErrors, Qwen35) {
+  const ConfigCase cases[] = {
+      {"no conv kernel", [](GgufBuilder& g) { g.without("qwen35.ssm.conv_kernel"); }, "qwen35.ssm.conv_kernel"},
+      {"one tap", [](GgufBuilder& g) { g.set("qwen35.ssm.conv_kernel", GVal::u32(1)); },
+       "key 'qwen35.ssm.conv_kernel' = 1 is outside [2, 64]"},
+      {"value heads not a multiple of the key heads",
+       [](GgufBuilder& g) {
+         g.set("qwen35.ssm.time_step_rank", GVal::u32(3)).set("qwen35.ssm.inner_size", GVal::u32(12));
+       },
+       "value heads must divide inner_size and be a multiple of the key heads"},
+      {"inner size not whole heads", [](GgufBuilder& g) { g.set("qwen35.ssm.inner_size", GVal::u32(18)); },
+       "inner_size 18 over time_step_rank 4 value heads"},
+      {"heads past the kernels", [](GgufBuilder& g) { g.set("qwen35.ssm.state_size", GVal::u32(512)); },
+       "head dimensions 512 (keys) and 4 (values) must be at most 256"},
+      {"recurrent_layers too short",
+       [](GgufBuilder& g) { g.set("qwen35.attention.recurrent_layers", GVal::array(7, {GVal::boolean(true)})); },
+       "key 'qwen35.attention.recurrent_layers': expected an array of 3 bools (one per block), found 1 of bool"},
+      {"no prediction head left", [](GgufBuilder& g) { g.set("qwen35.nextn_predict_layers", GVal::u32(3)); },
+       "key 'qwen35.nextn_predict_layers' = 3 leaves no layer of block_count 3"},
+      {"no decay", [](GgufBuilder& g) { g.without_tensor("blk.0.ssm_a"); }, "tensor 'blk.0.ssm_a' is missing"},
+      {"conv taps of another count",
+       [](GgufBuilder& g) {
+         g.without_tensor("blk.0.ssm_conv1d.weight").tensor("blk.0.ssm_conv1d.weight", {4, 32});
+       },
+       "tensor 'blk.0.ssm_conv1d.weight': shape [4, 32] does not match the config (expected [3, 32])"},
+      {"attn_q without its gate",
+       [](GgufBuilder& g) { g.without_tensor("blk.1.attn_q.weight").tensor("blk.1.attn_q.weight", {16, 16}); },
+       "tensor 'blk.1.attn_q.weight': shape [16, 16] does not match the config (expected [16, 32])"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    auto g = tiny_qwen35();
     c.edit(g);
     EXPECT_THAT(config_error(g), ::testing::HasSubstr(c.expect));
   }

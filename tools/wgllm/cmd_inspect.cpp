@@ -51,12 +51,17 @@ void print_config(const GgufHyperParameters& c) {
   std::printf("  qk_norm        %s\n", c.qk_norm ? "yes" : "no");
   std::printf("  attn_bias      %s\n", c.attn_bias ? "yes" : "no");
   if (c.attn_sinks) std::printf("  attn sinks     yes (a logit per head in every softmax)\n");
+  if (c.attn_gated) std::printf("  attn gate      yes (the attention output times sigmoid(gate), per element)\n");
   std::printf("  tied embedding %s\n", c.tied_embeddings ? "yes" : "no");
   if (c.layer_pattern.find_first_not_of('A') != std::string::npos)
-    std::printf("  layers         %s (A attention, L local attention, C short convolution)\n", c.layer_pattern.c_str());
+    std::printf("  layers         %s (A attention, L local attention, C short convolution, D gated DeltaNet)\n",
+                c.layer_pattern.c_str());
   if (c.sliding_window) std::printf("  sliding window %u\n", c.sliding_window);
   if (c.conv_taps)
     std::printf("  conv taps      %u (short convolution over the last %u positions)\n", c.conv_taps, c.conv_taps);
+  if (c.delta_v_heads)
+    std::printf("  deltanet       %u key heads x %u, %u value heads x %u (a %ux%u state each), conv taps %u\n",
+                c.delta_k_heads, c.delta_dk, c.delta_v_heads, c.delta_dv, c.delta_dk, c.delta_dv, c.delta_taps);
 }
 
 void print_tokenizer(const GgufTokenizerSummary& t) {

@@ -66,13 +66,17 @@ void print_memory(const Model& model) {
   const std::string note = i.n_ctx_capped ? ", capped from " + std::to_string(i.n_ctx_train) + " to fit memory"
                            : i.n_ctx > i.n_ctx_train ? ", past the model's trained " + std::to_string(i.n_ctx_train)
                                                      : "";
-  // Layers of more than one kind (lfm2's convolutions, gemma's local attention): the pattern, and the conv states.
+  // Layers of more than one kind (lfm2's convolutions, gemma's local attention, qwen35's DeltaNet): the pattern, and
+  // the conv states.
   const bool mixed = i.layer_pattern.find_first_not_of(i.layer_pattern.substr(0, 1)) != std::string::npos;
   std::string layers = mixed ? " " + i.layer_pattern : "";
   if (i.n_expert)
     layers += ", " + std::to_string(i.n_expert) + " experts, " + std::to_string(i.n_expert_used) + " per token";
-  const std::string conv =
-      i.conv_state_bytes ? ", conv state " + std::to_string(i.conv_state_bytes / 1024) + " KiB" : std::string();
+  // (qwen35: the DeltaNet layers' conv rings and recurrent states)
+  const char* state = i.layer_pattern.find('D') != std::string::npos ? "recurrent state" : "conv state";
+  const std::string conv = i.conv_state_bytes
+                               ? ", " + std::string(state) + " " + std::to_string(i.conv_state_bytes / 1024) + " KiB"
+                               : std::string();
   std::fprintf(stderr, "%s (%s, %u layers%s) on %s: weights %.1f MiB, KV cache %.1f MiB%s (context %u%s)\n",
                i.arch.c_str(), i.weight_type.c_str(), i.n_layer, layers.c_str(), i.adapter.c_str(),
                i.weight_bytes / 1048576.0, i.kv_bytes / 1048576.0, conv.c_str(), i.n_ctx, note.c_str());
