@@ -2,7 +2,8 @@
 // One workgroup per row (grid folded: row = wid.x + wid.y * grid_x). The same kernel serves the
 // model norms (rows = tokens, dim = n_embd) and qwen3's per-head q/k norm (rows = tokens x
 // heads, dim = head_dim). With IN_PLACE it reads and writes `y`; with ACCUMULATE it adds the norm to `y`
-// (gemma's post-attention and post-FFN norms into the residual stream).
+// (gemma's post-attention and post-FFN norms into the residual stream); with GATED it multiplies the norm by
+// silu(gate) element by element (qwen35's DeltaNet output: per value head, gated by z).
 
 struct NormParams {
   n_rows: u32, dim: u32, eps: f32, grid_x: u32,
@@ -12,6 +13,7 @@ struct NormParams {
 @group(0) @binding(1) var<storage, read> x: array<f32>;
 @group(0) @binding(2) var<storage, read> w: array<f32>;
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;
+@group(0) @binding(4) var<storage, read> gate: array<f32>;  // [n_rows][dim] with GATED (else a placeholder)
 
 const WG: u32 = 128u;
 var<workgroup> red: array<f32, WG>;
@@ -19,6 +21,7 @@ var<workgroup> red: array<f32, WG>;
 // IN_PLACE: read the row from `y` itself (then `x` is a placeholder binding, never read).
 override IN_PLACE: bool = false;
 override ACCUMULATE: bool = false;
+override GATED: bool = false;
 
 fn src(i: u32) -> f32 {
   if (IN_PLACE) { return y[i]; }
@@ -40,7 +43,11 @@ fn rms_norm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_ind
   }
   let inv = 1.0 / sqrt(red[0] / f32(p.dim) + p.eps);
   for (var i = lid; i < p.dim; i += WG) {
-    let v = src(base + i) * inv * w[i];
+    var v = src(base + i) * inv * w[i];
+    if (GATED) {
+      let g = gate[base + i];
+      v *= g / (1.0 + exp(-g));
+    }
     if (ACCUMULATE) { y[base + i] += v; } else { y[base + i] = v; }
   }
 }

@@ -234,7 +234,6 @@ void make_delta_buffers(gpu::Context& ctx, const ModelConfig& c, SessionBuffers&
   b.delta_ab = make(n * 2 * H, "delta alpha beta");
   b.delta_b = make(n * H, "delta beta");
   b.delta_o = make(n * VD, "delta o");
-  b.delta_n = make(n * VD, "delta norm");
   b.delta_y = make(n * VD, "delta y");
 }
 
@@ -370,9 +369,9 @@ void encode_delta_net(const LayerStep& s) {
   } else {
     for (uint32_t i = 0; i < s.n; ++i) run(*s.rows->states[i], s.rows->positions[i], 1, i);
   }
-  // the per-head norm, then silu(z) times it
-  kernels::encode_rms_norm(s.batch, s.ctx, b.delta_o, L.ssm_norm, b.delta_n, s.n * H, c.ssm_dv, c.rms_eps);
-  kernels::encode_swiglu(s.batch, s.ctx, b.delta_z, b.delta_n, b.delta_y, uint64_t(s.n) * VD);
+  // the per-head norm times silu(z)
+  kernels::encode_rms_norm(s.batch, s.ctx, b.delta_o, L.ssm_norm, b.delta_y, s.n * H, c.ssm_dv, c.rms_eps, false,
+                           &b.delta_z);
 }
 
 void encode_residual(const LayerStep& s, const kernels::GpuWeight& w, const gpu::Buffer& in, const gpu::Buffer* bias) {

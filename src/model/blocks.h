@@ -34,8 +34,7 @@ struct SessionBuffers {
   gpu::Buffer delta_ab;  // [ubatch][2H] alpha then beta (stacked product), or [ubatch][H] alpha alone
   gpu::Buffer delta_b;   // [ubatch][H] beta (separate products)
   gpu::Buffer delta_o;   // [ubatch][VD] the delta rule's output
-  gpu::Buffer delta_n;   // [ubatch][VD] its per-head RMS norm
-  gpu::Buffer delta_y;   // [ubatch][VD] norm * silu(z), ssm_out's input
+  gpu::Buffer delta_y;   // [ubatch][VD] its per-head RMS norm * silu(z), ssm_out's input
   gpu::Buffer last;                        // [n_embd] the last token's residual row
   gpu::Buffer logits;                      // [n_vocab] logits of the last token
   gpu::Buffer logits_host;                 // [n_vocab] mappable copy of logits, read back once per step

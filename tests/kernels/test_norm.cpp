@@ -1,4 +1,7 @@
 // RMSNorm (norm.wgsl) vs the CPU reference.
+#include <optional>
+#include <tuple>
+
 #include "cpu/ops.h"
 #include "kernel_test_util.h"
 #include "kernels/norm.h"
@@ -49,6 +52,44 @@ TEST_P(RmsNormTable, MatchesCpuReference) {
 
 INSTANTIATE_TEST_SUITE_P(Cases, RmsNormTable, ::testing::ValuesIn(kNormCases),
                          [](const auto& info) { return std::string(info.param.name); });
+
+// silu_gate: y = rms_norm(x) * w * silu(gate) (qwen35's DeltaNet output per value head), also in place; a gate of
+// -200 gives 0, one of 0 gives 0 (silu(0) = 0).
+TEST(Norm, SiluGateMultipliesTheNorm) {
+  auto& ctx = context();
+  for (auto [rows, dim, in_place] : {std::tuple{1u, 128u, false}, {16u * 7, 128u, false}, {5u, 33u, true}}) {
+    auto gen = rng(rows * 977 + dim);
+    const auto x = random_floats(size_t(rows) * dim, gen, -3.f, 3.f);
+    const auto w = random_floats(dim, gen, 0.5f, 1.5f);
+    auto gate = random_floats(size_t(rows) * dim, gen, -6.f, 6.f);
+    gate[0] = -200.f;
+    gate[1] = 0.f;
+    auto xbuf = ctx.upload<float>(x, WGPUBufferUsage_Storage, "x");
+    auto wbuf = ctx.upload<float>(w, WGPUBufferUsage_Storage, "w");
+    auto gbuf = ctx.upload<float>(gate, WGPUBufferUsage_Storage, "gate");
+    std::optional<gpu::Buffer> ybuf;
+    if (!in_place) ybuf = poisoned(ctx, x.size(), "y");
+    const gpu::Buffer& y = in_place ? xbuf : *ybuf;
+    gpu::ComputeBatch batch(ctx);
+    kernels::encode_rms_norm(batch, ctx, xbuf, wbuf, y, rows, dim, 1e-6f, false, &gbuf);
+    batch.submit_and_wait();
+    const auto normed = cpu::rms_norm(x, w, rows, dim, 1e-6f);
+    const auto want = cpu::swiglu(gate, normed);
+    const auto got = ctx.read<float>(y);
+    const auto r = compare(got, want);
+    EXPECT_LE(r.rel_l2, 1e-6) << rows << "x" << dim << ": " << r.describe();
+    EXPECT_EQ(got[0], 0.f);
+    EXPECT_EQ(got[1], 0.f);
+  }
+  auto buf = ctx.create_buffer(4096 * 4, WGPUBufferUsage_Storage, "buf");
+  auto other = ctx.create_buffer(4096 * 4, WGPUBufferUsage_Storage, "other");
+  auto small = ctx.create_buffer(16, WGPUBufferUsage_Storage, "small");
+  gpu::ComputeBatch batch(ctx);
+  expect_throw([&] { kernels::encode_rms_norm(batch, ctx, buf, other, buf, 4, 64, 1e-6f, false, &small); },
+               "silu_gate holds");
+  expect_throw([&] { kernels::encode_rms_norm(batch, ctx, buf, other, buf, 4, 64, 1e-6f, false, &buf); },
+               "silu_gate and y must be different buffers");
+}
 
 // accumulate: y += rms_norm(x) * w (gemma's post-norms added into the residual stream).
 TEST(Norm, AccumulateAddsIntoY) {

@@ -66,9 +66,14 @@ GpuLayer upload(Uploader& up, const ModelConfig& c, uint32_t layer) {
   return L;
 }
 
-// A decode step (n = 1) of a DeltaNet layer runs the in-projections (one product when they share a type), the
-// convolution, the delta rule, the per-head norm and its silu(z) gate, and ssm_out added to x (6 dispatches); an
-// attention layer runs qwen3's 6 plus the gate's product and sigmoid (8); then the FFN's 2.
+// A decode step (n = 1) of a DeltaNet layer runs 5 dispatches:
+//   matmul, 3 outputs         q/k/v, z, alpha|beta = norm(x) (attn_qkv, attn_gate, ssm_alpha|ssm_beta) stacked
+//   delta_conv                q, k, v = silu(conv(q/k/v)) over the conv ring; q, k L2-normalised
+//   delta_rule                o = the gated delta rule over the recurrent state (read one buffer, write the other)
+//   rms_norm, gated           y = norm(o) * ssm_norm * silu(z) per value head
+//   matmul, accumulate        x += y ssm_out
+// (4 products instead of the first where the in-projections differ in type.) An attention layer runs qwen3's 6
+// (products, qk_norm_rope_kv, attention, x += attn Wo) plus the gate's product and its sigmoid (8). Then the FFN's 2.
 void encode(const LayerStep& s) {
   if (s.model.config.is_delta(s.layer)) {
     encode_delta_net(s);
