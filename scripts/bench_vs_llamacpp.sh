@@ -23,8 +23,8 @@
 #   scripts/bench_vs_llamacpp.sh table WGLLM CUDA_BIN_DIR VULKAN_BIN_DIR [-r N] [-p N] [-n N] [-d N]
 #                                      [--vk-prefix VK_PREFIX] [--models-dir DIR] [--tiny] [--rows ID,...]
 #       makes the model files with tools/make_model.py if missing (Llama-3.2-1B F16, Q8_0 and Q4_K_M, Qwen2.5-0.5B
-#       F16, Qwen3-0.6B F16, Gemma 3 270M and LFM2-350M Q4_K_M, Llama-3.1-8B F16 and Q4_K_M, Qwen3-30B-A3B and
-#       LFM2-8B-A1B Q4_K_M, gpt-oss-20b MXFP4_MOE;
+#       F16, Qwen3-0.6B F16, Qwen3.5-0.8B F16 and Q4_K_M, Gemma 3 270M and LFM2-350M Q4_K_M, Llama-3.1-8B F16 and
+#       Q4_K_M, Qwen3-30B-A3B and LFM2-8B-A1B Q4_K_M, gpt-oss-20b MXFP4_MOE;
 #       random weights, real shapes; needs numpy and gguf; the Q4_K_M files are the F16 ones through the
 #       llama-quantize of the first bin dir that has one, Qwen3-30B-A3B's its Q8_0 one), runs llama-bench -ngl 99 -fa 1 with each
 #       build and wgllm bench greedy and sampled (--temp 0.8 --top-p 0.9 --top-k 40) on each, the Llama F16 file
@@ -208,10 +208,12 @@ TABLE_ROWS=(
   "llama-3.2-1b-q8_0|Llama-3.2-1B Q8_0|llama-3.2-1b|q8_0|0"
   "qwen2.5-0.5b-f16|Qwen2.5-0.5B F16|qwen2.5-0.5b|f16|0"
   "qwen3-0.6b-f16|Qwen3-0.6B F16|qwen3-0.6b|f16|0"
+  "qwen3.5-0.8b-f16|Qwen3.5-0.8B F16|qwen3.5-0.8b|f16|0"
   "llama-3.2-1b-f16-depth|Llama-3.2-1B F16, depth DEPTH|llama-3.2-1b|f16|1"
   "llama-3.2-1b-q4_k_m|Llama-3.2-1B Q4_K_M|llama-3.2-1b|q4_k_m|0"
   "gemma-3-270m-q4_k_m|Gemma 3 270M Q4_K_M|gemma-3-270m|q4_k_m|0"
   "lfm2-350m-q4_k_m|LFM2-350M Q4_K_M|lfm2-350m|q4_k_m|0"
+  "qwen3.5-0.8b-q4_k_m|Qwen3.5-0.8B Q4_K_M|qwen3.5-0.8b|q4_k_m|0"
   "llama-3.1-8b-f16|Llama-3.1-8B F16|llama-3.1-8b|f16|0"
   "llama-3.1-8b-q4_k_m|Llama-3.1-8B Q4_K_M|llama-3.1-8b|q4_k_m|0"
   "qwen3-30b-a3b-q4_k_m|Qwen3-30B-A3B Q4_K_M|qwen3-30b-a3b|q4_k_m|0"
@@ -224,7 +226,9 @@ TABLE_ROWS=(
 # gpt-oss-20b 42 and 22 GB). MXFP4_MOE is llama.cpp's gpt-oss mix: the experts in MXFP4, the rest as in the source.
 QUANTIZED_TYPES=(q4_k_m mxfp4_moe)
 declare -A QUANTIZE_FROM=([qwen3-30b-a3b]=q8_0 [gpt-oss-20b]=q8_0)
-TINY=(--n-embd 64 --n-layer 2 --n-head 4 --n-head-kv 2 --head-dim 16 --n-ff 128 --n-vocab 1024 --ctx 8192)
+# (Qwen 3.5's two tiny layers: a DeltaNet layer, then an attention layer)
+TINY=(--n-embd 64 --n-layer 2 --n-head 4 --n-head-kv 2 --head-dim 16 --n-ff 128 --n-vocab 1024 --ctx 8192
+      --full-attention-interval 2)
 
 table() {
   local wgllm=$1 cuda=$2 vulkan=$3

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Write a random-weight GGUF model (llama / qwen2 / qwen3 / qwen3moe / gemma3 / lfm2 / lfm2moe / gpt-oss) laid out
-exactly as llama.cpp's converters do.
+"""Write a random-weight GGUF model (llama / qwen2 / qwen3 / qwen3moe / gemma3 / lfm2 / lfm2moe / gpt-oss / qwen35) laid
+out exactly as llama.cpp's converters do.
 
 Same arguments -> byte-identical file. Every tensor draws from its own generator,
 np.random.default_rng([seed, crc32(arch), crc32(name)]) (PCG64, standard_normal float32), so the same seed gives the same
@@ -11,6 +11,7 @@ Examples:
   tools/make_model.py --arch qwen2 --type q4_0 --shape qwen2.5-0.5b --out /tmp/qwen-shape.gguf
   tools/make_model.py --arch lfm2 --n-layer 6 --lfm2-attn-layers 2,4 --l-cache 3 --out /tmp/lfm2.gguf
   tools/make_model.py --arch qwen3moe --type mxfp4_moe --seed 5 --out /tmp/moe-mxfp4.gguf   # experts MXFP4
+  tools/make_model.py --arch qwen35 --type q8_0 --n-layer 4 --full-attention-interval 2 --out /tmp/qwen35.gguf
 
 lfm2 (Liquid AI's LFM2, as convert_hf_to_gguf.py writes it): attention.head_count_kv is a per-layer INT32 array, 0 on
 the gated short-convolution layers; shortconv.l_cache the convolution's length; head_dim is n_embd / n_head (no
@@ -22,6 +23,18 @@ lfm2moe (LFM2-8B-A1B) is lfm2 whose FFNs from layer --n-dense-lead on are mixtur
 gpt-oss: every FFN a mixture of experts with biases (router and experts, F32 like every bias), q/k/v/o biases, a sink
 logit per head (attn_sinks.weight), the FFN's norm named post_attention_norm, local layers every other one from 0
 (attention.sliding_window), YaRN RoPE (rope.scaling.*), the gpt-4o pre-tokenizer.
+qwen35 (Qwen 3.5, as convert_hf_to_gguf.py's Qwen3_5TextModel writes it): gated DeltaNet layers and, every
+--full-attention-interval-th layer, gated full attention (attention.recurrent_layers, a bool per layer, true on the
+DeltaNet layers, beside full_attention_interval); ssm.conv_kernel, ssm.state_size (the key and value head dimension),
+ssm.group_count (key heads), ssm.time_step_rank (value heads) and ssm.inner_size (value heads x head dimension) give the
+DeltaNet's shape; RoPE on the first rope.dimension_count dims of each head (partial_rotary_factor 0.25) with the
+multi-axis rope.dimension_sections. A DeltaNet layer holds attn_qkv (ne [n_embd, 2 keys + values]: q, k, v), attn_gate
+(z), ssm_conv1d (ne [conv_kernel, 2 keys + values], always F32), ssm_dt.bias, ssm_a (-exp(A_log), negative),
+ssm_alpha, ssm_beta (ne [n_embd, value heads]), ssm_norm (one value head's gain) and ssm_out; an attention layer
+attn_q (ne [n_embd, 2 x heads x head_dim]: each head's query, then its output gate), attn_k, attn_v, attn_q_norm,
+attn_k_norm and attn_output; every layer's FFN norm is post_attention_norm. Tensors in the converter's order (the
+checkpoint's names sorted); no multi-token-prediction block. Quantised as llama-quantize does: ssm_conv1d and the 1-D
+tensors stay F32, every other matrix (ssm_alpha and ssm_beta too) takes --type.
 """
 from __future__ import annotations
 
@@ -87,6 +100,15 @@ SHAPES = {
                         n_vocab=201088, ctx=131072, rope_base=150000.0, rms_eps=1e-5, tie_embeddings=False,
                         n_expert=32, n_expert_used=4, n_ff_exp=2880, sliding_window=128, rope_scaling="yarn",
                         rope_scaling_factor=32.0, rope_scaling_orig_ctx=4096),
+    # Qwen3.5-0.8B (text): 24 layers, 3 of every 4 gated DeltaNet (16 key and 16 value heads of 128, 4 taps), every
+    # 4th gated attention (8 heads / 2 KV heads of 256, RoPE on 64 dims, base 1e7); tied embeddings over 248,320 tokens.
+    "qwen3.5-0.8b": dict(arch="qwen35", n_embd=1024, n_layer=24, n_head=8, n_head_kv=2, head_dim=256, n_ff=3584,
+                         n_vocab=248320, ctx=262144, rope_base=1e7, rms_eps=1e-6, tie_embeddings=True,
+                         ssm_k_heads=16, ssm_v_heads=16, ssm_head_dim=128, ssm_conv=4, full_attention_interval=4),
+    # Qwen3.5-2B (text): the 0.8B's layers at width 2048, FFN 6144.
+    "qwen3.5-2b": dict(arch="qwen35", n_embd=2048, n_layer=24, n_head=8, n_head_kv=2, head_dim=256, n_ff=6144,
+                       n_vocab=248320, ctx=262144, rope_base=1e7, rms_eps=1e-6, tie_embeddings=True,
+                       ssm_k_heads=16, ssm_v_heads=16, ssm_head_dim=128, ssm_conv=4, full_attention_interval=4),
 }
 LFM2 = ("lfm2", "lfm2moe")  # the LFM2 layer layout
 MOE = ("qwen3moe", "lfm2moe", "gpt-oss")  # FFNs of experts
@@ -316,6 +338,56 @@ def lfm2_attn_layers(a) -> list[int]:
     return sorted({int(x) for x in str(a.lfm2_attn_layers).split(",") if x.strip()})
 
 
+def qwen35_delta_layers(a) -> list[bool]:
+    """qwen35: per layer, whether it is a gated DeltaNet layer (llama.cpp: all but every full_attention_interval-th)."""
+    return [(i + 1) % a.full_attention_interval != 0 for i in range(a.n_layer)]
+
+
+def qwen35_rope_sections(rope_dim: int) -> list[int]:
+    """The multi-axis RoPE sections over rope_dim / 2 rotated pairs, split 3 ways as Qwen 3.5's [11, 11, 10] of 32."""
+    n = rope_dim // 2
+    return [(n + 2) // 3, (n + 1) // 3, n // 3, 0]
+
+
+def qwen35_plan(a) -> list[tuple[str, tuple[int, ...], str, float]]:
+    """qwen35 in the converter's order (the checkpoint's names sorted: lm_head, embed_tokens, each layer's, norm)."""
+    E, F = a.n_embd, a.n_ff
+    q_dim, kv_dim = a.n_head * a.head_dim, a.n_head_kv * a.head_dim
+    KD, VH, VD = a.ssm_k_heads * a.ssm_head_dim, a.ssm_v_heads, a.ssm_v_heads * a.ssm_head_dim
+    conv = 2 * KD + VD
+    plan = []
+    if not a.tie_embeddings:
+        plan.append(("output.weight", (a.n_vocab, E), "w", 2 / math.sqrt(E)))
+    plan.append(("token_embd.weight", (a.n_vocab, E), "w", 0.5 / math.sqrt(E) if a.tie_embeddings else 1.0))
+    ffn = [("ffn_down.weight", (E, F), "w", 1 / math.sqrt(F)), ("ffn_gate.weight", (F, E), "w", 1 / math.sqrt(E)),
+           ("ffn_up.weight", (F, E), "w", 1 / math.sqrt(E)), ("post_attention_norm.weight", (E,), "norm", 0.1)]
+    for i, delta in enumerate(qwen35_delta_layers(a)):
+        p = f"blk.{i}."
+        layer = [("attn_norm.weight", (E,), "norm", 0.1)]
+        if delta:
+            # on the normed input, alpha's output has a standard deviation of about 1 (with dt_bias, g = ssm_a
+            # softplus(alpha x + dt_bias) spreads exp(g) over (0, 1)), beta's about 2 (sigmoid: beta spreads over (0, 1))
+            layer += [("ssm_a", (VH,), "ssm_a", 0.0),
+                      ("ssm_conv1d.weight", (conv, a.ssm_conv), "w", 1 / math.sqrt(a.ssm_conv)),
+                      ("ssm_dt.bias", (VH,), "bias", 1.0),
+                      ("ssm_alpha.weight", (VH, E), "w", 1 / math.sqrt(E)),
+                      ("ssm_beta.weight", (VH, E), "w", 2 / math.sqrt(E)),
+                      ("attn_qkv.weight", (conv, E), "w", 1 / math.sqrt(E)),
+                      ("attn_gate.weight", (VD, E), "w", 1 / math.sqrt(E)),
+                      ("ssm_norm.weight", (a.ssm_head_dim,), "norm", 0.1),
+                      ("ssm_out.weight", (E, VD), "w", 1 / math.sqrt(VD))] + ffn
+        else:
+            layer += ffn + [("attn_k_norm.weight", (a.head_dim,), "norm", 0.1),
+                            ("attn_k.weight", (kv_dim, E), "w", 1 / math.sqrt(E)),
+                            ("attn_output.weight", (E, q_dim), "w", 1 / math.sqrt(q_dim)),
+                            ("attn_q_norm.weight", (a.head_dim,), "norm", 0.1),
+                            ("attn_q.weight", (2 * q_dim, E), "w", 1 / math.sqrt(E)),  # per head: query, then gate
+                            ("attn_v.weight", (kv_dim, E), "w", 1 / math.sqrt(E))]
+        plan += [(p + n, shape, kind, std) for n, shape, kind, std in layer]
+    plan.append(("output_norm.weight", (E,), "norm_out" if a.tie_embeddings else "norm", 0.1))
+    return plan
+
+
 def ffn_plan(a, i: int) -> list[tuple[str, tuple[int, ...], str, float]]:
     """Layer i's FFN: its norm and the dense gate/up/down, or (a mixture's layers) the router and the stacked experts,
     numpy [expert][out][in], with lfm2moe's selection bias."""
@@ -340,6 +412,8 @@ def ffn_plan(a, i: int) -> list[tuple[str, tuple[int, ...], str, float]]:
 
 def tensor_plan(a) -> list[tuple[str, tuple[int, ...], str, float]]:
     """(name, numpy shape [out, in], init kind, std) in llama.cpp's tensor order."""
+    if a.arch == "qwen35":
+        return qwen35_plan(a)
     q_dim, kv_dim = a.n_head * a.head_dim, a.n_head_kv * a.head_dim
     # tied: a small embedding keeps the token's own row from dominating its logit (else greedy repeats the input
     # token); a larger final-norm gain then restores a useful logit spread.
@@ -385,6 +459,9 @@ CHUNK = 1 << 22  # elements generated / quantised at a time
 def gen_tensor(seed: int, arch: str, name: str, shape: tuple[int, ...], kind: str, std: float, ggml_type: int) -> np.ndarray:
     """float32 random tensor encoded as ggml_type (raw array whose bytes are the file contents)."""
     rng = np.random.default_rng([seed, zlib.crc32(arch.encode()), zlib.crc32(name.encode())])
+    if kind == "ssm_a":  # -(0.5 + 7.5 u^2), u uniform on [0, 1): decay rates from slow to fast, in [-8, -0.5]
+        u = rng.random(shape, dtype=np.float32)
+        return -(np.float32(0.5) + np.float32(7.5) * u * u)
     if len(shape) == 1:
         x = rng.standard_normal(shape, dtype=np.float32) * np.float32(std)
         if kind == "norm":
@@ -410,8 +487,8 @@ def gen_tensor(seed: int, arch: str, name: str, shape: tuple[int, ...], kind: st
 
 def build_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--arch", choices=["llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "lfm2", "lfm2moe", "gpt-oss"],
-                    default=None)
+    ap.add_argument("--arch", choices=["llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "lfm2", "lfm2moe", "gpt-oss",
+                                       "qwen35"], default=None)
     ap.add_argument("--type", choices=[t for t in TYPES if t != "mxfp4"] + list(MIXES), default="f32",
                     help="storage type of the 2-D weights, or a mix (mxfp4_moe: experts MXFP4, the rest Q8_0)")
     ap.add_argument("--seed", type=int, default=0)
@@ -438,6 +515,16 @@ def build_args(argv=None):
     ap.add_argument("--n-ff-exp", type=int, default=64, help="qwen3moe, lfm2moe: each expert's FFN width")
     ap.add_argument("--n-dense-lead", type=int, default=0,
                     help="lfm2moe: leading layers with a dense FFN (leading_dense_block_count)")
+    ap.add_argument("--full-attention-interval", type=int, default=4,
+                    help="qwen35: every N-th layer full attention, the others gated DeltaNet")
+    ap.add_argument("--ssm-k-heads", type=int, default=2, help="qwen35: DeltaNet key heads (ssm.group_count)")
+    ap.add_argument("--ssm-v-heads", type=int, default=4,
+                    help="qwen35: DeltaNet value heads (ssm.time_step_rank), a multiple of --ssm-k-heads")
+    ap.add_argument("--ssm-head-dim", type=int, default=16,
+                    help="qwen35: DeltaNet key and value head dimension (ssm.state_size)")
+    ap.add_argument("--ssm-conv", type=int, default=4, help="qwen35: DeltaNet convolution taps (ssm.conv_kernel)")
+    ap.add_argument("--rope-dim", type=int, default=None,
+                    help="qwen35: rope.dimension_count, the rotated dims of each head (default --head-dim / 4)")
     ap.add_argument("--rope-scaling", choices=["none", "llama3", "yarn"], default="none",
                     help="llama3: the rope_freqs.weight tensor; yarn: rope.scaling.* keys (factor, original context)")
     ap.add_argument("--rope-scaling-factor", type=float, default=8.0)
@@ -478,6 +565,17 @@ def build_args(argv=None):
             ap.error(f"--lfm2-attn-layers {a.lfm2_attn_layers}: expected comma-separated layer indices")
         if any(i < 0 or i >= a.n_layer for i in layers):
             ap.error(f"--lfm2-attn-layers {a.lfm2_attn_layers}: indices must be below --n-layer {a.n_layer}")
+    if a.arch == "qwen35":
+        if a.rope_dim is None:
+            a.rope_dim = a.head_dim // 4
+        if a.rope_dim < 2 or a.rope_dim % 2 or a.rope_dim > a.head_dim:
+            ap.error("--rope-dim must be even, at least 2 and at most --head-dim")
+        if a.full_attention_interval < 1:
+            ap.error("--full-attention-interval must be at least 1")
+        if min(a.ssm_k_heads, a.ssm_v_heads, a.ssm_head_dim) < 1 or a.ssm_v_heads % a.ssm_k_heads:
+            ap.error("--ssm-v-heads must be a positive multiple of --ssm-k-heads")
+        if a.ssm_conv < 2:
+            ap.error("--ssm-conv must be at least 2")
     if a.arch in MOE and not 1 <= a.n_expert_used <= a.n_expert:
         ap.error("--n-expert-used must be in [1, --n-expert]")
     if a.arch == "qwen3moe":
@@ -494,7 +592,8 @@ def build_args(argv=None):
             ap.error(f"--tensor-type {o}: expected PART=TYPE with TYPE one of {', '.join(TYPES)}")
     if TYPES[base_type(a.type)] in (ggufio.Q8_0, ggufio.Q4_0):
         for n, v in (("n-embd", a.n_embd), ("n-ff", a.n_ff), ("n-head*head-dim", a.n_head * a.head_dim),
-                     ("n-ff-exp", a.n_ff_exp if a.arch in MOE else 32)):
+                     ("n-ff-exp", a.n_ff_exp if a.arch in MOE else 32),
+                     ("ssm-v-heads*ssm-head-dim", a.ssm_v_heads * a.ssm_head_dim if a.arch == "qwen35" else 32)):
             if v % 32:
                 ap.error(f"{a.type} needs {n} to be a multiple of 32 (got {v})")
     return a
@@ -535,11 +634,22 @@ def write_model(a, tokenizer: dict | None = None, tensor_data=None) -> None:
         w.add_value_length(a.head_dim)
     w.add_layer_norm_rms_eps(a.rms_eps)
     w.add_rope_freq_base(a.rope_base)
-    if arch not in LFM2:
+    if arch == "qwen35":
+        w.add_rope_dimension_count(a.rope_dim)
+        w.add_rope_dimension_sections(qwen35_rope_sections(a.rope_dim))
+    elif arch not in LFM2:
         w.add_rope_dimension_count(a.head_dim)
     w.add_vocab_size(a.n_vocab)
     if arch in LFM2:
         w.add_uint32(f"{arch}.shortconv.l_cache", a.l_cache)
+    if arch == "qwen35":
+        w.add_ssm_conv_kernel(a.ssm_conv)
+        w.add_ssm_state_size(a.ssm_head_dim)
+        w.add_ssm_group_count(a.ssm_k_heads)
+        w.add_ssm_time_step_rank(a.ssm_v_heads)
+        w.add_ssm_inner_size(a.ssm_v_heads * a.ssm_head_dim)
+        w.add_array(f"{arch}.attention.recurrent_layers", qwen35_delta_layers(a))
+        w.add_full_attention_interval(a.full_attention_interval)
     if arch in ("gemma3", "gpt-oss"):
         w.add_sliding_window(a.sliding_window or max(1, a.ctx // 4))
     if a.rope_scaling == "yarn":
@@ -581,7 +691,7 @@ def write_model(a, tokenizer: dict | None = None, tensor_data=None) -> None:
 
     def storage(name, shape):
         # F32 always, as the converter and llama-quantize keep them: the conv taps, every bias, the sinks
-        if name.endswith(("shortconv.conv.weight", ".bias", "attn_sinks.weight")):
+        if name.endswith(("shortconv.conv.weight", "ssm_conv1d.weight", ".bias", "attn_sinks.weight")):
             return ggufio.F32
         for part, t in overrides:
             if part in name and len(shape) >= 2:

@@ -14,6 +14,9 @@ Models (all n_embd 64, 2 layers, 4 heads, 2 kv heads, head_dim 16, ffn 128, voca
                                                  up in q8_0; mxfp4: llama-quantize's MXFP4_MOE mix (experts MXFP4,
                                                  the rest q8_0)
   gpt-oss-{q8_0,mxfp4}                           seed 7, 3 layers, 8 experts of 64, 2 per token, YaRN; mxfp4 as above
+  qwen35-{q8_0,q4_0}                             seed 8, 4 layers: gated DeltaNet, gated attention, DeltaNet,
+                                                 attention (2 key and 4 value heads of 16, 4 taps; RoPE on 4 of 16
+                                                 dims), untied
 A given seed/arch/shape gives the same float weights in every type: the quantised files are the F32 file
 quantised. Prints each file's sha256; with --manifest FILE also writes "sha256  name" lines.
 """
@@ -61,6 +64,11 @@ def matrix() -> dict[str, list[str]]:
            "64"]
     m["gpt-oss-q8_0"] = oss + ["--type", "q8_0"]
     m["gpt-oss-mxfp4"] = oss + ["--type", "mxfp4_moe"]  # as gpt-oss ships: the experts MXFP4 (their biases F32)
+    # Qwen 3.5: DeltaNet, attention, DeltaNet, attention; 2 key heads each serving 2 of the 4 value heads
+    q35 = ["--arch", "qwen35", "--seed", "8", "--n-layer", "4", "--full-attention-interval", "2", "--ssm-k-heads", "2",
+           "--ssm-v-heads", "4", "--ssm-head-dim", "16"]
+    for t in ("q8_0", "q4_0"):
+        m[f"qwen35-{t}"] = q35 + ["--type", t]
     return m
 
 

@@ -262,6 +262,55 @@ class Tools(unittest.TestCase):
         self.assertEqual((a.arch, a.n_embd, a.n_layer, a.n_head, a.n_expert, a.n_expert_used, a.n_ff_exp,
                           a.sliding_window, a.rope_scaling), ("gpt-oss", 2880, 24, 64, 32, 4, 2880, 128, "yarn"))
 
+    def test_qwen35_layout(self):
+        # the layout convert_hf_to_gguf.py writes for Qwen 3.5 (see tests/data/models/qwen35-tiny-f32.gguf, whose first
+        # 4 layers are DeltaNet, DeltaNet, DeltaNet, attention: 4 heads of 32, 2 KV heads, RoPE on 8 dims; 2 key and 4
+        # value heads of 16, 4 taps; FFN 96; tied)
+        r = ggufio.Reader(self.model("qwen35", "--arch", "qwen35", "--type", "q8_0", "--seed", "1", "--n-layer", "4",
+                                     "--head-dim", "32", "--n-ff", "96", "--tie-embeddings"))
+        fx = ggufio.Reader(Path(__file__).resolve().parent.parent / "tests/data/models/qwen35-tiny-f32.gguf")
+        for k in ("ssm.conv_kernel", "ssm.state_size", "ssm.group_count", "ssm.time_step_rank", "ssm.inner_size",
+                  "full_attention_interval", "rope.dimension_count", "attention.key_length", "attention.value_length",
+                  "attention.head_count", "attention.head_count_kv"):
+            self.assertEqual(r.get("qwen35." + k), fx.get("qwen35." + k), k)
+        self.assertEqual(r.get("qwen35.rope.dimension_sections").tolist(),
+                         fx.get("qwen35.rope.dimension_sections").tolist())
+        self.assertEqual(r.get("qwen35.attention.recurrent_layers"), fx.get("qwen35.attention.recurrent_layers")[:4])
+        names = list(r.tensors)
+        fx_names = list(fx.tensors)
+        for i in range(4):  # the converter's order and shapes, layer by layer
+            mine = [(n, r.tensors[n].ne) for n in names if n.startswith(f"blk.{i}.")]
+            theirs = [(n, fx.tensors[n].ne) for n in fx_names if n.startswith(f"blk.{i}.")]
+            self.assertEqual(mine, theirs, i)
+        self.assertEqual((names[0], names[-1]), (fx_names[0], fx_names[-1]))
+        # as llama-quantize: the convolution and every 1-D tensor F32, the other weights (ssm_alpha, ssm_beta too) Q8_0
+        for n in ("blk.0.ssm_conv1d.weight", "blk.0.ssm_a", "blk.0.ssm_dt.bias", "blk.0.ssm_norm.weight"):
+            self.assertEqual(r.tensors[n].type, ggufio.F32, n)
+        for n in ("blk.0.ssm_alpha.weight", "blk.0.ssm_beta.weight", "blk.0.attn_qkv.weight", "blk.0.attn_gate.weight",
+                  "blk.0.ssm_out.weight", "blk.3.attn_q.weight", "token_embd.weight"):
+            self.assertEqual(r.tensors[n].type, ggufio.Q8_0, n)
+        ssm_a = np.concatenate([r.tensor(f"blk.{i}.ssm_a") for i in range(3)])
+        self.assertTrue(np.all((ssm_a >= -8) & (ssm_a <= -0.5)), ssm_a)
+        self.assertLess(abs(r.tensor("blk.0.ssm_norm.weight").mean() - 1), 0.1)
+        u = ggufio.Reader(self.model("qwen35-untied", "--arch", "qwen35", "--seed", "1", "--n-layer", "2",
+                                     "--full-attention-interval", "2"))
+        self.assertEqual(list(u.tensors)[:2], ["output.weight", "token_embd.weight"])  # lm_head sorts first
+        self.assertEqual(u.get("qwen35.attention.recurrent_layers"), [True, False])
+        self.assertEqual(u.tensors["blk.1.attn_q.weight"].ne, [64, 128])  # each head's query and output gate
+        self.assertEqual(u.tensors["blk.1.attn_output.weight"].ne, [64, 64])
+
+    def test_qwen35_shape_presets(self):
+        a = make_model.build_args(["--shape", "qwen3.5-0.8b", "--out", "x"])
+        self.assertEqual((a.arch, a.n_embd, a.n_layer, a.n_head, a.n_head_kv, a.head_dim, a.n_ff, a.n_vocab, a.ctx),
+                         ("qwen35", 1024, 24, 8, 2, 256, 3584, 248320, 262144))
+        self.assertEqual((a.ssm_k_heads, a.ssm_v_heads, a.ssm_head_dim, a.ssm_conv, a.rope_dim, a.rope_base),
+                         (16, 16, 128, 4, 64, 1e7))
+        self.assertTrue(a.tie_embeddings and a.tokenizer == "synthetic")
+        self.assertEqual(make_model.qwen35_delta_layers(a), [True, True, True, False] * 6)
+        self.assertEqual(make_model.qwen35_rope_sections(a.rope_dim), [11, 11, 10, 0])  # the released files'
+        a = make_model.build_args(["--shape", "qwen3.5-2b", "--n-layer", "4", "--out", "x"])
+        self.assertEqual((a.n_embd, a.n_layer, a.n_ff, a.ssm_v_heads), (2048, 4, 6144, 16))
+
     def test_lfm2_layout_and_forward(self):
         # the layout convert_hf_to_gguf.py writes for LFM2 (see tests/data/models/lfm2-tiny-f32.gguf)
         p = self.model("lfm2", "--arch", "lfm2", "--seed", "1", "--n-layer", "6", "--lfm2-attn-layers", "2,4")

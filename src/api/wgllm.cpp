@@ -78,8 +78,8 @@ std::unique_ptr<ModelAccess::Impl> parse_impl(const GgufFile& f, const LoadOptio
 
   ModelInfo& i = m->info;
   i.arch = config.arch_name;
-  // The first attention layer's q projection (lfm2 without attention: the first in_proj).
-  std::string typed = "blk.0.shortconv.in_proj.weight";
+  // The first attention layer's q projection (without attention: lfm2's first in_proj, qwen35's first attn_qkv).
+  std::string typed = config.is_delta(0) ? "blk.0.attn_qkv.weight" : "blk.0.shortconv.in_proj.weight";
   for (uint32_t l = 0; l < config.n_layer; ++l)
     if (config.is_attention(l)) {
       typed = "blk." + std::to_string(l) + ".attn_q.weight";

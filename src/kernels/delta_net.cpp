@@ -53,10 +53,8 @@ void encode_delta_conv(gpu::ComputeBatch& batch, gpu::Context& ctx, const DeltaS
   const char* fn = "encode_delta_conv";
   check_shape(fn, s);
   if (taps_count < 2) fail(fn, "taps must be >= 2");
-  if (uint64_t(s.n_tokens) + taps_count - 1 > ring_rows)
-    fail(fn, "ring_rows " + std::to_string(ring_rows) +
-                 " < n_tokens + taps - 1 = " + std::to_string(uint64_t(s.n_tokens) + taps_count - 1) +
-                 " (the rows written would overwrite rows read)");
+  if (ring_rows < taps_count)
+    fail(fn, "ring_rows " + std::to_string(ring_rows) + " < taps " + std::to_string(taps_count));
   if (uint64_t(pos) + s.n_tokens > UINT32_MAX) fail(fn, "pos + n_tokens exceeds 2^32-1");
   if (!(eps > 0.f)) fail(fn, "eps must be > 0");
   if (s.n_tokens > ctx.limits().maxComputeWorkgroupsPerDimension)
@@ -69,7 +67,8 @@ void encode_delta_conv(gpu::ComputeBatch& batch, gpu::Context& ctx, const DeltaS
   need(fn, "c", c, end * 4, ctx);
   if (c.get() == x.get() || c.get() == ring.get() || ring.get() == x.get())
     fail(fn, "x, ring and c must be different buffers");
-  const DeltaParams p{s.n_tokens, s.k_heads, s.v_heads, s.row, pos, ring_rows, taps_count, eps, 0, 0, 0, 0};
+  const bool store = uint64_t(s.n_tokens) + taps_count - 1 <= ring_rows;  // else delta_ring after it
+  const DeltaParams p{s.n_tokens, s.k_heads, s.v_heads, s.row, pos, ring_rows, taps_count, eps, 0, 0, 0, store};
   WGPUComputePipeline pipe = ctx.pipeline({"delta_net.wgsl", "delta_conv", {}, prelude(s)});
   const gpu::BufferBinding b[] = {batch.uniform(0, p),
                                   {1, &x, 0, end * 4},
@@ -77,6 +76,12 @@ void encode_delta_conv(gpu::ComputeBatch& batch, gpu::Context& ctx, const DeltaS
                                   {3, &ring, 0, uint64_t(ring_rows) * W * 4},
                                   {4, &c, 0, end * 4}};
   batch.dispatch(pipe, b, 2 * s.k_heads + s.v_heads, s.n_tokens);
+  if (store) return;
+  const uint64_t kept = uint64_t(std::min(s.n_tokens, taps_count - 1)) * W;
+  WGPUComputePipeline store_pipe = ctx.pipeline({"delta_net.wgsl", "delta_ring", {}, prelude(s)});
+  const gpu::BufferBinding sb[] = {
+      batch.uniform(0, p), {1, &x, 0, end * 4}, {3, &ring, 0, uint64_t(ring_rows) * W * 4}};
+  batch.dispatch(store_pipe, sb, uint32_t((kept + 255) / 256));
 }
 
 void encode_delta_rule(gpu::ComputeBatch& batch, gpu::Context& ctx, const DeltaShape& s, const gpu::Buffer& c,

@@ -17,7 +17,7 @@ struct DeltaParams {
   uint32_t n, k_heads, v_heads, row;
   uint32_t pos, ring_rows, taps;
   float eps;
-  uint32_t ab_stride, beta_offset, fresh, pad1;
+  uint32_t ab_stride, beta_offset, fresh, store;
 };
 static_assert(sizeof(DeltaParams) == 48);
 
@@ -32,11 +32,15 @@ struct DeltaShape {
 
 // delta_conv: x [row + n][W] (the q/k/v in-projection), taps [W][L] f32, ring [R][W] f32 (row q % R holds x of
 // position q < pos; rows before position 0 are never read) -> c [row + n][W]: silu(conv(x)), q and k heads
-// L2-normalised (x / sqrt(|x|^2 + eps); q also / sqrt(dk)). Needs taps >= 2 and n_tokens + taps - 1 <= R
-// (kernels::conv_ring_rows).
+// L2-normalised (x / sqrt(|x|^2 + eps); q also / sqrt(dk)); the ring then holds the rows of the last L - 1 positions
+// (also of those before pos where n < L - 1). Needs taps >= 2 and R >= taps (delta_ring_rows): one row more than
+// the next call reads, so a decode step queued ahead of the host, whose token may be dropped, overwrites none of
+// those the state at its position needs. With n + L - 1 <= R one dispatch, else a second one stores the rows.
 void encode_delta_conv(gpu::ComputeBatch& batch, gpu::Context& ctx, const DeltaShape& s, uint32_t taps_count,
                        uint32_t pos, uint32_t ring_rows, float eps, const gpu::Buffer& x, const gpu::Buffer& taps,
                        const gpu::Buffer& ring, const gpu::Buffer& c);
+// The rows of a sequence's conv ring for a convolution of `taps`.
+inline uint32_t delta_ring_rows(uint32_t taps) { return taps; }
 
 // Where a step's alpha and beta lie: alpha of token r, head h at r * stride + h; beta at r * stride + beta_offset + h
 // (one buffer [n][2H] from a stacked product: stride 2H, offset H; or two [n][H]: stride H, offset 0).

@@ -6,9 +6,9 @@
 // L2-normalised per head (q also by 1 / sqrt(DK)):
 //   c(t)[i] = silu(sum_k taps[i][k] x(pos + t - (L-1) + k)[i])      (tap 0 meets the oldest position)
 //   q = c_q / sqrt(|c_q|^2 + eps) / sqrt(DK),  k = c_k / sqrt(|c_k|^2 + eps),  v = c_v
-// where x of a position before pos comes from the conv state, a ring of R rows holding x(q) at row q % R
-// (x(q) = 0 for q < 0); each token's x row is written to the ring for the next call (the host keeps n + L - 1 <= R,
-// so the rows written are never rows read). One workgroup per (head slot, token): slots 0..K-1 the q heads, K..2K-1
+// where x of a position before pos comes from the conv state, a ring of R >= L rows holding x(q) at row q % R
+// (x(q) = 0 for q < 0). The rows the next call reads go into the ring: with `store` (n + L - 1 <= R, so the rows
+// written are never rows read) each token's own row from here, else the last L - 1 by delta_ring after it. One workgroup per (head slot, token): slots 0..K-1 the q heads, K..2K-1
 // the k heads, 2K.. the v heads; invocation i owns channel i of the slot.
 //
 // delta_rule: the recurrence over the tokens, in order, on each value head's state S [DK][DV] (f32, kept in
@@ -27,7 +27,7 @@
 struct DeltaParams {
   n: u32, k_heads: u32, v_heads: u32, row: u32,
   pos: u32, ring_rows: u32, taps: u32, eps: f32,
-  ab_stride: u32, beta_offset: u32, fresh: u32, _pad1: u32,
+  ab_stride: u32, beta_offset: u32, fresh: u32, store: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: DeltaParams;
@@ -65,7 +65,7 @@ fn delta_conv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
       }
       acc += taps[ch * p.taps + k] * xv;
     }
-    ring[((p.pos + t) % p.ring_rows) * W + ch] = x[(p.row + t) * W + ch];
+    if (p.store == 1u) { ring[((p.pos + t) % p.ring_rows) * W + ch] = x[(p.row + t) * W + ch]; }
     val = acc / (1.0 + exp(-acc));
   }
   // |c|^2 of the head (q and k slots; the v slots run the same barriers and leave val as it is)
@@ -80,6 +80,22 @@ fn delta_conv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
     if (slot < K) { val /= sqrt(f32(DK)); }
   }
   if (live) { c[(p.row + t) * W + ch] = val; }
+}
+
+// delta_ring: after delta_conv without `store` (a ring of fewer than n + L - 1 rows, whose rows the chunk's own
+// would overwrite while they are read), the x rows of the chunk's last min(n, L - 1) positions into the ring, the
+// rows the next call reads. One invocation per (row, channel).
+const RING_WG: u32 = 256u;
+
+@compute @workgroup_size(RING_WG)
+fn delta_ring(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+  let W = 2u * p.k_heads * DK + p.v_heads * DV;
+  let kept = min(p.n, p.taps - 1u);
+  let i = wid.x * RING_WG + lid;
+  if (i >= kept * W) { return; }
+  let q = p.pos + p.n - kept + i / W;  // a position of this chunk
+  let ch = i % W;
+  ring[(q % p.ring_rows) * W + ch] = x[(p.row + q - p.pos) * W + ch];
 }
 
 // ---- delta_rule

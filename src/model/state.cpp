@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "kernels/delta_net.h"
 #include "kernels/shortconv.h"
 #include "wgllm/error.h"
 
@@ -19,7 +20,9 @@ SequenceState::SequenceState(gpu::Context& ctx, const ModelConfig& c, uint32_t n
   delta.resize(c.n_layer);
   recurrent = !c.delta_layers.empty();
   conv_taps = recurrent ? c.ssm_conv : c.l_cache;
-  conv_rows = c.conv_layers.empty() && !recurrent ? 0 : kernels::conv_ring_rows(ubatch, conv_taps);
+  conv_rows = recurrent               ? kernels::delta_ring_rows(conv_taps)
+              : c.conv_layers.empty() ? 0
+                                      : kernels::conv_ring_rows(ubatch, conv_taps);
   for (uint32_t l = 0; l < c.n_layer; ++l) {
     if (c.is_conv(l)) {
       conv[l] = ctx.create_buffer(uint64_t(conv_rows) * E * 4, WGPUBufferUsage_Storage,
@@ -72,8 +75,7 @@ uint64_t conv_state_bytes(const ModelConfig& c, uint32_t ubatch) {
   for (uint32_t l = 0; l < c.n_layer; ++l) {
     if (c.is_conv(l)) bytes += uint64_t(kernels::conv_ring_rows(ubatch, c.l_cache)) * c.n_embd * 4;
     if (c.is_delta(l))
-      bytes += uint64_t(kernels::conv_ring_rows(ubatch, c.ssm_conv)) * c.delta_conv_dim() * 4 +
-               2 * delta_state_bytes(c);
+      bytes += uint64_t(kernels::delta_ring_rows(c.ssm_conv)) * c.delta_conv_dim() * 4 + 2 * delta_state_bytes(c);
   }
   return bytes;
 }

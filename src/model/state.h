@@ -26,7 +26,8 @@ struct SequenceState {
   std::vector<std::optional<kernels::KvCache>> kv;  // [n_layer]; none for convolution layers
   // lfm2: per convolution layer a ring of conv_rows B*x rows, row q % conv_rows holding position q (size 0 for
   // attention layers). Rows of the last conv_rows - 1 positions are kept, so truncate rewinds within them.
-  // qwen35's DeltaNet layers likewise keep a ring of their q/k/v in-projection rows (delta_conv_dim wide).
+  // qwen35's DeltaNet layers keep a ring of their q/k/v in-projection rows (delta_conv_dim wide) of only ssm_conv
+  // rows (kernels::delta_ring_rows; a recurrent state does not rewind, so the ring need not either).
   std::vector<gpu::Buffer> conv;  // [n_layer]
   uint32_t conv_rows = 0;         // 0 without convolution layers
   uint32_t conv_taps = 0;         // the convolution's taps (l_cache; qwen35: ssm_conv)

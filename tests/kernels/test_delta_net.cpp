@@ -78,9 +78,20 @@ TEST(DeltaNet, ConvMatchesCpuReferenceAndUpdatesTheRing) {
       for (uint32_t j = 0; j < c.h.dk; ++j) ss += double(got[head * c.h.dk + j]) * got[head * c.h.dk + j];
       EXPECT_NEAR(ss, head < c.h.k_heads ? 1.0 / c.h.dk : 1.0, 1e-5) << "head " << head;
     }
-    // The ring: each token's x row in row (pos + t) % R, every other row as it was.
+    // The ring: the x rows of the last L - 1 positions (which the next call reads), from this call's x or, for
+    // positions before pos, as they were; with R >= n + L - 1 every token's row was stored (in the one dispatch),
+    // and every row no token of the call lands on is as it was.
     const auto ring_after = ctx.read<float>(b_ring);
-    for (uint32_t row = 0; row < c.R; ++row) {
+    const bool all_stored = c.n + c.L - 1 <= c.R;
+    for (int64_t q = int64_t(c.pos) + c.n - (c.L - 1); q < int64_t(c.pos) + c.n; ++q) {
+      if (q < 0) continue;
+      for (uint32_t ch = 0; ch < W; ++ch) {
+        const float g = ring_after[size_t(q % c.R) * W + ch];
+        const float w = q >= int64_t(c.pos) ? x[size_t(q - c.pos) * W + ch] : ring_before[size_t(q % c.R) * W + ch];
+        ASSERT_EQ(g, w) << "position " << q << " channel " << ch;
+      }
+    }
+    for (uint32_t row = 0; row < c.R && all_stored; ++row) {
       const int64_t t = ((int64_t(row) - c.pos) % c.R + c.R) % c.R;
       for (uint32_t ch = 0; ch < W; ++ch) {
         const float g = ring_after[size_t(row) * W + ch];
@@ -223,7 +234,7 @@ TEST(DeltaNet, BadArgumentsThrowNamingTheField) {
   expect_throw([&] { conv(with([](auto& s) { s.dk = 257; }), 4, 8, buf, other, ring, state); },
                "head dimensions dk 257");
   expect_throw([&] { conv(ok, 1, 8, buf, other, ring, state); }, "taps must");
-  expect_throw([&] { conv(ok, 4, 6, buf, other, ring, state); }, "ring_rows 6 < n_tokens + taps - 1 = 7");
+  expect_throw([&] { conv(ok, 4, 3, buf, other, ring, state); }, "ring_rows 3 < taps 4");
   expect_throw([&] { conv(ok, 4, 8, small, other, ring, state); }, "x holds");
   expect_throw([&] { conv(ok, 4, 8, buf, small, ring, state); }, "taps holds");
   expect_throw([&] { conv(ok, 4, 8, buf, other, small, state); }, "ring holds");

@@ -58,7 +58,7 @@ std::vector<GpuCase> gpu_cases() {
         "qwen2-mixed", "gemma3-tiny-f32", "lfm2-tiny-f32", "lfm2-tiny-l4-f32", "lfm2-tiny-mha-f32", "qwen3moe-tiny-f32",
         "qwen3moe-tiny-k4-f32", "qwen3moe-q8_0", "qwen3moe-mixed", "qwen3moe-mxfp4", "lfm2moe-tiny-f32",
         "lfm2moe-tiny-k4-f32", "lfm2moe-q8_0", "gpt-oss-tiny-f32", "gpt-oss-tiny-k4-f32", "gpt-oss-q8_0",
-        "gpt-oss-mxfp4", "qwen35-tiny-f32", "qwen35-tiny-k32-f32"})
+        "gpt-oss-mxfp4", "qwen35-tiny-f32", "qwen35-tiny-k32-f32", "qwen35-q8_0", "qwen35-q4_0"})
     models.push_back(m);
   std::vector<GpuCase> out;
   for (const std::string& m : models) {
