@@ -14,9 +14,10 @@ Models (all n_embd 64, 2 layers, 4 heads, 2 kv heads, head_dim 16, ffn 128, voca
                                                  up in q8_0; mxfp4: llama-quantize's MXFP4_MOE mix (experts MXFP4,
                                                  the rest q8_0)
   gpt-oss-{q8_0,mxfp4}                           seed 7, 3 layers, 8 experts of 64, 2 per token, YaRN; mxfp4 as above
-  qwen35-{q8_0,q4_0}                             seed 8, 4 layers: gated DeltaNet, gated attention, DeltaNet,
+  qwen35-{q8_0,q4_0,mixed}                       seed 8, 4 layers: gated DeltaNet, gated attention, DeltaNet,
                                                  attention (2 key and 4 value heads of 16, 4 taps; RoPE on 4 of 16
-                                                 dims), untied
+                                                 dims), untied; mixed: q4_0 with layer 0's attn_qkv and layer 2's
+                                                 ssm_alpha in q8_0
 A given seed/arch/shape gives the same float weights in every type: the quantised files are the F32 file
 quantised. Prints each file's sha256; with --manifest FILE also writes "sha256  name" lines.
 """
@@ -69,6 +70,10 @@ def matrix() -> dict[str, list[str]]:
            "--ssm-v-heads", "4", "--ssm-head-dim", "16"]
     for t in ("q8_0", "q4_0"):
         m[f"qwen35-{t}"] = q35 + ["--type", t]
+    # layer 0's attn_qkv alone in another type (the other in-projections stacked apart from it), layer 2's ssm_alpha
+    # (all four apart)
+    m["qwen35-mixed"] = q35 + ["--type", "q4_0", "--tensor-type", "blk.0.attn_qkv=q8_0", "--tensor-type",
+                               "blk.2.ssm_alpha=q8_0"]
     return m
 
 

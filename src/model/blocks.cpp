@@ -327,7 +327,7 @@ void encode_delta_net(const LayerStep& s) {
   SessionBuffers& b = s.b;
   const uint32_t W = c.delta_conv_dim(), H = c.ssm_v_heads, VD = H * c.ssm_dv;
   // q/k/v, z, alpha, beta = rms_norm(x) * attn_norm @ (attn_qkv, attn_gate, ssm_alpha, ssm_beta): one product when
-  // stacked, else four
+  // stacked, two with the last three stacked, else four
   const kernels::MatmulOptions normed{.norm = &L.attn_norm, .eps = c.rms_eps, .impl = product_impl(s)};
   kernels::DeltaGates gates;
   if (!L.ssm_in.empty()) {
@@ -338,6 +338,15 @@ void encode_delta_net(const LayerStep& s) {
     o.split2 = W + VD;
     kernels::encode_matmul(s.batch, s.ctx, L.ssm_in, b.x, b.delta_x, s.n, o);
     gates = {.alpha = &b.delta_ab, .beta = &b.delta_ab, .stride = 2 * H, .beta_offset = H};
+  } else if (!L.ssm_zab.empty()) {
+    kernels::encode_matmul(s.batch, s.ctx, L.ssm_qkv, b.x, b.delta_x, s.n, normed);
+    kernels::MatmulOptions o = normed;
+    o.y1 = &b.delta_ab;
+    o.y2 = &b.delta_b;
+    o.split1 = VD;
+    o.split2 = VD + H;
+    kernels::encode_matmul(s.batch, s.ctx, L.ssm_zab, b.x, b.delta_z, s.n, o);
+    gates = {.alpha = &b.delta_ab, .beta = &b.delta_b, .stride = H, .beta_offset = 0};
   } else {
     kernels::encode_matmul(s.batch, s.ctx, L.ssm_qkv, b.x, b.delta_x, s.n, normed);
     kernels::encode_matmul(s.batch, s.ctx, L.ssm_z, b.x, b.delta_z, s.n, normed);

@@ -267,7 +267,7 @@ GpuModel load_gpu_model(gpu::Context& ctx, const GgufFile& f, const ModelConfig&
            L.w_down.gpu_bytes() + L.attn_norm.size + L.ffn_norm.size + L.bqkv.size + L.bqk.size + L.bq.size +
            L.bk.size + L.bv.size + L.q_norm.size + L.k_norm.size + L.post_attn_norm.size + L.post_ffn_norm.size +
            L.in_proj.gpu_bytes() + L.conv.size + L.out_proj.gpu_bytes() + L.wgate.gpu_bytes() + L.ssm_in.gpu_bytes() +
-           L.ssm_qkv.gpu_bytes() + L.ssm_z.gpu_bytes() + L.ssm_alpha.gpu_bytes() + L.ssm_beta.gpu_bytes() +
+           L.ssm_zab.gpu_bytes() + L.ssm_qkv.gpu_bytes() + L.ssm_z.gpu_bytes() + L.ssm_alpha.gpu_bytes() + L.ssm_beta.gpu_bytes() +
            L.ssm_conv.size + L.ssm_consts.size + L.ssm_norm.size + L.ssm_out.gpu_bytes();
   };
   uint64_t all_experts = 0;

@@ -74,10 +74,12 @@ struct GpuLayer {
   // operator norm, folded into the in-projections (kernels/delta_net.h for the rest).
   kernels::GpuWeight ssm_in;     // [W + v_heads dv + 2 v_heads][n_embd] = attn_qkv, attn_gate, ssm_alpha, ssm_beta
                                  // stacked when they share a type (W = config.delta_conv_dim()); empty otherwise
-  kernels::GpuWeight ssm_qkv;    // [W][n_embd]   (not stacked)
-  kernels::GpuWeight ssm_z;      // [v_heads dv][n_embd]
-  kernels::GpuWeight ssm_alpha;  // [v_heads][n_embd]
-  kernels::GpuWeight ssm_beta;   // [v_heads][n_embd]
+  kernels::GpuWeight ssm_zab;    // [v_heads dv + 2 v_heads][n_embd] = attn_gate, ssm_alpha, ssm_beta stacked when
+                                 // they share a type and attn_qkv has another (Q4_K_M's Q6_K layers); else empty
+  kernels::GpuWeight ssm_qkv;    // [W][n_embd]   (not in ssm_in)
+  kernels::GpuWeight ssm_z;      // [v_heads dv][n_embd]   (in neither)
+  kernels::GpuWeight ssm_alpha;  // [v_heads][n_embd]   (in neither)
+  kernels::GpuWeight ssm_beta;   // [v_heads][n_embd]   (in neither)
   gpu::Buffer ssm_conv;          // [W][ssm_conv] f32 taps
   gpu::Buffer ssm_consts;        // [2 v_heads] f32: dt_bias, then a = -exp(A_log)
   gpu::Buffer ssm_norm;          // [dv] f32, shared by every value head

@@ -58,7 +58,8 @@ std::vector<GpuCase> gpu_cases() {
         "qwen2-mixed", "gemma3-tiny-f32", "lfm2-tiny-f32", "lfm2-tiny-l4-f32", "lfm2-tiny-mha-f32", "qwen3moe-tiny-f32",
         "qwen3moe-tiny-k4-f32", "qwen3moe-q8_0", "qwen3moe-mixed", "qwen3moe-mxfp4", "lfm2moe-tiny-f32",
         "lfm2moe-tiny-k4-f32", "lfm2moe-q8_0", "gpt-oss-tiny-f32", "gpt-oss-tiny-k4-f32", "gpt-oss-q8_0",
-        "gpt-oss-mxfp4", "qwen35-tiny-f32", "qwen35-tiny-k32-f32", "qwen35-q8_0", "qwen35-q4_0"})
+        "gpt-oss-mxfp4", "qwen35-tiny-f32", "qwen35-tiny-k32-f32", "qwen35-q8_0", "qwen35-q4_0",
+        "qwen35-mixed"})
     models.push_back(m);
   std::vector<GpuCase> out;
   for (const std::string& m : models) {
@@ -107,7 +108,10 @@ TEST_P(GpuForward, MatchesCpuReference) {
     EXPECT_EQ(L.wv.empty(), !mixed);
     EXPECT_TRUE(L.wq.empty() && L.wk.empty());
     EXPECT_EQ(L.in_proj.empty(), !gm.config.is_conv(l));
-    EXPECT_EQ(L.ssm_in.empty(), !gm.config.is_delta(l));
+    const bool delta_split = tc.model == "qwen35-mixed" && (l == 0 || l == 2);  // its layers 0 and 2 (above)
+    EXPECT_EQ(L.ssm_in.empty(), !gm.config.is_delta(l) || delta_split);
+    EXPECT_EQ(L.ssm_zab.empty(), !(delta_split && l == 0));
+    EXPECT_EQ(L.ssm_alpha.empty(), !(delta_split && l == 2));
     EXPECT_EQ(L.wgate.empty(), !(gm.config.attn_gated && gm.config.is_attention(l)));
     EXPECT_EQ(L.w_gate_up.empty(), mixed || gm.config.is_moe_layer(l));  // experts: exps_gate_up instead
     EXPECT_EQ(L.exps_gate_up.empty(), !gm.config.is_moe_layer(l) || experts_mixed);

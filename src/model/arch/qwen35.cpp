@@ -43,6 +43,9 @@ void upload_delta(Uploader& up, GpuLayer& L, const std::string& b) {
                     beta = b + "ssm_beta.weight";
   if (up.fusable({qkv, z, alpha, beta})) {
     L.ssm_in = up.stacked({qkv, z, alpha, beta}, b + "ssm_in");
+  } else if (up.fusable({z, alpha, beta})) {
+    L.ssm_qkv = up.matrix(qkv);
+    L.ssm_zab = up.stacked({z, alpha, beta}, b + "ssm_zab");
   } else {
     L.ssm_qkv = up.matrix(qkv);
     L.ssm_z = up.matrix(z);
@@ -72,7 +75,8 @@ GpuLayer upload(Uploader& up, const ModelConfig& c, uint32_t layer) {
 //   delta_rule                o = the gated delta rule over the recurrent state (read one buffer, write the other)
 //   rms_norm, gated           y = norm(o) * ssm_norm * silu(z) per value head
 //   matmul, accumulate        x += y ssm_out
-// (4 products instead of the first where the in-projections differ in type.) An attention layer runs qwen3's 6
+// (Where attn_qkv's type differs from the others', as in Q4_K_M's Q6_K layers: two products, attn_qkv and the other
+// three stacked; four where those differ too.) An attention layer runs qwen3's 6
 // (products, qk_norm_rope_kv, attention, x += attn Wo) plus the gate's product and its sigmoid (8). Then the FFN's 2.
 void encode(const LayerStep& s) {
   if (s.model.config.is_delta(s.layer)) {
