@@ -19,9 +19,10 @@ struct Layout {
   uint32_t vb, ks, kpt, cw;
 };
 
+// Powers of two (delta_step reduces over the whole workgroup), VB x KS <= 256.
 Layout layout(const DeltaShape& s) {
-  const uint32_t vb = std::min(s.dv, 32u);
-  const uint32_t ks = std::min(256 / vb, s.dk);
+  const uint32_t vb = std::min(std::bit_ceil(s.dv), 32u);
+  const uint32_t ks = std::min(256 / vb, std::bit_ceil(s.dk));
   return {vb, ks, (s.dk + ks - 1) / ks, std::bit_ceil(std::max(s.dk, s.dv))};
 }
 
@@ -111,6 +112,58 @@ void encode_delta_rule(gpu::ComputeBatch& batch, gpu::Context& ctx, const DeltaS
   WGPUComputePipeline pipe = ctx.pipeline({"delta_net.wgsl", "delta_rule", {}, prelude(s)});
   const gpu::BufferBinding b[] = {batch.uniform(0, p),
                                   {5, &c, 0, rows * W * 4},
+                                  {6, gates.alpha, 0, ab},
+                                  {7, gates.beta, 0, ab},
+                                  {8, &consts, 0, 2 * H * 4},
+                                  {9, &state, 0, state_bytes},
+                                  {10, &o, 0, rows * H * s.dv * 4},
+                                  {11, &state_out, 0, state_bytes}};
+  const uint32_t blocks = (s.dv + layout(s).vb - 1) / layout(s).vb;
+  batch.dispatch(pipe, b, s.v_heads * blocks, 1);
+}
+
+bool delta_step_supported(const gpu::Context& ctx) { return ctx.limits().maxStorageBuffersPerShaderStage >= 9; }
+
+void encode_delta_step(gpu::ComputeBatch& batch, gpu::Context& ctx, const DeltaShape& s, uint32_t taps_count,
+                       uint32_t pos, uint32_t ring_rows, float eps, const gpu::Buffer& x, const gpu::Buffer& taps,
+                       const gpu::Buffer& ring, const DeltaGates& gates, const gpu::Buffer& consts,
+                       const gpu::Buffer& state, const gpu::Buffer& state_out, const gpu::Buffer& o, bool fresh) {
+  const char* fn = "encode_delta_step";
+  check_shape(fn, s);
+  if (s.n_tokens != 1) fail(fn, "n_tokens must be 1 (a decode step), not " + std::to_string(s.n_tokens));
+  if (!delta_step_supported(ctx)) fail(fn, "the adapter allows fewer than 9 storage buffers per shader stage");
+  if (taps_count < 2) fail(fn, "taps must be >= 2");
+  if (ring_rows < taps_count)
+    fail(fn, "ring_rows " + std::to_string(ring_rows) + " < taps " + std::to_string(taps_count));
+  if (!(eps > 0.f)) fail(fn, "eps must be > 0");
+  if (!gates.alpha || !gates.beta) fail(fn, "alpha and beta are required");
+  const uint64_t H = s.v_heads, W = s.channels(), rows = uint64_t(s.row) + 1;
+  if (gates.stride < H || uint64_t(gates.beta_offset) + H > gates.stride)
+    fail(fn, "gates: stride " + std::to_string(gates.stride) + " and beta_offset " + std::to_string(gates.beta_offset) +
+                 " do not hold " + std::to_string(H) + " heads");
+  if (uint64_t(ring_rows) * W > UINT32_MAX) fail(fn, "ring index space exceeds 2^32-1");
+  const uint64_t ab = rows * gates.stride * 4, state_bytes = H * s.dk * s.dv * 4;
+  need(fn, "x", x, rows * W * 4, ctx);
+  need(fn, "taps", taps, W * taps_count * 4, ctx);
+  need(fn, "ring", ring, uint64_t(ring_rows) * W * 4, ctx);
+  need(fn, "alpha", *gates.alpha, ab, ctx);
+  need(fn, "beta", *gates.beta, ab, ctx);
+  need(fn, "consts", consts, 2 * H * 4, ctx);
+  need(fn, "state", state, state_bytes, ctx);
+  need(fn, "state_out", state_out, state_bytes, ctx);
+  need(fn, "o", o, rows * H * s.dv * 4, ctx);
+  for (const gpu::Buffer* in : {&x, &taps, gates.alpha, gates.beta, &consts, &state})
+    if (in->get() == state_out.get() || in->get() == o.get() || in->get() == ring.get())
+      fail(fn, "ring, state_out and o must differ from the inputs (state included)");
+  if (state_out.get() == o.get() || ring.get() == o.get() || ring.get() == state_out.get())
+    fail(fn, "ring, state_out and o must be different buffers");
+  const DeltaParams p{1,   s.k_heads,    s.v_heads,         s.row,           pos, ring_rows, taps_count,
+                      eps, gates.stride, gates.beta_offset, fresh ? 1u : 0u, 0};
+  WGPUComputePipeline pipe = ctx.pipeline({"delta_net.wgsl", "delta_step", {}, prelude(s)});
+  const gpu::BufferBinding b[] = {batch.uniform(0, p),
+                                  {1, &x, 0, rows * W * 4},
+                                  {2, &taps, 0, W * taps_count * 4},
+                                  {3, &ring, 0, uint64_t(ring_rows) * W * 4},
                                   {6, gates.alpha, 0, ab},
                                   {7, gates.beta, 0, ab},
                                   {8, &consts, 0, 2 * H * 4},

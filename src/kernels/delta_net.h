@@ -58,4 +58,12 @@ void encode_delta_rule(gpu::ComputeBatch& batch, gpu::Context& ctx, const DeltaS
                        const DeltaGates& gates, const gpu::Buffer& consts, const gpu::Buffer& state,
                        const gpu::Buffer& state_out, const gpu::Buffer& o, bool fresh = false);
 
+// delta_step: a decode step (n_tokens 1) of delta_conv and delta_rule in one dispatch, with the arguments of both
+// (the conv's output stays inside; its ring row stored in place). Needs delta_step_supported: 9 storage buffers.
+bool delta_step_supported(const gpu::Context& ctx);
+void encode_delta_step(gpu::ComputeBatch& batch, gpu::Context& ctx, const DeltaShape& s, uint32_t taps_count,
+                       uint32_t pos, uint32_t ring_rows, float eps, const gpu::Buffer& x, const gpu::Buffer& taps,
+                       const gpu::Buffer& ring, const DeltaGates& gates, const gpu::Buffer& consts,
+                       const gpu::Buffer& state, const gpu::Buffer& state_out, const gpu::Buffer& o, bool fresh = false);
+
 }  // namespace wgllm::kernels

@@ -209,3 +209,107 @@ fn delta_rule(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
     if (live && j < DK) { state_out[(h * DK + j) * DV + v] = S[i]; }
   }
 }
+
+// ---- delta_step: one token (a decode step), delta_conv and delta_rule in one dispatch (delta_rule's grid; the
+// bindings of both). Each workgroup convolves its key head's q and k itself (2 DK channels, L2-normalised through
+// workgroup memory) and its value columns; the ring rows of the q and k channels are written by the workgroup of
+// block 0 of value head kh (the first that reads key head kh), those of v by the columns' own.
+var<workgroup> qk_row: array<f32, 2u * DK>;  // the token's q then k of key head kh, convolved, before the norm
+
+// silu(conv) of channel ch at position p.pos: taps over the ring rows of the positions before it and x's row.
+fn conv_silu_at(ch: u32, W: u32) -> f32 {
+  let first = i32(p.pos) - i32(p.taps - 1u);
+  var acc = 0.0;
+  for (var k = 0u; k < p.taps; k++) {
+    let q = first + i32(k);
+    if (q < 0) { continue; }
+    var xv: f32;
+    if (u32(q) == p.pos) {
+      xv = x[p.row * W + ch];
+    } else {
+      xv = ring[(u32(q) % p.ring_rows) * W + ch];
+    }
+    acc += taps[ch * p.taps + k] * xv;
+  }
+  return acc / (1.0 + exp(-acc));
+}
+
+@compute @workgroup_size(VB * KS)
+fn delta_step(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+  let K = p.k_heads;
+  let H = p.v_heads;
+  let W = 2u * K * DK + H * DV;
+  let blocks = (DV + VB - 1u) / VB;
+  let h = wid.x / blocks;
+  let vb = wid.x % blocks;
+  let vl = lid % VB;
+  let v = vb * VB + vl;
+  let ks = lid / VB;
+  let kh = h % K;
+  let live = v < DV;
+  let owner = h == kh && vb == 0u;  // writes key head kh's q and k ring rows
+  // q and k of key head kh, convolved; their squared norms, reduced below
+  var ssq = 0.0;
+  var ssk = 0.0;
+  for (var i = lid; i < 2u * DK; i += VB * KS) {
+    let ch = select(K * DK + kh * DK + i - DK, kh * DK + i, i < DK);
+    let val = conv_silu_at(ch, W);
+    qk_row[i] = val;
+    if (i < DK) { ssq += val * val; } else { ssk += val * val; }
+    if (owner) { ring[(p.pos % p.ring_rows) * W + ch] = x[p.row * W + ch]; }
+  }
+  let vch = 2u * K * DK + h * DV + v;
+  var vv = 0.0;
+  if (live) {
+    vv = conv_silu_at(vch, W);
+    if (ks == 0u) { ring[(p.pos % p.ring_rows) * W + vch] = x[p.row * W + vch]; }
+  }
+  part_k[lid] = ssq;
+  part_q[lid] = ssk;
+  workgroupBarrier();
+  for (var s = VB * KS / 2u; s > 0u; s >>= 1u) {
+    if (lid < s) {
+      part_k[lid] += part_k[lid + s];
+      part_q[lid] += part_q[lid + s];
+    }
+    workgroupBarrier();
+  }
+  let q_scale = 1.0 / sqrt(part_k[0] + p.eps) / sqrt(f32(DK));
+  let k_scale = 1.0 / sqrt(part_q[0] + p.eps);
+  var S: array<f32, KPT>;
+  var kr: array<f32, KPT>;
+  var qr: array<f32, KPT>;
+  for (var i = 0u; i < KPT; i++) {
+    let j = ks + KS * i;
+    S[i] = select(0.0, state[(h * DK + j) * DV + v], live && j < DK && p.fresh == 0u);
+    kr[i] = select(0.0, qk_row[DK + min(j, DK - 1u)] * k_scale, j < DK);
+    qr[i] = select(0.0, qk_row[min(j, DK - 1u)] * q_scale, j < DK);
+  }
+  workgroupBarrier();  // every norm read before part_k, part_q take the partial sums
+  let xd = alpha[p.row * p.ab_stride + h] + consts[h];
+  let g = exp(consts[H + h] * select(log(1.0 + exp(xd)), xd, xd > 20.0));
+  let b = 1.0 / (1.0 + exp(-beta[p.row * p.ab_stride + p.beta_offset + h]));
+  var pk = 0.0;
+  for (var i = 0u; i < KPT; i++) { pk += S[i] * kr[i]; }
+  part_k[lid] = pk;
+  workgroupBarrier();
+  var kv = 0.0;
+  for (var s = 0u; s < KS; s++) { kv += part_k[s * VB + vl]; }
+  let delta = b * (vv - g * kv);
+  var pq = 0.0;
+  for (var i = 0u; i < KPT; i++) {
+    S[i] = g * S[i] + kr[i] * delta;
+    pq += S[i] * qr[i];
+  }
+  part_q[lid] = pq;
+  workgroupBarrier();
+  if (ks == 0u && live) {
+    var acc = 0.0;
+    for (var s = 0u; s < KS; s++) { acc += part_q[s * VB + vl]; }
+    o[(p.row * H + h) * DV + v] = acc;
+  }
+  for (var i = 0u; i < KPT; i++) {
+    let j = ks + KS * i;
+    if (live && j < DK) { state_out[(h * DK + j) * DV + v] = S[i]; }
+  }
+}

@@ -361,9 +361,15 @@ void encode_delta_net(const LayerStep& s) {
   auto run = [&](const SequenceState& state, uint32_t pos, uint32_t n, uint32_t row) {
     shape.n_tokens = n;
     shape.row = row;
+    const auto& states = state.delta[s.layer];
+    if (n == 1 && kernels::delta_step_supported(s.ctx)) {  // a decode step: both in one dispatch
+      kernels::encode_delta_step(s.batch, s.ctx, shape, c.ssm_conv, pos, state.conv_rows, c.rms_eps, b.delta_x,
+                                 L.ssm_conv, state.conv[s.layer], gates, L.ssm_consts, states[pos % 2],
+                                 states[(pos + 1) % 2], b.delta_o, /*fresh=*/pos == 0);
+      return;
+    }
     kernels::encode_delta_conv(s.batch, s.ctx, shape, c.ssm_conv, pos, state.conv_rows, c.rms_eps, b.delta_x,
                                L.ssm_conv, state.conv[s.layer], b.delta_c);
-    const auto& states = state.delta[s.layer];
     for (uint32_t done = 0; done < n;) {
       const uint32_t part = n % 2 == 0 && done == 0 ? n - 1 : n - done, p = pos + done;
       shape.n_tokens = part;

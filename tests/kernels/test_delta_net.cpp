@@ -211,6 +211,90 @@ TEST(DeltaNet, RuleMatchesCpuReferenceAcrossCalls) {
   }
 }
 
+// delta_step (a decode step in one dispatch) against the references of both halves: the output, the state written to
+// the other buffer (the one read unchanged) and the ring row of the position stored, over head shapes, positions
+// before and after the ring wraps, position 0 (fresh), rows of a batch, stacked and separate gates.
+TEST(DeltaNet, StepMatchesConvThenRule) {
+  auto& ctx = context();
+  if (!kernels::delta_step_supported(ctx)) GTEST_SKIP() << "fewer than 9 storage buffers per stage";
+  struct StepCase {
+    Heads h;
+    uint32_t L, pos, row;
+    bool stacked;
+  };
+  const StepCase cases[] = {
+      {{2, 4, 16, 16}, 4, 0, 0, true},   {{2, 4, 16, 16}, 4, 2, 1, false}, {{1, 2, 32, 32}, 3, 40, 0, true},
+      {{4, 8, 128, 128}, 4, 9, 2, true}, {{3, 6, 24, 40}, 2, 5, 0, false}, {{1, 3, 8, 100}, 5, 17, 1, true},
+  };
+  for (const StepCase& c : cases) {
+    const Heads& h = c.h;
+    const uint32_t W = h.width(), H = h.v_heads, R = c.L;
+    SCOPED_TRACE("K " + std::to_string(h.k_heads) + " H " + std::to_string(H) + " dk " + std::to_string(h.dk) + " dv " +
+                 std::to_string(h.dv) + " L " + std::to_string(c.L) + " pos " + std::to_string(c.pos));
+    auto gen = rng(W * 31 + c.pos + c.row);
+    const auto x = random_floats(W, gen, -2.f, 2.f);
+    const auto taps = random_floats(size_t(W) * c.L, gen, -1.f, 1.f);
+    std::vector<float> ring(size_t(R) * W, std::nanf(""));
+    std::vector<float> prev(size_t(c.L - 1) * W, 0.f);
+    for (int64_t q = int64_t(c.pos) - (c.L - 1); q < int64_t(c.pos); ++q) {
+      if (q < 0) continue;
+      const auto row = random_floats(W, gen, -3.f, 3.f);
+      std::copy(row.begin(), row.end(), ring.begin() + (q % R) * W);
+      std::copy(row.begin(), row.end(), prev.begin() + (q - (int64_t(c.pos) - (c.L - 1))) * W);
+    }
+    const auto alpha = random_floats(H, gen, -4.f, 3.f), beta = random_floats(H, gen, -4.f, 4.f);
+    const auto dt_bias = random_floats(H, gen, -1.f, 1.f), a = random_floats(H, gen, -3.f, -0.05f);
+    std::vector<float> consts = dt_bias;
+    consts.insert(consts.end(), a.begin(), a.end());
+    const auto state0 = random_floats(size_t(H) * h.dk * h.dv, gen, -0.5f, 0.5f);
+    std::vector<double> state(state0.begin(), state0.end());
+    if (c.pos == 0) std::fill(state.begin(), state.end(), 0.0);
+    auto qkv = cpu::conv_silu(x, taps, prev, 1, W, c.L);
+    cpu::normalize_qk(qkv, 1, W, h.k_heads, h.dk, 1e-6f);
+    const cpu::DeltaRuleRef ref{.n_tokens = 1, .k_heads = h.k_heads, .v_heads = H, .dk = h.dk, .dv = h.dv};
+    const auto want = cpu::delta_rule(ref, qkv, alpha, beta, dt_bias, a, state);
+
+    auto rows = [&](const std::vector<float>& v) {
+      std::vector<float> r(size_t(c.row) * v.size(), std::nanf(""));
+      r.insert(r.end(), v.begin(), v.end());
+      return r;
+    };
+    auto b_x = ctx.upload<float>(rows(x), WGPUBufferUsage_Storage, "x");
+    auto b_taps = ctx.upload<float>(taps, WGPUBufferUsage_Storage, "taps");
+    auto b_ring = ctx.upload<float>(ring, WGPUBufferUsage_Storage | WGPUBufferUsage_CopySrc, "ring");
+    auto b_consts = ctx.upload<float>(consts, WGPUBufferUsage_Storage, "consts");
+    auto b_state = ctx.upload<float>(state0, WGPUBufferUsage_Storage | WGPUBufferUsage_CopySrc, "state");
+    auto b_out = poisoned(ctx, state0.size(), "state out");
+    auto b_o = poisoned(ctx, size_t(c.row + 1) * H * h.dv, "o");
+    std::vector<float> ab = alpha;
+    ab.insert(ab.end(), beta.begin(), beta.end());
+    auto b_ab = ctx.upload<float>(rows(ab), WGPUBufferUsage_Storage, "ab");
+    auto b_alpha = ctx.upload<float>(rows(alpha), WGPUBufferUsage_Storage, "alpha");
+    auto b_beta = ctx.upload<float>(rows(beta), WGPUBufferUsage_Storage, "beta");
+    const kernels::DeltaGates gates =
+        c.stacked ? kernels::DeltaGates{&b_ab, &b_ab, 2 * H, H} : kernels::DeltaGates{&b_alpha, &b_beta, H, 0};
+    gpu::ComputeBatch batch(ctx);
+    const kernels::DeltaShape shape{
+        .n_tokens = 1, .k_heads = h.k_heads, .v_heads = H, .dk = h.dk, .dv = h.dv, .row = c.row};
+    kernels::encode_delta_step(batch, ctx, shape, c.L, c.pos, R, 1e-6f, b_x, b_taps, b_ring, gates, b_consts, b_state,
+                               b_out, b_o, c.pos == 0);
+    batch.submit_and_wait();
+    const auto o_rows = ctx.read<float>(b_o);
+    const std::vector<float> got(o_rows.begin() + size_t(c.row) * H * h.dv, o_rows.end());
+    EXPECT_LE(compare(got, want).rel_l2, 2e-6) << compare(got, want).describe();
+    const std::vector<float> want_state(state.begin(), state.end());
+    EXPECT_LE(compare(ctx.read<float>(b_out), want_state).rel_l2, 2e-6);
+    EXPECT_EQ(ctx.read<float>(b_state), state0) << "the state read was changed";
+    const auto ring_after = ctx.read<float>(b_ring);
+    for (uint32_t row = 0; row < R; ++row)
+      for (uint32_t ch = 0; ch < W; ++ch) {
+        const float g = ring_after[size_t(row) * W + ch];
+        const float w = row == c.pos % R ? x[ch] : ring[size_t(row) * W + ch];
+        ASSERT_TRUE(g == w || (std::isnan(g) && std::isnan(w))) << "ring row " << row << " channel " << ch;
+      }
+  }
+}
+
 TEST(DeltaNet, BadArgumentsThrowNamingTheField) {
   auto& ctx = context();
   auto buf = ctx.create_buffer(1 << 16, WGPUBufferUsage_Storage, "buf");
@@ -262,6 +346,17 @@ TEST(DeltaNet, BadArgumentsThrowNamingTheField) {
   expect_throw([&] { rule(ok, gates, buf, other, state, buf); }, "state_out and o must differ from the inputs");
   expect_throw([&] { kernels::encode_delta_rule(batch, ctx, ok, buf, gates, other, state, small, ring); },
                "state_out holds");
+  if (!kernels::delta_step_supported(ctx)) return;
+  auto step = [&](const kernels::DeltaShape& s, uint32_t R, const gpu::Buffer& rg, const gpu::Buffer& st,
+                  const gpu::Buffer& o) {
+    kernels::encode_delta_step(batch, ctx, s, 4, 9, R, 1e-6f, buf, other, rg, gates, other, st, out, o);
+  };
+  const kernels::DeltaShape one = with([](auto& s) { s.n_tokens = 1; });
+  expect_throw([&] { step(ok, 4, ring, state, ring); }, "n_tokens must be 1 (a decode step), not 4");
+  expect_throw([&] { step(one, 3, ring, state, ring); }, "ring_rows 3 < taps 4");
+  expect_throw([&] { step(one, 4, small, state, ring); }, "ring holds");
+  expect_throw([&] { step(one, 4, ring, state, out); }, "ring, state_out and o must be different buffers");
+  expect_throw([&] { step(one, 4, ring, out, ring); }, "must differ from the inputs (state included)");
 }
 
 }  // namespace
