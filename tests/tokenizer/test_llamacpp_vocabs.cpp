@@ -1,7 +1,7 @@
 // The real vocabularies of llama.cpp's tokenizer test set (models/ggml-vocab-*.gguf in its source, each with .inp
-// test strings and the .out ids HF tokenizers give them): every SentencePiece and byte-level BPE one loads through
-// the public Vocab (metadata only: these files hold no tensors) and tokenizes every string to the same ids, read as
-// llama.cpp's test-tokenizer-0 reads them (no special tokens added, none parsed).
+// test strings and the .out ids HF tokenizers give them): every SentencePiece, byte-level BPE and gemma4 one loads
+// through the public Vocab (metadata only: these files hold no tensors) and tokenizes every string to the same ids,
+// read as llama.cpp's test-tokenizer-0 reads them (no special tokens added, none parsed).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -79,7 +79,7 @@ TEST_P(LlamaCppVocab, TokenizesEveryTestStringAsHfTokenizers) {
 INSTANTIATE_TEST_SUITE_P(Vocabs, LlamaCppVocab,
                          ::testing::Values("llama-spm", "llama-bpe", "phi-3", "qwen2", "qwen35", "gpt-2", "mpt",
                                            "starcoder", "refact", "command-r", "deepseek-llm", "deepseek-coder",
-                                           "falcon"),
+                                           "falcon", "gemma-4"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (char& c : n)
