@@ -60,6 +60,9 @@ std::vector<OracleModel> oracle_models() {
       {"lfm2moe_tiny_f32", [] { return std::optional(test::model_path("lfm2moe-tiny-f32")); }, 0.5},
       // and a random gpt-oss (sinks, biases, YaRN, the clamped SwiGLU, windows of 6 positions on every other layer)
       {"gpt_oss_tiny_f32", [] { return std::optional(test::model_path("gpt-oss-tiny-f32")); }, 0.5},
+      // and random Gemma 4s (per-layer embeddings, KV shared by the last layers, v = k on the global layers)
+      {"gemma4_tiny_f32", [] { return std::optional(test::model_path("gemma4-tiny-f32")); }, 0.5},
+      {"gemma4_tiny_kv_f32", [] { return std::optional(test::model_path("gemma4-tiny-kv-f32")); }, 0.5},
   };
 }
 

@@ -204,7 +204,7 @@ struct ConfigCase {
 TEST(ConfigErrors, EveryCaseGivesItsError) {
   const std::vector<ConfigCase> cases = {
       {"unknown architecture", [](GgufBuilder& g) { g.set("general.architecture", GVal::str("gpt2")); },
-       "architecture 'gpt2' is not supported (supported: llama, qwen2, qwen3, qwen3moe, gemma3, lfm2, lfm2moe, gpt-oss)"},
+       "architecture 'gpt2' is not supported (supported: llama, qwen2, qwen3, qwen3moe, gemma3, lfm2, lfm2moe, gpt-oss, gemma4)"},
       {"no architecture", [](GgufBuilder& g) { g.without("general.architecture"); },
        "key 'general.architecture' is missing"},
       {"missing block_count", [](GgufBuilder& g) { g.without("llama.block_count"); },

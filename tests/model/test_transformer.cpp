@@ -58,7 +58,7 @@ std::vector<GpuCase> gpu_cases() {
         "qwen2-mixed", "gemma3-tiny-f32", "lfm2-tiny-f32", "lfm2-tiny-l4-f32", "lfm2-tiny-mha-f32", "qwen3moe-tiny-f32",
         "qwen3moe-tiny-k4-f32", "qwen3moe-q8_0", "qwen3moe-mixed", "qwen3moe-mxfp4", "lfm2moe-tiny-f32",
         "lfm2moe-tiny-k4-f32", "lfm2moe-q8_0", "gpt-oss-tiny-f32", "gpt-oss-tiny-k4-f32", "gpt-oss-q8_0",
-        "gpt-oss-mxfp4"})
+        "gpt-oss-mxfp4", "gemma4-tiny-f32", "gemma4-tiny-kv-f32"})
     models.push_back(m);
   std::vector<GpuCase> out;
   for (const std::string& m : models) {
@@ -102,10 +102,12 @@ TEST_P(GpuForward, MatchesCpuReference) {
   const bool mixed = tc.model == "qwen2-mixed", experts_mixed = tc.model == "qwen3moe-mixed";
   for (uint32_t l = 0; l < gm.config.n_layer; ++l) {
     const GpuLayer& L = gm.weights.layers[l];
-    EXPECT_EQ(L.wqkv.empty(), mixed || gm.config.is_conv(l));  // convolution layers have in_proj instead
+    const bool q_alone = !gm.config.owns_kv(l);  // gemma4: a layer attending over another's cache has wq alone
+    EXPECT_EQ(L.wqkv.empty(), mixed || gm.config.is_conv(l) || q_alone);  // convolution layers have in_proj instead
     EXPECT_EQ(L.wqk.empty(), !mixed);
     EXPECT_EQ(L.wv.empty(), !mixed);
-    EXPECT_TRUE(L.wq.empty() && L.wk.empty());
+    EXPECT_EQ(L.wq.empty(), !q_alone);
+    EXPECT_TRUE(L.wk.empty());
     EXPECT_EQ(L.in_proj.empty(), !gm.config.is_conv(l));
     EXPECT_EQ(L.w_gate_up.empty(), mixed || gm.config.is_moe_layer(l));  // experts: exps_gate_up instead
     EXPECT_EQ(L.exps_gate_up.empty(), !gm.config.is_moe_layer(l) || experts_mixed);
@@ -434,7 +436,8 @@ TEST_P(GpuTruncate, ContinuesAsTheKeptTokensGive) {
 
 INSTANTIATE_TEST_SUITE_P(Models, GpuTruncate,
                          ::testing::Values("lfm2-tiny-f32", "lfm2-tiny-l4-f32", "llama-f32", "gemma3-tiny-f32",
-                                           "qwen3moe-tiny-k4-f32", "lfm2moe-tiny-f32", "gpt-oss-tiny-f32"),
+                                           "qwen3moe-tiny-k4-f32", "lfm2moe-tiny-f32", "gpt-oss-tiny-f32",
+                                           "gemma4-tiny-f32", "gemma4-tiny-kv-f32"),
                          [](const auto& info) {
                            std::string s = info.param;
                            std::replace(s.begin(), s.end(), '-', '_');
@@ -485,7 +488,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, GpuForwardRef,
                                            "qwen2-tied-f32", "gemma3-tiny-f32", "lfm2-tiny-f32", "lfm2-tiny-l4-f32",
                                            "lfm2-tiny-mha-f32", "qwen3moe-tiny-f32", "qwen3moe-tiny-k4-f32",
                                            "qwen3moe-tiny-k1-f32", "lfm2moe-tiny-f32", "gpt-oss-tiny-f32",
-                                           "gpt-oss-tiny-k4-f32"),
+                                           "gpt-oss-tiny-k4-f32", "gemma4-tiny-f32", "gemma4-tiny-kv-f32"),
                          // lfm2moe-tiny-k4-f32 is left out: with the f16 cache its logits land 1.1e-3 from
                          // transformers' (its sigmoid router's top 4 of 16 sit close), past this test's 1e-3; its
                          // CPU forward matches transformers and the GPU's matches the CPU's (GpuForward)
