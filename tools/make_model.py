@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Write a random-weight GGUF model (llama / qwen2 / qwen3 / qwen3moe / gemma3 / lfm2 / lfm2moe / gpt-oss) laid out
+"""Write a random-weight GGUF model (llama / qwen2 / qwen3 / qwen3moe / gemma3 / lfm2 / lfm2moe / gpt-oss / gemma4) laid out
 exactly as llama.cpp's converters do.
 
 Same arguments -> byte-identical file. Every tensor draws from its own generator,
@@ -22,6 +22,12 @@ lfm2moe (LFM2-8B-A1B) is lfm2 whose FFNs from layer --n-dense-lead on are mixtur
 gpt-oss: every FFN a mixture of experts with biases (router and experts, F32 like every bias), q/k/v/o biases, a sink
 logit per head (attn_sinks.weight), the FFN's norm named post_attention_norm, local layers every other one from 0
 (attention.sliding_window), YaRN RoPE (rope.scaling.*), the gpt-4o pre-tokenizer.
+gemma4 (Gemma 4's dense models, as convert_hf_to_gguf.py writes them): every 5th layer and the last global
+(attention.sliding_window_pattern, a bool per layer), the others local; local heads of --head-dim, global ones of
+--global-head-dim (default twice that) with --n-head-kv-global KV heads, RoPE on a quarter of their angles through
+rope_freqs.weight (1, then 1e30); the last --shared-kv-layers layers have no k, v or k norm and attend over the last
+earlier layer of their kind, their FFN twice --n-ff wide; --k-eq-v drops the global layers' attn_v (v is k); per-layer
+embeddings of --n-embd-per-layer (0: none); layer_output_scale per layer; final logit softcapping 30.
 """
 from __future__ import annotations
 
@@ -87,6 +93,13 @@ SHAPES = {
                         n_vocab=201088, ctx=131072, rope_base=150000.0, rms_eps=1e-5, tie_embeddings=False,
                         n_expert=32, n_expert_used=4, n_ff_exp=2880, sliding_window=128, rope_scaling="yarn",
                         rope_scaling_factor=32.0, rope_scaling_orig_ctx=4096),
+    # A small Gemma 4 in the layout of the E2B model (35 layers as llama.cpp's loader knows it, 4 local to 1 global,
+    # the last 20 reading earlier layers' KV caches with FFNs twice as wide, per-layer embeddings of 256, local heads
+    # of 256 and global ones of 512, one KV head): the widths are this preset's, not checked against a released file.
+    "gemma4-small": dict(arch="gemma4", n_embd=1536, n_layer=35, n_head=8, n_head_kv=1, head_dim=256, n_ff=6144,
+                         n_vocab=262144, ctx=131072, rope_base=1e6, rms_eps=1e-6, tie_embeddings=True,
+                         sliding_window=512, global_head_dim=512, n_head_kv_global=1, shared_kv_layers=20,
+                         n_embd_per_layer=256),
 }
 LFM2 = ("lfm2", "lfm2moe")  # the LFM2 layer layout
 MOE = ("qwen3moe", "lfm2moe", "gpt-oss")  # FFNs of experts
@@ -338,8 +351,59 @@ def ffn_plan(a, i: int) -> list[tuple[str, tuple[int, ...], str, float]]:
     return plan
 
 
+def gemma4_layers(a) -> list[dict]:
+    """gemma4: per layer whether it is local, its head width, KV heads, FFN width, whether it has k and v of its
+    own (the last --shared-kv-layers do not) and whether its v is k (--k-eq-v on global layers)."""
+    first_shared = a.n_layer - a.shared_kv_layers
+    out = []
+    for i in range(a.n_layer):
+        local = (i + 1) % 5 != 0 and i != a.n_layer - 1
+        out.append(dict(local=local, head_dim=a.head_dim if local else a.global_head_dim,
+                        n_kv=a.n_head_kv if local else a.n_head_kv_global, n_ff=a.n_ff * (2 if i >= first_shared else 1),
+                        own_kv=i < first_shared, v_is_k=a.k_eq_v and not local))
+    return out
+
+
+def gemma4_plan(a) -> list[tuple[str, tuple[int, ...], str, float]]:
+    P, E = a.n_embd_per_layer, a.n_embd
+    plan = [("token_embd.weight", (a.n_vocab, E), "w", 0.5 / math.sqrt(E) if a.tie_embeddings else 1.0)]
+    if P:
+        plan += [("per_layer_token_embd.weight", (a.n_vocab, a.n_layer * P), "w", 1 / math.sqrt(P)),
+                 ("per_layer_model_proj.weight", (a.n_layer * P, E), "w", 1 / math.sqrt(E)),
+                 ("per_layer_proj_norm.weight", (P,), "norm", 0.1)]
+    for i, L in enumerate(gemma4_layers(a)):
+        p, D, F = f"blk.{i}.", L["head_dim"], L["n_ff"]
+        plan += [(p + "attn_norm.weight", (E,), "norm", 0.1),
+                 (p + "attn_q.weight", (a.n_head * D, E), "w", 1 / math.sqrt(E))]
+        if L["own_kv"]:
+            plan += [(p + "attn_k.weight", (L["n_kv"] * D, E), "w", 1 / math.sqrt(E))]
+            if not L["v_is_k"]:
+                plan += [(p + "attn_v.weight", (L["n_kv"] * D, E), "w", 1 / math.sqrt(E))]
+        plan += [(p + "attn_q_norm.weight", (D,), "qk_norm", 0.1)]
+        if L["own_kv"]:
+            plan += [(p + "attn_k_norm.weight", (D,), "qk_norm", 0.1)]
+        plan += [(p + "attn_output.weight", (E, a.n_head * D), "w", 1 / math.sqrt(a.n_head * D)),
+                 (p + "post_attention_norm.weight", (E,), "norm", 0.1),
+                 (p + "ffn_norm.weight", (E,), "norm", 0.1),
+                 (p + "ffn_gate.weight", (F, E), "w", 1 / math.sqrt(E)),
+                 (p + "ffn_up.weight", (F, E), "w", 1 / math.sqrt(E)),
+                 (p + "ffn_down.weight", (E, F), "w", 1 / math.sqrt(F)),
+                 (p + "post_ffw_norm.weight", (E,), "norm", 0.1),
+                 (p + "layer_output_scale.weight", (1,), "norm", 0.1)]
+        if P:
+            plan += [(p + "inp_gate.weight", (P, E), "w", 1 / math.sqrt(E)),
+                     (p + "proj.weight", (E, P), "w", 1 / math.sqrt(P)),
+                     (p + "post_norm.weight", (E,), "norm", 0.1)]
+    plan.append(("output_norm.weight", (E,), "norm_out" if a.tie_embeddings else "norm", 0.1))
+    if not a.tie_embeddings:
+        plan.append(("output.weight", (a.n_vocab, E), "w", 2 / math.sqrt(E)))
+    return plan
+
+
 def tensor_plan(a) -> list[tuple[str, tuple[int, ...], str, float]]:
     """(name, numpy shape [out, in], init kind, std) in llama.cpp's tensor order."""
+    if a.arch == "gemma4":
+        return gemma4_plan(a)
     q_dim, kv_dim = a.n_head * a.head_dim, a.n_head_kv * a.head_dim
     # tied: a small embedding keeps the token's own row from dominating its logit (else greedy repeats the input
     # token); a larger final-norm gain then restores a useful logit spread.
@@ -389,6 +453,8 @@ def gen_tensor(seed: int, arch: str, name: str, shape: tuple[int, ...], kind: st
         x = rng.standard_normal(shape, dtype=np.float32) * np.float32(std)
         if kind == "norm":
             x += np.float32(1.0)
+        elif kind == "qk_norm":  # gemma4's q.k is unscaled: the q and k norms' gains carry 1 / sqrt(head_dim)
+            x = (x + np.float32(1.0)) * np.float32(shape[0] ** -0.25)
         elif kind == "norm_out":
             x = (x + np.float32(1.0)) * np.float32(6.0)
         return x
@@ -410,7 +476,8 @@ def gen_tensor(seed: int, arch: str, name: str, shape: tuple[int, ...], kind: st
 
 def build_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--arch", choices=["llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "lfm2", "lfm2moe", "gpt-oss"],
+    ap.add_argument("--arch",
+                    choices=["llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "lfm2", "lfm2moe", "gpt-oss", "gemma4"],
                     default=None)
     ap.add_argument("--type", choices=[t for t in TYPES if t != "mxfp4"] + list(MIXES), default="f32",
                     help="storage type of the 2-D weights, or a mix (mxfp4_moe: experts MXFP4, the rest Q8_0)")
@@ -438,6 +505,15 @@ def build_args(argv=None):
     ap.add_argument("--n-ff-exp", type=int, default=64, help="qwen3moe, lfm2moe: each expert's FFN width")
     ap.add_argument("--n-dense-lead", type=int, default=0,
                     help="lfm2moe: leading layers with a dense FFN (leading_dense_block_count)")
+    ap.add_argument("--global-head-dim", type=int, default=0, help="gemma4: the global layers' heads (default 2 x "
+                    "--head-dim)")
+    ap.add_argument("--n-head-kv-global", type=int, default=0, help="gemma4: the global layers' KV heads (default "
+                    "--n-head-kv)")
+    ap.add_argument("--shared-kv-layers", type=int, default=0,
+                    help="gemma4: the last layers reading an earlier layer's KV cache (attention.shared_kv_layers)")
+    ap.add_argument("--n-embd-per-layer", type=int, default=16,
+                    help="gemma4: per-layer embedding width (embedding_length_per_layer_input; 0: none)")
+    ap.add_argument("--k-eq-v", action="store_true", help="gemma4: no attn_v on the global layers (v is k)")
     ap.add_argument("--rope-scaling", choices=["none", "llama3", "yarn"], default="none",
                     help="llama3: the rope_freqs.weight tensor; yarn: rope.scaling.* keys (factor, original context)")
     ap.add_argument("--rope-scaling-factor", type=float, default=8.0)
@@ -484,6 +560,20 @@ def build_args(argv=None):
         a.n_dense_lead = 0
     if not 0 <= a.n_dense_lead <= a.n_layer:
         ap.error("--n-dense-lead must be in [0, --n-layer]")
+    if a.arch == "gemma4":
+        a.global_head_dim = a.global_head_dim or 2 * a.head_dim
+        a.n_head_kv_global = a.n_head_kv_global or a.n_head_kv
+        if a.n_head % a.n_head_kv_global or a.global_head_dim % 8:
+            ap.error("gemma4 needs --n-head a multiple of --n-head-kv-global and --global-head-dim a multiple of 8")
+        if a.rope_scaling != "none":
+            ap.error("gemma4: no --rope-scaling (its global layers' RoPE is rope_freqs.weight)")
+        layers = gemma4_layers(a) if 0 <= a.shared_kv_layers < a.n_layer else []
+        for i, L in enumerate(layers[a.n_layer - a.shared_kv_layers:]):
+            if not any(M["own_kv"] and M["local"] == L["local"] for M in layers):
+                ap.error(f"--shared-kv-layers {a.shared_kv_layers}: layer {a.n_layer - a.shared_kv_layers + i} has "
+                         "no earlier layer of its kind")
+        if not layers:
+            ap.error("--shared-kv-layers must be in [0, --n-layer)")
     if a.n_head % a.n_head_kv:
         ap.error("--n-head must be a multiple of --n-head-kv")
     if a.head_dim % 2:
@@ -524,9 +614,19 @@ def write_model(a, tokenizer: dict | None = None, tensor_data=None) -> None:
     w.add_context_length(a.ctx)
     w.add_embedding_length(a.n_embd)
     w.add_block_count(a.n_layer)
-    w.add_feed_forward_length(a.n_ff)
+    if arch == "gemma4":  # per layer: double-wide FFNs in the KV-sharing layers, fewer KV heads on global ones
+        g4 = gemma4_layers(a)
+        w.add_array(f"{arch}.feed_forward_length", [L["n_ff"] for L in g4])
+    else:
+        w.add_feed_forward_length(a.n_ff)
     w.add_head_count(a.n_head)
-    if arch in LFM2:  # per layer, 0 on short-convolution layers; no key/value length or rope dimension keys
+    if arch == "gemma4":
+        w.add_array(f"{arch}.attention.head_count_kv", [L["n_kv"] for L in g4])
+        w.add_key_length(a.global_head_dim)
+        w.add_value_length(a.global_head_dim)
+        w.add_uint32(f"{arch}.attention.key_length_swa", a.head_dim)
+        w.add_uint32(f"{arch}.attention.value_length_swa", a.head_dim)
+    elif arch in LFM2:  # per layer, 0 on short-convolution layers; no key/value length or rope dimension keys
         attn = lfm2_attn_layers(a)
         w.add_array(f"{arch}.attention.head_count_kv", [a.n_head_kv if i in attn else 0 for i in range(a.n_layer)])
     else:
@@ -535,7 +635,16 @@ def write_model(a, tokenizer: dict | None = None, tensor_data=None) -> None:
         w.add_value_length(a.head_dim)
     w.add_layer_norm_rms_eps(a.rms_eps)
     w.add_rope_freq_base(a.rope_base)
-    if arch not in LFM2:
+    if arch == "gemma4":
+        w.add_rope_dimension_count(a.global_head_dim)
+        w.add_uint32(f"{arch}.rope.dimension_count_swa", a.head_dim)
+        w.add_float32(f"{arch}.rope.freq_base_swa", 10000.0)
+        w.add_sliding_window(a.sliding_window or max(1, a.ctx // 4))
+        w.add_array(f"{arch}.attention.sliding_window_pattern", [L["local"] for L in g4])
+        w.add_uint32(f"{arch}.attention.shared_kv_layers", a.shared_kv_layers)
+        w.add_uint32(f"{arch}.embedding_length_per_layer_input", a.n_embd_per_layer)
+        w.add_float32(f"{arch}.final_logit_softcapping", 30.0)
+    elif arch not in LFM2:
         w.add_rope_dimension_count(a.head_dim)
     w.add_vocab_size(a.n_vocab)
     if arch in LFM2:
@@ -576,6 +685,10 @@ def write_model(a, tokenizer: dict | None = None, tensor_data=None) -> None:
         rope_freqs = llama3_rope_factors(a.head_dim, a.head_dim, a.rope_base, a.rope_scaling_factor,
                                          a.rope_scaling_low, a.rope_scaling_high, a.rope_scaling_orig_ctx)
         plan.insert(0, ("rope_freqs.weight", (a.head_dim // 2,), "fixed", 0.0))
+    if arch == "gemma4":  # the global layers' proportional RoPE: the first quarter of the angles turn
+        half = a.global_head_dim // 2
+        rope_freqs = np.array([1.0] * (half // 4) + [1e30] * (half - half // 4), dtype=np.float32)
+        plan.insert(0, ("rope_freqs.weight", (half,), "fixed", 0.0))
 
     overrides = [o.split("=", 1) for o in (a.tensor_type or [])]
 
