@@ -11,6 +11,9 @@
 
 namespace wgllm::kernels {
 
+// The widest heads the attention kernels take.
+constexpr uint32_t kAttentionMaxHeadDim = 256;
+
 // One batch of queries attending over a KvCache.
 struct AttentionShape {
   uint32_t n_heads = 0;

@@ -4,6 +4,7 @@
 
 #include "gguf/dequant.h"
 #include "gguf/file.h"
+#include "kernels/attention.h"
 #include "kernels/rope.h"
 #include "model/arch/arch.h"
 #include "wgllm/error.h"
@@ -224,6 +225,11 @@ GpuModel load_gpu_model(gpu::Context& ctx, const GgufFile& f, const ModelConfig&
   GpuModel m;
   m.config = config;
   const ModelConfig& c = m.config;
+  for (uint32_t l = 0; l < c.n_layer; ++l)  // gemma4's global layers: heads of 512 dims in the released models
+    if (!c.is_conv(l) && c.head_dim_at(l) > kernels::kAttentionMaxHeadDim)
+      throw ModelError(f.label() + ": layer " + std::to_string(l) + " has heads of " +
+                       std::to_string(c.head_dim_at(l)) + " dims; the GPU attention takes at most " +
+                       std::to_string(kernels::kAttentionMaxHeadDim) + " (the CPU reference runs it)");
   Uploader up{ctx, f, progress, check_finite};
   for (const GgufTensor& t : f.tensors()) up.total += t.n_bytes;
 

@@ -16,6 +16,8 @@
 #include <vector>
 
 #include "gguf/file.h"
+#include "gguf_builder.h"
+#include "kernels/attention.h"
 #include "model/config.h"
 #include "model/reference.h"
 #include "model/transformer.h"
@@ -314,6 +316,34 @@ TEST(GpuForwardApi, OverflowingMxfp4WeightIsRefused) {
     EXPECT_NE(std::string(e.what()).find("tensor 'blk.0.ffn_up_exps.weight' (MXFP4 ["), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("element 114 is NaN or infinite"), std::string::npos) << e.what();
     EXPECT_EQ(std::string(e.what()).find("block scale"), std::string::npos) << e.what();
+  }
+}
+
+// Gemma 4's released models have global heads of 512 dims, wider than the attention kernels take: the GPU load
+// refuses such a file naming the layer and the width before it uploads anything; the CPU reference runs it.
+TEST(GpuForwardApi, HeadsWiderThanTheAttentionKernelsAreRefused) {
+  const GgufFile f = GgufFile::from_bytes(test::tiny_gemma4(2 * kernels::kAttentionMaxHeadDim).build(), "wide heads");
+  int progress_calls = 0;
+  try {
+    load_gpu_model(test::context(), f, config_from_gguf(f), [&](uint64_t, uint64_t) { ++progress_calls; });
+    ADD_FAILURE() << "loaded heads of 512 dims";
+  } catch (const ModelError& e) {
+    EXPECT_NE(std::string(e.what()).find("wide heads: layer 1 has heads of 512 dims; the GPU attention takes at "
+                                         "most 256"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(progress_calls, 0);
+  const cpu::CpuModel cm = cpu::load_cpu_model(f);
+  cpu::CpuSession cs(cm, 16);
+  const std::vector<int32_t> prompt{1, 2, 3};
+  EXPECT_EQ(cs.forward(prompt).size(), cm.config.n_vocab);
+  // the same file with global heads of 256 loads
+  const GgufFile ok = GgufFile::from_bytes(test::tiny_gemma4(kernels::kAttentionMaxHeadDim).build(), "256");
+  try {
+    (void)load_gpu_model(test::context(), ok);
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << e.what();
   }
 }
 
