@@ -511,7 +511,7 @@ def build_args(argv=None):
                     "--n-head-kv)")
     ap.add_argument("--shared-kv-layers", type=int, default=0,
                     help="gemma4: the last layers reading an earlier layer's KV cache (attention.shared_kv_layers)")
-    ap.add_argument("--n-embd-per-layer", type=int, default=16,
+    ap.add_argument("--n-embd-per-layer", type=int, default=32,
                     help="gemma4: per-layer embedding width (embedding_length_per_layer_input; 0: none)")
     ap.add_argument("--k-eq-v", action="store_true", help="gemma4: no attn_v on the global layers (v is k)")
     ap.add_argument("--rope-scaling", choices=["none", "llama3", "yarn"], default="none",
@@ -584,7 +584,8 @@ def build_args(argv=None):
             ap.error(f"--tensor-type {o}: expected PART=TYPE with TYPE one of {', '.join(TYPES)}")
     if TYPES[base_type(a.type)] in (ggufio.Q8_0, ggufio.Q4_0):
         for n, v in (("n-embd", a.n_embd), ("n-ff", a.n_ff), ("n-head*head-dim", a.n_head * a.head_dim),
-                     ("n-ff-exp", a.n_ff_exp if a.arch in MOE else 32)):
+                     ("n-ff-exp", a.n_ff_exp if a.arch in MOE else 32),
+                     ("n-embd-per-layer", a.n_embd_per_layer if a.arch == "gemma4" else 32)):
             if v % 32:
                 ap.error(f"{a.type} needs {n} to be a multiple of 32 (got {v})")
     return a
