@@ -14,6 +14,8 @@ Models (all n_embd 64, 2 layers, 4 heads, 2 kv heads, head_dim 16, ffn 128, voca
                                                  up in q8_0; mxfp4: llama-quantize's MXFP4_MOE mix (experts MXFP4,
                                                  the rest q8_0)
   gpt-oss-{q8_0,mxfp4}                           seed 7, 3 layers, 8 experts of 64, 2 per token, YaRN; mxfp4 as above
+  gemma4-h512-f32                                seed 8, gemma4: 7 layers (local heads of 64, global ones of 512 with
+                                                 1 KV head and v = k), the last 2 sharing KV, windows of 9
 A given seed/arch/shape gives the same float weights in every type: the quantised files are the F32 file
 quantised. Prints each file's sha256; with --manifest FILE also writes "sha256  name" lines.
 """
@@ -61,6 +63,10 @@ def matrix() -> dict[str, list[str]]:
            "64"]
     m["gpt-oss-q8_0"] = oss + ["--type", "q8_0"]
     m["gpt-oss-mxfp4"] = oss + ["--type", "mxfp4_moe"]  # as gpt-oss ships: the experts MXFP4 (their biases F32)
+    # gemma4 with the released models' global head width (512, the attention kernels' widest)
+    m["gemma4-h512-f32"] = ["--arch", "gemma4", "--seed", "8", "--type", "f32", "--n-layer", "7", "--shared-kv-layers",
+                            "2", "--head-dim", "64", "--global-head-dim", "512", "--n-head-kv-global", "1", "--k-eq-v",
+                            "--sliding-window", "9"]
     return m
 
 

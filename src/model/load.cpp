@@ -225,7 +225,7 @@ GpuModel load_gpu_model(gpu::Context& ctx, const GgufFile& f, const ModelConfig&
   GpuModel m;
   m.config = config;
   const ModelConfig& c = m.config;
-  for (uint32_t l = 0; l < c.n_layer; ++l)  // gemma4's global layers: heads of 512 dims in the released models
+  for (uint32_t l = 0; l < c.n_layer; ++l)  // before any upload
     if (!c.is_conv(l) && c.head_dim_at(l) > kernels::kAttentionMaxHeadDim)
       throw ModelError(f.label() + ": layer " + std::to_string(l) + " has heads of " +
                        std::to_string(c.head_dim_at(l)) + " dims; the GPU attention takes at most " +

@@ -119,7 +119,8 @@ std::vector<BatchCase> batch_cases() {
   std::vector<BatchCase> v;
   for (const char* m :
        {"llama-f32", "qwen2-q8_0", "qwen3-f16", "gemma3-tiny-f32", "lfm2-tiny-f32", "lfm2-tiny-l4-f32", "llama-f16",
-        "qwen3moe-tiny-k4-f32", "lfm2moe-tiny-k4-f32", "gpt-oss-tiny-f32", "gemma4-tiny-f32", "gemma4-tiny-kv-f32"})
+        "qwen3moe-tiny-k4-f32", "lfm2moe-tiny-k4-f32", "gpt-oss-tiny-f32", "gemma4-tiny-f32", "gemma4-tiny-kv-f32",
+        "gemma4-h512-f32"})
     for (bool shared : {false, true}) v.push_back({m, shared});
   return v;
 }

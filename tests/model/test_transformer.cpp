@@ -60,7 +60,7 @@ std::vector<GpuCase> gpu_cases() {
         "qwen2-mixed", "gemma3-tiny-f32", "lfm2-tiny-f32", "lfm2-tiny-l4-f32", "lfm2-tiny-mha-f32", "qwen3moe-tiny-f32",
         "qwen3moe-tiny-k4-f32", "qwen3moe-q8_0", "qwen3moe-mixed", "qwen3moe-mxfp4", "lfm2moe-tiny-f32",
         "lfm2moe-tiny-k4-f32", "lfm2moe-q8_0", "gpt-oss-tiny-f32", "gpt-oss-tiny-k4-f32", "gpt-oss-q8_0",
-        "gpt-oss-mxfp4", "gemma4-tiny-f32", "gemma4-tiny-kv-f32"})
+        "gpt-oss-mxfp4", "gemma4-tiny-f32", "gemma4-tiny-kv-f32", "gemma4-h512-f32"})
     models.push_back(m);
   std::vector<GpuCase> out;
   for (const std::string& m : models) {
@@ -319,17 +319,17 @@ TEST(GpuForwardApi, OverflowingMxfp4WeightIsRefused) {
   }
 }
 
-// Gemma 4's released models have global heads of 512 dims, wider than the attention kernels take: the GPU load
-// refuses such a file naming the layer and the width before it uploads anything; the CPU reference runs it.
+// Heads wider than the attention kernels take (512, Gemma 4's global heads): the GPU load refuses such a file naming
+// the layer and the width before it uploads anything; the CPU reference runs it.
 TEST(GpuForwardApi, HeadsWiderThanTheAttentionKernelsAreRefused) {
   const GgufFile f = GgufFile::from_bytes(test::tiny_gemma4(2 * kernels::kAttentionMaxHeadDim).build(), "wide heads");
   int progress_calls = 0;
   try {
     load_gpu_model(test::context(), f, config_from_gguf(f), [&](uint64_t, uint64_t) { ++progress_calls; });
-    ADD_FAILURE() << "loaded heads of 512 dims";
+    ADD_FAILURE() << "loaded heads of 1024 dims";
   } catch (const ModelError& e) {
-    EXPECT_NE(std::string(e.what()).find("wide heads: layer 1 has heads of 512 dims; the GPU attention takes at "
-                                         "most 256"),
+    EXPECT_NE(std::string(e.what()).find("wide heads: layer 1 has heads of 1024 dims; the GPU attention takes at "
+                                         "most 512"),
               std::string::npos)
         << e.what();
   }
@@ -338,8 +338,8 @@ TEST(GpuForwardApi, HeadsWiderThanTheAttentionKernelsAreRefused) {
   cpu::CpuSession cs(cm, 16);
   const std::vector<int32_t> prompt{1, 2, 3};
   EXPECT_EQ(cs.forward(prompt).size(), cm.config.n_vocab);
-  // the same file with global heads of 256 loads
-  const GgufFile ok = GgufFile::from_bytes(test::tiny_gemma4(kernels::kAttentionMaxHeadDim).build(), "256");
+  // the same file with global heads of 512 loads
+  const GgufFile ok = GgufFile::from_bytes(test::tiny_gemma4(kernels::kAttentionMaxHeadDim).build(), "512");
   try {
     (void)load_gpu_model(test::context(), ok);
   } catch (const std::exception& e) {
