@@ -574,6 +574,11 @@ def build_args(argv=None):
                          "no earlier layer of its kind")
         if not layers:
             ap.error("--shared-kv-layers must be in [0, --n-layer)")
+        first = a.n_layer - a.shared_kv_layers
+        if a.shared_kv_layers and (first < 2 or not layers[first - 2]["local"] or layers[first - 1]["local"]):
+            # llama.cpp reads the shared layers' caches from layers first - 2 (local) and first - 1 (global)
+            ap.error(f"--shared-kv-layers {a.shared_kv_layers}: the last two layers with their own KV cache must be "
+                     "local then global (llama.cpp's rule)")
     if a.n_head % a.n_head_kv:
         ap.error("--n-head must be a multiple of --n-head-kv")
     if a.head_dim % 2:
