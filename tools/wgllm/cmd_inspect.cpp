@@ -57,6 +57,22 @@ void print_config(const GgufHyperParameters& c) {
   if (c.sliding_window) std::printf("  sliding window %u\n", c.sliding_window);
   if (c.conv_taps)
     std::printf("  conv taps      %u (short convolution over the last %u positions)\n", c.conv_taps, c.conv_taps);
+  if (c.head_dim_swa)
+    std::printf("  local heads    head_dim %u, rope dims %u (the global layers': above)\n", c.head_dim_swa,
+                c.rope_dim_swa);
+  auto per_layer = [](const std::vector<uint32_t>& v) {
+    std::string s;
+    for (size_t l = 0; l < v.size(); ++l) s += (l ? "," : "") + std::to_string(v[l]);
+    return s;
+  };
+  if (!c.layer_n_head_kv.empty()) std::printf("  kv heads       %s (per layer)\n", per_layer(c.layer_n_head_kv).c_str());
+  if (!c.layer_n_ff.empty()) std::printf("  ffn            %s (per layer)\n", per_layer(c.layer_n_ff).c_str());
+  std::string shared;
+  for (size_t l = 0; l < c.layer_kv_source.size(); ++l)
+    if (c.layer_kv_source[l] != l)
+      shared += (shared.empty() ? "" : ", ") + std::to_string(l) + " <- " + std::to_string(c.layer_kv_source[l]);
+  if (!shared.empty()) std::printf("  shared kv      %s (layer <- the layer whose KV cache it reads)\n", shared.c_str());
+  if (c.n_embd_per_layer) std::printf("  per-layer emb  %u per token and layer\n", c.n_embd_per_layer);
 }
 
 void print_tokenizer(const GgufTokenizerSummary& t) {
