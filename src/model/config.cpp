@@ -156,6 +156,8 @@ void read_gemma4(const GgufFile& f, ModelConfig& c) {
     fail(f, "key '" + a + "rope.dimension_count_swa' = " + std::to_string(c.rope_dim_swa) +
                 " must be even, non-zero and at most the local head dimension " + std::to_string(c.head_dim_swa));
   if (c.rope_scaling.enabled) fail(f, "gemma4 with rope scaling is not supported");
+  if (!f.find_tensor("rope_freqs.weight"))  // as llama.cpp, which requires it
+    fail(f, "tensor 'rope_freqs.weight' is missing (gemma4's global layers rotate through its factors)");
   for (uint32_t l = 0; l < c.n_layer; ++l)
     if (c.n_head % c.n_head_kv_at(l) != 0)
       fail(f, "layer " + std::to_string(l) + ": attention.head_count " + std::to_string(c.n_head) +

@@ -245,6 +245,8 @@ TEST(ConfigFromGguf, Gemma4ErrorsNameTheKeyOrTensor) {
   g.set("gemma4.rope.dimension_count_swa", GVal::u32(6));
   EXPECT_THAT(config_error(g), HasSubstr("rope.dimension_count_swa' = 6"));
   EXPECT_THAT(config_error(tiny_gemma4().without_tensor("blk.3.inp_gate.weight")), HasSubstr("blk.3.inp_gate.weight"));
+  EXPECT_THAT(config_error(tiny_gemma4().without_tensor("rope_freqs.weight")),
+              HasSubstr("tensor 'rope_freqs.weight' is missing"));
   EXPECT_THAT(config_error(tiny_gemma4().without_tensor("per_layer_model_proj.weight")),
               HasSubstr("per_layer_model_proj.weight"));
   g = tiny_gemma4();
