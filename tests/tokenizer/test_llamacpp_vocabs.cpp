@@ -76,6 +76,25 @@ TEST_P(LlamaCppVocab, TokenizesEveryTestStringAsHfTokenizers) {
   EXPECT_EQ(mismatches, 0u) << "of " << cases.size() << " strings";
 }
 
+// Gemma 4's ids decode back to every test string (▁ to spaces, <0xXX> byte tokens to their bytes), and with BOS
+// (llama.cpp adds it for gemma4 whatever the file says) encode(add_special) is BOS then the same ids.
+TEST(LlamaCppVocabGemma4, DecodesEveryTestStringBack) {
+  const auto src = test::llamacpp_src();
+  WGLLM_REQUIRE_EXTERNAL(src, "the llama.cpp source");
+  const std::string base = *src + "/models/ggml-vocab-gemma-4.gguf";
+  const Vocab vocab = Vocab::load(base);
+  ASSERT_TRUE(vocab.add_bos());
+  size_t checked = 0;
+  for (const VocabCase& c : read_cases(base)) {
+    EXPECT_EQ(vocab.decode(c.ids), c.text) << "'" << show(c.text) << "'";
+    std::vector<int32_t> with_bos{vocab.bos()};
+    with_bos.insert(with_bos.end(), c.ids.begin(), c.ids.end());
+    EXPECT_EQ(vocab.encode(c.text, true, false), with_bos) << "'" << show(c.text) << "'";
+    ++checked;
+  }
+  EXPECT_GE(checked, 20u);
+}
+
 INSTANTIATE_TEST_SUITE_P(Vocabs, LlamaCppVocab,
                          ::testing::Values("llama-spm", "llama-bpe", "phi-3", "qwen2", "qwen35", "gpt-2", "mpt",
                                            "starcoder", "refact", "command-r", "deepseek-llm", "deepseek-coder",
