@@ -249,4 +249,67 @@ inline GgufBuilder tiny_model(const std::string& arch, uint32_t wtype = 0) {  //
   return g;
 }
 
+// A gemma4 file as llama.cpp's converter writes it: 4 layers local, global, local, global, the last 2 sharing the KV
+// caches of layers 0 and 1; local heads of 4 (RoPE on all 4 dims), global heads of global_head_dim with 1 KV head and
+// no attn_v (v = k; their RoPE through rope_freqs); double-wide FFNs in the sharing layers; per-layer embeddings of 4.
+inline GgufBuilder tiny_gemma4(uint64_t global_head_dim = 8) {
+  auto g = tiny_model("gemma4");
+  for (const char* t : {"attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up",
+                        "ffn_down"})
+    for (int i = 0; i < 2; ++i) g.without_tensor("blk." + std::to_string(i) + "." + t + ".weight");
+  std::vector<GVal> swa, kv, ff;
+  for (uint32_t i = 0; i < 4; ++i) {
+    swa.push_back(GVal::boolean(i % 2 == 0));
+    kv.push_back(GVal::u32(i % 2 == 0 ? 2 : 1));
+    ff.push_back(GVal::u32(i < 2 ? 32 : 64));
+  }
+  g.set("gemma4.block_count", GVal::u32(4))
+      .set("gemma4.attention.head_count_kv", GVal::array(4, kv))
+      .set("gemma4.feed_forward_length", GVal::array(4, ff))
+      .set("gemma4.attention.key_length", GVal::u32(uint32_t(global_head_dim)))
+      .set("gemma4.attention.value_length", GVal::u32(uint32_t(global_head_dim)))
+      .set("gemma4.attention.key_length_swa", GVal::u32(4))
+      .set("gemma4.attention.value_length_swa", GVal::u32(4))
+      .set("gemma4.rope.dimension_count", GVal::u32(uint32_t(global_head_dim)))
+      .set("gemma4.rope.dimension_count_swa", GVal::u32(4))
+      .set("gemma4.rope.freq_base_swa", GVal::f32(10000.f))
+      .set("gemma4.attention.sliding_window", GVal::u32(5))
+      .set("gemma4.attention.sliding_window_pattern", GVal::array(7, swa))
+      .set("gemma4.attention.shared_kv_layers", GVal::u32(2))
+      .set("gemma4.embedding_length_per_layer_input", GVal::u32(4))
+      .set("gemma4.final_logit_softcapping", GVal::f32(30.f));
+  std::vector<uint8_t> ones(global_head_dim / 2 * 4);  // the RoPE factors: 1.0f each
+  for (size_t i = 0; i < ones.size(); i += 4) {
+    const float one = 1.f;
+    std::memcpy(&ones[i], &one, 4);
+  }
+  g.tensor(GTensor{"rope_freqs.weight", {global_head_dim / 2}, 0, ones, {}, {}});
+  g
+      .tensor("per_layer_token_embd.weight", {16, 10})
+      .tensor("per_layer_model_proj.weight", {16, 16})
+      .tensor("per_layer_proj_norm.weight", {4});
+  for (uint64_t i = 0; i < 4; ++i) {
+    const std::string b = "blk." + std::to_string(i) + ".";
+    const uint64_t D = i % 2 == 0 ? 4 : global_head_dim, KV = i % 2 == 0 ? 2 * D : D, F = i < 2 ? 32 : 64;
+    g.tensor(b + "attn_norm.weight", {16})
+        .tensor(b + "attn_q.weight", {16, 4 * D})
+        .tensor(b + "attn_output.weight", {4 * D, 16})
+        .tensor(b + "attn_q_norm.weight", {D})
+        .tensor(b + "post_attention_norm.weight", {16})
+        .tensor(b + "ffn_norm.weight", {16})
+        .tensor(b + "ffn_gate.weight", {16, F})
+        .tensor(b + "ffn_up.weight", {16, F})
+        .tensor(b + "ffn_down.weight", {F, 16})
+        .tensor(b + "post_ffw_norm.weight", {16})
+        .tensor(b + "layer_output_scale.weight", {1})
+        .tensor(b + "inp_gate.weight", {16, 4})
+        .tensor(b + "proj.weight", {4, 16})
+        .tensor(b + "post_norm.weight", {16});
+    if (i >= 2) continue;  // the sharing layers have no k, v or k norm
+    g.tensor(b + "attn_k.weight", {16, KV}).tensor(b + "attn_k_norm.weight", {D});
+    if (i == 0) g.tensor(b + "attn_v.weight", {16, KV});
+  }
+  return g;
+}
+
 }  // namespace wgllm::test

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Write a random-weight GGUF model (llama / qwen2 / qwen3 / qwen3moe / gemma3 / lfm2 / lfm2moe / gpt-oss / qwen35) laid
-out exactly as llama.cpp's converters do.
+"""Write a random-weight GGUF model (llama / qwen2 / qwen3 / qwen3moe / gemma3 / lfm2 / lfm2moe / gpt-oss / qwen35 /
+gemma4) laid out exactly as llama.cpp's converters do.
 
 Same arguments -> byte-identical file. Every tensor draws from its own generator,
 np.random.default_rng([seed, crc32(arch), crc32(name)]) (PCG64, standard_normal float32), so the same seed gives the same
@@ -35,6 +35,12 @@ attn_q (ne [n_embd, 2 x heads x head_dim]: each head's query, then its output ga
 attn_k_norm and attn_output; every layer's FFN norm is post_attention_norm. Tensors in the converter's order (the
 checkpoint's names sorted); no multi-token-prediction block. Quantised as llama-quantize does: ssm_conv1d and the 1-D
 tensors stay F32, every other matrix (ssm_alpha and ssm_beta too) takes --type.
+gemma4 (Gemma 4's dense models, as convert_hf_to_gguf.py writes them): every 5th layer and the last global
+(attention.sliding_window_pattern, a bool per layer), the others local; local heads of --head-dim, global ones of
+--global-head-dim (default twice that) with --n-head-kv-global KV heads, RoPE on a quarter of their angles through
+rope_freqs.weight (1, then 1e30); the last --shared-kv-layers layers have no k, v or k norm and attend over the last
+earlier layer of their kind, their FFN twice --n-ff wide; --k-eq-v drops the global layers' attn_v (v is k); per-layer
+embeddings of --n-embd-per-layer (0: none); layer_output_scale per layer; final logit softcapping 30.
 """
 from __future__ import annotations
 
@@ -109,6 +115,13 @@ SHAPES = {
     "qwen3.5-2b": dict(arch="qwen35", n_embd=2048, n_layer=24, n_head=8, n_head_kv=2, head_dim=256, n_ff=6144,
                        n_vocab=248320, ctx=262144, rope_base=1e7, rms_eps=1e-6, tie_embeddings=True,
                        ssm_k_heads=16, ssm_v_heads=16, ssm_head_dim=128, ssm_conv=4, full_attention_interval=4),
+    # A small Gemma 4 in the layout of the E2B model (35 layers as llama.cpp's loader knows it, 4 local to 1 global,
+    # the last 20 reading earlier layers' KV caches with FFNs twice as wide, per-layer embeddings of 256, local heads
+    # of 256 and global ones of 512, one KV head): the widths are this preset's, not checked against a released file.
+    "gemma4-small": dict(arch="gemma4", n_embd=1536, n_layer=35, n_head=8, n_head_kv=1, head_dim=256, n_ff=6144,
+                         n_vocab=262144, ctx=131072, rope_base=1e6, rms_eps=1e-6, tie_embeddings=True,
+                         sliding_window=512, global_head_dim=512, n_head_kv_global=1, shared_kv_layers=20,
+                         n_embd_per_layer=256),
 }
 LFM2 = ("lfm2", "lfm2moe")  # the LFM2 layer layout
 MOE = ("qwen3moe", "lfm2moe", "gpt-oss")  # FFNs of experts
@@ -410,10 +423,61 @@ def ffn_plan(a, i: int) -> list[tuple[str, tuple[int, ...], str, float]]:
     return plan
 
 
+def gemma4_layers(a) -> list[dict]:
+    """gemma4: per layer whether it is local, its head width, KV heads, FFN width, whether it has k and v of its
+    own (the last --shared-kv-layers do not) and whether its v is k (--k-eq-v on global layers)."""
+    first_shared = a.n_layer - a.shared_kv_layers
+    out = []
+    for i in range(a.n_layer):
+        local = (i + 1) % 5 != 0 and i != a.n_layer - 1
+        out.append(dict(local=local, head_dim=a.head_dim if local else a.global_head_dim,
+                        n_kv=a.n_head_kv if local else a.n_head_kv_global, n_ff=a.n_ff * (2 if i >= first_shared else 1),
+                        own_kv=i < first_shared, v_is_k=a.k_eq_v and not local))
+    return out
+
+
+def gemma4_plan(a) -> list[tuple[str, tuple[int, ...], str, float]]:
+    P, E = a.n_embd_per_layer, a.n_embd
+    plan = [("token_embd.weight", (a.n_vocab, E), "w", 0.5 / math.sqrt(E) if a.tie_embeddings else 1.0)]
+    if P:
+        plan += [("per_layer_token_embd.weight", (a.n_vocab, a.n_layer * P), "w", 1 / math.sqrt(P)),
+                 ("per_layer_model_proj.weight", (a.n_layer * P, E), "w", 1 / math.sqrt(E)),
+                 ("per_layer_proj_norm.weight", (P,), "norm", 0.1)]
+    for i, L in enumerate(gemma4_layers(a)):
+        p, D, F = f"blk.{i}.", L["head_dim"], L["n_ff"]
+        plan += [(p + "attn_norm.weight", (E,), "norm", 0.1),
+                 (p + "attn_q.weight", (a.n_head * D, E), "w", 1 / math.sqrt(E))]
+        if L["own_kv"]:
+            plan += [(p + "attn_k.weight", (L["n_kv"] * D, E), "w", 1 / math.sqrt(E))]
+            if not L["v_is_k"]:
+                plan += [(p + "attn_v.weight", (L["n_kv"] * D, E), "w", 1 / math.sqrt(E))]
+        plan += [(p + "attn_q_norm.weight", (D,), "qk_norm", 0.1)]
+        if L["own_kv"]:
+            plan += [(p + "attn_k_norm.weight", (D,), "qk_norm", 0.1)]
+        plan += [(p + "attn_output.weight", (E, a.n_head * D), "w", 1 / math.sqrt(a.n_head * D)),
+                 (p + "post_attention_norm.weight", (E,), "norm", 0.1),
+                 (p + "ffn_norm.weight", (E,), "norm", 0.1),
+                 (p + "ffn_gate.weight", (F, E), "w", 1 / math.sqrt(E)),
+                 (p + "ffn_up.weight", (F, E), "w", 1 / math.sqrt(E)),
+                 (p + "ffn_down.weight", (E, F), "w", 1 / math.sqrt(F)),
+                 (p + "post_ffw_norm.weight", (E,), "norm", 0.1),
+                 (p + "layer_output_scale.weight", (1,), "norm", 0.1)]
+        if P:
+            plan += [(p + "inp_gate.weight", (P, E), "w", 1 / math.sqrt(E)),
+                     (p + "proj.weight", (E, P), "w", 1 / math.sqrt(P)),
+                     (p + "post_norm.weight", (E,), "norm", 0.1)]
+    plan.append(("output_norm.weight", (E,), "norm_out" if a.tie_embeddings else "norm", 0.1))
+    if not a.tie_embeddings:
+        plan.append(("output.weight", (a.n_vocab, E), "w", 2 / math.sqrt(E)))
+    return plan
+
+
 def tensor_plan(a) -> list[tuple[str, tuple[int, ...], str, float]]:
     """(name, numpy shape [out, in], init kind, std) in llama.cpp's tensor order."""
     if a.arch == "qwen35":
         return qwen35_plan(a)
+    if a.arch == "gemma4":
+        return gemma4_plan(a)
     q_dim, kv_dim = a.n_head * a.head_dim, a.n_head_kv * a.head_dim
     # tied: a small embedding keeps the token's own row from dominating its logit (else greedy repeats the input
     # token); a larger final-norm gain then restores a useful logit spread.
@@ -466,6 +530,8 @@ def gen_tensor(seed: int, arch: str, name: str, shape: tuple[int, ...], kind: st
         x = rng.standard_normal(shape, dtype=np.float32) * np.float32(std)
         if kind == "norm":
             x += np.float32(1.0)
+        elif kind == "qk_norm":  # gemma4's q.k is unscaled: the q and k norms' gains carry 1 / sqrt(head_dim)
+            x = (x + np.float32(1.0)) * np.float32(shape[0] ** -0.25)
         elif kind == "norm_out":
             x = (x + np.float32(1.0)) * np.float32(6.0)
         return x
@@ -488,7 +554,7 @@ def gen_tensor(seed: int, arch: str, name: str, shape: tuple[int, ...], kind: st
 def build_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--arch", choices=["llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "lfm2", "lfm2moe", "gpt-oss",
-                                       "qwen35"], default=None)
+                                       "qwen35", "gemma4"], default=None)
     ap.add_argument("--type", choices=[t for t in TYPES if t != "mxfp4"] + list(MIXES), default="f32",
                     help="storage type of the 2-D weights, or a mix (mxfp4_moe: experts MXFP4, the rest Q8_0)")
     ap.add_argument("--seed", type=int, default=0)
@@ -525,6 +591,15 @@ def build_args(argv=None):
     ap.add_argument("--ssm-conv", type=int, default=4, help="qwen35: DeltaNet convolution taps (ssm.conv_kernel)")
     ap.add_argument("--rope-dim", type=int, default=None,
                     help="qwen35: rope.dimension_count, the rotated dims of each head (default --head-dim / 4)")
+    ap.add_argument("--global-head-dim", type=int, default=0, help="gemma4: the global layers' heads (default 2 x "
+                    "--head-dim)")
+    ap.add_argument("--n-head-kv-global", type=int, default=0, help="gemma4: the global layers' KV heads (default "
+                    "--n-head-kv)")
+    ap.add_argument("--shared-kv-layers", type=int, default=0,
+                    help="gemma4: the last layers reading an earlier layer's KV cache (attention.shared_kv_layers)")
+    ap.add_argument("--n-embd-per-layer", type=int, default=32,
+                    help="gemma4: per-layer embedding width (embedding_length_per_layer_input; 0: none)")
+    ap.add_argument("--k-eq-v", action="store_true", help="gemma4: no attn_v on the global layers (v is k)")
     ap.add_argument("--rope-scaling", choices=["none", "llama3", "yarn"], default="none",
                     help="llama3: the rope_freqs.weight tensor; yarn: rope.scaling.* keys (factor, original context)")
     ap.add_argument("--rope-scaling-factor", type=float, default=8.0)
@@ -582,6 +657,25 @@ def build_args(argv=None):
         a.n_dense_lead = 0
     if not 0 <= a.n_dense_lead <= a.n_layer:
         ap.error("--n-dense-lead must be in [0, --n-layer]")
+    if a.arch == "gemma4":
+        a.global_head_dim = a.global_head_dim or 2 * a.head_dim
+        a.n_head_kv_global = a.n_head_kv_global or a.n_head_kv
+        if a.n_head % a.n_head_kv_global or a.global_head_dim % 8:
+            ap.error("gemma4 needs --n-head a multiple of --n-head-kv-global and --global-head-dim a multiple of 8")
+        if a.rope_scaling != "none":
+            ap.error("gemma4: no --rope-scaling (its global layers' RoPE is rope_freqs.weight)")
+        layers = gemma4_layers(a) if 0 <= a.shared_kv_layers < a.n_layer else []
+        for i, L in enumerate(layers[a.n_layer - a.shared_kv_layers:]):
+            if not any(M["own_kv"] and M["local"] == L["local"] for M in layers):
+                ap.error(f"--shared-kv-layers {a.shared_kv_layers}: layer {a.n_layer - a.shared_kv_layers + i} has "
+                         "no earlier layer of its kind")
+        if not layers:
+            ap.error("--shared-kv-layers must be in [0, --n-layer)")
+        first = a.n_layer - a.shared_kv_layers
+        if a.shared_kv_layers and (first < 2 or not layers[first - 2]["local"] or layers[first - 1]["local"]):
+            # llama.cpp reads the shared layers' caches from layers first - 2 (local) and first - 1 (global)
+            ap.error(f"--shared-kv-layers {a.shared_kv_layers}: the last two layers with their own KV cache must be "
+                     "local then global (llama.cpp's rule)")
     if a.n_head % a.n_head_kv:
         ap.error("--n-head must be a multiple of --n-head-kv")
     if a.head_dim % 2:
@@ -593,7 +687,8 @@ def build_args(argv=None):
     if TYPES[base_type(a.type)] in (ggufio.Q8_0, ggufio.Q4_0):
         for n, v in (("n-embd", a.n_embd), ("n-ff", a.n_ff), ("n-head*head-dim", a.n_head * a.head_dim),
                      ("n-ff-exp", a.n_ff_exp if a.arch in MOE else 32),
-                     ("ssm-v-heads*ssm-head-dim", a.ssm_v_heads * a.ssm_head_dim if a.arch == "qwen35" else 32)):
+                     ("ssm-v-heads*ssm-head-dim", a.ssm_v_heads * a.ssm_head_dim if a.arch == "qwen35" else 32),
+                     ("n-embd-per-layer", a.n_embd_per_layer if a.arch == "gemma4" else 32)):
             if v % 32:
                 ap.error(f"{a.type} needs {n} to be a multiple of 32 (got {v})")
     return a
@@ -623,9 +718,19 @@ def write_model(a, tokenizer: dict | None = None, tensor_data=None) -> None:
     w.add_context_length(a.ctx)
     w.add_embedding_length(a.n_embd)
     w.add_block_count(a.n_layer)
-    w.add_feed_forward_length(a.n_ff)
+    if arch == "gemma4":  # per layer: double-wide FFNs in the KV-sharing layers, fewer KV heads on global ones
+        g4 = gemma4_layers(a)
+        w.add_array(f"{arch}.feed_forward_length", [L["n_ff"] for L in g4])
+    else:
+        w.add_feed_forward_length(a.n_ff)
     w.add_head_count(a.n_head)
-    if arch in LFM2:  # per layer, 0 on short-convolution layers; no key/value length or rope dimension keys
+    if arch == "gemma4":
+        w.add_array(f"{arch}.attention.head_count_kv", [L["n_kv"] for L in g4])
+        w.add_key_length(a.global_head_dim)
+        w.add_value_length(a.global_head_dim)
+        w.add_uint32(f"{arch}.attention.key_length_swa", a.head_dim)
+        w.add_uint32(f"{arch}.attention.value_length_swa", a.head_dim)
+    elif arch in LFM2:  # per layer, 0 on short-convolution layers; no key/value length or rope dimension keys
         attn = lfm2_attn_layers(a)
         w.add_array(f"{arch}.attention.head_count_kv", [a.n_head_kv if i in attn else 0 for i in range(a.n_layer)])
     else:
@@ -637,6 +742,15 @@ def write_model(a, tokenizer: dict | None = None, tensor_data=None) -> None:
     if arch == "qwen35":
         w.add_rope_dimension_count(a.rope_dim)
         w.add_rope_dimension_sections(qwen35_rope_sections(a.rope_dim))
+    elif arch == "gemma4":
+        w.add_rope_dimension_count(a.global_head_dim)
+        w.add_uint32(f"{arch}.rope.dimension_count_swa", a.head_dim)
+        w.add_float32(f"{arch}.rope.freq_base_swa", 10000.0)
+        w.add_sliding_window(a.sliding_window or max(1, a.ctx // 4))
+        w.add_array(f"{arch}.attention.sliding_window_pattern", [L["local"] for L in g4])
+        w.add_uint32(f"{arch}.attention.shared_kv_layers", a.shared_kv_layers)
+        w.add_uint32(f"{arch}.embedding_length_per_layer_input", a.n_embd_per_layer)
+        w.add_float32(f"{arch}.final_logit_softcapping", 30.0)
     elif arch not in LFM2:
         w.add_rope_dimension_count(a.head_dim)
     w.add_vocab_size(a.n_vocab)
@@ -686,6 +800,10 @@ def write_model(a, tokenizer: dict | None = None, tensor_data=None) -> None:
         rope_freqs = llama3_rope_factors(a.head_dim, a.head_dim, a.rope_base, a.rope_scaling_factor,
                                          a.rope_scaling_low, a.rope_scaling_high, a.rope_scaling_orig_ctx)
         plan.insert(0, ("rope_freqs.weight", (a.head_dim // 2,), "fixed", 0.0))
+    if arch == "gemma4":  # the global layers' proportional RoPE: the first quarter of the angles turn
+        half = a.global_head_dim // 2
+        rope_freqs = np.array([1.0] * (half // 4) + [1e30] * (half - half // 4), dtype=np.float32)
+        plan.insert(0, ("rope_freqs.weight", (half,), "fixed", 0.0))
 
     overrides = [o.split("=", 1) for o in (a.tensor_type or [])]
 

@@ -18,6 +18,8 @@ Models (all n_embd 64, 2 layers, 4 heads, 2 kv heads, head_dim 16, ffn 128, voca
                                                  attention (2 key and 4 value heads of 16, 4 taps; RoPE on 4 of 16
                                                  dims), untied; mixed: q4_0 with layer 0's attn_qkv and layer 2's
                                                  ssm_alpha in q8_0
+  gemma4-h512-f32                                seed 8, gemma4: 7 layers (local heads of 64, global ones of 512 with
+                                                 1 KV head and v = k), the last 2 sharing KV, windows of 9
 A given seed/arch/shape gives the same float weights in every type: the quantised files are the F32 file
 quantised. Prints each file's sha256; with --manifest FILE also writes "sha256  name" lines.
 """
@@ -74,6 +76,10 @@ def matrix() -> dict[str, list[str]]:
     # (all four apart)
     m["qwen35-mixed"] = q35 + ["--type", "q4_0", "--tensor-type", "blk.0.attn_qkv=q8_0", "--tensor-type",
                                "blk.2.ssm_alpha=q8_0"]
+    # gemma4 with the released models' global head width (512, the attention kernels' widest)
+    m["gemma4-h512-f32"] = ["--arch", "gemma4", "--seed", "8", "--type", "f32", "--n-layer", "7", "--shared-kv-layers",
+                            "2", "--head-dim", "64", "--global-head-dim", "512", "--n-head-kv-global", "1", "--k-eq-v",
+                            "--sliding-window", "9"]
     return m
 
 

@@ -311,6 +311,42 @@ class Tools(unittest.TestCase):
         a = make_model.build_args(["--shape", "qwen3.5-2b", "--n-layer", "4", "--out", "x"])
         self.assertEqual((a.n_embd, a.n_layer, a.n_ff, a.ssm_v_heads), (2048, 4, 6144, 16))
 
+    def test_gemma4_layout(self):
+        # the tensors convert_hf_to_gguf.py writes for Gemma 4 (tests/data/models/gemma4-tiny{,-kv}-f32.gguf): the same
+        # names per kind of layer, the per-layer keys, the proportional RoPE's factors
+        p = self.model("gemma4", "--arch", "gemma4", "--seed", "3", "--n-layer", "7", "--shared-kv-layers", "2",
+                       "--k-eq-v")
+        r = ggufio.Reader(p)
+        models = Path(__file__).resolve().parent.parent / "tests/data/models"
+        fx = ggufio.Reader(models / "gemma4-tiny-f32.gguf")
+        kv = ggufio.Reader(models / "gemma4-tiny-kv-f32.gguf")
+
+        def names(reader, i):
+            return sorted(n.split(".", 2)[2] for n in reader.tensors if n.startswith(f"blk.{i}."))
+        self.assertEqual(names(r, 0), names(fx, 0))  # local, own KV
+        self.assertEqual(names(r, 5), names(fx, 3))  # local, sharing
+        self.assertEqual(names(r, 6), names(fx, 5))  # global, sharing
+        self.assertEqual([n for n in names(r, 4) if not n.startswith(("inp_gate", "proj", "post_norm"))],
+                         names(kv, 1))  # global, own KV, v = k (the kv fixture has no per-layer embeddings)
+        self.assertEqual(sorted(n for n in r.tensors if not n.startswith("blk.")),
+                         sorted(n for n in fx.tensors if not n.startswith("blk.")))
+        self.assertEqual(list(r.get("gemma4.attention.sliding_window_pattern")),
+                         [True, True, True, True, False, True, False])
+        self.assertEqual(list(r.get("gemma4.feed_forward_length")), [128] * 5 + [256] * 2)
+        self.assertEqual(r.get("gemma4.attention.shared_kv_layers"), 2)
+        self.assertEqual((r.get("gemma4.attention.key_length"), r.get("gemma4.attention.key_length_swa")), (32, 16))
+        self.assertEqual(r.tensors["blk.4.attn_q.weight"].ne, [64, 128])
+        self.assertEqual(r.tensors["blk.4.attn_k.weight"].ne, [64, 64])
+        freqs = r.tensor("rope_freqs.weight")
+        self.assertEqual(freqs.tolist(), [1.0] * 4 + [np.float32(1e30)] * 12)
+        with self.assertRaises(SystemExit):  # layer 4, global, would share with no earlier global layer
+            make_model.build_args(["--arch", "gemma4", "--n-layer", "7", "--shared-kv-layers", "3", "--out", "x"])
+        a = make_model.build_args(["--shape", "gemma4-small", "--out", "x"])
+        layers = make_model.gemma4_layers(a)
+        self.assertEqual(sum(not L["local"] for L in layers), 7)
+        self.assertEqual([i for i, L in enumerate(layers) if not L["own_kv"]], list(range(15, 35)))
+        self.assertEqual((layers[0]["head_dim"], layers[4]["head_dim"], layers[34]["n_ff"]), (256, 512, 12288))
+
     def test_lfm2_layout_and_forward(self):
         # the layout convert_hf_to_gguf.py writes for LFM2 (see tests/data/models/lfm2-tiny-f32.gguf)
         p = self.model("lfm2", "--arch", "lfm2", "--seed", "1", "--n-layer", "6", "--lfm2-attn-layers", "2,4")

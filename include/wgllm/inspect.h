@@ -58,6 +58,11 @@ struct GgufHyperParameters {
   // n_ff_exp, n_expert_used per token, chosen by a softmax router or (moe_sigmoid) a sigmoid one with a selection bias.
   uint32_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0, n_dense_lead = 0;
   bool moe_sigmoid = false;
+  // gemma4 (0 / empty otherwise): the local layers' head width and RoPE dims (head_dim, rope_dim and n_head_kv are
+  // the global layers'), each layer's KV heads and FFN width, the layer whose KV cache each layer attends over
+  // (itself but in the sharing layers), the per-layer embedding width.
+  uint32_t head_dim_swa = 0, rope_dim_swa = 0, n_embd_per_layer = 0;
+  std::vector<uint32_t> layer_n_head_kv = {}, layer_n_ff = {}, layer_kv_source = {};
 };
 
 struct GgufTokenizerSummary {

@@ -94,6 +94,8 @@ GgufHyperParameters hyper_parameters(const ModelConfig& c) {
   h.attn_gated = c.attn_gated;
   h.n_expert = c.n_expert, h.n_expert_used = c.n_expert_used, h.n_ff_exp = c.n_ff_exp;
   h.n_dense_lead = c.n_dense_lead, h.moe_sigmoid = c.moe_sigmoid;
+  h.head_dim_swa = c.head_dim_swa, h.rope_dim_swa = c.rope_dim_swa, h.n_embd_per_layer = c.n_embd_per_layer;
+  h.layer_n_head_kv = c.layer_n_head_kv, h.layer_n_ff = c.layer_n_ff, h.layer_kv_source = c.layer_kv_source;
   return h;
 }
 

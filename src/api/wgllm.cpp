@@ -42,7 +42,7 @@ uint64_t memory_budget(const gpu::Context& ctx) {
 ContextSize adapter_default_context(const gpu::Context& ctx, const GpuModel& m) {
   const uint64_t budget = memory_budget(ctx);
   const uint64_t left = budget > m.weight_bytes ? budget - m.weight_bytes : 0;
-  const uint64_t per_layer_pos = 2ull * m.config.kv_dim() * 2;
+  const uint64_t per_layer_pos = 2ull * m.config.max_kv_dim() * 2;  // the widest layer's (gemma4: they differ)
   return default_context(m.config.n_ctx_train, left, kv_bytes_per_position(m.config),
                          kernels::KvCache::kMaxPools * (ctx.max_binding_size() / per_layer_pos));
 }
@@ -118,7 +118,10 @@ void upload_impl(ModelAccess::Impl& m, const GgufFile& f, const LoadOptions& o) 
   if (!o.matmul_tile.empty()) kernels::matmul_tile(*m.ctx, 512, 4096);
   if (!o.rows_shape.empty()) kernels::rows_config(*m.ctx);
   // Likewise a forced attention kernel that cannot run this model's heads.
-  if (!o.attention_prefill.empty()) kernels::check_attention_variant(*m.ctx, m.config.head_dim);
+  if (!o.attention_prefill.empty()) {
+    kernels::check_attention_variant(*m.ctx, m.config.head_dim);
+    if (m.config.head_dim_swa) kernels::check_attention_variant(*m.ctx, m.config.head_dim_swa);  // gemma4's local
+  }
   m.gpu = load_gpu_model(*m.ctx, f, m.config, o.progress, o.check_tensors);
   ModelInfo& i = m.info;
   i.adapter = m.ctx->adapter().name;

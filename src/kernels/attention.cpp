@@ -17,7 +17,7 @@ using detail::fail;
 
 namespace {
 
-constexpr uint32_t kMaxHeadDim = 256;
+constexpr uint32_t kMaxHeadDim = kAttentionMaxHeadDim;
 // The pipelines' shaders: each kernel file after the parameters, bindings and page walk they share.
 constexpr const char* kAttentionShader = "attention_common.wgsl+attention.wgsl";
 constexpr const char* kAttentionF16Shader = "attention_common.wgsl+attention_f16.wgsl";
@@ -69,7 +69,7 @@ AttentionShape validate(const char* fn, const gpu::Context& ctx, AttentionShape 
     fail(fn, "n_heads (" + std::to_string(s.n_heads) + ") must be a multiple of n_kv_heads (" +
                  std::to_string(s.n_kv_heads) + ")");
   if (s.head_dim == 0 || s.head_dim > kMaxHeadDim || s.head_dim % 2 != 0)
-    fail(fn, "head_dim " + std::to_string(s.head_dim) + " must be even and in [2, 256]");
+    fail(fn, "head_dim " + std::to_string(s.head_dim) + " must be even and in [2, " + std::to_string(kMaxHeadDim) + "]");
   if (s.n_queries == 0) fail(fn, "n_queries must be > 0");
   const uint32_t q_dim = s.n_heads * s.head_dim;
   if (s.q_stride == 0) s.q_stride = q_dim;

@@ -11,11 +11,14 @@
 
 namespace wgllm::kernels {
 
+// The widest heads the attention kernels take (Gemma 4's global layers: 512).
+constexpr uint32_t kAttentionMaxHeadDim = 512;
+
 // One batch of queries attending over a KvCache.
 struct AttentionShape {
   uint32_t n_heads = 0;
   uint32_t n_kv_heads = 0;  // n_heads % n_kv_heads == 0 (GQA)
-  uint32_t head_dim = 0;    // <= 256; multiple of 4 for the tiled kernels, even for the baseline
+  uint32_t head_dim = 0;    // <= 512; multiple of 4 for the tiled kernels, even for the baseline
   uint32_t n_queries = 0;   // queries in this call
   uint32_t start_pos = 0;   // positions already in the cache before the batch
   uint32_t q_base = 0;      // index of the first query of this call within the batch

@@ -339,10 +339,10 @@ fn attention_decode(@builtin(workgroup_id) wid: vec3<u32>,
 }
 
 // Combines the splits of one (head, query): o = sum_s e^(m_s - M) o_s / sum_s e^(m_s - M) l_s.
-// The 64 threads take the splits side by side (one load per split each, not a serial walk): the
-// max and the weighted l through a workgroup tree, then RS = 64 / HD4 slices of splits per
-// output column (head_dim <= 256, so HD4 <= 64), summed through workgroup memory.
-const RED_WG: u32 = 64u;
+// The 64 threads (HD4 of them for heads wider than 256) take the splits side by side (one load per
+// split each, not a serial walk): the max and the weighted l through a workgroup tree, then
+// RS = RED_WG / HD4 slices of splits per output column, summed through workgroup memory.
+const RED_WG: u32 = max(64u, HD4);
 const RS: u32 = RED_WG / HD4;
 var<workgroup> rtree: array<f32, RED_WG>;
 var<workgroup> racc: array<vec4<f32>, RED_WG>;

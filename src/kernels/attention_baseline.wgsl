@@ -1,7 +1,8 @@
 // Baseline attention prefill (compiled after attention_common.wgsl): the seed's design, kept as the reference
 // point for benchmarks and as a second GPU implementation in the tests. One workgroup per (query, head); 256
 // threads each score one key of a 256-key tile (a full head_dim dot product read straight
-// from the cache), tree reductions in workgroup memory, online softmax across tiles.
+// from the cache), tree reductions in workgroup memory, online softmax across tiles. Thread tid owns output
+// dims tid, tid + 256 (heads up to 512).
 //
 // Traffic: every (query, head) re-reads its whole K/V window: 2 * window * head_dim elements,
 // i.e. n_queries * n_heads times the cache. That re-reading is what the tiled kernel removes.
@@ -15,7 +16,7 @@ alias KvUnit = KvWord;
 @group(0) @binding(2) var<storage, read_write> out: array<f32>;
 
 const TILE: u32 = 256u;
-const MAX_HEAD_DIM: u32 = 256u;
+const MAX_HEAD_DIM: u32 = 512u;
 
 var<workgroup> q_sh: array<f32, MAX_HEAD_DIM>;
 var<workgroup> acc: array<f32, MAX_HEAD_DIM>;
@@ -47,9 +48,9 @@ fn attention_prefill_baseline(@builtin(workgroup_id) wid: vec3<u32>,
   let out_off = p.out_offset + q_local * p.out_stride + head * head_dim;
   let v_shift = p.page_size * p.kv_dim;
 
-  if (tid < head_dim) {
-    q_sh[tid] = q[q_off + tid] * p.scale;
-    acc[tid] = 0.0;
+  for (var d = tid; d < head_dim; d += TILE) {
+    q_sh[d] = q[q_off + d] * p.scale;
+    acc[d] = 0.0;
   }
   if (tid == 0u) {
     state[0] = NEG_BIG;
@@ -91,14 +92,14 @@ fn attention_prefill_baseline(@builtin(workgroup_id) wid: vec3<u32>,
       if (tid < stride) { red[tid] += red[tid + stride]; }
       workgroupBarrier();
     }
-    if (tid < head_dim) {
-      var a = acc[tid] * corr;
+    for (var d = tid; d < head_dim; d += TILE) {
+      var a = acc[d] * corr;
       let n = min(TILE, window - base);
       for (var j = 0u; j < n; j += 1u) {
         let loc = kv_row(base + j, 0u, 1u);
-        a += probs[j] * load_kv(loc.x, loc.y + v_shift + kv_off + tid);
+        a += probs[j] * load_kv(loc.x, loc.y + v_shift + kv_off + d);
       }
-      acc[tid] = a;
+      acc[d] = a;
     }
     if (tid == 0u) {
       state[1] = state[1] * corr + red[0];
@@ -106,8 +107,8 @@ fn attention_prefill_baseline(@builtin(workgroup_id) wid: vec3<u32>,
     }
     workgroupBarrier();
   }
-  if (tid < head_dim) {
-    let l = state[1] + sink_term(head, state[0]);
-    out[out_off + tid] = select(0.0, acc[tid] / l, l > 0.0);  // empty window -> 0, never NaN
+  let l = state[1] + sink_term(head, state[0]);
+  for (var d = tid; d < head_dim; d += TILE) {
+    out[out_off + d] = select(0.0, acc[d] / l, l > 0.0);  // empty window -> 0, never NaN
   }
 }

@@ -3,9 +3,12 @@
 // gelu_tanh(g) = g (1 + tanh(u)) / 2 = g / (1 + e^(-2u)), u = sqrt(2/pi) (g + 0.044715 g^3). act = 2: gpt-oss's
 // clamped SwiGLU, g' = min(g, 7), g' / (1 + e^(-1.702 g')) * (clamp(up[i], -7, 7) + 1). act = 3: the sigmoid gate,
 // up[i] / (1 + e^-g).
+// With width > 0, up is read in rows of width floats up_stride apart from up_offset: up[(i / width) * up_stride +
+// up_offset + i % width] (gemma4's per-layer inputs, one layer's slice of each token's row).
 
 struct SwigluParams {
-  n: u32, grid_x: u32, act: u32, _pad1: u32,
+  n: u32, grid_x: u32, act: u32, width: u32,
+  up_stride: u32, up_offset: u32, _pad0: u32, _pad1: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: SwigluParams;
@@ -20,7 +23,8 @@ fn swiglu(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index
   let i = (wid.x + wid.y * p.grid_x) * WG + lid;
   if (i < p.n) {
     var g = gate[i];
-    var u = up[i];
+    let j = select(i, (i / max(p.width, 1u)) * p.up_stride + p.up_offset + i % max(p.width, 1u), p.width != 0u);
+    var u = up[j];
     // e^-z overflows to inf for z < -88: g / inf = -0, the right limit.
     var z = select(g, 1.5957691216057308 * (g + 0.044715 * g * g * g), p.act == 1u);
     if (p.act == 2u) {

@@ -38,7 +38,7 @@ GpuBatchDecode::GpuBatchDecode(gpu::Context& ctx, const GpuModel& model, uint32_
       bind_cache_(std::make_unique<gpu::BindCache>(ctx)) {
   if (max_ == 0) throw InvalidArgument("GpuBatchDecode: max_sequences must be >= 1");
   const ModelConfig& c = model.config;
-  const uint64_t N = max_, E = c.n_embd, Q = c.q_dim(), KV = c.kv_dim(), F = c.n_ff, V = c.n_vocab;
+  const uint64_t N = max_, E = c.n_embd, Q = c.max_q_dim(), KV = c.max_kv_dim(), F = c.max_n_ff(), V = c.n_vocab;
   auto make = [&](uint64_t floats, const char* label) {
     return ctx.create_buffer(std::max<uint64_t>(floats, 4) * 4, kStorage, label);
   };
@@ -60,6 +60,7 @@ GpuBatchDecode::GpuBatchDecode(gpu::Context& ctx, const GpuModel& model, uint32_
   b.decode_scratch = make(1, "batch decode scratch");
   make_moe_buffers(ctx, c, b, N);
   make_delta_buffers(ctx, c, b, N);
+  make_ple_buffers(ctx, c, b, N);
   bb.logits = make(N * V, "batch logits");
   bb.logits_host = ctx.create_buffer(N * V * 4, WGPUBufferUsage_MapRead, "batch logits readback");
   bb.chosen = make(N, "batch chosen ids");
@@ -185,7 +186,9 @@ GpuBatchDecode::Encoded GpuBatchDecode::encode_step(std::span<GpuSession* const>
   int first_attn = -1;
   for (uint32_t l = 0; l < c.n_layer && first_attn < 0; ++l)
     if (c.is_attention(l)) first_attn = int(l);
-  bool shared = shared_kv_ && first_attn >= 0 && ctx_.features().subgroups && c.head_dim % 4 == 0;
+  // (gemma4's attention, encode_attention_gemma4, decodes sequence by sequence)
+  bool shared = shared_kv_ && first_attn >= 0 && ctx_.features().subgroups && c.head_dim % 4 == 0 &&
+                c.arch != Arch::Gemma4;
   for (uint32_t l = 0; shared && l < c.n_layer; ++l) {
     if (!c.is_attention(l)) continue;
     const auto& owner = shared_kv_->at(l);
@@ -214,7 +217,7 @@ GpuBatchDecode::Encoded GpuBatchDecode::encode_step(std::span<GpuSession* const>
   // The split-K scratch the longest attention of the step needs.
   uint64_t scratch = 16;
   for (uint32_t l = 0; l < c.n_layer; ++l) {
-    if (!c.is_attention(l)) continue;
+    if (!c.is_attention(l) || !c.owns_kv(l)) continue;
     if (shared) {
       const kernels::AttentionShape all{.n_heads = c.n_head,
                                         .n_kv_heads = c.n_head_kv,
@@ -226,8 +229,8 @@ GpuBatchDecode::Encoded GpuBatchDecode::encode_step(std::span<GpuSession* const>
     }
     for (GpuSession* s : sessions) {
       const kernels::AttentionShape shape{.n_heads = c.n_head,
-                                          .n_kv_heads = c.n_head_kv,
-                                          .head_dim = c.head_dim,
+                                          .n_kv_heads = c.n_head_kv_at(l),
+                                          .head_dim = c.head_dim_at(l),
                                           .n_queries = 1,
                                           .start_pos = s->n_past_,
                                           .window = c.layer_window(l)};

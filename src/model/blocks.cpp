@@ -1,10 +1,12 @@
 #include "model/blocks.h"
 
 #include <algorithm>
+#include <cmath>
 #include <tuple>
 
 #include "kernels/attention.h"
 #include "kernels/delta_net.h"
+#include "kernels/embedding.h"
 #include "kernels/kv_append.h"
 #include "kernels/matmul.h"
 #include "kernels/moe.h"
@@ -12,6 +14,7 @@
 #include "kernels/qk_norm_rope_kv.h"
 #include "kernels/qkv_rope_append.h"
 #include "kernels/rope.h"
+#include "kernels/scale.h"
 #include "kernels/shortconv.h"
 #include "kernels/swiglu.h"
 
@@ -203,7 +206,7 @@ void encode_ffn(const LayerStep& s) {
     const kernels::MatmulOptions normed{.norm = &L.ffn_norm, .eps = c.rms_eps, .impl = impl};
     kernels::encode_matmul(s.batch, s.ctx, L.w_gate, b.x, b.gate, s.n, normed);
     kernels::encode_matmul(s.batch, s.ctx, L.w_up, b.x, b.up, s.n, normed);
-    kernels::encode_swiglu(s.batch, s.ctx, b.gate, b.up, b.act, uint64_t(s.n) * c.n_ff, c.ffn_act);
+    kernels::encode_swiglu(s.batch, s.ctx, b.gate, b.up, b.act, uint64_t(s.n) * c.n_ff_at(s.layer), c.ffn_act);
   }
 }
 
@@ -398,6 +401,133 @@ void encode_post_norm_residual(const LayerStep& s, const kernels::GpuWeight& w, 
   const ModelConfig& c = s.model.config;
   kernels::encode_matmul(s.batch, s.ctx, w, in, s.b.proj, s.n, {.impl = product_impl(s)});
   kernels::encode_rms_norm(s.batch, s.ctx, s.b.proj, norm, s.b.x, s.n, c.n_embd, c.rms_eps, true);
+}
+
+void make_ple_buffers(gpu::Context& ctx, const ModelConfig& c, SessionBuffers& b, uint64_t tokens) {
+  const uint64_t P = c.n_embd_per_layer, n = P ? tokens : 0;
+  auto make = [&](uint64_t floats, const char* label) {
+    return ctx.create_buffer(std::max<uint64_t>(floats, 4) * 4, WGPUBufferUsage_Storage, label);
+  };
+  b.ple = make(n * c.n_layer * P, "per-layer inputs");
+  b.ple_proj = make(n * c.n_layer * P, "per-layer projection");
+  b.ple_gate = make(n * P, "per-layer gate");
+  b.ple_act = make(n * P, "per-layer act");
+}
+
+void encode_attention_gemma4(const LayerStep& s) {
+  const ModelConfig& c = s.model.config;
+  const GpuLayer& L = s.L;
+  SessionBuffers& b = s.b;
+  gpu::ComputeBatch& batch = s.batch;
+  const uint32_t l = s.layer, n = s.n, D = c.head_dim_at(l), n_kv = c.n_head_kv_at(l), Q = c.q_dim_at(l);
+  const bool own = c.owns_kv(l);
+  const gpu::Buffer& rope_table = s.model.weights.layer_rope_table(c, l);
+  // q (and k, v) = rms_norm(x) * attn_norm @ (wq, wk, wv): stacked (wk twice where v is k), or one by one
+  const kernels::MatmulOptions normed{.norm = &L.attn_norm, .eps = c.rms_eps, .impl = product_impl(s)};
+  if (!L.wqkv.empty()) {
+    kernels::MatmulOptions o = normed;
+    o.y1 = &b.k;
+    o.y2 = &b.v;
+    o.split1 = Q;
+    o.split2 = Q + c.kv_dim_at(l);
+    kernels::encode_matmul(batch, s.ctx, L.wqkv, b.x, b.q, n, o);
+  } else {
+    kernels::encode_matmul(batch, s.ctx, L.wq, b.x, b.q, n, normed);
+    if (own) kernels::encode_matmul(batch, s.ctx, L.wk, b.x, b.k, n, normed);
+    if (own) kernels::encode_matmul(batch, s.ctx, c.v_from_k(l) ? L.wk : L.wv, b.x, b.v, n, normed);
+  }
+  // v's heads RMS-normed without gain, in place
+  if (own) kernels::encode_rms_norm(batch, s.ctx, b.v, L.v_norm, b.v, n * n_kv, D, c.rms_eps);
+  kernels::QkNormRopeKvShape qk{.n_head = c.n_head,
+                                .n_kv = n_kv,
+                                .head_dim = D,
+                                .rope_dim = c.rope_dim_at(l),
+                                .type = c.rope_type,
+                                .eps = c.rms_eps};
+  kernels::AttentionShape shape{.n_heads = c.n_head,
+                                .n_kv_heads = n_kv,
+                                .head_dim = D,
+                                .n_queries = n,
+                                .start_pos = s.pos,
+                                .scale = c.attention_scale(),
+                                .window = c.layer_window(l)};
+  const uint32_t src = c.kv_source(l);
+  if (!own) kernels::encode_rms_norm(batch, s.ctx, b.q, L.q_norm, b.q, n * c.n_head, D, c.rms_eps);
+  if (s.rows) {  // a batched decode step: per sequence its RoPE (+ append) and attention over its own cache
+    const StepRows& r = *s.rows;
+    shape.n_queries = 1;
+    for (uint32_t i = 0; i < n; ++i) {
+      kernels::KvCache& kv = *r.states[i]->kv[src];
+      if (own) {
+        qk.pos = r.positions[i];
+        qk.row = i;
+        kernels::encode_qk_norm_rope_kv(batch, s.ctx, qk, rope_table, b.q, b.k, b.v, L.q_norm, L.k_norm, kv);
+      } else {
+        const kernels::RopeShape rope{.n_tokens = 1,
+                                      .n_heads = c.n_head,
+                                      .head_dim = D,
+                                      .rope_dim = c.rope_dim_at(l),
+                                      .start_pos = r.positions[i],
+                                      .type = c.rope_type,
+                                      .row_stride = (i + 1) * Q,
+                                      .head_offset = i * Q};
+        kernels::encode_rope(batch, s.ctx, rope, rope_table, b.q);
+      }
+      shape.start_pos = r.positions[i];
+      shape.row = i;
+      kernels::encode_attention_decode(batch, s.ctx, shape, b.q, kv, b.attn, &b.decode_scratch);
+    }
+    return;
+  }
+  kernels::KvCache& kv = *s.state->kv[src];
+  if (own && n == 1) {  // decoding: the per-head q/k norm, RoPE and the KV append in one dispatch
+    qk.pos = s.pos;
+    kernels::encode_qk_norm_rope_kv(batch, s.ctx, qk, rope_table, b.q, b.k, b.v, L.q_norm, L.k_norm, kv);
+  } else {
+    if (own) {
+      kernels::encode_rms_norm(batch, s.ctx, b.q, L.q_norm, b.q, n * c.n_head, D, c.rms_eps);
+      kernels::encode_rms_norm(batch, s.ctx, b.k, L.k_norm, b.k, n * n_kv, D, c.rms_eps);
+    }
+    const kernels::RopeShape rope{.n_tokens = n,
+                                  .n_heads = c.n_head,
+                                  .head_dim = D,
+                                  .rope_dim = c.rope_dim_at(l),
+                                  .start_pos = s.pos,
+                                  .type = c.rope_type,
+                                  .n_heads2 = own ? n_kv : 0};
+    kernels::encode_rope(batch, s.ctx, rope, rope_table, b.q, own ? &b.k : nullptr);
+    if (own) kernels::encode_kv_append(batch, s.ctx, kv, b.k, b.v, s.pos, n);
+  }
+  if (n == 1)
+    kernels::encode_attention_decode(batch, s.ctx, shape, b.q, kv, b.attn, &b.decode_scratch);
+  else
+    kernels::encode_attention_prefill(batch, s.ctx, shape, b.q, kv, b.attn);
+}
+
+void encode_per_layer_inputs(const LayerStep& s) {
+  const ModelConfig& c = s.model.config;
+  const GpuWeights& w = s.model.weights;
+  SessionBuffers& b = s.b;
+  const uint32_t P = c.n_embd_per_layer, NP = c.n_layer * P, n = s.n;
+  // the token's rows of per_layer_token_embd, times sqrt(P)
+  kernels::encode_embedding(s.batch, s.ctx, w.per_layer_token_embd, b.ids, b.ple, n);
+  kernels::encode_scale(s.batch, s.ctx, b.ple, uint64_t(n) * NP, std::sqrt(float(P)));
+  // + rms_norm(x per_layer_model_proj / sqrt(n_embd)) per layer, then / sqrt(2)
+  kernels::encode_matmul(s.batch, s.ctx, w.per_layer_model_proj, b.x, b.ple_proj, n, {.impl = product_impl(s)});
+  kernels::encode_scale(s.batch, s.ctx, b.ple_proj, uint64_t(n) * NP, 1.f / std::sqrt(float(c.n_embd)));
+  kernels::encode_rms_norm(s.batch, s.ctx, b.ple_proj, w.per_layer_proj_norm, b.ple, n * c.n_layer, P, c.rms_eps,
+                           /*accumulate=*/true);
+  kernels::encode_scale(s.batch, s.ctx, b.ple, uint64_t(n) * NP, 1.f / std::sqrt(2.f));
+}
+
+void encode_per_layer_embedding(const LayerStep& s) {
+  const ModelConfig& c = s.model.config;
+  SessionBuffers& b = s.b;
+  const uint32_t P = c.n_embd_per_layer;
+  kernels::encode_matmul(s.batch, s.ctx, s.L.ple_gate, b.x, b.ple_gate, s.n, {.impl = product_impl(s)});
+  kernels::encode_swiglu(s.batch, s.ctx, b.ple_gate, b.ple, b.ple_act, uint64_t(s.n) * P, kernels::GateAct::GeluTanh,
+                         {.width = P, .stride = c.n_layer * P, .offset = s.layer * P});
+  encode_post_norm_residual(s, s.L.ple_proj, b.ple_act, s.L.ple_post_norm);
 }
 
 }  // namespace wgllm

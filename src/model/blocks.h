@@ -54,16 +54,24 @@ struct SessionBuffers {
   gpu::Buffer moe_gate, moe_up;  // [ubatch][n_expert_used][n_ff_exp]: gate and up not fused
   gpu::Buffer moe_act;        // [ubatch][n_expert_used][n_ff_exp]: each chosen expert's SwiGLU
   gpu::Buffer moe_out;        // [ubatch][n_expert_used][n_embd]: each chosen expert's output
+  // gemma4's per-layer embeddings (make_ple_buffers; size 4 otherwise)
+  gpu::Buffer ple;            // [ubatch][n_layer P]: every layer's input, computed at layer 0
+  gpu::Buffer ple_proj;       // [ubatch][n_layer P]: the projection of the scaled embedding
+  gpu::Buffer ple_gate;       // [ubatch][P]
+  gpu::Buffer ple_act;        // [ubatch][P]
 };
 
 // The mixture-of-experts buffers of b for `tokens` tokens (placeholders of 16 bytes for dense models).
 void make_moe_buffers(gpu::Context& ctx, const ModelConfig& c, SessionBuffers& b, uint64_t tokens);
 // The DeltaNet buffers of b for `tokens` tokens (placeholders of 16 bytes without DeltaNet layers).
 void make_delta_buffers(gpu::Context& ctx, const ModelConfig& c, SessionBuffers& b, uint64_t tokens);
-// The width of b.gate and b.act per token: n_ff, or q_dim where larger on models with a gated attention output.
+// The width of b.gate and b.act per token: the widest FFN, or q_dim where larger on models with a gated attention
+// output.
 inline uint64_t gate_act_width(const ModelConfig& c) {
-  return c.attn_gated && c.q_dim() > c.n_ff ? c.q_dim() : c.n_ff;
+  return c.attn_gated && c.max_q_dim() > c.max_n_ff() ? c.max_q_dim() : c.max_n_ff();
 }
+// The per-layer embedding buffers of b for `tokens` tokens (placeholders of 16 bytes without them; gemma4).
+void make_ple_buffers(gpu::Context& ctx, const ModelConfig& c, SessionBuffers& b, uint64_t tokens);
 
 // q, k, v = rms_norm(x) * attn_norm @ (wq, wk, wv) (+ biases) for n tokens into q, k, v ([n][q_dim], [n][kv_dim] x 2):
 // one product when the layer stacks all three, two with wqk and wv, else three.
@@ -131,6 +139,15 @@ void encode_attention_gate(const LayerStep& s);
 // = conv(rms_norm(x) * attn_norm @ attn_qkv) over the layer's conv state, its recurrent state updated; z, alpha, beta
 // the other in-projections (qwen35's DeltaNet layers; ssm_out's input).
 void encode_delta_net(const LayerStep& s);
+// gemma4's attention, the layer's own shapes (config.*_at): q, k, v as encode_attention's with v's heads RMS-normed
+// (no gain) before the append; a layer sharing an earlier layer's KV cache (config.kv_source) computes q alone and
+// attends over that cache.
+void encode_attention_gemma4(const LayerStep& s);
+// gemma4, at layer 0 (x holds the scaled embeddings): every layer's per-layer input into b.ple, (rms_norm(x
+// per_layer_model_proj / sqrt(n_embd)) per_layer_proj_norm + per_layer_token_embd[id] sqrt(P)) / sqrt(2).
+void encode_per_layer_inputs(const LayerStep& s);
+// gemma4, after the FFN: x += rms_norm((gelu_tanh(x ple_gate) * this layer's input) ple_proj) ple_post_norm.
+void encode_per_layer_embedding(const LayerStep& s);
 // x += in w (+ bias).
 void encode_residual(const LayerStep& s, const kernels::GpuWeight& w, const gpu::Buffer& in,
                      const gpu::Buffer* bias = nullptr);

@@ -1,5 +1,6 @@
 #include "model/config.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <string>
@@ -24,6 +25,7 @@ const char* arch_name(Arch a) {
     case Arch::Lfm2Moe: return "lfm2moe";
     case Arch::GptOss: return "gpt-oss";
     case Arch::Qwen35: return "qwen35";
+    case Arch::Gemma4: return "gemma4";
   }
   return "?";
 }
@@ -37,6 +39,24 @@ uint32_t ModelConfig::n_attention_layers() const {
   uint32_t n = 0;
   for (uint32_t l = 0; l < n_layer; ++l) n += is_attention(l) ? 1 : 0;
   return n;
+}
+
+uint32_t ModelConfig::max_q_dim() const {
+  uint32_t m = q_dim();
+  for (uint32_t l = 0; l < n_layer; ++l) m = std::max(m, q_dim_at(l));
+  return m;
+}
+
+uint32_t ModelConfig::max_kv_dim() const {
+  uint32_t m = kv_dim();
+  for (uint32_t l = 0; l < n_layer; ++l) m = std::max(m, kv_dim_at(l));
+  return m;
+}
+
+uint32_t ModelConfig::max_n_ff() const {
+  uint32_t m = n_ff;
+  for (uint32_t l = 0; l < n_layer; ++l) m = std::max(m, n_ff_at(l));
+  return m;
 }
 
 std::string ModelConfig::layer_pattern() const {
@@ -74,6 +94,108 @@ void check_shape(const GgufFile& f, const std::string& name, std::vector<uint64_
 
 void read_swa_layers(const GgufFile& f, ModelConfig& c, float default_base, uint32_t default_period);
 void read_experts(const GgufFile& f, ModelConfig& c);
+
+// A key holding one positive count for every layer, or an array of one per layer (gemma4's head_count_kv and
+// feed_forward_length).
+std::vector<uint32_t> read_per_layer_dims(const GgufFile& f, const std::string& key, uint32_t n_layer) {
+  const GgufValue* v = f.find(key);
+  if (!v) fail(f, "key '" + key + "' is missing");
+  std::vector<uint32_t> out(n_layer);
+  if (!std::holds_alternative<GgufArray>(v->v)) {
+    out.assign(n_layer, require_dim(f, key, f.get_u32(key)));
+    return out;
+  }
+  const GgufArray& a = std::get<GgufArray>(v->v);
+  const GgufValueType t = a.elem_type();
+  const bool is_signed = t == GgufValueType::I8 || t == GgufValueType::I16 || t == GgufValueType::I32;
+  const bool integer = is_signed || t == GgufValueType::U8 || t == GgufValueType::U16 || t == GgufValueType::U32;
+  if (!integer || a.size() != n_layer)
+    fail(f, "byte " + std::to_string(v->offset) + ": key '" + key + "': expected an array of " +
+                std::to_string(n_layer) + " integers (one per layer), found " + std::to_string(a.size()) + " of " +
+                value_type_name(t));
+  for (uint32_t l = 0; l < n_layer; ++l) {
+    const int64_t n = is_signed ? a.i64(l) : int64_t(a.u64(l));
+    if (n <= 0 || n > int64_t(kMaxDim))
+      fail(f, "key '" + key + "': layer " + std::to_string(l) + " has " + std::to_string(n) + " (not in [1, " +
+                  std::to_string(kMaxDim) + "])");
+    out[l] = uint32_t(n);
+  }
+  return out;
+}
+
+// Gemma 4 as llama.cpp reads it (src/models/gemma4.cpp): Gemma 3's embedding scale, post norms, per-head q/k norms
+// and gelu_tanh, with q.k unscaled (1); every layer local or global by attention.sliding_window_pattern (a bool per
+// layer), the local ones with heads of attention.key_length_swa rotating rope.dimension_count_swa dims at
+// rope.freq_base_swa, the global ones with heads of attention.key_length and rope_freqs.weight (the "proportional"
+// RoPE: the unrotated pairs have factor 1e30); KV heads and FFN widths per layer; the last
+// attention.shared_kv_layers layers attend over the cache of the last earlier layer of their kind (transformers'
+// rule; llama.cpp's, the last two unshared layers being local then global, picks the same ones); per-layer
+// embeddings of embedding_length_per_layer_input. The mixture-of-experts variant is not supported.
+void read_gemma4(const GgufFile& f, ModelConfig& c) {
+  const std::string a = c.arch_name + ".";
+  c.embd_scale = std::sqrt(float(c.n_embd));
+  c.attn_scale = 1.f;
+  c.v_norm = true;
+  if (const auto n = f.find_u32(a + "expert_count"); n && *n > 0)
+    fail(f, "key '" + a + "expert_count' = " + std::to_string(*n) +
+                ": Gemma 4's mixture-of-experts layers are not supported");
+  if (f.find_tensor("blk.0.attn_qkv.weight"))
+    fail(f, "tensor 'blk.0.attn_qkv.weight': fused q/k/v projections are not supported for gemma4");
+  if (const auto cap = f.find_f32(a + "final_logit_softcapping")) {
+    if (!(*cap >= 0.f) || !std::isfinite(*cap))
+      fail(f, "key '" + a + "final_logit_softcapping' = " + std::to_string(*cap) + " is not a finite value >= 0");
+    c.final_logit_softcap = *cap;
+  }
+  c.sliding_window = f.get_u32(a + "attention.sliding_window");
+  if (c.sliding_window == 0) fail(f, "key '" + a + "attention.sliding_window' is 0");
+  read_swa_layers(f, c, 10000.f, 6);
+  c.head_dim_swa = require_dim(f, a + "attention.key_length_swa", f.get_u32(a + "attention.key_length_swa"));
+  if (const auto vl = f.find_u32(a + "attention.value_length_swa"); vl && *vl != c.head_dim_swa)
+    fail(f, "attention.value_length_swa " + std::to_string(*vl) + " differs from attention.key_length_swa " +
+                std::to_string(c.head_dim_swa) + " (not supported)");
+  c.rope_dim_swa = f.find_u32(a + "rope.dimension_count_swa").value_or(c.head_dim_swa);
+  if (c.head_dim_swa % 2 != 0 || c.rope_dim_swa == 0 || c.rope_dim_swa % 2 != 0 || c.rope_dim_swa > c.head_dim_swa)
+    fail(f, "key '" + a + "rope.dimension_count_swa' = " + std::to_string(c.rope_dim_swa) +
+                " must be even, non-zero and at most the local head dimension " + std::to_string(c.head_dim_swa));
+  if (c.rope_scaling.enabled) fail(f, "gemma4 with rope scaling is not supported");
+  if (!f.find_tensor("rope_freqs.weight"))  // as llama.cpp, which requires it
+    fail(f, "tensor 'rope_freqs.weight' is missing (gemma4's global layers rotate through its factors)");
+  for (uint32_t l = 0; l < c.n_layer; ++l)
+    if (c.n_head % c.n_head_kv_at(l) != 0)
+      fail(f, "layer " + std::to_string(l) + ": attention.head_count " + std::to_string(c.n_head) +
+                  " is not a multiple of its attention.head_count_kv " + std::to_string(c.n_head_kv_at(l)));
+  const uint32_t shared = f.find_u32(a + "attention.shared_kv_layers").value_or(0);
+  if (shared >= c.n_layer)
+    fail(f, "key '" + a + "attention.shared_kv_layers' = " + std::to_string(shared) + " leaves no layer of the " +
+                std::to_string(c.n_layer) + " its own KV cache");
+  if (shared > 0) {
+    const uint32_t first = c.n_layer - shared;
+    c.layer_kv_source.resize(c.n_layer);
+    for (uint32_t l = 0; l < c.n_layer; ++l) {
+      c.layer_kv_source[l] = l;
+      if (l < first) continue;
+      uint32_t src = first;
+      for (uint32_t j = first; j-- > 0;)
+        if (c.is_swa(j) == c.is_swa(l)) {
+          src = j;
+          break;
+        }
+      if (src == first)
+        fail(f, "key '" + a + "attention.shared_kv_layers' = " + std::to_string(shared) + ": layer " +
+                    std::to_string(l) + " (" + (c.is_swa(l) ? "local" : "global") +
+                    ") has no earlier layer of its kind to share the KV cache of");
+      c.layer_kv_source[l] = src;
+    }
+  }
+  c.n_embd_per_layer = f.find_u32(a + "embedding_length_per_layer_input").value_or(0);
+  if (c.n_embd_per_layer > kMaxDim || uint64_t(c.n_embd_per_layer) * c.n_layer > kMaxDim)
+    fail(f, "key '" + a + "embedding_length_per_layer_input' = " + std::to_string(c.n_embd_per_layer) +
+                " x block_count is larger than " + std::to_string(kMaxDim));
+  c.layer_v_from_k.resize(c.n_layer);
+  for (uint32_t l = 0; l < c.n_layer; ++l)
+    c.layer_v_from_k[l] = c.owns_kv(l) && !f.find_tensor("blk." + std::to_string(l) + ".attn_v.weight");
+  c.layer_out_scale = f.find_tensor("blk.0.layer_output_scale.weight") != nullptr;
+}
 
 // Gemma 3 as llama.cpp reads it (src/models/gemma3.cpp): the embedding scaled by sqrt(n_embd); q.k scaled by
 // 1 / sqrt(head_dim), except for the 62-layer 27B (1 / sqrt(n_embd / n_head), as Google's reference); with
@@ -290,10 +412,16 @@ ModelConfig config_from_gguf(const GgufFile& f) {
     c.arch = Arch::Qwen35;
     c.rope_type = RopeType::Neox;
     c.qk_norm = true;
+  } else if (c.arch_name == "gemma4") {
+    c.arch = Arch::Gemma4;
+    c.rope_type = RopeType::Neox;
+    c.qk_norm = true;
+    c.ffn_act = FfnAct::GeluTanh;
+    c.post_norms = true;
   } else {
     fail(f, "architecture '" + c.arch_name +
                 "' is not supported (supported: llama, qwen2, qwen3, qwen3moe, gemma3, lfm2, lfm2moe, gpt-oss, "
-                "qwen35)");
+                "qwen35, gemma4)");
   }
   // The parser accepts every ggml type (inspect shows any file); running needs types wgllm dequantises.
   for (const GgufTensor& t : f.tensors())
@@ -309,15 +437,23 @@ ModelConfig config_from_gguf(const GgufFile& f) {
   if (c.arch == Arch::Qwen35) read_qwen35(f, c);
   if (c.arch == Arch::Lfm2 || c.arch == Arch::Lfm2Moe) {
     read_lfm2_layers(f, c);
+  } else if (c.arch == Arch::Gemma4) {  // one count per layer, or one for all; the global layers' as n_head_kv
+    c.layer_n_head_kv = read_per_layer_dims(f, a + "attention.head_count_kv", c.n_layer);
+    c.n_head_kv = c.layer_n_head_kv.back();
   } else {
     c.n_head_kv =
         require_dim(f, a + "attention.head_count_kv", f.find_u32(a + "attention.head_count_kv").value_or(c.n_head));
   }
-  c.n_ff = dim("feed_forward_length");
+  if (c.arch == Arch::Gemma4) {  // double-wide FFNs in the KV-sharing layers
+    c.layer_n_ff = read_per_layer_dims(f, a + "feed_forward_length", c.n_layer);
+    c.n_ff = c.layer_n_ff.front();
+  } else {
+    c.n_ff = dim("feed_forward_length");
+  }
   if (c.arch == Arch::Qwen3Moe || c.arch == Arch::Lfm2Moe) read_experts(f, c);  // gpt-oss: read_gpt_oss
   c.n_ctx_train = f.get_u32(a + "context_length");  // long-context models go past kMaxDim; only 0 is wrong
   if (c.n_ctx_train == 0) fail(f, "key '" + a + "context_length' is 0");
-  if (c.n_head % c.n_head_kv != 0)
+  if (c.arch != Arch::Gemma4 && c.n_head % c.n_head_kv != 0)  // gemma4: per layer in read_gemma4
     fail(f, "attention.head_count " + std::to_string(c.n_head) + " is not a multiple of attention.head_count_kv " +
                 std::to_string(c.n_head_kv));
   if (const auto kl = f.find_u32(a + "attention.key_length")) {
@@ -386,6 +522,7 @@ ModelConfig config_from_gguf(const GgufFile& f) {
 
   if (c.arch == Arch::Gemma3) read_gemma3(f, c);
   if (c.arch == Arch::GptOss) read_gpt_oss(f, c);
+  if (c.arch == Arch::Gemma4) read_gemma4(f, c);
 
   // ---- vocabulary and tensors
   const GgufTensor& embd = f.tensor("token_embd.weight");
@@ -406,13 +543,19 @@ ModelConfig config_from_gguf(const GgufFile& f) {
       break;
     }
 
-  const uint64_t E = c.n_embd, Q = c.q_dim(), KV = c.kv_dim(), F = c.n_ff, V = c.n_vocab;
+  const uint64_t E = c.n_embd, V = c.n_vocab;
   check_shape(f, "token_embd.weight", {E, V});
   if (!c.tied_embeddings) check_shape(f, "output.weight", {E, V});
   check_shape(f, c.output_norm_name, {E});
   if (c.has_rope_freqs_tensor) check_shape(f, "rope_freqs.weight", {c.rope_dim / 2});
+  if (const uint64_t P = c.n_embd_per_layer, NL = c.n_layer; P > 0) {
+    check_shape(f, "per_layer_token_embd.weight", {P * NL, V});
+    check_shape(f, "per_layer_model_proj.weight", {E, P * NL});
+    check_shape(f, "per_layer_proj_norm.weight", {P});
+  }
   for (uint32_t i = 0; i < c.n_layer; ++i) {
     const std::string b = "blk." + std::to_string(i) + ".";
+    const uint64_t Q = c.q_dim_at(i), KV = c.kv_dim_at(i), F = c.n_ff_at(i);
     check_shape(f, b + "attn_norm.weight", {E});
     check_shape(f, b + c.ffn_norm_name, {E});
     if (c.is_moe_layer(i)) {
@@ -453,8 +596,8 @@ ModelConfig config_from_gguf(const GgufFile& f) {
       continue;
     }
     check_shape(f, b + "attn_q.weight", {E, c.attn_gated ? 2 * Q : Q});
-    check_shape(f, b + "attn_k.weight", {E, KV});
-    check_shape(f, b + "attn_v.weight", {E, KV});
+    if (c.owns_kv(i)) check_shape(f, b + "attn_k.weight", {E, KV});
+    if (c.owns_kv(i) && !c.v_from_k(i)) check_shape(f, b + "attn_v.weight", {E, KV});
     check_shape(f, b + "attn_output.weight", {Q, E});
     if (c.attn_out_bias) check_shape(f, b + "attn_output.bias", {E});
     if (c.attn_sinks) check_shape(f, b + "attn_sinks.weight", {c.n_head});
@@ -464,12 +607,18 @@ ModelConfig config_from_gguf(const GgufFile& f) {
       check_shape(f, b + "attn_v.bias", {KV});
     }
     if (c.qk_norm) {
-      check_shape(f, b + "attn_q_norm.weight", {c.head_dim});
-      check_shape(f, b + "attn_k_norm.weight", {c.head_dim});
+      check_shape(f, b + "attn_q_norm.weight", {c.head_dim_at(i)});
+      if (c.owns_kv(i)) check_shape(f, b + "attn_k_norm.weight", {c.head_dim_at(i)});
     }
     if (c.post_norms) {
       check_shape(f, b + "post_attention_norm.weight", {E});
       check_shape(f, b + "post_ffw_norm.weight", {E});
+    }
+    if (c.layer_out_scale) check_shape(f, b + "layer_output_scale.weight", {1});
+    if (const uint64_t P = c.n_embd_per_layer; P > 0) {
+      check_shape(f, b + "inp_gate.weight", {E, P});
+      check_shape(f, b + "proj.weight", {P, E});
+      check_shape(f, b + "post_norm.weight", {E});
     }
   }
   return c;

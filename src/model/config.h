@@ -15,7 +15,7 @@ class GgufFile;
 using kernels::RopeScaling;
 using kernels::RopeType;
 
-enum class Arch { Llama, Qwen2, Qwen3, Qwen3Moe, Gemma3, Lfm2, Lfm2Moe, GptOss, Qwen35 };
+enum class Arch { Llama, Qwen2, Qwen3, Qwen3Moe, Gemma3, Lfm2, Lfm2Moe, GptOss, Qwen35, Gemma4 };
 // The feed-forward gate's activation, act(x Wgate) * (x Wup): silu, gelu_tanh or gpt-oss's clamped SwiGLU
 // (kernels/swiglu.h).
 using FfnAct = kernels::GateAct;
@@ -94,6 +94,37 @@ struct ModelConfig {
   bool moe_bias = false;
   bool is_moe() const { return n_expert > 0; }
   bool is_moe_layer(uint32_t layer) const { return is_moe() && layer >= n_dense_lead; }
+  // gemma4 (read_gemma4): the local layers' heads have their own width and RoPE dims (head_dim and rope_dim are the
+  // global layers'), the KV heads and FFN widths may differ per layer, the last layers may attend over an earlier
+  // layer's KV cache instead of their own, v heads are RMS-normed without gain (v = k before its norm where a layer
+  // has no attn_v), a scalar may scale each layer's output, and per-layer embeddings (PLE) feed every layer a
+  // vector of n_embd_per_layer. The *_at(layer) accessors give every architecture's per-layer shapes.
+  uint32_t head_dim_swa = 0;               // attention.key_length_swa (0: head_dim)
+  uint32_t rope_dim_swa = 0;               // rope.dimension_count_swa (0: rope_dim)
+  std::vector<uint32_t> layer_n_head_kv;   // [n_layer] or empty (n_head_kv throughout)
+  std::vector<uint32_t> layer_n_ff;        // [n_layer] or empty (n_ff throughout)
+  std::vector<uint32_t> layer_kv_source;   // [n_layer] or empty: the layer whose KV cache each layer attends over
+  std::vector<bool> layer_v_from_k;        // [n_layer] or empty: no attn_v, v is k (before the k norm and RoPE)
+  bool v_norm = false;                     // RMSNorm without gain on each v head
+  bool layer_out_scale = false;            // blk.<i>.layer_output_scale.weight ([1]) multiplies the layer's output
+  uint32_t n_embd_per_layer = 0;           // embedding_length_per_layer_input (0: no per-layer embeddings)
+  uint32_t head_dim_at(uint32_t layer) const { return is_swa(layer) && head_dim_swa ? head_dim_swa : head_dim; }
+  uint32_t rope_dim_at(uint32_t layer) const { return is_swa(layer) && rope_dim_swa ? rope_dim_swa : rope_dim; }
+  uint32_t n_head_kv_at(uint32_t layer) const {
+    return layer < layer_n_head_kv.size() ? layer_n_head_kv[layer] : n_head_kv;
+  }
+  uint32_t n_ff_at(uint32_t layer) const { return layer < layer_n_ff.size() ? layer_n_ff[layer] : n_ff; }
+  uint32_t q_dim_at(uint32_t layer) const { return n_head * head_dim_at(layer); }
+  uint32_t kv_dim_at(uint32_t layer) const { return n_head_kv_at(layer) * head_dim_at(layer); }
+  uint32_t kv_source(uint32_t layer) const {
+    return layer < layer_kv_source.size() ? layer_kv_source[layer] : layer;
+  }
+  bool owns_kv(uint32_t layer) const { return kv_source(layer) == layer; }
+  bool v_from_k(uint32_t layer) const { return layer < layer_v_from_k.size() && layer_v_from_k[layer]; }
+  // The widest of the layers' (activation buffers).
+  uint32_t max_q_dim() const;
+  uint32_t max_kv_dim() const;
+  uint32_t max_n_ff() const;
   std::string output_norm_name = "output_norm.weight";
   std::string ffn_norm_name = "ffn_norm.weight";  // the FFN's input norm (gpt-oss: post_attention_norm.weight)
   // One letter per layer: A attention, L local (sliding-window) attention, C short convolution, D gated DeltaNet.
@@ -108,7 +139,7 @@ struct ModelConfig {
 };
 
 // Reads and validates the hyper-parameters of `f` (architectures llama, qwen2, qwen3, qwen3moe, gemma3, lfm2, lfm2moe,
-// gpt-oss, qwen35) and checks that
+// gpt-oss, qwen35, gemma4) and checks that
 // every tensor the forward pass uses is present with the shape the config implies. Throws ModelError naming the key or
 // tensor.
 ModelConfig config_from_gguf(const GgufFile& f);

@@ -4,6 +4,7 @@
 
 #include "gguf/dequant.h"
 #include "gguf/file.h"
+#include "kernels/attention.h"
 #include "kernels/rope.h"
 #include "model/arch/arch.h"
 #include "wgllm/error.h"
@@ -237,6 +238,11 @@ GpuModel load_gpu_model(gpu::Context& ctx, const GgufFile& f, const ModelConfig&
   GpuModel m;
   m.config = config;
   const ModelConfig& c = m.config;
+  for (uint32_t l = 0; l < c.n_layer; ++l)  // before any upload
+    if (c.is_attention(l) && c.head_dim_at(l) > kernels::kAttentionMaxHeadDim)
+      throw ModelError(f.label() + ": layer " + std::to_string(l) + " has heads of " +
+                       std::to_string(c.head_dim_at(l)) + " dims; the GPU attention takes at most " +
+                       std::to_string(kernels::kAttentionMaxHeadDim) + " (the CPU reference runs it)");
   Uploader up{ctx, f, progress, check_finite};
   for (const GgufTensor& t : f.tensors()) up.total += t.n_bytes;
 
@@ -246,14 +252,20 @@ GpuModel load_gpu_model(gpu::Context& ctx, const GgufFile& f, const ModelConfig&
   w.layers.reserve(c.n_layer);
   for (uint32_t i = 0; i < c.n_layer; ++i) w.layers.push_back(program.upload(up, c, i));
   w.output_norm = up.norm(c.output_norm_name);
+  if (c.n_embd_per_layer > 0) {  // gemma4's per-layer embeddings
+    w.per_layer_token_embd = up.matrix("per_layer_token_embd.weight");
+    w.per_layer_model_proj = up.matrix("per_layer_model_proj.weight");
+    w.per_layer_proj_norm = up.vector("per_layer_proj_norm.weight");
+  }
   if (!c.tied_embeddings) w.output = up.matrix("output.weight");
   const std::vector<float> factors = c.has_rope_freqs_tensor
                                          ? up.floats("rope_freqs.weight")
                                          : kernels::rope_freq_factors(c.rope_scaling, c.rope_dim, c.rope_base);
   w.rope_table = kernels::upload_rope_table(ctx, c.rope_dim, c.rope_base, factors);
   if (!c.swa_layers.empty())  // local layers: their own base and scaling (gemma3: none; gpt-oss: the global one)
-    w.rope_table_swa = kernels::upload_rope_table(
-        ctx, c.rope_dim, c.rope_base_swa, kernels::rope_freq_factors(c.rope_scaling_swa, c.rope_dim, c.rope_base_swa));
+    w.rope_table_swa = kernels::upload_rope_table(  // gemma4: over the local heads' own RoPE dims
+        ctx, c.rope_dim_swa ? c.rope_dim_swa : c.rope_dim, c.rope_base_swa,
+        kernels::rope_freq_factors(c.rope_scaling_swa, c.rope_dim_swa ? c.rope_dim_swa : c.rope_dim, c.rope_base_swa));
   ctx.check_errors();  // out of memory shows up here
 
   // A token reads the router and n_expert_used of the n_expert experts.
@@ -275,11 +287,12 @@ GpuModel load_gpu_model(gpu::Context& ctx, const GgufFile& f, const ModelConfig&
     m.bytes_per_token += layer_bytes(L) + (c.is_moe() ? expert_bytes(L) * c.n_expert_used / c.n_expert : 0);
     all_experts += expert_bytes(L);
   }
-  m.bytes_per_token += m.logits_weight().gpu_bytes() + w.output_norm.size;
+  m.bytes_per_token += m.logits_weight().gpu_bytes() + w.output_norm.size + w.per_layer_model_proj.gpu_bytes();
+  for (const GpuLayer& L : w.layers) m.bytes_per_token += L.ple_gate.gpu_bytes() + L.ple_proj.gpu_bytes();
   uint64_t read_experts = 0;
   for (const GpuLayer& L : w.layers) read_experts += c.is_moe() ? expert_bytes(L) * c.n_expert_used / c.n_expert : 0;
   m.weight_bytes = m.bytes_per_token - read_experts + all_experts + w.rope_table.size + w.rope_table_swa.size +
-                   (c.tied_embeddings ? 0 : w.token_embd.gpu_bytes());
+                   (c.tied_embeddings ? 0 : w.token_embd.gpu_bytes()) + w.per_layer_token_embd.gpu_bytes();
   return m;
 }
 

@@ -54,14 +54,14 @@ void matmul(const float* x, size_t T, size_t in, const std::vector<float>& w, si
   helper.join();
 }
 
-// RMSNorm of each of the n vectors of length dim in x (in place): x / sqrt(mean(x^2) + eps) * w.
+// RMSNorm of each of the n vectors of length dim in x (in place): x / sqrt(mean(x^2) + eps) * w (w empty: no gain).
 void rms_norm(float* x, size_t n, size_t dim, const std::vector<float>& w, float eps) {
   for (size_t r = 0; r < n; ++r) {
     float* v = x + r * dim;
     double ss = 0;
     for (size_t i = 0; i < dim; ++i) ss += double(v[i]) * double(v[i]);
     const double inv = 1.0 / std::sqrt(ss / double(dim) + double(eps));
-    for (size_t i = 0; i < dim; ++i) v[i] = float(double(v[i]) * inv * double(w[i]));
+    for (size_t i = 0; i < dim; ++i) v[i] = float(double(v[i]) * inv * (w.empty() ? 1.0 : double(w[i])));
   }
 }
 
@@ -70,7 +70,27 @@ void rms_norm(float* x, size_t n, size_t dim, const std::vector<float>& w, float
 ModelConfig swa_rope_config(ModelConfig c) {
   c.rope_base = c.rope_base_swa;
   c.rope_scaling = c.rope_scaling_swa;
+  if (c.head_dim_swa) c.head_dim = c.head_dim_swa;  // gemma4: the local layers' heads and RoPE dims
+  if (c.rope_dim_swa) c.rope_dim = c.rope_dim_swa;
   return c;
+}
+
+// gemma4's per-layer inputs [T][n_layer][P]: (rms_norm(x_emb W_proj / sqrt(n_embd)) per layer + the token's
+// per_layer_token_embd row * sqrt(P)) / sqrt(2), x_emb the scaled embeddings [T][n_embd].
+std::vector<float> per_layer_inputs(const ModelConfig& c, const CpuWeights& w, std::span<const int32_t> tokens,
+                                    const std::vector<float>& x_emb) {
+  const size_t T = tokens.size(), E = c.n_embd, P = c.n_embd_per_layer, NP = size_t(c.n_layer) * P;
+  std::vector<float> proj(T * NP);
+  matmul(x_emb.data(), T, E, w.per_layer_model_proj, NP, {}, proj.data());
+  for (float& v : proj) v = float(double(v) / std::sqrt(double(E)));
+  rms_norm(proj.data(), T * c.n_layer, P, w.per_layer_proj_norm, c.rms_eps);
+  const double tok_scale = std::sqrt(double(P)), mix = 1.0 / std::sqrt(2.0);
+  for (size_t t = 0; t < T; ++t) {
+    const float* row = w.per_layer_token_embd.data() + size_t(tokens[t]) * NP;
+    for (size_t i = 0; i < NP; ++i)
+      proj[t * NP + i] = float((double(proj[t * NP + i]) + double(float(double(row[i]) * tok_scale))) * mix);
+  }
+  return proj;
 }
 
 // x += the mixture of experts' output for the normed rows h (config.is_moe_layer): per token the router's softmax or
@@ -118,12 +138,23 @@ CpuModel load_cpu_model(const GgufFile& f) {
   w.output_norm = load_tensor(f, c.output_norm_name);
   if (!c.tied_embeddings) w.output = load_tensor(f, "output.weight");
   if (c.has_rope_freqs_tensor) w.rope_freqs = load_tensor(f, "rope_freqs.weight");
+  if (c.n_embd_per_layer > 0) {
+    w.per_layer_token_embd = load_tensor(f, "per_layer_token_embd.weight");
+    w.per_layer_model_proj = load_tensor(f, "per_layer_model_proj.weight");
+    w.per_layer_proj_norm = load_tensor(f, "per_layer_proj_norm.weight");
+  }
   w.layers.resize(c.n_layer);
   for (uint32_t i = 0; i < c.n_layer; ++i) {
     const std::string b = "blk." + std::to_string(i) + ".";
     CpuLayer& L = w.layers[i];
     L.attn_norm = load_tensor(f, b + "attn_norm.weight");
     L.ffn_norm = load_tensor(f, b + c.ffn_norm_name);
+    if (c.n_embd_per_layer > 0) {
+      L.inp_gate = load_tensor(f, b + "inp_gate.weight");
+      L.ple_proj = load_tensor(f, b + "proj.weight");
+      L.ple_post_norm = load_tensor(f, b + "post_norm.weight");
+    }
+    if (c.layer_out_scale) L.out_scale = load_tensor(f, b + "layer_output_scale.weight")[0];
     if (c.is_moe_layer(i)) {
       if (c.moe_sigmoid) L.exp_probs_b = load_tensor(f, b + "exp_probs_b.bias");
       if (c.moe_bias) {
@@ -170,8 +201,8 @@ CpuModel load_cpu_model(const GgufFile& f) {
       L.wq = std::move(q);
       L.wgate = std::move(gate);
     }
-    L.wk = load_tensor(f, b + "attn_k.weight");
-    L.wv = load_tensor(f, b + "attn_v.weight");
+    if (c.owns_kv(i)) L.wk = load_tensor(f, b + "attn_k.weight");
+    if (c.owns_kv(i) && !c.v_from_k(i)) L.wv = load_tensor(f, b + "attn_v.weight");
     if (c.attn_bias) {
       L.bq = load_tensor(f, b + "attn_q.bias");
       L.bk = load_tensor(f, b + "attn_k.bias");
@@ -179,7 +210,7 @@ CpuModel load_cpu_model(const GgufFile& f) {
     }
     if (c.qk_norm) {
       L.q_norm = load_tensor(f, b + "attn_q_norm.weight");
-      L.k_norm = load_tensor(f, b + "attn_k_norm.weight");
+      if (c.owns_kv(i)) L.k_norm = load_tensor(f, b + "attn_k_norm.weight");
     }
     L.wo = load_tensor(f, b + "attn_output.weight");
     if (c.attn_out_bias) L.bo = load_tensor(f, b + "attn_output.bias");
@@ -283,8 +314,10 @@ void CpuSession::truncate(uint32_t n) {
     if (n > 0) run(keep, false);
     return;
   }
-  for (auto& k : k_cache_) k.resize(std::min(k.size(), size_t(n) * c.kv_dim()));
-  for (auto& v : v_cache_) v.resize(std::min(v.size(), size_t(n) * c.kv_dim()));
+  for (uint32_t l = 0; l < c.n_layer; ++l) {
+    k_cache_[l].resize(std::min(k_cache_[l].size(), size_t(n) * c.kv_dim_at(l)));
+    v_cache_[l].resize(std::min(v_cache_[l].size(), size_t(n) * c.kv_dim_at(l)));
+  }
   for (auto& r : bx_) r.resize(std::min(r.size(), size_t(n) * c.n_embd));
   tokens_.resize(n);
   n_past_ = n;
@@ -297,7 +330,7 @@ std::vector<std::vector<float>> CpuSession::forward_all(std::span<const int32_t>
 std::vector<std::vector<float>> CpuSession::run(std::span<const int32_t> tokens, bool all_logits) {
   const ModelConfig& c = model_->config;
   const CpuWeights& w = model_->weights;
-  const size_t T = tokens.size(), E = c.n_embd, Q = c.q_dim(), KV = c.kv_dim(), F = c.n_ff, D = c.head_dim;
+  const size_t T = tokens.size(), E = c.n_embd;
   if (T == 0) throw InvalidArgument("CpuSession::forward: no tokens");
   if (uint64_t(n_past_) + T > n_ctx_)
     throw InvalidArgument("CpuSession::forward: " + std::to_string(n_past_) + " cached + " + std::to_string(T) +
@@ -312,8 +345,9 @@ std::vector<std::vector<float>> CpuSession::run(std::span<const int32_t> tokens,
   for (size_t t = 0; t < T; ++t) std::copy_n(w.token_embd.begin() + size_t(tokens[t]) * E, E, x.begin() + t * E);
   if (c.embd_scale != 1.f)  // gemma: in f32, as llama.cpp scales the gathered rows
     for (float& e : x) e *= c.embd_scale;
+  const std::vector<float> ple = c.n_embd_per_layer ? per_layer_inputs(c, w, tokens, x) : std::vector<float>{};
 
-  std::vector<float> h(T * E), q(T * Q), k(T * KV), v(T * KV), attn, gate(T * F), up(T * F), proj(T * E);
+  std::vector<float> h(T * E), q, k, v, attn, gate, up, proj(T * E);
   // x += proj, or (gemma) x += rms_norm(proj) * post_norm.
   auto add_residual = [&](const std::vector<float>& post_norm) {
     if (!post_norm.empty()) rms_norm(proj.data(), T, E, post_norm, c.rms_eps);
@@ -321,9 +355,17 @@ std::vector<std::vector<float>> CpuSession::run(std::span<const int32_t> tokens,
   };
   for (uint32_t l = 0; l < c.n_layer; ++l) {
     const CpuLayer& L = w.layers[l];
+    // the layer's shapes (gemma4: local and global layers differ)
+    const size_t Q = c.q_dim_at(l), KV = c.kv_dim_at(l), F = c.n_ff_at(l), D = c.head_dim_at(l);
+    const uint32_t n_kv = c.n_head_kv_at(l);
+    q.resize(T * Q);
+    k.resize(T * KV);
+    v.resize(T * KV);
+    gate.resize(T * F);
+    up.resize(T * F);
     const AttentionRef ap{.n_heads = c.n_head,
-                          .n_kv_heads = c.n_head_kv,
-                          .head_dim = c.head_dim,
+                          .n_kv_heads = n_kv,
+                          .head_dim = uint32_t(D),
                           .n_queries = uint32_t(T),
                           .start_pos = n_past_,
                           .scale = c.attn_scale > 0 ? c.attn_scale : float(1.0 / std::sqrt(double(D))),
@@ -372,22 +414,31 @@ std::vector<std::vector<float>> CpuSession::run(std::span<const int32_t> tokens,
       matmul(o.data(), T, VD, L.ssm_out, E, {}, proj.data());
       add_residual({});
     } else {
-      // Attention block.
+      // Attention block (gemma4: a layer sharing an earlier layer's cache computes only q).
+      const bool own_kv = c.owns_kv(l);
       matmul(h.data(), T, E, L.wq, Q, L.bq, q.data());
-      matmul(h.data(), T, E, L.wk, KV, L.bk, k.data());
-      matmul(h.data(), T, E, L.wv, KV, L.bv, v.data());
-      if (c.qk_norm) {
-        rms_norm(q.data(), T * c.n_head, D, L.q_norm, c.rms_eps);
-        rms_norm(k.data(), T * c.n_head_kv, D, L.k_norm, c.rms_eps);
+      if (own_kv) {
+        matmul(h.data(), T, E, L.wk, KV, L.bk, k.data());
+        if (c.v_from_k(l)) {
+          v = k;  // gemma4's global layers without attn_v: v is k before its norm and RoPE
+        } else {
+          matmul(h.data(), T, E, L.wv, KV, L.bv, v.data());
+        }
       }
+      if (c.qk_norm) rms_norm(q.data(), T * c.n_head, D, L.q_norm, c.rms_eps);
+      if (c.qk_norm && own_kv) rms_norm(k.data(), T * n_kv, D, L.k_norm, c.rms_eps);
+      if (c.v_norm && own_kv) rms_norm(v.data(), T * n_kv, D, {}, c.rms_eps);
       for (size_t t = 0; t < T; ++t) {
         const uint32_t pos = n_past_ + uint32_t(t);
         apply_rope(std::span(q).subspan(t * Q, Q), c.n_head, rope_config, inv_freq, pos);
-        apply_rope(std::span(k).subspan(t * KV, KV), c.n_head_kv, rope_config, inv_freq, pos);
+        if (own_kv) apply_rope(std::span(k).subspan(t * KV, KV), n_kv, rope_config, inv_freq, pos);
       }
-      k_cache_[l].insert(k_cache_[l].end(), k.begin(), k.end());
-      v_cache_[l].insert(v_cache_[l].end(), v.begin(), v.end());
-      attn = attention(ap, q, k_cache_[l], v_cache_[l]);
+      if (own_kv) {
+        k_cache_[l].insert(k_cache_[l].end(), k.begin(), k.end());
+        v_cache_[l].insert(v_cache_[l].end(), v.begin(), v.end());
+      }
+      const uint32_t src = c.kv_source(l);
+      attn = attention(ap, q, k_cache_[src], v_cache_[src]);
       if (c.attn_gated) {  // qwen35: attn * sigmoid(h wgate)
         std::vector<float> g(T * Q);
         matmul(h.data(), T, E, L.wgate, Q, {}, g.data());
@@ -409,6 +460,18 @@ std::vector<std::vector<float>> CpuSession::run(std::span<const int32_t> tokens,
     gate = gated(uint32_t(c.ffn_act), gate, up);
     matmul(gate.data(), T, F, L.w_down, E, {}, proj.data());
     add_residual(L.post_ffn_norm);
+    if (c.n_embd_per_layer) {
+      // gemma4's per-layer embedding: x += rms_norm((gelu_tanh(x inp_gate) * this layer's input) proj) post_norm
+      const size_t P = c.n_embd_per_layer;
+      std::vector<float> g(T * P), in(T * P);
+      matmul(x.data(), T, E, L.inp_gate, P, {}, g.data());
+      for (size_t t = 0; t < T; ++t) std::copy_n(ple.begin() + (t * c.n_layer + l) * P, P, in.begin() + t * P);
+      g = gated(uint32_t(FfnAct::GeluTanh), g, in);
+      matmul(g.data(), T, P, L.ple_proj, E, {}, proj.data());
+      add_residual(L.ple_post_norm);
+    }
+    if (c.layer_out_scale)
+      for (float& e : x) e = float(double(e) * double(L.out_scale));
   }
   n_past_ += uint32_t(T);
   tokens_.insert(tokens_.end(), tokens.begin(), tokens.end());

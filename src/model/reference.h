@@ -35,6 +35,13 @@ struct CpuLayer {
   std::vector<float> w_down;          // [n_embd][n_ff]
   std::vector<float> post_attn_norm;  // [n_embd] gemma3 (post_norms): the attention output's norm; empty otherwise
   std::vector<float> post_ffn_norm;   // [n_embd] gemma3: the FFN output's norm; empty otherwise
+  // gemma4: per-layer embeddings (n_embd_per_layer P > 0) and the output scale (layer_out_scale); empty otherwise.
+  // Its shapes are the layer's own (config.*_at); a layer sharing another's KV cache has no wk, wv or k_norm, one
+  // whose v is k no wv.
+  std::vector<float> inp_gate;        // [P][n_embd]
+  std::vector<float> ple_proj;        // [n_embd][P]
+  std::vector<float> ple_post_norm;   // [n_embd]
+  float out_scale = 1.f;
   // lfm2 short-convolution layers (config.is_conv) have these instead of the attention weights:
   std::vector<float> in_proj;   // [3 n_embd][n_embd]: B, C, x
   std::vector<float> conv;      // [n_embd][l_cache] taps, tap 0 on the oldest position
@@ -68,6 +75,10 @@ struct CpuWeights {
   std::vector<float> output_norm;  // [n_embd]
   std::vector<float> output;       // [n_vocab][n_embd]; empty when tied (logits use token_embd)
   std::vector<float> rope_freqs;   // [rope_dim / 2] frequency divisors (rope_freqs.weight); empty when absent
+  // gemma4 per-layer embeddings (P = n_embd_per_layer > 0; empty otherwise)
+  std::vector<float> per_layer_token_embd;  // [n_vocab][n_layer P]
+  std::vector<float> per_layer_model_proj;  // [n_layer P][n_embd]
+  std::vector<float> per_layer_proj_norm;   // [P]
 };
 
 struct CpuModel {
@@ -117,7 +128,7 @@ class CpuSession {
   std::vector<double> inv_freq_;             // [rope_dim / 2]
   ModelConfig swa_config_;                   // the config with the local layers' RoPE base and scaling
   std::vector<double> inv_freq_swa_;         // [rope_dim / 2] local (sliding-window) layers: rope_base_swa
-  std::vector<std::vector<float>> k_cache_;  // [n_layer] of [n_past][kv_dim] (after RoPE)
+  std::vector<std::vector<float>> k_cache_;  // [n_layer] of [n_past][kv_dim] (after RoPE; empty where shared)
   std::vector<std::vector<float>> v_cache_;  // [n_layer] of [n_past][kv_dim]
   std::vector<std::vector<float>> bx_;       // [n_layer] of [n_past][n_embd]: B*x of the convolution layers
                                              // (qwen35: [n_past][W], the DeltaNet layers' in-projection rows)

@@ -11,7 +11,7 @@ namespace wgllm {
 SequenceState::SequenceState(gpu::Context& ctx, const ModelConfig& c, uint32_t n_ctx, uint32_t ubatch,
                              kernels::KvType kv_type, const std::vector<std::optional<kernels::KvCache>>* shared_kv,
                              uint32_t kv_first_page) {
-  const uint64_t E = c.n_embd, KV = c.kv_dim();
+  const uint64_t E = c.n_embd, KV = c.max_kv_dim();
   // One page when the whole cache fits a binding, else pages of 256 positions across pools.
   const uint64_t one_page = 2ull * n_ctx * KV * kernels::kv_type_bytes(kv_type);
   const uint32_t page = one_page <= ctx.max_binding_size() ? 0 : 256;
@@ -37,6 +37,7 @@ SequenceState::SequenceState(gpu::Context& ctx, const ModelConfig& c, uint32_t n
                                         ("recurrent state " + std::to_string(l) + "." + std::to_string(i)).c_str());
       continue;
     }
+    if (!c.owns_kv(l)) continue;  // gemma4: attends over an earlier layer's cache
     if (shared_kv) {  // a view of the shared pool
       const auto& owner = shared_kv->at(l);
       if (!owner || n_ctx % owner->page_size() != 0)
@@ -46,7 +47,7 @@ SequenceState::SequenceState(gpu::Context& ctx, const ModelConfig& c, uint32_t n
       continue;
     }
     kv[l].emplace(ctx,
-                  kernels::KvCacheConfig{.kv_dim = uint32_t(KV), .max_seq = n_ctx, .page_size = page, .type = kv_type},
+                  kernels::KvCacheConfig{.kv_dim = c.kv_dim_at(l), .max_seq = n_ctx, .page_size = page, .type = kv_type},
                   "kv cache " + std::to_string(l));
   }
 }
@@ -65,7 +66,9 @@ bool SequenceState::rewinds_to(uint32_t n, uint32_t n_past) const {
 }
 
 uint64_t kv_bytes_per_position(const ModelConfig& c, kernels::KvType type) {
-  return uint64_t(c.n_attention_layers()) * 2 * c.kv_dim() * kernels::kv_type_bytes(type);
+  uint64_t dims = 0;  // over the layers with a cache of their own
+  for (uint32_t l = 0; l < c.n_layer; ++l) dims += !c.is_attention(l) || !c.owns_kv(l) ? 0 : c.kv_dim_at(l);
+  return 2 * dims * kernels::kv_type_bytes(type);
 }
 
 uint64_t delta_state_bytes(const ModelConfig& c) { return uint64_t(c.ssm_v_heads) * c.ssm_dk * c.ssm_dv * 4; }
@@ -89,10 +92,10 @@ std::vector<std::optional<kernels::KvCache>> make_shared_kv(gpu::Context& ctx, c
   if (uint64_t(sequences) * n_ctx > UINT32_MAX) throw InvalidArgument("make_shared_kv: sequences x n_ctx exceeds 2^32");
   std::vector<std::optional<kernels::KvCache>> kv(c.n_layer);
   for (uint32_t l = 0; l < c.n_layer; ++l)
-    if (c.is_attention(l))
+    if (c.is_attention(l) && c.owns_kv(l))
       kv[l].emplace(ctx,
                     kernels::KvCacheConfig{
-                        .kv_dim = c.kv_dim(), .max_seq = sequences * n_ctx, .page_size = page_size, .type = type},
+                        .kv_dim = c.kv_dim_at(l), .max_seq = sequences * n_ctx, .page_size = page_size, .type = type},
                     "shared kv cache " + std::to_string(l));
   return kv;
 }

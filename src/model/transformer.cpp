@@ -49,7 +49,7 @@ GpuSession::GpuSession(gpu::Context& ctx, const GpuModel& model, const GpuSessio
       buf_(std::make_unique<SessionBuffers>()),
       bind_cache_(std::make_unique<gpu::BindCache>(ctx)) {
   const ModelConfig& c = model.config;
-  const uint64_t U = ubatch_, E = c.n_embd, Q = c.q_dim(), KV = c.kv_dim(), F = c.n_ff;
+  const uint64_t U = ubatch_, E = c.n_embd, Q = c.max_q_dim(), KV = c.max_kv_dim(), F = c.max_n_ff();
   auto make = [&](uint64_t floats, const char* label) { return ctx.create_buffer(floats * 4, kStorage, label); };
   SessionBuffers& b = *buf_;
   b.ids = make(U, "ids");
@@ -67,6 +67,7 @@ GpuSession::GpuSession(gpu::Context& ctx, const GpuModel& model, const GpuSessio
   b.conv_y = make(conv ? U * E : 1, "conv y");
   make_moe_buffers(ctx, c, b, U);
   make_delta_buffers(ctx, c, b, U);
+  make_ple_buffers(ctx, c, b, U);
   b.last = make(E, "last row");
   b.logits = make(c.n_vocab, "logits");
   b.logits_host = ctx.create_buffer(uint64_t(c.n_vocab) * 4, WGPUBufferUsage_MapRead, "logits readback");
@@ -76,13 +77,15 @@ GpuSession::GpuSession(gpu::Context& ctx, const GpuModel& model, const GpuSessio
   state_ = SequenceState(ctx, c, n_ctx_, ubatch_, options.kv_type, options.shared_kv, options.kv_first_page);
   decode_qkv_.reserve(c.n_layer);
   for (const GpuLayer& L : model.weights.layers) decode_qkv_.push_back(decode_qkv_for(ctx, c, L));
-  const kernels::AttentionShape longest{
-      .n_heads = c.n_head, .n_kv_heads = c.n_head_kv, .head_dim = c.head_dim, .n_queries = 1, .start_pos = n_ctx_ - 1};
   uint64_t scratch = 4;
   for (uint32_t l = 0; l < c.n_layer; ++l)
-    if (state_.kv[l]) {  // every attention layer's cache has the same shape; either decode kernel may run
+    if (state_.kv[l]) {  // either decode kernel may run; the layers' shapes may differ (gemma4)
+      const kernels::AttentionShape longest{.n_heads = c.n_head,
+                                            .n_kv_heads = c.n_head_kv_at(l),
+                                            .head_dim = c.head_dim_at(l),
+                                            .n_queries = 1,
+                                            .start_pos = n_ctx_ - 1};
       scratch = std::max<uint64_t>(scratch, kernels::attention_decode_scratch_bound(longest, *state_.kv[l]));
-      break;
     }
   b.decode_scratch = make(scratch / 4, "decode scratch");
   // Compile the kernels now, as part of loading rather than of the first prompt: encode (and drop) a step of each

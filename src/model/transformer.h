@@ -97,6 +97,13 @@ struct GpuLayer {
   gpu::Buffer exps_gate_up_b;            // [n_expert][2 n_ff_exp], gate and up interleaved as exps_gate_up
   gpu::Buffer exps_gate_b, exps_up_b;    // [n_expert][n_ff_exp] each, with exps_gate and exps_up
   gpu::Buffer exps_down_b;               // [n_expert][n_embd]
+  // gemma4 (size 0 / empty otherwise; its q/k/v shapes are the layer's own, config.*_at): a layer sharing another's
+  // KV cache has only wq; one whose v is k has wqkv = wq, wk, wk stacked (or wq, wk, wk separately).
+  gpu::Buffer v_norm;                    // [head_dim] f32 ones: the v heads' RMSNorm without gain
+  kernels::GpuWeight ple_gate;           // [P][n_embd] inp_gate: the per-layer embedding's gate
+  kernels::GpuWeight ple_proj;           // [n_embd][P] proj
+  gpu::Buffer ple_post_norm;             // [n_embd] f32 post_norm: x += norm(ple_proj(...)) post_norm
+  float out_scale = 1.f;                 // layer_output_scale: x *= it after the layer (config.layer_out_scale)
 };
 
 struct GpuWeights {
@@ -106,6 +113,10 @@ struct GpuWeights {
   kernels::GpuWeight output;      // [n_vocab][n_embd]; empty when tied (logits use token_embd)
   gpu::Buffer rope_table;         // [rope_dim / 2] x 16 bytes: upload_rope_table (llama3 factors folded in)
   gpu::Buffer rope_table_swa;     // the same for local (sliding-window) layers' rope_base_swa; size 0 without
+  // gemma4's per-layer embeddings (config.n_embd_per_layer P > 0; empty otherwise)
+  kernels::GpuWeight per_layer_token_embd;  // [n_vocab][n_layer P]
+  kernels::GpuWeight per_layer_model_proj;  // [n_layer P][n_embd]
+  gpu::Buffer per_layer_proj_norm;          // [P] f32
   const gpu::Buffer& layer_rope_table(const ModelConfig& c, uint32_t layer) const {
     return c.is_swa(layer) ? rope_table_swa : rope_table;
   }

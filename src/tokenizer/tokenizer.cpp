@@ -1,4 +1,4 @@
-// SentencePiece BPE and byte-level BPE tokenization (see tokenizer.h).
+// SentencePiece BPE, byte-level BPE and Gemma 4's BPE tokenization (see tokenizer.h).
 #include "tokenizer/tokenizer.h"
 
 #include <algorithm>
@@ -54,6 +54,9 @@ struct Candidate {
 struct Tokenizer::Impl {
   TokenizerData data;
   bool spm = false;
+  // Gemma 4 ("gemma4"): BPE merges over the text's UTF-8 characters (not GPT-2's byte map), spaces written as ▁,
+  // pre-split only into runs of newlines and of the rest; a piece without a token falls back to <0xXX> byte tokens.
+  bool gemma4 = false;
   bool add_bos = false;
   bool ignore_merges = false;
   std::vector<TokenType> types;
@@ -68,7 +71,7 @@ struct Tokenizer::Impl {
   };
   std::array<std::vector<Special>, 256> specials_by_first_byte;  // longest first
 
-  // SentencePiece.
+  // SentencePiece (and gemma4's byte tokens).
   TokenMap spm_pieces;  // normal, user-defined and unused pieces: what merges may produce
   std::array<int32_t, 256> byte_tokens{};
   bool byte_fallback = false;
@@ -85,6 +88,10 @@ struct Tokenizer::Impl {
   void encode_spm(std::string_view fragment, bool space_prefix, std::vector<int32_t>& out) const;
   void encode_spm_word(std::string_view word, std::vector<int32_t>& out, bool& prev_unk) const;
   void encode_bpe_word(std::string_view word, std::vector<int32_t>& out) const;
+  void encode_gemma4(std::string_view fragment, std::vector<int32_t>& out) const;
+  void encode_gemma4_word(std::string_view word, std::vector<int32_t>& out) const;
+  void merge_bpe(std::vector<Symbol>& sym) const;
+  void read_merges();
 };
 
 namespace {
@@ -100,8 +107,10 @@ Tokenizer::Tokenizer(TokenizerData data) : impl_(std::make_unique<Impl>()) {
   const auto n = static_cast<int32_t>(d.tokens.size());
   if (d.model == "llama") {
     m.spm = true;
+  } else if (d.model == "gemma4") {
+    m.gemma4 = true;
   } else if (d.model != "gpt2") {
-    bad("tokenizer.ggml.model '" + d.model + "' is not supported (supported: llama, gpt2)");
+    bad("tokenizer.ggml.model '" + d.model + "' is not supported (supported: llama, gpt2, gemma4)");
   }
   if (n == 0) bad("tokenizer.ggml.tokens is empty");
   if (!d.token_types.empty() && d.token_types.size() != d.tokens.size())
@@ -165,7 +174,7 @@ Tokenizer::Tokenizer(TokenizerData data) : impl_(std::make_unique<Impl>()) {
     std::stable_sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.text.size() > b.text.size(); });
 
   m.pieces.resize(n);
-  if (m.spm) {
+  if (m.spm || m.gemma4) {
     m.byte_tokens.fill(-1);
     int bytes = 0;
     for (int32_t i = 0; i < n; ++i) {
@@ -197,6 +206,12 @@ Tokenizer::Tokenizer(TokenizerData data) : impl_(std::make_unique<Impl>()) {
       }
     }
     m.byte_fallback = bytes == 256;
+    if (m.gemma4) {
+      if (!m.byte_fallback) bad("gemma4 vocabulary has " + std::to_string(bytes) + " of the 256 byte tokens <0xXX>");
+      m.read_merges();
+      m.add_bos = d.bos >= 0;  // llama.cpp adds BOS for gemma4 whatever add_bos_token says
+      return;
+    }
     if (!m.byte_fallback && d.unk < 0) bad("SentencePiece vocabulary has neither byte tokens nor an unknown token");
     return;
   }
@@ -228,21 +243,27 @@ Tokenizer::Tokenizer(TokenizerData data) : impl_(std::make_unique<Impl>()) {
       k += c.len;
     }
   }
-  for (size_t r = 0; r < d.merges.size(); ++r) {
-    const std::string& mg = d.merges[r];
-    const size_t sp = mg.find(' ', 1);
-    if (sp == std::string::npos) bad("merge " + std::to_string(r) + " '" + mg + "' has no space");
-    auto a = m.token_ids.find(std::string_view(mg).substr(0, sp));
-    auto b = m.token_ids.find(std::string_view(mg).substr(sp + 1));
-    auto ab = m.token_ids.find(mg.substr(0, sp) + mg.substr(sp + 1));
-    if (a == m.token_ids.end() || b == m.token_ids.end() || ab == m.token_ids.end()) continue;
-    const uint64_t key =
-        static_cast<uint64_t>(static_cast<uint32_t>(a->second)) << 32 | static_cast<uint32_t>(b->second);
-    m.merges.emplace(key, std::pair{static_cast<int32_t>(r), ab->second});
-  }
+  m.read_merges();
   m.pre = std::make_unique<PreTokenizer>(d.pre);
   m.ignore_merges = m.pre->ignore_merges();
   if (!d.add_bos) m.add_bos = m.pre->add_bos() && d.bos >= 0;
+}
+
+// tokenizer.ggml.merges ("left right", by rank) as (left id, right id) -> (rank, merged id); merges whose parts or
+// result are not tokens can never apply and are left out.
+void Tokenizer::Impl::read_merges() {
+  for (size_t r = 0; r < data.merges.size(); ++r) {
+    const std::string& mg = data.merges[r];
+    const size_t sp = mg.find(' ', 1);
+    if (sp == std::string::npos) bad("merge " + std::to_string(r) + " '" + mg + "' has no space");
+    auto a = token_ids.find(std::string_view(mg).substr(0, sp));
+    auto b = token_ids.find(std::string_view(mg).substr(sp + 1));
+    auto ab = token_ids.find(mg.substr(0, sp) + mg.substr(sp + 1));
+    if (a == token_ids.end() || b == token_ids.end() || ab == token_ids.end()) continue;
+    const uint64_t key =
+        static_cast<uint64_t>(static_cast<uint32_t>(a->second)) << 32 | static_cast<uint32_t>(b->second);
+    merges.emplace(key, std::pair{static_cast<int32_t>(r), ab->second});
+  }
 }
 
 Tokenizer::~Tokenizer() = default;
@@ -432,11 +453,15 @@ void Tokenizer::Impl::encode_bpe_word(std::string_view word, std::vector<int32_t
     sym.push_back({static_cast<uint32_t>(k), 1, idx - 1, idx + 1, id});
   }
   if (sym.empty()) return;
+  merge_bpe(sym);
+  for (int32_t i = 0; i >= 0; i = sym[i].next) out.push_back(sym[i].id);
+}
+
+// Applies the lowest-ranked merge among adjacent symbols (ties: leftmost) until none applies; symbols with id -1
+// (gemma4: a character without a token) never merge. The result is the chain from sym[0] along `next`.
+void Tokenizer::Impl::merge_bpe(std::vector<Symbol>& sym) const {
   sym.back().next = -1;
-  if (sym.size() == 1) {
-    out.push_back(sym[0].id);
-    return;
-  }
+  if (sym.size() == 1) return;
 
   struct Cand {
     int32_t rank, left, right, merged, left_id, right_id;
@@ -444,7 +469,7 @@ void Tokenizer::Impl::encode_bpe_word(std::string_view word, std::vector<int32_t
   auto worse = [](const Cand& a, const Cand& b) { return a.rank != b.rank ? a.rank > b.rank : a.left > b.left; };
   std::priority_queue<Cand, std::vector<Cand>, decltype(worse)> queue(worse);
   auto consider = [&](int32_t l, int32_t r) {
-    if (l < 0 || r < 0) return;
+    if (l < 0 || r < 0 || sym[l].id < 0 || sym[r].id < 0) return;
     const uint64_t key =
         static_cast<uint64_t>(static_cast<uint32_t>(sym[l].id)) << 32 | static_cast<uint32_t>(sym[r].id);
     auto it = merges.find(key);
@@ -465,7 +490,56 @@ void Tokenizer::Impl::encode_bpe_word(std::string_view word, std::vector<int32_t
     consider(l.prev, c.left);
     consider(c.left, l.next);
   }
-  for (int32_t i = 0; i >= 0; i = sym[i].next) out.push_back(sym[i].id);
+}
+
+// Gemma 4 (llama.cpp's LLAMA_VOCAB_PRE_TYPE_GEMMA4): spaces become ▁, the text splits into runs of newlines and runs
+// of everything else, a run of newlines that is a token is that token, and every run is merged from its UTF-8
+// characters.
+void Tokenizer::Impl::encode_gemma4(std::string_view fragment, std::vector<int32_t>& out) const {
+  std::string text;
+  text.reserve(fragment.size() * 2);
+  for (char c : fragment) {
+    if (c == ' ') {
+      text += "\xE2\x96\x81";
+    } else {
+      text += c;
+    }
+  }
+  const std::string_view tv(text);
+  for (size_t start = 0; start < tv.size();) {
+    const bool newlines = tv[start] == '\n';
+    size_t end = start;
+    while (end < tv.size() && (tv[end] == '\n') == newlines) ++end;
+    const std::string_view word = tv.substr(start, end - start);
+    auto it = newlines ? token_ids.find(word) : token_ids.end();
+    if (it != token_ids.end()) {
+      out.push_back(it->second);
+    } else {
+      encode_gemma4_word(word, out);
+    }
+    start = end;
+  }
+}
+
+void Tokenizer::Impl::encode_gemma4_word(std::string_view word, std::vector<int32_t>& out) const {
+  std::vector<Symbol> sym;
+  for (size_t k = 0; k < word.size();) {
+    const uint32_t len = utf8::next(word, k).len;
+    const auto idx = static_cast<int32_t>(sym.size());
+    auto it = token_ids.find(word.substr(k, len));
+    const int32_t id = it != token_ids.end() ? it->second : -1;
+    sym.push_back({static_cast<uint32_t>(k), len, idx - 1, idx + 1, id});
+    k += len;
+  }
+  if (sym.empty()) return;
+  merge_bpe(sym);
+  for (int32_t i = 0; i >= 0; i = sym[i].next) {
+    if (sym[i].id >= 0) {
+      out.push_back(sym[i].id);
+    } else {
+      for (size_t k = 0; k < sym[i].len; ++k) out.push_back(byte_tokens[static_cast<uint8_t>(word[sym[i].start + k])]);
+    }
+  }
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, bool parse_special,
@@ -486,6 +560,8 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, 
     }
     if (m.spm) {
       m.encode_spm(frag, m.data.add_space_prefix && after_special, out);
+    } else if (m.gemma4) {
+      m.encode_gemma4(frag, out);
     } else {
       words.clear();
       m.pre->split(frag, words);

@@ -1,5 +1,6 @@
-// Exact tokenizers built from GGUF-style vocabulary metadata: SentencePiece BPE ("llama") and byte-level BPE
-// ("gpt2"), plus a streaming decoder that only ever hands out whole UTF-8 characters.
+// Exact tokenizers built from GGUF-style vocabulary metadata: SentencePiece BPE ("llama"), byte-level BPE ("gpt2")
+// and Gemma 4's BPE over UTF-8 characters with ▁ for spaces ("gemma4"), plus a streaming decoder that only ever
+// hands out whole UTF-8 characters.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -23,12 +24,12 @@ enum TokenType : int32_t {
 
 // Everything a tokenizer is built from; mirrors the GGUF tokenizer.ggml.* keys one field each.
 struct TokenizerData {
-  std::string model;                // tokenizer.ggml.model: "llama" (SentencePiece BPE) or "gpt2" (byte-level BPE)
+  std::string model;                // tokenizer.ggml.model: "llama" (SentencePiece BPE), "gpt2" (byte-level BPE), "gemma4"
   std::string pre;                  // tokenizer.ggml.pre (byte-level BPE): llama.cpp's names, "gpt-2", "llama-bpe", ...
   std::vector<std::string> tokens;  // tokenizer.ggml.tokens
   std::vector<float> scores;        // tokenizer.ggml.scores (SentencePiece; may be empty for gpt2)
   std::vector<int32_t> token_types;                // tokenizer.ggml.token_type (TokenType; empty: all normal)
-  std::vector<std::string> merges;                 // tokenizer.ggml.merges, "left right", highest priority first (gpt2)
+  std::vector<std::string> merges;                 // tokenizer.ggml.merges, "left right", highest priority first (gpt2, gemma4)
   int32_t bos = -1, eos = -1, unk = -1, pad = -1;  // tokenizer.ggml.{bos,eos,unknown,padding}_token_id
   std::optional<bool> add_bos;   // tokenizer.ggml.add_bos_token; absent: true for llama, gpt2 as its pre says
   bool add_eos = false;          // tokenizer.ggml.add_eos_token

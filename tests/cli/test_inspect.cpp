@@ -77,6 +77,18 @@ TEST(CliInspect, RealGemmaFile) {
 namespace wgllm {
 namespace {
 
+// A Gemma 4 file: its local heads, KV heads per layer, the layers reading another's KV cache, per-layer embeddings.
+TEST(CliInspect, Gemma4Layout) {
+  const CliResult r = run_cli("inspect " + std::string(WGLLM_SOURCE_DIR) + "/tests/data/models/gemma4-tiny-f32.gguf");
+  EXPECT_EQ(r.status, 0) << r.err;
+  for (const char* line : {"  n_head         4 (kv 2, head_dim 32)\n", "  layers         LLALLA (",
+                           "  local heads    head_dim 16, rope dims 16 (the global layers': above)\n",
+                           "  kv heads       2,2,2,2,2,2 (per layer)\n", "  ffn            48,48,48,96,96,96 (per layer)\n",
+                           "  shared kv      3 <- 1, 4 <- 1, 5 <- 2 (layer <- the layer whose KV cache it reads)\n",
+                           "  per-layer emb  16 per token and layer\n"})
+    EXPECT_NE(r.out.find(line), std::string::npos) << line << " in\n" << r.out;
+}
+
 // -m FILE, as every other command takes the model, shows the same as the positional FILE; neither is an error.
 TEST(CliInspect, TakesDashMLikeTheOtherCommands) {
   const std::string file = std::string(WGLLM_SOURCE_DIR) + "/models/default/shakespeare-tiny.gguf";

@@ -62,6 +62,11 @@ std::vector<OracleModel> oracle_models() {
       {"gpt_oss_tiny_f32", [] { return std::optional(test::model_path("gpt-oss-tiny-f32")); }, 0.5},
       // and a random Qwen 3.5 (gated DeltaNet layers among gated attention layers; a key head per two value heads)
       {"qwen35_tiny_f32", [] { return std::optional(test::model_path("qwen35-tiny-f32")); }, 0.5},
+      // and random Gemma 4s (per-layer embeddings, KV shared by the last layers, v = k on the global layers)
+      {"gemma4_tiny_f32", [] { return std::optional(test::model_path("gemma4-tiny-f32")); }, 0.5},
+      {"gemma4_tiny_kv_f32", [] { return std::optional(test::model_path("gemma4-tiny-kv-f32")); }, 0.5},
+      // and make_model.py's Gemma 4 with the released models' global heads of 512
+      {"gemma4_h512_f32", [] { return std::optional(test::model_path("gemma4-h512-f32")); }, 0.5},
   };
 }
 

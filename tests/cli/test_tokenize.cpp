@@ -81,7 +81,7 @@ TEST(TokenizeCli, ErrorsAreOneLine) {
   if (!src) return;
   r = run_cli("tokenize -m " + *src + "/models/ggml-vocab-bert-bge.gguf -p x");
   EXPECT_EQ(r.status, 1);
-  EXPECT_NE(r.err.find("tokenizer.ggml.model 'bert' is not supported (supported: llama, gpt2)"), std::string::npos)
+  EXPECT_NE(r.err.find("tokenizer.ggml.model 'bert' is not supported (supported: llama, gpt2, gemma4)"), std::string::npos)
       << r.err;
 }
 

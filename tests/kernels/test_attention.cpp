@@ -143,6 +143,8 @@ const Case kCases[] = {
     {"gqa4_d80_q75_start7", 4, 1, 80, 75, 7},
     {"gqa2_d96_q33_start100", 4, 2, 96, 33, 100},
     {"gqa2_d256_q20_start13", 2, 1, 256, 20, 13},
+    {"gqa4_d512_q20_start13", 4, 1, 512, 20, 13},  // Gemma 4's global heads
+    {"mha_d512_q70_start100", 2, 2, 512, 70, 100, F32, 128},
     {"mha_d32_q1000", 2, 2, 32, 1000, 0},
     {"q1_start0", 4, 2, 64, 1, 0},
     {"f32_gqa4_d64_q75", 8, 2, 64, 75, 5, F32},
@@ -155,6 +157,7 @@ const Case kCases[] = {
     {"baseline_f32_d80_q33", 4, 4, 80, 33, 20, F32, 0, Baseline},
     {"baseline_paged_d128_q20", 4, 2, 128, 20, 150, F16, 128, Baseline},
     {"baseline_d6_q5", 2, 1, 6, 5, 3, F16, 0, Baseline},
+    {"baseline_gqa2_d512_q9_start300", 4, 2, 512, 9, 300, F16, 128, Baseline},
     {"baseline_split_qbase", 4, 2, 32, 30, 5, F16, 0, Baseline, Kind::Prefill, 7},
     {"rpt2_gqa4_d128_q75_start9", 8, 2, 128, 75, 9, F16, 0, Tiled, Kind::Prefill, 0, 1, 0, 2},
     {"rpt2_paged_gqa8_d64_q130_start200", 8, 1, 64, 130, 200, F16, 128, Tiled, Kind::Prefill, 0, 1, 0, 2},
@@ -164,6 +167,8 @@ const Case kCases[] = {
     {"decode_autosplit_paged_d64_start3000", 8, 1, 64, 1, 3000, F16, 128, Tiled, Decode, 0, 0},
     {"decode_split5_f32_d80_q3_start500", 4, 2, 80, 3, 500, F32, 0, Tiled, Decode, 0, 5},
     {"decode_split3_d256_start300", 2, 2, 256, 1, 300, F16, 128, Tiled, Decode, 0, 3},
+    {"decode_split5_gqa4_d512_start600", 4, 1, 512, 1, 600, F16, 128, Tiled, Decode, 0, 5},
+    {"decode_split150_d512_start9000", 2, 1, 512, 1, 9000, F16, 0, Tiled, Decode, 0, 150},
     {"decode_start0", 4, 4, 32, 1, 0, F16, 0, Tiled, Decode, 0, 4},
     {"decode_more_splits_than_keys", 4, 4, 32, 1, 100, F16, 0, Tiled, Decode, 0, 9},
     // more splits than the reduce has threads (a strided walk), the last ones empty; head_dim 96: 64 / 24 slices
@@ -198,6 +203,7 @@ const Case kWindowCases[] = {
     sw({"swa50_decode_split5_f32_d80_q3_start500", 4, 2, 80, 3, 500, F32, 0, Tiled, Decode, 0, 5}, 50),
     sw({"swa1_decode_d64_start700", 4, 2, 64, 1, 700, F16, 0, Tiled, Decode, 0, 0}, 1),
     sw({"swa512_decode_split3_d256_start700", 4, 1, 256, 1, 700, F16, 128, Tiled, Decode, 0, 3}, 512),
+    sw({"swa300_gqa2_d512_q40_start500", 4, 2, 512, 40, 500, F16, 128}, 300),
     sw({"swa_covers_all_decode_d64_start300", 4, 2, 64, 1, 300, F16, 0, Tiled, Decode, 0, 3}, 301),
 };
 
@@ -408,7 +414,7 @@ TEST(Attention, NoSubgroupsFallsBackToBaseline) {
 
 TEST(Attention, TilesFitTheAdapter) {
   const auto& lim = context().limits();
-  for (uint32_t d : {4u, 8u, 32u, 64u, 80u, 96u, 128u, 256u, 36u}) {
+  for (uint32_t d : {4u, 8u, 32u, 64u, 80u, 96u, 128u, 256u, 36u, 512u}) {
     auto t = kernels::attention_tiles(d, lim);
     EXPECT_EQ(4 * t.dv * t.tpr, d) << d;
     EXPECT_EQ(t.wg, t.bq / t.rpt * t.tpr) << d;
@@ -460,7 +466,7 @@ TEST(Attention, BadParametersThrowNamingTheField) {
       {"n_kv_heads", with([](auto& s) { s.n_kv_heads = 0; }), &q, &out},
       {"multiple of n_kv_heads", with([](auto& s) { s.n_heads = 3; }), &q, &out},
       {"head_dim", with([](auto& s) {
-         s.head_dim = 512;
+         s.head_dim = 2 * kernels::kAttentionMaxHeadDim;
          s.n_kv_heads = 1;
          s.n_heads = 1;
        }),

@@ -124,6 +124,8 @@ const DecodeCase kCases[] = {
     {"gqa8_d128_depth383", 8, 1, 128, 383},
     {"gqa2_d256_depth1000", 4, 2, 256, 1000},
     {"gqa8_d256_depth300", 8, 1, 256, 300},
+    {"gqa8_d512_depth300", 8, 1, 512, 300},  // Gemma 4's global heads
+    {"gqa2_d512_depth1000_split7", 4, 2, 512, 1000, 128, 7},
     // groups the grouped kernel serves in parts or whole at odd sizes: 7 (Qwen2.5-0.5B), 16 (two blocks of 8), 6
     {"gqa7_d64_depth700", 14, 2, 64, 700},
     {"gqa16_d64_depth200", 16, 1, 64, 200},

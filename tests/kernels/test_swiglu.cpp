@@ -94,16 +94,55 @@ TEST(Swiglu, SigmoidGateMatchesCpuReference) {
   }
 }
 
+// up read in rows (UpRows): one slice of width floats out of each row of stride (gemma4's per-layer inputs, a
+// layer's slice of every token's row), against the reference on the gathered slices; the rest of up is never read.
+TEST(Swiglu, StridedUpMatchesCpuReference) {
+  auto& ctx = context();
+  struct Case {
+    uint32_t rows, width, stride, offset;
+  };
+  for (const Case& c : {Case{1, 16, 16, 0}, Case{7, 16, 96, 80}, Case{33, 256, 256 * 35, 256 * 17}, Case{5, 3, 11, 4}}) {
+    auto gen = rng(c.rows * 131 + c.offset);
+    const uint32_t n = c.rows * c.width;
+    const auto gate = random_floats(n, gen, -8.f, 8.f);
+    const auto up_all = random_floats(size_t(c.rows) * c.stride, gen, -2.f, 2.f);
+    std::vector<float> up(n);
+    for (uint32_t r = 0; r < c.rows; ++r)
+      for (uint32_t i = 0; i < c.width; ++i) up[size_t(r) * c.width + i] = up_all[size_t(r) * c.stride + c.offset + i];
+    auto g = ctx.upload<float>(gate, WGPUBufferUsage_Storage, "gate");
+    auto u = ctx.upload<float>(up_all, WGPUBufferUsage_Storage, "up");
+    auto out = poisoned(ctx, n, "out");
+    gpu::ComputeBatch batch(ctx);
+    kernels::encode_swiglu(batch, ctx, g, u, out, n, kernels::GateAct::GeluTanh,
+                           {.width = c.width, .stride = c.stride, .offset = c.offset});
+    batch.submit_and_wait();
+    const auto r = compare(ctx.read<float>(out), cpu::geglu(gate, up));
+    EXPECT_LE(r.rel_l2, 1e-6) << c.rows << " rows of " << c.width << " at " << c.offset << " of " << c.stride << ": "
+                              << r.describe();
+  }
+}
+
 TEST(Swiglu, BadArgumentsThrowNamingTheField) {
   auto& ctx = context();
   auto buf = ctx.create_buffer(4096 * 4, WGPUBufferUsage_Storage, "buf");
   auto other = ctx.create_buffer(4096 * 4, WGPUBufferUsage_Storage, "other");
+  auto third = ctx.create_buffer(4096 * 4, WGPUBufferUsage_Storage, "third");
   auto small = ctx.create_buffer(16, WGPUBufferUsage_Storage, "small");
   gpu::ComputeBatch batch(ctx);
   expect_throw([&] { kernels::encode_swiglu(batch, ctx, buf, other, buf, 16); }, "out must differ");
   expect_throw([&] { kernels::encode_swiglu(batch, ctx, small, other, buf, 16); }, "gate holds");
   expect_throw([&] { kernels::encode_swiglu(batch, ctx, buf, other, small, 16); }, "out holds");
   expect_throw([&] { kernels::encode_swiglu(batch, ctx, buf, other, small, 0); }, "n must");
+  const kernels::GateAct gelu = kernels::GateAct::GeluTanh;
+  expect_throw([&] { kernels::encode_swiglu(batch, ctx, buf, other, buf, 16, gelu, {.width = 3, .stride = 8}); },
+               "not a multiple of up_rows.width");
+  expect_throw(
+      [&] { kernels::encode_swiglu(batch, ctx, buf, other, buf, 16, gelu, {.width = 8, .stride = 8, .offset = 1}); },
+      "exceeds up_rows.stride");
+  // 16 rows of 8 at 1024 apart reach past the 4096 floats of up
+  expect_throw(
+      [&] { kernels::encode_swiglu(batch, ctx, other, buf, third, 128, gelu, {.width = 8, .stride = 1024}); },
+      "up holds");
 }
 
 }  // namespace

@@ -195,6 +195,68 @@ TEST(ConfigFromGguf, ExplicitKeyLength) {
   EXPECT_EQ(config_of(g).head_dim, 4u);
 }
 
+TEST(ConfigFromGguf, Gemma4AsLlamaCppReadsIt) {
+  const auto c = config_of(tiny_gemma4());
+  EXPECT_EQ(c.arch, Arch::Gemma4);
+  EXPECT_EQ(c.layer_pattern(), "LALA");
+  EXPECT_EQ(c.attn_scale, 1.f);
+  EXPECT_FLOAT_EQ(c.embd_scale, 4.f);
+  EXPECT_TRUE(c.qk_norm && c.v_norm && c.post_norms && c.layer_out_scale && c.has_rope_freqs_tensor);
+  EXPECT_EQ(c.ffn_act, FfnAct::GeluTanh);
+  EXPECT_EQ(c.final_logit_softcap, 30.f);
+  EXPECT_EQ(c.n_embd_per_layer, 4u);
+  for (uint32_t l = 0; l < 4; ++l) {
+    SCOPED_TRACE("layer " + std::to_string(l));
+    const bool local = l % 2 == 0;
+    EXPECT_EQ(c.head_dim_at(l), local ? 4u : 8u);
+    EXPECT_EQ(c.rope_dim_at(l), local ? 4u : 8u);
+    EXPECT_EQ(c.n_head_kv_at(l), local ? 2u : 1u);
+    EXPECT_EQ(c.q_dim_at(l), local ? 16u : 32u);
+    EXPECT_EQ(c.kv_dim_at(l), 8u);  // 2 heads of 4, 1 of 8
+    EXPECT_EQ(c.n_ff_at(l), l < 2 ? 32u : 64u);
+    EXPECT_EQ(c.kv_source(l), l % 2);  // 2 -> 0 (local), 3 -> 1 (global)
+    EXPECT_EQ(c.v_from_k(l), l == 1);
+  }
+  EXPECT_EQ(c.max_q_dim(), 32u);
+  EXPECT_EQ(c.max_n_ff(), 64u);
+}
+
+TEST(ConfigFromGguf, Gemma4ErrorsNameTheKeyOrTensor) {
+  using ::testing::HasSubstr;
+  auto g = tiny_gemma4();
+  g.set("gemma4.expert_count", GVal::u32(8));
+  EXPECT_THAT(config_error(g), HasSubstr("Gemma 4's mixture-of-experts layers are not supported"));
+  g = tiny_gemma4();
+  g.set("gemma4.attention.shared_kv_layers", GVal::u32(3));  // layer 1 (global) would share: no global before it
+  EXPECT_THAT(config_error(g), HasSubstr("layer 1 (global) has no earlier layer of its kind"));
+  g = tiny_gemma4();
+  g.set("gemma4.attention.shared_kv_layers", GVal::u32(4));
+  EXPECT_THAT(config_error(g), HasSubstr("leaves no layer of the 4 its own KV cache"));
+  g = tiny_gemma4();
+  g.set("gemma4.attention.head_count_kv", GVal::array(4, {GVal::u32(2), GVal::u32(1)}));
+  EXPECT_THAT(config_error(g), HasSubstr("'gemma4.attention.head_count_kv': expected an array of 4 integers"));
+  g = tiny_gemma4();
+  g.set("gemma4.attention.head_count_kv", GVal::array(4, {GVal::u32(2), GVal::u32(3), GVal::u32(2), GVal::u32(3)}));
+  EXPECT_THAT(config_error(g), HasSubstr("layer 1: attention.head_count 4 is not a multiple of"));
+  g = tiny_gemma4();
+  g.without("gemma4.attention.key_length_swa");
+  EXPECT_THAT(config_error(g), HasSubstr("gemma4.attention.key_length_swa"));
+  g = tiny_gemma4();
+  g.set("gemma4.rope.dimension_count_swa", GVal::u32(6));
+  EXPECT_THAT(config_error(g), HasSubstr("rope.dimension_count_swa' = 6"));
+  EXPECT_THAT(config_error(tiny_gemma4().without_tensor("blk.3.inp_gate.weight")), HasSubstr("blk.3.inp_gate.weight"));
+  EXPECT_THAT(config_error(tiny_gemma4().without_tensor("rope_freqs.weight")),
+              HasSubstr("tensor 'rope_freqs.weight' is missing"));
+  EXPECT_THAT(config_error(tiny_gemma4().without_tensor("per_layer_model_proj.weight")),
+              HasSubstr("per_layer_model_proj.weight"));
+  g = tiny_gemma4();
+  g.without_tensor("blk.2.ffn_up.weight").tensor("blk.2.ffn_up.weight", {16, 32});  // the double width expected
+  EXPECT_THAT(config_error(g), HasSubstr("blk.2.ffn_up.weight"));
+  g = tiny_gemma4();
+  g.without_tensor("blk.1.attn_q.weight").tensor("blk.1.attn_q.weight", {16, 16});  // local width on a global layer
+  EXPECT_THAT(config_error(g), HasSubstr("blk.1.attn_q.weight"));
+}
+
 struct ConfigCase {
   const char* name;
   std::function<void(GgufBuilder&)> edit;
@@ -205,7 +267,7 @@ TEST(ConfigErrors, EveryCaseGivesItsError) {
   const std::vector<ConfigCase> cases = {
       {"unknown architecture", [](GgufBuilder& g) { g.set("general.architecture", GVal::str("gpt2")); },
        "architecture 'gpt2' is not supported (supported: llama, qwen2, qwen3, qwen3moe, gemma3, lfm2, lfm2moe, "
-       "gpt-oss, qwen35)"},
+       "gpt-oss, qwen35, gemma4)"},
       {"no architecture", [](GgufBuilder& g) { g.without("general.architecture"); },
        "key 'general.architecture' is missing"},
       {"missing block_count", [](GgufBuilder& g) { g.without("llama.block_count"); },

@@ -72,7 +72,7 @@ TEST(LlamaCppLoads, MakeModelTokenizersAndArchitectures) {
   std::filesystem::create_directories(dir);
   const std::string python = std::string(WGLLM_SOURCE_DIR) + "/.venv/bin/python";
   if (!std::filesystem::exists(python)) GTEST_SKIP() << "the tools' venv is absent: " << python;
-  for (const char* arch : {"llama", "qwen2", "qwen3", "lfm2"}) {
+  for (const char* arch : {"llama", "qwen2", "qwen3", "lfm2", "gemma4"}) {
     for (const char* tok : {"bpe", "spm", "synthetic"}) {
       const std::string out = dir + "/" + arch + "-" + tok + ".gguf";
       const Outcome made = run(python + " " + WGLLM_SOURCE_DIR + "/tools/make_model.py --arch " + arch +

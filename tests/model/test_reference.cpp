@@ -87,7 +87,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, CpuForwardRef,
                                            "lfm2-tiny-mha-f32", "qwen3moe-tiny-f32", "qwen3moe-tiny-k4-f32",
                                            "qwen3moe-tiny-k1-f32", "lfm2moe-tiny-f32", "lfm2moe-tiny-k4-f32",
                                            "gpt-oss-tiny-f32", "gpt-oss-tiny-k4-f32", "qwen35-tiny-f32",
-                                           "qwen35-tiny-k32-f32"),
+                                           "qwen35-tiny-k32-f32", "gemma4-tiny-f32", "gemma4-tiny-kv-f32"),
                          [](const auto& info) {
                            std::string s = info.param;
                            std::replace(s.begin(), s.end(), '-', '_');
@@ -214,7 +214,8 @@ INSTANTIATE_TEST_SUITE_P(Models, CpuForwardCache,
                                            "llama-rope3-tied-f32", "llama-rope3-tied-q8_0", "llama-rope3-tied-q4_0",
                                            "qwen2-tied-f32", "qwen2-tied-q8_0", "llama-spm-f32", "gemma3-tiny-f32",
                                            "lfm2-tiny-f32", "lfm2-tiny-l4-f32", "qwen3moe-tiny-k4-f32",
-                                           "lfm2moe-tiny-f32", "gpt-oss-tiny-f32", "qwen35-tiny-f32"),
+                                           "lfm2moe-tiny-f32", "gpt-oss-tiny-f32", "qwen35-tiny-f32",
+                                           "gemma4-tiny-f32", "gemma4-tiny-kv-f32"),
                          [](const auto& info) { return case_name(info.param); });
 
 // truncate(n) leaves what feeding the first n tokens gives: the logits of a continuation match a fresh session's

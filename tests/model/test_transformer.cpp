@@ -16,6 +16,8 @@
 #include <vector>
 
 #include "gguf/file.h"
+#include "gguf_builder.h"
+#include "kernels/attention.h"
 #include "model/config.h"
 #include "model/reference.h"
 #include "model/transformer.h"
@@ -59,7 +61,7 @@ std::vector<GpuCase> gpu_cases() {
         "qwen3moe-tiny-k4-f32", "qwen3moe-q8_0", "qwen3moe-mixed", "qwen3moe-mxfp4", "lfm2moe-tiny-f32",
         "lfm2moe-tiny-k4-f32", "lfm2moe-q8_0", "gpt-oss-tiny-f32", "gpt-oss-tiny-k4-f32", "gpt-oss-q8_0",
         "gpt-oss-mxfp4", "qwen35-tiny-f32", "qwen35-tiny-k32-f32", "qwen35-q8_0", "qwen35-q4_0",
-        "qwen35-mixed"})
+        "qwen35-mixed", "gemma4-tiny-f32", "gemma4-tiny-kv-f32", "gemma4-h512-f32"})
     models.push_back(m);
   std::vector<GpuCase> out;
   for (const std::string& m : models) {
@@ -103,10 +105,13 @@ TEST_P(GpuForward, MatchesCpuReference) {
   const bool mixed = tc.model == "qwen2-mixed", experts_mixed = tc.model == "qwen3moe-mixed";
   for (uint32_t l = 0; l < gm.config.n_layer; ++l) {
     const GpuLayer& L = gm.weights.layers[l];
-    EXPECT_EQ(L.wqkv.empty(), mixed || !gm.config.is_attention(l));  // convolution, DeltaNet layers: their own
+    const bool q_alone = !gm.config.owns_kv(l);  // gemma4: a layer attending over another's cache has wq alone
+    // convolution and DeltaNet layers have their own in-projections instead
+    EXPECT_EQ(L.wqkv.empty(), mixed || !gm.config.is_attention(l) || q_alone);
     EXPECT_EQ(L.wqk.empty(), !mixed);
     EXPECT_EQ(L.wv.empty(), !mixed);
-    EXPECT_TRUE(L.wq.empty() && L.wk.empty());
+    EXPECT_EQ(L.wq.empty(), !q_alone);
+    EXPECT_TRUE(L.wk.empty());
     EXPECT_EQ(L.in_proj.empty(), !gm.config.is_conv(l));
     const bool delta_split = tc.model == "qwen35-mixed" && (l == 0 || l == 2);  // its layers 0 and 2 (above)
     EXPECT_EQ(L.ssm_in.empty(), !gm.config.is_delta(l) || delta_split);
@@ -321,6 +326,34 @@ TEST(GpuForwardApi, OverflowingMxfp4WeightIsRefused) {
   }
 }
 
+// Heads wider than the attention kernels take (512, Gemma 4's global heads): the GPU load refuses such a file naming
+// the layer and the width before it uploads anything; the CPU reference runs it.
+TEST(GpuForwardApi, HeadsWiderThanTheAttentionKernelsAreRefused) {
+  const GgufFile f = GgufFile::from_bytes(test::tiny_gemma4(2 * kernels::kAttentionMaxHeadDim).build(), "wide heads");
+  int progress_calls = 0;
+  try {
+    load_gpu_model(test::context(), f, config_from_gguf(f), [&](uint64_t, uint64_t) { ++progress_calls; });
+    ADD_FAILURE() << "loaded heads of 1024 dims";
+  } catch (const ModelError& e) {
+    EXPECT_NE(std::string(e.what()).find("wide heads: layer 1 has heads of 1024 dims; the GPU attention takes at "
+                                         "most 512"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(progress_calls, 0);
+  const cpu::CpuModel cm = cpu::load_cpu_model(f);
+  cpu::CpuSession cs(cm, 16);
+  const std::vector<int32_t> prompt{1, 2, 3};
+  EXPECT_EQ(cs.forward(prompt).size(), cm.config.n_vocab);
+  // the same file with global heads of 512 loads
+  const GgufFile ok = GgufFile::from_bytes(test::tiny_gemma4(kernels::kAttentionMaxHeadDim).build(), "512");
+  try {
+    (void)load_gpu_model(test::context(), ok);
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << e.what();
+  }
+}
+
 TEST_P(DecodeGreedy, MatchesFeedingAndStopsCleanly) {
   const int32_t on_gpu = GetParam();
   const GgufFile f = GgufFile::open(test::model_path("llama-f32"));
@@ -445,7 +478,7 @@ TEST_P(GpuTruncate, ContinuesAsTheKeptTokensGive) {
 INSTANTIATE_TEST_SUITE_P(Models, GpuTruncate,
                          ::testing::Values("lfm2-tiny-f32", "lfm2-tiny-l4-f32", "llama-f32", "gemma3-tiny-f32",
                                            "qwen3moe-tiny-k4-f32", "lfm2moe-tiny-f32", "gpt-oss-tiny-f32",
-                                           "qwen35-tiny-f32"),
+                                           "qwen35-tiny-f32", "gemma4-tiny-f32", "gemma4-tiny-kv-f32"),
                          [](const auto& info) {
                            std::string s = info.param;
                            std::replace(s.begin(), s.end(), '-', '_');
@@ -496,7 +529,8 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, GpuForwardRef,
                                            "qwen2-tied-f32", "gemma3-tiny-f32", "lfm2-tiny-f32", "lfm2-tiny-l4-f32",
                                            "lfm2-tiny-mha-f32", "qwen3moe-tiny-f32", "qwen3moe-tiny-k4-f32",
                                            "qwen3moe-tiny-k1-f32", "lfm2moe-tiny-f32", "gpt-oss-tiny-f32",
-                                           "gpt-oss-tiny-k4-f32", "qwen35-tiny-f32", "qwen35-tiny-k32-f32"),
+                                           "gpt-oss-tiny-k4-f32", "qwen35-tiny-f32", "qwen35-tiny-k32-f32",
+                                           "gemma4-tiny-f32", "gemma4-tiny-kv-f32"),
                          // lfm2moe-tiny-k4-f32 is left out: with the f16 cache its logits land 1.1e-3 from
                          // transformers' (its sigmoid router's top 4 of 16 sit close), past this test's 1e-3; its
                          // CPU forward matches transformers and the GPU's matches the CPU's (GpuForward)

@@ -1,7 +1,7 @@
 // The real vocabularies of llama.cpp's tokenizer test set (models/ggml-vocab-*.gguf in its source, each with .inp
-// test strings and the .out ids HF tokenizers give them): every SentencePiece and byte-level BPE one loads through
-// the public Vocab (metadata only: these files hold no tensors) and tokenizes every string to the same ids, read as
-// llama.cpp's test-tokenizer-0 reads them (no special tokens added, none parsed).
+// test strings and the .out ids HF tokenizers give them): every SentencePiece, byte-level BPE and gemma4 one loads
+// through the public Vocab (metadata only: these files hold no tensors) and tokenizes every string to the same ids,
+// read as llama.cpp's test-tokenizer-0 reads them (no special tokens added, none parsed).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -76,10 +76,29 @@ TEST_P(LlamaCppVocab, TokenizesEveryTestStringAsHfTokenizers) {
   EXPECT_EQ(mismatches, 0u) << "of " << cases.size() << " strings";
 }
 
+// Gemma 4's ids decode back to every test string (▁ to spaces, <0xXX> byte tokens to their bytes), and with BOS
+// (llama.cpp adds it for gemma4 whatever the file says) encode(add_special) is BOS then the same ids.
+TEST(LlamaCppVocabGemma4, DecodesEveryTestStringBack) {
+  const auto src = test::llamacpp_src();
+  WGLLM_REQUIRE_EXTERNAL(src, "the llama.cpp source");
+  const std::string base = *src + "/models/ggml-vocab-gemma-4.gguf";
+  const Vocab vocab = Vocab::load(base);
+  ASSERT_TRUE(vocab.add_bos());
+  size_t checked = 0;
+  for (const VocabCase& c : read_cases(base)) {
+    EXPECT_EQ(vocab.decode(c.ids), c.text) << "'" << show(c.text) << "'";
+    std::vector<int32_t> with_bos{vocab.bos()};
+    with_bos.insert(with_bos.end(), c.ids.begin(), c.ids.end());
+    EXPECT_EQ(vocab.encode(c.text, true, false), with_bos) << "'" << show(c.text) << "'";
+    ++checked;
+  }
+  EXPECT_GE(checked, 20u);
+}
+
 INSTANTIATE_TEST_SUITE_P(Vocabs, LlamaCppVocab,
                          ::testing::Values("llama-spm", "llama-bpe", "phi-3", "qwen2", "qwen35", "gpt-2", "mpt",
                                            "starcoder", "refact", "command-r", "deepseek-llm", "deepseek-coder",
-                                           "falcon"),
+                                           "falcon", "gemma-4"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (char& c : n)

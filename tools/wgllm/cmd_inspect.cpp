@@ -62,6 +62,22 @@ void print_config(const GgufHyperParameters& c) {
   if (c.delta_v_heads)
     std::printf("  deltanet       %u key heads x %u, %u value heads x %u (a %ux%u state each), conv taps %u\n",
                 c.delta_k_heads, c.delta_dk, c.delta_v_heads, c.delta_dv, c.delta_dk, c.delta_dv, c.delta_taps);
+  if (c.head_dim_swa)
+    std::printf("  local heads    head_dim %u, rope dims %u (the global layers': above)\n", c.head_dim_swa,
+                c.rope_dim_swa);
+  auto per_layer = [](const std::vector<uint32_t>& v) {
+    std::string s;
+    for (size_t l = 0; l < v.size(); ++l) s += (l ? "," : "") + std::to_string(v[l]);
+    return s;
+  };
+  if (!c.layer_n_head_kv.empty()) std::printf("  kv heads       %s (per layer)\n", per_layer(c.layer_n_head_kv).c_str());
+  if (!c.layer_n_ff.empty()) std::printf("  ffn            %s (per layer)\n", per_layer(c.layer_n_ff).c_str());
+  std::string shared;
+  for (size_t l = 0; l < c.layer_kv_source.size(); ++l)
+    if (c.layer_kv_source[l] != l)
+      shared += (shared.empty() ? "" : ", ") + std::to_string(l) + " <- " + std::to_string(c.layer_kv_source[l]);
+  if (!shared.empty()) std::printf("  shared kv      %s (layer <- the layer whose KV cache it reads)\n", shared.c_str());
+  if (c.n_embd_per_layer) std::printf("  per-layer emb  %u per token and layer\n", c.n_embd_per_layer);
 }
 
 void print_tokenizer(const GgufTokenizerSummary& t) {

@@ -28,6 +28,7 @@ extern const LayerProgram kGemma3Layers;  // arch/gemma3.cpp
 extern const LayerProgram kLfm2Layers;    // arch/lfm2.cpp: lfm2, lfm2moe
 extern const LayerProgram kGptOssLayers;  // arch/gpt_oss.cpp
 extern const LayerProgram kQwen35Layers;  // arch/qwen35.cpp
+extern const LayerProgram kGemma4Layers;  // arch/gemma4.cpp
 
 inline const LayerProgram& layer_program(Arch arch) {
   switch (arch) {
@@ -40,6 +41,7 @@ inline const LayerProgram& layer_program(Arch arch) {
     case Arch::Lfm2Moe: return kLfm2Layers;
     case Arch::GptOss: return kGptOssLayers;
     case Arch::Qwen35: return kQwen35Layers;
+    case Arch::Gemma4: return kGemma4Layers;
   }
   throw ModelError("no layer program for architecture " + std::to_string(int(arch)));
 }
