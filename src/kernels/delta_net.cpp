@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <bit>
+#include <initializer_list>
 #include <string>
+#include <vector>
 
 #include "kernels/check.h"
 
@@ -44,6 +46,38 @@ void check_shape(const char* fn, const DeltaShape& s) {
                  std::to_string(kDeltaMaxHeadDim) + "]");
   if ((uint64_t(s.row) + s.n_tokens) * (uint64_t(s.channels()) + uint64_t(s.v_heads) * s.dv) > UINT32_MAX)
     fail(fn, "index space exceeds 2^32-1");
+}
+
+// The delta rule's inputs and outputs for rows row .. row + n_tokens - 1, checked (delta_rule, delta_step; `inputs`
+// are the kernel's other read buffers, which state_out and o must not be), and their bindings 6-11 appended to b.
+void rule_io(const char* fn, const gpu::Context& ctx, const DeltaShape& s, const DeltaGates& gates,
+             const gpu::Buffer& consts, const gpu::Buffer& state, const gpu::Buffer& state_out, const gpu::Buffer& o,
+             std::initializer_list<const gpu::Buffer*> inputs, std::vector<gpu::BufferBinding>& b) {
+  if (!gates.alpha || !gates.beta) fail(fn, "alpha and beta are required");
+  const uint64_t H = s.v_heads, rows = uint64_t(s.row) + s.n_tokens;
+  if (gates.stride < H || uint64_t(gates.beta_offset) + H > gates.stride)
+    fail(fn, "gates: stride " + std::to_string(gates.stride) + " and beta_offset " + std::to_string(gates.beta_offset) +
+                 " do not hold " + std::to_string(H) + " heads");
+  const uint64_t ab = rows * gates.stride * 4, state_bytes = H * s.dk * s.dv * 4, o_bytes = rows * H * s.dv * 4;
+  need(fn, "alpha", *gates.alpha, ab, ctx);
+  need(fn, "beta", *gates.beta, ab, ctx);
+  need(fn, "consts", consts, 2 * H * 4, ctx);
+  need(fn, "state", state, state_bytes, ctx);
+  need(fn, "state_out", state_out, state_bytes, ctx);
+  need(fn, "o", o, o_bytes, ctx);
+  for (const gpu::Buffer* in : {gates.alpha, gates.beta, &consts, &state})
+    if (in->get() == state_out.get() || in->get() == o.get())
+      fail(fn, "state_out and o must differ from the inputs (state included)");
+  for (const gpu::Buffer* in : inputs)
+    if (in->get() == state_out.get() || in->get() == o.get())
+      fail(fn, "state_out and o must differ from the inputs (state included)");
+  if (state_out.get() == o.get()) fail(fn, "state_out and o must be different buffers");
+  b.insert(b.end(), {{6, gates.alpha, 0, ab},
+                     {7, gates.beta, 0, ab},
+                     {8, &consts, 0, 2 * H * 4},
+                     {9, &state, 0, state_bytes},
+                     {10, &o, 0, o_bytes},
+                     {11, &state_out, 0, state_bytes}});
 }
 
 }  // namespace
@@ -90,36 +124,15 @@ void encode_delta_rule(gpu::ComputeBatch& batch, gpu::Context& ctx, const DeltaS
                        const gpu::Buffer& state_out, const gpu::Buffer& o, bool fresh) {
   const char* fn = "encode_delta_rule";
   check_shape(fn, s);
-  if (!gates.alpha || !gates.beta) fail(fn, "alpha and beta are required");
-  const uint64_t H = s.v_heads, rows = uint64_t(s.row) + s.n_tokens;
-  if (gates.stride < H || uint64_t(gates.beta_offset) + H > gates.stride)
-    fail(fn, "gates: stride " + std::to_string(gates.stride) + " and beta_offset " + std::to_string(gates.beta_offset) +
-                 " do not hold " + std::to_string(H) + " heads");
-  const uint64_t W = s.channels(), ab = rows * gates.stride * 4, state_bytes = H * s.dk * s.dv * 4;
-  need(fn, "c", c, rows * W * 4, ctx);
-  need(fn, "alpha", *gates.alpha, ab, ctx);
-  need(fn, "beta", *gates.beta, ab, ctx);
-  need(fn, "consts", consts, 2 * H * 4, ctx);
-  need(fn, "state", state, state_bytes, ctx);
-  need(fn, "state_out", state_out, state_bytes, ctx);
-  need(fn, "o", o, rows * H * s.dv * 4, ctx);
-  for (const gpu::Buffer* in : {&c, gates.alpha, gates.beta, &consts, &state})
-    if (in->get() == state_out.get() || in->get() == o.get())
-      fail(fn, "state_out and o must differ from the inputs (state included)");
-  if (state_out.get() == o.get()) fail(fn, "state_out and o must be different buffers");
+  const uint64_t c_bytes = (uint64_t(s.row) + s.n_tokens) * s.channels() * 4;
+  need(fn, "c", c, c_bytes, ctx);
+  std::vector<gpu::BufferBinding> b;
+  rule_io(fn, ctx, s, gates, consts, state, state_out, o, {&c}, b);
   const DeltaParams p{s.n_tokens, s.k_heads,    s.v_heads,         s.row,           0, 0, 0,
                       0.f,        gates.stride, gates.beta_offset, fresh ? 1u : 0u, 0};
+  b.insert(b.end(), {batch.uniform(0, p), {5, &c, 0, c_bytes}});
   WGPUComputePipeline pipe = ctx.pipeline({"delta_net.wgsl", "delta_rule", {}, prelude(s)});
-  const gpu::BufferBinding b[] = {batch.uniform(0, p),
-                                  {5, &c, 0, rows * W * 4},
-                                  {6, gates.alpha, 0, ab},
-                                  {7, gates.beta, 0, ab},
-                                  {8, &consts, 0, 2 * H * 4},
-                                  {9, &state, 0, state_bytes},
-                                  {10, &o, 0, rows * H * s.dv * 4},
-                                  {11, &state_out, 0, state_bytes}};
-  const uint32_t blocks = (s.dv + layout(s).vb - 1) / layout(s).vb;
-  batch.dispatch(pipe, b, s.v_heads * blocks, 1);
+  batch.dispatch(pipe, b, s.v_heads * ((s.dv + layout(s).vb - 1) / layout(s).vb), 1);
 }
 
 bool delta_step_supported(const gpu::Context& ctx) { return ctx.limits().maxStorageBuffersPerShaderStage >= 9; }
@@ -136,42 +149,21 @@ void encode_delta_step(gpu::ComputeBatch& batch, gpu::Context& ctx, const DeltaS
   if (ring_rows < taps_count)
     fail(fn, "ring_rows " + std::to_string(ring_rows) + " < taps " + std::to_string(taps_count));
   if (!(eps > 0.f)) fail(fn, "eps must be > 0");
-  if (!gates.alpha || !gates.beta) fail(fn, "alpha and beta are required");
-  const uint64_t H = s.v_heads, W = s.channels(), rows = uint64_t(s.row) + 1;
-  if (gates.stride < H || uint64_t(gates.beta_offset) + H > gates.stride)
-    fail(fn, "gates: stride " + std::to_string(gates.stride) + " and beta_offset " + std::to_string(gates.beta_offset) +
-                 " do not hold " + std::to_string(H) + " heads");
+  const uint64_t W = s.channels(), x_bytes = (uint64_t(s.row) + 1) * W * 4, ring_bytes = uint64_t(ring_rows) * W * 4;
   if (uint64_t(ring_rows) * W > UINT32_MAX) fail(fn, "ring index space exceeds 2^32-1");
-  const uint64_t ab = rows * gates.stride * 4, state_bytes = H * s.dk * s.dv * 4;
-  need(fn, "x", x, rows * W * 4, ctx);
+  need(fn, "x", x, x_bytes, ctx);
   need(fn, "taps", taps, W * taps_count * 4, ctx);
-  need(fn, "ring", ring, uint64_t(ring_rows) * W * 4, ctx);
-  need(fn, "alpha", *gates.alpha, ab, ctx);
-  need(fn, "beta", *gates.beta, ab, ctx);
-  need(fn, "consts", consts, 2 * H * 4, ctx);
-  need(fn, "state", state, state_bytes, ctx);
-  need(fn, "state_out", state_out, state_bytes, ctx);
-  need(fn, "o", o, rows * H * s.dv * 4, ctx);
-  for (const gpu::Buffer* in : {&x, &taps, gates.alpha, gates.beta, &consts, &state})
-    if (in->get() == state_out.get() || in->get() == o.get() || in->get() == ring.get())
-      fail(fn, "ring, state_out and o must differ from the inputs (state included)");
-  if (state_out.get() == o.get() || ring.get() == o.get() || ring.get() == state_out.get())
-    fail(fn, "ring, state_out and o must be different buffers");
+  need(fn, "ring", ring, ring_bytes, ctx);
+  for (const gpu::Buffer* other : {&x, &taps, gates.alpha, gates.beta, &consts, &state, &state_out, &o})
+    if (other && other->get() == ring.get()) fail(fn, "ring must differ from every other buffer");
+  std::vector<gpu::BufferBinding> b;
+  rule_io(fn, ctx, s, gates, consts, state, state_out, o, {&x, &taps}, b);
   const DeltaParams p{1,   s.k_heads,    s.v_heads,         s.row,           pos, ring_rows, taps_count,
                       eps, gates.stride, gates.beta_offset, fresh ? 1u : 0u, 0};
+  b.insert(b.end(),
+           {batch.uniform(0, p), {1, &x, 0, x_bytes}, {2, &taps, 0, W * taps_count * 4}, {3, &ring, 0, ring_bytes}});
   WGPUComputePipeline pipe = ctx.pipeline({"delta_net.wgsl", "delta_step", {}, prelude(s)});
-  const gpu::BufferBinding b[] = {batch.uniform(0, p),
-                                  {1, &x, 0, rows * W * 4},
-                                  {2, &taps, 0, W * taps_count * 4},
-                                  {3, &ring, 0, uint64_t(ring_rows) * W * 4},
-                                  {6, gates.alpha, 0, ab},
-                                  {7, gates.beta, 0, ab},
-                                  {8, &consts, 0, 2 * H * 4},
-                                  {9, &state, 0, state_bytes},
-                                  {10, &o, 0, rows * H * s.dv * 4},
-                                  {11, &state_out, 0, state_bytes}};
-  const uint32_t blocks = (s.dv + layout(s).vb - 1) / layout(s).vb;
-  batch.dispatch(pipe, b, s.v_heads * blocks, 1);
+  batch.dispatch(pipe, b, s.v_heads * ((s.dv + layout(s).vb - 1) / layout(s).vb), 1);
 }
 
 }  // namespace wgllm::kernels

@@ -355,8 +355,9 @@ TEST(DeltaNet, BadArgumentsThrowNamingTheField) {
   expect_throw([&] { step(ok, 4, ring, state, ring); }, "n_tokens must be 1 (a decode step), not 4");
   expect_throw([&] { step(one, 3, ring, state, ring); }, "ring_rows 3 < taps 4");
   expect_throw([&] { step(one, 4, small, state, ring); }, "ring holds");
-  expect_throw([&] { step(one, 4, ring, state, out); }, "ring, state_out and o must be different buffers");
-  expect_throw([&] { step(one, 4, ring, out, ring); }, "must differ from the inputs (state included)");
+  expect_throw([&] { step(one, 4, ring, state, ring); }, "ring must differ from every other buffer");
+  expect_throw([&] { step(one, 4, ring, state, out); }, "state_out and o must be different buffers");
+  expect_throw([&] { step(one, 4, ring, out, state); }, "must differ from the inputs (state included)");
 }
 
 }  // namespace
