@@ -40,6 +40,25 @@ struct DeltaParams {
 
 var<workgroup> sq: array<f32, CW>;
 
+// silu(conv) of channel ch at position pos + t: the taps over x's rows for the call's positions and the ring's
+// rows for those before pos (zeros before position 0). delta_conv and delta_step.
+fn conv_silu_at(ch: u32, t: u32, W: u32) -> f32 {
+  let first = i32(p.pos + t) - i32(p.taps - 1u);
+  var acc = 0.0;
+  for (var k = 0u; k < p.taps; k++) {
+    let q = first + i32(k);
+    if (q < 0) { continue; }
+    var xv: f32;
+    if (u32(q) >= p.pos) {
+      xv = x[(p.row + u32(q) - p.pos) * W + ch];
+    } else {
+      xv = ring[(u32(q) % p.ring_rows) * W + ch];
+    }
+    acc += taps[ch * p.taps + k] * xv;
+  }
+  return acc / (1.0 + exp(-acc));
+}
+
 @compute @workgroup_size(CW)
 fn delta_conv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
   let K = p.k_heads;
@@ -52,21 +71,8 @@ fn delta_conv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
   let live = lid < dim;
   var val = 0.0;
   if (live) {
-    let first = i32(p.pos + t) - i32(p.taps - 1u);
-    var acc = 0.0;
-    for (var k = 0u; k < p.taps; k++) {
-      let q = first + i32(k);
-      if (q < 0) { continue; }
-      var xv: f32;
-      if (u32(q) >= p.pos) {
-        xv = x[(p.row + u32(q) - p.pos) * W + ch];
-      } else {
-        xv = ring[(u32(q) % p.ring_rows) * W + ch];
-      }
-      acc += taps[ch * p.taps + k] * xv;
-    }
+    val = conv_silu_at(ch, t, W);
     if (p.store == 1u) { ring[((p.pos + t) % p.ring_rows) * W + ch] = x[(p.row + t) * W + ch]; }
-    val = acc / (1.0 + exp(-acc));
   }
   // |c|^2 of the head (q and k slots; the v slots run the same barriers and leave val as it is)
   sq[lid] = val * val;
@@ -216,24 +222,6 @@ fn delta_rule(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
 // block 0 of value head kh (the first that reads key head kh), those of v by the columns' own.
 var<workgroup> qk_row: array<f32, 2u * DK>;  // the token's q then k of key head kh, convolved, before the norm
 
-// silu(conv) of channel ch at position p.pos: taps over the ring rows of the positions before it and x's row.
-fn conv_silu_at(ch: u32, W: u32) -> f32 {
-  let first = i32(p.pos) - i32(p.taps - 1u);
-  var acc = 0.0;
-  for (var k = 0u; k < p.taps; k++) {
-    let q = first + i32(k);
-    if (q < 0) { continue; }
-    var xv: f32;
-    if (u32(q) == p.pos) {
-      xv = x[p.row * W + ch];
-    } else {
-      xv = ring[(u32(q) % p.ring_rows) * W + ch];
-    }
-    acc += taps[ch * p.taps + k] * xv;
-  }
-  return acc / (1.0 + exp(-acc));
-}
-
 @compute @workgroup_size(VB * KS)
 fn delta_step(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
   let K = p.k_heads;
@@ -253,7 +241,7 @@ fn delta_step(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
   var ssk = 0.0;
   for (var i = lid; i < 2u * DK; i += VB * KS) {
     let ch = select(K * DK + kh * DK + i - DK, kh * DK + i, i < DK);
-    let val = conv_silu_at(ch, W);
+    let val = conv_silu_at(ch, 0u, W);
     qk_row[i] = val;
     if (i < DK) { ssq += val * val; } else { ssk += val * val; }
     if (owner) { ring[(p.pos % p.ring_rows) * W + ch] = x[p.row * W + ch]; }
@@ -261,7 +249,7 @@ fn delta_step(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
   let vch = 2u * K * DK + h * DV + v;
   var vv = 0.0;
   if (live) {
-    vv = conv_silu_at(vch, W);
+    vv = conv_silu_at(vch, 0u, W);
     if (ks == 0u) { ring[(p.pos % p.ring_rows) * W + vch] = x[p.row * W + vch]; }
   }
   part_k[lid] = ssq;

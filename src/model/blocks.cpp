@@ -24,6 +24,11 @@ namespace {
 
 const gpu::Buffer* optional(const gpu::Buffer& b) { return b.size ? &b : nullptr; }
 
+// A storage buffer of `floats` f32 (at least 4: a placeholder where a model has none of them).
+gpu::Buffer activations(gpu::Context& ctx, uint64_t floats, const char* label) {
+  return ctx.create_buffer(std::max<uint64_t>(floats, 4) * 4, WGPUBufferUsage_Storage, label);
+}
+
 // The products' kernel: Auto for one sequence's step, a token-independent one for a batched step.
 kernels::MatmulImpl product_impl(const LayerStep& s) {
   return s.rows ? kernels::token_independent_impl(s.ctx) : kernels::MatmulImpl::Auto;
@@ -212,9 +217,7 @@ void encode_ffn(const LayerStep& s) {
 
 void make_moe_buffers(gpu::Context& ctx, const ModelConfig& c, SessionBuffers& b, uint64_t tokens) {
   const uint64_t n = c.is_moe() ? tokens : 0, pairs = n * c.n_expert_used;
-  auto make = [&](uint64_t floats, const char* label) {
-    return ctx.create_buffer(std::max<uint64_t>(floats, 4) * 4, WGPUBufferUsage_Storage, label);
-  };
+  auto make = [&](uint64_t floats, const char* label) { return activations(ctx, floats, label); };
   b.router_logits = make(n * c.n_expert, "router logits");
   b.moe_experts = make(pairs, "chosen experts");
   b.moe_weights = make(pairs, "expert weights");
@@ -228,9 +231,7 @@ void make_moe_buffers(gpu::Context& ctx, const ModelConfig& c, SessionBuffers& b
 
 void make_delta_buffers(gpu::Context& ctx, const ModelConfig& c, SessionBuffers& b, uint64_t tokens) {
   const uint64_t n = c.delta_layers.empty() ? 0 : tokens, H = c.ssm_v_heads, VD = H * c.ssm_dv;
-  auto make = [&](uint64_t floats, const char* label) {
-    return ctx.create_buffer(std::max<uint64_t>(floats, 4) * 4, WGPUBufferUsage_Storage, label);
-  };
+  auto make = [&](uint64_t floats, const char* label) { return activations(ctx, floats, label); };
   b.delta_x = make(n * c.delta_conv_dim(), "delta x");
   b.delta_c = make(n * c.delta_conv_dim(), "delta conv");
   b.delta_z = make(n * VD, "delta z");
@@ -405,9 +406,7 @@ void encode_post_norm_residual(const LayerStep& s, const kernels::GpuWeight& w, 
 
 void make_ple_buffers(gpu::Context& ctx, const ModelConfig& c, SessionBuffers& b, uint64_t tokens) {
   const uint64_t P = c.n_embd_per_layer, n = P ? tokens : 0;
-  auto make = [&](uint64_t floats, const char* label) {
-    return ctx.create_buffer(std::max<uint64_t>(floats, 4) * 4, WGPUBufferUsage_Storage, label);
-  };
+  auto make = [&](uint64_t floats, const char* label) { return activations(ctx, floats, label); };
   b.ple = make(n * c.n_layer * P, "per-layer inputs");
   b.ple_proj = make(n * c.n_layer * P, "per-layer projection");
   b.ple_gate = make(n * P, "per-layer gate");
