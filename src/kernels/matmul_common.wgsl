@@ -371,19 +371,17 @@ fn store_swiglu(t: u32, r: u32, gate: f32, up: f32) {
   y[p.y_off + t * p.y_stride + g / 2u] = a / (1.0 + exp(-z)) * b;
 }
 
-// ---- Chunks: the block loaders of the products that stream each weight once (matvec.wgsl) ----
+// ---- Chunks: the block types' loaders for the products that stream each weight once (matvec.wgsl) ----
 // A chunk is 32 weights of a row that one or two 16-byte loads of the type's quants cover: a 32-element block, or for
 // the K-quants one of 8 parts of a super-block (nb chunks per row either way). It comes as two runs of 16 weights,
 // run r at columns chunk_cols(c)[r] .. + 16, each weight w = d[r] * q / 2^p + m[r]: q an exact integer (the type's
 // quant, its offset taken off) left at bit position p of its word, p fixed per type, run and vec4 lane (chunk_xs
-// gives 2^-p), or for the float types the weight itself (p = 0, d = 1, m = 0). A product then takes
-// d[r] * dot(q, x * 2^-p) + m[r] * sum(x) per run (exact: powers of two): a sub-block's scale and min are decoded
-// once per 16 weights, x scaled once for all the rows that share it, and a quant costs one and-or into the bits of
-// 2^23 and one subtraction (plus a shift per word for the lanes that would reach bit 23) and no int-to-float
-// conversion (q_lanes below). The types whose quants need gathering (Q5_0, Q5_1, Q2_K, Q3_K) go through q16 / ints;
-// MXFP4's codes are looked up (mxfp4x16), its values at p = 0.
+// gives 2^-p). A product then takes d[r] * dot(q, x * 2^-p) + m[r] * sum(x) per run (exact: powers of two): a
+// sub-block's scale and min are decoded once per 16 weights, x scaled once for all the rows that share it, and a
+// quant costs one and-or into the bits of 2^23 and one subtraction (plus a shift per word for the lanes that would
+// reach bit 23) and no int-to-float conversion (q_lanes below). The types whose quants need gathering (Q5_0, Q5_1,
+// Q2_K, Q3_K) go through q16 / ints; MXFP4's codes are looked up (mxfp4x16), its values at p = 0.
 struct Q16 { a: vec4<f32>, b: vec4<f32>, c: vec4<f32>, e: vec4<f32>, }
-struct Chunk { q0: Q16, q1: Q16, d: vec2<f32>, m: vec2<f32>, }
 
 // Integers below 2^23 to f32, minus off: 2^23 + v has v in its mantissa, so or-ing v into 2^23's bits and
 // subtracting 2^23 + off is exact, two instructions and no conversion.
@@ -415,6 +413,11 @@ fn nibs_lo(v: vec4<u32>, off: f32) -> Q16 {
 }
 fn nibs_hi(v: vec4<u32>, off: f32) -> Q16 {
   return Q16(nib_hi(v.x, off), nib_hi(v.y, off), nib_hi(v.z, off), nib_hi(v.w, off));
+}
+// The low (run 0) or high (run 1) nibbles of v's 16 bytes.
+fn nibs(v: vec4<u32>, off: f32, run: u32) -> Q16 {
+  if (run == 1u) { return nibs_hi(v, off); }
+  return nibs_lo(v, off);
 }
 fn bytes16(v: vec4<u32>, off: f32) -> Q16 {
   return Q16(byte_lanes(v.x, off), byte_lanes(v.y, off), byte_lanes(v.z, off), byte_lanes(v.w, off));
@@ -456,23 +459,6 @@ fn qh16(a: u32, first: u32) -> array<vec4<u32>, 4> {
                              ((vec4<u32>(a) >> (s + vec4<u32>(12u))) & vec4<u32>(1u)) << vec4<u32>(4u));
 }
 
-// Sixteen f16 or bf16 (two vec4 of packed pairs) as f32.
-fn half16(a: vec4<u32>, b: vec4<u32>) -> Q16 {
-  if (WTYPE == T_BF16) {
-    return Q16(vec4<f32>(bf2(a.x), bf2(a.y)), vec4<f32>(bf2(a.z), bf2(a.w)), vec4<f32>(bf2(b.x), bf2(b.y)),
-               vec4<f32>(bf2(b.z), bf2(b.w)));
-  }
-  if (F16_INT) {
-    let x = f16x8(a);
-    let y = f16x8(b);
-    return Q16(x.lo, x.hi, y.lo, y.hi);
-  }
-  return Q16(vec4<f32>(unpack2x16float(a.x), unpack2x16float(a.y)),
-             vec4<f32>(unpack2x16float(a.z), unpack2x16float(a.w)),
-             vec4<f32>(unpack2x16float(b.x), unpack2x16float(b.y)),
-             vec4<f32>(unpack2x16float(b.z), unpack2x16float(b.w)));
-}
-
 // The signed byte i (0..15) of v as f32.
 fn sbyte_of(v: vec4<u32>, i: u32) -> f32 { return f32(bitcast<i32>(byte_of(v, i) << 24u) >> 24u); }
 
@@ -498,115 +484,110 @@ fn chunk_cols(c: u32) -> vec2<u32> {
   return vec2<u32>(32u * c, 32u * c + 16u);
 }
 
-// Chunk c of piece row r (chunk_cols says which weights).
-fn load_chunk(r: u32, c: u32) -> Chunk {
-  let one = vec2<f32>(1.0);
-  let zero = vec2<f32>(0.0);
+// A chunk's words as loaded, decoded one run at a time by decode_run right before its product (PERF.md, "Quantized
+// decode, round 3": 3 % faster end to end than decoding each row's whole chunk at load time; NVIDIA's compiler
+// still gives the thread ~120 registers). v: the quants (for Q4_1 / Q5_0 / Q5_1
+// the block's four quant words); h: the header, scales or d|m words; m: the high bits (Q5_K qh, Q6_K hq, Q3_K
+// hmask) or Q8_0's second half or Q2_K's d|dmin (m.x); d: a scale read from the scale array.
+struct RawChunk { v: vec4<u32>, h: vec4<u32>, m: vec4<u32>, d: f32, }
+// One run of a chunk: weight i = d * q[i] / 2^p + m.
+struct Run { q: Q16, d: f32, m: f32, }
+
+// Chunk c of piece row r (chunk_cols says which weights), as loaded.
+fn load_raw(r: u32, c: u32) -> RawChunk {
+  let z = vec4<u32>(0u);
   let sb = r * (p.nb >> 3u) + (c >> 3u);  // K-quants: the super-block and the part of it
   let i = c & 7u;
   let blk = r * p.nb + c;  // the others: the block
-  if (WTYPE == T_Q4_K || WTYPE == T_Q5_K) {
-    let b = sb * select(9u, 11u, WTYPE == T_Q5_K);  // in vec4: header, (Q5_K: qh 2), quants 8
-    let hdr = w[b];
-    let v = w[b + select(1u, 3u, WTYPE == T_Q5_K) + i];
-    let s0 = k45_scale_min(hdr, i & 6u);
-    let s1 = k45_scale_min(hdr, i | 1u);
-        if (WTYPE == T_Q5_K) {  // each quant's 5th bit moved above its nibble: one byte per quant
-      let m = w[b + 1u + (i & 1u)];  // qh bytes 16 (i % 2) ..: bit j of sub-block j
-      let lo = (v & vec4<u32>(0x0F0F0F0Fu)) | (((m >> vec4<u32>(i & 6u)) & vec4<u32>(0x01010101u)) << vec4<u32>(4u));
-      let hi = ((v >> vec4<u32>(4u)) & vec4<u32>(0x0F0F0F0Fu)) |
-               (((m >> vec4<u32>(i | 1u)) & vec4<u32>(0x01010101u)) << vec4<u32>(4u));
-      return Chunk(bytes16(lo, 0.0), bytes16(hi, 0.0), vec2<f32>(s0.x, s1.x), -vec2<f32>(s0.y, s1.y));
-    }
-    return Chunk(nibs_lo(v, 0.0), nibs_hi(v, 0.0), vec2<f32>(s0.x, s1.x), -vec2<f32>(s0.y, s1.y));
+  if (WTYPE == T_Q4_K) {
+    let b = sb * 9u;  // in vec4: header, quants 8
+    return RawChunk(w[b + 1u + i], w[b], z, 0.0);
+  } else if (WTYPE == T_Q5_K) {
+    let b = sb * 11u;  // in vec4: header, qh 2, quants 8
+    return RawChunk(w[b + 3u + i], w[b], w[b + 1u + (i & 1u)], 0.0);  // qh bytes 16 (i % 2) ..: bit j of sub-block j
   } else if (WTYPE == T_Q6_K) {
     let b = sb * 13u;  // in vec4: low quants 8, high quants 4, scales 1
-    let h = i >> 2u;
-    let k = (i & 3u) >> 1u;
-    let v = w[b + i];
-    let hq = w[b + 8u + 2u * h + (i & 1u)];  // high-quant bytes 32 h + 16 (i % 2) ..: 2 bits per quarter
-    let si = 8u * h + 2u * k + (i & 1u);     // run 0's scale; run 1's is 4 on
-    let scales = w[b + 12u];
-    let d = q_scale(sb);
-    // each quant's 2 high bits moved above its nibble: one byte per quant
-    let lo = (v & vec4<u32>(0x0F0F0F0Fu)) | (((hq >> vec4<u32>(2u * k)) & vec4<u32>(0x03030303u)) << vec4<u32>(4u));
-    let hi = ((v >> vec4<u32>(4u)) & vec4<u32>(0x0F0F0F0Fu)) |
-             (((hq >> vec4<u32>(2u * k + 4u)) & vec4<u32>(0x03030303u)) << vec4<u32>(4u));
-    return Chunk(bytes16(lo, 32.0), bytes16(hi, 32.0), d * vec2<f32>(sbyte_of(scales, si), sbyte_of(scales, si + 4u)),
-                 zero);
+    // high-quant bytes 32 h + 16 (i % 2) .. (h = i / 4): 2 bits per quarter
+    return RawChunk(w[b + i], w[b + 12u], w[b + 8u + 2u * (i >> 2u) + (i & 1u)], q_scale(sb));
   } else if (WTYPE == T_Q3_K) {
     let b = sb * 7u;  // in vec4: hmask 2, quants 4, scales and d 1
-    let h = i >> 2u;
     let lh = (i >> 1u) & 1u;
-    let k = 2u * (i & 1u);
-    let hm = w[b + lh];
-    let v = w[b + 2u + 2u * h + lh];
-    let tail = w[b + 6u];
-    let d = unpack2x16float(tail.w).x;
-    var dl = vec2<f32>(0.0);
-    //#unroll! s 2
-    {
-      let si = 8u * h + 2u * (k + $su) + lh;
-      let lo = (byte_of(tail, si & 7u) >> (4u * (si >> 3u))) & 15u;
-      let hi = (byte_of(tail, 8u + (si & 3u)) >> (2u * (si >> 2u))) & 3u;
-      dl[$s] = d * (f32(lo | (hi << 4u)) - 32.0);
-    }
-    //#end
-    let hb = 4u * h + k;
-    return Chunk(q16_hi(v, 2u * k, 3u, bit16(hm, hb, 2u), 4.0), q16_hi(v, 2u * k + 2u, 3u, bit16(hm, hb + 1u, 2u), 4.0),
-                 dl, zero);
+    return RawChunk(w[b + 2u + 2u * (i >> 2u) + lh], w[b + 6u], w[b + lh], 0.0);
   } else if (WTYPE == T_Q2_K) {
-    let b = sb * 5u;  // in vec4: scales 1, quants 4
-    let h = i >> 2u;
-    let lh = (i >> 1u) & 1u;
-    let k = 2u * (i & 1u);
-    let scales = w[b];
-    let v = w[b + 1u + 2u * h + lh];
-    let dm = unpack2x16float(w[p.scale_off4 + (sb >> 2u)][sb & 3u]);
-    let si = 8u * h + 2u * k + lh;
-    let s0 = byte_of(scales, si);
-    let s1 = byte_of(scales, si + 2u);
-    return Chunk(q16(v, 2u * k, 3u, 0.0), q16(v, 2u * k + 2u, 3u, 0.0),
-                 dm.x * vec2<f32>(f32(s0 & 15u), f32(s1 & 15u)), -dm.y * vec2<f32>(f32(s0 >> 4u), f32(s1 >> 4u)));
+    let b = sb * 5u;  // in vec4: scales 1, quants 4; d|dmin in the scale array
+    let dm = w[p.scale_off4 + (sb >> 2u)][sb & 3u];
+    return RawChunk(w[b + 1u + 2u * (i >> 2u) + ((i >> 1u) & 1u)], w[b], vec4<u32>(dm, 0u, 0u, 0u), 0.0);
   } else if (WTYPE == T_Q8_0) {
-    let d = q_scale(blk);
-    let flip = vec4<u32>(0x80808080u);  // signed bytes + 128: unsigned
-        return Chunk(bytes16(w[2u * blk] ^ flip, 128.0), bytes16(w[2u * blk + 1u] ^ flip, 128.0), vec2<f32>(d), zero);
+    return RawChunk(w[2u * blk], z, w[2u * blk + 1u], q_scale(blk));
   } else if (WTYPE == T_Q4_0) {
-    let v = w[blk];
-        return Chunk(nibs_lo(v, 8.0), nibs_hi(v, 8.0), vec2<f32>(q_scale(blk)), zero);
-  } else if (WTYPE == T_MXFP4) {  // the doubled E2M1 values are the integers q (p = 0)
-    let v = w[blk];
-    return Chunk(mxfp4x16(v, 0u), mxfp4x16(v, 4u), vec2<f32>(mx_scale(blk)), zero);
+    return RawChunk(w[blk], z, z, q_scale(blk));
+  } else if (WTYPE == T_MXFP4) {
+    return RawChunk(w[blk], z, z, mx_scale(blk));
   } else if (WTYPE == T_Q4_1) {  // 5 words: d|m, quants
     let b = blk * 5u;
-    let dm = unpack2x16float(wd(b));
-    let v = vec4<u32>(wd(b + 1u), wd(b + 2u), wd(b + 3u), wd(b + 4u));
-        return Chunk(nibs_lo(v, 0.0), nibs_hi(v, 0.0), vec2<f32>(dm.x), vec2<f32>(dm.y));
+    return RawChunk(vec4<u32>(wd(b + 1u), wd(b + 2u), wd(b + 3u), wd(b + 4u)), vec4<u32>(wd(b), 0u, 0u, 0u), z, 0.0);
   } else if (WTYPE == T_Q5_0) {  // 5 words: qh, quants; d in the scale array
     let b = blk * 5u;
-    let qh = wd(b);
-    let v = vec4<u32>(wd(b + 1u), wd(b + 2u), wd(b + 3u), wd(b + 4u));
-    return Chunk(q16_hi(v, 0u, 15u, qh16(qh, 0u), 16.0), q16_hi(v, 4u, 15u, qh16(qh, 16u), 16.0),
-                 vec2<f32>(q_scale(blk)), zero);
-  } else if (WTYPE == T_Q5_1) {  // 6 words: d|m, qh, quants
-    let b = blk * 6u;
-    let dm = unpack2x16float(wd(b));
-    let qh = wd(b + 1u);
-    let v = vec4<u32>(wd2(b + 2u), wd2(b + 4u));
-    return Chunk(q16_hi(v, 0u, 15u, qh16(qh, 0u), 0.0), q16_hi(v, 4u, 15u, qh16(qh, 16u), 0.0), vec2<f32>(dm.x),
-                 vec2<f32>(dm.y));
-  } else if (WTYPE == T_F32) {
-    let b = blk * 8u;
-    return Chunk(Q16(bitcast<vec4<f32>>(w[b]), bitcast<vec4<f32>>(w[b + 1u]), bitcast<vec4<f32>>(w[b + 2u]),
-                     bitcast<vec4<f32>>(w[b + 3u])),
-                 Q16(bitcast<vec4<f32>>(w[b + 4u]), bitcast<vec4<f32>>(w[b + 5u]), bitcast<vec4<f32>>(w[b + 6u]),
-                     bitcast<vec4<f32>>(w[b + 7u])),
-                 one, zero);
+    return RawChunk(vec4<u32>(wd(b + 1u), wd(b + 2u), wd(b + 3u), wd(b + 4u)), vec4<u32>(wd(b), 0u, 0u, 0u), z,
+                    q_scale(blk));
   }
-  // T_F16, T_BF16
-  let b = blk * 4u;
-  return Chunk(half16(w[b], w[b + 1u]), half16(w[b + 2u], w[b + 3u]), one, zero);
+  // T_Q5_1: 6 words: d|m, qh, quants
+  let b = blk * 6u;
+  return RawChunk(vec4<u32>(wd2(b + 2u), wd2(b + 4u)), vec4<u32>(wd(b), wd(b + 1u), 0u, 0u), z, 0.0);
+}
+
+// Run `run` (0 or 1) of chunk c from its loaded words.
+fn decode_run(raw: RawChunk, c: u32, run: u32) -> Run {
+  let i = c & 7u;
+  let v = raw.v;
+  if (WTYPE == T_Q4_K || WTYPE == T_Q5_K) {
+    let sm = k45_scale_min(raw.h, (i & 6u) | run);  // sub-block 2 (i / 2) + run
+    if (WTYPE == T_Q5_K) {  // each quant's 5th bit moved above its nibble: one byte per quant
+      let q = ((v >> vec4<u32>(4u * run)) & vec4<u32>(0x0F0F0F0Fu)) |
+              (((raw.m >> vec4<u32>((i & 6u) | run)) & vec4<u32>(0x01010101u)) << vec4<u32>(4u));
+      return Run(bytes16(q, 0.0), sm.x, -sm.y);
+    }
+    return Run(nibs(v, 0.0, run), sm.x, -sm.y);
+  } else if (WTYPE == T_Q6_K) {
+    let h = i >> 2u;
+    let k = (i & 3u) >> 1u;
+    let si = 8u * h + 2u * k + (i & 1u) + 4u * run;  // the run's 16-element scale
+    // each quant's 2 high bits moved above its nibble: one byte per quant
+    let q = ((v >> vec4<u32>(4u * run)) & vec4<u32>(0x0F0F0F0Fu)) |
+            (((raw.m >> vec4<u32>(2u * k + 4u * run)) & vec4<u32>(0x03030303u)) << vec4<u32>(4u));
+    return Run(bytes16(q, 32.0), raw.d * sbyte_of(raw.h, si), 0.0);
+  } else if (WTYPE == T_Q3_K) {
+    let h = i >> 2u;
+    let lh = (i >> 1u) & 1u;
+    let k = 2u * (i & 1u) + run;
+    let tail = raw.h;
+    let si = 8u * h + 2u * k + lh;
+    let lo = (byte_of(tail, si & 7u) >> (4u * (si >> 3u))) & 15u;
+    let hi = (byte_of(tail, 8u + (si & 3u)) >> (2u * (si >> 2u))) & 3u;
+    let dl = unpack2x16float(tail.w).x * (f32(lo | (hi << 4u)) - 32.0);
+    return Run(q16_hi(v, 2u * k, 3u, bit16(raw.m, 4u * h + k, 2u), 4.0), dl, 0.0);
+  } else if (WTYPE == T_Q2_K) {
+    let k = 2u * (i & 1u) + run;
+    let si = 8u * (i >> 2u) + 2u * k + ((i >> 1u) & 1u);
+    let sc = byte_of(raw.h, si);
+    let dm = unpack2x16float(raw.m.x);
+    return Run(q16(v, 2u * k, 3u, 0.0), dm.x * f32(sc & 15u), -dm.y * f32(sc >> 4u));
+  } else if (WTYPE == T_Q8_0) {
+    let flip = vec4<u32>(0x80808080u);  // signed bytes + 128: unsigned
+    return Run(bytes16(select(v, raw.m, run == 1u) ^ flip, 128.0), raw.d, 0.0);
+  } else if (WTYPE == T_Q4_0) {
+    return Run(nibs(v, 8.0, run), raw.d, 0.0);
+  } else if (WTYPE == T_MXFP4) {  // the doubled E2M1 values are the integers q (p = 0)
+    return Run(mxfp4x16(v, 4u * run), raw.d, 0.0);
+  } else if (WTYPE == T_Q4_1) {
+    let dm = unpack2x16float(raw.h.x);
+    return Run(nibs(v, 0.0, run), dm.x, dm.y);
+  } else if (WTYPE == T_Q5_0) {
+    return Run(q16_hi(v, 4u * run, 15u, qh16(raw.h.x, 16u * run), 16.0), raw.d, 0.0);
+  }
+  // T_Q5_1
+  let dm = unpack2x16float(raw.h.x);
+  return Run(q16_hi(v, 4u * run, 15u, qh16(raw.h.y, 16u * run), 0.0), dm.x, dm.y);
 }
 
 fn dot16(a: Q16, b: Q16) -> f32 { return dot(a.a, b.a) + dot(a.b, b.b) + dot(a.c, b.c) + dot(a.e, b.e); }

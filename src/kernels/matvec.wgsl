@@ -3,8 +3,8 @@
 
 // Matrix-vector (decode). A workgroup is MV_G groups of MV_T threads; a group owns MV_R
 // adjacent rows (host constants, per adapter and weight). For the block types (MV_CHUNKS) thread lt
-// of a group reads chunks lt, lt + MV_T, ... (matmul_common.wgsl's load_chunk: 32 weights from one
-// or two 16-byte quant loads, the scales decoded once per 16 weights) of each of its rows, MV_U
+// of a group reads chunks lt, lt + MV_T, ... (matmul_common.wgsl's load_raw: 32 weights from one
+// or two 16-byte quant loads, decoded a run of 16 at a time by decode_run) of each of its rows, MV_U
 // chunks of each row per step (MV_R x MV_U loads in flight); for the float types 8-element units
 // the same way (load8). It keeps MV_R x NT partial dots plus NT partial sums of x^2 (for
 // FLAG_NORM). x is read once per group for all MV_R rows (as vec4 when XV4).
@@ -85,6 +85,20 @@ fn mv_x16(t: u32, col: u32) -> Q16 {
   return load_x16(t, col);
 }
 
+// A run's x for token t of the pass: x[col .. + 16) (zeros for a chunk past the row), its sum of squares (FLAG_NORM),
+// then scaled by the norm weights g, its sum (for the types with an offset m), and scaled by the run's 2^-p lanes.
+struct RunX { x: Q16, s: f32, ss: f32, }
+fn mv_run_x(t: u32, col: u32, live: bool, g: Q16, xs: vec4<f32>) -> RunX {
+  var x = mv_x16(mv_tok(t), col);
+  if (!live) { x = Q16(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0)); }
+  var ss = 0.0;
+  if (has(FLAG_NORM)) {
+    ss = dot16(x, x);
+    x = mul16(x, g);
+  }
+  return RunX(lanes16(x, xs), sum16(x), ss);
+}
+
 fn matvec_main(wid: vec3<u32>, lid: u32, sg_size: u32) {
   let flat = wid.x + wid.y * p.grid_x;
   let grp = lid / MV_T;
@@ -158,43 +172,47 @@ fn matvec_main(wid: vec3<u32>, lid: u32, sg_size: u32) {
     let n_chunks = p.nb;
     let zeros = Q16(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
     let xs = chunk_xs();
-    // Each step covers MV_U chunks per row; chunks past the row are clamped to its last one and their x zeroed.
+    // Each step loads MV_U chunks per row as words (MV_R x MV_U loads in flight) and decodes each row's runs right
+    // before their products, so only one run is held as floats; chunks past the row are clamped to its last one and
+    // their x zeroed. A token's run 0 and run 1 are added to its sums in that order whatever NT.
     for (var c0 = lt; c0 < n_chunks; c0 += MV_T * MV_U) {
       //#unroll! k MV_U
       let c$k = min(c0 + $k * MV_T, n_chunks - 1u);
       //#unroll! j MV_R
-      let w$j_$k = load_chunk(wrow$j, c$k);
+      let w$j_$k = load_raw(wrow$j, c$k);
       //#end
       //#end
       //#unroll! k MV_U
       {
         let cols = chunk_cols(c$k);
-        var g0 = zeros;
-        var g1 = zeros;
-        if (has(FLAG_NORM)) {
-          g0 = norm16(cols.x);
-          g1 = norm16(cols.y);
-        }
         let live = c0 + $k * MV_T < n_chunks;
-        //#unroll t NT
+        //#unroll! r 2
         {
-          var x0 = mv_x16(mv_tok($t), cols.x);
-          var x1 = mv_x16(mv_tok($t), cols.y);
-          if (!live) {
-            x0 = zeros;
-            x1 = zeros;
+          var g = zeros;
+          if (has(FLAG_NORM)) { g = norm16(cols[$r]); }
+          if (NT == 1u) {  // each row's run decoded right before its product
+            let xr = mv_run_x(0u, cols[$r], live, g, xs[$r]);
+            vals[MV_R] += xr.ss;
+            //#unroll! j MV_R
+            {
+              let run = decode_run(w$j_$k, c$k, $r);
+              vals[$j] += run.d * dot16(run.q, xr.x) + run.m * xr.s;
+            }
+            //#end
+          } else {  // each row's run decoded once for all the tokens
+            //#unroll! j MV_R
+            let run$j = decode_run(w$j_$k, c$k, $r);
+            //#end
+            //#unroll t NT
+            {
+              let xr = mv_run_x($t, cols[$r], live, g, xs[$r]);
+              vals[MV_R * NT + $t] += xr.ss;
+              //#unroll! j MV_R
+              vals[$j * NT + $t] += run$j.d * dot16(run$j.q, xr.x) + run$j.m * xr.s;
+              //#end
+            }
+            //#end
           }
-          if (has(FLAG_NORM)) {
-            vals[MV_R * NT + $t] += dot16(x0, x0) + dot16(x1, x1);
-            x0 = mul16(x0, g0);
-            x1 = mul16(x1, g1);
-          }
-          let s = vec2<f32>(sum16(x0), sum16(x1));  // for the types with an offset m
-          x0 = lanes16(x0, xs[0]);
-          x1 = lanes16(x1, xs[1]);
-          //#unroll! j MV_R
-          vals[$j * NT + $t] += w$j_$k.d.x * dot16(w$j_$k.q0, x0) + w$j_$k.d.y * dot16(w$j_$k.q1, x1) + dot(w$j_$k.m, s);
-          //#end
         }
         //#end
       }
