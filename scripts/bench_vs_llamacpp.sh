@@ -214,6 +214,8 @@ TABLE_ROWS=(
   "gemma-3-270m-q4_k_m|Gemma 3 270M Q4_K_M|gemma-3-270m|q4_k_m|0"
   "lfm2-350m-q4_k_m|LFM2-350M Q4_K_M|lfm2-350m|q4_k_m|0"
   "qwen3.5-0.8b-q4_k_m|Qwen3.5-0.8B Q4_K_M|qwen3.5-0.8b|q4_k_m|0"
+  "gemma4-small-f16|Gemma 4 small (E2B's shape) F16|gemma4-small|f16|0"
+  "gemma4-small-q4_k_m|Gemma 4 small (E2B's shape) Q4_K_M|gemma4-small|q4_k_m|0"
   "llama-3.1-8b-f16|Llama-3.1-8B F16|llama-3.1-8b|f16|0"
   "llama-3.1-8b-q4_k_m|Llama-3.1-8B Q4_K_M|llama-3.1-8b|q4_k_m|0"
   "qwen3-30b-a3b-q4_k_m|Qwen3-30B-A3B Q4_K_M|qwen3-30b-a3b|q4_k_m|0"

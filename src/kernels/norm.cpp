@@ -12,7 +12,7 @@ using detail::need;
 
 void encode_rms_norm(gpu::ComputeBatch& batch, gpu::Context& ctx, const gpu::Buffer& x, const gpu::Buffer& w,
                      const gpu::Buffer& y, uint32_t n_rows, uint32_t dim, float eps, bool accumulate,
-                     const gpu::Buffer* silu_gate) {
+                     const gpu::Buffer* silu_gate, float out_scale) {
   const char* fn = "encode_rms_norm";
   if (n_rows == 0) fail(fn, "n_rows must be > 0");
   if (dim == 0) fail(fn, "dim must be > 0");
@@ -24,12 +24,14 @@ void encode_rms_norm(gpu::ComputeBatch& batch, gpu::Context& ctx, const gpu::Buf
   if (w.get() == y.get()) fail(fn, "w and y must be different buffers");
   const bool in_place = x.get() == y.get();
   if (in_place && accumulate) fail(fn, "accumulate needs x and y to be different buffers");
+  if (!std::isfinite(out_scale)) fail(fn, "out_scale must be finite");
+  if (out_scale != 1.f && !accumulate) fail(fn, "out_scale scales an accumulated sum: it needs accumulate");
   if (silu_gate) {
     need(fn, "silu_gate", *silu_gate, bytes, ctx);
     if (silu_gate->get() == y.get()) fail(fn, "silu_gate and y must be different buffers");
   }
   const auto grid = gpu::fold_grid(n_rows, ctx.limits().maxComputeWorkgroupsPerDimension);
-  const NormParams p{n_rows, dim, eps, grid.x};
+  const NormParams p{n_rows, dim, eps, grid.x, out_scale, {}};
   WGPUComputePipeline pipe = ctx.pipeline(
       {"norm.wgsl",
        "rms_norm",

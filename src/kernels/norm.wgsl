@@ -1,12 +1,14 @@
 // RMSNorm over rows of `dim` floats: y = x / sqrt(mean(x^2) + eps) * w (w: [dim] f32).
 // One workgroup per row (grid folded: row = wid.x + wid.y * grid_x). The same kernel serves the
 // model norms (rows = tokens, dim = n_embd) and qwen3's per-head q/k norm (rows = tokens x
-// heads, dim = head_dim). With IN_PLACE it reads and writes `y`; with ACCUMULATE it adds the norm to `y`
-// (gemma's post-attention and post-FFN norms into the residual stream); with GATED it multiplies the norm by
+// heads, dim = head_dim). With IN_PLACE it reads and writes `y`; with ACCUMULATE it adds the norm to `y` and scales
+// the sum by p.scale (gemma's post-attention and post-FFN norms into the residual stream, Gemma 4's layer output
+// scale after the layer's last one); with GATED it multiplies the norm by
 // silu(gate) element by element (qwen35's DeltaNet output: per value head, gated by z).
 
 struct NormParams {
   n_rows: u32, dim: u32, eps: f32, grid_x: u32,
+  scale: f32, _pad0: u32, _pad1: u32, _pad2: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: NormParams;
@@ -48,6 +50,6 @@ fn rms_norm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_ind
       let g = gate[base + i];
       v *= g / (1.0 + exp(-g));
     }
-    if (ACCUMULATE) { y[base + i] += v; } else { y[base + i] = v; }
+    if (ACCUMULATE) { y[base + i] = (y[base + i] + v) * p.scale; } else { y[base + i] = v; }
   }
 }

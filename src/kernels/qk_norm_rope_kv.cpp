@@ -53,6 +53,7 @@ Checked check(const char* fn, gpu::Context& ctx, const QkNormRopeKvShape& s, uin
   c.p.kv_f16 = kv.config().type == KvType::F16 ? 1 : 0;
   c.p.eps = s.eps;
   c.p.norm = s.norm ? 1 : 0;
+  c.p.v_norm = s.v_norm ? 1 : 0;
   return c;
 }
 

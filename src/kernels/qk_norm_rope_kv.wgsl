@@ -1,7 +1,8 @@
 // Decode (one token) for models with per-head q/k RMSNorm (qwen3), in one dispatch instead of four:
 // each q and k head is RMS-normalised (times q_norm / k_norm), rotated (RoPE, normal or neox, the
 // first rope_dim dims; angles from rope_angle.wgsl, compiled first), q written back in place and k
-// written into the KV cache; v heads are copied into the cache. One workgroup per head: heads
+// written into the KV cache; v heads are copied into the cache (with v_norm RMS-normalised first, no gain: Gemma 4).
+// One workgroup per head: heads
 // [0, n_head) are q, [n_head, n_head + n_kv) k, the rest v. The cache pool holding position pos is
 // bound as `kv`, its K row at element kv_k_off and V row at kv_v_off (kv_cache.h).
 
@@ -9,6 +10,7 @@ struct Params {
   n_head: u32, n_kv: u32, head_dim: u32, rope_dim: u32,
   pos: u32, neox: u32, kv_f16: u32, kv_k_off: u32,
   kv_v_off: u32, eps: f32, norm: u32, row: u32,
+  v_norm: u32, _pad0: u32, _pad1: u32, _pad2: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -50,16 +52,33 @@ fn qk_norm_rope_kv_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_in
   head(wid.x, lid, wid.y, r.x, r.y, r.z);
 }
 
+// The sum over the workgroup of each thread's ss (every thread gets it).
+fn workgroup_sum(lid: u32, ss: f32) -> f32 {
+  red[lid] = ss;
+  workgroupBarrier();
+  for (var s = WG / 2u; s > 0u; s >>= 1u) {
+    if (lid < s) { red[lid] += red[lid + s]; }
+    workgroupBarrier();
+  }
+  return red[0];
+}
+
 // Head h of the token in row `tok` of q, k, v at position `pos`; its K and V rows start at elements k_off and v_off
 // of the pool. A workgroup's h is uniform, so every barrier below is reached by all of its threads or none.
 fn head(h: u32, lid: u32, tok: u32, pos: u32, k_off: u32, v_off: u32) {
   let hd = p.head_dim;
   let is_q = h < p.n_head;
   let kv_row = tok * p.n_kv * hd;  // the token's first element in k and v
-  if (h >= p.n_head + p.n_kv) {  // a v head: copied
-    let base = (h - p.n_head - p.n_kv) * hd;
+  if (h >= p.n_head + p.n_kv) {  // a v head: copied (normalised with v_norm)
+    let base = kv_row + (h - p.n_head - p.n_kv) * hd;
+    var inv = 1.0;
+    if (p.v_norm != 0u) {
+      var ss = 0.0;
+      for (var i = lid; i < hd; i += WG) { ss += v[base + i] * v[base + i]; }
+      inv = inverseSqrt(workgroup_sum(lid, ss) / f32(hd) + p.eps);
+    }
     for (var w = lid; w < hd / 2u; w += WG) {
-      store_pair(v_off, base + 2u * w, v[kv_row + base + 2u * w], v[kv_row + base + 2u * w + 1u]);
+      store_pair(v_off, base - kv_row + 2u * w, v[base + 2u * w] * inv, v[base + 2u * w + 1u] * inv);
     }
     return;
   }
@@ -71,14 +90,9 @@ fn head(h: u32, lid: u32, tok: u32, pos: u32, k_off: u32, v_off: u32) {
     row[i] = x;
     ss += x * x;
   }
-  red[lid] = ss;
-  workgroupBarrier();
-  for (var s = WG / 2u; s > 0u; s >>= 1u) {
-    if (lid < s) { red[lid] += red[lid + s]; }
-    workgroupBarrier();
-  }
+  let total = workgroup_sum(lid, ss);
   let normed = p.norm != 0u;  // off: RoPE and the append alone (models without q/k norms)
-  let inv = select(1.0, inverseSqrt(red[0] / f32(hd) + p.eps), normed);
+  let inv = select(1.0, inverseSqrt(total / f32(hd) + p.eps), normed);
   // Pair j: j < rope_dim / 2 rotates (2j, 2j + 1) (normal) or (j, j + rope_dim / 2) (neox) by frequency j;
   // the rest, (rope_dim + 2m, rope_dim + 2m + 1), only get the norm. Each element belongs to one pair.
   let half = p.rope_dim / 2u;

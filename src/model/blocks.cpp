@@ -398,10 +398,11 @@ void encode_residual(const LayerStep& s, const kernels::GpuWeight& w, const gpu:
 }
 
 void encode_post_norm_residual(const LayerStep& s, const kernels::GpuWeight& w, const gpu::Buffer& in,
-                               const gpu::Buffer& norm) {
+                               const gpu::Buffer& norm, float out_scale) {
   const ModelConfig& c = s.model.config;
   kernels::encode_matmul(s.batch, s.ctx, w, in, s.b.proj, s.n, {.impl = product_impl(s)});
-  kernels::encode_rms_norm(s.batch, s.ctx, s.b.proj, norm, s.b.x, s.n, c.n_embd, c.rms_eps, true);
+  kernels::encode_rms_norm(s.batch, s.ctx, s.b.proj, norm, s.b.x, s.n, c.n_embd, c.rms_eps, true, nullptr,
+                           out_scale);
 }
 
 void make_ple_buffers(gpu::Context& ctx, const ModelConfig& c, SessionBuffers& b, uint64_t tokens) {
@@ -435,14 +436,17 @@ void encode_attention_gemma4(const LayerStep& s) {
     if (own) kernels::encode_matmul(batch, s.ctx, L.wk, b.x, b.k, n, normed);
     if (own) kernels::encode_matmul(batch, s.ctx, c.v_from_k(l) ? L.wk : L.wv, b.x, b.v, n, normed);
   }
-  // v's heads RMS-normed without gain, in place
-  if (own) kernels::encode_rms_norm(batch, s.ctx, b.v, L.v_norm, b.v, n * n_kv, D, c.rms_eps);
+  // v's heads RMS-normed without gain: by qk_norm_rope_kv in a decode step, in place before the append otherwise
+  const bool one_token = n == 1 || s.rows;
+  if (own && c.v_norm && !one_token)
+    kernels::encode_rms_norm(batch, s.ctx, b.v, L.v_norm, b.v, n * n_kv, D, c.rms_eps);
   kernels::QkNormRopeKvShape qk{.n_head = c.n_head,
                                 .n_kv = n_kv,
                                 .head_dim = D,
                                 .rope_dim = c.rope_dim_at(l),
                                 .type = c.rope_type,
-                                .eps = c.rms_eps};
+                                .eps = c.rms_eps,
+                                .v_norm = c.v_norm};
   kernels::AttentionShape shape{.n_heads = c.n_head,
                                 .n_kv_heads = n_kv,
                                 .head_dim = D,
@@ -519,14 +523,14 @@ void encode_per_layer_inputs(const LayerStep& s) {
   kernels::encode_scale(s.batch, s.ctx, b.ple, uint64_t(n) * NP, 1.f / std::sqrt(2.f));
 }
 
-void encode_per_layer_embedding(const LayerStep& s) {
+void encode_per_layer_embedding(const LayerStep& s, float out_scale) {
   const ModelConfig& c = s.model.config;
   SessionBuffers& b = s.b;
   const uint32_t P = c.n_embd_per_layer;
   kernels::encode_matmul(s.batch, s.ctx, s.L.ple_gate, b.x, b.ple_gate, s.n, {.impl = product_impl(s)});
   kernels::encode_swiglu(s.batch, s.ctx, b.ple_gate, b.ple, b.ple_act, uint64_t(s.n) * P, kernels::GateAct::GeluTanh,
                          {.width = P, .stride = c.n_layer * P, .offset = s.layer * P});
-  encode_post_norm_residual(s, s.L.ple_proj, b.ple_act, s.L.ple_post_norm);
+  encode_post_norm_residual(s, s.L.ple_proj, b.ple_act, s.L.ple_post_norm, out_scale);
 }
 
 }  // namespace wgllm

@@ -147,12 +147,12 @@ void encode_attention_gemma4(const LayerStep& s);
 // per_layer_model_proj / sqrt(n_embd)) per_layer_proj_norm + per_layer_token_embd[id] sqrt(P)) / sqrt(2).
 void encode_per_layer_inputs(const LayerStep& s);
 // gemma4, after the FFN: x += rms_norm((gelu_tanh(x ple_gate) * this layer's input) ple_proj) ple_post_norm.
-void encode_per_layer_embedding(const LayerStep& s);
+void encode_per_layer_embedding(const LayerStep& s, float out_scale = 1.f);
 // x += in w (+ bias).
 void encode_residual(const LayerStep& s, const kernels::GpuWeight& w, const gpu::Buffer& in,
                      const gpu::Buffer* bias = nullptr);
-// x += rms_norm(in w) * norm (gemma's post norms).
+// x = (x + rms_norm(in w) * norm) * out_scale (gemma's post norms; Gemma 4's layer output scale after its last).
 void encode_post_norm_residual(const LayerStep& s, const kernels::GpuWeight& w, const gpu::Buffer& in,
-                               const gpu::Buffer& norm);
+                               const gpu::Buffer& norm, float out_scale = 1.f);
 
 }  // namespace wgllm

@@ -91,10 +91,12 @@ TEST(Norm, SiluGateMultipliesTheNorm) {
                "silu_gate and y must be different buffers");
 }
 
-// accumulate: y += rms_norm(x) * w (gemma's post-norms added into the residual stream).
+// accumulate: y = (y + rms_norm(x) * w) * out_scale (gemma's post-norms added into the residual stream, Gemma 4's
+// layer output scale after the last).
 TEST(Norm, AccumulateAddsIntoY) {
   auto& ctx = context();
-  for (auto [rows, dim] : {std::pair{1u, 640u}, {75u, 64u}, {3u, 257u}}) {
+  for (auto [rows, dim, out_scale] : {std::tuple{1u, 640u, 1.f}, {75u, 64u, 1.f}, {3u, 257u, 1.f}, {2u, 1536u, 0.37f},
+                                      {9u, 96u, -2.5f}}) {
     auto gen = rng(rows * 1000 + dim);
     const auto x = random_floats(size_t(rows) * dim, gen, -3.f, 3.f);
     const auto w = random_floats(dim, gen, 0.5f, 1.5f);
@@ -103,10 +105,10 @@ TEST(Norm, AccumulateAddsIntoY) {
     auto wbuf = ctx.upload<float>(w, WGPUBufferUsage_Storage, "w");
     auto ybuf = ctx.upload<float>(y0, WGPUBufferUsage_Storage, "y");
     gpu::ComputeBatch batch(ctx);
-    kernels::encode_rms_norm(batch, ctx, xbuf, wbuf, ybuf, rows, dim, 1e-6f, true);
+    kernels::encode_rms_norm(batch, ctx, xbuf, wbuf, ybuf, rows, dim, 1e-6f, true, nullptr, out_scale);
     batch.submit_and_wait();
     auto want = cpu::rms_norm(x, w, rows, dim, 1e-6f);
-    for (size_t i = 0; i < want.size(); ++i) want[i] = float(double(want[i]) + double(y0[i]));
+    for (size_t i = 0; i < want.size(); ++i) want[i] = float((double(want[i]) + double(y0[i])) * out_scale);
     const auto r = compare(ctx.read<float>(ybuf), want);
     EXPECT_LE(r.rel_l2, 1e-6) << rows << "x" << dim << ": " << r.describe();
   }
@@ -114,6 +116,11 @@ TEST(Norm, AccumulateAddsIntoY) {
   auto other = ctx.create_buffer(4096 * 4, WGPUBufferUsage_Storage, "other");
   gpu::ComputeBatch batch(ctx);
   expect_throw([&] { kernels::encode_rms_norm(batch, ctx, buf, other, buf, 2, 64, 1e-6f, true); }, "accumulate");
+  auto y = ctx.create_buffer(4096 * 4, WGPUBufferUsage_Storage, "y");
+  expect_throw([&] { kernels::encode_rms_norm(batch, ctx, buf, other, y, 2, 64, 1e-6f, false, nullptr, 2.f); },
+               "out_scale");
+  expect_throw([&] { kernels::encode_rms_norm(batch, ctx, buf, other, y, 2, 64, 1e-6f, true, nullptr, INFINITY); },
+               "out_scale");
 }
 
 TEST(Norm, BadArgumentsThrowNamingTheField) {

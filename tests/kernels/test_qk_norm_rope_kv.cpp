@@ -21,8 +21,9 @@ struct QkNormCase {
   bool neox;
   uint32_t pos, max_seq, page_size;
   kernels::KvType kv_type;
-  uint32_t row = 0;  // the token's row in q, k, v (the rows before it are poison the kernel must leave alone)
-  bool norm = true;  // off: RoPE and the append alone
+  uint32_t row = 0;     // the token's row in q, k, v (the rows before it are poison the kernel must leave alone)
+  bool norm = true;     // off: RoPE and the append alone
+  bool v_norm = false;  // v's heads RMS-normalised without gain (Gemma 4)
 };
 const QkNormCase kQkNormCases[] = {
     {"normal_f16cache_d64", 4, 2, 64, 64, false, 9, 32, 0, kernels::KvType::F16},
@@ -33,6 +34,9 @@ const QkNormCase kQkNormCases[] = {
     {"neox_row3_without_norm", 4, 2, 64, 64, true, 17, 256, 128, kernels::KvType::F32, 3, false},
     {"normal_row1_with_norm_f16cache", 8, 4, 32, 32, false, 5, 16, 0, kernels::KvType::F16, 1, true},
     {"normal_row2_without_norm_partial", 2, 1, 128, 64, false, 0, 8, 0, kernels::KvType::F16, 2, false},
+    {"neox_v_norm_d512_f16cache", 8, 1, 512, 512, true, 170, 256, 128, kernels::KvType::F16, 0, true, true},
+    {"neox_v_norm_row2_d256_partial_f32cache", 8, 2, 256, 128, true, 3, 16, 0, kernels::KvType::F32, 2, true, true},
+    {"normal_v_norm_d6_without_qk_norm", 2, 3, 6, 6, false, 1, 8, 0, kernels::KvType::F32, 1, false, true},
 };
 std::ostream& operator<<(std::ostream& o, const QkNormCase& c) { return o << c.name; }
 
@@ -79,7 +83,8 @@ TEST_P(QkNormRopeKvTable, MatchesCpuReference) {
                                    .pos = c.pos,
                                    .eps = eps,
                                    .norm = c.norm,
-                                   .row = c.row},
+                                   .row = c.row,
+                                   .v_norm = c.v_norm},
                                   table, qb, kb, vb, qnb, knb, kv);
   batch.submit_and_wait();
   const auto normed_q = c.norm ? cpu::rms_norm(q, qn, c.n_head, c.head_dim, eps) : q;
@@ -90,7 +95,7 @@ TEST_P(QkNormRopeKvTable, MatchesCpuReference) {
   for (size_t i = 0; i < size_t(qd) * c.row; ++i) ASSERT_TRUE(std::isnan(got_q[i])) << "q element " << i << " written";
   const auto rq = compare(std::vector<float>(got_q.begin() + size_t(qd) * c.row, got_q.end()), want_q);
   EXPECT_LE(rq.rel_l2, 1e-5) << "q: " << rq.describe();
-  row.expect(kv, want_k, v);
+  row.expect(kv, want_k, c.v_norm ? cpu::rms_norm(v, std::vector<float>(c.head_dim, 1.f), c.n_kv, c.head_dim, eps) : v);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, QkNormRopeKvTable, ::testing::ValuesIn(kQkNormCases),

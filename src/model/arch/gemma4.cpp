@@ -9,7 +9,6 @@
 #include <span>
 
 #include "gguf/file.h"
-#include "kernels/scale.h"
 #include "model/arch/arch.h"
 #include "model/blocks.h"
 #include "model/load.h"
@@ -59,7 +58,7 @@ GpuLayer upload(Uploader& up, const ModelConfig& c, uint32_t layer) {
   return L;
 }
 
-// A decode step (n = 1) of a gemma4 layer with its own KV cache and per-layer embeddings runs 14 dispatches (q/k/v
+// A decode step (n = 1) of a gemma4 layer with its own KV cache and per-layer embeddings runs 13 dispatches (q/k/v
 // stacked, gate/up fused; a layer sharing another's cache: q alone, its norm and RoPE, no append):
 //   (layer 0: embedding, scale, matmul, scale, rms_norm (adding), scale   every layer's per-layer input)
 //   matmul (q, k, v), rms_norm           q, k, v = norm(x) (Wq, Wk, Wv); v's heads normed without gain
@@ -69,18 +68,18 @@ GpuLayer upload(Uploader& up, const ModelConfig& c, uint32_t layer) {
 //   matmul, gelu                         act = gelu_tanh(norm(x) Wgate) * (norm(x) Wup)
 //   matmul, rms_norm (adding)            x += norm(act Wdown) post_ffn_norm
 //   matmul, gelu                         g = gelu_tanh(x Wple_gate) * this layer's per-layer input
-//   matmul, rms_norm (adding)            x += norm(g Wple_proj) ple_post_norm
-//   scale                                x *= the layer's output scale
+//   matmul, rms_norm (adding)            x = (x + norm(g Wple_proj) ple_post_norm) * the layer's output scale
 void encode(const LayerStep& s) {
   const ModelConfig& c = s.model.config;
   if (s.layer == 0 && c.n_embd_per_layer > 0) encode_per_layer_inputs(s);
   encode_attention_gemma4(s);
   encode_post_norm_residual(s, s.L.wo, s.b.attn, s.L.post_attn_norm);
   encode_ffn(s);
-  encode_post_norm_residual(s, s.L.w_down, s.b.act, s.L.post_ffn_norm);
-  if (c.n_embd_per_layer > 0) encode_per_layer_embedding(s);
-  if (c.layer_out_scale && s.L.out_scale != 1.f)
-    kernels::encode_scale(s.batch, s.ctx, s.b.x, uint64_t(s.n) * c.n_embd, s.L.out_scale);
+  // the layer's output scale in its last residual add
+  const float out_scale = c.layer_out_scale ? s.L.out_scale : 1.f;
+  const bool ple = c.n_embd_per_layer > 0;
+  encode_post_norm_residual(s, s.L.w_down, s.b.act, s.L.post_ffn_norm, ple ? 1.f : out_scale);
+  if (ple) encode_per_layer_embedding(s, out_scale);
 }
 
 }  // namespace
