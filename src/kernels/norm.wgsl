@@ -3,8 +3,8 @@
 // model norms (rows = tokens, dim = n_embd) and qwen3's per-head q/k norm (rows = tokens x
 // heads, dim = head_dim). With IN_PLACE it reads and writes `y`; with ACCUMULATE it adds the norm to `y` and scales
 // the sum by p.scale (gemma's post-attention and post-FFN norms into the residual stream, Gemma 4's layer output
-// scale after the layer's last one); with GATED it multiplies the norm by
-// silu(gate) element by element (qwen35's DeltaNet output: per value head, gated by z).
+// scale after the layer's last one); with GATED it multiplies the norm by silu(gate) element by element (qwen35's
+// DeltaNet output: per value head, gated by z).
 
 struct NormParams {
   n_rows: u32, dim: u32, eps: f32, grid_x: u32,
@@ -17,7 +17,10 @@ struct NormParams {
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;
 @group(0) @binding(4) var<storage, read> gate: array<f32>;  // [n_rows][dim] with GATED (else a placeholder)
 
-const WG: u32 = 128u;
+// 256 invocations, each loading NU elements of a pass before it uses any: a row of 1536 takes 2 passes, not 12
+// round trips to memory (a single-row norm is latency, not bandwidth: PERF.md, "Gemma 4 small").
+const WG: u32 = 256u;
+const NU: u32 = 4u;
 var<workgroup> red: array<f32, WG>;
 
 // IN_PLACE: read the row from `y` itself (then `x` is a placeholder binding, never read).
@@ -35,8 +38,17 @@ fn rms_norm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_ind
   let row = wid.x + wid.y * p.grid_x;
   if (row >= p.n_rows) { return; }  // uniform per workgroup
   let base = row * p.dim;
+  let last = p.dim - 1u;
   var ss = 0.0;
-  for (var i = lid; i < p.dim; i += WG) { let v = src(base + i); ss += v * v; }
+  for (var i0 = lid; i0 < p.dim; i0 += WG * NU) {
+    var v: array<f32, NU>;
+    //#unroll u NU
+    v[$u] = src(base + min(i0 + $u * WG, last));
+    //#end
+    //#unroll u NU
+    if (i0 + $u * WG < p.dim) { ss += v[$u] * v[$u]; }
+    //#end
+  }
   red[lid] = ss;
   workgroupBarrier();
   for (var s = WG / 2u; s > 0u; s >>= 1u) {
@@ -44,12 +56,26 @@ fn rms_norm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_ind
     workgroupBarrier();
   }
   let inv = 1.0 / sqrt(red[0] / f32(p.dim) + p.eps);
-  for (var i = lid; i < p.dim; i += WG) {
-    var v = src(base + i) * inv * w[i];
-    if (GATED) {
-      let g = gate[base + i];
-      v *= g / (1.0 + exp(-g));
+  for (var i0 = lid; i0 < p.dim; i0 += WG * NU) {
+    var v: array<f32, NU>;
+    var g: array<f32, NU>;
+    var a: array<f32, NU>;
+    //#unroll u NU
+    {
+      let i = min(i0 + $u * WG, last);
+      v[$u] = src(base + i) * inv * w[i];
+      if (GATED) { g[$u] = gate[base + i]; }
+      if (ACCUMULATE) { a[$u] = y[base + i]; }
     }
-    if (ACCUMULATE) { y[base + i] = (y[base + i] + v) * p.scale; } else { y[base + i] = v; }
+    //#end
+    //#unroll u NU
+    {
+      let i = i0 + $u * WG;
+      var r = v[$u];
+      if (GATED) { r *= g[$u] / (1.0 + exp(-g[$u])); }
+      if (ACCUMULATE) { r = (a[$u] + r) * p.scale; }
+      if (i < p.dim) { y[base + i] = r; }
+    }
+    //#end
   }
 }
