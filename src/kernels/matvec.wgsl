@@ -173,8 +173,9 @@ fn matvec_main(wid: vec3<u32>, lid: u32, sg_size: u32) {
     let zeros = Q16(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
     let xs = chunk_xs();
     // Each step loads MV_U chunks per row as words (MV_R x MV_U loads in flight) and decodes each row's runs right
-    // before their products, so only one run is held as floats; chunks past the row are clamped to its last one and
-    // their x zeroed. A token's run 0 and run 1 are added to its sums in that order whatever NT.
+    // before their products (where the driver's schedule keeps them: PERF.md, "Quantized decode, round 3"); chunks
+    // past the row are clamped to its last one and their x zeroed. A token's run 0 and run 1 are added to its sums
+    // in that order whatever NT.
     for (var c0 = lt; c0 < n_chunks; c0 += MV_T * MV_U) {
       //#unroll! k MV_U
       let c$k = min(c0 + $k * MV_T, n_chunks - 1u);

@@ -2,9 +2,8 @@
 // each q and k head is RMS-normalised (times q_norm / k_norm), rotated (RoPE, normal or neox, the
 // first rope_dim dims; angles from rope_angle.wgsl, compiled first), q written back in place and k
 // written into the KV cache; v heads are copied into the cache (with v_norm RMS-normalised first, no gain: Gemma 4).
-// One workgroup per head: heads
-// [0, n_head) are q, [n_head, n_head + n_kv) k, the rest v. The cache pool holding position pos is
-// bound as `kv`, its K row at element kv_k_off and V row at kv_v_off (kv_cache.h).
+// One workgroup per head: heads [0, n_head) are q, [n_head, n_head + n_kv) k, the rest v. The cache pool holding
+// position pos is bound as `kv`, its K row at element kv_k_off and V row at kv_v_off (kv_cache.h).
 
 struct Params {
   n_head: u32, n_kv: u32, head_dim: u32, rope_dim: u32,
