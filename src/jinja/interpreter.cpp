@@ -4,6 +4,8 @@
 
 #include <cmath>
 #include <stdexcept>
+#include <unordered_set>
+#include <vector>
 
 #include "jinja/parser.h"
 #include "jinja/template.h"
@@ -11,6 +13,27 @@
 namespace wgllm::jinja {
 
 namespace {
+
+// Whether v is the object o or holds it through lists, dicts and namespaces (walked without recursion, each container
+// once). Lists and dicts cannot change once made, so storing v in namespace o closes a cycle of references, which
+// would never be freed, exactly when this holds.
+bool holds(const Value& v, const Object* o) {
+  std::vector<const Value*> todo{&v};
+  std::unordered_set<const void*> seen;
+  while (!todo.empty()) {
+    const Value* x = todo.back();
+    todo.pop_back();
+    if (x->is_array()) {
+      if (!seen.insert(&x->arr()).second) continue;
+      for (const Value& item : x->arr().items) todo.push_back(&item);
+    } else if (x->is_object()) {
+      if (&x->obj() == o) return true;
+      if (!seen.insert(&x->obj()).second) continue;
+      for (const auto& item : x->obj().items) todo.push_back(&item.second);
+    }
+  }
+  return false;
+}
 
 std::runtime_error type_error(std::string_view op, const Value& a, const Value& b) {
   return std::runtime_error("unsupported operand type(s) for " + std::string(op) + ": '" + a.type_name() + "' and '" +
@@ -311,6 +334,7 @@ void Interpreter::exec_set(const Stmt& s) {
     Value ns = eval(*s.target_obj);
     if (!ns.is_object() || !ns.obj().is_namespace)
       fail(s.target_obj->offset, "cannot assign attribute on non-namespace object");
+    if (holds(v, &ns.obj())) fail(s.target_obj->offset, "cannot store a namespace inside itself");
     ns.obj().set(s.text, std::move(v));
     return;
   }
