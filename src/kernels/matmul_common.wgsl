@@ -492,6 +492,8 @@ fn chunk_cols(c: u32) -> vec2<u32> {
 struct RawChunk { v: vec4<u32>, h: vec4<u32>, m: vec4<u32>, d: f32, }
 // One run of a chunk: weight i = d * q[i] / 2^p + m.
 struct Run { q: Q16, d: f32, m: f32, }
+// The types whose runs have an offset m (0 for the others): only their products need sum(x).
+const CHUNK_MIN: bool = WTYPE == T_Q4_K || WTYPE == T_Q5_K || WTYPE == T_Q2_K || WTYPE == T_Q4_1 || WTYPE == T_Q5_1;
 
 // Chunk c of piece row r (chunk_cols says which weights), as loaded.
 fn load_raw(r: u32, c: u32) -> RawChunk {

@@ -86,7 +86,8 @@ fn mv_x16(t: u32, col: u32) -> Q16 {
 }
 
 // A run's x for token t of the pass: x[col .. + 16) (zeros for a chunk past the row), its sum of squares (FLAG_NORM),
-// then scaled by the norm weights g, its sum (for the types with an offset m), and scaled by the run's 2^-p lanes.
+// then scaled by the norm weights g, its sum (CHUNK_MIN: the types with an offset m), and scaled by the run's 2^-p
+// lanes.
 struct RunX { x: Q16, s: f32, ss: f32, }
 fn mv_run_x(t: u32, col: u32, live: bool, g: Q16, xs: vec4<f32>) -> RunX {
   var x = mv_x16(mv_tok(t), col);
@@ -96,7 +97,15 @@ fn mv_run_x(t: u32, col: u32, live: bool, g: Q16, xs: vec4<f32>) -> RunX {
     ss = dot16(x, x);
     x = mul16(x, g);
   }
-  return RunX(lanes16(x, xs), sum16(x), ss);
+  var s = 0.0;
+  if (CHUNK_MIN) { s = sum16(x); }
+  return RunX(lanes16(x, xs), s, ss);
+}
+
+// A row's run times a token's run of x.
+fn run_dot(run: Run, xr: RunX) -> f32 {
+  if (CHUNK_MIN) { return run.d * dot16(run.q, xr.x) + run.m * xr.s; }
+  return run.d * dot16(run.q, xr.x);
 }
 
 fn matvec_main(wid: vec3<u32>, lid: u32, sg_size: u32) {
@@ -197,7 +206,7 @@ fn matvec_main(wid: vec3<u32>, lid: u32, sg_size: u32) {
             //#unroll! j MV_R
             {
               let run = decode_run(w$j_$k, c$k, $r);
-              vals[$j] += run.d * dot16(run.q, xr.x) + run.m * xr.s;
+              vals[$j] += run_dot(run, xr);
             }
             //#end
           } else {  // each row's run decoded once for all the tokens
@@ -209,7 +218,7 @@ fn matvec_main(wid: vec3<u32>, lid: u32, sg_size: u32) {
               let xr = mv_run_x($t, cols[$r], live, g, xs[$r]);
               vals[MV_R * NT + $t] += xr.ss;
               //#unroll! j MV_R
-              vals[$j * NT + $t] += run$j.d * dot16(run$j.q, xr.x) + run$j.m * xr.s;
+              vals[$j * NT + $t] += run_dot(run$j, xr);
               //#end
             }
             //#end
