@@ -87,6 +87,10 @@ struct BatchStats {
   uint64_t steps_chosen_on_gpu = 0;  // decode steps whose tokens were chosen on the GPU (all plain greedy), only
                                      // their ids read back
   uint64_t steps_encoded_ahead = 0;  // decode steps encoded while the step before them ran (the same sequences)
+  // Decode steps chosen on the GPU that were queued before the host had read the ids they feed (the step before
+  // chose them on the GPU), so the GPU went from one step to the next; and those queued so but not taken (a
+  // request ended or joined).
+  uint64_t steps_run_ahead = 0, steps_run_ahead_dropped = 0;
   double busy_seconds = 0;           // time spent running steps
 };
 

@@ -4,7 +4,8 @@
 // prompts, earliest first, about prefill_chunk tokens in all; then one decode step for every slot that is
 // generating, all of them in one forward (GpuBatchDecode: the weight products of every sequence together). When
 // every decoding slot is plain greedy (no penalty, no logprobs) and the model chooses tokens on the GPU
-// (LoadOptions::choose_on_gpu), their ids are chosen there (one argmax for all rows) and only the ids come back;
+// (LoadOptions::choose_on_gpu), their ids are chosen there (one argmax for all rows) and only the ids come back, the
+// next step of the same slots already queued behind it, fed those ids on the GPU (dropped when a slot ends or joins);
 // otherwise the logits of each decoding slot come back to the host, where its own sampler (penalties, filters,
 // seeded draw) picks its token. Either way a request's tokens do not depend on what runs beside it.
 #include "wgllm/batch.h"
@@ -385,6 +386,8 @@ struct BatchEngine::Impl {
     {
       std::lock_guard lock(mu);
       stats.steps_encoded_ahead = decode->prepared_steps();
+      stats.steps_run_ahead = decode->ahead_steps();
+      stats.steps_run_ahead_dropped = decode->dropped_steps();
     }
     if (on_gpu) {
       {

@@ -23,7 +23,10 @@ constexpr auto kStorage = WGPUBufferUsage_Storage;
 struct GpuBatchDecode::Buffers {
   SessionBuffers layer;  // what the layers' blocks read and write (ids, x, q, ..., decode_scratch)
   gpu::Buffer logits, logits_host;
-  gpu::Buffer chosen, chosen_host, argmax_scratch;  // step_argmax: [n] u32 ids, a mappable copy, the argmax's partials
+  // step_argmax: each row's chosen id goes into layer.ids (the next step's input) and to a mappable copy, one per step
+  // parity (a step run ahead copies into the other while the host reads this one's); the argmax's partials.
+  std::array<gpu::Buffer, 2> chosen_host;
+  gpu::Buffer argmax_scratch;
   gpu::Buffer rows;     // [n] (position, K offset, V offset, 0): the RoPE + append of every sequence (shared_kv)
   gpu::Buffer queries;  // [n] (position, first page): the attention of every sequence (shared_kv)
 };
@@ -63,13 +66,34 @@ GpuBatchDecode::GpuBatchDecode(gpu::Context& ctx, const GpuModel& model, uint32_
   make_ple_buffers(ctx, c, b, N);
   bb.logits = make(N * V, "batch logits");
   bb.logits_host = ctx.create_buffer(N * V * 4, WGPUBufferUsage_MapRead, "batch logits readback");
-  bb.chosen = make(N, "batch chosen ids");
-  bb.chosen_host = ctx.create_buffer(N * 4, WGPUBufferUsage_MapRead, "batch chosen ids readback");
+  for (gpu::Buffer& host : bb.chosen_host)
+    host = ctx.create_buffer(N * 4, WGPUBufferUsage_MapRead, "batch chosen ids readback");
   bb.argmax_scratch =
       ctx.create_buffer(kernels::argmax_scratch_bytes(uint32_t(V), uint32_t(N)), kStorage, "batch argmax scratch");
   bb.rows = make(N * 4, "batch decode rows");
   bb.queries = make(N * 2, "batch decode queries");
 }
+
+// A step encoded while the previous one ran: the same sessions, each one position on, its ids written when it is
+// submitted. Everything else it encodes (positions, cache locations, buffers) follows from the sessions and their
+// positions alone.
+struct GpuBatchDecode::Prepared {
+  std::vector<GpuSession*> sessions;
+  std::vector<uint32_t> positions;
+  const gpu::Profiler* profiler = nullptr;
+  Encoded step;
+};
+
+// A step submitted before the host read the ids it feeds (step_argmax): the sessions at their positions, each
+// session's change count after the step before, and the ids that step chose (its input).
+struct GpuBatchDecode::Ahead {
+  std::vector<GpuSession*> sessions;
+  std::vector<uint32_t> positions;
+  std::vector<uint64_t> changes;
+  std::vector<int32_t> fed;
+  const gpu::Profiler* profiler = nullptr;
+  InFlight step;
+};
 
 GpuBatchDecode::~GpuBatchDecode() = default;
 
@@ -81,8 +105,29 @@ ModelError non_finite_logits(uint32_t pos, uint32_t sequence) {
 }  // namespace
 
 std::vector<float> GpuBatchDecode::step(std::span<GpuSession* const> sessions, std::span<const int32_t> ids) {
-  run_step(sessions, ids, false);
+  check_step(sessions, ids, "GpuBatchDecode::step");
+  drop_ahead();
   const uint32_t N = uint32_t(sessions.size()), V = model_.config.n_vocab;
+  // The step encoded while the one before ran, when it was made for these sessions at these positions.
+  std::unique_ptr<Prepared> prepared = std::move(next_);
+  const bool hit = prepared && prepared->profiler == ctx_.profiler() && same_sessions(sessions, prepared->sessions) &&
+                   at_positions(sessions, prepared->positions);
+  Encoded step = hit ? std::move(prepared->step) : encode_step(sessions, false, 0);
+  prepared.reset();
+  ctx_.write_buffer(buf_->layer.ids, 0, ids.data(), ids.size_bytes());
+  step.batch->submit();
+  if (hit) ++prepared_steps_;
+  if (step.shared) ++shared_steps_;
+  advance(sessions, ids);
+  // While the GPU works, the next step of the same sessions (the likely next call), where each has room for it.
+  if (all_have_room(sessions)) {
+    auto next = std::make_unique<Prepared>();
+    next->sessions.assign(sessions.begin(), sessions.end());
+    for (const GpuSession* s : sessions) next->positions.push_back(s->n_past_);
+    next->profiler = ctx_.profiler();
+    next->step = encode_step(sessions, false, 0);
+    next_ = std::move(next);
+  }
   std::vector<float> logits(size_t(N) * V);
   ctx_.read_mapped(buf_->logits_host, 0, logits.data(), uint64_t(N) * V * 4);
   for (uint32_t i = 0; i < N; ++i)
@@ -92,57 +137,87 @@ std::vector<float> GpuBatchDecode::step(std::span<GpuSession* const> sessions, s
 }
 
 std::vector<int32_t> GpuBatchDecode::step_argmax(std::span<GpuSession* const> sessions, std::span<const int32_t> ids) {
-  run_step(sessions, ids, true);
+  check_step(sessions, ids, "GpuBatchDecode::step_argmax");
+  next_.reset();  // encoded to end in logits
   const uint32_t N = uint32_t(sessions.size());
+  // The step already queued by the call before, when it was queued for these sessions at these positions, each
+  // unchanged since, and fed (on the GPU) the ids the caller gives now; any other call drops it.
+  std::unique_ptr<Ahead> ahead = std::move(ahead_);
+  InFlight step;
+  if (ahead && ahead->profiler == ctx_.profiler() && same_sessions(sessions, ahead->sessions) &&
+      at_positions(sessions, ahead->positions) &&
+      std::equal(sessions.begin(), sessions.end(), ahead->changes.begin(),
+                 [](const GpuSession* s, uint64_t changes) { return s->changes_ == changes; }) &&
+      std::ranges::equal(ids, ahead->fed)) {
+    step = ahead->step;
+    ++ahead_steps_;
+  } else {
+    if (ahead) ++dropped_steps_;
+    ctx_.write_buffer(buf_->layer.ids, 0, ids.data(), ids.size_bytes());
+    step = submit(encode_step(sessions, true, parity_), parity_);
+    parity_ ^= 1;
+  }
+  ahead.reset();
+  if (step.shared) ++shared_steps_;
+  advance(sessions, ids);
+  // The next step is queued before this one's ids are read: its argmax input is this step's output, already in the
+  // ids buffer when it runs, so the GPU goes from one step to the next while the host reads the ids and hands them
+  // over (as GpuSession::decode_greedy's steps do). Dropped, it leaves the sessions as they are: the cache rows and
+  // conv ring row it wrote are past n_past, and a recurrent state it wrote is the other of its two buffers.
+  if (all_have_room(sessions)) {
+    auto next = std::make_unique<Ahead>();
+    next->sessions.assign(sessions.begin(), sessions.end());
+    for (const GpuSession* s : sessions) {
+      next->positions.push_back(s->n_past_);
+      next->changes.push_back(s->changes_);
+    }
+    next->profiler = ctx_.profiler();
+    next->step = submit(encode_step(sessions, true, parity_), parity_);
+    parity_ ^= 1;
+    ahead_ = std::move(next);
+  }
   std::vector<uint32_t> chosen(N);
-  ctx_.read_mapped(buf_->chosen_host, 0, chosen.data(), uint64_t(N) * 4);
+  ctx_.read_mapped(buf_->chosen_host[step.parity], 0, chosen.data(), uint64_t(N) * 4, step.done_at);
   for (uint32_t i = 0; i < N; ++i)
-    if (chosen[i] == kernels::kArgmaxNonFinite) throw non_finite_logits(sessions[i]->n_past_ - 1, i);
+    if (chosen[i] == kernels::kArgmaxNonFinite) {
+      drop_ahead();
+      throw non_finite_logits(sessions[i]->n_past_ - 1, i);
+    }
+  if (ahead_) ahead_->fed.assign(chosen.begin(), chosen.end());
   return std::vector<int32_t>(chosen.begin(), chosen.end());
 }
 
-// A step encoded while the previous one ran: the same sessions, each one position on, its ids written when it is
-// submitted. Everything else it encodes (positions, cache locations, buffers) follows from the sessions and their
-// positions alone.
-struct GpuBatchDecode::Prepared {
-  std::vector<GpuSession*> sessions;
-  std::vector<uint32_t> positions;
-  bool argmax = false;
-  const gpu::Profiler* profiler = nullptr;
-  Encoded step;
-};
+void GpuBatchDecode::drop_ahead() {
+  if (ahead_) ++dropped_steps_;
+  ahead_.reset();
+}
 
-void GpuBatchDecode::run_step(std::span<GpuSession* const> sessions, std::span<const int32_t> ids, bool argmax) {
-  check_step(sessions, ids, argmax ? "GpuBatchDecode::step_argmax" : "GpuBatchDecode::step");
-  const uint32_t N = uint32_t(sessions.size());
-  std::unique_ptr<Prepared> prepared = std::move(next_);
-  const bool hit = prepared && prepared->argmax == argmax && prepared->profiler == ctx_.profiler() &&
-                   std::equal(sessions.begin(), sessions.end(), prepared->sessions.begin(), prepared->sessions.end()) &&
-                   std::equal(sessions.begin(), sessions.end(), prepared->positions.begin(),
-                              [](const GpuSession* s, uint32_t pos) { return s->n_past_ == pos; });
-  Encoded step = hit ? std::move(prepared->step) : encode_step(sessions, argmax);
-  prepared.reset();
-  ctx_.write_buffer(buf_->layer.ids, 0, ids.data(), ids.size_bytes());
-  step.batch->submit();
-  if (hit) ++prepared_steps_;
-  if (step.shared) ++shared_steps_;
-  // Each session now holds its token, as a decode step of its own leaves it.
-  for (uint32_t i = 0; i < N; ++i) {
+GpuBatchDecode::InFlight GpuBatchDecode::submit(Encoded step, uint32_t parity) {
+  return {.done_at = step.batch->submit(), .parity = parity, .shared = step.shared};
+}
+
+bool GpuBatchDecode::same_sessions(std::span<GpuSession* const> sessions, const std::vector<GpuSession*>& of) {
+  return std::ranges::equal(sessions, of);
+}
+
+bool GpuBatchDecode::at_positions(std::span<GpuSession* const> sessions, const std::vector<uint32_t>& positions) {
+  return std::equal(sessions.begin(), sessions.end(), positions.begin(), positions.end(),
+                    [](const GpuSession* s, uint32_t pos) { return s->n_past_ == pos; });
+}
+
+bool GpuBatchDecode::all_have_room(std::span<GpuSession* const> sessions) {
+  return std::all_of(sessions.begin(), sessions.end(), [](const GpuSession* s) { return s->n_past_ < s->n_ctx_; });
+}
+
+// Each session now holds its token, as a decode step of its own leaves it.
+void GpuBatchDecode::advance(std::span<GpuSession* const> sessions, std::span<const int32_t> ids) {
+  for (size_t i = 0; i < sessions.size(); ++i) {
     GpuSession& s = *sessions[i];
     s.next_.reset();
     s.tokens_.resize(s.n_past_);
     s.tokens_.push_back(ids[i]);
     ++s.n_past_;
-  }
-  // While the GPU works, the next step of the same sessions (the likely next call), where each has room for it.
-  if (std::all_of(sessions.begin(), sessions.end(), [](const GpuSession* s) { return s->n_past_ < s->n_ctx_; })) {
-    auto next = std::make_unique<Prepared>();
-    next->sessions.assign(sessions.begin(), sessions.end());
-    for (const GpuSession* s : sessions) next->positions.push_back(s->n_past_);
-    next->argmax = argmax;
-    next->profiler = ctx_.profiler();
-    next->step = encode_step(sessions, argmax);
-    next_ = std::move(next);
+    ++s.changes_;
   }
 }
 
@@ -169,7 +244,8 @@ void GpuBatchDecode::check_step(std::span<GpuSession* const> sessions, std::span
   }
 }
 
-GpuBatchDecode::Encoded GpuBatchDecode::encode_step(std::span<GpuSession* const> sessions, bool argmax) {
+GpuBatchDecode::Encoded GpuBatchDecode::encode_step(std::span<GpuSession* const> sessions, bool argmax,
+                                                    uint32_t parity) {
   const ModelConfig& c = model_.config;
   const uint32_t N = uint32_t(sessions.size()), V = c.n_vocab;
   Buffers& bb = *buf_;
@@ -261,9 +337,11 @@ GpuBatchDecode::Encoded GpuBatchDecode::encode_step(std::span<GpuSession* const>
       {.norm = &model_.weights.output_norm, .eps = c.rms_eps, .impl = kernels::token_independent_impl(ctx_)});
   if (c.final_logit_softcap > 0)
     kernels::encode_scale(batch, ctx_, bb.logits, uint64_t(N) * V, 1.f, c.final_logit_softcap);
-  if (argmax) {  // each row's id chosen here (the lowest index of its largest logit), only the ids come back
-    kernels::encode_argmax(batch, ctx_, bb.logits, V, bb.argmax_scratch, bb.chosen, 0, N);
-    batch.copy(bb.chosen, 0, bb.chosen_host, 0, uint64_t(N) * 4);
+  if (argmax) {
+    // each row's id chosen here (the lowest index of its largest logit) into the ids the next step reads; only the
+    // ids come back
+    kernels::encode_argmax(batch, ctx_, bb.logits, V, bb.argmax_scratch, b.ids, 0, N);
+    batch.copy(b.ids, 0, bb.chosen_host[parity], 0, uint64_t(N) * 4);
   } else {
     batch.copy(bb.logits, 0, bb.logits_host, 0, uint64_t(N) * V * 4);
   }

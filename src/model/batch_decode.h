@@ -29,6 +29,9 @@ class GpuBatchDecode {
   std::vector<float> step(std::span<GpuSession* const> sessions, std::span<const int32_t> ids);
   // The same step with each sequence's next token chosen on the GPU as greedy decoding does (the lowest index of the
   // largest logit, argmax.wgsl) in one dispatch pair for all of them; only the ids come back: [sessions.size()].
+  // Before reading them it queues the next step of the same sessions, fed these ids on the GPU: a call with the
+  // same sessions, none of them changed since, and the ids this one returned finds its step already running
+  // (ahead_steps); any other call drops it (dropped_steps) and runs its own.
   std::vector<int32_t> step_argmax(std::span<GpuSession* const> sessions, std::span<const int32_t> ids);
 
   uint32_t max_sequences() const { return max_; }
@@ -37,22 +40,36 @@ class GpuBatchDecode {
   uint64_t shared_steps() const { return shared_steps_; }
   // Steps submitted as encoded while the step before them ran (the same sessions, one position on), over its life.
   uint64_t prepared_steps() const { return prepared_steps_; }
+  // step_argmax's steps found running when called (queued by the call before), and those dropped unused.
+  uint64_t ahead_steps() const { return ahead_steps_; }
+  uint64_t dropped_steps() const { return dropped_steps_; }
 
  private:
   struct Buffers;
   struct Prepared;
+  struct Ahead;
   struct Encoded {
     std::unique_ptr<gpu::ComputeBatch> batch;
     bool shared = false;  // every sequence's RoPE + append and attention one dispatch each
   };
-  // Checks the arguments, submits the step (the one encoded ahead when it was made for these sessions at these
-  // positions, else a fresh one), advances the sessions, then encodes their next step while the GPU runs this one.
-  void run_step(std::span<GpuSession* const> sessions, std::span<const int32_t> ids, bool argmax);
+  struct InFlight {
+    gpu::SubmissionIndex done_at = 0;
+    uint32_t parity = 0;  // the readback buffer its ids go to
+    bool shared = false;
+  };
+  InFlight submit(Encoded step, uint32_t parity);
+  void drop_ahead();
+  static bool same_sessions(std::span<GpuSession* const> sessions, const std::vector<GpuSession*>& of);
+  static bool at_positions(std::span<GpuSession* const> sessions, const std::vector<uint32_t>& positions);
+  static bool all_have_room(std::span<GpuSession* const> sessions);
+  // Each session one position on, holding its id, as a decode step of its own leaves it.
+  static void advance(std::span<GpuSession* const> sessions, std::span<const int32_t> ids);
   // InvalidArgument (naming fn) for a bad id, a full, foreign or repeated session or too many sessions.
   void check_step(std::span<GpuSession* const> sessions, std::span<const int32_t> ids, const char* fn) const;
-  // The step of each session at its position, ids read from the ids buffer when it runs: its logits, or with argmax
-  // each row's chosen id, copied to the mappable buffer. Writes the positions' table buffers.
-  Encoded encode_step(std::span<GpuSession* const> sessions, bool argmax);
+  // The step of each session at its position, ids read from the ids buffer when it runs: its logits copied to the
+  // mappable buffer, or with argmax each row's chosen id written over the ids and copied to readback buffer
+  // `parity`. Writes the positions' table buffers.
+  Encoded encode_step(std::span<GpuSession* const> sessions, bool argmax, uint32_t parity);
   gpu::Context& ctx_;
   const GpuModel& model_;
   uint32_t max_;
@@ -61,7 +78,10 @@ class GpuBatchDecode {
   std::unique_ptr<gpu::BindCache> bind_cache_;
   uint64_t shared_steps_ = 0;
   uint64_t prepared_steps_ = 0;
-  std::unique_ptr<Prepared> next_;  // the step encoded ahead, if any
+  uint64_t ahead_steps_ = 0, dropped_steps_ = 0;
+  uint32_t parity_ = 0;             // the readback buffer of the next step submitted
+  std::unique_ptr<Prepared> next_;  // step's: the step encoded ahead, if any
+  std::unique_ptr<Ahead> ahead_;    // step_argmax's: the step queued ahead, if any
 };
 
 }  // namespace wgllm

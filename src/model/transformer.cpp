@@ -103,6 +103,7 @@ void GpuSession::truncate(uint32_t n) {
     throw InvalidArgument("cannot keep " + std::to_string(n) + " positions: " + std::to_string(n_past_) +
                           " are cached");
   next_.reset();  // encoded for the old position
+  ++changes_;
   if (n == 0 || state_.rewinds_to(n, n_past_)) {
     n_past_ = n;
     return;
@@ -188,6 +189,7 @@ void GpuSession::forward_rows(std::span<const int32_t> tokens, uint32_t first, c
 std::vector<float> GpuSession::run_chunk(std::span<const int32_t> tokens, Output output) {
   const uint32_t n = uint32_t(tokens.size());
   SessionBuffers& b = *buf_;
+  ++changes_;
   ctx_.write_buffer(b.ids, 0, tokens.data(), tokens.size_bytes());
   tokens_.resize(n_past_);
   tokens_.insert(tokens_.end(), tokens.begin(), tokens.end());
@@ -275,6 +277,7 @@ uint32_t GpuSession::decode_on_gpu(int32_t token, uint32_t max_new, Output outpu
                                    const std::function<StepSample(uint32_t k)>& step_sample,
                                    const std::function<bool(int32_t id)>& on_id) {
   SessionBuffers& b = *buf_;
+  ++changes_;
   ctx_.write_buffer(b.ids, 0, &token, 4);
   const uint32_t pos0 = n_past_;
   const uint32_t steps = std::min(max_new, n_ctx_ - pos0);

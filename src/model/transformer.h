@@ -283,6 +283,9 @@ class GpuSession {
   // How each layer's decode step gets q into place and k, v into the cache (model/blocks.h).
   std::vector<DecodeQkv> decode_qkv_;  // [n_layer]
   uint32_t n_past_ = 0;
+  // Counts the changes of the state (every chunk fed, decode step and truncation): a batched step queued ahead
+  // (GpuBatchDecode::step_argmax) stands only while it does not move.
+  uint64_t changes_ = 0;
   std::unique_ptr<SessionBuffers> buf_;
   std::unique_ptr<gpu::BindCache> bind_cache_;  // decode steps repeat: their bind groups are made once
   SequenceState state_;                         // the KV caches and conv states

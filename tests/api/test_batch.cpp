@@ -195,7 +195,8 @@ TEST(BatchEngine, GreedyTokensChosenOnTheGpuEqualTheHostsChoice) {
   EXPECT_EQ(mixed, host);
   EXPECT_EQ(host_stats.steps_chosen_on_gpu, 0u);
   EXPECT_GT(gpu_stats.steps_chosen_on_gpu, 0u);
-  EXPECT_GT(gpu_stats.steps_encoded_ahead, 0u) << "steps of the same sequences run as encoded ahead";
+  EXPECT_GT(gpu_stats.steps_run_ahead, 0u) << "steps of the same sequences queued before their ids came back";
+  EXPECT_GT(mixed_stats.steps_encoded_ahead, 0u) << "logits steps of the same sequences run as encoded ahead";
   EXPECT_LT(mixed_stats.steps_chosen_on_gpu, gpu_stats.steps_chosen_on_gpu)
       << "the steps with the logprobs request beside come back to the host";
   BatchEngine alone(on_gpu, {.parallel = 2});

@@ -131,6 +131,96 @@ INSTANTIATE_TEST_SUITE_P(Models, BatchDecode, ::testing::ValuesIn(batch_cases())
   return s;
 });
 
+// step_argmax queues the next step of its sessions before it reads their ids. Three sessions take steps that use
+// it (the same sessions fed the ids they chose) and steps that must drop it: an id other than the chosen one, other
+// company, a session rewound and fed another token back to the same position, a session out of room. Every id equals
+// the argmax of the logits of a twin session stepped alone, and afterwards each session continues as its twin does.
+class BatchDecodeAhead : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(BatchDecodeAhead, QueuedStepsTakenOnlyWhenTheyStand) {
+  const GgufFile f = GgufFile::open(test::model_path(GetParam()));
+  gpu::Context& ctx = test::context();
+  const GpuModel gm = load_gpu_model(ctx, f);
+  const uint32_t V = gm.config.n_vocab;
+  auto gen = test::rng(43);
+  const std::vector<uint32_t> ctxs = {64, 64, 16};  // the third runs out of room
+  std::vector<std::unique_ptr<GpuSession>> ahead, alone;
+  for (uint32_t i = 0; i < 3; ++i) {
+    const std::vector<int32_t> prompt = random_ids(V, 3 + 2 * i, gen);
+    for (auto* v : {&ahead, &alone}) {
+      v->push_back(std::make_unique<GpuSession>(
+          ctx, gm, GpuSessionOptions{.n_ctx = ctxs[i], .ubatch = 8, .kv_type = kernels::KvType::F32}));
+      v->back()->forward(prompt);
+    }
+  }
+  GpuBatchDecode bd(ctx, gm, 3), bd_alone(ctx, gm, 3);
+  auto host_argmax = [](std::span<const float> row) {
+    return int32_t(std::max_element(row.begin(), row.end()) - row.begin());  // the first of equals
+  };
+  std::vector<int32_t> next(3);  // each session's id for its next step: the one it chose
+  for (int32_t& id : next) id = random_ids(V, 1, gen)[0];
+  enum Expect { Fresh, Taken, Dropped };  // no step was queued; the queued one is taken; it is dropped
+  uint64_t taken = 0, dropped = 0;
+  auto step = [&](const std::vector<uint32_t>& group, Expect expect, const std::string& what) {
+    SCOPED_TRACE(what);
+    std::vector<GpuSession*> s;
+    std::vector<int32_t> ids;
+    for (uint32_t i : group) {
+      s.push_back(ahead[i].get());
+      ids.push_back(next[i]);
+    }
+    const std::vector<int32_t> chosen = bd.step_argmax(s, ids);
+    taken += expect == Taken;
+    dropped += expect == Dropped;
+    ASSERT_EQ(bd.ahead_steps(), taken);
+    ASSERT_EQ(bd.dropped_steps(), dropped);
+    for (size_t j = 0; j < group.size(); ++j) {
+      const uint32_t i = group[j];
+      GpuSession* one[] = {alone[i].get()};
+      const std::vector<float> logits = bd_alone.step(one, std::span(&ids[j], 1));
+      ASSERT_EQ(chosen[j], host_argmax(logits)) << "sequence " << i;
+      ASSERT_TRUE(std::ranges::equal(ahead[i]->tokens(), alone[i]->tokens()));
+      next[i] = chosen[j];
+    }
+  };
+  step({0, 1, 2}, Fresh, "the first step");
+  step({0, 1, 2}, Taken, "the same sessions, their ids");
+  next[2] = (next[2] + 1) % int32_t(V);
+  step({0, 1, 2}, Dropped, "another id than the one chosen");
+  step({0, 1, 2}, Taken, "again their own");
+  step({0, 1}, Dropped, "other company");
+  step({0, 1}, Taken, "the same two");
+  // Session 0 back one position and fed another token there: it stands where the queued step expects it, and the
+  // step's input is the id it chose, but the cache behind it has changed.
+  for (auto* v : {&ahead, &alone}) {
+    GpuSession& s = *(*v)[0];
+    const int32_t other = (s.tokens().back() + 1) % int32_t(V);
+    s.truncate(s.n_past() - 1);
+    s.forward(std::span(&other, 1));
+  }
+  step({0, 1}, Dropped, "a session changed in place");
+  step({0, 1}, Taken, "the same two again");
+  step({2}, Dropped, "session 2 alone");
+  while (ahead[2]->n_past() + 1 < ahead[2]->n_ctx()) step({2}, Taken, "session 2 filling up");
+  step({2}, Taken, "session 2's last position: nothing queued behind it");
+  EXPECT_EQ(ahead[2]->n_past(), ahead[2]->n_ctx());
+  step({0, 1}, Fresh, "nothing was queued for these");
+  // The dropped steps left nothing behind: every session continues as its twin.
+  for (uint32_t i = 0; i < 2; ++i) {
+    const std::vector<int32_t> more = random_ids(V, 5, gen);
+    const std::vector<float> a = ahead[i]->forward(more), b = alone[i]->forward(more);
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << "sequence " << i << " afterwards";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, BatchDecodeAhead,
+                         ::testing::Values("llama-f32", "lfm2-tiny-f32", "qwen35-tiny-f32", "gemma4-tiny-kv-f32"),
+                         [](const auto& info) {
+                           std::string s = info.param;
+                           std::replace(s.begin(), s.end(), '-', '_');
+                           return s;
+                         });
+
 TEST(BatchDecodeErrors, ThrowBeforeAnyWork) {
   const GgufFile f = GgufFile::open(test::model_path("llama-f32"));
   gpu::Context& ctx = test::context();
