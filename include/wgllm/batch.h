@@ -88,8 +88,8 @@ struct BatchStats {
                                      // their ids read back
   uint64_t steps_encoded_ahead = 0;  // decode steps encoded while the step before them ran (the same sequences)
   // Decode steps chosen on the GPU that were queued before the host had read the ids they feed (the step before
-  // chose them on the GPU), so the GPU went from one step to the next; and those queued so but not taken (a
-  // request ended or joined).
+  // chose them on the GPU), so the GPU went from one step to the next; and those queued so but not taken (a request
+  // joined unannounced, or a sampled one).
   uint64_t steps_run_ahead = 0, steps_run_ahead_dropped = 0;
   double busy_seconds = 0;           // time spent running steps
 };

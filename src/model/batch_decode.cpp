@@ -27,6 +27,7 @@ struct GpuBatchDecode::Buffers {
   // parity (a step run ahead copies into the other while the host reads this one's); the argmax's partials.
   std::array<gpu::Buffer, 2> chosen_host;
   gpu::Buffer argmax_scratch;
+  gpu::Buffer ids_before;  // [n] u32: a step's chosen ids, when the step after it takes only some of their rows
   gpu::Buffer rows;     // [n] (position, K offset, V offset, 0): the RoPE + append of every sequence (shared_kv)
   gpu::Buffer queries;  // [n] (position, first page): the attention of every sequence (shared_kv)
 };
@@ -70,6 +71,7 @@ GpuBatchDecode::GpuBatchDecode(gpu::Context& ctx, const GpuModel& model, uint32_
     host = ctx.create_buffer(N * 4, WGPUBufferUsage_MapRead, "batch chosen ids readback");
   bb.argmax_scratch =
       ctx.create_buffer(kernels::argmax_scratch_bytes(uint32_t(V), uint32_t(N)), kStorage, "batch argmax scratch");
+  bb.ids_before = make(N, "batch ids before");
   bb.rows = make(N * 4, "batch decode rows");
   bb.queries = make(N * 2, "batch decode queries");
 }
@@ -136,35 +138,43 @@ std::vector<float> GpuBatchDecode::step(std::span<GpuSession* const> sessions, s
   return logits;
 }
 
-std::vector<int32_t> GpuBatchDecode::step_argmax(std::span<GpuSession* const> sessions, std::span<const int32_t> ids) {
+std::vector<int32_t> GpuBatchDecode::step_argmax(std::span<GpuSession* const> sessions, std::span<const int32_t> ids,
+                                                 bool queue_next) {
   check_step(sessions, ids, "GpuBatchDecode::step_argmax");
   next_.reset();  // encoded to end in logits
   const uint32_t N = uint32_t(sessions.size());
-  // The step already queued by the call before, when it was queued for these sessions at these positions, each
-  // unchanged since, and fed (on the GPU) the ids the caller gives now; any other call drops it.
+  // The step already queued by the call before serves this one when the sessions are some of its sessions, in its
+  // order, each at the position it was queued for, unchanged since, and fed (on the GPU) the id the caller gives now.
+  // Its rows of the sessions left out are not taken: what it wrote for them lies past their n_past (the cache rows
+  // and conv ring row of the next position, the other of a recurrent state's two buffers), as a dropped step's does.
   std::unique_ptr<Ahead> ahead = std::move(ahead_);
+  std::vector<uint32_t> rows;  // each session's row in the step that runs it
+  bool hit = ahead && ahead->profiler == ctx_.profiler();
+  for (uint32_t i = 0, j = 0; hit && i < N; ++i, ++j) {
+    while (j < ahead->sessions.size() && ahead->sessions[j] != sessions[i]) ++j;
+    hit = j < ahead->sessions.size() && sessions[i]->n_past_ == ahead->positions[j] &&
+          sessions[i]->changes_ == ahead->changes[j] && ids[i] == ahead->fed[j];
+    rows.push_back(j);
+  }
   InFlight step;
-  if (ahead && ahead->profiler == ctx_.profiler() && same_sessions(sessions, ahead->sessions) &&
-      at_positions(sessions, ahead->positions) &&
-      std::equal(sessions.begin(), sessions.end(), ahead->changes.begin(),
-                 [](const GpuSession* s, uint64_t changes) { return s->changes_ == changes; }) &&
-      std::ranges::equal(ids, ahead->fed)) {
+  if (hit) {
     step = ahead->step;
     ++ahead_steps_;
   } else {
     if (ahead) ++dropped_steps_;
     ctx_.write_buffer(buf_->layer.ids, 0, ids.data(), ids.size_bytes());
-    step = submit(encode_step(sessions, true, parity_), parity_);
+    step = submit(encode_step(sessions, true, parity_), parity_, N);
     parity_ ^= 1;
+    rows.resize(N);
+    for (uint32_t i = 0; i < N; ++i) rows[i] = i;
   }
   ahead.reset();
   if (step.shared) ++shared_steps_;
   advance(sessions, ids);
   // The next step is queued before this one's ids are read: its argmax input is this step's output, already in the
   // ids buffer when it runs, so the GPU goes from one step to the next while the host reads the ids and hands them
-  // over (as GpuSession::decode_greedy's steps do). Dropped, it leaves the sessions as they are: the cache rows and
-  // conv ring row it wrote are past n_past, and a recurrent state it wrote is the other of its two buffers.
-  if (all_have_room(sessions)) {
+  // over (as GpuSession::decode_greedy's steps do).
+  if (queue_next && all_have_room(sessions)) {
     auto next = std::make_unique<Ahead>();
     next->sessions.assign(sessions.begin(), sessions.end());
     for (const GpuSession* s : sessions) {
@@ -172,19 +182,24 @@ std::vector<int32_t> GpuBatchDecode::step_argmax(std::span<GpuSession* const> se
       next->changes.push_back(s->changes_);
     }
     next->profiler = ctx_.profiler();
-    next->step = submit(encode_step(sessions, true, parity_), parity_);
+    // Its input: this step's ids, or when this step ran more sessions, their rows of them.
+    const bool all_rows = step.n_rows == N;
+    next->step = submit(encode_step(sessions, true, parity_, all_rows ? std::span<const uint32_t>() : rows), parity_, N);
     parity_ ^= 1;
     ahead_ = std::move(next);
   }
-  std::vector<uint32_t> chosen(N);
-  ctx_.read_mapped(buf_->chosen_host[step.parity], 0, chosen.data(), uint64_t(N) * 4, step.done_at);
-  for (uint32_t i = 0; i < N; ++i)
-    if (chosen[i] == kernels::kArgmaxNonFinite) {
+  std::vector<uint32_t> all(step.n_rows);
+  ctx_.read_mapped(buf_->chosen_host[step.parity], 0, all.data(), uint64_t(step.n_rows) * 4, step.done_at);
+  std::vector<int32_t> chosen(N);
+  for (uint32_t i = 0; i < N; ++i) {
+    if (all[rows[i]] == kernels::kArgmaxNonFinite) {
       drop_ahead();
       throw non_finite_logits(sessions[i]->n_past_ - 1, i);
     }
-  if (ahead_) ahead_->fed.assign(chosen.begin(), chosen.end());
-  return std::vector<int32_t>(chosen.begin(), chosen.end());
+    chosen[i] = int32_t(all[rows[i]]);
+  }
+  if (ahead_) ahead_->fed = chosen;
+  return chosen;
 }
 
 void GpuBatchDecode::drop_ahead() {
@@ -192,8 +207,8 @@ void GpuBatchDecode::drop_ahead() {
   ahead_.reset();
 }
 
-GpuBatchDecode::InFlight GpuBatchDecode::submit(Encoded step, uint32_t parity) {
-  return {.done_at = step.batch->submit(), .parity = parity, .shared = step.shared};
+GpuBatchDecode::InFlight GpuBatchDecode::submit(Encoded step, uint32_t parity, uint32_t n_rows) {
+  return {.done_at = step.batch->submit(), .parity = parity, .n_rows = n_rows, .shared = step.shared};
 }
 
 bool GpuBatchDecode::same_sessions(std::span<GpuSession* const> sessions, const std::vector<GpuSession*>& of) {
@@ -245,7 +260,7 @@ void GpuBatchDecode::check_step(std::span<GpuSession* const> sessions, std::span
 }
 
 GpuBatchDecode::Encoded GpuBatchDecode::encode_step(std::span<GpuSession* const> sessions, bool argmax,
-                                                    uint32_t parity) {
+                                                    uint32_t parity, std::span<const uint32_t> id_rows) {
   const ModelConfig& c = model_.config;
   const uint32_t N = uint32_t(sessions.size()), V = c.n_vocab;
   Buffers& bb = *buf_;
@@ -317,6 +332,13 @@ GpuBatchDecode::Encoded GpuBatchDecode::encode_step(std::span<GpuSession* const>
 
   auto owned = std::make_unique<gpu::ComputeBatch>(ctx_, "batch decode", bind_cache_.get());
   gpu::ComputeBatch& batch = *owned;
+  if (!id_rows.empty()) {  // ids[i] = the ids before's row id_rows[i], a copy per run of consecutive rows
+    batch.copy(b.ids, 0, bb.ids_before, 0, bb.ids_before.size);
+    for (uint32_t i = 0, end = 0; i < N; i = end) {
+      for (end = i + 1; end < N && id_rows[end] == id_rows[i] + (end - i);) ++end;
+      batch.copy(bb.ids_before, uint64_t(id_rows[i]) * 4, b.ids, uint64_t(i) * 4, uint64_t(end - i) * 4);
+    }
+  }
   kernels::encode_embedding(batch, ctx_, model_.weights.token_embd, b.ids, b.x, N);
   if (c.embd_scale != 1.f) kernels::encode_scale(batch, ctx_, b.x, uint64_t(N) * c.n_embd, c.embd_scale);
   // Every product of the step goes through a kernel whose arithmetic for a token does not depend on the tokens

@@ -29,10 +29,12 @@ class GpuBatchDecode {
   std::vector<float> step(std::span<GpuSession* const> sessions, std::span<const int32_t> ids);
   // The same step with each sequence's next token chosen on the GPU as greedy decoding does (the lowest index of the
   // largest logit, argmax.wgsl) in one dispatch pair for all of them; only the ids come back: [sessions.size()].
-  // Before reading them it queues the next step of the same sessions, fed these ids on the GPU: a call with the
-  // same sessions, none of them changed since, and the ids this one returned finds its step already running
-  // (ahead_steps); any other call drops it (dropped_steps) and runs its own.
-  std::vector<int32_t> step_argmax(std::span<GpuSession* const> sessions, std::span<const int32_t> ids);
+  // With queue_next, before reading them it queues the next step of the same sessions, fed these ids on the GPU: a
+  // call with these sessions or some of them (in this order), none changed since, and the ids this one returned finds
+  // its step already running (ahead_steps); any other call drops it (dropped_steps) and runs its own. A caller that
+  // knows its next call will bring another session (BatchEngine: a prompt about to join) leaves queue_next off.
+  std::vector<int32_t> step_argmax(std::span<GpuSession* const> sessions, std::span<const int32_t> ids,
+                                   bool queue_next = true);
 
   uint32_t max_sequences() const { return max_; }
   uint64_t bind_groups_made() const { return bind_cache_->misses(); }
@@ -55,9 +57,10 @@ class GpuBatchDecode {
   struct InFlight {
     gpu::SubmissionIndex done_at = 0;
     uint32_t parity = 0;  // the readback buffer its ids go to
+    uint32_t n_rows = 0;  // its sessions
     bool shared = false;
   };
-  InFlight submit(Encoded step, uint32_t parity);
+  InFlight submit(Encoded step, uint32_t parity, uint32_t n_rows);
   void drop_ahead();
   static bool same_sessions(std::span<GpuSession* const> sessions, const std::vector<GpuSession*>& of);
   static bool at_positions(std::span<GpuSession* const> sessions, const std::vector<uint32_t>& positions);
@@ -66,10 +69,11 @@ class GpuBatchDecode {
   static void advance(std::span<GpuSession* const> sessions, std::span<const int32_t> ids);
   // InvalidArgument (naming fn) for a bad id, a full, foreign or repeated session or too many sessions.
   void check_step(std::span<GpuSession* const> sessions, std::span<const int32_t> ids, const char* fn) const;
-  // The step of each session at its position, ids read from the ids buffer when it runs: its logits copied to the
-  // mappable buffer, or with argmax each row's chosen id written over the ids and copied to readback buffer
-  // `parity`. Writes the positions' table buffers.
-  Encoded encode_step(std::span<GpuSession* const> sessions, bool argmax, uint32_t parity);
+  // The step of each session at its position, ids read from the ids buffer when it runs (with id_rows, session i's
+  // from row id_rows[i] of it): its logits copied to the mappable buffer, or with argmax each row's chosen id written
+  // over the ids and copied to readback buffer `parity`. Writes the positions' table buffers.
+  Encoded encode_step(std::span<GpuSession* const> sessions, bool argmax, uint32_t parity,
+                      std::span<const uint32_t> id_rows = {});
   gpu::Context& ctx_;
   const GpuModel& model_;
   uint32_t max_;

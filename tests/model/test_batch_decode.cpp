@@ -132,8 +132,9 @@ INSTANTIATE_TEST_SUITE_P(Models, BatchDecode, ::testing::ValuesIn(batch_cases())
 });
 
 // step_argmax queues the next step of its sessions before it reads their ids. Three sessions take steps that use
-// it (the same sessions fed the ids they chose) and steps that must drop it: an id other than the chosen one, other
-// company, a session rewound and fed another token back to the same position, a session out of room. Every id equals
+// it (the same sessions or some of them, fed the ids they chose) and steps that must drop it: an id other than the
+// chosen one, a session that was not in it, another order, a session rewound and fed another token back to the same
+// position; none is queued for a session out of room or when the caller says so. Every id equals
 // the argmax of the logits of a twin session stepped alone, and afterwards each session continues as its twin does.
 class BatchDecodeAhead : public ::testing::TestWithParam<std::string> {};
 
@@ -161,7 +162,7 @@ TEST_P(BatchDecodeAhead, QueuedStepsTakenOnlyWhenTheyStand) {
   for (int32_t& id : next) id = random_ids(V, 1, gen)[0];
   enum Expect { Fresh, Taken, Dropped };  // no step was queued; the queued one is taken; it is dropped
   uint64_t taken = 0, dropped = 0;
-  auto step = [&](const std::vector<uint32_t>& group, Expect expect, const std::string& what) {
+  auto step = [&](const std::vector<uint32_t>& group, Expect expect, const std::string& what, bool queue_next = true) {
     SCOPED_TRACE(what);
     std::vector<GpuSession*> s;
     std::vector<int32_t> ids;
@@ -169,7 +170,7 @@ TEST_P(BatchDecodeAhead, QueuedStepsTakenOnlyWhenTheyStand) {
       s.push_back(ahead[i].get());
       ids.push_back(next[i]);
     }
-    const std::vector<int32_t> chosen = bd.step_argmax(s, ids);
+    const std::vector<int32_t> chosen = bd.step_argmax(s, ids, queue_next);
     taken += expect == Taken;
     dropped += expect == Dropped;
     ASSERT_EQ(bd.ahead_steps(), taken);
@@ -188,8 +189,11 @@ TEST_P(BatchDecodeAhead, QueuedStepsTakenOnlyWhenTheyStand) {
   next[2] = (next[2] + 1) % int32_t(V);
   step({0, 1, 2}, Dropped, "another id than the one chosen");
   step({0, 1, 2}, Taken, "again their own");
-  step({0, 1}, Dropped, "other company");
-  step({0, 1}, Taken, "the same two");
+  step({0, 2}, Taken, "session 1 left: the others' rows");
+  step({0, 2}, Taken, "the two, queued behind the step they left");
+  step({0, 1, 2}, Dropped, "session 1 back at the position the step it left ran");
+  step({1, 0}, Dropped, "another order");
+  step({1, 0}, Taken, "the same two");
   // Session 0 back one position and fed another token there: it stands where the queued step expects it, and the
   // step's input is the id it chose, but the cache behind it has changed.
   for (auto* v : {&ahead, &alone}) {
@@ -198,13 +202,15 @@ TEST_P(BatchDecodeAhead, QueuedStepsTakenOnlyWhenTheyStand) {
     s.truncate(s.n_past() - 1);
     s.forward(std::span(&other, 1));
   }
-  step({0, 1}, Dropped, "a session changed in place");
-  step({0, 1}, Taken, "the same two again");
-  step({2}, Dropped, "session 2 alone");
+  step({1, 0}, Dropped, "a session changed in place");
+  step({1, 0}, Taken, "the same two again");
+  step({2}, Dropped, "session 2 was not in it");
   while (ahead[2]->n_past() + 1 < ahead[2]->n_ctx()) step({2}, Taken, "session 2 filling up");
   step({2}, Taken, "session 2's last position: nothing queued behind it");
   EXPECT_EQ(ahead[2]->n_past(), ahead[2]->n_ctx());
   step({0, 1}, Fresh, "nothing was queued for these");
+  step({0, 1}, Taken, "queued", false);
+  step({0, 1}, Fresh, "not queued when asked not to");
   // The dropped steps left nothing behind: every session continues as its twin.
   for (uint32_t i = 0; i < 2; ++i) {
     const std::vector<int32_t> more = random_ids(V, 5, gen);
