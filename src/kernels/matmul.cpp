@@ -137,8 +137,14 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
     fail(fn, "q, k and v rows need split1 <= split2 <= n_out and some k or v rows" + splits);
   if (o.swiglu && (w.n_out % 2 || split || o.accumulate))
     fail(fn, "swiglu needs an even n_out (interleaved gate/up rows) and neither split outputs nor accumulate");
-  if (o.act != GateAct::Silu && !o.swiglu) fail(fn, "a gate activation needs swiglu (it selects the gate's activation)");
+  if (o.act != GateAct::Silu && !o.swiglu && !o.times)
+    fail(fn, "a gate activation needs swiglu or times (it selects the gate's activation)");
   if (o.act == GateAct::Sigmoid) fail(fn, "the sigmoid gate is not a matmul epilogue (encode_swiglu runs it)");
+  if (o.times && (o.bias || o.swiglu || o.accumulate || split || o.act == GateAct::SwigluOai))
+    fail(fn, "times takes neither bias, swiglu, accumulate, split outputs nor the gpt-oss gate");
+  if (o.times && (o.times_stride < w.n_out || o.times_offset > o.times_stride - w.n_out))
+    fail(fn, "times needs times_offset + n_out <= times_stride (got " + std::to_string(o.times_offset) + " + " +
+                 std::to_string(w.n_out) + " > " + std::to_string(o.times_stride) + ")");
   if (split && o.accumulate) fail(fn, "accumulate does not combine with split outputs");
   // Widths (floats per token) of y, y1, y2.
   const bool split_out = split && !rk;  // y1 (and y2) written
@@ -157,6 +163,10 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
     fail(fn, "y, y1 and y2 must be different buffers");
   if (o.bias) check_size("bias", *o.bias, w.n_out, "n_out * 4");
   if (o.bias && uint64_t(w.n_out) * 4 > ctx.max_binding_size()) fail(fn, "bias exceeds the storage-binding limit");
+  const uint64_t times_floats = o.times ? uint64_t(n_tokens) * o.times_stride : 0;
+  if (o.times) check_size("times", *o.times, times_floats, "n_tokens * times_stride * 4");
+  if (o.times && times_floats * 4 > ctx.max_binding_size()) fail(fn, "times exceeds the storage-binding limit");
+  if (o.times && o.times->get() == y.get()) fail(fn, "times must not be the output");
   const uint64_t norm_floats = (uint64_t(w.n_in) + 7) / 8 * 8;
   if (o.norm) check_size("norm", *o.norm, norm_floats, "n_in rounded up to 8, * 4");
   if (o.norm && !(o.eps > 0)) fail(fn, "eps must be > 0 with norm");
@@ -185,7 +195,7 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
   const uint32_t flag_bits = (o.bias ? flags::kBias : 0) | (o.norm ? flags::kNorm : 0) |
                              (o.accumulate ? flags::kAccum : 0) | (o.swiglu ? flags::kSwiglu : 0) |
                              act_flags(o.act) | (split_out ? flags::kSplit : 0) | (rk ? flags::kRopeKv : 0) |
-                             (rk && rk->neox ? flags::kNeox : 0);
+                             (rk && rk->neox ? flags::kNeox : 0) | (o.times ? flags::kTimes : 0);
 
   for (uint32_t first = 0; first < n_tokens; first += step) {
     const uint32_t count = std::min(step, n_tokens - first);
@@ -215,6 +225,8 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
       p.y2_off = y2w.first_word;
       p.eps = o.eps;
       p.y_stride = y_width;
+      p.times_off = o.times_offset + first * o.times_stride;
+      p.times_stride = o.times_stride;
       if (rk) {
         p.pos = rk->pos;
         p.head_dim = rk->head_dim;
@@ -242,7 +254,8 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
           {1, &piece.buffer},
           {2, &x, xw.offset_bytes, xw.size_bytes},
           {3, &y, yw.offset_bytes, yw.size_bytes},
-          {4, o.bias ? o.bias : &none, 0, o.bias ? uint64_t(w.n_out) * 4 : 16},
+          o.times ? gpu::BufferBinding{4, o.times, 0, times_floats * 4}
+                  : gpu::BufferBinding{4, o.bias ? o.bias : &none, 0, o.bias ? uint64_t(w.n_out) * 4 : 16},
           {6, o.norm ? o.norm : &none, 0, o.norm ? norm_floats * 4 : 16},
           {7, split_out ? o.y1 : &ctx.placeholder_writable(), y1w.offset_bytes, y1w.size_bytes},
           {8, has_y2 ? o.y2 : &ctx.placeholder_writable(), y2w.offset_bytes, y2w.size_bytes},

@@ -59,7 +59,7 @@ struct MatmulParams {
   eps: f32, y_stride: u32, pos: u32, head_dim: u32,
   rope_dim: u32, kv_f16: u32, kv_k_off: u32, kv_v_off: u32,
   n_used: u32, x_per_pair: u32, expert_first: u32, n_experts: u32,  // matvec expert products (MV_EXPERTS)
-  tiles_off: u32, _pad0: u32, _pad1: u32, _pad2: u32,                // and grouped by expert (NT > 1)
+  tiles_off: u32, times_off: u32, times_stride: u32, _pad0: u32,     // grouped by expert (NT > 1); FLAG_TIMES
 }
 const FLAG_BIAS: u32 = 1u;        // add bias[row]
 const FLAG_LAST_PIECE: u32 = 2u;  // embedding: ids past the table write zero rows
@@ -71,12 +71,13 @@ const FLAG_ROPE_KV: u32 = 64u;    // matvec, one token: q (rows < split1) and k 
 const FLAG_NEOX: u32 = 128u;      // with FLAG_ROPE_KV: neox RoPE, pairs (i, i + rope_dim / 2)
 const FLAG_GELU: u32 = 256u;      // with FLAG_SWIGLU: gelu_tanh(row 2i) * row 2i+1 (GeGLU, gemma)
 const FLAG_OAI: u32 = 512u;       // with FLAG_SWIGLU: gpt-oss's clamped SwiGLU (store_swiglu)
+const FLAG_TIMES: u32 = 1024u;    // y[t][i] = act(row i) * bias[times_off + t * times_stride + i] (act: FLAG_GELU or silu)
 
 @group(0) @binding(0) var<uniform> p: MatmulParams;
 @group(0) @binding(1) var<storage, read> w: array<vec4<u32>>;
 @group(0) @binding(2) var<storage, read> x: array<f32>;
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;
-@group(0) @binding(4) var<storage, read> bias: array<f32>;
+@group(0) @binding(4) var<storage, read> bias: array<f32>;  // FLAG_TIMES: the factors of the activated rows
 @group(0) @binding(5) var<storage, read> ids: array<u32>;  // embedding: token ids; matvec: experts (MV_EXPERTS)
 @group(0) @binding(6) var<storage, read> norm: array<vec4<f32>>;
 @group(0) @binding(7) var<storage, read_write> y1: array<f32>;
@@ -334,6 +335,7 @@ fn store_y(t: u32, r: u32, v: f32) {
   let g = p.row_begin + r;
   var out = v;
   if (has(FLAG_BIAS)) { out += bias[bias_base + g]; }
+  if (has(FLAG_TIMES)) { out = gate_act(out) * bias[p.times_off + t * p.times_stride + g]; }
   if (has(FLAG_SPLIT) && g >= p.split1) {
     if (g >= p.split2) {
       y2[p.y2_off + t * (p.n_out - p.split2) + g - p.split2] = out;
@@ -353,22 +355,25 @@ fn bias2(g: u32) -> vec2<f32> {
   return vec2<f32>(0.0);
 }
 
+// The gate's activation: silu(a) = a sigmoid(a); with FLAG_GELU gelu_tanh(a) = a (1 + tanh(u)) / 2 = a sigmoid(2u),
+// u = sqrt(2/pi) (a + 0.044715 a^3). e^-z overflows to inf for z < -88: a / inf = -0, the right limit.
+fn gate_act(a: f32) -> f32 {
+  let z = select(a, 1.5957691216057308 * (a + 0.044715 * a * a * a), has(FLAG_GELU));
+  return a / (1.0 + exp(-z));
+}
+
 // SwiGLU epilogue: piece rows r (gate, even) and r + 1 (up) of token t.
 fn store_swiglu(t: u32, r: u32, gate: f32, up: f32) {
   let g = p.row_begin + r;
   let bb = bias2(g);
-  var a = gate + bb.x;
-  var b = up + bb.y;
-  // silu(a) = a sigmoid(a); gelu_tanh(a) = a (1 + tanh(u)) / 2 = a sigmoid(2u), u = sqrt(2/pi) (a + 0.044715 a^3);
-  // gpt-oss: a' = min(a, 7), a' sigmoid(1.702 a') (clamp(b, -7, 7) + 1).
-  // e^-z overflows to inf for z < -88: a / inf = -0, the right limit.
-  var z = select(a, 1.5957691216057308 * (a + 0.044715 * a * a * a), has(FLAG_GELU));
-  if (has(FLAG_OAI)) {
-    a = min(a, 7.0);
-    b = clamp(b, -7.0, 7.0) + 1.0;
-    z = 1.702 * a;
+  let a = gate + bb.x;
+  let b = up + bb.y;
+  var out = gate_act(a) * b;
+  if (has(FLAG_OAI)) {  // gpt-oss: a' = min(a, 7), a' sigmoid(1.702 a') (clamp(b, -7, 7) + 1)
+    let ac = min(a, 7.0);
+    out = ac / (1.0 + exp(-1.702 * ac)) * (clamp(b, -7.0, 7.0) + 1.0);
   }
-  y[p.y_off + t * p.y_stride + g / 2u] = a / (1.0 + exp(-z)) * b;
+  y[p.y_off + t * p.y_stride + g / 2u] = out;
 }
 
 // ---- Chunks: the block types' loaders for the products that stream each weight once (matvec.wgsl) ----

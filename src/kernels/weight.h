@@ -58,14 +58,14 @@ struct MatmulParams {
   uint32_t y_stride, pos, head_dim;
   uint32_t rope_dim, kv_f16, kv_k_off, kv_v_off;
   uint32_t n_used, x_per_pair, expert_first, n_experts;
-  uint32_t tiles_off, pad0, pad1, pad2;
+  uint32_t tiles_off, times_off, times_stride, pad0;
 };
 static_assert(sizeof(MatmulParams) == 128);
 
 // The FLAG_* bits of matmul_common.wgsl.
 namespace flags {
 inline constexpr uint32_t kBias = 1, kLastPiece = 2, kNorm = 4, kAccum = 8, kSwiglu = 16, kSplit = 32, kRopeKv = 64,
-                          kNeox = 128, kGelu = 256, kSwigluOai = 512;
+                          kNeox = 128, kGelu = 256, kSwigluOai = 512, kTimes = 1024;
 }
 
 // Helpers of the weight kernels' host encoders (and check.h's).

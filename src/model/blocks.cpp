@@ -410,7 +410,6 @@ void make_ple_buffers(gpu::Context& ctx, const ModelConfig& c, SessionBuffers& b
   auto make = [&](uint64_t floats, const char* label) { return activations(ctx, floats, label); };
   b.ple = make(n * c.n_layer * P, "per-layer inputs");
   b.ple_proj = make(n * c.n_layer * P, "per-layer projection");
-  b.ple_gate = make(n * P, "per-layer gate");
   b.ple_act = make(n * P, "per-layer act");
 }
 
@@ -527,9 +526,13 @@ void encode_per_layer_embedding(const LayerStep& s, float out_scale) {
   const ModelConfig& c = s.model.config;
   SessionBuffers& b = s.b;
   const uint32_t P = c.n_embd_per_layer;
-  kernels::encode_matmul(s.batch, s.ctx, s.L.ple_gate, b.x, b.ple_gate, s.n, {.impl = product_impl(s)});
-  kernels::encode_swiglu(s.batch, s.ctx, b.ple_gate, b.ple, b.ple_act, uint64_t(s.n) * P, kernels::GateAct::GeluTanh,
-                         {.width = P, .stride = c.n_layer * P, .offset = s.layer * P});
+  // act = gelu_tanh(x Wple_gate) * this layer's slice of the per-layer inputs, in the product's epilogue
+  kernels::encode_matmul(s.batch, s.ctx, s.L.ple_gate, b.x, b.ple_act, s.n,
+                         {.act = kernels::GateAct::GeluTanh,
+                          .times = &b.ple,
+                          .times_stride = c.n_layer * P,
+                          .times_offset = s.layer * P,
+                          .impl = product_impl(s)});
   encode_post_norm_residual(s, s.L.ple_proj, b.ple_act, s.L.ple_post_norm, out_scale);
 }
 

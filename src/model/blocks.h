@@ -57,7 +57,6 @@ struct SessionBuffers {
   // gemma4's per-layer embeddings (make_ple_buffers; size 4 otherwise)
   gpu::Buffer ple;            // [ubatch][n_layer P]: every layer's input, computed at layer 0
   gpu::Buffer ple_proj;       // [ubatch][n_layer P]: the projection of the scaled embedding
-  gpu::Buffer ple_gate;       // [ubatch][P]
   gpu::Buffer ple_act;        // [ubatch][P]
 };
 

@@ -187,8 +187,9 @@ TEST(Matmul, WeightLargerThanABinding) {
 // The fused extras of encode_matmul (norm folded in, residual accumulation, SwiGLU over
 // interleaved rows, split outputs) against the CPU reference applied step by step.
 
-// SplitTwo: y and y1 alone; SwigluOai: gpt-oss's clamped SwiGLU (sums here reach past its clamps at +-7)
-enum class Epilogue { Plain, Accumulate, Swiglu, Geglu, SwigluOai, Split, SplitTwo };
+// SplitTwo: y and y1 alone; SwigluOai: gpt-oss's clamped SwiGLU (sums here reach past its clamps at +-7);
+// GeluTimes / SiluTimes: each row activated and multiplied by a row of another input (MatmulOptions::times)
+enum class Epilogue { Plain, Accumulate, Swiglu, Geglu, SwigluOai, Split, SplitTwo, GeluTimes, SiluTimes };
 
 struct EpilogueCase {
   const char* name;
@@ -243,6 +244,11 @@ const EpilogueCase kEpilogueCases[] = {
     {"swiglu_norm_q4_k_mv_t21", Q4_K, 512, 70, 21, Matvec, Epilogue::Swiglu, true},
     {"split_norm_bias_f16_mv_t21", F16, 256, 100, 21, Matvec, Epilogue::Split, true, true},
     {"swiglu_norm_mxfp4_mv_t21", MXFP4, 512, 70, 21, Matvec, Epilogue::Swiglu, true},
+    // gemma4's per-layer gate (the pipelines of cases above: the epilogue is a flag)
+    {"gelu_times_norm_q8_0_mv_t3", Q8_0, 512, 40, 3, Matvec, Epilogue::GeluTimes, true},
+    {"silu_times_f16_mv_t1", F16, 256, 96, 1, Matvec, Epilogue::SiluTimes},
+    {"gelu_times_f32_mm_t70", F32, 96, 65, 70, Tiled, Epilogue::GeluTimes},
+    {"gelu_times_q4_k_mv_t21", Q4_K, 512, 70, 21, Matvec, Epilogue::GeluTimes, true},
 };
 
 // tol: the largest relative L2 error allowed (0: f32's, by type).
@@ -257,8 +263,8 @@ void check_epilogue(gpu::Context& ctx, const EpilogueCase& c, double tol = 0) {
   const auto x = random_floats(size_t(T) * c.n_in, gen, -2.f, 2.f);
   auto xbuf = ctx.upload<float>(x, WGPUBufferUsage_Storage, "x");
   kernels::MatmulOptions o{.impl = c.impl};
-  std::optional<gpu::Buffer> bias_buf, norm_buf, y1, y2;
-  std::vector<float> bias, norm;
+  std::optional<gpu::Buffer> bias_buf, norm_buf, y1, y2, times_buf;
+  std::vector<float> bias, norm, times;
   if (c.bias) {
     bias = random_floats(N, gen);
     bias_buf = ctx.upload<float>(bias, WGPUBufferUsage_Storage, "bias");
@@ -306,6 +312,21 @@ void check_epilogue(gpu::Context& ctx, const EpilogueCase& c, double tol = 0) {
           up.push_back(full[size_t(t) * N + 2 * i + 1]);
         }
       want = cpu::gated(uint32_t(o.act), gate, up);
+      break;
+    }
+    case Epilogue::GeluTimes:
+    case Epilogue::SiluTimes: {
+      // rows of times N + 7 wide, the factors from column 5: a slice of wider rows, as gemma4's per-layer inputs
+      o.act = c.epilogue == Epilogue::GeluTimes ? kernels::GateAct::GeluTanh : kernels::GateAct::Silu;
+      o.times_stride = N + 7;
+      o.times_offset = 5;
+      times = random_floats(size_t(T) * o.times_stride, gen);
+      times_buf = ctx.upload<float>(times, WGPUBufferUsage_Storage, "times");
+      o.times = &*times_buf;
+      std::vector<float> factors;
+      for (uint32_t t = 0; t < T; ++t)
+        for (uint32_t i = 0; i < N; ++i) factors.push_back(times[size_t(t) * o.times_stride + o.times_offset + i]);
+      want = cpu::gated(uint32_t(o.act), full, factors);
       break;
     }
     case Epilogue::Split:
@@ -498,6 +519,16 @@ TEST(Matmul, EpilogueArgumentsAreChecked) {
   expect_throw([&] { kernels::encode_matmul(batch, ctx, w, x, y, 1, {.accumulate = true, .swiglu = true}); }, "swiglu");
   expect_throw([&] { kernels::encode_matmul(batch, ctx, w, x, y, 1, {.act = kernels::GateAct::GeluTanh}); },
                "gate activation needs swiglu");
+  auto times = ctx.create_buffer(16 * 4, WGPUBufferUsage_Storage, "times");
+  auto encode_times = [&](const gpu::Buffer& t, uint32_t stride, uint32_t offset, const gpu::Buffer* bias = nullptr) {
+    kernels::encode_matmul(batch, ctx, w, x, y, 1,
+                           {.bias = bias, .times = &t, .times_stride = stride, .times_offset = offset});
+  };
+  EXPECT_NO_THROW(encode_times(times, 16, 6));
+  expect_throw([&] { encode_times(times, 16, 7); }, "times_offset + n_out <= times_stride");
+  expect_throw([&] { encode_times(times, 20, 0); }, "times holds");
+  expect_throw([&] { encode_times(times, 16, 0, &y1); }, "times takes neither");
+  expect_throw([&] { encode_times(y, 10, 0); }, "times must not be the output");
 }
 
 // Without subgroups the matvec rows reduce through workgroup memory instead of shuffles, and the Rows kernel loads

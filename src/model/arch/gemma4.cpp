@@ -58,7 +58,7 @@ GpuLayer upload(Uploader& up, const ModelConfig& c, uint32_t layer) {
   return L;
 }
 
-// A decode step (n = 1) of a gemma4 layer with its own KV cache and per-layer embeddings runs 12 dispatches (q/k/v
+// A decode step (n = 1) of a gemma4 layer with its own KV cache and per-layer embeddings runs 11 dispatches (q/k/v
 // stacked, gate/up fused; a layer sharing another's cache: q alone, its norm and RoPE, no append):
 //   (layer 0: embedding, scale, matmul, scale, rms_norm (adding), scale   every layer's per-layer input)
 //   matmul (q, k, v)                     q, k, v = norm(x) (Wq, Wk, Wv)
@@ -68,7 +68,7 @@ GpuLayer upload(Uploader& up, const ModelConfig& c, uint32_t layer) {
 //   matmul, rms_norm (adding)            x += norm(attn Wo) post_attn_norm
 //   matmul (its epilogue the gelu)       act = gelu_tanh(norm(x) Wgate) * (norm(x) Wup)
 //   matmul, rms_norm (adding)            x += norm(act Wdown) post_ffn_norm
-//   matmul, gelu                         g = gelu_tanh(x Wple_gate) * this layer's per-layer input
+//   matmul (its epilogue the gelu)       g = gelu_tanh(x Wple_gate) * this layer's per-layer input
 //   matmul, rms_norm (adding)            x = (x + norm(g Wple_proj) ple_post_norm) * the layer's output scale
 void encode(const LayerStep& s) {
   const ModelConfig& c = s.model.config;
