@@ -18,7 +18,10 @@ namespace {
 
 // The SwiGLU epilogue's gate activation as flags (silu: none).
 uint32_t act_flags(GateAct act) {
-  return act == GateAct::GeluTanh ? flags::kGelu : act == GateAct::SwigluOai ? flags::kSwigluOai : 0;
+  return act == GateAct::GeluTanh    ? flags::kGelu
+         : act == GateAct::SwigluOai ? flags::kSwigluOai
+         : act == GateAct::Sigmoid   ? flags::kSigmoid
+                                     : 0;
 }
 
 uint32_t matvec_slots(const gpu::Context& ctx, const MatvecConfig& mv) {
@@ -139,7 +142,8 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
     fail(fn, "swiglu needs an even n_out (interleaved gate/up rows) and neither split outputs nor accumulate");
   if (o.act != GateAct::Silu && !o.swiglu && !o.times)
     fail(fn, "a gate activation needs swiglu or times (it selects the gate's activation)");
-  if (o.act == GateAct::Sigmoid) fail(fn, "the sigmoid gate is not a matmul epilogue (encode_swiglu runs it)");
+  if (o.act == GateAct::Sigmoid && !o.times)
+    fail(fn, "the sigmoid gate is a matmul epilogue only with times (encode_swiglu runs it otherwise)");
   if (o.times && (o.bias || o.swiglu || o.accumulate || split || o.act == GateAct::SwigluOai))
     fail(fn, "times takes neither bias, swiglu, accumulate, split outputs nor the gpt-oss gate");
   if (o.times && (o.times_stride < w.n_out || o.times_offset > o.times_stride - w.n_out))

@@ -106,8 +106,8 @@ struct MatmulOptions {
   const gpu::Buffer* y2 = nullptr;
   uint32_t split1 = 0, split2 = 0;
   // Each row activated and multiplied by another input: y[t][o] = act(row o) * times[t * times_stride + times_offset
-  // + o] (act Silu or GeluTanh; gemma4's per-layer gate times the layer's slice of its per-layer inputs). Not with
-  // bias, swiglu, accumulate or split outputs.
+  // + o] (act Silu, GeluTanh or Sigmoid; gemma4's per-layer gate times the layer's slice of its per-layer inputs,
+  // qwen35's attention output times the sigmoid of its gate). Not with bias, swiglu, accumulate or split outputs.
   const gpu::Buffer* times = nullptr;
   uint32_t times_stride = 0, times_offset = 0;
   MatmulImpl impl = MatmulImpl::Auto;

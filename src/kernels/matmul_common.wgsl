@@ -71,7 +71,8 @@ const FLAG_ROPE_KV: u32 = 64u;    // matvec, one token: q (rows < split1) and k 
 const FLAG_NEOX: u32 = 128u;      // with FLAG_ROPE_KV: neox RoPE, pairs (i, i + rope_dim / 2)
 const FLAG_GELU: u32 = 256u;      // with FLAG_SWIGLU: gelu_tanh(row 2i) * row 2i+1 (GeGLU, gemma)
 const FLAG_OAI: u32 = 512u;       // with FLAG_SWIGLU: gpt-oss's clamped SwiGLU (store_swiglu)
-const FLAG_TIMES: u32 = 1024u;    // y[t][i] = act(row i) * bias[times_off + t * times_stride + i] (act: FLAG_GELU or silu)
+const FLAG_TIMES: u32 = 1024u;    // y[t][i] = act(row i) * bias[times_off + t * times_stride + i]
+const FLAG_SIGMOID: u32 = 2048u;  // with FLAG_TIMES: act = sigmoid (else gelu_tanh with FLAG_GELU, silu)
 
 @group(0) @binding(0) var<uniform> p: MatmulParams;
 @group(0) @binding(1) var<storage, read> w: array<vec4<u32>>;
@@ -356,10 +357,11 @@ fn bias2(g: u32) -> vec2<f32> {
 }
 
 // The gate's activation: silu(a) = a sigmoid(a); with FLAG_GELU gelu_tanh(a) = a (1 + tanh(u)) / 2 = a sigmoid(2u),
-// u = sqrt(2/pi) (a + 0.044715 a^3). e^-z overflows to inf for z < -88: a / inf = -0, the right limit.
+// u = sqrt(2/pi) (a + 0.044715 a^3); with FLAG_SIGMOID sigmoid(a). e^-z overflows to inf for z < -88: a / inf = -0
+// (or 0), the right limit.
 fn gate_act(a: f32) -> f32 {
   let z = select(a, 1.5957691216057308 * (a + 0.044715 * a * a * a), has(FLAG_GELU));
-  return a / (1.0 + exp(-z));
+  return select(a, 1.0, has(FLAG_SIGMOID)) / (1.0 + exp(-z));
 }
 
 // SwiGLU epilogue: piece rows r (gate, even) and r + 1 (up) of token t.

@@ -65,7 +65,8 @@ static_assert(sizeof(MatmulParams) == 128);
 // The FLAG_* bits of matmul_common.wgsl.
 namespace flags {
 inline constexpr uint32_t kBias = 1, kLastPiece = 2, kNorm = 4, kAccum = 8, kSwiglu = 16, kSplit = 32, kRopeKv = 64,
-                          kNeox = 128, kGelu = 256, kSwigluOai = 512, kTimes = 1024;
+                          kNeox = 128, kGelu = 256, kSwigluOai = 512, kTimes = 1024,
+                          kSigmoid = 2048;
 }
 
 // Helpers of the weight kernels' host encoders (and check.h's).

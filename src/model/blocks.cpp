@@ -319,10 +319,14 @@ void encode_conv(const LayerStep& s) {
 
 void encode_attention_gate(const LayerStep& s) {
   const ModelConfig& c = s.model.config;
-  kernels::encode_matmul(s.batch, s.ctx, s.L.wgate, s.b.x, s.b.gate, s.n,
-                         {.norm = &s.L.attn_norm, .eps = c.rms_eps, .impl = product_impl(s)});
-  kernels::encode_swiglu(s.batch, s.ctx, s.b.gate, s.b.attn, s.b.act, uint64_t(s.n) * c.q_dim(),
-                         kernels::GateAct::Sigmoid);
+  // act = sigmoid(norm(x) Wgate) * attn, in the product's epilogue
+  kernels::encode_matmul(s.batch, s.ctx, s.L.wgate, s.b.x, s.b.act, s.n,
+                         {.norm = &s.L.attn_norm,
+                          .eps = c.rms_eps,
+                          .act = kernels::GateAct::Sigmoid,
+                          .times = &s.b.attn,
+                          .times_stride = c.q_dim(),
+                          .impl = product_impl(s)});
 }
 
 void encode_delta_net(const LayerStep& s) {

@@ -188,8 +188,11 @@ TEST(Matmul, WeightLargerThanABinding) {
 // interleaved rows, split outputs) against the CPU reference applied step by step.
 
 // SplitTwo: y and y1 alone; SwigluOai: gpt-oss's clamped SwiGLU (sums here reach past its clamps at +-7);
-// GeluTimes / SiluTimes: each row activated and multiplied by a row of another input (MatmulOptions::times)
-enum class Epilogue { Plain, Accumulate, Swiglu, Geglu, SwigluOai, Split, SplitTwo, GeluTimes, SiluTimes };
+// GeluTimes / SiluTimes / SigmoidTimes: each row activated and multiplied by a row of another input
+// (MatmulOptions::times)
+enum class Epilogue {
+  Plain, Accumulate, Swiglu, Geglu, SwigluOai, Split, SplitTwo, GeluTimes, SiluTimes, SigmoidTimes
+};
 
 struct EpilogueCase {
   const char* name;
@@ -249,6 +252,9 @@ const EpilogueCase kEpilogueCases[] = {
     {"silu_times_f16_mv_t1", F16, 256, 96, 1, Matvec, Epilogue::SiluTimes},
     {"gelu_times_f32_mm_t70", F32, 96, 65, 70, Tiled, Epilogue::GeluTimes},
     {"gelu_times_q4_k_mv_t21", Q4_K, 512, 70, 21, Matvec, Epilogue::GeluTimes, true},
+    // qwen35's attention gate
+    {"sigmoid_times_norm_f16_mv_t1", F16, 256, 128, 1, Matvec, Epilogue::SigmoidTimes, true},
+    {"sigmoid_times_norm_bf16_mm_t75", BF16, 160, 70, 75, Tiled, Epilogue::SigmoidTimes, true},
 };
 
 // tol: the largest relative L2 error allowed (0: f32's, by type).
@@ -315,9 +321,12 @@ void check_epilogue(gpu::Context& ctx, const EpilogueCase& c, double tol = 0) {
       break;
     }
     case Epilogue::GeluTimes:
-    case Epilogue::SiluTimes: {
+    case Epilogue::SiluTimes:
+    case Epilogue::SigmoidTimes: {
       // rows of times N + 7 wide, the factors from column 5: a slice of wider rows, as gemma4's per-layer inputs
-      o.act = c.epilogue == Epilogue::GeluTimes ? kernels::GateAct::GeluTanh : kernels::GateAct::Silu;
+      o.act = c.epilogue == Epilogue::GeluTimes    ? kernels::GateAct::GeluTanh
+              : c.epilogue == Epilogue::SiluTimes ? kernels::GateAct::Silu
+                                                  : kernels::GateAct::Sigmoid;
       o.times_stride = N + 7;
       o.times_offset = 5;
       times = random_floats(size_t(T) * o.times_stride, gen);
@@ -529,6 +538,9 @@ TEST(Matmul, EpilogueArgumentsAreChecked) {
   expect_throw([&] { encode_times(times, 20, 0); }, "times holds");
   expect_throw([&] { encode_times(times, 16, 0, &y1); }, "times takes neither");
   expect_throw([&] { encode_times(y, 10, 0); }, "times must not be the output");
+  expect_throw(
+      [&] { kernels::encode_matmul(batch, ctx, w, x, y, 1, {.swiglu = true, .act = kernels::GateAct::Sigmoid}); },
+      "sigmoid gate is a matmul epilogue only with times");
 }
 
 // Without subgroups the matvec rows reduce through workgroup memory instead of shuffles, and the Rows kernel loads
