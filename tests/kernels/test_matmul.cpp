@@ -569,14 +569,21 @@ TEST(Matmul, NoSubgroupsMatvec) {
 // The matvec for many tokens (MatmulImpl::Matvec and batch decode's Batch: passes of up to 16 tokens; pipelines of
 // 1-4, 8 or 16 tokens whose missing tokens are computed and not stored) gives each token the same bits as a product
 // of that token alone, with the norm and bias epilogues, in the adapter's shapes and in one whose group is narrower
-// than its values.
+// than its values; also when the lone products take other rows, groups and units in flight with the same threads per
+// row (as batch decode's one-token shape does on GPUs: kernels::batch_matvec_config).
 TEST(Matmul, MatvecTokensAsIfAlone) {
-  for (const char* shape : {"", "16x2x2"}) {
-    SCOPED_TRACE(shape);
-    gpu::Context ctx(context_options([&](auto& o) {
-      o.matvec_shape = shape;
-      o.rows_shape = "off";
-    }));
+  for (const auto& [shape, alone_shape] : {std::pair{"", ""}, std::pair{"16x2x2", "16x4x1x2"}}) {
+    SCOPED_TRACE(std::string(shape) + " / alone " + alone_shape);
+    auto make = [](const char* s) {
+      return std::make_unique<gpu::Context>(context_options([&](auto& o) {
+        o.matvec_shape = s;
+        o.rows_shape = "off";
+      }));
+    };
+    const auto ctx_ptr = make(shape);
+    const auto alone_ptr = std::string(alone_shape) == shape ? nullptr : make(alone_shape);
+    gpu::Context& ctx = *ctx_ptr;
+    gpu::Context& actx = alone_ptr ? *alone_ptr : ctx;
     for (const auto& [type, impl] : {std::pair{Q4_K, Matvec}, std::pair{F16, MatmulImpl::Batch}}) {
       SCOPED_TRACE(type_name(type));
       auto gen = rng(321);
@@ -591,21 +598,28 @@ TEST(Matmul, MatvecTokensAsIfAlone) {
       auto nbuf = ctx.upload<float>(norm, WGPUBufferUsage_Storage, "norm");
       const kernels::MatmulOptions o{.bias = &bbuf, .norm = &nbuf, .eps = 1e-5f, .impl = impl};
       auto y = poisoned(ctx, size_t(T) * n_out, "y");
-      std::vector<gpu::Buffer> x1, y1;
-      for (uint32_t t = 0; t < T; ++t) {
-        x1.push_back(ctx.upload<float>(std::span(x).subspan(size_t(t) * n_in, n_in), WGPUBufferUsage_Storage, "x1"));
-        y1.push_back(poisoned(ctx, n_out, "y1"));
-      }
       gpu::ComputeBatch batch(ctx, "matvec tokens");
       kernels::encode_matmul(batch, ctx, w, xs, y, T, o);
-      for (uint32_t t = 0; t < T; ++t) kernels::encode_matmul(batch, ctx, w, x1[t], y1[t], 1, o);
       batch.submit_and_wait();
+      // each token alone (in the context of the lone shape, with its own copies of the inputs)
+      const auto aw = kernels::upload_weight(actx, type, n_in, n_out, bytes);
+      auto abuf = actx.upload<float>(bias, WGPUBufferUsage_Storage, "bias");
+      auto anbuf = actx.upload<float>(norm, WGPUBufferUsage_Storage, "norm");
+      const kernels::MatmulOptions ao{.bias = &abuf, .norm = &anbuf, .eps = 1e-5f, .impl = impl};
+      std::vector<gpu::Buffer> x1, y1;
+      for (uint32_t t = 0; t < T; ++t) {
+        x1.push_back(actx.upload<float>(std::span(x).subspan(size_t(t) * n_in, n_in), WGPUBufferUsage_Storage, "x1"));
+        y1.push_back(poisoned(actx, n_out, "y1"));
+      }
+      gpu::ComputeBatch alone(actx, "matvec tokens alone");
+      for (uint32_t t = 0; t < T; ++t) kernels::encode_matmul(alone, actx, aw, x1[t], y1[t], 1, ao);
+      alone.submit_and_wait();
       const auto all = ctx.read<float>(y);
       const auto want = cpu::matmul(type, bytes, n_in, n_out, cpu::rms_norm(x, norm, T, n_in, 1e-5f), T, bias);
       const auto r = compare(all, want);
       EXPECT_LE(r.rel_l2, 2e-5) << r.describe();
       for (uint32_t t = 0; t < T; ++t) {
-        const auto one = ctx.read<float>(y1[t]);
+        const auto one = actx.read<float>(y1[t]);
         ASSERT_EQ(std::memcmp(one.data(), all.data() + size_t(t) * n_out, size_t(n_out) * 4), 0)
             << "token " << t << " is not the same bits as alone";
       }
