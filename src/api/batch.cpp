@@ -6,8 +6,9 @@
 // every decoding slot is plain greedy (no penalty, no logprobs) and the model chooses tokens on the GPU
 // (LoadOptions::choose_on_gpu), their ids are chosen there (one argmax for all rows) and only the ids come back, the
 // next step of the same slots already queued behind it, fed those ids on the GPU (it serves the slots that go on
-// when some end; none is queued while a prompt is being fed, whose slot would join); otherwise the logits of each decoding slot come back to the host, where its own sampler (penalties, filters,
-// seeded draw) picks its token. Either way a request's tokens do not depend on what runs beside it.
+// when some end; none is queued while a prompt is being fed, whose slot would join); otherwise the logits of each
+// decoding slot come back to the host, where its own sampler (penalties, filters, seeded draw) picks its token.
+// Either way a request's tokens do not depend on what runs beside it.
 #include "wgllm/batch.h"
 
 #include <algorithm>
@@ -376,9 +377,10 @@ struct BatchEngine::Impl {
     std::vector<int32_t> chosen;
     try {
       // The next step is queued behind this one unless a prompt being fed may join it (it would be dropped).
+      const bool none_joining =
+          std::none_of(slots.begin(), slots.end(), [](const Slot& s) { return s.prefilling(); });
       if (on_gpu)
-        chosen = decode->step_argmax(sessions, ids,
-                                     std::none_of(slots.begin(), slots.end(), [](const Slot& s) { return s.prefilling(); }));
+        chosen = decode->step_argmax(sessions, ids, none_joining);
       else
         logits = decode->step(sessions, ids);
     } catch (const std::exception& e) {

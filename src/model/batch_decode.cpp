@@ -183,8 +183,8 @@ std::vector<int32_t> GpuBatchDecode::step_argmax(std::span<GpuSession* const> se
     }
     next->profiler = ctx_.profiler();
     // Its input: this step's ids, or when this step ran more sessions, their rows of them.
-    const bool all_rows = step.n_rows == N;
-    next->step = submit(encode_step(sessions, true, parity_, all_rows ? std::span<const uint32_t>() : rows), parity_, N);
+    const std::span<const uint32_t> id_rows = step.n_rows == N ? std::span<const uint32_t>() : rows;
+    next->step = submit(encode_step(sessions, true, parity_, id_rows), parity_, N);
     parity_ ^= 1;
     ahead_ = std::move(next);
   }
