@@ -30,4 +30,16 @@ std::vector<float> delta_rule(const DeltaRuleRef& s, std::span<const float> qkv,
                               std::span<const float> beta, std::span<const float> dt_bias, std::span<const float> a,
                               std::span<double> state);
 
+// The same rule a chunk of `chunk` tokens at a time in the WY / UT form, the recurrence inside a chunk turned into
+// small matrix products (what a chunked prefill kernel computes; delta_rule gives the same up to rounding). Per value
+// head, with S0 the state before the chunk, G_i = sum_{m <= i} log g_m over the chunk's tokens so far:
+//   A_ij = b_i e^(G_i - G_j) k_i.k_j (j < i),  U = (I + A)^-1 (b (V - e^G (K S0)))     [rows u_i: C x dv]
+//   o_i = e^(G_i) S0^T q_i + sum_{j <= i} e^(G_i - G_j) (q_i.k_j) u_j
+//   S = e^(G_last) S0 + sum_j e^(G_last - G_j) k_j u_j^T
+// Every factor e^(G_i - G_j), j <= i, is at most 1, so no 1 / g is formed. (I + A)^-1 is unit lower triangular, here
+// solved by forward substitution.
+std::vector<float> delta_rule_chunked(const DeltaRuleRef& s, std::span<const float> qkv, std::span<const float> alpha,
+                                      std::span<const float> beta, std::span<const float> dt_bias,
+                                      std::span<const float> a, std::span<double> state, uint32_t chunk);
+
 }  // namespace wgllm::cpu

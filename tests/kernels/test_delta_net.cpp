@@ -214,6 +214,45 @@ TEST(DeltaNet, RuleMatchesCpuReferenceAcrossCalls) {
 // delta_step (a decode step in one dispatch) against the references of both halves: the output, the state written to
 // the other buffer (the one read unchanged) and the ring row of the position stored, over head shapes, positions
 // before and after the ring wraps, position 0 (fresh), rows of a batch, stacked and separate gates.
+// The chunked (WY / UT) form of the rule, the algebra a chunked prefill kernel is to follow, against the token-by-token
+// reference on the CPU: the same outputs and final state in double for chunks of 1 token, of a few, of more than the
+// sequence, and with decays from forgetting almost everything to keeping almost everything.
+TEST(DeltaNet, ChunkedRuleEqualsTheSequentialOne) {
+  for (const Heads& h : {Heads{2, 4, 16, 8}, Heads{1, 3, 24, 40}, Heads{2, 2, 32, 32}}) {
+    const uint32_t W = h.width(), H = h.v_heads, n = 37;
+    SCOPED_TRACE("H " + std::to_string(H) + " dk " + std::to_string(h.dk) + " dv " + std::to_string(h.dv));
+    auto gen = rng(W * 7 + H);
+    auto qkv = random_floats(size_t(n) * W, gen, -1.f, 1.f);
+    cpu::normalize_qk(qkv, n, W, h.k_heads, h.dk, 1e-6f);
+    auto alpha = random_floats(size_t(n) * H, gen, -4.f, 3.f);
+    const auto beta = random_floats(size_t(n) * H, gen, -4.f, 4.f);
+    alpha[0] = 25.f;  // softplus(x) = x
+    const auto dt_bias = random_floats(H, gen, -1.f, 1.f);
+    const auto a = random_floats(H, gen, -3.f, -0.05f);
+    const auto state0 = random_floats(size_t(H) * h.dk * h.dv, gen, -0.5f, 0.5f);
+    const cpu::DeltaRuleRef ref{.n_tokens = n, .k_heads = h.k_heads, .v_heads = H, .dk = h.dk, .dv = h.dv};
+    std::vector<double> want_state(state0.begin(), state0.end());
+    const auto want = cpu::delta_rule(ref, qkv, alpha, beta, dt_bias, a, want_state);
+    for (uint32_t chunk : {1u, 4u, 16u, 64u}) {
+      SCOPED_TRACE("chunk " + std::to_string(chunk));
+      std::vector<double> state(state0.begin(), state0.end());
+      const auto got = cpu::delta_rule_chunked(ref, qkv, alpha, beta, dt_bias, a, state, chunk);
+      ASSERT_EQ(got.size(), want.size());
+      double worst = 0, worst_state = 0;
+      for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(double(got[i]) - want[i]));
+      for (size_t i = 0; i < state.size(); ++i) worst_state = std::max(worst_state, std::abs(state[i] - want_state[i]));
+      // the outputs are floats (one rounding each); the states doubles
+      EXPECT_LE(worst, 1e-6);
+      EXPECT_LE(worst_state, 1e-12);
+    }
+  }
+  std::vector<double> state(4 * 16 * 8);
+  const std::vector<float> qkv(2 * 2 * 16 + 4 * 8), four(4);
+  EXPECT_THROW(cpu::delta_rule_chunked({.n_tokens = 1, .k_heads = 2, .v_heads = 4, .dk = 16, .dv = 8}, qkv, four,
+                                       four, four, four, state, 0),
+               InvalidArgument);
+}
+
 TEST(DeltaNet, StepMatchesConvThenRule) {
   auto& ctx = context();
   if (!kernels::delta_step_supported(ctx)) GTEST_SKIP() << "fewer than 9 storage buffers per stage";
