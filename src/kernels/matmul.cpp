@@ -190,8 +190,7 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
   uint32_t step = detail::tokens_per_binding(fn, ctx, {w.n_in, y_width, y1_width, y2_width});
   const gpu::Buffer& none = ctx.placeholder_storage();
   const MatvecConfig mv =
-      batch_shape ? batch_matvec_config(ctx, w.n_out, w.n_in, w.type, n_tokens)
-                  : matvec_config(ctx, w.n_out, w.n_in, w.type);
+      batch_shape ? batch_matvec_config(ctx, w.n_out, w.n_in, w.type) : matvec_config(ctx, w.n_out, w.n_in, w.type);
   if (impl == MatmulImpl::Matvec) step = std::min(step, matvec_pass_tokens(ctx, mv));
   const MatmulTile tile =
       impl == MatmulImpl::Tiled ? matmul_tile(ctx, std::min(step, n_tokens), w.n_out) : MatmulTile{};
@@ -327,16 +326,12 @@ MatvecConfig matvec_config(const gpu::Context& ctx, uint32_t n_rows, uint32_t n_
   return checked(ctx, gpu_matvec_config(n_rows, n_in, type));
 }
 
-// GPUs, float types: 32 threads per row (a subgroup on NVIDIA). The one-token shape's 128 or 256 threads per row
-// reduce 16 tokens' 80 values through workgroup memory, which took the H200 2-3x longer at 16 and 64 tokens (PERF.md,
-// "Batched decode"); the block types' one-token shape was already the best there. Several tokens: 4 rows, 4 groups.
-// One token: 2 rows, 8 groups, 2 units in flight (H200, Llama-3.2-1B's four products: 0.102 ms against 0.125 with
-// 4 x 4 x 1, long rows the most; PERF.md "A batched step of one token").
-MatvecConfig batch_matvec_config(const gpu::Context& ctx, uint32_t n_rows, uint32_t n_in, GgufType type,
-                                 uint32_t n_tokens) {
+// GPUs, float types: 32 threads per row (a subgroup on NVIDIA), 4 rows, 4 groups. The one-token shape's 128 or 256
+// threads per row reduce 16 tokens' 80 values through workgroup memory, which took the H200 2-3x longer at 16 and
+// 64 tokens (PERF.md, "Batched decode"); the block types' one-token shape was already the best there.
+MatvecConfig batch_matvec_config(const gpu::Context& ctx, uint32_t n_rows, uint32_t n_in, GgufType type) {
   if (!ctx.options().matvec_shape.empty() || ctx.adapter().is_cpu() || block_elems(type) != 1)
     return matvec_config(ctx, n_rows, n_in, type);
-  if (n_tokens == 1) return checked(ctx, {.threads_per_row = 32, .rows = 2, .groups = 8, .units = 2});
   return checked(ctx, {.threads_per_row = 32, .rows = 4, .groups = 4});
 }
 

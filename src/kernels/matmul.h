@@ -43,11 +43,8 @@ struct MatvecConfig {
 MatvecConfig matvec_config(const gpu::Context& ctx, uint32_t n_rows = 0, uint32_t n_in = 0,
                            GgufType type = GgufType::Q4_K);
 // MatmulImpl::Batch's shape: on GPUs 32 threads per row for the float types (their one-token shape reduces many
-// tokens slowly), the one-token shape otherwise. Its threads per row depend on the weight alone, never on the token
-// count; the rows, groups and units in flight (which leave a token's sums as they are) may: n_tokens 1 takes the
-// shape one token alone streams fastest with (0: the shape of several).
-MatvecConfig batch_matvec_config(const gpu::Context& ctx, uint32_t n_rows, uint32_t n_in, GgufType type,
-                                 uint32_t n_tokens = 0);
+// tokens slowly), the one-token shape otherwise. It depends on the weight alone, never on the token count.
+MatvecConfig batch_matvec_config(const gpu::Context& ctx, uint32_t n_rows, uint32_t n_in, GgufType type);
 // "THREADSxROWSxGROUPS[xUNITS[xINT_F16]]", e.g. "32x4x4x2x1" (ContextOptions::matvec_shape); InvalidArgument
 // when malformed or outside the kernel's constraints.
 MatvecConfig parse_matvec_config(const std::string& text);

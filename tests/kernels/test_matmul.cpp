@@ -570,7 +570,7 @@ TEST(Matmul, NoSubgroupsMatvec) {
 // 1-4, 8 or 16 tokens whose missing tokens are computed and not stored) gives each token the same bits as a product
 // of that token alone, with the norm and bias epilogues, in the adapter's shapes and in one whose group is narrower
 // than its values; also when the lone products take other rows, groups and units in flight with the same threads per
-// row (as batch decode's one-token shape does on GPUs: kernels::batch_matvec_config).
+// row (matvec.wgsl: a token's arithmetic depends on the threads per row alone).
 TEST(Matmul, MatvecTokensAsIfAlone) {
   for (const auto& [shape, alone_shape] : {std::pair{"", ""}, std::pair{"16x2x2", "16x4x1x2"}}) {
     SCOPED_TRACE(std::string(shape) + " / alone " + alone_shape);
