@@ -1,6 +1,7 @@
 // `wgllm-bench delta`: the gated DeltaNet kernels (delta_conv + delta_rule, kernels/delta_net.h) on Qwen 3.5's
-// shapes for chunks of 1 to 16,384 tokens: µs per call, µs per token and tokens/s (a linear-time scan: µs per token
-// should stay flat as the chunk grows), and the decode step (1 token) beside one full-attention layer's decode at
+// shapes for calls of 1 to 16,384 tokens: µs per call of the convolution and of the rule both ways (token by token,
+// in chunks), µs per token and tokens/s of what a model runs (a linear-time scan: µs per token should stay flat as
+// the call grows), and the decode step (1 token) beside one full-attention layer's decode at
 // depth 4096 (the yardstick), the model's own attention shape, f16 cache.
 #include <chrono>
 #include <cstdio>
@@ -59,7 +60,7 @@ int run(const std::string& adapter, double min_seconds, const std::vector<uint32
     const kernels::DeltaShape base{.k_heads = m.k_heads, .v_heads = m.v_heads, .dk = m.dk, .dv = m.dv};
     const uint32_t W = base.channels(), H = m.v_heads;
     std::printf("%s: %u key heads, %u value heads of %ux%u, %u taps\n", m.name, m.k_heads, H, m.dk, m.dv, m.taps);
-    std::printf("%8s %12s %12s %12s %12s %14s\n", "tokens", "conv us", "rule us", "us/token", "tokens/s", "state GB/s");
+    std::printf("%8s %12s %12s %12s %12s %12s\n", "tokens", "conv us", "rule us", "chunked us", "us/token", "tokens/s");
     double decode_us = 0;
     for (const uint32_t n : lengths) {
       kernels::DeltaShape s = base;
@@ -81,13 +82,19 @@ int run(const std::string& adapter, double min_seconds, const std::vector<uint32
       const double conv = time_calls(ctx, min_seconds, [&](gpu::ComputeBatch& b) {
         kernels::encode_delta_conv(b, ctx, s, m.taps, 100, rows, 1e-6f, x, taps, ring, c);
       });
-      const double rule = time_calls(ctx, min_seconds, [&](gpu::ComputeBatch& b) {
-        kernels::encode_delta_rule(b, ctx, s, c, gates, cbuf, s0, s1, o);
-      });
-      const double us = (conv + rule) * 1e6;
+      auto rule_in = [&](kernels::DeltaRuleImpl impl) {
+        return time_calls(ctx, min_seconds, [&](gpu::ComputeBatch& b) {
+          kernels::encode_delta_rule(b, ctx, s, c, gates, cbuf, s0, s1, o, false, impl);
+        });
+      };
+      const double rule = rule_in(kernels::DeltaRuleImpl::Sequential);
+      const bool chunks = kernels::delta_chunk_supported(ctx, s);
+      const double chunked = chunks ? rule_in(kernels::DeltaRuleImpl::Chunked) : 0;
+      // what a model's call runs (DeltaRuleImpl::Auto)
+      const double us = (conv + (chunks && n >= kernels::kDeltaChunkFrom ? chunked : rule)) * 1e6;
       if (n == 1) decode_us = us;
-      std::printf("%8u %12.2f %12.2f %12.3f %12.0f %14.1f\n", n, conv * 1e6, rule * 1e6, us / n, n / (us * 1e-6),
-                  2.0 * state_bytes / rule / 1e9);
+      std::printf("%8u %12.2f %12.2f %12.2f %12.3f %12.0f\n", n, conv * 1e6, rule * 1e6, chunked * 1e6, us / n,
+                  n / (us * 1e-6));
       std::fflush(stdout);
     }
     // One full-attention layer's decode at depth 4096 (f16 cache), the kernel the session picks.

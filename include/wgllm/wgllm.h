@@ -45,6 +45,10 @@ struct LoadOptions {
   // 8192 on GPUs, where it is ahead on long contexts and behind on short ones, 0 on CPU adapters, where it is ahead
   // at every depth. Sequences decoded together by BatchEngine's shared pool keep the per-head kernel.
   std::optional<uint32_t> decode_gqa_from = std::nullopt;
+  // Gated DeltaNet layers (qwen35) run a call of this many tokens or more in chunks of 16 (the WY / UT form of the
+  // recurrence) instead of one token after another; unset: 32 on GPUs, never on CPU adapters (the CLI reads
+  // $WGLLM_DELTA_CHUNK_FROM): a tuning knob for benchmarks.
+  std::optional<uint32_t> delta_chunk_from = std::nullopt;
   // Called while weights upload: bytes done, bytes in all.
   std::function<void(uint64_t done, uint64_t total)> progress;
   // Called once the GGUF is parsed, before the adapter is opened and the weights upload: the tokenizer and chat

@@ -28,13 +28,27 @@ Layout layout(const DeltaShape& s) {
   return {vb, ks, (s.dk + ks - 1) / ks, std::bit_ceil(std::max(s.dk, s.dv))};
 }
 
-std::string prelude(const DeltaShape& s) {
-  const Layout l = layout(s);
+// delta_chunk's: 256 invocations, VB columns of S0 (DK x VB floats) at most 8 KiB of workgroup memory.
+Layout chunk_layout(const DeltaShape& s) {
+  const uint32_t vb = std::min({std::bit_ceil(s.dv), 32u, std::max(1u, 2048 / std::bit_ceil(s.dk))});
+  const uint32_t ks = 256 / vb;
+  return {vb, ks, (s.dk + ks - 1) / ks, std::bit_ceil(std::max(s.dk, s.dv))};
+}
+
+// delta_chunk's workgroup memory: S0's columns, three [CH][VB], three [CH][CH] and four [CH] arrays of f32.
+uint64_t chunk_storage(const DeltaShape& s) {
+  const uint64_t vb = chunk_layout(s).vb, ch = kDeltaChunk;
+  return 4 * (uint64_t(s.dk) * vb + 3 * ch * vb + 3 * ch * ch + 4 * ch);
+}
+
+std::string prelude(const DeltaShape& s, const Layout& l) {
   auto c = [](const char* name, uint32_t v) {
     return "const " + std::string(name) + ": u32 = " + std::to_string(v) + "u;\n";
   };
-  return c("DK", s.dk) + c("DV", s.dv) + c("VB", l.vb) + c("KS", l.ks) + c("KPT", l.kpt) + c("CW", l.cw);
+  return c("DK", s.dk) + c("DV", s.dv) + c("VB", l.vb) + c("KS", l.ks) + c("KPT", l.kpt) + c("CW", l.cw) +
+         c("CH", kDeltaChunk);
 }
+std::string prelude(const DeltaShape& s) { return prelude(s, layout(s)); }
 
 void check_shape(const char* fn, const DeltaShape& s) {
   if (s.n_tokens == 0) fail(fn, "n_tokens must be > 0");
@@ -119,11 +133,25 @@ void encode_delta_conv(gpu::ComputeBatch& batch, gpu::Context& ctx, const DeltaS
   batch.dispatch(store_pipe, sb, uint32_t((kept + 255) / 256));
 }
 
+bool delta_chunk_supported(const gpu::Context& ctx, const DeltaShape& s) {
+  return chunk_storage(s) <= ctx.limits().maxComputeWorkgroupStorageSize;
+}
+
+uint32_t delta_chunk_from(const gpu::Context& ctx) {
+  return ctx.options().delta_chunk_from.value_or(ctx.adapter().is_cpu() ? UINT32_MAX : kDeltaChunkFrom);
+}
+
 void encode_delta_rule(gpu::ComputeBatch& batch, gpu::Context& ctx, const DeltaShape& s, const gpu::Buffer& c,
                        const DeltaGates& gates, const gpu::Buffer& consts, const gpu::Buffer& state,
-                       const gpu::Buffer& state_out, const gpu::Buffer& o, bool fresh) {
+                       const gpu::Buffer& state_out, const gpu::Buffer& o, bool fresh, DeltaRuleImpl impl) {
   const char* fn = "encode_delta_rule";
   check_shape(fn, s);
+  if (impl == DeltaRuleImpl::Chunked && !delta_chunk_supported(ctx, s))
+    fail(fn, "the chunked rule needs " + std::to_string(chunk_storage(s)) + " bytes of workgroup memory, the adapter " +
+                 "allows " + std::to_string(ctx.limits().maxComputeWorkgroupStorageSize));
+  const bool chunked =
+      impl == DeltaRuleImpl::Chunked ||
+      (impl == DeltaRuleImpl::Auto && s.n_tokens >= delta_chunk_from(ctx) && delta_chunk_supported(ctx, s));
   const uint64_t c_bytes = (uint64_t(s.row) + s.n_tokens) * s.channels() * 4;
   need(fn, "c", c, c_bytes, ctx);
   std::vector<gpu::BufferBinding> b;
@@ -131,8 +159,10 @@ void encode_delta_rule(gpu::ComputeBatch& batch, gpu::Context& ctx, const DeltaS
   const DeltaParams p{s.n_tokens, s.k_heads,    s.v_heads,         s.row,           0, 0, 0,
                       0.f,        gates.stride, gates.beta_offset, fresh ? 1u : 0u, 0};
   b.insert(b.end(), {batch.uniform(0, p), {5, &c, 0, c_bytes}});
-  WGPUComputePipeline pipe = ctx.pipeline({"delta_net.wgsl", "delta_rule", {}, prelude(s)});
-  batch.dispatch(pipe, b, s.v_heads * ((s.dv + layout(s).vb - 1) / layout(s).vb), 1);
+  const Layout l = chunked ? chunk_layout(s) : layout(s);
+  WGPUComputePipeline pipe =
+      ctx.pipeline({"delta_net.wgsl", chunked ? "delta_chunk" : "delta_rule", {}, prelude(s, l)});
+  batch.dispatch(pipe, b, s.v_heads * ((s.dv + l.vb - 1) / l.vb), 1);
 }
 
 bool delta_step_supported(const gpu::Context& ctx) { return ctx.limits().maxStorageBuffersPerShaderStage >= 9; }

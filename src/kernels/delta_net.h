@@ -50,13 +50,25 @@ struct DeltaGates {
   uint32_t stride = 0, beta_offset = 0;
 };
 
+// How encode_delta_rule runs the recurrence: one token after another (delta_rule), or kDeltaChunk tokens at a time
+// in the WY / UT form (delta_chunk: small matrix products inside a chunk, seven barriers per chunk instead of one
+// per token; needs delta_chunk_supported). Auto: chunked from delta_chunk_from(ctx) tokens where supported.
+enum class DeltaRuleImpl { Auto, Sequential, Chunked };
+inline constexpr uint32_t kDeltaChunk = 16;
+inline constexpr uint32_t kDeltaChunkFrom = 32;  // GPUs' default of ContextOptions::delta_chunk_from
+// Whether the adapter's workgroup memory holds delta_chunk's arrays for these head sizes (14.3 KiB at 128 x 128).
+bool delta_chunk_supported(const gpu::Context& ctx, const DeltaShape& s);
+// The call length from which Auto runs in chunks: ContextOptions::delta_chunk_from, or the adapter's default.
+uint32_t delta_chunk_from(const gpu::Context& ctx);
+
 // delta_rule: c [row + n][W] (delta_conv's output), the gates, consts [2H] f32 (dt_bias, then a = -exp(A_log)), the
 // state before the call [H][dk][dv] f32 (zeros instead when `fresh`: the state before position 0) -> o [row + n][H][dv]
 // and the state after it in state_out, another buffer (the one before stays: a decode step run ahead of the host
 // leaves the state it started from; SequenceState keeps two per layer).
 void encode_delta_rule(gpu::ComputeBatch& batch, gpu::Context& ctx, const DeltaShape& s, const gpu::Buffer& c,
                        const DeltaGates& gates, const gpu::Buffer& consts, const gpu::Buffer& state,
-                       const gpu::Buffer& state_out, const gpu::Buffer& o, bool fresh = false);
+                       const gpu::Buffer& state_out, const gpu::Buffer& o, bool fresh = false,
+                       DeltaRuleImpl impl = DeltaRuleImpl::Auto);
 
 // delta_step: a decode step (n_tokens 1) of delta_conv and delta_rule in one dispatch, with the arguments of both
 // (the conv's output stays inside; its ring row stored in place). Needs delta_step_supported: 9 storage buffers.

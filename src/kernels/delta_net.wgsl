@@ -216,6 +216,177 @@ fn delta_rule(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
   }
 }
 
+// ---- delta_chunk: delta_rule's recurrence CH tokens at a time (same bindings and results; the host picks it for
+// longer calls). Within a chunk of C <= CH tokens, with S0 the state before it, G_i = sum_{m <= i} log g_m:
+//   A_ij = b_i e^(G_i - G_j) k_i.k_j (j < i),  T = (I + A)^-1 (unit lower triangular, forward substitution)
+//   U = T Y,  Y_i = b_i (v_i - e^(G_i) S0^T k_i)
+//   o_i = e^(G_i) S0^T q_i + sum_{j <= i} e^(G_i - G_j) (q_i.k_j) u_j
+//   S = e^(G_C) S0 + sum_j e^(G_C - G_j) k_j u_j^T
+// (cpu::delta_rule_chunked, the same in double). Every factor e^(G_i - G_j), j <= i, is at most 1. A workgroup owns
+// VB columns of one value head as in delta_rule (KS invocations per column, KPT rows each, S in registers); per chunk
+// S0's columns go to workgroup memory for the products S0^T k, S0^T q (one invocation per (token, column)), the
+// C x C products k_i.k_j and q_i.k_j are one invocation each, CH invocations solve T's columns. Seven barriers per
+// chunk where delta_rule has one per token. The host prepends CH.
+var<workgroup> ch_s: array<f32, DK * VB>;  // S0 [DK][VB]
+var<workgroup> ch_p: array<f32, CH * VB>;  // S0^T k_i, then Y
+var<workgroup> ch_r: array<f32, CH * VB>;  // S0^T q_i
+var<workgroup> ch_u: array<f32, CH * VB>;  // U
+var<workgroup> ch_a: array<f32, CH * CH>;  // k_i.k_j, then A
+var<workgroup> ch_t: array<f32, CH * CH>;  // T
+var<workgroup> ch_m: array<f32, CH * CH>;  // q_i.k_j, then e^(G_i - G_j) q_i.k_j (j <= i, else 0)
+var<workgroup> ch_g: array<f32, CH>;       // log g_i, then G_i
+var<workgroup> ch_b: array<f32, CH>;       // b_i
+var<workgroup> ch_eg: array<f32, CH>;      // e^(G_i)
+var<workgroup> ch_el: array<f32, CH>;      // e^(G_C - G_i)
+
+@compute @workgroup_size(VB * KS)
+fn delta_chunk(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+  let K = p.k_heads;
+  let H = p.v_heads;
+  let W = 2u * K * DK + H * DV;
+  let blocks = (DV + VB - 1u) / VB;
+  let h = wid.x / blocks;
+  let v0 = (wid.x % blocks) * VB;
+  let vl = lid % VB;
+  let v = v0 + vl;
+  let ks = lid / VB;
+  let kh = h % K;
+  let live = v < DV;
+  let q_at = kh * DK;           // a row's q of key head kh
+  let k_at = K * DK + kh * DK;  // its k
+  var S: array<f32, KPT>;
+  for (var i = 0u; i < KPT; i++) {
+    let j = ks + KS * i;
+    S[i] = select(0.0, state[(h * DK + j) * DV + v], live && j < DK && p.fresh == 0u);
+  }
+  let dt = consts[h];
+  let a = consts[H + h];
+  for (var c0 = 0u; c0 < p.n; c0 += CH) {
+    let cn = min(CH, p.n - c0);
+    let r0 = p.row + c0;  // the chunk's first row
+    if (lid < CH) {
+      var lg = 0.0;
+      var b = 0.0;
+      if (lid < cn) {
+        let xd = alpha[(r0 + lid) * p.ab_stride + h] + dt;
+        lg = a * select(log(1.0 + exp(xd)), xd, xd > 20.0);
+        b = 1.0 / (1.0 + exp(-beta[(r0 + lid) * p.ab_stride + p.beta_offset + h]));
+      }
+      ch_g[lid] = lg;
+      ch_b[lid] = b;
+    }
+    for (var i = 0u; i < KPT; i++) {
+      let j = ks + KS * i;
+      if (j < DK) { ch_s[j * VB + vl] = S[i]; }
+    }
+    workgroupBarrier();
+    // G_i (each its own prefix); the dot products of the chunk's rows; S0^T k_i and S0^T q_i
+    var G = 0.0;
+    if (lid < CH) {
+      for (var m = 0u; m <= lid; m++) { G += ch_g[m]; }
+    }
+    for (var e = lid; e < CH * CH; e += VB * KS) {
+      let i = e / CH;
+      let j = e % CH;
+      var kk = 0.0;
+      var qk = 0.0;
+      if (j <= i && i < cn) {
+        let ri = (r0 + i) * W;
+        let rj = (r0 + j) * W + k_at;
+        for (var d = 0u; d < DK; d++) {
+          let kj = qkv[rj + d];
+          kk += qkv[ri + k_at + d] * kj;
+          qk += qkv[ri + q_at + d] * kj;
+        }
+      }
+      ch_a[e] = kk;
+      ch_m[e] = qk;
+    }
+    for (var e = lid; e < CH * VB; e += VB * KS) {
+      let i = e / VB;
+      let col = e % VB;
+      var pk = 0.0;
+      var pq = 0.0;
+      if (i < cn) {
+        let ri = (r0 + i) * W;
+        for (var d = 0u; d < DK; d++) {
+          let sv = ch_s[d * VB + col];
+          pk += qkv[ri + k_at + d] * sv;
+          pq += qkv[ri + q_at + d] * sv;
+        }
+      }
+      ch_p[e] = pk;
+      ch_r[e] = pq;
+    }
+    workgroupBarrier();
+    if (lid < CH) { ch_g[lid] = G; }
+    workgroupBarrier();
+    let G_last = ch_g[cn - 1u];
+    if (lid < CH) {
+      ch_eg[lid] = exp(G);
+      ch_el[lid] = select(0.0, exp(G_last - G), lid < cn);
+    }
+    for (var e = lid; e < CH * CH; e += VB * KS) {
+      let i = e / CH;
+      let j = e % CH;
+      let decay = exp(ch_g[i] - ch_g[min(j, i)]);
+      ch_a[e] = select(0.0, ch_b[i] * decay * ch_a[e], j < i);
+      ch_m[e] = select(0.0, decay * ch_m[e], j <= i);
+    }
+    for (var e = lid; e < CH * VB; e += VB * KS) {
+      let i = e / VB;
+      let col = v0 + e % VB;
+      let at = (r0 + min(i, cn - 1u)) * W + 2u * K * DK + h * DV + min(col, DV - 1u);  // clamped: read in bounds
+      let vv = select(0.0, qkv[at], i < cn && col < DV);
+      ch_p[e] = ch_b[i] * (vv - exp(ch_g[i]) * ch_p[e]);
+    }
+    workgroupBarrier();
+    // T's column j (invocation j): T_jj = 1, T_ij = -sum_{j <= m < i} A_im T_mj
+    if (lid < CH) {
+      let j = lid;
+      for (var i = 0u; i < CH; i++) {
+        var t = select(0.0, 1.0, i == j);
+        if (i > j) {
+          for (var m = j; m < i; m++) { t -= ch_a[i * CH + m] * ch_t[m * CH + j]; }
+        }
+        ch_t[i * CH + j] = t;
+      }
+    }
+    workgroupBarrier();
+    for (var e = lid; e < CH * VB; e += VB * KS) {
+      let i = e / VB;
+      let col = e % VB;
+      var u = 0.0;
+      for (var m = 0u; m <= i; m++) { u += ch_t[i * CH + m] * ch_p[m * VB + col]; }
+      ch_u[e] = u;
+    }
+    workgroupBarrier();
+    for (var e = lid; e < CH * VB; e += VB * KS) {
+      let i = e / VB;
+      let col = v0 + e % VB;
+      if (i < cn && col < DV) {
+        var acc = ch_eg[i] * ch_r[e];
+        for (var j = 0u; j <= i; j++) { acc += ch_m[i * CH + j] * ch_u[j * VB + e % VB]; }
+        o[((r0 + i) * H + h) * DV + col] = acc;
+      }
+    }
+    let keep = exp(G_last);
+    for (var i = 0u; i < KPT; i++) {
+      let j = ks + KS * i;
+      var acc = keep * S[i];
+      if (j < DK) {
+        for (var t = 0u; t < cn; t++) { acc += ch_el[t] * qkv[(r0 + t) * W + k_at + j] * ch_u[t * VB + vl]; }
+      }
+      S[i] = acc;
+    }
+    workgroupBarrier();  // the chunk's workgroup memory read before the next one's writes
+  }
+  for (var i = 0u; i < KPT; i++) {
+    let j = ks + KS * i;
+    if (live && j < DK) { state_out[(h * DK + j) * DV + v] = S[i]; }
+  }
+}
+
 // ---- delta_step: one token (a decode step), delta_conv and delta_rule in one dispatch (delta_rule's grid; the
 // bindings of both). Each workgroup convolves its key head's q and k itself (2 DK channels, L2-normalised through
 // workgroup memory) and its value columns; the ring rows of the q and k channels are written by the workgroup of

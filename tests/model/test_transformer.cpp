@@ -49,6 +49,7 @@ struct GpuCase {
   double tol;
   uint32_t layers_per_submit;  // 0: one command buffer per step; 1: one after every layer
   std::string matvec = {};     // matvec shape override ("": the adapter's own)
+  std::optional<uint32_t> delta_chunk_from = {};  // ContextOptions::delta_chunk_from override
 };
 std::ostream& operator<<(std::ostream& o, const GpuCase& c) { return o << c.model; }
 
@@ -86,6 +87,10 @@ std::vector<GpuCase> gpu_cases() {
   // (qwen2; qwen2-mixed in two dispatches, q and k stacked, then v).
   for (const char* m : {"llama-f16", "qwen2-f16", "qwen2-q8_0", "qwen2-tied-f32", "qwen2-mixed"})
     out.push_back({m, kernels::KvType::F16, 5e-3, 4, "16x4x4"});
+  // The DeltaNet recurrence in chunks on every adapter (CPU adapters run it token by token by default): the calls of
+  // 37 and 40 tokens chunked, of 1, 10 and 13 not.
+  out.push_back({"qwen35-tiny-f32", kernels::KvType::F32, 1e-3, 0, {}, 16});
+  out.push_back({"qwen35-mixed", kernels::KvType::F16, 5e-3, 1, {}, 16});
   return out;
 }
 
@@ -97,13 +102,15 @@ TEST_P(GpuForward, MatchesCpuReference) {
   const GpuCase& tc = GetParam();
   const GgufFile f = GgufFile::open(test::model_path(tc.model));
   const cpu::CpuModel cm = cpu::load_cpu_model(f);
-  // A matvec shape of another adapter runs on a context of its own.
+  // A matvec shape of another adapter, or the chunked DeltaNet rule forced, runs on a context of its own.
   std::optional<gpu::Context> own;
   if (!tc.matvec.empty())
     own.emplace(test::context_options([&](auto& o) {
       o.matvec_shape = tc.matvec;
       o.rows_shape = "off";  // CPU adapters too take the GPUs' kernels
     }));
+  if (tc.delta_chunk_from)
+    own.emplace(test::context_options([&](auto& o) { o.delta_chunk_from = tc.delta_chunk_from; }));
   gpu::Context& ctx = own ? *own : test::context();
   const GpuModel gm = load_gpu_model(ctx, f);
   // q/k/v and gate/up are fused exactly when their tensors share a type (qwen2-mixed: they do not; its q and k do,
@@ -190,7 +197,7 @@ INSTANTIATE_TEST_SUITE_P(Models, GpuForward, ::testing::ValuesIn(gpu_cases()), [
   std::replace(s.begin(), s.end(), '-', '_');
   return s + (info.param.kv == kernels::KvType::F32 ? "_kv_f32" : "_kv_f16") +
          (info.param.kv == kernels::KvType::F32 && info.param.layers_per_submit == 1 ? "_per_layer" : "") +
-         (info.param.matvec.empty() ? "" : "_mv" + info.param.matvec);
+         (info.param.matvec.empty() ? "" : "_mv" + info.param.matvec) + (info.param.delta_chunk_from ? "_chunked" : "");
 });
 
 // forward (last logits only, chunked by ubatch) equals forward_all's last row.
