@@ -91,7 +91,7 @@ int run(const std::string& adapter, double min_seconds, const std::vector<uint32
       const bool chunks = kernels::delta_chunk_supported(ctx, s);
       const double chunked = chunks ? rule_in(kernels::DeltaRuleImpl::Chunked) : 0;
       // what a model's call runs (DeltaRuleImpl::Auto)
-      const double us = (conv + (chunks && n >= kernels::kDeltaChunkFrom ? chunked : rule)) * 1e6;
+      const double us = (conv + (chunks && n >= kernels::delta_chunk_from(ctx) ? chunked : rule)) * 1e6;
       if (n == 1) decode_us = us;
       std::printf("%8u %12.2f %12.2f %12.2f %12.3f %12.0f\n", n, conv * 1e6, rule * 1e6, chunked * 1e6, us / n,
                   n / (us * 1e-6));

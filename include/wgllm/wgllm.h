@@ -46,8 +46,8 @@ struct LoadOptions {
   // at every depth. Sequences decoded together by BatchEngine's shared pool keep the per-head kernel.
   std::optional<uint32_t> decode_gqa_from = std::nullopt;
   // Gated DeltaNet layers (qwen35) run a call of this many tokens or more in chunks of 16 (the WY / UT form of the
-  // recurrence) instead of one token after another; unset: 32 on GPUs, never on CPU adapters (the CLI reads
-  // $WGLLM_DELTA_CHUNK_FROM): a tuning knob for benchmarks.
+  // recurrence) instead of one token after another; unset: never (the CLI reads $WGLLM_DELTA_CHUNK_FROM): a tuning
+  // knob for benchmarks.
   std::optional<uint32_t> delta_chunk_from = std::nullopt;
   // Called while weights upload: bytes done, bytes in all.
   std::function<void(uint64_t done, uint64_t total)> progress;

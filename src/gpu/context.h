@@ -74,8 +74,8 @@ struct ContextOptions {
   static constexpr uint32_t kCpuDecodeGqaFrom = 0;         // CPU adapters
   std::optional<uint32_t> decode_gqa_from = std::nullopt;
   // A gated DeltaNet call of this many tokens or more runs its recurrence in chunks (kernels::delta_chunk_from,
-  // DeltaRuleImpl::Auto); unset: the adapter's: 32 on GPUs, never on CPU adapters (where the chunked form's extra
-  // arithmetic makes it 2.3x slower on lavapipe; PERF.md).
+  // DeltaRuleImpl::Auto); unset: never (token by token), until the chunked kernel is measured ahead on a GPU (on
+  // lavapipe its extra arithmetic makes it slower; PERF.md).
   std::optional<uint32_t> delta_chunk_from = std::nullopt;
   // Shaders beyond the library's, found by name by pipeline() (a test's or a benchmark's own kernels). The
   // span must outlive the context.

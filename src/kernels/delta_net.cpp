@@ -28,17 +28,20 @@ Layout layout(const DeltaShape& s) {
   return {vb, ks, (s.dk + ks - 1) / ks, std::bit_ceil(std::max(s.dk, s.dv))};
 }
 
-// delta_chunk's: 256 invocations, VB columns of S0 (DK x VB floats) at most 8 KiB of workgroup memory.
+// delta_chunk's: CH x CH = 256 invocations, at most CH x 16 (token, column) elements, VB columns of S0 (DK x VB
+// floats) in at most 4 KiB of workgroup memory.
+static_assert(kDeltaChunk * kDeltaChunk == 256);
 Layout chunk_layout(const DeltaShape& s) {
-  const uint32_t vb = std::min({std::bit_ceil(s.dv), 32u, std::max(1u, 2048 / std::bit_ceil(s.dk))});
+  const uint32_t vb = std::min({std::bit_ceil(s.dv), 16u, std::max(1u, 1024 / std::bit_ceil(s.dk))});
   const uint32_t ks = 256 / vb;
   return {vb, ks, (s.dk + ks - 1) / ks, std::bit_ceil(std::max(s.dk, s.dv))};
 }
 
-// delta_chunk's workgroup memory: S0's columns, three [CH][VB], three [CH][CH] and four [CH] arrays of f32.
+// delta_chunk's workgroup memory: S0's columns, the staged k and q rows ([2][CH][DB + 1], DB = 32 as in the
+// shader), three [CH][VB], three [CH][CH] and four [CH] arrays of f32.
 uint64_t chunk_storage(const DeltaShape& s) {
   const uint64_t vb = chunk_layout(s).vb, ch = kDeltaChunk;
-  return 4 * (uint64_t(s.dk) * vb + 3 * ch * vb + 3 * ch * ch + 4 * ch);
+  return 4 * (uint64_t(s.dk) * vb + 2 * ch * 33 + 3 * ch * vb + 3 * ch * ch + 4 * ch);
 }
 
 std::string prelude(const DeltaShape& s, const Layout& l) {
@@ -138,7 +141,7 @@ bool delta_chunk_supported(const gpu::Context& ctx, const DeltaShape& s) {
 }
 
 uint32_t delta_chunk_from(const gpu::Context& ctx) {
-  return ctx.options().delta_chunk_from.value_or(ctx.adapter().is_cpu() ? UINT32_MAX : kDeltaChunkFrom);
+  return ctx.options().delta_chunk_from.value_or(UINT32_MAX);
 }
 
 void encode_delta_rule(gpu::ComputeBatch& batch, gpu::Context& ctx, const DeltaShape& s, const gpu::Buffer& c,

@@ -55,10 +55,9 @@ struct DeltaGates {
 // per token; needs delta_chunk_supported). Auto: chunked from delta_chunk_from(ctx) tokens where supported.
 enum class DeltaRuleImpl { Auto, Sequential, Chunked };
 inline constexpr uint32_t kDeltaChunk = 16;
-inline constexpr uint32_t kDeltaChunkFrom = 32;  // GPUs' default of ContextOptions::delta_chunk_from
-// Whether the adapter's workgroup memory holds delta_chunk's arrays for these head sizes (14.3 KiB at 128 x 128).
+// Whether the adapter's workgroup memory holds delta_chunk's arrays for these head sizes (12.9 KiB at 128 x 128).
 bool delta_chunk_supported(const gpu::Context& ctx, const DeltaShape& s);
-// The call length from which Auto runs in chunks: ContextOptions::delta_chunk_from, or the adapter's default.
+// The call length from which Auto runs in chunks: ContextOptions::delta_chunk_from; by default never.
 uint32_t delta_chunk_from(const gpu::Context& ctx);
 
 // delta_rule: c [row + n][W] (delta_conv's output), the gates, consts [2H] f32 (dt_bias, then a = -exp(A_log)), the

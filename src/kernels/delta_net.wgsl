@@ -223,11 +223,15 @@ fn delta_rule(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
 //   o_i = e^(G_i) S0^T q_i + sum_{j <= i} e^(G_i - G_j) (q_i.k_j) u_j
 //   S = e^(G_C) S0 + sum_j e^(G_C - G_j) k_j u_j^T
 // (cpu::delta_rule_chunked, the same in double). Every factor e^(G_i - G_j), j <= i, is at most 1. A workgroup owns
-// VB columns of one value head as in delta_rule (KS invocations per column, KPT rows each, S in registers); per chunk
-// S0's columns go to workgroup memory for the products S0^T k, S0^T q (one invocation per (token, column)), the
-// C x C products k_i.k_j and q_i.k_j are one invocation each, CH invocations solve T's columns. Seven barriers per
-// chunk where delta_rule has one per token. The host prepends CH.
+// VB columns of one value head as in delta_rule (KS invocations per column, KPT rows each, S in registers). Per
+// chunk S0's columns go to workgroup memory, the chunk's k and q rows pass through it DB dimensions at a time (read
+// coalesced; rows padded against bank conflicts) while each invocation sums one of the CH x CH products k_i.k_j,
+// q_i.k_j and, the first CH x VB, one (token, column) of S0^T k and S0^T q; CH invocations solve T's columns.
+// 2 DK / DB + 6 barriers per chunk (14 at DK 128) where delta_rule has one per token. The host prepends CH and
+// sizes the workgroup to CH x CH = VB x KS invocations, CH x VB at most that.
+const DB: u32 = 32u;
 var<workgroup> ch_s: array<f32, DK * VB>;  // S0 [DK][VB]
+var<workgroup> ch_kq: array<f32, 2u * CH * (DB + 1u)>;  // k, then q: [CH][DB + 1] each, dimensions d0 .. d0 + DB
 var<workgroup> ch_p: array<f32, CH * VB>;  // S0^T k_i, then Y
 var<workgroup> ch_r: array<f32, CH * VB>;  // S0^T q_i
 var<workgroup> ch_u: array<f32, CH * VB>;  // U
@@ -279,44 +283,47 @@ fn delta_chunk(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_
       let j = ks + KS * i;
       if (j < DK) { ch_s[j * VB + vl] = S[i]; }
     }
-    workgroupBarrier();
-    // G_i (each its own prefix); the dot products of the chunk's rows; S0^T k_i and S0^T q_i
+    // G_i (each its own prefix, after the first barrier below); the dot products of the chunk's rows (pair (pi, pj));
+    // S0^T k and S0^T q of token ei, column ec (invocations below CH x VB). Rows past the chunk read as zeros.
     var G = 0.0;
-    if (lid < CH) {
-      for (var m = 0u; m <= lid; m++) { G += ch_g[m]; }
-    }
-    for (var e = lid; e < CH * CH; e += VB * KS) {
-      let i = e / CH;
-      let j = e % CH;
-      var kk = 0.0;
-      var qk = 0.0;
-      if (j <= i && i < cn) {
-        let ri = (r0 + i) * W;
-        let rj = (r0 + j) * W + k_at;
-        for (var d = 0u; d < DK; d++) {
-          let kj = qkv[rj + d];
-          kk += qkv[ri + k_at + d] * kj;
-          qk += qkv[ri + q_at + d] * kj;
+    var kk = 0.0;
+    var qk = 0.0;
+    var pk = 0.0;
+    var pq = 0.0;
+    let pi = lid / CH;
+    let pj = lid % CH;
+    let ei = lid / VB;
+    let ec = lid % VB;
+    const RS = DB + 1u;  // a staged row's stride
+    for (var d0 = 0u; d0 < DK; d0 += DB) {
+      workgroupBarrier();  // the previous block read (the first time: the gates and S0 written)
+      if (d0 == 0u && lid < CH) {
+        for (var m = 0u; m <= lid; m++) { G += ch_g[m]; }
+      }
+      for (var e = lid; e < 2u * CH * DB; e += VB * KS) {
+        let i = (e / DB) % CH;
+        let d = d0 + e % DB;
+        let at = (r0 + min(i, cn - 1u)) * W + select(k_at, q_at, e >= CH * DB) + min(d, DK - 1u);  // in bounds
+        ch_kq[(e / (CH * DB)) * CH * RS + i * RS + e % DB] = select(0.0, qkv[at], i < cn && d < DK);
+      }
+      workgroupBarrier();
+      let dn = min(DB, DK - d0);
+      for (var d = 0u; d < dn; d++) {
+        let kj = ch_kq[pj * RS + d];
+        kk += ch_kq[pi * RS + d] * kj;
+        qk += ch_kq[CH * RS + pi * RS + d] * kj;
+        if (lid < CH * VB) {
+          let sv = ch_s[(d0 + d) * VB + ec];
+          pk += ch_kq[ei * RS + d] * sv;
+          pq += ch_kq[CH * RS + ei * RS + d] * sv;
         }
       }
-      ch_a[e] = kk;
-      ch_m[e] = qk;
     }
-    for (var e = lid; e < CH * VB; e += VB * KS) {
-      let i = e / VB;
-      let col = e % VB;
-      var pk = 0.0;
-      var pq = 0.0;
-      if (i < cn) {
-        let ri = (r0 + i) * W;
-        for (var d = 0u; d < DK; d++) {
-          let sv = ch_s[d * VB + col];
-          pk += qkv[ri + k_at + d] * sv;
-          pq += qkv[ri + q_at + d] * sv;
-        }
-      }
-      ch_p[e] = pk;
-      ch_r[e] = pq;
+    ch_a[lid] = kk;
+    ch_m[lid] = qk;
+    if (lid < CH * VB) {
+      ch_p[lid] = pk;
+      ch_r[lid] = pq;
     }
     workgroupBarrier();
     if (lid < CH) { ch_g[lid] = G; }
