@@ -78,13 +78,14 @@ int run(const std::string& adapter, double min_seconds, const std::vector<uint32
       auto s0 = ctx.upload<float>(random(state_bytes / 4, gen, -0.1f, 0.1f), kStorage, "state 0");
       auto s1 = ctx.create_buffer(state_bytes, kStorage, "state 1");
       auto o = ctx.create_buffer(uint64_t(n) * H * m.dv * 4, kStorage, "o");
+      auto tm = ctx.create_buffer(kernels::delta_chunk_scratch_bytes(s), kStorage, "chunk scratch");
       const kernels::DeltaGates gates{.alpha = &ab, .beta = &ab, .stride = 2 * H, .beta_offset = H};
       const double conv = time_calls(ctx, min_seconds, [&](gpu::ComputeBatch& b) {
         kernels::encode_delta_conv(b, ctx, s, m.taps, 100, rows, 1e-6f, x, taps, ring, c);
       });
       auto rule_in = [&](kernels::DeltaRuleImpl impl) {
         return time_calls(ctx, min_seconds, [&](gpu::ComputeBatch& b) {
-          kernels::encode_delta_rule(b, ctx, s, c, gates, cbuf, s0, s1, o, false, impl);
+          kernels::encode_delta_rule(b, ctx, s, c, gates, cbuf, s0, s1, o, false, impl, &tm);
         });
       };
       const double rule = rule_in(kernels::DeltaRuleImpl::Sequential);

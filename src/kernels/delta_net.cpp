@@ -29,19 +29,20 @@ Layout layout(const DeltaShape& s) {
 }
 
 // delta_chunk's: CH x CH = 256 invocations, at most CH x 16 (token, column) elements, VB columns of S0 (DK x VB
-// floats) in at most 4 KiB of workgroup memory.
+// floats) in at most 8 KiB of workgroup memory.
 static_assert(kDeltaChunk * kDeltaChunk == 256);
 Layout chunk_layout(const DeltaShape& s) {
-  const uint32_t vb = std::min({std::bit_ceil(s.dv), 16u, std::max(1u, 1024 / std::bit_ceil(s.dk))});
+  const uint32_t vb = std::min({std::bit_ceil(s.dv), 16u, std::max(1u, 2048 / std::bit_ceil(s.dk))});
   const uint32_t ks = 256 / vb;
   return {vb, ks, (s.dk + ks - 1) / ks, std::bit_ceil(std::max(s.dk, s.dv))};
 }
 
-// delta_chunk's workgroup memory: S0's columns, the staged k and q rows ([2][CH][DB + 1], DB = 32 as in the
-// shader), three [CH][VB], three [CH][CH] and four [CH] arrays of f32.
+// The larger workgroup memory of the two kernels (f32 arrays; DB = 32 as in the shader): delta_chunk's S0 columns,
+// staged k and q rows [2][CH][DB + 1], three [CH][VB] and four [CH]; delta_chunk_prep's staged rows, A and T
+// [CH][CH], two [CH].
 uint64_t chunk_storage(const DeltaShape& s) {
-  const uint64_t vb = chunk_layout(s).vb, ch = kDeltaChunk;
-  return 4 * (uint64_t(s.dk) * vb + 2 * ch * 33 + 3 * ch * vb + 3 * ch * ch + 4 * ch);
+  const uint64_t vb = chunk_layout(s).vb, ch = kDeltaChunk, staged = 2 * ch * 33;
+  return 4 * std::max(uint64_t(s.dk) * vb + staged + 3 * ch * vb + 4 * ch, staged + 2 * ch * ch + 2 * ch);
 }
 
 std::string prelude(const DeltaShape& s, const Layout& l) {
@@ -140,21 +141,38 @@ bool delta_chunk_supported(const gpu::Context& ctx, const DeltaShape& s) {
   return chunk_storage(s) <= ctx.limits().maxComputeWorkgroupStorageSize;
 }
 
+uint64_t delta_chunk_scratch_bytes(const DeltaShape& s) {
+  return 4ull * s.v_heads * ((uint64_t(s.n_tokens) + kDeltaChunk - 1) / kDeltaChunk) * 2 * kDeltaChunk * kDeltaChunk;
+}
+
 uint32_t delta_chunk_from(const gpu::Context& ctx) {
   return ctx.options().delta_chunk_from.value_or(UINT32_MAX);
 }
 
 void encode_delta_rule(gpu::ComputeBatch& batch, gpu::Context& ctx, const DeltaShape& s, const gpu::Buffer& c,
                        const DeltaGates& gates, const gpu::Buffer& consts, const gpu::Buffer& state,
-                       const gpu::Buffer& state_out, const gpu::Buffer& o, bool fresh, DeltaRuleImpl impl) {
+                       const gpu::Buffer& state_out, const gpu::Buffer& o, bool fresh, DeltaRuleImpl impl,
+                       const gpu::Buffer* scratch) {
   const char* fn = "encode_delta_rule";
   check_shape(fn, s);
-  if (impl == DeltaRuleImpl::Chunked && !delta_chunk_supported(ctx, s))
-    fail(fn, "the chunked rule needs " + std::to_string(chunk_storage(s)) + " bytes of workgroup memory, the adapter " +
-                 "allows " + std::to_string(ctx.limits().maxComputeWorkgroupStorageSize));
-  const bool chunked =
-      impl == DeltaRuleImpl::Chunked ||
-      (impl == DeltaRuleImpl::Auto && s.n_tokens >= delta_chunk_from(ctx) && delta_chunk_supported(ctx, s));
+  if (impl == DeltaRuleImpl::Chunked) {
+    if (!delta_chunk_supported(ctx, s))
+      fail(fn, "the chunked rule needs " + std::to_string(chunk_storage(s)) + " bytes of workgroup memory, the " +
+                   "adapter allows " + std::to_string(ctx.limits().maxComputeWorkgroupStorageSize));
+    if (!scratch) fail(fn, "the chunked rule needs a scratch buffer (delta_chunk_scratch_bytes)");
+  }
+  const uint64_t scratch_bytes = delta_chunk_scratch_bytes(s);
+  const bool chunked = impl == DeltaRuleImpl::Chunked ||
+                       (impl == DeltaRuleImpl::Auto && s.n_tokens >= delta_chunk_from(ctx) &&
+                        delta_chunk_supported(ctx, s) && scratch && scratch->size >= scratch_bytes);
+  const uint32_t chunks = (s.n_tokens + kDeltaChunk - 1) / kDeltaChunk;
+  if (chunked) {
+    need(fn, "scratch", *scratch, scratch_bytes, ctx);
+    if (chunks > ctx.limits().maxComputeWorkgroupsPerDimension)
+      fail(fn, std::to_string(chunks) + " chunks exceed the workgroups per dimension");
+    for (const gpu::Buffer* other : {&c, gates.alpha, gates.beta, &consts, &state, &state_out, &o})
+      if (other && other->get() == scratch->get()) fail(fn, "scratch must differ from every other buffer");
+  }
   const uint64_t c_bytes = (uint64_t(s.row) + s.n_tokens) * s.channels() * 4;
   need(fn, "c", c, c_bytes, ctx);
   std::vector<gpu::BufferBinding> b;
@@ -163,6 +181,13 @@ void encode_delta_rule(gpu::ComputeBatch& batch, gpu::Context& ctx, const DeltaS
                       0.f,        gates.stride, gates.beta_offset, fresh ? 1u : 0u, 0};
   b.insert(b.end(), {batch.uniform(0, p), {5, &c, 0, c_bytes}});
   const Layout l = chunked ? chunk_layout(s) : layout(s);
+  if (chunked) {
+    // T and M of every (head, chunk), then the recurrence reading them; b[0..2]: alpha, beta, consts (rule_io's)
+    const gpu::BufferBinding pb[] = {batch.uniform(0, p),      {5, &c, 0, c_bytes},   b[0], b[1], b[2],
+                                     {12, scratch, 0, scratch_bytes}};
+    batch.dispatch(ctx.pipeline({"delta_net.wgsl", "delta_chunk_prep", {}, prelude(s, l)}), pb, s.v_heads, chunks);
+    b.push_back({12, scratch, 0, scratch_bytes});
+  }
   WGPUComputePipeline pipe =
       ctx.pipeline({"delta_net.wgsl", chunked ? "delta_chunk" : "delta_rule", {}, prelude(s, l)});
   batch.dispatch(pipe, b, s.v_heads * ((s.dv + l.vb - 1) / l.vb), 1);

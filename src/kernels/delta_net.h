@@ -52,11 +52,14 @@ struct DeltaGates {
 
 // How encode_delta_rule runs the recurrence: one token after another (delta_rule), or kDeltaChunk tokens at a time
 // in the WY / UT form (delta_chunk: small matrix products inside a chunk, seven barriers per chunk instead of one
-// per token; needs delta_chunk_supported). Auto: chunked from delta_chunk_from(ctx) tokens where supported.
+// per token; needs delta_chunk_supported and a scratch buffer of delta_chunk_scratch_bytes, which a first dispatch
+// fills with every chunk's T and M). Auto: chunked from delta_chunk_from(ctx) tokens where supported and given one.
 enum class DeltaRuleImpl { Auto, Sequential, Chunked };
 inline constexpr uint32_t kDeltaChunk = 16;
-// Whether the adapter's workgroup memory holds delta_chunk's arrays for these head sizes (12.9 KiB at 128 x 128).
+// Whether the adapter's workgroup memory holds delta_chunk's arrays for these head sizes (15.4 KiB at 128 x 128).
 bool delta_chunk_supported(const gpu::Context& ctx, const DeltaShape& s);
+// The chunked rule's scratch for a call: T and M ([CH][CH] f32 each) of every (value head, chunk).
+uint64_t delta_chunk_scratch_bytes(const DeltaShape& s);
 // The call length from which Auto runs in chunks: ContextOptions::delta_chunk_from; by default never.
 uint32_t delta_chunk_from(const gpu::Context& ctx);
 
@@ -67,7 +70,7 @@ uint32_t delta_chunk_from(const gpu::Context& ctx);
 void encode_delta_rule(gpu::ComputeBatch& batch, gpu::Context& ctx, const DeltaShape& s, const gpu::Buffer& c,
                        const DeltaGates& gates, const gpu::Buffer& consts, const gpu::Buffer& state,
                        const gpu::Buffer& state_out, const gpu::Buffer& o, bool fresh = false,
-                       DeltaRuleImpl impl = DeltaRuleImpl::Auto);
+                       DeltaRuleImpl impl = DeltaRuleImpl::Auto, const gpu::Buffer* scratch = nullptr);
 
 // delta_step: a decode step (n_tokens 1) of delta_conv and delta_rule in one dispatch, with the arguments of both
 // (the conv's output stays inside; its ring row stored in place). Needs delta_step_supported: 9 storage buffers.

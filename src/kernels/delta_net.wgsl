@@ -216,32 +216,120 @@ fn delta_rule(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
   }
 }
 
-// ---- delta_chunk: delta_rule's recurrence CH tokens at a time (same bindings and results; the host picks it for
-// longer calls). Within a chunk of C <= CH tokens, with S0 the state before it, G_i = sum_{m <= i} log g_m:
+// ---- delta_chunk_prep, delta_chunk: delta_rule's recurrence CH tokens at a time (the same results; the host picks
+// it for longer calls). Within a chunk of C <= CH tokens, with S0 the state before it, G_i = sum_{m <= i} log g_m:
 //   A_ij = b_i e^(G_i - G_j) k_i.k_j (j < i),  T = (I + A)^-1 (unit lower triangular, forward substitution)
 //   U = T Y,  Y_i = b_i (v_i - e^(G_i) S0^T k_i)
-//   o_i = e^(G_i) S0^T q_i + sum_{j <= i} e^(G_i - G_j) (q_i.k_j) u_j
+//   o_i = e^(G_i) S0^T q_i + sum_{j <= i} M_ij u_j,  M_ij = e^(G_i - G_j) q_i.k_j (j <= i)
 //   S = e^(G_C) S0 + sum_j e^(G_C - G_j) k_j u_j^T
-// (cpu::delta_rule_chunked, the same in double). Every factor e^(G_i - G_j), j <= i, is at most 1. A workgroup owns
-// VB columns of one value head as in delta_rule (KS invocations per column, KPT rows each, S in registers). Per
-// chunk S0's columns go to workgroup memory, the chunk's k and q rows pass through it DB dimensions at a time (read
-// coalesced; rows padded against bank conflicts) while each invocation sums one of the CH x CH products k_i.k_j,
-// q_i.k_j and, the first CH x VB, one (token, column) of S0^T k and S0^T q; CH invocations solve T's columns.
-// 2 DK / DB + 6 barriers per chunk (14 at DK 128) where delta_rule has one per token. The host prepends CH and
-// sizes the workgroup to CH x CH = VB x KS invocations, CH x VB at most that.
+// (cpu::delta_rule_chunked, the same in double). Every factor e^(G_i - G_j), j <= i, is at most 1.
+// delta_chunk_prep: T and M of every (value head, chunk) into tm, all chunks at once (they need no state): a
+// workgroup of CH x CH invocations per (head, chunk), each summing one pair's k_i.k_j and q_i.k_j over the chunk's
+// rows staged through workgroup memory DB dimensions at a time (read coalesced; rows padded against bank
+// conflicts), then CH of them solving T's columns.
+// delta_chunk: the recurrence over the chunks, in order. A workgroup owns VB columns of one value head as in
+// delta_rule (KS invocations per column, KPT rows each, S in registers); per chunk S0's columns go to workgroup
+// memory and the rows staged the same way feed S0^T k and S0^T q (one (token, column) per invocation), then Y, U, the
+// outputs and the state. 2 DK / DB + 5 barriers per chunk (13 at DK 128) where delta_rule has one per token.
+// The host prepends CH and sizes both workgroups to CH x CH = VB x KS invocations, CH x VB at most that.
 const DB: u32 = 32u;
-var<workgroup> ch_s: array<f32, DK * VB>;  // S0 [DK][VB]
-var<workgroup> ch_kq: array<f32, 2u * CH * (DB + 1u)>;  // k, then q: [CH][DB + 1] each, dimensions d0 .. d0 + DB
-var<workgroup> ch_p: array<f32, CH * VB>;  // S0^T k_i, then Y
-var<workgroup> ch_r: array<f32, CH * VB>;  // S0^T q_i
-var<workgroup> ch_u: array<f32, CH * VB>;  // U
-var<workgroup> ch_a: array<f32, CH * CH>;  // k_i.k_j, then A
-var<workgroup> ch_t: array<f32, CH * CH>;  // T
-var<workgroup> ch_m: array<f32, CH * CH>;  // q_i.k_j, then e^(G_i - G_j) q_i.k_j (j <= i, else 0)
-var<workgroup> ch_g: array<f32, CH>;       // log g_i, then G_i
-var<workgroup> ch_b: array<f32, CH>;       // b_i
-var<workgroup> ch_eg: array<f32, CH>;      // e^(G_i)
-var<workgroup> ch_el: array<f32, CH>;      // e^(G_C - G_i)
+const RS: u32 = DB + 1u;  // a staged row's stride
+@group(0) @binding(12) var<storage, read_write> tm: array<f32>;  // [H][chunks][2][CH][CH]: T, then M
+
+var<workgroup> ch_s: array<f32, DK * VB>;       // S0 [DK][VB]
+var<workgroup> ch_kq: array<f32, 2u * CH * RS>;  // k, then q: [CH][RS] each, dimensions d0 .. d0 + DB
+var<workgroup> ch_p: array<f32, CH * VB>;       // S0^T k_i, then Y
+var<workgroup> ch_r: array<f32, CH * VB>;       // S0^T q_i
+var<workgroup> ch_u: array<f32, CH * VB>;       // U
+var<workgroup> ch_a: array<f32, CH * CH>;       // A
+var<workgroup> ch_t: array<f32, CH * CH>;       // T
+var<workgroup> ch_g: array<f32, CH>;            // log g_i, then G_i
+var<workgroup> ch_b: array<f32, CH>;            // b_i
+var<workgroup> ch_eg: array<f32, CH>;           // e^(G_i)
+var<workgroup> ch_el: array<f32, CH>;           // e^(G_C - G_i)
+
+// The chunk's gates (invocations below CH): log g_i and b_i into ch_g, ch_b (zeros past the chunk).
+fn chunk_gates(lid: u32, r0: u32, cn: u32, h: u32) {
+  if (lid < CH) {
+    var lg = 0.0;
+    var b = 0.0;
+    if (lid < cn) {
+      let xd = alpha[(r0 + lid) * p.ab_stride + h] + consts[h];
+      lg = consts[p.v_heads + h] * select(log(1.0 + exp(xd)), xd, xd > 20.0);
+      b = 1.0 / (1.0 + exp(-beta[(r0 + lid) * p.ab_stride + p.beta_offset + h]));
+    }
+    ch_g[lid] = lg;
+    ch_b[lid] = b;
+  }
+}
+
+// Dimensions d0 .. d0 + DB of the chunk's k and q rows (key head at k_at, q_at) into ch_kq, zeros past the chunk.
+fn stage_kq(lid: u32, d0: u32, r0: u32, cn: u32, W: u32, k_at: u32, q_at: u32) {
+  for (var e = lid; e < 2u * CH * DB; e += CH * CH) {
+    let i = (e / DB) % CH;
+    let d = d0 + e % DB;
+    let at = (r0 + min(i, cn - 1u)) * W + select(k_at, q_at, e >= CH * DB) + min(d, DK - 1u);  // in bounds
+    ch_kq[(e / (CH * DB)) * CH * RS + i * RS + e % DB] = select(0.0, qkv[at], i < cn && d < DK);
+  }
+}
+
+// G_i = the prefix sum of ch_g (invocations below CH; read before the caller's next barrier).
+fn chunk_prefix(lid: u32) -> f32 {
+  var G = 0.0;
+  if (lid < CH) {
+    for (var m = 0u; m <= lid; m++) { G += ch_g[m]; }
+  }
+  return G;
+}
+
+@compute @workgroup_size(CH * CH)
+fn delta_chunk_prep(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+  let K = p.k_heads;
+  let W = 2u * K * DK + p.v_heads * DV;
+  let h = wid.x;
+  let kh = h % K;
+  let c0 = wid.y * CH;
+  let cn = min(CH, p.n - c0);
+  let r0 = p.row + c0;
+  chunk_gates(lid, r0, cn, h);
+  let pi = lid / CH;
+  let pj = lid % CH;
+  var G = 0.0;
+  var kk = 0.0;
+  var qk = 0.0;
+  for (var d0 = 0u; d0 < DK; d0 += DB) {
+    workgroupBarrier();  // the previous block read (the first time: the gates written)
+    if (d0 == 0u) { G = chunk_prefix(lid); }
+    stage_kq(lid, d0, r0, cn, W, K * DK + kh * DK, kh * DK);
+    workgroupBarrier();
+    for (var d = 0u; d < min(DB, DK - d0); d++) {
+      let kj = ch_kq[pj * RS + d];
+      kk += ch_kq[pi * RS + d] * kj;
+      qk += ch_kq[CH * RS + pi * RS + d] * kj;
+    }
+  }
+  workgroupBarrier();
+  if (lid < CH) { ch_g[lid] = G; }
+  workgroupBarrier();
+  let decay = exp(ch_g[pi] - ch_g[min(pj, pi)]);
+  let at = (h * ((p.n + CH - 1u) / CH) + wid.y) * 2u * CH * CH;
+  ch_a[lid] = select(0.0, ch_b[pi] * decay * kk, pj < pi);
+  tm[at + CH * CH + lid] = select(0.0, decay * qk, pj <= pi);
+  workgroupBarrier();
+  // T's column j (invocation j): T_jj = 1, T_ij = -sum_{j <= m < i} A_im T_mj
+  if (lid < CH) {
+    let j = lid;
+    for (var i = 0u; i < CH; i++) {
+      var t = select(0.0, 1.0, i == j);
+      if (i > j) {
+        for (var m = j; m < i; m++) { t -= ch_a[i * CH + m] * ch_t[m * CH + j]; }
+      }
+      ch_t[i * CH + j] = t;
+    }
+  }
+  workgroupBarrier();
+  tm[at + lid] = ch_t[lid];
+}
 
 @compute @workgroup_size(VB * KS)
 fn delta_chunk(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
@@ -258,72 +346,42 @@ fn delta_chunk(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_
   let live = v < DV;
   let q_at = kh * DK;           // a row's q of key head kh
   let k_at = K * DK + kh * DK;  // its k
+  let chunks = (p.n + CH - 1u) / CH;
   var S: array<f32, KPT>;
   for (var i = 0u; i < KPT; i++) {
     let j = ks + KS * i;
     S[i] = select(0.0, state[(h * DK + j) * DV + v], live && j < DK && p.fresh == 0u);
   }
-  let dt = consts[h];
-  let a = consts[H + h];
-  for (var c0 = 0u; c0 < p.n; c0 += CH) {
+  // invocation lid's (token, column) of the chunk's [CH][VB] arrays (those below CH x VB)
+  let ei = lid / VB;
+  let ec = lid % VB;
+  let mine = lid < CH * VB;
+  for (var c = 0u; c < chunks; c++) {
+    let c0 = c * CH;
     let cn = min(CH, p.n - c0);
     let r0 = p.row + c0;  // the chunk's first row
-    if (lid < CH) {
-      var lg = 0.0;
-      var b = 0.0;
-      if (lid < cn) {
-        let xd = alpha[(r0 + lid) * p.ab_stride + h] + dt;
-        lg = a * select(log(1.0 + exp(xd)), xd, xd > 20.0);
-        b = 1.0 / (1.0 + exp(-beta[(r0 + lid) * p.ab_stride + p.beta_offset + h]));
-      }
-      ch_g[lid] = lg;
-      ch_b[lid] = b;
-    }
+    let at = (h * chunks + c) * 2u * CH * CH;  // its T, then M, in tm
+    chunk_gates(lid, r0, cn, h);
     for (var i = 0u; i < KPT; i++) {
       let j = ks + KS * i;
       if (j < DK) { ch_s[j * VB + vl] = S[i]; }
     }
-    // G_i (each its own prefix, after the first barrier below); the dot products of the chunk's rows (pair (pi, pj));
-    // S0^T k and S0^T q of token ei, column ec (invocations below CH x VB). Rows past the chunk read as zeros.
+    // S0^T k_i and S0^T q_i of (ei, ec); G_i
     var G = 0.0;
-    var kk = 0.0;
-    var qk = 0.0;
     var pk = 0.0;
     var pq = 0.0;
-    let pi = lid / CH;
-    let pj = lid % CH;
-    let ei = lid / VB;
-    let ec = lid % VB;
-    const RS = DB + 1u;  // a staged row's stride
     for (var d0 = 0u; d0 < DK; d0 += DB) {
       workgroupBarrier();  // the previous block read (the first time: the gates and S0 written)
-      if (d0 == 0u && lid < CH) {
-        for (var m = 0u; m <= lid; m++) { G += ch_g[m]; }
-      }
-      for (var e = lid; e < 2u * CH * DB; e += VB * KS) {
-        let i = (e / DB) % CH;
-        let d = d0 + e % DB;
-        let at = (r0 + min(i, cn - 1u)) * W + select(k_at, q_at, e >= CH * DB) + min(d, DK - 1u);  // in bounds
-        ch_kq[(e / (CH * DB)) * CH * RS + i * RS + e % DB] = select(0.0, qkv[at], i < cn && d < DK);
-      }
+      if (d0 == 0u) { G = chunk_prefix(lid); }
+      stage_kq(lid, d0, r0, cn, W, k_at, q_at);
       workgroupBarrier();
-      let dn = min(DB, DK - d0);
-      for (var d = 0u; d < dn; d++) {
-        let kj = ch_kq[pj * RS + d];
-        kk += ch_kq[pi * RS + d] * kj;
-        qk += ch_kq[CH * RS + pi * RS + d] * kj;
-        if (lid < CH * VB) {
+      if (mine) {
+        for (var d = 0u; d < min(DB, DK - d0); d++) {
           let sv = ch_s[(d0 + d) * VB + ec];
           pk += ch_kq[ei * RS + d] * sv;
           pq += ch_kq[CH * RS + ei * RS + d] * sv;
         }
       }
-    }
-    ch_a[lid] = kk;
-    ch_m[lid] = qk;
-    if (lid < CH * VB) {
-      ch_p[lid] = pk;
-      ch_r[lid] = pq;
     }
     workgroupBarrier();
     if (lid < CH) { ch_g[lid] = G; }
@@ -333,49 +391,23 @@ fn delta_chunk(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_
       ch_eg[lid] = exp(G);
       ch_el[lid] = select(0.0, exp(G_last - G), lid < cn);
     }
-    for (var e = lid; e < CH * CH; e += VB * KS) {
-      let i = e / CH;
-      let j = e % CH;
-      let decay = exp(ch_g[i] - ch_g[min(j, i)]);
-      ch_a[e] = select(0.0, ch_b[i] * decay * ch_a[e], j < i);
-      ch_m[e] = select(0.0, decay * ch_m[e], j <= i);
-    }
-    for (var e = lid; e < CH * VB; e += VB * KS) {
-      let i = e / VB;
-      let col = v0 + e % VB;
-      let at = (r0 + min(i, cn - 1u)) * W + 2u * K * DK + h * DV + min(col, DV - 1u);  // clamped: read in bounds
-      let vv = select(0.0, qkv[at], i < cn && col < DV);
-      ch_p[e] = ch_b[i] * (vv - exp(ch_g[i]) * ch_p[e]);
+    if (mine) {
+      let col = v0 + ec;
+      let vat = (r0 + min(ei, cn - 1u)) * W + 2u * K * DK + h * DV + min(col, DV - 1u);  // clamped: read in bounds
+      ch_p[lid] = ch_b[ei] * (select(0.0, qkv[vat], ei < cn && col < DV) - exp(ch_g[ei]) * pk);
+      ch_r[lid] = pq;
     }
     workgroupBarrier();
-    // T's column j (invocation j): T_jj = 1, T_ij = -sum_{j <= m < i} A_im T_mj
-    if (lid < CH) {
-      let j = lid;
-      for (var i = 0u; i < CH; i++) {
-        var t = select(0.0, 1.0, i == j);
-        if (i > j) {
-          for (var m = j; m < i; m++) { t -= ch_a[i * CH + m] * ch_t[m * CH + j]; }
-        }
-        ch_t[i * CH + j] = t;
-      }
-    }
-    workgroupBarrier();
-    for (var e = lid; e < CH * VB; e += VB * KS) {
-      let i = e / VB;
-      let col = e % VB;
+    if (mine) {  // U = T Y
       var u = 0.0;
-      for (var m = 0u; m <= i; m++) { u += ch_t[i * CH + m] * ch_p[m * VB + col]; }
-      ch_u[e] = u;
+      for (var m = 0u; m <= ei; m++) { u += tm[at + ei * CH + m] * ch_p[m * VB + ec]; }
+      ch_u[lid] = u;
     }
     workgroupBarrier();
-    for (var e = lid; e < CH * VB; e += VB * KS) {
-      let i = e / VB;
-      let col = v0 + e % VB;
-      if (i < cn && col < DV) {
-        var acc = ch_eg[i] * ch_r[e];
-        for (var j = 0u; j <= i; j++) { acc += ch_m[i * CH + j] * ch_u[j * VB + e % VB]; }
-        o[((r0 + i) * H + h) * DV + col] = acc;
-      }
+    if (mine && ei < cn && v0 + ec < DV) {
+      var acc = ch_eg[ei] * ch_r[lid];
+      for (var j = 0u; j <= ei; j++) { acc += tm[at + CH * CH + ei * CH + j] * ch_u[j * VB + ec]; }
+      o[((r0 + ei) * H + h) * DV + v0 + ec] = acc;
     }
     let keep = exp(G_last);
     for (var i = 0u; i < KPT; i++) {

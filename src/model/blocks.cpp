@@ -239,6 +239,8 @@ void make_delta_buffers(gpu::Context& ctx, const ModelConfig& c, SessionBuffers&
   b.delta_b = make(n * H, "delta beta");
   b.delta_o = make(n * VD, "delta o");
   b.delta_y = make(n * VD, "delta y");
+  b.delta_tm = make(kernels::delta_chunk_scratch_bytes({.n_tokens = uint32_t(n), .v_heads = uint32_t(H)}) / 4,
+                    "delta chunk scratch");
 }
 
 void encode_moe_ffn(const LayerStep& s) {
@@ -383,7 +385,8 @@ void encode_delta_net(const LayerStep& s) {
       shape.n_tokens = part;
       shape.row = row + done;
       kernels::encode_delta_rule(s.batch, s.ctx, shape, b.delta_c, gates, L.ssm_consts, states[p % 2],
-                                 states[(p + part) % 2], b.delta_o, /*fresh=*/p == 0);
+                                 states[(p + part) % 2], b.delta_o, /*fresh=*/p == 0, kernels::DeltaRuleImpl::Auto,
+                                 &b.delta_tm);
       done += part;
     }
   };

@@ -35,6 +35,7 @@ struct SessionBuffers {
   gpu::Buffer delta_b;   // [ubatch][H] beta (separate products)
   gpu::Buffer delta_o;   // [ubatch][VD] the delta rule's output
   gpu::Buffer delta_y;   // [ubatch][VD] its per-head RMS norm * silu(z), ssm_out's input
+  gpu::Buffer delta_tm;  // the chunked delta rule's scratch for ubatch tokens (kernels::delta_chunk_scratch_bytes)
   gpu::Buffer last;                        // [n_embd] the last token's residual row
   gpu::Buffer logits;                      // [n_vocab] logits of the last token
   gpu::Buffer logits_host;                 // [n_vocab] mappable copy of logits, read back once per step

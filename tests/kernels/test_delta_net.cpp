@@ -209,8 +209,9 @@ TEST_P(DeltaRule, MatchesCpuReferenceAcrossCalls) {
       gpu::ComputeBatch batch(ctx);
       const kernels::DeltaShape shape{
           .n_tokens = n, .k_heads = h.k_heads, .v_heads = H, .dk = h.dk, .dv = h.dv, .row = c.row};
+      auto b_tm = poisoned(ctx, kernels::delta_chunk_scratch_bytes(shape) / 4, "chunk scratch");
       kernels::encode_delta_rule(batch, ctx, shape, b_qkv, gates, b_consts, b_state[cur], b_state[1 - cur], b_o,
-                                 c.fresh && done == 0, impl);
+                                 c.fresh && done == 0, impl, &b_tm);
       batch.submit_and_wait();
       ASSERT_EQ(ctx.read<float>(b_state[cur]), state_before) << "the state read was changed";
       cur = 1 - cur;
@@ -408,6 +409,16 @@ TEST(DeltaNet, BadArgumentsThrowNamingTheField) {
   expect_throw([&] { rule(ok, gates, buf, other, state, buf); }, "state_out and o must differ from the inputs");
   expect_throw([&] { kernels::encode_delta_rule(batch, ctx, ok, buf, gates, other, state, small, ring); },
                "state_out holds");
+  // the chunked rule's scratch: required, large enough, a buffer of its own
+  auto chunked = [&](const gpu::Buffer* scratch) {
+    kernels::encode_delta_rule(batch, ctx, ok, buf, gates, other, state, out, ring, false,
+                               kernels::DeltaRuleImpl::Chunked, scratch);
+  };
+  if (kernels::delta_chunk_supported(ctx, ok)) {
+    expect_throw([&] { chunked(nullptr); }, "the chunked rule needs a scratch buffer");
+    expect_throw([&] { chunked(&small); }, "scratch holds");
+    expect_throw([&] { chunked(&buf); }, "scratch must differ from every other buffer");
+  }
   if (!kernels::delta_step_supported(ctx)) return;
   auto step = [&](const kernels::DeltaShape& s, uint32_t R, const gpu::Buffer& rg, const gpu::Buffer& st,
                   const gpu::Buffer& o) {
