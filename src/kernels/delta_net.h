@@ -1,7 +1,7 @@
 // Gated DeltaNet (delta_net.wgsl; qwen35's linear-attention layers) for a chunk of tokens of one sequence:
 // encode_delta_conv (the causal convolution of q, k, v over a ring of the last rows, silu, q and k L2-normalised),
-// then encode_delta_rule (the gated delta rule over the sequence's recurrent state). The CPU references are
-// cpu::conv_silu and cpu::delta_rule (cpu/delta_net.h). Contract checks throw wgllm::InvalidArgument naming the field.
+// then encode_delta_rule (the gated delta rule over the sequence's recurrent state, token by token or in chunks). The
+// CPU references are cpu::conv_silu, cpu::delta_rule and cpu::delta_rule_chunked (cpu/delta_net.h). Contract checks throw wgllm::InvalidArgument naming the field.
 #pragma once
 #include <cstdint>
 
@@ -51,9 +51,9 @@ struct DeltaGates {
 };
 
 // How encode_delta_rule runs the recurrence: one token after another (delta_rule), or kDeltaChunk tokens at a time
-// in the WY / UT form (delta_chunk: small matrix products inside a chunk, seven barriers per chunk instead of one
-// per token; needs delta_chunk_supported and a scratch buffer of delta_chunk_scratch_bytes, which a first dispatch
-// fills with every chunk's T and M). Auto: chunked from delta_chunk_from(ctx) tokens where supported and given one.
+// in the WY / UT form (delta_chunk: small matrix products inside a chunk, 13 barriers per chunk at head size 128
+// instead of one per token; needs delta_chunk_supported and a scratch buffer of delta_chunk_scratch_bytes, which a
+// first dispatch, delta_chunk_prep, fills with every chunk's T and M). Auto: chunked from delta_chunk_from(ctx) tokens where supported and given one.
 enum class DeltaRuleImpl { Auto, Sequential, Chunked };
 inline constexpr uint32_t kDeltaChunk = 16;
 // Whether the adapter's workgroup memory holds delta_chunk's arrays for these head sizes (15.4 KiB at 128 x 128).
