@@ -41,8 +41,8 @@ std::vector<int32_t> random_prompt(uint32_t n_vocab, size_t n, uint64_t salt) {
 
 // The CPU reference dequantises the same bytes, so the differences are the f16 KV cache (rounding K and V to 11
 // significant bits: ~3e-4 relative on the logits of these models) and the order of accumulation (~1e-6). F32
-// weights are therefore checked twice: with an f32 cache at 1e-4 (qwen35: 1e-3, see gpu_cases), and with the f16
-// cache every model uses.
+// weights are therefore checked twice: with an f32 cache at 1e-4, and with the f16 cache every model uses at 5e-3
+// (qwen35: 1e-3 and 1e-2, see gpu_cases).
 struct GpuCase {
   std::string model;
   kernels::KvType kv;
@@ -78,10 +78,11 @@ std::vector<GpuCase> gpu_cases() {
     // Gated DeltaNet (qwen35): a head's output S^T q now and then nearly cancels, and the per-head RMS norm after it
     // scales the f32 rounding of its terms back up by as much (terms 237x their sum at prompt position 92 of seed
     // 1362279417248849138, where the logits' rel L2 reached 1.07e-4, 1.15e-4 two positions later; typically 1e-5,
-    // above 3e-5 in 4 % of the random prompts, above 1e-4 in about 1 %): checked at 1e-3.
-    const double f32_tol = m.starts_with("qwen35") ? 1e-3 : 1e-4;
-    if (m.ends_with("f32")) out.push_back({m, kernels::KvType::F32, f32_tol, 0});
-    out.push_back({m, kernels::KvType::F16, 5e-3, 1});
+    // above 3e-5 in 4 % of the random prompts, above 1e-4 in about 1 %): checked at 1e-3. The f16 cache's rounding
+    // is scaled up the same way (worst of 81 prompts per model 4.7e-4 to 1.43e-3, the tail still falling): 1e-2.
+    const bool delta = m.starts_with("qwen35");
+    if (m.ends_with("f32")) out.push_back({m, kernels::KvType::F32, delta ? 1e-3 : 1e-4, 0});
+    out.push_back({m, kernels::KvType::F16, delta ? 1e-2 : 5e-3, 1});
   }
   // The GPUs' kernels in a GPU's matvec shape (4 rows per group): decode then fuses neox RoPE and the KV append too
   // (qwen2; qwen2-mixed in two dispatches, q and k stacked, then v).
@@ -90,7 +91,7 @@ std::vector<GpuCase> gpu_cases() {
   // The DeltaNet recurrence in chunks (by default it runs token by token): the calls of 37 and 40 tokens chunked,
   // of 1, 10 and 13 not.
   out.push_back({"qwen35-tiny-f32", kernels::KvType::F32, 1e-3, 0, {}, 16});
-  out.push_back({"qwen35-mixed", kernels::KvType::F16, 5e-3, 1, {}, 16});
+  out.push_back({"qwen35-mixed", kernels::KvType::F16, 1e-2, 1, {}, 16});
   return out;
 }
 
