@@ -1,6 +1,7 @@
 // Gated DeltaNet (qwen35's linear attention) for n tokens at positions pos .. pos + n - 1 of one sequence, in two
-// dispatches after the in-projections. K key heads of DK and H value heads of DV; a token's row of qkv holds q
-// (K x DK), k (K x DK), v (H x DV): W = 2 K DK + H DV channels. Value head h reads key head h % K.
+// dispatches (three with the chunked rule) after the in-projections. K key heads of DK and H value heads of DV; a
+// token's row of qkv holds q (K x DK), k (K x DK), v (H x DV): W = 2 K DK + H DV channels. Value head h reads key
+// head h % K.
 //
 // delta_conv: the causal depthwise convolution of every channel over the last L positions, silu, and q, k
 // L2-normalised per head (q also by 1 / sqrt(DK)):
@@ -8,8 +9,9 @@
 //   q = c_q / sqrt(|c_q|^2 + eps) / sqrt(DK),  k = c_k / sqrt(|c_k|^2 + eps),  v = c_v
 // where x of a position before pos comes from the conv state, a ring of R >= L rows holding x(q) at row q % R
 // (x(q) = 0 for q < 0). The rows the next call reads go into the ring: with `store` (n + L - 1 <= R, so the rows
-// written are never rows read) each token's own row from here, else the last L - 1 by delta_ring after it. One workgroup per (head slot, token): slots 0..K-1 the q heads, K..2K-1
-// the k heads, 2K.. the v heads; invocation i owns channel i of the slot.
+// written are never rows read) each token's own row from here, else the last L - 1 by delta_ring after it. One
+// workgroup per (head slot, token): slots 0..K-1 the q heads, K..2K-1 the k heads, 2K.. the v heads; invocation i
+// owns channel i of the slot.
 //
 // delta_rule: the recurrence over the tokens, in order, on each value head's state S [DK][DV] (f32, kept in
 // registers for the whole call, read from `state` (zeros instead when `fresh`: a sequence's first tokens) and
@@ -21,8 +23,9 @@
 // (one barrier per token).
 // The per-head output norm and its silu(z) gate run after it (norm.wgsl, swiglu.wgsl).
 //
-// The two entry points use bindings 1-4 and 5-11. The host prepends the shape: const DK, DV, VB, KS, KPT, CW: u32
-// (CW, delta_conv's workgroup, a power of two >= max(DK, DV)).
+// delta_conv uses bindings 1-4, delta_rule 5-11, the chunked rule (delta_chunk_prep, delta_chunk; below) also 12,
+// delta_step 1-11. The host prepends the shape: const DK, DV, VB, KS, KPT, CW, CH: u32 (CW, delta_conv's workgroup,
+// a power of two >= max(DK, DV); CH the chunked rule's tokens per chunk).
 
 struct DeltaParams {
   n: u32, k_heads: u32, v_heads: u32, row: u32,
