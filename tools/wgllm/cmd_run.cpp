@@ -54,9 +54,9 @@ Model load_model(const std::string& path, const LoadOptions& given) {
         std::pair{"WGLLM_ATTENTION", &options.attention_prefill}})
     if (const char* v = std::getenv(var); v && field->empty()) *field = v;
   if (const char* v = std::getenv("WGLLM_SHADER_CHECKS")) options.shader_checks |= std::string_view(v) == "1";
-  if (const char* v = std::getenv("WGLLM_DELTA_CHUNK_FROM"); v && !options.delta_chunk_from) {
+  if (const char* v = std::getenv("WGLLM_DELTA_CHUNK_FROM"); v && *v && !options.delta_chunk_from) {
     const std::string text = v;
-    if (text.empty() || text.size() > 9 || text.find_first_not_of("0123456789") != std::string::npos)
+    if (text.size() > 9 || text.find_first_not_of("0123456789") != std::string::npos)
       throw Error("WGLLM_DELTA_CHUNK_FROM: '" + text + "' is not a token count (0 to 999999999)");
     options.delta_chunk_from = uint32_t(std::stoul(text));
   }
