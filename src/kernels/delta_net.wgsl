@@ -116,6 +116,24 @@ fn delta_ring(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
 @group(0) @binding(10) var<storage, read_write> o: array<f32>;      // [row + n][H][DV]
 @group(0) @binding(11) var<storage, read_write> state_out: array<f32>;  // [H][DK][DV] after it
 
+// Column v of value head h's state, the rows j = ks + KS i this invocation holds (zeros where dead, and when `fresh`):
+// delta_rule, delta_chunk and delta_step keep it in registers; store_state_column writes it to state_out.
+fn state_column(h: u32, v: u32, ks: u32, live: bool) -> array<f32, KPT> {
+  var S: array<f32, KPT>;
+  for (var i = 0u; i < KPT; i++) {
+    let j = ks + KS * i;
+    S[i] = select(0.0, state[(h * DK + j) * DV + v], live && j < DK && p.fresh == 0u);
+  }
+  return S;
+}
+
+fn store_state_column(S: array<f32, KPT>, h: u32, v: u32, ks: u32, live: bool) {
+  for (var i = 0u; i < KPT; i++) {
+    let j = ks + KS * i;
+    if (live && j < DK) { state_out[(h * DK + j) * DV + v] = S[i]; }
+  }
+}
+
 // Partial sums of S^T k and S^T q, double-buffered by token parity: one barrier per token. A token's S^T k partials
 // are summed right after the barrier that follows their writes; its S^T q partials after the next token's barrier
 // (the buffer a token writes is next written two tokens later, past a barrier every reader has reached).
@@ -134,11 +152,7 @@ fn delta_rule(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
   let ks = lid / VB;
   let kh = h % K;
   let live = v < DV;
-  var S: array<f32, KPT>;
-  for (var i = 0u; i < KPT; i++) {
-    let j = ks + KS * i;
-    S[i] = select(0.0, state[(h * DK + j) * DV + v], live && j < DK && p.fresh == 0u);
-  }
+  var S = state_column(h, v, ks, live);
   let dt = consts[h];
   let a = consts[H + h];
   // The token's inputs (this invocation's rows of k and q, its v, the gates' logits), loaded a token ahead.
@@ -213,10 +227,7 @@ fn delta_rule(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
     for (var s = 0u; s < KS; s++) { acc += part_q[last + s * VB + vl]; }
     o[((p.row + p.n - 1u) * H + h) * DV + v] = acc;
   }
-  for (var i = 0u; i < KPT; i++) {
-    let j = ks + KS * i;
-    if (live && j < DK) { state_out[(h * DK + j) * DV + v] = S[i]; }
-  }
+  store_state_column(S, h, v, ks, live);
 }
 
 // ---- delta_chunk_prep, delta_chunk: delta_rule's recurrence CH tokens at a time (the same results; the host picks
@@ -350,11 +361,7 @@ fn delta_chunk(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_
   let q_at = kh * DK;           // a row's q of key head kh
   let k_at = K * DK + kh * DK;  // its k
   let chunks = (p.n + CH - 1u) / CH;
-  var S: array<f32, KPT>;
-  for (var i = 0u; i < KPT; i++) {
-    let j = ks + KS * i;
-    S[i] = select(0.0, state[(h * DK + j) * DV + v], live && j < DK && p.fresh == 0u);
-  }
+  var S = state_column(h, v, ks, live);
   // invocation lid's (token, column) of the chunk's [CH][VB] arrays (those below CH x VB)
   let ei = lid / VB;
   let ec = lid % VB;
@@ -423,10 +430,7 @@ fn delta_chunk(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_
     }
     workgroupBarrier();  // the chunk's workgroup memory read before the next one's writes
   }
-  for (var i = 0u; i < KPT; i++) {
-    let j = ks + KS * i;
-    if (live && j < DK) { state_out[(h * DK + j) * DV + v] = S[i]; }
-  }
+  store_state_column(S, h, v, ks, live);
 }
 
 // ---- delta_step: one token (a decode step), delta_conv and delta_rule in one dispatch (delta_rule's grid; the
@@ -477,12 +481,11 @@ fn delta_step(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
   }
   let q_scale = 1.0 / sqrt(part_k[0] + p.eps) / sqrt(f32(DK));
   let k_scale = 1.0 / sqrt(part_q[0] + p.eps);
-  var S: array<f32, KPT>;
+  var S = state_column(h, v, ks, live);
   var kr: array<f32, KPT>;
   var qr: array<f32, KPT>;
   for (var i = 0u; i < KPT; i++) {
     let j = ks + KS * i;
-    S[i] = select(0.0, state[(h * DK + j) * DV + v], live && j < DK && p.fresh == 0u);
     kr[i] = select(0.0, qk_row[DK + min(j, DK - 1u)] * k_scale, j < DK);
     qr[i] = select(0.0, qk_row[min(j, DK - 1u)] * q_scale, j < DK);
   }
@@ -509,8 +512,5 @@ fn delta_step(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
     for (var s = 0u; s < KS; s++) { acc += part_q[s * VB + vl]; }
     o[(p.row * H + h) * DV + v] = acc;
   }
-  for (var i = 0u; i < KPT; i++) {
-    let j = ks + KS * i;
-    if (live && j < DK) { state_out[(h * DK + j) * DV + v] = S[i]; }
-  }
+  store_state_column(S, h, v, ks, live);
 }
