@@ -65,6 +65,51 @@ bool SequenceState::rewinds_to(uint32_t n, uint32_t n_past) const {
   return conv_rows == 0 || uint64_t(n) + conv_rows >= uint64_t(n_past) + conv_taps;
 }
 
+void SequenceState::save(gpu::Context& ctx, gpu::ComputeBatch& batch, uint32_t pos) {
+  Checkpoint c;
+  if (checkpoints.size() == kMaxCheckpoints) {
+    c = std::move(checkpoints.front());
+    checkpoints.erase(checkpoints.begin());
+  }
+  c.pos = pos;
+  size_t i = 0;
+  auto copy = [&](const gpu::Buffer& from, const std::string& what) {
+    if (i == c.copies.size())
+      c.copies.push_back(ctx.create_buffer(from.size, WGPUBufferUsage_Storage, ("checkpoint of " + what).c_str()));
+    batch.copy(from, 0, c.copies[i++], 0, from.size);
+  };
+  for (size_t l = 0; l < conv.size(); ++l) {
+    if (!conv[l].size) continue;
+    copy(conv[l], "conv state " + std::to_string(l));
+    if (delta[l][0].size) copy(delta[l][pos % 2], "recurrent state " + std::to_string(l));
+  }
+  checkpoints.push_back(std::move(c));
+}
+
+void SequenceState::restore(gpu::ComputeBatch& batch, const Checkpoint& c) const {
+  size_t i = 0;
+  for (size_t l = 0; l < conv.size(); ++l) {
+    if (!conv[l].size) continue;
+    batch.copy(c.copies[i], 0, conv[l], 0, conv[l].size);
+    ++i;
+    if (delta[l][0].size) {
+      batch.copy(c.copies[i], 0, delta[l][c.pos % 2], 0, delta[l][0].size);
+      ++i;
+    }
+  }
+}
+
+const SequenceState::Checkpoint* SequenceState::checkpoint_at_most(uint32_t n) const {
+  const Checkpoint* best = nullptr;
+  for (const Checkpoint& c : checkpoints)
+    if (c.pos <= n && (!best || c.pos > best->pos)) best = &c;
+  return best;
+}
+
+void SequenceState::drop_checkpoints_after(uint32_t n) {
+  std::erase_if(checkpoints, [n](const Checkpoint& c) { return c.pos > n; });
+}
+
 uint64_t kv_bytes_per_position(const ModelConfig& c, kernels::KvType type) {
   uint64_t dims = 0;  // over the layers with a cache of their own
   for (uint32_t l = 0; l < c.n_layer; ++l) dims += !c.is_attention(l) || !c.owns_kv(l) ? 0 : c.kv_dim_at(l);
@@ -80,6 +125,12 @@ uint64_t conv_state_bytes(const ModelConfig& c, uint32_t ubatch) {
     if (c.is_delta(l))
       bytes += uint64_t(kernels::delta_ring_rows(c.ssm_conv)) * c.delta_conv_dim() * 4 + 2 * delta_state_bytes(c);
   }
+  return bytes;
+}
+
+uint64_t checkpoint_bytes(const ModelConfig& c, uint32_t ubatch) {
+  uint64_t bytes = conv_state_bytes(c, ubatch);
+  for (uint32_t l = 0; l < c.n_layer; ++l) bytes -= c.is_delta(l) ? delta_state_bytes(c) : 0;  // one of the two
   return bytes;
 }
 

@@ -9,6 +9,7 @@
 #include <optional>
 #include <vector>
 
+#include "gpu/batch.h"
 #include "gpu/context.h"
 #include "kernels/kv_cache.h"
 #include "model/config.h"
@@ -39,6 +40,27 @@ struct SequenceState {
   std::vector<std::array<gpu::Buffer, 2>> delta;  // [n_layer]
   bool recurrent = false;                         // some layer has a recurrent state
 
+  // Copies of the states that do not rewind in place (the conv rings, the recurrent states) at chosen positions
+  // (GpuSession::checkpoint): going back to one of them needs no token fed again. Oldest first; at most
+  // kMaxCheckpoints, the oldest replaced (its buffers reused). KV caches need no copy: their rows past a position
+  // are simply overwritten later.
+  struct Checkpoint {
+    uint32_t pos = 0;
+    std::vector<gpu::Buffer> copies;  // per layer with a conv ring: the ring, then (qwen35) the recurrent state
+  };
+  std::vector<Checkpoint> checkpoints;
+  static constexpr size_t kMaxCheckpoints = 2;
+  // Whether some layer keeps a state beyond its KV cache (a conv ring or a recurrent state): what checkpoints copy.
+  bool rolls() const { return conv_rows > 0; }
+  // Encodes the copies of the state after `pos` positions into a checkpoint (a new one, or the oldest replaced).
+  void save(gpu::Context& ctx, gpu::ComputeBatch& batch, uint32_t pos);
+  // Encodes the copies back from checkpoint c: the state is then the one after c.pos positions.
+  void restore(gpu::ComputeBatch& batch, const Checkpoint& c) const;
+  // The latest checkpoint at or before position n; null when none.
+  const Checkpoint* checkpoint_at_most(uint32_t n) const;
+  // Forgets the checkpoints past position n (their tokens are being replaced).
+  void drop_checkpoints_after(uint32_t n);
+
   uint64_t kv_bytes() const;  // GPU memory of the KV caches
   // Whether the state after the first n of n_past positions is at hand in place (0 < n <= n_past): KV rows past n
   // are simply overwritten later, the conv rings still hold the rows of the positions n needs; a recurrent state
@@ -51,6 +73,9 @@ uint64_t kv_bytes_per_position(const ModelConfig& c, kernels::KvType type = kern
 // GPU memory of one sequence's conv and recurrent states (lfm2, qwen35; 0 without such layers) for prefill chunks of
 // `ubatch`.
 uint64_t conv_state_bytes(const ModelConfig& c, uint32_t ubatch);
+// GPU memory of one checkpoint of a sequence's conv rings and recurrent states (SequenceState::Checkpoint; 0 without
+// such layers) for prefill chunks of `ubatch`.
+uint64_t checkpoint_bytes(const ModelConfig& c, uint32_t ubatch);
 // GPU memory of one DeltaNet layer's recurrent state (qwen35).
 uint64_t delta_state_bytes(const ModelConfig& c);
 

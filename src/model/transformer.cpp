@@ -104,15 +104,53 @@ void GpuSession::truncate(uint32_t n) {
                           " are cached");
   next_.reset();  // encoded for the old position
   ++changes_;
+  state_.drop_checkpoints_after(n);
   if (n == 0 || state_.rewinds_to(n, n_past_)) {
     n_past_ = n;
     return;
   }
-  // Beyond what the state keeps (the conv rings): it is rebuilt by feeding the first n tokens again.
-  const std::vector<int32_t> keep(tokens_.begin(), tokens_.begin() + n);
-  n_past_ = 0;
+  // Beyond what the state keeps in place (the conv rings): it is rebuilt from the latest checkpoint before n, or
+  // from nothing, by feeding the tokens after it again.
+  uint32_t from = 0;
+  if (const SequenceState::Checkpoint* c = state_.checkpoint_at_most(n)) {
+    gpu::ComputeBatch batch(ctx_, "restore checkpoint");
+    state_.restore(batch, *c);
+    batch.submit();
+    from = c->pos;
+  }
+  const std::vector<int32_t> keep(tokens_.begin() + from, tokens_.begin() + n);
+  n_past_ = from;
   for (size_t i = 0; i < keep.size(); i += ubatch_)
     run_chunk(std::span(keep).subspan(i, std::min<size_t>(ubatch_, keep.size() - i)), Output::None);
+}
+
+bool GpuSession::truncates_in_place(uint32_t n) const {
+  if (n == 0) return true;
+  if (n > n_past_) return false;
+  const SequenceState::Checkpoint* c = state_.checkpoint_at_most(n);
+  return state_.rewinds_to(n, n_past_) || (c && c->pos == n);
+}
+
+uint32_t GpuSession::rewind_point(uint32_t n) const {
+  n = std::min(n, n_past_);
+  if (truncates_in_place(n)) return n;
+  const SequenceState::Checkpoint* c = state_.checkpoint_at_most(n);
+  return c ? c->pos : 0;
+}
+
+void GpuSession::checkpoint() {
+  if (!state_.rolls() || n_past_ == 0) return;
+  if (!state_.checkpoints.empty() && state_.checkpoints.back().pos == n_past_) return;
+  state_.drop_checkpoints_after(n_past_);
+  gpu::ComputeBatch batch(ctx_, "checkpoint");
+  state_.save(ctx_, batch, n_past_);
+  batch.submit();
+}
+
+std::vector<uint32_t> GpuSession::checkpoints() const {
+  std::vector<uint32_t> pos;
+  for (const auto& c : state_.checkpoints) pos.push_back(c.pos);
+  return pos;
 }
 
 void GpuSession::check_tokens(std::span<const int32_t> tokens) const {

@@ -223,10 +223,23 @@ class GpuSession {
   void reset() { truncate(0); }
   // Keeps the first n positions (n <= n_past) and forgets the rest: the state is what feeding those n tokens gives.
   // KV rows past n are overwritten later. A model with convolution layers rewinds its conv states from their rings
-  // when n is at most ubatch positions back; further back, the first n tokens are fed again (a prefill of n).
+  // when n is at most ubatch positions back; a recurrent state (qwen35) does not rewind. Otherwise the state comes
+  // back from the latest checkpoint at or before n and the tokens after it are fed again (all n of them without
+  // one). Checkpoints past n are forgotten.
   void truncate(uint32_t n);
-  // Whether truncate(n) keeps the state in place (no tokens fed again): n == 0, or the state rewinds to n.
-  bool truncates_in_place(uint32_t n) const { return n == 0 || (n <= n_past_ && state_.rewinds_to(n, n_past_)); }
+  // Whether truncate(n) keeps the state in place (no tokens fed again): n == 0, the state rewinds to n, or a
+  // checkpoint holds it.
+  bool truncates_in_place(uint32_t n) const;
+  // The largest m <= min(n, n_past) that truncate(m) reaches in place: 0 when none but 0 does.
+  uint32_t rewind_point(uint32_t n) const;
+  // Keeps a copy of the conv rings and recurrent states at n_past (SequenceState::Checkpoint; the last
+  // kMaxCheckpoints are kept), so that a later truncate to n_past, or past it, feeds no token before it again. For
+  // a conversation's prompt cache on models whose state does not rewind. Nothing for a model without such state.
+  void checkpoint();
+  // Whether some layer keeps a state beyond its KV cache (conv rings, recurrent states): what checkpoint() copies.
+  bool keeps_rolling_state() const { return state_.rolls(); }
+  // Positions of the checkpoints kept, oldest first.
+  std::vector<uint32_t> checkpoints() const;
   // The tokens behind the n_past() cached positions.
   std::span<const int32_t> tokens() const { return {tokens_.data(), n_past_}; }
 

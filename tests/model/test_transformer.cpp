@@ -492,6 +492,79 @@ TEST_P(GpuTruncate, ContinuesAsTheKeptTokensGive) {
   }
 }
 
+// Checkpoints (models with conv rings or recurrent states; nothing for the others): a truncate to a checkpoint is in
+// place, one past it feeds only the tokens after it, and either continues bit for bit as a session fed the same
+// chunks from nothing. A truncate below a checkpoint forgets it (other tokens follow: the state copied no longer
+// belongs to them), and only the last two are kept.
+TEST_P(GpuTruncate, CheckpointsKeepTheStateToGoBackTo) {
+  const GgufFile f = GgufFile::open(test::model_path(GetParam()));
+  gpu::Context& ctx = test::context();
+  const GpuModel gm = load_gpu_model(ctx, f);
+  const uint32_t V = gm.config.n_vocab;
+  const std::vector<int32_t> prompt = random_prompt(V, 100, 21), other = random_prompt(V, 100, 22),
+                             cont = random_prompt(V, 6, 23);
+  const GpuSessionOptions o{.n_ctx = 256, .ubatch = 16, .kv_type = kernels::KvType::F32};
+  GpuSession gs(ctx, gm, o);
+  gs.forward(std::span(prompt).first(60));
+  gs.checkpoint();
+  gs.forward(std::span(prompt).subspan(60, 40));
+  if (gm.config.conv_layers.empty() && gm.config.delta_layers.empty()) {  // the KV caches rewind anywhere
+    EXPECT_FALSE(gs.keeps_rolling_state());
+    EXPECT_TRUE(gs.checkpoints().empty());
+    EXPECT_EQ(gs.rewind_point(70), 70u);
+    EXPECT_TRUE(gs.truncates_in_place(1));
+    return;
+  }
+  EXPECT_TRUE(gs.keeps_rolling_state());
+  // a fresh session fed tokens[0, n) in the calls given (each split by ubatch), then cont: its logits
+  auto fresh = [&](const std::vector<int32_t>& tokens, std::vector<uint32_t> cuts) {
+    GpuSession g(ctx, gm, o);
+    uint32_t at = 0;
+    for (uint32_t cut : cuts) {
+      g.forward(std::span(tokens).subspan(at, cut - at));
+      at = cut;
+    }
+    return g.forward_all(cont);
+  };
+  auto same_bits = [&](const std::vector<std::vector<float>>& got, const std::vector<std::vector<float>>& want,
+                       const std::string& what) {
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t t = 0; t < got.size(); ++t) EXPECT_EQ(got[t], want[t]) << what << ", continuation token " << t;
+  };
+  EXPECT_EQ(gs.checkpoints(), std::vector<uint32_t>{60});
+  EXPECT_EQ(gs.rewind_point(70), 60u);  // beyond lfm2's rings (16 positions back) and a recurrent state
+  EXPECT_EQ(gs.rewind_point(50), 0u);
+  EXPECT_TRUE(gs.truncates_in_place(60));
+  EXPECT_FALSE(gs.truncates_in_place(70));
+  gs.truncate(60);
+  ASSERT_EQ(gs.n_past(), 60u);
+  same_bits(gs.forward_all(cont), fresh(prompt, {60}), "back to the checkpoint at 60");
+  gs.truncate(60);
+  gs.forward(std::span(prompt).subspan(60, 40));
+  gs.truncate(75);  // the checkpoint, then 15 tokens fed
+  ASSERT_EQ(gs.n_past(), 75u);
+  ASSERT_TRUE(std::equal(gs.tokens().begin(), gs.tokens().end(), prompt.begin()));
+  same_bits(gs.forward_all(cont), fresh(prompt, {60, 75}), "to 75 from the checkpoint at 60");
+  // below the checkpoint: it is forgotten, and another prompt continues from 50
+  gs.truncate(50);
+  EXPECT_TRUE(gs.checkpoints().empty());
+  std::vector<int32_t> mixed(prompt.begin(), prompt.begin() + 50);
+  mixed.insert(mixed.end(), other.begin() + 50, other.end());
+  gs.forward(std::span(mixed).subspan(50, 50));
+  gs.truncate(70);  // nothing to come back from: all 70 fed again
+  same_bits(gs.forward_all(cont), fresh(mixed, {70}), "to 70 of another prompt");
+  // three checkpoints: the first is gone
+  gs.reset();
+  for (uint32_t at : {20u, 40u, 60u}) {
+    gs.forward(std::span(prompt).subspan(at - 20, 20));
+    gs.checkpoint();
+  }
+  gs.forward(std::span(prompt).subspan(60, 10));
+  EXPECT_EQ(gs.checkpoints(), (std::vector<uint32_t>{40, 60}));
+  EXPECT_EQ(gs.rewind_point(50), 40u);  // 20 back: past lfm2's rings
+  EXPECT_EQ(gs.rewind_point(30), 0u);
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, GpuTruncate,
                          ::testing::Values("lfm2-tiny-f32", "lfm2-tiny-l4-f32", "llama-f32", "gemma3-tiny-f32",
                                            "qwen3moe-tiny-k4-f32", "lfm2moe-tiny-f32", "gpt-oss-tiny-f32",
