@@ -70,8 +70,11 @@ struct BatchOptions {
   uint32_t prefill_chunk = 256;  // prompt tokens fed between two decode steps while others decode
   // A request takes the free slot whose cache holds the longest prefix of its prompt (the system prompt, the
   // conversation so far; among equals the least recently used) and keeps those positions instead of computing them
-  // again: all but the prompt's last token, at least 16 of them, and only where the slot's state rewinds in place (a
-  // convolution model's state: its last few positions).
+  // again: all but the prompt's last token, at least 16 of them, and only where the slot's state rewinds in place.
+  // Models whose state does not rewind far (LFM2's conv rings: within prefill_chunk positions) or at all (Qwen 3.5's
+  // recurrent states) keep copies of it after each prompt and 16 tokens before its end (a conversation's next turn
+  // parts from the earlier prompt there when the template renders the reply differently from how the prompt asked
+  // for it), and a prompt keeps what the latest of those before it holds (about 20 MiB each for Qwen3.5-0.8B).
   // The kept positions are what the earlier request computed (by prefill or decode steps), so the outputs may differ
   // from a fresh run's in the last bits; greedy outputs were the same in the tests.
   bool cache_prompt = true;

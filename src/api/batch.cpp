@@ -203,10 +203,28 @@ struct BatchEngine::Impl {
     const size_t limit = std::min(cached.size(), prompt.size() - 1);
     uint32_t n = 0;
     while (n < limit && cached[n] == prompt[n]) ++n;
-    if (n < kMinCachedPrompt || !s.session->truncates_in_place(n)) n = 0;  // a rewind that feeds tokens gains nothing
-    return n;
+    n = s.session->rewind_point(n);  // a rewind that feeds tokens gains nothing: back to a checkpoint
+    return n < kMinCachedPrompt ? 0 : n;
   }
   static constexpr uint32_t kMinCachedPrompt = 16;
+
+  // Where a prompt's state is kept for the next request (GpuSession::checkpoint), on models whose state does not
+  // rewind in place (conv rings, recurrent states): after the prompt, for a next prompt that continues it and then
+  // parts from the reply; and kCheckpointTail tokens before its end, for one that renders this turn's reply
+  // differently from how this prompt asked for it (a chat template's generation prompt, thinking dropped from the
+  // history), parting from it within those tokens.
+  static constexpr uint32_t kCheckpointTail = 16;
+  bool checkpoints(const Slot& s) const { return options.cache_prompt && s.session->keeps_rolling_state(); }
+  // The tokens of slot s's next prompt chunk: up to prefill_chunk, ending at the tail checkpoint when it comes first.
+  uint32_t next_chunk(const Slot& s) const {
+    const uint32_t size = uint32_t(s.request->req.prompt.size());
+    uint32_t n = std::min(options.prefill_chunk, size - s.fed);
+    if (checkpoints(s) && size >= kCheckpointTail + kMinCachedPrompt) {
+      const uint32_t tail = size - kCheckpointTail;
+      if (s.fed < tail && s.fed + n > tail) n = tail - s.fed;
+    }
+    return n;
+  }
 
   // The free slot for a prompt: the one that keeps the most of it; among equals the least recently started (an
   // unused one first), so that the caches other prompts may want are the last to go.
@@ -309,8 +327,9 @@ struct BatchEngine::Impl {
 
   // Prompt chunks between two decode steps: the next chunk of each prefilling slot, those that started first first,
   // while the turn's chunks stay within prefill_chunk tokens (at least one chunk). A request's chunks are always
-  // [0, prefill_chunk), [prefill_chunk, 2 prefill_chunk), ... of its prompt, whoever else is waiting. With the last
-  // chunk of a prompt comes its first token.
+  // [0, prefill_chunk), [prefill_chunk, 2 prefill_chunk), ... of its prompt from its cached positions on (split at
+  // its tail checkpoint where one is kept: next_chunk), whoever else is waiting. With the last chunk of a prompt
+  // comes its first token.
   void prefill_step() {
     std::vector<Slot*> waiting;
     for (Slot& s : slots)
@@ -320,8 +339,7 @@ struct BatchEngine::Impl {
     uint32_t fed = 0;
     for (Slot* sp : waiting) {
       Slot& s = *sp;
-      const auto& prompt = s.request->req.prompt;
-      const uint32_t n = std::min<uint32_t>(options.prefill_chunk, uint32_t(prompt.size()) - s.fed);
+      const uint32_t n = next_chunk(s);
       if (fed > 0 && fed + n > options.prefill_chunk) break;
       if (cancelled(s)) {
         finish(s, StopReason::Caller);
@@ -339,9 +357,11 @@ struct BatchEngine::Impl {
       if (s.fed + n < prompt.size()) {
         s.session->forward_rows(chunk, n, [](uint32_t, std::span<const float>) {});  // no logits
         s.fed += n;
+        if (checkpoints(s) && s.fed + kCheckpointTail == prompt.size()) s.session->checkpoint();
       } else {
         const std::vector<float> logits = s.session->forward(chunk);
         s.fed += n;
+        if (checkpoints(s)) s.session->checkpoint();
         {
           std::lock_guard lock(mu);
           stats.prompt_tokens += prompt.size();

@@ -128,12 +128,6 @@ uint64_t conv_state_bytes(const ModelConfig& c, uint32_t ubatch) {
   return bytes;
 }
 
-uint64_t checkpoint_bytes(const ModelConfig& c, uint32_t ubatch) {
-  uint64_t bytes = conv_state_bytes(c, ubatch);
-  for (uint32_t l = 0; l < c.n_layer; ++l) bytes -= c.is_delta(l) ? delta_state_bytes(c) : 0;  // one of the two
-  return bytes;
-}
-
 std::vector<std::optional<kernels::KvCache>> make_shared_kv(gpu::Context& ctx, const ModelConfig& c, uint32_t sequences,
                                                             uint32_t n_ctx, uint32_t page_size, kernels::KvType type) {
   if (page_size == 0 || page_size % kernels::KvCache::kPageMultiple != 0 || n_ctx % page_size != 0)

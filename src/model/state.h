@@ -73,9 +73,6 @@ uint64_t kv_bytes_per_position(const ModelConfig& c, kernels::KvType type = kern
 // GPU memory of one sequence's conv and recurrent states (lfm2, qwen35; 0 without such layers) for prefill chunks of
 // `ubatch`.
 uint64_t conv_state_bytes(const ModelConfig& c, uint32_t ubatch);
-// GPU memory of one checkpoint of a sequence's conv rings and recurrent states (SequenceState::Checkpoint; 0 without
-// such layers) for prefill chunks of `ubatch`.
-uint64_t checkpoint_bytes(const ModelConfig& c, uint32_t ubatch);
 // GPU memory of one DeltaNet layer's recurrent state (qwen35).
 uint64_t delta_state_bytes(const ModelConfig& c);
 

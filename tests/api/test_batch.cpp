@@ -18,6 +18,7 @@
 #include "wgllm/batch.h"
 #include "wgllm/default_model.h"
 #include "wgllm/error.h"
+#include "model_util.h"
 
 namespace wgllm {
 namespace {
@@ -163,6 +164,69 @@ TEST(BatchEngine, PromptCacheKeepsAnEarlierRequestsPositions) {
   EXPECT_EQ(unrelated_done.n_cached, 0u) << "an unrelated prompt shares a beginning-of-text token at most";
   EXPECT_EQ(stats.prompt_tokens_cached, cached_done.n_cached + unrelated_done.n_cached + again);
   EXPECT_EQ(fresh_stats.prompt_tokens_cached, 0u);
+}
+
+// Qwen 3.5's recurrent state does not rewind: its slot keeps copies of it after each prompt and 16 tokens before its
+// end. A conversation's next turn that renders the last prompt's end differently (as chat templates do with the
+// generation prompt) comes back from the one 16 before; one that continues the prompt and parts from its reply, from
+// the one after it. The cuts fall on the chunks' edges (prefill_chunk 8), so the tokens fed are chunked as a fresh
+// engine's and the replies must be its, bit for bit; then one that does not (a chunk cut short for the checkpoint).
+// With cache_prompt off nothing is kept.
+TEST(BatchEngine, RecurrentModelsPromptCacheComesBackFromCheckpoints) {
+  LoadOptions lo;
+  lo.n_ctx = 256;
+  const Model m = Model::load(test::model_path("qwen35-tiny-f32"), lo);
+  const uint32_t V = m.info().n_vocab;
+  auto ids = [&](uint32_t n, uint32_t seed) {
+    std::vector<int32_t> t(n);
+    for (uint32_t i = 0; i < n; ++i) t[i] = int32_t((seed * 7919u + i * 104729u + i * i * 31u) % (V - 8) + 4);
+    return t;
+  };
+  auto request = [](std::vector<int32_t> prompt) {
+    CompletionRequest r;
+    r.prompt = std::move(prompt);
+    r.sampling.temperature = 0;
+    r.max_tokens = 12;
+    return r;
+  };
+  auto run = [&](bool cache) {
+    BatchEngine engine(m, {.parallel = 2, .prefill_chunk = 8, .cache_prompt = cache});
+    auto submit = [&](const std::vector<int32_t>& prompt) {
+      Collector c;
+      engine.submit(request(prompt), c.callback());
+      c.wait();
+      return std::pair{c.ids, c.last.n_cached};
+    };
+    const std::vector<int32_t> first = ids(40, 1);
+    const auto [reply0, cached0] = submit(first);
+    std::vector<int32_t> second(first.begin(), first.end() - 2);  // parts 2 tokens before the first prompt's end
+    const std::vector<int32_t> x = ids(10, 2);
+    second.insert(second.end(), x.begin(), x.end());
+    const auto [reply1, cached1] = submit(second);
+    EXPECT_GE(reply1.size(), 6u);
+    std::vector<int32_t> third = second;  // continues the second prompt, parts from its reply after 5 tokens
+    third.insert(third.end(), reply1.begin(), reply1.begin() + std::min<size_t>(5, reply1.size()));
+    const std::vector<int32_t> y = ids(64 - third.size(), 3);
+    third.insert(third.end(), y.begin(), y.end());
+    const auto [reply2, cached2] = submit(third);
+    // a prompt of 43: a chunk ends at 27 for the checkpoint (the replies are not compared: the cut chunks the tokens
+    // unlike a fresh engine's)
+    const std::vector<int32_t> fourth = ids(43, 4);
+    submit(fourth);
+    std::vector<int32_t> fifth(fourth.begin(), fourth.end() - 2);
+    fifth.push_back(x[0]);
+    const uint32_t cached4 = submit(fifth).second;
+    return std::tuple{std::vector{reply0, reply1, reply2}, std::vector{cached0, cached1, cached2, cached4},
+                      engine.stats().prompt_tokens_cached};
+  };
+  const auto [replies, cached, total] = run(true);
+  const auto [fresh_replies, fresh_cached, fresh_total] = run(false);
+  EXPECT_EQ(replies, fresh_replies);
+  EXPECT_EQ(cached, (std::vector<uint32_t>{0, 24, 48, 27}))
+      << "the checkpoints 16 before the first prompt's end, after the second and 16 before the fourth's end";
+  EXPECT_EQ(total, 99u);
+  EXPECT_EQ(fresh_cached, (std::vector<uint32_t>{0, 0, 0, 0}));
+  EXPECT_EQ(fresh_total, 0u);
 }
 
 TEST(BatchEngine, GreedyTokensChosenOnTheGpuEqualTheHostsChoice) {
