@@ -2,7 +2,8 @@
 // shapes for calls of 1 to 16,384 tokens: µs per call of the convolution and of the rule both ways (token by token,
 // in chunks), µs per token and tokens/s of what a model runs (a linear-time scan: µs per token should stay flat as
 // the call grows), and the decode step (1 token) beside one full-attention layer's decode at
-// depth 4096 (the yardstick), the model's own attention shape, f16 cache.
+// depth 4096 (the yardstick), the model's own attention shape, f16 cache; and the decode step with the
+// output's gated norm after it (two dispatches) or inside it (delta_step_norm).
 #include <chrono>
 #include <cstdio>
 #include <random>
@@ -12,6 +13,7 @@
 #include "kernels/attention.h"
 #include "kernels/delta_net.h"
 #include "kernels/kv_cache.h"
+#include "kernels/norm.h"
 #include "kernels/shortconv.h"
 
 namespace wgllm::bench {
@@ -97,6 +99,41 @@ int run(const std::string& adapter, double min_seconds, const std::vector<uint32
       std::printf("%8u %12.2f %12.2f %12.2f %12.3f %12.0f\n", n, conv * 1e6, rule * 1e6, chunked * 1e6, us / n,
                   n / (us * 1e-6));
       std::fflush(stdout);
+    }
+    // A model's decode step: delta_step then the gated output norm (two dispatches), against delta_step_norm (one).
+    if (kernels::delta_step_supported(ctx)) {
+      kernels::DeltaShape s = base;
+      s.n_tokens = 1;
+      const uint32_t rows = kernels::delta_ring_rows(m.taps);
+      auto x = ctx.upload<float>(random(W, gen, -1.f, 1.f), kStorage, "x");
+      auto taps = ctx.upload<float>(random(size_t(W) * m.taps, gen, -0.5f, 0.5f), kStorage, "taps");
+      auto ring = ctx.upload<float>(random(size_t(rows) * W, gen, -1.f, 1.f), kStorage, "ring");
+      auto ab = ctx.upload<float>(random(2 * H, gen, -2.f, 2.f), kStorage, "alpha beta");
+      std::vector<float> consts = random(H, gen, -1.f, 1.f), a = random(H, gen, -4.f, -0.5f);
+      consts.insert(consts.end(), a.begin(), a.end());
+      auto cbuf = ctx.upload<float>(consts, kStorage, "consts");
+      const uint64_t state_bytes = uint64_t(H) * m.dk * m.dv * 4;
+      auto s0 = ctx.upload<float>(random(state_bytes / 4, gen, -0.1f, 0.1f), kStorage, "state 0");
+      auto s1 = ctx.create_buffer(state_bytes, kStorage, "state 1");
+      auto o = ctx.create_buffer(uint64_t(H) * m.dv * 4, kStorage, "o");
+      auto y = ctx.create_buffer(uint64_t(H) * m.dv * 4, kStorage, "y");
+      auto z = ctx.upload<float>(random(size_t(H) * m.dv, gen, -2.f, 2.f), kStorage, "z");
+      auto w = ctx.upload<float>(random(m.dv, gen, 0.5f, 1.5f), kStorage, "norm");
+      const kernels::DeltaGates gates{.alpha = &ab, .beta = &ab, .stride = 2 * H, .beta_offset = H};
+      const kernels::DeltaOutputNorm norm{.weight = &w, .z = &z, .eps = 1e-6f};
+      const double two = time_calls(ctx, min_seconds, [&](gpu::ComputeBatch& b) {
+        kernels::encode_delta_step(b, ctx, s, m.taps, 100, rows, 1e-6f, x, taps, ring, gates, cbuf, s0, s1, o);
+        kernels::encode_rms_norm(b, ctx, o, w, y, H, m.dv, 1e-6f, false, &z);
+      });
+      std::printf("decode step: delta_step + gated rms_norm %.2f us", two * 1e6);
+      if (kernels::delta_step_norm_supported(ctx, s)) {
+        const double one = time_calls(ctx, min_seconds, [&](gpu::ComputeBatch& b) {
+          kernels::encode_delta_step(b, ctx, s, m.taps, 100, rows, 1e-6f, x, taps, ring, gates, cbuf, s0, s1, y, false,
+                                     &norm);
+        });
+        std::printf(", delta_step_norm %.2f us (%.2fx)", one * 1e6, two / one);
+      }
+      std::printf("\n");
     }
     // One full-attention layer's decode at depth 4096 (f16 cache), the kernel the session picks.
     const kernels::AttentionShape as{

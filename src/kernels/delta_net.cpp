@@ -28,6 +28,12 @@ Layout layout(const DeltaShape& s) {
   return {vb, ks, (s.dk + ks - 1) / ks, std::bit_ceil(std::max(s.dk, s.dv))};
 }
 
+// delta_step_norm's: a value head's columns in one workgroup of 256.
+Layout step_norm_layout(const DeltaShape& s) {
+  const uint32_t vb = std::bit_ceil(s.dv), ks = std::max(1u, 256 / vb);
+  return {vb, ks, (s.dk + ks - 1) / ks, std::bit_ceil(std::max(s.dk, s.dv))};
+}
+
 // delta_chunk's: CH x CH = 256 invocations, at most CH x 16 (token, column) elements, VB columns of S0 (DK x VB
 // floats) in at most 8 KiB of workgroup memory.
 static_assert(kDeltaChunk * kDeltaChunk == 256);
@@ -87,7 +93,7 @@ void rule_io(const char* fn, const gpu::Context& ctx, const DeltaShape& s, const
     if (in->get() == state_out.get() || in->get() == o.get())
       fail(fn, "state_out and o must differ from the inputs (state included)");
   for (const gpu::Buffer* in : inputs)
-    if (in->get() == state_out.get() || in->get() == o.get())
+    if (in && (in->get() == state_out.get() || in->get() == o.get()))
       fail(fn, "state_out and o must differ from the inputs (state included)");
   if (state_out.get() == o.get()) fail(fn, "state_out and o must be different buffers");
   b.insert(b.end(), {{6, gates.alpha, 0, ab},
@@ -195,10 +201,16 @@ void encode_delta_rule(gpu::ComputeBatch& batch, gpu::Context& ctx, const DeltaS
 
 bool delta_step_supported(const gpu::Context& ctx) { return ctx.limits().maxStorageBuffersPerShaderStage >= 9; }
 
+bool delta_step_norm_supported(const gpu::Context& ctx, const DeltaShape& s) {
+  return ctx.limits().maxStorageBuffersPerShaderStage >= 11 && s.dv > 0 && s.dv <= 256 &&
+         step_norm_layout(s).kpt <= 64;
+}
+
 void encode_delta_step(gpu::ComputeBatch& batch, gpu::Context& ctx, const DeltaShape& s, uint32_t taps_count,
                        uint32_t pos, uint32_t ring_rows, float eps, const gpu::Buffer& x, const gpu::Buffer& taps,
                        const gpu::Buffer& ring, const DeltaGates& gates, const gpu::Buffer& consts,
-                       const gpu::Buffer& state, const gpu::Buffer& state_out, const gpu::Buffer& o, bool fresh) {
+                       const gpu::Buffer& state, const gpu::Buffer& state_out, const gpu::Buffer& o, bool fresh,
+                       const DeltaOutputNorm* norm) {
   const char* fn = "encode_delta_step";
   check_shape(fn, s);
   if (s.n_tokens != 1) fail(fn, "n_tokens must be 1 (a decode step), not " + std::to_string(s.n_tokens));
@@ -212,16 +224,31 @@ void encode_delta_step(gpu::ComputeBatch& batch, gpu::Context& ctx, const DeltaS
   need(fn, "x", x, x_bytes, ctx);
   need(fn, "taps", taps, W * taps_count * 4, ctx);
   need(fn, "ring", ring, ring_bytes, ctx);
-  for (const gpu::Buffer* other : {&x, &taps, gates.alpha, gates.beta, &consts, &state, &state_out, &o})
+  for (const gpu::Buffer* other : {&x, &taps, gates.alpha, gates.beta, &consts, &state, &state_out, &o,
+                                   norm ? norm->weight : nullptr, norm ? norm->z : nullptr})
     if (other && other->get() == ring.get()) fail(fn, "ring must differ from every other buffer");
   std::vector<gpu::BufferBinding> b;
-  rule_io(fn, ctx, s, gates, consts, state, state_out, o, {&x, &taps}, b);
+  if (norm) {
+    if (!delta_step_norm_supported(ctx, s))
+      fail(fn, "norm: the adapter or the head shape (dk " + std::to_string(s.dk) + ", dv " + std::to_string(s.dv) +
+                   ") does not take the output norm in the step (delta_step_norm_supported)");
+    if (!norm->weight || !norm->z) fail(fn, "norm: weight and z are required");
+    if (!(norm->eps > 0.f)) fail(fn, "norm: eps must be > 0");
+    const uint64_t z_bytes = (uint64_t(s.row) + 1) * s.v_heads * s.dv * 4;
+    need(fn, "norm.weight", *norm->weight, uint64_t(s.dv) * 4, ctx);
+    need(fn, "norm.z", *norm->z, z_bytes, ctx);
+    b.insert(b.end(), {{13, norm->z, 0, z_bytes}, {14, norm->weight, 0, uint64_t(s.dv) * 4}});
+  }
+  rule_io(fn, ctx, s, gates, consts, state, state_out, o,
+          {&x, &taps, norm ? norm->weight : nullptr, norm ? norm->z : nullptr}, b);
   const DeltaParams p{1,   s.k_heads,    s.v_heads,         s.row,           pos, ring_rows, taps_count,
-                      eps, gates.stride, gates.beta_offset, fresh ? 1u : 0u, 0};
+                      eps, gates.stride, gates.beta_offset, fresh ? 1u : 0u, 0, norm ? norm->eps : 0.f};
   b.insert(b.end(),
            {batch.uniform(0, p), {1, &x, 0, x_bytes}, {2, &taps, 0, W * taps_count * 4}, {3, &ring, 0, ring_bytes}});
-  WGPUComputePipeline pipe = ctx.pipeline({"delta_net.wgsl", "delta_step", {}, prelude(s)});
-  batch.dispatch(pipe, b, s.v_heads * ((s.dv + layout(s).vb - 1) / layout(s).vb), 1);
+  const Layout l = norm ? step_norm_layout(s) : layout(s);
+  WGPUComputePipeline pipe =
+      ctx.pipeline({"delta_net.wgsl", norm ? "delta_step_norm" : "delta_step", {}, prelude(s, l)});
+  batch.dispatch(pipe, b, s.v_heads * ((s.dv + l.vb - 1) / l.vb), 1);
 }
 
 }  // namespace wgllm::kernels

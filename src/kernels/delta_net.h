@@ -18,8 +18,10 @@ struct DeltaParams {
   uint32_t pos, ring_rows, taps;
   float eps;
   uint32_t ab_stride, beta_offset, fresh, store;
+  float norm_eps = 0;  // delta_step_norm
+  uint32_t pad[3] = {};
 };
-static_assert(sizeof(DeltaParams) == 48);
+static_assert(sizeof(DeltaParams) == 64);
 
 struct DeltaShape {
   uint32_t n_tokens = 0;    // tokens of this call, at positions pos .. pos + n_tokens - 1
@@ -74,10 +76,22 @@ void encode_delta_rule(gpu::ComputeBatch& batch, gpu::Context& ctx, const DeltaS
 
 // delta_step: a decode step (n_tokens 1) of delta_conv and delta_rule in one dispatch, with the arguments of both
 // (the conv's output stays inside; its ring row stored in place). Needs delta_step_supported: 9 storage buffers.
+// With `norm`, the output's gated norm too (qwen35's, as encode_rms_norm with a silu gate over rows of dv): o then
+// receives y = o / sqrt(mean(o^2 over the value head) + norm->eps) * norm->weight * silu(z), one workgroup per
+// value head; needs delta_step_norm_supported.
+struct DeltaOutputNorm {
+  const gpu::Buffer* weight = nullptr;  // [dv] f32
+  const gpu::Buffer* z = nullptr;       // [row + 1][v_heads][dv] f32, the gate
+  float eps = 1e-6f;
+};
 bool delta_step_supported(const gpu::Context& ctx);
+// 11 storage buffers, and a value head's columns in one workgroup of 256 with at most 64 state rows per invocation
+// (dv <= 256 and ceil(dk / (256 / bit_ceil(dv))) <= 64: Qwen 3.5's 128 x 128 heads fit).
+bool delta_step_norm_supported(const gpu::Context& ctx, const DeltaShape& s);
 void encode_delta_step(gpu::ComputeBatch& batch, gpu::Context& ctx, const DeltaShape& s, uint32_t taps_count,
                        uint32_t pos, uint32_t ring_rows, float eps, const gpu::Buffer& x, const gpu::Buffer& taps,
                        const gpu::Buffer& ring, const DeltaGates& gates, const gpu::Buffer& consts,
-                       const gpu::Buffer& state, const gpu::Buffer& state_out, const gpu::Buffer& o, bool fresh = false);
+                       const gpu::Buffer& state, const gpu::Buffer& state_out, const gpu::Buffer& o, bool fresh = false,
+                       const DeltaOutputNorm* norm = nullptr);
 
 }  // namespace wgllm::kernels

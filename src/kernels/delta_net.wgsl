@@ -24,13 +24,14 @@
 // The per-head output norm and its silu(z) gate run after it (norm.wgsl, swiglu.wgsl).
 //
 // delta_conv uses bindings 1-4, delta_rule 5-11, the chunked rule (delta_chunk_prep, delta_chunk; below) also 12,
-// delta_step 1-11. The host prepends the shape: const DK, DV, VB, KS, KPT, CW, CH: u32 (CW, delta_conv's workgroup,
+// delta_step 1-11, delta_step_norm also 13-14. The host prepends the shape: const DK, DV, VB, KS, KPT, CW, CH: u32 (CW, delta_conv's workgroup,
 // a power of two >= max(DK, DV); CH the chunked rule's tokens per chunk).
 
 struct DeltaParams {
   n: u32, k_heads: u32, v_heads: u32, row: u32,
   pos: u32, ring_rows: u32, taps: u32, eps: f32,
   ab_stride: u32, beta_offset: u32, fresh: u32, store: u32,
+  norm_eps: f32, _pad0: u32, _pad1: u32, _pad2: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: DeltaParams;
@@ -437,22 +438,59 @@ fn delta_chunk(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_
 // bindings of both). Each workgroup convolves its key head's q and k itself (2 DK channels, L2-normalised through
 // workgroup memory) and its value columns; the ring rows of the q and k channels are written by the workgroup of
 // block 0 of value head kh (the first that reads key head kh), those of v by the columns' own.
+// delta_step_norm: the same with the output's per-head norm and gate of qwen35 in the same dispatch, one workgroup
+// per value head (VB >= DV; its own prelude): y = o / sqrt(mean_head(o^2) + norm_eps) * norm_w * silu(z), written
+// where delta_step writes o (bindings 13 and 14 besides).
 var<workgroup> qk_row: array<f32, 2u * DK>;  // the token's q then k of key head kh, convolved, before the norm
 
 @compute @workgroup_size(VB * KS)
 fn delta_step(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+  let blocks = (DV + VB - 1u) / VB;
+  let h = wid.x / blocks;
+  let v = (wid.x % blocks) * VB + lid % VB;
+  let acc = step_column(h, wid.x % blocks, lid);
+  if (lid / VB == 0u && v < DV) { o[(p.row * p.v_heads + h) * DV + v] = acc; }
+}
+
+@group(0) @binding(13) var<storage, read> z: array<f32>;       // [row + 1][H][DV] the output gate
+@group(0) @binding(14) var<storage, read> norm_w: array<f32>;  // [DV] the output norm's weights
+
+@compute @workgroup_size(VB * KS)
+fn delta_step_norm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+  let h = wid.x;
+  let v = lid % VB;
+  let writes = lid / VB == 0u && v < DV;
+  let acc = step_column(h, 0u, lid);
+  // part_k's last reads were before step_column's last barrier
+  if (lid < VB) { part_k[lid] = select(0.0, acc * acc, writes); }
+  workgroupBarrier();
+  for (var s = VB / 2u; s > 0u; s >>= 1u) {
+    if (lid < s) { part_k[lid] += part_k[lid + s]; }
+    workgroupBarrier();
+  }
+  if (writes) {
+    let i = (p.row * p.v_heads + h) * DV + v;
+    let g = z[i];
+    o[i] = acc * (1.0 / sqrt(part_k[0] / f32(DV) + p.norm_eps)) * norm_w[v] * (g / (1.0 + exp(-g)));
+  }
+}
+
+// delta_step's body for value head h's column block vb: the state columns updated and stored, S^T q of column
+// vb VB + lid % VB returned to the invocations of KS slice 0 (0 to the others and to dead columns).
+fn step_column(h: u32, vb: u32, lid: u32) -> f32 {
   let K = p.k_heads;
   let H = p.v_heads;
   let W = 2u * K * DK + H * DV;
-  let blocks = (DV + VB - 1u) / VB;
-  let h = wid.x / blocks;
-  let vb = wid.x % blocks;
   let vl = lid % VB;
   let v = vb * VB + vl;
   let ks = lid / VB;
   let kh = h % K;
   let live = v < DV;
   let owner = h == kh && vb == 0u;  // writes key head kh's q and k ring rows
+  // the state's loads first, in flight while the token is convolved and normalised; the gates' likewise
+  var S = state_column(h, v, ks, live);
+  let a_in = alpha[p.row * p.ab_stride + h];
+  let b_in = beta[p.row * p.ab_stride + p.beta_offset + h];
   // q and k of key head kh, convolved; their squared norms, reduced below
   var ssq = 0.0;
   var ssk = 0.0;
@@ -481,20 +519,16 @@ fn delta_step(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
   }
   let q_scale = 1.0 / sqrt(part_k[0] + p.eps) / sqrt(f32(DK));
   let k_scale = 1.0 / sqrt(part_q[0] + p.eps);
-  var S = state_column(h, v, ks, live);
-  var kr: array<f32, KPT>;
-  var qr: array<f32, KPT>;
+  workgroupBarrier();  // every norm read before part_k, part_q take the partial sums
+  let xd = a_in + consts[h];
+  let g = exp(consts[H + h] * select(log(1.0 + exp(xd)), xd, xd > 20.0));
+  let b = 1.0 / (1.0 + exp(-b_in));
+  // k and q rows from qk_row as they are needed (not held: KPT registers each)
+  var pk = 0.0;
   for (var i = 0u; i < KPT; i++) {
     let j = ks + KS * i;
-    kr[i] = select(0.0, qk_row[DK + min(j, DK - 1u)] * k_scale, j < DK);
-    qr[i] = select(0.0, qk_row[min(j, DK - 1u)] * q_scale, j < DK);
+    pk += S[i] * select(0.0, qk_row[DK + min(j, DK - 1u)] * k_scale, j < DK);
   }
-  workgroupBarrier();  // every norm read before part_k, part_q take the partial sums
-  let xd = alpha[p.row * p.ab_stride + h] + consts[h];
-  let g = exp(consts[H + h] * select(log(1.0 + exp(xd)), xd, xd > 20.0));
-  let b = 1.0 / (1.0 + exp(-beta[p.row * p.ab_stride + p.beta_offset + h]));
-  var pk = 0.0;
-  for (var i = 0u; i < KPT; i++) { pk += S[i] * kr[i]; }
   part_k[lid] = pk;
   workgroupBarrier();
   var kv = 0.0;
@@ -502,15 +536,16 @@ fn delta_step(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
   let delta = b * (vv - g * kv);
   var pq = 0.0;
   for (var i = 0u; i < KPT; i++) {
-    S[i] = g * S[i] + kr[i] * delta;
-    pq += S[i] * qr[i];
+    let j = ks + KS * i;
+    S[i] = g * S[i] + select(0.0, qk_row[DK + min(j, DK - 1u)] * k_scale, j < DK) * delta;
+    pq += S[i] * select(0.0, qk_row[min(j, DK - 1u)] * q_scale, j < DK);
   }
   part_q[lid] = pq;
   workgroupBarrier();
+  var acc = 0.0;
   if (ks == 0u && live) {
-    var acc = 0.0;
     for (var s = 0u; s < KS; s++) { acc += part_q[s * VB + vl]; }
-    o[(p.row * H + h) * DV + v] = acc;
   }
   store_state_column(S, h, v, ks, live);
+  return acc;
 }

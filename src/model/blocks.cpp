@@ -368,14 +368,20 @@ void encode_delta_net(const LayerStep& s) {
   // pos to the other one: a chunk of an even number of tokens runs as two, all but the last, then the last (each
   // dispatch reads one buffer and writes the other). In a batched step each sequence's row over its own states.
   kernels::DeltaShape shape{.n_tokens = s.n, .k_heads = c.ssm_k_heads, .v_heads = H, .dk = c.ssm_dk, .dv = c.ssm_dv};
+  // A decode step (each sequence's one token) runs the conv, the rule and, where a value head fits a workgroup, the
+  // output's gated norm in one dispatch.
+  const bool step = (s.rows || s.n == 1) && kernels::delta_step_supported(s.ctx);
+  const kernels::DeltaOutputNorm out_norm{.weight = &L.ssm_norm, .z = &b.delta_z, .eps = c.rms_eps};
+  const bool step_norm = step && kernels::delta_step_norm_supported(s.ctx, shape);
   auto run = [&](const SequenceState& state, uint32_t pos, uint32_t n, uint32_t row) {
     shape.n_tokens = n;
     shape.row = row;
     const auto& states = state.delta[s.layer];
-    if (n == 1 && kernels::delta_step_supported(s.ctx)) {  // a decode step: both in one dispatch
+    if (step) {
       kernels::encode_delta_step(s.batch, s.ctx, shape, c.ssm_conv, pos, state.conv_rows, c.rms_eps, b.delta_x,
                                  L.ssm_conv, state.conv[s.layer], gates, L.ssm_consts, states[pos % 2],
-                                 states[(pos + 1) % 2], b.delta_o, /*fresh=*/pos == 0);
+                                 states[(pos + 1) % 2], step_norm ? b.delta_y : b.delta_o, /*fresh=*/pos == 0,
+                                 step_norm ? &out_norm : nullptr);
       return;
     }
     kernels::encode_delta_conv(s.batch, s.ctx, shape, c.ssm_conv, pos, state.conv_rows, c.rms_eps, b.delta_x,
@@ -396,8 +402,9 @@ void encode_delta_net(const LayerStep& s) {
     for (uint32_t i = 0; i < s.n; ++i) run(*s.rows->states[i], s.rows->positions[i], 1, i);
   }
   // the per-head norm times silu(z)
-  kernels::encode_rms_norm(s.batch, s.ctx, b.delta_o, L.ssm_norm, b.delta_y, s.n * H, c.ssm_dv, c.rms_eps, false,
-                           &b.delta_z);
+  if (!step_norm)
+    kernels::encode_rms_norm(s.batch, s.ctx, b.delta_o, L.ssm_norm, b.delta_y, s.n * H, c.ssm_dv, c.rms_eps, false,
+                             &b.delta_z);
 }
 
 void encode_residual(const LayerStep& s, const kernels::GpuWeight& w, const gpu::Buffer& in, const gpu::Buffer* bias) {

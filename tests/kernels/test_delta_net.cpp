@@ -235,9 +235,6 @@ INSTANTIATE_TEST_SUITE_P(Impls, DeltaRule,
                            return info.param == kernels::DeltaRuleImpl::Chunked ? "chunked" : "sequential";
                          });
 
-// delta_step (a decode step in one dispatch) against the references of both halves: the output, the state written to
-// the other buffer (the one read unchanged) and the ring row of the position stored, over head shapes, positions
-// before and after the ring wraps, position 0 (fresh), rows of a batch, stacked and separate gates.
 // The chunked (WY / UT) form of the rule, the algebra a chunked prefill kernel is to follow, against the token-by-token
 // reference on the CPU: the same outputs and final state in double for chunks of 1 token, of a few, of more than the
 // sequence, and with decays from forgetting almost everything to keeping almost everything.
@@ -277,6 +274,10 @@ TEST(DeltaNet, ChunkedRuleEqualsTheSequentialOne) {
                InvalidArgument);
 }
 
+// delta_step (a decode step in one dispatch) against the references of both halves: the output, the state written to
+// the other buffer (the one read unchanged) and the ring row of the position stored, over head shapes, positions
+// before and after the ring wraps, position 0 (fresh), rows of a batch, stacked and separate gates; and
+// delta_step_norm, the same with the output's gated per-head norm (every shape here fits it).
 TEST(DeltaNet, StepMatchesConvThenRule) {
   auto& ctx = context();
   if (!kernels::delta_step_supported(ctx)) GTEST_SKIP() << "fewer than 9 storage buffers per stage";
@@ -317,44 +318,68 @@ TEST(DeltaNet, StepMatchesConvThenRule) {
     const cpu::DeltaRuleRef ref{.n_tokens = 1, .k_heads = h.k_heads, .v_heads = H, .dk = h.dk, .dv = h.dv};
     const auto want = cpu::delta_rule(ref, qkv, alpha, beta, dt_bias, a, state);
 
+    // the gated output norm of delta_step_norm, in double from the rule's output
+    const auto z = random_floats(size_t(H) * h.dv, gen, -3.f, 3.f), norm_w = random_floats(h.dv, gen, 0.5f, 1.5f);
+    std::vector<float> want_y(want.size());
+    for (uint32_t hd = 0; hd < H; ++hd) {
+      double ss = 0;
+      for (uint32_t v = 0; v < h.dv; ++v) ss += double(want[hd * h.dv + v]) * want[hd * h.dv + v];
+      const double inv = 1 / std::sqrt(ss / h.dv + 1e-6);
+      for (uint32_t v = 0; v < h.dv; ++v) {
+        const size_t i = hd * h.dv + v;
+        want_y[i] = float(want[i] * inv * norm_w[v] * (z[i] / (1 + std::exp(-double(z[i])))));
+      }
+    }
     auto rows = [&](const std::vector<float>& v) {
       std::vector<float> r(size_t(c.row) * v.size(), std::nanf(""));
       r.insert(r.end(), v.begin(), v.end());
       return r;
     };
-    auto b_x = ctx.upload<float>(rows(x), WGPUBufferUsage_Storage, "x");
-    auto b_taps = ctx.upload<float>(taps, WGPUBufferUsage_Storage, "taps");
-    auto b_ring = ctx.upload<float>(ring, WGPUBufferUsage_Storage | WGPUBufferUsage_CopySrc, "ring");
-    auto b_consts = ctx.upload<float>(consts, WGPUBufferUsage_Storage, "consts");
-    auto b_state = ctx.upload<float>(state0, WGPUBufferUsage_Storage | WGPUBufferUsage_CopySrc, "state");
-    auto b_out = poisoned(ctx, state0.size(), "state out");
-    auto b_o = poisoned(ctx, size_t(c.row + 1) * H * h.dv, "o");
-    std::vector<float> ab = alpha;
-    ab.insert(ab.end(), beta.begin(), beta.end());
-    auto b_ab = ctx.upload<float>(rows(ab), WGPUBufferUsage_Storage, "ab");
-    auto b_alpha = ctx.upload<float>(rows(alpha), WGPUBufferUsage_Storage, "alpha");
-    auto b_beta = ctx.upload<float>(rows(beta), WGPUBufferUsage_Storage, "beta");
-    const kernels::DeltaGates gates =
-        c.stacked ? kernels::DeltaGates{&b_ab, &b_ab, 2 * H, H} : kernels::DeltaGates{&b_alpha, &b_beta, H, 0};
-    gpu::ComputeBatch batch(ctx);
-    const kernels::DeltaShape shape{
-        .n_tokens = 1, .k_heads = h.k_heads, .v_heads = H, .dk = h.dk, .dv = h.dv, .row = c.row};
-    kernels::encode_delta_step(batch, ctx, shape, c.L, c.pos, R, 1e-6f, b_x, b_taps, b_ring, gates, b_consts, b_state,
-                               b_out, b_o, c.pos == 0);
-    batch.submit_and_wait();
-    const auto o_rows = ctx.read<float>(b_o);
-    const std::vector<float> got(o_rows.begin() + size_t(c.row) * H * h.dv, o_rows.end());
-    EXPECT_LE(compare(got, want).rel_l2, 2e-6) << compare(got, want).describe();
-    const std::vector<float> want_state(state.begin(), state.end());
-    EXPECT_LE(compare(ctx.read<float>(b_out), want_state).rel_l2, 2e-6);
-    EXPECT_EQ(ctx.read<float>(b_state), state0) << "the state read was changed";
-    const auto ring_after = ctx.read<float>(b_ring);
-    for (uint32_t row = 0; row < R; ++row)
-      for (uint32_t ch = 0; ch < W; ++ch) {
-        const float g = ring_after[size_t(row) * W + ch];
-        const float w = row == c.pos % R ? x[ch] : ring[size_t(row) * W + ch];
-        ASSERT_TRUE(g == w || (std::isnan(g) && std::isnan(w))) << "ring row " << row << " channel " << ch;
+    for (const bool with_norm : {false, true}) {
+      SCOPED_TRACE(with_norm ? "delta_step_norm" : "delta_step");
+      if (with_norm && ctx.limits().maxStorageBuffersPerShaderStage < 11) continue;
+      if (with_norm) {
+        ASSERT_TRUE(kernels::delta_step_norm_supported(
+            ctx, {.n_tokens = 1, .k_heads = h.k_heads, .v_heads = H, .dk = h.dk, .dv = h.dv}));
       }
+      auto b_z = ctx.upload<float>(rows(z), WGPUBufferUsage_Storage, "z");
+      auto b_norm = ctx.upload<float>(norm_w, WGPUBufferUsage_Storage, "norm");
+      const kernels::DeltaOutputNorm norm{.weight = &b_norm, .z = &b_z, .eps = 1e-6f};
+      auto b_x = ctx.upload<float>(rows(x), WGPUBufferUsage_Storage, "x");
+      auto b_taps = ctx.upload<float>(taps, WGPUBufferUsage_Storage, "taps");
+      auto b_ring = ctx.upload<float>(ring, WGPUBufferUsage_Storage | WGPUBufferUsage_CopySrc, "ring");
+      auto b_consts = ctx.upload<float>(consts, WGPUBufferUsage_Storage, "consts");
+      auto b_state = ctx.upload<float>(state0, WGPUBufferUsage_Storage | WGPUBufferUsage_CopySrc, "state");
+      auto b_out = poisoned(ctx, state0.size(), "state out");
+      auto b_o = poisoned(ctx, size_t(c.row + 1) * H * h.dv, "o");
+      std::vector<float> ab = alpha;
+      ab.insert(ab.end(), beta.begin(), beta.end());
+      auto b_ab = ctx.upload<float>(rows(ab), WGPUBufferUsage_Storage, "ab");
+      auto b_alpha = ctx.upload<float>(rows(alpha), WGPUBufferUsage_Storage, "alpha");
+      auto b_beta = ctx.upload<float>(rows(beta), WGPUBufferUsage_Storage, "beta");
+      const kernels::DeltaGates gates =
+          c.stacked ? kernels::DeltaGates{&b_ab, &b_ab, 2 * H, H} : kernels::DeltaGates{&b_alpha, &b_beta, H, 0};
+      gpu::ComputeBatch batch(ctx);
+      const kernels::DeltaShape shape{
+          .n_tokens = 1, .k_heads = h.k_heads, .v_heads = H, .dk = h.dk, .dv = h.dv, .row = c.row};
+      kernels::encode_delta_step(batch, ctx, shape, c.L, c.pos, R, 1e-6f, b_x, b_taps, b_ring, gates, b_consts, b_state,
+                                 b_out, b_o, c.pos == 0, with_norm ? &norm : nullptr);
+      batch.submit_and_wait();
+      const auto o_rows = ctx.read<float>(b_o);
+      const std::vector<float> got(o_rows.begin() + size_t(c.row) * H * h.dv, o_rows.end());
+      const std::vector<float>& want_o = with_norm ? want_y : want;
+      EXPECT_LE(compare(got, want_o).rel_l2, 4e-6) << compare(got, want_o).describe();
+      const std::vector<float> want_state(state.begin(), state.end());
+      EXPECT_LE(compare(ctx.read<float>(b_out), want_state).rel_l2, 2e-6);
+      EXPECT_EQ(ctx.read<float>(b_state), state0) << "the state read was changed";
+      const auto ring_after = ctx.read<float>(b_ring);
+      for (uint32_t row = 0; row < R; ++row)
+        for (uint32_t ch = 0; ch < W; ++ch) {
+          const float g = ring_after[size_t(row) * W + ch];
+          const float w = row == c.pos % R ? x[ch] : ring[size_t(row) * W + ch];
+          ASSERT_TRUE(g == w || (std::isnan(g) && std::isnan(w))) << "ring row " << row << " channel " << ch;
+        }
+    }
   }
 }
 
@@ -431,6 +456,22 @@ TEST(DeltaNet, BadArgumentsThrowNamingTheField) {
   expect_throw([&] { step(one, 4, ring, state, ring); }, "ring must differ from every other buffer");
   expect_throw([&] { step(one, 4, ring, state, out); }, "state_out and o must be different buffers");
   expect_throw([&] { step(one, 4, ring, out, state); }, "must differ from the inputs (state included)");
+  // the output norm in the step
+  if (ctx.limits().maxStorageBuffersPerShaderStage < 11) return;
+  auto o = ctx.create_buffer(1 << 16, WGPUBufferUsage_Storage, "o");
+  auto z = ctx.create_buffer(1 << 16, WGPUBufferUsage_Storage, "z");
+  auto norm_step = [&](const kernels::DeltaShape& s, const kernels::DeltaOutputNorm& n) {
+    kernels::encode_delta_step(batch, ctx, s, 4, 9, 4, 1e-6f, buf, other, ring, gates, other, state, out, o, false, &n);
+  };
+  expect_throw([&] { norm_step(one, {.weight = &other, .z = nullptr}); }, "norm: weight and z are required");
+  expect_throw([&] { norm_step(one, {.weight = &other, .z = &z, .eps = 0.f}); }, "norm: eps must be > 0");
+  expect_throw([&] { norm_step(one, {.weight = &small, .z = &z}); }, "norm.weight holds");
+  expect_throw([&] { norm_step(one, {.weight = &other, .z = &small}); }, "norm.z holds");
+  expect_throw([&] { norm_step(one, {.weight = &other, .z = &o}); }, "state_out and o must differ from the inputs");
+  expect_throw([&] { norm_step(one, {.weight = &other, .z = &ring}); }, "ring must differ from every other buffer");
+  const kernels::DeltaShape wide = with([](auto& s) { s.n_tokens = 1, s.k_heads = 1, s.v_heads = 1, s.dk = 256, s.dv = 256; });
+  EXPECT_FALSE(kernels::delta_step_norm_supported(ctx, wide)) << "64 state rows per invocation at most";
+  expect_throw([&] { norm_step(wide, {.weight = &other, .z = &z}); }, "does not take the output norm in the step");
 }
 
 }  // namespace

@@ -69,14 +69,16 @@ GpuLayer upload(Uploader& up, const ModelConfig& c, uint32_t layer) {
   return L;
 }
 
-// A decode step (n = 1) of a DeltaNet layer runs 4 dispatches:
+// A decode step (n = 1) of a DeltaNet layer runs 3 dispatches:
 //   matmul, 3 outputs         q/k/v, z, alpha|beta = norm(x) (attn_qkv, attn_gate, ssm_alpha|ssm_beta) stacked
-//   delta_step                q, k, v = silu(conv(q/k/v)) over the conv ring, q and k L2-normalised; o = the gated
-//                             delta rule over the recurrent state (read one buffer, write the other)
-//   rms_norm, gated           y = norm(o) * ssm_norm * silu(z) per value head
+//   delta_step_norm           q, k, v = silu(conv(q/k/v)) over the conv ring, q and k L2-normalised; o = the gated
+//                             delta rule over the recurrent state (read one buffer, write the other); y = norm(o) *
+//                             ssm_norm * silu(z) per value head (one workgroup per head; where a head does not fit
+//                             one, delta_step and a gated rms_norm: 4 dispatches)
 //   matmul, accumulate        x += y ssm_out
 // (Where attn_qkv's type differs from the others', as in Q4_K_M's Q6_K layers: two products, attn_qkv and the other
-// three stacked; four where those differ too. A prefill chunk runs delta_conv, then delta_rule, over its tokens.) An attention layer runs qwen3's 6
+// three stacked; four where those differ too. A prefill chunk runs delta_conv, then delta_rule, over its tokens, then
+// the gated rms_norm.) An attention layer runs qwen3's 6
 // (products, qk_norm_rope_kv, attention, x += attn Wo) plus the gate's product, the sigmoid in its epilogue (7). Then
 // the FFN's 2.
 void encode(const LayerStep& s) {
