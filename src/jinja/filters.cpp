@@ -316,14 +316,14 @@ Value f_sum(Interpreter&, const Value& v, Args& a) {
     const Value y = attr.is_none() ? x : attribute_path(x, attr.to_str());
     if (!total.is_number() || !y.is_number()) throw std::runtime_error("sum: items must be numbers");
     total = total.is_float() || y.is_float() ? Value(total.as_double() + y.as_double())
-                                             : Value(total.as_int() + y.as_int());
+                                             : Value(add_int(total.as_int(), y.as_int()));
   }
   return total;
 }
 
 Value f_abs(Interpreter&, const Value& v, Args&) {
   if (v.is_float()) return Value(std::fabs(v.as_double()));
-  if (v.is_number()) return Value(std::abs(v.as_int()));
+  if (v.is_number()) return Value(v.as_int() < 0 ? sub_int(0, v.as_int()) : v.as_int());
   throw std::runtime_error("bad operand type for abs(): '" + v.type_name() + "'");
 }
 

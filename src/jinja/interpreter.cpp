@@ -56,23 +56,16 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b) {
     }
     if (ints) {
       const int64_t x = a.as_int(), y = b.as_int();
-      if (op == "+") return Value(x + y);
-      if (op == "-") return Value(x - y);
-      if (op == "*") return Value(x * y);
+      if (op == "+") return Value(add_int(x, y));
+      if (op == "-") return Value(sub_int(x, y));
+      if (op == "*") return Value(mul_int(x, y));
       if (op == "//" || op == "%") {
         if (y == 0) throw std::runtime_error("integer division or modulo by zero");
-        int64_t q = x / y, r = x % y;
-        if (r != 0 && ((r < 0) != (y < 0))) {
-          --q;
-          r += y;
-        }
-        return Value(op == "//" ? q : r);
+        return Value(op == "//" ? floor_div(x, y) : py_mod(x, y));
       }
       if (op == "**") {
         if (y < 0) return Value(std::pow(static_cast<double>(x), static_cast<double>(y)));
-        int64_t p = 1;
-        for (int64_t i = 0; i < y; ++i) p *= x;
-        return Value(p);
+        return Value(power_int(x, y));
       }
     }
     const double x = a.as_double(), y = b.as_double();
@@ -532,7 +525,7 @@ Value Interpreter::eval_node(const Expr& e) {
         throw std::runtime_error("bad operand type for unary " + std::string(e.kind == Expr::Kind::Neg ? "-" : "+") +
                                  ": '" + v.type_name() + "'");
       if (e.kind == Expr::Kind::Pos) return v.is_bool() ? Value(v.as_int()) : v;
-      return v.is_float() ? Value(-v.as_double()) : Value(-v.as_int());
+      return v.is_float() ? Value(-v.as_double()) : Value(sub_int(0, v.as_int()));
     }
     case Expr::Kind::Binary: return eval_binary(e);
     case Expr::Kind::And: {

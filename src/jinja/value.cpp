@@ -442,4 +442,42 @@ size_t utf8_length(std::string_view s) {
   return n;
 }
 
+namespace {
+[[noreturn]] void overflow() { throw std::runtime_error("integer overflow"); }
+}  // namespace
+
+int64_t add_int(int64_t x, int64_t y) {
+  int64_t r;
+  if (__builtin_add_overflow(x, y, &r)) overflow();
+  return r;
+}
+int64_t sub_int(int64_t x, int64_t y) {
+  int64_t r;
+  if (__builtin_sub_overflow(x, y, &r)) overflow();
+  return r;
+}
+int64_t mul_int(int64_t x, int64_t y) {
+  int64_t r;
+  if (__builtin_mul_overflow(x, y, &r)) overflow();
+  return r;
+}
+int64_t floor_div(int64_t x, int64_t y) {
+  if (x == INT64_MIN && y == -1) overflow();
+  const int64_t q = x / y, r = x % y;
+  return r != 0 && ((r < 0) != (y < 0)) ? q - 1 : q;
+}
+int64_t py_mod(int64_t x, int64_t y) {
+  if (y == -1) return 0;  // INT64_MIN % -1 would trap
+  const int64_t r = x % y;
+  return r != 0 && ((r < 0) != (y < 0)) ? r + y : r;
+}
+int64_t power_int(int64_t x, int64_t y) {
+  int64_t result = 1;
+  for (int64_t base = x; y > 0; y >>= 1) {  // by squaring: at most 63 rounds
+    if (y & 1) result = mul_int(result, base);
+    if (y > 1) base = mul_int(base, base);
+  }
+  return result;
+}
+
 }  // namespace wgllm::jinja

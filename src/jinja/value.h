@@ -125,6 +125,15 @@ bool equal(const Value& a, const Value& b);
 bool less(const Value& a, const Value& b);
 // Python's float repr: shortest round-trip digits, "1.0", "1e-05", "1e+16", "inf", "nan".
 std::string float_repr(double d);
+// Integer arithmetic as Python's where the result fits 64 bits; past that an error ("integer overflow": Python's ints
+// grow, but no template needs such numbers). floor_div and py_mod round toward negative infinity as Python's // and %
+// (y != 0); power needs y >= 0.
+int64_t add_int(int64_t x, int64_t y);
+int64_t sub_int(int64_t x, int64_t y);
+int64_t mul_int(int64_t x, int64_t y);
+int64_t floor_div(int64_t x, int64_t y);
+int64_t py_mod(int64_t x, int64_t y);
+int64_t power_int(int64_t x, int64_t y);
 // HTML escaping as markupsafe's escape(): & < > " '.
 std::string html_escape(std::string_view s);
 // Python's json.dumps(v, ensure_ascii=False, indent=indent, separators=None, sort_keys=False): compact (", ", ": ")

@@ -96,6 +96,13 @@ const Case kCases[] = {
     {"{{ 7 // 2 }} {{ -7 // 2 }} {{ 7 % 3 }} {{ -7 % 3 }} {{ 7 / 2 }} {{ 2 ** 10 }} {{ 1 + 2.0 }} {{ 0.1 + 0.2 }} "
      "{{ 1e20 }} {{ 3 * 'ab' }}",
      "{}", "3 -4 1 2 3.5 1024 3.0 0.30000000000000004 1e+20 ababab"},
+    // 64-bit integers to their edges (Python's would grow past them: an error there, below)
+    {"{{ 2 ** 62 }} {{ 1 ** 1000000000000000000 }} {{ (-1) ** 999999999999999999 }} {{ 7 // -2 }} {{ -7 % -3 }} "
+     "{{ -9223372036854775807 - 1 }} {{ (-9223372036854775807 - 1) % -1 }} {{ 3037000499 * 3037000499 }} "
+     "{{ [9223372036854775806, 1] | sum }} {{ -9223372036854775807 | abs }}",
+     "{}",
+     "4611686018427387904 1 -1 -4 -1 -9223372036854775808 0 9223372030926249001 9223372036854775807 "
+     "9223372036854775807"},
     // Markup: safe's result escapes what is added to it; repr of strings and dicts
     {"{{ 'x' | safe + '<b>' }}|{{ '<b>' + 'y' }}|{{ 'it\\'s' }}|{{ [\"it's\", 'a'] }}|{{ {'k': none} }}", "{}",
      "x&lt;b&gt;|<b>y|it's|[\"it's\", 'a']|{'k': None}"},
@@ -121,6 +128,14 @@ TEST(Jinja, ErrorsNameLineAndColumn) {
   EXPECT_EQ(error_of("{{ [1].append(2) }}"),
             "line 1, column 4: access to attribute 'append' of 'list' object is unsafe.");
   EXPECT_EQ(error_of("{{ 1 / 0 }}"), "line 1, column 6: division by zero");
+  // past 64 bits (found by fuzz_jinja: signed overflow)
+  EXPECT_EQ(error_of("{{ 11111111111111111 * 1111111111 }}"), "line 1, column 22: integer overflow");
+  EXPECT_EQ(error_of("{{ 2 ** 63 }}"), "line 1, column 6: integer overflow");
+  EXPECT_EQ(error_of("{{ 9223372036854775807 + 1 }}"), "line 1, column 24: integer overflow");
+  EXPECT_EQ(error_of("{{ -9223372036854775807 - 2 }}"), "line 1, column 25: integer overflow");
+  EXPECT_EQ(error_of("{{ (-9223372036854775807 - 1) // -1 }}"), "line 1, column 31: integer overflow");
+  EXPECT_EQ(error_of("{{ -(-9223372036854775807 - 1) }}"), "line 1, column 4: integer overflow");
+  EXPECT_EQ(error_of("{{ [9223372036854775807, 1] | sum }}"), "line 1, column 31: integer overflow");
   EXPECT_EQ(error_of("{{ 'a' + 1 }}"), "line 1, column 8: unsupported operand type(s) for +: 'str' and 'int'");
   EXPECT_EQ(error_of("{% if x %}"),
             "line 1, column 11: unexpected end of template, expected 'elif' or 'else' or 'endif'");
