@@ -51,6 +51,23 @@ std::vector<float> random(size_t n, std::mt19937& gen, float lo, float hi) {
   return v;
 }
 
+// The delta rule's inputs and outputs for n tokens of model m: gates, constants, the state before and after, o.
+struct RuleBuffers {
+  gpu::Buffer ab, consts, s0, s1, o;
+};
+RuleBuffers rule_buffers(gpu::Context& ctx, const DeltaModel& m, uint32_t n, std::mt19937& gen) {
+  constexpr auto kStorage = WGPUBufferUsage_Storage;
+  const uint32_t H = m.v_heads;
+  std::vector<float> consts = random(H, gen, -1.f, 1.f), a = random(H, gen, -4.f, -0.5f);
+  consts.insert(consts.end(), a.begin(), a.end());
+  const uint64_t state_bytes = uint64_t(H) * m.dk * m.dv * 4;
+  return {ctx.upload<float>(random(size_t(n) * 2 * H, gen, -2.f, 2.f), kStorage, "alpha beta"),
+          ctx.upload<float>(consts, kStorage, "consts"),
+          ctx.upload<float>(random(state_bytes / 4, gen, -0.1f, 0.1f), kStorage, "state 0"),
+          ctx.create_buffer(state_bytes, kStorage, "state 1"),
+          ctx.create_buffer(uint64_t(n) * H * m.dv * 4, kStorage, "o")};
+}
+
 int run(const std::string& adapter, double min_seconds, const std::vector<uint32_t>& lengths) {
   gpu::Context ctx(context_options(adapter));
   std::printf("adapter: %s (%s)\n", ctx.adapter().name.c_str(), ctx.adapter().backend.c_str());
@@ -72,14 +89,7 @@ int run(const std::string& adapter, double min_seconds, const std::vector<uint32
       auto taps = ctx.upload<float>(random(size_t(W) * m.taps, gen, -0.5f, 0.5f), kStorage, "taps");
       auto ring = ctx.create_buffer(uint64_t(rows) * W * 4, kStorage, "ring");
       auto c = ctx.create_buffer(uint64_t(n) * W * 4, kStorage, "c");
-      auto ab = ctx.upload<float>(random(size_t(n) * 2 * H, gen, -2.f, 2.f), kStorage, "alpha beta");
-      std::vector<float> consts = random(H, gen, -1.f, 1.f), a = random(H, gen, -4.f, -0.5f);
-      consts.insert(consts.end(), a.begin(), a.end());
-      auto cbuf = ctx.upload<float>(consts, kStorage, "consts");
-      const uint64_t state_bytes = uint64_t(H) * m.dk * m.dv * 4;
-      auto s0 = ctx.upload<float>(random(state_bytes / 4, gen, -0.1f, 0.1f), kStorage, "state 0");
-      auto s1 = ctx.create_buffer(state_bytes, kStorage, "state 1");
-      auto o = ctx.create_buffer(uint64_t(n) * H * m.dv * 4, kStorage, "o");
+      auto [ab, cbuf, s0, s1, o] = rule_buffers(ctx, m, n, gen);
       auto tm = ctx.create_buffer(kernels::delta_chunk_scratch_bytes(s), kStorage, "chunk scratch");
       const kernels::DeltaGates gates{.alpha = &ab, .beta = &ab, .stride = 2 * H, .beta_offset = H};
       const double conv = time_calls(ctx, min_seconds, [&](gpu::ComputeBatch& b) {
@@ -108,14 +118,7 @@ int run(const std::string& adapter, double min_seconds, const std::vector<uint32
       auto x = ctx.upload<float>(random(W, gen, -1.f, 1.f), kStorage, "x");
       auto taps = ctx.upload<float>(random(size_t(W) * m.taps, gen, -0.5f, 0.5f), kStorage, "taps");
       auto ring = ctx.upload<float>(random(size_t(rows) * W, gen, -1.f, 1.f), kStorage, "ring");
-      auto ab = ctx.upload<float>(random(2 * H, gen, -2.f, 2.f), kStorage, "alpha beta");
-      std::vector<float> consts = random(H, gen, -1.f, 1.f), a = random(H, gen, -4.f, -0.5f);
-      consts.insert(consts.end(), a.begin(), a.end());
-      auto cbuf = ctx.upload<float>(consts, kStorage, "consts");
-      const uint64_t state_bytes = uint64_t(H) * m.dk * m.dv * 4;
-      auto s0 = ctx.upload<float>(random(state_bytes / 4, gen, -0.1f, 0.1f), kStorage, "state 0");
-      auto s1 = ctx.create_buffer(state_bytes, kStorage, "state 1");
-      auto o = ctx.create_buffer(uint64_t(H) * m.dv * 4, kStorage, "o");
+      auto [ab, cbuf, s0, s1, o] = rule_buffers(ctx, m, 1, gen);
       auto y = ctx.create_buffer(uint64_t(H) * m.dv * 4, kStorage, "y");
       auto z = ctx.upload<float>(random(size_t(H) * m.dv, gen, -2.f, 2.f), kStorage, "z");
       auto w = ctx.upload<float>(random(m.dv, gen, 0.5f, 1.5f), kStorage, "norm");
