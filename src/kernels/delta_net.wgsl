@@ -24,8 +24,8 @@
 // The per-head output norm and its silu(z) gate run after it (norm.wgsl, swiglu.wgsl).
 //
 // delta_conv uses bindings 1-4, delta_rule 5-11, the chunked rule (delta_chunk_prep, delta_chunk; below) also 12,
-// delta_step 1-11, delta_step_norm also 13-14. The host prepends the shape: const DK, DV, VB, KS, KPT, CW, CH: u32 (CW, delta_conv's workgroup,
-// a power of two >= max(DK, DV); CH the chunked rule's tokens per chunk).
+// delta_step 1-11, delta_step_norm also 13-14. The host prepends the shape: const DK, DV, VB, KS, KPT, CW, CH: u32
+// (CW, delta_conv's workgroup, a power of two >= max(DK, DV); CH the chunked rule's tokens per chunk).
 
 struct DeltaParams {
   n: u32, k_heads: u32, v_heads: u32, row: u32,
@@ -475,6 +475,9 @@ fn delta_step_norm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocat
   }
 }
 
+// Row j of the token's q (at 0) or k (at DK) in qk_row, scaled; 0 past DK.
+fn qk_scaled(at: u32, j: u32, scale: f32) -> f32 { return select(0.0, qk_row[at + min(j, DK - 1u)] * scale, j < DK); }
+
 // delta_step's body for value head h's column block vb: the state columns updated and stored, S^T q of column
 // vb VB + lid % VB returned to the invocations of KS slice 0 (0 to the others and to dead columns).
 fn step_column(h: u32, vb: u32, lid: u32) -> f32 {
@@ -525,10 +528,7 @@ fn step_column(h: u32, vb: u32, lid: u32) -> f32 {
   let b = 1.0 / (1.0 + exp(-b_in));
   // k and q rows from qk_row as they are needed (not held: KPT registers each)
   var pk = 0.0;
-  for (var i = 0u; i < KPT; i++) {
-    let j = ks + KS * i;
-    pk += S[i] * select(0.0, qk_row[DK + min(j, DK - 1u)] * k_scale, j < DK);
-  }
+  for (var i = 0u; i < KPT; i++) { pk += S[i] * qk_scaled(DK, ks + KS * i, k_scale); }
   part_k[lid] = pk;
   workgroupBarrier();
   var kv = 0.0;
@@ -536,9 +536,8 @@ fn step_column(h: u32, vb: u32, lid: u32) -> f32 {
   let delta = b * (vv - g * kv);
   var pq = 0.0;
   for (var i = 0u; i < KPT; i++) {
-    let j = ks + KS * i;
-    S[i] = g * S[i] + select(0.0, qk_row[DK + min(j, DK - 1u)] * k_scale, j < DK) * delta;
-    pq += S[i] * select(0.0, qk_row[min(j, DK - 1u)] * q_scale, j < DK);
+    S[i] = g * S[i] + qk_scaled(DK, ks + KS * i, k_scale) * delta;
+    pq += S[i] * qk_scaled(0u, ks + KS * i, q_scale);
   }
   part_q[lid] = pq;
   workgroupBarrier();
