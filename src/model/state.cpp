@@ -65,6 +65,16 @@ bool SequenceState::rewinds_to(uint32_t n, uint32_t n_past) const {
   return conv_rows == 0 || uint64_t(n) + conv_rows >= uint64_t(n_past) + conv_taps;
 }
 
+std::vector<const gpu::Buffer*> SequenceState::rolling(uint32_t pos) const {
+  std::vector<const gpu::Buffer*> buffers;
+  for (size_t l = 0; l < conv.size(); ++l) {
+    if (!conv[l].size) continue;
+    buffers.push_back(&conv[l]);
+    if (delta[l][0].size) buffers.push_back(&delta[l][pos % 2]);
+  }
+  return buffers;
+}
+
 void SequenceState::save(gpu::Context& ctx, gpu::ComputeBatch& batch, uint32_t pos) {
   Checkpoint c;
   if (checkpoints.size() == kMaxCheckpoints) {
@@ -72,31 +82,18 @@ void SequenceState::save(gpu::Context& ctx, gpu::ComputeBatch& batch, uint32_t p
     checkpoints.erase(checkpoints.begin());
   }
   c.pos = pos;
-  size_t i = 0;
-  auto copy = [&](const gpu::Buffer& from, const std::string& what) {
+  const std::vector<const gpu::Buffer*> from = rolling(pos);
+  for (size_t i = 0; i < from.size(); ++i) {
     if (i == c.copies.size())
-      c.copies.push_back(ctx.create_buffer(from.size, WGPUBufferUsage_Storage, ("checkpoint of " + what).c_str()));
-    batch.copy(from, 0, c.copies[i++], 0, from.size);
-  };
-  for (size_t l = 0; l < conv.size(); ++l) {
-    if (!conv[l].size) continue;
-    copy(conv[l], "conv state " + std::to_string(l));
-    if (delta[l][0].size) copy(delta[l][pos % 2], "recurrent state " + std::to_string(l));
+      c.copies.push_back(ctx.create_buffer(from[i]->size, WGPUBufferUsage_Storage, "state checkpoint"));
+    batch.copy(*from[i], 0, c.copies[i], 0, from[i]->size);
   }
   checkpoints.push_back(std::move(c));
 }
 
 void SequenceState::restore(gpu::ComputeBatch& batch, const Checkpoint& c) const {
-  size_t i = 0;
-  for (size_t l = 0; l < conv.size(); ++l) {
-    if (!conv[l].size) continue;
-    batch.copy(c.copies[i], 0, conv[l], 0, conv[l].size);
-    ++i;
-    if (delta[l][0].size) {
-      batch.copy(c.copies[i], 0, delta[l][c.pos % 2], 0, delta[l][0].size);
-      ++i;
-    }
-  }
+  const std::vector<const gpu::Buffer*> to = rolling(c.pos);
+  for (size_t i = 0; i < to.size(); ++i) batch.copy(c.copies[i], 0, *to[i], 0, to[i]->size);
 }
 
 const SequenceState::Checkpoint* SequenceState::checkpoint_at_most(uint32_t n) const {

@@ -46,12 +46,15 @@ struct SequenceState {
   // are simply overwritten later.
   struct Checkpoint {
     uint32_t pos = 0;
-    std::vector<gpu::Buffer> copies;  // per layer with a conv ring: the ring, then (qwen35) the recurrent state
+    std::vector<gpu::Buffer> copies;  // of rolling(pos)
   };
   std::vector<Checkpoint> checkpoints;
   static constexpr size_t kMaxCheckpoints = 2;
   // Whether some layer keeps a state beyond its KV cache (a conv ring or a recurrent state): what checkpoints copy.
   bool rolls() const { return conv_rows > 0; }
+  // The buffers a checkpoint at pos copies, in its order: per layer with a conv ring, the ring, then (qwen35) the
+  // recurrent state after pos.
+  std::vector<const gpu::Buffer*> rolling(uint32_t pos) const;
   // Encodes the copies of the state after `pos` positions into a checkpoint (a new one, or the oldest replaced).
   void save(gpu::Context& ctx, gpu::ComputeBatch& batch, uint32_t pos);
   // Encodes the copies back from checkpoint c: the state is then the one after c.pos positions.
