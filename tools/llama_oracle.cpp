@@ -9,6 +9,15 @@
 // differently is no error). --no-bos: the prompt without BOS even when the vocabulary adds one. --chat: the prompt
 // is one user message in the model's chat template (llama.cpp's built-in templates). -c: the context (default:
 // prompt + N). -v: llama.cpp's log on stderr.
+//
+//   llama_oracle perplexity -m FILE -f FILE [-c N] [--chunks N] [-v]
+//
+// prints one JSON object: llama-perplexity's estimate, computed as it computes it (the text tokenized with the
+// vocabulary's BOS, cut into chunks of -c tokens (default 512), each chunk's first token replaced by BOS where the
+// vocabulary adds one, the chunk evaluated alone from an empty cache, the negative log-likelihood of the second half's
+// next tokens summed in double; after each chunk the running perplexity, at the end the perplexity and its
+// uncertainty). It exists because llama-perplexity logs through a thread that its exit does not wait for: on a busy
+// machine its last lines, the final estimate among them, are now and then never printed.
 #include <llama.h>
 
 #include <algorithm>
@@ -31,12 +40,14 @@ namespace {
 
 struct Args {
   std::string command, model, prompt, prompt_file;
-  int n_predict = 32, n_ctx = 0;
+  int n_predict = 32, n_ctx = 0, n_chunks = -1;
   bool no_bos = false, chat = false, verbose = false;
 };
 
 Args parse(int argc, char** argv) {
-  if (argc < 2) die("usage: llama_oracle greedy -m FILE (-p TEXT | -f FILE) -n N [--no-bos] [--chat] [-c N] [-v]");
+  if (argc < 2)
+    die("usage: llama_oracle greedy -m FILE (-p TEXT | -f FILE) -n N [--no-bos] [--chat] [-c N] [-v] | "
+        "llama_oracle perplexity -m FILE -f FILE [-c N] [--chunks N] [-v]");
   Args a;
   a.command = argv[1];
   for (int i = 2; i < argc; ++i) {
@@ -62,6 +73,8 @@ Args parse(int argc, char** argv) {
       a.n_predict = number();
     else if (k == "-c")
       a.n_ctx = number();
+    else if (k == "--chunks")
+      a.n_chunks = number();
     else if (k == "--no-bos")
       a.no_bos = true;
     else if (k == "--chat")
@@ -71,7 +84,9 @@ Args parse(int argc, char** argv) {
     else
       die("unknown option '" + k + "'");
   }
-  if (a.command != "greedy") die("unknown command '" + a.command + "' (greedy)");
+  if (a.command != "greedy" && a.command != "perplexity")
+    die("unknown command '" + a.command + "' (greedy, perplexity)");
+  if (a.command == "perplexity" && a.prompt_file.empty()) die("perplexity needs the text: pass -f FILE");
   if (a.model.empty()) die("no model: pass -m FILE");
   if (a.prompt.empty() == a.prompt_file.empty()) die("pass one of -p TEXT and -f FILE");
   if (!a.prompt_file.empty()) {
@@ -118,6 +133,66 @@ std::string json_array(const std::vector<T>& v) {
   return s.str();
 }
 
+
+// llama-perplexity's estimate (see the top of this file). Returns the exit status.
+int perplexity(llama_model* model, const Args& a) {
+  const llama_vocab* vocab = llama_model_get_vocab(model);
+  const bool add_bos = llama_vocab_get_add_bos(vocab);
+  const int n_ctx = a.n_ctx ? a.n_ctx : 512;
+  std::vector<llama_token> tokens = tokenize(vocab, a.prompt, true, false);
+  if (int(tokens.size()) < 2 * n_ctx)
+    die("the text has " + std::to_string(tokens.size()) + " tokens; a context of " + std::to_string(n_ctx) +
+        " needs at least " + std::to_string(2 * n_ctx));
+  const int n_chunk_max = int(tokens.size()) / n_ctx;
+  const int n_chunk = a.n_chunks < 0 ? n_chunk_max : std::min(a.n_chunks, n_chunk_max);
+
+  llama_context_params cp = llama_context_default_params();
+  cp.n_ctx = cp.n_batch = uint32_t(n_ctx);
+  cp.n_threads = cp.n_threads_batch = 2;
+  llama_context* ctx = llama_init_from_model(model, cp);
+  if (!ctx) die("llama.cpp cannot make a context of " + std::to_string(n_ctx));
+  const int n_vocab = llama_vocab_n_tokens(vocab);
+  const int first = n_ctx / 2;
+  llama_batch batch = llama_batch_init(n_ctx, 0, 1);
+  double nll = 0, nll2 = 0;
+  int count = 0;
+  std::vector<double> chunks;
+  for (int c = 0; c < n_chunk; ++c) {
+    const int start = c * n_ctx;
+    llama_memory_clear(llama_get_memory(ctx), true);
+    batch.n_tokens = n_ctx;
+    for (int k = 0; k < n_ctx; ++k) {
+      batch.token[k] = k == 0 && add_bos ? llama_vocab_bos(vocab) : tokens[size_t(start + k)];
+      batch.pos[k] = k;
+      batch.n_seq_id[k] = 1;
+      batch.seq_id[k][0] = 0;
+      batch.logits[k] = k >= first;
+    }
+    if (llama_decode(ctx, batch) != 0) die("llama_decode failed in chunk " + std::to_string(c + 1));
+    for (int k = first; k < n_ctx - 1; ++k) {
+      const float* logits = llama_get_logits_ith(ctx, k);
+      float max_logit = logits[0];
+      for (int i = 1; i < n_vocab; ++i) max_logit = std::max(max_logit, logits[i]);
+      double sum_exp = 0;
+      for (int i = 0; i < n_vocab; ++i) sum_exp += expf(logits[i] - max_logit);
+      const double v = -(logits[tokens[size_t(start + k + 1)]] - max_logit - std::log(sum_exp));
+      nll += v;
+      nll2 += v * v;
+    }
+    count += n_ctx - first - 1;
+    chunks.push_back(std::exp(nll / count));
+  }
+  nll /= count;
+  nll2 = nll2 / count - nll * nll;
+  const double ppl = std::exp(nll);
+  const double uncertainty = nll2 > 0 ? std::sqrt(nll2 / (count - 1)) * ppl : 0.0;
+  std::printf("{\"n_chunks\":%d,\"chunks\":%s,\"ppl\":%.9g,\"uncertainty\":%.9g}\n", n_chunk,
+              json_array(chunks).c_str(), ppl, uncertainty);
+  llama_batch_free(batch);
+  llama_free(ctx);
+  return std::fflush(stdout) == 0 ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -126,6 +201,12 @@ int main(int argc, char** argv) {
   llama_backend_init();
   llama_model* model = llama_model_load_from_file(a.model.c_str(), llama_model_default_params());
   if (!model) die(a.model + ": llama.cpp cannot load it");
+  if (a.command == "perplexity") {
+    const int status = perplexity(model, a);
+    llama_model_free(model);
+    llama_backend_free();
+    return status;
+  }
   const llama_vocab* vocab = llama_model_get_vocab(model);
 
   std::vector<llama_token> prompt;
