@@ -360,10 +360,10 @@ int run_bench_ops(const Options& o) {
           const auto impl = kernels::token_independent_impl(ctx);
           const double bt = time_matmul(ctx, copies, x, y, n, std::max<uint32_t>(o.matvec_per_submit, copies.size()),
                                         o.repeats, impl);
-          const auto bs = kernels::batch_matvec_config(ctx, n_out, n_in, t);
-          std::printf("%-7s %-5s %5ux%-5u %6u %11.3f %8.1f GFLOP/s  %.1f weight GB/s  (matvec shape %ux%ux%u)\n",
+          const auto bs = kernels::batch_matvec_config(ctx, n_out, n_in, t, n);
+          std::printf("%-7s %-5s %5ux%-5u %6u %11.3f %8.1f GFLOP/s  %.1f weight GB/s  (matvec shape %ux%ux%ux%u)\n",
                       "batch", tname.c_str(), n_in, n_out, n, bt * 1e3, kernels::matmul_flops(copies[0], n) / bt / 1e9,
-                      double(bytes.size()) / bt / 1e9, bs.threads_per_row, bs.rows, bs.groups);
+                      double(bytes.size()) / bt / 1e9, bs.threads_per_row, bs.rows, bs.groups, bs.units);
         }
         if (!o.skip_matmul) {
           const double mm =

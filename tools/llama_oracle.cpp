@@ -133,7 +133,6 @@ std::string json_array(const std::vector<T>& v) {
   return s.str();
 }
 
-
 // llama-perplexity's estimate (see the top of this file). Returns the exit status.
 int perplexity(llama_model* model, const Args& a) {
   const llama_vocab* vocab = llama_model_get_vocab(model);

@@ -189,16 +189,16 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
   const uint32_t max_grid = ctx.limits().maxComputeWorkgroupsPerDimension;
   uint32_t step = detail::tokens_per_binding(fn, ctx, {w.n_in, y_width, y1_width, y2_width});
   const gpu::Buffer& none = ctx.placeholder_storage();
-  const MatvecConfig mv =
-      batch_shape ? batch_matvec_config(ctx, w.n_out, w.n_in, w.type) : matvec_config(ctx, w.n_out, w.n_in, w.type);
+  const MatvecConfig mv = batch_shape ? batch_matvec_config(ctx, w.n_out, w.n_in, w.type, n_tokens)
+                                      : matvec_config(ctx, w.n_out, w.n_in, w.type);
   if (impl == MatmulImpl::Matvec) step = std::min(step, matvec_pass_tokens(ctx, mv));
   const MatmulTile tile =
       impl == MatmulImpl::Tiled ? matmul_tile(ctx, std::min(step, n_tokens), w.n_out) : MatmulTile{};
   const RowsConfig rows = impl == MatmulImpl::Rows ? rows_config(ctx).value_or(RowsConfig{}) : RowsConfig{};
   const uint32_t row_pairs = rk && rk->neox ? 2 : rows.rows / 2;  // the neox RoPE epilogue takes quads of rows
   const uint32_t flag_bits = (o.bias ? flags::kBias : 0) | (o.norm ? flags::kNorm : 0) |
-                             (o.accumulate ? flags::kAccum : 0) | (o.swiglu ? flags::kSwiglu : 0) |
-                             act_flags(o.act) | (split_out ? flags::kSplit : 0) | (rk ? flags::kRopeKv : 0) |
+                             (o.accumulate ? flags::kAccum : 0) | (o.swiglu ? flags::kSwiglu : 0) | act_flags(o.act) |
+                             (split_out ? flags::kSplit : 0) | (rk ? flags::kRopeKv : 0) |
                              (rk && rk->neox ? flags::kNeox : 0) | (o.times ? flags::kTimes : 0);
 
   for (uint32_t first = 0; first < n_tokens; first += step) {
@@ -326,12 +326,16 @@ MatvecConfig matvec_config(const gpu::Context& ctx, uint32_t n_rows, uint32_t n_
   return checked(ctx, gpu_matvec_config(n_rows, n_in, type));
 }
 
-// GPUs, float types: 32 threads per row (a subgroup on NVIDIA), 4 rows, 4 groups. The one-token shape's 128 or 256
-// threads per row reduce 16 tokens' 80 values through workgroup memory, which took the H200 2-3x longer at 16 and
-// 64 tokens (PERF.md, "Batched decode"); the block types' one-token shape was already the best there.
-MatvecConfig batch_matvec_config(const gpu::Context& ctx, uint32_t n_rows, uint32_t n_in, GgufType type) {
+// GPUs, float types: 32 threads per row (a subgroup on NVIDIA); 4 rows x 4 groups for several tokens, 2 rows x 8
+// groups x 2 units in flight for one. The one-token shape's 128 or 256 threads per row reduce 16 tokens' 80 values
+// through workgroup memory, which took the H200 2-3x longer at 16 and 64 tokens (PERF.md, "Batched decode"); at one
+// token 32x2x8x2 took Llama-3.2-1B's products 0.102 ms where 32x4x4 took 0.125 (PERF.md, "A batched step of one
+// token"). The block types' one-token shape was already the best there.
+MatvecConfig batch_matvec_config(const gpu::Context& ctx, uint32_t n_rows, uint32_t n_in, GgufType type,
+                                 uint32_t n_tokens) {
   if (!ctx.options().matvec_shape.empty() || ctx.adapter().is_cpu() || block_elems(type) != 1)
     return matvec_config(ctx, n_rows, n_in, type);
+  if (n_tokens == 1) return checked(ctx, {.threads_per_row = 32, .rows = 2, .groups = 8, .units = 2});
   return checked(ctx, {.threads_per_row = 32, .rows = 4, .groups = 4});
 }
 
@@ -490,7 +494,8 @@ void encode_expert_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const Gpu
                  ") in [1, n_experts " + std::to_string(w.n_experts) + "]");
   const uint32_t rows = w.n_out / w.n_experts;  // per expert
   if (o.swiglu && rows % 2) fail(fn, "swiglu needs an even number of rows per expert (interleaved gate/up rows)");
-  if (o.act != GateAct::Silu && !o.swiglu) fail(fn, "a gate activation needs swiglu (it selects the gate's activation)");
+  if (o.act != GateAct::Silu && !o.swiglu)
+    fail(fn, "a gate activation needs swiglu (it selects the gate's activation)");
   if (o.act == GateAct::Sigmoid) fail(fn, "the sigmoid gate is not a matmul epilogue (encode_swiglu runs it)");
   const uint64_t pairs = uint64_t(n_tokens) * n_used;
   if (pairs > ctx.limits().maxComputeWorkgroupsPerDimension)
@@ -509,7 +514,7 @@ void encode_expert_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const Gpu
     if (in && in->get() == y.get()) fail(fn, "y must not be an input");
 
   const gpu::Buffer& none = ctx.placeholder_storage();
-  const MatvecConfig mv = batch_matvec_config(ctx, rows, w.n_in, w.type);
+  const MatvecConfig mv = batch_matvec_config(ctx, rows, w.n_in, w.type, uint32_t(pairs));
   const bool xv4 = w.n_in % 32 == 0;
   const uint32_t tile = moe_tile(uint32_t(pairs), w.n_experts);
   const bool grouped = o.group && tile > 1 && matvec_pass_tokens(ctx, mv) >= tile;
@@ -518,13 +523,14 @@ void encode_expert_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const Gpu
   WGPUComputePipeline pipe = ctx.pipeline(
       {kMatvecShader, "matvec", {}, matvec_prelude(ctx, mv, w.type, grouped ? tile : 1, xv4, /*experts=*/true)});
   const uint32_t rows_per_wg = mv.rows * mv.groups;
-  const auto grid = gpu::fold_grid((rows + rows_per_wg - 1) / rows_per_wg, ctx.limits().maxComputeWorkgroupsPerDimension);
+  const auto grid =
+      gpu::fold_grid((rows + rows_per_wg - 1) / rows_per_wg, ctx.limits().maxComputeWorkgroupsPerDimension);
   for (const auto& piece : w.pieces) {
     MatmulParams p = detail::piece_params(w, piece, 1);
     p.row_begin = 0;
     p.n_rows = rows;
-    p.flags = (o.norm ? flags::kNorm : 0) | (o.swiglu ? flags::kSwiglu : 0) | act_flags(o.act) |
-              (o.bias ? flags::kBias : 0);
+    p.flags =
+        (o.norm ? flags::kNorm : 0) | (o.swiglu ? flags::kSwiglu : 0) | act_flags(o.act) | (o.bias ? flags::kBias : 0);
     p.eps = o.eps;
     p.y_stride = y_width;
     p.grid_x = grid.x;

@@ -43,8 +43,11 @@ struct MatvecConfig {
 MatvecConfig matvec_config(const gpu::Context& ctx, uint32_t n_rows = 0, uint32_t n_in = 0,
                            GgufType type = GgufType::Q4_K);
 // MatmulImpl::Batch's shape: on GPUs 32 threads per row for the float types (their one-token shape reduces many
-// tokens slowly), the one-token shape otherwise. It depends on the weight alone, never on the token count.
-MatvecConfig batch_matvec_config(const gpu::Context& ctx, uint32_t n_rows, uint32_t n_in, GgufType type);
+// tokens slowly), the one-token shape otherwise. The threads per row depend on the weight alone, never on the token
+// count (so a token's bits do not depend on its company); rows, groups and units in flight may (one token: 2 rows x 8
+// groups x 2 units for the float types).
+MatvecConfig batch_matvec_config(const gpu::Context& ctx, uint32_t n_rows, uint32_t n_in, GgufType type,
+                                 uint32_t n_tokens);
 // "THREADSxROWSxGROUPS[xUNITS[xINT_F16]]", e.g. "32x4x4x2x1" (ContextOptions::matvec_shape); InvalidArgument
 // when malformed or outside the kernel's constraints.
 MatvecConfig parse_matvec_config(const std::string& text);
