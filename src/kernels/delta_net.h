@@ -85,8 +85,9 @@ struct DeltaOutputNorm {
   float eps = 1e-6f;
 };
 bool delta_step_supported(const gpu::Context& ctx);
-// 11 storage buffers, and a value head's columns in one workgroup of 256 with at most 64 state rows per invocation
-// (dv <= 256 and ceil(dk / (256 / bit_ceil(dv))) <= 64: Qwen 3.5's 128 x 128 heads fit).
+// 11 storage buffers, and a value head's columns in one workgroup of up to 1024 invocations with at most 16 state
+// rows per invocation (dv <= 256 and ceil(dk / (1024 / bit_ceil(dv))) <= 16 where the device allows 1024: Qwen 3.5's
+// 128 x 128 heads fit).
 bool delta_step_norm_supported(const gpu::Context& ctx, const DeltaShape& s);
 void encode_delta_step(gpu::ComputeBatch& batch, gpu::Context& ctx, const DeltaShape& s, uint32_t taps_count,
                        uint32_t pos, uint32_t ring_rows, float eps, const gpu::Buffer& x, const gpu::Buffer& taps,
