@@ -70,8 +70,9 @@ std::string matvec_prelude(const gpu::Context& ctx, const MatvecConfig& mv, Gguf
          "@builtin(local_invocation_index) lid: u32) { matvec_main(wid, lid, 1u); }\n";
 }
 
-// Host constants for matmul.wgsl: the tile and the element type of its workgroup tiles.
-std::string matmul_prelude(const MatmulTile& t, GgufType type) {
+// Host constants for matmul.wgsl: the tile, the element type of its workgroup tiles, and whether it computes expert
+// products (tiles of pairs grouped by expert).
+std::string matmul_prelude(const MatmulTile& t, GgufType type, bool experts = false) {
   const char* ss = t.f16 ? "var<workgroup> xss: array<f32, 4u * TM>;\n"
                            "fn ss_put(i: u32, v: f32) { xss[i] = v; }\nfn ss_get(i: u32) -> f32 { return xss[i]; }\n"
                          : "fn ss_put(i: u32, v: f32) { xs[i / 4u][i % 4u] = v; }\n"
@@ -80,11 +81,12 @@ std::string matmul_prelude(const MatmulTile& t, GgufType type) {
     return std::string("const ") + name + ": u32 = " + std::to_string(v) + "u;\n";
   };
   return std::string(t.f16 ? "enable f16;\nalias MM_T = f16;\n" : "alias MM_T = f32;\n") + ss +
-         "const MM_F16: bool = " + (t.f16 ? "true" : "false") + ";\n" + u32("TM", t.tokens) + u32("TN", t.rows) +
-         u32("TY", t.tokens / t.thread_tokens) + u32("TX", t.rows / t.thread_rows) + u32("MI", t.thread_tokens / 4) +
-         u32("NJ", t.thread_rows / 4) + u32("NACC", t.thread_tokens * t.thread_rows / 4) +
-         u32("NLW", t.rows * 4 / t.threads()) + u32("NLX", t.tokens * 4 / t.threads()) +
-         detail::weight_prelude(type, 1);
+         "const MM_F16: bool = " + (t.f16 ? "true" : "false") +
+         ";\nconst MM_EXPERTS: bool = " + (experts ? "true" : "false") + ";\n" + u32("TM", t.tokens) +
+         u32("TN", t.rows) + u32("TY", t.tokens / t.thread_tokens) + u32("TX", t.rows / t.thread_rows) +
+         u32("MI", t.thread_tokens / 4) + u32("NJ", t.thread_rows / 4) +
+         u32("NACC", t.thread_tokens * t.thread_rows / 4) + u32("NLW", t.rows * 4 / t.threads()) +
+         u32("NLX", t.tokens * 4 / t.threads()) + detail::weight_prelude(type, 1);
 }
 
 // Host constants for matmul_rows.wgsl: the workgroup, row pairs and tokens per invocation, whether x is shared by
@@ -268,7 +270,7 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
         bindings.push_back(xv4 ? gpu::BufferBinding{9, &x, xw.offset_bytes, xw.size_bytes}
                                : gpu::BufferBinding{9, &none, 0, 16});
       if (impl == MatmulImpl::Rows) bindings.push_back({12, &piece.buffer});
-      if (impl == MatmulImpl::Matvec) bindings.push_back({5, &none, 0, 16});
+      if (impl == MatmulImpl::Matvec || impl == MatmulImpl::Tiled) bindings.push_back({5, &none, 0, 16});
       if (impl == MatmulImpl::Matvec || impl == MatmulImpl::Rows) {
         bindings.push_back(rk ? gpu::BufferBinding{10, rk->table} : gpu::BufferBinding{10, &none, 0, 16});
         bindings.push_back(rk ? gpu::BufferBinding{11, rk->pool}
@@ -516,15 +518,26 @@ void encode_expert_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const Gpu
   const gpu::Buffer& none = ctx.placeholder_storage();
   const MatvecConfig mv = batch_matvec_config(ctx, rows, w.n_in, w.type, uint32_t(pairs));
   const bool xv4 = w.n_in % 32 == 0;
-  const uint32_t tile = moe_tile(uint32_t(pairs), w.n_experts);
-  const bool grouped = o.group && tile > 1 && matvec_pass_tokens(ctx, mv) >= tile;
-  const uint32_t slots = grouped ? moe_group_tiles(uint32_t(pairs), w.n_experts) : uint32_t(pairs);
+  if (o.group_tile && o.group_tile != 32 && o.group_tile != 64)
+    fail(fn, "group_tile must be 0 (moe_tile's grouping), 32 or 64, not " + std::to_string(o.group_tile));
+  if (o.group_tile && !o.group) fail(fn, "group_tile needs the group");
+  // tiles of 32 or 64 pairs: the tiled matmul, a workgroup per (tile, 64 rows of the expert)
+  const bool tiled = o.group_tile != 0;
+  const uint32_t tile = tiled ? o.group_tile : moe_tile(uint32_t(pairs), w.n_experts);
+  const bool grouped = tiled || (o.group && tile > 1 && matvec_pass_tokens(ctx, mv) >= tile);
+  const uint32_t slots = grouped ? moe_group_tiles(uint32_t(pairs), w.n_experts, tile) : uint32_t(pairs);
   if (grouped) detail::need(fn, "group", *o.group, moe_group_words(uint32_t(pairs)) * 4, ctx);
-  WGPUComputePipeline pipe = ctx.pipeline(
-      {kMatvecShader, "matvec", {}, matvec_prelude(ctx, mv, w.type, grouped ? tile : 1, xv4, /*experts=*/true)});
-  const uint32_t rows_per_wg = mv.rows * mv.groups;
+  const MatmulTile mt{.tokens = tile, .rows = 64};
+  WGPUComputePipeline pipe =
+      tiled ? ctx.pipeline({kMatmulShader, "matmul", {}, matmul_prelude(mt, w.type, /*experts=*/true)})
+            : ctx.pipeline({kMatvecShader,
+                            "matvec",
+                            {},
+                            matvec_prelude(ctx, mv, w.type, grouped ? tile : 1, xv4, /*experts=*/true)});
+  const uint32_t rows_per_wg = tiled ? mt.rows : mv.rows * mv.groups;
+  const uint32_t row_blocks = (rows + rows_per_wg - 1) / rows_per_wg;
   const auto grid =
-      gpu::fold_grid((rows + rows_per_wg - 1) / rows_per_wg, ctx.limits().maxComputeWorkgroupsPerDimension);
+      gpu::fold_grid(tiled ? uint64_t(row_blocks) * slots : row_blocks, ctx.limits().maxComputeWorkgroupsPerDimension);
   for (const auto& piece : w.pieces) {
     MatmulParams p = detail::piece_params(w, piece, 1);
     p.row_begin = 0;
@@ -539,7 +552,11 @@ void encode_expert_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const Gpu
     p.expert_first = piece.row_begin / rows;
     p.n_experts = piece.n_rows / rows;
     p.tiles_off = grouped ? uint32_t(pairs) : 0;
-    const std::vector<gpu::BufferBinding> bindings = {
+    if (tiled) {
+      p.n_tokens = slots;
+      p.row_tiles = row_blocks;
+    }
+    std::vector<gpu::BufferBinding> bindings = {
         batch.uniform(0, p),
         {1, &piece.buffer},
         {2, &x},
@@ -549,10 +566,14 @@ void encode_expert_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const Gpu
         {6, o.norm ? o.norm : &none, 0, o.norm ? norm_floats * 4 : 16},
         {7, &ctx.placeholder_writable(), 0, 16},
         {8, &ctx.placeholder_writable(), 0, 16},
-        {9, xv4 ? &x : &none, 0, xv4 ? x.size : 16},
-        {10, &none, 0, 16},
-        {11, &ctx.placeholder_writable(), 0, 16},
     };
+    if (tiled) {  // a workgroup per (tile slot, row block), folded into x and y
+      batch.dispatch(pipe, bindings, grid.x, grid.y);
+      continue;
+    }
+    bindings.insert(bindings.end(), {{9, xv4 ? &x : &none, 0, xv4 ? x.size : 16},
+                                     {10, &none, 0, 16},
+                                     {11, &ctx.placeholder_writable(), 0, 16}});
     batch.dispatch(pipe, bindings, grid.x, grid.y, slots);
   }
 }

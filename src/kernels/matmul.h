@@ -143,6 +143,11 @@ struct ExpertOptions {
   // moe_tile of its pairs instead of once per pair (prefill and large batched steps). Ignored where moe_tile is 1
   // or the adapter's workgroup memory holds no pass of moe_tile tokens.
   const gpu::Buffer* group = nullptr;
+  // The tile the group was made with (encode_moe_group's `tile`): 0, moe_tile's (the grouped matvec above); 32 or 64
+  // (moe_matmul_tile, prefill): the tiled matmul, one workgroup per tile of pairs and 64 rows of their expert, each
+  // expert's rows read once per tile. A pair's sums then do not depend on the other pairs, but are not the matvec's
+  // bits.
+  uint32_t group_tile = 0;
 };
 void encode_expert_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight& w, const gpu::Buffer& x,
                           const gpu::Buffer& y, const gpu::Buffer& experts, uint32_t n_tokens, uint32_t n_used,

@@ -15,6 +15,12 @@
 // moves them 0, 2, 4, 6 vec4 apart. A k's groups are only permuted, so the reads of one k stay conflict-free.
 // (Measured on the H200: f32 tiles gain up to 15 %, f16 ones lose as much; PERF.md.)
 //
+// Expert products (MM_EXPERTS; kernels/moe.h, encode_expert_matmul with a group of tiles of TM pairs): workgroup row
+// tile_m computes the pairs of tile tile_m of encode_moe_group's tiles (expert, first, count, 0) after the pairs
+// ordered by expert in ids: its TM tokens are the pairs ids[first ..][.. count] (x row pair / n_used, or pair with
+// x_per_pair; y row pair) and its weight rows the expert's, read once for all of them. Tiles of count 0 (past the
+// step's) and experts of other pieces do nothing. A pair's sums do not depend on the other pairs of its tile.
+//
 // With MM_F16 (shader-f16) the tiles are f16 in workgroup memory and the products of one block (32 k) are summed
 // in f16 (vec4<f16>: two f16 multiply-adds per instruction on GPUs that pair them), then added into f32
 // accumulators: each weight and activation is rounded to f16 and each 32-term partial sum carries f16 rounding.
@@ -29,6 +35,29 @@ var<workgroup> xs: array<vec4<MM_T>, 32u * TM4>;  // [k: 32][token / 4, swizzled
 var<workgroup> ws: array<vec4<MM_T>, 32u * TN4>;  // [k: 32][row / 4, swizzled]
 // FLAG_NORM: the sums of x^2 [token][loader lane: 4] go through ss_put / ss_get (host prelude): into xs, once
 // consumed, for f32 tiles, into an array of their own for f16 ones.
+
+// MM_EXPERTS: the tile's pairs (the last repeated past its count) and their count.
+var<workgroup> mm_tile: vec4<u32>;
+var<workgroup> mm_pairs: array<u32, TM>;
+var<private> mm_count: u32;
+
+// Token tl of the tile (tile_m): whether it exists, its x row and its y row (the token; in expert products, its
+// pair's rows).
+fn mm_live(tile_m: u32, tl: u32) -> bool {
+  if (MM_EXPERTS) { return tl < mm_count; }
+  return tile_m * TM + tl < p.n_tokens;
+}
+fn mm_x_row(tile_m: u32, tl: u32) -> u32 {
+  if (MM_EXPERTS) {  // (a branch, not a select: the other pipelines never touch mm_pairs)
+    let pair = mm_pairs[tl];
+    return select(pair / p.n_used, pair, p.x_per_pair != 0u);
+  }
+  return tile_m * TM + tl;
+}
+fn mm_y_row(tile_m: u32, tl: u32) -> u32 {
+  if (MM_EXPERTS) { return mm_pairs[tl]; }
+  return tile_m * TM + tl;
+}
 
 // The vec4 of group g at k in a tile of `width` (a multiple of 8) vec4 per k.
 fn tix(k: u32, g: u32, width: u32) -> u32 { return k * width + select(g ^ ((k / 8u) * 2u), g, MM_F16); }
@@ -109,7 +138,24 @@ fn matmul(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index
   let flat = wid.x + wid.y * p.grid_x;
   let tile_n = flat % p.row_tiles;
   let tile_m = flat / p.row_tiles;
-  if (tile_m * TM >= p.n_tokens) { return; }  // grid padding: uniform per workgroup
+  var wbase = 0u;  // expert products: the piece row of the expert's row 0
+  if (MM_EXPERTS) {
+    if (tile_m >= p.n_tokens) { return; }  // grid padding (n_tokens: the tile slots): uniform per workgroup
+    if (lid == 0u) {
+      let at = p.tiles_off + 4u * tile_m;
+      mm_tile = vec4<u32>(ids[at], ids[at + 1u], ids[at + 2u], 0u);
+    }
+    let tile = workgroupUniformLoad(&mm_tile);
+    let e = tile.x;
+    mm_count = tile.z;
+    if (mm_count == 0u || e < p.expert_first || e - p.expert_first >= p.n_experts) { return; }
+    wbase = (e - p.expert_first) * p.n_rows;
+    bias_base = e * p.n_rows;
+    for (var i = lid; i < TM; i += MM_WG) { mm_pairs[i] = ids[tile.y + min(i, mm_count - 1u)]; }
+    workgroupBarrier();
+  } else if (tile_m * TM >= p.n_tokens) {
+    return;  // grid padding: uniform per workgroup
+  }
   // Thread (ty, tx): a 32-thread warp covers 4 ty x 8 tx where the tile allows, so that it reads 4 vec4 of x
   // (broadcast to 8 threads each) and 8 of W per k, not 2 and 16.
   var ty = lid / TX;
@@ -140,14 +186,14 @@ fn matmul(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index
       {
         let r = tile_n * TN + ld + WL * $l;
         wv[$l] = W8(vec4<f32>(0.0), vec4<f32>(0.0));
-        if (r < p.n_rows) { wv[$l] = load8(r, lq); }
+        if (r < p.n_rows) { wv[$l] = load8(wbase + r, lq); }
       }
       //#end
       //#unroll! l NLX
       {
-        let t = tile_m * TM + ld + WL * $l;
+        let tl = ld + WL * $l;
         xv[$l] = W8(vec4<f32>(0.0), vec4<f32>(0.0));
-        if (t < p.n_tokens) { xv[$l] = load_x8(t, lq); }
+        if (mm_live(tile_m, tl)) { xv[$l] = load_x8(mm_x_row(tile_m, tl), lq); }
       }
       //#end
     }
@@ -172,13 +218,13 @@ fn matmul(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index
       //#unroll! l NLW
       {
         let r = tile_n * TN + ld + WL * $l;
-        if (r < p.n_rows) { wv[$l] = load8(r, u); }
+        if (r < p.n_rows) { wv[$l] = load8(wbase + r, u); }
       }
       //#end
       //#unroll! l NLX
       {
-        let t = tile_m * TM + ld + WL * $l;
-        if (t < p.n_tokens) { xv[$l] = load_x8(t, u); }
+        let tl = ld + WL * $l;
+        if (mm_live(tile_m, tl)) { xv[$l] = load_x8(mm_x_row(tile_m, tl), u); }
       }
       //#end
     }
@@ -200,12 +246,12 @@ fn matmul(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index
   //#unroll! c 4
   {
     let tl = (ty + TY * $i) * 4u + $c;
-    let t = tile_m * TM + tl;
+    let t = mm_y_row(tile_m, tl);
     var f = 1.0;
     if (has(FLAG_NORM)) {
       f = inv_rms(ss_get(tl * 4u) + ss_get(tl * 4u + 1u) + ss_get(tl * 4u + 2u) + ss_get(tl * 4u + 3u));
     }
-    if (t < p.n_tokens) {
+    if (mm_live(tile_m, tl)) {
       //#unroll! j NJ
       {
         let v = acc[($i * 4u + $c) * NJ + $j] * f;

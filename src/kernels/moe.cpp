@@ -45,7 +45,7 @@ void encode_moe_route(gpu::ComputeBatch& batch, gpu::Context& ctx, const gpu::Bu
 }
 
 void encode_moe_group(gpu::ComputeBatch& batch, gpu::Context& ctx, const gpu::Buffer& experts, const gpu::Buffer& group,
-                      uint32_t n_tokens, uint32_t n_expert, uint32_t n_used) {
+                      uint32_t n_tokens, uint32_t n_expert, uint32_t n_used, uint32_t tile) {
   const char* fn = "encode_moe_group";
   if (n_tokens == 0 || n_used == 0 || n_used > n_expert || n_expert > kMoeMaxExperts)
     fail(fn, "n_tokens (" + std::to_string(n_tokens) + ") > 0 and 1 <= n_used (" + std::to_string(n_used) +
@@ -56,7 +56,8 @@ void encode_moe_group(gpu::ComputeBatch& batch, gpu::Context& ctx, const gpu::Bu
   need(fn, "experts", experts, pairs64 * 4, ctx);
   need(fn, "group", group, moe_group_words(pairs) * 4, ctx);
   if (experts.get() == group.get()) fail(fn, "experts and group must be different buffers");
-  const MoeParams p{n_tokens, n_expert, n_used, 0, moe_group_tiles(pairs, n_expert), 1, moe_tile(pairs, n_expert), 0};
+  if (tile == 0) tile = moe_tile(pairs, n_expert);
+  const MoeParams p{n_tokens, n_expert, n_used, 0, moe_group_tiles(pairs, n_expert, tile), 1, tile, 0};
   const gpu::BufferBinding b[] = {batch.uniform(0, p),
                                   {2, &experts, 0, pairs64 * 4},
                                   {6, &group, 0, moe_group_words(pairs) * 4}};

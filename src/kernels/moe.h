@@ -39,14 +39,21 @@ inline uint32_t moe_tile(uint32_t pairs, uint32_t n_expert) {
   const uint32_t mean = (pairs + n_expert - 1) / std::max(n_expert, 1u);
   return mean <= 4 ? std::max(mean, 1u) : mean <= 8 ? 8 : kMoeTile;
 }
+// Prefill's tiles for the tiled expert products (ExpertOptions::group_tile): 64 pairs where an expert's mean share of
+// the step fills such a tile, 32 from 16 pairs on, else 0 (the grouped matvec's moe_tile).
+inline uint32_t moe_matmul_tile(uint32_t pairs, uint32_t n_expert) {
+  const uint32_t mean = pairs / std::max(n_expert, 1u);
+  return mean >= 64 ? 64 : mean >= 16 ? 32 : 0;
+}
 // The grouping of the grouped expert products (encode_expert_matmul with a group): the n_tokens * n_used pairs
-// ordered by expert (experts: [n_tokens][n_used] from encode_moe_route), and tiles of up to moe_tile pairs of one
-// expert. group: moe_group_words(n_tokens * n_used) u32.
+// ordered by expert (experts: [n_tokens][n_used] from encode_moe_route), and tiles of up to `tile` pairs of one
+// expert (0: moe_tile's). group: moe_group_words(n_tokens * n_used) u32.
 void encode_moe_group(gpu::ComputeBatch& batch, gpu::Context& ctx, const gpu::Buffer& experts, const gpu::Buffer& group,
-                      uint32_t n_tokens, uint32_t n_expert, uint32_t n_used);
-// The most tiles a grouping of `pairs` pairs over n_expert experts has: each expert's count rounded up to tiles.
-inline uint32_t moe_group_tiles(uint32_t pairs, uint32_t n_expert) {
-  const uint32_t tile = moe_tile(pairs, n_expert);
+                      uint32_t n_tokens, uint32_t n_expert, uint32_t n_used, uint32_t tile = 0);
+// The most tiles a grouping of `pairs` pairs over n_expert experts in tiles of `tile` (0: moe_tile's) has: each
+// expert's count rounded up to tiles.
+inline uint32_t moe_group_tiles(uint32_t pairs, uint32_t n_expert, uint32_t tile = 0) {
+  if (tile == 0) tile = moe_tile(pairs, n_expert);
   return std::min(pairs, (pairs + tile - 1) / tile + n_expert);
 }
 // The group buffer's u32 for up to `pairs` pairs: the order, then 4 per tile (at most one tile per pair).

@@ -103,13 +103,20 @@ const ExpertCase kExpertCases[] = {
     {"mxfp4_gate_up_bias_oai_many_tokens", MXFP4, 96, 32, 4, 2, 37, true, true, false, 0, true,
      kernels::GateAct::SwigluOai},
     {"mxfp4_down_bias_per_pair", MXFP4, 64, 64, 5, 2, 4, false, false, true, 0, true},
+    // prompts: several tiles of 32 or 64 pairs per expert for the tiled products, the last of each partial
+    {"f16_prompt_gate_up_norm", F16, 64, 40, 3, 2, 100, true, true, false},
+    {"q4_k_prompt_gate_up_pieces", Q4_K, 256, 48, 6, 2, 90, true, true, false, 2 * 48 * 144},
+    {"q8_0_prompt_down_bias_per_pair", Q8_0, 64, 70, 4, 2, 70, false, false, true, 0, true},
+    {"mxfp4_prompt_gate_up_bias_oai", MXFP4, 96, 32, 4, 2, 45, true, true, false, 0, true,
+     kernels::GateAct::SwigluOai},
 };
 
 class ExpertTable : public testing::TestWithParam<ExpertCase> {};
 
 // y[pair] against cpu::matmul over the chosen expert's rows, each pair's bits equal to a lone product of its expert
 // (its sums do not depend on the other pairs) and to its product grouped by expert (encode_moe_group: several pairs
-// of an expert per pass), and nothing written past the pairs.
+// of an expert per pass), and nothing written past the pairs. The tiled products of a prompt (tiles of 32 and of 64
+// pairs, ExpertOptions::group_tile) against the same reference, and within the same bound of the matvec's.
 TEST_P(ExpertTable, MatchesCpuReference) {
   const ExpertCase& c = GetParam();
   gpu::Context& ctx = context();
@@ -163,6 +170,21 @@ TEST_P(ExpertTable, MatchesCpuReference) {
   kernels::ExpertOptions og = o;
   og.group = &group;
   kernels::encode_expert_matmul(batch, ctx, w, xs, yg, ebuf, c.n_tokens, c.n_used, og);
+  std::vector<gpu::Buffer> tiled_groups, tiled_ys;
+  // The tiled products in the prompts' cases and those split across pieces, tiles of 64 in the prompts' alone (each
+  // tile and type is a pipeline: lavapipe takes seconds to compile one).
+  const std::string name = c.name;
+  const bool prompt = name.find("prompt") != std::string::npos;
+  for (const uint32_t tile : {32u, 64u}) {
+    if (!(prompt || (tile == 32 && c.max_piece_bytes))) continue;
+    tiled_groups.push_back(poisoned(ctx, kernels::moe_group_words(pairs), "group tiled"));
+    tiled_ys.push_back(poisoned(ctx, size_t(pairs) * width + 64, "y tiled"));
+    kernels::encode_moe_group(batch, ctx, ebuf, tiled_groups.back(), c.n_tokens, c.n_expert, c.n_used, tile);
+    kernels::ExpertOptions ot = o;
+    ot.group = &tiled_groups.back();
+    ot.group_tile = tile;
+    kernels::encode_expert_matmul(batch, ctx, w, xs, tiled_ys.back(), ebuf, c.n_tokens, c.n_used, ot);
+  }
   batch.submit_and_wait();
   const auto got = ctx.read<float>(y);
   const auto got_g = ctx.read<float>(yg);
@@ -192,6 +214,14 @@ TEST_P(ExpertTable, MatchesCpuReference) {
   const auto r = compare(std::span<const float>(got).first(want.size()), std::span<const float>(want));
   EXPECT_LE(r.rel_l2, 2e-5) << r.describe();
   for (size_t i = want.size(); i < got.size(); ++i) ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), kPoison) << "past the pairs";
+  for (size_t k = 0; k < tiled_ys.size(); ++k) {
+    SCOPED_TRACE(k == 0 ? "tiles of 32 pairs" : "tiles of 64 pairs");
+    const auto got_t = ctx.read<float>(tiled_ys[k]);
+    const auto rt = compare(std::span<const float>(got_t).first(want.size()), std::span<const float>(want));
+    EXPECT_LE(rt.rel_l2, 2e-5) << rt.describe();
+    for (size_t i = want.size(); i < got_t.size(); ++i)
+      ASSERT_EQ(std::bit_cast<uint32_t>(got_t[i]), kPoison) << "past the pairs";
+  }
   const auto one = ctx.read<float>(y1);
   EXPECT_EQ(std::memcmp(one.data(), got.data() + size_t(lone) * width, size_t(width) * 4), 0)
       << "pair " << lone << " differs from its lone product";
@@ -269,6 +299,12 @@ TEST(Moe, BadArgumentsThrowNamingTheField) {
   expect_throw([&] { kernels::encode_expert_matmul(batch, ctx, stacked, x, small, ids, 2, 2); }, "y");
   expect_throw([&] { kernels::encode_expert_matmul(batch, ctx, stacked, x, y, small, 2, 2); }, "experts");
   expect_throw([&] { kernels::encode_expert_matmul(batch, ctx, stacked, x, x, ids, 1, 1); }, "y must not");
+  expect_throw([&] { kernels::encode_expert_matmul(batch, ctx, stacked, x, y, ids, 2, 2, {.group_tile = 32}); },
+               "group_tile needs the group");
+  auto group = buf(kernels::moe_group_words(4));
+  expect_throw(
+      [&] { kernels::encode_expert_matmul(batch, ctx, stacked, x, y, ids, 2, 2, {.group = &group, .group_tile = 16}); },
+      "group_tile must be");
   expect_throw([&] { kernels::encode_moe_route(batch, ctx, logits, ids, wts, 2, 8, 9, true); }, "n_used");
   expect_throw([&] { kernels::encode_moe_route(batch, ctx, logits, ids, wts, 2, 1000, 2, true); }, "n_expert");
   expect_throw([&] { kernels::encode_moe_route(batch, ctx, logits, small, wts, 2, 8, 2, true); }, "experts");
