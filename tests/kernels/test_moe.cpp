@@ -109,6 +109,7 @@ const ExpertCase kExpertCases[] = {
     {"q8_0_prompt_down_bias_per_pair", Q8_0, 64, 70, 4, 2, 70, false, false, true, 0, true},
     {"mxfp4_prompt_gate_up_bias_oai", MXFP4, 96, 32, 4, 2, 45, true, true, false, 0, true,
      kernels::GateAct::SwigluOai},
+    {"f32_prompt_odd_width_down", F32, 72, 24, 3, 2, 60, false, true, true},
 };
 
 class ExpertTable : public testing::TestWithParam<ExpertCase> {};
