@@ -120,8 +120,10 @@ class DeltaRule : public ::testing::TestWithParam<kernels::DeltaRuleImpl> {};
 TEST_P(DeltaRule, MatchesCpuReferenceAcrossCalls) {
   auto& ctx = context();
   const kernels::DeltaRuleImpl impl = GetParam();
-  // measured worst: 4.0e-7 token by token, 1.1e-6 in chunks (the rounding of T = (I + A)^-1 and of the products)
-  const double tol = impl == kernels::DeltaRuleImpl::Chunked ? 4e-6 : 2e-6;
+  // measured worst: 4.0e-7 token by token; in chunks 3.3e-6 over 150 seeds and 5.1e-6 for one seen in CI
+  // (8435218202598197256): the rounding of T = (I + A)^-1, whose forward substitution amplifies it where the gates
+  // and the k products are near 1, and of the products
+  const double tol = impl == kernels::DeltaRuleImpl::Chunked ? 1e-5 : 2e-6;
   const RuleCase cases[] = {
       {{2, 4, 16, 16}, {1}},
       {{2, 4, 16, 16}, {7, 1, 1}, true},  // decode; a chunk then steps
