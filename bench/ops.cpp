@@ -19,6 +19,7 @@
 #include "gguf/half.h"
 #include "gguf/types.h"
 #include "gpu/batch.h"
+#include "kernels/int_dot.h"
 #include "kernels/kv_cache.h"
 #include "kernels/matmul.h"
 #include "wgllm/error.h"
@@ -43,6 +44,7 @@ struct Options {
   std::string rows_shapes;               // comma-separated shapes of the CPU adapters' kernel to sweep
   bool skip_matvec = false;
   bool decode_table = false;  // one Markdown table: types x the decode shapes, weight GB/s and % of the read floor
+  bool int_dot = false;       // --decode-table: also Q4_K on packed int8 dot products (kernels/int_dot.h)
 };
 
 // The one-token products of a Llama-3.1-8B decode step, n_in x n_out: attention q / o (4096 x 4096), FFN gate or up
@@ -238,6 +240,48 @@ double print_memory_floor(gpu::Context& ctx, uint64_t bytes) {
   return bytes / read_s / 1e9;
 }
 
+// --decode-table --int-dot: Q4_K's one-token product on packed int8 dot products (kernels/int_dot.h), x's digits
+// and the product together and the product alone, in weight GB/s as the table's rows. "-" where the weight does not
+// fit one storage binding (the kernel takes one piece).
+void print_int_dot_rows(gpu::Context& ctx, const Options& o, const std::vector<std::string>& shapes, double floor_gbs) {
+  for (const bool with_digits : {true, false}) {
+    std::printf("| Q4_K int8 dot%s |", with_digits ? ", x digits + product" : ", product alone");
+    for (const auto& shape : shapes) {
+      const auto dims = split(shape, 'x');
+      const uint32_t n_in = uint32_t(std::stoul(dims[0])), n_out = uint32_t(std::stoul(dims[1]));
+      const auto bytes = random_weight(GgufType::Q4_K, n_in, n_out, n_in * 31 + n_out);
+      std::vector<kernels::GpuWeight> copies;
+      for (uint64_t total = 0; copies.empty() || total < o.rotate_bytes; total += bytes.size())
+        copies.push_back(kernels::upload_weight(ctx, GgufType::Q4_K, n_in, n_out, bytes, "bench weight"));
+      if (n_in % 256 != 0 || copies[0].pieces.size() != 1) {
+        std::printf(" - |");
+        continue;
+      }
+      std::vector<float> xs(n_in);
+      for (uint32_t i = 0; i < n_in; ++i) xs[i] = float((i * 37) % 101) / 50.f - 1.f;
+      auto x = ctx.upload<float>(xs, WGPUBufferUsage_Storage, "x");
+      auto y = ctx.create_buffer(uint64_t(n_out) * 4, WGPUBufferUsage_Storage, "y");
+      const auto xd = kernels::make_x_digits(ctx, n_in, 1);
+      {
+        gpu::ComputeBatch b(ctx, "x digits");
+        kernels::encode_x_digits(b, ctx, x, xd);
+        b.submit_and_wait();
+      }
+      const double t = median_time(
+          ctx,
+          [&](gpu::ComputeBatch& b, uint32_t i) {
+            if (with_digits) kernels::encode_x_digits(b, ctx, x, xd);
+            kernels::encode_matvec_int(b, ctx, copies[i % copies.size()], xd, y);
+          },
+          std::max<uint32_t>(o.matvec_per_submit, copies.size()), o.repeats);
+      const double gbs = double(bytes.size()) / t / 1e9;
+      std::printf(" %.0f (%.0f%%) |", gbs, 100 * gbs / floor_gbs);
+      std::fflush(stdout);
+    }
+    std::printf("\n");
+  }
+}
+
 // --decode-table: each type's one-token product (the matvec, or the Rows kernel on CPU adapters) at each shape, in
 // weight GB/s (GGUF bytes / time) and as a share of the streaming-read floor, as one Markdown table.
 int run_decode_table(const Options& o) {
@@ -281,6 +325,7 @@ int run_decode_table(const Options& o) {
     }
     std::printf("\n");
   }
+  if (o.int_dot) print_int_dot_rows(ctx, o, shapes, floor_gbs);
   return 0;
 }
 
@@ -411,6 +456,8 @@ const Register reg{
                       "also time batch decode's product (each token's sums independent of the others) at these token "
                       "counts, comma-separated (e.g. 4,16,64)");
        auto* shapes = app.get_option("--shapes");
+       app.add_flag("--int-dot", o->int_dot,
+                    "with --decode-table: also Q4_K on packed int8 dot products (x as three 8-bit digits per element)");
        app.add_flag("--decode-table", o->decode_table,
                     std::string("one table of every type's one-token product in weight GB/s and % of the memory "
                                 "floor (shapes default to ") +

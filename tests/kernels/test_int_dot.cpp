@@ -1,0 +1,132 @@
+// Q4_K products on packed int8 dot products (int_dot.wgsl) vs the dequantised weight times x in double, and beside
+// the f32 matvec's error on the same inputs.
+#include <cmath>
+
+#include "kernel_test_util.h"
+#include "kernels/int_dot.h"
+#include "kernels/matmul.h"
+#include "test_util.h"
+
+namespace wgllm::test {
+namespace {
+
+TEST(IntDot, Q4kProductMatchesDoubleWithinItsDigitsBound) {
+  auto& ctx = context();
+  struct Case {
+    uint32_t n_in, n_rows;
+  };
+  for (const Case c : {Case{256, 1}, Case{256, 37}, Case{1280, 9}, Case{4096, 64}, Case{4352, 130}}) {
+    SCOPED_TRACE("n_in " + std::to_string(c.n_in) + ", rows " + std::to_string(c.n_rows));
+    auto gen = rng(c.n_in * 131 + c.n_rows);
+    const auto bytes = random_weight(Q4_K, c.n_in, c.n_rows, gen);
+    auto x = random_floats(c.n_in, gen, -2.f, 2.f);
+    // Edge blocks: all zeros; one element 1000x the rest (the others keep ~13 bits); values near f32's smallest
+    // normals; one element alone in its block.
+    for (uint32_t i = 0; i < 32; ++i) x[i] = 0.f;
+    if (c.n_in >= 128) {
+      x[32 + 5] = 2000.f;
+      for (uint32_t i = 64; i < 96; ++i) x[i] *= 1e-36f;
+      for (uint32_t i = 96; i < 128; ++i) x[i] = i == 100 ? -3.f : 0.f;
+    }
+    auto xbuf = ctx.upload<float>(x, WGPUBufferUsage_Storage, "x");
+    const auto w = kernels::upload_weight(ctx, Q4_K, c.n_in, c.n_rows, bytes);
+    const auto xd = kernels::make_x_digits(ctx, c.n_in, 1);
+    auto y = poisoned(ctx, c.n_rows, "y");
+    auto y32 = poisoned(ctx, c.n_rows, "y f32");
+    gpu::ComputeBatch batch(ctx);
+    kernels::encode_x_digits(batch, ctx, xbuf, xd);
+    kernels::encode_matvec_int(batch, ctx, w, xd, y);
+    kernels::encode_matmul(batch, ctx, w, xbuf, y32, 1);
+    batch.submit_and_wait();
+    const auto got = ctx.read<float>(y);
+    const auto got32 = ctx.read<float>(y32);
+
+    // The bound per row: each element is represented within 2^-23 of its block's largest |x| (half a unit of the
+    // digits' last place plus the rounding of x / s), taken as 2^-22; and f32's rounding of the sums.
+    const size_t row_bytes = tensor_bytes(Q4_K, c.n_in, 1);
+    std::vector<float> wrow(c.n_in);
+    std::vector<double> want(c.n_rows);
+    for (uint32_t r = 0; r < c.n_rows; ++r) {
+      dequantize_row(Q4_K, bytes.data() + r * row_bytes, wrow.data(), c.n_in);
+      double sum = 0, mag = 0, digit_err = 0;
+      for (uint32_t b = 0; b < c.n_in / 32; ++b) {
+        double amax = 0, wabs = 0;
+        for (uint32_t i = 32 * b; i < 32 * b + 32; ++i) {
+          amax = std::max(amax, std::fabs(double(x[i])));
+          wabs += std::fabs(double(wrow[i]));
+          sum += double(wrow[i]) * x[i];
+          mag += std::fabs(double(wrow[i]) * x[i]);
+        }
+        digit_err += amax * std::ldexp(1.0, -22) * wabs;
+      }
+      want[r] = sum;
+      const double bound = digit_err + 4e-6 * mag;
+      ASSERT_FALSE(std::isnan(got[r])) << "row " << r;
+      EXPECT_LE(std::fabs(got[r] - sum), bound) << "row " << r << ": got " << got[r] << ", want " << sum;
+    }
+    const auto r_int = compare(got, want);
+    const auto r_f32 = compare(got32, want);
+    std::printf("[ int dot ] n_in %u rows %u: int8 digits %s; f32 matvec rel L2 %.3g\n", c.n_in, c.n_rows,
+                r_int.describe().c_str(), r_f32.rel_l2);
+  }
+}
+
+TEST(IntDot, DigitsOfManyTokens) {
+  // x_digits alone, three token rows: the digits recombine to x within the bound, sums are the blocks' sums.
+  auto& ctx = context();
+  const uint32_t n_in = 96, n_tokens = 3;
+  auto gen = rng(7);
+  auto x = random_floats(n_in * n_tokens, gen, -5.f, 5.f);
+  x[40] = 0.f;
+  for (uint32_t i = 128; i < 160; ++i) x[i] = 0.f;  // token 1's block 1: all zeros
+  auto xbuf = ctx.upload<float>(x, WGPUBufferUsage_Storage, "x");
+  const auto xd = kernels::make_x_digits(ctx, n_in, n_tokens);
+  gpu::ComputeBatch batch(ctx);
+  kernels::encode_x_digits(batch, ctx, xbuf, xd);
+  batch.submit_and_wait();
+  const auto digits = ctx.read<uint32_t>(xd.digits);
+  const auto scales = ctx.read<float>(xd.scales);
+  for (uint32_t b = 0; b < n_in * n_tokens / 32; ++b) {
+    double amax = 0, sum0 = 0, sum1 = 0;
+    for (uint32_t e = 0; e < 32; ++e) {
+      amax = std::max(amax, std::fabs(double(x[32 * b + e])));
+      (e < 16 ? sum0 : sum1) += x[32 * b + e];
+    }
+    const float s = scales[4 * b];
+    EXPECT_NEAR(s, amax / 8323072.0, amax * 1e-13) << "block " << b;
+    EXPECT_NEAR(scales[4 * b + 1], sum0, 1e-5 * (1 + std::fabs(sum0))) << "block " << b;
+    EXPECT_NEAR(scales[4 * b + 2], sum1, 1e-5 * (1 + std::fabs(sum1))) << "block " << b;
+    for (uint32_t e = 0; e < 32; ++e) {
+      const uint32_t h = e / 16, word = (e % 16) / 4, byte = e % 4;
+      auto digit = [&](uint32_t g) { return (digits[((b * 3 + g) * 2 + h) * 4 + word] >> (8 * byte)) & 255u; };
+      const int d0 = int8_t(digit(0)), d1 = int8_t(digit(1)), d2 = int(digit(2));
+      EXPECT_LE(std::abs(d0), 127) << "block " << b << " element " << e;
+      const double value = double(s) * (double(d0) * 65536 + double(d1) * 256 + d2);
+      EXPECT_LE(std::fabs(value - x[32 * b + e]), amax * std::ldexp(1.0, -22) + 1e-30)
+          << "block " << b << " element " << e << ": " << value << " vs " << x[32 * b + e];
+    }
+  }
+}
+
+TEST(IntDot, BadArgumentsThrowNamingTheField) {
+  auto& ctx = context();
+  auto gen = rng(3);
+  const auto q4k = kernels::upload_weight(ctx, Q4_K, 256, 8, random_weight(Q4_K, 256, 8, gen));
+  const auto q80 = kernels::upload_weight(ctx, Q8_0, 256, 4, random_weight(Q8_0, 256, 4, gen));
+  const auto xd1 = kernels::make_x_digits(ctx, 256, 1);
+  const auto xd2 = kernels::make_x_digits(ctx, 256, 2);
+  const auto xd512 = kernels::make_x_digits(ctx, 512, 1);
+  auto y = ctx.create_buffer(64, WGPUBufferUsage_Storage, "y");
+  auto small = ctx.create_buffer(16, WGPUBufferUsage_Storage, "small");
+  gpu::ComputeBatch batch(ctx);
+  expect_throw([&] { kernels::make_x_digits(ctx, 100, 1); }, "n_in must");
+  expect_throw([&] { kernels::make_x_digits(ctx, 256, 0); }, "n_tokens must");
+  expect_throw([&] { kernels::encode_x_digits(batch, ctx, small, xd1); }, "x holds");
+  expect_throw([&] { kernels::encode_matvec_int(batch, ctx, q80, xd1, y); }, "must be Q4_K");
+  expect_throw([&] { kernels::encode_matvec_int(batch, ctx, q4k, xd2, y); }, "one token");
+  expect_throw([&] { kernels::encode_matvec_int(batch, ctx, q4k, xd512, y); }, "xd.n_in");
+  expect_throw([&] { kernels::encode_matvec_int(batch, ctx, q4k, xd1, small); }, "y holds");
+}
+
+}  // namespace
+}  // namespace wgllm::test
