@@ -1,6 +1,7 @@
 // Q4_K products on packed int8 dot products (int_dot.wgsl) vs the dequantised weight times x in double, and beside
 // the f32 matvec's error on the same inputs.
 #include <cmath>
+#include <initializer_list>
 
 #include "kernel_test_util.h"
 #include "kernels/int_dot.h"
@@ -10,12 +11,14 @@
 namespace wgllm::test {
 namespace {
 
-TEST(IntDot, Q4kProductMatchesDoubleWithinItsDigitsBound) {
-  auto& ctx = context();
-  struct Case {
-    uint32_t n_in, n_rows;
-  };
-  for (const Case c : {Case{256, 1}, Case{256, 37}, Case{1280, 9}, Case{4096, 64}, Case{4352, 130}}) {
+struct IntCase {
+  uint32_t n_in, n_rows;
+};
+
+// encode_x_digits + encode_matvec_int against the dequantised weight times x in double, within the digits' bound per
+// row; the f32 matvec on the same inputs alongside for its error.
+void check_int_products(gpu::Context& ctx, std::initializer_list<IntCase> cases) {
+  for (const IntCase c : cases) {
     SCOPED_TRACE("n_in " + std::to_string(c.n_in) + ", rows " + std::to_string(c.n_rows));
     auto gen = rng(c.n_in * 131 + c.n_rows);
     const auto bytes = random_weight(Q4_K, c.n_in, c.n_rows, gen);
@@ -68,6 +71,21 @@ TEST(IntDot, Q4kProductMatchesDoubleWithinItsDigitsBound) {
     const auto r_f32 = compare(got32, want);
     std::printf("[ int dot ] n_in %u rows %u: int8 digits %s; f32 matvec rel L2 %.3g\n", c.n_in, c.n_rows,
                 r_int.describe().c_str(), r_f32.rel_l2);
+  }
+}
+
+TEST(IntDot, Q4kProductMatchesDoubleWithinItsDigitsBound) {
+  check_int_products(context(), {{256, 1}, {256, 37}, {1280, 9}, {4096, 64}, {4352, 130}});
+}
+
+TEST(IntDot, Q4kProductOtherShapesAndNoSubgroups) {
+  for (const char* shape : {"32x4x2", "32x8x1", ""}) {
+    SCOPED_TRACE(std::string("shape '") + shape + "'");
+    gpu::Context ctx(context_options([&](auto& o) {
+      o.matvec_shape = shape;
+      o.disable_subgroups = *shape == 0;
+    }));
+    check_int_products(ctx, {{256, 37}, {1280, 9}, {512, 3}});
   }
 }
 
