@@ -8,7 +8,7 @@
 // block's s and the sums of its elements 0..15 and 16..31 (for Q4_K's minimum): xsc[b] = (s, sum0, sum1, 0).
 //
 // matvec_int multiplies a Q4_K weight (matmul_common.wgsl's layout: per super-block of 256 a header vec4 d|dmin and
-// the 12 scale bytes, then 8 vec4 of quants) by those digits. A group of IT = 32 lanes owns IR adjacent rows; lane lt
+// the 12 scale bytes, then 8 vec4 of quants) by those digits. A group of 32 lanes owns IR adjacent rows; lane lt
 // takes units lt, lt + 32, ... of each row, a unit being the 64 weights of one Q4_K sub-block pair (two quant vec4:
 // their low nibbles are sub-block 2k's, their high nibbles 2k + 1's). Per 16 weights and digit, four packed dot
 // products; the three digits' sums are exact in i32 (16 * 15 * 127 * 2^16 < 2^31) and become one f32 each
@@ -29,7 +29,7 @@ struct IntDotParams {
 
 const X_MAX: f32 = 8323072.0;  // 127 * 2^16
 
-// Element e of the block at xin[base ..] as its digits (d0, d1, d2) in the low bytes.
+// v, an element of a block whose inv = X_MAX / max |x|, as its digits (d0, d1, d2), each in the low byte.
 fn digits(v: f32, inv: f32) -> vec3<u32> {
   let big = i32(clamp(round(v * inv), -X_MAX, X_MAX));
   let d0 = (big + 32768) >> 16u;  // arithmetic shifts: floor
