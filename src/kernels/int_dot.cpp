@@ -53,20 +53,23 @@ XDigits make_x_digits(gpu::Context& ctx, uint32_t n_in, uint32_t n_tokens) {
           ctx.create_buffer(blocks * 16, WGPUBufferUsage_Storage, "x digit scales"), n_in, n_tokens};
 }
 
-void encode_x_digits(gpu::ComputeBatch& batch, gpu::Context& ctx, const gpu::Buffer& x, const XDigits& xd) {
+void encode_x_digits(gpu::ComputeBatch& batch, gpu::Context& ctx, const gpu::Buffer& x, const XDigits& xd,
+                     const gpu::Buffer* norm) {
   const char* fn = "encode_x_digits";
   if (xd.n_in == 0 || xd.n_in % 32 != 0 || xd.n_tokens == 0) fail(fn, "xd is not made by make_x_digits");
   const uint64_t blocks = uint64_t(xd.n_in / 32) * xd.n_tokens;
   need(fn, "x", x, uint64_t(xd.n_in) * xd.n_tokens * 4, ctx);
   need(fn, "xd.digits", xd.digits, blocks * 96, ctx);
   need(fn, "xd.scales", xd.scales, blocks * 16, ctx);
+  if (norm) need(fn, "norm", *norm, uint64_t(xd.n_in) * 4, ctx);
   const auto grid = gpu::fold_grid((blocks + 7) / 8, ctx.limits().maxComputeWorkgroupsPerDimension);
-  const IntDotParams p{xd.n_in, 0, xd.n_tokens, grid.x};
+  const IntDotParams p{xd.n_in, 0, xd.n_tokens, grid.x, norm ? 1u : 0u, 0, 0, 0};
   WGPUComputePipeline pipe = ctx.pipeline({kShader, "x_digits", {}, prelude(ctx)});
   const gpu::BufferBinding b[] = {batch.uniform(0, p),
                                   {1, &x, 0, uint64_t(xd.n_in) * xd.n_tokens * 4},
                                   {2, &xd.digits, 0, blocks * 96},
-                                  {3, &xd.scales, 0, blocks * 16}};
+                                  {3, &xd.scales, 0, blocks * 16},
+                                  {6, norm ? norm : &ctx.placeholder_storage(), 0, norm ? uint64_t(xd.n_in) * 4 : 0}};
   batch.dispatch(pipe, b, grid.x, grid.y);
 }
 
@@ -89,7 +92,7 @@ void encode_matvec_int(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWei
   const uint32_t rows_per_wg = shape.rows * shape.groups;
   const auto grid = gpu::fold_grid((uint64_t(w.n_out) + rows_per_wg - 1) / rows_per_wg,
                                    ctx.limits().maxComputeWorkgroupsPerDimension);
-  const IntDotParams p{w.n_in, w.n_out, 1, grid.x};
+  const IntDotParams p{w.n_in, w.n_out, 1, grid.x, 0, 0, 0, 0};
   WGPUComputePipeline pipe = ctx.pipeline({kShader, "matvec_int", {}, prelude(ctx)});
   const gpu::BufferBinding b[] = {batch.uniform(0, p),
                                   {2, &xd.digits, 0, blocks * 96},

@@ -14,8 +14,9 @@ namespace wgllm::kernels {
 // Mirrors `IntDotParams` in int_dot.wgsl.
 struct IntDotParams {
   uint32_t n_in, n_rows, n_tokens, grid_x;
+  uint32_t norm, pad0, pad1, pad2;
 };
-static_assert(sizeof(IntDotParams) == 16);
+static_assert(sizeof(IntDotParams) == 32);
 
 // x's digits and per-block scales and sums, for n_tokens rows of n_in (a multiple of 32).
 struct XDigits {
@@ -25,8 +26,10 @@ struct XDigits {
 };
 XDigits make_x_digits(gpu::Context& ctx, uint32_t n_in, uint32_t n_tokens);
 
-// x (n_tokens rows of xd.n_in floats from offset 0) into xd.
-void encode_x_digits(gpu::ComputeBatch& batch, gpu::Context& ctx, const gpu::Buffer& x, const XDigits& xd);
+// x (n_tokens rows of xd.n_in floats from offset 0) into xd: the digits of x, or of x * norm (xd.n_in floats: an
+// RMSNorm's weights, whose 1 / rms a product takes from the blocks' sums of squares of x, xsc's w).
+void encode_x_digits(gpu::ComputeBatch& batch, gpu::Context& ctx, const gpu::Buffer& x, const XDigits& xd,
+                     const gpu::Buffer* norm = nullptr);
 
 // y[r] = sum_i w[r][i] x[i] for one token (xd.n_tokens == 1): w Q4_K in one piece, n_in == xd.n_in.
 void encode_matvec_int(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight& w, const XDigits& xd,

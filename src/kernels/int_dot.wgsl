@@ -1,11 +1,13 @@
 // One-token Q4_K products on packed 8-bit integer dot products (dot4I8Packed / dot4U8Packed), kernels/int_dot.h.
 //
-// x_digits writes each 32-element block of x as three 8-bit digits per element under one scale s per block:
+// x_digits writes each 32-element block of x (times the norm weights g when p.norm is 1: the RMSNorm's weights, its
+// 1 / rms left to the product) as three 8-bit digits per element under one scale s per block:
 // x ~= s * X with X = round(x / s), |X| <= 127 * 2^16, s = max |x| of the block / (127 * 2^16), and
 // X = d0 * 2^16 + d1 * 2^8 + d2 with d0 in [-127, 127], d1 in [-128, 127] (signed bytes), d2 in [0, 255]. That keeps
 // 23 bits against the block's largest element: |x - s X| <= s / 2 plus the rounding of x / s, about 2^-24 of it.
 // Digit g of block b, elements 16 h .. 16 h + 15 (a byte each, in element order): xd[(b * 3 + g) * 2 + h]; the
-// block's s and the sums of its elements 0..15 and 16..31 (for Q4_K's minimum): xsc[b] = (s, sum0, sum1, 0).
+// block's s, the sums of its elements 0..15 and 16..31 (for Q4_K's minimum) and the sum of squares of x itself (for
+// the row's 1 / rms): xsc[b] = (s, sum0, sum1, sum x^2).
 //
 // matvec_int multiplies a Q4_K weight (matmul_common.wgsl's layout: per super-block of 256 a header vec4 d|dmin and
 // the 12 scale bytes, then 8 vec4 of quants) by those digits. A group of 32 lanes owns IR adjacent rows; lane lt
@@ -18,6 +20,7 @@
 
 struct IntDotParams {
   n_in: u32, n_rows: u32, n_tokens: u32, grid_x: u32,
+  norm: u32, pad0: u32, pad1: u32, pad2: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: IntDotParams;
@@ -26,6 +29,7 @@ struct IntDotParams {
 @group(0) @binding(3) var<storage, read_write> xsc: array<vec4<f32>>;
 @group(0) @binding(4) var<storage, read> w: array<vec4<u32>>;
 @group(0) @binding(5) var<storage, read_write> y: array<f32>;
+@group(0) @binding(6) var<storage, read> gnorm: array<f32>;
 
 const X_MAX: f32 = 8323072.0;  // 127 * 2^16
 
@@ -43,6 +47,7 @@ fn digits(v: f32, inv: f32) -> vec3<u32> {
 // halves' sums by trees in workgroup memory, its digits, then 6 invocations per block write its digit vec4s.
 var<workgroup> wmax: array<f32, 256>;
 var<workgroup> wsum: array<f32, 256>;
+var<workgroup> wsq: array<f32, 256>;
 var<workgroup> wdig: array<u32, 256>;
 
 @compute @workgroup_size(256)
@@ -52,12 +57,18 @@ fn x_digits(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_ind
   let e = lid % 32u;
   let live = blk < n_blocks * p.n_tokens;
   let b = min(blk, n_blocks * p.n_tokens - 1u);
-  let v = xin[(b / n_blocks) * p.n_in + (b % n_blocks) * 32u + e];
+  let raw = xin[(b / n_blocks) * p.n_in + (b % n_blocks) * 32u + e];
+  var v = raw;
+  if (p.norm != 0u) { v *= gnorm[(b % n_blocks) * 32u + e]; }
   wmax[lid] = abs(v);
   wsum[lid] = v;
+  wsq[lid] = raw * raw;
   workgroupBarrier();
   for (var s = 16u; s > 0u; s >>= 1u) {
-    if (e < s) { wmax[lid] = max(wmax[lid], wmax[lid + s]); }
+    if (e < s) {
+      wmax[lid] = max(wmax[lid], wmax[lid + s]);
+      wsq[lid] += wsq[lid + s];
+    }
     if (e % 16u < s && s < 16u) { wsum[lid] += wsum[lid + s]; }
     workgroupBarrier();
   }
@@ -68,7 +79,7 @@ fn x_digits(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_ind
   wdig[lid] = d.x | (d.y << 8u) | (d.z << 16u);
   workgroupBarrier();
   if (!live) { return; }
-  if (e == 0u) { xsc[b] = vec4<f32>(amax / X_MAX, wsum[first], wsum[first + 16u], 0.0); }
+  if (e == 0u) { xsc[b] = vec4<f32>(amax / X_MAX, wsum[first], wsum[first + 16u], wsq[first]); }
   if (e % 16u < 3u) {  // digit g of half h: its 16 bytes from the half's elements
     let g = e % 16u;
     let h = e / 16u;

@@ -90,38 +90,47 @@ TEST(IntDot, Q4kProductOtherShapesAndNoSubgroups) {
 }
 
 TEST(IntDot, DigitsOfManyTokens) {
-  // x_digits alone, three token rows: the digits recombine to x within the bound, sums are the blocks' sums.
+  // x_digits alone, three token rows, without and with norm weights g: the digits recombine to x * g within the
+  // bound, the half sums are those of x * g, the sum of squares that of x.
   auto& ctx = context();
   const uint32_t n_in = 96, n_tokens = 3;
   auto gen = rng(7);
   auto x = random_floats(n_in * n_tokens, gen, -5.f, 5.f);
   x[40] = 0.f;
   for (uint32_t i = 128; i < 160; ++i) x[i] = 0.f;  // token 1's block 1: all zeros
+  const auto g = random_floats(n_in, gen, 0.25f, 2.f);
   auto xbuf = ctx.upload<float>(x, WGPUBufferUsage_Storage, "x");
-  const auto xd = kernels::make_x_digits(ctx, n_in, n_tokens);
-  gpu::ComputeBatch batch(ctx);
-  kernels::encode_x_digits(batch, ctx, xbuf, xd);
-  batch.submit_and_wait();
-  const auto digits = ctx.read<uint32_t>(xd.digits);
-  const auto scales = ctx.read<float>(xd.scales);
-  for (uint32_t b = 0; b < n_in * n_tokens / 32; ++b) {
-    double amax = 0, sum0 = 0, sum1 = 0;
-    for (uint32_t e = 0; e < 32; ++e) {
-      amax = std::max(amax, std::fabs(double(x[32 * b + e])));
-      (e < 16 ? sum0 : sum1) += x[32 * b + e];
-    }
-    const float s = scales[4 * b];
-    EXPECT_NEAR(s, amax / 8323072.0, amax * 1e-13) << "block " << b;
-    EXPECT_NEAR(scales[4 * b + 1], sum0, 1e-5 * (1 + std::fabs(sum0))) << "block " << b;
-    EXPECT_NEAR(scales[4 * b + 2], sum1, 1e-5 * (1 + std::fabs(sum1))) << "block " << b;
-    for (uint32_t e = 0; e < 32; ++e) {
-      const uint32_t h = e / 16, word = (e % 16) / 4, byte = e % 4;
-      auto digit = [&](uint32_t g) { return (digits[((b * 3 + g) * 2 + h) * 4 + word] >> (8 * byte)) & 255u; };
-      const int d0 = int8_t(digit(0)), d1 = int8_t(digit(1)), d2 = int(digit(2));
-      EXPECT_LE(std::abs(d0), 127) << "block " << b << " element " << e;
-      const double value = double(s) * (double(d0) * 65536 + double(d1) * 256 + d2);
-      EXPECT_LE(std::fabs(value - x[32 * b + e]), amax * std::ldexp(1.0, -22) + 1e-30)
-          << "block " << b << " element " << e << ": " << value << " vs " << x[32 * b + e];
+  auto gbuf = ctx.upload<float>(g, WGPUBufferUsage_Storage, "g");
+  for (const bool with_norm : {false, true}) {
+    SCOPED_TRACE(with_norm ? "x * g" : "x");
+    const auto xd = kernels::make_x_digits(ctx, n_in, n_tokens);
+    gpu::ComputeBatch batch(ctx);
+    kernels::encode_x_digits(batch, ctx, xbuf, xd, with_norm ? &gbuf : nullptr);
+    batch.submit_and_wait();
+    const auto digits = ctx.read<uint32_t>(xd.digits);
+    const auto scales = ctx.read<float>(xd.scales);
+    for (uint32_t b = 0; b < n_in * n_tokens / 32; ++b) {
+      auto xg = [&](uint32_t e) { return double(x[32 * b + e]) * (with_norm ? g[(32 * b + e) % n_in] : 1.0); };
+      double amax = 0, sum0 = 0, sum1 = 0, sq = 0;
+      for (uint32_t e = 0; e < 32; ++e) {
+        amax = std::max(amax, std::fabs(xg(e)));
+        (e < 16 ? sum0 : sum1) += xg(e);
+        sq += double(x[32 * b + e]) * x[32 * b + e];
+      }
+      const float s = scales[4 * b];
+      EXPECT_NEAR(s, amax / 8323072.0, amax * 1e-13) << "block " << b;
+      EXPECT_NEAR(scales[4 * b + 1], sum0, 1e-5 * (1 + std::fabs(sum0))) << "block " << b;
+      EXPECT_NEAR(scales[4 * b + 2], sum1, 1e-5 * (1 + std::fabs(sum1))) << "block " << b;
+      EXPECT_NEAR(scales[4 * b + 3], sq, 1e-5 * (1 + sq)) << "block " << b;
+      for (uint32_t e = 0; e < 32; ++e) {
+        const uint32_t h = e / 16, word = (e % 16) / 4, byte = e % 4;
+        auto digit = [&](uint32_t k) { return (digits[((b * 3 + k) * 2 + h) * 4 + word] >> (8 * byte)) & 255u; };
+        const int d0 = int8_t(digit(0)), d1 = int8_t(digit(1)), d2 = int(digit(2));
+        EXPECT_LE(std::abs(d0), 127) << "block " << b << " element " << e;
+        const double value = double(s) * (double(d0) * 65536 + double(d1) * 256 + d2);
+        EXPECT_LE(std::fabs(value - xg(e)), amax * std::ldexp(1.0, -22) + 1e-30)
+            << "block " << b << " element " << e << ": " << value << " vs " << xg(e);
+      }
     }
   }
 }
@@ -140,6 +149,8 @@ TEST(IntDot, BadArgumentsThrowNamingTheField) {
   expect_throw([&] { kernels::make_x_digits(ctx, 100, 1); }, "n_in must");
   expect_throw([&] { kernels::make_x_digits(ctx, 256, 0); }, "n_tokens must");
   expect_throw([&] { kernels::encode_x_digits(batch, ctx, small, xd1); }, "x holds");
+  auto x256 = ctx.create_buffer(256 * 4, WGPUBufferUsage_Storage, "x");
+  expect_throw([&] { kernels::encode_x_digits(batch, ctx, x256, xd1, &small); }, "norm holds");
   expect_throw([&] { kernels::encode_matvec_int(batch, ctx, q80, xd1, y); }, "must be Q4_K");
   expect_throw([&] { kernels::encode_matvec_int(batch, ctx, q4k, xd2, y); }, "one token");
   expect_throw([&] { kernels::encode_matvec_int(batch, ctx, q4k, xd512, y); }, "xd.n_in");
