@@ -1,5 +1,6 @@
 #include "kernels/int_dot.h"
 
+#include <cmath>
 #include <string>
 
 #include "kernels/check.h"
@@ -63,7 +64,7 @@ void encode_x_digits(gpu::ComputeBatch& batch, gpu::Context& ctx, const gpu::Buf
   need(fn, "xd.scales", xd.scales, blocks * 16, ctx);
   if (norm) need(fn, "norm", *norm, uint64_t(xd.n_in) * 4, ctx);
   const auto grid = gpu::fold_grid((blocks + 7) / 8, ctx.limits().maxComputeWorkgroupsPerDimension);
-  const IntDotParams p{xd.n_in, 0, xd.n_tokens, grid.x, norm ? 1u : 0u, 0, 0, 0};
+  const IntDotParams p{xd.n_in, 0, xd.n_tokens, grid.x, norm ? 1u : 0u, 0.f, 0, 0};
   WGPUComputePipeline pipe = ctx.pipeline({kShader, "x_digits", {}, prelude(ctx)});
   const gpu::BufferBinding b[] = {batch.uniform(0, p),
                                   {1, &x, 0, uint64_t(xd.n_in) * xd.n_tokens * 4},
@@ -74,8 +75,9 @@ void encode_x_digits(gpu::ComputeBatch& batch, gpu::Context& ctx, const gpu::Buf
 }
 
 void encode_matvec_int(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight& w, const XDigits& xd,
-                       const gpu::Buffer& y) {
+                       const gpu::Buffer& y, std::optional<float> norm_eps) {
   const char* fn = "encode_matvec_int";
+  if (norm_eps && !(*norm_eps >= 0.f && std::isfinite(*norm_eps))) fail(fn, "norm_eps must be finite and >= 0");
   detail::check_weight(fn, w);
   if (w.type != GgufType::Q4_K) fail(fn, "the weight must be Q4_K");
   if (w.pieces.size() != 1) fail(fn, "the weight must be one piece (rows within one storage binding)");
@@ -92,7 +94,7 @@ void encode_matvec_int(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWei
   const uint32_t rows_per_wg = shape.rows * shape.groups;
   const auto grid = gpu::fold_grid((uint64_t(w.n_out) + rows_per_wg - 1) / rows_per_wg,
                                    ctx.limits().maxComputeWorkgroupsPerDimension);
-  const IntDotParams p{w.n_in, w.n_out, 1, grid.x, 0, 0, 0, 0};
+  const IntDotParams p{w.n_in, w.n_out, 1, grid.x, norm_eps ? 1u : 0u, norm_eps.value_or(0.f), 0, 0};
   WGPUComputePipeline pipe = ctx.pipeline({kShader, "matvec_int", {}, prelude(ctx)});
   const gpu::BufferBinding b[] = {batch.uniform(0, p),
                                   {2, &xd.digits, 0, blocks * 96},

@@ -5,6 +5,7 @@
 // products"). Contract checks throw wgllm::InvalidArgument naming the field.
 #pragma once
 #include <cstdint>
+#include <optional>
 
 #include "gpu/batch.h"
 #include "kernels/weight.h"
@@ -14,7 +15,9 @@ namespace wgllm::kernels {
 // Mirrors `IntDotParams` in int_dot.wgsl.
 struct IntDotParams {
   uint32_t n_in, n_rows, n_tokens, grid_x;
-  uint32_t norm, pad0, pad1, pad2;
+  uint32_t norm;
+  float eps;
+  uint32_t pad0, pad1;
 };
 static_assert(sizeof(IntDotParams) == 32);
 
@@ -31,8 +34,9 @@ XDigits make_x_digits(gpu::Context& ctx, uint32_t n_in, uint32_t n_tokens);
 void encode_x_digits(gpu::ComputeBatch& batch, gpu::Context& ctx, const gpu::Buffer& x, const XDigits& xd,
                      const gpu::Buffer* norm = nullptr);
 
-// y[r] = sum_i w[r][i] x[i] for one token (xd.n_tokens == 1): w Q4_K in one piece, n_in == xd.n_in.
+// y[r] = sum_i w[r][i] x[i] for one token (xd.n_tokens == 1): w Q4_K in one piece, n_in == xd.n_in. With norm_eps
+// (xd holding the digits of x * g): y[r] = sum_i w[r][i] x[i] g[i] / rms(x), rms(x) = sqrt(mean(x^2) + eps).
 void encode_matvec_int(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight& w, const XDigits& xd,
-                       const gpu::Buffer& y);
+                       const gpu::Buffer& y, std::optional<float> norm_eps = std::nullopt);
 
 }  // namespace wgllm::kernels

@@ -14,13 +14,15 @@
 // takes units lt, lt + 32, ... of each row, a unit being the 64 weights of one Q4_K sub-block pair (two quant vec4:
 // their low nibbles are sub-block 2k's, their high nibbles 2k + 1's). Per 16 weights and digit, four packed dot
 // products; the three digits' sums are exact in i32 (16 * 15 * 127 * 2^16 < 2^31) and become one f32 each
-// (one rounding per 16 weights), times the block's s, the sub-block's d * scale, less dmin * min * sum(x).
+// (one rounding per 16 weights), times the block's s, the sub-block's d * scale, less dmin * min * sum(x). With p.norm
+// (digits of x * g) the row's sum is then times 1 / rms(x), from the blocks' sums of squares: y = (x / rms(x) * g) W^T,
+// the matvec's FLAG_NORM.
 // Host constants: IR, IG (groups per workgroup), SUBGROUPS; the entry point `matvec_int` and sg_shuffle_xor come from
 // the host prelude.
 
 struct IntDotParams {
   n_in: u32, n_rows: u32, n_tokens: u32, grid_x: u32,
-  norm: u32, pad0: u32, pad1: u32, pad2: u32,
+  norm: u32, eps: f32, pad0: u32, pad1: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: IntDotParams;
@@ -120,6 +122,7 @@ fn dot16(q: vec4<u32>, g0: vec4<u32>, g1: vec4<u32>, g2: vec4<u32>) -> f32 {
 
 const NIBBLES: u32 = 0x0F0F0F0Fu;
 var<workgroup> ired: array<f32, IG * IR * 32u>;
+var<workgroup> iss: array<f32, IG * 32u>;
 
 fn matvec_int_main(wid: vec3<u32>, lid: u32, sg: u32) {
   let grp = lid / 32u;
@@ -130,6 +133,7 @@ fn matvec_int_main(wid: vec3<u32>, lid: u32, sg: u32) {
   //#unroll j IR
   acc[$j] = 0.0;
   //#end
+  var ss = 0.0;  // the lane's blocks' sums of x^2: the group's lanes cover each block once
   for (var u = lt; u < nsb * 4u; u += 32u) {
     let sb = u / 4u;
     let k = u % 4u;
@@ -148,6 +152,7 @@ fn matvec_int_main(wid: vec3<u32>, lid: u32, sg: u32) {
     let b21 = xd[xa * 6u + 11u];
     let sa = xsc[xa];
     let sbk = xsc[xa + 1u];
+    ss += sa.w + sbk.w;
     //#unroll j IR
     {
       let base = (min(row0 + $j, p.n_rows - 1u) * nsb + sb) * 9u;
@@ -175,10 +180,22 @@ fn matvec_int_main(wid: vec3<u32>, lid: u32, sg: u32) {
     if (lt % chunk == 0u) { ired[(grp * IR + $j) * 32u + lt / chunk] = v; }
   }
   //#end
+  {
+    var v = ss;
+    if (SUBGROUPS) {
+      for (var m = 1u; m < chunk; m <<= 1u) { v += sg_shuffle_xor(v, m); }
+    }
+    if (lt % chunk == 0u) { iss[grp * 32u + lt / chunk] = v; }
+  }
   workgroupBarrier();
   if (lt < IR && row0 + lt < p.n_rows) {
     var total = 0.0;
-    for (var c = 0u; c < 32u / chunk; c += 1u) { total += ired[(grp * IR + lt) * 32u + c]; }
+    var sq = 0.0;
+    for (var c = 0u; c < 32u / chunk; c += 1u) {
+      total += ired[(grp * IR + lt) * 32u + c];
+      sq += iss[grp * 32u + c];
+    }
+    if (p.norm != 0u) { total *= inverseSqrt(sq / f32(p.n_in) + p.eps); }
     y[row0 + lt] = total;
   }
 }

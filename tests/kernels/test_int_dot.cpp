@@ -2,6 +2,7 @@
 // the f32 matvec's error on the same inputs.
 #include <cmath>
 #include <initializer_list>
+#include <optional>
 
 #include "kernel_test_util.h"
 #include "kernels/int_dot.h"
@@ -16,10 +17,12 @@ struct IntCase {
 };
 
 // encode_x_digits + encode_matvec_int against the dequantised weight times x in double, within the digits' bound per
-// row; the f32 matvec on the same inputs alongside for its error.
-void check_int_products(gpu::Context& ctx, std::initializer_list<IntCase> cases) {
+// row; the f32 matvec on the same inputs alongside for its error. With `norm`: x RMS-normalised with random weights
+// g first (the digits of x * g, the product's 1 / rms), against the matvec's FLAG_NORM.
+void check_int_products(gpu::Context& ctx, std::initializer_list<IntCase> cases, bool norm = false) {
+  constexpr float kEps = 1e-5f;
   for (const IntCase c : cases) {
-    SCOPED_TRACE("n_in " + std::to_string(c.n_in) + ", rows " + std::to_string(c.n_rows));
+    SCOPED_TRACE("n_in " + std::to_string(c.n_in) + ", rows " + std::to_string(c.n_rows) + (norm ? ", norm" : ""));
     auto gen = rng(c.n_in * 131 + c.n_rows);
     const auto bytes = random_weight(Q4_K, c.n_in, c.n_rows, gen);
     auto x = random_floats(c.n_in, gen, -2.f, 2.f);
@@ -31,15 +34,20 @@ void check_int_products(gpu::Context& ctx, std::initializer_list<IntCase> cases)
       for (uint32_t i = 64; i < 96; ++i) x[i] *= 1e-36f;
       for (uint32_t i = 96; i < 128; ++i) x[i] = i == 100 ? -3.f : 0.f;
     }
+    const auto g = norm ? random_floats(c.n_in, gen, 0.25f, 2.f) : std::vector<float>(c.n_in, 1.f);
+    double mean_sq = 0;
+    for (float v : x) mean_sq += double(v) * v / c.n_in;
+    const double inv_rms = norm ? 1.0 / std::sqrt(mean_sq + kEps) : 1.0;
     auto xbuf = ctx.upload<float>(x, WGPUBufferUsage_Storage, "x");
+    auto gbuf = ctx.upload<float>(g, WGPUBufferUsage_Storage, "g");
     const auto w = kernels::upload_weight(ctx, Q4_K, c.n_in, c.n_rows, bytes);
     const auto xd = kernels::make_x_digits(ctx, c.n_in, 1);
     auto y = poisoned(ctx, c.n_rows, "y");
     auto y32 = poisoned(ctx, c.n_rows, "y f32");
     gpu::ComputeBatch batch(ctx);
-    kernels::encode_x_digits(batch, ctx, xbuf, xd);
-    kernels::encode_matvec_int(batch, ctx, w, xd, y);
-    kernels::encode_matmul(batch, ctx, w, xbuf, y32, 1);
+    kernels::encode_x_digits(batch, ctx, xbuf, xd, norm ? &gbuf : nullptr);
+    kernels::encode_matvec_int(batch, ctx, w, xd, y, norm ? std::optional<float>(kEps) : std::nullopt);
+    kernels::encode_matmul(batch, ctx, w, xbuf, y32, 1, {.norm = norm ? &gbuf : nullptr, .eps = kEps});
     batch.submit_and_wait();
     const auto got = ctx.read<float>(y);
     const auto got32 = ctx.read<float>(y32);
@@ -55,27 +63,30 @@ void check_int_products(gpu::Context& ctx, std::initializer_list<IntCase> cases)
       for (uint32_t b = 0; b < c.n_in / 32; ++b) {
         double amax = 0, wabs = 0;
         for (uint32_t i = 32 * b; i < 32 * b + 32; ++i) {
-          amax = std::max(amax, std::fabs(double(x[i])));
+          const double xg = double(x[i]) * g[i];
+          amax = std::max(amax, std::fabs(xg));
           wabs += std::fabs(double(wrow[i]));
-          sum += double(wrow[i]) * x[i];
-          mag += std::fabs(double(wrow[i]) * x[i]);
+          sum += double(wrow[i]) * xg;
+          mag += std::fabs(double(wrow[i]) * xg);
         }
         digit_err += amax * std::ldexp(1.0, -22) * wabs;
       }
+      sum *= inv_rms;
       want[r] = sum;
-      const double bound = digit_err + 4e-6 * mag;
+      const double bound = (digit_err + 4e-6 * mag) * inv_rms;
       ASSERT_FALSE(std::isnan(got[r])) << "row " << r;
       EXPECT_LE(std::fabs(got[r] - sum), bound) << "row " << r << ": got " << got[r] << ", want " << sum;
     }
     const auto r_int = compare(got, want);
     const auto r_f32 = compare(got32, want);
-    std::printf("[ int dot ] n_in %u rows %u: int8 digits %s; f32 matvec rel L2 %.3g\n", c.n_in, c.n_rows,
-                r_int.describe().c_str(), r_f32.rel_l2);
+    std::printf("[ int dot ] n_in %u rows %u%s: int8 digits %s; f32 matvec rel L2 %.3g\n", c.n_in, c.n_rows,
+                norm ? " norm" : "", r_int.describe().c_str(), r_f32.rel_l2);
   }
 }
 
 TEST(IntDot, Q4kProductMatchesDoubleWithinItsDigitsBound) {
-  check_int_products(context(), {{256, 1}, {256, 37}, {1280, 9}, {4096, 64}, {4352, 130}});
+  for (const bool norm : {false, true})
+    check_int_products(context(), {{256, 1}, {256, 37}, {1280, 9}, {4096, 64}, {4352, 130}}, norm);
 }
 
 TEST(IntDot, Q4kProductOtherShapesAndNoSubgroups) {
@@ -85,7 +96,7 @@ TEST(IntDot, Q4kProductOtherShapesAndNoSubgroups) {
       o.matvec_shape = shape;
       o.disable_subgroups = *shape == 0;
     }));
-    check_int_products(ctx, {{256, 37}, {1280, 9}, {512, 3}});
+    check_int_products(ctx, {{256, 37}, {1280, 9}, {512, 3}}, *shape != 0);
   }
 }
 
@@ -155,6 +166,7 @@ TEST(IntDot, BadArgumentsThrowNamingTheField) {
   expect_throw([&] { kernels::encode_matvec_int(batch, ctx, q4k, xd2, y); }, "one token");
   expect_throw([&] { kernels::encode_matvec_int(batch, ctx, q4k, xd512, y); }, "xd.n_in");
   expect_throw([&] { kernels::encode_matvec_int(batch, ctx, q4k, xd1, small); }, "y holds");
+  expect_throw([&] { kernels::encode_matvec_int(batch, ctx, q4k, xd1, y, -1.f); }, "norm_eps");
 }
 
 }  // namespace
