@@ -14,33 +14,34 @@ using detail::need;
 namespace {
 constexpr const char* kShader = "int_dot.wgsl";
 
-// Rows per group of 32 lanes (IR) and groups per workgroup (IG): 2 x 4, or the rows and groups of a forced matvec
-// shape (`--matvec 32xRxG`, tuning).
+// Lanes per group (IT), rows per group (IR) and groups per workgroup (IG): 32 x 2 x 4, or a forced matvec shape
+// (`--matvec TxRxG`, tuning; T >= R).
 struct IntDotShape {
-  uint32_t rows = 2, groups = 4;
+  uint32_t threads = 32, rows = 2, groups = 4;
 };
 IntDotShape int_dot_shape(const gpu::Context& ctx) {
   if (ctx.options().matvec_shape.empty()) return {};
   const MatvecConfig c = parse_matvec_config(ctx.options().matvec_shape);
-  if (c.threads_per_row != 32) fail("int_dot", "a forced matvec shape must have 32 threads per row");
-  return {c.rows, c.groups};
+  if (c.threads_per_row < c.rows) fail("int_dot", "a forced matvec shape needs at least as many threads as rows");
+  return {c.threads_per_row, c.rows, c.groups};
 }
 
 // Host constants and the entry point of matvec_int (with the subgroup size where the adapter has subgroups).
 std::string prelude(const gpu::Context& ctx) {
   const bool sg = ctx.features().subgroups;
   const IntDotShape shape = int_dot_shape(ctx);
-  std::string s = "const IR: u32 = " + std::to_string(shape.rows) +
+  std::string s = "const IT: u32 = " + std::to_string(shape.threads) +
+                  "u;\nconst IR: u32 = " + std::to_string(shape.rows) +
                   "u;\nconst IG: u32 = " + std::to_string(shape.groups) +
                   "u;\nconst SUBGROUPS: bool = " + (sg ? "true" : "false") + ";\n";
   if (sg)
     return s +
-           "@compute @workgroup_size(32u * IG)\nfn matvec_int(@builtin(workgroup_id) wid: vec3<u32>, "
+           "@compute @workgroup_size(IT * IG)\nfn matvec_int(@builtin(workgroup_id) wid: vec3<u32>, "
            "@builtin(local_invocation_index) lid: u32, @builtin(subgroup_size) sg: u32) {\n"
            "  matvec_int_main(wid, lid, sg);\n}\nfn sg_shuffle_xor(v: f32, m: u32) -> f32 { return "
            "subgroupShuffleXor(v, m); }\n";
   return s +
-         "@compute @workgroup_size(32u * IG)\nfn matvec_int(@builtin(workgroup_id) wid: vec3<u32>, "
+         "@compute @workgroup_size(IT * IG)\nfn matvec_int(@builtin(workgroup_id) wid: vec3<u32>, "
          "@builtin(local_invocation_index) lid: u32) { matvec_int_main(wid, lid, 1u); }\n"
          "fn sg_shuffle_xor(v: f32, m: u32) -> f32 { return v; }\n";
 }

@@ -10,15 +10,15 @@
 // the row's 1 / rms): xsc[b] = (s, sum0, sum1, sum x^2).
 //
 // matvec_int multiplies a Q4_K weight (matmul_common.wgsl's layout: per super-block of 256 a header vec4 d|dmin and
-// the 12 scale bytes, then 8 vec4 of quants) by those digits. A group of 32 lanes owns IR adjacent rows; lane lt
-// takes units lt, lt + 32, ... of each row, a unit being the 64 weights of one Q4_K sub-block pair (two quant vec4:
-// their low nibbles are sub-block 2k's, their high nibbles 2k + 1's). Per 16 weights and digit, four packed dot
+// the 12 scale bytes, then 8 vec4 of quants) by those digits. A group of IT lanes (32 by default) owns IR adjacent
+// rows; lane lt takes units lt, lt + IT, ... of each row, a unit being the 64 weights of one Q4_K sub-block pair (two
+// quant vec4: their low nibbles are sub-block 2k's, their high nibbles 2k + 1's). Per 16 weights and digit, four packed dot
 // products; the three digits' sums are exact in i32 (16 * 15 * 127 * 2^16 < 2^31) and become one f32 each
 // (one rounding per 16 weights), times the block's s, the sub-block's d * scale, less dmin * min * sum(x). With p.norm
 // (digits of x * g) the row's sum is then times 1 / rms(x), from the blocks' sums of squares: y = (x / rms(x) * g) W^T,
 // the matvec's FLAG_NORM.
-// Host constants: IR, IG (groups per workgroup), SUBGROUPS; the entry point `matvec_int` and sg_shuffle_xor come from
-// the host prelude.
+// Host constants: IT, IR, IG (groups per workgroup), SUBGROUPS; the entry point `matvec_int` and sg_shuffle_xor come
+// from the host prelude.
 
 struct IntDotParams {
   n_in: u32, n_rows: u32, n_tokens: u32, grid_x: u32,
@@ -121,12 +121,12 @@ fn dot16(q: vec4<u32>, g0: vec4<u32>, g1: vec4<u32>, g2: vec4<u32>) -> f32 {
 }
 
 const NIBBLES: u32 = 0x0F0F0F0Fu;
-var<workgroup> ired: array<f32, IG * IR * 32u>;
-var<workgroup> iss: array<f32, IG * 32u>;
+var<workgroup> ired: array<f32, IG * IR * IT>;
+var<workgroup> iss: array<f32, IG * IT>;
 
 fn matvec_int_main(wid: vec3<u32>, lid: u32, sg: u32) {
-  let grp = lid / 32u;
-  let lt = lid % 32u;
+  let grp = lid / IT;
+  let lt = lid % IT;
   let row0 = (wid.x + wid.y * p.grid_x) * (IG * IR) + grp * IR;
   let nsb = p.n_in / 256u;
   var acc: array<f32, IR>;
@@ -134,7 +134,7 @@ fn matvec_int_main(wid: vec3<u32>, lid: u32, sg: u32) {
   acc[$j] = 0.0;
   //#end
   var ss = 0.0;  // the lane's blocks' sums of x^2: the group's lanes cover each block once
-  for (var u = lt; u < nsb * 4u; u += 32u) {
+  for (var u = lt; u < nsb * 4u; u += IT) {
     let sb = u / 4u;
     let k = u % 4u;
     let xa = sb * 8u + 2u * k;  // x block of sub-block 2k; xa + 1 that of 2k + 1
@@ -168,16 +168,16 @@ fn matvec_int_main(wid: vec3<u32>, lid: u32, sg: u32) {
     }
     //#end
   }
-  // Each row's 32 partial sums: shuffles within subgroups of the group, then one slot per subgroup through
+  // Each row's IT partial sums: shuffles within subgroups of the group, then one slot per subgroup through
   // workgroup memory; lane j of the group adds row j's slots.
-  let chunk = select(1u, min(32u, sg), SUBGROUPS);
+  let chunk = select(1u, min(IT, sg), SUBGROUPS);
   //#unroll j IR
   {
     var v = acc[$j];
     if (SUBGROUPS) {
       for (var m = 1u; m < chunk; m <<= 1u) { v += sg_shuffle_xor(v, m); }
     }
-    if (lt % chunk == 0u) { ired[(grp * IR + $j) * 32u + lt / chunk] = v; }
+    if (lt % chunk == 0u) { ired[(grp * IR + $j) * IT + lt / chunk] = v; }
   }
   //#end
   {
@@ -185,15 +185,15 @@ fn matvec_int_main(wid: vec3<u32>, lid: u32, sg: u32) {
     if (SUBGROUPS) {
       for (var m = 1u; m < chunk; m <<= 1u) { v += sg_shuffle_xor(v, m); }
     }
-    if (lt % chunk == 0u) { iss[grp * 32u + lt / chunk] = v; }
+    if (lt % chunk == 0u) { iss[grp * IT + lt / chunk] = v; }
   }
   workgroupBarrier();
   if (lt < IR && row0 + lt < p.n_rows) {
     var total = 0.0;
     var sq = 0.0;
-    for (var c = 0u; c < 32u / chunk; c += 1u) {
-      total += ired[(grp * IR + lt) * 32u + c];
-      sq += iss[grp * 32u + c];
+    for (var c = 0u; c < IT / chunk; c += 1u) {
+      total += ired[(grp * IR + lt) * IT + c];
+      sq += iss[grp * IT + c];
     }
     if (p.norm != 0u) { total *= inverseSqrt(sq / f32(p.n_in) + p.eps); }
     y[row0 + lt] = total;

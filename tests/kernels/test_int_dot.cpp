@@ -90,7 +90,7 @@ TEST(IntDot, Q4kProductMatchesDoubleWithinItsDigitsBound) {
 }
 
 TEST(IntDot, Q4kProductOtherShapesAndNoSubgroups) {
-  for (const char* shape : {"32x4x2", "32x8x1", ""}) {
+  for (const char* shape : {"32x4x2", "32x8x1", "64x4x2", "128x2x1", "16x2x4", ""}) {
     SCOPED_TRACE(std::string("shape '") + shape + "'");
     gpu::Context ctx(context_options([&](auto& o) {
       o.matvec_shape = shape;
