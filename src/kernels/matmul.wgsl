@@ -141,16 +141,11 @@ fn matmul(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index
   var wbase = 0u;  // expert products: the piece row of the expert's row 0
   if (MM_EXPERTS) {
     if (tile_m >= p.n_tokens) { return; }  // grid padding (n_tokens: the tile slots): uniform per workgroup
-    if (lid == 0u) {
-      let at = p.tiles_off + 4u * tile_m;
-      mm_tile = vec4<u32>(ids[at], ids[at + 1u], ids[at + 2u], 0u);
-    }
+    if (lid == 0u) { mm_tile = expert_tile(tile_m); }
     let tile = workgroupUniformLoad(&mm_tile);
-    let e = tile.x;
     mm_count = tile.z;
-    if (mm_count == 0u || e < p.expert_first || e - p.expert_first >= p.n_experts) { return; }
-    wbase = (e - p.expert_first) * p.n_rows;
-    bias_base = e * p.n_rows;
+    wbase = expert_rows(tile);
+    if (wbase == NO_EXPERT) { return; }
     for (var i = lid; i < TM; i += MM_WG) { mm_pairs[i] = ids[tile.y + min(i, mm_count - 1u)]; }
     workgroupBarrier();
   } else if (tile_m * TM >= p.n_tokens) {

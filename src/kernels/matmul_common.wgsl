@@ -327,9 +327,25 @@ fn inv_rms(ss: f32) -> f32 { return inverseSqrt(ss / f32(p.n_in) + p.eps); }
 // Norm weights of unit u (8 elements).
 fn norm8(u: u32) -> W8 { return W8(norm[2u * u], norm[2u * u + 1u]); }
 
-// The bias of row g is bias[bias_base + g]: bias_base is 0 but in the matvec's expert products, where bias holds
-// every expert's rows and it is the expert's first.
+// The bias of row g is bias[bias_base + g]: bias_base is 0 but in the expert products, where bias holds every
+// expert's rows and it is the expert's first.
 var<private> bias_base: u32 = 0u;
+
+// Expert products (the matvec's MV_EXPERTS, the tiled matmul's MM_EXPERTS): tile z's words (expert, first pair,
+// count, 0) from ids at p.tiles_off, as encode_moe_group made them.
+fn expert_tile(z: u32) -> vec4<u32> {
+  let at = p.tiles_off + 4u * z;
+  return vec4<u32>(ids[at], ids[at + 1u], ids[at + 2u], 0u);
+}
+const NO_EXPERT: u32 = 0xFFFFFFFFu;
+// The piece row of the tile's expert's row 0, with bias_base set to its first bias; NO_EXPERT when the tile is empty
+// or its expert is in another piece (the workgroup then does nothing).
+fn expert_rows(tile: vec4<u32>) -> u32 {
+  let e = tile.x;
+  if (tile.z == 0u || e < p.expert_first || e - p.expert_first >= p.n_experts) { return NO_EXPERT; }
+  bias_base = e * p.n_rows;
+  return (e - p.expert_first) * p.n_rows;
+}
 
 // The epilogue: value v of token t, piece row r -> bias, then the output it belongs to.
 fn store_y(t: u32, r: u32, v: f32) {

@@ -120,16 +120,13 @@ fn matvec_main(wid: vec3<u32>, lid: u32, sg_size: u32) {
       if (NT == 1u) {
         mv_tile = vec4<u32>(ids[wid.z], wid.z, 1u, 0u);  // a pair alone: its expert, itself
       } else {
-        let at = p.tiles_off + 4u * wid.z;
-        mv_tile = vec4<u32>(ids[at], ids[at + 1u], ids[at + 2u], 0u);
+        mv_tile = expert_tile(wid.z);
       }
     }
     let tile = workgroupUniformLoad(&mv_tile);
-    let e = tile.x;
     mv_count = tile.z;
-    if (mv_count == 0u || e < p.expert_first || e - p.expert_first >= p.n_experts) { return; }
-    wbase = (e - p.expert_first) * p.n_rows;
-    bias_base = e * p.n_rows;
+    wbase = expert_rows(tile);
+    if (wbase == NO_EXPERT) { return; }
     //#unroll t NT
     {
       let pair = select(ids[tile.y + min($t, mv_count - 1u)], tile.y, NT == 1u);
