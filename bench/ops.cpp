@@ -240,9 +240,9 @@ double print_memory_floor(gpu::Context& ctx, uint64_t bytes) {
   return bytes / read_s / 1e9;
 }
 
-// --decode-table --int-dot: Q4_K's one-token product on packed int8 dot products (kernels/int_dot.h), x's digits
-// and the product together and the product alone, in weight GB/s as the table's rows. "-" where n_in is not a
-// multiple of 256 or the weight does not fit one storage binding (the kernel takes one piece).
+// --decode-table --int-dot: Q4_K's one-token product on packed int8 dot products (kernels/int_dot.h; the matvec with
+// MatmulOptions::digits), x's digits and the product together and the product alone, in weight GB/s as the table's
+// rows. "-" where n_in is not a multiple of 256.
 void print_int_dot_rows(gpu::Context& ctx, const Options& o, const std::vector<std::string>& shapes, double floor_gbs) {
   for (const bool with_digits : {true, false}) {
     std::printf("| Q4_K int8 dot%s |", with_digits ? ", x digits + product" : ", product alone");
@@ -257,10 +257,6 @@ void print_int_dot_rows(gpu::Context& ctx, const Options& o, const std::vector<s
       std::vector<kernels::GpuWeight> copies;
       for (uint64_t total = 0; copies.empty() || total < o.rotate_bytes; total += bytes.size())
         copies.push_back(kernels::upload_weight(ctx, GgufType::Q4_K, n_in, n_out, bytes, "bench weight"));
-      if (copies[0].pieces.size() != 1) {
-        std::printf(" - |");
-        continue;
-      }
       std::vector<float> xs(n_in);
       for (uint32_t i = 0; i < n_in; ++i) xs[i] = float((i * 37) % 101) / 50.f - 1.f;
       auto x = ctx.upload<float>(xs, WGPUBufferUsage_Storage, "x");
@@ -275,7 +271,7 @@ void print_int_dot_rows(gpu::Context& ctx, const Options& o, const std::vector<s
           ctx,
           [&](gpu::ComputeBatch& b, uint32_t i) {
             if (with_digits) kernels::encode_x_digits(b, ctx, x, xd);
-            kernels::encode_matvec_int(b, ctx, copies[i % copies.size()], xd, y);
+            kernels::encode_matmul(b, ctx, copies[i % copies.size()], x, y, 1, {.digits = &xd});
           },
           std::max<uint32_t>(o.matvec_per_submit, copies.size()), o.repeats);
       const double gbs = double(bytes.size()) / t / 1e9;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kernels/check.h"
+#include "kernels/int_dot.h"
 #include "kernels/moe.h"
 #include "wgllm/error.h"
 
@@ -48,7 +49,7 @@ uint32_t matvec_pass_tokens(const gpu::Context& ctx, const MatvecConfig& mv) {
 
 // Host constants for matvec.wgsl (after matmul_common.wgsl's): its shape, the lane sum and the entry point.
 std::string matvec_prelude(const gpu::Context& ctx, const MatvecConfig& mv, GgufType t, uint32_t nt, bool xv4,
-                           bool experts = false) {
+                           bool experts = false, bool int_dot = false) {
   auto u32 = [](const char* name, uint32_t v) {
     return std::string("const ") + name + ": u32 = " + std::to_string(v) + "u;\n";
   };
@@ -56,7 +57,8 @@ std::string matvec_prelude(const gpu::Context& ctx, const MatvecConfig& mv, Gguf
                   u32("MV_G", mv.groups) + u32("MV_NV", mv.rows * nt + nt) + u32("MV_U", mv.units) +
                   u32("MV_SLOTS", matvec_slots(ctx, mv)) + "const XV4: bool = " + (xv4 ? "true" : "false") +
                   ";\nconst MV_CHUNKS: bool = " + (block_elems(t) == 1 ? "false" : "true") +
-                  ";\nconst MV_EXPERTS: bool = " + (experts ? "true" : "false") + ";\n";
+                  ";\nconst MV_EXPERTS: bool = " + (experts ? "true" : "false") +
+                  ";\nconst MV_INT: bool = " + (int_dot ? "true" : "false") + ";\n";
   if (mv.shuffle)
     return s +
            "fn mv_lane_sum(v: f32, chunk: u32) -> f32 {\n  var s = v;\n"
@@ -179,7 +181,16 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
   if (o.norm && (o.norm->get() == y.get() ||
                  (split_out && (o.norm->get() == o.y1->get() || (has_y2 && o.norm->get() == o.y2->get())))))
     fail(fn, "norm must not be an output");
-  MatmulImpl impl = o.impl;
+  if (o.digits) {
+    if (n_tokens != 1 || rk || w.type != GgufType::Q4_K || w.n_experts)
+      fail(fn, "digits take one token's product of a Q4_K weight (no RoPE epilogue, no experts)");
+    if (o.impl != MatmulImpl::Auto && o.impl != MatmulImpl::Matvec) fail(fn, "digits are read by the matvec alone");
+    if (o.digits->n_in != w.n_in)
+      fail(fn, "digits of " + std::to_string(o.digits->n_in) + " elements for a weight of n_in " +
+                   std::to_string(w.n_in));
+    detail::need(fn, "digits", o.digits->data, o.digits->bytes(), ctx);
+  }
+  MatmulImpl impl = o.digits ? MatmulImpl::Matvec : o.impl;
   if (impl == MatmulImpl::Auto)
     impl = rows_kernel_for(ctx, w.type)   ? MatmulImpl::Rows
            : n_tokens <= kMatvecMaxTokens ? MatmulImpl::Matvec
@@ -191,8 +202,9 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
   const uint32_t max_grid = ctx.limits().maxComputeWorkgroupsPerDimension;
   uint32_t step = detail::tokens_per_binding(fn, ctx, {w.n_in, y_width, y1_width, y2_width});
   const gpu::Buffer& none = ctx.placeholder_storage();
-  const MatvecConfig mv = batch_shape ? batch_matvec_config(ctx, w.n_out, w.n_in, w.type, n_tokens)
-                                      : matvec_config(ctx, w.n_out, w.n_in, w.type);
+  const MatvecConfig mv = o.digits      ? int_matvec_config(ctx, w.n_out, w.n_in)
+                          : batch_shape ? batch_matvec_config(ctx, w.n_out, w.n_in, w.type, n_tokens)
+                                        : matvec_config(ctx, w.n_out, w.n_in, w.type);
   if (impl == MatmulImpl::Matvec) step = std::min(step, matvec_pass_tokens(ctx, mv));
   const MatmulTile tile =
       impl == MatmulImpl::Tiled ? matmul_tile(ctx, std::min(step, n_tokens), w.n_out) : MatmulTile{};
@@ -215,7 +227,8 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
     const uint32_t rows_tokens = count == 1 ? 1 : rows.tokens;
     WGPUComputePipeline pipe =
         impl == MatmulImpl::Matvec
-            ? ctx.pipeline({kMatvecShader, "matvec", {}, matvec_prelude(ctx, mv, w.type, matvec_tokens(count), xv4)})
+            ? ctx.pipeline({kMatvecShader, "matvec", {},
+                            matvec_prelude(ctx, mv, w.type, matvec_tokens(count), xv4, false, bool(o.digits))})
         : impl == MatmulImpl::Rows
             ? ctx.pipeline(
                   {kRowsShader, "matmul_rows", {}, rows_prelude(ctx, rows, w.type, rows_tokens, row_pairs, xv4)})
@@ -223,7 +236,7 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
     for (const auto& piece : w.pieces) {
       MatmulParams p = detail::piece_params(w, piece, count);
       p.flags = flag_bits;
-      p.x_off = xw.first_word;
+      p.x_off = o.digits ? uint32_t(o.digits->scales_vec4()) : xw.first_word;
       p.y_off = yw.first_word;
       p.split1 = o.split1;
       p.split2 = o.split2;
@@ -266,7 +279,9 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
           {7, split_out ? o.y1 : &ctx.placeholder_writable(), y1w.offset_bytes, y1w.size_bytes},
           {8, has_y2 ? o.y2 : &ctx.placeholder_writable(), y2w.offset_bytes, y2w.size_bytes},
       };
-      if (impl == MatmulImpl::Matvec || impl == MatmulImpl::Rows)
+      if (o.digits)  // MV_INT reads x's digits and scales (int_dot.h) through x4
+        bindings.push_back({9, &o.digits->data, 0, o.digits->bytes()});
+      else if (impl == MatmulImpl::Matvec || impl == MatmulImpl::Rows)
         bindings.push_back(xv4 ? gpu::BufferBinding{9, &x, xw.offset_bytes, xw.size_bytes}
                                : gpu::BufferBinding{9, &none, 0, 16});
       if (impl == MatmulImpl::Rows) bindings.push_back({12, &piece.buffer});
@@ -333,6 +348,15 @@ MatvecConfig matvec_config(const gpu::Context& ctx, uint32_t n_rows, uint32_t n_
 // through workgroup memory, which took the H200 2-3x longer at 16 and 64 tokens (PERF.md, "Batched decode"); at one
 // token 32x2x8x2 took Llama-3.2-1B's products 0.102 ms where 32x4x4 took 0.125 (PERF.md, "A batched step of one
 // token"). The block types' one-token shape was already the best there.
+MatvecConfig int_matvec_config(const gpu::Context& ctx, uint32_t n_rows, uint32_t n_in) {
+  if (!ctx.options().matvec_shape.empty()) return checked(ctx, parse_matvec_config(ctx.options().matvec_shape));
+  if (ctx.adapter().is_cpu()) return checked(ctx, {.threads_per_row = 8, .rows = 2, .groups = 8});
+  // H200 (PERF.md, "Q4_K on packed int8 dot products"): long rows 4 rows a workgroup, tall products 8, else 2 x 4
+  if (n_in >= 8192) return checked(ctx, {.threads_per_row = 32, .rows = 4, .groups = 1});
+  if (n_rows >= 8192) return checked(ctx, {.threads_per_row = 32, .rows = 8, .groups = 1});
+  return checked(ctx, {.threads_per_row = 32, .rows = 2, .groups = 4});
+}
+
 MatvecConfig batch_matvec_config(const gpu::Context& ctx, uint32_t n_rows, uint32_t n_in, GgufType type,
                                  uint32_t n_tokens) {
   if (!ctx.options().matvec_shape.empty() || ctx.adapter().is_cpu() || block_elems(type) != 1)

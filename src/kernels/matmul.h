@@ -13,6 +13,8 @@
 
 namespace wgllm::kernels {
 
+struct XDigits;  // kernels/int_dot.h
+
 enum class MatmulImpl {
   Auto,    // CPU adapters: Rows; GPUs: Matvec for n_tokens <= kMatvecMaxTokens, else Tiled
   Matvec,  // one pass over W per kMatvecPassTokens tokens (fewer where workgroup memory is short)
@@ -48,6 +50,10 @@ MatvecConfig matvec_config(const gpu::Context& ctx, uint32_t n_rows = 0, uint32_
 // groups x 2 units for the float types).
 MatvecConfig batch_matvec_config(const gpu::Context& ctx, uint32_t n_rows, uint32_t n_in, GgufType type,
                                  uint32_t n_tokens);
+// The one-token Q4_K product on x's packed digits (MatmulOptions::digits): 32 threads per row and 8 rows (tall
+// products) or 4 (long rows) a workgroup, 2 x 4 groups otherwise; CPU adapters the matvec's own; or the context's
+// matvec_shape option.
+MatvecConfig int_matvec_config(const gpu::Context& ctx, uint32_t n_rows, uint32_t n_in);
 // "THREADSxROWSxGROUPS[xUNITS[xINT_F16]]", e.g. "32x4x4x2x1" (ContextOptions::matvec_shape); InvalidArgument
 // when malformed or outside the kernel's constraints.
 MatvecConfig parse_matvec_config(const std::string& text);
@@ -114,6 +120,10 @@ struct MatmulOptions {
   const gpu::Buffer* times = nullptr;
   uint32_t times_stride = 0, times_offset = 0;
   MatmulImpl impl = MatmulImpl::Auto;
+  // One token, Q4_K: x read as its packed 8-bit digits (encode_x_digits of x, or of x * norm when norm is set: the same
+  // norm buffer) by the matvec's packed integer dot products (matvec.wgsl's MV_INT); x itself is not read. Within
+  // about 2^-23 of each 32-element block's largest |x| (int_dot.h); any epilogue but the RoPE one.
+  const XDigits* digits = nullptr;
 };
 
 // y[t][o] = sum_i x[t][i] * W[o][i] (+ bias[o]) for t < n_tokens, o < W.n_out, with the options'

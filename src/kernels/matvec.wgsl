@@ -13,6 +13,8 @@
 // NT may exceed p.n_tokens (the host rounds a batch's count up to 8 or 16): the missing tokens read the last one
 // and are never stored. A token's arithmetic is the same whatever NT, MV_R, MV_G and MV_U are (only MV_T decides
 // which chunks a lane sums, in which order), so a token's outputs are the same bits alone or beside 15 others.
+// MV_INT (one token, Q4_K; MatmulOptions::digits): x4 holds x's packed 8-bit digits and per-block scales
+// (int_dot.wgsl; the scales from vec4 p.x_off on) and the sums come from packed integer dot products.
 // The entry point `matvec` (host prelude) passes the subgroup size (1 without subgroups).
 const MV_WG: u32 = MV_T * MV_G;
 const MV_ROWS: u32 = MV_G * MV_R;
@@ -108,6 +110,16 @@ fn run_dot(run: Run, xr: RunX) -> f32 {
   return run.d * dot16(run.q, xr.x);
 }
 
+// MV_INT: the sum over 16 Q4_K quants (bytes 0..15 of q) times x's digits g0, g1, g2 of the same 16 elements
+// (int_dot.wgsl), exact in i32 (16 * 15 * 127 * 2^16 < 2^31) and one f32 rounding: the block's s times this is their
+// dot product.
+fn idot16(q: vec4<u32>, g0: vec4<u32>, g1: vec4<u32>, g2: vec4<u32>) -> f32 {
+  let s0 = dot4I8Packed(q.x, g0.x) + dot4I8Packed(q.y, g0.y) + dot4I8Packed(q.z, g0.z) + dot4I8Packed(q.w, g0.w);
+  let s1 = dot4I8Packed(q.x, g1.x) + dot4I8Packed(q.y, g1.y) + dot4I8Packed(q.z, g1.z) + dot4I8Packed(q.w, g1.w);
+  let s2 = dot4U8Packed(q.x, g2.x) + dot4U8Packed(q.y, g2.y) + dot4U8Packed(q.z, g2.z) + dot4U8Packed(q.w, g2.w);
+  return f32((((s0 << 8u) + s1) << 8u) + bitcast<i32>(s2));
+}
+
 fn matvec_main(wid: vec3<u32>, lid: u32, sg_size: u32) {
   let flat = wid.x + wid.y * p.grid_x;
   let grp = lid / MV_T;
@@ -143,7 +155,45 @@ fn matvec_main(wid: vec3<u32>, lid: u32, sg_size: u32) {
   //#unroll k MV_NV
   vals[$k] = 0.0;
   //#end
-  if (!MV_CHUNKS) {
+  if (MV_INT) {
+    // Q4_K against x's packed digits (one token; int_dot.wgsl): lane lt takes units lt, lt + MV_T, ... of each row, a
+    // unit being the 64 weights of one sub-block pair (chunks 2k and 2k + 1: their low nibbles are sub-block 2k's,
+    // their high nibbles 2k + 1's). vals[MV_R] gathers the unit's blocks' sums of x^2 (FLAG_NORM).
+    let n_units = p.nb / 2u;
+    for (var u = lt; u < n_units; u += MV_T) {
+      let xa = 2u * u;  // x block of sub-block 2k (the unit's first); xa + 1 that of 2k + 1
+      let xa6 = xa * 6u;
+      let a00 = bitcast<vec4<u32>>(x4[xa6]);
+      let a01 = bitcast<vec4<u32>>(x4[xa6 + 1u]);
+      let a10 = bitcast<vec4<u32>>(x4[xa6 + 2u]);
+      let a11 = bitcast<vec4<u32>>(x4[xa6 + 3u]);
+      let a20 = bitcast<vec4<u32>>(x4[xa6 + 4u]);
+      let a21 = bitcast<vec4<u32>>(x4[xa6 + 5u]);
+      let b00 = bitcast<vec4<u32>>(x4[xa6 + 6u]);
+      let b01 = bitcast<vec4<u32>>(x4[xa6 + 7u]);
+      let b10 = bitcast<vec4<u32>>(x4[xa6 + 8u]);
+      let b11 = bitcast<vec4<u32>>(x4[xa6 + 9u]);
+      let b20 = bitcast<vec4<u32>>(x4[xa6 + 10u]);
+      let b21 = bitcast<vec4<u32>>(x4[xa6 + 11u]);
+      let sa = x4[p.x_off + xa];  // (s, sum0, sum1, sum x^2) of each block
+      let sb = x4[p.x_off + xa + 1u];
+      vals[MV_R] += sa.w + sb.w;
+      let c = 2u * u;  // the unit's first chunk
+      //#unroll! j MV_R
+      {
+        let w0 = load_raw(wrow$j, c);
+        let qb = w[(wrow$j * (p.nb >> 3u) + (c >> 3u)) * 9u + 2u + (c & 7u)];  // chunk c + 1's quants
+        let k = (c & 7u) >> 1u;
+        let m0 = k45_scale_min(w0.h, 2u * k);
+        let m1 = k45_scale_min(w0.h, 2u * k + 1u);
+        let lo = idot16(w0.v & vec4<u32>(0x0F0F0F0Fu), a00, a10, a20) + idot16(qb & vec4<u32>(0x0F0F0F0Fu), a01, a11, a21);
+        let hi = idot16((w0.v >> vec4<u32>(4u)) & vec4<u32>(0x0F0F0F0Fu), b00, b10, b20) +
+                 idot16((qb >> vec4<u32>(4u)) & vec4<u32>(0x0F0F0F0Fu), b01, b11, b21);
+        vals[$j] += m0.x * (sa.x * lo) - m0.y * (sa.y + sa.z) + m1.x * (sb.x * hi) - m1.y * (sb.y + sb.z);
+      }
+      //#end
+    }
+  } else if (!MV_CHUNKS) {
     // The float types: 8-element units, thread lt reading units lt, lt + MV_T, ... (PERF.md: their products stream
     // faster this way than in chunks). Each step covers MV_U units per row (MV_R x MV_U weight loads in flight);
     // units past the row are clamped to its last one and their x zeroed.

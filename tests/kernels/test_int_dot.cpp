@@ -1,5 +1,6 @@
-// Q4_K products on packed int8 dot products (int_dot.wgsl) vs the dequantised weight times x in double, and beside
-// the f32 matvec's error on the same inputs.
+// Q4_K products on packed int8 dot products (x's digits from int_dot.wgsl, the product matvec.wgsl's MV_INT) vs the
+// dequantised weight times x in double, with each epilogue and rows split across bindings, beside the f32 matvec's
+// error on the same inputs.
 #include <cmath>
 #include <initializer_list>
 #include <optional>
@@ -12,18 +13,37 @@
 namespace wgllm::test {
 namespace {
 
+// What the product does around the sums (MatmulOptions): nothing, the RMSNorm folded in, the norm and SwiGLU over
+// (gate, up) row pairs, the residual add, a bias.
+enum class Epilogue { None, Norm, SwigluNorm, Accumulate, Bias };
+const char* name(Epilogue e) {
+  switch (e) {
+    case Epilogue::None: return "none";
+    case Epilogue::Norm: return "norm";
+    case Epilogue::SwigluNorm: return "norm + swiglu";
+    case Epilogue::Accumulate: return "accumulate";
+    case Epilogue::Bias: return "bias";
+  }
+  return "?";
+}
+
 struct IntCase {
   uint32_t n_in, n_rows;
+  uint64_t max_piece_bytes = 0;  // > 0: the weight's rows split into pieces of at most this many bytes
 };
 
-// encode_x_digits + encode_matvec_int against the dequantised weight times x in double, within the digits' bound per
-// row; the f32 matvec on the same inputs alongside for its error. With `norm`: x RMS-normalised with random weights
-// g first (the digits of x * g, the product's 1 / rms), against the matvec's FLAG_NORM.
-void check_int_products(gpu::Context& ctx, std::initializer_list<IntCase> cases, bool norm = false) {
+double silu(double a) { return a / (1 + std::exp(-a)); }
+
+// encode_x_digits + encode_matmul with digits (matvec.wgsl's MV_INT) against the dequantised weight times x in
+// double, within the digits' bound per row; the f32 matvec on the same inputs alongside for its error. With the norm
+// (Norm, SwigluNorm): x RMS-normalised with random weights g first (the digits of x * g, the product's 1 / rms).
+void check_int_products(gpu::Context& ctx, std::initializer_list<IntCase> cases, Epilogue epi = Epilogue::None) {
   constexpr float kEps = 1e-5f;
+  const bool norm = epi == Epilogue::Norm || epi == Epilogue::SwigluNorm, swiglu = epi == Epilogue::SwigluNorm;
   for (const IntCase c : cases) {
-    SCOPED_TRACE("n_in " + std::to_string(c.n_in) + ", rows " + std::to_string(c.n_rows) + (norm ? ", norm" : ""));
-    auto gen = rng(c.n_in * 131 + c.n_rows);
+    SCOPED_TRACE("n_in " + std::to_string(c.n_in) + ", rows " + std::to_string(c.n_rows) + ", " + name(epi) +
+                 (c.max_piece_bytes ? ", pieces" : ""));
+    auto gen = rng(c.n_in * 131 + c.n_rows + 7 * uint32_t(epi));
     const auto bytes = random_weight(Q4_K, c.n_in, c.n_rows, gen);
     auto x = random_floats(c.n_in, gen, -2.f, 2.f);
     // Edge blocks: all zeros; one element 1000x the rest (the others keep ~13 bits); values near f32's smallest
@@ -35,28 +55,43 @@ void check_int_products(gpu::Context& ctx, std::initializer_list<IntCase> cases,
       for (uint32_t i = 96; i < 128; ++i) x[i] = i == 100 ? -3.f : 0.f;
     }
     const auto g = norm ? random_floats(c.n_in, gen, 0.25f, 2.f) : std::vector<float>(c.n_in, 1.f);
+    const uint32_t n_y = swiglu ? c.n_rows / 2 : c.n_rows;
+    const auto y0 = random_floats(n_y, gen, -4.f, 4.f);  // the residual (Accumulate) or the bias (Bias)
     double mean_sq = 0;
     for (float v : x) mean_sq += double(v) * v / c.n_in;
     const double inv_rms = norm ? 1.0 / std::sqrt(mean_sq + kEps) : 1.0;
     auto xbuf = ctx.upload<float>(x, WGPUBufferUsage_Storage, "x");
     auto gbuf = ctx.upload<float>(g, WGPUBufferUsage_Storage, "g");
-    const auto w = kernels::upload_weight(ctx, Q4_K, c.n_in, c.n_rows, bytes);
+    auto extra = ctx.upload<float>(y0, WGPUBufferUsage_Storage, "bias");
+    const auto w = kernels::upload_weight(ctx, Q4_K, c.n_in, c.n_rows, bytes, "w", c.max_piece_bytes);
+    if (c.max_piece_bytes) {
+      EXPECT_GT(w.pieces.size(), 1u);
+    }
     const auto xd = kernels::make_x_digits(ctx, c.n_in, 1);
-    auto y = poisoned(ctx, c.n_rows, "y");
-    auto y32 = poisoned(ctx, c.n_rows, "y f32");
+    auto y = poisoned(ctx, n_y, "y");
+    auto y32 = poisoned(ctx, n_y, "y f32");
+    if (epi == Epilogue::Accumulate) {
+      ctx.write_buffer(y, 0, y0.data(), y0.size() * 4);
+      ctx.write_buffer(y32, 0, y0.data(), y0.size() * 4);
+    }
+    kernels::MatmulOptions o{.norm = norm ? &gbuf : nullptr, .eps = kEps, .swiglu = swiglu};
+    o.bias = epi == Epilogue::Bias ? &extra : nullptr;
+    o.accumulate = epi == Epilogue::Accumulate;
     gpu::ComputeBatch batch(ctx);
     kernels::encode_x_digits(batch, ctx, xbuf, xd, norm ? &gbuf : nullptr);
-    kernels::encode_matvec_int(batch, ctx, w, xd, y, norm ? std::optional<float>(kEps) : std::nullopt);
-    kernels::encode_matmul(batch, ctx, w, xbuf, y32, 1, {.norm = norm ? &gbuf : nullptr, .eps = kEps});
+    kernels::MatmulOptions oi = o;
+    oi.digits = &xd;
+    kernels::encode_matmul(batch, ctx, w, xbuf, y, 1, oi);
+    kernels::encode_matmul(batch, ctx, w, xbuf, y32, 1, o);
     batch.submit_and_wait();
     const auto got = ctx.read<float>(y);
     const auto got32 = ctx.read<float>(y32);
 
-    // The bound per row: each element is represented within 2^-23 of its block's largest |x| (half a unit of the
-    // digits' last place plus the rounding of x / s), taken as 2^-22; and f32's rounding of the sums.
+    // Each row's sum and its bound: each element is represented within 2^-23 of its block's largest |x| (half a unit
+    // of the digits' last place plus the rounding of x / s), taken as 2^-22; and f32's rounding of the sums.
     const size_t row_bytes = tensor_bytes(Q4_K, c.n_in, 1);
     std::vector<float> wrow(c.n_in);
-    std::vector<double> want(c.n_rows);
+    std::vector<double> dot(c.n_rows), err(c.n_rows);
     for (uint32_t r = 0; r < c.n_rows; ++r) {
       dequantize_row(Q4_K, bytes.data() + r * row_bytes, wrow.data(), c.n_in);
       double sum = 0, mag = 0, digit_err = 0;
@@ -71,32 +106,54 @@ void check_int_products(gpu::Context& ctx, std::initializer_list<IntCase> cases,
         }
         digit_err += amax * std::ldexp(1.0, -22) * wabs;
       }
-      sum *= inv_rms;
-      want[r] = sum;
-      const double bound = (digit_err + 4e-6 * mag) * inv_rms;
-      ASSERT_FALSE(std::isnan(got[r])) << "row " << r;
-      EXPECT_LE(std::fabs(got[r] - sum), bound) << "row " << r << ": got " << got[r] << ", want " << sum;
+      dot[r] = sum * inv_rms;
+      err[r] = (digit_err + 4e-6 * mag) * inv_rms;
+    }
+    std::vector<double> want(n_y);
+    for (uint32_t i = 0; i < n_y; ++i) {
+      double bound;
+      if (swiglu) {  // silu' lies within [-0.1, 1.1]
+        const double a = dot[2 * i], b = dot[2 * i + 1];
+        want[i] = silu(a) * b;
+        bound = 1.1 * err[2 * i] * (std::fabs(b) + err[2 * i + 1]) + std::fabs(silu(a)) * err[2 * i + 1] +
+                1e-6 * std::fabs(want[i]);
+      } else {
+        want[i] = dot[i] + (epi == Epilogue::Accumulate || epi == Epilogue::Bias ? double(y0[i]) : 0.0);
+        bound = err[i] + 1e-6 * (std::fabs(want[i]) + std::fabs(y0[i]));
+      }
+      ASSERT_FALSE(std::isnan(got[i])) << "output " << i;
+      EXPECT_LE(std::fabs(got[i] - want[i]), bound) << "output " << i << ": got " << got[i] << ", want " << want[i];
     }
     const auto r_int = compare(got, want);
     const auto r_f32 = compare(got32, want);
-    std::printf("[ int dot ] n_in %u rows %u%s: int8 digits %s; f32 matvec rel L2 %.3g\n", c.n_in, c.n_rows,
-                norm ? " norm" : "", r_int.describe().c_str(), r_f32.rel_l2);
+    std::printf("[ int dot ] n_in %u rows %u %s%s: int8 digits %s; f32 matvec rel L2 %.3g\n", c.n_in, c.n_rows,
+                name(epi), c.max_piece_bytes ? " pieces" : "", r_int.describe().c_str(), r_f32.rel_l2);
   }
 }
 
 TEST(IntDot, Q4kProductMatchesDoubleWithinItsDigitsBound) {
-  for (const bool norm : {false, true})
-    check_int_products(context(), {{256, 1}, {256, 37}, {1280, 9}, {4096, 64}, {4352, 130}}, norm);
+  for (const Epilogue e : {Epilogue::None, Epilogue::Norm})
+    check_int_products(context(), {{256, 1}, {256, 37}, {1280, 9}, {4096, 64}, {4352, 130}}, e);
+}
+
+TEST(IntDot, Q4kProductEpiloguesAndPieces) {
+  check_int_products(context(), {{256, 38}, {1280, 10}}, Epilogue::SwigluNorm);
+  check_int_products(context(), {{512, 37}}, Epilogue::Accumulate);
+  check_int_products(context(), {{512, 37}}, Epilogue::Bias);
+  // rows split across bindings: pieces of 5 rows (and the last of 2)
+  check_int_products(context(), {{512, 37, 5 * 288}}, Epilogue::Norm);
+  check_int_products(context(), {{512, 38, 6 * 288}}, Epilogue::SwigluNorm);
 }
 
 TEST(IntDot, Q4kProductOtherShapesAndNoSubgroups) {
-  for (const char* shape : {"32x4x2", "32x8x1", "64x4x2", "128x2x1", "16x2x4", ""}) {
+  for (const char* shape : {"32x4x2", "32x8x1", "64x4x2", "128x2x1", "16x2x4", "8x2x8", ""}) {
     SCOPED_TRACE(std::string("shape '") + shape + "'");
     gpu::Context ctx(context_options([&](auto& o) {
       o.matvec_shape = shape;
       o.disable_subgroups = *shape == 0;
     }));
-    check_int_products(ctx, {{256, 37}, {1280, 9}, {512, 3}}, *shape != 0);
+    check_int_products(ctx, {{256, 37}, {1280, 9}, {512, 3}}, *shape ? Epilogue::Norm : Epilogue::None);
+    check_int_products(ctx, {{512, 6}}, Epilogue::SwigluNorm);
   }
 }
 
@@ -118,8 +175,9 @@ TEST(IntDot, DigitsOfManyTokens) {
     gpu::ComputeBatch batch(ctx);
     kernels::encode_x_digits(batch, ctx, xbuf, xd, with_norm ? &gbuf : nullptr);
     batch.submit_and_wait();
-    const auto digits = ctx.read<uint32_t>(xd.digits);
-    const auto scales = ctx.read<float>(xd.scales);
+    const auto digits = ctx.read<uint32_t>(xd.data);
+    const auto all = ctx.read<float>(xd.data);
+    const std::span<const float> scales = std::span<const float>(all).subspan(xd.scales_vec4() * 4);
     for (uint32_t b = 0; b < n_in * n_tokens / 32; ++b) {
       auto xg = [&](uint32_t e) { return double(x[32 * b + e]) * (with_norm ? g[(32 * b + e) % n_in] : 1.0); };
       double amax = 0, sum0 = 0, sum1 = 0, sq = 0;
@@ -152,21 +210,26 @@ TEST(IntDot, BadArgumentsThrowNamingTheField) {
   const auto q4k = kernels::upload_weight(ctx, Q4_K, 256, 8, random_weight(Q4_K, 256, 8, gen));
   const auto q80 = kernels::upload_weight(ctx, Q8_0, 256, 4, random_weight(Q8_0, 256, 4, gen));
   const auto xd1 = kernels::make_x_digits(ctx, 256, 1);
-  const auto xd2 = kernels::make_x_digits(ctx, 256, 2);
   const auto xd512 = kernels::make_x_digits(ctx, 512, 1);
   auto y = ctx.create_buffer(64, WGPUBufferUsage_Storage, "y");
   auto small = ctx.create_buffer(16, WGPUBufferUsage_Storage, "small");
+  auto x256 = ctx.create_buffer(2 * 256 * 4, WGPUBufferUsage_Storage, "x");
   gpu::ComputeBatch batch(ctx);
   expect_throw([&] { kernels::make_x_digits(ctx, 100, 1); }, "n_in must");
   expect_throw([&] { kernels::make_x_digits(ctx, 256, 0); }, "n_tokens must");
   expect_throw([&] { kernels::encode_x_digits(batch, ctx, small, xd1); }, "x holds");
-  auto x256 = ctx.create_buffer(256 * 4, WGPUBufferUsage_Storage, "x");
   expect_throw([&] { kernels::encode_x_digits(batch, ctx, x256, xd1, &small); }, "norm holds");
-  expect_throw([&] { kernels::encode_matvec_int(batch, ctx, q80, xd1, y); }, "must be Q4_K");
-  expect_throw([&] { kernels::encode_matvec_int(batch, ctx, q4k, xd2, y); }, "one token");
-  expect_throw([&] { kernels::encode_matvec_int(batch, ctx, q4k, xd512, y); }, "xd.n_in");
-  expect_throw([&] { kernels::encode_matvec_int(batch, ctx, q4k, xd1, small); }, "y holds");
-  expect_throw([&] { kernels::encode_matvec_int(batch, ctx, q4k, xd1, y, -1.f); }, "norm_eps");
+  expect_throw([&] { kernels::encode_x_digits(batch, ctx, x256, kernels::XDigits{}); }, "make_x_digits");
+  auto with = [&](kernels::MatmulImpl impl = kernels::MatmulImpl::Auto) {
+    return kernels::MatmulOptions{.impl = impl, .digits = &xd1};
+  };
+  expect_throw([&] { kernels::encode_matmul(batch, ctx, q80, x256, y, 1, with()); }, "Q4_K");
+  expect_throw([&] { kernels::encode_matmul(batch, ctx, q4k, x256, y, 2, with()); }, "one token");
+  expect_throw([&] { kernels::encode_matmul(batch, ctx, q4k, x256, y, 1, with(kernels::MatmulImpl::Tiled)); },
+               "matvec alone");
+  kernels::MatmulOptions o512{.digits = &xd512};
+  expect_throw([&] { kernels::encode_matmul(batch, ctx, q4k, x256, y, 1, o512); }, "digits of 512");
+  expect_throw([&] { kernels::encode_matmul(batch, ctx, q4k, x256, small, 1, with()); }, "y holds");
 }
 
 }  // namespace
