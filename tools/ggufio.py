@@ -3,7 +3,7 @@
 The reader is deliberately independent of the `gguf` Python package so that tools which run on machines without
 it (hf_reference.py on a PyTorch box) can still read models, and so that tests can cross-check the two.
 
-Supported tensor types: F32, F16, BF16, Q8_0, Q4_0, MXFP4, I32 (enough for models written by make_model.py and for
+Supported tensor types: F32, F16, BF16, Q8_0, Q4_0, Q4_K, MXFP4, I32 (enough for models written by make_model.py and for
 the reference fixtures written by hf_reference.py).
 """
 from __future__ import annotations
@@ -19,10 +19,12 @@ GGUF_MAGIC = b"GGUF"
 DEFAULT_ALIGNMENT = 32
 
 # ggml tensor types
-F32, F16, Q4_0, Q8_0, I32, BF16, MXFP4 = 0, 1, 2, 8, 26, 30, 39
-TYPE_NAMES = {F32: "F32", F16: "F16", Q4_0: "Q4_0", Q8_0: "Q8_0", I32: "I32", BF16: "BF16", MXFP4: "MXFP4"}
+F32, F16, Q4_0, Q8_0, Q4_K, I32, BF16, MXFP4 = 0, 1, 2, 8, 12, 26, 30, 39
+TYPE_NAMES = {F32: "F32", F16: "F16", Q4_0: "Q4_0", Q8_0: "Q8_0", Q4_K: "Q4_K", I32: "I32", BF16: "BF16",
+              MXFP4: "MXFP4"}
 # (elements per block, bytes per block)
-BLOCK = {F32: (1, 4), F16: (1, 2), Q4_0: (32, 18), Q8_0: (32, 34), I32: (1, 4), BF16: (1, 2), MXFP4: (32, 17)}
+BLOCK = {F32: (1, 4), F16: (1, 2), Q4_0: (32, 18), Q8_0: (32, 34), Q4_K: (256, 144), I32: (1, 4), BF16: (1, 2),
+         MXFP4: (32, 17)}
 
 # gguf metadata value types
 (T_U8, T_I8, T_U16, T_I16, T_U32, T_I32, T_F32, T_BOOL, T_STR, T_ARR, T_U64, T_I64, T_F64) = range(13)
@@ -104,6 +106,47 @@ def quantize_mxfp4(x: np.ndarray) -> np.ndarray:
     return out.reshape(*shape[:-1], shape[-1] // 32 * 17)
 
 
+def quantize_q4_k(x: np.ndarray) -> np.ndarray:
+    """rows of float32 [..., k] (k % 256 == 0) -> uint8 [..., k/256*144]: a simple Q4_K, not ggml's searched one.
+    Per sub-block of 32: scale (max - min') / 15 and min -min' (min' = min(min, 0)); per super-block of 256, f16 d and
+    dmin = the largest scale and min / 63; each sub-block's 6-bit scale and min rounded against them; quants
+    round((x + dmin m) / (d sc)) in 0..15. Layout as ggml's block_q4_K: d, dmin, 12 scale bytes, 128 quant bytes
+    (sub-block 2k in the low nibbles of bytes 32k.., 2k + 1 in their high nibbles)."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    shape = x.shape
+    b = x.reshape(-1, 8, 32)
+    lo = np.minimum(b.min(axis=2), 0)
+    scale = (b.max(axis=2) - lo) / np.float32(15)
+    mins = -lo
+    d16 = (scale.max(axis=1) / np.float32(63)).astype(np.float16)
+    m16 = (mins.max(axis=1) / np.float32(63)).astype(np.float16)
+    d, dm = d16.astype(np.float32)[:, None], m16.astype(np.float32)[:, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        sc = np.where(d > 0, np.clip(_roundf(scale / d), 0, 63), 0).astype(np.uint8)
+        mn = np.where(dm > 0, np.clip(_roundf(mins / dm), 0, 63), 0).astype(np.uint8)
+        eff_d = (d * sc)[:, :, None]
+        eff_m = (dm * mn)[:, :, None]
+        q = np.where(eff_d > 0, np.clip(_roundf((b + eff_m) / eff_d), 0, 15), 0).astype(np.uint8)
+    scales = np.concatenate([(sc[:, :4] & 63) | ((sc[:, 4:] >> 4) << 6), (mn[:, :4] & 63) | ((mn[:, 4:] >> 4) << 6),
+                             (sc[:, 4:] & 15) | ((mn[:, 4:] & 15) << 4)], axis=1).astype(np.uint8)
+    qs = (q[:, 0::2, :] | (q[:, 1::2, :] << np.uint8(4))).reshape(-1, 128)
+    out = np.concatenate([d16[:, None].view(np.uint8), m16[:, None].view(np.uint8), scales, qs], axis=1)
+    return out.reshape(*shape[:-1], shape[-1] // 256 * 144)
+
+
+def decode_q4_k(raw: np.ndarray) -> np.ndarray:
+    """Q4_K blocks (uint8 [n, 144]) -> float32 [n * 256]."""
+    b = raw.reshape(-1, 144)
+    d = b[:, 0:2].copy().view(np.float16).astype(np.float32)
+    dm = b[:, 2:4].copy().view(np.float16).astype(np.float32)
+    s = b[:, 4:16].astype(np.uint8)
+    sc = np.concatenate([s[:, 0:4] & 63, (s[:, 8:12] & 15) | ((s[:, 0:4] >> 6) << 4)], axis=1).astype(np.float32)
+    mn = np.concatenate([s[:, 4:8] & 63, (s[:, 8:12] >> 4) | ((s[:, 4:8] >> 6) << 4)], axis=1).astype(np.float32)
+    qs = b[:, 16:].reshape(-1, 4, 32)
+    q = np.stack([qs & 15, qs >> 4], axis=2).reshape(-1, 8, 32).astype(np.float32)
+    return ((d * sc)[:, :, None] * q - (dm * mn)[:, :, None]).reshape(-1)
+
+
 def to_bf16(x: np.ndarray) -> np.ndarray:
     """float32 -> bf16 bits (uint16), round to nearest even, NaN kept quiet (as ggml_compute_fp32_to_bf16)."""
     n = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
@@ -125,6 +168,8 @@ def encode(x: np.ndarray, ggml_type: int) -> np.ndarray:
         return quantize_q8_0(x)
     if ggml_type == Q4_0:
         return quantize_q4_0(x)
+    if ggml_type == Q4_K:
+        return quantize_q4_k(x)
     if ggml_type == MXFP4:
         return quantize_mxfp4(x)
     raise ValueError(f"unsupported type {ggml_type}")
@@ -152,6 +197,8 @@ def decode(raw: np.ndarray, ggml_type: int, n_elements: int) -> np.ndarray:
         qs = b[:, 2:]
         q = np.concatenate([qs & 0x0F, qs >> 4], axis=1).astype(np.float32) - 8
         return (d * q).reshape(-1)[:n_elements]
+    if ggml_type == Q4_K:
+        return decode_q4_k(raw)[:n_elements]
     if ggml_type == MXFP4:
         b = raw.reshape(-1, 17)
         qs = b[:, 1:]

@@ -60,13 +60,13 @@ REPO = Path(__file__).resolve().parent.parent
 
 # storage types (--type, --tensor-type; mxfp4 only through --tensor-type or a mix)
 TYPES = {"f32": ggufio.F32, "f16": ggufio.F16, "bf16": ggufio.BF16, "q8_0": ggufio.Q8_0, "q4_0": ggufio.Q4_0,
-         "mxfp4": ggufio.MXFP4}
+         "q4_k": ggufio.Q4_K, "mxfp4": ggufio.MXFP4}
 # --type mixes as llama-quantize writes them: (the 2-D weights' type, [(name part, type) of the 3-D tensors]).
 # mxfp4_moe: the stacked experts ffn_{gate,up,down}_exps in MXFP4, the rest Q8_0 (llama-quantize MXFP4_MOE, which
 # also leaves the router ffn_gate_inp unquantised; here it is Q8_0 as in --type q8_0).
 MIXES = {"mxfp4_moe": ("q8_0", [("_exps.", "mxfp4")])}
 # gguf "general.file_type" (llama_ftype) for each --type
-FILE_TYPE = {"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 7, "bf16": 32, "mxfp4_moe": 38}
+FILE_TYPE = {"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 7, "q4_k": 14, "bf16": 32, "mxfp4_moe": 38}
 
 SHAPES = {
     "qwen2.5-0.5b": dict(arch="qwen2", n_embd=896, n_layer=24, n_head=14, n_head_kv=2, head_dim=64, n_ff=4864,
@@ -684,13 +684,14 @@ def build_args(argv=None):
         part, _, t = o.partition("=")
         if not part or t not in TYPES:
             ap.error(f"--tensor-type {o}: expected PART=TYPE with TYPE one of {', '.join(TYPES)}")
-    if TYPES[base_type(a.type)] in (ggufio.Q8_0, ggufio.Q4_0):
+    if TYPES[base_type(a.type)] in (ggufio.Q8_0, ggufio.Q4_0, ggufio.Q4_K):
+        block = ggufio.BLOCK[TYPES[base_type(a.type)]][0]
         for n, v in (("n-embd", a.n_embd), ("n-ff", a.n_ff), ("n-head*head-dim", a.n_head * a.head_dim),
-                     ("n-ff-exp", a.n_ff_exp if a.arch in MOE else 32),
-                     ("ssm-v-heads*ssm-head-dim", a.ssm_v_heads * a.ssm_head_dim if a.arch == "qwen35" else 32),
-                     ("n-embd-per-layer", a.n_embd_per_layer if a.arch == "gemma4" else 32)):
-            if v % 32:
-                ap.error(f"{a.type} needs {n} to be a multiple of 32 (got {v})")
+                     ("n-ff-exp", a.n_ff_exp if a.arch in MOE else block),
+                     ("ssm-v-heads*ssm-head-dim", a.ssm_v_heads * a.ssm_head_dim if a.arch == "qwen35" else block),
+                     ("n-embd-per-layer", a.n_embd_per_layer if a.arch == "gemma4" else block)):
+            if v % block:
+                ap.error(f"{a.type} needs {n} to be a multiple of {block} (got {v})")
     return a
 
 

@@ -10,6 +10,8 @@ Models (all n_embd 64, 2 layers, 4 heads, 2 kv heads, head_dim 16, ffn 128, voca
   qwen2-mixed                                    seed 4, f16 with attn_v in q8_0 and ffn_up in f32
   llama-spm-f32                                  seed 1, SentencePiece tokenizer (same tensors as llama-f32)
   llama-spm-{f16,q8_0}                           the same in F16 and Q8_0 (compared with llama.cpp)
+  llama-q4_k                                     seed 9, n_embd 256, 4 heads of 64 (2 kv), ffn 512: Q4_K throughout
+                                                 (its 256-element super-blocks need rows of 256)
   qwen3moe-{q8_0,mixed,mxfp4}                    seed 5, 8 experts of 64, 2 per token; mixed: f16 with the experts'
                                                  up in q8_0; mxfp4: llama-quantize's MXFP4_MOE mix (experts MXFP4,
                                                  the rest q8_0)
@@ -50,6 +52,8 @@ def matrix() -> dict[str, list[str]]:
     m["llama-spm-f32"] = ["--arch", "llama", "--type", "f32", "--seed", "1", "--tokenizer", "spm"]
     m["llama-spm-f16"] = ["--arch", "llama", "--type", "f16", "--seed", "1", "--tokenizer", "spm"]
     m["llama-spm-q8_0"] = ["--arch", "llama", "--type", "q8_0", "--seed", "1", "--tokenizer", "spm"]
+    m["llama-q4_k"] = ["--arch", "llama", "--type", "q4_k", "--seed", "9", "--n-embd", "256", "--n-head", "4",
+                       "--n-head-kv", "2", "--head-dim", "64", "--n-ff", "512"]
     # projections of one layer in different types: the engine cannot fuse q/k/v or gate/up there
     m["qwen2-mixed"] = ["--arch", "qwen2", "--type", "f16", "--seed", "4", "--tensor-type", "attn_v=q8_0",
                         "--tensor-type", "ffn_up=f32"]

@@ -119,6 +119,30 @@ class Tools(unittest.TestCase):
         self.assertTrue(np.array_equal(bf.view(np.uint8).reshape(x.shape[0], -1),
                                        gguf.quants.quantize(x, gguf.GGMLQuantizationType.BF16)))
 
+    def test_q4_k_quantiser(self):
+        # Ours is not ggml's searched Q4_K, so no bit-exact match: the gguf package decodes our bytes as we do, every
+        # element lies within half a step of its sub-block (d sc / 2, plus the 6-bit min's rounding), and a block on
+        # the grid of its own scales (integers 0..15 times one step, min 0) comes back exactly.
+        import gguf
+        qt = gguf.GGMLQuantizationType.Q4_K
+        rng = np.random.default_rng(5)
+        x = (rng.standard_normal((16, 512)) * rng.uniform(0.01, 3, (16, 1))).astype(np.float32)
+        x[0, :32] = 0  # an all-zero sub-block
+        x[1, :] = np.abs(x[1, :])  # every min 0
+        x[2, :256] = 0  # an all-zero super-block
+        q = ggufio.quantize_q4_k(x)
+        self.assertEqual(q.shape, (16, 2 * 144))
+        d = gguf.quants.dequantize(q, qt)
+        self.assertTrue(np.array_equal(d, ggufio.decode(q, ggufio.Q4_K, x.size).reshape(x.shape)))
+        sub = x.reshape(-1, 32)
+        step = (sub.max(axis=1) - np.minimum(sub.min(axis=1), 0)) / 15
+        sup = np.repeat(np.abs(x.reshape(-1, 256)).max(axis=1) / 63 * 2, 8)  # the 6-bit scale's and min's rounding
+        err = np.abs(d - x).reshape(-1, 32).max(axis=1)
+        self.assertTrue(np.all(err <= step / 2 * 1.01 + sup + 1e-7))
+        self.assertTrue(np.all(d[2, :256] == 0))
+        grid = (np.arange(256, dtype=np.float32) % 16) * np.float32(63 / 1024)  # d = 2^-10, every scale 63
+        self.assertTrue(np.array_equal(ggufio.decode(ggufio.quantize_q4_k(grid[None]), ggufio.Q4_K, 256), grid))
+
     def test_reader_matches_gguf_package(self):
         import gguf
         for t in ("f32", "f16", "bf16", "q8_0", "q4_0"):

@@ -49,6 +49,10 @@ struct LoadOptions {
   // recurrence) instead of one token after another; unset: never (the CLI reads $WGLLM_DELTA_CHUNK_FROM): a tuning
   // knob for benchmarks.
   std::optional<uint32_t> delta_chunk_from = std::nullopt;
+  // Decoding, the FFN's Q4_K gate/up products on packed int8 dot products (the normed input as three 8-bit digits
+  // per element under one scale per 32: 23 bits against the block's largest element instead of f32's 24 per element;
+  // PERF.md). Off by default until measured ahead on a GPU. Sessions decoded by BatchEngine keep the f32 products.
+  bool int_dot = false;
   // Called while weights upload: bytes done, bytes in all.
   std::function<void(uint64_t done, uint64_t total)> progress;
   // Called once the GGUF is parsed, before the adapter is opened and the weights upload: the tokenizer and chat

@@ -112,6 +112,7 @@ void upload_impl(ModelAccess::Impl& m, const GgufFile& f, const LoadOptions& o) 
                                                              .attention_prefill = o.attention_prefill,
                                                              .decode_gqa_from = o.decode_gqa_from,
                                                              .delta_chunk_from = o.delta_chunk_from,
+                                                             .int_dot = o.int_dot,
                                                              .kernel_dir = o.kernel_dir,
                                                              .dump_shaders_dir = o.dump_shaders_dir,
                                                              .shader_checks = o.shader_checks});

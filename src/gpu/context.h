@@ -77,6 +77,10 @@ struct ContextOptions {
   // DeltaRuleImpl::Auto); unset: never (token by token), until the chunked kernel is measured ahead on a GPU (on
   // lavapipe its extra arithmetic makes it slower; PERF.md).
   std::optional<uint32_t> delta_chunk_from = std::nullopt;
+  // A decoded token's Q4_K FFN gate/up products on packed int8 dot products (kernels::XDigits, MatmulOptions::digits):
+  // the normed input as 8-bit digits, 23 bits against each 32-element block's largest element instead of f32's 24 per
+  // element. Off by default until measured on a GPU (PERF.md, "Q4_K on packed int8 dot products").
+  bool int_dot = false;
   // Shaders beyond the library's, found by name by pipeline() (a test's or a benchmark's own kernels). The
   // span must outlive the context.
   std::span<const EmbeddedShader> extra_shaders = {};

@@ -204,13 +204,28 @@ void encode_ffn(const LayerStep& s) {
   SessionBuffers& b = s.b;
   // act = silu(h @ w_gate) * (h @ w_up) (gemma: gelu_tanh), h = rms_norm(x) * ffn_norm
   const kernels::MatmulImpl impl = product_impl(s);
-  if (!L.w_gate_up.empty()) {
-    kernels::encode_matmul(s.batch, s.ctx, L.w_gate_up, b.x, b.act, s.n,
-                           {.norm = &L.ffn_norm, .eps = c.rms_eps, .swiglu = true, .act = c.ffn_act, .impl = impl});
+  // One sequence's decoded token with int_dot on: h's digits once for the Q4_K products among gate and up
+  const bool fused = !L.w_gate_up.empty();
+  auto q4k = [](const kernels::GpuWeight& w) { return w.type == GgufType::Q4_K; };
+  const kernels::XDigits* digits = nullptr;
+  if (s.n == 1 && !s.rows && b.ffn_digits &&
+      (fused ? q4k(L.w_gate_up) : q4k(L.w_gate) || q4k(L.w_up))) {
+    digits = &*b.ffn_digits;
+    kernels::encode_x_digits(s.batch, s.ctx, b.x, *digits, &L.ffn_norm);
+  }
+  auto with_digits = [&](const kernels::GpuWeight& w, kernels::MatmulOptions o) {
+    if (digits && q4k(w)) o.digits = digits;
+    return o;
+  };
+  if (fused) {
+    kernels::encode_matmul(
+        s.batch, s.ctx, L.w_gate_up, b.x, b.act, s.n,
+        with_digits(L.w_gate_up,
+                    {.norm = &L.ffn_norm, .eps = c.rms_eps, .swiglu = true, .act = c.ffn_act, .impl = impl}));
   } else {
     const kernels::MatmulOptions normed{.norm = &L.ffn_norm, .eps = c.rms_eps, .impl = impl};
-    kernels::encode_matmul(s.batch, s.ctx, L.w_gate, b.x, b.gate, s.n, normed);
-    kernels::encode_matmul(s.batch, s.ctx, L.w_up, b.x, b.up, s.n, normed);
+    kernels::encode_matmul(s.batch, s.ctx, L.w_gate, b.x, b.gate, s.n, with_digits(L.w_gate, normed));
+    kernels::encode_matmul(s.batch, s.ctx, L.w_up, b.x, b.up, s.n, with_digits(L.w_up, normed));
     kernels::encode_swiglu(s.batch, s.ctx, b.gate, b.up, b.act, uint64_t(s.n) * c.n_ff_at(s.layer), c.ffn_act);
   }
 }

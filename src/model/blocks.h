@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "gpu/batch.h"
+#include "kernels/int_dot.h"
 #include "kernels/matmul.h"
 #include "model/state.h"
 #include "model/transformer.h"
@@ -59,6 +60,9 @@ struct SessionBuffers {
   gpu::Buffer ple;            // [ubatch][n_layer P]: every layer's input, computed at layer 0
   gpu::Buffer ple_proj;       // [ubatch][n_layer P]: the projection of the scaled embedding
   gpu::Buffer ple_act;        // [ubatch][P]
+  // A decoded token's FFN input as packed 8-bit digits (ContextOptions::int_dot; kernels/int_dot.h), for its Q4_K
+  // gate/up products; absent when off or n_embd is not a multiple of 32.
+  std::optional<kernels::XDigits> ffn_digits;
 };
 
 // The mixture-of-experts buffers of b for `tokens` tokens (placeholders of 16 bytes for dense models).

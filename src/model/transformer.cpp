@@ -68,6 +68,7 @@ GpuSession::GpuSession(gpu::Context& ctx, const GpuModel& model, const GpuSessio
   make_moe_buffers(ctx, c, b, U);
   make_delta_buffers(ctx, c, b, U);
   make_ple_buffers(ctx, c, b, U);
+  if (ctx.options().int_dot && E % 32 == 0) b.ffn_digits = kernels::make_x_digits(ctx, uint32_t(E), 1);
   b.last = make(E, "last row");
   b.logits = make(c.n_vocab, "logits");
   b.logits_host = ctx.create_buffer(uint64_t(c.n_vocab) * 4, WGPUBufferUsage_MapRead, "logits readback");

@@ -50,6 +50,7 @@ struct GpuCase {
   uint32_t layers_per_submit;  // 0: one command buffer per step; 1: one after every layer
   std::string matvec = {};     // matvec shape override ("": the adapter's own)
   std::optional<uint32_t> delta_chunk_from = {};  // ContextOptions::delta_chunk_from override
+  bool int_dot = false;                           // ContextOptions::int_dot
 };
 std::ostream& operator<<(std::ostream& o, const GpuCase& c) { return o << c.model; }
 
@@ -57,6 +58,7 @@ std::vector<GpuCase> gpu_cases() {
   std::vector<std::string> models;
   for (const char* arch : {"llama", "qwen2", "qwen3"})
     for (const char* type : {"f32", "f16", "bf16", "q8_0", "q4_0"}) models.push_back(std::string(arch) + "-" + type);
+  models.push_back("llama-q4_k");
   for (const char* m :
        {"llama-rope3-tied-f32", "llama-rope3-tied-q8_0", "llama-rope3-tied-q4_0", "qwen2-tied-f32", "qwen2-tied-q8_0",
         "qwen2-mixed", "gemma3-tiny-f32", "lfm2-tiny-f32", "lfm2-tiny-l4-f32", "lfm2-tiny-mha-f32", "qwen3moe-tiny-f32",
@@ -95,6 +97,9 @@ std::vector<GpuCase> gpu_cases() {
   // of 1, 10 and 13 not.
   out.push_back({"qwen35-tiny-f32", kernels::KvType::F32, 1e-3, 0, {}, 16});
   out.push_back({"qwen35-mixed", kernels::KvType::F16, 1e-2, 1, {}, 16});
+  // Decoding with the FFN's Q4_K products on packed int8 dot products (the digits keep 23 bits a block)
+  out.push_back({"llama-q4_k", kernels::KvType::F32, 1e-4, 0, {}, {}, true});
+  out.push_back({"llama-q4_k", kernels::KvType::F16, 5e-3, 1, {}, {}, true});
   return out;
 }
 
@@ -115,6 +120,7 @@ TEST_P(GpuForward, MatchesCpuReference) {
     }));
   if (tc.delta_chunk_from)
     own.emplace(test::context_options([&](auto& o) { o.delta_chunk_from = tc.delta_chunk_from; }));
+  if (tc.int_dot) own.emplace(test::context_options([&](auto& o) { o.int_dot = true; }));
   gpu::Context& ctx = own ? *own : test::context();
   const GpuModel gm = load_gpu_model(ctx, f);
   // q/k/v and gate/up are fused exactly when their tensors share a type (qwen2-mixed: they do not; its q and k do,
@@ -201,8 +207,39 @@ INSTANTIATE_TEST_SUITE_P(Models, GpuForward, ::testing::ValuesIn(gpu_cases()), [
   std::replace(s.begin(), s.end(), '-', '_');
   return s + (info.param.kv == kernels::KvType::F32 ? "_kv_f32" : "_kv_f16") +
          (info.param.kv == kernels::KvType::F32 && info.param.layers_per_submit == 1 ? "_per_layer" : "") +
-         (info.param.matvec.empty() ? "" : "_mv" + info.param.matvec) + (info.param.delta_chunk_from ? "_chunked" : "");
+         (info.param.matvec.empty() ? "" : "_mv" + info.param.matvec) + (info.param.delta_chunk_from ? "_chunked" : "") +
+         (info.param.int_dot ? "_int_dot" : "");
 });
+
+// ContextOptions::int_dot: a prompt's logits are the f32 products' bits (prompts never take the digits), a decoded
+// token's are not (its FFN's Q4_K products read the digits) but stay within the digits' error of them, and greedy
+// decoding chooses the same 32 tokens.
+TEST(GpuForwardIntDot, DecodeTakesTheDigitsAndStaysClose) {
+  const GgufFile f = GgufFile::open(test::model_path("llama-q4_k"));
+  gpu::Context& plain_ctx = test::context();
+  gpu::Context int_ctx(test::context_options([](auto& o) { o.int_dot = true; }));
+  const GpuModel plain_model = load_gpu_model(plain_ctx, f), int_model = load_gpu_model(int_ctx, f);
+  const GpuSessionOptions so{.n_ctx = 256, .ubatch = 64, .kv_type = kernels::KvType::F32};
+  GpuSession plain(plain_ctx, plain_model, so), with_int(int_ctx, int_model, so);
+  const std::vector<int32_t> prompt = random_prompt(plain_model.config.n_vocab, 40, 11);
+  auto a = plain.forward(prompt), b = with_int.forward(prompt);
+  EXPECT_EQ(a, b) << "a prompt's logits moved with int_dot";
+  int differing = 0;
+  double worst = 0;
+  for (int step = 0; step < 32; ++step) {
+    const int32_t ta = argmax(a), tb = argmax(b);
+    ASSERT_EQ(ta, tb) << "greedy step " << step;
+    a = plain.forward(std::span(&ta, 1));
+    b = with_int.forward(std::span(&tb, 1));
+    differing += a != b;
+    const auto e = test::compare(b, a);
+    worst = std::max(worst, e.rel_l2);
+    ASSERT_LE(e.rel_l2, 1e-5) << "decode step " << step << ": " << e.describe();
+  }
+  EXPECT_GT(differing, 16) << "decoded logits equal to the f32 products' bits: the digits were not taken";
+  std::printf("[ int dot ] llama-q4_k: %d of 32 decode steps' logits differ from the f32 products', worst rel L2 %.3g\n",
+              differing, worst);
+}
 
 // forward (last logits only, chunked by ubatch) equals forward_all's last row.
 TEST(GpuForwardApi, LastLogitsEqualAllLogitsAndErrors) {

@@ -29,6 +29,7 @@ struct BenchOptions {
   int32_t layers_per_submit = -1;
   std::optional<uint32_t> decode_gqa_from;  // depth from which decode attention runs per GQA group; unset: adapter's
   std::vector<uint32_t> parallel;           // concurrent streams through BatchEngine (continuous batching)
+  bool int_dot = false;                     // LoadOptions::int_dot
 };
 
 struct Stat {
@@ -247,6 +248,7 @@ int bench(const BenchOptions& o) {
        .ubatch = o.ubatch,
        .layers_per_submit = o.layers_per_submit < 0 ? std::nullopt : std::optional<uint32_t>(o.layers_per_submit),
        .decode_gqa_from = o.decode_gqa_from,
+       .int_dot = o.int_dot,
        .progress = o.json ? nullptr : progress_bar()});
   const ModelInfo& info = model.info();
   if (!o.json) print_memory(model);
@@ -389,6 +391,9 @@ const Register reg{
        app.add_option("--decode-gqa-from", o->decode_gqa_from,
                       "decode attention per GQA group (each K/V row read once per KV head) from this depth on "
                       "(0: always; past the context: never; default: 8192 on GPUs, 0 on CPU adapters)");
+       app.add_flag("--int-dot", o->int_dot,
+                    "decode the FFN's Q4_K gate/up products on packed int8 dot products (LoadOptions::int_dot)")
+           ->group("Advanced");
        app.add_option("--parallel", o->parallel,
                       "then N concurrent streams (a list: 1,4,16) through continuous batching, each -p prompt "
                       "tokens and -n generated: aggregate generation t/s")

@@ -94,6 +94,7 @@ struct RunOptions {
   std::string model, prompt, prompt_file, prompt_ids, adapter, system, chat_template;
   uint32_t n_predict = 128, n_ctx = 0, ubatch = 512;
   std::optional<uint32_t> decode_gqa_from;  // unset: the adapter's
+  bool int_dot = false;                     // LoadOptions::int_dot
   SamplingParams sampling;
   int64_t seed = -1;
   bool chat = false, json = false;
@@ -210,6 +211,7 @@ int run(RunOptions o) {
        .n_ctx = o.n_ctx,
        .ubatch = o.ubatch,
        .decode_gqa_from = o.decode_gqa_from,
+       .int_dot = o.int_dot,
        .progress = o.json ? nullptr : progress_bar(),
        .before_upload =
            [&](const Model& m) {
@@ -294,6 +296,10 @@ const Register reg{
        app.add_option("--decode-gqa-from", o->decode_gqa_from,
                       "decode attention per GQA group (each K/V row read once per KV head) from this depth on "
                       "(default: 8192 on GPUs, 0 on CPU adapters)")
+           ->group("Advanced");
+       app.add_flag("--int-dot", o->int_dot,
+                    "decode the FFN's Q4_K gate/up products on packed int8 dot products (23 bits of each input "
+                    "against its 32-element block's largest; off by default)")
            ->group("Advanced");
        app.add_flag("--no-check-tensors", o->no_check_tensors,
                     "skip the scan of the weights for NaN and infinities at load");
