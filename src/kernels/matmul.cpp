@@ -49,7 +49,7 @@ uint32_t matvec_pass_tokens(const gpu::Context& ctx, const MatvecConfig& mv) {
 
 // Host constants for matvec.wgsl (after matmul_common.wgsl's): its shape, the lane sum and the entry point.
 std::string matvec_prelude(const gpu::Context& ctx, const MatvecConfig& mv, GgufType t, uint32_t nt, bool xv4,
-                           bool experts = false, bool int_dot = false) {
+                           bool experts = false, bool int_dot = false, uint32_t pre_n_in = 0) {
   auto u32 = [](const char* name, uint32_t v) {
     return std::string("const ") + name + ": u32 = " + std::to_string(v) + "u;\n";
   };
@@ -58,7 +58,9 @@ std::string matvec_prelude(const gpu::Context& ctx, const MatvecConfig& mv, Gguf
                   u32("MV_SLOTS", matvec_slots(ctx, mv)) + "const XV4: bool = " + (xv4 ? "true" : "false") +
                   ";\nconst MV_CHUNKS: bool = " + (block_elems(t) == 1 ? "false" : "true") +
                   ";\nconst MV_EXPERTS: bool = " + (experts ? "true" : "false") +
-                  ";\nconst MV_INT: bool = " + (int_dot ? "true" : "false") + ";\n";
+                  ";\nconst MV_INT: bool = " + (int_dot ? "true" : "false") +
+                  ";\nconst MV_PRE: bool = " + (pre_n_in ? "true" : "false") + ";\n" +
+                  u32("MV_PRE_V4", std::max(pre_n_in / 4, 1u));
   if (mv.shuffle)
     return s +
            "fn mv_lane_sum(v: f32, chunk: u32) -> f32 {\n  var s = v;\n"
@@ -196,6 +198,20 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
            : n_tokens <= kMatvecMaxTokens ? MatmulImpl::Matvec
                                           : MatmulImpl::Tiled;
   if (impl == MatmulImpl::Rows && !rows_kernel_reads(w.type)) impl = MatmulImpl::Matvec;
+  if (o.pre) {
+    const auto& r = *o.pre;
+    if (n_tokens != 1 || o.digits || !matvec_takes_pre(ctx, w, o.impl))
+      fail(fn, "pre takes one token's product on the matvec (matvec_takes_pre), without digits");
+    if (!r.src || !r.weight || !r.out) fail(fn, "pre needs src, weight and out");
+    check_size("pre.src", *r.src, w.n_in, "n_in * 4");
+    check_size("pre.weight", *r.weight, w.n_in, "n_in * 4");
+    check_size("pre.out", *r.out, w.n_in, "n_in * 4");
+    for (const gpu::Buffer* b : {&x, r.src, r.weight})
+      if (b->get() == r.out->get()) fail(fn, "pre.out must differ from x, pre.src and pre.weight");
+    for (const gpu::Buffer* out : {&y, o.y1, o.y2})
+      if (out && (out->get() == r.out->get() || out->get() == r.src->get()))
+        fail(fn, "pre's buffers must not be the product's outputs");
+  }
   const bool batch_shape = impl == MatmulImpl::Batch;  // the matvec kernel in batch decode's shape
   if (batch_shape) impl = MatmulImpl::Matvec;
 
@@ -228,7 +244,8 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
     WGPUComputePipeline pipe =
         impl == MatmulImpl::Matvec
             ? ctx.pipeline({kMatvecShader, "matvec", {},
-                            matvec_prelude(ctx, mv, w.type, matvec_tokens(count), xv4, false, bool(o.digits))})
+                            matvec_prelude(ctx, mv, w.type, matvec_tokens(count), xv4, false, bool(o.digits),
+                                           o.pre ? w.n_in : 0)})
         : impl == MatmulImpl::Rows
             ? ctx.pipeline(
                   {kRowsShader, "matmul_rows", {}, rows_prelude(ctx, rows, w.type, rows_tokens, row_pairs, xv4)})
@@ -246,6 +263,7 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
       p.y_stride = y_width;
       p.times_off = o.times_offset + first * o.times_stride;
       p.times_stride = o.times_stride;
+      p.pre_scale = o.pre ? o.pre->scale : 1.f;
       if (rk) {
         p.pos = rk->pos;
         p.head_dim = rk->head_dim;
@@ -290,6 +308,14 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
         bindings.push_back(rk ? gpu::BufferBinding{10, rk->table} : gpu::BufferBinding{10, &none, 0, 16});
         bindings.push_back(rk ? gpu::BufferBinding{11, rk->pool}
                               : gpu::BufferBinding{11, &ctx.placeholder_writable(), 0, 16});
+      }
+      if (impl == MatmulImpl::Matvec) {
+        const uint64_t pre_bytes = uint64_t(w.n_in) * 4;
+        bindings.push_back(o.pre ? gpu::BufferBinding{13, o.pre->src, 0, pre_bytes} : gpu::BufferBinding{13, &none, 0, 16});
+        bindings.push_back(o.pre ? gpu::BufferBinding{14, o.pre->weight, 0, pre_bytes}
+                                 : gpu::BufferBinding{14, &none, 0, 16});
+        bindings.push_back(o.pre ? gpu::BufferBinding{15, o.pre->out, 0, pre_bytes}
+                                 : gpu::BufferBinding{15, &ctx.placeholder_writable(), 0, 16});
       }
       batch.dispatch(pipe, bindings, grid.x, grid.y);
     }
@@ -348,6 +374,16 @@ MatvecConfig matvec_config(const gpu::Context& ctx, uint32_t n_rows, uint32_t n_
 // through workgroup memory, which took the H200 2-3x longer at 16 and 64 tokens (PERF.md, "Batched decode"); at one
 // token 32x2x8x2 took Llama-3.2-1B's products 0.102 ms where 32x4x4 took 0.125 (PERF.md, "A batched step of one
 // token"). The block types' one-token shape was already the best there.
+bool matvec_takes_pre(const gpu::Context& ctx, const GpuWeight& w, MatmulImpl impl) {
+  if (impl != MatmulImpl::Auto && impl != MatmulImpl::Matvec) return false;
+  if (impl == MatmulImpl::Auto && rows_kernel_for(ctx, w.type)) return false;
+  if (w.n_in % 32 || w.n_experts) return false;
+  const MatvecConfig mv = matvec_config(ctx, w.n_out, w.n_in, w.type);
+  const uint32_t wg = mv.threads_per_row * mv.groups;
+  const uint64_t shared = uint64_t(w.n_in) * 4 + uint64_t(wg) * 4 + matvec_red_bytes(ctx, mv, 1);
+  return (wg & (wg - 1)) == 0 && shared <= ctx.limits().maxComputeWorkgroupStorageSize;
+}
+
 MatvecConfig int_matvec_config(const gpu::Context& ctx, uint32_t n_rows, uint32_t n_in) {
   if (!ctx.options().matvec_shape.empty()) return checked(ctx, parse_matvec_config(ctx.options().matvec_shape));
   if (ctx.adapter().is_cpu()) return checked(ctx, {.threads_per_row = 8, .rows = 2, .groups = 8});
@@ -597,7 +633,10 @@ void encode_expert_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const Gpu
     }
     bindings.insert(bindings.end(), {{9, xv4 ? &x : &none, 0, xv4 ? x.size : 16},
                                      {10, &none, 0, 16},
-                                     {11, &ctx.placeholder_writable(), 0, 16}});
+                                     {11, &ctx.placeholder_writable(), 0, 16},
+                                     {13, &none, 0, 16},
+                                     {14, &none, 0, 16},
+                                     {15, &ctx.placeholder_writable(), 0, 16}});
     batch.dispatch(pipe, bindings, grid.x, grid.y, slots);
   }
 }

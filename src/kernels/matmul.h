@@ -124,7 +124,23 @@ struct MatmulOptions {
   // norm buffer) by the matvec's packed integer dot products (matvec.wgsl's MV_INT); x itself is not read. Within
   // about 2^-23 of each 32-element block's largest |x| (int_dot.h); any epilogue but the RoPE one.
   const XDigits* digits = nullptr;
+  // One token on the matvec (matvec_takes_pre): the residual add of a post-norm first, x' = (x + rms_norm(src) *
+  // weight) * scale with eps (the norm kernel's ACCUMULATE, kernels/norm.h), in every workgroup; the product then
+  // reads x' as its x, and x' goes to `out` (the residual's next buffer; not x). n_in a multiple of 32, src and
+  // weight n_in floats.
+  struct PreResidual {
+    const gpu::Buffer* src = nullptr;
+    const gpu::Buffer* weight = nullptr;
+    const gpu::Buffer* out = nullptr;
+    float scale = 1.f;
+  };
+  std::optional<PreResidual> pre = std::nullopt;
 };
+
+// Whether a one-token product of w with these options' impl runs on the matvec and can take MatmulOptions::pre
+// (GPUs, or a CPU adapter whose Rows kernel is off or does not read w's type; n_in a multiple of 32 up to the
+// workgroup memory's share).
+bool matvec_takes_pre(const gpu::Context& ctx, const GpuWeight& w, MatmulImpl impl = MatmulImpl::Auto);
 
 // y[t][o] = sum_i x[t][i] * W[o][i] (+ bias[o]) for t < n_tokens, o < W.n_out, with the options'
 // epilogues. x: [n_tokens][n_in] f32, y: [n_tokens][n_out] f32 (a different buffer).

@@ -15,6 +15,9 @@
 // which chunks a lane sums, in which order), so a token's outputs are the same bits alone or beside 15 others.
 // MV_INT (one token, Q4_K; MatmulOptions::digits): x4 holds x's packed 8-bit digits and per-block scales
 // (int_dot.wgsl; the scales from vec4 p.x_off on) and the sums come from packed integer dot products.
+// MV_PRE (one token; MatmulOptions::pre): first the residual add that a post-norm would have run as a dispatch of its
+// own, x' = (x + rms_norm(pre_src) * pre_w) * p.pre_scale, into workgroup memory in every workgroup (MV_PRE_V4 vec4,
+// n_in / 4), which the products then read as x; workgroup 0 also writes x' to pre_out, the residual's next buffer.
 // The entry point `matvec` (host prelude) passes the subgroup size (1 without subgroups).
 const MV_WG: u32 = MV_T * MV_G;
 const MV_ROWS: u32 = MV_G * MV_R;
@@ -22,6 +25,37 @@ const MV_ROWS: u32 = MV_G * MV_R;
 // MV_SLOTS (host constant): partial sums per group and value left after the shuffles, MV_T / the
 // adapter's smallest subgroup size (at least 4; 1 without subgroups).
 var<workgroup> red: array<f32, MV_NV * MV_G * MV_SLOTS>;
+
+// MV_PRE: its inputs and output, x' and the sum of squares' tree (one slot where MV_PRE is off).
+@group(0) @binding(13) var<storage, read> pre_src: array<vec4<f32>>;
+@group(0) @binding(14) var<storage, read> pre_w: array<vec4<f32>>;
+@group(0) @binding(15) var<storage, read_write> pre_out: array<vec4<f32>>;
+var<workgroup> mv_pre_x: array<vec4<f32>, MV_PRE_V4>;
+var<workgroup> mv_pre_red: array<f32, select(1u, MV_WG, MV_PRE)>;
+
+// x' of this token (MV_PRE): rms_norm(pre_src) over n_in, in a tree over the workgroup (MV_WG a power of two), then
+// (x + pre_src * inv * pre_w) * pre_scale, the norm kernel's arithmetic (norm.wgsl, ACCUMULATE).
+fn mv_pre(flat: u32, lid: u32) {
+  let n4 = p.n_in / 4u;
+  var ss = 0.0;
+  for (var i = lid; i < n4; i += MV_WG) {
+    let v = pre_src[i];
+    ss += dot(v, v);
+  }
+  mv_pre_red[lid] = ss;
+  workgroupBarrier();
+  for (var s = MV_WG / 2u; s > 0u; s >>= 1u) {
+    if (lid < s) { mv_pre_red[lid] += mv_pre_red[lid + s]; }
+    workgroupBarrier();
+  }
+  let inv = 1.0 / sqrt(mv_pre_red[0] / f32(p.n_in) + p.eps);
+  for (var i = lid; i < n4; i += MV_WG) {
+    let v = (x4[p.x_off / 4u + i] + pre_src[i] * inv * pre_w[i]) * p.pre_scale;
+    mv_pre_x[i] = v;
+    if (flat == 0u) { pre_out[i] = v; }
+  }
+  workgroupBarrier();
+}
 
 // Expert products (MV_EXPERTS; kernels/moe.h): the weight stacks experts' matrices of p.n_rows rows each, this
 // piece's from expert p.expert_first (p.n_experts of them). Pair i = token * p.n_used + slot takes expert e(i)'s rows
@@ -71,6 +105,7 @@ fn mv_store(row0: u32, v: u32, dot_sum: f32, up_sum: f32, dot2: f32, dot3: f32, 
 }
 
 fn mv_x8(t: u32, u: u32) -> W8 {
+  if (MV_PRE) { return W8(mv_pre_x[2u * u], mv_pre_x[2u * u + 1u]); }
   if (XV4) {
     let i = (p.x_off + t * p.n_in) / 4u + 2u * u;
     return W8(x4[i], x4[i + 1u]);
@@ -80,6 +115,10 @@ fn mv_x8(t: u32, u: u32) -> W8 {
 
 // x[t][col .. + 16) (col a multiple of 16).
 fn mv_x16(t: u32, col: u32) -> Q16 {
+  if (MV_PRE) {
+    let i = col / 4u;
+    return Q16(mv_pre_x[i], mv_pre_x[i + 1u], mv_pre_x[i + 2u], mv_pre_x[i + 3u]);
+  }
   if (XV4) {
     let i = (p.x_off + t * p.n_in + col) / 4u;
     return Q16(x4[i], x4[i + 1u], x4[i + 2u], x4[i + 3u]);
@@ -126,6 +165,7 @@ fn matvec_main(wid: vec3<u32>, lid: u32, sg_size: u32) {
   let lt = lid % MV_T;
   let row0 = flat * MV_ROWS + grp * MV_R;
   let last_row = p.n_rows - 1u;
+  if (MV_PRE) { mv_pre(flat, lid); }
   var wbase = 0u;  // expert products: the piece row of the expert's row 0
   if (MV_EXPERTS) {
     if (lid == 0u) {

@@ -58,7 +58,8 @@ struct MatmulParams {
   uint32_t y_stride, pos, head_dim;
   uint32_t rope_dim, kv_f16, kv_k_off, kv_v_off;
   uint32_t n_used, x_per_pair, expert_first, n_experts;
-  uint32_t tiles_off, times_off, times_stride, pad0;
+  uint32_t tiles_off, times_off, times_stride;
+  float pre_scale;  // matvec's MV_PRE: the residual's scale
 };
 static_assert(sizeof(MatmulParams) == 128);
 
