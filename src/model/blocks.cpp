@@ -34,6 +34,14 @@ kernels::MatmulImpl product_impl(const LayerStep& s) {
   return s.rows ? kernels::token_independent_impl(s.ctx) : kernels::MatmulImpl::Auto;
 }
 
+// Before a block that reads or writes x other than through encode_x_product.
+void flush_pending_norm(const LayerStep& s) { flush_pending_norm(s.batch, s.ctx, s.model.config, s.b); }
+
+// A product of the residual stream x (encode_x_product).
+void x_product(const LayerStep& s, const kernels::GpuWeight& w, const gpu::Buffer& y, const kernels::MatmulOptions& o) {
+  encode_x_product(s.batch, s.ctx, s.model.config, s.b, w, y, s.n, o);
+}
+
 // A batched decode step's attention: the q/k/v products for every sequence's token, then per sequence the q/k norm
 // (where the model has it), RoPE and the append into its own cache, and attention over that cache (one dispatch for
 // all of them when the caches share one pool).
@@ -88,8 +96,12 @@ void encode_attention_rows(const LayerStep& s) {
 
 void encode_qkv_products(gpu::ComputeBatch& batch, gpu::Context& ctx, const ModelConfig& c, const GpuLayer& L,
                          const gpu::Buffer& x, const gpu::Buffer& q, const gpu::Buffer& k, const gpu::Buffer& v,
-                         uint32_t n, kernels::MatmulImpl impl) {
+                         uint32_t n, kernels::MatmulImpl impl, SessionBuffers* b) {
   const kernels::MatmulOptions normed{.norm = &L.attn_norm, .eps = c.rms_eps, .impl = impl};
+  auto product = [&](const kernels::GpuWeight& w, const gpu::Buffer& y, const kernels::MatmulOptions& o) {
+    if (b) return encode_x_product(batch, ctx, c, *b, w, y, n, o);
+    kernels::encode_matmul(batch, ctx, w, x, y, n, o);
+  };
   if (!L.wqkv.empty() || !L.wqk.empty()) {  // stacked: rows [0, q_dim) to q, then k (then v)
     const bool all = !L.wqkv.empty();
     kernels::MatmulOptions o = normed;
@@ -98,15 +110,35 @@ void encode_qkv_products(gpu::ComputeBatch& batch, gpu::Context& ctx, const Mode
     o.y2 = all ? &v : nullptr;
     o.split1 = c.q_dim();
     o.split2 = c.q_dim() + c.kv_dim();
-    kernels::encode_matmul(batch, ctx, all ? L.wqkv : L.wqk, x, q, n, o);
+    product(all ? L.wqkv : L.wqk, q, o);
     if (all) return;
   }
   for (auto [w, bias, y] : {std::tuple{&L.wq, &L.bq, &q}, {&L.wk, &L.bk, &k}, {&L.wv, &L.bv, &v}}) {
     if (w->empty()) continue;  // in wqk
     kernels::MatmulOptions o = normed;
     o.bias = optional(*bias);
-    kernels::encode_matmul(batch, ctx, *w, x, *y, n, o);
+    product(*w, *y, o);
   }
+}
+
+void flush_pending_norm(gpu::ComputeBatch& batch, gpu::Context& ctx, const ModelConfig& c, SessionBuffers& b) {
+  if (!b.pending_norm) return;
+  const SessionBuffers::PendingNorm p = *b.pending_norm;
+  b.pending_norm.reset();
+  kernels::encode_rms_norm(batch, ctx, *p.src, *p.weight, b.x, 1, c.n_embd, c.rms_eps, /*accumulate=*/true, nullptr,
+                           p.scale);
+}
+
+void encode_x_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const ModelConfig& c, SessionBuffers& b,
+                      const kernels::GpuWeight& w, const gpu::Buffer& y, uint32_t n, kernels::MatmulOptions o) {
+  if (b.pending_norm && (n != 1 || o.digits || !kernels::matvec_takes_pre(ctx, w, o.impl)))
+    flush_pending_norm(batch, ctx, c, b);
+  if (!b.pending_norm) return kernels::encode_matmul(batch, ctx, w, b.x, y, n, o);
+  const SessionBuffers::PendingNorm p = *b.pending_norm;
+  b.pending_norm.reset();
+  o.pre = kernels::MatmulOptions::PreResidual{p.src, p.weight, &b.x2, p.scale};
+  kernels::encode_matmul(batch, ctx, w, b.x, y, n, o);
+  std::swap(b.x, b.x2);
 }
 
 DecodeQkv decode_qkv_for(const gpu::Context& ctx, const ModelConfig& c, const GpuLayer& L) {
@@ -138,6 +170,7 @@ void encode_attention(const LayerStep& s) {
                                         .norm = &L.attn_norm,
                                         .eps = c.rms_eps};
   if (n == 1 && s.decode_qkv == DecodeQkv::FusedRopeAppend) {
+    flush_pending_norm(s);
     // q = rope(rms_norm(x) @ wq), k = rope(rms_norm(x) @ wk) and v = rms_norm(x) @ wv (+ biases), k and v written
     // into the cache: one dispatch, or one for q and k and one for v where v's weight has another type
     if (!L.wqkv.empty()) {
@@ -153,7 +186,7 @@ void encode_attention(const LayerStep& s) {
     }
   } else {
     // q, k, v = rms_norm(x) * attn_norm @ (wq, wk, wv) (+ bias on qwen2): one product when stacked, else two or three
-    encode_qkv_products(batch, s.ctx, c, L, b.x, b.q, b.k, b.v, n);
+    encode_qkv_products(batch, s.ctx, c, L, b.x, b.q, b.k, b.v, n, kernels::MatmulImpl::Auto, &b);
     if (n == 1 && s.decode_qkv == DecodeQkv::QkNormRopeAppend) {
       // qwen3 decoding: the per-head q/k norm, RoPE and the KV append in one dispatch
       const kernels::QkNormRopeKvShape shape{.n_head = c.n_head,
@@ -210,6 +243,7 @@ void encode_ffn(const LayerStep& s) {
   const kernels::XDigits* digits = nullptr;
   if (s.n == 1 && !s.rows && b.ffn_digits &&
       (fused ? q4k(L.w_gate_up) : q4k(L.w_gate) || q4k(L.w_up))) {
+    flush_pending_norm(s);
     digits = &*b.ffn_digits;
     kernels::encode_x_digits(s.batch, s.ctx, b.x, *digits, &L.ffn_norm);
   }
@@ -218,14 +252,13 @@ void encode_ffn(const LayerStep& s) {
     return o;
   };
   if (fused) {
-    kernels::encode_matmul(
-        s.batch, s.ctx, L.w_gate_up, b.x, b.act, s.n,
-        with_digits(L.w_gate_up,
-                    {.norm = &L.ffn_norm, .eps = c.rms_eps, .swiglu = true, .act = c.ffn_act, .impl = impl}));
+    x_product(s, L.w_gate_up, b.act,
+              with_digits(L.w_gate_up,
+                          {.norm = &L.ffn_norm, .eps = c.rms_eps, .swiglu = true, .act = c.ffn_act, .impl = impl}));
   } else {
     const kernels::MatmulOptions normed{.norm = &L.ffn_norm, .eps = c.rms_eps, .impl = impl};
-    kernels::encode_matmul(s.batch, s.ctx, L.w_gate, b.x, b.gate, s.n, with_digits(L.w_gate, normed));
-    kernels::encode_matmul(s.batch, s.ctx, L.w_up, b.x, b.up, s.n, with_digits(L.w_up, normed));
+    x_product(s, L.w_gate, b.gate, with_digits(L.w_gate, normed));
+    x_product(s, L.w_up, b.up, with_digits(L.w_up, normed));
     kernels::encode_swiglu(s.batch, s.ctx, b.gate, b.up, b.act, uint64_t(s.n) * c.n_ff_at(s.layer), c.ffn_act);
   }
 }
@@ -259,6 +292,7 @@ void make_delta_buffers(gpu::Context& ctx, const ModelConfig& c, SessionBuffers&
 }
 
 void encode_moe_ffn(const LayerStep& s) {
+  flush_pending_norm(s);
   const ModelConfig& c = s.model.config;
   const GpuLayer& L = s.L;
   SessionBuffers& b = s.b;
@@ -313,6 +347,7 @@ void encode_layer_ffn(const LayerStep& s) {
 }
 
 void encode_conv(const LayerStep& s) {
+  flush_pending_norm(s);
   const ModelConfig& c = s.model.config;
   const GpuLayer& L = s.L;
   SessionBuffers& b = s.b;
@@ -340,6 +375,7 @@ void encode_conv(const LayerStep& s) {
 }
 
 void encode_attention_gate(const LayerStep& s) {
+  flush_pending_norm(s);
   const ModelConfig& c = s.model.config;
   // act = sigmoid(norm(x) Wgate) * attn, in the product's epilogue
   kernels::encode_matmul(s.batch, s.ctx, s.L.wgate, s.b.x, s.b.act, s.n,
@@ -352,6 +388,7 @@ void encode_attention_gate(const LayerStep& s) {
 }
 
 void encode_delta_net(const LayerStep& s) {
+  flush_pending_norm(s);
   const ModelConfig& c = s.model.config;
   const GpuLayer& L = s.L;
   SessionBuffers& b = s.b;
@@ -428,13 +465,20 @@ void encode_delta_net(const LayerStep& s) {
 }
 
 void encode_residual(const LayerStep& s, const kernels::GpuWeight& w, const gpu::Buffer& in, const gpu::Buffer* bias) {
+  flush_pending_norm(s);
   kernels::encode_matmul(s.batch, s.ctx, w, in, s.b.x, s.n, {.bias = bias, .accumulate = true, .impl = product_impl(s)});
 }
 
 void encode_post_norm_residual(const LayerStep& s, const kernels::GpuWeight& w, const gpu::Buffer& in,
                                const gpu::Buffer& norm, float out_scale) {
   const ModelConfig& c = s.model.config;
+  flush_pending_norm(s);  // an earlier one no product took (it reads proj)
   kernels::encode_matmul(s.batch, s.ctx, w, in, s.b.proj, s.n, {.impl = product_impl(s)});
+  // One sequence's decoded token: the add waits for the next product of x (encode_x_product)
+  if (s.n == 1 && !s.rows && s.b.x2.size >= s.b.x.size) {
+    s.b.pending_norm = SessionBuffers::PendingNorm{&s.b.proj, &norm, out_scale};
+    return;
+  }
   kernels::encode_rms_norm(s.batch, s.ctx, s.b.proj, norm, s.b.x, s.n, c.n_embd, c.rms_eps, true, nullptr,
                            out_scale);
 }
@@ -463,11 +507,11 @@ void encode_attention_gemma4(const LayerStep& s) {
     o.y2 = &b.v;
     o.split1 = Q;
     o.split2 = Q + c.kv_dim_at(l);
-    kernels::encode_matmul(batch, s.ctx, L.wqkv, b.x, b.q, n, o);
+    x_product(s, L.wqkv, b.q, o);
   } else {
-    kernels::encode_matmul(batch, s.ctx, L.wq, b.x, b.q, n, normed);
-    if (own) kernels::encode_matmul(batch, s.ctx, L.wk, b.x, b.k, n, normed);
-    if (own) kernels::encode_matmul(batch, s.ctx, c.v_from_k(l) ? L.wk : L.wv, b.x, b.v, n, normed);
+    x_product(s, L.wq, b.q, normed);
+    if (own) x_product(s, L.wk, b.k, normed);
+    if (own) x_product(s, c.v_from_k(l) ? L.wk : L.wv, b.v, normed);
   }
   // v's heads RMS-normed without gain: by qk_norm_rope_kv in a decode step, in place before the append otherwise
   const bool one_token = n == 1 || s.rows;
@@ -545,6 +589,7 @@ void encode_per_layer_inputs(const LayerStep& s) {
   const GpuWeights& w = s.model.weights;
   SessionBuffers& b = s.b;
   const uint32_t P = c.n_embd_per_layer, NP = c.n_layer * P, n = s.n;
+  flush_pending_norm(s);
   // the token's rows of per_layer_token_embd, times sqrt(P)
   kernels::encode_embedding(s.batch, s.ctx, w.per_layer_token_embd, b.ids, b.ple, n);
   kernels::encode_scale(s.batch, s.ctx, b.ple, uint64_t(n) * NP, std::sqrt(float(P)));
@@ -561,12 +606,12 @@ void encode_per_layer_embedding(const LayerStep& s, float out_scale) {
   SessionBuffers& b = s.b;
   const uint32_t P = c.n_embd_per_layer;
   // act = gelu_tanh(x Wple_gate) * this layer's slice of the per-layer inputs, in the product's epilogue
-  kernels::encode_matmul(s.batch, s.ctx, s.L.ple_gate, b.x, b.ple_act, s.n,
-                         {.act = kernels::GateAct::GeluTanh,
-                          .times = &b.ple,
-                          .times_stride = c.n_layer * P,
-                          .times_offset = s.layer * P,
-                          .impl = product_impl(s)});
+  x_product(s, s.L.ple_gate, b.ple_act,
+            {.act = kernels::GateAct::GeluTanh,
+             .times = &b.ple,
+             .times_stride = c.n_layer * P,
+             .times_offset = s.layer * P,
+             .impl = product_impl(s)});
   encode_post_norm_residual(s, s.L.ple_proj, b.ple_act, s.L.ple_post_norm, out_scale);
 }
 

@@ -63,7 +63,25 @@ struct SessionBuffers {
   // A decoded token's FFN input as packed 8-bit digits (ContextOptions::int_dot; kernels/int_dot.h), for its Q4_K
   // gate/up products; absent when off or n_embd is not a multiple of 32.
   std::optional<kernels::XDigits> ffn_digits;
+  // A post-norm's residual add that encode_post_norm_residual left to the next product of x (one token): x = (x +
+  // rms_norm(*src) * *weight) * scale, in that product's prologue where the matvec takes it (the sum then goes to x2,
+  // which becomes x: the two buffers trade places), else as its own norm dispatch first (flush_pending_norm).
+  struct PendingNorm {
+    const gpu::Buffer* src;
+    const gpu::Buffer* weight;
+    float scale;
+  };
+  std::optional<PendingNorm> pending_norm;
+  gpu::Buffer x2;  // [ubatch][n_embd] the residual's other buffer (post-norm models; size 4 otherwise)
 };
+
+// y = x W with o's epilogues, x = b.x, the residual stream: a pending post-norm's add (b.pending_norm) rides in its
+// prologue where the product can take it (the residual then moves to b.x2, swapped into b.x at once), else runs first
+// as its own dispatch. Every product of x in a step of one sequence goes through here.
+void encode_x_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const ModelConfig& c, SessionBuffers& b,
+                      const kernels::GpuWeight& w, const gpu::Buffer& y, uint32_t n, kernels::MatmulOptions o);
+// The pending post-norm's add (if any) as its own dispatch: before anything but a product reads or writes x.
+void flush_pending_norm(gpu::ComputeBatch& batch, gpu::Context& ctx, const ModelConfig& c, SessionBuffers& b);
 
 // The mixture-of-experts buffers of b for `tokens` tokens (placeholders of 16 bytes for dense models).
 void make_moe_buffers(gpu::Context& ctx, const ModelConfig& c, SessionBuffers& b, uint64_t tokens);
@@ -79,9 +97,11 @@ void make_ple_buffers(gpu::Context& ctx, const ModelConfig& c, SessionBuffers& b
 
 // q, k, v = rms_norm(x) * attn_norm @ (wq, wk, wv) (+ biases) for n tokens into q, k, v ([n][q_dim], [n][kv_dim] x 2):
 // one product when the layer stacks all three, two with wqk and wv, else three.
+// (x is b.x when `b` is given: the products then take a pending post-norm, encode_x_product.)
 void encode_qkv_products(gpu::ComputeBatch& batch, gpu::Context& ctx, const ModelConfig& c, const GpuLayer& L,
                          const gpu::Buffer& x, const gpu::Buffer& q, const gpu::Buffer& k, const gpu::Buffer& v,
-                         uint32_t n, kernels::MatmulImpl impl = kernels::MatmulImpl::Auto);
+                         uint32_t n, kernels::MatmulImpl impl = kernels::MatmulImpl::Auto,
+                         SessionBuffers* b = nullptr);
 
 // How an attention layer's decode step gets q into place and k, v into the cache.
 enum class DecodeQkv : uint8_t {

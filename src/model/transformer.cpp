@@ -62,6 +62,7 @@ GpuSession::GpuSession(gpu::Context& ctx, const GpuModel& model, const GpuSessio
   b.up = make(U * F, "up");
   b.act = make(U * gate_act_width(c), "act");
   b.proj = make(c.post_norms ? U * E : 1, "proj");
+  b.x2 = make(c.post_norms ? U * E : 1, "x2");
   const bool conv = !c.conv_layers.empty();
   b.bcx = make(conv ? U * 3 * E : 1, "bcx");
   b.conv_y = make(conv ? U * E : 1, "conv y");
@@ -378,6 +379,7 @@ void GpuSession::encode_step(uint32_t n, uint32_t pos, Output output, const std:
       batch = std::make_unique<gpu::ComputeBatch>(ctx_, label, bind_cache_.get());
     }
   }
+  if (output == Output::None || output == Output::AllLogits) flush_pending_norm(*batch, ctx_, model_.config, b);
   if (output != Output::None) encode_logits(*batch, n, output, slot, sample);
   ready(std::move(batch));
 }
@@ -405,13 +407,14 @@ void GpuSession::encode_logits(gpu::ComputeBatch& batch, uint32_t n, Output outp
     encode_logit_rows(batch, b.x, b.logits_all, n);
     return;
   }
-  // the last token's row alone (row 0 when decoding)
-  const gpu::Buffer* last = &b.x;
+  // the last token's row alone (row 0 when decoding, which takes a pending post-norm: encode_x_product)
   if (n > 1) {
+    flush_pending_norm(batch, ctx_, c, b);
     batch.copy(b.x, uint64_t(n - 1) * c.n_embd * 4, b.last, 0, uint64_t(c.n_embd) * 4);
-    last = &b.last;
+    kernels::encode_matmul(batch, ctx_, model_.logits_weight(), b.last, b.logits, 1, normed);
+  } else {
+    encode_x_product(batch, ctx_, c, b, model_.logits_weight(), b.logits, 1, normed);
   }
-  kernels::encode_matmul(batch, ctx_, model_.logits_weight(), *last, b.logits, 1, normed);
   if (cap > 0) kernels::encode_scale(batch, ctx_, b.logits, c.n_vocab, 1.f, cap);
   if (output == Output::LastLogits) {
     // onto a mappable buffer in the same command buffer: one wait per token

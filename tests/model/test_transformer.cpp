@@ -93,6 +93,9 @@ std::vector<GpuCase> gpu_cases() {
   // (qwen2; qwen2-mixed in two dispatches, q and k stacked, then v).
   for (const char* m : {"llama-f16", "qwen2-f16", "qwen2-q8_0", "qwen2-tied-f32", "qwen2-mixed"})
     out.push_back({m, kernels::KvType::F16, 5e-3, 4, "16x4x4"});
+  // ... and gemma's post-norms in the next product's prologue (MatmulOptions::pre; the Rows kernel of CPU adapters
+  // takes none): the attention's and the FFN's, gemma4's per-layer embedding's, the last one in the logits' product
+  for (const char* m : {"gemma3-tiny-f32", "gemma4-h512-f32"}) out.push_back({m, kernels::KvType::F32, 1e-4, 4, "16x4x4"});
   // The DeltaNet recurrence in chunks (by default it runs token by token): the calls of 37 and 40 tokens chunked,
   // of 1, 10 and 13 not.
   out.push_back({"qwen35-tiny-f32", kernels::KvType::F32, 1e-3, 0, {}, 16});

@@ -19,14 +19,18 @@ GpuLayer upload(Uploader& up, const ModelConfig& c, uint32_t layer) {
   return L;
 }
 
-// A decode step (n = 1) of a gemma3 layer runs 8 dispatches (q/k/v stacked, gate/up fused):
-//   matmul (q, k, v), qk_norm_rope_kv   q, k, v = norm(x) (Wq, Wk, Wv); per-head norms of q and k, RoPE, k and v
+// A decode step (n = 1) of a gemma3 layer runs 6 dispatches on GPUs (q/k/v stacked, gate/up fused):
+//   matmul (q, k, v), qk_norm_rope_kv   x += norm(proj) post_ffn_norm of the layer before (the product's prologue);
+//                                       q, k, v = norm(x) (Wq, Wk, Wv); per-head norms of q and k, RoPE, k and v
 //                                       into the KV cache
 //   attention_decode                    attn over the cache (local layers: the last sliding_window positions;
 //                                       + a split-K reduce past 256 keys)
-//   matmul, rms_norm (adding)           x += norm(attn Wo) post_attn_norm
-//   matmul, gelu                        act = gelu_tanh(norm(x) Wgate) * (norm(x) Wup)
-//   matmul, rms_norm (adding)           x += norm(act Wdown) post_ffn_norm
+//   matmul                              proj = attn Wo
+//   matmul (its epilogue the gelu)      x += norm(proj) post_attn_norm (the prologue);
+//                                       act = gelu_tanh(norm(x) Wgate) * (norm(x) Wup)
+//   matmul                              proj = act Wdown, its post norm left to the next product of x
+// (encode_post_norm_residual leaves each post norm's add to the next product of x, encode_x_product; where that
+// product cannot take it, CPU adapters' Rows kernel, it runs as an rms_norm of its own: 8 dispatches.)
 void encode(const LayerStep& s) {
   encode_attention(s);
   encode_post_norm_residual(s, s.L.wo, s.b.attn, s.L.post_attn_norm);

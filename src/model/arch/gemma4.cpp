@@ -58,18 +58,22 @@ GpuLayer upload(Uploader& up, const ModelConfig& c, uint32_t layer) {
   return L;
 }
 
-// A decode step (n = 1) of a gemma4 layer with its own KV cache and per-layer embeddings runs 11 dispatches (q/k/v
-// stacked, gate/up fused; a layer sharing another's cache: q alone, its norm and RoPE, no append):
+// A decode step (n = 1) of a gemma4 layer with its own KV cache and per-layer embeddings runs 8 dispatches on GPUs
+// (q/k/v stacked, gate/up fused; a layer sharing another's cache: q alone, its norm and RoPE, no append). Each post
+// norm's residual add rides in the prologue of the next product of x (encode_post_norm_residual, encode_x_product;
+// on CPU adapters' Rows kernel it runs as an rms_norm of its own: 11 dispatches):
 //   (layer 0: embedding, scale, matmul, scale, rms_norm (adding), scale   every layer's per-layer input)
-//   matmul (q, k, v)                     q, k, v = norm(x) (Wq, Wk, Wv)
+//   matmul (q, k, v)                     x = (x + norm(proj) ple_post_norm) * output scale of the layer before;
+//                                        q, k, v = norm(x) (Wq, Wk, Wv)
 //   qk_norm_rope_kv                      per-head norms of q and k (and of v, without gain), RoPE, k and v into the
 //                                        KV cache
 //   attention_decode                     attn over the cache (local layers: the last sliding_window positions)
-//   matmul, rms_norm (adding)            x += norm(attn Wo) post_attn_norm
-//   matmul (its epilogue the gelu)       act = gelu_tanh(norm(x) Wgate) * (norm(x) Wup)
-//   matmul, rms_norm (adding)            x += norm(act Wdown) post_ffn_norm
-//   matmul (its epilogue the gelu)       g = gelu_tanh(x Wple_gate) * this layer's per-layer input
-//   matmul, rms_norm (adding)            x = (x + norm(g Wple_proj) ple_post_norm) * the layer's output scale
+//   matmul                               proj = attn Wo
+//   matmul (its epilogue the gelu)       x += norm(proj) post_attn_norm; act = gelu_tanh(norm(x) Wgate) * (norm(x) Wup)
+//   matmul                               proj = act Wdown
+//   matmul (its epilogue the gelu)       x += norm(proj) post_ffn_norm; g = gelu_tanh(x Wple_gate) * this layer's
+//                                        per-layer input
+//   matmul                               proj = g Wple_proj (its norm, and the output scale, to the next product)
 void encode(const LayerStep& s) {
   const ModelConfig& c = s.model.config;
   if (s.layer == 0 && c.n_embd_per_layer > 0) encode_per_layer_inputs(s);
