@@ -53,6 +53,9 @@ struct LoadOptions {
   // per element under one scale per 32: 23 bits against the block's largest element instead of f32's 24 per element;
   // PERF.md). Off by default until measured ahead on a GPU. Sessions decoded by BatchEngine keep the f32 products.
   bool int_dot = false;
+  // Decoding, gemma's post norms (their residual adds) in the next product's prologue instead of dispatches of their
+  // own (ContextOptions::fuse_post_norms). Off by default until measured ahead on a GPU.
+  bool fuse_post_norms = false;
   // Called while weights upload: bytes done, bytes in all.
   std::function<void(uint64_t done, uint64_t total)> progress;
   // Called once the GGUF is parsed, before the adapter is opened and the weights upload: the tokenizer and chat

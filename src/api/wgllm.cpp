@@ -113,6 +113,7 @@ void upload_impl(ModelAccess::Impl& m, const GgufFile& f, const LoadOptions& o) 
                                                              .decode_gqa_from = o.decode_gqa_from,
                                                              .delta_chunk_from = o.delta_chunk_from,
                                                              .int_dot = o.int_dot,
+                                                             .fuse_post_norms = o.fuse_post_norms,
                                                              .kernel_dir = o.kernel_dir,
                                                              .dump_shaders_dir = o.dump_shaders_dir,
                                                              .shader_checks = o.shader_checks});

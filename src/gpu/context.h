@@ -81,6 +81,11 @@ struct ContextOptions {
   // the normed input as 8-bit digits, 23 bits against each 32-element block's largest element instead of f32's 24 per
   // element. Off by default until measured on a GPU (PERF.md, "Q4_K on packed int8 dot products").
   bool int_dot = false;
+  // Decoding one sequence, a post norm's residual add (gemma3, gemma4) runs in the prologue of the next product of x
+  // on the matvec (MatmulOptions::pre) instead of as a one-workgroup dispatch of its own: a dispatch fewer per post
+  // norm, each workgroup of that product reading two more vectors of n_embd. Off by default until measured on a GPU
+  // (PERF.md, "Post norms in the next product's prologue").
+  bool fuse_post_norms = false;
   // Shaders beyond the library's, found by name by pipeline() (a test's or a benchmark's own kernels). The
   // span must outlive the context.
   std::span<const EmbeddedShader> extra_shaders = {};

@@ -131,7 +131,10 @@ void flush_pending_norm(gpu::ComputeBatch& batch, gpu::Context& ctx, const Model
 
 void encode_x_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const ModelConfig& c, SessionBuffers& b,
                       const kernels::GpuWeight& w, const gpu::Buffer& y, uint32_t n, kernels::MatmulOptions o) {
-  if (b.pending_norm && (n != 1 || o.digits || !kernels::matvec_takes_pre(ctx, w, o.impl)))
+  // An LM head's tens of thousands of workgroups would each read the two vectors more: there the norm's own
+  // dispatch costs less (PERF.md)
+  constexpr uint32_t kPreMaxRows = 65536;
+  if (b.pending_norm && (n != 1 || o.digits || w.n_out > kPreMaxRows || !kernels::matvec_takes_pre(ctx, w, o.impl)))
     flush_pending_norm(batch, ctx, c, b);
   if (!b.pending_norm) return kernels::encode_matmul(batch, ctx, w, b.x, y, n, o);
   const SessionBuffers::PendingNorm p = *b.pending_norm;
@@ -475,7 +478,7 @@ void encode_post_norm_residual(const LayerStep& s, const kernels::GpuWeight& w, 
   flush_pending_norm(s);  // an earlier one no product took (it reads proj)
   kernels::encode_matmul(s.batch, s.ctx, w, in, s.b.proj, s.n, {.impl = product_impl(s)});
   // One sequence's decoded token: the add waits for the next product of x (encode_x_product)
-  if (s.n == 1 && !s.rows && s.b.x2.size >= s.b.x.size) {
+  if (s.ctx.options().fuse_post_norms && s.n == 1 && !s.rows && s.b.x2.size >= s.b.x.size) {
     s.b.pending_norm = SessionBuffers::PendingNorm{&s.b.proj, &norm, out_scale};
     return;
   }

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -51,6 +52,7 @@ struct GpuCase {
   std::string matvec = {};     // matvec shape override ("": the adapter's own)
   std::optional<uint32_t> delta_chunk_from = {};  // ContextOptions::delta_chunk_from override
   bool int_dot = false;                           // ContextOptions::int_dot
+  bool fuse_post_norms = false;                   // ContextOptions::fuse_post_norms
 };
 std::ostream& operator<<(std::ostream& o, const GpuCase& c) { return o << c.model; }
 
@@ -95,7 +97,8 @@ std::vector<GpuCase> gpu_cases() {
     out.push_back({m, kernels::KvType::F16, 5e-3, 4, "16x4x4"});
   // ... and gemma's post-norms in the next product's prologue (MatmulOptions::pre; the Rows kernel of CPU adapters
   // takes none): the attention's and the FFN's, gemma4's per-layer embedding's, the last one in the logits' product
-  for (const char* m : {"gemma3-tiny-f32", "gemma4-h512-f32"}) out.push_back({m, kernels::KvType::F32, 1e-4, 4, "16x4x4"});
+  for (const char* m : {"gemma3-tiny-f32", "gemma4-h512-f32"})
+    out.push_back({m, kernels::KvType::F32, 1e-4, 4, "16x4x4", {}, false, true});
   // The DeltaNet recurrence in chunks (by default it runs token by token): the calls of 37 and 40 tokens chunked,
   // of 1, 10 and 13 not.
   out.push_back({"qwen35-tiny-f32", kernels::KvType::F32, 1e-3, 0, {}, 16});
@@ -120,6 +123,7 @@ TEST_P(GpuForward, MatchesCpuReference) {
     own.emplace(test::context_options([&](auto& o) {
       o.matvec_shape = tc.matvec;
       o.rows_shape = "off";  // CPU adapters too take the GPUs' kernels
+      o.fuse_post_norms = tc.fuse_post_norms;
     }));
   if (tc.delta_chunk_from)
     own.emplace(test::context_options([&](auto& o) { o.delta_chunk_from = tc.delta_chunk_from; }));
@@ -211,37 +215,70 @@ INSTANTIATE_TEST_SUITE_P(Models, GpuForward, ::testing::ValuesIn(gpu_cases()), [
   return s + (info.param.kv == kernels::KvType::F32 ? "_kv_f32" : "_kv_f16") +
          (info.param.kv == kernels::KvType::F32 && info.param.layers_per_submit == 1 ? "_per_layer" : "") +
          (info.param.matvec.empty() ? "" : "_mv" + info.param.matvec) + (info.param.delta_chunk_from ? "_chunked" : "") +
-         (info.param.int_dot ? "_int_dot" : "");
+         (info.param.int_dot ? "_int_dot" : "") + (info.param.fuse_post_norms ? "_fused_post_norms" : "");
 });
 
-// ContextOptions::int_dot: a prompt's logits are the f32 products' bits (prompts never take the digits), a decoded
-// token's are not (its FFN's Q4_K products read the digits) but stay within the digits' error of them, and greedy
-// decoding chooses the same 32 tokens.
-TEST(GpuForwardIntDot, DecodeTakesTheDigitsAndStaysClose) {
-  const GgufFile f = GgufFile::open(test::model_path("llama-q4_k"));
-  gpu::Context& plain_ctx = test::context();
-  gpu::Context int_ctx(test::context_options([](auto& o) { o.int_dot = true; }));
-  const GpuModel plain_model = load_gpu_model(plain_ctx, f), int_model = load_gpu_model(int_ctx, f);
-  const GpuSessionOptions so{.n_ctx = 256, .ubatch = 64, .kv_type = kernels::KvType::F32};
-  GpuSession plain(plain_ctx, plain_model, so), with_int(int_ctx, int_model, so);
-  const std::vector<int32_t> prompt = random_prompt(plain_model.config.n_vocab, 40, 11);
-  auto a = plain.forward(prompt), b = with_int.forward(prompt);
-  EXPECT_EQ(a, b) << "a prompt's logits moved with int_dot";
+// Two sessions of one model, the second's context with other options, decoding the same greedy tokens: whether the
+// prompt's logits are the same bits, in how many of 32 decode steps the logits differ at all, and their worst rel L2
+// (the greedy tokens must agree).
+struct DecodeBeside {
+  bool prompt_equal = false;
   int differing = 0;
   double worst = 0;
+};
+DecodeBeside decode_beside(const std::string& model, const std::function<void(gpu::ContextOptions&)>& base,
+                           const std::function<void(gpu::ContextOptions&)>& other) {
+  const GgufFile f = GgufFile::open(test::model_path(model));
+  gpu::Context ctx_a(test::context_options(base));
+  gpu::Context ctx_b(test::context_options([&](auto& o) {
+    base(o);
+    other(o);
+  }));
+  const GpuModel ma = load_gpu_model(ctx_a, f), mb = load_gpu_model(ctx_b, f);
+  const GpuSessionOptions so{.n_ctx = 256, .ubatch = 64, .kv_type = kernels::KvType::F32};
+  GpuSession sa(ctx_a, ma, so), sb(ctx_b, mb, so);
+  const std::vector<int32_t> prompt = random_prompt(ma.config.n_vocab, 40, 11);
+  auto a = sa.forward(prompt), b = sb.forward(prompt);
+  DecodeBeside r{.prompt_equal = a == b};
   for (int step = 0; step < 32; ++step) {
     const int32_t ta = argmax(a), tb = argmax(b);
-    ASSERT_EQ(ta, tb) << "greedy step " << step;
-    a = plain.forward(std::span(&ta, 1));
-    b = with_int.forward(std::span(&tb, 1));
-    differing += a != b;
-    const auto e = test::compare(b, a);
-    worst = std::max(worst, e.rel_l2);
-    ASSERT_LE(e.rel_l2, 1e-5) << "decode step " << step << ": " << e.describe();
+    EXPECT_EQ(ta, tb) << "greedy step " << step;
+    a = sa.forward(std::span(&ta, 1));
+    b = sb.forward(std::span(&ta, 1));
+    r.differing += a != b;
+    r.worst = std::max(r.worst, test::compare(b, a).rel_l2);
   }
-  EXPECT_GT(differing, 16) << "decoded logits equal to the f32 products' bits: the digits were not taken";
+  return r;
+}
+
+// ContextOptions::int_dot: a prompt's logits are the f32 products' bits (prompts never take the digits), a decoded
+// token's are not (its FFN's Q4_K products read the digits) but stay within the digits' error of them.
+TEST(GpuForwardOptions, IntDotDecodeTakesTheDigitsAndStaysClose) {
+  const auto r = decode_beside("llama-q4_k", [](auto&) {}, [](auto& o) { o.int_dot = true; });
+  EXPECT_TRUE(r.prompt_equal) << "a prompt's logits moved with int_dot";
+  EXPECT_GT(r.differing, 16) << "decoded logits equal to the f32 products' bits: the digits were not taken";
+  EXPECT_LE(r.worst, 1e-5);
   std::printf("[ int dot ] llama-q4_k: %d of 32 decode steps' logits differ from the f32 products', worst rel L2 %.3g\n",
-              differing, worst);
+              r.differing, r.worst);
+}
+
+// ContextOptions::fuse_post_norms on the GPUs' matvec: a prompt's logits unchanged, a decoded token's post norms in
+// the next products' prologues (their own reduction order: not the same bits as the norm kernel's) within f32
+// rounding of the norm dispatches'.
+TEST(GpuForwardOptions, FusedPostNormsDecodeTakesThePrologueAndStaysClose) {
+  auto matvec = [](gpu::ContextOptions& o) {
+    o.rows_shape = "off";
+    o.matvec_shape = "16x4x4";
+  };
+  for (const char* m : {"gemma3-tiny-f32", "gemma4-h512-f32"}) {
+    SCOPED_TRACE(m);
+    const auto r = decode_beside(m, matvec, [](auto& o) { o.fuse_post_norms = true; });
+    EXPECT_TRUE(r.prompt_equal) << "a prompt's logits moved with fuse_post_norms";
+    EXPECT_GT(r.differing, 0) << "decoded logits equal to the norm dispatches' bits: no prologue was taken";
+    EXPECT_LE(r.worst, 1e-5);
+    std::printf("[ post norms ] %s: %d of 32 decode steps' logits differ from the norm dispatches', worst %.3g\n", m,
+                r.differing, r.worst);
+  }
 }
 
 // forward (last logits only, chunked by ubatch) equals forward_all's last row.

@@ -30,6 +30,7 @@ struct BenchOptions {
   std::optional<uint32_t> decode_gqa_from;  // depth from which decode attention runs per GQA group; unset: adapter's
   std::vector<uint32_t> parallel;           // concurrent streams through BatchEngine (continuous batching)
   bool int_dot = false;                     // LoadOptions::int_dot
+  bool fuse_post_norms = false;             // LoadOptions::fuse_post_norms
 };
 
 struct Stat {
@@ -249,6 +250,7 @@ int bench(const BenchOptions& o) {
        .layers_per_submit = o.layers_per_submit < 0 ? std::nullopt : std::optional<uint32_t>(o.layers_per_submit),
        .decode_gqa_from = o.decode_gqa_from,
        .int_dot = o.int_dot,
+       .fuse_post_norms = o.fuse_post_norms,
        .progress = o.json ? nullptr : progress_bar()});
   const ModelInfo& info = model.info();
   if (!o.json) print_memory(model);
@@ -393,6 +395,9 @@ const Register reg{
                       "(0: always; past the context: never; default: 8192 on GPUs, 0 on CPU adapters)");
        app.add_flag("--int-dot", o->int_dot,
                     "decode the FFN's Q4_K gate/up products on packed int8 dot products (LoadOptions::int_dot)")
+           ->group("Advanced");
+       app.add_flag("--fuse-post-norms", o->fuse_post_norms,
+                    "decoding, gemma's post norms in the next product's prologue (LoadOptions::fuse_post_norms)")
            ->group("Advanced");
        app.add_option("--parallel", o->parallel,
                       "then N concurrent streams (a list: 1,4,16) through continuous batching, each -p prompt "

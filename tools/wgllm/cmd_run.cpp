@@ -95,6 +95,7 @@ struct RunOptions {
   uint32_t n_predict = 128, n_ctx = 0, ubatch = 512;
   std::optional<uint32_t> decode_gqa_from;  // unset: the adapter's
   bool int_dot = false;                     // LoadOptions::int_dot
+  bool fuse_post_norms = false;             // LoadOptions::fuse_post_norms
   SamplingParams sampling;
   int64_t seed = -1;
   bool chat = false, json = false;
@@ -212,6 +213,7 @@ int run(RunOptions o) {
        .ubatch = o.ubatch,
        .decode_gqa_from = o.decode_gqa_from,
        .int_dot = o.int_dot,
+       .fuse_post_norms = o.fuse_post_norms,
        .progress = o.json ? nullptr : progress_bar(),
        .before_upload =
            [&](const Model& m) {
@@ -300,6 +302,10 @@ const Register reg{
        app.add_flag("--int-dot", o->int_dot,
                     "decode the FFN's Q4_K gate/up products on packed int8 dot products (23 bits of each input "
                     "against its 32-element block's largest; off by default)")
+           ->group("Advanced");
+       app.add_flag("--fuse-post-norms", o->fuse_post_norms,
+                    "decoding, gemma's post norms in the next product's prologue instead of dispatches of their own "
+                    "(off by default)")
            ->group("Advanced");
        app.add_flag("--no-check-tensors", o->no_check_tensors,
                     "skip the scan of the weights for NaN and infinities at load");

@@ -19,7 +19,8 @@ GpuLayer upload(Uploader& up, const ModelConfig& c, uint32_t layer) {
   return L;
 }
 
-// A decode step (n = 1) of a gemma3 layer runs 6 dispatches on GPUs (q/k/v stacked, gate/up fused):
+// A decode step (n = 1) of a gemma3 layer with ContextOptions::fuse_post_norms runs 6 dispatches on GPUs (q/k/v
+// stacked, gate/up fused):
 //   matmul (q, k, v), qk_norm_rope_kv   x += norm(proj) post_ffn_norm of the layer before (the product's prologue);
 //                                       q, k, v = norm(x) (Wq, Wk, Wv); per-head norms of q and k, RoPE, k and v
 //                                       into the KV cache
@@ -29,8 +30,9 @@ GpuLayer upload(Uploader& up, const ModelConfig& c, uint32_t layer) {
 //   matmul (its epilogue the gelu)      x += norm(proj) post_attn_norm (the prologue);
 //                                       act = gelu_tanh(norm(x) Wgate) * (norm(x) Wup)
 //   matmul                              proj = act Wdown, its post norm left to the next product of x
-// (encode_post_norm_residual leaves each post norm's add to the next product of x, encode_x_product; where that
-// product cannot take it, CPU adapters' Rows kernel, it runs as an rms_norm of its own: 8 dispatches.)
+// (encode_post_norm_residual leaves each post norm's add to the next product of x, encode_x_product. Without the
+// option, or where that product cannot take it (CPU adapters' Rows kernel), each runs as an rms_norm of its own after
+// its matmul: 8 dispatches.)
 void encode(const LayerStep& s) {
   encode_attention(s);
   encode_post_norm_residual(s, s.L.wo, s.b.attn, s.L.post_attn_norm);
