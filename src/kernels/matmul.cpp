@@ -297,9 +297,7 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
           {7, split_out ? o.y1 : &ctx.placeholder_writable(), y1w.offset_bytes, y1w.size_bytes},
           {8, has_y2 ? o.y2 : &ctx.placeholder_writable(), y2w.offset_bytes, y2w.size_bytes},
       };
-      if (o.digits)  // MV_INT reads x's digits and scales (int_dot.h) through x4
-        bindings.push_back({9, &o.digits->data, 0, o.digits->bytes()});
-      else if (impl == MatmulImpl::Matvec || impl == MatmulImpl::Rows)
+      if (impl == MatmulImpl::Matvec || impl == MatmulImpl::Rows)
         bindings.push_back(xv4 ? gpu::BufferBinding{9, &x, xw.offset_bytes, xw.size_bytes}
                                : gpu::BufferBinding{9, &none, 0, 16});
       if (impl == MatmulImpl::Rows) bindings.push_back({12, &piece.buffer});
@@ -316,6 +314,9 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
                                  : gpu::BufferBinding{14, &none, 0, 16});
         bindings.push_back(o.pre ? gpu::BufferBinding{15, o.pre->out, 0, pre_bytes}
                                  : gpu::BufferBinding{15, &ctx.placeholder_writable(), 0, 16});
+        // MV_INT: x's digits and scales (int_dot.h)
+        bindings.push_back(o.digits ? gpu::BufferBinding{16, &o.digits->data, 0, o.digits->bytes()}
+                                    : gpu::BufferBinding{16, &none, 0, 16});
       }
       batch.dispatch(pipe, bindings, grid.x, grid.y);
     }
@@ -636,7 +637,8 @@ void encode_expert_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const Gpu
                                      {11, &ctx.placeholder_writable(), 0, 16},
                                      {13, &none, 0, 16},
                                      {14, &none, 0, 16},
-                                     {15, &ctx.placeholder_writable(), 0, 16}});
+                                     {15, &ctx.placeholder_writable(), 0, 16},
+                                     {16, &none, 0, 16}});
     batch.dispatch(pipe, bindings, grid.x, grid.y, slots);
   }
 }

@@ -13,7 +13,7 @@
 // NT may exceed p.n_tokens (the host rounds a batch's count up to 8 or 16): the missing tokens read the last one
 // and are never stored. A token's arithmetic is the same whatever NT, MV_R, MV_G and MV_U are (only MV_T decides
 // which chunks a lane sums, in which order), so a token's outputs are the same bits alone or beside 15 others.
-// MV_INT (one token, Q4_K; MatmulOptions::digits): x4 holds x's packed 8-bit digits and per-block scales
+// MV_INT (one token, Q4_K; MatmulOptions::digits): xdig holds x's packed 8-bit digits and per-block scales
 // (int_dot.wgsl; the scales from vec4 p.x_off on) and the sums come from packed integer dot products.
 // MV_PRE (one token; MatmulOptions::pre): first the residual add that a post-norm would have run as a dispatch of its
 // own, x' = (x + rms_norm(pre_src) * pre_w) * p.pre_scale, into workgroup memory in every workgroup (MV_PRE_V4 vec4,
@@ -31,6 +31,8 @@ var<workgroup> red: array<f32, MV_NV * MV_G * MV_SLOTS>;
 @group(0) @binding(14) var<storage, read> pre_w: array<vec4<f32>>;
 @group(0) @binding(15) var<storage, read_write> pre_out: array<vec4<f32>>;
 var<workgroup> mv_pre_x: array<vec4<f32>, MV_PRE_V4>;
+// MV_INT: x's digits and scales (a placeholder otherwise).
+@group(0) @binding(16) var<storage, read> xdig: array<vec4<u32>>;
 var<workgroup> mv_pre_red: array<f32, select(1u, MV_WG, MV_PRE)>;
 
 // x' of this token (MV_PRE): rms_norm(pre_src) over n_in, in a tree over the workgroup (MV_WG a power of two), then
@@ -203,20 +205,20 @@ fn matvec_main(wid: vec3<u32>, lid: u32, sg_size: u32) {
     for (var u = lt; u < n_units; u += MV_T) {
       let xa = 2u * u;  // x block of sub-block 2k (the unit's first); xa + 1 that of 2k + 1
       let xa6 = xa * 6u;
-      let a00 = bitcast<vec4<u32>>(x4[xa6]);
-      let a01 = bitcast<vec4<u32>>(x4[xa6 + 1u]);
-      let a10 = bitcast<vec4<u32>>(x4[xa6 + 2u]);
-      let a11 = bitcast<vec4<u32>>(x4[xa6 + 3u]);
-      let a20 = bitcast<vec4<u32>>(x4[xa6 + 4u]);
-      let a21 = bitcast<vec4<u32>>(x4[xa6 + 5u]);
-      let b00 = bitcast<vec4<u32>>(x4[xa6 + 6u]);
-      let b01 = bitcast<vec4<u32>>(x4[xa6 + 7u]);
-      let b10 = bitcast<vec4<u32>>(x4[xa6 + 8u]);
-      let b11 = bitcast<vec4<u32>>(x4[xa6 + 9u]);
-      let b20 = bitcast<vec4<u32>>(x4[xa6 + 10u]);
-      let b21 = bitcast<vec4<u32>>(x4[xa6 + 11u]);
-      let sa = x4[p.x_off + xa];  // (s, sum0, sum1, sum x^2) of each block
-      let sb = x4[p.x_off + xa + 1u];
+      let a00 = xdig[xa6];
+      let a01 = xdig[xa6 + 1u];
+      let a10 = xdig[xa6 + 2u];
+      let a11 = xdig[xa6 + 3u];
+      let a20 = xdig[xa6 + 4u];
+      let a21 = xdig[xa6 + 5u];
+      let b00 = xdig[xa6 + 6u];
+      let b01 = xdig[xa6 + 7u];
+      let b10 = xdig[xa6 + 8u];
+      let b11 = xdig[xa6 + 9u];
+      let b20 = xdig[xa6 + 10u];
+      let b21 = xdig[xa6 + 11u];
+      let sa = bitcast<vec4<f32>>(xdig[p.x_off + xa]);  // (s, sum0, sum1, sum x^2) of each block
+      let sb = bitcast<vec4<f32>>(xdig[p.x_off + xa + 1u]);
       vals[MV_R] += sa.w + sb.w;
       let c = 2u * u;  // the unit's first chunk
       //#unroll! j MV_R
