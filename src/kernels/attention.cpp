@@ -57,7 +57,8 @@ std::string tile_prelude(const AttentionTiles& t) {
   return "const BQ: u32 = " + std::to_string(t.bq) + "u;\nconst BK: u32 = " + std::to_string(t.bk) +
          "u;\nconst TPR: u32 = " + std::to_string(t.tpr) + "u;\nconst DV: u32 = " + std::to_string(t.dv) +
          "u;\nconst RPT: u32 = " + std::to_string(t.rpt) + "u;\nconst WG: u32 = " + std::to_string(t.wg) +
-         "u;\nconst NL: u32 = " + std::to_string((t.bk * t.dv * t.tpr + t.wg - 1) / t.wg) + "u;\n";
+         "u;\nconst NL: u32 = " + std::to_string((t.bk * t.dv * t.tpr + t.wg - 1) / t.wg) +
+         "u;\nconst DEC_TPK: u32 = " + std::to_string(t.dec_tpk) + "u;\n";
 }
 
 // Resolved strides/scale plus every check shared by prefill and decode.
@@ -272,6 +273,9 @@ AttentionTiles attention_tiles(uint32_t head_dim, const WGPULimits& limits) {
   const uint32_t budget = std::min<uint32_t>(limits.maxComputeWorkgroupStorageSize, 32768);
   t.bk = t.rpt > 1 ? 16 : 32;
   while (t.bk > 4 && 8ull * t.bk * head_dim > budget) t.bk /= 2;
+  while (t.dec_tpk < 4 && hd4 / (2 * t.dec_tpk) >= 16 &&
+         2 * t.dec_tpk * kDecodeWorkgroup <= limits.maxComputeInvocationsPerWorkgroup)
+    t.dec_tpk *= 2;
   return t;
 }
 

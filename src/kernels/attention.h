@@ -73,6 +73,9 @@ struct AttentionTiles {
   uint32_t dv;       // vec4 columns per thread (head_dim = 4 * dv * tpr)
   uint32_t wg;       // threads per workgroup = bq / rpt * tpr
   uint32_t rpt = 1;  // rows per thread group (each K/V value read from workgroup memory feeds rpt rows)
+  // The per-head decode kernel's threads per key (DEC_TPK): 1, 2 or 4, at least 16 vec4 columns each, within the
+  // adapter's workgroup size (128 keys a tile)
+  uint32_t dec_tpk = 1;
 };
 AttentionTiles attention_tiles(uint32_t head_dim, const WGPULimits& limits);
 

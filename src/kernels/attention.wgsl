@@ -3,7 +3,8 @@
 //
 // The host prepends a prelude: KvVec / kv_to_f32 (4 KV elements as f16, packed u32 pairs or
 // f32) and the tile constants BQ, BK, TPR, DV, RPT (rows per thread group), WG = BQ / RPT * TPR and
-// NL = ceil(BK * HD4 / WG), the vec4 of K (and of V) each thread stages per tile (attention_tiles()).
+// NL = ceil(BK * HD4 / WG), the vec4 of K (and of V) each thread stages per tile, and DEC_TPK, the decode kernel's
+// threads per key (attention_tiles()).
 // head_dim = 4 * DV * TPR. Barriers stay in entry points, in uniform control flow.
 
 alias KvUnit = KvVec;
@@ -214,23 +215,27 @@ fn attention_prefill(@builtin(workgroup_id) wid: vec3<u32>,
 // ---------------------------------------------------------------------------------------
 // Decode: one workgroup per (split, head, query). The split covers keys
 // [base + split * split_len, min(base + (split + 1) * split_len, P + 1)), base = the query's first key rounded
-// down to a DEC_WG tile (so tiles stay within a page); keys below the first are masked. DEC_WG threads each score one key
-// of a DEC_WG-key tile (a head_dim dot product read from the cache with vec4 loads), then the
-// threads split into KS = DEC_WG / HD4 key slices x HD4 columns to accumulate P.V with
-// coalesced V reads. With one split the output is written directly; otherwise the partial
+// down to a DEC_WG tile (so tiles stay within a page); keys below the first are masked. DEC_T = DEC_WG * DEC_TPK
+// threads: DEC_TPK adjacent ones score each key of a DEC_WG-key tile (columns part, part + DEC_TPK, ... of a head_dim
+// dot product read from the cache with vec4 loads, then added across the DEC_TPK lanes), then the threads split into
+// DKS = DEC_T / HD4 key slices x HD4 columns to accumulate P.V with coalesced V reads. A wide head (256: 64 vec4)
+// thus walks 16 loads a key and 32 keys of V per thread, not 64 and 64 (each a round trip to memory: the decode of a
+// few heads is latency, PERF.md). With one split the output is written directly; otherwise the partial
 // (m, l, o) goes to `partials` and attention_decode_reduce combines the splits.
 //
 // Traffic: 2 * window * head_dim KV elements per head (GQA heads of a group hit the same lines
 // in cache) — decode is bound by reading the cache once.
-const DEC_WG: u32 = 128u;
+const DEC_WG: u32 = 128u;  // keys per tile (and attention_decode_gqa.wgsl's threads)
 const KS: u32 = DEC_WG / HD4;
 const MAX_SUBGROUPS: u32 = DEC_WG / 4u;
+const DEC_T: u32 = DEC_WG * DEC_TPK;
+const DKS: u32 = DEC_T / HD4;
 var<workgroup> dq: array<vec4<f32>, HD4>;
 var<workgroup> dprob: array<f32, DEC_WG>;
-var<workgroup> dred: array<f32, MAX_SUBGROUPS>;
-var<workgroup> dacc: array<vec4<f32>, DEC_WG>;
+var<workgroup> dred: array<f32, DEC_T / 4u>;
+var<workgroup> dacc: array<vec4<f32>, DEC_T>;
 
-@compute @workgroup_size(DEC_WG)
+@compute @workgroup_size(DEC_T)
 fn attention_decode(@builtin(workgroup_id) wid: vec3<u32>,
                     @builtin(local_invocation_index) tid: u32,
                     @builtin(subgroup_size) sg_size: u32,
@@ -250,11 +255,13 @@ fn attention_decode(@builtin(workgroup_id) wid: vec3<u32>,
   let lo = first_key(pos);
   let k_begin = min(lo / DEC_WG * DEC_WG + split * p.split_len, window);
   let k_end = min(k_begin + p.split_len, window);
-  let n_sg = (DEC_WG + sg_size - 1u) / sg_size;
+  let n_sg = (DEC_T + sg_size - 1u) / sg_size;
   let sg_id = tid / sg_size;
   let v_shift = p.page_size * (p.kv_dim / 4u);
   let col = tid % HD4;
   let slice = tid / HD4;
+  let kt = tid / DEC_TPK;    // the key of a tile this thread scores
+  let part = tid % DEC_TPK;  // its share of the key's columns
 
   if (tid < HD4) {
     dq[tid] = q[(p.q_offset + q_local * p.q_stride) / 4u + head * HD4 + tid] * p.scale;
@@ -265,20 +272,22 @@ fn attention_decode(@builtin(workgroup_id) wid: vec3<u32>,
   var l = 0.0;
   var o = vec4<f32>(0.0);
   for (var kb = k_begin; kb < k_end; kb += DEC_WG) {
-    let t = kb + tid;
+    let t = kb + kt;
     let loc = kv_row(kb, page_base, 4u);  // a tile never straddles a page
-    let row = loc.y + tid * (p.kv_dim / 4u) + kvh * HD4;
+    let row = loc.y + kt * (p.kv_dim / 4u) + kvh * HD4;
     let live = t < k_end && t >= lo;
-    var score = NEG_BIG;
+    var acc = 0.0;
     if (live) {
-      var acc = 0.0;
       //#unroll! P 4
       if (loc.x == $P) {
-        for (var c = 0u; c < HD4; c += 1u) { acc += dot(dq[c], kv_to_f32(pool$P[row + c])); }
+        for (var c = part; c < HD4; c += DEC_TPK) { acc += dot(dq[c], kv_to_f32(pool$P[row + c])); }
       }
       //#end
-      score = acc;
     }
+    // the key's DEC_TPK partial dots: adjacent lanes of one subgroup, every lane gets the same sum
+    for (var mk = 1u; mk < DEC_TPK; mk <<= 1u) { acc += subgroupShuffleXor(acc, mk); }
+    var score = NEG_BIG;
+    if (live) { score = acc; }
     // tile max: subgroup max, then across subgroups through workgroup memory
     let sg_max = subgroupMax(score);
     if (sg_lane == 0u) { dred[sg_id] = sg_max; }
@@ -288,8 +297,8 @@ fn attention_decode(@builtin(workgroup_id) wid: vec3<u32>,
     let m_new = max(m, tile_max);
     let corr = exp(m - m_new);
     var prob = 0.0;
-    if (live) { prob = exp(score - m_new); }
-    dprob[tid] = prob;
+    if (live && part == 0u) { prob = exp(score - m_new); }  // each key once
+    if (part == 0u) { dprob[kt] = prob; }
     workgroupBarrier();  // dred read by all, dprob written
     let sg_sum = subgroupAdd(prob);
     if (sg_lane == 0u) { dred[sg_id] = sg_sum; }
@@ -299,7 +308,7 @@ fn attention_decode(@builtin(workgroup_id) wid: vec3<u32>,
     l = l * corr + tile_sum;
     m = m_new;
     o *= corr;
-    if (slice < KS) {
+    if (slice < DKS) {
       let n = min(DEC_WG, k_end - kb);
       let v_col = loc.y + v_shift + kvh * HD4 + col;
       let vs = p.kv_dim / 4u;
@@ -307,14 +316,14 @@ fn attention_decode(@builtin(workgroup_id) wid: vec3<u32>,
       if (loc.x == $P) {
         // four keys per step: four independent loads in flight
         var j = slice;
-        for (; j + 3u * KS < n; j += 4u * KS) {
+        for (; j + 3u * DKS < n; j += 4u * DKS) {
           let v0 = kv_to_f32(pool$P[v_col + j * vs]);
-          let v1 = kv_to_f32(pool$P[v_col + (j + KS) * vs]);
-          let v2 = kv_to_f32(pool$P[v_col + (j + 2u * KS) * vs]);
-          let v3 = kv_to_f32(pool$P[v_col + (j + 3u * KS) * vs]);
-          o += dprob[j] * v0 + dprob[j + KS] * v1 + dprob[j + 2u * KS] * v2 + dprob[j + 3u * KS] * v3;
+          let v1 = kv_to_f32(pool$P[v_col + (j + DKS) * vs]);
+          let v2 = kv_to_f32(pool$P[v_col + (j + 2u * DKS) * vs]);
+          let v3 = kv_to_f32(pool$P[v_col + (j + 3u * DKS) * vs]);
+          o += dprob[j] * v0 + dprob[j + DKS] * v1 + dprob[j + 2u * DKS] * v2 + dprob[j + 3u * DKS] * v3;
         }
-        for (; j < n; j += KS) { o += dprob[j] * kv_to_f32(pool$P[v_col + j * vs]); }
+        for (; j < n; j += DKS) { o += dprob[j] * kv_to_f32(pool$P[v_col + j * vs]); }
       }
       //#end
     }
@@ -325,7 +334,7 @@ fn attention_decode(@builtin(workgroup_id) wid: vec3<u32>,
   workgroupBarrier();
   if (tid < HD4) {
     var total = vec4<f32>(0.0);
-    for (var k = 0u; k < KS; k += 1u) { total += dacc[k * HD4 + tid]; }
+    for (var k = 0u; k < DKS; k += 1u) { total += dacc[k * HD4 + tid]; }
     if (p.n_splits == 1u) {
       let lt = l + sink_term(head, m);
       let inv = select(0.0, 1.0 / lt, lt > 0.0);
