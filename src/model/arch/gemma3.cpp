@@ -31,8 +31,8 @@ GpuLayer upload(Uploader& up, const ModelConfig& c, uint32_t layer) {
 //                                       act = gelu_tanh(norm(x) Wgate) * (norm(x) Wup)
 //   matmul                              proj = act Wdown, its post norm left to the next product of x
 // (encode_post_norm_residual leaves each post norm's add to the next product of x, encode_x_product. Without the
-// option, or where that product cannot take it (CPU adapters' Rows kernel), each runs as an rms_norm of its own after
-// its matmul: 8 dispatches.)
+// option, or where that product cannot take it (CPU adapters' Rows kernel), each runs as an rms_norm of its own: 8
+// dispatches.)
 void encode(const LayerStep& s) {
   encode_attention(s);
   encode_post_norm_residual(s, s.L.wo, s.b.attn, s.L.post_attn_norm);

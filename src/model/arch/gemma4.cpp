@@ -62,7 +62,7 @@ GpuLayer upload(Uploader& up, const ModelConfig& c, uint32_t layer) {
 // with ContextOptions::fuse_post_norms (q/k/v stacked, gate/up fused; a layer sharing another's cache: q alone, its
 // norm and RoPE, no append). Each post norm's residual add rides in the prologue of the next product of x
 // (encode_post_norm_residual, encode_x_product; without the option, or on CPU adapters' Rows kernel, it runs as an
-// rms_norm of its own after its matmul: 11 dispatches):
+// rms_norm of its own: 11 dispatches):
 //   (layer 0: embedding, scale, matmul, scale, rms_norm (adding), scale   every layer's per-layer input)
 //   matmul (q, k, v)                     x = (x + norm(proj) ple_post_norm) * output scale of the layer before;
 //                                        q, k, v = norm(x) (Wq, Wk, Wv)
