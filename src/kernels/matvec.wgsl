@@ -35,22 +35,32 @@ var<workgroup> mv_pre_x: array<vec4<f32>, MV_PRE_V4>;
 @group(0) @binding(16) var<storage, read> xdig: array<vec4<u32>>;
 var<workgroup> mv_pre_red: array<f32, select(1u, MV_WG, MV_PRE)>;
 
-// x' of this token (MV_PRE): rms_norm(pre_src) over n_in, in a tree over the workgroup (MV_WG a power of two), then
+// x' of this token (MV_PRE): rms_norm(pre_src) over n_in, the sum of squares through subgroup sums and one slot
+// per subgroup (without subgroups: a tree over the workgroup, MV_WG a power of two), then
 // (x + pre_src * inv * pre_w) * pre_scale, the norm kernel's arithmetic (norm.wgsl, ACCUMULATE).
-fn mv_pre(flat: u32, lid: u32) {
+fn mv_pre(flat: u32, lid: u32, sg_size: u32) {
   let n4 = p.n_in / 4u;
   var ss = 0.0;
   for (var i = lid; i < n4; i += MV_WG) {
     let v = pre_src[i];
     ss += dot(v, v);
   }
-  mv_pre_red[lid] = ss;
-  workgroupBarrier();
-  for (var s = MV_WG / 2u; s > 0u; s >>= 1u) {
-    if (lid < s) { mv_pre_red[lid] += mv_pre_red[lid + s]; }
+  var total = 0.0;
+  if (sg_size > 1u) {  // uniform: the subgroup size
+    let sg_ss = mv_lane_sum(ss, min(sg_size, MV_WG));
+    if (lid % sg_size == 0u) { mv_pre_red[lid / sg_size] = sg_ss; }
     workgroupBarrier();
+    for (var g = 0u; g < (MV_WG + sg_size - 1u) / sg_size; g += 1u) { total += mv_pre_red[g]; }
+  } else {
+    mv_pre_red[lid] = ss;
+    workgroupBarrier();
+    for (var s = MV_WG / 2u; s > 0u; s >>= 1u) {
+      if (lid < s) { mv_pre_red[lid] += mv_pre_red[lid + s]; }
+      workgroupBarrier();
+    }
+    total = mv_pre_red[0];
   }
-  let inv = 1.0 / sqrt(mv_pre_red[0] / f32(p.n_in) + p.eps);
+  let inv = 1.0 / sqrt(total / f32(p.n_in) + p.eps);
   for (var i = lid; i < n4; i += MV_WG) {
     let v = (x4[p.x_off / 4u + i] + pre_src[i] * inv * pre_w[i]) * p.pre_scale;
     mv_pre_x[i] = v;
@@ -167,7 +177,7 @@ fn matvec_main(wid: vec3<u32>, lid: u32, sg_size: u32) {
   let lt = lid % MV_T;
   let row0 = flat * MV_ROWS + grp * MV_R;
   let last_row = p.n_rows - 1u;
-  if (MV_PRE) { mv_pre(flat, lid); }
+  if (MV_PRE) { mv_pre(flat, lid, sg_size); }
   var wbase = 0u;  // expert products: the piece row of the expert's row 0
   if (MV_EXPERTS) {
     if (lid == 0u) {

@@ -570,16 +570,19 @@ TEST(Matmul, NoSubgroupsMatvec) {
 // MatmulOptions::pre: the post-norm's residual add in the matvec's prologue, x' = (x + rms_norm(src) * w) * scale,
 // then the product of x' (here with the RMSNorm folded in, and SwiGLU), against double; x' itself into `out`. On a
 // CPU adapter the Rows kernel is off for it (rows_shape "off"); with the adapter's own choice there, Auto runs Rows
-// and pre is refused. The shapes: one workgroup's worth of rows and many, in a 64-thread workgroup too.
+// and pre is refused. The shapes: one workgroup's worth of rows and many, in a 64-thread workgroup too; the sum of
+// squares through subgroups and, without them, a tree.
 TEST(Matmul, PreResidualInTheMatvecPrologue) {
-  for (const char* shape : {"", "16x2x4"}) {
+  for (const auto& [shape, no_subgroups] : {std::pair{"", false}, std::pair{"16x2x4", false}, std::pair{"", true}}) {
     gpu::Context ctx(context_options([&](auto& o) {
       o.rows_shape = "off";
       o.matvec_shape = shape;
+      o.disable_subgroups = no_subgroups;
     }));
     for (const auto& [type, n_in, n_out, swiglu] : {std::tuple{F16, 640u, 37u, false}, std::tuple{Q4_K, 512u, 130u, true},
                                                      std::tuple{Q8_0, 96u, 6u, false}, std::tuple{F32, 1536u, 64u, true}}) {
-      SCOPED_TRACE(std::string("shape '") + shape + "', " + std::string(type_name(type)) + " " +
+      SCOPED_TRACE(std::string("shape '") + shape + (no_subgroups ? "', no subgroups, " : "', ") +
+                   std::string(type_name(type)) + " " +
                    std::to_string(n_in) + "x" + std::to_string(n_out));
       auto gen = rng(n_in * 7 + n_out);
       const auto bytes = random_weight(type, n_in, n_out, gen);
