@@ -18,8 +18,9 @@ namespace wgllm {
 namespace {
 
 // stdout of `wgllm <args>` (stderr dropped) and its exit status.
-std::pair<int, std::string> run_cli(const std::string& args) {
-  const std::string cmd = std::string(WGLLM_CLI) + " " + args + " 2>/dev/null";
+// The CLI's exit status and stdout; env: "NAME=VALUE " assignments for the command.
+std::pair<int, std::string> run_cli(const std::string& args, const std::string& env = "") {
+  const std::string cmd = env + std::string(WGLLM_CLI) + " " + args + " 2>/dev/null";
   FILE* pipe = popen(cmd.c_str(), "r");
   if (!pipe) throw std::runtime_error("popen failed: " + cmd);
   std::string out;
@@ -149,6 +150,52 @@ TEST(CliBench, DecodeGqaFromPicksTheAttentionKernel) {
     EXPECT_EQ(per_head, grouped ? 0 : n_layer) << out;
   }
   EXPECT_NE(run_cli("bench -m " + model + " -p 0 -n 1 -r 1 --decode-gqa-from -1").first, 0);
+}
+
+// The decode options as the profile sees them: --int-dot runs x_digits once a layer (the FFN input's digits for its
+// Q4_K gate/up); --fuse-post-norms (on the GPUs' matvec: WGLLM_ROWS_SHAPE=off) takes gemma4's three post norms a
+// layer out of rms_norm dispatches and into the next products; the JSON says which options were on.
+TEST(CliBench, DecodeOptionsInTheProfile) {
+  if (!test::context().features().timestamp_query) GTEST_SKIP() << "the adapter has no timestamp-query";
+  auto calls = [](const nlohmann::json& j, const std::string& kernel) {
+    double n = 0;
+    for (const auto& k : j.at("profile").at("kernels"))
+      if (k.at("kernel") == kernel) n += double(k.at("calls_per_step"));
+    return n;
+  };
+  const std::string q4k = test::model_path("llama-q4_k");
+  const uint32_t q4k_layers = config_from_gguf(GgufFile::open(q4k)).n_layer;
+  for (const bool on : {false, true}) {
+    const auto [status, out] =
+        run_cli("bench -m " + q4k + " -p 0 -n 2 -r 1 --profile --json" + (on ? " --int-dot" : ""));
+    ASSERT_EQ(status, 0) << out;
+    const nlohmann::json j = nlohmann::json::parse(out);
+    EXPECT_EQ(j.at("int_dot"), on);
+    EXPECT_EQ(calls(j, "int_dot.wgsl:x_digits"), on ? q4k_layers : 0) << out;
+  }
+  const std::string gemma = test::model_path("gemma4-h512-f32");
+  const uint32_t gemma_layers = config_from_gguf(GgufFile::open(gemma)).n_layer;
+  double norms[2] = {};
+  for (const bool on : {false, true}) {
+    const auto [status, out] = run_cli("bench -m " + gemma + " -p 0 -n 2 -r 1 --profile --json" +
+                                       (on ? " --fuse-post-norms" : ""));
+    ASSERT_EQ(status, 0) << out;
+    const nlohmann::json j = nlohmann::json::parse(out);
+    EXPECT_EQ(j.at("fuse_post_norms"), on);
+    norms[on] = calls(j, "norm.wgsl:rms_norm");
+  }
+  // on a CPU adapter the Rows kernel takes the products, and nothing is fused
+  const double fused = test::context().adapter().is_cpu() ? 0 : 3.0 * gemma_layers;
+  EXPECT_EQ(norms[0] - norms[1], fused);
+  const std::string env = "WGLLM_ROWS_SHAPE=off ";
+  double off_norms[2] = {};
+  for (const bool on : {false, true}) {
+    const auto [status, out] = run_cli("bench -m " + gemma + " -p 0 -n 2 -r 1 --profile --json" +
+                                       (on ? " --fuse-post-norms" : ""), env);
+    ASSERT_EQ(status, 0) << out;
+    off_norms[on] = calls(nlohmann::json::parse(out), "norm.wgsl:rms_norm");
+  }
+  EXPECT_EQ(off_norms[0] - off_norms[1], 3.0 * gemma_layers);
 }
 
 TEST(CliBench, ProfileNeedsDecodeSteps) {

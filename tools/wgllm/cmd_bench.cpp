@@ -301,7 +301,9 @@ int bench(const BenchOptions& o) {
                         {"adapter", info.adapter},
                         {"weight_bytes", info.weight_bytes},
                         {"depth", o.depth},
-                        {"decode_gqa_from", info.decode_gqa_from}};
+                        {"decode_gqa_from", info.decode_gqa_from},
+                        {"int_dot", o.int_dot},
+                        {"fuse_post_norms", o.fuse_post_norms}};
     if (!pp.empty()) {
       const Stat p = stats(pp);
       j["pp"] = {{"n", o.n_prompt}, {"tokens_per_s", p.median}, {"min", p.min}, {"max", p.max}};
@@ -341,6 +343,8 @@ int bench(const BenchOptions& o) {
   if (!tg.empty()) row("tg", o.n_gen, stats(tg), gb * stats(tg).median);
   if (!tg_host.empty()) row("tg-host", o.n_gen, stats(tg_host), gb * stats(tg_host).median);
   std::printf("decode GB/s = %.2f MB of weights read per token x tokens/s\n", gb * 1e3);
+  if (o.int_dot || o.fuse_post_norms)
+    std::printf("decode options:%s%s\n", o.int_dot ? " --int-dot" : "", o.fuse_post_norms ? " --fuse-post-norms" : "");
   std::printf("tg: %s (Session::decode: the token chosen on the GPU; on the host on CPU adapters)%s\n",
               sampling_name(o.sampling).c_str(),
               tg_host.empty() ? "" : "; tg-host: each step's logits read back, the token chosen on the host");
