@@ -188,8 +188,8 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
       fail(fn, "digits take one token's product of a Q4_K weight (no RoPE epilogue, no experts)");
     if (o.impl != MatmulImpl::Auto && o.impl != MatmulImpl::Matvec) fail(fn, "digits are read by the matvec alone");
     if (o.digits->n_in != w.n_in)
-      fail(fn, "digits of " + std::to_string(o.digits->n_in) + " elements for a weight of n_in " +
-                   std::to_string(w.n_in));
+      fail(fn,
+           "digits of " + std::to_string(o.digits->n_in) + " elements for a weight of n_in " + std::to_string(w.n_in));
     detail::need(fn, "digits", o.digits->data, o.digits->bytes(), ctx);
   }
   MatmulImpl impl = o.digits ? MatmulImpl::Matvec : o.impl;
@@ -242,10 +242,11 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
     // not one per count (lavapipe takes seconds to compile each).
     const uint32_t rows_tokens = count == 1 ? 1 : rows.tokens;
     WGPUComputePipeline pipe =
-        impl == MatmulImpl::Matvec
-            ? ctx.pipeline({kMatvecShader, "matvec", {},
-                            matvec_prelude(ctx, mv, w.type, matvec_tokens(count), xv4, false, bool(o.digits),
-                                           o.pre ? w.n_in : 0)})
+        impl == MatmulImpl::Matvec ? ctx.pipeline({kMatvecShader,
+                                                   "matvec",
+                                                   {},
+                                                   matvec_prelude(ctx, mv, w.type, matvec_tokens(count), xv4, false,
+                                                                  bool(o.digits), o.pre ? w.n_in : 0)})
         : impl == MatmulImpl::Rows
             ? ctx.pipeline(
                   {kRowsShader, "matmul_rows", {}, rows_prelude(ctx, rows, w.type, rows_tokens, row_pairs, xv4)})
@@ -309,7 +310,8 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
       }
       if (impl == MatmulImpl::Matvec) {
         const uint64_t pre_bytes = uint64_t(w.n_in) * 4;
-        bindings.push_back(o.pre ? gpu::BufferBinding{13, o.pre->src, 0, pre_bytes} : gpu::BufferBinding{13, &none, 0, 16});
+        bindings.push_back(o.pre ? gpu::BufferBinding{13, o.pre->src, 0, pre_bytes}
+                                 : gpu::BufferBinding{13, &none, 0, 16});
         bindings.push_back(o.pre ? gpu::BufferBinding{14, o.pre->weight, 0, pre_bytes}
                                  : gpu::BufferBinding{14, &none, 0, 16});
         bindings.push_back(o.pre ? gpu::BufferBinding{15, o.pre->out, 0, pre_bytes}

@@ -244,8 +244,7 @@ void encode_ffn(const LayerStep& s) {
   const bool fused = !L.w_gate_up.empty();
   auto q4k = [](const kernels::GpuWeight& w) { return w.type == GgufType::Q4_K; };
   const kernels::XDigits* digits = nullptr;
-  if (s.n == 1 && !s.rows && b.ffn_digits &&
-      (fused ? q4k(L.w_gate_up) : q4k(L.w_gate) || q4k(L.w_up))) {
+  if (s.n == 1 && !s.rows && b.ffn_digits && (fused ? q4k(L.w_gate_up) : q4k(L.w_gate) || q4k(L.w_up))) {
     flush_pending_norm(s);
     digits = &*b.ffn_digits;
     kernels::encode_x_digits(s.batch, s.ctx, b.x, *digits, &L.ffn_norm);

@@ -100,8 +100,7 @@ void make_ple_buffers(gpu::Context& ctx, const ModelConfig& c, SessionBuffers& b
 // (x is b.x when `b` is given: the products then take a pending post-norm, encode_x_product.)
 void encode_qkv_products(gpu::ComputeBatch& batch, gpu::Context& ctx, const ModelConfig& c, const GpuLayer& L,
                          const gpu::Buffer& x, const gpu::Buffer& q, const gpu::Buffer& k, const gpu::Buffer& v,
-                         uint32_t n, kernels::MatmulImpl impl = kernels::MatmulImpl::Auto,
-                         SessionBuffers* b = nullptr);
+                         uint32_t n, kernels::MatmulImpl impl = kernels::MatmulImpl::Auto, SessionBuffers* b = nullptr);
 
 // How an attention layer's decode step gets q into place and k, v into the cache.
 enum class DecodeQkv : uint8_t {

@@ -177,8 +177,8 @@ TEST(CliBench, DecodeOptionsInTheProfile) {
   const uint32_t gemma_layers = config_from_gguf(GgufFile::open(gemma)).n_layer;
   double norms[2] = {};
   for (const bool on : {false, true}) {
-    const auto [status, out] = run_cli("bench -m " + gemma + " -p 0 -n 2 -r 1 --profile --json" +
-                                       (on ? " --fuse-post-norms" : ""));
+    const auto [status, out] =
+        run_cli("bench -m " + gemma + " -p 0 -n 2 -r 1 --profile --json" + (on ? " --fuse-post-norms" : ""));
     ASSERT_EQ(status, 0) << out;
     const nlohmann::json j = nlohmann::json::parse(out);
     EXPECT_EQ(j.at("fuse_post_norms"), on);
@@ -190,8 +190,8 @@ TEST(CliBench, DecodeOptionsInTheProfile) {
   const std::string env = "WGLLM_ROWS_SHAPE=off ";
   double off_norms[2] = {};
   for (const bool on : {false, true}) {
-    const auto [status, out] = run_cli("bench -m " + gemma + " -p 0 -n 2 -r 1 --profile --json" +
-                                       (on ? " --fuse-post-norms" : ""), env);
+    const auto [status, out] =
+        run_cli("bench -m " + gemma + " -p 0 -n 2 -r 1 --profile --json" + (on ? " --fuse-post-norms" : ""), env);
     ASSERT_EQ(status, 0) << out;
     off_norms[on] = calls(nlohmann::json::parse(out), "norm.wgsl:rms_norm");
   }

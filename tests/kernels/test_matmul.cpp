@@ -579,11 +579,11 @@ TEST(Matmul, PreResidualInTheMatvecPrologue) {
       o.matvec_shape = shape;
       o.disable_subgroups = no_subgroups;
     }));
-    for (const auto& [type, n_in, n_out, swiglu] : {std::tuple{F16, 640u, 37u, false}, std::tuple{Q4_K, 512u, 130u, true},
-                                                     std::tuple{Q8_0, 96u, 6u, false}, std::tuple{F32, 1536u, 64u, true}}) {
+    for (const auto& [type, n_in, n_out, swiglu] :
+         {std::tuple{F16, 640u, 37u, false}, std::tuple{Q4_K, 512u, 130u, true}, std::tuple{Q8_0, 96u, 6u, false},
+          std::tuple{F32, 1536u, 64u, true}}) {
       SCOPED_TRACE(std::string("shape '") + shape + (no_subgroups ? "', no subgroups, " : "', ") +
-                   std::string(type_name(type)) + " " +
-                   std::to_string(n_in) + "x" + std::to_string(n_out));
+                   std::string(type_name(type)) + " " + std::to_string(n_in) + "x" + std::to_string(n_out));
       auto gen = rng(n_in * 7 + n_out);
       const auto bytes = random_weight(type, n_in, n_out, gen);
       const auto w = kernels::upload_weight(ctx, type, n_in, n_out, bytes, "w");
@@ -633,8 +633,10 @@ TEST(Matmul, PreResidualInTheMatvecPrologue) {
   EXPECT_FALSE(kernels::matvec_takes_pre(ctx, w, MatmulImpl::Batch));
   if (ctx.adapter().is_cpu()) {
     EXPECT_FALSE(kernels::matvec_takes_pre(ctx, w));
-    auto a = ctx.create_buffer(64 * 4, WGPUBufferUsage_Storage, "a"), b = ctx.create_buffer(64 * 4, WGPUBufferUsage_Storage, "b");
-    auto c = ctx.create_buffer(64 * 4, WGPUBufferUsage_Storage, "c"), y = ctx.create_buffer(64, WGPUBufferUsage_Storage, "y");
+    auto a = ctx.create_buffer(64 * 4, WGPUBufferUsage_Storage, "a"),
+         b = ctx.create_buffer(64 * 4, WGPUBufferUsage_Storage, "b");
+    auto c = ctx.create_buffer(64 * 4, WGPUBufferUsage_Storage, "c"),
+         y = ctx.create_buffer(64, WGPUBufferUsage_Storage, "y");
     gpu::ComputeBatch batch(ctx);
     kernels::MatmulOptions o;
     o.pre = kernels::MatmulOptions::PreResidual{&b, &b, &c, 1.f};

@@ -214,8 +214,9 @@ INSTANTIATE_TEST_SUITE_P(Models, GpuForward, ::testing::ValuesIn(gpu_cases()), [
   std::replace(s.begin(), s.end(), '-', '_');
   return s + (info.param.kv == kernels::KvType::F32 ? "_kv_f32" : "_kv_f16") +
          (info.param.kv == kernels::KvType::F32 && info.param.layers_per_submit == 1 ? "_per_layer" : "") +
-         (info.param.matvec.empty() ? "" : "_mv" + info.param.matvec) + (info.param.delta_chunk_from ? "_chunked" : "") +
-         (info.param.int_dot ? "_int_dot" : "") + (info.param.fuse_post_norms ? "_fused_post_norms" : "");
+         (info.param.matvec.empty() ? "" : "_mv" + info.param.matvec) +
+         (info.param.delta_chunk_from ? "_chunked" : "") + (info.param.int_dot ? "_int_dot" : "") +
+         (info.param.fuse_post_norms ? "_fused_post_norms" : "");
 });
 
 // Two sessions of one model, the second's context with other options, decoding the same greedy tokens: whether the
@@ -254,12 +255,14 @@ DecodeBeside decode_beside(const std::string& model, const std::function<void(gp
 // ContextOptions::int_dot: a prompt's logits are the f32 products' bits (prompts never take the digits), a decoded
 // token's are not (its FFN's Q4_K products read the digits) but stay within the digits' error of them.
 TEST(GpuForwardOptions, IntDotDecodeTakesTheDigitsAndStaysClose) {
-  const auto r = decode_beside("llama-q4_k", [](auto&) {}, [](auto& o) { o.int_dot = true; });
+  const auto r = decode_beside(
+      "llama-q4_k", [](auto&) {}, [](auto& o) { o.int_dot = true; });
   EXPECT_TRUE(r.prompt_equal) << "a prompt's logits moved with int_dot";
   EXPECT_GT(r.differing, 16) << "decoded logits equal to the f32 products' bits: the digits were not taken";
   EXPECT_LE(r.worst, 1e-5);
-  std::printf("[ int dot ] llama-q4_k: %d of 32 decode steps' logits differ from the f32 products', worst rel L2 %.3g\n",
-              r.differing, r.worst);
+  std::printf(
+      "[ int dot ] llama-q4_k: %d of 32 decode steps' logits differ from the f32 products', worst rel L2 %.3g\n",
+      r.differing, r.worst);
 }
 
 // ContextOptions::fuse_post_norms on the GPUs' matvec: a prompt's logits unchanged, a decoded token's post norms in
