@@ -234,7 +234,7 @@ fn matvec_main(wid: vec3<u32>, lid: u32, sg_size: u32) {
       //#unroll! j MV_R
       {
         let w0 = load_raw(wrow$j, c);
-        let qb = w[(wrow$j * (p.nb >> 3u) + (c >> 3u)) * 9u + 2u + (c & 7u)];  // chunk c + 1's quants
+        let qb = load_raw(wrow$j, c + 1u).v;  // chunk c + 1's quants (the same super-block's header)
         let k = (c & 7u) >> 1u;
         let m0 = k45_scale_min(w0.h, 2u * k);
         let m1 = k45_scale_min(w0.h, 2u * k + 1u);

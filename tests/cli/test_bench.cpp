@@ -163,38 +163,32 @@ TEST(CliBench, DecodeOptionsInTheProfile) {
       if (k.at("kernel") == kernel) n += double(k.at("calls_per_step"));
     return n;
   };
+  // wgllm bench's JSON for two decode steps of `model`, profiled, with `flag` when on (env: before the command)
+  auto bench = [](const std::string& model, const char* flag, bool on, const std::string& env = "") {
+    const auto [status, out] =
+        run_cli("bench -m " + model + " -p 0 -n 2 -r 1 --profile --json" + (on ? flag : ""), env);
+    EXPECT_EQ(status, 0) << out;
+    return nlohmann::json::parse(out);
+  };
   const std::string q4k = test::model_path("llama-q4_k");
   const uint32_t q4k_layers = config_from_gguf(GgufFile::open(q4k)).n_layer;
   for (const bool on : {false, true}) {
-    const auto [status, out] =
-        run_cli("bench -m " + q4k + " -p 0 -n 2 -r 1 --profile --json" + (on ? " --int-dot" : ""));
-    ASSERT_EQ(status, 0) << out;
-    const nlohmann::json j = nlohmann::json::parse(out);
+    const nlohmann::json j = bench(q4k, " --int-dot", on);
     EXPECT_EQ(j.at("int_dot"), on);
-    EXPECT_EQ(calls(j, "int_dot.wgsl:x_digits"), on ? q4k_layers : 0) << out;
+    EXPECT_EQ(calls(j, "int_dot.wgsl:x_digits"), on ? q4k_layers : 0) << j.dump();
   }
   const std::string gemma = test::model_path("gemma4-h512-f32");
   const uint32_t gemma_layers = config_from_gguf(GgufFile::open(gemma)).n_layer;
-  double norms[2] = {};
+  double norms[2] = {}, off_norms[2] = {};
   for (const bool on : {false, true}) {
-    const auto [status, out] =
-        run_cli("bench -m " + gemma + " -p 0 -n 2 -r 1 --profile --json" + (on ? " --fuse-post-norms" : ""));
-    ASSERT_EQ(status, 0) << out;
-    const nlohmann::json j = nlohmann::json::parse(out);
+    const nlohmann::json j = bench(gemma, " --fuse-post-norms", on);
     EXPECT_EQ(j.at("fuse_post_norms"), on);
     norms[on] = calls(j, "norm.wgsl:rms_norm");
+    off_norms[on] = calls(bench(gemma, " --fuse-post-norms", on, "WGLLM_ROWS_SHAPE=off "), "norm.wgsl:rms_norm");
   }
   // on a CPU adapter the Rows kernel takes the products, and nothing is fused
   const double fused = test::context().adapter().is_cpu() ? 0 : 3.0 * gemma_layers;
   EXPECT_EQ(norms[0] - norms[1], fused);
-  const std::string env = "WGLLM_ROWS_SHAPE=off ";
-  double off_norms[2] = {};
-  for (const bool on : {false, true}) {
-    const auto [status, out] =
-        run_cli("bench -m " + gemma + " -p 0 -n 2 -r 1 --profile --json" + (on ? " --fuse-post-norms" : ""), env);
-    ASSERT_EQ(status, 0) << out;
-    off_norms[on] = calls(nlohmann::json::parse(out), "norm.wgsl:rms_norm");
-  }
   EXPECT_EQ(off_norms[0] - off_norms[1], 3.0 * gemma_layers);
 }
 
