@@ -51,11 +51,14 @@ struct LoadOptions {
   std::optional<uint32_t> delta_chunk_from = std::nullopt;
   // Decoding, the FFN's Q4_K gate/up products on packed int8 dot products (the normed input as three 8-bit digits
   // per element under one scale per 32: 23 bits against the block's largest element instead of f32's 24 per element;
-  // PERF.md). Off by default until measured ahead on a GPU. Sessions decoded by BatchEngine keep the f32 products.
-  bool int_dot = false;
+  // PERF.md). Unset: on GPUs for models whose FFN input is 2,048 wide or more (Llama-3.1-8B Q4_K_M decodes 9 % faster
+  // on the H200; narrower ones gain nothing), off on CPU adapters (ModelInfo::int_dot). Sessions decoded by
+  // BatchEngine keep the f32 products.
+  std::optional<bool> int_dot = std::nullopt;
   // Decoding, gemma's post norms (their residual adds) in the next product's prologue instead of dispatches of their
-  // own (ContextOptions::fuse_post_norms). Off by default until measured ahead on a GPU.
-  bool fuse_post_norms = false;
+  // own (ContextOptions::fuse_post_norms). Unset: on GPUs for gemma3 (Gemma 3 270M decodes 5-20 % faster on the
+  // H200; Gemma 4's Q4_K_M 3-6 % slower), off otherwise and on CPU adapters (ModelInfo::fuse_post_norms).
+  std::optional<bool> fuse_post_norms = std::nullopt;
   // Called while weights upload: bytes done, bytes in all.
   std::function<void(uint64_t done, uint64_t total)> progress;
   // Called once the GGUF is parsed, before the adapter is opened and the weights upload: the tokenizer and chat
@@ -108,6 +111,8 @@ struct ModelInfo {
   // GPU memory of one session's conv and recurrent states (lfm2, qwen35; 0 without such layers)
   uint64_t conv_state_bytes = 0;
   uint32_t decode_gqa_from = 0;   // the depth from which decode attention runs per GQA group (LoadOptions'; resolved)
+  bool int_dot = false;           // decoding takes the Q4_K FFN products on int8 digits (LoadOptions'; resolved)
+  bool fuse_post_norms = false;   // decoding runs post norms in the next product's prologue (LoadOptions'; resolved)
 };
 
 // Sampling, with llama.cpp's filters and order: repetition penalty, top-k, top-p, min-p, temperature; then a draw

@@ -129,6 +129,8 @@ void upload_impl(ModelAccess::Impl& m, const GgufFile& f, const LoadOptions& o) 
   ModelInfo& i = m.info;
   i.adapter = m.ctx->adapter().name;
   i.decode_gqa_from = kernels::decode_gqa_from(*m.ctx);
+  i.int_dot = int_dot_on(*m.ctx, m.gpu.config);
+  i.fuse_post_norms = fuse_post_norms_on(*m.ctx, m.gpu.config);
   if (!o.n_ctx) {
     const ContextSize c = adapter_default_context(*m.ctx, m.gpu);
     i.n_ctx = c.n_ctx, i.n_ctx_capped = c.capped;

@@ -477,7 +477,7 @@ void encode_post_norm_residual(const LayerStep& s, const kernels::GpuWeight& w, 
   flush_pending_norm(s);  // an earlier one no product took (it reads proj)
   kernels::encode_matmul(s.batch, s.ctx, w, in, s.b.proj, s.n, {.impl = product_impl(s)});
   // One sequence's decoded token: the add waits for the next product of x (encode_x_product)
-  if (s.ctx.options().fuse_post_norms && s.n == 1 && !s.rows && s.b.x2.size >= s.b.x.size) {
+  if (fuse_post_norms_on(s.ctx, c) && s.n == 1 && !s.rows && s.b.x2.size >= s.b.x.size) {
     s.b.pending_norm = SessionBuffers::PendingNorm{&s.b.proj, &norm, out_scale};
     return;
   }

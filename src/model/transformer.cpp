@@ -37,6 +37,14 @@ void check_finite(std::span<const float> logits, uint32_t pos) {
 }
 }  // namespace
 
+bool int_dot_on(const gpu::Context& ctx, const ModelConfig& c) {
+  return ctx.options().int_dot.value_or(!ctx.adapter().is_cpu() && c.n_embd >= kIntDotAutoWidth);
+}
+
+bool fuse_post_norms_on(const gpu::Context& ctx, const ModelConfig& c) {
+  return ctx.options().fuse_post_norms.value_or(!ctx.adapter().is_cpu() && c.arch == Arch::Gemma3);
+}
+
 GpuSession::GpuSession(gpu::Context& ctx, const GpuModel& model, const GpuSessionOptions& options)
     : ctx_(ctx),
       model_(model),
@@ -69,7 +77,7 @@ GpuSession::GpuSession(gpu::Context& ctx, const GpuModel& model, const GpuSessio
   make_moe_buffers(ctx, c, b, U);
   make_delta_buffers(ctx, c, b, U);
   make_ple_buffers(ctx, c, b, U);
-  if (ctx.options().int_dot && E % 32 == 0) b.ffn_digits = kernels::make_x_digits(ctx, uint32_t(E), 1);
+  if (int_dot_on(ctx, c) && E % 32 == 0) b.ffn_digits = kernels::make_x_digits(ctx, uint32_t(E), 1);
   b.last = make(E, "last row");
   b.logits = make(c.n_vocab, "logits");
   b.logits_host = ctx.create_buffer(uint64_t(c.n_vocab) * 4, WGPUBufferUsage_MapRead, "logits readback");

@@ -163,31 +163,37 @@ TEST(CliBench, DecodeOptionsInTheProfile) {
       if (k.at("kernel") == kernel) n += double(k.at("calls_per_step"));
     return n;
   };
-  // wgllm bench's JSON for two decode steps of `model`, profiled, with `flag` when on (env: before the command)
-  auto bench = [](const std::string& model, const char* flag, bool on, const std::string& env = "") {
-    const auto [status, out] =
-        run_cli("bench -m " + model + " -p 0 -n 2 -r 1 --profile --json" + (on ? flag : ""), env);
+  // wgllm bench's JSON for two decode steps of `model`, profiled, with `flags` (env: before the command)
+  auto bench = [](const std::string& model, const std::string& flags, const std::string& env = "") {
+    const auto [status, out] = run_cli("bench -m " + model + " -p 0 -n 2 -r 1 --profile --json" + flags, env);
     EXPECT_EQ(status, 0) << out;
     return nlohmann::json::parse(out);
   };
+  const bool cpu = test::context().adapter().is_cpu();
   const std::string q4k = test::model_path("llama-q4_k");
   const uint32_t q4k_layers = config_from_gguf(GgufFile::open(q4k)).n_layer;
   for (const bool on : {false, true}) {
-    const nlohmann::json j = bench(q4k, " --int-dot", on);
+    const nlohmann::json j = bench(q4k, on ? " --int-dot" : " --no-int-dot");
     EXPECT_EQ(j.at("int_dot"), on);
     EXPECT_EQ(calls(j, "int_dot.wgsl:x_digits"), on ? q4k_layers : 0) << j.dump();
   }
+  // unset: off for a model under 2,048 wide (and on CPU adapters)
+  EXPECT_EQ(bench(q4k, "").at("int_dot"), false);
   const std::string gemma = test::model_path("gemma4-h512-f32");
   const uint32_t gemma_layers = config_from_gguf(GgufFile::open(gemma)).n_layer;
   double norms[2] = {}, off_norms[2] = {};
   for (const bool on : {false, true}) {
-    const nlohmann::json j = bench(gemma, " --fuse-post-norms", on);
+    const std::string flag = on ? " --fuse-post-norms" : " --no-fuse-post-norms";
+    const nlohmann::json j = bench(gemma, flag);
     EXPECT_EQ(j.at("fuse_post_norms"), on);
     norms[on] = calls(j, "norm.wgsl:rms_norm");
-    off_norms[on] = calls(bench(gemma, " --fuse-post-norms", on, "WGLLM_ROWS_SHAPE=off "), "norm.wgsl:rms_norm");
+    off_norms[on] = calls(bench(gemma, flag, "WGLLM_ROWS_SHAPE=off "), "norm.wgsl:rms_norm");
   }
+  // unset: on for gemma3 on GPUs, off for gemma4 and on CPU adapters
+  EXPECT_EQ(bench(gemma, "").at("fuse_post_norms"), false);
+  EXPECT_EQ(bench(test::model_path("gemma3-tiny-f32"), "").at("fuse_post_norms"), !cpu);
   // on a CPU adapter the Rows kernel takes the products, and nothing is fused
-  const double fused = test::context().adapter().is_cpu() ? 0 : 3.0 * gemma_layers;
+  const double fused = cpu ? 0 : 3.0 * gemma_layers;
   EXPECT_EQ(norms[0] - norms[1], fused);
   EXPECT_EQ(off_norms[0] - off_norms[1], 3.0 * gemma_layers);
 }

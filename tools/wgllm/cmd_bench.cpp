@@ -29,8 +29,8 @@ struct BenchOptions {
   int32_t layers_per_submit = -1;
   std::optional<uint32_t> decode_gqa_from;  // depth from which decode attention runs per GQA group; unset: adapter's
   std::vector<uint32_t> parallel;           // concurrent streams through BatchEngine (continuous batching)
-  bool int_dot = false;                     // LoadOptions::int_dot
-  bool fuse_post_norms = false;             // LoadOptions::fuse_post_norms
+  int int_dot = 0;                          // LoadOptions::int_dot: --int-dot 1, --no-int-dot -1, unset 0
+  int fuse_post_norms = 0;                  // LoadOptions::fuse_post_norms, likewise
 };
 
 struct Stat {
@@ -249,8 +249,8 @@ int bench(const BenchOptions& o) {
        .ubatch = o.ubatch,
        .layers_per_submit = o.layers_per_submit < 0 ? std::nullopt : std::optional<uint32_t>(o.layers_per_submit),
        .decode_gqa_from = o.decode_gqa_from,
-       .int_dot = o.int_dot,
-       .fuse_post_norms = o.fuse_post_norms,
+       .int_dot = tri_state(o.int_dot),
+       .fuse_post_norms = tri_state(o.fuse_post_norms),
        .progress = o.json ? nullptr : progress_bar()});
   const ModelInfo& info = model.info();
   if (!o.json) print_memory(model);
@@ -302,8 +302,8 @@ int bench(const BenchOptions& o) {
                         {"weight_bytes", info.weight_bytes},
                         {"depth", o.depth},
                         {"decode_gqa_from", info.decode_gqa_from},
-                        {"int_dot", o.int_dot},
-                        {"fuse_post_norms", o.fuse_post_norms}};
+                        {"int_dot", info.int_dot},
+                        {"fuse_post_norms", info.fuse_post_norms}};
     if (!pp.empty()) {
       const Stat p = stats(pp);
       j["pp"] = {{"n", o.n_prompt}, {"tokens_per_s", p.median}, {"min", p.min}, {"max", p.max}};
@@ -343,8 +343,8 @@ int bench(const BenchOptions& o) {
   if (!tg.empty()) row("tg", o.n_gen, stats(tg), gb * stats(tg).median);
   if (!tg_host.empty()) row("tg-host", o.n_gen, stats(tg_host), gb * stats(tg_host).median);
   std::printf("decode GB/s = %.2f MB of weights read per token x tokens/s\n", gb * 1e3);
-  if (o.int_dot || o.fuse_post_norms)
-    std::printf("decode options:%s%s\n", o.int_dot ? " --int-dot" : "", o.fuse_post_norms ? " --fuse-post-norms" : "");
+  std::printf("decode options: %s, %s\n", info.int_dot ? "--int-dot" : "--no-int-dot",
+              info.fuse_post_norms ? "--fuse-post-norms" : "--no-fuse-post-norms");
   std::printf("tg: %s (Session::decode: the token chosen on the GPU; on the host on CPU adapters)%s\n",
               sampling_name(o.sampling).c_str(),
               tg_host.empty() ? "" : "; tg-host: each step's logits read back, the token chosen on the host");
@@ -397,11 +397,13 @@ const Register reg{
        app.add_option("--decode-gqa-from", o->decode_gqa_from,
                       "decode attention per GQA group (each K/V row read once per KV head) from this depth on "
                       "(0: always; past the context: never; default: 8192 on GPUs, 0 on CPU adapters)");
-       app.add_flag("--int-dot", o->int_dot,
-                    "decode the FFN's Q4_K gate/up products on packed int8 dot products (LoadOptions::int_dot)")
+       app.add_flag("--int-dot,!--no-int-dot", o->int_dot,
+                    "decode the FFN's Q4_K gate/up products on packed int8 dot products (LoadOptions::int_dot; "
+                    "default: on GPUs for models 2,048 wide or more)")
            ->group("Advanced");
-       app.add_flag("--fuse-post-norms", o->fuse_post_norms,
-                    "decoding, gemma's post norms in the next product's prologue (LoadOptions::fuse_post_norms)")
+       app.add_flag("--fuse-post-norms,!--no-fuse-post-norms", o->fuse_post_norms,
+                    "decoding, gemma's post norms in the next product's prologue (LoadOptions::fuse_post_norms; "
+                    "default: on GPUs for gemma3)")
            ->group("Advanced");
        app.add_option("--parallel", o->parallel,
                       "then N concurrent streams (a list: 1,4,16) through continuous batching, each -p prompt "

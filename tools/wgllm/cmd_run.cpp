@@ -94,8 +94,8 @@ struct RunOptions {
   std::string model, prompt, prompt_file, prompt_ids, adapter, system, chat_template;
   uint32_t n_predict = 128, n_ctx = 0, ubatch = 512;
   std::optional<uint32_t> decode_gqa_from;  // unset: the adapter's
-  bool int_dot = false;                     // LoadOptions::int_dot
-  bool fuse_post_norms = false;             // LoadOptions::fuse_post_norms
+  int int_dot = 0;                          // LoadOptions::int_dot: --int-dot 1, --no-int-dot -1, unset 0
+  int fuse_post_norms = 0;                  // LoadOptions::fuse_post_norms, likewise
   SamplingParams sampling;
   int64_t seed = -1;
   bool chat = false, json = false;
@@ -212,8 +212,8 @@ int run(RunOptions o) {
        .n_ctx = o.n_ctx,
        .ubatch = o.ubatch,
        .decode_gqa_from = o.decode_gqa_from,
-       .int_dot = o.int_dot,
-       .fuse_post_norms = o.fuse_post_norms,
+       .int_dot = tri_state(o.int_dot),
+       .fuse_post_norms = tri_state(o.fuse_post_norms),
        .progress = o.json ? nullptr : progress_bar(),
        .before_upload =
            [&](const Model& m) {
@@ -299,13 +299,13 @@ const Register reg{
                       "decode attention per GQA group (each K/V row read once per KV head) from this depth on "
                       "(default: 8192 on GPUs, 0 on CPU adapters)")
            ->group("Advanced");
-       app.add_flag("--int-dot", o->int_dot,
+       app.add_flag("--int-dot,!--no-int-dot", o->int_dot,
                     "decode the FFN's Q4_K gate/up products on packed int8 dot products (23 bits of each input "
-                    "against its 32-element block's largest; off by default)")
+                    "against its 32-element block's largest; default: on GPUs for models 2,048 wide or more)")
            ->group("Advanced");
-       app.add_flag("--fuse-post-norms", o->fuse_post_norms,
+       app.add_flag("--fuse-post-norms,!--no-fuse-post-norms", o->fuse_post_norms,
                     "decoding, gemma's post norms in the next product's prologue instead of dispatches of their own "
-                    "(off by default)")
+                    "(default: on GPUs for gemma3)")
            ->group("Advanced");
        app.add_flag("--no-check-tensors", o->no_check_tensors,
                     "skip the scan of the weights for NaN and infinities at load");

@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,9 @@ std::string read_prompt_file(const std::string& path, uint64_t limit, uint32_t n
 
 // Shared by template, run and serve (cmd_template.cpp): the whole of a regular file, `what` naming it in errors.
 std::string read_file(const std::string& path, const char* what);
+
+// A flag pair's value (add_flag("--x,!--no-x", int)): 1 on, -1 off, 0 unset (the library's default).
+inline std::optional<bool> tri_state(int flag) { return flag ? std::optional<bool>(flag > 0) : std::nullopt; }
 
 struct Register {
   explicit Register(Command c) { commands().push_back(std::move(c)); }
