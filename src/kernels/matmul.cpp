@@ -47,9 +47,17 @@ uint32_t matvec_pass_tokens(const gpu::Context& ctx, const MatvecConfig& mv) {
   return n;
 }
 
+// What a matvec pipeline computes besides its products (matvec.wgsl's MV_EXPERTS, MV_COMBINE, MV_INT, MV_PRE).
+struct MatvecMode {
+  bool experts = false;   // expert products (encode_expert_matmul)
+  bool combine = false;   // with experts: each token's pairs summed, weighted, into y (ExpertOptions::combine)
+  bool int_dot = false;   // x as packed digits (MatmulOptions::digits)
+  uint32_t pre_n_in = 0;  // the residual add of a post norm first, over n_in (MatmulOptions::pre)
+};
+
 // Host constants for matvec.wgsl (after matmul_common.wgsl's): its shape, the lane sum and the entry point.
 std::string matvec_prelude(const gpu::Context& ctx, const MatvecConfig& mv, GgufType t, uint32_t nt, bool xv4,
-                           bool experts = false, bool int_dot = false, uint32_t pre_n_in = 0) {
+                           const MatvecMode& m = {}) {
   auto u32 = [](const char* name, uint32_t v) {
     return std::string("const ") + name + ": u32 = " + std::to_string(v) + "u;\n";
   };
@@ -57,10 +65,11 @@ std::string matvec_prelude(const gpu::Context& ctx, const MatvecConfig& mv, Gguf
                   u32("MV_G", mv.groups) + u32("MV_NV", mv.rows * nt + nt) + u32("MV_U", mv.units) +
                   u32("MV_SLOTS", matvec_slots(ctx, mv)) + "const XV4: bool = " + (xv4 ? "true" : "false") +
                   ";\nconst MV_CHUNKS: bool = " + (block_elems(t) == 1 ? "false" : "true") +
-                  ";\nconst MV_EXPERTS: bool = " + (experts ? "true" : "false") +
-                  ";\nconst MV_INT: bool = " + (int_dot ? "true" : "false") +
-                  ";\nconst MV_PRE: bool = " + (pre_n_in ? "true" : "false") + ";\n" +
-                  u32("MV_PRE_V4", std::max(pre_n_in / 4, 1u));
+                  ";\nconst MV_EXPERTS: bool = " + (m.experts ? "true" : "false") +
+                  ";\nconst MV_COMBINE: bool = " + (m.combine ? "true" : "false") +
+                  ";\nconst MV_INT: bool = " + (m.int_dot ? "true" : "false") +
+                  ";\nconst MV_PRE: bool = " + (m.pre_n_in ? "true" : "false") + ";\n" +
+                  u32("MV_PRE_V4", std::max(m.pre_n_in / 4, 1u));
   if (mv.shuffle)
     return s +
            "fn mv_lane_sum(v: f32, chunk: u32) -> f32 {\n  var s = v;\n"
@@ -242,11 +251,12 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
     // not one per count (lavapipe takes seconds to compile each).
     const uint32_t rows_tokens = count == 1 ? 1 : rows.tokens;
     WGPUComputePipeline pipe =
-        impl == MatmulImpl::Matvec ? ctx.pipeline({kMatvecShader,
-                                                   "matvec",
-                                                   {},
-                                                   matvec_prelude(ctx, mv, w.type, matvec_tokens(count), xv4, false,
-                                                                  bool(o.digits), o.pre ? w.n_in : 0)})
+        impl == MatmulImpl::Matvec
+            ? ctx.pipeline({kMatvecShader,
+                            "matvec",
+                            {},
+                            matvec_prelude(ctx, mv, w.type, matvec_tokens(count), xv4,
+                                           {.int_dot = bool(o.digits), .pre_n_in = o.pre ? w.n_in : 0})})
         : impl == MatmulImpl::Rows
             ? ctx.pipeline(
                   {kRowsShader, "matmul_rows", {}, rows_prelude(ctx, rows, w.type, rows_tokens, row_pairs, xv4)})
@@ -319,6 +329,7 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
         // MV_INT: x's digits and scales (int_dot.h)
         bindings.push_back(o.digits ? gpu::BufferBinding{16, &o.digits->data, 0, o.digits->bytes()}
                                     : gpu::BufferBinding{16, &none, 0, 16});
+        bindings.push_back({17, &none, 0, 16});
       }
       batch.dispatch(pipe, bindings, grid.x, grid.y);
     }
@@ -547,6 +558,13 @@ std::string to_string(const MatmulTile& t) {
 
 double matmul_flops(const GpuWeight& w, uint32_t n_tokens) { return 2.0 * w.n_in * w.n_out * n_tokens; }
 
+bool expert_combine_fits(const gpu::Context& ctx, const GpuWeight& w, uint32_t n_tokens, uint32_t n_used) {
+  if (w.n_experts == 0 || w.pieces.size() != 1 || n_tokens > ctx.limits().maxComputeWorkgroupsPerDimension)
+    return false;
+  const MatvecConfig mv = batch_matvec_config(ctx, w.n_out / w.n_experts, w.n_in, w.type, n_tokens * n_used);
+  return mv.rows <= mv.threads_per_row;
+}
+
 void encode_expert_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight& w, const gpu::Buffer& x,
                           const gpu::Buffer& y, const gpu::Buffer& experts, uint32_t n_tokens, uint32_t n_used,
                           const ExpertOptions& o) {
@@ -569,17 +587,22 @@ void encode_expert_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const Gpu
   const uint32_t y_width = o.swiglu ? rows / 2 : rows;
   const uint64_t norm_floats = (uint64_t(w.n_in) + 7) / 8 * 8;
   detail::need(fn, "x", x, (o.x_per_pair ? pairs : n_tokens) * w.n_in * 4, ctx);
-  detail::need(fn, "y", y, pairs * y_width * 4, ctx);
+  detail::need(fn, "y", y, (o.combine ? n_tokens : pairs) * y_width * 4, ctx);
   detail::need(fn, "experts", experts, pairs * 4, ctx);
   if (o.norm) detail::need(fn, "norm", *o.norm, norm_floats * 4, ctx);
   if (o.norm && !(o.eps > 0)) fail(fn, "eps must be > 0 with norm");
   if (o.bias) detail::need(fn, "bias", *o.bias, uint64_t(w.n_out) * 4, ctx);
   if (o.bias && uint64_t(w.n_out) * 4 > ctx.max_binding_size()) fail(fn, "bias exceeds the storage-binding limit");
-  for (const gpu::Buffer* in : {&x, &experts, o.norm})
+  for (const gpu::Buffer* in : {&x, &experts, o.norm, o.combine})
     if (in && in->get() == y.get()) fail(fn, "y must not be an input");
 
   const gpu::Buffer& none = ctx.placeholder_storage();
   const MatvecConfig mv = batch_matvec_config(ctx, rows, w.n_in, w.type, uint32_t(pairs));
+  if (o.combine) {
+    if (!expert_combine_fits(ctx, w, n_tokens, n_used) || o.swiglu || o.norm || o.group)
+      fail(fn, "combine needs one piece, a shape whose groups fit their lanes, and no swiglu, norm or group");
+    detail::need(fn, "combine", *o.combine, pairs * 4, ctx);
+  }
   const bool xv4 = w.n_in % 32 == 0;
   if (o.group_tile && o.group_tile != 32 && o.group_tile != 64)
     fail(fn, "group_tile must be 0 (moe_tile's grouping), 32 or 64, not " + std::to_string(o.group_tile));
@@ -596,7 +619,8 @@ void encode_expert_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const Gpu
             : ctx.pipeline({kMatvecShader,
                             "matvec",
                             {},
-                            matvec_prelude(ctx, mv, w.type, grouped ? tile : 1, xv4, /*experts=*/true)});
+                            matvec_prelude(ctx, mv, w.type, grouped ? tile : 1, xv4,
+                                           {.experts = true, .combine = o.combine != nullptr})});
   const uint32_t rows_per_wg = tiled ? mt.rows : mv.rows * mv.groups;
   const uint32_t row_blocks = (rows + rows_per_wg - 1) / rows_per_wg;
   const auto grid =
@@ -640,8 +664,10 @@ void encode_expert_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const Gpu
                                      {13, &none, 0, 16},
                                      {14, &none, 0, 16},
                                      {15, &ctx.placeholder_writable(), 0, 16},
-                                     {16, &none, 0, 16}});
-    batch.dispatch(pipe, bindings, grid.x, grid.y, slots);
+                                     {16, &none, 0, 16},
+                                     {17, o.combine ? o.combine : &none, 0, o.combine ? pairs * 4 : 16}});
+    // combine: a workgroup row per token, its pairs in turn
+    batch.dispatch(pipe, bindings, grid.x, grid.y, o.combine ? n_tokens : slots);
   }
 }
 

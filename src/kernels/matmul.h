@@ -174,7 +174,15 @@ struct ExpertOptions {
   // expert's rows read once per tile. A pair's sums then do not depend on the other pairs, but are not the matvec's
   // bits.
   uint32_t group_tile = 0;
+  // [n_tokens * n_used] f32, the router's weight of each pair (encode_moe_route's): y is then [n_tokens][rows], and
+  // each token's pairs' outputs, weighted, are added to it in pair order (encode_moe_combine's arithmetic, the same
+  // bits) in the same dispatch, a workgroup row per token. Where expert_combine_fits says so; not with swiglu, norm or
+  // group.
+  const gpu::Buffer* combine = nullptr;
 };
+// Whether encode_expert_matmul can add the weighted pairs itself (ExpertOptions::combine): the experts in one piece,
+// a matvec shape whose groups finish each row in a lane of their own, a workgroup row per token.
+bool expert_combine_fits(const gpu::Context& ctx, const GpuWeight& w, uint32_t n_tokens, uint32_t n_used);
 void encode_expert_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight& w, const gpu::Buffer& x,
                           const gpu::Buffer& y, const gpu::Buffer& experts, uint32_t n_tokens, uint32_t n_used,
                           const ExpertOptions& options = {});

@@ -15,6 +15,7 @@
 // which chunks a lane sums, in which order), so a token's outputs are the same bits alone or beside 15 others.
 // MV_INT (one token, Q4_K; MatmulOptions::digits): xdig holds x's packed 8-bit digits and per-block scales
 // (int_dot.wgsl; the scales from vec4 p.x_off on) and the sums come from packed integer dot products.
+// MV_COMBINE (experts, one token a workgroup row): its pairs' outputs summed into y, weighted (mv_combine).
 // MV_PRE (one token; MatmulOptions::pre): first the residual add that a post-norm would have run as a dispatch of its
 // own, x' = (x + rms_norm(pre_src) * pre_w) * p.pre_scale, into workgroup memory in every workgroup (MV_PRE_V4 vec4,
 // n_in / 4), which the products then read as x; workgroup 0 also writes x' to pre_out, the residual's next buffer.
@@ -33,6 +34,8 @@ var<workgroup> red: array<f32, MV_NV * MV_G * MV_SLOTS>;
 var<workgroup> mv_pre_x: array<vec4<f32>, MV_PRE_V4>;
 // MV_INT: x's digits and scales (a placeholder otherwise).
 @group(0) @binding(16) var<storage, read> xdig: array<vec4<u32>>;
+// MV_COMBINE: the router's weight of each pair (a placeholder otherwise).
+@group(0) @binding(17) var<storage, read> cw: array<f32>;
 var<workgroup> mv_pre_red: array<f32, select(1u, MV_WG, MV_PRE)>;
 
 // x' of this token (MV_PRE): rms_norm(pre_src) over n_in, the sum of squares through subgroup sums and one slot
@@ -171,34 +174,11 @@ fn idot16(q: vec4<u32>, g0: vec4<u32>, g1: vec4<u32>, g2: vec4<u32>) -> f32 {
   return f32((((s0 << 8u) + s1) << 8u) + bitcast<i32>(s2));
 }
 
-fn matvec_main(wid: vec3<u32>, lid: u32, sg_size: u32) {
-  let flat = wid.x + wid.y * p.grid_x;
-  let grp = lid / MV_T;
-  let lt = lid % MV_T;
-  let row0 = flat * MV_ROWS + grp * MV_R;
+// The MV_NV values (dots [row][token], then x^2 [token]) of the group whose first row is row0, the expert's rows from
+// piece row wbase, lane lt's part of them summed over the group's lanes (each lane holds the whole sums when the group
+// fits a subgroup, else its subgroup's).
+fn mv_values(wbase: u32, row0: u32, lt: u32, sg_size: u32) -> array<f32, MV_NV> {
   let last_row = p.n_rows - 1u;
-  if (MV_PRE) { mv_pre(flat, lid, sg_size); }
-  var wbase = 0u;  // expert products: the piece row of the expert's row 0
-  if (MV_EXPERTS) {
-    if (lid == 0u) {
-      if (NT == 1u) {
-        mv_tile = vec4<u32>(ids[wid.z], wid.z, 1u, 0u);  // a pair alone: its expert, itself
-      } else {
-        mv_tile = expert_tile(wid.z);
-      }
-    }
-    let tile = workgroupUniformLoad(&mv_tile);
-    mv_count = tile.z;
-    wbase = expert_rows(tile);
-    if (wbase == NO_EXPERT) { return; }
-    //#unroll t NT
-    {
-      let pair = select(ids[tile.y + min($t, mv_count - 1u)], tile.y, NT == 1u);
-      mv_x_rows[$t] = select(pair / p.n_used, pair, p.x_per_pair != 0u);
-      mv_y_rows[$t] = pair;
-    }
-    //#end
-  }
   //#unroll! j MV_R
   let wrow$j = wbase + rope_row(min(row0 + $j, last_row));  // rows past the piece: loaded, never stored
   //#end
@@ -328,15 +308,91 @@ fn matvec_main(wid: vec3<u32>, lid: u32, sg_size: u32) {
       //#end
     }
   }
+  let chunk = min(MV_T, sg_size);
+  //#unroll k MV_NV
+  vals[$k] = mv_lane_sum(vals[$k], chunk);
+  //#end
+  return vals;
+}
+
+// MV_COMBINE (expert products, NT = 1; ExpertOptions::combine): workgroup row t takes token t's n_used pairs in
+// order, each pair's rows as the expert product computes them (its bias added as store_y does), and adds their sum
+// weighted by cw, moe_combine's arithmetic, to y[t]: the down product and the combine in one dispatch, the same bits.
+// The host sees to one piece (expert_first 0) and MV_R <= MV_T: lane lt < MV_R finishes row row0 + lt.
+fn mv_combine(row0: u32, lt: u32, grp: u32, t: u32, sg_size: u32) {
+  let chunk = min(MV_T, sg_size);
+  var acc = 0.0;
+  for (var r = 0u; r < p.n_used; r += 1u) {
+    let pair = t * p.n_used + r;
+    let e = min(ids[pair], p.n_experts - 1u);
+    bias_base = e * p.n_rows;
+    mv_count = 1u;
+    mv_x_rows[0] = select(t, pair, p.x_per_pair != 0u);
+    let vals = mv_values(e * p.n_rows, row0, lt, sg_size);
+    var dot_sum = 0.0;
+    if (chunk == MV_T) {
+      //#unroll k MV_NV
+      if ($k == lt) { dot_sum = vals[$k]; }
+      //#end
+    } else {
+      workgroupBarrier();  // the previous pair's slots are read
+      //#unroll k MV_NV
+      if (lt % chunk == 0u) { red[($k * MV_G + grp) * MV_SLOTS + lt / chunk] = vals[$k]; }
+      //#end
+      workgroupBarrier();
+      if (lt < MV_R) {
+        for (var c = 0u; c < MV_T / chunk; c += 1u) { dot_sum += red[(lt * MV_G + grp) * MV_SLOTS + c]; }
+      }
+    }
+    var out = dot_sum;
+    if (has(FLAG_BIAS)) { out += bias[bias_base + min(row0 + lt, p.n_rows - 1u)]; }
+    acc += cw[pair] * out;
+  }
+  let row = row0 + lt;
+  if (lt < MV_R && row < p.n_rows) {
+    let i = p.y_off + t * p.y_stride + row;
+    y[i] += acc;
+  }
+}
+
+fn matvec_main(wid: vec3<u32>, lid: u32, sg_size: u32) {
+  let flat = wid.x + wid.y * p.grid_x;
+  let grp = lid / MV_T;
+  let lt = lid % MV_T;
+  let row0 = flat * MV_ROWS + grp * MV_R;
+  if (MV_PRE) { mv_pre(flat, lid, sg_size); }
+  if (MV_COMBINE) {
+    mv_combine(row0, lt, grp, wid.z, sg_size);
+    return;
+  }
+  var wbase = 0u;  // expert products: the piece row of the expert's row 0
+  if (MV_EXPERTS) {
+    if (lid == 0u) {
+      if (NT == 1u) {
+        mv_tile = vec4<u32>(ids[wid.z], wid.z, 1u, 0u);  // a pair alone: its expert, itself
+      } else {
+        mv_tile = expert_tile(wid.z);
+      }
+    }
+    let tile = workgroupUniformLoad(&mv_tile);
+    mv_count = tile.z;
+    wbase = expert_rows(tile);
+    if (wbase == NO_EXPERT) { return; }
+    //#unroll t NT
+    {
+      let pair = select(ids[tile.y + min($t, mv_count - 1u)], tile.y, NT == 1u);
+      mv_x_rows[$t] = select(pair / p.n_used, pair, p.x_per_pair != 0u);
+      mv_y_rows[$t] = pair;
+    }
+    //#end
+  }
+  let vals = mv_values(wbase, row0, lt, sg_size);
   // Sum each value over the group's lanes: a butterfly of shuffles within aligned chunks of
   // lanes. When the group fits one subgroup (chunk == MV_T) every lane then holds the sums, and when the group has a
   // lane per value lane lt finishes value lt (row row0 + lt / NT, token lt % NT) at once; otherwise one slot per
   // chunk goes through workgroup memory and lane lt finishes values lt, lt + MV_T, ... (on the H200 the slots halved
   // the rate of 256-thread groups; PERF.md). A value's slots are added in the same order either way.
   let chunk = min(MV_T, sg_size);
-  //#unroll k MV_NV
-  vals[$k] = mv_lane_sum(vals[$k], chunk);
-  //#end
   if (chunk == MV_T && MV_R * NT <= MV_T) {
     if (lt >= MV_R * NT) { return; }
     var dot_sum = 0.0;

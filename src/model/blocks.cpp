@@ -333,9 +333,15 @@ void encode_moe_ffn(const LayerStep& s) {
     kernels::encode_swiglu(s.batch, s.ctx, b.moe_gate, b.moe_up, b.moe_act, uint64_t(s.n) * k * c.n_ff_exp,
                            c.ffn_act);
   }
-  kernels::encode_expert_matmul(
-      s.batch, s.ctx, L.exps_down, b.moe_act, b.moe_out, b.moe_experts, s.n, k,
-      {.bias = optional(L.exps_down_b), .x_per_pair = true, .group = group, .group_tile = mm_tile});
+  // the down products, weighted into x: in one dispatch where the pairs are not grouped (decode), the same bits
+  kernels::ExpertOptions down{
+      .bias = optional(L.exps_down_b), .x_per_pair = true, .group = group, .group_tile = mm_tile};
+  if (!group && kernels::expert_combine_fits(s.ctx, L.exps_down, s.n, k)) {
+    down.combine = &b.moe_weights;
+    kernels::encode_expert_matmul(s.batch, s.ctx, L.exps_down, b.moe_act, b.x, b.moe_experts, s.n, k, down);
+    return;
+  }
+  kernels::encode_expert_matmul(s.batch, s.ctx, L.exps_down, b.moe_act, b.moe_out, b.moe_experts, s.n, k, down);
   kernels::encode_moe_combine(s.batch, s.ctx, b.moe_out, b.moe_weights, b.x, s.n, k, c.n_embd);
 }
 

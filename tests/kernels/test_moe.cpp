@@ -286,6 +286,67 @@ TEST(Moe, CombineAddsTheWeightedExperts) {
   for (size_t i = x0.size(); i < xpad.size(); ++i) ASSERT_EQ(got[i], 7.f) << "past the tokens";
 }
 
+// The down products with the combine in the same dispatch (ExpertOptions::combine) against the two dispatches it
+// replaces (the products per pair, then encode_moe_combine): the same bits, every type family, odd row counts, one to
+// four experts a token, with and without biases, with and without subgroups and at forced shapes; the elements past
+// the tokens untouched.
+TEST(Moe, DownAndCombineInOneDispatch) {
+  struct Setting {
+    const char* shape;
+    bool no_subgroups;
+    std::vector<GgufType> types;  // each type is two pipelines: lavapipe takes seconds to compile one
+  };
+  const std::vector<Setting> settings = {{"", false, {F32, F16, Q8_0, Q4_K, Q6_K, MXFP4}},
+                                         {"", true, {F16, Q4_K}},
+                                         {"64x4x2", false, {Q8_0, MXFP4}},
+                                         {"16x2x4", false, {Q6_K}}};
+  for (const Setting& st : settings) {
+    gpu::Context ctx(context_options([&](auto& o) {
+      o.matvec_shape = st.shape;
+      o.disable_subgroups = st.no_subgroups;
+    }));
+    for (const GgufType type : st.types) {
+      for (const uint32_t k : {1u, 4u}) {
+        const uint32_t n_in = type == Q4_K || type == Q6_K ? 512 : 96, rows = 70, X = 5, T = k == 1 ? 1 : 3;
+        const bool with_bias = k == 4;
+        SCOPED_TRACE(std::string(type_name(type)) + " k " + std::to_string(k) + " shape '" + st.shape + "'" +
+                     (st.no_subgroups ? " no subgroups" : ""));
+        auto gen = rng(11 + k);
+        const auto bytes = random_weight(type, n_in, uint64_t(X) * rows, gen);
+        const auto w = kernels::upload_weight(ctx, type, n_in, uint64_t(X) * rows, bytes, "experts", 0, X);
+        ASSERT_TRUE(kernels::expert_combine_fits(ctx, w, T, k));
+        const auto x = random_floats(size_t(T) * k * n_in, gen);  // one row per pair (the activated gate/up)
+        std::vector<uint32_t> ids;
+        for (uint32_t t = 0; t < T; ++t)
+          for (uint32_t r = 0; r < k; ++r) ids.push_back((t * 2 + r * 3 + (t == 0 ? X - 1 : 0)) % X);
+        const auto wts = random_floats(size_t(T) * k, gen, 0.f, 1.f);
+        const auto bias = random_floats(size_t(X) * rows, gen, -2.f, 2.f);
+        auto res = random_floats(size_t(T) * rows, gen);
+        res.resize(res.size() + 16, 7.f);  // past the tokens: untouched
+        auto xs = ctx.upload<float>(x, WGPUBufferUsage_Storage, "x");
+        auto ebuf = ctx.upload<uint32_t>(ids, WGPUBufferUsage_Storage, "experts");
+        auto wbuf = ctx.upload<float>(wts, WGPUBufferUsage_Storage, "weights");
+        auto bbuf = ctx.upload<float>(bias, WGPUBufferUsage_Storage, "bias");
+        auto fused = ctx.upload<float>(res, WGPUBufferUsage_Storage | WGPUBufferUsage_CopySrc, "residual fused");
+        auto apart = ctx.upload<float>(res, WGPUBufferUsage_Storage | WGPUBufferUsage_CopySrc, "residual");
+        auto y = poisoned(ctx, size_t(T) * k * rows, "y");
+        kernels::ExpertOptions o{.bias = with_bias ? &bbuf : nullptr, .x_per_pair = true};
+        gpu::ComputeBatch batch(ctx, "down");
+        kernels::encode_expert_matmul(batch, ctx, w, xs, y, ebuf, T, k, o);
+        kernels::encode_moe_combine(batch, ctx, y, wbuf, apart, T, k, rows);
+        o.combine = &wbuf;
+        kernels::encode_expert_matmul(batch, ctx, w, xs, fused, ebuf, T, k, o);
+        batch.submit_and_wait();
+        const auto got = ctx.read<float>(fused), want = ctx.read<float>(apart);
+        ASSERT_EQ(got.size(), want.size());
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0) << "the fused combine's bits differ";
+        for (size_t i = size_t(T) * rows; i < got.size(); ++i) ASSERT_EQ(got[i], 7.f) << "past the tokens";
+        EXPECT_NE(got[0], res[0]) << "nothing was added";
+      }
+    }
+  }
+}
+
 TEST(Moe, BadArgumentsThrowNamingTheField) {
   gpu::Context& ctx = context();
   auto gen = rng(3);
@@ -306,6 +367,17 @@ TEST(Moe, BadArgumentsThrowNamingTheField) {
   expect_throw(
       [&] { kernels::encode_expert_matmul(batch, ctx, stacked, x, y, ids, 2, 2, {.group = &group, .group_tile = 16}); },
       "group_tile must be");
+  // combine: its weights per pair, no swiglu, one piece
+  expect_throw([&] { kernels::encode_expert_matmul(batch, ctx, stacked, x, y, ids, 2, 2, {.combine = &small}); },
+               "combine");
+  expect_throw(
+      [&] { kernels::encode_expert_matmul(batch, ctx, stacked, x, y, ids, 2, 2, {.swiglu = true, .combine = &wts}); },
+      "combine needs");
+  const auto split = kernels::upload_weight(ctx, F16, 64, 32, bytes, "experts", 2 * 8 * 128, 4);
+  ASSERT_GT(split.pieces.size(), 1u);
+  EXPECT_FALSE(kernels::expert_combine_fits(ctx, split, 2, 2));
+  expect_throw([&] { kernels::encode_expert_matmul(batch, ctx, split, x, y, ids, 2, 2, {.combine = &wts}); },
+               "combine needs one piece");
   expect_throw([&] { kernels::encode_moe_route(batch, ctx, logits, ids, wts, 2, 8, 9, true); }, "n_used");
   expect_throw([&] { kernels::encode_moe_route(batch, ctx, logits, ids, wts, 2, 1000, 2, true); }, "n_expert");
   expect_throw([&] { kernels::encode_moe_route(batch, ctx, logits, small, wts, 2, 8, 2, true); }, "experts");
