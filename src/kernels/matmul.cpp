@@ -50,7 +50,9 @@ uint32_t matvec_pass_tokens(const gpu::Context& ctx, const MatvecConfig& mv) {
 // What a matvec pipeline computes besides its products (matvec.wgsl's MV_EXPERTS, MV_COMBINE, MV_INT, MV_PRE).
 struct MatvecMode {
   bool experts = false;   // expert products (encode_expert_matmul)
-  bool combine = false;   // with experts: each token's pairs summed, weighted, into y (ExpertOptions::combine)
+  // With experts: each token's pairs summed, weighted, into y (ExpertOptions::combine), mv.groups = combine_pairs
+  // x combine_groups (matvec.wgsl's MV_CG).
+  uint32_t combine_pairs = 0, combine_groups = 1;
   bool int_dot = false;   // x as packed digits (MatmulOptions::digits)
   uint32_t pre_n_in = 0;  // the residual add of a post norm first, over n_in (MatmulOptions::pre)
 };
@@ -66,8 +68,8 @@ std::string matvec_prelude(const gpu::Context& ctx, const MatvecConfig& mv, Gguf
                   u32("MV_SLOTS", matvec_slots(ctx, mv)) + "const XV4: bool = " + (xv4 ? "true" : "false") +
                   ";\nconst MV_CHUNKS: bool = " + (block_elems(t) == 1 ? "false" : "true") +
                   ";\nconst MV_EXPERTS: bool = " + (m.experts ? "true" : "false") +
-                  ";\nconst MV_COMBINE: bool = " + (m.combine ? "true" : "false") +
-                  ";\nconst MV_INT: bool = " + (m.int_dot ? "true" : "false") +
+                  ";\nconst MV_COMBINE: bool = " + (m.combine_pairs ? "true" : "false") + ";\n" +
+                  u32("MV_CG", m.combine_groups) + "const MV_INT: bool = " + (m.int_dot ? "true" : "false") +
                   ";\nconst MV_PRE: bool = " + (m.pre_n_in ? "true" : "false") + ";\n" +
                   u32("MV_PRE_V4", std::max(m.pre_n_in / 4, 1u));
   if (mv.shuffle)
@@ -558,11 +560,28 @@ std::string to_string(const MatmulTile& t) {
 
 double matmul_flops(const GpuWeight& w, uint32_t n_tokens) { return 2.0 * w.n_in * w.n_out * n_tokens; }
 
+namespace {
+// The shape of the expert products with the combine (ExpertOptions::combine): the products' own, their groups shared
+// out between the n_used pairs (groups = n_used x at least one), within the adapter's workgroup size and memory;
+// nullopt where that cannot be.
+std::optional<MatvecConfig> combine_config(const gpu::Context& ctx, const GpuWeight& w, uint32_t n_tokens,
+                                           uint32_t n_used) {
+  if (w.n_experts == 0 || n_used == 0 || w.pieces.size() != 1 ||
+      n_tokens > ctx.limits().maxComputeWorkgroupsPerDimension)
+    return std::nullopt;
+  MatvecConfig mv = batch_matvec_config(ctx, w.n_out / w.n_experts, w.n_in, w.type, n_tokens * n_used);
+  mv.groups = n_used * std::max(1u, mv.groups / n_used);
+  const uint64_t wg_bytes = matvec_red_bytes(ctx, mv, 1) + uint64_t(mv.groups) * mv.rows * 4;
+  if (mv.rows > mv.threads_per_row ||
+      uint64_t(mv.threads_per_row) * mv.groups > ctx.limits().maxComputeInvocationsPerWorkgroup ||
+      wg_bytes > ctx.limits().maxComputeWorkgroupStorageSize)
+    return std::nullopt;
+  return mv;
+}
+}  // namespace
+
 bool expert_combine_fits(const gpu::Context& ctx, const GpuWeight& w, uint32_t n_tokens, uint32_t n_used) {
-  if (w.n_experts == 0 || w.pieces.size() != 1 || n_tokens > ctx.limits().maxComputeWorkgroupsPerDimension)
-    return false;
-  const MatvecConfig mv = batch_matvec_config(ctx, w.n_out / w.n_experts, w.n_in, w.type, n_tokens * n_used);
-  return mv.rows <= mv.threads_per_row;
+  return combine_config(ctx, w, n_tokens, n_used).has_value();
 }
 
 void encode_expert_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight& w, const gpu::Buffer& x,
@@ -597,12 +616,14 @@ void encode_expert_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const Gpu
     if (in && in->get() == y.get()) fail(fn, "y must not be an input");
 
   const gpu::Buffer& none = ctx.placeholder_storage();
-  const MatvecConfig mv = batch_matvec_config(ctx, rows, w.n_in, w.type, uint32_t(pairs));
+  const std::optional<MatvecConfig> cmv = o.combine ? combine_config(ctx, w, n_tokens, n_used) : std::nullopt;
   if (o.combine) {
-    if (!expert_combine_fits(ctx, w, n_tokens, n_used) || o.swiglu || o.norm || o.group)
-      fail(fn, "combine needs one piece, a shape whose groups fit their lanes, and no swiglu, norm or group");
+    if (!cmv || o.swiglu || o.norm || o.group)
+      fail(fn, "combine needs one piece, a shape that fits the adapter's workgroup, and no swiglu, norm or group");
     detail::need(fn, "combine", *o.combine, pairs * 4, ctx);
   }
+  const MatvecConfig mv = cmv ? *cmv : batch_matvec_config(ctx, rows, w.n_in, w.type, uint32_t(pairs));
+  const uint32_t combine_groups = cmv ? mv.groups / n_used : 1;
   const bool xv4 = w.n_in % 32 == 0;
   if (o.group_tile && o.group_tile != 32 && o.group_tile != 64)
     fail(fn, "group_tile must be 0 (moe_tile's grouping), 32 or 64, not " + std::to_string(o.group_tile));
@@ -615,13 +636,16 @@ void encode_expert_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const Gpu
   if (grouped) detail::need(fn, "group", *o.group, moe_group_words(uint32_t(pairs)) * 4, ctx);
   const MatmulTile mt{.tokens = tile, .rows = 64};
   WGPUComputePipeline pipe =
-      tiled ? ctx.pipeline({kMatmulShader, "matmul", {}, matmul_prelude(mt, w.type, /*experts=*/true)})
-            : ctx.pipeline({kMatvecShader,
-                            "matvec",
-                            {},
-                            matvec_prelude(ctx, mv, w.type, grouped ? tile : 1, xv4,
-                                           {.experts = true, .combine = o.combine != nullptr})});
-  const uint32_t rows_per_wg = tiled ? mt.rows : mv.rows * mv.groups;
+      tiled
+          ? ctx.pipeline({kMatmulShader, "matmul", {}, matmul_prelude(mt, w.type, /*experts=*/true)})
+          : ctx.pipeline({kMatvecShader,
+                          "matvec",
+                          {},
+                          matvec_prelude(
+                              ctx, mv, w.type, grouped ? tile : 1, xv4,
+                              {.experts = true, .combine_pairs = cmv ? n_used : 0, .combine_groups = combine_groups})});
+  // combine: a workgroup's groups share out its pairs, each pair on combine_groups groups' rows
+  const uint32_t rows_per_wg = tiled ? mt.rows : cmv ? mv.rows * combine_groups : mv.rows * mv.groups;
   const uint32_t row_blocks = (rows + rows_per_wg - 1) / rows_per_wg;
   const auto grid =
       gpu::fold_grid(tiled ? uint64_t(row_blocks) * slots : row_blocks, ctx.limits().maxComputeWorkgroupsPerDimension);

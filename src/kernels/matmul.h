@@ -181,7 +181,7 @@ struct ExpertOptions {
   const gpu::Buffer* combine = nullptr;
 };
 // Whether encode_expert_matmul can add the weighted pairs itself (ExpertOptions::combine): the experts in one piece,
-// a matvec shape whose groups finish each row in a lane of their own, a workgroup row per token.
+// and room in the adapter's workgroup for a group per pair (the product's groups shared out between the pairs).
 bool expert_combine_fits(const gpu::Context& ctx, const GpuWeight& w, uint32_t n_tokens, uint32_t n_used);
 void encode_expert_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight& w, const gpu::Buffer& x,
                           const gpu::Buffer& y, const gpu::Buffer& experts, uint32_t n_tokens, uint32_t n_used,

@@ -15,7 +15,8 @@
 // which chunks a lane sums, in which order), so a token's outputs are the same bits alone or beside 15 others.
 // MV_INT (one token, Q4_K; MatmulOptions::digits): xdig holds x's packed 8-bit digits and per-block scales
 // (int_dot.wgsl; the scales from vec4 p.x_off on) and the sums come from packed integer dot products.
-// MV_COMBINE (experts, one token a workgroup row): its pairs' outputs summed into y, weighted (mv_combine).
+// MV_COMBINE (experts, one token a workgroup row): its pairs' outputs summed into y, weighted, in the same dispatch
+// (mv_combine).
 // MV_PRE (one token; MatmulOptions::pre): first the residual add that a post-norm would have run as a dispatch of its
 // own, x' = (x + rms_norm(pre_src) * pre_w) * p.pre_scale, into workgroup memory in every workgroup (MV_PRE_V4 vec4,
 // n_in / 4), which the products then read as x; workgroup 0 also writes x' to pre_out, the residual's next buffer.
@@ -315,41 +316,53 @@ fn mv_values(wbase: u32, row0: u32, lt: u32, sg_size: u32) -> array<f32, MV_NV> 
   return vals;
 }
 
-// MV_COMBINE (expert products, NT = 1; ExpertOptions::combine): workgroup row t takes token t's n_used pairs in
-// order, each pair's rows as the expert product computes them (its bias added as store_y does), and adds their sum
-// weighted by cw, moe_combine's arithmetic, to y[t]: the down product and the combine in one dispatch, the same bits.
-// The host sees to one piece (expert_first 0) and MV_R <= MV_T: lane lt < MV_R finishes row row0 + lt.
-fn mv_combine(row0: u32, lt: u32, grp: u32, t: u32, sg_size: u32) {
+// MV_COMBINE (expert products, NT = 1; ExpertOptions::combine): the workgroups of row t take token t's pairs, MV_G =
+// n_used x MV_CG groups each, group grp pair grp / MV_CG on MV_R rows of the workgroup's MV_CG x MV_R. Each pair's
+// rows are computed as the expert product computes them (the bias added as store_y does) and meet in workgroup memory,
+// where lane lt < MV_R of the pair-0 groups adds them, weighted by cw in pair order, to y[t]: moe_combine's
+// arithmetic (its explicit fma: whether a compiler would contract the sum must not decide the bits), so the down
+// products and the combine run as one dispatch with the same bits. The host sees to one piece
+// (expert_first 0), MV_G = n_used x MV_CG and MV_R <= MV_T.
+var<workgroup> mv_comb: array<f32, select(1u, MV_G * MV_R, MV_COMBINE)>;
+fn mv_combine(flat: u32, lid: u32, t: u32, sg_size: u32) {
+  let grp = lid / MV_T;
+  let lt = lid % MV_T;
+  let q = grp / MV_CG;  // the pair slot
+  let g = grp % MV_CG;
+  let row0 = (flat * MV_CG + g) * MV_R;
+  let pair = t * p.n_used + q;
+  let e = min(ids[pair], p.n_experts - 1u);
+  bias_base = e * p.n_rows;
+  mv_count = 1u;
+  mv_x_rows[0] = select(t, pair, p.x_per_pair != 0u);
+  let vals = mv_values(e * p.n_rows, row0, lt, sg_size);
   let chunk = min(MV_T, sg_size);
-  var acc = 0.0;
-  for (var r = 0u; r < p.n_used; r += 1u) {
-    let pair = t * p.n_used + r;
-    let e = min(ids[pair], p.n_experts - 1u);
-    bias_base = e * p.n_rows;
-    mv_count = 1u;
-    mv_x_rows[0] = select(t, pair, p.x_per_pair != 0u);
-    let vals = mv_values(e * p.n_rows, row0, lt, sg_size);
-    var dot_sum = 0.0;
-    if (chunk == MV_T) {
-      //#unroll k MV_NV
-      if ($k == lt) { dot_sum = vals[$k]; }
-      //#end
-    } else {
-      workgroupBarrier();  // the previous pair's slots are read
-      //#unroll k MV_NV
-      if (lt % chunk == 0u) { red[($k * MV_G + grp) * MV_SLOTS + lt / chunk] = vals[$k]; }
-      //#end
-      workgroupBarrier();
-      if (lt < MV_R) {
-        for (var c = 0u; c < MV_T / chunk; c += 1u) { dot_sum += red[(lt * MV_G + grp) * MV_SLOTS + c]; }
-      }
+  var dot_sum = 0.0;
+  if (chunk == MV_T) {
+    //#unroll k MV_NV
+    if ($k == lt) { dot_sum = vals[$k]; }
+    //#end
+  } else {
+    //#unroll k MV_NV
+    if (lt % chunk == 0u) { red[($k * MV_G + grp) * MV_SLOTS + lt / chunk] = vals[$k]; }
+    //#end
+    workgroupBarrier();
+    if (lt < MV_R) {
+      for (var c = 0u; c < MV_T / chunk; c += 1u) { dot_sum += red[(lt * MV_G + grp) * MV_SLOTS + c]; }
     }
+  }
+  if (lt < MV_R) {
     var out = dot_sum;
     if (has(FLAG_BIAS)) { out += bias[bias_base + min(row0 + lt, p.n_rows - 1u)]; }
-    acc += cw[pair] * out;
+    mv_comb[grp * MV_R + lt] = out;
   }
+  workgroupBarrier();
   let row = row0 + lt;
-  if (lt < MV_R && row < p.n_rows) {
+  if (q == 0u && lt < MV_R && row < p.n_rows) {
+    var acc = 0.0;
+    for (var r = 0u; r < p.n_used; r += 1u) {
+      acc = fma(cw[t * p.n_used + r], mv_comb[(r * MV_CG + g) * MV_R + lt], acc);
+    }
     let i = p.y_off + t * p.y_stride + row;
     y[i] += acc;
   }
@@ -362,7 +375,7 @@ fn matvec_main(wid: vec3<u32>, lid: u32, sg_size: u32) {
   let row0 = flat * MV_ROWS + grp * MV_R;
   if (MV_PRE) { mv_pre(flat, lid, sg_size); }
   if (MV_COMBINE) {
-    mv_combine(row0, lt, grp, wid.z, sg_size);
+    mv_combine(flat, lid, wid.z, sg_size);
     return;
   }
   var wbase = 0u;  // expert products: the piece row of the expert's row 0

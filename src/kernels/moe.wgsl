@@ -168,7 +168,7 @@ fn moe_combine(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_
   var acc = 0.0;
   for (var r = 0u; r < p.n_used; r += 1u) {
     let pair = t * p.n_used + r;
-    acc += weights[pair] * ys[pair * p.width + i];
+    acc = fma(weights[pair], ys[pair * p.width + i], acc);  // explicit: the same bits as matvec.wgsl's MV_COMBINE
   }
   x[g] += acc;
 }
