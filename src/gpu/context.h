@@ -79,13 +79,13 @@ struct ContextOptions {
   std::optional<uint32_t> delta_chunk_from = std::nullopt;
   // A decoded token's Q4_K FFN gate/up products on packed int8 dot products (kernels::XDigits, MatmulOptions::digits):
   // the normed input as 8-bit digits, 23 bits against each 32-element block's largest element instead of f32's 24 per
-  // element. Unset: the model's default (model/blocks.h, int_dot_on: on GPUs where the FFN input is 2,048 wide or
+  // element. Unset: the model's default (model/transformer.h, int_dot_on: on GPUs where the FFN input is 2,048 wide or
   // more, measured ahead there; PERF.md, "The decode options on the H200").
   std::optional<bool> int_dot = std::nullopt;
   // Decoding one sequence, a post norm's residual add (gemma3, gemma4) runs in the prologue of the next product of x
   // on the matvec (MatmulOptions::pre) instead of as a one-workgroup dispatch of its own: a dispatch fewer per post
   // norm, each workgroup of that product reading two more vectors of n_embd. Unset: the model's default
-  // (model/blocks.h, fuse_post_norms_on: gemma3 on GPUs, measured ahead there; PERF.md, "The decode options on the
+  // (model/transformer.h, fuse_post_norms_on: gemma3 on GPUs, measured ahead there; PERF.md, "The decode options on the
   // H200").
   std::optional<bool> fuse_post_norms = std::nullopt;
   // Shaders beyond the library's, found by name by pipeline() (a test's or a benchmark's own kernels). The
