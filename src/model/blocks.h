@@ -72,7 +72,7 @@ struct SessionBuffers {
     float scale;
   };
   std::optional<PendingNorm> pending_norm;
-  gpu::Buffer x2;  // [ubatch][n_embd] the residual's other buffer (post-norm models; size 4 otherwise)
+  gpu::Buffer x2;  // [ubatch][n_embd] the residual's other buffer (post-norm models fusing them; size 4 otherwise)
 };
 
 // y = x W with o's epilogues, x = b.x, the residual stream: a pending post-norm's add (b.pending_norm) rides in its

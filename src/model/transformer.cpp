@@ -70,7 +70,7 @@ GpuSession::GpuSession(gpu::Context& ctx, const GpuModel& model, const GpuSessio
   b.up = make(U * F, "up");
   b.act = make(U * gate_act_width(c), "act");
   b.proj = make(c.post_norms ? U * E : 1, "proj");
-  b.x2 = make(c.post_norms ? U * E : 1, "x2");
+  b.x2 = make(c.post_norms && fuse_post_norms_on(ctx, c) ? U * E : 1, "x2");  // x's other buffer when it trades places
   const bool conv = !c.conv_layers.empty();
   b.bcx = make(conv ? U * 3 * E : 1, "bcx");
   b.conv_y = make(conv ? U * E : 1, "conv y");
