@@ -40,6 +40,7 @@ struct Options {
   uint64_t rotate_bytes = 256ull << 20;  // weight copies cycled by the matvec runs (beyond any L2)
   std::string matvec;                    // TxRxG override of the matvec shape
   std::string batch_tokens;              // token counts of batch decode's product runs
+  int batch_tile_from = -1;              // ContextOptions::batch_tile_from (-1: unset)
   std::string matmul_tiles;              // comma-separated matmul tiles to sweep ("" = the chosen one)
   std::string rows_shapes;               // comma-separated shapes of the CPU adapters' kernel to sweep
   bool skip_matvec = false;
@@ -353,6 +354,7 @@ int run_bench_ops(const Options& o) {
     options.matvec_shape = o.matvec;
     options.matmul_tile = runs[ti].first;
     options.rows_shape = runs[ti].second;
+    if (o.batch_tile_from >= 0) options.batch_tile_from = uint32_t(o.batch_tile_from);
     gpu::Context ctx(options);
     const bool first = ti == 0;
     if (first) {
@@ -406,9 +408,14 @@ int run_bench_ops(const Options& o) {
           const double bt = time_matmul(ctx, copies, x, y, n, std::max<uint32_t>(o.matvec_per_submit, copies.size()),
                                         o.repeats, impl);
           const auto bs = kernels::batch_matvec_config(ctx, n_out, n_in, t, n);
-          std::printf("%-7s %-5s %5ux%-5u %6u %11.3f %8.1f GFLOP/s  %.1f weight GB/s  (matvec shape %ux%ux%ux%u)\n",
+          const bool tiled = impl == kernels::MatmulImpl::Batch && kernels::batch_takes_tiles(ctx, copies[0], n);
+          std::printf("%-7s %-5s %5ux%-5u %6u %11.3f %8.1f GFLOP/s  %.1f weight GB/s  (%s, matvec shape %ux%ux%ux%u)\n",
                       "batch", tname.c_str(), n_in, n_out, n, bt * 1e3, kernels::matmul_flops(copies[0], n) / bt / 1e9,
-                      double(bytes.size()) / bt / 1e9, bs.threads_per_row, bs.rows, bs.groups, bs.units);
+                      double(bytes.size()) / bt / 1e9,
+                      !tiled                              ? "matvec"
+                      : ctx.options().matmul_tile.empty() ? "tiled"
+                                                          : ("tiled " + ctx.options().matmul_tile).c_str(),
+                      bs.threads_per_row, bs.rows, bs.groups, bs.units);
         }
         if (!o.skip_matmul) {
           const double mm =
@@ -455,6 +462,9 @@ const Register reg{
        app.add_option("--batch-tokens", o->batch_tokens,
                       "also time batch decode's product (each token's sums independent of the others) at these token "
                       "counts, comma-separated (e.g. 4,16,64)");
+       app.add_option("--batch-tile-from", o->batch_tile_from,
+                      "batch decode's float products from this many tokens on the tiled kernel in the matvec's order "
+                      "(0: never; default: the engine's)");
        auto* shapes = app.get_option("--shapes");
        app.add_flag("--int-dot", o->int_dot,
                     "with --decode-table: also Q4_K on packed int8 dot products (x as three 8-bit digits per element)");

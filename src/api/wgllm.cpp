@@ -107,6 +107,7 @@ std::unique_ptr<ModelAccess::Impl> parse_impl(const GgufFile& f, const LoadOptio
 // Opens the adapter, uploads the weights and fills the adapter's half of ModelInfo.
 void upload_impl(ModelAccess::Impl& m, const GgufFile& f, const LoadOptions& o) {
   m.ctx = std::make_unique<gpu::Context>(gpu::ContextOptions{.adapter = o.adapter,
+                                                             .batch_tile_from = o.batch_tile_from,
                                                              .matmul_tile = o.matmul_tile,
                                                              .rows_shape = o.rows_shape,
                                                              .attention_prefill = o.attention_prefill,

@@ -66,6 +66,7 @@ std::string matvec_prelude(const gpu::Context& ctx, const MatvecConfig& mv, Gguf
   std::string s = detail::weight_prelude(t, nt, mv.int_f16) + u32("MV_T", mv.threads_per_row) + u32("MV_R", mv.rows) +
                   u32("MV_G", mv.groups) + u32("MV_NV", mv.rows * nt + nt) + u32("MV_U", mv.units) +
                   u32("MV_SLOTS", matvec_slots(ctx, mv)) + "const XV4: bool = " + (xv4 ? "true" : "false") +
+                  ";\nconst MV_FMA: bool = " + (mv.fma_order ? "true" : "false") +
                   ";\nconst MV_CHUNKS: bool = " + (block_elems(t) == 1 ? "false" : "true") +
                   ";\nconst MV_EXPERTS: bool = " + (m.experts ? "true" : "false") +
                   ";\nconst MV_COMBINE: bool = " + (m.combine_pairs ? "true" : "false") + ";\n" +
@@ -85,9 +86,16 @@ std::string matvec_prelude(const gpu::Context& ctx, const MatvecConfig& mv, Gguf
          "@builtin(local_invocation_index) lid: u32) { matvec_main(wid, lid, 1u); }\n";
 }
 
-// Host constants for matmul.wgsl: the tile, the element type of its workgroup tiles, and whether it computes expert
-// products (tiles of pairs grouped by expert).
-std::string matmul_prelude(const MatmulTile& t, GgufType type, bool experts = false) {
+// Batch decode's order in the tiled kernel (matmul.wgsl's MM_CLASS): the classes (the batch matvec's threads per
+// row), and whether its lane sums take chunks of the subgroup's size as one tree (else one lane: a fold).
+struct ClassOrder {
+  uint32_t classes = 0;  // 0: the tiled kernel's own order
+  bool shuffle = false;  // the matvec's lane sums take subgroup shuffles (chunks of the subgroup's size)
+};
+
+// Host constants for matmul.wgsl: the tile, the element type of its workgroup tiles, whether it computes expert
+// products (tiles of pairs grouped by expert), and the order of its sums.
+std::string matmul_prelude(const MatmulTile& t, GgufType type, bool experts = false, ClassOrder order = {}) {
   const char* ss = t.f16 ? "var<workgroup> xss: array<f32, 4u * TM>;\n"
                            "fn ss_put(i: u32, v: f32) { xss[i] = v; }\nfn ss_get(i: u32) -> f32 { return xss[i]; }\n"
                          : "fn ss_put(i: u32, v: f32) { xs[i / 4u][i % 4u] = v; }\n"
@@ -97,11 +105,22 @@ std::string matmul_prelude(const MatmulTile& t, GgufType type, bool experts = fa
   };
   return std::string(t.f16 ? "enable f16;\nalias MM_T = f16;\n" : "alias MM_T = f32;\n") + ss +
          "const MM_F16: bool = " + (t.f16 ? "true" : "false") +
-         ";\nconst MM_EXPERTS: bool = " + (experts ? "true" : "false") + ";\n" + u32("TM", t.tokens) +
-         u32("TN", t.rows) + u32("TY", t.tokens / t.thread_tokens) + u32("TX", t.rows / t.thread_rows) +
-         u32("MI", t.thread_tokens / 4) + u32("NJ", t.thread_rows / 4) +
-         u32("NACC", t.thread_tokens * t.thread_rows / 4) + u32("NLW", t.rows * 4 / t.threads()) +
-         u32("NLX", t.tokens * 4 / t.threads()) + detail::weight_prelude(type, 1);
+         ";\nconst MM_EXPERTS: bool = " + (experts ? "true" : "false") +
+         ";\nconst MM_CLASS: bool = " + (order.classes ? "true" : "false") + ";\n" +
+         u32("MM_CLASSES", std::max(order.classes, 4u)) + u32("MM_CP", std::max(order.classes / 4, 1u)) +
+         u32("TM", t.tokens) + u32("TN", t.rows) + u32("TY", t.tokens / t.thread_tokens) +
+         u32("TX", t.rows / t.thread_rows) + u32("MI", t.thread_tokens / 4) + u32("NJ", t.thread_rows / 4) +
+         u32("NACC", t.thread_tokens * t.thread_rows / 4) +
+         u32("NCACC", t.thread_tokens * t.thread_rows / 4 * (order.classes ? 4 : 1)) +
+         u32("NSTK", order.classes ? t.thread_tokens * t.thread_rows : 1) +
+         u32("CMI", order.classes ? t.thread_tokens / 4 : 0) +
+         u32("CNACC", order.classes ? t.thread_tokens * t.thread_rows / 4 : 0) + u32("NLW", t.rows * 4 / t.threads()) +
+         u32("NLX", t.tokens * 4 / t.threads()) + detail::weight_prelude(type, 1) +
+         (order.shuffle ? "@compute @workgroup_size(MM_WG)\nfn matmul(@builtin(workgroup_id) wid: vec3<u32>, "
+                          "@builtin(local_invocation_index) lid: u32, @builtin(subgroup_size) sg: u32) {\n"
+                          "  matmul_main(wid, lid, sg);\n}\n"
+                        : "@compute @workgroup_size(MM_WG)\nfn matmul(@builtin(workgroup_id) wid: vec3<u32>, "
+                          "@builtin(local_invocation_index) lid: u32) { matmul_main(wid, lid, 1u); }\n");
 }
 
 // Host constants for matmul_rows.wgsl: the workgroup, row pairs and tokens per invocation, whether x is shared by
@@ -128,6 +147,9 @@ std::string rows_prelude(const gpu::Context& ctx, const RowsConfig& c, GgufType 
          "); }\n@compute @workgroup_size(RW_WG)\nfn matmul_rows(@builtin(workgroup_id) wid: vec3<u32>, "
          "@builtin(local_invocation_index) lid: u32) { rows_main(wid, lid, 0u); }\n";
 }
+
+std::optional<ClassOrder> batch_class_order(const gpu::Context& ctx, const GpuWeight& w, uint32_t n_tokens);
+MatmulTile batch_tile(const gpu::Context& ctx, uint32_t n_tokens);
 
 constexpr const char* kMatvecShader = "matmul_common.wgsl+rope_angle.wgsl+rope_kv_epilogue.wgsl+matvec.wgsl";
 constexpr const char* kRowsShader = "matmul_common.wgsl+rope_angle.wgsl+rope_kv_epilogue.wgsl+matmul_rows.wgsl";
@@ -225,6 +247,10 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
   }
   const bool batch_shape = impl == MatmulImpl::Batch;  // the matvec kernel in batch decode's shape
   if (batch_shape) impl = MatmulImpl::Matvec;
+  // Batch decode's float products from batch_tile_from(ctx) tokens on: the tiled kernel in the matvec's order
+  const std::optional<ClassOrder> class_order =
+      batch_shape && !rk ? batch_class_order(ctx, w, n_tokens) : std::optional<ClassOrder>{};
+  if (class_order) impl = MatmulImpl::Tiled;
 
   const uint32_t max_grid = ctx.limits().maxComputeWorkgroupsPerDimension;
   uint32_t step = detail::tokens_per_binding(fn, ctx, {w.n_in, y_width, y1_width, y2_width});
@@ -233,8 +259,9 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
                           : batch_shape ? batch_matvec_config(ctx, w.n_out, w.n_in, w.type, n_tokens)
                                         : matvec_config(ctx, w.n_out, w.n_in, w.type);
   if (impl == MatmulImpl::Matvec) step = std::min(step, matvec_pass_tokens(ctx, mv));
-  const MatmulTile tile =
-      impl == MatmulImpl::Tiled ? matmul_tile(ctx, std::min(step, n_tokens), w.n_out) : MatmulTile{};
+  const MatmulTile tile = class_order                 ? batch_tile(ctx, std::min(step, n_tokens))
+                          : impl == MatmulImpl::Tiled ? matmul_tile(ctx, std::min(step, n_tokens), w.n_out)
+                                                      : MatmulTile{};
   const RowsConfig rows = impl == MatmulImpl::Rows ? rows_config(ctx).value_or(RowsConfig{}) : RowsConfig{};
   const uint32_t row_pairs = rk && rk->neox ? 2 : rows.rows / 2;  // the neox RoPE epilogue takes quads of rows
   const uint32_t flag_bits = (o.bias ? flags::kBias : 0) | (o.norm ? flags::kNorm : 0) |
@@ -262,7 +289,10 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
         : impl == MatmulImpl::Rows
             ? ctx.pipeline(
                   {kRowsShader, "matmul_rows", {}, rows_prelude(ctx, rows, w.type, rows_tokens, row_pairs, xv4)})
-            : ctx.pipeline({kMatmulShader, "matmul", {}, matmul_prelude(tile, w.type)});
+            : ctx.pipeline({kMatmulShader,
+                            "matmul",
+                            {},
+                            matmul_prelude(tile, w.type, false, class_order.value_or(ClassOrder{}))});
     for (const auto& piece : w.pieces) {
       MatmulParams p = detail::piece_params(w, piece, count);
       p.flags = flag_bits;
@@ -411,11 +441,56 @@ MatvecConfig int_matvec_config(const gpu::Context& ctx, uint32_t n_rows, uint32_
 
 MatvecConfig batch_matvec_config(const gpu::Context& ctx, uint32_t n_rows, uint32_t n_in, GgufType type,
                                  uint32_t n_tokens) {
-  if (!ctx.options().matvec_shape.empty() || ctx.adapter().is_cpu() || block_elems(type) != 1)
-    return matvec_config(ctx, n_rows, n_in, type);
-  if (n_tokens == 1) return checked(ctx, {.threads_per_row = 32, .rows = 2, .groups = 8, .units = 2});
-  return checked(ctx, {.threads_per_row = 32, .rows = 4, .groups = 4});
+  if (block_elems(type) != 1) return matvec_config(ctx, n_rows, n_in, type);
+  MatvecConfig c = !ctx.options().matvec_shape.empty() || ctx.adapter().is_cpu()
+                       ? matvec_config(ctx, n_rows, n_in, type)
+                   : n_tokens == 1 ? checked(ctx, {.threads_per_row = 32, .rows = 2, .groups = 8, .units = 2})
+                                   : checked(ctx, {.threads_per_row = 32, .rows = 4, .groups = 4});
+  c.fma_order = true;
+  return c;
 }
+
+uint32_t batch_tile_from(const gpu::Context& ctx) { return ctx.options().batch_tile_from.value_or(kBatchTileFrom); }
+
+namespace {
+
+// The tiled kernel's order for batch decode's product of w over n_tokens: the float types from batch_tile_from(ctx)
+// tokens on, where the batch matvec's lane sums are one fixed tree (an adapter of one subgroup size) of at least 4
+// lanes a row; nullopt otherwise (the matvec then takes the product).
+std::optional<ClassOrder> batch_class_order(const gpu::Context& ctx, const GpuWeight& w, uint32_t n_tokens) {
+  const uint32_t from = batch_tile_from(ctx);
+  if (block_elems(w.type) != 1 || w.n_experts || from == 0 || n_tokens < from) return std::nullopt;
+  const MatvecConfig mv = batch_matvec_config(ctx, w.n_out, w.n_in, w.type, 2);
+  const auto& a = ctx.adapter();
+  if (mv.threads_per_row < 4 || mv.threads_per_row > 32 || (mv.shuffle && a.subgroup_min != a.subgroup_max))
+    return std::nullopt;
+  const MatmulTile t = batch_tile(ctx, n_tokens);  // its x and W tiles and each token's sums of x^2 per class
+  if (32ull * (t.tokens + t.rows) * 4 + uint64_t(t.tokens) * mv.threads_per_row * 4 >
+      ctx.limits().maxComputeWorkgroupStorageSize)
+    return std::nullopt;
+  return ClassOrder{.classes = mv.threads_per_row, .shuffle = mv.shuffle};
+}
+
+}  // namespace
+
+bool batch_takes_tiles(const gpu::Context& ctx, const GpuWeight& w, uint32_t n_tokens) {
+  return batch_class_order(ctx, w, n_tokens).has_value();
+}
+
+namespace {
+
+// Its tile: 16, 32 or 64 tokens (the fewest that hold the step's) by 64 rows, 4 x 4 outputs a thread.
+MatmulTile batch_tile(const gpu::Context& ctx, uint32_t n_tokens) {
+  if (!ctx.options().matmul_tile.empty()) {
+    const MatmulTile t = matmul_tile(ctx, n_tokens, 0);
+    if (t.f16) throw InvalidArgument("matmul tile " + to_string(t) + ": batch decode's products take f32 tiles");
+    return t;
+  }
+  const uint32_t tokens = n_tokens <= 16 ? 16 : n_tokens <= 32 ? 32 : 64;
+  return {.tokens = tokens, .rows = 64, .thread_tokens = 4, .thread_rows = 4};
+}
+
+}  // namespace
 
 MatvecConfig parse_matvec_config(const std::string& text) {
   const std::string expected = "matvec config '" + text + "': expected THREADSxROWSxGROUPS[xUNITS[xINT_F16]]";
@@ -513,8 +588,8 @@ MatmulTile matmul_tile(const gpu::Context& ctx, uint32_t n_tokens, uint32_t n_ro
 MatmulTile parse_matmul_tile(const std::string& text) {
   const std::string expected =
       "matmul tile '" + text +
-      "': expected TOKENSxROWS[/TTxTR][xf16], TOKENS and ROWS 32, 64 or 128, TT and TR 4 or 8, "
-      "64 to 256 threads whose quarter divides TOKENS and ROWS (e.g. 128x64xf16, 64x128/8x8)";
+      "': expected TOKENSxROWS[/TTxTR][xf16], TOKENS and ROWS 16, 32, 64 or 128, TT and TR 4 or 8, "
+      "32 to 256 threads whose quarter divides TOKENS and ROWS (e.g. 128x64xf16, 64x128/8x8)";
   MatmulTile t;
   std::string rest = text;
   if (rest.size() > 4 && rest.compare(rest.size() - 4, 4, "xf16") == 0) {
@@ -535,7 +610,7 @@ MatmulTile parse_matmul_tile(const std::string& text) {
     return v;
   };
   const size_t slash = rest.find('/');
-  const auto tile = pair(rest.substr(0, slash), {32, 64, 128});
+  const auto tile = pair(rest.substr(0, slash), {16, 32, 64, 128});
   t.tokens = tile[0], t.rows = tile[1];
   t.thread_tokens = t.tokens / 16, t.thread_rows = t.rows / 16;
   if (slash != std::string::npos) {
@@ -544,7 +619,7 @@ MatmulTile parse_matmul_tile(const std::string& text) {
   }
   const bool micro = (t.thread_tokens == 4 || t.thread_tokens == 8) && (t.thread_rows == 4 || t.thread_rows == 8);
   const uint32_t threads = micro ? t.threads() : 0;
-  if (threads < 64 || threads > 256 || t.tokens % (threads / 4) || t.rows % (threads / 4))
+  if (threads < 32 || threads > 256 || t.tokens % (threads / 4) || t.rows % (threads / 4))
     throw InvalidArgument(expected);
   return t;
 }

@@ -39,6 +39,9 @@ struct MatvecConfig {
   uint32_t units = 1;
   bool int_f16 = false;  // F16 weights converted with integer ops instead of unpack2x16float
   bool shuffle = false;
+  // Each unit's products chained through fma in element order (batch decode's float products; the tiled kernel
+  // reproduces that order from batch_tile_from tokens on).
+  bool fma_order = false;
 };
 // The adapter's shape for a weight of this type (the block types share theirs, the float types theirs), or the
 // context's matvec_shape option when set (benchmarks and tests tune with it).
@@ -50,6 +53,15 @@ MatvecConfig matvec_config(const gpu::Context& ctx, uint32_t n_rows = 0, uint32_
 // groups x 2 units for the float types).
 MatvecConfig batch_matvec_config(const gpu::Context& ctx, uint32_t n_rows, uint32_t n_in, GgufType type,
                                  uint32_t n_tokens);
+// MatmulImpl::Batch's float products (F32, F16, BF16) of this many tokens or more run on the tiled kernel in the
+// batch matvec's order (the same bits for every token as the matvec would give it: each thread a 4 x 4 tile of
+// outputs, a chain per lane class of the matvec, the classes' tree as its lane sums take it). GPUs of one subgroup
+// size, batch matvec shapes of 4 to 32 threads per row. ContextOptions::batch_tile_from, else kBatchTileFrom; 0:
+// never.
+inline constexpr uint32_t kBatchTileFrom = 8;
+uint32_t batch_tile_from(const gpu::Context& ctx);
+// Whether MatmulImpl::Batch runs w's product of n_tokens on the tiled kernel.
+bool batch_takes_tiles(const gpu::Context& ctx, const GpuWeight& w, uint32_t n_tokens);
 // The one-token Q4_K product on x's packed digits (MatmulOptions::digits): 32 threads per row and 8 rows (tall
 // products) or 4 (long rows) a workgroup, 2 x 4 groups otherwise; CPU adapters the matvec's own; or the context's
 // matvec_shape option.
@@ -71,7 +83,7 @@ struct MatmulTile {
 // The context's matmul_tile option when set, else the adapter's shape for n_tokens x n_rows outputs.
 MatmulTile matmul_tile(const gpu::Context& ctx, uint32_t n_tokens, uint32_t n_rows);
 // "TOKENSxROWS[/TTxTR][xf16]", e.g. "128x128", "64x128xf16" or "64x128/8x8" (ContextOptions::matmul_tile): TOKENS
-// and ROWS 32, 64 or 128; TT x TR each thread's outputs, 4 or 8 each (default TOKENS / 16 x ROWS / 16); 64 to 256
+// and ROWS 16, 32, 64 or 128; TT x TR each thread's outputs, 4 or 8 each (default TOKENS / 16 x ROWS / 16); 32 to 256
 // threads, a quarter of which divides TOKENS and ROWS. InvalidArgument when malformed.
 MatmulTile parse_matmul_tile(const std::string& text);
 // The tile as parse_matmul_tile reads it.

@@ -24,6 +24,16 @@
 // With MM_F16 (shader-f16) the tiles are f16 in workgroup memory and the products of one block (32 k) are summed
 // in f16 (vec4<f16>: two f16 multiply-adds per instruction on GPUs that pair them), then added into f32
 // accumulators: each weight and activation is rounded to f16 and each 32-term partial sum carries f16 rounding.
+//
+// MM_CLASS (float weights, f32 tiles; MatmulImpl::Batch from kBatchTileTokens tokens on): the sums in the order of
+// the matvec in batch decode's shape with MV_FMA (matvec.wgsl), so that a token's outputs are the same bits whichever
+// of the two kernels computes them. There, lane c of a row's MM_CLASSES lanes sums units c, c + MM_CLASSES, ... of
+// the row (8 elements each) in one fused multiply-add chain, and the lanes' sums meet in a pairwise tree over
+// aligned chunks of mm_ch lanes (the subgroup's butterfly), the chunks' sums added in order to 0. Here the units of
+// a 32-element block b are those of classes 4 (b % MM_CP) .. + 3 (MM_CP = MM_CLASSES / 4 passes), so the blocks
+// are visited pass by pass (g, g + MM_CP, ...): each output keeps one chain per class of the pass (k / 8 of the
+// block), and at the end of a pass its four chains enter the tree (mm_class_fold) while the classes' sums of x^2
+// wait in workgroup memory for the epilogue's tree (mm_class_ss).
 const MM_WG: u32 = TY * TX;
 const WARP_4X8: bool = TX % 8u == 0u && TY % 4u == 0u;
 const WL: u32 = MM_WG / 4u;  // rows (tokens) per loader pass; NLW = TN / WL and NLX = TM / WL passes (host)
@@ -31,6 +41,10 @@ const TM4: u32 = TM / 4u;    // vec4 token groups of one k of the x tile
 const TN4: u32 = TN / 4u;    // vec4 row groups of one k of the W tile
 // From the host too (the unroll counts): MI token groups and NJ row groups per thread, NACC = MI * 4 * NJ
 // accumulators, NLW and NLX loader passes over the W and x tiles.
+// NCACC = NACC, or with MM_CLASS 4 NACC (a chain per class of the pass); NSTK (MM_CLASS: 4 NACC, else 1) the tree's
+// pending nodes of 3 levels, then the sum of its chunks; CMI and CNACC, MI and NACC with MM_CLASS, else 0 (the
+// MM_CLASS functions' unroll counts: their constant indices must stay in bounds where they are never called).
+var<workgroup> mm_ssc: array<f32, select(1u, TM * MM_CLASSES, MM_CLASS)>;  // [token][class] sums of x^2
 var<workgroup> xs: array<vec4<MM_T>, 32u * TM4>;  // [k: 32][token / 4, swizzled]
 var<workgroup> ws: array<vec4<MM_T>, 32u * TN4>;  // [k: 32][row / 4, swizzled]
 // FLAG_NORM: the sums of x^2 [token][loader lane: 4] go through ss_put / ss_get (host prelude): into xs, once
@@ -59,8 +73,11 @@ fn mm_y_row(tile_m: u32, tl: u32) -> u32 {
   return tile_m * TM + tl;
 }
 
-// The vec4 of group g at k in a tile of `width` (a multiple of 8) vec4 per k.
-fn tix(k: u32, g: u32, width: u32) -> u32 { return k * width + select(g ^ ((k / 8u) * 2u), g, MM_F16); }
+// The vec4 of group g at k in a tile of `width` vec4 per k (swizzled where width is a multiple of 8: the 16-token
+// tiles of batch decode's products are 4 wide).
+fn tix(k: u32, g: u32, width: u32) -> u32 {
+  return k * width + select(g ^ ((k / 8u) * 2u), g, MM_F16 || width < 8u);
+}
 
 // Eight values into column `c` (a token or row of the tile) at k0 .. k0 + 7 of a k-major tile.
 fn put8(tile_w: u32, c: u32, k0: u32, v: W8, is_w: bool) {
@@ -81,7 +98,7 @@ fn put8(tile_w: u32, c: u32, k0: u32, v: W8, is_w: bool) {
 // every workgroup-memory address is then a thread's base plus a constant (H200: products with many workgroups
 // 1.25-1.4x faster than with the loop left to the driver, pp512 1.02x; PERF.md). CPU adapters keep the loop (LLVM
 // compiles straight-line shaders slowly).
-fn mm_block_f32(acc: ptr<function, array<vec4<f32>, NACC>>, ty: u32, tx: u32) {
+fn mm_block_f32(acc: ptr<function, array<vec4<f32>, NCACC>>, ty: u32, tx: u32) {
   //#unroll k 32
   {
     var a: array<vec4<f32>, MI>;
@@ -104,7 +121,7 @@ fn mm_block_f32(acc: ptr<function, array<vec4<f32>, NACC>>, ty: u32, tx: u32) {
 }
 
 // The same with the block's products summed in f16, then added to the f32 accumulators.
-fn mm_block_f16(acc: ptr<function, array<vec4<f32>, NACC>>, ty: u32, tx: u32) {
+fn mm_block_f16(acc: ptr<function, array<vec4<f32>, NCACC>>, ty: u32, tx: u32) {
   var part: array<vec4<MM_T>, NACC>;
   //#unroll! a NACC
   part[$a] = vec4<MM_T>(0.0);
@@ -133,8 +150,109 @@ fn mm_block_f16(acc: ptr<function, array<vec4<f32>, NACC>>, ty: u32, tx: u32) {
   //#end
 }
 
-@compute @workgroup_size(MM_WG)
-fn matmul(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+// MM_CLASS: the block's products into the chains of their classes (k / 8), fused multiply-adds in k order.
+fn mm_block_class(acc: ptr<function, array<vec4<f32>, NCACC>>, ty: u32, tx: u32) {
+  //#unroll k 32
+  {
+    var a: array<vec4<f32>, MI>;
+    var bw: array<vec4<f32>, NJ>;
+    //#unroll! i MI
+    a[$i] = vec4<f32>(xs[tix($k, ty + TY * $i, TM4)]);
+    //#end
+    //#unroll! j NJ
+    bw[$j] = vec4<f32>(ws[tix($k, tx + TX * $j, TN4)]);
+    //#end
+    //#unroll! i CMI
+    //#unroll! c 4
+    //#unroll! j NJ
+    {
+      let o = ($k / 8u) * NACC + ($i * 4u + $c) * NJ + $j;
+      (*acc)[o] = fma(vec4<f32>(a[$i][$c]), bw[$j], (*acc)[o]);
+    }
+    //#end
+    //#end
+    //#end
+  }
+  //#end
+}
+
+// MM_CLASS: the four chains of pass g (classes 4g .. 4g + 3) into the tree of every output, the chains then reset.
+// st holds the pending nodes of the tree's levels 2, 3 and 4 (the levels of whole passes within a chunk) and, last,
+// the sum of the chunks.
+fn mm_class_fold(acc: ptr<function, array<vec4<f32>, NCACC>>, st: ptr<function, array<vec4<f32>, NSTK>>, g: u32) {
+  //#unroll! a CNACC
+  {
+    let c0 = (*acc)[$a];
+    let c1 = (*acc)[NACC + $a];
+    let c2 = (*acc)[2u * NACC + $a];
+    let c3 = (*acc)[3u * NACC + $a];
+    let sum = 3u * NACC + $a;
+    if (mm_ch >= 4u) {
+      var v = (c0 + c1) + (c2 + c3);
+      var pending = true;
+      if (mm_ch >= 8u) {
+        if ((g & 1u) == 0u) {
+          (*st)[$a] = v;
+          pending = false;
+        } else {
+          v = (*st)[$a] + v;
+        }
+      }
+      if (pending && mm_ch >= 16u) {
+        if ((g & 2u) == 0u) {
+          (*st)[NACC + $a] = v;
+          pending = false;
+        } else {
+          v = (*st)[NACC + $a] + v;
+        }
+      }
+      if (pending && mm_ch >= 32u) {
+        if ((g & 4u) == 0u) {
+          (*st)[2u * NACC + $a] = v;
+          pending = false;
+        } else {
+          v = (*st)[2u * NACC + $a] + v;
+        }
+      }
+      if (pending) { (*st)[sum] = (*st)[sum] + v; }  // a chunk complete
+    } else if (mm_ch == 2u) {
+      (*st)[sum] = ((*st)[sum] + (c0 + c1)) + (c2 + c3);
+    } else {
+      (*st)[sum] = ((((*st)[sum] + c0) + c1) + c2) + c3;
+    }
+    //#unroll! q 4
+    (*acc)[$q * NACC + $a] = vec4<f32>(0.0);
+    //#end
+  }
+  //#end
+}
+
+// MM_CLASS: token tl's sum of x^2 from its classes' sums, through the same tree.
+fn mm_class_ss(tl: u32) -> f32 {
+  var v: array<f32, MM_CLASSES>;
+  for (var c = 0u; c < MM_CLASSES; c += 1u) { v[c] = mm_ssc[tl * MM_CLASSES + c]; }
+  var sum = 0.0;
+  for (var j = 0u; j < MM_CLASSES; j += mm_ch) {
+    for (var m = 1u; m < mm_ch; m <<= 1u) {
+      for (var i = j; i < j + mm_ch; i += 2u * m) { v[i] = v[i] + v[i + m]; }
+    }
+    sum = sum + v[j];
+  }
+  return sum;
+}
+
+// MM_CLASS: the block after b (p.nb after the last): the next of its pass, else the first of the next pass.
+fn mm_next(b: u32) -> u32 {
+  if (!MM_CLASS) { return b + 1u; }
+  if (b + MM_CP < p.nb) { return b + MM_CP; }
+  let g = b % MM_CP + 1u;
+  return select(p.nb, g, g < MM_CP && g < p.nb);
+}
+
+// The entry point `matmul` (host prelude) passes the subgroup size: MM_CLASS's chunk (1 without subgroups).
+var<private> mm_ch: u32;
+fn matmul_main(wid: vec3<u32>, lid: u32, sg_size: u32) {
+  mm_ch = min(MM_CLASSES, sg_size);
   let flat = wid.x + wid.y * p.grid_x;
   let tile_n = flat % p.row_tiles;
   let tile_m = flat / p.row_tiles;
@@ -164,9 +282,13 @@ fn matmul(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index
   let lq = lid % 4u;  // loader: unit within the block
   let k0 = lq * 8u;
 
-  var acc: array<vec4<f32>, NACC>;  // [token group i][component c][row group j]
-  //#unroll! a NACC
+  var acc: array<vec4<f32>, NCACC>;  // [class (MM_CLASS)][token group i][component c][row group j]
+  //#unroll! a NCACC
   acc[$a] = vec4<f32>(0.0);
+  //#end
+  var st: array<vec4<f32>, NSTK>;
+  //#unroll! a NSTK
+  st[$a] = vec4<f32>(0.0);
   //#end
   var wv: array<W8, NLW>;
   var xv: array<W8, NLX>;
@@ -175,7 +297,9 @@ fn matmul(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index
   ss[$l] = 0.0;
   //#end
 
-  for (var b = 0u; b < p.nb; b += 1u) {
+  var b = 0u;
+  loop {
+    if (b >= p.nb) { break; }
     if (b == 0u) {  // block 0 into registers (zeros outside the matrix)
       //#unroll! l NLW
       {
@@ -200,7 +324,11 @@ fn matmul(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index
     {
       var v = xv[$l];
       if (has(FLAG_NORM)) {
-        ss[$l] += dot(v.lo, v.lo) + dot(v.hi, v.hi);
+        if (MM_CLASS) {
+          ss[$l] = fma8(v, v, ss[$l]);
+        } else {
+          ss[$l] += dot(v.lo, v.lo) + dot(v.hi, v.hi);
+        }
         let g = norm8(b * 4u + lq);
         v = W8(v.lo * g.lo, v.hi * g.hi);
       }
@@ -208,8 +336,9 @@ fn matmul(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index
     }
     //#end
     workgroupBarrier();
-    if (b + 1u < p.nb) {  // the next block's loads overlap this block's multiply-adds
-      let u = (b + 1u) * 4u + lq;
+    let next = mm_next(b);
+    if (next < p.nb) {  // the next block's loads overlap this block's multiply-adds
+      let u = next * 4u + lq;
       //#unroll! l NLW
       {
         let r = tile_n * TN + ld + WL * $l;
@@ -223,17 +352,40 @@ fn matmul(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index
       }
       //#end
     }
-    if (MM_F16) {
+    if (MM_CLASS) {
+      mm_block_class(&acc, ty, tx);
+      if (b + MM_CP >= p.nb) {  // the pass's last block
+        let g = b % MM_CP;
+        mm_class_fold(&acc, &st, g);
+        //#unroll! l NLX
+        {
+          mm_ssc[(ld + WL * $l) * MM_CLASSES + 4u * g + lq] = ss[$l];
+          ss[$l] = 0.0;
+        }
+        //#end
+      }
+    } else if (MM_F16) {
       mm_block_f16(&acc, ty, tx);
     } else {
       mm_block_f32(&acc, ty, tx);
     }
+    b = next;
+  }
+  if (MM_CLASS) {  // passes without blocks (rows of fewer than MM_CP blocks): classes of no units
+    for (var g = min(p.nb, MM_CP); g < MM_CP; g += 1u) {
+      mm_class_fold(&acc, &st, g);
+      //#unroll! l NLX
+      mm_ssc[(ld + WL * $l) * MM_CLASSES + 4u * g + lq] = 0.0;
+      //#end
+    }
   }
 
   workgroupBarrier();  // xs is consumed
-  //#unroll! l NLX
-  ss_put(lid + MM_WG * $l, ss[$l]);
-  //#end
+  if (!MM_CLASS) {
+    //#unroll! l NLX
+    ss_put(lid + MM_WG * $l, ss[$l]);
+    //#end
+  }
   workgroupBarrier();
   // acc is indexed with constants only: a dynamic index would move it to local memory and every multiply-add
   // of the main loop with it.
@@ -244,12 +396,17 @@ fn matmul(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index
     let t = mm_y_row(tile_m, tl);
     var f = 1.0;
     if (has(FLAG_NORM)) {
-      f = inv_rms(ss_get(tl * 4u) + ss_get(tl * 4u + 1u) + ss_get(tl * 4u + 2u) + ss_get(tl * 4u + 3u));
+      if (MM_CLASS) {
+        f = inv_rms(mm_class_ss(tl));
+      } else {
+        f = inv_rms(ss_get(tl * 4u) + ss_get(tl * 4u + 1u) + ss_get(tl * 4u + 2u) + ss_get(tl * 4u + 3u));
+      }
     }
     if (mm_live(tile_m, tl)) {
       //#unroll! j NJ
       {
-        let v = acc[($i * 4u + $c) * NJ + $j] * f;
+        var v = acc[($i * 4u + $c) * NJ + $j] * f;
+        if (MM_CLASS) { v = st[select(0u, 3u * NACC + ($i * 4u + $c) * NJ + $j, MM_CLASS)] * f; }
         let r = tile_n * TN + (tx + TX * $j) * 4u;  // even: SwiGLU pairs are (r, r + 1) and (r + 2, r + 3)
         if (has(FLAG_SWIGLU)) {
           if (r < p.n_rows) { store_swiglu(t, r, v.x, v.y); }

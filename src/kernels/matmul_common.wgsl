@@ -319,6 +319,20 @@ fn load_x8(t: u32, u: u32) -> W8 {
   return W8(vec4<f32>(a[0], a[1], a[2], a[3]), vec4<f32>(a[4], a[5], a[6], a[7]));
 }
 
+// s + a . b as eight fused multiply-adds in element order (batch decode's order: matvec.wgsl's MV_FMA, matmul.wgsl's MM_CLASS).
+fn fma8(a: W8, b: W8, s: f32) -> f32 {
+  var r = s;
+  r = fma(a.lo.x, b.lo.x, r);
+  r = fma(a.lo.y, b.lo.y, r);
+  r = fma(a.lo.z, b.lo.z, r);
+  r = fma(a.lo.w, b.lo.w, r);
+  r = fma(a.hi.x, b.hi.x, r);
+  r = fma(a.hi.y, b.hi.y, r);
+  r = fma(a.hi.z, b.hi.z, r);
+  r = fma(a.hi.w, b.hi.w, r);
+  return r;
+}
+
 fn has(f: u32) -> bool { return (p.flags & f) != 0u; }
 
 // 1 / rms of a row of n_in values whose squares sum to ss.

@@ -13,6 +13,8 @@
 // NT may exceed p.n_tokens (the host rounds a batch's count up to 8 or 16): the missing tokens read the last one
 // and are never stored. A token's arithmetic is the same whatever NT, MV_R, MV_G and MV_U are (only MV_T decides
 // which chunks a lane sums, in which order), so a token's outputs are the same bits alone or beside 15 others.
+// MV_FMA (the float types in batch decode's shape, MatvecConfig::fma_order): each unit's products chained through
+// fma in element order, units past the row skipped, so that matmul.wgsl's MM_CLASS can reproduce a token's bits.
 // MV_INT (one token, Q4_K; MatmulOptions::digits): xdig holds x's packed 8-bit digits and per-block scales
 // (int_dot.wgsl; the scales from vec4 p.x_off on) and the sums come from packed integer dot products.
 // MV_COMBINE (experts, one token a workgroup row): its pairs' outputs summed into y, weighted, in the same dispatch
@@ -243,17 +245,32 @@ fn mv_values(wbase: u32, row0: u32, lt: u32, sg_size: u32) -> array<f32, MV_NV> 
         var g = W8(vec4<f32>(1.0), vec4<f32>(1.0));
         if (has(FLAG_NORM)) { g = norm8(u$k); }
         let live = u0 + $k * MV_T < n_units;
-        //#unroll t NT
-        {
-          var xr = mv_x8(mv_tok($t), u$k);
-          if (!live) { xr = W8(vec4<f32>(0.0), vec4<f32>(0.0)); }
-          vals[MV_R * NT + $t] += dot(xr.lo, xr.lo) + dot(xr.hi, xr.hi);
-          let xv = W8(xr.lo * g.lo, xr.hi * g.hi);
-          //#unroll! j MV_R
-          vals[$j * NT + $t] += dot(w$j_$k.lo, xv.lo) + dot(w$j_$k.hi, xv.hi);
+        if (MV_FMA) {  // batch decode's order (matmul.wgsl's MM_CLASS): a live unit's products chained in order
+          if (live) {
+            //#unroll t NT
+            {
+              let xr = mv_x8(mv_tok($t), u$k);
+              vals[MV_R * NT + $t] = fma8(xr, xr, vals[MV_R * NT + $t]);
+              let xv = W8(xr.lo * g.lo, xr.hi * g.hi);
+              //#unroll! j MV_R
+              vals[$j * NT + $t] = fma8(w$j_$k, xv, vals[$j * NT + $t]);
+              //#end
+            }
+            //#end
+          }
+        } else {
+          //#unroll t NT
+          {
+            var xr = mv_x8(mv_tok($t), u$k);
+            if (!live) { xr = W8(vec4<f32>(0.0), vec4<f32>(0.0)); }
+            vals[MV_R * NT + $t] += dot(xr.lo, xr.lo) + dot(xr.hi, xr.hi);
+            let xv = W8(xr.lo * g.lo, xr.hi * g.hi);
+            //#unroll! j MV_R
+            vals[$j * NT + $t] += dot(w$j_$k.lo, xv.lo) + dot(w$j_$k.hi, xv.hi);
+            //#end
+          }
           //#end
         }
-        //#end
       }
       //#end
     }

@@ -31,8 +31,13 @@ std::vector<int32_t> random_ids(uint32_t n_vocab, size_t n, std::mt19937_64& gen
 struct BatchCase {
   std::string model;
   bool shared;  // the sessions' caches views of one pool per layer: one RoPE + append and one attention dispatch
+  // The GPUs' product kernels on any adapter, steps of two sequences or more on the tiled kernel in the batch
+  // matvec's order (kernels::batch_tile_from), a sequence alone on the matvec.
+  bool tiles = false;
 };
-std::ostream& operator<<(std::ostream& o, const BatchCase& c) { return o << c.model << (c.shared ? " shared" : ""); }
+std::ostream& operator<<(std::ostream& o, const BatchCase& c) {
+  return o << c.model << (c.shared ? " shared" : "") << (c.tiles ? " tiles" : "");
+}
 
 class BatchDecode : public ::testing::TestWithParam<BatchCase> {};
 
@@ -43,7 +48,13 @@ class BatchDecode : public ::testing::TestWithParam<BatchCase> {};
 TEST_P(BatchDecode, EachSequenceAsIfAlone) {
   const BatchCase& tc = GetParam();
   const GgufFile f = GgufFile::open(test::model_path(tc.model));
-  gpu::Context& ctx = test::context();
+  std::optional<gpu::Context> tiles_ctx;
+  if (tc.tiles)
+    tiles_ctx.emplace(test::context_options([](auto& o) {
+      o.rows_shape = "off";
+      o.batch_tile_from = 2;
+    }));
+  gpu::Context& ctx = tiles_ctx ? *tiles_ctx : test::context();
   const GpuModel gm = load_gpu_model(ctx, f);
   const uint32_t V = gm.config.n_vocab;
   const GpuSessionOptions so{.n_ctx = 512, .ubatch = 32, .kv_type = kernels::KvType::F32};
@@ -102,7 +113,7 @@ TEST_P(BatchDecode, EachSequenceAsIfAlone) {
     }
   }
   // gemma4's attention (its layers' caches differ in width, some layers read another's) decodes sequence by sequence
-  const bool one_dispatch = tc.shared && test::context().features().subgroups && gm.config.arch != Arch::Gemma4;
+  const bool one_dispatch = tc.shared && ctx.features().subgroups && gm.config.arch != Arch::Gemma4;
   EXPECT_EQ(bd.shared_steps(), one_dispatch ? steps.size() : 0u);
   EXPECT_EQ(bd.prepared_steps(), 2u);
   // Afterwards each session decodes and prefills on its own as its twin does.
@@ -122,11 +133,12 @@ std::vector<BatchCase> batch_cases() {
         "qwen3moe-tiny-k4-f32", "lfm2moe-tiny-k4-f32", "gpt-oss-tiny-f32", "qwen35-tiny-f32", "gemma4-tiny-f32",
         "gemma4-tiny-kv-f32", "gemma4-h512-f32"})
     for (bool shared : {false, true}) v.push_back({m, shared});
+  v.push_back({"llama-f16", false, true});
   return v;
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, BatchDecode, ::testing::ValuesIn(batch_cases()), [](const auto& info) {
-  std::string s = info.param.model + (info.param.shared ? "_shared" : "");
+  std::string s = info.param.model + (info.param.shared ? "_shared" : "") + (info.param.tiles ? "_tiles" : "");
   std::replace(s.begin(), s.end(), '-', '_');
   return s;
 });
