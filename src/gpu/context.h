@@ -58,8 +58,8 @@ struct ContextOptions {
   // "" = the adapter's default. A tuning knob for benchmarks and tests.
   std::string matvec_shape = {};
   // Batch decode's float products of this many tokens or more on the tiled kernel in the batch matvec's order, of any
-  // row count (kernels::batch_tile_from); 0: never; unset: kernels::kBatchTileFrom tokens and kBatchTileRows rows. A
-  // tuning knob for benchmarks and tests.
+  // row count (kernels::batch_tile_from); 0: never; unset: the rule of kernels::kBatchTileFrom and kBatchTileRows
+  // (kernels/matmul.h). A tuning knob for benchmarks and tests.
   std::optional<uint32_t> batch_tile_from = std::nullopt;
   // The tiled matmul's shape, "TOKENSxROWS[/TTxTR][xf16]" (kernels::parse_matmul_tile); "" = chosen per product.
   std::string matmul_tile = {};

@@ -455,13 +455,16 @@ uint32_t batch_tile_from(const gpu::Context& ctx) { return ctx.options().batch_t
 namespace {
 
 // The tiled kernel's order for batch decode's product of w over n_tokens: the float types from batch_tile_from(ctx)
-// tokens and kBatchTileRows rows on (any rows when ContextOptions::batch_tile_from is set), where the batch matvec's lane sums are one fixed tree (an adapter of one subgroup size) of at least 4
+// tokens and kBatchTileRows rows on (or half the tokens and 8x the rows; any rows when ContextOptions::batch_tile_from
+// is set), where the batch matvec's lane sums are one fixed tree (an adapter of one subgroup size) of at least 4
 // lanes a row; nullopt otherwise (the matvec then takes the product).
 std::optional<ClassOrder> batch_class_order(const gpu::Context& ctx, const GpuWeight& w, uint32_t n_tokens) {
   const uint32_t from = batch_tile_from(ctx);
   const bool forced = ctx.options().batch_tile_from.has_value();  // tuning and tests: whatever the rows
-  if (block_elems(w.type) != 1 || w.n_experts || from == 0 || n_tokens < from || (!forced && w.n_out < kBatchTileRows))
-    return std::nullopt;
+  const bool enough = forced ? n_tokens >= from
+                             : (n_tokens >= from && w.n_out >= kBatchTileRows) ||
+                                   (n_tokens >= from / 2 && w.n_out >= 8 * kBatchTileRows);
+  if (block_elems(w.type) != 1 || w.n_experts || from == 0 || !enough) return std::nullopt;
   const MatvecConfig mv = batch_matvec_config(ctx, w.n_out, w.n_in, w.type, 2);
   const auto& a = ctx.adapter();
   if (mv.threads_per_row < 4 || mv.threads_per_row > 32 || (mv.shuffle && a.subgroup_min != a.subgroup_max))

@@ -54,12 +54,13 @@ MatvecConfig matvec_config(const gpu::Context& ctx, uint32_t n_rows = 0, uint32_
 MatvecConfig batch_matvec_config(const gpu::Context& ctx, uint32_t n_rows, uint32_t n_in, GgufType type,
                                  uint32_t n_tokens);
 // MatmulImpl::Batch's float products (F32, F16, BF16) of this many tokens or more and at least kBatchTileRows rows
-// run on the tiled kernel in the batch matvec's order (the same bits for every token as the matvec would give it: each
+// (or of half as many tokens and 8 x kBatchTileRows rows: an LM head) run on the tiled kernel in the batch matvec's
+// order (the same bits for every token as the matvec would give it: each
 // thread a 4 x 4 tile of outputs, a chain per lane class of the matvec, the classes' tree as its lane sums take it).
 // GPUs of one subgroup size, batch matvec shapes of 4 to 32 threads per row. ContextOptions::batch_tile_from (then
-// whatever the rows), else kBatchTileFrom; 0: never. (H200, PERF.md "Batch decode's products on the tiled kernel": a workgroup walks the whole
-// row, so products of few rows or tokens have too few workgroups and lose to the matvec.)
-inline constexpr uint32_t kBatchTileFrom = 64;
+// whatever the rows), else kBatchTileFrom; 0: never. (H200, PERF.md "Batch decode's products on the tiled kernel": a
+// workgroup walks the whole row, so products of few rows or tokens have too few workgroups and lose to the matvec.)
+inline constexpr uint32_t kBatchTileFrom = 32;
 inline constexpr uint32_t kBatchTileRows = 8192;
 uint32_t batch_tile_from(const gpu::Context& ctx);
 // Whether MatmulImpl::Batch runs w's product of n_tokens on the tiled kernel.

@@ -838,6 +838,34 @@ TEST(Matmul, BatchTilesAsTheMatvec) {
   }
 }
 
+// Which batch products take the tiled kernel: by default the float types' from kBatchTileFrom tokens at kBatchTileRows
+// rows and from half the tokens at 8x the rows, never the block types or a step below that; batch_tile_from set: any
+// rows from its count; 0: never.
+TEST(Matmul, BatchTileRule) {
+  auto gen = rng(5);
+  gpu::Context& ctx = context();
+  if (ctx.features().subgroups && ctx.adapter().subgroup_min != ctx.adapter().subgroup_max)
+    GTEST_SKIP() << "subgroups of varying size: the batch products keep the matvec";
+  const uint32_t from = kernels::kBatchTileFrom, rows = kernels::kBatchTileRows;
+  auto weight = [&](GgufType type, uint32_t n_out) {
+    return kernels::upload_weight(ctx, type, 256, n_out, random_weight(type, 256, n_out, gen));
+  };
+  const auto tall = weight(F16, rows), taller = weight(F32, 8 * rows), short_w = weight(BF16, rows - 2),
+             block = weight(Q8_0, 8 * rows);
+  EXPECT_TRUE(kernels::batch_takes_tiles(ctx, tall, from));
+  EXPECT_FALSE(kernels::batch_takes_tiles(ctx, tall, from - 1));
+  EXPECT_TRUE(kernels::batch_takes_tiles(ctx, taller, from / 2));
+  EXPECT_FALSE(kernels::batch_takes_tiles(ctx, taller, from / 2 - 1));
+  EXPECT_FALSE(kernels::batch_takes_tiles(ctx, short_w, 4 * from));
+  EXPECT_FALSE(kernels::batch_takes_tiles(ctx, block, 4 * from));
+  for (const uint32_t forced : {0u, 5u}) {
+    gpu::Context own(context_options([&](auto& o) { o.batch_tile_from = forced; }));
+    const auto small = kernels::upload_weight(own, F16, 64, 6, random_weight(F16, 64, 6, gen));
+    EXPECT_EQ(kernels::batch_takes_tiles(own, small, 5), forced == 5) << forced;
+    EXPECT_FALSE(kernels::batch_takes_tiles(own, small, 4)) << forced;
+  }
+}
+
 // The matvec reads the block types in 32-weight chunks (matmul_common.wgsl's load_chunk: quants left at their bit
 // positions, x scaled by the matching powers of two, scales and mins per run of 16). Every block type through it for
 // one token, whatever the adapter (CPU adapters otherwise take the Rows kernel for some of them): a row count that
