@@ -149,7 +149,7 @@ std::string rows_prelude(const gpu::Context& ctx, const RowsConfig& c, GgufType 
 }
 
 std::optional<ClassOrder> batch_class_order(const gpu::Context& ctx, const GpuWeight& w, uint32_t n_tokens);
-MatmulTile batch_tile(const gpu::Context& ctx, uint32_t n_tokens);
+std::optional<MatmulTile> batch_tile(const gpu::Context& ctx, uint32_t n_tokens);
 
 constexpr const char* kMatvecShader = "matmul_common.wgsl+rope_angle.wgsl+rope_kv_epilogue.wgsl+matvec.wgsl";
 constexpr const char* kRowsShader = "matmul_common.wgsl+rope_angle.wgsl+rope_kv_epilogue.wgsl+matmul_rows.wgsl";
@@ -247,7 +247,7 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
   }
   const bool batch_shape = impl == MatmulImpl::Batch;  // the matvec kernel in batch decode's shape
   if (batch_shape) impl = MatmulImpl::Matvec;
-  // Batch decode's float products from batch_tile_from(ctx) tokens on: the tiled kernel in the matvec's order
+  // Batch decode's float products where batch_takes_tiles: the tiled kernel in the matvec's order
   const std::optional<ClassOrder> class_order =
       batch_shape && !rk ? batch_class_order(ctx, w, n_tokens) : std::optional<ClassOrder>{};
   if (class_order) impl = MatmulImpl::Tiled;
@@ -259,7 +259,7 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
                           : batch_shape ? batch_matvec_config(ctx, w.n_out, w.n_in, w.type, n_tokens)
                                         : matvec_config(ctx, w.n_out, w.n_in, w.type);
   if (impl == MatmulImpl::Matvec) step = std::min(step, matvec_pass_tokens(ctx, mv));
-  const MatmulTile tile = class_order                 ? batch_tile(ctx, std::min(step, n_tokens))
+  const MatmulTile tile = class_order                 ? *batch_tile(ctx, std::min(step, n_tokens))
                           : impl == MatmulImpl::Tiled ? matmul_tile(ctx, std::min(step, n_tokens), w.n_out)
                                                       : MatmulTile{};
   const RowsConfig rows = impl == MatmulImpl::Rows ? rows_config(ctx).value_or(RowsConfig{}) : RowsConfig{};
@@ -469,9 +469,10 @@ std::optional<ClassOrder> batch_class_order(const gpu::Context& ctx, const GpuWe
   const auto& a = ctx.adapter();
   if (mv.threads_per_row < 4 || mv.threads_per_row > 32 || (mv.shuffle && a.subgroup_min != a.subgroup_max))
     return std::nullopt;
-  const MatmulTile t = batch_tile(ctx, n_tokens);  // its x and W tiles and each token's sums of x^2 per class
-  if (32ull * (t.tokens + t.rows) * 4 + uint64_t(t.tokens) * mv.threads_per_row * 4 >
-      ctx.limits().maxComputeWorkgroupStorageSize)
+  const std::optional<MatmulTile> t = batch_tile(ctx, n_tokens);
+  // its x and W tiles and each token's sums of x^2 per class
+  if (!t || 32ull * (t->tokens + t->rows) * 4 + uint64_t(t->tokens) * mv.threads_per_row * 4 >
+                ctx.limits().maxComputeWorkgroupStorageSize)
     return std::nullopt;
   return ClassOrder{.classes = mv.threads_per_row, .shuffle = mv.shuffle};
 }
@@ -484,15 +485,15 @@ bool batch_takes_tiles(const gpu::Context& ctx, const GpuWeight& w, uint32_t n_t
 
 namespace {
 
-// Its tile: 16, 32 or 64 tokens (the fewest that hold the step's) by 64 rows, 4 x 4 outputs a thread.
-MatmulTile batch_tile(const gpu::Context& ctx, uint32_t n_tokens) {
+// Its tile: 16, 32 or 64 tokens (the fewest that hold the step's) by 64 rows, 4 x 4 outputs a thread; or the
+// context's matmul_tile option, unless it has f16 tiles (then none: the matvec).
+std::optional<MatmulTile> batch_tile(const gpu::Context& ctx, uint32_t n_tokens) {
   if (!ctx.options().matmul_tile.empty()) {
     const MatmulTile t = matmul_tile(ctx, n_tokens, 0);
-    if (t.f16) throw InvalidArgument("matmul tile " + to_string(t) + ": batch decode's products take f32 tiles");
-    return t;
+    return t.f16 ? std::nullopt : std::optional<MatmulTile>(t);
   }
   const uint32_t tokens = n_tokens <= 16 ? 16 : n_tokens <= 32 ? 32 : 64;
-  return {.tokens = tokens, .rows = 64, .thread_tokens = 4, .thread_rows = 4};
+  return MatmulTile{.tokens = tokens, .rows = 64, .thread_tokens = 4, .thread_rows = 4};
 }
 
 }  // namespace

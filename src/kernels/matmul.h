@@ -40,7 +40,7 @@ struct MatvecConfig {
   bool int_f16 = false;  // F16 weights converted with integer ops instead of unpack2x16float
   bool shuffle = false;
   // Each unit's products chained through fma in element order (batch decode's float products; the tiled kernel
-  // reproduces that order from batch_tile_from tokens on).
+  // reproduces that order where batch_takes_tiles).
   bool fma_order = false;
 };
 // The adapter's shape for a weight of this type (the block types share theirs, the float types theirs), or the
@@ -55,11 +55,11 @@ MatvecConfig batch_matvec_config(const gpu::Context& ctx, uint32_t n_rows, uint3
                                  uint32_t n_tokens);
 // MatmulImpl::Batch's float products (F32, F16, BF16) of this many tokens or more and at least kBatchTileRows rows
 // (or of half as many tokens and 8 x kBatchTileRows rows: an LM head) run on the tiled kernel in the batch matvec's
-// order (the same bits for every token as the matvec would give it: each
-// thread a 4 x 4 tile of outputs, a chain per lane class of the matvec, the classes' tree as its lane sums take it).
-// GPUs of one subgroup size, batch matvec shapes of 4 to 32 threads per row. ContextOptions::batch_tile_from (then
-// whatever the rows), else kBatchTileFrom; 0: never. (H200, PERF.md "Batch decode's products on the tiled kernel": a
-// workgroup walks the whole row, so products of few rows or tokens have too few workgroups and lose to the matvec.)
+// order (the same bits for every token as the matvec would give it: each thread a 4 x 4 tile of outputs, a chain per
+// lane class of the matvec, the classes' tree as its lane sums take it). Adapters of one subgroup size, batch matvec
+// shapes of 4 to 32 threads per row, f32 tiles. ContextOptions::batch_tile_from (then whatever the rows), else
+// kBatchTileFrom; 0: never. (H200, PERF.md "Batch decode's float products on the tiled kernel": a workgroup walks
+// the whole row, so products of few rows or tokens have too few workgroups and lose to the matvec.)
 inline constexpr uint32_t kBatchTileFrom = 32;
 inline constexpr uint32_t kBatchTileRows = 8192;
 uint32_t batch_tile_from(const gpu::Context& ctx);

@@ -25,9 +25,9 @@
 // in f16 (vec4<f16>: two f16 multiply-adds per instruction on GPUs that pair them), then added into f32
 // accumulators: each weight and activation is rounded to f16 and each 32-term partial sum carries f16 rounding.
 //
-// MM_CLASS (float weights, f32 tiles; MatmulImpl::Batch from kBatchTileTokens tokens on): the sums in the order of
-// the matvec in batch decode's shape with MV_FMA (matvec.wgsl), so that a token's outputs are the same bits whichever
-// of the two kernels computes them. There, lane c of a row's MM_CLASSES lanes sums units c, c + MM_CLASSES, ... of
+// MM_CLASS (float weights, f32 tiles; MatmulImpl::Batch where kernels::batch_takes_tiles says so): the sums in the
+// order of the matvec in batch decode's shape with MV_FMA (matvec.wgsl), so that a token's outputs are the same bits
+// whichever of the two kernels computes them. There, lane c of a row's MM_CLASSES lanes sums units c, c + MM_CLASSES, ... of
 // the row (8 elements each) in one fused multiply-add chain, and the lanes' sums meet in a pairwise tree over
 // aligned chunks of mm_ch lanes (the subgroup's butterfly), the chunks' sums added in order to 0. Here the units of
 // a 32-element block b are those of classes 4 (b % MM_CP) .. + 3 (MM_CP = MM_CLASSES / 4 passes), so the blocks
