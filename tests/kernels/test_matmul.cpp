@@ -840,7 +840,7 @@ TEST(Matmul, BatchTilesAsTheMatvec) {
 
 // Which batch products take the tiled kernel: by default the float types' from kBatchTileFrom tokens at kBatchTileRows
 // rows and from half the tokens at 8x the rows, never the block types or a step below that; batch_tile_from set: any
-// rows from its count; 0: never.
+// rows from its count; 0: never; never with a forced tile of f16 sums.
 TEST(Matmul, BatchTileRule) {
   auto gen = rng(5);
   gpu::Context& ctx = context();
@@ -863,6 +863,14 @@ TEST(Matmul, BatchTileRule) {
     const auto small = kernels::upload_weight(own, F16, 64, 6, random_weight(F16, 64, 6, gen));
     EXPECT_EQ(kernels::batch_takes_tiles(own, small, 5), forced == 5) << forced;
     EXPECT_FALSE(kernels::batch_takes_tiles(own, small, 4)) << forced;
+  }
+  if (ctx.features().shader_f16) {  // a forced tile of f16 sums (prefill's): the batch products keep the matvec
+    gpu::Context own(context_options([&](auto& o) {
+      o.batch_tile_from = 5;
+      o.matmul_tile = "64x64xf16";
+    }));
+    const auto small = kernels::upload_weight(own, F16, 64, 6, random_weight(F16, 64, 6, gen));
+    EXPECT_FALSE(kernels::batch_takes_tiles(own, small, 5));
   }
 }
 
