@@ -744,94 +744,91 @@ TEST(Matmul, BatchTilesAsTheMatvec) {
       o.batch_tile_from = 8;  // (and whatever the rows)
     }));
     auto gen = rng(777);
-    {
-      for (const Case& c : *sh.matvec ? std::span(all_cases).first(1) : std::span(all_cases)) {
-        const GgufType type = c.type;
-        SCOPED_TRACE(std::string(type_name(type)) + " " + c.what + " " + std::to_string(c.n_in) + "x" +
-                     std::to_string(c.n_out) + " x" + std::to_string(c.n_tokens));
-        const std::string what = c.what;
-        const uint32_t T = c.n_tokens;
-        const auto bytes = random_weight(type, c.n_in, c.n_out, gen);
-        const auto w = kernels::upload_weight(ctx, type, c.n_in, c.n_out, bytes);
-        ASSERT_TRUE(kernels::batch_takes_tiles(ctx, w, T) && !kernels::batch_takes_tiles(ctx, w, 1));
-        const auto x = random_floats(size_t(T) * c.n_in, gen);
-        auto xs = ctx.upload<float>(x, WGPUBufferUsage_Storage, "x");
-        auto bias = ctx.upload<float>(random_floats(c.n_out, gen), WGPUBufferUsage_Storage, "bias");
-        auto norm =
-            ctx.upload<float>(random_floats((c.n_in + 7) / 8 * 8, gen, 0.5f, 1.5f), WGPUBufferUsage_Storage, "norm");
-        const uint32_t split1 = c.n_out / 4, split2 = c.n_out / 2;
-        const std::vector<float> tv = random_floats(size_t(T) * c.n_out, gen);
-        auto times = ctx.upload<float>(tv, WGPUBufferUsage_Storage, "times");
-        // y's rows per token, and those of y1 and y2
-        const uint32_t width = what == "swiglu" ? c.n_out / 2 : what == "split outputs" ? split1 : c.n_out;
-        const std::vector<float> y0 = random_floats(size_t(T) * width, gen);  // accumulate's starting y
-        kernels::MatmulOptions o{.impl = MatmulImpl::Batch};
-        if (what == "norm + bias") o.bias = &bias, o.norm = &norm;
-        if (what == "swiglu") o.swiglu = true, o.norm = &norm;
-        if (what == "accumulate") o.accumulate = true;
-        if (what == "times") o.times = &times, o.times_stride = c.n_out, o.act = kernels::GateAct::GeluTanh;
-        auto run = [&](uint32_t first, uint32_t count) {  // tokens [first, first + count): y, y1, y2 as read back
-          gpu::Buffer xb = ctx.upload<float>(std::span(x).subspan(size_t(first) * c.n_in, size_t(count) * c.n_in),
-                                             WGPUBufferUsage_Storage, "x part");
-          gpu::Buffer y = what == "accumulate"
-                              ? ctx.upload<float>(std::span(y0).subspan(size_t(first) * width, size_t(count) * width),
-                                                  WGPUBufferUsage_Storage | WGPUBufferUsage_CopySrc, "y")
-                              : poisoned(ctx, size_t(count) * width, "y");
-          gpu::Buffer y1 = poisoned(ctx, size_t(count) * (split2 - split1), "y1");
-          gpu::Buffer y2 = poisoned(ctx, size_t(count) * (c.n_out - split2), "y2");
-          gpu::Buffer tb = ctx.upload<float>(std::span(tv).subspan(size_t(first) * c.n_out, size_t(count) * c.n_out),
-                                             WGPUBufferUsage_Storage, "times part");
-          kernels::MatmulOptions oo = o;
-          if (what == "split outputs") oo.y1 = &y1, oo.y2 = &y2, oo.split1 = split1, oo.split2 = split2;
-          if (oo.times) oo.times = &tb;
-          gpu::ComputeBatch batch(ctx, "batch tiles");
-          kernels::encode_matmul(batch, ctx, w, xb, y, count, oo);
-          batch.submit_and_wait();
-          std::vector<float> out = ctx.read<float>(y);
-          if (what == "split outputs")
-            for (const gpu::Buffer* b : {&y1, &y2}) {
-              const auto more = ctx.read<float>(*b);
-              out.insert(out.end(), more.begin(), more.end());
-            }
-          return out;
-        };
-        const std::vector<float> all = run(0, T);
-        // the reference: the CPU product of the normed x, with the epilogue
-        std::vector<float> want(size_t(T) * width);
-        {
-          const auto xin = o.norm ? cpu::rms_norm(x, ctx.read<float>(norm), T, c.n_in, 1e-5f) : x;
-          const auto prod =
-              cpu::matmul(type, bytes, c.n_in, c.n_out, xin, T, o.bias ? ctx.read<float>(bias) : std::vector<float>{});
-          for (uint32_t t = 0; t < T; ++t)
-            for (uint32_t r = 0; r < width; ++r) {
-              const size_t i = size_t(t) * c.n_out + r;
-              float v = prod[i];
-              if (what == "swiglu") {
-                const float g = prod[size_t(t) * c.n_out + 2 * r], u = prod[size_t(t) * c.n_out + 2 * r + 1];
-                v = g / (1.f + std::exp(-g)) * u;
-              }
-              if (what == "accumulate") v += y0[size_t(t) * width + r];
-              if (what == "times") {
-                const float g = prod[i];
-                v = 0.5f * g * (1.f + std::tanh(0.7978845608f * (g + 0.044715f * g * g * g))) * tv[i];
-              }
-              want[size_t(t) * width + r] = v;
-            }
-        }
-        const auto r = compare(std::span<const float>(all).first(want.size()), std::span<const float>(want));
-        EXPECT_LE(r.rel_l2, 3e-5) << r.describe();
-        for (uint32_t t = 0; t < T; t += (t % 7 == 3 ? 5 : 1)) {  // most tokens alone, through the matvec
-          const auto one = run(t, 1);
-          ASSERT_EQ(one.size() * T, all.size());
-          for (size_t part = 0, off = 0; off < one.size(); ++part) {  // y, then y1 and y2
-            const size_t n = what != "split outputs" ? width
-                             : part == 0             ? split1
-                             : part == 1             ? split2 - split1
-                                                     : c.n_out - split2;
-            ASSERT_EQ(std::memcmp(one.data() + off, all.data() + off * T + size_t(t) * n, n * 4), 0)
-                << "token " << t << " output " << part << " is not the same bits as alone";
-            off += n;
+    for (const Case& c : *sh.matvec ? std::span(all_cases).first(1) : std::span(all_cases)) {
+      const GgufType type = c.type;
+      SCOPED_TRACE(std::string(type_name(type)) + " " + c.what + " " + std::to_string(c.n_in) + "x" +
+                   std::to_string(c.n_out) + " x" + std::to_string(c.n_tokens));
+      const std::string what = c.what;
+      const uint32_t T = c.n_tokens;
+      const auto bytes = random_weight(type, c.n_in, c.n_out, gen);
+      const auto w = kernels::upload_weight(ctx, type, c.n_in, c.n_out, bytes);
+      ASSERT_TRUE(kernels::batch_takes_tiles(ctx, w, T) && !kernels::batch_takes_tiles(ctx, w, 1));
+      const auto x = random_floats(size_t(T) * c.n_in, gen);
+      auto bias = ctx.upload<float>(random_floats(c.n_out, gen), WGPUBufferUsage_Storage, "bias");
+      auto norm =
+          ctx.upload<float>(random_floats((c.n_in + 7) / 8 * 8, gen, 0.5f, 1.5f), WGPUBufferUsage_Storage, "norm");
+      const uint32_t split1 = c.n_out / 4, split2 = c.n_out / 2;
+      const std::vector<float> tv = random_floats(size_t(T) * c.n_out, gen);
+      auto times = ctx.upload<float>(tv, WGPUBufferUsage_Storage, "times");
+      // y's rows per token, and those of y1 and y2
+      const uint32_t width = what == "swiglu" ? c.n_out / 2 : what == "split outputs" ? split1 : c.n_out;
+      const std::vector<float> y0 = random_floats(size_t(T) * width, gen);  // accumulate's starting y
+      kernels::MatmulOptions o{.impl = MatmulImpl::Batch};
+      if (what == "norm + bias") o.bias = &bias, o.norm = &norm;
+      if (what == "swiglu") o.swiglu = true, o.norm = &norm;
+      if (what == "accumulate") o.accumulate = true;
+      if (what == "times") o.times = &times, o.times_stride = c.n_out, o.act = kernels::GateAct::GeluTanh;
+      auto run = [&](uint32_t first, uint32_t count) {  // tokens [first, first + count): y, y1, y2 as read back
+        gpu::Buffer xb = ctx.upload<float>(std::span(x).subspan(size_t(first) * c.n_in, size_t(count) * c.n_in),
+                                           WGPUBufferUsage_Storage, "x part");
+        gpu::Buffer y = what == "accumulate"
+                            ? ctx.upload<float>(std::span(y0).subspan(size_t(first) * width, size_t(count) * width),
+                                                WGPUBufferUsage_Storage | WGPUBufferUsage_CopySrc, "y")
+                            : poisoned(ctx, size_t(count) * width, "y");
+        gpu::Buffer y1 = poisoned(ctx, size_t(count) * (split2 - split1), "y1");
+        gpu::Buffer y2 = poisoned(ctx, size_t(count) * (c.n_out - split2), "y2");
+        gpu::Buffer tb = ctx.upload<float>(std::span(tv).subspan(size_t(first) * c.n_out, size_t(count) * c.n_out),
+                                           WGPUBufferUsage_Storage, "times part");
+        kernels::MatmulOptions oo = o;
+        if (what == "split outputs") oo.y1 = &y1, oo.y2 = &y2, oo.split1 = split1, oo.split2 = split2;
+        if (oo.times) oo.times = &tb;
+        gpu::ComputeBatch batch(ctx, "batch tiles");
+        kernels::encode_matmul(batch, ctx, w, xb, y, count, oo);
+        batch.submit_and_wait();
+        std::vector<float> out = ctx.read<float>(y);
+        if (what == "split outputs")
+          for (const gpu::Buffer* b : {&y1, &y2}) {
+            const auto more = ctx.read<float>(*b);
+            out.insert(out.end(), more.begin(), more.end());
           }
+        return out;
+      };
+      const std::vector<float> all = run(0, T);
+      // the reference: the CPU product of the normed x, with the epilogue
+      std::vector<float> want(size_t(T) * width);
+      {
+        const auto xin = o.norm ? cpu::rms_norm(x, ctx.read<float>(norm), T, c.n_in, 1e-5f) : x;
+        const auto prod =
+            cpu::matmul(type, bytes, c.n_in, c.n_out, xin, T, o.bias ? ctx.read<float>(bias) : std::vector<float>{});
+        for (uint32_t t = 0; t < T; ++t)
+          for (uint32_t r = 0; r < width; ++r) {
+            const size_t i = size_t(t) * c.n_out + r;
+            float v = prod[i];
+            if (what == "swiglu") {
+              const float g = prod[size_t(t) * c.n_out + 2 * r], u = prod[size_t(t) * c.n_out + 2 * r + 1];
+              v = g / (1.f + std::exp(-g)) * u;
+            }
+            if (what == "accumulate") v += y0[size_t(t) * width + r];
+            if (what == "times") {
+              const float g = prod[i];
+              v = 0.5f * g * (1.f + std::tanh(0.7978845608f * (g + 0.044715f * g * g * g))) * tv[i];
+            }
+            want[size_t(t) * width + r] = v;
+          }
+      }
+      const auto r = compare(std::span<const float>(all).first(want.size()), std::span<const float>(want));
+      EXPECT_LE(r.rel_l2, 3e-5) << r.describe();
+      for (uint32_t t = 0; t < T; t += (t % 7 == 3 ? 5 : 1)) {  // most tokens alone, through the matvec
+        const auto one = run(t, 1);
+        ASSERT_EQ(one.size() * T, all.size());
+        for (size_t part = 0, off = 0; off < one.size(); ++part) {  // y, then y1 and y2
+          const size_t n = what != "split outputs" ? width
+                           : part == 0             ? split1
+                           : part == 1             ? split2 - split1
+                                                   : c.n_out - split2;
+          ASSERT_EQ(std::memcmp(one.data() + off, all.data() + off * T + size_t(t) * n, n * 4), 0)
+              << "token " << t << " output " << part << " is not the same bits as alone";
+          off += n;
         }
       }
     }
