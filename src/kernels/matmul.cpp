@@ -148,8 +148,11 @@ std::string rows_prelude(const gpu::Context& ctx, const RowsConfig& c, GgufType 
          "@builtin(local_invocation_index) lid: u32) { rows_main(wid, lid, 0u); }\n";
 }
 
-std::optional<ClassOrder> batch_class_order(const gpu::Context& ctx, const GpuWeight& w, uint32_t n_tokens);
-std::optional<MatmulTile> batch_tile(const gpu::Context& ctx, uint32_t n_tokens);
+struct BatchTiles {
+  ClassOrder order;
+  MatmulTile tile;
+};
+std::optional<BatchTiles> batch_tiles(const gpu::Context& ctx, const GpuWeight& w, uint32_t n_tokens);
 
 constexpr const char* kMatvecShader = "matmul_common.wgsl+rope_angle.wgsl+rope_kv_epilogue.wgsl+matvec.wgsl";
 constexpr const char* kRowsShader = "matmul_common.wgsl+rope_angle.wgsl+rope_kv_epilogue.wgsl+matmul_rows.wgsl";
@@ -248,9 +251,9 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
   const bool batch_shape = impl == MatmulImpl::Batch;  // the matvec kernel in batch decode's shape
   if (batch_shape) impl = MatmulImpl::Matvec;
   // Batch decode's float products where batch_takes_tiles: the tiled kernel in the matvec's order
-  const std::optional<ClassOrder> class_order =
-      batch_shape && !rk ? batch_class_order(ctx, w, n_tokens) : std::optional<ClassOrder>{};
-  if (class_order) impl = MatmulImpl::Tiled;
+  const std::optional<BatchTiles> batch_tiled =
+      batch_shape && !rk ? batch_tiles(ctx, w, n_tokens) : std::optional<BatchTiles>{};
+  if (batch_tiled) impl = MatmulImpl::Tiled;
 
   const uint32_t max_grid = ctx.limits().maxComputeWorkgroupsPerDimension;
   uint32_t step = detail::tokens_per_binding(fn, ctx, {w.n_in, y_width, y1_width, y2_width});
@@ -259,7 +262,7 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
                           : batch_shape ? batch_matvec_config(ctx, w.n_out, w.n_in, w.type, n_tokens)
                                         : matvec_config(ctx, w.n_out, w.n_in, w.type);
   if (impl == MatmulImpl::Matvec) step = std::min(step, matvec_pass_tokens(ctx, mv));
-  const MatmulTile tile = class_order                 ? *batch_tile(ctx, std::min(step, n_tokens))
+  const MatmulTile tile = batch_tiled                 ? batch_tiled->tile
                           : impl == MatmulImpl::Tiled ? matmul_tile(ctx, std::min(step, n_tokens), w.n_out)
                                                       : MatmulTile{};
   const RowsConfig rows = impl == MatmulImpl::Rows ? rows_config(ctx).value_or(RowsConfig{}) : RowsConfig{};
@@ -292,7 +295,7 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
             : ctx.pipeline({kMatmulShader,
                             "matmul",
                             {},
-                            matmul_prelude(tile, w.type, false, class_order.value_or(ClassOrder{}))});
+                            matmul_prelude(tile, w.type, false, batch_tiled ? batch_tiled->order : ClassOrder{})});
     for (const auto& piece : w.pieces) {
       MatmulParams p = detail::piece_params(w, piece, count);
       p.flags = flag_bits;
@@ -454,11 +457,13 @@ uint32_t batch_tile_from(const gpu::Context& ctx) { return ctx.options().batch_t
 
 namespace {
 
-// The tiled kernel's order for batch decode's product of w over n_tokens: the float types from batch_tile_from(ctx)
-// tokens and kBatchTileRows rows on (or half the tokens and 8x the rows; any rows when ContextOptions::batch_tile_from
-// is set), where the batch matvec's lane sums are one fixed tree (an adapter of one subgroup size) of at least 4
-// lanes a row; nullopt otherwise (the matvec then takes the product).
-std::optional<ClassOrder> batch_class_order(const gpu::Context& ctx, const GpuWeight& w, uint32_t n_tokens) {
+std::optional<MatmulTile> batch_tile(const gpu::Context& ctx, uint32_t n_tokens);  // below
+
+// The tiled kernel's order and tile for batch decode's product of w over n_tokens: the float types from
+// batch_tile_from(ctx) tokens and kBatchTileRows rows on (or half the tokens and 8x the rows; any rows when
+// ContextOptions::batch_tile_from is set), where the batch matvec's lane sums are one fixed tree (an adapter of one
+// subgroup size) of at least 4 lanes a row; nullopt otherwise (the matvec then takes the product).
+std::optional<BatchTiles> batch_tiles(const gpu::Context& ctx, const GpuWeight& w, uint32_t n_tokens) {
   const uint32_t from = batch_tile_from(ctx);
   const bool forced = ctx.options().batch_tile_from.has_value();  // tuning and tests: whatever the rows
   const bool enough = forced ? n_tokens >= from
@@ -474,13 +479,13 @@ std::optional<ClassOrder> batch_class_order(const gpu::Context& ctx, const GpuWe
   if (!t || 32ull * (t->tokens + t->rows) * 4 + uint64_t(t->tokens) * mv.threads_per_row * 4 >
                 ctx.limits().maxComputeWorkgroupStorageSize)
     return std::nullopt;
-  return ClassOrder{.classes = mv.threads_per_row, .shuffle = mv.shuffle};
+  return BatchTiles{.order = {.classes = mv.threads_per_row, .shuffle = mv.shuffle}, .tile = *t};
 }
 
 }  // namespace
 
 bool batch_takes_tiles(const gpu::Context& ctx, const GpuWeight& w, uint32_t n_tokens) {
-  return batch_class_order(ctx, w, n_tokens).has_value();
+  return batch_tiles(ctx, w, n_tokens).has_value();
 }
 
 namespace {
