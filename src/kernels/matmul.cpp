@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -91,6 +92,8 @@ std::string matvec_prelude(const gpu::Context& ctx, const MatvecConfig& mv, Gguf
 struct ClassOrder {
   uint32_t classes = 0;  // 0: the tiled kernel's own order
   bool shuffle = false;  // the matvec's lane sums take subgroup shuffles (chunks of the subgroup's size)
+  bool chunks = false;   // a block type's chunks (MM_CHUNK), one class a pass; else 8-element units, 4 a pass
+  uint32_t levels = 0;   // MM_CHUNK: the tree's levels in a chunk of lanes (log2 of the most lanes a chunk has)
 };
 
 // Host constants for matmul.wgsl: the tile, the element type of its workgroup tiles, whether it computes expert
@@ -103,18 +106,26 @@ std::string matmul_prelude(const MatmulTile& t, GgufType type, bool experts = fa
   auto u32 = [](const char* name, uint32_t v) {
     return std::string("const ") + name + ": u32 = " + std::to_string(v) + "u;\n";
   };
+  // the unroll counts of the class orders' functions are 0 where they are not called (their constant indices must
+  // stay in bounds): CMI / CNACC the float types' (units), KMI / KNACC / NLV the block types' (chunks)
+  const bool chunks = order.classes && order.chunks, units = order.classes && !order.chunks;
+  const uint32_t nacc = t.thread_tokens * t.thread_rows / 4;
   return std::string(t.f16 ? "enable f16;\nalias MM_T = f16;\n" : "alias MM_T = f32;\n") + ss +
          "const MM_F16: bool = " + (t.f16 ? "true" : "false") +
          ";\nconst MM_EXPERTS: bool = " + (experts ? "true" : "false") +
-         ";\nconst MM_CLASS: bool = " + (order.classes ? "true" : "false") + ";\n" +
-         u32("MM_CLASSES", std::max(order.classes, 4u)) + u32("MM_CP", std::max(order.classes / 4, 1u)) +
-         u32("TM", t.tokens) + u32("TN", t.rows) + u32("TY", t.tokens / t.thread_tokens) +
-         u32("TX", t.rows / t.thread_rows) + u32("MI", t.thread_tokens / 4) + u32("NJ", t.thread_rows / 4) +
-         u32("NACC", t.thread_tokens * t.thread_rows / 4) +
-         u32("NCACC", t.thread_tokens * t.thread_rows / 4 * (order.classes ? 4 : 1)) +
-         u32("NSTK", order.classes ? t.thread_tokens * t.thread_rows : 1) +
-         u32("CMI", order.classes ? t.thread_tokens / 4 : 0) +
-         u32("CNACC", order.classes ? t.thread_tokens * t.thread_rows / 4 : 0) + u32("NLW", t.rows * 4 / t.threads()) +
+         ";\nconst MM_CLASS: bool = " + (order.classes ? "true" : "false") +
+         ";\nconst MM_CHUNK: bool = " + (chunks ? "true" : "false") + ";\n" +
+         u32("MM_CLASSES", chunks ? order.classes : std::max(order.classes, 4u)) +
+         u32("MM_CP", chunks ? order.classes : std::max(order.classes / 4, 1u)) + u32("TM", t.tokens) +
+         u32("TN", t.rows) + u32("TY", t.tokens / t.thread_tokens) + u32("TX", t.rows / t.thread_rows) +
+         u32("MI", t.thread_tokens / 4) + u32("NJ", t.thread_rows / 4) + u32("NACC", nacc) +
+         u32("NCACC", nacc * (units ? 4 : 1)) +
+         u32("NSTK", units    ? 4 * nacc
+                     : chunks ? (order.levels + 1) * nacc
+                              : 1) +
+         u32("CMI", units ? t.thread_tokens / 4 : 0) + u32("CNACC", units ? nacc : 0) +
+         u32("KMI", chunks ? t.thread_tokens / 4 : 0) + u32("KNACC", chunks ? nacc : 0) +
+         u32("NLV", chunks ? order.levels : 0) + u32("NLW", t.rows * 4 / t.threads()) +
          u32("NLX", t.tokens * 4 / t.threads()) + detail::weight_prelude(type, 1) +
          (order.shuffle ? "@compute @workgroup_size(MM_WG)\nfn matmul(@builtin(workgroup_id) wid: vec3<u32>, "
                           "@builtin(local_invocation_index) lid: u32, @builtin(subgroup_size) sg: u32) {\n"
@@ -444,8 +455,7 @@ MatvecConfig int_matvec_config(const gpu::Context& ctx, uint32_t n_rows, uint32_
 
 MatvecConfig batch_matvec_config(const gpu::Context& ctx, uint32_t n_rows, uint32_t n_in, GgufType type,
                                  uint32_t n_tokens) {
-  if (block_elems(type) != 1) return matvec_config(ctx, n_rows, n_in, type);
-  MatvecConfig c = !ctx.options().matvec_shape.empty() || ctx.adapter().is_cpu()
+  MatvecConfig c = block_elems(type) != 1 || !ctx.options().matvec_shape.empty() || ctx.adapter().is_cpu()
                        ? matvec_config(ctx, n_rows, n_in, type)
                    : n_tokens == 1 ? checked(ctx, {.threads_per_row = 32, .rows = 2, .groups = 8, .units = 2})
                                    : checked(ctx, {.threads_per_row = 32, .rows = 4, .groups = 4});
@@ -459,27 +469,40 @@ namespace {
 
 std::optional<MatmulTile> batch_tile(const gpu::Context& ctx, uint32_t n_tokens);  // below
 
-// The tiled kernel's order and tile for batch decode's product of w over n_tokens: the float types from
-// batch_tile_from(ctx) tokens and kBatchTileRows rows on (or half the tokens and 8x the rows; any rows when
-// ContextOptions::batch_tile_from is set), where the batch matvec's lane sums are one fixed tree (an adapter of one
-// subgroup size) of at least 4 lanes a row; nullopt otherwise (the matvec then takes the product).
+// The tiled kernel's order and tile for batch decode's product of w over n_tokens: from batch_tile_from(ctx) tokens
+// and kBatchTileRows rows on (or half the tokens and 8x the rows; any rows when ContextOptions::batch_tile_from is
+// set), where the batch matvec's lane sums are one fixed tree (an adapter of one subgroup size) of 4 to 32 lanes a row
+// for the float types, up to 256 for the block types; nullopt otherwise (the matvec then takes the product).
 std::optional<BatchTiles> batch_tiles(const gpu::Context& ctx, const GpuWeight& w, uint32_t n_tokens) {
   const uint32_t from = batch_tile_from(ctx);
   const bool forced = ctx.options().batch_tile_from.has_value();  // tuning and tests: whatever the rows
   const bool enough = forced ? n_tokens >= from
                              : (n_tokens >= from && w.n_out >= kBatchTileRows) ||
                                    (n_tokens >= from / 2 && w.n_out >= 8 * kBatchTileRows);
-  if (block_elems(w.type) != 1 || w.n_experts || from == 0 || !enough) return std::nullopt;
+  if (w.n_experts || from == 0 || !enough) return std::nullopt;
+  const bool chunks = block_elems(w.type) != 1;
   const MatvecConfig mv = batch_matvec_config(ctx, w.n_out, w.n_in, w.type, 2);
+  const uint32_t T = mv.threads_per_row;
   const auto& a = ctx.adapter();
-  if (mv.threads_per_row < 4 || mv.threads_per_row > 32 || (mv.shuffle && a.subgroup_min != a.subgroup_max))
-    return std::nullopt;
+  // units: classes of 4 to 32 (a pass is 4 of them, the tree's levels are those of passes within 32 lanes); chunks:
+  // 1 to 256 (a tree of up to 2^kMaxLevels lanes a chunk)
+  constexpr uint32_t kMaxLevels = 6;
+  if ((chunks ? T > 256 : T < 4 || T > 32) || (mv.shuffle && a.subgroup_min != a.subgroup_max)) return std::nullopt;
+  // the lanes of a chunk of the matvec's lane sums: its subgroup's size (at most T; all T where the adapter does not
+  // tell its size), one without shuffles
+  const uint32_t lanes = !mv.shuffle ? 1 : a.subgroup_max ? std::min(T, a.subgroup_max) : T;
+  const uint32_t levels = uint32_t(std::countr_zero(lanes));
+  if (chunks && levels > kMaxLevels) return std::nullopt;
   const std::optional<MatmulTile> t = batch_tile(ctx, n_tokens);
-  // its x and W tiles and each token's sums of x^2 per class
-  if (!t || 32ull * (t->tokens + t->rows) * 4 + uint64_t(t->tokens) * mv.threads_per_row * 4 >
-                ctx.limits().maxComputeWorkgroupStorageSize)
+  if (!t) return std::nullopt;
+  // its x and W tiles, then each token's sums of x^2 per class (units) or the runs' scales and offsets and the
+  // tokens' sums (chunks: its thread lid < TM keeps token lid's)
+  const uint64_t extra =
+      chunks ? 2ull * 2 * (t->rows / 4) * 16 + uint64_t(t->tokens) * (2 * 16 + 4) : uint64_t(t->tokens) * T * 4;
+  if (32ull * (t->tokens + t->rows) * 4 + extra > ctx.limits().maxComputeWorkgroupStorageSize ||
+      (chunks && t->threads() < t->tokens))
     return std::nullopt;
-  return BatchTiles{.order = {.classes = mv.threads_per_row, .shuffle = mv.shuffle}, .tile = *t};
+  return BatchTiles{.order = {.classes = T, .shuffle = mv.shuffle, .chunks = chunks, .levels = levels}, .tile = *t};
 }
 
 }  // namespace

@@ -39,8 +39,9 @@ struct MatvecConfig {
   uint32_t units = 1;
   bool int_f16 = false;  // F16 weights converted with integer ops instead of unpack2x16float
   bool shuffle = false;
-  // Each unit's products chained through fma in element order (batch decode's float products; the tiled kernel
-  // reproduces that order where batch_takes_tiles).
+  // Batch decode's order, which the tiled kernel reproduces where batch_takes_tiles: each unit's products (float types)
+  // or each run's (block types: then times the run's scale and plus its offset times sum(x)) chained through fma in
+  // element order (matvec.wgsl's MV_FMA).
   bool fma_order = false;
 };
 // The adapter's shape for a weight of this type (the block types share theirs, the float types theirs), or the
@@ -48,18 +49,20 @@ struct MatvecConfig {
 MatvecConfig matvec_config(const gpu::Context& ctx, uint32_t n_rows = 0, uint32_t n_in = 0,
                            GgufType type = GgufType::Q4_K);
 // MatmulImpl::Batch's shape: on GPUs 32 threads per row for the float types (their one-token shape reduces many
-// tokens slowly), the one-token shape otherwise. The threads per row depend on the weight alone, never on the token
-// count (so a token's bits do not depend on its company); rows, groups and units in flight may (one token: 2 rows x 8
-// groups x 2 units for the float types).
+// tokens slowly), the one-token shape otherwise; always in batch decode's fma order. The threads per row depend on
+// the weight alone, never on the token count (so a token's bits do not depend on its company); rows, groups and units
+// in flight may (one token: 2 rows x 8 groups x 2 units for the float types).
 MatvecConfig batch_matvec_config(const gpu::Context& ctx, uint32_t n_rows, uint32_t n_in, GgufType type,
                                  uint32_t n_tokens);
-// MatmulImpl::Batch's float products (F32, F16, BF16) of this many tokens or more and at least kBatchTileRows rows
-// (or of half as many tokens and 8 x kBatchTileRows rows: an LM head) run on the tiled kernel in the batch matvec's
-// order (the same bits for every token as the matvec would give it: each thread a 4 x 4 tile of outputs, a chain per
-// lane class of the matvec, the classes' tree as its lane sums take it). Adapters of one subgroup size, batch matvec
-// shapes of 4 to 32 threads per row, f32 tiles. ContextOptions::batch_tile_from (then whatever the rows), else
-// kBatchTileFrom; 0: never. (H200, PERF.md "Batch decode's float products on the tiled kernel": a workgroup walks
-// the whole row, so products of few rows or tokens have too few workgroups and lose to the matvec.)
+// MatmulImpl::Batch's products of this many tokens or more and at least kBatchTileRows rows (or of half as many tokens
+// and 8 x kBatchTileRows rows: an LM head) run on the tiled kernel in the batch matvec's order (the same bits for every
+// token as the matvec would give it: each thread a 4 x 4 tile of outputs, a chain per lane class of the matvec, the
+// classes' tree as its lane sums take it; the block types' runs as the matvec's run_acc takes them). Adapters of one
+// subgroup size, batch matvec shapes of 4 to 32 threads per row for the float types and up to 256 for the block types,
+// f32 tiles, no expert products. ContextOptions::batch_tile_from (then whatever the rows), else kBatchTileFrom; 0:
+// never. (H200, PERF.md "Batch decode's float products on the tiled kernel": a workgroup walks the whole row, so
+// products of few rows or tokens have too few workgroups and lose to the matvec; the block types take the float
+// types' rule, not yet measured.)
 inline constexpr uint32_t kBatchTileFrom = 32;
 inline constexpr uint32_t kBatchTileRows = 8192;
 uint32_t batch_tile_from(const gpu::Context& ctx);

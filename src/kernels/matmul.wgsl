@@ -34,6 +34,16 @@
 // are visited pass by pass (g, g + MM_CP, ...): each output keeps one chain per class of the pass (k / 8 of the
 // block), and at the end of a pass its four chains enter the tree (mm_class_fold) while the classes' sums of x^2
 // wait in workgroup memory for the epilogue's tree (mm_class_ss).
+//
+// MM_CHUNK (block-type weights with MM_CLASS; the matvec's MV_FMA over chunks): the blocks are the matvec's chunks
+// (matmul_common.wgsl: 32 weights as two runs of 16 at chunk_cols), lane class c summing chunks c, c + MM_CLASSES, ...
+// in run_acc's arithmetic, so a pass is one class (MM_CP = MM_CLASSES). Loader lane lq takes run lq / 2's half lq % 2,
+// k 8 lq .. + 7 of the tiles: the W tile holds the runs' quants as decode_run gives them (q 2^p) and mm_rd / mm_rm
+// each row's run scale d and offset m; the x tile holds x (normed) times 2^-p, and mm_xq each token's sums of x (normed)
+// and of x^2 per lane lq. A thread chains each output's 16 products of a run in k order (mm_block_chunk), then adds d
+// times that and m times the run's sum of x to the class's chain; at a class's end the chain enters the lanes' tree
+// (mm_chunk_fold: pairs level by level up to the chunk of mm_ch lanes, the chunks then added in order to 0), and token
+// lid's sum of x^2, kept by thread lid, likewise.
 const MM_WG: u32 = TY * TX;
 const WARP_4X8: bool = TX % 8u == 0u && TY % 4u == 0u;
 const WL: u32 = MM_WG / 4u;  // rows (tokens) per loader pass; NLW = TN / WL and NLX = TM / WL passes (host)
@@ -41,10 +51,17 @@ const TM4: u32 = TM / 4u;    // vec4 token groups of one k of the x tile
 const TN4: u32 = TN / 4u;    // vec4 row groups of one k of the W tile
 // From the host too (the unroll counts): MI token groups and NJ row groups per thread, NACC = MI * 4 * NJ
 // accumulators, NLW and NLX loader passes over the W and x tiles.
-// NCACC = NACC, or with MM_CLASS 4 NACC (a chain per class of the pass); NSTK (MM_CLASS: 4 NACC, else 1) the tree's
-// pending nodes of 3 levels, then the sum of its chunks; CMI and CNACC, MI and NACC with MM_CLASS, else 0 (the
-// MM_CLASS functions' unroll counts: their constant indices must stay in bounds where they are never called).
-var<workgroup> mm_ssc: array<f32, select(1u, TM * MM_CLASSES, MM_CLASS)>;  // [token][class] sums of x^2
+// NCACC = NACC, or with MM_CLASS over units 4 NACC (a chain per class of the pass); NSTK (MM_CLASS: 4 NACC, MM_CHUNK:
+// (NLV + 1) NACC, else 1) the tree's pending nodes of 3 (NLV) levels, then the sum of its chunks; CMI and CNACC, MI
+// and NACC with MM_CLASS over units, KMI and KNACC with MM_CHUNK, else 0 (the class functions' unroll counts: their
+// constant indices must stay in bounds where they are never called).
+var<workgroup> mm_ssc: array<f32, select(1u, TM * MM_CLASSES, MM_CLASS && !MM_CHUNK)>;  // [token][class] sums of x^2
+// MM_CHUNK: the runs' scales and offsets [run][row / 4], each token's sums [token][of x, of x^2][lane lq] and, for the
+// epilogue, its whole sum of x^2. NLV (host): the tree's levels in a chunk of lanes (log2 of the largest mm_ch).
+var<workgroup> mm_rd: array<vec4<f32>, select(1u, 2u * TN4, MM_CHUNK)>;
+var<workgroup> mm_rm: array<vec4<f32>, select(1u, 2u * TN4, MM_CHUNK)>;
+var<workgroup> mm_xq: array<vec4<f32>, select(1u, 2u * TM, MM_CHUNK)>;
+var<workgroup> mm_xss: array<f32, select(1u, TM, MM_CHUNK)>;
 var<workgroup> xs: array<vec4<MM_T>, 32u * TM4>;  // [k: 32][token / 4, swizzled]
 var<workgroup> ws: array<vec4<MM_T>, 32u * TN4>;  // [k: 32][row / 4, swizzled]
 // FLAG_NORM: the sums of x^2 [token][loader lane: 4] go through ss_put / ss_get (host prelude): into xs, once
@@ -241,6 +258,113 @@ fn mm_class_ss(tl: u32) -> f32 {
   return sum;
 }
 
+// MM_CHUNK: the block's two runs into the class chains: per run each output's 16 products chained by fma in k order,
+// then acc = fma(d, that, acc) and acc = fma(m, sum of the token's x over the run, acc) (run_fma's arithmetic).
+fn mm_block_chunk(acc: ptr<function, array<vec4<f32>, NCACC>>, ty: u32, tx: u32) {
+  //#unroll! r 2
+  {
+    var dq: array<vec4<f32>, NACC>;
+    //#unroll! a KNACC
+    dq[$a] = vec4<f32>(0.0);
+    //#end
+    //#unroll k 16
+    {
+      var a: array<vec4<f32>, MI>;
+      var bw: array<vec4<f32>, NJ>;
+      //#unroll! i MI
+      a[$i] = vec4<f32>(xs[tix(16u * $r + $k, ty + TY * $i, TM4)]);
+      //#end
+      //#unroll! j NJ
+      bw[$j] = vec4<f32>(ws[tix(16u * $r + $k, tx + TX * $j, TN4)]);
+      //#end
+      //#unroll! i KMI
+      //#unroll! c 4
+      //#unroll! j NJ
+      dq[($i * 4u + $c) * NJ + $j] = fma(vec4<f32>(a[$i][$c]), bw[$j], dq[($i * 4u + $c) * NJ + $j]);
+      //#end
+      //#end
+      //#end
+    }
+    //#end
+    //#unroll! i KMI
+    //#unroll! c 4
+    {
+      let q = mm_xq[2u * ((ty + TY * $i) * 4u + $c)];
+      let sx = vec4<f32>(q[2u * $r] + q[2u * $r + 1u]);
+      //#unroll! j NJ
+      {
+        let o = ($i * 4u + $c) * NJ + $j;
+        var v = fma(mm_rd[$r * TN4 + tx + TX * $j], dq[o], (*acc)[o]);
+        if (CHUNK_MIN) { v = fma(mm_rm[$r * TN4 + tx + TX * $j], sx, v); }
+        (*acc)[o] = v;
+      }
+      //#end
+    }
+    //#end
+    //#end
+  }
+  //#end
+}
+
+// MM_CHUNK: the chains of class g into the tree of every output (then reset): st holds a pending node per level (NLV
+// levels of pairs within a chunk of mm_ch lanes), then the sum of the chunks.
+fn mm_chunk_fold(acc: ptr<function, array<vec4<f32>, NCACC>>, st: ptr<function, array<vec4<f32>, NSTK>>, g: u32) {
+  //#unroll! a KNACC
+  {
+    var v = (*acc)[$a];
+    var pending = true;
+    //#unroll! l NLV
+    if (pending && mm_ch > (1u << $l)) {
+      if (((g >> $l) & 1u) == 0u) {
+        (*st)[$l * NACC + $a] = v;
+        pending = false;
+      } else {
+        v = (*st)[$l * NACC + $a] + v;
+      }
+    }
+    //#end
+    if (pending) { (*st)[NLV * NACC + $a] = (*st)[NLV * NACC + $a] + v; }
+    (*acc)[$a] = vec4<f32>(0.0);
+  }
+  //#end
+}
+
+// MM_CHUNK: the same for a token's sum of x^2 of class g (thread lid < TM, its token lid).
+var<private> mm_sst: array<f32, NLV + 1u>;
+fn mm_chunk_fold_ss(ss: f32, g: u32) {
+  var v = ss;
+  var pending = true;
+  //#unroll! l NLV
+  if (pending && mm_ch > (1u << $l)) {
+    if (((g >> $l) & 1u) == 0u) {
+      mm_sst[$l] = v;
+      pending = false;
+    } else {
+      v = mm_sst[$l] + v;
+    }
+  }
+  //#end
+  if (pending) { mm_sst[NLV] = mm_sst[NLV] + v; }
+}
+
+// MM_CHUNK: run lq / 2's half lq % 2 of chunk c of piece row r (zeros past the piece's rows) and the run's d and m.
+struct WHalf { q: W8, d: f32, m: f32, }
+fn mm_w_half(r: u32, c: u32, lq: u32) -> WHalf {
+  if (r >= p.n_rows) { return WHalf(W8(vec4<f32>(0.0), vec4<f32>(0.0)), 0.0, 0.0); }  // (no experts: wbase 0)
+  let run = decode_run(load_raw(r, c), c, lq / 2u);
+  if (lq % 2u == 0u) { return WHalf(W8(run.q.a, run.q.b), run.d, run.m); }
+  return WHalf(W8(run.q.c, run.q.e), run.d, run.m);
+}
+
+// MM_CHUNK: the first column of loader lane lq's 8 in chunk c.
+fn mm_chunk_col(c: u32, lq: u32) -> u32 { return chunk_cols(c)[lq / 2u] + 8u * (lq % 2u); }
+
+// The norm weights of columns col .. + 8 (col a multiple of 8), clamped to the buffer's last vec4 as norm16 does.
+fn norm8_at(col: u32) -> W8 {
+  let last = (p.n_in + 3u) / 4u - 1u;
+  return W8(norm[min(col / 4u, last)], norm[min(col / 4u + 1u, last)]);
+}
+
 // MM_CLASS: the block after b (p.nb after the last): the next of its pass, else the first of the next pass.
 fn mm_next(b: u32) -> u32 {
   if (!MM_CLASS) { return b + 1u; }
@@ -249,10 +373,158 @@ fn mm_next(b: u32) -> u32 {
   return select(p.nb, g, g < MM_CP && g < p.nb);
 }
 
+// Thread lid's (ty, tx): a 32-thread warp covers 4 ty x 8 tx where the tile allows, so that it reads 4 vec4 of x
+// (broadcast to 8 threads each) and 8 of W per k, not 2 and 16.
+fn mm_thread(lid: u32) -> vec2<u32> {
+  if (WARP_4X8) {
+    let warp = lid / 32u;
+    return vec2<u32>((warp / (TX / 8u)) * 4u + (lid % 32u) / 8u, (warp % (TX / 8u)) * 8u + lid % 8u);
+  }
+  return vec2<u32>(lid / TX, lid % TX);
+}
+
+// Token t's outputs of piece rows r .. r + 3 (r even: SwiGLU pairs are (r, r + 1) and (r + 2, r + 3)) to the epilogue.
+fn mm_store4(t: u32, r: u32, v: vec4<f32>) {
+  if (has(FLAG_SWIGLU)) {
+    if (r < p.n_rows) { store_swiglu(t, r, v.x, v.y); }
+    if (r + 2u < p.n_rows) { store_swiglu(t, r + 2u, v.z, v.w); }
+  } else {
+    if (r < p.n_rows) { store_y(t, r, v.x); }
+    if (r + 1u < p.n_rows) { store_y(t, r + 1u, v.y); }
+    if (r + 2u < p.n_rows) { store_y(t, r + 2u, v.z); }
+    if (r + 3u < p.n_rows) { store_y(t, r + 3u, v.w); }
+  }
+}
+
+// MM_CHUNK's kernel (matmul_main's thread layout and loaders; batch decode: no expert products).
+fn mm_chunk_main(wid: vec3<u32>, lid: u32) {
+  let flat = wid.x + wid.y * p.grid_x;
+  let tile_n = flat % p.row_tiles;
+  let tile_m = flat / p.row_tiles;
+  if (tile_m * TM >= p.n_tokens) { return; }  // grid padding: uniform per workgroup
+  let tyx = mm_thread(lid);
+  let ty = tyx.x;
+  let tx = tyx.y;
+  let ld = lid / 4u;  // loader: W tile row / x tile token (+ WL l)
+  let lq = lid % 4u;  // loader: run lq / 2, half lq % 2
+  let xsa = chunk_xs();
+  let xsc = select(xsa[0], xsa[1], lq >= 2u);  // 2^-p of the loader's run
+
+  var acc: array<vec4<f32>, NCACC>;  // the class chains [token group i][component c][row group j]
+  var st: array<vec4<f32>, NSTK>;    // the tree's pending nodes [level][output], then the sum of its chunks
+  //#unroll! a KNACC
+  acc[$a] = vec4<f32>(0.0);
+  //#end
+  //#unroll! a NSTK
+  st[$a] = vec4<f32>(0.0);
+  //#end
+  //#unroll! l NLV
+  mm_sst[$l] = 0.0;
+  //#end
+  mm_sst[NLV] = 0.0;
+  var ss_class = 0.0;  // thread lid < TM: token lid's sum of x^2 over its class so far
+  var wh: array<WHalf, NLW>;
+  var xv: array<W8, NLX>;
+
+  var b = 0u;
+  loop {
+    if (b >= p.nb) { break; }
+    if (b == 0u) {  // block 0 into registers
+      //#unroll! l NLW
+      wh[$l] = mm_w_half(tile_n * TN + ld + WL * $l, 0u, lq);
+      //#end
+      //#unroll! l NLX
+      {
+        let t = tile_m * TM + ld + WL * $l;
+        xv[$l] = W8(vec4<f32>(0.0), vec4<f32>(0.0));
+        if (t < p.n_tokens) { xv[$l] = load_x8(t, mm_chunk_col(0u, lq) / 8u); }
+      }
+      //#end
+    }
+    workgroupBarrier();  // the previous step's tiles are consumed
+    //#unroll! l NLW
+    {
+      let rt = ld + WL * $l;  // the tile's row
+      put8(TN4, rt, 8u * lq, wh[$l].q, true);
+      if (lq % 2u == 0u) {
+        mm_rd[(lq / 2u) * TN4 + rt / 4u][rt % 4u] = wh[$l].d;
+        mm_rm[(lq / 2u) * TN4 + rt / 4u][rt % 4u] = wh[$l].m;
+      }
+    }
+    //#end
+    //#unroll! l NLX
+    {
+      let tl = ld + WL * $l;
+      var v = xv[$l];
+      var ssq = 0.0;
+      if (has(FLAG_NORM)) {
+        ssq = fma8(v, v, 0.0);
+        let g = norm8_at(mm_chunk_col(b, lq));
+        v = W8(v.lo * g.lo, v.hi * g.hi);
+      }
+      mm_xq[2u * tl][lq] = sum8(v);
+      mm_xq[2u * tl + 1u][lq] = ssq;
+      put8(TM4, tl, 8u * lq, W8(v.lo * xsc, v.hi * xsc), false);
+    }
+    //#end
+    workgroupBarrier();
+    let next = mm_next(b);
+    if (next < p.nb) {  // the next block's loads overlap this block's multiply-adds
+      //#unroll! l NLW
+      wh[$l] = mm_w_half(tile_n * TN + ld + WL * $l, next, lq);
+      //#end
+      //#unroll! l NLX
+      {
+        let t = tile_m * TM + ld + WL * $l;
+        if (t < p.n_tokens) { xv[$l] = load_x8(t, mm_chunk_col(next, lq) / 8u); }
+      }
+      //#end
+    }
+    mm_block_chunk(&acc, ty, tx);
+    if (lid < TM) {
+      let q = mm_xq[2u * lid + 1u];
+      ss_class = ss_class + (q.x + q.y);
+      ss_class = ss_class + (q.z + q.w);
+    }
+    if (b + MM_CP >= p.nb) {  // the class's last block
+      let g = b % MM_CP;
+      mm_chunk_fold(&acc, &st, g);
+      if (lid < TM) { mm_chunk_fold_ss(ss_class, g); }
+      ss_class = 0.0;
+    }
+    b = next;
+  }
+  for (var g = min(p.nb, MM_CP); g < MM_CP; g += 1u) {  // classes without blocks (rows of fewer chunks)
+    mm_chunk_fold(&acc, &st, g);
+    if (lid < TM) { mm_chunk_fold_ss(0.0, g); }
+  }
+  if (lid < TM) { mm_xss[lid] = mm_sst[NLV]; }
+  workgroupBarrier();
+  //#unroll! i KMI
+  //#unroll! c 4
+  {
+    let tl = (ty + TY * $i) * 4u + $c;
+    let t = tile_m * TM + tl;
+    var f = 1.0;
+    if (has(FLAG_NORM)) { f = inv_rms(mm_xss[tl]); }
+    if (t < p.n_tokens) {
+      //#unroll! j NJ
+      mm_store4(t, tile_n * TN + (tx + TX * $j) * 4u, st[NLV * NACC + ($i * 4u + $c) * NJ + $j] * f);
+      //#end
+    }
+  }
+  //#end
+  //#end
+}
+
 // The entry point `matmul` (host prelude) passes the subgroup size: MM_CLASS's chunk (1 without subgroups).
 var<private> mm_ch: u32;
 fn matmul_main(wid: vec3<u32>, lid: u32, sg_size: u32) {
   mm_ch = min(MM_CLASSES, sg_size);
+  if (MM_CHUNK) {
+    mm_chunk_main(wid, lid);
+    return;
+  }
   let flat = wid.x + wid.y * p.grid_x;
   let tile_n = flat % p.row_tiles;
   let tile_m = flat / p.row_tiles;
@@ -269,15 +541,9 @@ fn matmul_main(wid: vec3<u32>, lid: u32, sg_size: u32) {
   } else if (tile_m * TM >= p.n_tokens) {
     return;  // grid padding: uniform per workgroup
   }
-  // Thread (ty, tx): a 32-thread warp covers 4 ty x 8 tx where the tile allows, so that it reads 4 vec4 of x
-  // (broadcast to 8 threads each) and 8 of W per k, not 2 and 16.
-  var ty = lid / TX;
-  var tx = lid % TX;
-  if (WARP_4X8) {
-    let warp = lid / 32u;
-    ty = (warp / (TX / 8u)) * 4u + (lid % 32u) / 8u;
-    tx = (warp % (TX / 8u)) * 8u + lid % 8u;
-  }
+  let tyx = mm_thread(lid);
+  let ty = tyx.x;
+  let tx = tyx.y;
   let ld = lid / 4u;  // loader: W tile row / x tile token (+ WL l)
   let lq = lid % 4u;  // loader: unit within the block
   let k0 = lq * 8u;
@@ -406,17 +672,8 @@ fn matmul_main(wid: vec3<u32>, lid: u32, sg_size: u32) {
       //#unroll! j NJ
       {
         var v = acc[($i * 4u + $c) * NJ + $j] * f;
-        if (MM_CLASS) { v = st[select(0u, 3u * NACC + ($i * 4u + $c) * NJ + $j, MM_CLASS)] * f; }
-        let r = tile_n * TN + (tx + TX * $j) * 4u;  // even: SwiGLU pairs are (r, r + 1) and (r + 2, r + 3)
-        if (has(FLAG_SWIGLU)) {
-          if (r < p.n_rows) { store_swiglu(t, r, v.x, v.y); }
-          if (r + 2u < p.n_rows) { store_swiglu(t, r + 2u, v.z, v.w); }
-        } else {
-          if (r < p.n_rows) { store_y(t, r, v.x); }
-          if (r + 1u < p.n_rows) { store_y(t, r + 1u, v.y); }
-          if (r + 2u < p.n_rows) { store_y(t, r + 2u, v.z); }
-          if (r + 3u < p.n_rows) { store_y(t, r + 3u, v.w); }
-        }
+        if (MM_CLASS) { v = st[select(0u, 3u * NACC + ($i * 4u + $c) * NJ + $j, MM_CLASS && !MM_CHUNK)] * f; }
+        mm_store4(t, tile_n * TN + (tx + TX * $j) * 4u, v);
       }
       //#end
     }

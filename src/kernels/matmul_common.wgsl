@@ -333,6 +333,19 @@ fn fma8(a: W8, b: W8, s: f32) -> f32 {
   return r;
 }
 
+// The eight values added in element order (batch decode's order for the block types' sum(x) per half run).
+fn sum8(a: W8) -> f32 {
+  return ((((((a.lo.x + a.lo.y) + a.lo.z) + a.lo.w) + a.hi.x) + a.hi.y) + a.hi.z) + a.hi.w;
+}
+
+// A run's part of a block type's sum in batch decode's order: acc + d dq, then + m s (CHUNK_MIN), each one fma (dq the
+// run's products fma-chained in element order, s the sum of its x).
+fn run_fma(d: f32, dq: f32, m: f32, s: f32, acc: f32) -> f32 {
+  let a = fma(d, dq, acc);
+  if (CHUNK_MIN) { return fma(m, s, a); }
+  return a;
+}
+
 fn has(f: u32) -> bool { return (p.flags & f) != 0u; }
 
 // 1 / rms of a row of n_in values whose squares sum to ss.

@@ -13,8 +13,9 @@
 // NT may exceed p.n_tokens (the host rounds a batch's count up to 8 or 16): the missing tokens read the last one
 // and are never stored. A token's arithmetic is the same whatever NT, MV_R, MV_G and MV_U are (only MV_T decides
 // which chunks a lane sums, in which order), so a token's outputs are the same bits alone or beside 15 others.
-// MV_FMA (the float types in batch decode's shape, MatvecConfig::fma_order): each unit's products chained through
-// fma in element order, units past the row skipped, so that matmul.wgsl's MM_CLASS can reproduce a token's bits.
+// MV_FMA (batch decode's shape, MatvecConfig::fma_order): the float types' unit products chained through fma in element
+// order, the block types' runs as run_acc takes them, units or chunks past the row skipped, so that matmul.wgsl's
+// MM_CLASS can reproduce a token's bits.
 // MV_INT (one token, Q4_K; MatmulOptions::digits): xdig holds x's packed 8-bit digits and per-block scales
 // (int_dot.wgsl; the scales from vec4 p.x_off on) and the sums come from packed integer dot products.
 // MV_COMBINE (experts, one token a workgroup row): its pairs' outputs summed into y, weighted, in the same dispatch
@@ -148,23 +149,40 @@ fn mv_x16(t: u32, col: u32) -> Q16 {
 // then scaled by the norm weights g, its sum (CHUNK_MIN: the types with an offset m), and scaled by the run's 2^-p
 // lanes.
 struct RunX { x: Q16, s: f32, ss: f32, }
+// MV_FMA (batch decode's order, matmul.wgsl's MM_CHUNK): the sums of x^2 and of x of the run's halves (8 elements
+// each: fma8, sum8) added, where a tiled kernel's loader holds a half.
 fn mv_run_x(t: u32, col: u32, live: bool, g: Q16, xs: vec4<f32>) -> RunX {
   var x = mv_x16(mv_tok(t), col);
   if (!live) { x = Q16(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0)); }
   var ss = 0.0;
   if (has(FLAG_NORM)) {
-    ss = dot16(x, x);
+    if (MV_FMA) {
+      ss = fma8(W8(x.a, x.b), W8(x.a, x.b), 0.0) + fma8(W8(x.c, x.e), W8(x.c, x.e), 0.0);
+    } else {
+      ss = dot16(x, x);
+    }
     x = mul16(x, g);
   }
   var s = 0.0;
-  if (CHUNK_MIN) { s = sum16(x); }
+  if (CHUNK_MIN) {
+    if (MV_FMA) {
+      s = sum8(W8(x.a, x.b)) + sum8(W8(x.c, x.e));
+    } else {
+      s = sum16(x);
+    }
+  }
   return RunX(lanes16(x, xs), s, ss);
 }
 
-// A row's run times a token's run of x.
-fn run_dot(run: Run, xr: RunX) -> f32 {
-  if (CHUNK_MIN) { return run.d * dot16(run.q, xr.x) + run.m * xr.s; }
-  return run.d * dot16(run.q, xr.x);
+// acc plus a row's run times a token's run of x. MV_FMA: the run's 16 products chained through fma in element order,
+// then times d and plus m times sum(x), each an fma (run_fma, as matmul.wgsl's MM_CHUNK takes them).
+fn run_acc(run: Run, xr: RunX, acc: f32) -> f32 {
+  if (MV_FMA) {
+    let dq = fma8(W8(run.q.c, run.q.e), W8(xr.x.c, xr.x.e), fma8(W8(run.q.a, run.q.b), W8(xr.x.a, xr.x.b), 0.0));
+    return run_fma(run.d, dq, run.m, xr.s, acc);
+  }
+  if (CHUNK_MIN) { return acc + (run.d * dot16(run.q, xr.x) + run.m * xr.s); }
+  return acc + run.d * dot16(run.q, xr.x);
 }
 
 // MV_INT: the sum over 16 Q4_K quants (bytes 0..15 of q) times x's digits g0, g1, g2 of the same 16 elements
@@ -294,7 +312,7 @@ fn mv_values(wbase: u32, row0: u32, lt: u32, sg_size: u32) -> array<f32, MV_NV> 
         let cols = chunk_cols(c$k);
         let live = c0 + $k * MV_T < n_chunks;
         //#unroll! r 2
-        {
+        if (live || !MV_FMA) {  // MV_FMA: chunks past the row skipped (their zero products could change a zero's sign)
           var g = zeros;
           if (has(FLAG_NORM)) { g = norm16(cols[$r]); }
           if (NT == 1u) {  // each row's run decoded right before its product
@@ -303,7 +321,7 @@ fn mv_values(wbase: u32, row0: u32, lt: u32, sg_size: u32) -> array<f32, MV_NV> 
             //#unroll! j MV_R
             {
               let run = decode_run(w$j_$k, c$k, $r);
-              vals[$j] += run_dot(run, xr);
+              vals[$j] = run_acc(run, xr, vals[$j]);
             }
             //#end
           } else {  // each row's run decoded once for all the tokens
@@ -315,7 +333,7 @@ fn mv_values(wbase: u32, row0: u32, lt: u32, sg_size: u32) -> array<f32, MV_NV> 
               let xr = mv_run_x($t, cols[$r], live, g, xs[$r]);
               vals[MV_R * NT + $t] += xr.ss;
               //#unroll! j MV_R
-              vals[$j * NT + $t] += run_dot(run$j, xr);
+              vals[$j * NT + $t] = run_acc(run$j, xr, vals[$j * NT + $t]);
               //#end
             }
             //#end

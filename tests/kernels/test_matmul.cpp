@@ -672,8 +672,9 @@ TEST(Matmul, MatvecTokensAsIfAlone) {
     const auto alone_ptr = std::string(alone_shape) == shape ? nullptr : make(alone_shape);
     gpu::Context& ctx = *ctx_ptr;
     gpu::Context& actx = alone_ptr ? *alone_ptr : ctx;
-    for (const auto& [type, impl] : {std::pair{Q4_K, Matvec}, std::pair{F16, MatmulImpl::Batch}}) {
-      SCOPED_TRACE(type_name(type));
+    for (const auto& [type, impl] :
+         {std::pair{Q4_K, Matvec}, std::pair{F16, MatmulImpl::Batch}, std::pair{Q4_K, MatmulImpl::Batch}}) {
+      SCOPED_TRACE(std::string(type_name(type)) + (impl == MatmulImpl::Batch ? " batch" : ""));
       auto gen = rng(321);
       const uint32_t n_in = 512, n_out = 37, T = 21;
       const auto bytes = random_weight(type, n_in, n_out, gen);
@@ -715,11 +716,11 @@ TEST(Matmul, MatvecTokensAsIfAlone) {
   }
 }
 
-// Batch decode's float products from kernels::batch_tile_from tokens on run on the tiled kernel in the batch matvec's
-// order (matmul.wgsl's MM_CLASS): every token's outputs are the same bits as the matvec gives it alone, for each
-// epilogue, rows of fewer blocks than the kernel has passes, n_in past a multiple of 32, odd row counts, tiles of 16,
-// 32 and 64 tokens and passes of several tiles, lane classes of 4 to 32 with their sums as one tree, as a tree and a
-// fold (chunks of the subgroup), and as a fold alone (no subgroups).
+// Batch decode's products from kernels::batch_tile_from tokens on run on the tiled kernel in the batch matvec's order
+// (matmul.wgsl's MM_CLASS, and MM_CHUNK for the block types): every token's outputs are the same bits as the matvec
+// gives it alone, for each epilogue and every weight type, rows of fewer blocks than the kernel has passes, n_in past
+// a multiple of 32, odd row counts, tiles of 16, 32 and 64 tokens and passes of several tiles, lane classes of 4 to
+// 32 with their sums as one tree, as a tree and a fold (chunks of the subgroup), and as a fold alone (no subgroups).
 TEST(Matmul, BatchTilesAsTheMatvec) {
   struct Shape {
     const char* matvec;  // forced batch matvec shape ("" the adapter's)
@@ -730,11 +731,16 @@ TEST(Matmul, BatchTilesAsTheMatvec) {
     uint32_t n_in, n_out, n_tokens;
     const char* what;
   };
-  const std::vector<Case> all_cases = {{F16, 512, 37, 21, "norm + bias"}, {F16, 96, 40, 9, "swiglu"},
-                                       {F16, 800, 33, 70, "accumulate"},  {F16, 256, 64, 16, "split outputs"},
-                                       {F16, 200, 19, 33, "times"},       {F32, 512, 37, 21, "norm + bias"},
-                                       {BF16, 96, 40, 9, "swiglu"}};
-  // (each shape's pipelines take lavapipe seconds to compile: the other shapes take one case)
+  // the float types, then the block types (MM_CHUNK: every type's runs, with and without offsets)
+  const std::vector<Case> all_cases = {
+      {F16, 512, 37, 21, "norm + bias"},   {F16, 96, 40, 9, "swiglu"},           {F16, 800, 33, 70, "accumulate"},
+      {F16, 256, 64, 16, "split outputs"}, {F16, 200, 19, 33, "times"},          {F32, 512, 37, 21, "norm + bias"},
+      {BF16, 96, 40, 9, "swiglu"},         {Q4_K, 512, 37, 21, "norm + bias"},   {Q6_K, 256, 40, 9, "swiglu"},
+      {Q8_0, 800, 33, 70, "accumulate"},   {Q5_K, 256, 64, 16, "split outputs"}, {Q4_0, 96, 19, 33, "times"},
+      {Q2_K, 256, 22, 40, "norm + bias"},  {Q4_1, 64, 37, 21, "norm + bias"}};
+  const size_t first_block = 7;
+  // (each shape's pipelines take lavapipe seconds to compile: the other shapes take a float case and a block case,
+  // Q8_0 over 25 chunks: classes of several chunks, of one and of none)
   for (const Shape sh : {Shape{"", false}, Shape{"16x2x2", false}, Shape{"32x2x2", false}, Shape{"4x2x8", false},
                          Shape{"16x2x2", true}}) {
     SCOPED_TRACE(std::string("matvec shape '") + sh.matvec + (sh.no_subgroups ? "', no subgroups" : "'"));
@@ -744,7 +750,9 @@ TEST(Matmul, BatchTilesAsTheMatvec) {
       o.batch_tile_from = 8;  // (and whatever the rows)
     }));
     auto gen = rng(777);
-    for (const Case& c : *sh.matvec ? std::span(all_cases).first(1) : std::span(all_cases)) {
+    const std::vector<Case> cases =
+        *sh.matvec ? std::vector<Case>{all_cases[0], all_cases[first_block + 2]} : all_cases;
+    for (const Case& c : cases) {
       const GgufType type = c.type;
       SCOPED_TRACE(std::string(type_name(type)) + " " + c.what + " " + std::to_string(c.n_in) + "x" +
                    std::to_string(c.n_out) + " x" + std::to_string(c.n_tokens));
@@ -835,8 +843,8 @@ TEST(Matmul, BatchTilesAsTheMatvec) {
   }
 }
 
-// Which batch products take the tiled kernel: by default the float types' from kBatchTileFrom tokens at kBatchTileRows
-// rows and from half the tokens at 8x the rows, never the block types or a step below that; batch_tile_from set: any
+// Which batch products take the tiled kernel: by default from kBatchTileFrom tokens at kBatchTileRows rows and from
+// half the tokens at 8x the rows, float and block types alike, never a step below that; batch_tile_from set: any
 // rows from its count; 0: never; never with a forced tile of f16 sums.
 TEST(Matmul, BatchTileRule) {
   auto gen = rng(5);
@@ -848,13 +856,15 @@ TEST(Matmul, BatchTileRule) {
     return kernels::upload_weight(ctx, type, 256, n_out, random_weight(type, 256, n_out, gen));
   };
   const auto tall = weight(F16, rows), taller = weight(F32, 8 * rows), short_w = weight(BF16, rows - 2),
-             block = weight(Q8_0, 8 * rows);
+             block = weight(Q8_0, rows), short_block = weight(Q4_0, rows - 2);
   EXPECT_TRUE(kernels::batch_takes_tiles(ctx, tall, from));
   EXPECT_FALSE(kernels::batch_takes_tiles(ctx, tall, from - 1));
   EXPECT_TRUE(kernels::batch_takes_tiles(ctx, taller, from / 2));
   EXPECT_FALSE(kernels::batch_takes_tiles(ctx, taller, from / 2 - 1));
   EXPECT_FALSE(kernels::batch_takes_tiles(ctx, short_w, 4 * from));
-  EXPECT_FALSE(kernels::batch_takes_tiles(ctx, block, 4 * from));
+  EXPECT_TRUE(kernels::batch_takes_tiles(ctx, block, from));
+  EXPECT_FALSE(kernels::batch_takes_tiles(ctx, block, from - 1));
+  EXPECT_FALSE(kernels::batch_takes_tiles(ctx, short_block, 4 * from));
   for (const uint32_t forced : {0u, 5u}) {
     gpu::Context own(context_options([&](auto& o) { o.batch_tile_from = forced; }));
     const auto small = kernels::upload_weight(own, F16, 64, 6, random_weight(F16, 64, 6, gen));

@@ -134,6 +134,7 @@ std::vector<BatchCase> batch_cases() {
         "gemma4-tiny-kv-f32", "gemma4-h512-f32"})
     for (bool shared : {false, true}) v.push_back({m, shared});
   v.push_back({"llama-f16", false, true});
+  v.push_back({"llama-q4_k", false, true});
   return v;
 }
 
