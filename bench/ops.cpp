@@ -41,6 +41,7 @@ struct Options {
   std::string matvec;                    // TxRxG override of the matvec shape
   std::string batch_tokens;              // token counts of batch decode's product runs
   int batch_tile_from = -1;              // ContextOptions::batch_tile_from (-1: unset)
+  int batch_split = -1;                  // ContextOptions::batch_split (-1: unset)
   std::string matmul_tiles;              // comma-separated matmul tiles to sweep ("" = the chosen one)
   std::string rows_shapes;               // comma-separated shapes of the CPU adapters' kernel to sweep
   bool skip_matvec = false;
@@ -355,6 +356,7 @@ int run_bench_ops(const Options& o) {
     options.matmul_tile = runs[ti].first;
     options.rows_shape = runs[ti].second;
     if (o.batch_tile_from >= 0) options.batch_tile_from = uint32_t(o.batch_tile_from);
+    if (o.batch_split >= 0) options.batch_split = uint32_t(o.batch_split);
     gpu::Context ctx(options);
     const bool first = ti == 0;
     if (first) {
@@ -463,8 +465,11 @@ const Register reg{
                       "also time batch decode's product (each token's sums independent of the others) at these token "
                       "counts, comma-separated (e.g. 4,16,64)");
        app.add_option("--batch-tile-from", o->batch_tile_from,
-                      "batch decode's float products from this many tokens on the tiled kernel in the matvec's order "
+                      "batch decode's products from this many tokens on the tiled kernel in the matvec's order "
                       "(0: never; default: the engine's)");
+       app.add_option("--batch-split", o->batch_split,
+                      "those tiled products split over this many groups of lane classes where the classes allow it "
+                      "(1: never; default: the engine's, by the product's tiles)");
        auto* shapes = app.get_option("--shapes");
        app.add_flag("--int-dot", o->int_dot,
                     "with --decode-table: also Q4_K on packed int8 dot products (x as three 8-bit digits per element)");

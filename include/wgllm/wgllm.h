@@ -49,11 +49,15 @@ struct LoadOptions {
   // recurrence) instead of one token after another; unset: never (the CLI reads $WGLLM_DELTA_CHUNK_FROM): a tuning
   // knob for benchmarks.
   std::optional<uint32_t> delta_chunk_from = std::nullopt;
-  // BatchEngine's steps of this many sequences or more run their F32, F16 and BF16 weight products on the tiled kernel
-  // in the batch matvec's order (each sequence's bits as alone; GPUs), whatever the product's rows; 0: never; unset:
-  // 32 sequences and products of 8,192 rows or more, 16 and 65,536 (the CLI reads $WGLLM_BATCH_TILE_FROM): a tuning
-  // knob for benchmarks.
+  // BatchEngine's steps of this many sequences or more run their weight products on the tiled kernel in the batch
+  // matvec's order (each sequence's bits as alone; GPUs), whatever the product's rows; 0: never; unset: 32 sequences
+  // and products of 8,192 rows or more, 16 and 65,536 (the CLI reads $WGLLM_BATCH_TILE_FROM): a tuning knob for
+  // benchmarks.
   std::optional<uint32_t> batch_tile_from = std::nullopt;
+  // Those tiled products split over this many groups of lane classes (a workgroup per tile and group, a dispatch
+  // adding the groups); 1: never; unset: where a product has too few tiles to fill the GPU (the CLI reads
+  // $WGLLM_BATCH_SPLIT): a tuning knob for benchmarks.
+  std::optional<uint32_t> batch_split = std::nullopt;
   // Decoding, the FFN's Q4_K gate/up products on packed int8 dot products (the normed input as three 8-bit digits
   // per element under one scale per 32: 23 bits against the block's largest element instead of f32's 24 per element;
   // PERF.md). Unset: on GPUs for models whose FFN input is 2,048 wide or more (Llama-3.1-8B Q4_K_M decodes 9 % faster

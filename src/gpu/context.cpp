@@ -256,6 +256,12 @@ const Buffer& Context::placeholder_writable() {
   return placeholder_writable_;
 }
 
+const Buffer& Context::scratch(uint64_t bytes) {
+  if (!scratch_.handle || scratch_.size < bytes)
+    scratch_ = create_buffer(std::max<uint64_t>(bytes, scratch_.size * 2), WGPUBufferUsage_Storage, "scratch");
+  return scratch_;
+}
+
 uint64_t Context::max_binding_size() const {
   return std::min<uint64_t>(limits_.maxStorageBufferBindingSize, limits_.maxBufferSize) & ~uint64_t(3);
 }

@@ -57,10 +57,18 @@ struct ContextOptions {
   // The matvec kernel's shape, "THREADSxROWSxGROUPS[xUNITS[xINT_F16]]" (kernels::parse_matvec_config);
   // "" = the adapter's default. A tuning knob for benchmarks and tests.
   std::string matvec_shape = {};
-  // Batch decode's float products of this many tokens or more on the tiled kernel in the batch matvec's order, of any
+  // Batch decode's products of this many tokens or more on the tiled kernel in the batch matvec's order, of any
   // row count (kernels::batch_tile_from); 0: never; unset: the rule of kernels::kBatchTileFrom and kBatchTileRows
   // (kernels/matmul.h). A tuning knob for benchmarks and tests.
   std::optional<uint32_t> batch_tile_from = std::nullopt;
+  // Batch decode's tiled products split over this many groups of the matvec's lane classes (a workgroup per tile and
+  // group, then a dispatch that adds the groups: kernels::batch_takes_tiles), where the classes allow it; 1: never;
+  // unset: as many as it takes for enough workgroups. A tuning knob for benchmarks and tests.
+  std::optional<uint32_t> batch_split = std::nullopt;
+  // The subgroup size of an adapter that reports none of one size (wgpu reports 0 for lavapipe's): what a split of
+  // batch decode's tiled products may assume; 0 = unknown (then they split only without subgroups). For tests that
+  // measured it.
+  uint32_t subgroup_size = 0;
   // The tiled matmul's shape, "TOKENSxROWS[/TTxTR][xf16]" (kernels::parse_matmul_tile); "" = chosen per product.
   std::string matmul_tile = {};
   // The CPU adapters' product kernel's shape, "WORKGROUPxROWSxTOKENS" (kernels::parse_rows_config), or "off": the
@@ -195,6 +203,11 @@ class Context {
   // dispatch is a usage conflict).
   const Buffer& placeholder_writable();
 
+  // A storage buffer of at least `bytes` for intermediate results that one dispatch writes and the next reads (the
+  // partial sums of a split product): one per context, grown when asked for more (the work already recorded keeps
+  // the smaller one alive), so repeated steps bind the same buffer.
+  const Buffer& scratch(uint64_t bytes);
+
   // Largest range one binding may cover: min(maxStorageBufferBindingSize, maxBufferSize).
   uint64_t max_binding_size() const;
 
@@ -212,7 +225,7 @@ class Context {
   Features features_;
   std::unique_ptr<ErrorSink> errors_;
   std::unique_ptr<PipelineCache> pipelines_;
-  Buffer placeholder_, placeholder_writable_;
+  Buffer placeholder_, placeholder_writable_, scratch_;
   Profiler* profiler_ = nullptr;
 };
 

@@ -94,6 +94,9 @@ struct ClassOrder {
   bool shuffle = false;  // the matvec's lane sums take subgroup shuffles (chunks of the subgroup's size)
   bool chunks = false;   // a block type's chunks (MM_CHUNK), one class a pass; else 8-element units, 4 a pass
   uint32_t levels = 0;   // MM_CHUNK: the tree's levels in a chunk of lanes (log2 of the most lanes a chunk has)
+  // MM_SPLIT: the classes in `groups` groups of classes / groups, each a subtree of a chunk of `lanes` lanes (the
+  // subgroup's size, at most classes): a workgroup per tile and group, then matmul_fold.wgsl (1: no split)
+  uint32_t groups = 1, lanes = 1;
 };
 
 // Host constants for matmul.wgsl: the tile, the element type of its workgroup tiles, whether it computes expert
@@ -110,13 +113,16 @@ std::string matmul_prelude(const MatmulTile& t, GgufType type, bool experts = fa
   // stay in bounds): CMI / CNACC the float types' (units), KMI / KNACC / NLV the block types' (chunks)
   const bool chunks = order.classes && order.chunks, units = order.classes && !order.chunks;
   const uint32_t nacc = t.thread_tokens * t.thread_rows / 4;
+  const uint32_t group_classes = (chunks ? order.classes : std::max(order.classes, 4u)) / order.groups;
   return std::string(t.f16 ? "enable f16;\nalias MM_T = f16;\n" : "alias MM_T = f32;\n") + ss +
          "const MM_F16: bool = " + (t.f16 ? "true" : "false") +
          ";\nconst MM_EXPERTS: bool = " + (experts ? "true" : "false") +
          ";\nconst MM_CLASS: bool = " + (order.classes ? "true" : "false") +
          ";\nconst MM_CHUNK: bool = " + (chunks ? "true" : "false") + ";\n" +
          u32("MM_CLASSES", chunks ? order.classes : std::max(order.classes, 4u)) +
-         u32("MM_CP", chunks ? order.classes : std::max(order.classes / 4, 1u)) + u32("TM", t.tokens) +
+         u32("MM_CP", chunks ? order.classes : std::max(order.classes / 4, 1u)) + u32("MM_GROUPS", order.groups) +
+         "const MM_SPLIT: bool = " + (order.groups > 1 ? "true" : "false") + ";\n" + u32("MM_G", group_classes) +
+         u32("MM_PG", chunks ? group_classes : std::max(group_classes / 4, 1u)) + u32("TM", t.tokens) +
          u32("TN", t.rows) + u32("TY", t.tokens / t.thread_tokens) + u32("TX", t.rows / t.thread_rows) +
          u32("MI", t.thread_tokens / 4) + u32("NJ", t.thread_rows / 4) + u32("NACC", nacc) +
          u32("NCACC", nacc * (units ? 4 : 1)) +
@@ -168,6 +174,13 @@ std::optional<BatchTiles> batch_tiles(const gpu::Context& ctx, const GpuWeight& 
 constexpr const char* kMatvecShader = "matmul_common.wgsl+rope_angle.wgsl+rope_kv_epilogue.wgsl+matvec.wgsl";
 constexpr const char* kRowsShader = "matmul_common.wgsl+rope_angle.wgsl+rope_kv_epilogue.wgsl+matmul_rows.wgsl";
 constexpr const char* kMatmulShader = "matmul_common.wgsl+matmul.wgsl";
+constexpr const char* kFoldShader = "matmul_common.wgsl+matmul_fold.wgsl";
+
+// Host constants for matmul_fold.wgsl: the groups of a split product and how many a chunk of its lanes' tree takes.
+std::string fold_prelude(GgufType type, const ClassOrder& order) {
+  return detail::weight_prelude(type, 1) + "const MM_GROUPS: u32 = " + std::to_string(order.groups) +
+         "u;\nconst FOLD_LANES: u32 = " + std::to_string(order.lanes * order.groups / order.classes) + "u;\n";
+}
 
 // The product with the options' epilogues, or (rk) the matvec's RoPE + KV-append epilogue. The options are checked.
 void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight& w, const gpu::Buffer& x,
@@ -359,6 +372,11 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
                                : gpu::BufferBinding{9, &none, 0, 16});
       if (impl == MatmulImpl::Rows) bindings.push_back({12, &piece.buffer});
       if (impl == MatmulImpl::Matvec || impl == MatmulImpl::Tiled) bindings.push_back({5, &none, 0, 16});
+      // a split product's partial sums (matmul.wgsl's MM_SPLIT): [group][token][row], then [group][token]
+      const uint32_t groups = batch_tiled ? batch_tiled->order.groups : 1;
+      const uint64_t part_floats = uint64_t(groups) * count * (piece.n_rows + 1);
+      const gpu::Buffer& part = groups > 1 ? ctx.scratch(part_floats * 4) : ctx.placeholder_writable();
+      if (impl == MatmulImpl::Tiled) bindings.push_back({10, &part, 0, groups > 1 ? part_floats * 4 : 16});
       if (impl == MatmulImpl::Matvec || impl == MatmulImpl::Rows) {
         bindings.push_back(rk ? gpu::BufferBinding{10, rk->table} : gpu::BufferBinding{10, &none, 0, 16});
         bindings.push_back(rk ? gpu::BufferBinding{11, rk->pool}
@@ -377,7 +395,19 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
                                     : gpu::BufferBinding{16, &none, 0, 16});
         bindings.push_back({17, &none, 0, 16});
       }
-      batch.dispatch(pipe, bindings, grid.x, grid.y);
+      batch.dispatch(pipe, bindings, grid.x, grid.y, groups);
+      if (groups > 1) {  // the groups added, the epilogue
+        const auto fold_grid = gpu::fold_grid((uint64_t(count) * ((piece.n_rows + 1) / 2) + 63) / 64, max_grid);
+        p.grid_x = fold_grid.x;
+        batch.dispatch(ctx.pipeline({kFoldShader, "matmul_fold", {}, fold_prelude(w.type, batch_tiled->order)}),
+                       std::vector<gpu::BufferBinding>{batch.uniform(0, p),
+                                                       bindings[3],
+                                                       bindings[4],
+                                                       bindings[6],
+                                                       bindings[7],
+                                                       {10, &part, 0, part_floats * 4}},
+                       fold_grid.x, fold_grid.y);
+      }
     }
   }
 }
@@ -474,6 +504,8 @@ std::optional<MatmulTile> batch_tile(const gpu::Context& ctx, uint32_t n_tokens)
 // set), where the batch matvec's lane sums are one fixed tree (an adapter of one subgroup size) of 4 to 32 lanes a row
 // for the float types, up to 256 for the block types; nullopt otherwise (the matvec then takes the product).
 std::optional<BatchTiles> batch_tiles(const gpu::Context& ctx, const GpuWeight& w, uint32_t n_tokens) {
+  if (const auto split = ctx.options().batch_split; split && (*split == 0 || (*split & (*split - 1))))
+    throw InvalidArgument("batch split " + std::to_string(*split) + ": a power of two (1: never)");
   const uint32_t from = batch_tile_from(ctx);
   const bool forced = ctx.options().batch_tile_from.has_value();  // tuning and tests: whatever the rows
   const bool enough = forced ? n_tokens >= from
@@ -502,7 +534,37 @@ std::optional<BatchTiles> batch_tiles(const gpu::Context& ctx, const GpuWeight& 
   if (32ull * (t->tokens + t->rows) * 4 + extra > ctx.limits().maxComputeWorkgroupStorageSize ||
       (chunks && t->threads() < t->tokens))
     return std::nullopt;
-  return BatchTiles{.order = {.classes = T, .shuffle = mv.shuffle, .chunks = chunks, .levels = levels}, .tile = *t};
+  ClassOrder order{.classes = T, .shuffle = mv.shuffle, .chunks = chunks, .levels = levels};
+  // Split over groups of classes: each group a subtree of a chunk of the lanes' tree, so the adapter's subgroup size
+  // must be known (one size, or ContextOptions::subgroup_size) unless there are no shuffles (chunks of one lane);
+  // a float type's group holds whole passes (4 classes). By default the fewest groups that give kSplitWorkgroups
+  // workgroups, where the product has fewer; ContextOptions::batch_split forces a count the classes allow.
+  const uint32_t known = !mv.shuffle                                          ? 1
+                         : a.subgroup_max && a.subgroup_min == a.subgroup_max ? a.subgroup_max
+                                                                              : ctx.options().subgroup_size;
+  const uint32_t min_group = chunks ? 1 : 4, classes = chunks ? T : std::max(T, 4u);
+  if (known) {
+    const uint32_t chunk = std::min(classes, known);  // the lanes of a chunk of the tree
+    auto allowed = [&](uint32_t groups) {
+      const uint32_t g = classes / groups;
+      return groups > 1 && (groups & (groups - 1)) == 0 && groups <= classes && g >= min_group && g <= chunk &&
+             (uint64_t(groups) * n_tokens * (w.n_out + 1)) * 4 <= ctx.max_binding_size();
+    };
+    const uint64_t tiles = uint64_t((w.n_out + t->rows - 1) / t->rows) * ((n_tokens + t->tokens - 1) / t->tokens);
+    uint32_t groups = 1;
+    if (const auto forced = ctx.options().batch_split) {
+      if (allowed(*forced)) groups = *forced;
+    } else if (tiles < kSplitWorkgroups) {
+      for (uint32_t g = 2; g <= classes; g *= 2)
+        if (allowed(g)) {
+          groups = g;
+          if (tiles * g >= kSplitWorkgroups) break;
+        }
+    }
+    order.groups = groups;
+    order.lanes = chunk;
+  }
+  return BatchTiles{.order = order, .tile = *t};
 }
 
 }  // namespace
@@ -788,6 +850,7 @@ void encode_expert_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const Gpu
         {8, &ctx.placeholder_writable(), 0, 16},
     };
     if (tiled) {  // a workgroup per (tile slot, row block), folded into x and y
+      bindings.push_back({10, &ctx.placeholder_writable(), 0, 16});
       batch.dispatch(pipe, bindings, grid.x, grid.y);
       continue;
     }

@@ -65,6 +65,9 @@ MatvecConfig batch_matvec_config(const gpu::Context& ctx, uint32_t n_rows, uint3
 // types' rule, not yet measured.)
 inline constexpr uint32_t kBatchTileFrom = 32;
 inline constexpr uint32_t kBatchTileRows = 8192;
+// Those tiled products with fewer tiles than this split over groups of lane classes (ContextOptions::batch_split):
+// a workgroup per tile and group, then one dispatch adding the groups as the lanes' tree does (not yet measured).
+inline constexpr uint32_t kSplitWorkgroups = 512;
 uint32_t batch_tile_from(const gpu::Context& ctx);
 // Whether MatmulImpl::Batch runs w's product of n_tokens on the tiled kernel.
 bool batch_takes_tiles(const gpu::Context& ctx, const GpuWeight& w, uint32_t n_tokens);

@@ -44,6 +44,16 @@
 // times that and m times the run's sum of x to the class's chain; at a class's end the chain enters the lanes' tree
 // (mm_chunk_fold: pairs level by level up to the chunk of mm_ch lanes, the chunks then added in order to 0), and token
 // lid's sum of x^2, kept by thread lid, likewise.
+//
+// MM_SPLIT (with MM_CLASS or MM_CHUNK; host: MM_G classes a group, MM_PG passes): the classes in groups of MM_G that
+// are each a subtree of the lanes' tree (MM_G <= the subgroup's size, so mm_ch = MM_G), grid row z of the dispatch
+// taking group z: a workgroup walks only its group's passes and writes its outputs' subtree values, and its tokens'
+// sums of x^2 likewise (tiles of the first rows), to part ([group][token][row], then [group][token]), where
+// matmul_fold.wgsl adds the tree's levels above the groups and runs the epilogue. More workgroups for a product of
+// few rows or tokens, the same bits.
+@group(0) @binding(10) var<storage, read_write> part: array<f32>;
+var<private> mm_pass_lo: u32;  // the workgroup's passes [mm_pass_lo, mm_pass_hi) (all of them without MM_SPLIT)
+var<private> mm_pass_hi: u32;
 const MM_WG: u32 = TY * TX;
 const WARP_4X8: bool = TX % 8u == 0u && TY % 4u == 0u;
 const WL: u32 = MM_WG / 4u;  // rows (tokens) per loader pass; NLW = TN / WL and NLX = TM / WL passes (host)
@@ -249,7 +259,7 @@ fn mm_class_ss(tl: u32) -> f32 {
   var v: array<f32, MM_CLASSES>;
   for (var c = 0u; c < MM_CLASSES; c += 1u) { v[c] = mm_ssc[tl * MM_CLASSES + c]; }
   var sum = 0.0;
-  for (var j = 0u; j < MM_CLASSES; j += mm_ch) {
+  for (var j = 4u * mm_pass_lo; j < 4u * mm_pass_hi; j += mm_ch) {  // the workgroup's classes
     for (var m = 1u; m < mm_ch; m <<= 1u) {
       for (var i = j; i < j + mm_ch; i += 2u * m) { v[i] = v[i] + v[i + m]; }
     }
@@ -370,8 +380,28 @@ fn mm_next(b: u32) -> u32 {
   if (!MM_CLASS) { return b + 1u; }
   if (b + MM_CP < p.nb) { return b + MM_CP; }
   let g = b % MM_CP + 1u;
-  return select(p.nb, g, g < MM_CP && g < p.nb);
+  return select(p.nb, g, g < mm_pass_hi && g < p.nb);
 }
+
+// The first of the workgroup's passes (group z of MM_SPLIT) and the end of its passes.
+fn mm_passes(z: u32) {
+  mm_pass_lo = 0u;
+  mm_pass_hi = MM_CP;
+  if (MM_SPLIT) {
+    mm_pass_lo = z * MM_PG;
+    mm_pass_hi = mm_pass_lo + MM_PG;
+  }
+}
+
+// MM_SPLIT: token t's subtree values of piece rows r .. r + 3 (those in the piece) into part, for group z.
+fn mm_part4(z: u32, t: u32, r: u32, v: vec4<f32>) {
+  let base = (z * p.n_tokens + t) * p.n_rows + r;
+  for (var i = 0u; i < 4u; i += 1u) {
+    if (r + i < p.n_rows) { part[base + i] = v[i]; }
+  }
+}
+// MM_SPLIT: token t's subtree value of its sum of x^2, after the values of every group.
+fn mm_part_ss(z: u32, t: u32, ss: f32) { part[MM_GROUPS * p.n_tokens * p.n_rows + z * p.n_tokens + t] = ss; }
 
 // Thread lid's (ty, tx): a 32-thread warp covers 4 ty x 8 tx where the tile allows, so that it reads 4 vec4 of x
 // (broadcast to 8 threads each) and 8 of W per k, not 2 and 16.
@@ -426,18 +456,20 @@ fn mm_chunk_main(wid: vec3<u32>, lid: u32) {
   var wh: array<WHalf, NLW>;
   var xv: array<W8, NLX>;
 
-  var b = 0u;
+  var b = mm_pass_lo;
+  var first = true;
   loop {
     if (b >= p.nb) { break; }
-    if (b == 0u) {  // block 0 into registers
+    if (first) {  // the first block into registers
+      first = false;
       //#unroll! l NLW
-      wh[$l] = mm_w_half(tile_n * TN + ld + WL * $l, 0u, lq);
+      wh[$l] = mm_w_half(tile_n * TN + ld + WL * $l, b, lq);
       //#end
       //#unroll! l NLX
       {
         let t = tile_m * TM + ld + WL * $l;
         xv[$l] = W8(vec4<f32>(0.0), vec4<f32>(0.0));
-        if (t < p.n_tokens) { xv[$l] = load_x8(t, mm_chunk_col(0u, lq) / 8u); }
+        if (t < p.n_tokens) { xv[$l] = load_x8(t, mm_chunk_col(b, lq) / 8u); }
       }
       //#end
     }
@@ -494,11 +526,15 @@ fn mm_chunk_main(wid: vec3<u32>, lid: u32) {
     }
     b = next;
   }
-  for (var g = min(p.nb, MM_CP); g < MM_CP; g += 1u) {  // classes without blocks (rows of fewer chunks)
+  // classes without blocks (rows of fewer chunks)
+  for (var g = clamp(p.nb, mm_pass_lo, mm_pass_hi); g < mm_pass_hi; g += 1u) {
     mm_chunk_fold(&acc, &st, g);
     if (lid < TM) { mm_chunk_fold_ss(0.0, g); }
   }
-  if (lid < TM) { mm_xss[lid] = mm_sst[NLV]; }
+  if (lid < TM) {
+    mm_xss[lid] = mm_sst[NLV];
+    if (MM_SPLIT && tile_n == 0u && tile_m * TM + lid < p.n_tokens) { mm_part_ss(wid.z, tile_m * TM + lid, mm_sst[NLV]); }
+  }
   workgroupBarrier();
   //#unroll! i KMI
   //#unroll! c 4
@@ -509,7 +545,15 @@ fn mm_chunk_main(wid: vec3<u32>, lid: u32) {
     if (has(FLAG_NORM)) { f = inv_rms(mm_xss[tl]); }
     if (t < p.n_tokens) {
       //#unroll! j NJ
-      mm_store4(t, tile_n * TN + (tx + TX * $j) * 4u, st[NLV * NACC + ($i * 4u + $c) * NJ + $j] * f);
+      {
+        let r = tile_n * TN + (tx + TX * $j) * 4u;
+        let v = st[NLV * NACC + ($i * 4u + $c) * NJ + $j];
+        if (MM_SPLIT) {
+          mm_part4(wid.z, t, r, v);
+        } else {
+          mm_store4(t, r, v * f);
+        }
+      }
       //#end
     }
   }
@@ -520,7 +564,8 @@ fn mm_chunk_main(wid: vec3<u32>, lid: u32) {
 // The entry point `matmul` (host prelude) passes the subgroup size: MM_CLASS's chunk (1 without subgroups).
 var<private> mm_ch: u32;
 fn matmul_main(wid: vec3<u32>, lid: u32, sg_size: u32) {
-  mm_ch = min(MM_CLASSES, sg_size);
+  mm_ch = min(MM_G, sg_size);
+  mm_passes(wid.z);
   if (MM_CHUNK) {
     mm_chunk_main(wid, lid);
     return;
@@ -563,22 +608,24 @@ fn matmul_main(wid: vec3<u32>, lid: u32, sg_size: u32) {
   ss[$l] = 0.0;
   //#end
 
-  var b = 0u;
+  var b = mm_pass_lo;
+  var first = true;
   loop {
     if (b >= p.nb) { break; }
-    if (b == 0u) {  // block 0 into registers (zeros outside the matrix)
+    if (first) {  // the first block into registers (zeros outside the matrix)
+      first = false;
       //#unroll! l NLW
       {
         let r = tile_n * TN + ld + WL * $l;
         wv[$l] = W8(vec4<f32>(0.0), vec4<f32>(0.0));
-        if (r < p.n_rows) { wv[$l] = load8(wbase + r, lq); }
+        if (r < p.n_rows) { wv[$l] = load8(wbase + r, b * 4u + lq); }
       }
       //#end
       //#unroll! l NLX
       {
         let tl = ld + WL * $l;
         xv[$l] = W8(vec4<f32>(0.0), vec4<f32>(0.0));
-        if (mm_live(tile_m, tl)) { xv[$l] = load_x8(mm_x_row(tile_m, tl), lq); }
+        if (mm_live(tile_m, tl)) { xv[$l] = load_x8(mm_x_row(tile_m, tl), b * 4u + lq); }
       }
       //#end
     }
@@ -638,7 +685,7 @@ fn matmul_main(wid: vec3<u32>, lid: u32, sg_size: u32) {
     b = next;
   }
   if (MM_CLASS) {  // passes without blocks (rows of fewer than MM_CP blocks): classes of no units
-    for (var g = min(p.nb, MM_CP); g < MM_CP; g += 1u) {
+    for (var g = clamp(p.nb, mm_pass_lo, mm_pass_hi); g < mm_pass_hi; g += 1u) {
       mm_class_fold(&acc, &st, g);
       //#unroll! l NLX
       mm_ssc[(ld + WL * $l) * MM_CLASSES + 4u * g + lq] = 0.0;
@@ -663,7 +710,9 @@ fn matmul_main(wid: vec3<u32>, lid: u32, sg_size: u32) {
     var f = 1.0;
     if (has(FLAG_NORM)) {
       if (MM_CLASS) {
-        f = inv_rms(mm_class_ss(tl));
+        let ss = mm_class_ss(tl);
+        f = inv_rms(ss);
+        if (MM_SPLIT && tile_n == 0u && tx == 0u && mm_live(tile_m, tl)) { mm_part_ss(wid.z, t, ss); }
       } else {
         f = inv_rms(ss_get(tl * 4u) + ss_get(tl * 4u + 1u) + ss_get(tl * 4u + 2u) + ss_get(tl * 4u + 3u));
       }
@@ -671,9 +720,14 @@ fn matmul_main(wid: vec3<u32>, lid: u32, sg_size: u32) {
     if (mm_live(tile_m, tl)) {
       //#unroll! j NJ
       {
+        let r = tile_n * TN + (tx + TX * $j) * 4u;
         var v = acc[($i * 4u + $c) * NJ + $j] * f;
-        if (MM_CLASS) { v = st[select(0u, 3u * NACC + ($i * 4u + $c) * NJ + $j, MM_CLASS && !MM_CHUNK)] * f; }
-        mm_store4(t, tile_n * TN + (tx + TX * $j) * 4u, v);
+        if (MM_CLASS) {
+          let node = st[select(0u, 3u * NACC + ($i * 4u + $c) * NJ + $j, MM_CLASS && !MM_CHUNK)];
+          v = node * f;
+          if (MM_SPLIT) { mm_part4(wid.z, t, r, node); }
+        }
+        if (!MM_SPLIT) { mm_store4(t, r, v); }
       }
       //#end
     }

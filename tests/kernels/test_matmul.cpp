@@ -725,6 +725,7 @@ TEST(Matmul, BatchTilesAsTheMatvec) {
   struct Shape {
     const char* matvec;  // forced batch matvec shape ("" the adapter's)
     bool no_subgroups;
+    uint32_t split = 0;  // groups of lane classes (ContextOptions::batch_split; 0 unset)
   };
   struct Case {
     GgufType type;
@@ -741,17 +742,25 @@ TEST(Matmul, BatchTilesAsTheMatvec) {
   const size_t first_block = 7;
   // (each shape's pipelines take lavapipe seconds to compile: the other shapes take a float case and a block case,
   // Q8_0 over 25 chunks: classes of several chunks, of one and of none)
-  for (const Shape sh : {Shape{"", false}, Shape{"16x2x2", false}, Shape{"32x2x2", false}, Shape{"4x2x8", false},
-                         Shape{"16x2x2", true}}) {
-    SCOPED_TRACE(std::string("matvec shape '") + sh.matvec + (sh.no_subgroups ? "', no subgroups" : "'"));
+  // Split products (MM_SPLIT + matmul_fold.wgsl) with groups of 4 classes (the tree above them 2 lanes a chunk, one
+  // chunk or several), of 1 (8 lanes a chunk), of 1 without subgroups (the chunks' sums alone; the float types' whole
+  // passes do not split there), all with the subgroup size measured.
+  const uint32_t sg = measured_subgroup_size(context());
+  for (const Shape sh :
+       {Shape{"", false}, Shape{"16x2x2", false}, Shape{"32x2x2", false}, Shape{"4x2x8", false}, Shape{"16x2x2", true},
+        Shape{"", false, 2}, Shape{"16x2x2", false, 4}, Shape{"32x2x2", false, 8}, Shape{"16x2x2", true, 16}}) {
+    SCOPED_TRACE(std::string("matvec shape '") + sh.matvec + (sh.no_subgroups ? "', no subgroups" : "'") +
+                 (sh.split ? ", split " + std::to_string(sh.split) : ""));
+    if (sh.split && !sh.no_subgroups && sg != 8) continue;  // (the splits are chosen for subgroups of 8)
     gpu::Context ctx(context_options([&](auto& o) {
       o.matvec_shape = sh.matvec;
       o.disable_subgroups = sh.no_subgroups;
       o.batch_tile_from = 8;  // (and whatever the rows)
+      if (sh.split) o.batch_split = sh.split, o.subgroup_size = sg;
     }));
     auto gen = rng(777);
     const std::vector<Case> cases =
-        *sh.matvec ? std::vector<Case>{all_cases[0], all_cases[first_block + 2]} : all_cases;
+        *sh.matvec || sh.split ? std::vector<Case>{all_cases[0], all_cases[first_block + 2]} : all_cases;
     for (const Case& c : cases) {
       const GgufType type = c.type;
       SCOPED_TRACE(std::string(type_name(type)) + " " + c.what + " " + std::to_string(c.n_in) + "x" +
@@ -865,6 +874,16 @@ TEST(Matmul, BatchTileRule) {
   EXPECT_TRUE(kernels::batch_takes_tiles(ctx, block, from));
   EXPECT_FALSE(kernels::batch_takes_tiles(ctx, block, from - 1));
   EXPECT_FALSE(kernels::batch_takes_tiles(ctx, short_block, 4 * from));
+  {  // a split that is no power of two: refused, one line
+    gpu::Context own(context_options([&](auto& o) { o.batch_split = 3; }));
+    try {
+      kernels::batch_takes_tiles(own, tall, from);
+      ADD_FAILURE() << "a split of 3 was taken";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("batch split 3"), std::string::npos) << e.what();
+      EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+    }
+  }
   for (const uint32_t forced : {0u, 5u}) {
     gpu::Context own(context_options([&](auto& o) { o.batch_tile_from = forced; }));
     const auto small = kernels::upload_weight(own, F16, 64, 6, random_weight(F16, 64, 6, gen));

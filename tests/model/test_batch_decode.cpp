@@ -34,9 +34,11 @@ struct BatchCase {
   // The GPUs' product kernels on any adapter, steps of two sequences or more on the tiled kernel in the batch
   // matvec's order (kernels::batch_tile_from), a sequence alone on the matvec.
   bool tiles = false;
+  uint32_t split = 0;  // with tiles: the products split over this many groups of lane classes where they allow it
 };
 std::ostream& operator<<(std::ostream& o, const BatchCase& c) {
-  return o << c.model << (c.shared ? " shared" : "") << (c.tiles ? " tiles" : "");
+  return o << c.model << (c.shared ? " shared" : "") << (c.tiles ? " tiles" : "")
+           << (c.split ? " split " + std::to_string(c.split) : "");
 }
 
 class BatchDecode : public ::testing::TestWithParam<BatchCase> {};
@@ -50,9 +52,10 @@ TEST_P(BatchDecode, EachSequenceAsIfAlone) {
   const GgufFile f = GgufFile::open(test::model_path(tc.model));
   std::optional<gpu::Context> tiles_ctx;
   if (tc.tiles)
-    tiles_ctx.emplace(test::context_options([](auto& o) {
+    tiles_ctx.emplace(test::context_options([&](auto& o) {
       o.rows_shape = "off";
       o.batch_tile_from = 2;
+      if (tc.split) o.batch_split = tc.split, o.subgroup_size = test::measured_subgroup_size(test::context());
     }));
   gpu::Context& ctx = tiles_ctx ? *tiles_ctx : test::context();
   const GpuModel gm = load_gpu_model(ctx, f);
@@ -135,11 +138,13 @@ std::vector<BatchCase> batch_cases() {
     for (bool shared : {false, true}) v.push_back({m, shared});
   v.push_back({"llama-f16", false, true});
   v.push_back({"llama-q4_k", false, true});
+  v.push_back({"llama-q4_k", false, true, 4});
   return v;
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, BatchDecode, ::testing::ValuesIn(batch_cases()), [](const auto& info) {
-  std::string s = info.param.model + (info.param.shared ? "_shared" : "") + (info.param.tiles ? "_tiles" : "");
+  std::string s = info.param.model + (info.param.shared ? "_shared" : "") + (info.param.tiles ? "_tiles" : "") +
+                  (info.param.split ? "_split" + std::to_string(info.param.split) : "");
   std::replace(s.begin(), s.end(), '-', '_');
   return s;
 });

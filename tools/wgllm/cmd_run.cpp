@@ -55,11 +55,12 @@ Model load_model(const std::string& path, const LoadOptions& given) {
     if (const char* v = std::getenv(var); v && field->empty()) *field = v;
   if (const char* v = std::getenv("WGLLM_SHADER_CHECKS")) options.shader_checks |= std::string_view(v) == "1";
   for (auto [var, field] : {std::pair{"WGLLM_DELTA_CHUNK_FROM", &options.delta_chunk_from},
-                            std::pair{"WGLLM_BATCH_TILE_FROM", &options.batch_tile_from}})
+                            std::pair{"WGLLM_BATCH_TILE_FROM", &options.batch_tile_from},
+                            std::pair{"WGLLM_BATCH_SPLIT", &options.batch_split}})
     if (const char* v = std::getenv(var); v && *v && !*field) {
       const std::string text = v;
       if (text.size() > 9 || text.find_first_not_of("0123456789") != std::string::npos)
-        throw Error(std::string(var) + ": '" + text + "' is not a token count (0 to 999999999)");
+        throw Error(std::string(var) + ": '" + text + "' is not a count (0 to 999999999)");
       *field = uint32_t(std::stoul(text));
     }
   if (!path.empty()) return Model::load(path, options);
