@@ -39,8 +39,8 @@
 // (matmul_common.wgsl: 32 weights as two runs of 16 at chunk_cols), lane class c summing chunks c, c + MM_CLASSES, ...
 // in run_acc's arithmetic, so a pass is one class (MM_CP = MM_CLASSES). Loader lane lq takes run lq / 2's half lq % 2,
 // k 8 lq .. + 7 of the tiles: the W tile holds the runs' quants as decode_run gives them (q 2^p) and mm_rd / mm_rm
-// each row's run scale d and offset m; the x tile holds x (normed) times 2^-p, and mm_xq each token's sums of x (normed)
-// and of x^2 per lane lq. A thread chains each output's 16 products of a run in k order (mm_block_chunk), then adds d
+// each row's run scale d and offset m; the x tile holds x (normed) times 2^-p, and mm_xq each token's sums of x
+// (normed) and of x^2 per lane lq. A thread chains each output's 16 products of a run in k order (mm_block_chunk), then adds d
 // times that and m times the run's sum of x to the class's chain; at a class's end the chain enters the lanes' tree
 // (mm_chunk_fold: pairs level by level up to the chunk of mm_ch lanes, the chunks then added in order to 0), and token
 // lid's sum of x^2, kept by thread lid, likewise.
@@ -533,7 +533,8 @@ fn mm_chunk_main(wid: vec3<u32>, lid: u32) {
   }
   if (lid < TM) {
     mm_xss[lid] = mm_sst[NLV];
-    if (MM_SPLIT && tile_n == 0u && tile_m * TM + lid < p.n_tokens) { mm_part_ss(wid.z, tile_m * TM + lid, mm_sst[NLV]); }
+    let t = tile_m * TM + lid;
+    if (MM_SPLIT && tile_n == 0u && t < p.n_tokens) { mm_part_ss(wid.z, t, mm_sst[NLV]); }
   }
   workgroupBarrier();
   //#unroll! i KMI
