@@ -410,14 +410,17 @@ int run_bench_ops(const Options& o) {
           const double bt = time_matmul(ctx, copies, x, y, n, std::max<uint32_t>(o.matvec_per_submit, copies.size()),
                                         o.repeats, impl);
           const auto bs = kernels::batch_matvec_config(ctx, n_out, n_in, t, n);
-          const bool tiled = impl == kernels::MatmulImpl::Batch && kernels::batch_takes_tiles(ctx, copies[0], n);
+          const uint32_t groups =
+              impl == kernels::MatmulImpl::Batch ? kernels::batch_tile_groups(ctx, copies[0], n) : 0;
+          const std::string how =
+              impl == kernels::MatmulImpl::Rows ? "rows"
+              : groups == 0
+                  ? "matvec"
+                  : "tiled" + (ctx.options().matmul_tile.empty() ? std::string() : " " + ctx.options().matmul_tile) +
+                        (groups > 1 ? ", split " + std::to_string(groups) : "");
           std::printf("%-7s %-5s %5ux%-5u %6u %11.3f %8.1f GFLOP/s  %.1f weight GB/s  (%s, matvec shape %ux%ux%ux%u)\n",
                       "batch", tname.c_str(), n_in, n_out, n, bt * 1e3, kernels::matmul_flops(copies[0], n) / bt / 1e9,
-                      double(bytes.size()) / bt / 1e9,
-                      !tiled                              ? "matvec"
-                      : ctx.options().matmul_tile.empty() ? "tiled"
-                                                          : ("tiled " + ctx.options().matmul_tile).c_str(),
-                      bs.threads_per_row, bs.rows, bs.groups, bs.units);
+                      double(bytes.size()) / bt / 1e9, how.c_str(), bs.threads_per_row, bs.rows, bs.groups, bs.units);
         }
         if (!o.skip_matmul) {
           const double mm =

@@ -24,19 +24,6 @@ gpu::Context& context() {
   return ctx;
 }
 
-uint32_t measured_subgroup_size(gpu::Context& ctx) {
-  if (!ctx.features().subgroups) return 0;
-  gpu::Buffer out = ctx.create_buffer(64 * 4, WGPUBufferUsage_Storage, "subgroup sizes");
-  gpu::ComputeBatch batch(ctx, "subgroup size");
-  const gpu::BufferBinding bindings[] = {{0, &out}};
-  batch.dispatch(ctx.pipeline({"subgroup_size.wgsl", "subgroup_size", {}, ""}), bindings, 1);
-  batch.submit_and_wait();
-  const auto sizes = ctx.read<uint32_t>(out);
-  for (const uint32_t v : sizes)
-    if (v != sizes[0]) return 0;
-  return sizes[0];
-}
-
 uint64_t seed() {
   static const uint64_t s = []() -> uint64_t {
     if (const char* env = std::getenv("WGLLM_TEST_SEED")) return std::stoull(env);

@@ -29,9 +29,6 @@ gpu::ContextOptions context_options(Edit edit) {
 }
 // The process-wide context, made with context_options().
 gpu::Context& context();
-// The subgroup size every invocation of a workgroup of ctx sees (tests/gpu/subgroup_size.wgsl), for adapters that
-// report none of one size (ContextOptions::subgroup_size); 0 without subgroups or where invocations differ.
-uint32_t measured_subgroup_size(gpu::Context& ctx);
 // The run's random seed: fresh each run unless $WGLLM_TEST_SEED is set.
 uint64_t seed();
 

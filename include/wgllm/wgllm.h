@@ -51,8 +51,8 @@ struct LoadOptions {
   std::optional<uint32_t> delta_chunk_from = std::nullopt;
   // BatchEngine's steps of this many sequences or more run their weight products on the tiled kernel in the batch
   // matvec's order (each sequence's bits as alone; GPUs), whatever the product's rows; 0: never; unset: 32 sequences
-  // and products of 8,192 rows or more, 16 and 65,536 (the CLI reads $WGLLM_BATCH_TILE_FROM): a tuning knob for
-  // benchmarks.
+  // and products of 8,192 rows or more or that split (batch_split), 16 and 65,536 (the CLI reads
+  // $WGLLM_BATCH_TILE_FROM): a tuning knob for benchmarks.
   std::optional<uint32_t> batch_tile_from = std::nullopt;
   // Those tiled products split over this many groups of lane classes (a workgroup per tile and group, a dispatch
   // adding the groups); 1: never; unset: where a product has too few tiles to fill the GPU (the CLI reads

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "gpu/batch.h"
 #include "wgllm/error.h"
 
 namespace wgllm::gpu {
@@ -260,6 +261,22 @@ const Buffer& Context::scratch(uint64_t bytes) {
   if (!scratch_.handle || scratch_.size < bytes)
     scratch_ = create_buffer(std::max<uint64_t>(bytes, scratch_.size * 2), WGPUBufferUsage_Storage, "scratch");
   return scratch_;
+}
+
+uint32_t Context::subgroup_size() {
+  if (!features_.subgroups) return 0;
+  if (adapter_desc_.subgroup_max && adapter_desc_.subgroup_min == adapter_desc_.subgroup_max)
+    return adapter_desc_.subgroup_max;
+  if (!subgroup_size_) {
+    const Buffer out = create_buffer(64 * 4, WGPUBufferUsage_Storage, "subgroup sizes");
+    ComputeBatch batch(*this, "subgroup size");
+    const BufferBinding bindings[] = {{0, &out}};
+    batch.dispatch(pipeline({"subgroup_size.wgsl", "subgroup_size", {}, ""}), bindings, 1);
+    batch.submit_and_wait();
+    const auto sizes = read<uint32_t>(out);
+    subgroup_size_ = std::all_of(sizes.begin(), sizes.end(), [&](uint32_t v) { return v == sizes[0]; }) ? sizes[0] : 0;
+  }
+  return *subgroup_size_;
 }
 
 uint64_t Context::max_binding_size() const {

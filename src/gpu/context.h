@@ -58,17 +58,13 @@ struct ContextOptions {
   // "" = the adapter's default. A tuning knob for benchmarks and tests.
   std::string matvec_shape = {};
   // Batch decode's products of this many tokens or more on the tiled kernel in the batch matvec's order, of any
-  // row count (kernels::batch_tile_from); 0: never; unset: the rule of kernels::kBatchTileFrom and kBatchTileRows
-  // (kernels/matmul.h). A tuning knob for benchmarks and tests.
+  // row count (kernels::batch_tile_from); 0: never; unset: the rule of kernels::kBatchTileFrom, kBatchTileRows and
+  // kSplitWorkgroups (kernels/matmul.h). A tuning knob for benchmarks and tests.
   std::optional<uint32_t> batch_tile_from = std::nullopt;
   // Batch decode's tiled products split over this many groups of the matvec's lane classes (a workgroup per tile and
   // group, then a dispatch that adds the groups: kernels::batch_takes_tiles), where the classes allow it; 1: never;
   // unset: as many as it takes for enough workgroups. A tuning knob for benchmarks and tests.
   std::optional<uint32_t> batch_split = std::nullopt;
-  // The subgroup size of an adapter that reports none of one size (wgpu reports 0 for lavapipe's): what a split of
-  // batch decode's tiled products may assume; 0 = unknown (then they split only without subgroups). For tests that
-  // measured it.
-  uint32_t subgroup_size = 0;
   // The tiled matmul's shape, "TOKENSxROWS[/TTxTR][xf16]" (kernels::parse_matmul_tile); "" = chosen per product.
   std::string matmul_tile = {};
   // The CPU adapters' product kernel's shape, "WORKGROUPxROWSxTOKENS" (kernels::parse_rows_config), or "off": the
@@ -208,6 +204,11 @@ class Context {
   // the smaller one alive), so repeated steps bind the same buffer.
   const Buffer& scratch(uint64_t bytes);
 
+  // The subgroup size invocations run with: the adapter's where it reports one size, else measured once (a
+  // workgroup of 64 reads the builtin: subgroup_size.wgsl; wgpu-native reports none for lavapipe or NVIDIA); 0
+  // without subgroups or where a workgroup's invocations differ.
+  uint32_t subgroup_size();
+
   // Largest range one binding may cover: min(maxStorageBufferBindingSize, maxBufferSize).
   uint64_t max_binding_size() const;
 
@@ -226,6 +227,7 @@ class Context {
   std::unique_ptr<ErrorSink> errors_;
   std::unique_ptr<PipelineCache> pipelines_;
   Buffer placeholder_, placeholder_writable_, scratch_;
+  std::optional<uint32_t> subgroup_size_;  // subgroup_size(), once known
   Profiler* profiler_ = nullptr;
 };
 

@@ -169,7 +169,7 @@ struct BatchTiles {
   ClassOrder order;
   MatmulTile tile;
 };
-std::optional<BatchTiles> batch_tiles(const gpu::Context& ctx, const GpuWeight& w, uint32_t n_tokens);
+std::optional<BatchTiles> batch_tiles(gpu::Context& ctx, const GpuWeight& w, uint32_t n_tokens);
 
 constexpr const char* kMatvecShader = "matmul_common.wgsl+rope_angle.wgsl+rope_kv_epilogue.wgsl+matvec.wgsl";
 constexpr const char* kRowsShader = "matmul_common.wgsl+rope_angle.wgsl+rope_kv_epilogue.wgsl+matmul_rows.wgsl";
@@ -500,18 +500,16 @@ namespace {
 std::optional<MatmulTile> batch_tile(const gpu::Context& ctx, uint32_t n_tokens);  // below
 
 // The tiled kernel's order and tile for batch decode's product of w over n_tokens: from batch_tile_from(ctx) tokens
-// and kBatchTileRows rows on (or half the tokens and 8x the rows; any rows when ContextOptions::batch_tile_from is
-// set), where the batch matvec's lane sums are one fixed tree (an adapter of one subgroup size) of 4 to 32 lanes a row
-// for the float types, up to 256 for the block types; nullopt otherwise (the matvec then takes the product).
-std::optional<BatchTiles> batch_tiles(const gpu::Context& ctx, const GpuWeight& w, uint32_t n_tokens) {
+// on products of kBatchTileRows rows or more and on those that split (few tiles), from half the tokens on 8x the rows
+// (any product from batch_tile_from when ContextOptions::batch_tile_from is set), where the batch matvec's lane sums
+// are one fixed tree (an adapter of one subgroup size) of 4 to 32 lanes a row for the float types, up to 256 for the
+// block types; nullopt otherwise (the matvec then takes the product).
+std::optional<BatchTiles> batch_tiles(gpu::Context& ctx, const GpuWeight& w, uint32_t n_tokens) {
   if (const auto split = ctx.options().batch_split; split && (*split == 0 || (*split & (*split - 1))))
     throw InvalidArgument("batch split " + std::to_string(*split) + ": a power of two (1: never)");
   const uint32_t from = batch_tile_from(ctx);
   const bool forced = ctx.options().batch_tile_from.has_value();  // tuning and tests: whatever the rows
-  const bool enough = forced ? n_tokens >= from
-                             : (n_tokens >= from && w.n_out >= kBatchTileRows) ||
-                                   (n_tokens >= from / 2 && w.n_out >= 8 * kBatchTileRows);
-  if (w.n_experts || from == 0 || !enough) return std::nullopt;
+  if (w.n_experts || from == 0 || n_tokens < (forced ? from : from / 2)) return std::nullopt;
   const bool chunks = block_elems(w.type) != 1;
   const MatvecConfig mv = batch_matvec_config(ctx, w.n_out, w.n_in, w.type, 2);
   const uint32_t T = mv.threads_per_row;
@@ -520,9 +518,10 @@ std::optional<BatchTiles> batch_tiles(const gpu::Context& ctx, const GpuWeight& 
   // 1 to 256 (a tree of up to 2^kMaxLevels lanes a chunk)
   constexpr uint32_t kMaxLevels = 6;
   if ((chunks ? T > 256 : T < 4 || T > 32) || (mv.shuffle && a.subgroup_min != a.subgroup_max)) return std::nullopt;
-  // the lanes of a chunk of the matvec's lane sums: its subgroup's size (at most T; all T where the adapter does not
-  // tell its size), one without shuffles
-  const uint32_t lanes = !mv.shuffle ? 1 : a.subgroup_max ? std::min(T, a.subgroup_max) : T;
+  // the lanes of a chunk of the matvec's lane sums: its subgroup's size (at most T; all T where it is not known), one
+  // without shuffles
+  const uint32_t sg = mv.shuffle ? ctx.subgroup_size() : 1;
+  const uint32_t lanes = sg ? std::min(T, sg) : T;
   const uint32_t levels = uint32_t(std::countr_zero(lanes));
   if (chunks && levels > kMaxLevels) return std::nullopt;
   const std::optional<MatmulTile> t = batch_tile(ctx, n_tokens);
@@ -535,13 +534,11 @@ std::optional<BatchTiles> batch_tiles(const gpu::Context& ctx, const GpuWeight& 
       (chunks && t->threads() < t->tokens))
     return std::nullopt;
   ClassOrder order{.classes = T, .shuffle = mv.shuffle, .chunks = chunks, .levels = levels};
-  // Split over groups of classes: each group a subtree of a chunk of the lanes' tree, so the adapter's subgroup size
-  // must be known (one size, or ContextOptions::subgroup_size) unless there are no shuffles (chunks of one lane);
+  // Split over groups of classes: each group a subtree of a chunk of the lanes' tree, so the subgroup size must be
+  // known (gpu::Context::subgroup_size) unless there are no shuffles (chunks of one lane);
   // a float type's group holds whole passes (4 classes). By default the fewest groups that give kSplitWorkgroups
   // workgroups, where the product has fewer; ContextOptions::batch_split forces a count the classes allow.
-  const uint32_t known = !mv.shuffle                                          ? 1
-                         : a.subgroup_max && a.subgroup_min == a.subgroup_max ? a.subgroup_max
-                                                                              : ctx.options().subgroup_size;
+  const uint32_t known = !mv.shuffle ? 1 : ctx.subgroup_size();
   const uint32_t min_group = chunks ? 1 : 4, classes = chunks ? T : std::max(T, 4u);
   if (known) {
     const uint32_t chunk = std::min(classes, known);  // the lanes of a chunk of the tree
@@ -552,8 +549,8 @@ std::optional<BatchTiles> batch_tiles(const gpu::Context& ctx, const GpuWeight& 
     };
     const uint64_t tiles = uint64_t((w.n_out + t->rows - 1) / t->rows) * ((n_tokens + t->tokens - 1) / t->tokens);
     uint32_t groups = 1;
-    if (const auto forced = ctx.options().batch_split) {
-      if (allowed(*forced)) groups = *forced;
+    if (const auto split = ctx.options().batch_split) {
+      if (allowed(*split)) groups = *split;
     } else if (tiles < kSplitWorkgroups) {
       for (uint32_t g = 2; g <= classes; g *= 2)
         if (allowed(g)) {
@@ -564,13 +561,21 @@ std::optional<BatchTiles> batch_tiles(const gpu::Context& ctx, const GpuWeight& 
     order.groups = groups;
     order.lanes = chunk;
   }
+  // (H100, PERF.md "split over groups of lane classes": split, every product is ahead of the matvec from 32 tokens)
+  const bool rule = n_tokens >= from ? w.n_out >= kBatchTileRows || order.groups > 1 : w.n_out >= 8 * kBatchTileRows;
+  if (!forced && !rule) return std::nullopt;
   return BatchTiles{.order = order, .tile = *t};
 }
 
 }  // namespace
 
-bool batch_takes_tiles(const gpu::Context& ctx, const GpuWeight& w, uint32_t n_tokens) {
+bool batch_takes_tiles(gpu::Context& ctx, const GpuWeight& w, uint32_t n_tokens) {
   return batch_tiles(ctx, w, n_tokens).has_value();
+}
+
+uint32_t batch_tile_groups(gpu::Context& ctx, const GpuWeight& w, uint32_t n_tokens) {
+  const auto t = batch_tiles(ctx, w, n_tokens);
+  return t ? t->order.groups : 0;
 }
 
 namespace {

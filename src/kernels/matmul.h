@@ -54,23 +54,26 @@ MatvecConfig matvec_config(const gpu::Context& ctx, uint32_t n_rows = 0, uint32_
 // in flight may (one token: 2 rows x 8 groups x 2 units for the float types).
 MatvecConfig batch_matvec_config(const gpu::Context& ctx, uint32_t n_rows, uint32_t n_in, GgufType type,
                                  uint32_t n_tokens);
-// MatmulImpl::Batch's products of this many tokens or more and at least kBatchTileRows rows (or of half as many tokens
-// and 8 x kBatchTileRows rows: an LM head) run on the tiled kernel in the batch matvec's order (the same bits for every
+// MatmulImpl::Batch's products of this many tokens or more and at least kBatchTileRows rows or that split (below; or
+// of half as many tokens and 8 x kBatchTileRows rows: an LM head) run on the tiled kernel in the batch matvec's order (the same bits for every
 // token as the matvec would give it: each thread a 4 x 4 tile of outputs, a chain per lane class of the matvec, the
 // classes' tree as its lane sums take it; the block types' runs as the matvec's run_acc takes them). Adapters of one
 // subgroup size, batch matvec shapes of 4 to 32 threads per row for the float types and up to 256 for the block types,
 // f32 tiles, no expert products. ContextOptions::batch_tile_from (then whatever the rows), else kBatchTileFrom; 0:
-// never. (H200, PERF.md "Batch decode's float products on the tiled kernel": a workgroup walks the whole row, so
-// products of few rows or tokens have too few workgroups and lose to the matvec; the block types take the float
-// types' rule, not yet measured.)
+// never. (H200, PERF.md "Batch decode's float products on the tiled kernel": unsplit, a workgroup walks the whole
+// row, so products of few rows or tokens have too few workgroups and lose to the matvec; H100, "split over groups of
+// lane classes": Q4_K's tiles 1.25-1.6x its matvec on the big products at 32-64 tokens.)
 inline constexpr uint32_t kBatchTileFrom = 32;
 inline constexpr uint32_t kBatchTileRows = 8192;
 // Those tiled products with fewer tiles than this split over groups of lane classes (ContextOptions::batch_split):
-// a workgroup per tile and group, then one dispatch adding the groups as the lanes' tree does (not yet measured).
-inline constexpr uint32_t kSplitWorkgroups = 512;
+// a workgroup per tile and group, then one dispatch adding the groups as the lanes' tree does; by default then on
+// products of any row count (H100: 1.1-2.2x the matvec from 32 tokens; 2048 x 16384 at 256 tiles was as fast unsplit).
+inline constexpr uint32_t kSplitWorkgroups = 256;
 uint32_t batch_tile_from(const gpu::Context& ctx);
 // Whether MatmulImpl::Batch runs w's product of n_tokens on the tiled kernel.
-bool batch_takes_tiles(const gpu::Context& ctx, const GpuWeight& w, uint32_t n_tokens);
+bool batch_takes_tiles(gpu::Context& ctx, const GpuWeight& w, uint32_t n_tokens);
+// The groups of lane classes that tiled product is split over (1: none; 0: not tiled).
+uint32_t batch_tile_groups(gpu::Context& ctx, const GpuWeight& w, uint32_t n_tokens);
 // The one-token Q4_K product on x's packed digits (MatmulOptions::digits): 32 threads per row and 8 rows (tall
 // products) or 4 (long rows) a workgroup, 2 x 4 groups otherwise; CPU adapters the matvec's own; or the context's
 // matvec_shape option.

@@ -317,5 +317,24 @@ TEST(GpuContext, UnknownShaderNamesItself) {
   }
 }
 
+// Context::subgroup_size: the adapter's where it reports one size, else measured (a power of two, at least 4 and at
+// most 128 on any adapter we know); 0 with subgroups off.
+TEST(GpuContext, SubgroupSize) {
+  gpu::Context& ctx = context();
+  const uint32_t s = ctx.subgroup_size();
+  if (!ctx.features().subgroups) {
+    EXPECT_EQ(s, 0u);
+  } else {
+    EXPECT_TRUE(s >= 4 && s <= 128 && (s & (s - 1)) == 0) << s;
+    const auto& a = ctx.adapter();
+    if (a.subgroup_max && a.subgroup_min == a.subgroup_max) {
+      EXPECT_EQ(s, a.subgroup_max);
+    }
+    EXPECT_EQ(ctx.subgroup_size(), s);  // (once measured, kept)
+  }
+  gpu::Context off(context_options([](auto& o) { o.disable_subgroups = true; }));
+  EXPECT_EQ(off.subgroup_size(), 0u);
+}
+
 }  // namespace
 }  // namespace wgllm::test

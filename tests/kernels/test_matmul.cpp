@@ -744,8 +744,9 @@ TEST(Matmul, BatchTilesAsTheMatvec) {
   // Q8_0 over 25 chunks: classes of several chunks, of one and of none)
   // Split products (MM_SPLIT + matmul_fold.wgsl) with groups of 4 classes (the tree above them 2 lanes a chunk, one
   // chunk or several), of 1 (8 lanes a chunk), of 1 without subgroups (the chunks' sums alone; the float types' whole
-  // passes do not split there), all with the subgroup size measured.
-  const uint32_t sg = measured_subgroup_size(context());
+  // passes do not split there), the subgroup size measured where the adapter reports none
+  // (gpu::Context::subgroup_size).
+  const uint32_t sg = context().subgroup_size();
   for (const Shape sh :
        {Shape{"", false}, Shape{"16x2x2", false}, Shape{"32x2x2", false}, Shape{"4x2x8", false}, Shape{"16x2x2", true},
         Shape{"", false, 2}, Shape{"16x2x2", false, 4}, Shape{"32x2x2", false, 8}, Shape{"16x2x2", true, 16}}) {
@@ -756,7 +757,7 @@ TEST(Matmul, BatchTilesAsTheMatvec) {
       o.matvec_shape = sh.matvec;
       o.disable_subgroups = sh.no_subgroups;
       o.batch_tile_from = 8;  // (and whatever the rows)
-      if (sh.split) o.batch_split = sh.split, o.subgroup_size = sg;
+      o.batch_split = sh.split ? sh.split : 1;  // (1: unsplit)
     }));
     auto gen = rng(777);
     const std::vector<Case> cases =
@@ -852,8 +853,8 @@ TEST(Matmul, BatchTilesAsTheMatvec) {
   }
 }
 
-// Which batch products take the tiled kernel: by default from kBatchTileFrom tokens at kBatchTileRows rows and from
-// half the tokens at 8x the rows, float and block types alike, never a step below that; batch_tile_from set: any
+// Which batch products take the tiled kernel: by default from kBatchTileFrom tokens at kBatchTileRows rows or where
+// the product splits, from half the tokens at 8x the rows, float and block types alike, never a step below that; batch_tile_from set: any
 // rows from its count; 0: never; never with a forced tile of f16 sums.
 TEST(Matmul, BatchTileRule) {
   auto gen = rng(5);
@@ -871,6 +872,9 @@ TEST(Matmul, BatchTileRule) {
   EXPECT_TRUE(kernels::batch_takes_tiles(ctx, taller, from / 2));
   EXPECT_FALSE(kernels::batch_takes_tiles(ctx, taller, from / 2 - 1));
   EXPECT_FALSE(kernels::batch_takes_tiles(ctx, short_w, 4 * from));
+  const auto few = weight(F16, 256);  // 4 tiles of 64 rows: they split (any rows) where the subgroup size is known
+  EXPECT_EQ(kernels::batch_takes_tiles(ctx, few, from), ctx.subgroup_size() >= 4);
+  EXPECT_FALSE(kernels::batch_takes_tiles(ctx, few, from - 1));
   EXPECT_TRUE(kernels::batch_takes_tiles(ctx, block, from));
   EXPECT_FALSE(kernels::batch_takes_tiles(ctx, block, from - 1));
   EXPECT_FALSE(kernels::batch_takes_tiles(ctx, short_block, 4 * from));
