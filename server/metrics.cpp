@@ -78,6 +78,8 @@ std::string Metrics::render(const BatchStats& e, uint32_t http_in_flight, size_t
          e.prompt_tokens);
   sample(out, "wgllm_prompt_tokens_cached_total", "counter",
          "of those, positions kept from an earlier request's cache instead of prefilled", e.prompt_tokens_cached);
+  sample(out, "wgllm_prompt_tokens_shared_total", "counter",
+         "of those, positions another sequence slot held (its KV pages shared)", e.prompt_tokens_shared);
   sample(out, "wgllm_generated_tokens_total", "counter", "tokens generated", e.generated_tokens);
   sample(out, "wgllm_engine_steps_total", "counter", "forward steps the engine ran", e.steps);
   sample(out, "wgllm_engine_busy_seconds_total", "counter", "time the engine spent running steps", e.busy_seconds);

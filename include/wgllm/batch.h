@@ -86,6 +86,7 @@ struct BatchStats {
   uint64_t requests_done = 0, requests_cancelled = 0, requests_failed = 0;
   uint64_t prompt_tokens = 0, generated_tokens = 0;  // over the engine's life
   uint64_t prompt_tokens_cached = 0;                 // of prompt_tokens: positions kept from earlier requests
+  uint64_t prompt_tokens_shared = 0;  // of those, positions another slot's cache held (its KV pages shared, not copied)
   uint64_t steps = 0;                                // forward steps run
   uint64_t steps_chosen_on_gpu = 0;  // decode steps whose tokens were chosen on the GPU (all plain greedy), only
                                      // their ids read back

@@ -72,6 +72,7 @@ struct BatchEngine::Impl {
     std::shared_ptr<Request> request;  // empty: free
     uint32_t fed = 0;                  // prompt tokens fed so far (or kept: cached)
     uint32_t cached = 0;               // prompt tokens kept from the request before (BatchOptions::cache_prompt)
+    uint32_t shared = 0;               // of those, taken from another slot's cache
     uint64_t started = 0;              // when its last request started (a count of starts; 0: never)
     std::optional<Sampler> sampler;
     std::unique_ptr<TextStream> stream;
@@ -88,7 +89,7 @@ struct BatchEngine::Impl {
   BatchOptions options;
   uint32_t n_ctx = 0;
   bool choose_on_gpu = false;  // plain greedy steps choose their ids on the GPU (LoadOptions::choose_on_gpu)
-  std::vector<std::optional<kernels::KvCache>> shared_kv;  // [n_layer] the slots' caches are views of (or empty)
+  std::optional<SharedKv> shared_kv;  // the caches the slots' caches are views of (or none)
   std::vector<Slot> slots;
   uint64_t starts = 0;  // requests started into slots
   std::unique_ptr<GpuBatchDecode> decode;
@@ -115,22 +116,21 @@ struct BatchEngine::Impl {
     constexpr uint32_t kPage = 256;
     const uint32_t slot_ctx = (n_ctx + kPage - 1) / kPage * kPage;
     try {
-      shared_kv = make_shared_kv(ctx, impl.gpu.config, options.parallel, slot_ctx, kPage);
+      shared_kv.emplace(ctx, impl.gpu.config, options.parallel, slot_ctx, kPage);
     } catch (const InvalidArgument&) {
-      shared_kv.clear();
+      shared_kv.reset();
     }
     slots.resize(options.parallel);
     for (uint32_t i = 0; i < options.parallel; ++i) {
       GpuSessionOptions so{.n_ctx = n_ctx, .ubatch = std::min(options.prefill_chunk, n_ctx), .argmax_on_gpu = false};
-      if (!shared_kv.empty()) {
+      if (shared_kv) {
         so.n_ctx = slot_ctx;
-        so.shared_kv = &shared_kv;
-        so.kv_first_page = i * (slot_ctx / kPage);
+        so.shared_kv = &*shared_kv;
+        so.kv_sequence = i;
       }
       slots[i].session = std::make_unique<GpuSession>(ctx, impl.gpu, so);
     }
-    decode =
-        std::make_unique<GpuBatchDecode>(ctx, impl.gpu, options.parallel, shared_kv.empty() ? nullptr : &shared_kv);
+    decode = std::make_unique<GpuBatchDecode>(ctx, impl.gpu, options.parallel, shared_kv ? &*shared_kv : nullptr);
     stats.parallel = options.parallel;
     stats.queue_capacity = options.queue;
     thread = std::thread([this] { run(); });
@@ -208,6 +208,25 @@ struct BatchEngine::Impl {
   }
   static constexpr uint32_t kMinCachedPrompt = 16;
 
+  // Another slot, running or not, whose cache begins with more of the prompt than slot s's own: s takes those
+  // positions over (GpuSession::share_prefix: whole KV pages shared, the last partial one copied) instead of computing
+  // them. A system prompt or a conversation's history is then computed once for every request that begins with it.
+  // Models with a state beyond the KV cache (conv rings, recurrent states) keep to their own slot's cache.
+  std::pair<const Slot*, uint32_t> donor(const Slot& s, const std::vector<int32_t>& prompt, uint32_t own) const {
+    const Slot* best = nullptr;
+    uint32_t best_n = std::max(own, kMinCachedPrompt - 1);
+    if (!options.cache_prompt || prompt.empty()) return {nullptr, 0};
+    for (const Slot& t : slots) {
+      if (&t == &s || !s.session->can_share_prefix(*t.session)) continue;
+      const std::span<const int32_t> cached = t.session->tokens();
+      const size_t limit = std::min(cached.size(), prompt.size() - 1);
+      uint32_t n = 0;
+      while (n < limit && cached[n] == prompt[n]) ++n;
+      if (n > best_n) best = &t, best_n = n;
+    }
+    return {best, best ? best_n : 0};
+  }
+
   // Where a prompt's state is kept for the next request (GpuSession::checkpoint), on models whose state does not
   // rewind in place (conv rings, recurrent states): after the prompt, for a next prompt that continues it and then
   // parts from the reply; and kCheckpointTail tokens before its end, for one that renders this turn's reply
@@ -247,7 +266,14 @@ struct BatchEngine::Impl {
     s.first_token_seconds = 0;
     s.started = ++starts;
     s.cached = reusable(s, s.request->req.prompt);
-    s.session->truncate(s.cached);  // in place (reusable); 0: reset
+    const auto [from, shared] = donor(s, s.request->req.prompt, s.cached);
+    s.shared = from ? shared : 0;
+    if (from) {
+      s.session->share_prefix(*from->session, shared);
+      s.cached = shared;
+    } else {
+      s.session->truncate(s.cached);  // in place (reusable); 0: reset
+    }
     s.fed = s.cached;
     s.sampler.emplace(s.request->req.sampling);
     s.stream = std::make_unique<TextStream>(model, true, s.request->req.keep_special);
@@ -366,6 +392,7 @@ struct BatchEngine::Impl {
           std::lock_guard lock(mu);
           stats.prompt_tokens += prompt.size();
           stats.prompt_tokens_cached += s.cached;
+          stats.prompt_tokens_shared += s.shared;
         }
         take(s, logits);
       }

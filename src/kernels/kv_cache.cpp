@@ -36,16 +36,19 @@ KvCache::KvCache(gpu::Context& ctx, const KvCacheConfig& config, std::string_vie
     const uint32_t pages = std::min(pages_per_pool_, n_pages_ - p * pages_per_pool_);
     pools_->push_back(ctx.create_buffer(pages * page_bytes, WGPUBufferUsage_Storage, name + " pool"));
   }
-  table_.resize(n_pages_);
-  std::iota(table_.begin(), table_.end(), 0u);
+  map_ = std::make_shared<PageMap>();
+  std::vector<uint32_t>& table = map_->table;
+  table.resize(n_pages_);
+  std::iota(table.begin(), table.end(), 0u);
   if (!config_.page_order.empty()) {
     std::vector<uint32_t> sorted = config_.page_order;
     std::sort(sorted.begin(), sorted.end());
-    if (sorted != table_)
+    if (sorted != table)
       throw InvalidArgument(name + ": page_order must be a permutation of the " + std::to_string(n_pages_) + " pages");
-    table_ = config_.page_order;
+    table = config_.page_order;
   }
-  page_table_ = ctx.upload<uint32_t>(table_, WGPUBufferUsage_Storage, name + " page table");
+  page_table_ =
+      std::make_shared<gpu::Buffer>(ctx.upload<uint32_t>(table, WGPUBufferUsage_Storage, name + " page table"));
 }
 
 KvCache::KvCache(const KvCache& owner, uint32_t first_page, uint32_t n_pages, std::string_view label)
@@ -54,6 +57,7 @@ KvCache::KvCache(const KvCache& owner, uint32_t first_page, uint32_t n_pages, st
       n_pages_(n_pages),
       pages_per_pool_(owner.pages_per_pool_),
       pools_(owner.pools_),
+      map_(owner.map_),
       page_base_(owner.page_base_ + first_page),
       view_(true) {
   const std::string name(label);
@@ -66,8 +70,11 @@ KvCache::KvCache(const KvCache& owner, uint32_t first_page, uint32_t n_pages, st
                           std::to_string(kPageMultiple));
   config_.max_seq = n_pages * config_.page_size;
   config_.page_order.clear();
-  table_.assign(owner.table_.begin() + first_page, owner.table_.begin() + first_page + n_pages);
-  page_table_ = ctx_.upload<uint32_t>(table_, WGPUBufferUsage_Storage, name + " page table");
+  const auto first = map_->table.begin() + page_base_;
+  page_table_ = std::make_shared<gpu::Buffer>(
+      ctx_.upload<uint32_t>(std::span(first, first + n_pages), WGPUBufferUsage_Storage, name + " page table"));
+  std::erase_if(map_->views, [](const PageMap::ViewTable& v) { return v.buffer.expired(); });
+  map_->views.push_back({page_base_, n_pages, page_table_});
 }
 
 uint64_t KvCache::bytes() const {
@@ -77,8 +84,49 @@ uint64_t KvCache::bytes() const {
   return b;
 }
 
+uint64_t KvCache::page_bytes() const { return 2ull * config_.page_size * config_.kv_dim * kv_type_bytes(config_.type); }
+
+uint32_t KvCache::physical_page(uint32_t page) const {
+  if (page >= n_pages_)
+    throw InvalidArgument("KvCache::physical_page: page " + std::to_string(page) + " of " + std::to_string(n_pages_));
+  return map_->table[page_base_ + page];
+}
+
+void KvCache::remap(uint32_t page, uint32_t physical) {
+  if (view_) throw InvalidArgument("KvCache::remap: a view's pages are remapped through its owner");
+  if (page >= n_pages_ || physical >= n_pages_)
+    throw InvalidArgument("KvCache::remap: page " + std::to_string(page) + " -> " + std::to_string(physical) +
+                          " is outside the " + std::to_string(n_pages_) + " pages");
+  map_->table[page] = physical;
+  ctx_.write_buffer(*page_table_, uint64_t(page) * 4, &physical, 4);
+  for (const PageMap::ViewTable& v : map_->views)
+    if (page >= v.first && page < v.first + v.n)
+      if (const std::shared_ptr<gpu::Buffer> b = v.buffer.lock())
+        ctx_.write_buffer(*b, uint64_t(page - v.first) * 4, &physical, 4);
+}
+
+void KvCache::copy_rows(gpu::ComputeBatch& batch, uint32_t from, uint32_t to, uint32_t rows,
+                        const gpu::Buffer& staging) const {
+  if (view_) throw InvalidArgument("KvCache::copy_rows: a view's rows are copied through its owner");
+  if (from >= n_pages_ || to >= n_pages_ || rows > config_.page_size)
+    throw InvalidArgument("KvCache::copy_rows: rows [0, " + std::to_string(rows) + ") of page " + std::to_string(from) +
+                          " -> " + std::to_string(to) + " are outside the " + std::to_string(n_pages_) + " pages of " +
+                          std::to_string(config_.page_size) + " rows");
+  if (staging.size < page_bytes()) throw InvalidArgument("KvCache::copy_rows: the staging buffer is under a page");
+  if (rows == 0 || from == to) return;
+  const uint64_t esize = kv_type_bytes(config_.type), half = uint64_t(config_.page_size) * config_.kv_dim * esize;
+  const uint64_t bytes = uint64_t(rows) * config_.kv_dim * esize;
+  const uint64_t page = 2 * half;
+  const gpu::Buffer &src = (*pools_)[from / pages_per_pool_], &dst = (*pools_)[to / pages_per_pool_];
+  const uint64_t src_at = (from % pages_per_pool_) * page, dst_at = (to % pages_per_pool_) * page;
+  batch.copy(src, src_at, staging, 0, bytes);            // K
+  batch.copy(src, src_at + half, staging, half, bytes);  // V
+  batch.copy(staging, 0, dst, dst_at, bytes);
+  batch.copy(staging, half, dst, dst_at + half, bytes);
+}
+
 KvCache::Location KvCache::locate(uint32_t pos) const {
-  const uint32_t phys = table_[pos / config_.page_size];
+  const uint32_t phys = map_->table[page_base_ + pos / config_.page_size];
   const uint64_t page_elems = 2ull * config_.page_size * config_.kv_dim;
   const uint64_t base = uint64_t(phys % pages_per_pool_) * page_elems;
   const uint64_t row = uint64_t(pos % config_.page_size) * config_.kv_dim;

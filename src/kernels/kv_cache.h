@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu/batch.h"
 #include "gpu/context.h"
 
 namespace wgllm::kernels {
@@ -49,11 +50,22 @@ class KvCache {
   uint32_t pages_per_pool() const { return pages_per_pool_; }
   uint32_t n_pools() const { return static_cast<uint32_t>(pools_->size()); }
   const gpu::Buffer& pool(uint32_t i) const { return (*pools_)[std::min<uint32_t>(i, n_pools() - 1)]; }
-  const gpu::Buffer& page_table() const { return page_table_; }
+  const gpu::Buffer& page_table() const { return *page_table_; }
   // A view's first page in its owner's page table (0 for an owner), and whether two caches share pools.
   uint32_t page_base() const { return page_base_; }
   bool same_pools(const KvCache& o) const { return pools_ == o.pools_; }
   uint64_t bytes() const;  // GPU memory taken by the pools (a view: by its pages)
+  uint64_t page_bytes() const;  // one page's K and V rows
+
+  // The physical page behind logical page `page` (a view's: relative to its first page).
+  uint32_t physical_page(uint32_t page) const;
+  // Points the owner's logical page `page` at physical page `physical` (pages may then share a physical page): the
+  // owner's page table and those of its views that cover it, on the host and on the GPU (a queue write: work
+  // submitted before it reads the old entry, work submitted after it the new one). Owners only.
+  void remap(uint32_t page, uint32_t physical);
+  // Encodes copies of K and V rows [0, rows) of physical page `from` into physical page `to` (rows past them are
+  // left alone), through `staging` (at least page_bytes(); a buffer cannot be copied into itself). Owners only.
+  void copy_rows(gpu::ComputeBatch& batch, uint32_t from, uint32_t to, uint32_t rows, const gpu::Buffer& staging) const;
 
   // Element offset (in KV elements, within its pool) of K[pos][0] / V[pos][0], and its pool.
   struct Location {
@@ -71,9 +83,19 @@ class KvCache {
   gpu::Context& ctx_;
   KvCacheConfig config_;
   uint32_t n_pages_ = 0, pages_per_pool_ = 0;
+  // The owner's logical page -> physical page, on the host, and the GPU page tables of its live views (each a slice
+  // of it from its first page): shared by an owner and its views, so that remap reaches them all.
+  struct PageMap {
+    std::vector<uint32_t> table;
+    struct ViewTable {
+      uint32_t first, n;
+      std::weak_ptr<gpu::Buffer> buffer;
+    };
+    std::vector<ViewTable> views;
+  };
   std::shared_ptr<std::vector<gpu::Buffer>> pools_;  // shared by an owner and its views
-  std::vector<uint32_t> table_;                      // logical page -> physical page
-  gpu::Buffer page_table_;
+  std::shared_ptr<PageMap> map_;
+  std::shared_ptr<gpu::Buffer> page_table_;  // this cache's slice of the map on the GPU
   uint32_t page_base_ = 0;
   bool view_ = false;
 };

@@ -33,7 +33,7 @@ struct GpuBatchDecode::Buffers {
 };
 
 GpuBatchDecode::GpuBatchDecode(gpu::Context& ctx, const GpuModel& model, uint32_t max_sequences,
-                               const std::vector<std::optional<kernels::KvCache>>* shared_kv)
+                               const SharedKv* shared_kv)
     : ctx_(ctx),
       model_(model),
       max_(max_sequences),
@@ -282,7 +282,7 @@ GpuBatchDecode::Encoded GpuBatchDecode::encode_step(std::span<GpuSession* const>
                 c.arch != Arch::Gemma4;
   for (uint32_t l = 0; shared && l < c.n_layer; ++l) {
     if (!c.is_attention(l)) continue;
-    const auto& owner = shared_kv_->at(l);
+    const auto& owner = shared_kv_->layer(l);
     shared = owner && owner->n_pools() == 1;
     for (GpuSession* s : sessions) shared = shared && s->kv(l).same_pools(*owner);
   }

@@ -19,8 +19,7 @@ class GpuBatchDecode {
   // Activations for up to max_sequences tokens. The context and model must outlive it. With shared_kv (the caches
   // the sessions are views of: GpuSessionOptions::shared_kv, one pool each), the RoPE + KV append and the attention of
   // every sequence are one dispatch each per layer; otherwise one per sequence.
-  GpuBatchDecode(gpu::Context& ctx, const GpuModel& model, uint32_t max_sequences,
-                 const std::vector<std::optional<kernels::KvCache>>* shared_kv = nullptr);
+  GpuBatchDecode(gpu::Context& ctx, const GpuModel& model, uint32_t max_sequences, const SharedKv* shared_kv = nullptr);
   ~GpuBatchDecode();
 
   // Feeds ids[i] to sessions[i] (distinct sessions of this model, each with room for one more position) and returns
@@ -77,7 +76,7 @@ class GpuBatchDecode {
   gpu::Context& ctx_;
   const GpuModel& model_;
   uint32_t max_;
-  const std::vector<std::optional<kernels::KvCache>>* shared_kv_;
+  const SharedKv* shared_kv_;
   std::unique_ptr<Buffers> buf_;
   std::unique_ptr<gpu::BindCache> bind_cache_;
   uint64_t shared_steps_ = 0;

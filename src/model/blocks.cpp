@@ -71,7 +71,7 @@ void encode_attention_rows(const LayerStep& s) {
                                 .window = c.layer_window(l),
                                 .sinks = optional(L.attn_sinks)};
   if (r.shared) {
-    const kernels::KvCache& owner = *r.shared->at(l);
+    const kernels::KvCache& owner = *r.shared->layer(l);
     kernels::encode_qk_norm_rope_kv_rows(s.batch, s.ctx, rope, s.n, rope_table, b.q, b.k, b.v, q_norm, k_norm, owner,
                                          *r.rows);
     // the per-head kernel whatever the depths (bit-identical outputs whatever the batch; attention.h)

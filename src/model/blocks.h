@@ -120,7 +120,7 @@ struct StepRows {
   std::vector<uint32_t> positions;
   // When every sequence's caches are views of one pool per layer (`shared`, the owners): the RoPE + append and the
   // attention of all of them in one dispatch each, from the step's tables.
-  const std::vector<std::optional<kernels::KvCache>>* shared = nullptr;
+  const SharedKv* shared = nullptr;
   const gpu::Buffer* rows = nullptr;     // [n] (position, K offset, V offset, 0)
   const gpu::Buffer* queries = nullptr;  // [n] (position, first page)
   uint32_t max_pos = 0;                  // the step's last position

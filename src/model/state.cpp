@@ -1,5 +1,7 @@
 #include "model/state.h"
 
+#include <algorithm>
+#include <numeric>
 #include <string>
 
 #include "kernels/delta_net.h"
@@ -9,8 +11,8 @@
 namespace wgllm {
 
 SequenceState::SequenceState(gpu::Context& ctx, const ModelConfig& c, uint32_t n_ctx, uint32_t ubatch,
-                             kernels::KvType kv_type, const std::vector<std::optional<kernels::KvCache>>* shared_kv,
-                             uint32_t kv_first_page) {
+                             kernels::KvType kv_type, SharedKv* shared_kv, uint32_t sequence)
+    : shared(shared_kv), sequence(sequence) {
   const uint64_t E = c.n_embd, KV = c.max_kv_dim();
   // One page when the whole cache fits a binding, else pages of 256 positions across pools.
   const uint64_t one_page = 2ull * n_ctx * KV * kernels::kv_type_bytes(kv_type);
@@ -39,11 +41,12 @@ SequenceState::SequenceState(gpu::Context& ctx, const ModelConfig& c, uint32_t n
     }
     if (!c.owns_kv(l)) continue;  // gemma4: attends over an earlier layer's cache
     if (shared_kv) {  // a view of the shared pool
-      const auto& owner = shared_kv->at(l);
-      if (!owner || n_ctx % owner->page_size() != 0)
-        throw InvalidArgument("GpuSession: the shared KV caches do not fit the model or n_ctx " +
-                              std::to_string(n_ctx));
-      kv[l].emplace(*owner, kv_first_page, n_ctx / owner->page_size(), "kv cache view " + std::to_string(l));
+      const auto& owner = shared_kv->layer(l);
+      if (!owner || n_ctx != shared_kv->n_ctx() || sequence >= shared_kv->sequences())
+        throw InvalidArgument("GpuSession: the shared KV caches do not fit the model, n_ctx " + std::to_string(n_ctx) +
+                              " or sequence " + std::to_string(sequence));
+      kv[l].emplace(*owner, shared_kv->first_page(sequence), n_ctx / owner->page_size(),
+                    "kv cache view " + std::to_string(l));
       continue;
     }
     kv[l].emplace(ctx,
@@ -125,21 +128,108 @@ uint64_t conv_state_bytes(const ModelConfig& c, uint32_t ubatch) {
   return bytes;
 }
 
-std::vector<std::optional<kernels::KvCache>> make_shared_kv(gpu::Context& ctx, const ModelConfig& c, uint32_t sequences,
-                                                            uint32_t n_ctx, uint32_t page_size, kernels::KvType type) {
+void SequenceState::own_from(uint32_t n) {
+  if (shared) shared->own_from(sequence, n);
+}
+
+SharedKv::SharedKv(gpu::Context& ctx, const ModelConfig& c, uint32_t sequences, uint32_t n_ctx, uint32_t page_size,
+                   kernels::KvType type)
+    : ctx_(ctx), layers_(c.n_layer), sequences_(sequences), page_size_(page_size) {
   if (page_size == 0 || page_size % kernels::KvCache::kPageMultiple != 0 || n_ctx % page_size != 0)
-    throw InvalidArgument("make_shared_kv: n_ctx " + std::to_string(n_ctx) + " must be a multiple of page_size " +
+    throw InvalidArgument("SharedKv: n_ctx " + std::to_string(n_ctx) + " must be a multiple of page_size " +
                           std::to_string(page_size) + ", itself a multiple of " +
                           std::to_string(kernels::KvCache::kPageMultiple));
-  if (uint64_t(sequences) * n_ctx > UINT32_MAX) throw InvalidArgument("make_shared_kv: sequences x n_ctx exceeds 2^32");
-  std::vector<std::optional<kernels::KvCache>> kv(c.n_layer);
+  if (sequences == 0 || uint64_t(sequences) * n_ctx > UINT32_MAX)
+    throw InvalidArgument("SharedKv: " + std::to_string(sequences) + " sequences x n_ctx " + std::to_string(n_ctx) +
+                          " must be within [1, 2^32)");
+  pages_per_sequence_ = n_ctx / page_size;
   for (uint32_t l = 0; l < c.n_layer; ++l)
     if (c.is_attention(l) && c.owns_kv(l))
-      kv[l].emplace(ctx,
-                    kernels::KvCacheConfig{
-                        .kv_dim = c.kv_dim_at(l), .max_seq = sequences * n_ctx, .page_size = page_size, .type = type},
-                    "shared kv cache " + std::to_string(l));
-  return kv;
+      layers_[l].emplace(
+          ctx,
+          kernels::KvCacheConfig{
+              .kv_dim = c.kv_dim_at(l), .max_seq = sequences * n_ctx, .page_size = page_size, .type = type},
+          "shared kv cache " + std::to_string(l));
+  map_.resize(size_t(sequences) * pages_per_sequence_);
+  std::iota(map_.begin(), map_.end(), 0u);
+  refs_.assign(map_.size(), 1);
+}
+
+uint32_t SharedKv::physical_page(uint32_t s, uint32_t pos) const {
+  if (s >= sequences_ || pos >= n_ctx())
+    throw InvalidArgument("SharedKv: position " + std::to_string(pos) + " of sequence " + std::to_string(s) +
+                          " is outside " + std::to_string(sequences_) + " x " + std::to_string(n_ctx()));
+  return map_[first_page(s) + pos / page_size_];
+}
+
+uint32_t SharedKv::pages_shared() const {
+  return uint32_t(std::count_if(refs_.begin(), refs_.end(), [](uint32_t r) { return r > 1; }));
+}
+
+uint32_t SharedKv::pages_free() const { return uint32_t(std::count(refs_.begin(), refs_.end(), 0u)); }
+
+uint32_t SharedKv::free_page() const {
+  const auto it = std::find(refs_.begin(), refs_.end(), 0u);
+  // A shared page means fewer physical pages in use than logical ones: never reached.
+  if (it == refs_.end()) throw ModelError("SharedKv: no free page although one is shared");
+  return uint32_t(it - refs_.begin());
+}
+
+const gpu::Buffer& SharedKv::staging() {
+  if (!staging_) {
+    uint64_t bytes = 4;
+    for (const auto& cache : layers_)
+      if (cache) bytes = std::max(bytes, cache->page_bytes());
+    staging_ = ctx_.create_buffer(bytes, WGPUBufferUsage_Storage, "kv page staging");
+  }
+  return *staging_;
+}
+
+void SharedKv::point(uint32_t s, uint32_t p, uint32_t physical) {
+  uint32_t& at = map_[first_page(s) + p];
+  if (at == physical) return;
+  --refs_[at];
+  ++refs_[physical];
+  at = physical;
+  for (auto& cache : layers_)
+    if (cache) cache->remap(first_page(s) + p, physical);
+}
+
+void SharedKv::own_from(uint32_t s, uint32_t n) {
+  if (s >= sequences_ || n > n_ctx())
+    throw InvalidArgument("SharedKv::own_from: position " + std::to_string(n) + " of sequence " + std::to_string(s) +
+                          " is outside " + std::to_string(sequences_) + " x " + std::to_string(n_ctx()));
+  std::optional<gpu::ComputeBatch> copies;
+  for (uint32_t p = n / page_size_; p < pages_per_sequence_; ++p) {
+    const uint32_t old = map_[first_page(s) + p];
+    if (refs_[old] == 1) continue;
+    const uint32_t fresh = free_page();
+    const uint32_t keep = p == n / page_size_ ? n % page_size_ : 0;  // rows before n in its page
+    if (keep > 0) {
+      if (!copies) copies.emplace(ctx_, "kv page copies");
+      for (const auto& cache : layers_)
+        if (cache) cache->copy_rows(*copies, old, fresh, keep, staging());
+    }
+    point(s, p, fresh);
+  }
+  if (copies) copies->submit();  // after the page-table writes in the queue, before any work that reads them
+}
+
+void SharedKv::share(uint32_t to, uint32_t from, uint32_t n) {
+  if (to >= sequences_ || from >= sequences_ || n > n_ctx())
+    throw InvalidArgument("SharedKv::share: " + std::to_string(n) + " positions of sequence " + std::to_string(from) +
+                          " into " + std::to_string(to) + " are outside " + std::to_string(sequences_) + " x " +
+                          std::to_string(n_ctx()));
+  if (to == from) return own_from(to, n);
+  for (uint32_t p = 0; p < n / page_size_; ++p) point(to, p, map_[first_page(from) + p]);
+  own_from(to, n / page_size_ * page_size_);  // the rest of `to` its own, the partial page included
+  const uint32_t keep = n % page_size_;
+  if (keep == 0) return;
+  gpu::ComputeBatch copies(ctx_, "kv page copies");
+  const uint32_t p = n / page_size_;
+  for (const auto& cache : layers_)
+    if (cache) cache->copy_rows(copies, map_[first_page(from) + p], map_[first_page(to) + p], keep, staging());
+  copies.submit();
 }
 
 }  // namespace wgllm

@@ -16,15 +16,19 @@
 
 namespace wgllm {
 
+class SharedKv;
+
 struct SequenceState {
-  // Allocates the state of n_ctx positions for prefill chunks of up to ubatch tokens. With shared_kv (the caches
-  // of make_shared_kv), the KV caches are views of its pages [kv_first_page, kv_first_page + n_ctx / page size);
-  // otherwise each layer gets a cache of its own (one page when it fits a binding, else pages of 256 positions).
+  // Allocates the state of n_ctx positions for prefill chunks of up to ubatch tokens. With shared_kv, the KV caches
+  // are views of its sequence `sequence` (n_ctx must be its n_ctx); otherwise each layer gets a cache of its own (one
+  // page when it fits a binding, else pages of 256 positions).
   SequenceState() = default;
   SequenceState(gpu::Context& ctx, const ModelConfig& c, uint32_t n_ctx, uint32_t ubatch, kernels::KvType kv_type,
-                const std::vector<std::optional<kernels::KvCache>>* shared_kv, uint32_t kv_first_page);
+                SharedKv* shared_kv, uint32_t sequence);
 
   std::vector<std::optional<kernels::KvCache>> kv;  // [n_layer]; none for convolution layers
+  SharedKv* shared = nullptr;                       // the caches kv views, and which of its sequences
+  uint32_t sequence = 0;
   // lfm2: per convolution layer a ring of conv_rows B*x rows, row q % conv_rows holding position q (size 0 for
   // attention layers). Rows of the last conv_rows - 1 positions are kept, so truncate rewinds within them.
   // qwen35's DeltaNet layers keep a ring of their q/k/v in-projection rows (delta_conv_dim wide) of only ssm_conv
@@ -69,6 +73,9 @@ struct SequenceState {
   // are simply overwritten later, the conv rings still hold the rows of the positions n needs; a recurrent state
   // only at n = n_past. Otherwise the first n tokens are fed again.
   bool rewinds_to(uint32_t n, uint32_t n_past) const;
+  // Before writing from position n on: the KV pages that hold positions n and later made this sequence's own
+  // (SharedKv::own_from; nothing for caches of its own).
+  void own_from(uint32_t n);
 };
 
 // GPU memory one KV cache position takes over all attention layers (K and V of `type`).
@@ -79,11 +86,51 @@ uint64_t conv_state_bytes(const ModelConfig& c, uint32_t ubatch);
 // GPU memory of one DeltaNet layer's recurrent state (qwen35).
 uint64_t delta_state_bytes(const ModelConfig& c);
 
-// Per attention layer one cache of `sequences` x n_ctx positions in pages of `page_size`, for sessions that share
-// them (GpuSessionOptions::shared_kv): sequence s takes pages [s * n_ctx / page_size, ...). n_ctx must be a multiple
-// of page_size (a multiple of 128).
-std::vector<std::optional<kernels::KvCache>> make_shared_kv(gpu::Context& ctx, const ModelConfig& c, uint32_t sequences,
-                                                            uint32_t n_ctx, uint32_t page_size,
-                                                            kernels::KvType type = kernels::KvType::F16);
+// Per attention layer one cache of `sequences` x n_ctx positions in pages of `page_size`, which sessions view
+// (GpuSessionOptions::shared_kv): sequence s's positions are its logical pages [s * n_ctx / page_size, ...), the
+// same in every layer. A prompt that begins as another sequence's cached tokens may take them over (share): the
+// whole pages behind them become the same physical pages in both sequences (reference-counted), the last partial
+// one is copied. A sequence writes only at or past its n_past, and a truncation first makes the pages it will write
+// its own again (own_from: a shared page replaced by a free one, the rows kept copied), so no sequence ever writes
+// a page another one reads. Every sequence keeps a page for each of its logical pages, so a free page is at hand
+// whenever one is shared. n_ctx must be a multiple of page_size (a multiple of 128).
+class SharedKv {
+ public:
+  SharedKv(gpu::Context& ctx, const ModelConfig& c, uint32_t sequences, uint32_t n_ctx, uint32_t page_size,
+           kernels::KvType type = kernels::KvType::F16);
+
+  // Layer l's cache (none for layers without one of their own).
+  const std::optional<kernels::KvCache>& layer(uint32_t l) const { return layers_.at(l); }
+  uint32_t sequences() const { return sequences_; }
+  uint32_t n_ctx() const { return pages_per_sequence_ * page_size_; }  // positions per sequence
+  uint32_t page_size() const { return page_size_; }
+  uint32_t first_page(uint32_t sequence) const { return sequence * pages_per_sequence_; }
+
+  // Sequence `to`'s first n positions become those of sequence `from` (n no more than what `from` has written):
+  // whole pages shared, the partial last one copied; `to`'s pages from position n on made its own.
+  void share(uint32_t to, uint32_t from, uint32_t n);
+  // Makes the pages holding sequence s's positions [n, n_ctx) its own, keeping rows [page start, n) of a shared one.
+  void own_from(uint32_t s, uint32_t n);
+  // Physical pages in more than one sequence, and in none.
+  uint32_t pages_shared() const;
+  uint32_t pages_free() const;
+  // Sequence s's physical page behind its position `pos` (the same in every layer).
+  uint32_t physical_page(uint32_t s, uint32_t pos) const;
+
+ private:
+  // Points sequence s's logical page p at `physical`, in every layer.
+  void point(uint32_t s, uint32_t p, uint32_t physical);
+  // A physical page no sequence holds.
+  uint32_t free_page() const;
+  // The staging buffer of copies within a pool: as large as the widest layer's page.
+  const gpu::Buffer& staging();
+
+  gpu::Context& ctx_;
+  std::vector<std::optional<kernels::KvCache>> layers_;  // [n_layer]
+  uint32_t sequences_ = 0, pages_per_sequence_ = 0, page_size_ = 0;
+  std::vector<uint32_t> map_;           // [sequences x pages_per_sequence] logical -> physical
+  std::vector<uint32_t> refs_;          // [physical pages] how many logical pages point at each
+  std::optional<gpu::Buffer> staging_;  // a page, for copies within a pool
+};
 
 }  // namespace wgllm

@@ -84,7 +84,7 @@ GpuSession::GpuSession(gpu::Context& ctx, const GpuModel& model, const GpuSessio
   b.argmax_scratch = ctx.create_buffer(kernels::argmax_scratch_bytes(c.n_vocab), kStorage, "argmax scratch");
   for (auto& slot : b.id_readback) slot = ctx.create_buffer(4, WGPUBufferUsage_MapRead, "id readback");
 
-  state_ = SequenceState(ctx, c, n_ctx_, ubatch_, options.kv_type, options.shared_kv, options.kv_first_page);
+  state_ = SequenceState(ctx, c, n_ctx_, ubatch_, options.kv_type, options.shared_kv, options.kv_sequence);
   decode_qkv_.reserve(c.n_layer);
   for (const GpuLayer& L : model.weights.layers) decode_qkv_.push_back(decode_qkv_for(ctx, c, L));
   uint64_t scratch = 4;
@@ -117,6 +117,7 @@ void GpuSession::truncate(uint32_t n) {
   state_.drop_checkpoints_after(n);
   if (n == 0 || state_.rewinds_to(n, n_past_)) {
     n_past_ = n;
+    state_.own_from(n);
     return;
   }
   // Beyond what the state keeps in place (the conv rings): it is rebuilt from the latest checkpoint before n, or
@@ -130,8 +131,30 @@ void GpuSession::truncate(uint32_t n) {
   }
   const std::vector<int32_t> keep(tokens_.begin() + from, tokens_.begin() + n);
   n_past_ = from;
+  state_.own_from(from);
   for (size_t i = 0; i < keep.size(); i += ubatch_)
     run_chunk(std::span(keep).subspan(i, std::min<size_t>(ubatch_, keep.size() - i)), Output::None);
+}
+
+bool GpuSession::can_share_prefix(const GpuSession& from) const {
+  return &from != this && state_.shared && state_.shared == from.state_.shared && !state_.rolls() &&
+         &model_ == &from.model_;
+}
+
+void GpuSession::share_prefix(const GpuSession& from, uint32_t n) {
+  if (!can_share_prefix(from))
+    throw InvalidArgument(
+        "share_prefix: the sessions' KV caches are not views of one SharedKv, or the model keeps "
+        "states beyond its KV cache");
+  if (n > from.n_past_)
+    throw InvalidArgument("share_prefix: " + std::to_string(n) + " positions asked, the other session holds " +
+                          std::to_string(from.n_past_));
+  next_.reset();
+  ++changes_;
+  state_.drop_checkpoints_after(0);
+  state_.shared->share(state_.sequence, from.state_.sequence, n);
+  tokens_.assign(from.tokens_.begin(), from.tokens_.begin() + n);
+  n_past_ = n;
 }
 
 bool GpuSession::truncates_in_place(uint32_t n) const {

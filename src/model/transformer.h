@@ -174,11 +174,11 @@ struct GpuSessionOptions {
   std::optional<bool> argmax_on_gpu = std::nullopt;
   // forward_rows' rows of logits per block (0: as many as fit GpuSession::kLogitBlockBytes; tests force small ones).
   uint32_t logit_block_rows = 0;
-  // Several sequences in one pool (continuous batching, GpuBatchDecode): the session's KV caches are views of these
-  // caches ([n_layer], none for convolution layers; see make_shared_kv), pages [kv_first_page, kv_first_page +
-  // n_ctx / their page size). n_ctx must be a multiple of the page size; kv_type is theirs.
-  const std::vector<std::optional<kernels::KvCache>>* shared_kv = nullptr;
-  uint32_t kv_first_page = 0;
+  // Several sequences in one pool (continuous batching, GpuBatchDecode): the session's KV caches are views of
+  // sequence kv_sequence of these caches (SharedKv, which must outlive the session). n_ctx must be theirs per
+  // sequence; kv_type is theirs.
+  SharedKv* shared_kv = nullptr;
+  uint32_t kv_sequence = 0;
 };
 
 // One sequence: activations for `ubatch` tokens, a KV cache per layer and the decode scratch. The context and
@@ -236,6 +236,11 @@ class GpuSession {
   // back from the latest checkpoint at or before n and the tokens after it are fed again (all n of them without
   // one). Checkpoints past n are forgotten.
   void truncate(uint32_t n);
+  // Replaces this session's state with the first n positions of `from`'s (n <= from.n_past()), as if those tokens
+  // had been fed here: their KV pages shared, not computed again (SharedKv::share). Only between sessions whose caches
+  // are views of one SharedKv, on models whose state is the KV cache alone (can_share_prefix).
+  void share_prefix(const GpuSession& from, uint32_t n);
+  bool can_share_prefix(const GpuSession& from) const;
   // Whether truncate(n) keeps the state in place (no tokens fed again): n == 0, the state rewinds to n, or a
   // checkpoint holds it.
   bool truncates_in_place(uint32_t n) const;

@@ -166,6 +166,51 @@ TEST(BatchEngine, PromptCacheKeepsAnEarlierRequestsPositions) {
   EXPECT_EQ(fresh_stats.prompt_tokens_cached, 0u);
 }
 
+// Requests that begin alike in other slots: the first one's prompt (a shared beginning, then its own) is computed;
+// of the next two, submitted together, one takes its slot and keeps the beginning there, the other takes a free slot
+// and the beginning's positions from the first slot's cache (GpuSession::share_prefix) while that slot runs. Their
+// greedy replies are a fresh engine's, and the stats count the shared positions.
+TEST(BatchEngine, PromptCacheSharedAcrossSlots) {
+  std::vector<int32_t> start;
+  for (const std::string& p : {kPrompts[2], kPrompts[4], kPrompts[10], kPrompts[3]}) {
+    const std::vector<int32_t> t = model().encode(p + "\n");
+    start.insert(start.end(), t.begin(), t.end());
+  }
+  ASSERT_GE(start.size(), 24u);
+  auto with = [&](const std::string& rest) {
+    CompletionRequest r = greedy("", 10);
+    r.prompt = start;
+    const std::vector<int32_t> t = model().encode(rest);
+    r.prompt.insert(r.prompt.end(), t.begin(), t.end());
+    return r;
+  };
+  const CompletionRequest a = with("ROMEO:"), b = with("JULIET:"), c = with("HAMLET:");
+  ASSERT_NE(a.prompt[start.size()], b.prompt[start.size()]);
+  ASSERT_NE(b.prompt[start.size()], c.prompt[start.size()]);
+  ASSERT_NE(a.prompt[start.size()], c.prompt[start.size()]);
+  auto run = [&](bool cache) {
+    BatchEngine engine(model(), {.parallel = 3, .prefill_chunk = 8, .cache_prompt = cache});
+    Collector first, second, third;
+    engine.submit(a, first.callback());
+    first.wait();
+    engine.submit(b, second.callback());
+    engine.submit(c, third.callback());
+    second.wait();
+    third.wait();
+    return std::tuple{std::vector{first.ids, second.ids, third.ids},
+                      std::vector{first.last.n_cached, second.last.n_cached, third.last.n_cached}, engine.stats()};
+  };
+  const auto [ids, cached, stats] = run(true);
+  const auto [fresh_ids, fresh_cached, fresh_stats] = run(false);
+  EXPECT_EQ(ids, fresh_ids);
+  const uint32_t n = uint32_t(start.size());
+  EXPECT_EQ(cached, (std::vector<uint32_t>{0, n, n})) << "the shared beginning, in its slot and in another";
+  EXPECT_EQ(stats.prompt_tokens_cached, 2u * n);
+  EXPECT_EQ(stats.prompt_tokens_shared, n) << "one of the two took it from another slot";
+  EXPECT_EQ(fresh_cached, (std::vector<uint32_t>{0, 0, 0}));
+  EXPECT_EQ(fresh_stats.prompt_tokens_shared, 0u);
+}
+
 // Qwen 3.5's recurrent state does not rewind: its slot keeps copies of it after each prompt and 16 tokens before its
 // end. A conversation's next turn that renders the last prompt's end differently (as chat templates do with the
 // generation prompt) comes back from the one 16 before; one that continues the prompt and parts from its reply, from

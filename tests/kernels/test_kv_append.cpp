@@ -1,4 +1,7 @@
 // The KV append (kv_append.wgsl): rows through the page table into the right pool, f16 and f32 caches.
+#include <algorithm>
+#include <optional>
+
 #include "cpu/ops.h"
 #include "kernel_test_util.h"
 #include "kernels/kv_append.h"
@@ -134,6 +137,59 @@ TEST(KvCacheView, AppendsIntoTheOwnersPages) {
   }
   EXPECT_THROW(kernels::KvCache(owner, 3, 2), InvalidArgument);
   EXPECT_THROW(kernels::KvCache(owner, 0, 0), InvalidArgument);
+}
+
+// An owner's page pointed elsewhere (KvCache::remap) is pointed so in the views that cover it, on the host and on
+// the GPU (a KV append through the view lands in the new page); copy_rows copies a page's first rows of K and of V,
+// within a pool, and leaves the rest of the page as it was. Views remap nothing, and a staging buffer under a page
+// is refused.
+TEST(KvCacheView, RemapReachesTheViewsAndCopyRowsCopiesRows) {
+  auto& ctx = context();
+  const uint32_t kv_dim = 16, page = 128, rows = 50;
+  for (kernels::KvType type : {kernels::KvType::F32, kernels::KvType::F16}) {
+    SCOPED_TRACE(type == kernels::KvType::F32 ? "f32" : "f16");
+    kernels::KvCache owner(ctx, {.kv_dim = kv_dim, .max_seq = 4 * page, .page_size = page, .type = type});
+    auto gen = rng(78);
+    const auto k0 = random_floats(size_t(4) * page * kv_dim, gen, -1.f, 1.f);
+    const auto v0 = random_floats(size_t(4) * page * kv_dim, gen, -1.f, 1.f);
+    owner.write(0, 4 * page, k0, v0);
+    std::vector<float> before_k, before_v;  // as rounded to the cache's type
+    owner.read(0, 4 * page, before_k, before_v);
+    std::optional<kernels::KvCache> view(std::in_place, owner, 2, 2), gone(std::in_place, owner, 2, 1);
+    gone.reset();       // a view no longer alive is left out
+    owner.remap(3, 0);  // the view's second page: the owner's physical page 0
+    EXPECT_EQ(view->physical_page(1), 0u);
+    EXPECT_EQ(owner.physical_page(3), 0u);
+    std::vector<float> got_k, got_v;
+    view->read(page, page, got_k, got_v);
+    const size_t page_elems = size_t(page) * kv_dim;
+    ASSERT_TRUE(std::equal(got_k.begin(), got_k.end(), before_k.begin())) << "the view reads physical page 0";
+    const auto k = random_floats(kv_dim, gen, -1.f, 1.f), v = random_floats(kv_dim, gen, -1.f, 1.f);
+    auto kb = ctx.upload<float>(k, WGPUBufferUsage_Storage, "k"),
+         vb = ctx.upload<float>(v, WGPUBufferUsage_Storage, "v");
+    gpu::ComputeBatch append(ctx);
+    kernels::encode_kv_append(append, ctx, *view, kb, vb, page + 7, 1);  // its second page's row 7
+    append.submit_and_wait();
+    owner.read(7, 1, got_k, got_v);  // physical page 0 is the owner's logical page 0
+    for (uint32_t d = 0; d < kv_dim; ++d) ASSERT_NEAR(got_k[d], k[d], 1e-3) << "the GPU page table was not updated";
+    owner.read(0, 4 * page, before_k, before_v);
+
+    const gpu::Buffer staging = ctx.create_buffer(owner.page_bytes(), WGPUBufferUsage_Storage, "staging");
+    gpu::ComputeBatch copy(ctx);
+    owner.copy_rows(copy, 1, 2, rows, staging);  // physical page 1 (logical 1) -> 2 (logical 2)
+    copy.submit_and_wait();
+    owner.read(0, 4 * page, got_k, got_v);
+    for (size_t i = 0; i < got_k.size(); ++i) {
+      const bool copied = i >= 2 * page_elems && i < 2 * page_elems + size_t(rows) * kv_dim;
+      ASSERT_EQ(got_k[i], copied ? before_k[i - page_elems] : before_k[i]) << "K element " << i;
+      ASSERT_EQ(got_v[i], copied ? before_v[i - page_elems] : before_v[i]) << "V element " << i;
+    }
+    EXPECT_THROW(view->remap(0, 1), InvalidArgument);
+    EXPECT_THROW(owner.remap(0, 4), InvalidArgument);
+    const gpu::Buffer small = ctx.create_buffer(owner.page_bytes() - 4, WGPUBufferUsage_Storage, "small");
+    EXPECT_THROW(owner.copy_rows(copy, 1, 2, rows, small), InvalidArgument);
+    EXPECT_THROW(owner.copy_rows(copy, 1, 2, page + 1, staging), InvalidArgument);
+  }
 }
 
 }  // namespace

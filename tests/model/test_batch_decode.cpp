@@ -66,27 +66,28 @@ TEST_P(BatchDecode, EachSequenceAsIfAlone) {
   auto gen = test::rng(41);
   std::vector<std::vector<int32_t>> prompts;
   for (uint32_t n : lengths) prompts.push_back(random_ids(V, n, gen));
-  using Shared = std::vector<std::optional<kernels::KvCache>>;
   // Sessions fed their prompts: with `pool`, views of it (pages of 256 positions, two per session).
-  auto sessions = [&](const Shared* pool) {
+  auto sessions = [&](SharedKv* pool) {
     std::vector<std::unique_ptr<GpuSession>> v;
     for (size_t i = 0; i < S; ++i) {
       GpuSessionOptions o = so;
       o.shared_kv = pool;
-      o.kv_first_page = uint32_t(2 * i);
+      o.kv_sequence = uint32_t(i);
       v.push_back(std::make_unique<GpuSession>(ctx, gm, o));
       v.back()->forward(prompts[i]);
     }
     return v;
   };
-  const Shared pool_together =
-      tc.shared ? make_shared_kv(ctx, gm.config, uint32_t(S), 512, 256, kernels::KvType::F32) : Shared{};
-  const Shared pool_alone =
-      tc.shared ? make_shared_kv(ctx, gm.config, uint32_t(S), 512, 256, kernels::KvType::F32) : Shared{};
-  auto together = sessions(tc.shared ? &pool_together : nullptr), alone = sessions(tc.shared ? &pool_alone : nullptr),
-       own = sessions(nullptr);
-  GpuBatchDecode bd(ctx, gm, uint32_t(S), tc.shared ? &pool_together : nullptr);
-  GpuBatchDecode bd_alone(ctx, gm, uint32_t(S), tc.shared ? &pool_alone : nullptr);
+  std::optional<SharedKv> pool_together, pool_alone;
+  if (tc.shared) {
+    pool_together.emplace(ctx, gm.config, uint32_t(S), 512, 256, kernels::KvType::F32);
+    pool_alone.emplace(ctx, gm.config, uint32_t(S), 512, 256, kernels::KvType::F32);
+  }
+  SharedKv* together_pool = pool_together ? &*pool_together : nullptr;
+  SharedKv* alone_pool = pool_alone ? &*pool_alone : nullptr;
+  auto together = sessions(together_pool), alone = sessions(alone_pool), own = sessions(nullptr);
+  GpuBatchDecode bd(ctx, gm, uint32_t(S), together_pool);
+  GpuBatchDecode bd_alone(ctx, gm, uint32_t(S), alone_pool);
   // A step of the sessions of the step before runs as encoded ahead (GpuBatchDecode::prepared_steps): the 4th and
   // the last.
   const std::vector<std::vector<size_t>> steps = {{0, 1, 2, 3, 4, 5}, {5, 4, 3, 1, 0},   {2}, {2}, {4, 0, 2},

@@ -1,0 +1,161 @@
+// SharedKv: sessions whose KV caches are views of one pool take over another session's prefix (whole pages shared,
+// the last partial one copied) and then run as if they had computed it; what either writes afterwards never reaches
+// the other, a truncation into a shared page included.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gguf/file.h"
+#include "model/transformer.h"
+#include "model_util.h"
+#include "test_util.h"
+#include "wgllm/error.h"
+
+namespace wgllm {
+namespace {
+
+constexpr uint32_t kCtx = 512, kPage = 128;
+
+std::vector<int32_t> random_ids(uint32_t n_vocab, size_t n, std::mt19937_64& gen) {
+  std::uniform_int_distribution<int32_t> d(0, int32_t(n_vocab) - 1);
+  std::vector<int32_t> p;
+  while (p.size() < n) p.push_back(d(gen));
+  return p;
+}
+
+// Every layer's K and V rows [0, n) of sequence s, as the pool holds them.
+std::vector<float> rows(const ModelConfig& c, const SharedKv& pool, uint32_t s, uint32_t n) {
+  std::vector<float> all, k, v;
+  for (uint32_t l = 0; l < c.n_layer; ++l)
+    if (pool.layer(l)) {
+      pool.layer(l)->read(s * pool.n_ctx(), n, k, v);
+      all.insert(all.end(), k.begin(), k.end());
+      all.insert(all.end(), v.begin(), v.end());
+    }
+  return all;
+}
+
+void expect_same_bits(const std::vector<float>& a, const std::vector<float>& b, const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << what;
+}
+
+class SharedKvPrefix : public ::testing::TestWithParam<std::string> {};
+
+// Sessions a, b, c on one pool (pages of 128 positions), twins d and e on another that compute everything
+// themselves. b takes a's first 200 positions (a page shared, 72 rows copied) and goes on as e, which computed them;
+// a goes on, truncates into the shared page and writes there; b, then c taking b's first 256 (two whole pages),
+// write past them: each step's logits equal the twin's bit for bit, and each sequence's rows stay as they were
+// wherever another one wrote.
+TEST_P(SharedKvPrefix, SessionsTakeOverAnothersPrefix) {
+  const GgufFile f = GgufFile::open(test::model_path(GetParam()));
+  gpu::Context& ctx = test::context();
+  const GpuModel gm = load_gpu_model(ctx, f);
+  const ModelConfig& c = gm.config;
+  const uint32_t V = c.n_vocab;
+  auto gen = test::rng(47);
+  SharedKv pool(ctx, c, 3, kCtx, kPage, kernels::KvType::F32), twins(ctx, c, 2, kCtx, kPage, kernels::KvType::F32);
+  auto session = [&](SharedKv& p, uint32_t s) {
+    return std::make_unique<GpuSession>(
+        ctx, gm,
+        GpuSessionOptions{
+            .n_ctx = kCtx, .ubatch = 32, .kv_type = kernels::KvType::F32, .shared_kv = &p, .kv_sequence = s});
+  };
+  auto a = session(pool, 0), b = session(pool, 1), cs = session(pool, 2), d = session(twins, 0), e = session(twins, 1);
+  auto same = [&](GpuSession& x, GpuSession& twin, const std::vector<int32_t>& ids, const std::string& what) {
+    const std::vector<float> got = x.forward(ids), want = twin.forward(ids);
+    expect_same_bits(got, want, what);
+    EXPECT_TRUE(std::ranges::equal(x.tokens(), twin.tokens())) << what;
+  };
+
+  const std::vector<int32_t> prompt = random_ids(V, 300, gen);
+  same(*a, *d, prompt, "a's prompt");
+  e->forward(prompt);
+  e->truncate(200);
+  EXPECT_EQ(pool.pages_shared(), 0u);
+  b->share_prefix(*a, 200);
+  EXPECT_EQ(b->n_past(), 200u);
+  EXPECT_TRUE(std::ranges::equal(b->tokens(), std::span(prompt).first(200)));
+  EXPECT_EQ(pool.pages_shared(), 1u) << "positions [0, 128)";
+  EXPECT_EQ(pool.pages_free(), 1u) << "b's own first page";
+  EXPECT_EQ(pool.physical_page(1, 0), pool.physical_page(0, 0));
+  EXPECT_NE(pool.physical_page(1, 128), pool.physical_page(0, 128)) << "the partial page is copied";
+  expect_same_bits(rows(c, pool, 1, 200), rows(c, pool, 0, 200), "b's rows are a's");
+
+  const std::vector<float> a_rows = rows(c, pool, 0, 300);
+  same(*b, *e, random_ids(V, 150, gen), "b after the prefix it took");  // positions 200..350
+  expect_same_bits(rows(c, pool, 0, 300), a_rows, "a's rows after b wrote past 200");
+
+  const std::vector<float> b_rows = rows(c, pool, 1, 350);
+  same(*a, *d, random_ids(V, 20, gen), "a going on");  // 300..320
+  for (GpuSession* s : {a.get(), d.get()}) s->truncate(100);
+  EXPECT_EQ(pool.pages_shared(), 0u) << "a's first page copied before a writes into it";
+  EXPECT_EQ(pool.pages_free(), 0u);
+  same(*a, *d, random_ids(V, 60, gen), "a truncated into the shared page and fed again");  // 100..160
+  expect_same_bits(rows(c, pool, 1, 350), b_rows, "b's rows after a wrote into the page they shared");
+  same(*b, *e, random_ids(V, 10, gen), "b after a wrote");  // 350..360
+
+  const std::vector<float> before = rows(c, pool, 1, 360);
+  cs->share_prefix(*b, 256);
+  EXPECT_EQ(pool.pages_shared(), 2u) << "two whole pages, nothing copied";
+  const std::vector<float> taken = rows(c, pool, 1, 256);
+  const std::vector<int32_t> more = random_ids(V, 40, gen);
+  const std::vector<float> got = cs->forward(more);
+  e->truncate(256);
+  expect_same_bits(got, e->forward(more), "c after the two pages it took from b");
+  expect_same_bits(rows(c, pool, 1, 360), before, "b's rows after c wrote past 256");
+  b->reset();
+  EXPECT_EQ(pool.pages_shared(), 0u) << "b's pages its own again before it writes";
+  EXPECT_EQ(pool.pages_free(), 0u) << "the two c left (its own first ones) are b's now";
+  b->forward(random_ids(V, 300, gen));
+  expect_same_bits(rows(c, pool, 2, 256), taken, "c's rows after b was reset and wrote over [0, 300)");
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, SharedKvPrefix,
+                         ::testing::Values("llama-f32", "qwen3-f16", "gemma3-tiny-f32", "gemma4-tiny-kv-f32"),
+                         [](const auto& info) {
+                           std::string s = info.param;
+                           std::replace(s.begin(), s.end(), '-', '_');
+                           return s;
+                         });
+
+TEST(SharedKvPrefix, RefusedWhereItCannotHold) {
+  gpu::Context& ctx = test::context();
+  const GgufFile f = GgufFile::open(test::model_path("llama-f32")),
+                 g = GgufFile::open(test::model_path("lfm2-tiny-f32"));
+  const GpuModel llama = load_gpu_model(ctx, f), lfm2 = load_gpu_model(ctx, g);
+  SharedKv pool(ctx, llama.config, 2, kCtx, kPage), other(ctx, llama.config, 1, kCtx, kPage);
+  SharedKv conv_pool(ctx, lfm2.config, 2, kCtx, kPage);
+  const GpuSessionOptions o{.n_ctx = kCtx, .ubatch = 16};
+  auto on = [&](const GpuModel& m, SharedKv* p, uint32_t s) {
+    GpuSessionOptions so = o;
+    so.shared_kv = p;
+    so.kv_sequence = s;
+    return std::make_unique<GpuSession>(ctx, m, so);
+  };
+  auto a = on(llama, &pool, 0), b = on(llama, &pool, 1), elsewhere = on(llama, &other, 0), own = on(llama, nullptr, 0);
+  auto ids = [](uint32_t n) { return std::vector<int32_t>(n, 5); };
+  a->forward(ids(40));
+  EXPECT_TRUE(b->can_share_prefix(*a));
+  EXPECT_FALSE(a->can_share_prefix(*a)) << "itself";
+  EXPECT_FALSE(elsewhere->can_share_prefix(*a)) << "another pool";
+  EXPECT_FALSE(own->can_share_prefix(*a)) << "caches of its own";
+  EXPECT_THROW(b->share_prefix(*a, 41), InvalidArgument) << "more than a holds";
+  EXPECT_THROW(own->share_prefix(*a, 8), InvalidArgument);
+  EXPECT_EQ(b->n_past(), 0u);
+  auto x = on(lfm2, &conv_pool, 0), y = on(lfm2, &conv_pool, 1);
+  x->forward(ids(40));
+  EXPECT_FALSE(y->can_share_prefix(*x)) << "a conv state is not in the pages";
+  EXPECT_THROW(y->share_prefix(*x, 32), InvalidArgument);
+  EXPECT_THROW(on(llama, &pool, 2), InvalidArgument) << "a sequence past the pool's";
+  EXPECT_THROW(SharedKv(ctx, llama.config, 2, 500, kPage), InvalidArgument) << "n_ctx not whole pages";
+}
+
+}  // namespace
+}  // namespace wgllm
