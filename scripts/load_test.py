@@ -16,6 +16,9 @@ and exits 1 when failures, wrong or leaked is not 0.
     scripts/load_test.py --url http://127.0.0.1:8080 -n 400 -c 32
     scripts/load_test.py --start build/bin/wgllm --parallel 16 -n 400 -c 32    # starts and stops its own server
     scripts/load_test.py --start build/bin/wgllm --long-prompt 2000 ...  # and one request with a long prompt mid-way
+    scripts/load_test.py --start build/bin/wgllm --system-words 500 ...   # every prompt begins with one system text
+
+With --system-words the report adds the server's cached and shared prompt tokens over the run (/metrics).
 """
 import argparse
 import json
@@ -34,15 +37,26 @@ LINES = ["ROMEO:", "JULIET:", "First Citizen:", "MENENIUS:", "KING RICHARD III:"
          "Second Servingman:"]
 
 
-def workload(max_tokens):
-    """The distinct requests: (endpoint, body without stream) of short and long prompts, several max_tokens."""
+def system_text(words):
+    """A system prompt of about `words` words that every request begins with (a deployment's instructions)."""
+    vocab = ["speak", "plainly", "to", "the", "citizens", "of", "Verona", "and", "answer", "in", "verse", "when",
+             "asked", "by", "a", "lord", "or", "lady"]
+    return " ".join(vocab[(i * 7 + i // len(vocab)) % len(vocab)] for i in range(words))
+
+
+def workload(max_tokens, system_words=0):
+    """The distinct requests: (endpoint, body without stream) of short and long prompts, several max_tokens; with
+    system_words, each beginning with the same system text (chat: a system message)."""
     out = []
+    system = system_text(system_words) if system_words else ""
     for i, line in enumerate(LINES):
         words = "and thus I say " * (1 + 6 * (i % 4))  # 4 prompt lengths
         for n in max_tokens:
-            out.append(("completions", {"prompt": f"{line}\n{words}", "max_tokens": n, "temperature": 0}))
-            out.append(("chat/completions", {"messages": [{"role": "user", "content": f"{line} {words}"}],
-                                             "max_tokens": n, "temperature": 0}))
+            prompt = f"{system}\n{line}\n{words}" if system else f"{line}\n{words}"
+            messages = ([{"role": "system", "content": system}] if system else []) + \
+                [{"role": "user", "content": f"{line} {words}"}]
+            out.append(("completions", {"prompt": prompt, "max_tokens": n, "temperature": 0}))
+            out.append(("chat/completions", {"messages": messages, "max_tokens": n, "temperature": 0}))
     return out
 
 
@@ -121,7 +135,7 @@ def percentile(values, p):
 
 def run(args):
     headers = {"Authorization": "Bearer " + args.api_key} if args.api_key else {}
-    kinds = workload([int(x) for x in args.max_tokens.split(",")])
+    kinds = workload([int(x) for x in args.max_tokens.split(",")], args.system_words)
     # The right answers: each distinct request alone.
     ref_client = Client(args.url, headers)
     reference = {i: ref_client.whole(ep, body)[0] for i, (ep, body) in enumerate(kinds)}
@@ -179,6 +193,7 @@ def run(args):
             long_result["error"] = str(e)
         long_result["seconds"] = round(time.perf_counter() - t, 2)
 
+    before = metrics(args.url, headers)
     t0 = time.perf_counter()
     threads = [threading.Thread(target=worker) for _ in range(args.clients)]
     if args.long_prompt:
@@ -211,6 +226,8 @@ def run(args):
         "itl_p50_ms": round(1e3 * statistics.median(itl), 1) if itl else None,
         "itl_p99_ms": round(1e3 * percentile(itl, 99), 1) if itl else None,
         **({"long_prompt": long_result} if args.long_prompt else {}),
+        **({name: int(m.get(f"wgllm_{name}_total", 0) - before.get(f"wgllm_{name}_total", 0))
+            for name in ("prompt_tokens", "prompt_tokens_cached", "prompt_tokens_shared")} if args.system_words else {}),
         "tokens": results["tokens"],
         "tokens_per_s": round(results["tokens"] / wall, 1),
         "wall_s": round(wall, 2),
@@ -247,6 +264,9 @@ def main():
     ap.add_argument("--long-prompt", type=int, default=0, metavar="N",
                     help="also send one completion of an N-token prompt mid-way (the running streams' itl shows what "
                          "its prefill costs them)")
+    ap.add_argument("--system-words", type=int, default=0, metavar="N",
+                    help="every request's prompt begins with the same system text of N words (the prompt cache "
+                         "across sequences shows in ttft and in the cached and shared tokens reported)")
     ap.add_argument("--serve-args", default="", help="with --start: more arguments for serve (-m FILE -c N "
                                                     "--batch-tokens N ...), space-separated")
     args = ap.parse_args()
