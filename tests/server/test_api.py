@@ -80,7 +80,9 @@ class Api(unittest.TestCase):
         again = self.complete(ids + [33, 34, 35], max_tokens=4, temperature=0)
         self.assertGreaterEqual(again.usage.prompt_tokens_details.cached_tokens, len(ids))
         self.assertEqual(again.usage.prompt_tokens, len(ids) + 3)
-        self.assertIn("wgllm_prompt_tokens_cached_total", requests.get(self.server.url + "/metrics", timeout=10).text)
+        metrics = requests.get(self.server.url + "/metrics", timeout=10).text
+        self.assertIn("wgllm_prompt_tokens_cached_total", metrics)
+        self.assertIn("wgllm_prompt_tokens_shared_total", metrics)
 
     def test_stream_equals_whole_chat(self):
         for p in PROMPTS:
