@@ -78,6 +78,11 @@ struct BatchOptions {
   // The kept positions are what the earlier request computed (by prefill or decode steps), so the outputs may differ
   // from a fresh run's in the last bits; greedy outputs were the same in the tests.
   bool cache_prompt = true;
+  // Positions the sequences' KV caches hold together, in pages of 256 (0: parallel x n_ctx, every sequence's whole
+  // context at hand). Fewer: a sequence takes pages as it reaches them and gives them back past a truncation; when
+  // none is free, idle sequences' cached prompts give theirs up, the least recently used first (their caches then
+  // end earlier), and a request that still finds none fails with a one-line error naming the pool.
+  uint32_t kv_pool = 0;
 };
 
 struct BatchStats {

@@ -116,9 +116,13 @@ struct BatchEngine::Impl {
     constexpr uint32_t kPage = 256;
     const uint32_t slot_ctx = (n_ctx + kPage - 1) / kPage * kPage;
     try {
-      shared_kv.emplace(ctx, impl.gpu.config, options.parallel, slot_ctx, kPage);
+      const uint32_t pages = (uint64_t(options.kv_pool) + kPage - 1) / kPage;
+      shared_kv.emplace(ctx, impl.gpu.config, options.parallel, slot_ctx, kPage, kernels::KvType::F16, pages);
     } catch (const InvalidArgument&) {
       shared_kv.reset();
+      if (options.kv_pool)
+        throw InvalidArgument("kv_pool " + std::to_string(options.kv_pool) +
+                              ": the sequences' KV caches do not fit one pool of storage bindings; lower it");
     }
     slots.resize(options.parallel);
     for (uint32_t i = 0; i < options.parallel; ++i) {
@@ -175,20 +179,24 @@ struct BatchEngine::Impl {
     s.sampler.reset();
     s.stream.reset();
     s.counts.clear();
+    if (shared_kv) shared_kv->set_idle(index(s), true);  // its pages may go to others now
   }
 
+  uint32_t index(const Slot& s) const { return uint32_t(&s - slots.data()); }
+
   // The done event of a request cancelled before it had a slot.
-  void finish_unstarted(Request& r) {
+  void finish_unstarted(Request& r, const std::string& error = {}) {
     CompletionEvent e;
     e.request = r.id;
     e.done = true;
     e.stop_reason = StopReason::Caller;
+    e.error = error;
     e.n_prompt = uint32_t(r.req.prompt.size());
     e.queued_seconds = seconds_since(r.submitted);
     {
       std::lock_guard lock(mu);
       live.erase(r.id);
-      ++stats.requests_cancelled;
+      ++(error.empty() ? stats.requests_cancelled : stats.requests_failed);
     }
     send(r, e);
   }
@@ -248,6 +256,8 @@ struct BatchEngine::Impl {
   // The free slot for a prompt: the one that keeps the most of it; among equals the least recently started (an
   // unused one first), so that the caches other prompts may want are the last to go.
   Slot* free_slot(const std::vector<int32_t>& prompt) {
+    for (Slot& s : slots)
+      if (!s.request) s.session->sync_pages();
     Slot* best = nullptr;
     uint32_t best_n = 0;
     for (Slot& s : slots) {
@@ -258,26 +268,45 @@ struct BatchEngine::Impl {
     return best;
   }
 
-  void start(Slot& s, std::shared_ptr<Request> r) {
-    s.request = std::move(r);
+  // Starts request r in free slot s; false when a KV pool of fewer pages than the slots' contexts (kv_pool) has no
+  // pages for its prompt now: the slot stays free and r is the caller's again (to wait, or to fail when nothing runs
+  // that could give pages back; the message then in `error`).
+  bool start(Slot& s, std::shared_ptr<Request>& r, std::string& error) {
+    s.request = r;
     s.generated = 0;
     s.next = -1;
     s.first_token_seen = false;
     s.first_token_seconds = 0;
     s.started = ++starts;
+    if (shared_kv) shared_kv->set_idle(index(s), false);
+    for (Slot& t : slots) t.session->sync_pages();  // idle slots' caches cut back where their pages were taken
     s.cached = reusable(s, s.request->req.prompt);
     const auto [from, shared] = donor(s, s.request->req.prompt, s.cached);
     s.shared = from ? shared : 0;
-    if (from) {
-      s.session->share_prefix(*from->session, shared);
-      s.cached = shared;
-    } else {
-      s.session->truncate(s.cached);  // in place (reusable); 0: reset
+    try {
+      if (from) {
+        s.session->share_prefix(*from->session, shared);
+        s.cached = shared;
+      } else {
+        s.session->truncate(s.cached);  // in place (reusable); 0: reset
+      }
+    } catch (const KvPoolFull&) {  // no page to copy a shared partial page to: the prompt computed in full
+      s.session->truncate(0);
+      s.cached = s.shared = 0;
     }
     s.fed = s.cached;
+    try {  // the prompt's pages and the first step's, so that a request admitted does not fail midway for want of one
+      s.session->reserve(uint32_t(s.request->req.prompt.size()) + 1);
+    } catch (const KvPoolFull& e) {
+      error = e.what();
+      s.request.reset();
+      shared_kv->set_idle(index(s), true);
+      return false;
+    }
     s.sampler.emplace(s.request->req.sampling);
     s.stream = std::make_unique<TextStream>(model, true, s.request->req.keep_special);
     for (int32_t id : s.request->req.prompt) s.sampler->accept(id);
+    return true;
   }
 
   // Picks the token after `logits` for slot s and hands it over; false when the request ends with it.
@@ -411,6 +440,16 @@ struct BatchEngine::Impl {
         else
           active.push_back(&s);
       }
+    // Each sequence's page for this step and the one queued behind it; a request that finds none fails alone.
+    std::erase_if(active, [&](Slot* s) {
+      try {
+        s->session->reserve(s->session->n_past() + 2);
+        return false;
+      } catch (const KvPoolFull& e) {
+        finish(*s, StopReason::Caller, e.what());
+        return true;
+      }
+    });
     if (active.empty()) return;
     std::vector<GpuSession*> sessions;
     std::vector<int32_t> ids;
@@ -488,8 +527,15 @@ struct BatchEngine::Impl {
           r->started = clock_type::now();
           r->running = true;
           lock.unlock();
-          start(*s, std::move(r));
+          std::string error;
+          const bool started = start(*s, r, error);
+          if (!started && !busy()) finish_unstarted(*r, error);  // nothing runs that would give pages back
           lock.lock();
+          if (!started && busy()) {  // it waits, first in line, for a running request to end
+            r->running = false;
+            queue.push_front(std::move(r));
+            break;
+          }
         }
         if (stopping && queue.empty() && !busy()) break;
       }

@@ -22,24 +22,27 @@ KvCache::KvCache(gpu::Context& ctx, const KvCacheConfig& config, std::string_vie
                           " bytes) exceeds the adapter's storage-binding limit of " + std::to_string(limit) +
                           " bytes; use a smaller page size");
   n_pages_ = (config_.max_seq + config_.page_size - 1) / config_.page_size;
+  physical_ = config_.physical_pages ? std::min(config_.physical_pages, n_pages_) : n_pages_;
+  if (physical_ != n_pages_ && !config_.page_order.empty())
+    throw InvalidArgument(name + ": page_order and physical_pages are exclusive");
   if (n_pages_ > 1 && config_.page_size % kPageMultiple != 0)
     throw InvalidArgument(name + ": page_size " + std::to_string(config_.page_size) + " must be a multiple of " +
                           std::to_string(kPageMultiple) + " (attention key tiles never straddle a page)");
-  pages_per_pool_ = static_cast<uint32_t>(std::min<uint64_t>(limit / page_bytes, n_pages_));
-  const uint32_t n_pools = (n_pages_ + pages_per_pool_ - 1) / pages_per_pool_;
+  pages_per_pool_ = static_cast<uint32_t>(std::min<uint64_t>(limit / page_bytes, physical_));
+  const uint32_t n_pools = (physical_ + pages_per_pool_ - 1) / pages_per_pool_;
   if (n_pools > kMaxPools)
     throw InvalidArgument(name + ": " + std::to_string(config_.max_seq) + " positions need " + std::to_string(n_pools) +
                           " storage bindings of " + std::to_string(limit) + " bytes; at most " +
                           std::to_string(kMaxPools) + " are supported: lower the context (-c)");
   pools_ = std::make_shared<std::vector<gpu::Buffer>>();
   for (uint32_t p = 0; p < n_pools; ++p) {
-    const uint32_t pages = std::min(pages_per_pool_, n_pages_ - p * pages_per_pool_);
+    const uint32_t pages = std::min(pages_per_pool_, physical_ - p * pages_per_pool_);
     pools_->push_back(ctx.create_buffer(pages * page_bytes, WGPUBufferUsage_Storage, name + " pool"));
   }
   map_ = std::make_shared<PageMap>();
   std::vector<uint32_t>& table = map_->table;
   table.resize(n_pages_);
-  std::iota(table.begin(), table.end(), 0u);
+  for (uint32_t i = 0; i < n_pages_; ++i) table[i] = i % physical_;
   if (!config_.page_order.empty()) {
     std::vector<uint32_t> sorted = config_.page_order;
     std::sort(sorted.begin(), sorted.end());
@@ -56,6 +59,7 @@ KvCache::KvCache(const KvCache& owner, uint32_t first_page, uint32_t n_pages, st
       config_(owner.config_),
       n_pages_(n_pages),
       pages_per_pool_(owner.pages_per_pool_),
+      physical_(owner.physical_),
       pools_(owner.pools_),
       map_(owner.map_),
       page_base_(owner.page_base_ + first_page),
@@ -94,9 +98,10 @@ uint32_t KvCache::physical_page(uint32_t page) const {
 
 void KvCache::remap(uint32_t page, uint32_t physical) {
   if (view_) throw InvalidArgument("KvCache::remap: a view's pages are remapped through its owner");
-  if (page >= n_pages_ || physical >= n_pages_)
+  if (page >= n_pages_ || physical >= physical_)
     throw InvalidArgument("KvCache::remap: page " + std::to_string(page) + " -> " + std::to_string(physical) +
-                          " is outside the " + std::to_string(n_pages_) + " pages");
+                          " is outside the " + std::to_string(n_pages_) + " pages (" + std::to_string(physical_) +
+                          " physical)");
   map_->table[page] = physical;
   ctx_.write_buffer(*page_table_, uint64_t(page) * 4, &physical, 4);
   for (const PageMap::ViewTable& v : map_->views)
@@ -108,10 +113,10 @@ void KvCache::remap(uint32_t page, uint32_t physical) {
 void KvCache::copy_rows(gpu::ComputeBatch& batch, uint32_t from, uint32_t to, uint32_t rows,
                         const gpu::Buffer& staging) const {
   if (view_) throw InvalidArgument("KvCache::copy_rows: a view's rows are copied through its owner");
-  if (from >= n_pages_ || to >= n_pages_ || rows > config_.page_size)
+  if (from >= physical_ || to >= physical_ || rows > config_.page_size)
     throw InvalidArgument("KvCache::copy_rows: rows [0, " + std::to_string(rows) + ") of page " + std::to_string(from) +
-                          " -> " + std::to_string(to) + " are outside the " + std::to_string(n_pages_) + " pages of " +
-                          std::to_string(config_.page_size) + " rows");
+                          " -> " + std::to_string(to) + " are outside the " + std::to_string(physical_) +
+                          " physical pages of " + std::to_string(config_.page_size) + " rows");
   if (staging.size < page_bytes()) throw InvalidArgument("KvCache::copy_rows: the staging buffer is under a page");
   if (rows == 0 || from == to) return;
   const uint64_t esize = kv_type_bytes(config_.type), half = uint64_t(config_.page_size) * config_.kv_dim * esize;

@@ -29,6 +29,9 @@ struct KvCacheConfig {
   // The physical page of each logical page: a permutation of [0, n_pages); empty = in order. Pages out of order are
   // what an allocator shared by several sequences hands out (and what tests use to check the indirection).
   std::vector<uint32_t> page_order = {};
+  // Pages the pools hold (0: one per logical page). Fewer: logical pages are pointed at them with remap as they are
+  // needed (a pool shared by sequences, SharedKv); until then each points at physical page (logical % this).
+  uint32_t physical_pages = 0;
 };
 
 class KvCache {
@@ -47,6 +50,7 @@ class KvCache {
   const KvCacheConfig& config() const { return config_; }
   uint32_t page_size() const { return config_.page_size; }
   uint32_t n_pages() const { return n_pages_; }
+  uint32_t physical_pages() const { return physical_; }  // an owner's pools' pages
   uint32_t pages_per_pool() const { return pages_per_pool_; }
   uint32_t n_pools() const { return static_cast<uint32_t>(pools_->size()); }
   const gpu::Buffer& pool(uint32_t i) const { return (*pools_)[std::min<uint32_t>(i, n_pools() - 1)]; }
@@ -82,7 +86,7 @@ class KvCache {
  private:
   gpu::Context& ctx_;
   KvCacheConfig config_;
-  uint32_t n_pages_ = 0, pages_per_pool_ = 0;
+  uint32_t n_pages_ = 0, pages_per_pool_ = 0, physical_ = 0;
   // The owner's logical page -> physical page, on the host, and the GPU page tables of its live views (each a slice
   // of it from its first page): shared by an owner and its views, so that remap reaches them all.
   struct PageMap {

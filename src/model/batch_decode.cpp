@@ -122,14 +122,15 @@ std::vector<float> GpuBatchDecode::step(std::span<GpuSession* const> sessions, s
   if (step.shared) ++shared_steps_;
   advance(sessions, ids);
   // While the GPU works, the next step of the same sessions (the likely next call), where each has room for it.
-  if (all_have_room(sessions)) {
-    auto next = std::make_unique<Prepared>();
-    next->sessions.assign(sessions.begin(), sessions.end());
-    for (const GpuSession* s : sessions) next->positions.push_back(s->n_past_);
-    next->profiler = ctx_.profiler();
-    next->step = encode_step(sessions, false, 0);
-    next_ = std::move(next);
-  }
+  if (all_have_room(sessions)) try {
+      auto next = std::make_unique<Prepared>();
+      next->sessions.assign(sessions.begin(), sessions.end());
+      for (const GpuSession* s : sessions) next->positions.push_back(s->n_past_);
+      next->profiler = ctx_.profiler();
+      next->step = encode_step(sessions, false, 0);
+      next_ = std::move(next);
+    } catch (const KvPoolFull&) {  // no page for it now: the next call encodes its own step
+    }
   std::vector<float> logits(size_t(N) * V);
   ctx_.read_mapped(buf_->logits_host, 0, logits.data(), uint64_t(N) * V * 4);
   for (uint32_t i = 0; i < N; ++i)
@@ -174,7 +175,7 @@ std::vector<int32_t> GpuBatchDecode::step_argmax(std::span<GpuSession* const> se
   // The next step is queued before this one's ids are read: its argmax input is this step's output, already in the
   // ids buffer when it runs, so the GPU goes from one step to the next while the host reads the ids and hands them
   // over (as GpuSession::decode_greedy's steps do).
-  if (queue_next && all_have_room(sessions)) {
+  if (queue_next && all_have_room(sessions) && reserve_next(sessions)) {
     auto next = std::make_unique<Ahead>();
     next->sessions.assign(sessions.begin(), sessions.end());
     for (const GpuSession* s : sessions) {
@@ -220,6 +221,12 @@ bool GpuBatchDecode::at_positions(std::span<GpuSession* const> sessions, const s
                     [](const GpuSession* s, uint32_t pos) { return s->n_past_ == pos; });
 }
 
+bool GpuBatchDecode::reserve_next(std::span<GpuSession* const> sessions) {
+  for (GpuSession* s : sessions)
+    if (!s->try_reserve(s->n_past_ + 1)) return false;
+  return true;
+}
+
 bool GpuBatchDecode::all_have_room(std::span<GpuSession* const> sessions) {
   return std::all_of(sessions.begin(), sessions.end(), [](const GpuSession* s) { return s->n_past_ < s->n_ctx_; });
 }
@@ -263,6 +270,7 @@ GpuBatchDecode::Encoded GpuBatchDecode::encode_step(std::span<GpuSession* const>
                                                     uint32_t parity, std::span<const uint32_t> id_rows) {
   const ModelConfig& c = model_.config;
   const uint32_t N = uint32_t(sessions.size()), V = c.n_vocab;
+  for (GpuSession* s : sessions) s->state_.reserve(s->n_past_ + 1);  // KvPoolFull: before anything is encoded
   Buffers& bb = *buf_;
   SessionBuffers& b = bb.layer;
   StepRows rows;

@@ -64,6 +64,8 @@ class GpuBatchDecode {
   static bool same_sessions(std::span<GpuSession* const> sessions, const std::vector<GpuSession*>& of);
   static bool at_positions(std::span<GpuSession* const> sessions, const std::vector<uint32_t>& positions);
   static bool all_have_room(std::span<GpuSession* const> sessions);
+  // The pages of every session's next position (SharedKv::reserve): false when the pool has none for one.
+  static bool reserve_next(std::span<GpuSession* const> sessions);
   // Each session one position on, holding its id, as a decode step of its own leaves it.
   static void advance(std::span<GpuSession* const> sessions, std::span<const int32_t> ids);
   // InvalidArgument (naming fn) for a bad id, a full, foreign or repeated session or too many sessions.

@@ -132,8 +132,12 @@ void SequenceState::own_from(uint32_t n) {
   if (shared) shared->own_from(sequence, n);
 }
 
+void SequenceState::reserve(uint32_t end) {
+  if (shared) shared->reserve(sequence, end);
+}
+
 SharedKv::SharedKv(gpu::Context& ctx, const ModelConfig& c, uint32_t sequences, uint32_t n_ctx, uint32_t page_size,
-                   kernels::KvType type)
+                   kernels::KvType type, uint32_t pages)
     : ctx_(ctx), layers_(c.n_layer), sequences_(sequences), page_size_(page_size) {
   if (page_size == 0 || page_size % kernels::KvCache::kPageMultiple != 0 || n_ctx % page_size != 0)
     throw InvalidArgument("SharedKv: n_ctx " + std::to_string(n_ctx) + " must be a multiple of page_size " +
@@ -143,16 +147,28 @@ SharedKv::SharedKv(gpu::Context& ctx, const ModelConfig& c, uint32_t sequences, 
     throw InvalidArgument("SharedKv: " + std::to_string(sequences) + " sequences x n_ctx " + std::to_string(n_ctx) +
                           " must be within [1, 2^32)");
   pages_per_sequence_ = n_ctx / page_size;
+  const uint32_t logical = sequences * pages_per_sequence_;
+  const uint32_t physical = pages == 0 ? logical : std::min(pages, logical);
   for (uint32_t l = 0; l < c.n_layer; ++l)
     if (c.is_attention(l) && c.owns_kv(l))
-      layers_[l].emplace(
-          ctx,
-          kernels::KvCacheConfig{
-              .kv_dim = c.kv_dim_at(l), .max_seq = sequences * n_ctx, .page_size = page_size, .type = type},
-          "shared kv cache " + std::to_string(l));
-  map_.resize(size_t(sequences) * pages_per_sequence_);
-  std::iota(map_.begin(), map_.end(), 0u);
-  refs_.assign(map_.size(), 1);
+      layers_[l].emplace(ctx,
+                         kernels::KvCacheConfig{.kv_dim = c.kv_dim_at(l),
+                                                .max_seq = sequences * n_ctx,
+                                                .page_size = page_size,
+                                                .type = type,
+                                                .physical_pages = physical},
+                         "shared kv cache " + std::to_string(l));
+  map_.resize(logical);
+  refs_.assign(physical, 0);
+  if (physical == logical) {  // every sequence's pages at hand, in order
+    std::iota(map_.begin(), map_.end(), 0u);
+    refs_.assign(physical, 1);
+  } else {
+    std::fill(map_.begin(), map_.end(), kNone);
+  }
+  kept_.assign(sequences, kNone);
+  idle_.assign(sequences, 0);
+  used_.assign(sequences, 0);
 }
 
 uint32_t SharedKv::physical_page(uint32_t s, uint32_t pos) const {
@@ -168,11 +184,25 @@ uint32_t SharedKv::pages_shared() const {
 
 uint32_t SharedKv::pages_free() const { return uint32_t(std::count(refs_.begin(), refs_.end(), 0u)); }
 
-uint32_t SharedKv::free_page() const {
-  const auto it = std::find(refs_.begin(), refs_.end(), 0u);
-  // A shared page means fewer physical pages in use than logical ones: never reached.
-  if (it == refs_.end()) throw ModelError("SharedKv: no free page although one is shared");
-  return uint32_t(it - refs_.begin());
+void SharedKv::set_idle(uint32_t s, bool idle) { idle_.at(s) = idle; }
+
+uint32_t SharedKv::free_page() {
+  for (;;) {
+    const auto it = std::find(refs_.begin(), refs_.end(), 0u);
+    if (it != refs_.end()) return uint32_t(it - refs_.begin());
+    // With a page for every logical page a shared one means a free one: only a pool of fewer pages gets here.
+    // The least recently used idle sequence that holds a page gives up its last one.
+    uint32_t victim = kNone;
+    for (uint32_t v = 0; v < sequences_; ++v)
+      if (idle_[v] && map_[first_page(v)] != kNone && (victim == kNone || used_[v] < used_[victim])) victim = v;
+    if (victim == kNone || !on_demand())
+      throw KvPoolFull("the KV cache pool is full: its " + std::to_string(pages()) + " pages of " +
+                       std::to_string(page_size_) + " positions are all held by running sequences");
+    uint32_t p = pages_per_sequence_;
+    while (map_[first_page(victim) + p - 1] == kNone) --p;
+    point(victim, p - 1, kNone);
+    kept_[victim] = std::min(kept_[victim], (p - 1) * page_size_);
+  }
 }
 
 const gpu::Buffer& SharedKv::staging() {
@@ -188,23 +218,50 @@ const gpu::Buffer& SharedKv::staging() {
 void SharedKv::point(uint32_t s, uint32_t p, uint32_t physical) {
   uint32_t& at = map_[first_page(s) + p];
   if (at == physical) return;
-  --refs_[at];
-  ++refs_[physical];
+  if (at != kNone) --refs_[at];
   at = physical;
+  if (physical == kNone) return;  // the page tables keep the old entry: nothing reads or writes an unmapped page
+  ++refs_[physical];
   for (auto& cache : layers_)
     if (cache) cache->remap(first_page(s) + p, physical);
+}
+
+// Keeps sequence s's pages from being taken while it lasts (s's own reserve, or s lending its pages to another).
+struct SharedKv::Busy {
+  SharedKv& kv;
+  uint32_t s;
+  uint8_t was;
+  Busy(SharedKv& k, uint32_t seq) : kv(k), s(seq), was(k.idle_[seq]) { kv.idle_[s] = 0; }
+  ~Busy() { kv.idle_[s] = was; }
+  Busy(const Busy&) = delete;
+  Busy& operator=(const Busy&) = delete;
+};
+
+void SharedKv::reserve(uint32_t s, uint32_t end) {
+  if (s >= sequences_)
+    throw InvalidArgument("SharedKv::reserve: sequence " + std::to_string(s) + " of " + std::to_string(sequences_));
+  const Busy busy(*this, s);
+  used_[s] = ++clock_;
+  const uint32_t last = (std::min(end, n_ctx()) + page_size_ - 1) / page_size_;
+  for (uint32_t p = 0; p < last; ++p)
+    if (map_[first_page(s) + p] == kNone) point(s, p, free_page());
 }
 
 void SharedKv::own_from(uint32_t s, uint32_t n) {
   if (s >= sequences_ || n > n_ctx())
     throw InvalidArgument("SharedKv::own_from: position " + std::to_string(n) + " of sequence " + std::to_string(s) +
                           " is outside " + std::to_string(sequences_) + " x " + std::to_string(n_ctx()));
+  const Busy busy(*this, s);
   std::optional<gpu::ComputeBatch> copies;
   for (uint32_t p = n / page_size_; p < pages_per_sequence_; ++p) {
     const uint32_t old = map_[first_page(s) + p];
-    if (refs_[old] == 1) continue;
-    const uint32_t fresh = free_page();
     const uint32_t keep = p == n / page_size_ ? n % page_size_ : 0;  // rows before n in its page
+    if (old == kNone || (refs_[old] == 1 && (keep > 0 || !on_demand()))) continue;
+    if (keep == 0 && on_demand()) {  // nothing of it kept: unmapped until reserved again
+      point(s, p, kNone);
+      continue;
+    }
+    const uint32_t fresh = free_page();
     if (keep > 0) {
       if (!copies) copies.emplace(ctx_, "kv page copies");
       for (const auto& cache : layers_)
@@ -221,15 +278,23 @@ void SharedKv::share(uint32_t to, uint32_t from, uint32_t n) {
                           " into " + std::to_string(to) + " are outside " + std::to_string(sequences_) + " x " +
                           std::to_string(n_ctx()));
   if (to == from) return own_from(to, n);
-  for (uint32_t p = 0; p < n / page_size_; ++p) point(to, p, map_[first_page(from) + p]);
-  own_from(to, n / page_size_ * page_size_);  // the rest of `to` its own, the partial page included
-  const uint32_t keep = n % page_size_;
-  if (keep == 0) return;
-  gpu::ComputeBatch copies(ctx_, "kv page copies");
-  const uint32_t p = n / page_size_;
-  for (const auto& cache : layers_)
-    if (cache) cache->copy_rows(copies, map_[first_page(from) + p], map_[first_page(to) + p], keep, staging());
-  copies.submit();
+  const uint32_t whole = n / page_size_, keep = n % page_size_;
+  for (uint32_t p = 0; p < whole + (keep > 0); ++p)
+    if (map_[first_page(from) + p] == kNone)
+      throw InvalidArgument("SharedKv::share: sequence " + std::to_string(from) + " holds no page at position " +
+                            std::to_string(p * page_size_));
+  // `from` keeps its pages while `to` takes them: a page for `to` may have to come from an idle sequence.
+  const Busy lending(*this, from), taking(*this, to);
+  for (uint32_t p = 0; p < whole; ++p) point(to, p, map_[first_page(from) + p]);
+  own_from(to, whole * page_size_);  // the rest of `to` its own (on demand: unmapped), the partial page included
+  if (keep > 0) {
+    reserve(to, n);
+    gpu::ComputeBatch copies(ctx_, "kv page copies");
+    for (const auto& cache : layers_)
+      if (cache)
+        cache->copy_rows(copies, map_[first_page(from) + whole], map_[first_page(to) + whole], keep, staging());
+    copies.submit();
+  }
 }
 
 }  // namespace wgllm

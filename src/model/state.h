@@ -13,6 +13,7 @@
 #include "gpu/context.h"
 #include "kernels/kv_cache.h"
 #include "model/config.h"
+#include "wgllm/error.h"
 
 namespace wgllm {
 
@@ -76,6 +77,8 @@ struct SequenceState {
   // Before writing from position n on: the KV pages that hold positions n and later made this sequence's own
   // (SharedKv::own_from; nothing for caches of its own).
   void own_from(uint32_t n);
+  // Before writing positions [0, end): their KV pages mapped (SharedKv::reserve; nothing for caches of its own).
+  void reserve(uint32_t end);
 };
 
 // GPU memory one KV cache position takes over all attention layers (K and V of `type`).
@@ -92,12 +95,20 @@ uint64_t delta_state_bytes(const ModelConfig& c);
 // whole pages behind them become the same physical pages in both sequences (reference-counted), the last partial
 // one is copied. A sequence writes only at or past its n_past, and a truncation first makes the pages it will write
 // its own again (own_from: a shared page replaced by a free one, the rows kept copied), so no sequence ever writes
-// a page another one reads. Every sequence keeps a page for each of its logical pages, so a free page is at hand
-// whenever one is shared. n_ctx must be a multiple of page_size (a multiple of 128).
+// a page another one reads. n_ctx must be a multiple of page_size (a multiple of 128).
+//
+// With a page for every logical page (`pages` 0, the default) every sequence holds all of its pages all the time, so
+// a free page is at hand whenever one is shared. With fewer, pages are mapped as sequences reach them (reserve,
+// which GpuSession and GpuBatchDecode call before they write) and unmapped past a truncation; when none is free, the
+// pages of idle sequences (set_idle) go, the least recently used sequence's last pages first, and that sequence's
+// cache ends where its pages do (kept; GpuSession::sync_pages truncates it there). Pages only running sequences
+// hold are never taken: reserve then throws KvPoolFull.
 class SharedKv {
  public:
   SharedKv(gpu::Context& ctx, const ModelConfig& c, uint32_t sequences, uint32_t n_ctx, uint32_t page_size,
-           kernels::KvType type = kernels::KvType::F16);
+           kernels::KvType type = kernels::KvType::F16, uint32_t pages = 0);
+
+  static constexpr uint32_t kNone = UINT32_MAX;  // no page; kept(): nothing evicted
 
   // Layer l's cache (none for layers without one of their own).
   const std::optional<kernels::KvCache>& layer(uint32_t l) const { return layers_.at(l); }
@@ -105,32 +116,54 @@ class SharedKv {
   uint32_t n_ctx() const { return pages_per_sequence_ * page_size_; }  // positions per sequence
   uint32_t page_size() const { return page_size_; }
   uint32_t first_page(uint32_t sequence) const { return sequence * pages_per_sequence_; }
+  uint32_t pages() const { return uint32_t(refs_.size()); }  // physical pages
+  bool on_demand() const { return pages() < map_.size(); }   // fewer pages than the sequences' logical ones
 
   // Sequence `to`'s first n positions become those of sequence `from` (n no more than what `from` has written):
   // whole pages shared, the partial last one copied; `to`'s pages from position n on made its own.
   void share(uint32_t to, uint32_t from, uint32_t n);
-  // Makes the pages holding sequence s's positions [n, n_ctx) its own, keeping rows [page start, n) of a shared one.
+  // Makes the pages holding sequence s's positions [n, n_ctx) its own, keeping rows [page start, n) of a shared one
+  // (on demand: the pages wholly past n unmapped).
   void own_from(uint32_t s, uint32_t n);
+  // Pages behind sequence s's positions [0, end) (end clamped to n_ctx), mapping those it lacks; KvPoolFull when no
+  // page is free and no idle sequence holds one.
+  void reserve(uint32_t s, uint32_t end);
+  // Whether sequence s's pages may be taken for others (a sequence that does not run; false at first).
+  void set_idle(uint32_t s, bool idle);
+  // Where sequence s's cache ends since its pages were taken (kNone: none were), and forgetting it.
+  uint32_t kept(uint32_t s) const { return kept_.at(s); }
+  void clear_kept(uint32_t s) { kept_.at(s) = kNone; }
   // Physical pages in more than one sequence, and in none.
   uint32_t pages_shared() const;
   uint32_t pages_free() const;
-  // Sequence s's physical page behind its position `pos` (the same in every layer).
+  // Sequence s's physical page behind its position `pos` (the same in every layer; kNone when unmapped).
   uint32_t physical_page(uint32_t s, uint32_t pos) const;
 
  private:
-  // Points sequence s's logical page p at `physical`, in every layer.
+  // Points sequence s's logical page p at `physical` (kNone: unmaps it), in every layer.
   void point(uint32_t s, uint32_t p, uint32_t physical);
-  // A physical page no sequence holds.
-  uint32_t free_page() const;
+  // A physical page no sequence holds: a free one, else (on demand) one an idle sequence gives up.
+  uint32_t free_page();
   // The staging buffer of copies within a pool: as large as the widest layer's page.
   const gpu::Buffer& staging();
+  struct Busy;
 
   gpu::Context& ctx_;
   std::vector<std::optional<kernels::KvCache>> layers_;  // [n_layer]
   uint32_t sequences_ = 0, pages_per_sequence_ = 0, page_size_ = 0;
-  std::vector<uint32_t> map_;           // [sequences x pages_per_sequence] logical -> physical
+  std::vector<uint32_t> map_;           // [sequences x pages_per_sequence] logical -> physical (or kNone)
   std::vector<uint32_t> refs_;          // [physical pages] how many logical pages point at each
+  std::vector<uint32_t> kept_;          // [sequences] see kept()
+  std::vector<uint8_t> idle_;           // [sequences]
+  std::vector<uint64_t> used_;          // [sequences] when each last reserved (a count)
+  uint64_t clock_ = 0;
   std::optional<gpu::Buffer> staging_;  // a page, for copies within a pool
+};
+
+// SharedKv::reserve found every page held by running sequences.
+class KvPoolFull : public Error {
+ public:
+  using Error::Error;
 };
 
 }  // namespace wgllm

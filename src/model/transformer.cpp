@@ -108,30 +108,52 @@ GpuSession::GpuSession(gpu::Context& ctx, const GpuModel& model, const GpuSessio
 
 GpuSession::~GpuSession() = default;
 
+void GpuSession::sync_pages() {
+  if (!state_.shared) return;
+  const uint32_t kept = state_.shared->kept(state_.sequence);
+  if (kept == SharedKv::kNone) return;
+  state_.shared->clear_kept(state_.sequence);
+  try {  // in place; also drops a step encoded ahead for a page now gone
+    truncate(rewind_point(std::min(kept, n_past_)));
+  } catch (const KvPoolFull&) {  // its partial page shared, and no page to copy it to: nothing kept
+    truncate(0);
+  }
+}
+
+bool GpuSession::try_reserve(uint32_t end) {
+  try {
+    state_.reserve(end);
+    return true;
+  } catch (const KvPoolFull&) {
+    return false;
+  }
+}
+
 void GpuSession::truncate(uint32_t n) {
+  sync_pages();
   if (n > n_past_)
     throw InvalidArgument("cannot keep " + std::to_string(n) + " positions: " + std::to_string(n_past_) +
                           " are cached");
-  next_.reset();  // encoded for the old position
-  ++changes_;
   state_.drop_checkpoints_after(n);
-  if (n == 0 || state_.rewinds_to(n, n_past_)) {
+  // Beyond what the state keeps in place (the conv rings) it is rebuilt from the latest checkpoint before n, or from
+  // nothing, by feeding the tokens after it again.
+  const bool in_place = n == 0 || state_.rewinds_to(n, n_past_);
+  const SequenceState::Checkpoint* c = in_place ? nullptr : state_.checkpoint_at_most(n);
+  const uint32_t from = in_place ? n : c ? c->pos : 0;
+  state_.own_from(from);  // the pages written from here on its own first: KvPoolFull leaves the session as it was
+  next_.reset();          // encoded for the old position
+  ++changes_;
+  if (in_place) {
     n_past_ = n;
-    state_.own_from(n);
     return;
   }
-  // Beyond what the state keeps in place (the conv rings): it is rebuilt from the latest checkpoint before n, or
-  // from nothing, by feeding the tokens after it again.
-  uint32_t from = 0;
-  if (const SequenceState::Checkpoint* c = state_.checkpoint_at_most(n)) {
+  if (c) {
     gpu::ComputeBatch batch(ctx_, "restore checkpoint");
     state_.restore(batch, *c);
     batch.submit();
-    from = c->pos;
   }
   const std::vector<int32_t> keep(tokens_.begin() + from, tokens_.begin() + n);
   n_past_ = from;
-  state_.own_from(from);
   for (size_t i = 0; i < keep.size(); i += ubatch_)
     run_chunk(std::span(keep).subspan(i, std::min<size_t>(ubatch_, keep.size() - i)), Output::None);
 }
@@ -142,6 +164,7 @@ bool GpuSession::can_share_prefix(const GpuSession& from) const {
 }
 
 void GpuSession::share_prefix(const GpuSession& from, uint32_t n) {
+  sync_pages();
   if (!can_share_prefix(from))
     throw InvalidArgument(
         "share_prefix: the sessions' KV caches are not views of one SharedKv, or the model keeps "
@@ -152,7 +175,14 @@ void GpuSession::share_prefix(const GpuSession& from, uint32_t n) {
   next_.reset();
   ++changes_;
   state_.drop_checkpoints_after(0);
-  state_.shared->share(state_.sequence, from.state_.sequence, n);
+  n_past_ = 0;  // its own positions go whatever happens
+  tokens_.clear();
+  try {
+    state_.shared->share(state_.sequence, from.state_.sequence, n);
+  } catch (...) {  // KvPoolFull for the partial page: no page of its own left shared (on demand: none mapped)
+    state_.own_from(0);
+    throw;
+  }
   tokens_.assign(from.tokens_.begin(), from.tokens_.begin() + n);
   n_past_ = n;
 }
@@ -172,6 +202,7 @@ uint32_t GpuSession::rewind_point(uint32_t n) const {
 }
 
 void GpuSession::checkpoint() {
+  sync_pages();
   if (!state_.rolls() || n_past_ == 0) return;
   if (!state_.checkpoints.empty() && state_.checkpoints.back().pos == n_past_) return;
   state_.drop_checkpoints_after(n_past_);
@@ -198,7 +229,9 @@ void GpuSession::check_tokens(std::span<const int32_t> tokens) const {
 }
 
 std::vector<float> GpuSession::forward(std::span<const int32_t> tokens) {
+  sync_pages();
   check_tokens(tokens);
+  state_.reserve(n_past_ + uint32_t(tokens.size()));  // every chunk's pages: KvPoolFull before any is fed
   std::vector<float> logits;
   for (size_t i = 0; i < tokens.size(); i += ubatch_) {
     const auto chunk = tokens.subspan(i, std::min<size_t>(ubatch_, tokens.size() - i));
@@ -209,7 +242,9 @@ std::vector<float> GpuSession::forward(std::span<const int32_t> tokens) {
 }
 
 std::vector<std::vector<float>> GpuSession::forward_all(std::span<const int32_t> tokens) {
+  sync_pages();
   check_tokens(tokens);
+  state_.reserve(n_past_ + uint32_t(tokens.size()));  // every chunk's pages: KvPoolFull before any is fed
   const uint32_t V = model_.config.n_vocab;
   if (!buf_->logits_all.size) buf_->logits_all = ctx_.create_buffer(uint64_t(ubatch_) * V * 4, kStorage, "logits all");
   std::vector<std::vector<float>> out;
@@ -232,7 +267,9 @@ uint32_t GpuSession::logit_rows_per_block() const {
 // the block's residual rows copied out of x, their logits computed and read back, handed over. The blocks of one
 // chunk queue behind its layers; the host reads each block before the next is encoded (one logits buffer).
 void GpuSession::forward_rows(std::span<const int32_t> tokens, uint32_t first, const OnLogitRows& on_rows) {
+  sync_pages();
   check_tokens(tokens);
+  state_.reserve(n_past_ + uint32_t(tokens.size()));  // every chunk's pages: KvPoolFull before any is fed
   const ModelConfig& c = model_.config;
   const uint32_t V = c.n_vocab, block = logit_rows_per_block();
   SessionBuffers& b = *buf_;
@@ -260,6 +297,7 @@ void GpuSession::forward_rows(std::span<const int32_t> tokens, uint32_t first, c
 std::vector<float> GpuSession::run_chunk(std::span<const int32_t> tokens, Output output) {
   const uint32_t n = uint32_t(tokens.size());
   SessionBuffers& b = *buf_;
+  state_.reserve(n_past_ + n);  // before anything changes: KvPoolFull leaves the session as it was
   ++changes_;
   ctx_.write_buffer(b.ids, 0, tokens.data(), tokens.size_bytes());
   tokens_.resize(n_past_);
@@ -284,7 +322,7 @@ std::vector<float> GpuSession::run_chunk(std::span<const int32_t> tokens, Output
     return all;
   }
   // While the GPU works, encode the next decode step (the likely next call).
-  if (n_past_ < n_ctx_) {
+  if (n_past_ < n_ctx_ && try_reserve(n_past_ + 1)) {
     auto next = std::make_unique<PreparedStep>();
     next->pos = n_past_;
     next->profiler = ctx_.profiler();
@@ -298,6 +336,7 @@ std::vector<float> GpuSession::run_chunk(std::span<const int32_t> tokens, Output
 }
 
 uint32_t GpuSession::decode_greedy(int32_t token, uint32_t max_new, const std::function<bool(int32_t)>& on_id) {
+  sync_pages();
   check_tokens(std::span(&token, 1));
   next_.reset();  // a step encoded ahead for forward ends in logits, not in an argmax
   if (max_new == 0) return 0;
@@ -316,6 +355,7 @@ uint32_t GpuSession::decode_greedy(int32_t token, uint32_t max_new, const std::f
 
 uint32_t GpuSession::decode_sampled(int32_t token, uint32_t max_new, const DecodeSampling& sampling,
                                     const std::function<bool(int32_t)>& on_id) {
+  sync_pages();
   check_tokens(std::span(&token, 1));
   next_.reset();
   if (max_new == 0) return 0;
@@ -360,6 +400,7 @@ uint32_t GpuSession::decode_on_gpu(int32_t token, uint32_t max_new, Output outpu
   std::array<gpu::SubmissionIndex, 2> done_at{};
   auto submit = [&](uint32_t k) {
     const std::optional<StepSample> sample = step_sample ? std::optional(step_sample(k)) : std::nullopt;
+    state_.reserve(pos0 + k + 1);
     encode_step(
         1, pos0 + k, output, [&](Piece piece) { done_at[k % 2] = piece->submit(); }, k % 2, k > 0,
         sample ? &*sample : nullptr);

@@ -241,6 +241,15 @@ class GpuSession {
   // are views of one SharedKv, on models whose state is the KV cache alone (can_share_prefix).
   void share_prefix(const GpuSession& from, uint32_t n);
   bool can_share_prefix(const GpuSession& from) const;
+  // On a SharedKv of fewer pages than its sequences' (SharedKv::on_demand): where this sequence's pages were taken
+  // while it was idle, its cache is cut back there (truncated in place; the positions past it are computed again when
+  // fed again). Every call that reads or extends the state does this first; callers that read tokens() or n_past()
+  // of an idle sequence call it themselves. Pages are reserved as a step needs them; SharedKv's KvPoolFull leaves
+  // the session as it was.
+  void sync_pages();
+  // The KV pages of positions [0, end) mapped now (SharedKv::reserve; KvPoolFull when the pool has none), so that the
+  // steps to come find them: a batched step's caller reserves each sequence's before it.
+  void reserve(uint32_t end) { state_.reserve(end); }
   // Whether truncate(n) keeps the state in place (no tokens fed again): n == 0, the state rewinds to n, or a
   // checkpoint holds it.
   bool truncates_in_place(uint32_t n) const;
@@ -281,6 +290,8 @@ class GpuSession {
     std::vector<Piece> pieces;
   };
   void check_tokens(std::span<const int32_t> tokens) const;
+  // state_.reserve(end), false on KvPoolFull (for work that is only worth doing when a page is at hand).
+  bool try_reserve(uint32_t end);
   // One chunk of n tokens at positions n_past_.. : a few command buffers; logits of the last or of every token.
   std::vector<float> run_chunk(std::span<const int32_t> tokens, Output output);
   // Encodes the step of n tokens at position pos (the ids already in place when it runs), handing each finished

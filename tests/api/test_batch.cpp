@@ -211,6 +211,59 @@ TEST(BatchEngine, PromptCacheSharedAcrossSlots) {
   EXPECT_EQ(fresh_stats.prompt_tokens_shared, 0u);
 }
 
+// A KV pool of two pages (256 positions each) for three sequences: a request whose slot finds no free page takes
+// one from the least recently used idle slot, whose cached prompt is then gone (the same prompt again keeps
+// nothing), and every reply is a fresh engine's. With one page, a second request waits in the queue while the first
+// holds it, and starts when it ends.
+TEST(BatchEngine, SmallKvPoolTakesIdleSlotsPages) {
+  auto run = [&](uint32_t pool) {
+    BatchEngine engine(model(), {.parallel = 3, .prefill_chunk = 8, .kv_pool = pool});
+    std::vector<std::vector<int32_t>> ids;
+    std::vector<uint32_t> cached;
+    for (size_t p : {2, 4, 6, 2, 4}) {
+      Collector c;
+      engine.submit(greedy(kPrompts[p] + " " + kPrompts[p + 1] + " " + kPrompts[p + 2], 8), c.callback());
+      c.wait();
+      EXPECT_TRUE(c.last.error.empty()) << c.last.error;
+      ids.push_back(c.ids);
+      cached.push_back(c.last.n_cached);
+    }
+    return std::pair{ids, cached};
+  };
+  const auto [small_ids, small_cached] = run(512);
+  const auto [full_ids, full_cached] = run(0);
+  EXPECT_EQ(small_ids, full_ids);
+  auto kept = [](size_t p) {
+    return uint32_t(model().encode(kPrompts[p] + " " + kPrompts[p + 1] + " " + kPrompts[p + 2]).size()) - 1;
+  };
+  ASSERT_GE(kept(2), 16u);
+  ASSERT_GE(kept(4), 16u);
+  EXPECT_EQ(full_cached, (std::vector<uint32_t>{0, 0, 0, kept(2), kept(4)}));
+  EXPECT_EQ(small_cached, (std::vector<uint32_t>{0, 0, 0, 0, 0})) << "the first two slots' pages went to the third";
+
+  BatchEngine engine(model(), {.parallel = 2, .prefill_chunk = 8, .kv_pool = 256});
+  Collector first, second;
+  std::atomic<int> order{0}, first_done{0}, second_first{0};
+  auto first_cb = first.callback(), second_cb = second.callback();
+  engine.submit(greedy(kPrompts[1], 60), [&](const CompletionEvent& e) {
+    if (e.done) first_done = ++order;
+    return first_cb(e);
+  });
+  while (engine.stats().generated_tokens == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  engine.submit(greedy(kPrompts[3], 4), [&](const CompletionEvent& e) {
+    if (!e.done && second_first == 0) second_first = ++order;
+    return second_cb(e);
+  });
+  second.wait();
+  first.wait();
+  EXPECT_TRUE(first.last.error.empty()) << first.last.error;
+  EXPECT_TRUE(second.last.error.empty()) << second.last.error;
+  EXPECT_EQ(first.ids.size(), 60u);
+  EXPECT_EQ(second.ids.size(), 4u);
+  EXPECT_LT(first_done, second_first) << "the second started only once the first gave its page back";
+  EXPECT_EQ(engine.stats().requests_failed, 0u);
+}
+
 // Qwen 3.5's recurrent state does not rewind: its slot keeps copies of it after each prompt and 16 tokens before its
 // end. A conversation's next turn that renders the last prompt's end differently (as chat templates do with the
 // generation prompt) comes back from the one 16 before; one that continues the prompt and parts from its reply, from

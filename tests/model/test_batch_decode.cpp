@@ -35,10 +35,14 @@ struct BatchCase {
   // matvec's order (kernels::batch_tile_from), a sequence alone on the matvec.
   bool tiles = false;
   uint32_t split = 0;  // with tiles: the products split over this many groups of lane classes where they allow it
+  // With shared: a pool of this many pages (0: two per session), mapped as the sessions reach them (a prompt of 254
+  // tokens whose steps cross into its second page).
+  uint32_t pool_pages = 0;
 };
 std::ostream& operator<<(std::ostream& o, const BatchCase& c) {
   return o << c.model << (c.shared ? " shared" : "") << (c.tiles ? " tiles" : "")
-           << (c.split ? " split " + std::to_string(c.split) : "");
+           << (c.split ? " split " + std::to_string(c.split) : "")
+           << (c.pool_pages ? " pool " + std::to_string(c.pool_pages) : "");
 }
 
 class BatchDecode : public ::testing::TestWithParam<BatchCase> {};
@@ -61,7 +65,7 @@ TEST_P(BatchDecode, EachSequenceAsIfAlone) {
   const GpuModel gm = load_gpu_model(ctx, f);
   const uint32_t V = gm.config.n_vocab;
   const GpuSessionOptions so{.n_ctx = 512, .ubatch = 32, .kv_type = kernels::KvType::F32};
-  const std::vector<uint32_t> lengths = {3, 17, 40, 1, 300, 9};
+  const std::vector<uint32_t> lengths = {3, tc.pool_pages ? 254u : 17u, 40, 1, 300, 9};
   const size_t S = lengths.size();
   auto gen = test::rng(41);
   std::vector<std::vector<int32_t>> prompts;
@@ -80,7 +84,7 @@ TEST_P(BatchDecode, EachSequenceAsIfAlone) {
   };
   std::optional<SharedKv> pool_together, pool_alone;
   if (tc.shared) {
-    pool_together.emplace(ctx, gm.config, uint32_t(S), 512, 256, kernels::KvType::F32);
+    pool_together.emplace(ctx, gm.config, uint32_t(S), 512, 256, kernels::KvType::F32, tc.pool_pages);
     pool_alone.emplace(ctx, gm.config, uint32_t(S), 512, 256, kernels::KvType::F32);
   }
   SharedKv* together_pool = pool_together ? &*pool_together : nullptr;
@@ -126,6 +130,9 @@ TEST_P(BatchDecode, EachSequenceAsIfAlone) {
     const auto e = test::compare(together[i]->forward(more), own[i]->forward(more));
     EXPECT_LE(e.rel_l2, 1e-4) << "sequence " << i << " after the batched steps: " << e.describe();
   }
+  if (tc.pool_pages) {
+    EXPECT_EQ(pool_together->pages_free(), 0u) << "a page for each 256 positions reached";
+  }
   std::printf("[ rel L2 ] %-20s %s batched vs own decode: worst %.3g\n", tc.model.c_str(),
               tc.shared ? "shared pool" : "own caches ", worst);
 }
@@ -140,12 +147,14 @@ std::vector<BatchCase> batch_cases() {
   v.push_back({"llama-f16", false, true});
   v.push_back({"llama-q4_k", false, true});
   v.push_back({"llama-q4_k", false, true, 4});
+  v.push_back({.model = "llama-f32", .shared = true, .pool_pages = 8});
   return v;
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, BatchDecode, ::testing::ValuesIn(batch_cases()), [](const auto& info) {
   std::string s = info.param.model + (info.param.shared ? "_shared" : "") + (info.param.tiles ? "_tiles" : "") +
-                  (info.param.split ? "_split" + std::to_string(info.param.split) : "");
+                  (info.param.split ? "_split" + std::to_string(info.param.split) : "") +
+                  (info.param.pool_pages ? "_pool" + std::to_string(info.param.pool_pages) : "");
   std::replace(s.begin(), s.end(), '-', '_');
   return s;
 });

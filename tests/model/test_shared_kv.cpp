@@ -125,6 +125,67 @@ INSTANTIATE_TEST_SUITE_P(Models, SharedKvPrefix,
                            return s;
                          });
 
+// A pool of 6 pages for 3 sequences of 4: pages are mapped as sequences reach them; when none is free, idle
+// sequences give theirs up, the least recently used one's last pages first, and its cache is cut back there
+// (sync_pages); running sequences' pages are never taken (KvPoolFull). Every step's logits equal those of a twin on
+// a pool with every page at hand, cut back alike.
+TEST(SharedKvPool, PagesOnDemandTakenFromIdleSequences) {
+  const GgufFile f = GgufFile::open(test::model_path("llama-f32"));
+  gpu::Context& ctx = test::context();
+  const GpuModel gm = load_gpu_model(ctx, f);
+  const uint32_t V = gm.config.n_vocab;
+  auto gen = test::rng(48);
+  SharedKv pool(ctx, gm.config, 3, kCtx, kPage, kernels::KvType::F32, 6),
+      full(ctx, gm.config, 3, kCtx, kPage, kernels::KvType::F32);
+  EXPECT_TRUE(pool.on_demand());
+  EXPECT_FALSE(full.on_demand());
+  EXPECT_EQ(pool.pages_free(), 6u);
+  auto session = [&](SharedKv& p, uint32_t s) {
+    return std::make_unique<GpuSession>(
+        ctx, gm,
+        GpuSessionOptions{
+            .n_ctx = kCtx, .ubatch = 32, .kv_type = kernels::KvType::F32, .shared_kv = &p, .kv_sequence = s});
+  };
+  std::vector<std::unique_ptr<GpuSession>> s, twin;
+  for (uint32_t i = 0; i < 3; ++i) {
+    s.push_back(session(pool, i));
+    twin.push_back(session(full, i));
+  }
+  auto same = [&](uint32_t i, const std::vector<int32_t>& ids, const std::string& what) {
+    const std::vector<float> got = s[i]->forward(ids), want = twin[i]->forward(ids);
+    expect_same_bits(got, want, what);
+  };
+  same(0, random_ids(V, 300, gen), "a: 3 pages");
+  same(1, random_ids(V, 250, gen), "b: 2 pages");
+  EXPECT_EQ(pool.pages_free(), 1u);
+  EXPECT_THROW(s[2]->forward(random_ids(V, 200, gen)), KvPoolFull) << "a and b run: nothing to take";
+  EXPECT_EQ(s[2]->n_past(), 0u);
+  pool.set_idle(0, true);
+  pool.set_idle(1, true);
+  same(2, random_ids(V, 200, gen), "c: a page from a, the least recently used");
+  EXPECT_EQ(pool.kept(0), 256u);
+  EXPECT_EQ(pool.kept(1), SharedKv::kNone);
+  EXPECT_EQ(pool.physical_page(0, 256), SharedKv::kNone);
+  pool.set_idle(1, false);
+  same(1, random_ids(V, 100, gen), "b going on: another page of a");  // 250..350
+  EXPECT_EQ(pool.kept(0), 128u);
+  EXPECT_EQ(s[0]->n_past(), 300u) << "until it syncs";
+  s[0]->sync_pages();
+  twin[0]->truncate(128);
+  EXPECT_EQ(s[0]->n_past(), 128u);
+  EXPECT_TRUE(std::ranges::equal(s[0]->tokens(), twin[0]->tokens()));
+  EXPECT_EQ(pool.kept(0), SharedKv::kNone);
+  pool.set_idle(0, false);
+  pool.set_idle(2, true);
+  same(0, random_ids(V, 172, gen), "a fed again from 128: both of c's pages");
+  EXPECT_EQ(pool.kept(2), 0u);
+  s[2]->sync_pages();
+  EXPECT_EQ(s[2]->n_past(), 0u);
+  EXPECT_EQ(pool.pages_free(), 0u);
+  s[1]->truncate(100);  // b's pages past its first unmapped
+  EXPECT_EQ(pool.pages_free(), 2u);
+}
+
 TEST(SharedKvPrefix, RefusedWhereItCannotHold) {
   gpu::Context& ctx = test::context();
   const GgufFile f = GgufFile::open(test::model_path("llama-f32")),

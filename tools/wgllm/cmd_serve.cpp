@@ -30,6 +30,7 @@ struct ServeOptions {
   size_t max_connections = 1024;
   uint32_t batch_tokens = 256;
   bool no_cache_prompt = false;
+  uint32_t kv_pool = 0;
 };
 
 // Each connection takes a file descriptor: the soft open-file limit is raised toward max_connections + 256 (model
@@ -92,11 +93,15 @@ int serve(const ServeOptions& o) {
                                           .queue = o.queue,
                                           .n_ctx = per_sequence,
                                           .prefill_chunk = o.batch_tokens,
-                                          .cache_prompt = !o.no_cache_prompt},
+                                          .cache_prompt = !o.no_cache_prompt,
+                                          .kv_pool = o.kv_pool},
                                 .split_reasoning = o.reasoning_format == "deepseek"});
   const int port = server.bind();
   std::fprintf(stderr, "serving '%s': %u sequences of %u positions together, %u more may wait\n", model_name(o).c_str(),
                o.parallel, per_sequence, o.queue);
+  if (o.kv_pool)
+    std::fprintf(stderr, "KV cache pool: %u positions in pages of 256, taken as sequences reach them\n",
+                 (o.kv_pool + 255) / 256 * 256);
   const bool v6 = o.host.find(':') != std::string::npos;
   std::fprintf(stderr, "listening on http://%s%s%s:%d\n", v6 ? "[" : "", o.host.c_str(), v6 ? "]" : "", port);
 
@@ -149,6 +154,10 @@ const Register reg{
            "--no-cache-prompt", o->no_cache_prompt,
            "compute every prompt in full; by default a request takes the free sequence whose cache holds the "
            "longest prefix of its prompt and keeps those positions (usage.prompt_tokens_details.cached_tokens)");
+       app.add_option("--kv-pool", o->kv_pool,
+                      "positions the sequences' KV caches hold together, in pages of 256 (default: --parallel x "
+                      "their context); fewer: pages are taken as sequences reach them and idle sequences' cached "
+                      "prompts give theirs up, the least recently used first");
        app.add_option("--request-timeout", o->request_timeout,
                       "seconds for a request's head and body to arrive, however slowly; past it the connection "
                       "is closed")
