@@ -81,6 +81,10 @@ std::string Metrics::render(const BatchStats& e, uint32_t http_in_flight, size_t
   sample(out, "wgllm_prompt_tokens_shared_total", "counter",
          "of those, positions another sequence slot held (its KV pages shared)", e.prompt_tokens_shared);
   sample(out, "wgllm_generated_tokens_total", "counter", "tokens generated", e.generated_tokens);
+  sample(out, "wgllm_kv_pages", "gauge", "pages of 256 positions in the KV cache pool (--kv-pool)", e.kv_pages);
+  sample(out, "wgllm_kv_pages_free", "gauge", "of those, held by no sequence", e.kv_pages_free);
+  sample(out, "wgllm_kv_pages_shared", "gauge", "of those, held by more than one sequence (a shared prefix)",
+         e.kv_pages_shared);
   sample(out, "wgllm_engine_steps_total", "counter", "forward steps the engine ran", e.steps);
   sample(out, "wgllm_engine_busy_seconds_total", "counter", "time the engine spent running steps", e.busy_seconds);
   sample(out, "wgllm_generated_tokens_per_second", "gauge",

@@ -101,6 +101,9 @@ struct BatchStats {
   // joined unannounced, or a sampled one).
   uint64_t steps_run_ahead = 0, steps_run_ahead_dropped = 0;
   double busy_seconds = 0;           // time spent running steps
+  // The KV pool's pages of 256 positions (0 when the sequences' caches are private): all, those no sequence holds,
+  // those more than one holds (a shared prefix). After the last step.
+  uint32_t kv_pages = 0, kv_pages_free = 0, kv_pages_shared = 0;
 };
 
 class BatchEngine {

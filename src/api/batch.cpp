@@ -545,6 +545,11 @@ struct BatchEngine::Impl {
       std::lock_guard lock(mu);
       ++stats.steps;
       stats.busy_seconds += seconds_since(t0);
+      if (shared_kv) {
+        stats.kv_pages = shared_kv->pages();
+        stats.kv_pages_free = shared_kv->pages_free();
+        stats.kv_pages_shared = shared_kv->pages_shared();
+      }
     }
   }
 

@@ -261,7 +261,10 @@ TEST(BatchEngine, SmallKvPoolTakesIdleSlotsPages) {
   EXPECT_EQ(first.ids.size(), 60u);
   EXPECT_EQ(second.ids.size(), 4u);
   EXPECT_LT(first_done, second_first) << "the second started only once the first gave its page back";
-  EXPECT_EQ(engine.stats().requests_failed, 0u);
+  const BatchStats stats = engine.stats();
+  EXPECT_EQ(stats.requests_failed, 0u);
+  EXPECT_EQ(stats.kv_pages, 1u);
+  EXPECT_EQ(stats.kv_pages_free, 0u) << "the second request's page, kept for its cached prompt";
 }
 
 // Qwen 3.5's recurrent state does not rewind: its slot keeps copies of it after each prompt and 16 tokens before its

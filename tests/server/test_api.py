@@ -83,6 +83,7 @@ class Api(unittest.TestCase):
         metrics = requests.get(self.server.url + "/metrics", timeout=10).text
         self.assertIn("wgllm_prompt_tokens_cached_total", metrics)
         self.assertIn("wgllm_prompt_tokens_shared_total", metrics)
+        self.assertRegex(metrics, r"\nwgllm_kv_pages [1-9]")  # the built-in model's sequences share one pool
 
     def test_stream_equals_whole_chat(self):
         for p in PROMPTS:
