@@ -167,9 +167,9 @@ TEST(BatchEngine, PromptCacheKeepsAnEarlierRequestsPositions) {
 }
 
 // Requests that begin alike in other slots: the first one's prompt (a shared beginning, then its own) is computed;
-// of the next two, submitted together, one takes its slot and keeps the beginning there, the other takes a free slot
-// and the beginning's positions from the first slot's cache (GpuSession::share_prefix) while that slot runs. Their
-// greedy replies are a fresh engine's, and the stats count the shared positions.
+// the second takes its slot and keeps the beginning there, and while it decodes (120 tokens) the third takes a free
+// slot and the beginning's positions from the second's (GpuSession::share_prefix). Their greedy replies are a fresh
+// engine's (the second's first 10 tokens), and the stats count the shared positions.
 TEST(BatchEngine, PromptCacheSharedAcrossSlots) {
   std::vector<int32_t> start;
   for (const std::string& p : {kPrompts[2], kPrompts[4], kPrompts[10], kPrompts[3]}) {
@@ -184,7 +184,9 @@ TEST(BatchEngine, PromptCacheSharedAcrossSlots) {
     r.prompt.insert(r.prompt.end(), t.begin(), t.end());
     return r;
   };
-  const CompletionRequest a = with("ROMEO:"), b = with("JULIET:"), c = with("HAMLET:");
+  const CompletionRequest a = with("ROMEO:"), c = with("HAMLET:");
+  CompletionRequest b = with("JULIET:");
+  b.max_tokens = 120;
   ASSERT_NE(a.prompt[start.size()], b.prompt[start.size()]);
   ASSERT_NE(b.prompt[start.size()], c.prompt[start.size()]);
   ASSERT_NE(a.prompt[start.size()], c.prompt[start.size()]);
@@ -194,9 +196,13 @@ TEST(BatchEngine, PromptCacheSharedAcrossSlots) {
     engine.submit(a, first.callback());
     first.wait();
     engine.submit(b, second.callback());
+    while (engine.stats().generated_tokens < first.ids.size() + 1)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
     engine.submit(c, third.callback());
     second.wait();
     third.wait();
+    EXPECT_EQ(second.ids.size(), 120u);
+    second.ids.resize(10);
     return std::tuple{std::vector{first.ids, second.ids, third.ids},
                       std::vector{first.last.n_cached, second.last.n_cached, third.last.n_cached}, engine.stats()};
   };
