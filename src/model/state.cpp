@@ -285,6 +285,7 @@ void SharedKv::share(uint32_t to, uint32_t from, uint32_t n) {
                             std::to_string(p * page_size_));
   // `from` keeps its pages while `to` takes them: a page for `to` may have to come from an idle sequence.
   const Busy lending(*this, from), taking(*this, to);
+  used_[to] = used_[from] = ++clock_;
   for (uint32_t p = 0; p < whole; ++p) point(to, p, map_[first_page(from) + p]);
   own_from(to, whole * page_size_);  // the rest of `to` its own (on demand: unmapped), the partial page included
   if (keep > 0) {
