@@ -207,14 +207,20 @@ struct BatchEngine::Impl {
   // computed again: they save nothing, and a prompt computed whole gives a fresh run's bits whatever ran before it.
   uint32_t reusable(const Slot& s, const std::vector<int32_t>& prompt) const {
     if (!options.cache_prompt || prompt.empty()) return 0;
-    const std::span<const int32_t> cached = s.session->tokens();
-    const size_t limit = std::min(cached.size(), prompt.size() - 1);
-    uint32_t n = 0;
-    while (n < limit && cached[n] == prompt[n]) ++n;
+    uint32_t n = common_prefix(s, prompt);
     n = s.session->rewind_point(n);  // a rewind that feeds tokens gains nothing: back to a checkpoint
     return n < kMinCachedPrompt ? 0 : n;
   }
   static constexpr uint32_t kMinCachedPrompt = 16;
+
+  // How many of slot s's cached tokens begin the prompt, short of its last token (whose logits start the reply).
+  static uint32_t common_prefix(const Slot& s, const std::vector<int32_t>& prompt) {
+    const std::span<const int32_t> cached = s.session->tokens();
+    const size_t limit = std::min(cached.size(), prompt.size() - 1);
+    uint32_t n = 0;
+    while (n < limit && cached[n] == prompt[n]) ++n;
+    return n;
+  }
 
   // Another slot, running or not, whose cache begins with more of the prompt than slot s's own: s takes those
   // positions over (GpuSession::share_prefix: whole KV pages shared, the last partial one copied) instead of computing
@@ -226,10 +232,7 @@ struct BatchEngine::Impl {
     if (!options.cache_prompt || prompt.empty()) return {nullptr, 0};
     for (const Slot& t : slots) {
       if (&t == &s || !s.session->can_share_prefix(*t.session)) continue;
-      const std::span<const int32_t> cached = t.session->tokens();
-      const size_t limit = std::min(cached.size(), prompt.size() - 1);
-      uint32_t n = 0;
-      while (n < limit && cached[n] == prompt[n]) ++n;
+      const uint32_t n = common_prefix(t, prompt);
       if (n > best_n) best = &t, best_n = n;
     }
     return {best, best ? best_n : 0};
@@ -256,7 +259,7 @@ struct BatchEngine::Impl {
   // The free slot for a prompt: the one that keeps the most of it; among equals the least recently started (an
   // unused one first), so that the caches other prompts may want are the last to go.
   Slot* free_slot(const std::vector<int32_t>& prompt) {
-    for (Slot& s : slots)
+    for (Slot& s : slots)  // idle slots' caches cut back where their pages were taken (before start compares them)
       if (!s.request) s.session->sync_pages();
     Slot* best = nullptr;
     uint32_t best_n = 0;
@@ -279,7 +282,6 @@ struct BatchEngine::Impl {
     s.first_token_seconds = 0;
     s.started = ++starts;
     if (shared_kv) shared_kv->set_idle(index(s), false);
-    for (Slot& t : slots) t.session->sync_pages();  // idle slots' caches cut back where their pages were taken
     s.cached = reusable(s, s.request->req.prompt);
     const auto [from, shared] = donor(s, s.request->req.prompt, s.cached);
     s.shared = from ? shared : 0;

@@ -240,6 +240,7 @@ struct SharedKv::Busy {
 void SharedKv::reserve(uint32_t s, uint32_t end) {
   if (s >= sequences_)
     throw InvalidArgument("SharedKv::reserve: sequence " + std::to_string(s) + " of " + std::to_string(sequences_));
+  if (!on_demand()) return;  // every page mapped from the start
   const Busy busy(*this, s);
   used_[s] = ++clock_;
   const uint32_t last = (std::min(end, n_ctx()) + page_size_ - 1) / page_size_;
