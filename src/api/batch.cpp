@@ -225,14 +225,15 @@ struct BatchEngine::Impl {
   // Another slot, running or not, whose cache begins with more of the prompt than slot s's own: s takes those
   // positions over (GpuSession::share_prefix: whole KV pages shared, the last partial one copied) instead of computing
   // them. A system prompt or a conversation's history is then computed once for every request that begins with it.
-  // Models with a state beyond the KV cache (conv rings, recurrent states) keep to their own slot's cache.
+  // With conv rings (lfm2) the positions taken end at a page boundary (their conv state kept there); models with
+  // recurrent states (qwen35) keep to their own slot's cache (GpuSession::shareable).
   std::pair<const Slot*, uint32_t> donor(const Slot& s, const std::vector<int32_t>& prompt, uint32_t own) const {
     const Slot* best = nullptr;
     uint32_t best_n = std::max(own, kMinCachedPrompt - 1);
     if (!options.cache_prompt || prompt.empty()) return {nullptr, 0};
     for (const Slot& t : slots) {
-      if (&t == &s || !s.session->can_share_prefix(*t.session)) continue;
-      const uint32_t n = common_prefix(t, prompt);
+      if (&t == &s) continue;
+      const uint32_t n = s.session->shareable(*t.session, common_prefix(t, prompt));
       if (n > best_n) best = &t, best_n = n;
     }
     return {best, best ? best_n : 0};

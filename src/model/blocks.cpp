@@ -368,6 +368,7 @@ void encode_conv(const LayerStep& s) {
     const kernels::ShortConvShape shape{
         .n_tokens = s.n, .n_embd = c.n_embd, .taps = c.l_cache, .pos = s.pos, .ring_rows = s.state->conv_rows};
     kernels::encode_shortconv(s.batch, s.ctx, shape, b.bcx, L.conv, s.state->conv[s.layer], b.conv_y);
+    s.state->save_marks(s.batch, s.layer, s.pos, s.n);
     return;
   }
   for (uint32_t i = 0; i < s.n; ++i) {
@@ -379,6 +380,7 @@ void encode_conv(const LayerStep& s) {
                                         .ring_rows = state.conv_rows,
                                         .row = i};
     kernels::encode_shortconv(s.batch, s.ctx, shape, b.bcx, L.conv, state.conv[s.layer], b.conv_y);
+    state.save_marks(s.batch, s.layer, s.rows->positions[i], 1);
   }
 }
 

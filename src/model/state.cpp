@@ -25,10 +25,17 @@ SequenceState::SequenceState(gpu::Context& ctx, const ModelConfig& c, uint32_t n
   conv_rows = recurrent               ? kernels::delta_ring_rows(conv_taps)
               : c.conv_layers.empty() ? 0
                                       : kernels::conv_ring_rows(ubatch, conv_taps);
+  if (shared_kv && !recurrent && conv_rows && conv_taps > 1) {
+    mark_every = shared_kv->page_size();
+    marks.resize(c.n_layer);
+  }
   for (uint32_t l = 0; l < c.n_layer; ++l) {
     if (c.is_conv(l)) {
       conv[l] = ctx.create_buffer(uint64_t(conv_rows) * E * 4, WGPUBufferUsage_Storage,
                                   ("conv state " + std::to_string(l)).c_str());
+      if (mark_every)
+        marks[l] = ctx.create_buffer(uint64_t(n_ctx / mark_every) * (conv_taps - 1) * E * 4, WGPUBufferUsage_Storage,
+                                     ("conv marks " + std::to_string(l)).c_str());
       continue;
     }
     if (c.is_delta(l)) {
@@ -97,6 +104,36 @@ void SequenceState::save(gpu::Context& ctx, gpu::ComputeBatch& batch, uint32_t p
 void SequenceState::restore(gpu::ComputeBatch& batch, const Checkpoint& c) const {
   const std::vector<const gpu::Buffer*> to = rolling(c.pos);
   for (size_t i = 0; i < to.size(); ++i) batch.copy(c.copies[i], 0, *to[i], 0, to[i]->size);
+}
+
+void SequenceState::save_marks(gpu::ComputeBatch& batch, uint32_t layer, uint32_t pos, uint32_t n) const {
+  if (!mark_every || !marks[layer].size) return;
+  const uint64_t row = conv[layer].size / conv_rows, per_mark = uint64_t(conv_taps - 1) * row;
+  for (uint32_t p = pos + mark_every - pos % mark_every; p <= pos + n; p += mark_every) {
+    const uint64_t at = uint64_t(p / mark_every - 1) * per_mark;
+    if (at + per_mark > marks[layer].size) break;  // (the boundary at n_ctx: nothing follows it)
+    for (uint32_t i = 0; i + 1 < conv_taps; ++i)
+      batch.copy(conv[layer], (p - (conv_taps - 1) + i) % conv_rows * row, marks[layer], at + i * row, row);
+  }
+}
+
+bool SequenceState::takes_marks_of(const SequenceState& from) const {
+  return mark_every && from.mark_every == mark_every && from.conv_rows == conv_rows && from.conv_taps == conv_taps &&
+         from.marks.size() == marks.size();
+}
+
+void SequenceState::take_marks(gpu::ComputeBatch& batch, const SequenceState& from, uint32_t p) const {
+  if (p == 0) return;
+  if (!takes_marks_of(from) || p % mark_every)
+    throw InvalidArgument("take_marks: no conv state kept at position " + std::to_string(p));
+  for (size_t l = 0; l < marks.size(); ++l) {
+    if (!marks[l].size) continue;
+    const uint64_t row = conv[l].size / conv_rows, per_mark = uint64_t(conv_taps - 1) * row;
+    const uint64_t at = uint64_t(p / mark_every - 1) * per_mark;
+    if (&from != this) batch.copy(from.marks[l], 0, marks[l], 0, at + per_mark);  // the marks up to p
+    for (uint32_t i = 0; i + 1 < conv_taps; ++i)
+      batch.copy(marks[l], at + i * row, conv[l], (p - (conv_taps - 1) + i) % conv_rows * row, row);
+  }
 }
 
 const SequenceState::Checkpoint* SequenceState::checkpoint_at_most(uint32_t n) const {

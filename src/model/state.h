@@ -57,6 +57,26 @@ struct SequenceState {
   static constexpr size_t kMaxCheckpoints = 2;
   // Whether some layer keeps a state beyond its KV cache (a conv ring or a recurrent state): what checkpoints copy.
   bool rolls() const { return conv_rows > 0; }
+
+  // Conv rings (lfm2) on a shared pool: at every page boundary P of the pool (mark_every positions apart) the ring
+  // rows of positions [P - (conv_taps - 1), P), which are the whole conv state at P, copied aside as a step crosses
+  // P (save_marks, in the step's command stream). A sequence whose tokens before a page boundary are another's takes
+  // that one's pages and its marks (take_marks), and a truncation to a page boundary restores the rings from the
+  // sequence's own: the conv state at P needs no token fed again. The marks of the boundaries up to n_past are
+  // those of its tokens as long as every step that advances n_past saves them (encode_conv does). Recurrent states
+  // (qwen35) have none: a checkpoint would be a whole state per page.
+  std::vector<gpu::Buffer> marks;  // [n_layer]: [n_ctx / mark_every][conv_taps - 1][E] f32 (conv layers)
+  uint32_t mark_every = 0;         // 0: no marks
+  // The latest page boundary at or before n whose mark a rewind can take (0: none).
+  uint32_t mark_at_most(uint32_t n) const { return mark_every ? n - n % mark_every : 0; }
+  // Encodes the copies of layer l's ring rows at each page boundary in (pos, pos + n] (a step of n tokens at pos
+  // that has written them).
+  void save_marks(gpu::ComputeBatch& batch, uint32_t layer, uint32_t pos, uint32_t n) const;
+  // Encodes the conv state at page boundary p from `from`'s marks (this state, or another sequence's of the same
+  // shape: then its marks up to p as well) into the rings.
+  void take_marks(gpu::ComputeBatch& batch, const SequenceState& from, uint32_t p) const;
+  // Whether take_marks(from, ...) fits: both keep marks, with the same rings.
+  bool takes_marks_of(const SequenceState& from) const;
   // The buffers a checkpoint at pos copies, in its order: per layer with a conv ring, the ring, then (qwen35) the
   // recurrent state after pos.
   std::vector<const gpu::Buffer*> rolling(uint32_t pos) const;

@@ -139,7 +139,8 @@ void GpuSession::truncate(uint32_t n) {
   // nothing, by feeding the tokens after it again.
   const bool in_place = n == 0 || state_.rewinds_to(n, n_past_);
   const SequenceState::Checkpoint* c = in_place ? nullptr : state_.checkpoint_at_most(n);
-  const uint32_t from = in_place ? n : c ? c->pos : 0;
+  const uint32_t mark = in_place ? 0 : state_.mark_at_most(n);
+  const uint32_t from = in_place ? n : std::max(c ? c->pos : 0, mark);
   state_.own_from(from);  // the pages written from here on its own first: KvPoolFull leaves the session as it was
   next_.reset();          // encoded for the old position
   ++changes_;
@@ -147,9 +148,12 @@ void GpuSession::truncate(uint32_t n) {
     n_past_ = n;
     return;
   }
-  if (c) {
-    gpu::ComputeBatch batch(ctx_, "restore checkpoint");
-    state_.restore(batch, *c);
+  if (from > 0) {
+    gpu::ComputeBatch batch(ctx_, "restore state");
+    if (mark == from)
+      state_.take_marks(batch, state_, mark);
+    else
+      state_.restore(batch, *c);
     batch.submit();
   }
   const std::vector<int32_t> keep(tokens_.begin() + from, tokens_.begin() + n);
@@ -159,8 +163,14 @@ void GpuSession::truncate(uint32_t n) {
 }
 
 bool GpuSession::can_share_prefix(const GpuSession& from) const {
-  return &from != this && state_.shared && state_.shared == from.state_.shared && !state_.rolls() &&
-         &model_ == &from.model_;
+  return &from != this && state_.shared && state_.shared == from.state_.shared &&
+         (!state_.rolls() || state_.takes_marks_of(from.state_)) && &model_ == &from.model_;
+}
+
+uint32_t GpuSession::shareable(const GpuSession& from, uint32_t n) const {
+  if (!can_share_prefix(from)) return 0;
+  n = std::min(n, from.n_past_);
+  return state_.rolls() ? state_.mark_at_most(n) : n;
 }
 
 void GpuSession::share_prefix(const GpuSession& from, uint32_t n) {
@@ -168,10 +178,13 @@ void GpuSession::share_prefix(const GpuSession& from, uint32_t n) {
   if (!can_share_prefix(from))
     throw InvalidArgument(
         "share_prefix: the sessions' KV caches are not views of one SharedKv, or the model keeps "
-        "states beyond its KV cache");
+        "states beyond its KV cache and conv rings");
   if (n > from.n_past_)
     throw InvalidArgument("share_prefix: " + std::to_string(n) + " positions asked, the other session holds " +
                           std::to_string(from.n_past_));
+  if (shareable(from, n) != n)
+    throw InvalidArgument("share_prefix: " + std::to_string(n) + " positions asked, but a conv state is kept only at " +
+                          "page boundaries (every " + std::to_string(state_.mark_every) + " positions)");
   next_.reset();
   ++changes_;
   state_.drop_checkpoints_after(0);
@@ -183,6 +196,11 @@ void GpuSession::share_prefix(const GpuSession& from, uint32_t n) {
     state_.own_from(0);
     throw;
   }
+  if (state_.rolls() && n > 0) {
+    gpu::ComputeBatch batch(ctx_, "take conv state");
+    state_.take_marks(batch, from.state_, n);
+    batch.submit();
+  }
   tokens_.assign(from.tokens_.begin(), from.tokens_.begin() + n);
   n_past_ = n;
 }
@@ -191,14 +209,14 @@ bool GpuSession::truncates_in_place(uint32_t n) const {
   if (n == 0) return true;
   if (n > n_past_) return false;
   const SequenceState::Checkpoint* c = state_.checkpoint_at_most(n);
-  return state_.rewinds_to(n, n_past_) || (c && c->pos == n);
+  return state_.rewinds_to(n, n_past_) || (c && c->pos == n) || (n > 0 && state_.mark_at_most(n) == n);
 }
 
 uint32_t GpuSession::rewind_point(uint32_t n) const {
   n = std::min(n, n_past_);
   if (truncates_in_place(n)) return n;
   const SequenceState::Checkpoint* c = state_.checkpoint_at_most(n);
-  return c ? c->pos : 0;
+  return std::max(c ? c->pos : 0, state_.mark_at_most(n));
 }
 
 void GpuSession::checkpoint() {

@@ -234,13 +234,18 @@ class GpuSession {
   // KV rows past n are overwritten later. A model with convolution layers rewinds its conv states from their rings
   // when n is at most ubatch positions back; a recurrent state (qwen35) does not rewind. Otherwise the state comes
   // back from the latest checkpoint at or before n and the tokens after it are fed again (all n of them without
-  // one). Checkpoints past n are forgotten.
+  // one; on a shared pool, conv rings also come back from the mark of a page boundary: SequenceState::marks).
+  // Checkpoints past n are forgotten.
   void truncate(uint32_t n);
   // Replaces this session's state with the first n positions of `from`'s (n <= from.n_past()), as if those tokens
-  // had been fed here: their KV pages shared, not computed again (SharedKv::share). Only between sessions whose caches
-  // are views of one SharedKv, on models whose state is the KV cache alone (can_share_prefix).
+  // had been fed here: their KV pages shared, not computed again (SharedKv::share); with conv rings (lfm2), their
+  // state at n from `from`'s marks, so n must be a page boundary. Only between sessions whose caches are views of one
+  // SharedKv, on models whose state is the KV cache and conv rings (can_share_prefix; not recurrent states).
   void share_prefix(const GpuSession& from, uint32_t n);
   bool can_share_prefix(const GpuSession& from) const;
+  // The most of `from`'s first n positions share_prefix can take: n capped at from.n_past(), down to a page boundary
+  // where conv rings come along; 0 where nothing can be shared.
+  uint32_t shareable(const GpuSession& from, uint32_t n) const;
   // On a SharedKv of fewer pages than its sequences' (SharedKv::on_demand): where this sequence's pages were taken
   // while it was idle, its cache is cut back there (truncated in place; the positions past it are computed again when
   // fed again). Every call that reads or extends the state does this first; callers that read tokens() or n_past()
@@ -251,7 +256,7 @@ class GpuSession {
   // steps to come find them: a batched step's caller reserves each sequence's before it.
   void reserve(uint32_t end) { state_.reserve(end); }
   // Whether truncate(n) keeps the state in place (no tokens fed again): n == 0, the state rewinds to n, or a
-  // checkpoint holds it.
+  // checkpoint or a page boundary's mark holds it.
   bool truncates_in_place(uint32_t n) const;
   // The largest m <= min(n, n_past) that truncate(m) reaches in place: 0 when none but 0 does.
   uint32_t rewind_point(uint32_t n) const;

@@ -217,6 +217,55 @@ TEST(BatchEngine, PromptCacheSharedAcrossSlots) {
   EXPECT_EQ(fresh_stats.prompt_tokens_shared, 0u);
 }
 
+// lfm2's conv rings cross slots at page boundaries (256 positions): three prompts that begin with the same 300
+// tokens, each then its own 12. The second keeps 296 in the first's slot (its checkpoint 16 before the end); the
+// third, while the second decodes, takes 256 from the second's slot, the conv state there from its marks. The cuts
+// fall on the chunks' edges (prefill_chunk 8), so the replies are a fresh engine's.
+TEST(BatchEngine, ConvModelsShareAPrefixAtPageBoundaries) {
+  LoadOptions lo;
+  lo.n_ctx = 512;
+  const Model m = Model::load(test::model_path("lfm2-tiny-f32"), lo);
+  const uint32_t V = m.info().n_vocab;
+  auto ids = [&](uint32_t n, uint32_t seed) {
+    std::vector<int32_t> t(n);
+    for (uint32_t i = 0; i < n; ++i) t[i] = int32_t((seed * 7919u + i * 104729u + i * i * 31u) % (V - 8) + 4);
+    return t;
+  };
+  const std::vector<int32_t> start = ids(300, 1);
+  auto with = [&](uint32_t seed, uint32_t max_tokens) {
+    CompletionRequest r;
+    r.prompt = start;
+    const std::vector<int32_t> rest = ids(12, seed);
+    r.prompt.insert(r.prompt.end(), rest.begin(), rest.end());
+    r.sampling.temperature = 0;
+    r.max_tokens = max_tokens;
+    return r;
+  };
+  const CompletionRequest a = with(2, 10), b = with(3, 120), c = with(4, 10);
+  auto run = [&](bool cache) {
+    BatchEngine engine(m, {.parallel = 3, .n_ctx = 512, .prefill_chunk = 8, .cache_prompt = cache});
+    Collector first, second, third;
+    engine.submit(a, first.callback());
+    first.wait();
+    engine.submit(b, second.callback());
+    while (engine.stats().generated_tokens < first.ids.size() + 1)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    engine.submit(c, third.callback());
+    second.wait();
+    third.wait();
+    second.ids.resize(std::min<size_t>(second.ids.size(), 10));
+    return std::tuple{std::vector{first.ids, second.ids, third.ids},
+                      std::vector{first.last.n_cached, second.last.n_cached, third.last.n_cached}, engine.stats()};
+  };
+  const auto [replies, cached, stats] = run(true);
+  const auto [fresh_replies, fresh_cached, fresh_stats] = run(false);
+  EXPECT_EQ(replies, fresh_replies);
+  EXPECT_EQ(cached, (std::vector<uint32_t>{0, 296, 256}));
+  EXPECT_EQ(stats.prompt_tokens_shared, 256u) << "the third took a page boundary's state from the second's slot";
+  EXPECT_EQ(fresh_cached, (std::vector<uint32_t>{0, 0, 0}));
+  EXPECT_EQ(fresh_stats.prompt_tokens_shared, 0u);
+}
+
 // A KV pool of two pages (256 positions each) for three sequences: a request whose slot finds no free page takes
 // one from the least recently used idle slot, whose cached prompt is then gone (the same prompt again keeps
 // nothing), and every reply is a fresh engine's. With one page, a second request waits in the queue while the first

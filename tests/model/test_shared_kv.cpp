@@ -125,6 +125,80 @@ INSTANTIATE_TEST_SUITE_P(Models, SharedKvPrefix,
                            return s;
                          });
 
+// lfm2's conv rings come along at page boundaries (SequenceState::marks): b takes a's first 256 positions (two whole
+// pages and the conv state there), not 200; c takes b's first 128, a truncates back to 128 in place; each then goes
+// on as a session on caches of its own that computed those positions. A boundary crossed one token at a time keeps
+// its mark too.
+class ConvPrefix : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ConvPrefix, ConvStateTakenAtPageBoundaries) {
+  const GgufFile f = GgufFile::open(test::model_path(GetParam()));
+  gpu::Context& ctx = test::context();
+  const GpuModel gm = load_gpu_model(ctx, f);
+  const uint32_t V = gm.config.n_vocab;
+  ASSERT_FALSE(gm.config.conv_layers.empty());
+  auto gen = test::rng(49);
+  SharedKv pool(ctx, gm.config, 4, kCtx, kPage, kernels::KvType::F32);
+  auto session = [&](SharedKv* p, uint32_t s) {
+    return std::make_unique<GpuSession>(
+        ctx, gm,
+        GpuSessionOptions{
+            .n_ctx = kCtx, .ubatch = 32, .kv_type = kernels::KvType::F32, .shared_kv = p, .kv_sequence = s});
+  };
+  // a session of its own that computes `prefix` and then `more`: the logits of `more` that x must give
+  auto fresh = [&](std::span<const int32_t> prefix, const std::vector<int32_t>& more) {
+    auto own = session(nullptr, 0);
+    own->forward(prefix);
+    return own->forward(more);
+  };
+  auto a = session(&pool, 0), b = session(&pool, 1), c = session(&pool, 2), g = session(&pool, 3);
+  const std::vector<int32_t> prompt = random_ids(V, 300, gen);
+  a->forward(prompt);
+  EXPECT_TRUE(b->can_share_prefix(*a));
+  EXPECT_EQ(b->shareable(*a, 300), 256u);
+  EXPECT_EQ(b->shareable(*a, 255), 128u);
+  EXPECT_EQ(b->shareable(*a, 100), 0u);
+  EXPECT_THROW(b->share_prefix(*a, 200), InvalidArgument) << "not a page boundary";
+  EXPECT_EQ(b->n_past(), 0u);
+  b->share_prefix(*a, 256);
+  EXPECT_EQ(b->n_past(), 256u);
+  EXPECT_EQ(pool.pages_shared(), 2u);
+  const std::vector<int32_t> more = random_ids(V, 100, gen);
+  expect_same_bits(b->forward(more), fresh(std::span(prompt).first(256), more), "b after a's 256 positions");
+
+  const std::vector<int32_t> after_a = random_ids(V, 20, gen);
+  expect_same_bits(a->forward(after_a), fresh(prompt, after_a), "a after b wrote past 256");
+  c->share_prefix(*b, 128);  // b's marks are a's: taken over with the pages
+  const std::vector<int32_t> c_more = random_ids(V, 50, gen);
+  expect_same_bits(c->forward(c_more), fresh(std::span(prompt).first(128), c_more), "c after b's first 128");
+
+  EXPECT_EQ(a->rewind_point(200), 128u);
+  EXPECT_TRUE(a->truncates_in_place(128));
+  a->truncate(128);
+  EXPECT_EQ(a->n_past(), 128u);
+  const std::vector<int32_t> again = random_ids(V, 40, gen);
+  expect_same_bits(a->forward(again), fresh(std::span(prompt).first(128), again), "a rewound to its mark at 128");
+
+  // the boundary at 128 crossed by steps of one token (a twin takes the same steps: the decode products' bits are not
+  // the prefill's)
+  auto twin = session(nullptr, 0);
+  g->forward(std::span(prompt).first(125));
+  twin->forward(std::span(prompt).first(125));
+  for (uint32_t i = 125; i < 131; ++i) {
+    g->forward(std::span(prompt).subspan(i, 1));
+    if (i < 128) twin->forward(std::span(prompt).subspan(i, 1));
+  }
+  b->share_prefix(*g, 128);
+  expect_same_bits(b->forward(more), twin->forward(more), "b after g's 128, one token a step");
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, ConvPrefix, ::testing::Values("lfm2-tiny-f32", "lfm2-tiny-l4-f32"),
+                         [](const auto& info) {
+                           std::string s = info.param;
+                           std::replace(s.begin(), s.end(), '-', '_');
+                           return s;
+                         });
+
 // A pool of 6 pages for 3 sequences of 4: pages are mapped as sequences reach them; when none is free, idle
 // sequences give theirs up, the least recently used one's last pages first, and its cache is cut back there
 // (sync_pages); running sequences' pages are never taken (KvPoolFull). Every step's logits equal those of a twin on
@@ -212,8 +286,20 @@ TEST(SharedKvPrefix, RefusedWhereItCannotHold) {
   EXPECT_EQ(b->n_past(), 0u);
   auto x = on(lfm2, &conv_pool, 0), y = on(lfm2, &conv_pool, 1);
   x->forward(ids(40));
-  EXPECT_FALSE(y->can_share_prefix(*x)) << "a conv state is not in the pages";
+  EXPECT_TRUE(y->can_share_prefix(*x));
+  EXPECT_EQ(y->shareable(*x, 40), 0u) << "a conv state is kept at page boundaries only";
   EXPECT_THROW(y->share_prefix(*x, 32), InvalidArgument);
+  GpuSessionOptions wider = o;  // conv rings of another size
+  wider.ubatch = 32;
+  wider.shared_kv = &conv_pool;
+  wider.kv_sequence = 1;
+  EXPECT_FALSE(GpuSession(ctx, lfm2, wider).can_share_prefix(*x));
+  const GpuModel qwen35 = load_gpu_model(ctx, GgufFile::open(test::model_path("qwen35-tiny-f32")));
+  SharedKv delta_pool(ctx, qwen35.config, 2, kCtx, kPage);
+  auto q = on(qwen35, &delta_pool, 0), r = on(qwen35, &delta_pool, 1);
+  q->forward(ids(200));
+  EXPECT_FALSE(r->can_share_prefix(*q)) << "a recurrent state is not kept at page boundaries";
+  EXPECT_EQ(r->shareable(*q, 200), 0u);
   EXPECT_THROW(on(llama, &pool, 2), InvalidArgument) << "a sequence past the pool's";
   EXPECT_THROW(SharedKv(ctx, llama.config, 2, 500, kPage), InvalidArgument) << "n_ctx not whole pages";
 }
