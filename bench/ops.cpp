@@ -42,6 +42,7 @@ struct Options {
   std::string batch_tokens;              // token counts of batch decode's product runs
   int batch_tile_from = -1;              // ContextOptions::batch_tile_from (-1: unset)
   int batch_split = -1;                  // ContextOptions::batch_split (-1: unset)
+  int matvec_pass = -1;                  // ContextOptions::matvec_pass (-1: unset)
   std::string matmul_tiles;              // comma-separated matmul tiles to sweep ("" = the chosen one)
   std::string rows_shapes;               // comma-separated shapes of the CPU adapters' kernel to sweep
   bool skip_matvec = false;
@@ -357,6 +358,7 @@ int run_bench_ops(const Options& o) {
     options.rows_shape = runs[ti].second;
     if (o.batch_tile_from >= 0) options.batch_tile_from = uint32_t(o.batch_tile_from);
     if (o.batch_split >= 0) options.batch_split = uint32_t(o.batch_split);
+    if (o.matvec_pass >= 0) options.matvec_pass = uint32_t(o.matvec_pass);
     gpu::Context ctx(options);
     const bool first = ti == 0;
     if (first) {
@@ -473,6 +475,7 @@ const Register reg{
        app.add_option("--batch-split", o->batch_split,
                       "those tiled products split over this many groups of lane classes where the classes allow it "
                       "(1: never; default: the engine's, by the product's tiles)");
+       app.add_option("--matvec-pass", o->matvec_pass, "batch decode's matvec: tokens per pass over W, 8 or 16");
        auto* shapes = app.get_option("--shapes");
        app.add_flag("--int-dot", o->int_dot,
                     "with --decode-table: also Q4_K on packed int8 dot products (x as three 8-bit digits per element)");

@@ -65,6 +65,8 @@ struct ContextOptions {
   // group, then a dispatch that adds the groups: kernels::batch_takes_tiles), where the classes allow it; 1: never;
   // unset: as many as it takes for enough workgroups. A tuning knob for benchmarks and tests.
   std::optional<uint32_t> batch_split = std::nullopt;
+  // The batch matvec's tokens per pass over W, 8 or 16 (kernels::matvec_pass_tokens); unset: 16. A tuning knob.
+  std::optional<uint32_t> matvec_pass = std::nullopt;
   // The tiled matmul's shape, "TOKENSxROWS[/TTxTR][xf16]" (kernels::parse_matmul_tile); "" = chosen per product.
   std::string matmul_tile = {};
   // The CPU adapters' product kernel's shape, "WORKGROUPxROWSxTOKENS" (kernels::parse_rows_config), or "off": the

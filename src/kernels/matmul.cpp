@@ -42,7 +42,9 @@ uint64_t matvec_red_bytes(const gpu::Context& ctx, const MatvecConfig& mv, uint3
 // The most tokens one matvec pass takes with this shape: kMatvecPassTokens, halved while its workgroup memory would
 // exceed the adapter's (down to kMatvecMaxTokens, which matvec_config checks).
 uint32_t matvec_pass_tokens(const gpu::Context& ctx, const MatvecConfig& mv) {
-  uint32_t n = kMatvecPassTokens;
+  uint32_t n = ctx.options().matvec_pass.value_or(kMatvecPassTokens);
+  if (n != 8 && n != kMatvecPassTokens)
+    throw InvalidArgument("matvec pass of " + std::to_string(n) + " tokens: 8 or " + std::to_string(kMatvecPassTokens));
   while (n > kMatvecMaxTokens && matvec_red_bytes(ctx, mv, n) > ctx.limits().maxComputeWorkgroupStorageSize) n /= 2;
   return n;
 }

@@ -54,9 +54,10 @@ Model load_model(const std::string& path, const LoadOptions& given) {
         std::pair{"WGLLM_ATTENTION", &options.attention_prefill}})
     if (const char* v = std::getenv(var); v && field->empty()) *field = v;
   if (const char* v = std::getenv("WGLLM_SHADER_CHECKS")) options.shader_checks |= std::string_view(v) == "1";
-  for (auto [var, field] : {std::pair{"WGLLM_DELTA_CHUNK_FROM", &options.delta_chunk_from},
-                            std::pair{"WGLLM_BATCH_TILE_FROM", &options.batch_tile_from},
-                            std::pair{"WGLLM_BATCH_SPLIT", &options.batch_split}})
+  for (auto [var, field] :
+       {std::pair{"WGLLM_DELTA_CHUNK_FROM", &options.delta_chunk_from},
+        std::pair{"WGLLM_BATCH_TILE_FROM", &options.batch_tile_from},
+        std::pair{"WGLLM_BATCH_SPLIT", &options.batch_split}, std::pair{"WGLLM_MATVEC_PASS", &options.matvec_pass}})
     if (const char* v = std::getenv(var); v && *v && !*field) {
       const std::string text = v;
       if (text.size() > 9 || text.find_first_not_of("0123456789") != std::string::npos)
