@@ -74,6 +74,9 @@ std::string Metrics::render(const BatchStats& e, uint32_t http_in_flight, size_t
   out << "wgllm_requests_total{outcome=\"done\"} " << e.requests_done << '\n'
       << "wgllm_requests_total{outcome=\"cancelled\"} " << e.requests_cancelled << '\n'
       << "wgllm_requests_total{outcome=\"failed\"} " << e.requests_failed << '\n';
+  sample(out, "wgllm_requests_preempted_total", "counter",
+         "decoding requests paused for want of a KV page (--kv-pool), resumed once pages were free",
+         e.requests_preempted);
   sample(out, "wgllm_prompt_tokens_total", "counter", "prompt tokens of the requests that reached their first token",
          e.prompt_tokens);
   sample(out, "wgllm_prompt_tokens_cached_total", "counter",

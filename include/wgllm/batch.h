@@ -81,7 +81,9 @@ struct BatchOptions {
   // Positions the sequences' KV caches hold together, in pages of 256 (0: parallel x n_ctx, every sequence's whole
   // context at hand). Fewer: a sequence takes pages as it reaches them and gives them back past a truncation; when
   // none is free, idle sequences' cached prompts give theirs up, the least recently used first (their caches then
-  // end earlier), and a request that still finds none fails with a one-line error naming the pool.
+  // end earlier). A new request that still finds none waits in the queue, a decoding one is preempted (paused,
+  // resumed once pages are free: BatchStats::requests_preempted); one whose tokens alone outgrow the pool fails with
+  // a one-line error naming it.
   uint32_t kv_pool = 0;
 };
 
@@ -89,6 +91,10 @@ struct BatchStats {
   uint32_t active = 0, queued = 0;  // sequences decoding or prefilling; requests waiting
   uint32_t parallel = 0, queue_capacity = 0;
   uint64_t requests_done = 0, requests_cancelled = 0, requests_failed = 0;
+  // Decoding requests paused because the KV pool (BatchOptions::kv_pool) had no page for their next token, their
+  // pages then open to the others; each resumes, its tokens so far fed again where its pages went, once pages are
+  // free (before any waiting request starts).
+  uint64_t requests_preempted = 0;
   uint64_t prompt_tokens = 0, generated_tokens = 0;  // over the engine's life
   uint64_t prompt_tokens_cached = 0;                 // of prompt_tokens: positions kept from earlier requests
   uint64_t prompt_tokens_shared = 0;  // of those, positions another slot's cache held (its KV pages shared, not copied)

@@ -81,8 +81,13 @@ struct BatchEngine::Impl {
     uint32_t generated = 0;
     bool first_token_seen = false;
     double first_token_seconds = 0;
-    bool prefilling() const { return request && fed < request->req.prompt.size(); }
-    bool decoding() const { return request && !prefilling(); }
+    // Preempted (the pool had no page for its next token): it waits, its pages idle, with the tokens its cache held
+    // (the prompt and the reply so far but `next`), to be fed again from wherever its pages end when it resumes.
+    bool paused = false;
+    std::vector<int32_t> history;
+    bool prefilling() const { return request && !paused && fed < request->req.prompt.size(); }
+    bool decoding() const { return request && !paused && !prefilling(); }
+    bool running() const { return request && !paused; }
   };
 
   const Model& model;
@@ -179,6 +184,8 @@ struct BatchEngine::Impl {
     s.sampler.reset();
     s.stream.reset();
     s.counts.clear();
+    s.paused = false;
+    s.history.clear();
     if (shared_kv) shared_kv->set_idle(index(s), true);  // its pages may go to others now
   }
 
@@ -261,7 +268,7 @@ struct BatchEngine::Impl {
   // unused one first), so that the caches other prompts may want are the last to go.
   Slot* free_slot(const std::vector<int32_t>& prompt) {
     for (Slot& s : slots)  // idle slots' caches cut back where their pages were taken (before start compares them)
-      if (!s.request) s.session->sync_pages();
+      if (!s.request || s.paused) s.session->sync_pages();
     Slot* best = nullptr;
     uint32_t best_n = 0;
     for (Slot& s : slots) {
@@ -433,6 +440,60 @@ struct BatchEngine::Impl {
     }
   }
 
+  bool others_running(const Slot& s) const {
+    return std::any_of(slots.begin(), slots.end(), [&](const Slot& t) { return &t != &s && t.running(); });
+  }
+  bool any_paused() const {
+    return std::any_of(slots.begin(), slots.end(), [](const Slot& s) { return s.request && s.paused; });
+  }
+
+  void pause(Slot& s) {
+    s.paused = true;
+    const std::span<const int32_t> held = s.session->tokens();
+    s.history.assign(held.begin(), held.end());
+    shared_kv->set_idle(index(s), true);
+    std::lock_guard lock(mu);
+    ++stats.requests_preempted;
+  }
+
+  // Preempted requests, the longest-running first, take pages back while the pool has them: each one's tokens past
+  // where its cache now ends (other sequences took its last pages) are fed again, and it decodes on from `next`. A
+  // request cancelled meanwhile ends; one that cannot resume while nothing else runs fails (its tokens alone exceed
+  // the pool).
+  void resume_paused() {
+    std::vector<Slot*> paused;
+    for (Slot& s : slots)
+      if (s.request && s.paused) paused.push_back(&s);
+    std::sort(paused.begin(), paused.end(), [](const Slot* a, const Slot* b) { return a->started < b->started; });
+    for (Slot* sp : paused) {
+      Slot& s = *sp;
+      if (cancelled(s)) {
+        finish(s, StopReason::Caller);
+        continue;
+      }
+      shared_kv->set_idle(index(s), false);
+      try {
+        s.session->sync_pages();
+        s.session->reserve(uint32_t(s.history.size()) + 2);
+      } catch (const KvPoolFull& e) {
+        shared_kv->set_idle(index(s), true);
+        if (!others_running(s)) finish(s, StopReason::Caller, e.what());
+        return;  // in order: the next ones wait behind it
+      }
+      try {
+        const uint32_t kept = s.session->n_past();
+        if (kept < s.history.size())
+          s.session->forward_rows(std::span(s.history).subspan(kept), uint32_t(s.history.size() - kept),
+                                  [](uint32_t, std::span<const float>) {});  // no logits
+      } catch (const std::exception& e) {
+        finish(s, StopReason::Caller, e.what());
+        continue;
+      }
+      s.paused = false;
+      s.history.clear();
+    }
+  }
+
   // One token of every decoding slot, in one forward.
   void decode_step() {
     std::vector<Slot*> active;
@@ -443,13 +504,18 @@ struct BatchEngine::Impl {
         else
           active.push_back(&s);
       }
-    // Each sequence's page for this step and the one queued behind it; a request that finds none fails alone.
+    // Each sequence's page for this step and the one queued behind it. A request that finds none is preempted while
+    // others run (they will give pages back; its own are theirs to take meanwhile), and fails when it runs alone:
+    // then its tokens alone exceed the pool.
     std::erase_if(active, [&](Slot* s) {
       try {
         s->session->reserve(s->session->n_past() + 2);
         return false;
       } catch (const KvPoolFull& e) {
-        finish(*s, StopReason::Caller, e.what());
+        if (others_running(*s))
+          pause(*s);
+        else
+          finish(*s, StopReason::Caller, e.what());
         return true;
       }
     });
@@ -521,8 +587,9 @@ struct BatchEngine::Impl {
           for (auto& r : dropped) finish_unstarted(*r);
           lock.lock();
         }
-        // Waiting requests into free slots, in order, each into the slot that keeps the most of its prompt.
-        while (!queue.empty()) {
+        // Waiting requests into free slots, in order, each into the slot that keeps the most of its prompt; none while
+        // a preempted request waits for pages.
+        while (!queue.empty() && !any_paused()) {
           Slot* s = free_slot(queue.front()->req.prompt);
           if (!s) break;
           std::shared_ptr<Request> r = std::move(queue.front());
@@ -543,6 +610,7 @@ struct BatchEngine::Impl {
         if (stopping && queue.empty() && !busy()) break;
       }
       const auto t0 = clock_type::now();
+      if (any_paused()) resume_paused();
       prefill_step();
       decode_step();
       std::lock_guard lock(mu);

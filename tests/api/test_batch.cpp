@@ -217,6 +217,50 @@ TEST(BatchEngine, PromptCacheSharedAcrossSlots) {
   EXPECT_EQ(fresh_stats.prompt_tokens_shared, 0u);
 }
 
+// A pool of 2 pages (256 positions) for two requests of ~400 positions each: the first to reach its second page
+// finds none and is preempted; the other takes its page and goes on; once that one ends, the first resumes, its 256
+// tokens fed again, and both replies are those of an engine whose pool holds every page. Without any other request
+// running, one that outgrows the pool alone fails with one line.
+TEST(BatchEngine, RequestsOutOfPagesArePreemptedAndResume) {
+  LoadOptions lo;
+  lo.n_ctx = 1024;
+  const Model m = Model::load(default_model_gguf(), lo, "built-in");
+  auto request = [&](const std::string& prompt, uint32_t max_tokens) {
+    CompletionRequest r;
+    r.prompt = m.encode(prompt);
+    r.sampling.temperature = 0;
+    r.max_tokens = max_tokens;
+    return r;
+  };
+  auto run = [&](uint32_t pool) {
+    BatchEngine engine(m, {.parallel = 2, .n_ctx = 512, .prefill_chunk = 8, .kv_pool = pool});
+    Collector a, b;
+    engine.submit(request(kPrompts[1], 400), a.callback());
+    engine.submit(request(kPrompts[3], 400), b.callback());
+    a.wait();
+    b.wait();
+    EXPECT_TRUE(a.last.error.empty()) << a.last.error;
+    EXPECT_TRUE(b.last.error.empty()) << b.last.error;
+    return std::pair{std::vector{a.ids, b.ids}, engine.stats()};
+  };
+  const auto [ids, stats] = run(512);
+  const auto [full_ids, full_stats] = run(0);
+  ASSERT_EQ(full_ids[0].size(), 400u);
+  ASSERT_EQ(full_ids[1].size(), 400u);
+  EXPECT_EQ(ids, full_ids);
+  EXPECT_GE(stats.requests_preempted, 1u);
+  EXPECT_EQ(stats.requests_failed, 0u);
+  EXPECT_EQ(full_stats.requests_preempted, 0u);
+
+  BatchEngine alone(m, {.parallel = 2, .n_ctx = 512, .prefill_chunk = 8, .kv_pool = 256});
+  Collector c;
+  alone.submit(request(kPrompts[1], 400), c.callback());
+  c.wait();
+  EXPECT_NE(c.last.error.find("KV cache pool is full"), std::string::npos) << c.last.error;
+  EXPECT_LT(c.ids.size(), 256u);
+  EXPECT_EQ(alone.stats().requests_failed, 1u);
+}
+
 // lfm2's conv rings cross slots at page boundaries (256 positions): three prompts that begin with the same 300
 // tokens, each then its own 12. The second keeps 296 in the first's slot (its checkpoint 16 before the end); the
 // third, while the second decodes, takes 256 from the second's slot, the conv state there from its marks. The cuts

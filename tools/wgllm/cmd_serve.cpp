@@ -157,7 +157,8 @@ const Register reg{
        app.add_option("--kv-pool", o->kv_pool,
                       "positions the sequences' KV caches hold together, in pages of 256 (default: --parallel x "
                       "their context); fewer: pages are taken as sequences reach them and idle sequences' cached "
-                      "prompts give theirs up, the least recently used first");
+                      "prompts give theirs up, the least recently used first; a decoding request that finds none is "
+                      "paused until pages are free");
        app.add_option("--request-timeout", o->request_timeout,
                       "seconds for a request's head and body to arrive, however slowly; past it the connection "
                       "is closed")
