@@ -11,6 +11,13 @@
 #       Debian trixie's glslc, libshaderc1, libvulkan-dev, spirv-headers, libvulkan1 (the loader) and libglvnd0
 #       (libGLdispatch, which NVIDIA's Vulkan driver needs) as .deb files in DIR, from the mirror of the system's own
 #       suite (apt-get download with a private sources list and state directory: the system's apt is left untouched)
+#   scripts/bench_vs_llamacpp.sh pack BUILD_DIR DIR
+#       everything the GPU machine needs in one folder to carry there: wgllm and wgllm-bench of BUILD_DIR stripped,
+#       with the shared libraries they need beyond a base system's (bin/), llama-src.tar.xz (prepare-source of the
+#       sdist tools/llamacpp.sh --src fetches and checks), the gguf wheel tools/make_model.py needs (wheels/), this
+#       system's Vulkan loader and libGLdispatch (debs/) and env.sh; there `source DIR/env.sh` unpacks the debs and
+#       the wheel into DIR once and sets LD_LIBRARY_PATH, PYTHONPATH, WGLLM, WGLLM_BENCH and LLAMA_SRC (a driver whose
+#       ICD file the loader does not find also needs VK_DRIVER_FILES). About 25 MB.
 # Build (GPU machine; each build resumes where it stopped when run again):
 #   scripts/bench_vs_llamacpp.sh unpack-debs DIR PREFIX
 #       dpkg -x each .deb of DIR into PREFIX (trixie's glslc needs glibc >= 2.38 and libstdc++ from GCC >= 13)
@@ -125,6 +132,52 @@ prepare_vulkan_debs() {
     || { cat "$apt/download.log" >&2; fail "apt-get download failed"; }
   ls -1 "$dir"/*.deb >&2
   say "$dir: $(du -ch "$dir"/*.deb | tail -1 | cut -f1)"
+}
+
+pack() {
+  local build=$1 dir=$2
+  for f in wgllm wgllm-bench; do [ -x "$build/bin/$f" ] || fail "no $build/bin/$f (build wgllm first)"; done
+  mkdir -p "$dir/bin" "$dir/wheels"
+  dir=$(cd "$dir" && pwd)
+  local f lib
+  for f in wgllm wgllm-bench; do strip -o "$dir/bin/$f" "$build/bin/$f"; done
+  # the shared libraries beyond the C/C++ runtimes, zlib and OpenSSL, which any GPU machine's system has
+  while read -r lib; do
+    case "${lib##*/}" in
+      libc.so* | libm.so* | libdl.so* | libpthread.so* | librt.so* | ld-linux* | libstdc++.so* | libgcc_s.so* | \
+        libz.so* | libssl.so* | libcrypto.so*) ;;
+      *) cp -L "$lib" "$dir/bin/" ;;
+    esac
+  done < <(ldd "$build/bin/wgllm" "$build/bin/wgllm-bench" | awk '$2 == "=>" && $3 ~ /^\// { print $3 }' | sort -u)
+  "$PY" -m pip download -q --no-deps --only-binary=:all: -d "$dir/wheels" gguf==0.19.0 \
+    || fail "pip download gguf==0.19.0 failed"
+  local src sdist
+  src=$("$REPO/tools/llamacpp.sh" --src)
+  sdist=$(find "${src%/src/*}" -maxdepth 1 -name 'llama_cpp_python-*.tar.gz' | head -n1)
+  [ -f "$sdist" ] || fail "tools/llamacpp.sh --src left no sdist beside $src"
+  [ -f "$dir/llama-src.tar.xz" ] || prepare_source "$sdist" "$dir/llama-src.tar.xz"
+  # the Vulkan loader and libGLdispatch (NVIDIA's driver needs it) of this system's own suite, for a GPU machine whose
+  # system has no loader
+  if ! ls "$dir"/debs/*.deb >/dev/null 2>&1; then
+    mkdir -p "$dir/debs"
+    (cd "$dir/debs" && apt-get download libvulkan1 libglvnd0) >/dev/null 2>&1 \
+      || fail "apt-get download libvulkan1 libglvnd0 failed (apt-get update first?)"
+  fi
+  cat >"$dir/env.sh" <<'ENV'
+# Sourced on the GPU machine (bash): the Vulkan loader and the gguf wheel unpacked here once, then the paths.
+P=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+if [ ! -d "$P/vk" ]; then
+  for d in "$P"/debs/*.deb; do dpkg-deb -x "$d" "$P/vk"; done
+fi
+if [ ! -d "$P/site" ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target "$P/site" "$P"/wheels/*.whl >/dev/null 2>&1 \
+    || echo "env.sh: the wheels of $P/wheels did not install" >&2
+fi
+export LD_LIBRARY_PATH="$P/bin:$P/vk/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export PYTHONPATH="$P/site${PYTHONPATH:+:$PYTHONPATH}"
+export WGLLM="$P/bin/wgllm" WGLLM_BENCH="$P/bin/wgllm-bench" LLAMA_SRC="$P/llama-src.tar.xz"
+ENV
+  say "$dir: $(du -sh "$dir" | cut -f1)"
 }
 
 # --- building (on the GPU machine) -------------------------------------------------------------------------------
@@ -420,7 +473,7 @@ batched() {
   done
 }
 
-usage="usage: $0 prepare-source SDIST OUT_TAR_XZ | prepare-vulkan-debs DIR | unpack-debs DIR PREFIX
+usage="usage: $0 prepare-source SDIST OUT_TAR_XZ | prepare-vulkan-debs DIR | pack BUILD_DIR DIR | unpack-debs DIR PREFIX
        | build-cuda SRC_TARBALL BUILD_DIR | build-vulkan SRC_TARBALL VK_PREFIX BUILD_DIR
        | table WGLLM CUDA_BIN_DIR VULKAN_BIN_DIR [-r N] [-p N] [-n N] [-d N] [--vk-prefix DIR] [--models-dir DIR]
          [--tiny]
@@ -431,6 +484,7 @@ cmd=${1:-}
 case "$cmd" in
   prepare-source) [ $# -eq 2 ] || fail "$usage"; prepare_source "$@" ;;
   prepare-vulkan-debs) [ $# -eq 1 ] || fail "$usage"; prepare_vulkan_debs "$@" ;;
+  pack) [ $# -eq 2 ] || fail "$usage"; pack "$@" ;;
   unpack-debs) [ $# -eq 2 ] || fail "$usage"; unpack_debs "$@" ;;
   build-cuda) [ $# -eq 2 ] || fail "$usage"; build_cuda "$@" ;;
   build-vulkan) [ $# -eq 3 ] || fail "$usage"; build_vulkan "$@" ;;
