@@ -66,6 +66,21 @@ struct Collector {
   }
 };
 
+// A test model file with a context of n_ctx.
+Model load_file(const std::string& name, uint32_t n_ctx) {
+  LoadOptions lo;
+  lo.n_ctx = n_ctx;
+  return Model::load(test::model_path(name), lo);
+}
+
+// n token ids spread over m's vocabulary (its first 4 and last 4 left out), the same for the same seed.
+std::vector<int32_t> spread_ids(const Model& m, uint32_t n, uint32_t seed) {
+  const uint32_t V = m.info().n_vocab;
+  std::vector<int32_t> t(n);
+  for (uint32_t i = 0; i < n; ++i) t[i] = int32_t((seed * 7919u + i * 104729u + i * i * 31u) % (V - 8) + 4);
+  return t;
+}
+
 CompletionRequest greedy(const std::string& prompt, uint32_t max_tokens) {
   CompletionRequest r;
   r.prompt = model().encode(prompt);
@@ -266,15 +281,8 @@ TEST(BatchEngine, RequestsOutOfPagesArePreemptedAndResume) {
 // third, while the second decodes, takes 256 from the second's slot, the conv state there from its marks. The cuts
 // fall on the chunks' edges (prefill_chunk 8), so the replies are a fresh engine's.
 TEST(BatchEngine, ConvModelsShareAPrefixAtPageBoundaries) {
-  LoadOptions lo;
-  lo.n_ctx = 512;
-  const Model m = Model::load(test::model_path("lfm2-tiny-f32"), lo);
-  const uint32_t V = m.info().n_vocab;
-  auto ids = [&](uint32_t n, uint32_t seed) {
-    std::vector<int32_t> t(n);
-    for (uint32_t i = 0; i < n; ++i) t[i] = int32_t((seed * 7919u + i * 104729u + i * i * 31u) % (V - 8) + 4);
-    return t;
-  };
+  const Model m = load_file("lfm2-tiny-f32", 512);
+  auto ids = [&](uint32_t n, uint32_t seed) { return spread_ids(m, n, seed); };
   const std::vector<int32_t> start = ids(300, 1);
   auto with = [&](uint32_t seed, uint32_t max_tokens) {
     CompletionRequest r;
@@ -373,15 +381,8 @@ TEST(BatchEngine, SmallKvPoolTakesIdleSlotsPages) {
 // engine's and the replies must be its, bit for bit; then one that does not (a chunk cut short for the checkpoint).
 // With cache_prompt off nothing is kept.
 TEST(BatchEngine, RecurrentModelsPromptCacheComesBackFromCheckpoints) {
-  LoadOptions lo;
-  lo.n_ctx = 256;
-  const Model m = Model::load(test::model_path("qwen35-tiny-f32"), lo);
-  const uint32_t V = m.info().n_vocab;
-  auto ids = [&](uint32_t n, uint32_t seed) {
-    std::vector<int32_t> t(n);
-    for (uint32_t i = 0; i < n; ++i) t[i] = int32_t((seed * 7919u + i * 104729u + i * i * 31u) % (V - 8) + 4);
-    return t;
-  };
+  const Model m = load_file("qwen35-tiny-f32", 256);
+  auto ids = [&](uint32_t n, uint32_t seed) { return spread_ids(m, n, seed); };
   auto request = [](std::vector<int32_t> prompt) {
     CompletionRequest r;
     r.prompt = std::move(prompt);
