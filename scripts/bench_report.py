@@ -75,6 +75,10 @@ def compare(argv):
           f"| {ratio(tw, tl)} |")
 
 
+def host_us(v):
+    return "-" if v != v else f"{v:,.0f}"  # (nan: a JSON from before the engine timed its steps)
+
+
 def batched(argv):
     path, wg_path, name, p, n = argv
     llama = {}
@@ -83,15 +87,17 @@ def batched(argv):
         if line.startswith("{"):
             j = json.loads(line)
             llama[j["pl"]] = j["speed_tg"]
-    wg = {e["streams"]: e["tokens_per_s"] for e in (load(Path(wg_path)) or {}).get("parallel", [])}
+    runs = (load(Path(wg_path)) or {}).get("parallel", [])
+    wg = {e["streams"]: e["tokens_per_s"] for e in runs}
+    host = {e["streams"]: e.get("host_us_per_step", NAN) for e in runs}
     print(f"\n{name}: pp{p} + tg{n} per stream, aggregate generation t/s")
-    print("| streams | wgllm | vs 1 stream | llama.cpp S_TG | vs 1 stream | wgllm / llama.cpp |")
-    print("|---|---|---|---|---|---|")
+    print("| streams | wgllm | vs 1 stream | llama.cpp S_TG | vs 1 stream | wgllm / llama.cpp | wgllm host us / step |")
+    print("|---|---|---|---|---|---|---|")
     w1, l1 = wg.get(1), llama.get(1)
     for k in sorted(set(wg) | set(llama)):
         w, l = wg.get(k, NAN), llama.get(k, NAN)
         print(f"| {k} | {w:,.1f} | {w / w1 if w1 else NAN:.2f}x | {l:,.1f} | {l / l1 if l1 else NAN:.2f}x "
-              f"| {w / l:.2f} |")
+              f"| {w / l:.2f} | {host_us(host.get(k, NAN))} |")
 
 
 def table(argv):

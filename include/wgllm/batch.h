@@ -107,6 +107,10 @@ struct BatchStats {
   // joined unannounced, or a sampled one).
   uint64_t steps_run_ahead = 0, steps_run_ahead_dropped = 0;
   double busy_seconds = 0;           // time spent running steps
+  // Decode steps run, and the engine's time in them other than waiting for the GPU's results: encoding and submitting
+  // the step, choosing tokens on the host, handing them over (per step: the host work a batched step costs).
+  uint64_t decode_steps = 0;
+  double decode_host_seconds = 0;
   // The KV pool's pages of 256 positions (0 when the sequences' caches are private): all, those no sequence holds,
   // those more than one holds (a shared prefix). After the last step.
   uint32_t kv_pages = 0, kv_pages_free = 0, kv_pages_shared = 0;

@@ -520,6 +520,18 @@ struct BatchEngine::Impl {
       }
     });
     if (active.empty()) return;
+    const auto t0 = clock_type::now();
+    const double waited = decode->wait_seconds();
+    struct Books {  // the step's host time, however it ends
+      Impl& e;
+      clock_type::time_point t0;
+      double waited;
+      ~Books() {
+        std::lock_guard lock(e.mu);
+        ++e.stats.decode_steps;
+        e.stats.decode_host_seconds += seconds_since(t0) - (e.decode->wait_seconds() - waited);
+      }
+    } books{*this, t0, waited};
     std::vector<GpuSession*> sessions;
     std::vector<int32_t> ids;
     for (Slot* s : active) {

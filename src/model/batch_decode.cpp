@@ -1,6 +1,7 @@
 #include "model/batch_decode.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <string>
 
@@ -132,7 +133,9 @@ std::vector<float> GpuBatchDecode::step(std::span<GpuSession* const> sessions, s
     } catch (const KvPoolFull&) {  // no page for it now: the next call encodes its own step
     }
   std::vector<float> logits(size_t(N) * V);
+  const auto w0 = std::chrono::steady_clock::now();
   ctx_.read_mapped(buf_->logits_host, 0, logits.data(), uint64_t(N) * V * 4);
+  wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
   for (uint32_t i = 0; i < N; ++i)
     for (size_t j = 0; j < V; ++j)
       if (!std::isfinite(logits[size_t(i) * V + j])) throw non_finite_logits(sessions[i]->n_past_ - 1, i);
@@ -190,7 +193,9 @@ std::vector<int32_t> GpuBatchDecode::step_argmax(std::span<GpuSession* const> se
     ahead_ = std::move(next);
   }
   std::vector<uint32_t> all(step.n_rows);
+  const auto w0 = std::chrono::steady_clock::now();
   ctx_.read_mapped(buf_->chosen_host[step.parity], 0, all.data(), uint64_t(step.n_rows) * 4, step.done_at);
+  wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
   std::vector<int32_t> chosen(N);
   for (uint32_t i = 0; i < N; ++i) {
     if (all[rows[i]] == kernels::kArgmaxNonFinite) {

@@ -44,6 +44,8 @@ class GpuBatchDecode {
   // step_argmax's steps found running when called (queued by the call before), and those dropped unused.
   uint64_t ahead_steps() const { return ahead_steps_; }
   uint64_t dropped_steps() const { return dropped_steps_; }
+  // Time the host spent waiting for steps' logits or ids to come back, over its life.
+  double wait_seconds() const { return wait_seconds_; }
 
  private:
   struct Buffers;
@@ -84,6 +86,7 @@ class GpuBatchDecode {
   uint64_t shared_steps_ = 0;
   uint64_t prepared_steps_ = 0;
   uint64_t ahead_steps_ = 0, dropped_steps_ = 0;
+  double wait_seconds_ = 0;
   uint32_t parity_ = 0;             // the readback buffer of the next step submitted
   std::unique_ptr<Prepared> next_;  // step's: the step encoded ahead, if any
   std::unique_ptr<Ahead> ahead_;    // step_argmax's: the step queued ahead, if any

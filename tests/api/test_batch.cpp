@@ -136,6 +136,11 @@ TEST(BatchEngine, GreedyTokensAloneEqualBesideFifteenOthers) {
   EXPECT_EQ(s.queued, 0u);
   // 16 sequences decoded together: far fewer steps than 16 x 24 tokens.
   EXPECT_LT(s.steps, 24u * kPrompts.size() / 2);
+  // Each decode step counted once, its host time a part of the engine's busy time.
+  EXPECT_GE(s.decode_steps, 24u);
+  EXPECT_LE(s.decode_steps, s.steps);
+  EXPECT_GT(s.decode_host_seconds, 0.0);
+  EXPECT_LT(s.decode_host_seconds, s.busy_seconds);
 }
 
 // Tokens chosen on the GPU (one argmax over every decoding row, only the ids read back; forced here, where a CPU

@@ -189,6 +189,7 @@ struct ParallelRun {
   double tg_tokens_per_s = 0;  // aggregate over the streams
   double pp_seconds = 0;       // submit to the last first token
   double total_seconds = 0;
+  double host_us_per_step = 0;  // the engine's host work per decode step (BatchStats::decode_host_seconds)
 };
 
 ParallelRun time_parallel(const Model& model, uint32_t n, uint32_t n_prompt, uint32_t n_gen, uint32_t chunk) {
@@ -234,6 +235,8 @@ ParallelRun time_parallel(const Model& model, uint32_t n, uint32_t n_prompt, uin
   r.total_seconds = std::chrono::duration<double>(end - t0).count();
   const double tg = std::chrono::duration<double>(end - all_first).count();
   r.tg_tokens_per_s = tg > 0 ? double(after) / tg : 0;
+  const BatchStats st = engine.stats();
+  r.host_us_per_step = st.decode_steps ? 1e6 * st.decode_host_seconds / double(st.decode_steps) : 0;
   return r;
 }
 
@@ -275,16 +278,24 @@ int bench(const BenchOptions& o) {
     if (o.n_gen && o.tg_host) tg_host.push_back(time_tg(s, o.n_gen, info.n_vocab, depth, true, o.sampling));
   }
   // Streams through BatchEngine: a warm-up at the largest count, then each count r times (median).
-  std::vector<std::pair<uint32_t, Stat>> par;
+  struct Par {
+    uint32_t streams;
+    Stat tg;
+    double host_us;  // per decode step, median over the runs
+  };
+  std::vector<Par> par;
   if (!o.parallel.empty()) {
     const uint32_t chunk = std::min<uint32_t>(o.ubatch, 128);
     time_parallel(model, *std::max_element(o.parallel.begin(), o.parallel.end()), o.n_prompt,
                   std::min<uint32_t>(o.n_gen, 8), chunk);
     for (uint32_t n : o.parallel) {
-      std::vector<double> v;
-      for (uint32_t r = 0; r < std::max<uint32_t>(o.repeats, 1); ++r)
-        v.push_back(time_parallel(model, n, o.n_prompt, o.n_gen, chunk).tg_tokens_per_s);
-      par.emplace_back(n, stats(v));
+      std::vector<double> v, host;
+      for (uint32_t r = 0; r < std::max<uint32_t>(o.repeats, 1); ++r) {
+        const ParallelRun run = time_parallel(model, n, o.n_prompt, o.n_gen, chunk);
+        v.push_back(run.tg_tokens_per_s);
+        host.push_back(run.host_us_per_step);
+      }
+      par.push_back({n, stats(v), stats(host).median});
     }
   }
   std::optional<DecodeProfile> profile;
@@ -315,13 +326,14 @@ int bench(const BenchOptions& o) {
                 {"max", t.max}, {"decode_gb_per_s", gb * t.median}, {"sampling", sampling_name(o.sampling)}};
     }
     if (profile) j["profile"] = profile_json(*profile);
-    for (const auto& [n, st] : par)
+    for (const auto& [n, st, host_us] : par)
       j["parallel"].push_back({{"streams", n},
                                {"tokens_per_s", st.median},
                                {"min", st.min},
                                {"max", st.max},
                                {"per_stream", st.median / n},
-                               {"vs_one_stream", st.median / par.front().second.median}});
+                               {"vs_one_stream", st.median / par.front().tg.median},
+                               {"host_us_per_step", host_us}});
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
@@ -353,12 +365,13 @@ int bench(const BenchOptions& o) {
         "\ncontinuous batching (BatchEngine): N streams, each pp%u then tg%u greedy; aggregate tg t/s once every "
         "stream has its first token\n",
         o.n_prompt, o.n_gen);
-    std::printf("| %7s | %24s | %12s | %14s |\n", "streams", "t/s (median [min, max])", "per stream", "vs 1st row");
-    std::printf("|%s|%s|%s|%s|\n", std::string(9, '-').c_str(), std::string(26, '-').c_str(),
-                std::string(14, '-').c_str(), std::string(16, '-').c_str());
-    for (const auto& [n, st] : par)
-      std::printf("| %7u | %10.1f [%.1f, %.1f] | %12.1f | %13.2fx |\n", n, st.median, st.min, st.max, st.median / n,
-                  st.median / par.front().second.median);
+    std::printf("| %7s | %24s | %12s | %14s | %18s |\n", "streams", "t/s (median [min, max])", "per stream",
+                "vs 1st row", "host us / step");
+    std::printf("|%s|%s|%s|%s|%s|\n", std::string(9, '-').c_str(), std::string(26, '-').c_str(),
+                std::string(14, '-').c_str(), std::string(16, '-').c_str(), std::string(20, '-').c_str());
+    for (const auto& [n, st, host_us] : par)
+      std::printf("| %7u | %10.1f [%.1f, %.1f] | %12.1f | %13.2fx | %18.1f |\n", n, st.median, st.min, st.max,
+                  st.median / n, st.median / par.front().tg.median, host_us);
   }
   if (profile) print_profile(*profile);
   return 0;
