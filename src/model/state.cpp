@@ -111,7 +111,7 @@ void SequenceState::save_marks(gpu::ComputeBatch& batch, uint32_t layer, uint32_
   const uint64_t row = conv[layer].size / conv_rows, per_mark = uint64_t(conv_taps - 1) * row;
   for (uint32_t p = pos + mark_every - pos % mark_every; p <= pos + n; p += mark_every) {
     const uint64_t at = uint64_t(p / mark_every - 1) * per_mark;
-    if (at + per_mark > marks[layer].size) break;  // (the boundary at n_ctx: nothing follows it)
+    if (at + per_mark > marks[layer].size) break;  // (none past n_ctx)
     for (uint32_t i = 0; i + 1 < conv_taps; ++i)
       batch.copy(conv[layer], (p - (conv_taps - 1) + i) % conv_rows * row, marks[layer], at + i * row, row);
   }

@@ -135,8 +135,8 @@ void GpuSession::truncate(uint32_t n) {
     throw InvalidArgument("cannot keep " + std::to_string(n) + " positions: " + std::to_string(n_past_) +
                           " are cached");
   state_.drop_checkpoints_after(n);
-  // Beyond what the state keeps in place (the conv rings) it is rebuilt from the latest checkpoint before n, or from
-  // nothing, by feeding the tokens after it again.
+  // Beyond what the state keeps in place (the conv rings) it is rebuilt from the latest checkpoint or page boundary's
+  // mark before n, or from nothing, by feeding the tokens after it again.
   const bool in_place = n == 0 || state_.rewinds_to(n, n_past_);
   const SequenceState::Checkpoint* c = in_place ? nullptr : state_.checkpoint_at_most(n);
   const uint32_t mark = in_place ? 0 : state_.mark_at_most(n);
@@ -209,7 +209,7 @@ bool GpuSession::truncates_in_place(uint32_t n) const {
   if (n == 0) return true;
   if (n > n_past_) return false;
   const SequenceState::Checkpoint* c = state_.checkpoint_at_most(n);
-  return state_.rewinds_to(n, n_past_) || (c && c->pos == n) || (n > 0 && state_.mark_at_most(n) == n);
+  return state_.rewinds_to(n, n_past_) || (c && c->pos == n) || state_.mark_at_most(n) == n;
 }
 
 uint32_t GpuSession::rewind_point(uint32_t n) const {
