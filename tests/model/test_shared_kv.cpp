@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "gguf/file.h"
+#include "model/batch_decode.h"
 #include "model/transformer.h"
 #include "model_util.h"
 #include "test_util.h"
@@ -190,6 +191,45 @@ TEST_P(ConvPrefix, ConvStateTakenAtPageBoundaries) {
   }
   b->share_prefix(*g, 128);
   expect_same_bits(b->forward(more), twin->forward(more), "b after g's 128, one token a step");
+}
+
+// The mark of a boundary crossed in batched decode steps (GpuBatchDecode, each sequence's convolution over its own
+// ring): a steps from 125 to 130 beside c; b takes a's first 128 and goes on as a twin on another pool that took
+// the same steps alone to 128 (batched steps' bits do not depend on the company) and then the same tokens.
+TEST_P(ConvPrefix, BoundaryCrossedInBatchedSteps) {
+  const GgufFile f = GgufFile::open(test::model_path(GetParam()));
+  gpu::Context& ctx = test::context();
+  const GpuModel gm = load_gpu_model(ctx, f);
+  const uint32_t V = gm.config.n_vocab;
+  auto gen = test::rng(50);
+  SharedKv pool(ctx, gm.config, 3, kCtx, kPage, kernels::KvType::F32),
+      other(ctx, gm.config, 1, kCtx, kPage, kernels::KvType::F32);
+  auto session = [&](SharedKv& p, uint32_t s) {
+    return std::make_unique<GpuSession>(
+        ctx, gm,
+        GpuSessionOptions{
+            .n_ctx = kCtx, .ubatch = 32, .kv_type = kernels::KvType::F32, .shared_kv = &p, .kv_sequence = s});
+  };
+  auto a = session(pool, 0), b = session(pool, 1), c = session(pool, 2), twin = session(other, 0);
+  GpuBatchDecode together(ctx, gm, 2, &pool), alone(ctx, gm, 1, &other);
+  const std::vector<int32_t> prompt = random_ids(V, 131, gen), c_ids = random_ids(V, 60, gen);
+  a->forward(std::span(prompt).first(125));
+  twin->forward(std::span(prompt).first(125));
+  c->forward(std::span(c_ids).first(50));
+  for (uint32_t i = 125; i < 131; ++i) {
+    GpuSession* step[] = {c.get(), a.get()};
+    const int32_t ids[] = {c_ids[50 + i - 125], prompt[i]};
+    together.step(step, ids);
+    if (i < 128) {
+      GpuSession* one[] = {twin.get()};
+      alone.step(one, std::span(&prompt[i], 1));
+    }
+  }
+  ASSERT_EQ(a->n_past(), 131u);
+  ASSERT_EQ(twin->n_past(), 128u);
+  b->share_prefix(*a, 128);
+  const std::vector<int32_t> more = random_ids(V, 40, gen);
+  expect_same_bits(b->forward(more), twin->forward(more), "b after a's 128, crossed in batched steps");
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, ConvPrefix, ::testing::Values("lfm2-tiny-f32", "lfm2-tiny-l4-f32"),
