@@ -31,6 +31,12 @@ inline std::string model_path(const std::string& name) {
   return models_dir() + "/" + name + ".gguf";
 }
 inline std::string ref_dir() { return std::string(WGLLM_SOURCE_DIR) + "/tests/data/models/ref"; }
+// A test's name from its model's (INSTANTIATE_TEST_SUITE_P over model names): '-' is not allowed there.
+inline std::string model_param_name(const ::testing::TestParamInfo<std::string>& info) {
+  std::string s = info.param;
+  std::replace(s.begin(), s.end(), '-', '_');
+  return s;
+}
 
 // ---- SHA-256 (FIPS 180-4), hex digest
 class Sha256 {

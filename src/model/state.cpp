@@ -106,14 +106,21 @@ void SequenceState::restore(gpu::ComputeBatch& batch, const Checkpoint& c) const
   for (size_t i = 0; i < to.size(); ++i) batch.copy(c.copies[i], 0, *to[i], 0, to[i]->size);
 }
 
+// Byte offsets in layer l's buffers: the ring row of position q, and the mark of page boundary p (its conv_taps - 1
+// rows, positions p - conv_taps + 1 .. p - 1 in order).
+uint64_t SequenceState::ring_offset(uint32_t l, uint32_t q) const { return q % conv_rows * (conv[l].size / conv_rows); }
+uint64_t SequenceState::mark_offset(uint32_t l, uint32_t p) const {
+  return uint64_t(p / mark_every - 1) * (conv_taps - 1) * (conv[l].size / conv_rows);
+}
+
 void SequenceState::save_marks(gpu::ComputeBatch& batch, uint32_t layer, uint32_t pos, uint32_t n) const {
   if (!mark_every || !marks[layer].size) return;
-  const uint64_t row = conv[layer].size / conv_rows, per_mark = uint64_t(conv_taps - 1) * row;
+  const uint64_t row = conv[layer].size / conv_rows;
   for (uint32_t p = pos + mark_every - pos % mark_every; p <= pos + n; p += mark_every) {
-    const uint64_t at = uint64_t(p / mark_every - 1) * per_mark;
-    if (at + per_mark > marks[layer].size) break;  // (none past n_ctx)
+    if (mark_offset(layer, p + mark_every) > marks[layer].size) break;  // (none past n_ctx)
     for (uint32_t i = 0; i + 1 < conv_taps; ++i)
-      batch.copy(conv[layer], (p - (conv_taps - 1) + i) % conv_rows * row, marks[layer], at + i * row, row);
+      batch.copy(conv[layer], ring_offset(layer, p - (conv_taps - 1) + i), marks[layer],
+                 mark_offset(layer, p) + i * row, row);
   }
 }
 
@@ -128,11 +135,12 @@ void SequenceState::take_marks(gpu::ComputeBatch& batch, const SequenceState& fr
     throw InvalidArgument("take_marks: no conv state kept at position " + std::to_string(p));
   for (size_t l = 0; l < marks.size(); ++l) {
     if (!marks[l].size) continue;
-    const uint64_t row = conv[l].size / conv_rows, per_mark = uint64_t(conv_taps - 1) * row;
-    const uint64_t at = uint64_t(p / mark_every - 1) * per_mark;
-    if (&from != this) batch.copy(from.marks[l], 0, marks[l], 0, at + per_mark);  // the marks up to p
+    const uint64_t row = conv[l].size / conv_rows;
+    const uint32_t layer = uint32_t(l);
+    if (&from != this)  // the marks up to p
+      batch.copy(from.marks[l], 0, marks[l], 0, mark_offset(layer, p + mark_every));
     for (uint32_t i = 0; i + 1 < conv_taps; ++i)
-      batch.copy(marks[l], at + i * row, conv[l], (p - (conv_taps - 1) + i) % conv_rows * row, row);
+      batch.copy(marks[l], mark_offset(layer, p) + i * row, conv[l], ring_offset(layer, p - (conv_taps - 1) + i), row);
   }
 }
 

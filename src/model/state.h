@@ -77,6 +77,8 @@ struct SequenceState {
   void take_marks(gpu::ComputeBatch& batch, const SequenceState& from, uint32_t p) const;
   // Whether take_marks(from, ...) fits: both keep marks, with the same rings.
   bool takes_marks_of(const SequenceState& from) const;
+  uint64_t ring_offset(uint32_t l, uint32_t q) const;  // layer l's ring row of position q, in bytes
+  uint64_t mark_offset(uint32_t l, uint32_t p) const;  // layer l's mark of page boundary p, in bytes
   // The buffers a checkpoint at pos copies, in its order: per layer with a conv ring, the ring, then (qwen35) the
   // recurrent state after pos.
   std::vector<const gpu::Buffer*> rolling(uint32_t pos) const;

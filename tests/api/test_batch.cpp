@@ -81,6 +81,19 @@ std::vector<int32_t> spread_ids(const Model& m, uint32_t n, uint32_t seed) {
   return t;
 }
 
+// a alone to its end, then b, and c once b has its first token (while b decodes); returns when all have ended.
+void a_then_b_then_c(BatchEngine& engine, const CompletionRequest& a, const CompletionRequest& b,
+                     const CompletionRequest& c, Collector& first, Collector& second, Collector& third) {
+  engine.submit(a, first.callback());
+  first.wait();
+  engine.submit(b, second.callback());
+  while (engine.stats().generated_tokens < first.ids.size() + 1)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  engine.submit(c, third.callback());
+  second.wait();
+  third.wait();
+}
+
 CompletionRequest greedy(const std::string& prompt, uint32_t max_tokens) {
   CompletionRequest r;
   r.prompt = model().encode(prompt);
@@ -213,14 +226,7 @@ TEST(BatchEngine, PromptCacheSharedAcrossSlots) {
   auto run = [&](bool cache) {
     BatchEngine engine(model(), {.parallel = 3, .prefill_chunk = 8, .cache_prompt = cache});
     Collector first, second, third;
-    engine.submit(a, first.callback());
-    first.wait();
-    engine.submit(b, second.callback());
-    while (engine.stats().generated_tokens < first.ids.size() + 1)
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    engine.submit(c, third.callback());
-    second.wait();
-    third.wait();
+    a_then_b_then_c(engine, a, b, c, first, second, third);
     EXPECT_EQ(second.ids.size(), 120u);
     second.ids.resize(10);
     return std::tuple{std::vector{first.ids, second.ids, third.ids},
@@ -302,14 +308,7 @@ TEST(BatchEngine, ConvModelsShareAPrefixAtPageBoundaries) {
   auto run = [&](bool cache) {
     BatchEngine engine(m, {.parallel = 3, .n_ctx = 512, .prefill_chunk = 8, .cache_prompt = cache});
     Collector first, second, third;
-    engine.submit(a, first.callback());
-    first.wait();
-    engine.submit(b, second.callback());
-    while (engine.stats().generated_tokens < first.ids.size() + 1)
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    engine.submit(c, third.callback());
-    second.wait();
-    third.wait();
+    a_then_b_then_c(engine, a, b, c, first, second, third);
     second.ids.resize(std::min<size_t>(second.ids.size(), 10));
     return std::tuple{std::vector{first.ids, second.ids, third.ids},
                       std::vector{first.last.n_cached, second.last.n_cached, third.last.n_cached}, engine.stats()};

@@ -249,11 +249,7 @@ TEST_P(BatchDecodeAhead, QueuedStepsTakenOnlyWhenTheyStand) {
 
 INSTANTIATE_TEST_SUITE_P(Models, BatchDecodeAhead,
                          ::testing::Values("llama-f32", "lfm2-tiny-f32", "qwen35-tiny-f32", "gemma4-tiny-kv-f32"),
-                         [](const auto& info) {
-                           std::string s = info.param;
-                           std::replace(s.begin(), s.end(), '-', '_');
-                           return s;
-                         });
+                         test::model_param_name);
 
 TEST(BatchDecodeErrors, ThrowBeforeAnyWork) {
   const GgufFile f = GgufFile::open(test::model_path("llama-f32"));

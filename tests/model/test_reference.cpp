@@ -88,11 +88,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, CpuForwardRef,
                                            "qwen3moe-tiny-k1-f32", "lfm2moe-tiny-f32", "lfm2moe-tiny-k4-f32",
                                            "gpt-oss-tiny-f32", "gpt-oss-tiny-k4-f32", "qwen35-tiny-f32",
                                            "qwen35-tiny-k32-f32", "gemma4-tiny-f32", "gemma4-tiny-kv-f32"),
-                         [](const auto& info) {
-                           std::string s = info.param;
-                           std::replace(s.begin(), s.end(), '-', '_');
-                           return s;
-                         });
+                         test::model_param_name);
 
 // ---- (b) every storage type against its F32 twin, and the KV cache
 

@@ -42,6 +42,14 @@ std::vector<float> rows(const ModelConfig& c, const SharedKv& pool, uint32_t s, 
   return all;
 }
 
+// A session of kCtx positions, F32 KV, chunks of 32: sequence s of `pool` (none: caches of its own).
+std::unique_ptr<GpuSession> f32_session(gpu::Context& ctx, const GpuModel& gm, SharedKv* pool, uint32_t s) {
+  return std::make_unique<GpuSession>(
+      ctx, gm,
+      GpuSessionOptions{
+          .n_ctx = kCtx, .ubatch = 32, .kv_type = kernels::KvType::F32, .shared_kv = pool, .kv_sequence = s});
+}
+
 void expect_same_bits(const std::vector<float>& a, const std::vector<float>& b, const std::string& what) {
   ASSERT_EQ(a.size(), b.size()) << what;
   EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << what;
@@ -62,12 +70,7 @@ TEST_P(SharedKvPrefix, SessionsTakeOverAnothersPrefix) {
   const uint32_t V = c.n_vocab;
   auto gen = test::rng(47);
   SharedKv pool(ctx, c, 3, kCtx, kPage, kernels::KvType::F32), twins(ctx, c, 2, kCtx, kPage, kernels::KvType::F32);
-  auto session = [&](SharedKv& p, uint32_t s) {
-    return std::make_unique<GpuSession>(
-        ctx, gm,
-        GpuSessionOptions{
-            .n_ctx = kCtx, .ubatch = 32, .kv_type = kernels::KvType::F32, .shared_kv = &p, .kv_sequence = s});
-  };
+  auto session = [&](SharedKv& p, uint32_t s) { return f32_session(ctx, gm, &p, s); };
   auto a = session(pool, 0), b = session(pool, 1), cs = session(pool, 2), d = session(twins, 0), e = session(twins, 1);
   auto same = [&](GpuSession& x, GpuSession& twin, const std::vector<int32_t>& ids, const std::string& what) {
     const std::vector<float> got = x.forward(ids), want = twin.forward(ids);
@@ -120,11 +123,7 @@ TEST_P(SharedKvPrefix, SessionsTakeOverAnothersPrefix) {
 
 INSTANTIATE_TEST_SUITE_P(Models, SharedKvPrefix,
                          ::testing::Values("llama-f32", "qwen3-f16", "gemma3-tiny-f32", "gemma4-tiny-kv-f32"),
-                         [](const auto& info) {
-                           std::string s = info.param;
-                           std::replace(s.begin(), s.end(), '-', '_');
-                           return s;
-                         });
+                         test::model_param_name);
 
 // lfm2's conv rings come along at page boundaries (SequenceState::marks): b takes a's first 256 positions (two whole
 // pages and the conv state there), not 200; c takes b's first 128, a truncates back to 128 in place; each then goes
@@ -140,12 +139,7 @@ TEST_P(ConvPrefix, ConvStateTakenAtPageBoundaries) {
   ASSERT_FALSE(gm.config.conv_layers.empty());
   auto gen = test::rng(49);
   SharedKv pool(ctx, gm.config, 4, kCtx, kPage, kernels::KvType::F32);
-  auto session = [&](SharedKv* p, uint32_t s) {
-    return std::make_unique<GpuSession>(
-        ctx, gm,
-        GpuSessionOptions{
-            .n_ctx = kCtx, .ubatch = 32, .kv_type = kernels::KvType::F32, .shared_kv = p, .kv_sequence = s});
-  };
+  auto session = [&](SharedKv* p, uint32_t s) { return f32_session(ctx, gm, p, s); };
   // a session of its own that computes `prefix` and then `more`: the logits of `more` that x must give
   auto fresh = [&](std::span<const int32_t> prefix, const std::vector<int32_t>& more) {
     auto own = session(nullptr, 0);
@@ -204,12 +198,7 @@ TEST_P(ConvPrefix, BoundaryCrossedInBatchedSteps) {
   auto gen = test::rng(50);
   SharedKv pool(ctx, gm.config, 3, kCtx, kPage, kernels::KvType::F32),
       other(ctx, gm.config, 1, kCtx, kPage, kernels::KvType::F32);
-  auto session = [&](SharedKv& p, uint32_t s) {
-    return std::make_unique<GpuSession>(
-        ctx, gm,
-        GpuSessionOptions{
-            .n_ctx = kCtx, .ubatch = 32, .kv_type = kernels::KvType::F32, .shared_kv = &p, .kv_sequence = s});
-  };
+  auto session = [&](SharedKv& p, uint32_t s) { return f32_session(ctx, gm, &p, s); };
   auto a = session(pool, 0), b = session(pool, 1), c = session(pool, 2), twin = session(other, 0);
   GpuBatchDecode together(ctx, gm, 2, &pool), alone(ctx, gm, 1, &other);
   const std::vector<int32_t> prompt = random_ids(V, 131, gen), c_ids = random_ids(V, 60, gen);
@@ -233,11 +222,7 @@ TEST_P(ConvPrefix, BoundaryCrossedInBatchedSteps) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, ConvPrefix, ::testing::Values("lfm2-tiny-f32", "lfm2-tiny-l4-f32"),
-                         [](const auto& info) {
-                           std::string s = info.param;
-                           std::replace(s.begin(), s.end(), '-', '_');
-                           return s;
-                         });
+                         test::model_param_name);
 
 // A pool of 6 pages for 3 sequences of 4: pages are mapped as sequences reach them; when none is free, idle
 // sequences give theirs up, the least recently used one's last pages first, and its cache is cut back there
@@ -254,12 +239,7 @@ TEST(SharedKvPool, PagesOnDemandTakenFromIdleSequences) {
   EXPECT_TRUE(pool.on_demand());
   EXPECT_FALSE(full.on_demand());
   EXPECT_EQ(pool.pages_free(), 6u);
-  auto session = [&](SharedKv& p, uint32_t s) {
-    return std::make_unique<GpuSession>(
-        ctx, gm,
-        GpuSessionOptions{
-            .n_ctx = kCtx, .ubatch = 32, .kv_type = kernels::KvType::F32, .shared_kv = &p, .kv_sequence = s});
-  };
+  auto session = [&](SharedKv& p, uint32_t s) { return f32_session(ctx, gm, &p, s); };
   std::vector<std::unique_ptr<GpuSession>> s, twin;
   for (uint32_t i = 0; i < 3; ++i) {
     s.push_back(session(pool, i));

@@ -650,11 +650,7 @@ INSTANTIATE_TEST_SUITE_P(Models, GpuTruncate,
                          ::testing::Values("lfm2-tiny-f32", "lfm2-tiny-l4-f32", "llama-f32", "gemma3-tiny-f32",
                                            "qwen3moe-tiny-k4-f32", "lfm2moe-tiny-f32", "gpt-oss-tiny-f32",
                                            "qwen35-tiny-f32", "gemma4-tiny-f32", "gemma4-tiny-kv-f32"),
-                         [](const auto& info) {
-                           std::string s = info.param;
-                           std::replace(s.begin(), s.end(), '-', '_');
-                           return s;
-                         });
+                         test::model_param_name);
 
 // ---- end to end against the transformers fixtures
 
@@ -705,11 +701,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, GpuForwardRef,
                          // lfm2moe-tiny-k4-f32 is left out: with the f16 cache its logits land 1.1e-3 from
                          // transformers' (its sigmoid router's top 4 of 16 sit close), past this test's 1e-3; its
                          // CPU forward matches transformers and the GPU's matches the CPU's (GpuForward)
-                         [](const auto& info) {
-                           std::string s = info.param;
-                           std::replace(s.begin(), s.end(), '-', '_');
-                           return s;
-                         });
+                         test::model_param_name);
 
 // The built CLI, greedy, on a fixture prompt given as ids: the generated ids are the fixture's greedy tokens (up to
 // an end-of-generation token, where the CLI stops and the fixture does not).
