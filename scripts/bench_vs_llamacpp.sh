@@ -15,9 +15,10 @@
 #       everything the GPU machine needs in one folder to carry there: wgllm and wgllm-bench of BUILD_DIR stripped,
 #       with the shared libraries they need beyond a base system's (bin/), llama-src.tar.xz (prepare-source of the
 #       sdist tools/llamacpp.sh --src fetches and checks), the gguf wheel tools/make_model.py needs (wheels/), this
-#       system's Vulkan loader and libGLdispatch (debs/) and env.sh; there `source DIR/env.sh` unpacks the debs and
-#       the wheel into DIR once and sets LD_LIBRARY_PATH, PYTHONPATH, WGLLM, WGLLM_BENCH and LLAMA_SRC (a driver whose
-#       ICD file the loader does not find also needs VK_DRIVER_FILES). About 25 MB.
+#       system's Vulkan loader and glvnd libraries (debs/), the cached CPU build's llama-quantize where there is one
+#       (quantize/) and env.sh; there `source DIR/env.sh` installs the debs (as root into /, else unpacked into DIR),
+#       unpacks the wheel, sets LD_LIBRARY_PATH, PYTHONPATH, WGLLM, WGLLM_BENCH and LLAMA_SRC, VK_DRIVER_FILES where
+#       NVIDIA's ICD file sits in /usr/local/nvidia, and defines a llama-quantize function. About 30 MB.
 # Build (GPU machine; each build resumes where it stopped when run again):
 #   scripts/bench_vs_llamacpp.sh unpack-debs DIR PREFIX
 #       dpkg -x each .deb of DIR into PREFIX (trixie's glslc needs glibc >= 2.38 and libstdc++ from GCC >= 13)
@@ -156,26 +157,47 @@ pack() {
   sdist=$(find "${src%/src/*}" -maxdepth 1 -name 'llama_cpp_python-*.tar.gz' | head -n1)
   [ -f "$sdist" ] || fail "tools/llamacpp.sh --src left no sdist beside $src"
   [ -f "$dir/llama-src.tar.xz" ] || prepare_source "$sdist" "$dir/llama-src.tar.xz"
-  # the Vulkan loader and libGLdispatch (NVIDIA's driver needs it) of this system's own suite, for a GPU machine whose
-  # system has no loader
-  if ! ls "$dir"/debs/*.deb >/dev/null 2>&1; then
+  # the Vulkan loader and the GL dispatch libraries of this system's own suite, for a GPU machine whose system has no
+  # loader: NVIDIA's Vulkan driver (libGLX_nvidia) finds no instance functions without the whole glvnd set
+  local pkgs=(libvulkan1 libglvnd0 libegl1 libgl1 libglx0 libopengl0 libgles2) p
+  for p in "${pkgs[@]}"; do
+    ls "$dir"/debs/"${p}"_*.deb >/dev/null 2>&1 && continue
     mkdir -p "$dir/debs"
-    (cd "$dir/debs" && apt-get download libvulkan1 libglvnd0) >/dev/null 2>&1 \
-      || fail "apt-get download libvulkan1 libglvnd0 failed (apt-get update first?)"
+    (cd "$dir/debs" && apt-get download "$p") >/dev/null 2>&1 || fail "apt-get download $p failed (apt-get update first?)"
+  done
+  # llama-quantize of the CPU build tools/llamacpp.sh caches, with its libraries, where there is one: Q4_K_M files
+  # without building llama.cpp there (built for this machine's processor: GGML_NATIVE)
+  local lc
+  if lc=$("$REPO/tools/llamacpp.sh" --bin 2>/dev/null) && [ -x "$lc/llama-quantize" ]; then
+    mkdir -p "$dir/quantize"
+    strip -o "$dir/quantize/llama-quantize" "$lc/llama-quantize"
+    while read -r lib; do cp -L "$lib" "$dir/quantize/"; done < <(ldd "$lc/llama-quantize" |
+      awk -v d="$lc" '$2 == "=>" && index($3, d) == 1 { print $3 }')
   fi
   cat >"$dir/env.sh" <<'ENV'
-# Sourced on the GPU machine (bash): the Vulkan loader and the gguf wheel unpacked here once, then the paths.
+# Sourced on the GPU machine (bash): the Vulkan loader and GL dispatch libraries installed (as root: into /, as NVIDIA's
+# driver needs them; else unpacked here) and the gguf wheel unpacked here, once; then the paths.
 P=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-if [ ! -d "$P/vk" ]; then
+if [ "$(id -u)" = 0 ] && command -v dpkg >/dev/null; then
+  if [ ! -f "$P/.installed" ]; then
+    for d in "$P"/debs/*.deb; do dpkg -x "$d" /; done
+    ldconfig && touch "$P/.installed"
+  fi
+elif [ ! -d "$P/vk" ]; then
   for d in "$P"/debs/*.deb; do dpkg-deb -x "$d" "$P/vk"; done
 fi
 if [ ! -d "$P/site" ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --target "$P/site" "$P"/wheels/*.whl >/dev/null 2>&1 \
     || echo "env.sh: the wheels of $P/wheels did not install" >&2
 fi
+for f in /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json; do
+  [ -z "${VK_DRIVER_FILES:-}" ] && [ -f "$f" ] && export VK_DRIVER_FILES=$f
+done
 export LD_LIBRARY_PATH="$P/bin:$P/vk/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PYTHONPATH="$P/site${PYTHONPATH:+:$PYTHONPATH}"
 export WGLLM="$P/bin/wgllm" WGLLM_BENCH="$P/bin/wgllm-bench" LLAMA_SRC="$P/llama-src.tar.xz"
+# llama-quantize IN OUT TYPE THREADS (where the pack has it)
+[ -x "$P/quantize/llama-quantize" ] && llama-quantize() { LD_LIBRARY_PATH="$P/quantize" "$P/quantize/llama-quantize" "$@"; }
 ENV
   say "$dir: $(du -sh "$dir" | cut -f1)"
 }
