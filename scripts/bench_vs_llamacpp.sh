@@ -18,7 +18,7 @@
 #       system's Vulkan loader and glvnd libraries (debs/), the cached CPU build's llama-quantize where there is one
 #       (quantize/) and env.sh; there `source DIR/env.sh` installs the debs (as root into /, else unpacked into DIR),
 #       unpacks the wheel, sets LD_LIBRARY_PATH, PYTHONPATH, WGLLM, WGLLM_BENCH and LLAMA_SRC, VK_DRIVER_FILES where
-#       NVIDIA's ICD file sits in /usr/local/nvidia, and defines a llama-quantize function. About 30 MB.
+#       NVIDIA's ICD file sits in /usr/local/nvidia, and LLAMA_QUANTIZE (also on PATH). About 30 MB.
 # Build (GPU machine; each build resumes where it stopped when run again):
 #   scripts/bench_vs_llamacpp.sh unpack-debs DIR PREFIX
 #       dpkg -x each .deb of DIR into PREFIX (trixie's glslc needs glibc >= 2.38 and libstdc++ from GCC >= 13)
@@ -32,15 +32,16 @@
 #                                      [--vk-prefix VK_PREFIX] [--models-dir DIR] [--tiny] [--rows ID,...]
 #       makes the model files with tools/make_model.py if missing (Llama-3.2-1B F16, Q8_0 and Q4_K_M, Qwen2.5-0.5B
 #       F16, Qwen3-0.6B F16, Qwen3.5-0.8B F16 and Q4_K_M, Gemma 3 270M and LFM2-350M Q4_K_M, Llama-3.1-8B F16 and
-#       Q4_K_M, Qwen3-30B-A3B and LFM2-8B-A1B Q4_K_M, gpt-oss-20b MXFP4_MOE;
-#       random weights, real shapes; needs numpy and gguf; the Q4_K_M files are the F16 ones through the
-#       llama-quantize of the first bin dir that has one, Qwen3-30B-A3B's its Q8_0 one), runs llama-bench -ngl 99 -fa 1 with each
-#       build and wgllm bench greedy and sampled (--temp 0.8 --top-p 0.9 --top-k 40) on each, the Llama F16 file
-#       again at depth -d (4096); prints the table of wgllm's tok/s with its ratio to each llama.cpp build, then all
-#       medians [min, max]. "-" as a bin dir skips that build. Defaults -r 5 -p 512 -n 128; --vk-prefix puts
-#       VK_PREFIX's libraries (trixie's Vulkan loader) first on LD_LIBRARY_PATH for every run, wgllm's included;
-#       --models-dir default ${TMPDIR:-/tmp}/wgllm-bench-models; --tiny: 2-layer, 64-wide models of the same
-#       architectures (a smoke run; pair with small -p -n -d); --rows: only the rows of these ids (TABLE_ROWS below)
+#       Q4_K_M, Qwen3-30B-A3B and LFM2-8B-A1B Q4_K_M, gpt-oss-20b MXFP4_MOE; random weights, real shapes; needs
+#       numpy and gguf; the Q4_K_M files are the F16 ones through the llama-quantize of the first bin dir that has
+#       one, else $LLAMA_QUANTIZE, Qwen3-30B-A3B's its Q8_0 one), runs llama-bench -ngl 99 -fa 1 with each build and
+#       wgllm bench greedy and sampled (--temp 0.8 --top-p 0.9 --top-k 40) on each, the Llama F16 file again at
+#       depth -d (4096); prints the table of wgllm's tok/s with its ratio to each llama.cpp build, then all medians
+#       [min, max]. "-" as a bin dir skips that build (both "-": wgllm alone). Defaults -r 5 -p 512 -n 128;
+#       --vk-prefix puts VK_PREFIX's libraries (trixie's Vulkan loader) first on LD_LIBRARY_PATH for every run,
+#       wgllm's included; --models-dir default ${TMPDIR:-/tmp}/wgllm-bench-models; --tiny: 2-layer, 64-wide models
+#       of the same architectures (a smoke run; pair with small -p -n -d); --rows: only the rows of these ids
+#       (TABLE_ROWS below)
 #   scripts/bench_vs_llamacpp.sh compare WGLLM LLAMA_BIN_DIR [-p N] [-n N] [-r N] MODEL...
 #       for each model: llama-bench -ngl 99 -fa 1 and wgllm bench, medians, one table
 #   scripts/bench_vs_llamacpp.sh batched WGLLM LLAMA_BIN_DIR [-p N] [-n N] [-r N] [--npl 1,4,16,64] MODEL...
@@ -163,16 +164,24 @@ pack() {
   for p in "${pkgs[@]}"; do
     ls "$dir"/debs/"${p}"_*.deb >/dev/null 2>&1 && continue
     mkdir -p "$dir/debs"
-    (cd "$dir/debs" && apt-get download "$p") >/dev/null 2>&1 || fail "apt-get download $p failed (apt-get update first?)"
+    (cd "$dir/debs" && apt-get download "$p") >/dev/null 2>&1 \
+      || fail "apt-get download $p failed (apt-get update first?)"
   done
   # llama-quantize of the CPU build tools/llamacpp.sh caches, with its libraries, where there is one: Q4_K_M files
   # without building llama.cpp there (built for this machine's processor: GGML_NATIVE)
   local lc
   if lc=$("$REPO/tools/llamacpp.sh" --bin 2>/dev/null) && [ -x "$lc/llama-quantize" ]; then
     mkdir -p "$dir/quantize"
-    strip -o "$dir/quantize/llama-quantize" "$lc/llama-quantize"
+    strip -o "$dir/quantize/llama-quantize.bin" "$lc/llama-quantize"
     while read -r lib; do cp -L "$lib" "$dir/quantize/"; done < <(ldd "$lc/llama-quantize" |
       awk -v d="$lc" '$2 == "=>" && index($3, d) == 1 { print $3 }')
+    cat >"$dir/quantize/llama-quantize" <<'WRAP'
+#!/bin/sh
+# llama-quantize with its libraries beside it
+d=$(cd "$(dirname "$0")" && pwd)
+LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" exec "$d/llama-quantize.bin" "$@"
+WRAP
+    chmod +x "$dir/quantize/llama-quantize"
   fi
   cat >"$dir/env.sh" <<'ENV'
 # Sourced on the GPU machine (bash): the Vulkan loader and GL dispatch libraries installed (as root: into /, as NVIDIA's
@@ -196,8 +205,10 @@ done
 export LD_LIBRARY_PATH="$P/bin:$P/vk/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PYTHONPATH="$P/site${PYTHONPATH:+:$PYTHONPATH}"
 export WGLLM="$P/bin/wgllm" WGLLM_BENCH="$P/bin/wgllm-bench" LLAMA_SRC="$P/llama-src.tar.xz"
-# llama-quantize IN OUT TYPE THREADS (where the pack has it)
-[ -x "$P/quantize/llama-quantize" ] && llama-quantize() { LD_LIBRARY_PATH="$P/quantize" "$P/quantize/llama-quantize" "$@"; }
+# llama-quantize IN OUT TYPE THREADS on PATH and as $LLAMA_QUANTIZE (where the pack has it; `table` takes it)
+if [ -x "$P/quantize/llama-quantize" ]; then
+  export LLAMA_QUANTIZE="$P/quantize/llama-quantize" PATH="$P/quantize:$PATH"
+fi
 ENV
   say "$dir: $(du -sh "$dir" | cut -f1)"
 }
@@ -357,7 +368,9 @@ table() {
   local quantize=''
   if [ ${#quantize_from[@]} -gt 0 ]; then
     for b in "$cuda" "$vulkan"; do [ "$b" != - ] && [ -x "$b/llama-quantize" ] && quantize=$b/llama-quantize && break; done
-    [ -n "$quantize" ] || fail "the Q4_K_M rows need llama-quantize beside llama-bench in a bin dir"
+    [ -n "$quantize" ] || [ ! -x "${LLAMA_QUANTIZE:-}" ] || quantize=$LLAMA_QUANTIZE
+    [ -n "$quantize" ] \
+      || fail "the Q4_K_M rows need llama-quantize beside llama-bench in a bin dir, or \$LLAMA_QUANTIZE"
   fi
   if [ ${#make_args[@]} -gt 0 ]; then
     "$PY" -c 'import numpy, gguf' 2>/dev/null \
