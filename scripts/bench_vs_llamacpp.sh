@@ -199,9 +199,9 @@ if [ ! -d "$P/site" ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --target "$P/site" "$P"/wheels/*.whl >/dev/null 2>&1 \
     || echo "env.sh: the wheels of $P/wheels did not install" >&2
 fi
-for f in /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json; do
-  [ -z "${VK_DRIVER_FILES:-}" ] && [ -f "$f" ] && export VK_DRIVER_FILES=$f
-done
+if [ -z "${VK_DRIVER_FILES:-}" ] && [ -f /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ]; then
+  export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+fi
 export LD_LIBRARY_PATH="$P/bin:$P/vk/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PYTHONPATH="$P/site${PYTHONPATH:+:$PYTHONPATH}"
 export WGLLM="$P/bin/wgllm" WGLLM_BENCH="$P/bin/wgllm-bench" LLAMA_SRC="$P/llama-src.tar.xz"
