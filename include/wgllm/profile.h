@@ -23,6 +23,7 @@ namespace wgllm {
 // One row: a kernel over one grid size (the same matvec over two weight shapes is two rows).
 struct KernelTime {
   std::string name = {};    // shader file(s) and entry point, "attention.wgsl:attention_decode"
+  std::string detail = {};  // the pipeline's variant where it says one: a product's weight type and shape
   uint64_t workgroups = 0;  // x * y * z of the dispatch grid
   uint64_t calls = 0;
   double ns = 0;  // sum of its dispatches' GPU time

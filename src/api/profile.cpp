@@ -31,7 +31,8 @@ ProfileReport Profiler::report() const {
                     .windows = r.windows,
                     .window_span_ns = r.window_span_ns};
   for (const gpu::KernelTime& k : r.kernels)
-    out.kernels.push_back({.name = k.name, .workgroups = k.workgroups, .calls = k.calls, .ns = k.ns});
+    out.kernels.push_back(
+        {.name = k.name, .detail = k.detail, .workgroups = k.workgroups, .calls = k.calls, .ns = k.ns});
   return out;
 }
 

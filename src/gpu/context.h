@@ -176,6 +176,7 @@ class Context {
   WGPUComputePipeline pipeline(const PipelineKey& key) { return pipelines_->get(key); }
   // A pipeline's short name: its shader file(s) and entry point ("elementwise.wgsl:add"); "?" if not made here.
   std::string pipeline_name(WGPUComputePipeline pipeline) { return pipelines_->name(pipeline); }
+  std::string pipeline_detail(WGPUComputePipeline pipeline) { return pipelines_->detail(pipeline); }
   BindGroupHandle bind_group(WGPUComputePipeline pipeline, std::span<const BufferBinding> bindings,
                              std::string_view label = "");
 

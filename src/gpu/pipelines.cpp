@@ -144,6 +144,7 @@ WGPUComputePipeline PipelineCache::get(const PipelineKey& key) {
   WGPUComputePipeline raw = pipe.get();
   pipelines_.emplace(name, std::move(pipe));
   names_.emplace(raw, key.shader + ":" + key.entry_point);
+  if (!key.detail.empty()) details_.emplace(raw, key.detail);
   return raw;
 }
 
@@ -151,6 +152,12 @@ std::string PipelineCache::name(WGPUComputePipeline pipeline) {
   std::lock_guard lock(mutex_);
   const auto it = names_.find(pipeline);
   return it == names_.end() ? "?" : it->second;
+}
+
+std::string PipelineCache::detail(WGPUComputePipeline pipeline) {
+  std::lock_guard lock(mutex_);
+  const auto it = details_.find(pipeline);
+  return it == details_.end() ? "" : it->second;
 }
 
 WGPUBindGroupLayout PipelineCache::layout(WGPUComputePipeline pipeline) {

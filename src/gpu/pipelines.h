@@ -22,7 +22,9 @@ struct PipelineKey {
   std::string entry_point;
   std::vector<std::pair<std::string, double>> overrides;  // WGSL `override` constants
   std::string prelude;                                    // WGSL text prepended (enable f16; aliases)
-  std::string to_string() const;                          // also the pipeline's debug label
+  // What the prelude makes of it, for profiles ("Q4_K 64x4x2 1 token"): not part of the key (the prelude decides it)
+  std::string detail = {};
+  std::string to_string() const;  // also the pipeline's debug label
 };
 
 class PipelineCache {
@@ -35,6 +37,8 @@ class PipelineCache {
   WGPUComputePipeline get(const PipelineKey& key);
   // "elementwise.wgsl:add" for a pipeline made here; "?" otherwise.
   std::string name(WGPUComputePipeline pipeline);
+  // Its key's detail ("" where none, or not made here).
+  std::string detail(WGPUComputePipeline pipeline);
   // Bind group 0's layout of a pipeline (kept for the pipeline's life).
   WGPUBindGroupLayout layout(WGPUComputePipeline pipeline);
 
@@ -43,7 +47,7 @@ class PipelineCache {
   std::mutex mutex_;
   std::map<std::string, ComputePipelineHandle> pipelines_;
   std::map<WGPUComputePipeline, BindGroupLayoutHandle> layouts_;
-  std::map<WGPUComputePipeline, std::string> names_;
+  std::map<WGPUComputePipeline, std::string> names_, details_;
 };
 
 }  // namespace wgllm::gpu

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
+#include <tuple>
 
 #include "wgllm/error.h"
 
@@ -118,12 +120,13 @@ void Profiler::collect() {
 
 ProfileReport Profiler::report() const {
   ProfileReport r = totals_;
-  // Pipelines of different variants may share a short name: merge their rows.
-  std::map<std::pair<std::string, uint64_t>, KernelTime> merged;
+  // Pipelines of different variants may share a short name and detail: merge their rows.
+  std::map<std::tuple<std::string, std::string, uint64_t>, KernelTime> merged;
   for (const auto& [key, row] : rows_) {
-    const std::string name = ctx_.pipeline_name(key.first);
-    KernelTime& k = merged[{name, row.workgroups}];
+    const std::string name = ctx_.pipeline_name(key.first), detail = ctx_.pipeline_detail(key.first);
+    KernelTime& k = merged[{name, detail, row.workgroups}];
     k.name = name;
+    k.detail = detail;
     k.workgroups = row.workgroups;
     k.calls += row.calls;
     k.ns += row.ns;

@@ -30,6 +30,7 @@ struct ProfiledBatch;
 // One row: a kernel over one grid size (the same matvec over two weight shapes is two rows).
 struct KernelTime {
   std::string name;         // pipeline short name, "elementwise.wgsl:add"
+  std::string detail;       // its variant (PipelineKey::detail), e.g. a product's weight type and shape
   uint64_t workgroups = 0;  // x * y * z of the dispatch grid
   uint64_t calls = 0;
   double ns = 0;  // sum of its dispatches' GPU time (end-of-pass minus beginning-of-pass timestamps)

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -86,6 +87,50 @@ std::string matvec_prelude(const gpu::Context& ctx, const MatvecConfig& mv, Gguf
          "fn mv_lane_sum(v: f32, chunk: u32) -> f32 { return v; }\n"
          "@compute @workgroup_size(MV_WG)\nfn matvec(@builtin(workgroup_id) wid: vec3<u32>, "
          "@builtin(local_invocation_index) lid: u32) { matvec_main(wid, lid, 1u); }\n";
+}
+
+// A product pipeline's detail for profiles (gpu::PipelineKey::detail), made of what its prelude is made of (one
+// prelude, one detail): the weight type, the kernel's shape, the tokens a pass takes and what else it does.
+// "Q4_K 64x4x2": a type and the numbers of a shape, joined by x (appended one by one: GCC 12's -Wrestrict misreads
+// a literal + std::string temporary here).
+std::string shape_detail(GgufType t, std::initializer_list<uint32_t> dims) {
+  std::string s = type_name(t);
+  char sep = ' ';
+  for (uint32_t d : dims) {
+    s += sep;
+    s += std::to_string(d);
+    sep = 'x';
+  }
+  return s;
+}
+
+std::string matvec_detail(const MatvecConfig& mv, GgufType t, uint32_t nt, const MatvecMode& m = {}) {
+  std::string s = mv.units > 1 ? shape_detail(t, {mv.threads_per_row, mv.rows, mv.groups, mv.units})
+                               : shape_detail(t, {mv.threads_per_row, mv.rows, mv.groups});
+  s += ' ';
+  s += std::to_string(nt);
+  s += nt == 1 ? " token" : " tokens";
+  if (mv.fma_order) s += ", batch order";
+  if (m.int_dot) s += ", int8";
+  if (m.pre_n_in) s += ", pre";
+  if (m.experts) s += m.combine_pairs ? ", experts + combine" : ", experts";
+  return s;
+}
+
+// The tiled kernel's: its tile (none: the fold of a split product), and batch decode's order (groups > 0) split over
+// groups > 1.
+std::string tiled_detail(GgufType t, const MatmulTile* tile, uint32_t groups) {
+  std::string s = type_name(t);
+  if (tile) {
+    s += ' ';
+    s += to_string(*tile);
+  }
+  if (groups > 0) s += ", batch order";
+  if (groups > 1) {
+    s += ", split ";
+    s += std::to_string(groups);
+  }
+  return s;
 }
 
 // Batch decode's order in the tiled kernel (matmul.wgsl's MM_CLASS): the classes (the batch matvec's threads per
@@ -307,20 +352,24 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
     // One token (decode) or the shape's tokens, the last group's missing ones clamped: two pipelines per weight type,
     // not one per count (lavapipe takes seconds to compile each).
     const uint32_t rows_tokens = count == 1 ? 1 : rows.tokens;
+    const MatvecMode mode{.int_dot = bool(o.digits), .pre_n_in = o.pre ? w.n_in : 0};
     WGPUComputePipeline pipe =
-        impl == MatmulImpl::Matvec
-            ? ctx.pipeline({kMatvecShader,
-                            "matvec",
-                            {},
-                            matvec_prelude(ctx, mv, w.type, matvec_tokens(count), xv4,
-                                           {.int_dot = bool(o.digits), .pre_n_in = o.pre ? w.n_in : 0})})
+        impl == MatmulImpl::Matvec ? ctx.pipeline({kMatvecShader,
+                                                   "matvec",
+                                                   {},
+                                                   matvec_prelude(ctx, mv, w.type, matvec_tokens(count), xv4, mode),
+                                                   matvec_detail(mv, w.type, matvec_tokens(count), mode)})
         : impl == MatmulImpl::Rows
-            ? ctx.pipeline(
-                  {kRowsShader, "matmul_rows", {}, rows_prelude(ctx, rows, w.type, rows_tokens, row_pairs, xv4)})
+            ? ctx.pipeline({kRowsShader,
+                            "matmul_rows",
+                            {},
+                            rows_prelude(ctx, rows, w.type, rows_tokens, row_pairs, xv4),
+                            shape_detail(w.type, {rows.workgroup, 2 * row_pairs, rows_tokens})})
             : ctx.pipeline({kMatmulShader,
                             "matmul",
                             {},
-                            matmul_prelude(tile, w.type, false, batch_tiled ? batch_tiled->order : ClassOrder{})});
+                            matmul_prelude(tile, w.type, false, batch_tiled ? batch_tiled->order : ClassOrder{}),
+                            tiled_detail(w.type, &tile, batch_tiled ? batch_tiled->order.groups : 0)});
     for (const auto& piece : w.pieces) {
       MatmulParams p = detail::piece_params(w, piece, count);
       p.flags = flag_bits;
@@ -400,7 +449,11 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
       if (groups > 1) {  // the groups added, the epilogue
         const auto fold_grid = gpu::fold_grid((uint64_t(count) * ((piece.n_rows + 1) / 2) + 63) / 64, max_grid);
         p.grid_x = fold_grid.x;
-        batch.dispatch(ctx.pipeline({kFoldShader, "matmul_fold", {}, fold_prelude(w.type, batch_tiled->order)}),
+        batch.dispatch(ctx.pipeline({kFoldShader,
+                                     "matmul_fold",
+                                     {},
+                                     fold_prelude(w.type, batch_tiled->order),
+                                     tiled_detail(w.type, nullptr, batch_tiled->order.groups)}),
                        std::vector<gpu::BufferBinding>{batch.uniform(0, p),
                                                        bindings[3],
                                                        bindings[4],
@@ -670,16 +723,18 @@ void encode_expert_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const Gpu
   const bool grouped = tiled || (o.group && tile > 1 && matvec_pass_tokens(ctx, mv) >= tile);
   const uint32_t slots = grouped ? moe_group_tiles(uint32_t(pairs), w.n_experts, tile) : uint32_t(pairs);
   if (grouped) detail::need(fn, "group", *o.group, moe_group_words(uint32_t(pairs)) * 4, ctx);
+  const MatvecMode mode{.experts = true, .combine_pairs = cmv ? n_used : 0, .combine_groups = combine_groups};
   const MatmulTile mt{.tokens = tile, .rows = 64};
-  WGPUComputePipeline pipe =
-      tiled
-          ? ctx.pipeline({kMatmulShader, "matmul", {}, matmul_prelude(mt, w.type, /*experts=*/true)})
-          : ctx.pipeline({kMatvecShader,
-                          "matvec",
-                          {},
-                          matvec_prelude(
-                              ctx, mv, w.type, grouped ? tile : 1, xv4,
-                              {.experts = true, .combine_pairs = cmv ? n_used : 0, .combine_groups = combine_groups})});
+  WGPUComputePipeline pipe = tiled ? ctx.pipeline({kMatmulShader,
+                                                   "matmul",
+                                                   {},
+                                                   matmul_prelude(mt, w.type, /*experts=*/true),
+                                                   tiled_detail(w.type, &mt, 0) + ", experts"})
+                                   : ctx.pipeline({kMatvecShader,
+                                                   "matvec",
+                                                   {},
+                                                   matvec_prelude(ctx, mv, w.type, grouped ? tile : 1, xv4, mode),
+                                                   matvec_detail(mv, w.type, grouped ? tile : 1, mode)});
   // combine: a workgroup's groups share out its pairs, each pair on combine_groups groups' rows
   const uint32_t rows_per_wg = tiled ? mt.rows : cmv ? mv.rows * combine_groups : mv.rows * mv.groups;
   const uint32_t row_blocks = (rows + rows_per_wg - 1) / rows_per_wg;

@@ -41,7 +41,7 @@ TEST(CliBench, ProfileJsonAddsUp) {
   const nlohmann::json p = nlohmann::json::parse(out).at("profile");
   EXPECT_EQ(p.at("steps"), kSteps);
   ASSERT_FALSE(p.at("kernels").empty());
-  double calls = 0, us = 0, attention = 0;
+  double calls = 0, us = 0, attention = 0, products = 0;
   for (const auto& k : p.at("kernels")) {
     const double c = k.at("calls_per_step");
     EXPECT_EQ(c, std::round(c)) << k.dump() << ": every step runs the same dispatches";
@@ -52,8 +52,18 @@ TEST(CliBench, ProfileJsonAddsUp) {
     const std::string name = k.at("kernel");
     const std::string entry = name.substr(name.rfind(':') + 1);
     if (entry == "attention_decode" || entry == "attention_decode_gqa") attention += c;
+    // a weight product's row says its weight type and shape (the model's weights are all F32)
+    const std::string detail = k.at("detail");
+    if (entry == "matvec" || entry == "matmul_rows" || entry == "matmul") {
+      EXPECT_EQ(detail.rfind("F32 ", 0), 0u) << k.dump();
+      EXPECT_NE(detail.find('x'), std::string::npos) << k.dump();
+      products += c;
+    } else {
+      EXPECT_EQ(detail, "") << k.dump();
+    }
   }
   EXPECT_EQ(attention, n_layer);
+  EXPECT_GE(products, 4.0 * n_layer + 1);  // q/k/v, Wo, gate/up and down a layer (fused or not), and the LM head
   EXPECT_DOUBLE_EQ(calls, double(p.at("dispatches_per_step")));
   const double kernel = p.at("kernel_us_per_step"), span = p.at("gpu_span_us_per_step");
   const double wall = p.at("wall_us_per_step");

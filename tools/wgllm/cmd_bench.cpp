@@ -140,6 +140,7 @@ nlohmann::json profile_json(const DecodeProfile& p) {
   nlohmann::json kernels = nlohmann::json::array();
   for (const KernelTime& k : p.report.kernels)
     kernels.push_back({{"kernel", k.name},
+                       {"detail", k.detail},
                        {"workgroups", k.workgroups},
                        {"calls_per_step", k.calls / steps},
                        {"us_per_step", k.ns / us},
@@ -157,17 +158,25 @@ nlohmann::json profile_json(const DecodeProfile& p) {
           {"note", kProfileNote}};
 }
 
+// A profile row's kernel as the table shows it: the last shader file and the entry point (the files before it are
+// the shared code it is compiled after), then the pipeline's variant: "matvec.wgsl:matvec Q4_K 64x4x2 1 token".
+std::string profile_label(const KernelTime& k) {
+  const size_t plus = k.name.rfind('+');
+  const std::string tail = plus == std::string::npos ? k.name : k.name.substr(plus + 1);
+  return k.detail.empty() ? tail : tail + " " + k.detail;
+}
+
 void print_profile(const DecodeProfile& p) {
   const double steps = p.steps, us = 1e3 * steps;
   const double kernel = p.report.kernel_ns / us, span = p.report.window_span_ns / us, wall = p.wall_ns / us;
   std::printf("\ndecode profile: %u steps, GPU timestamps; %s\n", p.steps, kProfileNote);
-  std::printf("| %-44s | %10s | %10s | %10s | %10s | %8s | %8s |\n", "kernel", "workgroups", "calls/step", "us/step",
+  std::printf("| %-56s | %10s | %10s | %10s | %10s | %8s | %8s |\n", "kernel", "workgroups", "calls/step", "us/step",
               "us/call", "% kernel", "% step");
-  std::printf("|%s|%s|%s|%s|%s|%s|%s|\n", std::string(46, '-').c_str(), std::string(12, '-').c_str(),
+  std::printf("|%s|%s|%s|%s|%s|%s|%s|\n", std::string(58, '-').c_str(), std::string(12, '-').c_str(),
               std::string(12, '-').c_str(), std::string(12, '-').c_str(), std::string(12, '-').c_str(),
               std::string(10, '-').c_str(), std::string(10, '-').c_str());
   for (const KernelTime& k : p.report.kernels)
-    std::printf("| %-44.44s | %10llu | %10.2f | %10.1f | %10.2f | %8.1f | %8.1f |\n", k.name.c_str(),
+    std::printf("| %-56.56s | %10llu | %10.2f | %10.1f | %10.2f | %8.1f | %8.1f |\n", profile_label(k).c_str(),
                 static_cast<unsigned long long>(k.workgroups), k.calls / steps, k.ns / us, k.ns / 1e3 / double(k.calls),
                 100 * k.ns / p.report.kernel_ns, 100 * k.ns / p.wall_ns);
   std::printf("kernel time per step  %10.1f us  (%.1f dispatches in %.1f command buffers)\n", kernel,
