@@ -99,6 +99,41 @@ TEST(Profiler, CountsEachKernelAndGridAndKeepsResults) {
   EXPECT_EQ(profiler.report().batches, 0u);
 }
 
+// Two variants of one kernel (the same shader and entry point, other preludes) over one grid are two rows when their
+// keys' details differ, each with its detail and its own calls; the pipeline without a detail has none.
+TEST(Profiler, VariantsOfAKernelAreRowsOfTheirDetail) {
+  auto& ctx = context();
+  if (!ctx.features().timestamp_query) GTEST_SKIP() << "adapter '" << ctx.adapter().name << "' has no timestamp-query";
+  auto gen = rng(13);
+  const AddCase c(ctx, 4 * 64, gen);
+  gpu::Profiler profiler(ctx);
+  Detach detach{ctx};
+  ctx.set_profiler(&profiler);
+  {
+    gpu::ComputeBatch batch(ctx, "variants");
+    const ElementwiseParams params{uint32_t(c.n), 4};
+    const uint64_t bytes = c.n * 4;
+    const gpu::BufferBinding bindings[] = {
+        batch.uniform(0, params), {1, &c.ba, 0, bytes}, {2, &c.bb, 0, bytes}, {3, &c.out, 0, bytes}};
+    // 64 invocations a workgroup either way; the preludes differ by a comment, the details say which
+    const gpu::PipelineKey one{"elementwise.wgsl", "add", {{"WG", 64}}, "// one\n", "variant one"};
+    const gpu::PipelineKey two{"elementwise.wgsl", "add", {{"WG", 64}}, "// two\n", "variant two"};
+    const gpu::PipelineKey plain{"elementwise.wgsl", "add", {{"WG", 64}}, "// plain\n"};
+    for (const auto* key : {&one, &two, &two, &plain}) batch.dispatch(ctx.pipeline(*key), bindings, 4);
+    batch.submit_and_wait();
+  }
+  profiler.collect();
+  std::map<std::string, uint64_t> calls;
+  for (const gpu::KernelTime& k : profiler.report().kernels) {
+    EXPECT_EQ(k.name, "elementwise.wgsl:add");
+    EXPECT_EQ(k.workgroups, 4u);
+    calls[k.detail] += k.calls;
+  }
+  const std::map<std::string, uint64_t> want = {{"variant one", 1}, {"variant two", 2}, {"", 1}};
+  EXPECT_EQ(calls, want);
+  c.expect_sum(ctx);
+}
+
 TEST(Profiler, BatchLongerThanOneQuerySet) {
   // More dispatches than one query set holds: the batch takes a second one, and every dispatch is counted.
   auto& ctx = context();
