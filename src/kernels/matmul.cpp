@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <array>
 #include <bit>
-#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -89,24 +88,11 @@ std::string matvec_prelude(const gpu::Context& ctx, const MatvecConfig& mv, Gguf
          "@builtin(local_invocation_index) lid: u32) { matvec_main(wid, lid, 1u); }\n";
 }
 
-// A product pipeline's detail for profiles (gpu::PipelineKey::detail), made of what its prelude is made of (one
-// prelude, one detail): the weight type, the kernel's shape, the tokens a pass takes and what else it does.
-// "Q4_K 64x4x2": a type and the numbers of a shape, joined by x (appended one by one: GCC 12's -Wrestrict misreads
-// a literal + std::string temporary here).
-std::string shape_detail(GgufType t, std::initializer_list<uint32_t> dims) {
-  std::string s = type_name(t);
-  char sep = ' ';
-  for (uint32_t d : dims) {
-    s += sep;
-    s += std::to_string(d);
-    sep = 'x';
-  }
-  return s;
-}
-
+// A matvec pipeline's detail for profiles (gpu::PipelineKey::detail), made of what its prelude is made of (one
+// prelude, one detail): the weight type, the shape, the tokens a pass takes and what else it does.
 std::string matvec_detail(const MatvecConfig& mv, GgufType t, uint32_t nt, const MatvecMode& m = {}) {
-  std::string s = mv.units > 1 ? shape_detail(t, {mv.threads_per_row, mv.rows, mv.groups, mv.units})
-                               : shape_detail(t, {mv.threads_per_row, mv.rows, mv.groups});
+  std::string s = mv.units > 1 ? detail::shape_detail(t, {mv.threads_per_row, mv.rows, mv.groups, mv.units})
+                               : detail::shape_detail(t, {mv.threads_per_row, mv.rows, mv.groups});
   s += ' ';
   s += std::to_string(nt);
   s += nt == 1 ? " token" : " tokens";
@@ -114,22 +100,6 @@ std::string matvec_detail(const MatvecConfig& mv, GgufType t, uint32_t nt, const
   if (m.int_dot) s += ", int8";
   if (m.pre_n_in) s += ", pre";
   if (m.experts) s += m.combine_pairs ? ", experts + combine" : ", experts";
-  return s;
-}
-
-// The tiled kernel's: its tile (none: the fold of a split product), and batch decode's order (groups > 0) split over
-// groups > 1.
-std::string tiled_detail(GgufType t, const MatmulTile* tile, uint32_t groups) {
-  std::string s = type_name(t);
-  if (tile) {
-    s += ' ';
-    s += to_string(*tile);
-  }
-  if (groups > 0) s += ", batch order";
-  if (groups > 1) {
-    s += ", split ";
-    s += std::to_string(groups);
-  }
   return s;
 }
 
@@ -364,12 +334,12 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
                             "matmul_rows",
                             {},
                             rows_prelude(ctx, rows, w.type, rows_tokens, row_pairs, xv4),
-                            shape_detail(w.type, {rows.workgroup, 2 * row_pairs, rows_tokens})})
+                            detail::shape_detail(w.type, {rows.workgroup, 2 * row_pairs, rows_tokens})})
             : ctx.pipeline({kMatmulShader,
                             "matmul",
                             {},
                             matmul_prelude(tile, w.type, false, batch_tiled ? batch_tiled->order : ClassOrder{}),
-                            tiled_detail(w.type, &tile, batch_tiled ? batch_tiled->order.groups : 0)});
+                            detail::tiled_detail(w.type, &tile, batch_tiled ? batch_tiled->order.groups : 0)});
     for (const auto& piece : w.pieces) {
       MatmulParams p = detail::piece_params(w, piece, count);
       p.flags = flag_bits;
@@ -453,7 +423,7 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
                                      "matmul_fold",
                                      {},
                                      fold_prelude(w.type, batch_tiled->order),
-                                     tiled_detail(w.type, nullptr, batch_tiled->order.groups)}),
+                                     detail::tiled_detail(w.type, nullptr, batch_tiled->order.groups)}),
                        std::vector<gpu::BufferBinding>{batch.uniform(0, p),
                                                        bindings[3],
                                                        bindings[4],
@@ -729,7 +699,7 @@ void encode_expert_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const Gpu
                                                    "matmul",
                                                    {},
                                                    matmul_prelude(mt, w.type, /*experts=*/true),
-                                                   tiled_detail(w.type, &mt, 0) + ", experts"})
+                                                   detail::tiled_detail(w.type, &mt, 0) + ", experts"})
                                    : ctx.pipeline({kMatvecShader,
                                                    "matvec",
                                                    {},

@@ -4,6 +4,7 @@
 // happen here and throw wgllm::InvalidArgument naming the field.
 #pragma once
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <string>
 
@@ -212,6 +213,12 @@ void encode_expert_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const Gpu
                           const ExpertOptions& options = {});
 
 namespace detail {
+// Product pipelines' details for profiles (gpu::PipelineKey::detail), each made of what the pipeline's prelude is made
+// of: "Q4_K 64x4x2", a weight type and a shape's numbers; "F16 64x64/4x4, batch order, split 8", the tiled kernel's
+// tile (none: a split product's fold), batch decode's order where groups > 0, split where groups > 1.
+std::string shape_detail(GgufType t, std::initializer_list<uint32_t> dims);
+std::string tiled_detail(GgufType t, const MatmulTile* tile, uint32_t groups);
+
 // The one-token RoPE + KV-append epilogue of the matvec kernel (FLAG_ROPE_KV), as encode_qkv_rope_append
 // (qkv_rope_append.h) checks and passes it: q and k rows rotated, k and v written at element offsets of a cache pool.
 struct RopeKvEpilogue {

@@ -1,5 +1,6 @@
 // The product kernels' shapes as chosen or forced: parsing the matvec shape, the CPU adapters' Rows shape and the
-// matmul tile (tuning options), and the tile a prefill product takes. The encoders are in matmul.cpp.
+// matmul tile (tuning options), the tile a prefill product takes, and the shapes as profiles name them. The encoders
+// are in matmul.cpp.
 #include <sstream>
 #include <string>
 #include <vector>
@@ -139,6 +140,26 @@ MatmulTile parse_matmul_tile(const std::string& text) {
   if (threads < 32 || threads > 256 || t.tokens % (threads / 4) || t.rows % (threads / 4))
     throw InvalidArgument(expected);
   return t;
+}
+
+std::string detail::shape_detail(GgufType t, std::initializer_list<uint32_t> dims) {
+  std::ostringstream s;
+  s << type_name(t);
+  char sep = ' ';
+  for (uint32_t d : dims) {
+    s << sep << d;
+    sep = 'x';
+  }
+  return s.str();
+}
+
+std::string detail::tiled_detail(GgufType t, const MatmulTile* tile, uint32_t groups) {
+  std::ostringstream s;
+  s << type_name(t);
+  if (tile) s << ' ' << to_string(*tile);
+  if (groups > 0) s << ", batch order";
+  if (groups > 1) s << ", split " << groups;
+  return s.str();
 }
 
 std::string to_string(const MatmulTile& t) {
