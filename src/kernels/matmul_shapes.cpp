@@ -142,24 +142,30 @@ MatmulTile parse_matmul_tile(const std::string& text) {
   return t;
 }
 
+// (Made for every product a step encodes: appended piece by piece, no stream.)
 std::string detail::shape_detail(GgufType t, std::initializer_list<uint32_t> dims) {
-  std::ostringstream s;
-  s << type_name(t);
+  std::string s = type_name(t);
   char sep = ' ';
   for (uint32_t d : dims) {
-    s << sep << d;
+    s += sep;
+    s += std::to_string(d);
     sep = 'x';
   }
-  return s.str();
+  return s;
 }
 
 std::string detail::tiled_detail(GgufType t, const MatmulTile* tile, uint32_t groups) {
-  std::ostringstream s;
-  s << type_name(t);
-  if (tile) s << ' ' << to_string(*tile);
-  if (groups > 0) s << ", batch order";
-  if (groups > 1) s << ", split " << groups;
-  return s.str();
+  std::string s = type_name(t);
+  if (tile) {
+    s += ' ';
+    s += to_string(*tile);
+  }
+  if (groups > 0) s += ", batch order";
+  if (groups > 1) {
+    s += ", split ";
+    s += std::to_string(groups);
+  }
+  return s;
 }
 
 std::string to_string(const MatmulTile& t) {
