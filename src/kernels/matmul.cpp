@@ -57,6 +57,8 @@ struct MatvecMode {
   uint32_t combine_pairs = 0, combine_groups = 1;
   bool int_dot = false;   // x as packed digits (MatmulOptions::digits)
   uint32_t pre_n_in = 0;  // the residual add of a post norm first, over n_in (MatmulOptions::pre)
+  std::optional<GgufType> second =
+      std::nullopt;  // the rows from split2 on in a weight of this type (RopeKvEpilogue::v)
 };
 
 // Host constants for matvec.wgsl (after matmul_common.wgsl's): its shape, the lane sum and the entry point.
@@ -65,9 +67,10 @@ std::string matvec_prelude(const gpu::Context& ctx, const MatvecConfig& mv, Gguf
   auto u32 = [](const char* name, uint32_t v) {
     return std::string("const ") + name + ": u32 = " + std::to_string(v) + "u;\n";
   };
-  std::string s = detail::weight_prelude(t, nt, mv.int_f16) + u32("MV_T", mv.threads_per_row) + u32("MV_R", mv.rows) +
-                  u32("MV_G", mv.groups) + u32("MV_NV", mv.rows * nt + nt) + u32("MV_U", mv.units) +
-                  u32("MV_SLOTS", matvec_slots(ctx, mv)) + "const XV4: bool = " + (xv4 ? "true" : "false") +
+  std::string s = detail::weight_prelude(t, nt, mv.int_f16, m.second) + u32("MV_T", mv.threads_per_row) +
+                  u32("MV_R", mv.rows) + u32("MV_G", mv.groups) + u32("MV_NV", mv.rows * nt + nt) +
+                  u32("MV_U", mv.units) + u32("MV_SLOTS", matvec_slots(ctx, mv)) +
+                  "const XV4: bool = " + (xv4 ? "true" : "false") +
                   ";\nconst MV_FMA: bool = " + (mv.fma_order ? "true" : "false") +
                   ";\nconst MV_CHUNKS: bool = " + (block_elems(t) == 1 ? "false" : "true") +
                   ";\nconst MV_EXPERTS: bool = " + (m.experts ? "true" : "false") +
@@ -100,6 +103,10 @@ std::string matvec_detail(const MatvecConfig& mv, GgufType t, uint32_t nt, const
   if (m.int_dot) s += ", int8";
   if (m.pre_n_in) s += ", pre";
   if (m.experts) s += m.combine_pairs ? ", experts + combine" : ", experts";
+  if (m.second) {
+    s += ", then ";
+    s += type_name(*m.second);
+  }
   return s;
 }
 
@@ -204,23 +211,29 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
   const char* fn = rk ? "encode_qkv_rope_append" : "encode_matmul";
   detail::check_weight(fn, w);
   if (n_tokens == 0) fail(fn, "n_tokens must be > 0");
+  // rk->v: the product's rows from split2 on are its rows, read in the same dispatch (matmul_common.wgsl's TWO_TYPES)
+  const GpuWeight* w2 = rk ? rk->v : nullptr;
+  if (w2 && (n_tokens != 1 || o.split2 != w.n_out || o.digits || o.pre || !detail::matvec_takes_second(ctx, w, *w2) ||
+             (o.impl != MatmulImpl::Auto && o.impl != MatmulImpl::Matvec)))
+    fail(fn, "v's own weight takes one token on the matvec after all of w's rows (matvec_takes_second)");
+  const uint32_t n_out = w.n_out + (w2 ? w2->n_out : 0);
   auto check_size = [&](const char* name, const gpu::Buffer& b, uint64_t floats, const char* what) {
     if (b.size < floats * 4)
       fail(fn, std::string(name) + " holds " + std::to_string(b.size) + " bytes, needs " + what + " = " +
                    std::to_string(floats * 4));
   };
   const bool split = o.y1 || o.y2 || rk;
-  const std::string splits = " (got " + std::to_string(o.split1) + ", " + std::to_string(o.split2) + ", n_out " +
-                             std::to_string(w.n_out) + ")";
+  const std::string splits =
+      " (got " + std::to_string(o.split1) + ", " + std::to_string(o.split2) + ", n_out " + std::to_string(n_out) + ")";
   // y2 may be left out when no rows go to it (split2 == n_out: a weight of q and k rows alone)
   if (split && !rk &&
-      (!o.y1 || o.split1 == 0 || o.split1 > o.split2 || o.split2 > w.n_out || (o.split2 == w.n_out) == bool(o.y2)))
+      (!o.y1 || o.split1 == 0 || o.split1 > o.split2 || o.split2 > n_out || (o.split2 == n_out) == bool(o.y2)))
     fail(fn, "split outputs need y1 and 0 < split1 <= split2 <= n_out, y2 exactly when split2 < n_out" + splits);
   // The RoPE + KV epilogue: rows [0, split1) q, [split1, split2) k, [split2, n_out) v, any of them empty but not all
   // of k and v (a weight of q and k rows alone, or of v rows alone)
-  if (rk && (o.split1 > o.split2 || o.split2 > w.n_out || o.split1 == w.n_out))
+  if (rk && (o.split1 > o.split2 || o.split2 > n_out || o.split1 == n_out))
     fail(fn, "q, k and v rows need split1 <= split2 <= n_out and some k or v rows" + splits);
-  if (o.swiglu && (w.n_out % 2 || split || o.accumulate))
+  if (o.swiglu && (n_out % 2 || split || o.accumulate))
     fail(fn, "swiglu needs an even n_out (interleaved gate/up rows) and neither split outputs nor accumulate");
   if (o.act != GateAct::Silu && !o.swiglu && !o.times)
     fail(fn, "a gate activation needs swiglu or times (it selects the gate's activation)");
@@ -228,15 +241,15 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
     fail(fn, "the sigmoid gate is a matmul epilogue only with times (encode_swiglu runs it otherwise)");
   if (o.times && (o.bias || o.swiglu || o.accumulate || split || o.act == GateAct::SwigluOai))
     fail(fn, "times takes neither bias, swiglu, accumulate, split outputs nor the gpt-oss gate");
-  if (o.times && (o.times_stride < w.n_out || o.times_offset > o.times_stride - w.n_out))
+  if (o.times && (o.times_stride < n_out || o.times_offset > o.times_stride - n_out))
     fail(fn, "times needs times_offset + n_out <= times_stride (got " + std::to_string(o.times_offset) + " + " +
-                 std::to_string(w.n_out) + " > " + std::to_string(o.times_stride) + ")");
+                 std::to_string(n_out) + " > " + std::to_string(o.times_stride) + ")");
   if (split && o.accumulate) fail(fn, "accumulate does not combine with split outputs");
   // Widths (floats per token) of y, y1, y2.
   const bool split_out = split && !rk;  // y1 (and y2) written
   const bool has_y2 = split_out && o.y2;
-  const uint32_t y_width = split ? std::max(o.split1, 1u) : o.swiglu ? w.n_out / 2 : w.n_out;  // 1: no q rows
-  const uint32_t y1_width = split_out ? o.split2 - o.split1 : 1, y2_width = has_y2 ? w.n_out - o.split2 : 1;
+  const uint32_t y_width = split ? std::max(o.split1, 1u) : o.swiglu ? n_out / 2 : n_out;  // 1: no q rows
+  const uint32_t y1_width = split_out ? o.split2 - o.split1 : 1, y2_width = has_y2 ? n_out - o.split2 : 1;
   check_size("x", x, uint64_t(n_tokens) * w.n_in, "n_tokens * n_in * 4");
   check_size("y", y, uint64_t(n_tokens) * y_width, "n_tokens * (y's rows) * 4");
   if (split_out) {
@@ -247,8 +260,8 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
     if (out && out->get() == x.get()) fail(fn, "x and y must be different buffers");
   if (split_out && (o.y1->get() == y.get() || (has_y2 && (o.y2->get() == y.get() || o.y1->get() == o.y2->get()))))
     fail(fn, "y, y1 and y2 must be different buffers");
-  if (o.bias) check_size("bias", *o.bias, w.n_out, "n_out * 4");
-  if (o.bias && uint64_t(w.n_out) * 4 > ctx.max_binding_size()) fail(fn, "bias exceeds the storage-binding limit");
+  if (o.bias) check_size("bias", *o.bias, n_out, "n_out * 4");
+  if (o.bias && uint64_t(n_out) * 4 > ctx.max_binding_size()) fail(fn, "bias exceeds the storage-binding limit");
   const uint64_t times_floats = o.times ? uint64_t(n_tokens) * o.times_stride : 0;
   if (o.times) check_size("times", *o.times, times_floats, "n_tokens * times_stride * 4");
   if (o.times && times_floats * 4 > ctx.max_binding_size()) fail(fn, "times exceeds the storage-binding limit");
@@ -298,9 +311,9 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
   const uint32_t max_grid = ctx.limits().maxComputeWorkgroupsPerDimension;
   uint32_t step = detail::tokens_per_binding(fn, ctx, {w.n_in, y_width, y1_width, y2_width});
   const gpu::Buffer& none = ctx.placeholder_storage();
-  const MatvecConfig mv = o.digits      ? int_matvec_config(ctx, w.n_out, w.n_in)
-                          : batch_shape ? batch_matvec_config(ctx, w.n_out, w.n_in, w.type, n_tokens)
-                                        : matvec_config(ctx, w.n_out, w.n_in, w.type);
+  const MatvecConfig mv = o.digits      ? int_matvec_config(ctx, n_out, w.n_in)
+                          : batch_shape ? batch_matvec_config(ctx, n_out, w.n_in, w.type, n_tokens)
+                                        : matvec_config(ctx, n_out, w.n_in, w.type);
   if (impl == MatmulImpl::Matvec) step = std::min(step, matvec_pass_tokens(ctx, mv));
   const MatmulTile tile = batch_tiled                 ? batch_tiled->tile
                           : impl == MatmulImpl::Tiled ? matmul_tile(ctx, std::min(step, n_tokens), w.n_out)
@@ -322,7 +335,9 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
     // One token (decode) or the shape's tokens, the last group's missing ones clamped: two pipelines per weight type,
     // not one per count (lavapipe takes seconds to compile each).
     const uint32_t rows_tokens = count == 1 ? 1 : rows.tokens;
-    const MatvecMode mode{.int_dot = bool(o.digits), .pre_n_in = o.pre ? w.n_in : 0};
+    const MatvecMode mode{.int_dot = bool(o.digits),
+                          .pre_n_in = o.pre ? w.n_in : 0,
+                          .second = w2 ? std::optional(w2->type) : std::nullopt};
     WGPUComputePipeline pipe =
         impl == MatmulImpl::Matvec ? ctx.pipeline({kMatvecShader,
                                                    "matvec",
@@ -342,6 +357,10 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
                             detail::tiled_detail(w.type, &tile, batch_tiled ? batch_tiled->order.groups : 0)});
     for (const auto& piece : w.pieces) {
       MatmulParams p = detail::piece_params(w, piece, count);
+      if (w2) {  // one piece each (matvec_takes_second)
+        p.n_out = p.n_rows = n_out;
+        p.scale2_off4 = w2->pieces[0].scale_off4;
+      }
       p.flags = flag_bits;
       p.x_off = o.digits ? uint32_t(o.digits->scales_vec4()) : xw.first_word;
       p.y_off = yw.first_word;
@@ -365,7 +384,7 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
       uint64_t n_wg;
       if (impl == MatmulImpl::Matvec) {
         const uint32_t rows_per_wg = mv.rows * mv.groups;
-        n_wg = (piece.n_rows + rows_per_wg - 1) / rows_per_wg;
+        n_wg = (p.n_rows + rows_per_wg - 1) / rows_per_wg;
       } else if (impl == MatmulImpl::Rows) {
         const uint32_t rows_per_wg = rows.workgroup * 2 * row_pairs;
         p.row_tiles = (piece.n_rows + rows_per_wg - 1) / rows_per_wg;
@@ -382,7 +401,7 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
           {2, &x, xw.offset_bytes, xw.size_bytes},
           {3, &y, yw.offset_bytes, yw.size_bytes},
           o.times ? gpu::BufferBinding{4, o.times, 0, times_floats * 4}
-                  : gpu::BufferBinding{4, o.bias ? o.bias : &none, 0, o.bias ? uint64_t(w.n_out) * 4 : 16},
+                  : gpu::BufferBinding{4, o.bias ? o.bias : &none, 0, o.bias ? uint64_t(n_out) * 4 : 16},
           {6, o.norm ? o.norm : &none, 0, o.norm ? norm_floats * 4 : 16},
           {7, split_out ? o.y1 : &ctx.placeholder_writable(), y1w.offset_bytes, y1w.size_bytes},
           {8, has_y2 ? o.y2 : &ctx.placeholder_writable(), y2w.offset_bytes, y2w.size_bytes},
@@ -414,6 +433,7 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
         bindings.push_back(o.digits ? gpu::BufferBinding{16, &o.digits->data, 0, o.digits->bytes()}
                                     : gpu::BufferBinding{16, &none, 0, 16});
         bindings.push_back({17, &none, 0, 16});
+        if (w2) bindings.push_back({18, &w2->pieces[0].buffer});
       }
       batch.dispatch(pipe, bindings, grid.x, grid.y, groups);
       if (groups > 1) {  // the groups added, the epilogue
@@ -488,6 +508,15 @@ MatvecConfig matvec_config(const gpu::Context& ctx, uint32_t n_rows, uint32_t n_
 // through workgroup memory, which took the H200 2-3x longer at 16 and 64 tokens (PERF.md, "Batched decode"); at one
 // token 32x2x8x2 took Llama-3.2-1B's products 0.102 ms where 32x4x4 took 0.125 (PERF.md, "A batched step of one
 // token"). The block types' one-token shape was already the best there.
+bool detail::matvec_takes_second(const gpu::Context& ctx, const GpuWeight& w, const GpuWeight& w2) {
+  if (block_elems(w.type) == 1 || block_elems(w2.type) == 1 || w.type == w2.type || w.n_experts || w2.n_experts)
+    return false;
+  if (w.pieces.size() != 1 || w2.pieces.size() != 1 || w.n_in != w2.n_in || w.n_blocks != w2.n_blocks) return false;
+  if (rows_kernel_for(ctx, w.type) || rows_kernel_for(ctx, w2.type)) return false;
+  const MatvecConfig mv = matvec_config(ctx, w.n_out + w2.n_out, w.n_in, w.type);
+  return w.n_out % (mv.rows * mv.groups) == 0;
+}
+
 bool matvec_takes_pre(const gpu::Context& ctx, const GpuWeight& w, MatmulImpl impl) {
   if (impl != MatmulImpl::Auto && impl != MatmulImpl::Matvec) return false;
   if (impl == MatmulImpl::Auto && rows_kernel_for(ctx, w.type)) return false;

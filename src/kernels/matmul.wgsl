@@ -305,7 +305,7 @@ fn mm_block_chunk(acc: ptr<function, array<vec4<f32>, NCACC>>, ty: u32, tx: u32)
       {
         let o = ($i * 4u + $c) * NJ + $j;
         var v = fma(mm_rd[$r * TN4 + tx + TX * $j], dq[o], (*acc)[o]);
-        if (CHUNK_MIN) { v = fma(mm_rm[$r * TN4 + tx + TX * $j], sx, v); }
+        if (chunk_min(WTYPE)) { v = fma(mm_rm[$r * TN4 + tx + TX * $j], sx, v); }
         (*acc)[o] = v;
       }
       //#end
@@ -361,13 +361,13 @@ fn mm_chunk_fold_ss(ss: f32, g: u32) {
 struct WHalf { q: W8, d: f32, m: f32, }
 fn mm_w_half(r: u32, c: u32, lq: u32) -> WHalf {
   if (r >= p.n_rows) { return WHalf(W8(vec4<f32>(0.0), vec4<f32>(0.0)), 0.0, 0.0); }  // (no experts: wbase 0)
-  let run = decode_run(load_raw(r, c), c, lq / 2u);
+  let run = decode_run(WTYPE, load_raw(WTYPE, r, c), c, lq / 2u);
   if (lq % 2u == 0u) { return WHalf(W8(run.q.a, run.q.b), run.d, run.m); }
   return WHalf(W8(run.q.c, run.q.e), run.d, run.m);
 }
 
 // MM_CHUNK: the first column of loader lane lq's 8 in chunk c.
-fn mm_chunk_col(c: u32, lq: u32) -> u32 { return chunk_cols(c)[lq / 2u] + 8u * (lq % 2u); }
+fn mm_chunk_col(c: u32, lq: u32) -> u32 { return chunk_cols(WTYPE, c)[lq / 2u] + 8u * (lq % 2u); }
 
 // The norm weights of columns col .. + 8 (col a multiple of 8), clamped to the buffer's last vec4 as norm16 does.
 fn norm8_at(col: u32) -> W8 {
@@ -437,7 +437,7 @@ fn mm_chunk_main(wid: vec3<u32>, lid: u32) {
   let tx = tyx.y;
   let ld = lid / 4u;  // loader: W tile row / x tile token (+ WL l)
   let lq = lid % 4u;  // loader: run lq / 2, half lq % 2
-  let xsa = chunk_xs();
+  let xsa = chunk_xs(WTYPE);
   let xsc = select(xsa[0], xsa[1], lq >= 2u);  // 2^-p of the loader's run
 
   var acc: array<vec4<f32>, NCACC>;  // the class chains [token group i][component c][row group j]

@@ -26,9 +26,18 @@
 // Each super-block starts at a multiple of 4 words, so the header (d|dmin and the scales of Q4_K/Q5_K) is
 // one vec4 and every pair of quant words a load reads is one half of a vec4.
 // The host prepends `const WTYPE: u32` (the GGUF type id: one of the T_* below), `const NT: u32`
-// (matvec tokens per dispatch) and, for matvec.wgsl, the shape MV_T, MV_R, MV_G and XV4,
+// (matvec tokens per dispatch), the weight's words `wvec(wt, i)` and its scale array's offset `scale_off(wt)` (below)
+// and, for matvec.wgsl, the shape MV_T, MV_R, MV_G and XV4,
 // mv_lane_sum() (a butterfly of subgroup shuffles, or the identity without subgroups) and the
 // `matvec` entry point, which passes the subgroup size to matvec_main (1 without subgroups). Barriers are reached in uniform control flow.
+//
+// Two weight types in one dispatch (the matvec's, for one token: a Q4_K_M layer's q/k rows in Q4_K and its v rows in
+// Q6_K): the prelude then sets `const TWO_TYPES: bool` and `const WTYPE2: u32` and binds the second weight as
+// `w2` (binding 18), whose rows are the product's rows from p.split2 on and whose scale array starts at vec4
+// p.scale2_off4. The block loaders (load_raw, decode_run, chunk_cols, chunk_xs, chunk_min, q_scale, wd, wd2) take
+// the type `wt` they read as their first argument, always a constant at the call (WTYPE or WTYPE2), so that a
+// compiler folds their branches as it would a module constant's; `wvec(wt, i)` reads vec4 i of w or w2 by it,
+// `wword(wt, i, c)` its word c alone (a 4-byte load where the vec4's would be 16: the scales' reads).
 //
 // Epilogues (flags; matvec and matmul alike): bias, RMSNorm of x folded in (the sum of x^2 is
 // gathered while x streams past, the row's dot is scaled at the end), residual accumulation,
@@ -60,6 +69,7 @@ struct MatmulParams {
   rope_dim: u32, kv_f16: u32, kv_k_off: u32, kv_v_off: u32,
   n_used: u32, x_per_pair: u32, expert_first: u32, n_experts: u32,  // matvec expert products (MV_EXPERTS)
   tiles_off: u32, times_off: u32, times_stride: u32, pre_scale: f32,  // grouped by expert (NT > 1); FLAG_TIMES; MV_PRE
+  scale2_off4: u32, pad0: u32, pad1: u32, pad2: u32,  // TWO_TYPES: w2's scale array
 }
 const FLAG_BIAS: u32 = 1u;        // add bias[row]
 const FLAG_LAST_PIECE: u32 = 2u;  // embedding: ids past the table write zero rows
@@ -87,8 +97,8 @@ const FLAG_SIGMOID: u32 = 2048u;  // with FLAG_TIMES: act = sigmoid (else gelu_t
 
 struct W8 { lo: vec4<f32>, hi: vec4<f32>, }
 
-fn q_scale(blk: u32) -> f32 {
-  let word = w[p.scale_off4 + (blk >> 3u)][(blk >> 1u) & 3u];
+fn q_scale(wt: u32, blk: u32) -> f32 {
+  let word = wword(wt, scale_off(wt) + (blk >> 3u), (blk >> 1u) & 3u);
   return unpack2x16float(word)[blk & 1u];
 }
 
@@ -100,8 +110,8 @@ fn i8x4(a: u32) -> vec4<f32> {
 // MXFP4 (gguf/dequant.h): the scale of block blk from its E8M0 byte e, 2^(e - 128) as ggml's GGML_E8M0_TO_FP32_HALF
 // builds it (the exponent e - 1; subnormal 2^-128, 2^-127 for e = 0, 1); e8m0_half alone for a byte already loaded.
 fn e8m0_half(e: u32) -> f32 { return bitcast<f32>(select((e - 1u) << 23u, 0x00200000u << min(e, 1u), e < 2u)); }
-fn mx_scale(blk: u32) -> f32 {
-  return e8m0_half((w[p.scale_off4 + (blk >> 4u)][(blk >> 2u) & 3u] >> (8u * (blk & 3u))) & 255u);
+fn mx_scale(wt: u32, blk: u32) -> f32 {
+  return e8m0_half((wword(wt, scale_off(wt) + (blk >> 4u), (blk >> 2u) & 3u) >> (8u * (blk & 3u))) & 255u);
 }
 
 // The four E2M1 codes at bit sh of the bytes of a (bit 3 the sign, bits 0..2 the magnitude) as ggml's doubled
@@ -135,10 +145,10 @@ fn f16x8(v: vec4<u32>) -> W8 {
 
 fn bf2(a: u32) -> vec2<f32> { return vec2<f32>(bitcast<f32>(a << 16u), bitcast<f32>(a & 0xFFFF0000u)); }
 
-// Word i of the piece, and words i, i + 1 (i even: one half of a vec4).
-fn wd(i: u32) -> u32 { return w[i >> 2u][i & 3u]; }
-fn wd2(i: u32) -> vec2<u32> {
-  let v = w[i >> 2u];
+// Word i of the piece (of type wt: w, or w2 with TWO_TYPES), and words i, i + 1 (i even: one half of a vec4).
+fn wd(wt: u32, i: u32) -> u32 { return wword(wt, i >> 2u, i & 3u); }
+fn wd2(wt: u32, i: u32) -> vec2<u32> {
+  let v = wvec(wt, i >> 2u);
   return select(v.xy, v.zw, (i & 2u) != 0u);
 }
 
@@ -161,24 +171,25 @@ fn high8(qh: u32, q: u32) -> array<vec4<u32>, 2> {
 fn load8_q45(blk: u32, q: u32) -> W8 {
   if (WTYPE == T_Q4_1) {
     let b = blk * 5u;
-    let dm = unpack2x16float(wd(b));
+    let dm = unpack2x16float(wd(WTYPE, b));
     let i = b + 1u + 2u * (q & 1u);
     let sh = 4u * (q >> 1u);
-    return W8(dm.x * vec4<f32>(bytes4(wd(i), sh, 15u)) + dm.y, dm.x * vec4<f32>(bytes4(wd(i + 1u), sh, 15u)) + dm.y);
+    return W8(dm.x * vec4<f32>(bytes4(wd(WTYPE, i), sh, 15u)) + dm.y,
+              dm.x * vec4<f32>(bytes4(wd(WTYPE, i + 1u), sh, 15u)) + dm.y);
   } else if (WTYPE == T_Q5_0) {
     let b = blk * 5u;
-    let d = q_scale(blk);
-    let hb = high8(wd(b), q);
+    let d = q_scale(WTYPE, blk);
+    let hb = high8(wd(WTYPE, b), q);
     let i = b + 1u + 2u * (q & 1u);
     let sh = 4u * (q >> 1u);
-    return W8(d * (vec4<f32>(bytes4(wd(i), sh, 15u) | hb[0]) - 16.0),
-              d * (vec4<f32>(bytes4(wd(i + 1u), sh, 15u) | hb[1]) - 16.0));
+    return W8(d * (vec4<f32>(bytes4(wd(WTYPE, i), sh, 15u) | hb[0]) - 16.0),
+              d * (vec4<f32>(bytes4(wd(WTYPE, i + 1u), sh, 15u) | hb[1]) - 16.0));
   }
   // T_Q5_1
   let b = blk * 6u;
-  let dm = unpack2x16float(wd(b));
-  let hb = high8(wd(b + 1u), q);
-  let v = wd2(b + 2u + 2u * (q & 1u));
+  let dm = unpack2x16float(wd(WTYPE, b));
+  let hb = high8(wd(WTYPE, b + 1u), q);
+  let v = wd2(WTYPE, b + 2u + 2u * (q & 1u));
   let sh = 4u * (q >> 1u);
   return W8(dm.x * vec4<f32>(bytes4(v.x, sh, 15u) | hb[0]) + dm.y,
             dm.x * vec4<f32>(bytes4(v.y, sh, 15u) | hb[1]) + dm.y);
@@ -197,7 +208,7 @@ fn load8_k(sb: u32, j: u32, q: u32) -> W8 {
     let sc = byte_of(w[b >> 2u], si);
     let dl = dm.x * f32(sc & 15u);
     let ml = dm.y * f32(sc >> 4u);
-    let v = wd2(b + 4u + 8u * h + 2u * q);
+    let v = wd2(WTYPE, b + 4u + 8u * h + 2u * q);
     return W8(dl * vec4<f32>(bytes4(v.x, 2u * k, 3u)) - ml, dl * vec4<f32>(bytes4(v.y, 2u * k, 3u)) - ml);
   } else if (WTYPE == T_Q3_K) {
     let b = sb * 28u;
@@ -205,25 +216,25 @@ fn load8_k(sb: u32, j: u32, q: u32) -> W8 {
     let lo = (byte_of(tail, si & 7u) >> (4u * (si >> 3u))) & 15u;
     let hi = (byte_of(tail, 8u + (si & 3u)) >> (2u * (si >> 2u))) & 3u;
     let dl = unpack2x16float(tail.w).x * (f32(lo | (hi << 4u)) - 32.0);
-    let v = wd2(b + 8u + 8u * h + 2u * q);
-    let m = wd2(b + 2u * q);
+    let v = wd2(WTYPE, b + 8u + 8u * h + 2u * q);
+    let m = wd2(WTYPE, b + 2u * q);
     let hs = 4u * h + k;
     return W8(dl * (vec4<f32>(bytes4(v.x, 2u * k, 3u) + 4u * bytes4(m.x, hs, 1u)) - 4.0),
               dl * (vec4<f32>(bytes4(v.y, 2u * k, 3u) + 4u * bytes4(m.y, hs, 1u)) - 4.0));
   } else if (WTYPE == T_Q6_K) {
     let b = sb * 52u;
-    let d = q_scale(sb);
+    let d = q_scale(WTYPE, sb);
     let sc = f32(bitcast<i32>(byte_of(w[(b >> 2u) + 12u], si) << 24u) >> 24u);
     let dl = d * sc;
-    return q6k_unit(wd2(b + 16u * h + 8u * (k & 1u) + 2u * q), wd2(b + 32u + 8u * h + 2u * q), k, dl);
+    return q6k_unit(wd2(WTYPE, b + 16u * h + 8u * (k & 1u) + 2u * q), wd2(WTYPE, b + 32u + 8u * h + 2u * q), k, dl);
   }
   // T_Q4_K, T_Q5_K: sub-block j the low (j even) or high nibbles of the qs bytes 32 (j / 2) + 8 q ..; Q5_K's 5th
   // bits bit j of qh bytes 8 q ..
   let b = sb * select(36u, 44u, WTYPE == T_Q5_K);
   let dm = k45_scale_min(w[b >> 2u], j);
-  let v = wd2(b + select(4u, 12u, WTYPE == T_Q5_K) + 8u * (j >> 1u) + 2u * q);
+  let v = wd2(WTYPE, b + select(4u, 12u, WTYPE == T_Q5_K) + 8u * (j >> 1u) + 2u * q);
   var m = vec2<u32>(0u);
-  if (WTYPE == T_Q5_K) { m = wd2(b + 4u + 2u * q); }
+  if (WTYPE == T_Q5_K) { m = wd2(WTYPE, b + 4u + 2u * q); }
   return k45_unit(v, m, j, dm);
 }
 
@@ -286,19 +297,19 @@ fn load8(r: u32, u: u32) -> W8 {
   } else if (WTYPE == T_Q8_0) {
     let v = w[blk * 2u + (q >> 1u)];
     let odd = (q & 1u) == 1u;
-    let d = q_scale(blk);
+    let d = q_scale(WTYPE, blk);
     return W8(d * i8x4(select(v.x, v.z, odd)), d * i8x4(select(v.y, v.w, odd)));
   } else if (WTYPE == T_MXFP4) {  // as Q4_0
     let v = w[blk];
     let odd = (q & 1u) == 1u;
     let sh = select(0u, 4u, q >= 2u);
-    let d = mx_scale(blk);
+    let d = mx_scale(WTYPE, blk);
     return W8(d * mxfp4x4(select(v.x, v.z, odd), sh), d * mxfp4x4(select(v.y, v.w, odd), sh));
   } else {  // T_Q4_0
     let v = w[blk];
     let odd = (q & 1u) == 1u;
     let sh = select(0u, 4u, q >= 2u);
-    let d = q_scale(blk);
+    let d = q_scale(WTYPE, blk);
     return W8(d * nib4(select(v.x, v.z, odd) >> sh), d * nib4(select(v.y, v.w, odd) >> sh));
   }
 }
@@ -338,11 +349,11 @@ fn sum8(a: W8) -> f32 {
   return ((((((a.lo.x + a.lo.y) + a.lo.z) + a.lo.w) + a.hi.x) + a.hi.y) + a.hi.z) + a.hi.w;
 }
 
-// A run's part of a block type's sum in batch decode's order: acc + d dq, then + m s (CHUNK_MIN), each one fma (dq the
+// A run's part of a block type's sum in batch decode's order: acc + d dq, then + m s (chunk_min), each one fma (dq the
 // run's products fma-chained in element order, s the sum of its x).
-fn run_fma(d: f32, dq: f32, m: f32, s: f32, acc: f32) -> f32 {
+fn run_fma(wt: u32, d: f32, dq: f32, m: f32, s: f32, acc: f32) -> f32 {
   let a = fma(d, dq, acc);
-  if (CHUNK_MIN) { return fma(m, s, a); }
+  if (chunk_min(wt)) { return fma(m, s, a); }
   return a;
 }
 
@@ -474,11 +485,11 @@ fn bytes16(v: vec4<u32>, off: f32) -> Q16 {
 }
 
 // 2^-p of run 0 and run 1 by lane: what x is multiplied by before its product with a chunk's quants.
-fn chunk_xs() -> array<vec4<f32>, 2> {
-  if (WTYPE == T_Q4_K || WTYPE == T_Q4_0 || WTYPE == T_Q4_1) {
+fn chunk_xs(wt: u32) -> array<vec4<f32>, 2> {
+  if (wt == T_Q4_K || wt == T_Q4_0 || wt == T_Q4_1) {
     return array<vec4<f32>, 2>(1.0 / P_NIB_LO, 1.0 / P_NIB_HI);
   }
-  if (WTYPE == T_Q5_K || WTYPE == T_Q6_K || WTYPE == T_Q8_0) { return array<vec4<f32>, 2>(1.0 / P_BYTE, 1.0 / P_BYTE); }
+  if (wt == T_Q5_K || wt == T_Q6_K || wt == T_Q8_0) { return array<vec4<f32>, 2>(1.0 / P_BYTE, 1.0 / P_BYTE); }
   return array<vec4<f32>, 2>(vec4<f32>(1.0), vec4<f32>(1.0));
 }
 
@@ -518,16 +529,16 @@ fn sbyte_of(v: vec4<u32>, i: u32) -> f32 { return f32(bitcast<i32>(byte_of(v, i)
 // Q6_K part i: low-quant bytes 16 i .., half h = i / 4: elements 16 (i % 4) .. of the half (quarters 0, 1) in their
 // low nibbles, the same 64 further (quarters 2, 3) in their high nibbles.
 // Q2_K / Q3_K part i: half h = i / 4, elements l0 = 16 ((i / 2) % 2) .. of quarters 2 (i % 2) and the next.
-fn chunk_cols(c: u32) -> vec2<u32> {
+fn chunk_cols(wt: u32, c: u32) -> vec2<u32> {
   let sb = (c >> 3u) * 256u;
   let i = c & 7u;
-  if (WTYPE == T_Q4_K || WTYPE == T_Q5_K) {
+  if (wt == T_Q4_K || wt == T_Q5_K) {
     let b = sb + 64u * (i >> 1u) + 16u * (i & 1u);
     return vec2<u32>(b, b + 32u);
-  } else if (WTYPE == T_Q6_K) {
+  } else if (wt == T_Q6_K) {
     let b = sb + 128u * (i >> 2u) + 16u * (i & 3u);
     return vec2<u32>(b, b + 64u);
-  } else if (WTYPE == T_Q2_K || WTYPE == T_Q3_K) {
+  } else if (wt == T_Q2_K || wt == T_Q3_K) {
     let b = sb + 128u * (i >> 2u) + 64u * (i & 1u) + 16u * ((i >> 1u) & 1u);
     return vec2<u32>(b, b + 32u);
   }
@@ -543,64 +554,68 @@ struct RawChunk { v: vec4<u32>, h: vec4<u32>, m: vec4<u32>, d: f32, }
 // One run of a chunk: weight i = d * q[i] / 2^p + m.
 struct Run { q: Q16, d: f32, m: f32, }
 // The types whose runs have an offset m (0 for the others): only their products need sum(x).
-const CHUNK_MIN: bool = WTYPE == T_Q4_K || WTYPE == T_Q5_K || WTYPE == T_Q2_K || WTYPE == T_Q4_1 || WTYPE == T_Q5_1;
+fn chunk_min(wt: u32) -> bool {
+  return wt == T_Q4_K || wt == T_Q5_K || wt == T_Q2_K || wt == T_Q4_1 || wt == T_Q5_1;
+}
 
 // Chunk c of piece row r (chunk_cols says which weights), as loaded.
-fn load_raw(r: u32, c: u32) -> RawChunk {
+fn load_raw(wt: u32, r: u32, c: u32) -> RawChunk {
   let z = vec4<u32>(0u);
   let sb = r * (p.nb >> 3u) + (c >> 3u);  // K-quants: the super-block and the part of it
   let i = c & 7u;
   let blk = r * p.nb + c;  // the others: the block
-  if (WTYPE == T_Q4_K) {
+  if (wt == T_Q4_K) {
     let b = sb * 9u;  // in vec4: header, quants 8
-    return RawChunk(w[b + 1u + i], w[b], z, 0.0);
-  } else if (WTYPE == T_Q5_K) {
+    return RawChunk(wvec(wt, b + 1u + i), wvec(wt, b), z, 0.0);
+  } else if (wt == T_Q5_K) {
     let b = sb * 11u;  // in vec4: header, qh 2, quants 8
-    return RawChunk(w[b + 3u + i], w[b], w[b + 1u + (i & 1u)], 0.0);  // qh bytes 16 (i % 2) ..: bit j of sub-block j
-  } else if (WTYPE == T_Q6_K) {
+    // qh bytes 16 (i % 2) ..: bit j of sub-block j
+    return RawChunk(wvec(wt, b + 3u + i), wvec(wt, b), wvec(wt, b + 1u + (i & 1u)), 0.0);
+  } else if (wt == T_Q6_K) {
     let b = sb * 13u;  // in vec4: low quants 8, high quants 4, scales 1
     // high-quant bytes 32 h + 16 (i % 2) .. (h = i / 4): 2 bits per quarter
-    return RawChunk(w[b + i], w[b + 12u], w[b + 8u + 2u * (i >> 2u) + (i & 1u)], q_scale(sb));
-  } else if (WTYPE == T_Q3_K) {
+    return RawChunk(wvec(wt, b + i), wvec(wt, b + 12u), wvec(wt, b + 8u + 2u * (i >> 2u) + (i & 1u)), q_scale(wt, sb));
+  } else if (wt == T_Q3_K) {
     let b = sb * 7u;  // in vec4: hmask 2, quants 4, scales and d 1
     let lh = (i >> 1u) & 1u;
-    return RawChunk(w[b + 2u + 2u * (i >> 2u) + lh], w[b + 6u], w[b + lh], 0.0);
-  } else if (WTYPE == T_Q2_K) {
+    return RawChunk(wvec(wt, b + 2u + 2u * (i >> 2u) + lh), wvec(wt, b + 6u), wvec(wt, b + lh), 0.0);
+  } else if (wt == T_Q2_K) {
     let b = sb * 5u;  // in vec4: scales 1, quants 4; d|dmin in the scale array
-    let dm = w[p.scale_off4 + (sb >> 2u)][sb & 3u];
-    return RawChunk(w[b + 1u + 2u * (i >> 2u) + ((i >> 1u) & 1u)], w[b], vec4<u32>(dm, 0u, 0u, 0u), 0.0);
-  } else if (WTYPE == T_Q8_0) {
-    return RawChunk(w[2u * blk], z, w[2u * blk + 1u], q_scale(blk));
-  } else if (WTYPE == T_Q4_0) {
-    return RawChunk(w[blk], z, z, q_scale(blk));
-  } else if (WTYPE == T_MXFP4) {
-    return RawChunk(w[blk], z, z, mx_scale(blk));
-  } else if (WTYPE == T_Q4_1) {  // 5 words: d|m, quants
+    let dm = wword(wt, scale_off(wt) + (sb >> 2u), sb & 3u);
+    return RawChunk(wvec(wt, b + 1u + 2u * (i >> 2u) + ((i >> 1u) & 1u)), wvec(wt, b), vec4<u32>(dm, 0u, 0u, 0u), 0.0);
+  } else if (wt == T_Q8_0) {
+    return RawChunk(wvec(wt, 2u * blk), z, wvec(wt, 2u * blk + 1u), q_scale(wt, blk));
+  } else if (wt == T_Q4_0) {
+    return RawChunk(wvec(wt, blk), z, z, q_scale(wt, blk));
+  } else if (wt == T_MXFP4) {
+    return RawChunk(wvec(wt, blk), z, z, mx_scale(wt, blk));
+  } else if (wt == T_Q4_1) {  // 5 words: d|m, quants
     let b = blk * 5u;
-    return RawChunk(vec4<u32>(wd(b + 1u), wd(b + 2u), wd(b + 3u), wd(b + 4u)), vec4<u32>(wd(b), 0u, 0u, 0u), z, 0.0);
-  } else if (WTYPE == T_Q5_0) {  // 5 words: qh, quants; d in the scale array
+    return RawChunk(vec4<u32>(wd(wt, b + 1u), wd(wt, b + 2u), wd(wt, b + 3u), wd(wt, b + 4u)),
+                    vec4<u32>(wd(wt, b), 0u, 0u, 0u), z, 0.0);
+  } else if (wt == T_Q5_0) {  // 5 words: qh, quants; d in the scale array
     let b = blk * 5u;
-    return RawChunk(vec4<u32>(wd(b + 1u), wd(b + 2u), wd(b + 3u), wd(b + 4u)), vec4<u32>(wd(b), 0u, 0u, 0u), z,
-                    q_scale(blk));
+    return RawChunk(vec4<u32>(wd(wt, b + 1u), wd(wt, b + 2u), wd(wt, b + 3u), wd(wt, b + 4u)),
+                    vec4<u32>(wd(wt, b), 0u, 0u, 0u), z, q_scale(wt, blk));
   }
   // T_Q5_1: 6 words: d|m, qh, quants
   let b = blk * 6u;
-  return RawChunk(vec4<u32>(wd2(b + 2u), wd2(b + 4u)), vec4<u32>(wd(b), wd(b + 1u), 0u, 0u), z, 0.0);
+  return RawChunk(vec4<u32>(wd2(wt, b + 2u), wd2(wt, b + 4u)), vec4<u32>(wd(wt, b), wd(wt, b + 1u), 0u, 0u), z, 0.0);
 }
 
 // Run `run` (0 or 1) of chunk c from its loaded words.
-fn decode_run(raw: RawChunk, c: u32, run: u32) -> Run {
+fn decode_run(wt: u32, raw: RawChunk, c: u32, run: u32) -> Run {
   let i = c & 7u;
   let v = raw.v;
-  if (WTYPE == T_Q4_K || WTYPE == T_Q5_K) {
+  if (wt == T_Q4_K || wt == T_Q5_K) {
     let sm = k45_scale_min(raw.h, (i & 6u) | run);  // sub-block 2 (i / 2) + run
-    if (WTYPE == T_Q5_K) {  // each quant's 5th bit moved above its nibble: one byte per quant
+    if (wt == T_Q5_K) {  // each quant's 5th bit moved above its nibble: one byte per quant
       let q = ((v >> vec4<u32>(4u * run)) & vec4<u32>(0x0F0F0F0Fu)) |
               (((raw.m >> vec4<u32>((i & 6u) | run)) & vec4<u32>(0x01010101u)) << vec4<u32>(4u));
       return Run(bytes16(q, 0.0), sm.x, -sm.y);
     }
     return Run(nibs(v, 0.0, run), sm.x, -sm.y);
-  } else if (WTYPE == T_Q6_K) {
+  } else if (wt == T_Q6_K) {
     let h = i >> 2u;
     let k = (i & 3u) >> 1u;
     let si = 8u * h + 2u * k + (i & 1u) + 4u * run;  // the run's 16-element scale
@@ -608,7 +623,7 @@ fn decode_run(raw: RawChunk, c: u32, run: u32) -> Run {
     let q = ((v >> vec4<u32>(4u * run)) & vec4<u32>(0x0F0F0F0Fu)) |
             (((raw.m >> vec4<u32>(2u * k + 4u * run)) & vec4<u32>(0x03030303u)) << vec4<u32>(4u));
     return Run(bytes16(q, 32.0), raw.d * sbyte_of(raw.h, si), 0.0);
-  } else if (WTYPE == T_Q3_K) {
+  } else if (wt == T_Q3_K) {
     let h = i >> 2u;
     let lh = (i >> 1u) & 1u;
     let k = 2u * (i & 1u) + run;
@@ -618,23 +633,23 @@ fn decode_run(raw: RawChunk, c: u32, run: u32) -> Run {
     let hi = (byte_of(tail, 8u + (si & 3u)) >> (2u * (si >> 2u))) & 3u;
     let dl = unpack2x16float(tail.w).x * (f32(lo | (hi << 4u)) - 32.0);
     return Run(q16_hi(v, 2u * k, 3u, bit16(raw.m, 4u * h + k, 2u), 4.0), dl, 0.0);
-  } else if (WTYPE == T_Q2_K) {
+  } else if (wt == T_Q2_K) {
     let k = 2u * (i & 1u) + run;
     let si = 8u * (i >> 2u) + 2u * k + ((i >> 1u) & 1u);
     let sc = byte_of(raw.h, si);
     let dm = unpack2x16float(raw.m.x);
     return Run(q16(v, 2u * k, 3u, 0.0), dm.x * f32(sc & 15u), -dm.y * f32(sc >> 4u));
-  } else if (WTYPE == T_Q8_0) {
+  } else if (wt == T_Q8_0) {
     let flip = vec4<u32>(0x80808080u);  // signed bytes + 128: unsigned
     return Run(bytes16(select(v, raw.m, run == 1u) ^ flip, 128.0), raw.d, 0.0);
-  } else if (WTYPE == T_Q4_0) {
+  } else if (wt == T_Q4_0) {
     return Run(nibs(v, 8.0, run), raw.d, 0.0);
-  } else if (WTYPE == T_MXFP4) {  // the doubled E2M1 values are the integers q (p = 0)
+  } else if (wt == T_MXFP4) {  // the doubled E2M1 values are the integers q (p = 0)
     return Run(mxfp4x16(v, 4u * run), raw.d, 0.0);
-  } else if (WTYPE == T_Q4_1) {
+  } else if (wt == T_Q4_1) {
     let dm = unpack2x16float(raw.h.x);
     return Run(nibs(v, 0.0, run), dm.x, dm.y);
-  } else if (WTYPE == T_Q5_0) {
+  } else if (wt == T_Q5_0) {
     return Run(q16_hi(v, 4u * run, 15u, qh16(raw.h.x, 16u * run), 16.0), raw.d, 0.0);
   }
   // T_Q5_1

@@ -146,12 +146,12 @@ fn mv_x16(t: u32, col: u32) -> Q16 {
 }
 
 // A run's x for token t of the pass: x[col .. + 16) (zeros for a chunk past the row), its sum of squares (FLAG_NORM),
-// then scaled by the norm weights g, its sum (CHUNK_MIN: the types with an offset m), and scaled by the run's 2^-p
+// then scaled by the norm weights g, its sum (chunk_min: the types with an offset m), and scaled by the run's 2^-p
 // lanes.
 struct RunX { x: Q16, s: f32, ss: f32, }
 // MV_FMA (batch decode's order, matmul.wgsl's MM_CHUNK): the sums of x^2 and of x of the run's halves (8 elements
 // each: fma8, sum8) added, where a tiled kernel's loader holds a half.
-fn mv_run_x(t: u32, col: u32, live: bool, g: Q16, xs: vec4<f32>) -> RunX {
+fn mv_run_x(wt: u32, t: u32, col: u32, live: bool, g: Q16, xs: vec4<f32>) -> RunX {
   var x = mv_x16(mv_tok(t), col);
   if (!live) { x = Q16(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0)); }
   var ss = 0.0;
@@ -164,7 +164,7 @@ fn mv_run_x(t: u32, col: u32, live: bool, g: Q16, xs: vec4<f32>) -> RunX {
     x = mul16(x, g);
   }
   var s = 0.0;
-  if (CHUNK_MIN) {
+  if (chunk_min(wt)) {
     if (MV_FMA) {
       s = sum8(W8(x.a, x.b)) + sum8(W8(x.c, x.e));
     } else {
@@ -176,12 +176,12 @@ fn mv_run_x(t: u32, col: u32, live: bool, g: Q16, xs: vec4<f32>) -> RunX {
 
 // acc plus a row's run times a token's run of x. MV_FMA: the run's 16 products chained through fma in element order,
 // then times d and plus m times sum(x), each an fma (run_fma, as matmul.wgsl's MM_CHUNK takes them).
-fn run_acc(run: Run, xr: RunX, acc: f32) -> f32 {
+fn run_acc(wt: u32, run: Run, xr: RunX, acc: f32) -> f32 {
   if (MV_FMA) {
     let dq = fma8(W8(run.q.c, run.q.e), W8(xr.x.c, xr.x.e), fma8(W8(run.q.a, run.q.b), W8(xr.x.a, xr.x.b), 0.0));
-    return run_fma(run.d, dq, run.m, xr.s, acc);
+    return run_fma(wt, run.d, dq, run.m, xr.s, acc);
   }
-  if (CHUNK_MIN) { return acc + (run.d * dot16(run.q, xr.x) + run.m * xr.s); }
+  if (chunk_min(wt)) { return acc + (run.d * dot16(run.q, xr.x) + run.m * xr.s); }
   return acc + run.d * dot16(run.q, xr.x);
 }
 
@@ -234,8 +234,8 @@ fn mv_values(wbase: u32, row0: u32, lt: u32, sg_size: u32) -> array<f32, MV_NV> 
       let c = 2u * u;  // the unit's first chunk
       //#unroll! j MV_R
       {
-        let w0 = load_raw(wrow$j, c);
-        let qb = load_raw(wrow$j, c + 1u).v;  // chunk c + 1's quants (the same super-block's header)
+        let w0 = load_raw(WTYPE, wrow$j, c);
+        let qb = load_raw(WTYPE, wrow$j, c + 1u).v;  // chunk c + 1's quants (the same super-block's header)
         let k = (c & 7u) >> 1u;
         let m0 = k45_scale_min(w0.h, 2u * k);
         let m1 = k45_scale_min(w0.h, 2u * k + 1u);
@@ -293,56 +293,69 @@ fn mv_values(wbase: u32, row0: u32, lt: u32, sg_size: u32) -> array<f32, MV_NV> 
       //#end
     }
   } else {
-    let n_chunks = p.nb;
-    let zeros = Q16(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
-    let xs = chunk_xs();
-    // Each step loads MV_U chunks per row as words (MV_R x MV_U loads in flight) and decodes each row's runs right
-    // before their products (where the driver's schedule keeps them: PERF.md, "Quantized decode, round 3"); chunks
-    // past the row are clamped to its last one and their x zeroed. A token's run 0 and run 1 are added to its sums
-    // in that order whatever NT.
-    for (var c0 = lt; c0 < n_chunks; c0 += MV_T * MV_U) {
-      //#unroll! k MV_U
-      let c$k = min(c0 + $k * MV_T, n_chunks - 1u);
+    // The block types. With TWO_TYPES the rows from p.split2 on are w2's, of type WTYPE2: the loop is written out once
+    // per type (N_WTYPES), its type a constant in each (one call site of each loader per type: the driver inlines and
+    // folds them as in a pipeline of one type), and a group runs the copy of its rows' type (all on one side: the
+    // host makes split2 a multiple of the workgroup's rows).
+    let second = TWO_TYPES && row0 >= p.split2;
+    //#unroll! s N_WTYPES
+    if (second == ($s == 1)) {
+      let wt = select(WTYPE, WTYPE2, $s == 1);
       //#unroll! j MV_R
-      let w$j_$k = load_raw(wrow$j, c$k);
+      let r$j = select(wrow$j, wrow$j - p.split2, $s == 1);
       //#end
-      //#end
-      //#unroll! k MV_U
-      {
-        let cols = chunk_cols(c$k);
-        let live = c0 + $k * MV_T < n_chunks;
-        //#unroll! r 2
-        if (live || !MV_FMA) {  // MV_FMA: chunks past the row skipped (their zero products could change a zero's sign)
-          var g = zeros;
-          if (has(FLAG_NORM)) { g = norm16(cols[$r]); }
-          if (NT == 1u) {  // each row's run decoded right before its product
-            let xr = mv_run_x(0u, cols[$r], live, g, xs[$r]);
-            vals[MV_R] += xr.ss;
-            //#unroll! j MV_R
-            {
-              let run = decode_run(w$j_$k, c$k, $r);
-              vals[$j] = run_acc(run, xr, vals[$j]);
-            }
-            //#end
-          } else {  // each row's run decoded once for all the tokens
-            //#unroll! j MV_R
-            let run$j = decode_run(w$j_$k, c$k, $r);
-            //#end
-            //#unroll t NT
-            {
-              let xr = mv_run_x($t, cols[$r], live, g, xs[$r]);
-              vals[MV_R * NT + $t] += xr.ss;
+      let n_chunks = p.nb;
+      let zeros = Q16(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
+      let xs = chunk_xs(wt);
+      // Each step loads MV_U chunks per row as words (MV_R x MV_U loads in flight) and decodes each row's runs right
+      // before their products (where the driver's schedule keeps them: PERF.md, "Quantized decode, round 3"); chunks
+      // past the row are clamped to its last one and their x zeroed. A token's run 0 and run 1 are added to its sums
+      // in that order whatever NT.
+      for (var c0 = lt; c0 < n_chunks; c0 += MV_T * MV_U) {
+        //#unroll! k MV_U
+        let c$k = min(c0 + $k * MV_T, n_chunks - 1u);
+        //#unroll! j MV_R
+        let w$j_$k = load_raw(wt, r$j, c$k);
+        //#end
+        //#end
+        //#unroll! k MV_U
+        {
+          let cols = chunk_cols(wt, c$k);
+          let live = c0 + $k * MV_T < n_chunks;
+          //#unroll! r 2
+          if (live || !MV_FMA) {  // MV_FMA: chunks past the row skipped (their zero products could change a zero's sign)
+            var g = zeros;
+            if (has(FLAG_NORM)) { g = norm16(cols[$r]); }
+            if (NT == 1u) {  // each row's run decoded right before its product
+              let xr = mv_run_x(wt, 0u, cols[$r], live, g, xs[$r]);
+              vals[MV_R] += xr.ss;
               //#unroll! j MV_R
-              vals[$j * NT + $t] = run_acc(run$j, xr, vals[$j * NT + $t]);
+              {
+                let run = decode_run(wt, w$j_$k, c$k, $r);
+                vals[$j] = run_acc(wt, run, xr, vals[$j]);
+              }
+              //#end
+            } else {  // each row's run decoded once for all the tokens
+              //#unroll! j MV_R
+              let run$j = decode_run(wt, w$j_$k, c$k, $r);
+              //#end
+              //#unroll t NT
+              {
+                let xr = mv_run_x(wt, $t, cols[$r], live, g, xs[$r]);
+                vals[MV_R * NT + $t] += xr.ss;
+                //#unroll! j MV_R
+                vals[$j * NT + $t] = run_acc(wt, run$j, xr, vals[$j * NT + $t]);
+                //#end
+              }
               //#end
             }
-            //#end
           }
+          //#end
         }
         //#end
       }
-      //#end
     }
+    //#end
   }
   let chunk = min(MV_T, sg_size);
   //#unroll k MV_NV

@@ -10,10 +10,12 @@ namespace wgllm::kernels {
 using detail::fail;
 
 bool qkv_rope_append_supported(const gpu::Context& ctx, const GpuWeight& w, const QkvRopeAppend& a) {
+  if (a.v && (a.rows != QkvRows::Qk || !detail::matvec_takes_second(ctx, w, *a.v))) return false;
   if (!a.neox) return true;
+  const uint32_t n_out = w.n_out + (a.v ? a.v->n_out : 0);
   return a.head_dim % 4 == 0 && a.rope_dim % 4 == 0 && w.pieces.size() == 1 &&
          (rows_kernel_for(ctx, w.type) ||
-          matvec_config(ctx, w.n_out, w.n_in, w.type).rows % 4 == 0);  // Rows takes quads for neox
+          matvec_config(ctx, n_out, w.n_in, w.type).rows % 4 == 0);  // Rows takes quads for neox
 }
 
 void encode_qkv_rope_append(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight& w, const gpu::Buffer& x,
@@ -22,6 +24,15 @@ void encode_qkv_rope_append(gpu::ComputeBatch& batch, gpu::Context& ctx, const G
   detail::check_weight(fn, w);
   if (!a.table || !a.kv) fail(fn, "the RoPE table and the KV cache are required");
   const auto& kc = a.kv->config();
+  if (a.v) detail::check_weight(fn, *a.v);
+  if (a.v && (a.rows != QkvRows::Qk || !detail::matvec_takes_second(ctx, w, *a.v)))
+    fail(fn,
+         "v's weight of its own takes rows Qk and a matvec that reads both weights in one dispatch "
+         "(matvec_takes_second: " +
+             std::string(type_name(w.type)) + " then " + type_name(a.v->type) + ")");
+  if (a.v && a.v->n_out != kc.kv_dim)
+    fail(fn,
+         "v's weight has " + std::to_string(a.v->n_out) + " rows, not the cache's kv_dim " + std::to_string(kc.kv_dim));
   // k and v rows in the weight: both, k alone (after q) or v alone
   const uint32_t kv_sets = a.rows == QkvRows::Qkv ? 2 : 1;
   if (a.rows == QkvRows::V ? w.n_out != kc.kv_dim : uint64_t(kc.kv_dim) * kv_sets >= w.n_out)
@@ -58,7 +69,8 @@ void encode_qkv_rope_append(gpu::ComputeBatch& batch, gpu::Context& ctx, const G
                                  .k_elem = uint32_t(at.k_elem),
                                  .v_elem = uint32_t(at.v_elem),
                                  .neox = a.neox,
-                                 .kv_f16 = kc.type == KvType::F16};
+                                 .kv_f16 = kc.type == KvType::F16,
+                                 .v = a.v};
   detail::encode_matvec_rope_kv(batch, ctx, w, x, y, o, e);
 }
 

@@ -26,10 +26,16 @@ struct QkvRopeAppend {
   const gpu::Buffer* norm = nullptr;  // [n_in] f32 padded to 8 (optional): RMSNorm of x folded in
   float eps = 1e-5f;
   QkvRows rows = QkvRows::Qkv;
+  // With rows Qk: v's weight ([kv_dim][n_in], another block type than w's), its rows computed in the same dispatch
+  // after k's (bias then [q_dim + 2 kv_dim], v's last). Where qkv_rope_append_supported says no, encode q/k and v
+  // as two (rows Qk, then V).
+  const GpuWeight* v = nullptr;
 };
 
-// Whether encode_qkv_rope_append takes weight w on this adapter: neox needs head_dim and rope_dim multiples of 4,
-// w in one piece and a matvec shape of 4k rows per group (GPUs; CPU adapters use 2).
+// Whether encode_qkv_rope_append takes weight w (and a.v) on this adapter: neox needs head_dim and rope_dim multiples
+// of 4, w in one piece and a matvec shape of 4k rows per group (GPUs; CPU adapters use 2); a.v, the matvec taking
+// both weights in one dispatch (matvec_takes_second: block types on a GPU's matvec, w's rows a multiple of a
+// workgroup's).
 bool qkv_rope_append_supported(const gpu::Context& ctx, const GpuWeight& w, const QkvRopeAppend& a);
 
 // w stacks the q, k and v rows ([q_dim + 2 kv_dim][n_in]; a.rows Qk: [q_dim + kv_dim], V: [kv_dim]); x: [n_in] f32,

@@ -101,9 +101,21 @@ uint32_t tokens_per_binding(const char* fn, const gpu::Context& ctx, std::initia
   return uint32_t(rows);
 }
 
-std::string weight_prelude(GgufType t, uint32_t nt, bool int_f16) {
-  return "const WTYPE: u32 = " + std::to_string(uint32_t(t)) + "u;\nconst NT: u32 = " + std::to_string(nt) +
-         "u;\nconst F16_INT: bool = " + (int_f16 ? "true" : "false") + ";\n";
+std::string weight_prelude(GgufType t, uint32_t nt, bool int_f16, std::optional<GgufType> t2) {
+  std::string s = "const WTYPE: u32 = " + std::to_string(uint32_t(t)) + "u;\nconst NT: u32 = " + std::to_string(nt) +
+                  "u;\nconst F16_INT: bool = " + (int_f16 ? "true" : "false") + ";\n";
+  if (!t2)
+    return s +
+           "const TWO_TYPES: bool = false;\nconst N_WTYPES: u32 = 1u;\nconst WTYPE2: u32 = WTYPE;\n"
+           "fn wvec(wt: u32, i: u32) -> vec4<u32> { return w[i]; }\n"
+           "fn wword(wt: u32, i: u32, c: u32) -> u32 { return w[i][c]; }\n"
+           "fn scale_off(wt: u32) -> u32 { return p.scale_off4; }\n";
+  return s + "const TWO_TYPES: bool = true;\nconst N_WTYPES: u32 = 2u;\nconst WTYPE2: u32 = " +
+         std::to_string(uint32_t(*t2)) +
+         "u;\n@group(0) @binding(18) var<storage, read> w2: array<vec4<u32>>;\n"
+         "fn wvec(wt: u32, i: u32) -> vec4<u32> {\n  if (wt == WTYPE2) { return w2[i]; }\n  return w[i];\n}\n"
+         "fn wword(wt: u32, i: u32, c: u32) -> u32 {\n  if (wt == WTYPE2) { return w2[i][c]; }\n  return w[i][c];\n}\n"
+         "fn scale_off(wt: u32) -> u32 { return select(p.scale_off4, p.scale2_off4, wt == WTYPE2); }\n";
 }
 
 MatmulParams piece_params(const GpuWeight& w, const GpuWeightPiece& piece, uint32_t n_tokens) {

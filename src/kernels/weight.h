@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <initializer_list>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -60,8 +61,9 @@ struct MatmulParams {
   uint32_t n_used, x_per_pair, expert_first, n_experts;
   uint32_t tiles_off, times_off, times_stride;
   float pre_scale;  // matvec's MV_PRE: the residual's scale
+  uint32_t scale2_off4, pad0, pad1, pad2;  // TWO_TYPES: the second weight's scale array
 };
-static_assert(sizeof(MatmulParams) == 128);
+static_assert(sizeof(MatmulParams) == 144);
 
 // The FLAG_* bits of matmul_common.wgsl.
 namespace flags {
@@ -83,8 +85,10 @@ struct RowWindow {
 RowWindow row_window(const gpu::Context& ctx, uint64_t first_row, uint64_t n_rows, uint64_t stride);
 // Tokens per dispatch so that windows of rows with these strides (in words) fit a binding.
 uint32_t tokens_per_binding(const char* fn, const gpu::Context& ctx, std::initializer_list<uint64_t> strides);
-// Host constants of matmul_common.wgsl: the weight type, tokens per matvec dispatch, integer f16 loads.
-std::string weight_prelude(GgufType t, uint32_t nt, bool int_f16 = false);
+// Host constants of matmul_common.wgsl: the weight type, tokens per matvec dispatch, integer f16 loads, and the
+// weight's words (wvec, scale_off): of one type, or with t2 of a second (TWO_TYPES, WTYPE2: the binding w2, the
+// matvec's rows from split2 on; t2 another block type than t).
+std::string weight_prelude(GgufType t, uint32_t nt, bool int_f16 = false, std::optional<GgufType> t2 = std::nullopt);
 // The parameters every dispatch over one piece of w shares.
 MatmulParams piece_params(const GpuWeight& w, const GpuWeightPiece& piece, uint32_t n_tokens);
 

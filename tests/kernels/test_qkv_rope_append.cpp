@@ -29,19 +29,34 @@ const RopeKvCase kRopeKvCases[] = {
     {"q8_0_f32cache_partial_rope_bias_paged", Q8_0, 96, 6, 2, 32, 16, 300, 512, 128, kernels::KvType::F32, true},
     {"bf16_f16cache_page_edge_bias", BF16, 64, 4, 4, 64, 64, 255, 512, 128, kernels::KvType::F16, true},
     {"q4_0_f16cache_first_position", Q4_0, 64, 2, 1, 64, 32, 0, 8, 0, kernels::KvType::F16, false},
+    // a Q4_K_M layer: q and k in Q4_K, v in Q6_K
+    {"q4_k_f16cache_bias_paged", Q4_K, 256, 4, 2, 32, 32, 200, 256, 128, kernels::KvType::F16, true},
+    {"neox_q4_k_f32cache_partial_rope", Q4_K, 512, 6, 2, 64, 32, 3, 16, 0, kernels::KvType::F32, false, true},
     {"neox_mxfp4_f32cache_bias", MXFP4, 96, 4, 2, 32, 32, 9, 64, 0, kernels::KvType::F32, true, true},
     // > one binding of K/V on a 128 MiB adapter: the position lives in the second pool.
     {"f32_multi_pool", F32, 32, 8, 8, 128, 128, 16000, 129 * 128, 128, kernels::KvType::F32, false},
 };
 
-// With split, the weight comes as two (as a Q4_K_M file's layers whose v is Q6_K): q and k rows in the case's type,
-// v rows in another, one dispatch each; the v dispatch must leave its y alone.
-void check_rope_kv(gpu::Context& ctx, const RopeKvCase& c, bool split = false) {
-  const uint64_t salt = std::hash<std::string>{}(c.name) + split;
+// How the q, k and v rows come: one weight; two (as a Q4_K_M file's layers whose v is Q6_K), q and k rows in the
+// case's type and v rows in another, one dispatch each (the v dispatch must leave its y alone); or two weights of
+// block types read by one dispatch (QkvRopeAppend::v).
+enum class Split { None, TwoDispatches, OneDispatch };
+
+// v's type beside the case's: a block type for one dispatch (Q6_K as in Q4_K_M where the rows take K-quants).
+GgufType v_type_for(const RopeKvCase& c, Split split) {
+  if (split == Split::None) return c.type;
+  if (split == Split::TwoDispatches) return c.type == GgufType::F16 ? GgufType::Q8_0 : GgufType::F16;
+  return c.n_in % 256 == 0 && c.type != GgufType::Q6_K ? GgufType::Q6_K
+         : c.type == GgufType::Q8_0                    ? GgufType::Q4_0
+                                                       : GgufType::Q8_0;
+}
+
+void check_rope_kv(gpu::Context& ctx, const RopeKvCase& c, Split split = Split::None) {
+  const uint64_t salt = std::hash<std::string>{}(c.name) + uint64_t(split);
   auto gen = rng(salt);
   const uint32_t qd = c.n_head * c.head_dim, kvd = c.n_kv * c.head_dim, N = qd + 2 * kvd;
-  const GgufType v_type = !split ? c.type : c.type == GgufType::F16 ? GgufType::Q8_0 : GgufType::F16;
-  const uint32_t n_qk = split ? qd + kvd : N;  // rows of the first weight
+  const GgufType v_type = v_type_for(c, split);
+  const uint32_t n_qk = split != Split::None ? qd + kvd : N;  // rows of the first weight
   const auto bytes = random_weight(c.type, c.n_in, n_qk, gen);
   const auto v_bytes = random_weight(v_type, c.n_in, kvd, gen);  // drawn either way: the same x, norm, bias
   const auto w = kernels::upload_weight(ctx, c.type, c.n_in, n_qk, bytes, c.name);
@@ -55,8 +70,9 @@ void check_rope_kv(gpu::Context& ctx, const RopeKvCase& c, bool split = false) {
   auto xbuf = ctx.upload<float>(x, WGPUBufferUsage_Storage, "x");
   auto nbuf = ctx.upload<float>(padded, WGPUBufferUsage_Storage, "norm");
   std::optional<gpu::Buffer> bbuf, vbbuf;
-  if (c.bias) {
-    bbuf = ctx.upload<float>(std::span(bias).first(n_qk), WGPUBufferUsage_Storage, "bias");
+  if (c.bias) {  // one dispatch: all three
+    bbuf = ctx.upload<float>(std::span(bias).first(split == Split::OneDispatch ? N : n_qk), WGPUBufferUsage_Storage,
+                             "bias");
     vbbuf = ctx.upload<float>(std::span(bias).last(kvd), WGPUBufferUsage_Storage, "v bias");
   }
   const std::vector<float> poison(qd, std::nanf(""));
@@ -81,14 +97,23 @@ void check_rope_kv(gpu::Context& ctx, const RopeKvCase& c, bool split = false) {
                            .bias = c.bias ? &*bbuf : nullptr,
                            .norm = &nbuf,
                            .eps = 1e-5f,
-                           .rows = split ? kernels::QkvRows::Qk : kernels::QkvRows::Qkv};
+                           .rows = split != Split::None ? kernels::QkvRows::Qk : kernels::QkvRows::Qkv,
+                           .v = split == Split::OneDispatch ? &wv : nullptr};
   gpu::ComputeBatch batch(ctx, c.name);
+  if (split == Split::OneDispatch && !kernels::detail::matvec_takes_second(ctx, w, wv)) {
+    // a float type's q/k, or a CPU adapter's Rows kernel
+    EXPECT_FALSE(kernels::qkv_rope_append_supported(ctx, w, a));
+    EXPECT_TRUE(block_elems(c.type) == 1 || kernels::rows_kernel_for(ctx, c.type)) << "two block types declined";
+    expect_throw([&] { kernels::encode_qkv_rope_append(batch, ctx, w, xbuf, y, a); }, "matvec_takes_second");
+    return;
+  }
   if (!kernels::qkv_rope_append_supported(ctx, w, a)) {  // neox under a matvec shape of 2 rows per group
-    EXPECT_EQ(kernels::matvec_config(ctx, n_qk, c.n_in).rows % 4, 2u);
+    EXPECT_EQ(kernels::matvec_config(ctx, n_qk + (a.v ? kvd : 0), c.n_in).rows % 4, 2u);
     expect_throw([&] { kernels::encode_qkv_rope_append(batch, ctx, w, xbuf, y, a); }, "neox");
     return;
   }
-  if (split) {  // v first, into a y of its own: the q/k dispatch after it would hide a stray write to y
+  if (split ==
+      Split::TwoDispatches) {  // v first, into a y of its own: the q/k dispatch after it would hide a stray write to y
     kernels::QkvRopeAppend av = a;
     av.rows = kernels::QkvRows::V;
     av.bias = c.bias ? &*vbbuf : nullptr;
@@ -99,7 +124,7 @@ void check_rope_kv(gpu::Context& ctx, const RopeKvCase& c, bool split = false) {
 
   const auto xin = cpu::rms_norm(x, norm, 1, c.n_in, 1e-5f);
   auto full = cpu::matmul(c.type, bytes, c.n_in, n_qk, xin, 1, std::span(bias).first(c.bias ? n_qk : 0));
-  if (split) {
+  if (split != Split::None) {
     const auto v = cpu::matmul(v_type, v_bytes, c.n_in, kvd, xin, 1, std::span(bias).last(c.bias ? kvd : 0));
     full.insert(full.end(), v.begin(), v.end());
   }
@@ -121,17 +146,22 @@ TEST_P(RopeKvTable, MatchesCpuReference) {
   check_rope_kv(context(), GetParam());  // on CPU adapters: the Rows kernel (matmul_rows.wgsl)
   {
     SCOPED_TRACE("q and k, then v in another type");
-    check_rope_kv(context(), GetParam(), true);
+    check_rope_kv(context(), GetParam(), Split::TwoDispatches);
+    SCOPED_TRACE("q and k, and v in another type in the same dispatch");
+    check_rope_kv(context(), GetParam(), Split::OneDispatch);
   }
-  // and the matvec in the shapes GPUs use (shuffle-only reduction, workgroup memory, units in flight)
-  for (const char* shape : {"32x4x4", "128x4x1", "16x2x2x3"}) {
+  // and the matvec in the shapes GPUs use (shuffle-only reduction, workgroup memory, units in flight), the last
+  // without subgroups
+  for (const char* shape : {"32x4x4", "128x4x1", "16x2x2x3", "8x2x8"}) {
     SCOPED_TRACE(shape);
     gpu::Context ctx(context_options([&](auto& o) {
       o.matvec_shape = shape;
       o.rows_shape = "off";
+      o.disable_subgroups = shape[0] == '8';
     }));
     check_rope_kv(ctx, GetParam());
-    if (shape[0] == '3') check_rope_kv(ctx, GetParam(), true);
+    if (shape[0] == '3') check_rope_kv(ctx, GetParam(), Split::TwoDispatches);
+    check_rope_kv(ctx, GetParam(), Split::OneDispatch);
   }
   // and the Rows kernel in another shape (two rows per invocation where the epilogue allows, no subgroups)
   gpu::Context rows(context_options([&](auto& o) {
@@ -172,6 +202,9 @@ TEST(QkvRopeAppend, BadArgumentsThrowNamingTheField) {
   expect_throw([&] { run([](auto& a) { a.rows = kernels::QkvRows::Qk; }, v, y); },
                "q rows and the cache's kv_dim 32 k rows");
   expect_throw([&] { run([](auto& a) { a.rows = kernels::QkvRows::V; }, qk, y); }, "kv_dim 32 v rows");
+  // v's weight of its own: with rows Qk alone, and block types on the matvec (these are F32)
+  expect_throw([&] { run([&](auto& a) { a.v = &v; }, qk, y); }, "takes rows Qk");
+  expect_throw([&] { run([&](auto& a) { a.rows = kernels::QkvRows::Qk, a.v = &v; }, qk, y); }, "F32 then F32");
   expect_throw([&] { run([&](auto& a) { a.kv = &wide; }, w, y); }, "divide q's and k's rows");
   expect_throw([&] { run([](auto& a) { a.pos = 8; }, w, y); }, "max_seq");
   expect_throw([&] { run([](auto& a) { a.rope_dim = 18; }, w, y); }, "rope_dim");
