@@ -175,9 +175,15 @@ void encode_attention(const LayerStep& s) {
   if (n == 1 && s.decode_qkv == DecodeQkv::FusedRopeAppend) {
     flush_pending_norm(s);
     // q = rope(rms_norm(x) @ wq), k = rope(rms_norm(x) @ wk) and v = rms_norm(x) @ wv (+ biases), k and v written
-    // into the cache: one dispatch, or one for q and k and one for v where v's weight has another type
+    // into the cache: one dispatch, where v's weight has another type (Q4_K_M's Q6_K v) one dispatch reading both
+    // weights, or else one for q and k and one for v
+    kernels::QkvRopeAppend both = qkv_rope;
+    both.rows = kernels::QkvRows::Qk;
+    both.v = &L.wv;
     if (!L.wqkv.empty()) {
       kernels::encode_qkv_rope_append(batch, s.ctx, L.wqkv, b.x, b.q, qkv_rope);
+    } else if (kernels::qkv_rope_append_supported(s.ctx, L.wqk, both)) {
+      kernels::encode_qkv_rope_append(batch, s.ctx, L.wqk, b.x, b.q, both);
     } else {
       kernels::QkvRopeAppend qk = qkv_rope, v = qkv_rope;
       qk.rows = kernels::QkvRows::Qk;

@@ -165,6 +165,8 @@ void upload_attention(Uploader& up, const ModelConfig& c, GpuLayer& L, const std
     if (c.attn_bias) {
       L.bqk = up.stacked_vector({b + "attn_q.bias", b + "attn_k.bias"}, b + "bqk");
       L.bv = up.vector(b + "attn_v.bias");
+      // all three for the decode step's q/k + v product in one dispatch (encode_qkv_rope_append with v)
+      L.bqkv = up.stacked_vector({b + "attn_q.bias", b + "attn_k.bias", b + "attn_v.bias"}, b + "bqkv");
     }
   } else {
     L.wq = up.matrix(b + "attn_q.weight");

@@ -43,7 +43,7 @@ enum class DecodeQkv : uint8_t;
 struct GpuLayer {
   gpu::Buffer attn_norm;         // [n_embd] f32
   kernels::GpuWeight wqkv;       // [q_dim + 2 kv_dim][n_embd] = wq, wk, wv stacked; empty when not fused
-  gpu::Buffer bqkv;              // [q_dim + 2 kv_dim] f32 stacked biases (qwen2, fused)
+  gpu::Buffer bqkv;              // [q_dim + 2 kv_dim] f32 stacked biases (qwen2; with wqkv, or with wqk for decode)
   kernels::GpuWeight wqk;        // [q_dim + kv_dim][n_embd] = wq, wk stacked when wv alone differs in type (Q4_K_M
                                  // files keep some layers' v in Q6_K); wv then holds v; empty otherwise
   gpu::Buffer bqk;               // [q_dim + kv_dim] f32 stacked biases (qwen2, with wqk; bv then holds v's)

@@ -19,6 +19,7 @@
 #include "gguf/file.h"
 #include "gguf_builder.h"
 #include "kernels/attention.h"
+#include "kernels/qkv_rope_append.h"
 #include "model/config.h"
 #include "model/reference.h"
 #include "model/transformer.h"
@@ -92,8 +93,9 @@ std::vector<GpuCase> gpu_cases() {
     out.push_back({m, kernels::KvType::F16, delta || f16_wide ? 1e-2 : 5e-3, 1});
   }
   // The GPUs' kernels in a GPU's matvec shape (4 rows per group): decode then fuses neox RoPE and the KV append too
-  // (qwen2; qwen2-mixed in two dispatches, q and k stacked, then v).
-  for (const char* m : {"llama-f16", "qwen2-f16", "qwen2-q8_0", "qwen2-tied-f32", "qwen2-mixed"})
+  // (qwen2; qwen2-mixed in two dispatches, q and k stacked, then v; qwen2-mixed-q4_0 in one, its v's Q8_0 rows read
+  // by the Q4_0 q/k product, matmul_common.wgsl's TWO_TYPES).
+  for (const char* m : {"llama-f16", "qwen2-f16", "qwen2-q8_0", "qwen2-tied-f32", "qwen2-mixed", "qwen2-mixed-q4_0"})
     out.push_back({m, kernels::KvType::F16, 5e-3, 4, "16x4x4"});
   // ... and gemma's post-norms in the next product's prologue (MatmulOptions::pre; the Rows kernel of CPU adapters
   // takes none): the attention's and the FFN's, gemma4's per-layer embedding's, the last one in the logits' product
@@ -132,7 +134,8 @@ TEST_P(GpuForward, MatchesCpuReference) {
   const GpuModel gm = load_gpu_model(ctx, f);
   // q/k/v and gate/up are fused exactly when their tensors share a type (qwen2-mixed: they do not; its q and k do,
   // v alone is q8_0, so q and k are stacked and v stands alone; qwen3moe-mixed: the experts' up is q8_0).
-  const bool mixed = tc.model == "qwen2-mixed", experts_mixed = tc.model == "qwen3moe-mixed";
+  const bool mixed = tc.model.starts_with("qwen2-mixed"), experts_mixed = tc.model == "qwen3moe-mixed";
+  const bool ffn_mixed = tc.model == "qwen2-mixed";
   for (uint32_t l = 0; l < gm.config.n_layer; ++l) {
     const GpuLayer& L = gm.weights.layers[l];
     const bool q_alone = !gm.config.owns_kv(l);  // gemma4: a layer attending over another's cache has wq alone
@@ -148,7 +151,16 @@ TEST_P(GpuForward, MatchesCpuReference) {
     EXPECT_EQ(L.ssm_zab.empty(), !(delta_split && l == 0));
     EXPECT_EQ(L.ssm_alpha.empty(), !(delta_split && l == 2));
     EXPECT_EQ(L.wgate.empty(), !(gm.config.attn_gated && gm.config.is_attention(l)));
-    EXPECT_EQ(L.w_gate_up.empty(), mixed || gm.config.is_moe_layer(l));  // experts: exps_gate_up instead
+    EXPECT_EQ(L.w_gate_up.empty(), ffn_mixed || gm.config.is_moe_layer(l));  // experts: exps_gate_up instead
+    if (mixed) {  // one decode dispatch for q/k and v where both are block types on the matvec
+      const kernels::QkvRopeAppend both{.head_dim = gm.config.head_dim,
+                                        .rope_dim = gm.config.rope_dim,
+                                        .neox = true,
+                                        .rows = kernels::QkvRows::Qk,
+                                        .v = &L.wv};
+      EXPECT_EQ(kernels::qkv_rope_append_supported(ctx, L.wqk, both),
+                tc.model == "qwen2-mixed-q4_0" && !tc.matvec.empty());
+    }
     EXPECT_EQ(L.exps_gate_up.empty(), !gm.config.is_moe_layer(l) || experts_mixed);
     EXPECT_EQ(L.exp_probs_b.size > 0, gm.config.moe_sigmoid && gm.config.is_moe_layer(l));
     EXPECT_EQ(L.exps_up.empty(), !experts_mixed);
