@@ -57,8 +57,8 @@ struct MatvecMode {
   uint32_t combine_pairs = 0, combine_groups = 1;
   bool int_dot = false;   // x as packed digits (MatmulOptions::digits)
   uint32_t pre_n_in = 0;  // the residual add of a post norm first, over n_in (MatmulOptions::pre)
-  std::optional<GgufType> second =
-      std::nullopt;  // the rows from split2 on in a weight of this type (RopeKvEpilogue::v)
+  // the rows from split2 on in a weight of this type (RopeKvEpilogue::v)
+  std::optional<GgufType> second = std::nullopt;
 };
 
 // Host constants for matvec.wgsl (after matmul_common.wgsl's): its shape, the lane sum and the entry point.
