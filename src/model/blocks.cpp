@@ -148,6 +148,12 @@ DecodeQkv decode_qkv_for(const gpu::Context& ctx, const ModelConfig& c, const Gp
   if (c.qk_norm) return DecodeQkv::QkNormRopeAppend;
   const kernels::QkvRopeAppend shape{
       .head_dim = c.head_dim, .rope_dim = c.rope_dim, .neox = c.rope_type == kernels::RopeType::Neox};
+  if (L.wqkv.empty() && !L.wqk.empty()) {
+    kernels::QkvRopeAppend both = shape;
+    both.rows = kernels::QkvRows::Qk;
+    both.v = &L.wv;
+    if (kernels::qkv_rope_append_supported(ctx, L.wqk, both)) return DecodeQkv::FusedTwoTypes;
+  }
   const bool fused = !L.wqkv.empty() ? kernels::qkv_rope_append_supported(ctx, L.wqkv, shape)
                                      : !L.wqk.empty() && kernels::qkv_rope_append_supported(ctx, L.wqk, shape) &&
                                            kernels::qkv_rope_append_supported(ctx, L.wv, shape);
@@ -172,17 +178,17 @@ void encode_attention(const LayerStep& s) {
                                         .bias = optional(L.bqkv),
                                         .norm = &L.attn_norm,
                                         .eps = c.rms_eps};
-  if (n == 1 && s.decode_qkv == DecodeQkv::FusedRopeAppend) {
+  if (n == 1 && (s.decode_qkv == DecodeQkv::FusedRopeAppend || s.decode_qkv == DecodeQkv::FusedTwoTypes)) {
     flush_pending_norm(s);
     // q = rope(rms_norm(x) @ wq), k = rope(rms_norm(x) @ wk) and v = rms_norm(x) @ wv (+ biases), k and v written
     // into the cache: one dispatch, where v's weight has another type (Q4_K_M's Q6_K v) one dispatch reading both
     // weights, or else one for q and k and one for v
-    kernels::QkvRopeAppend both = qkv_rope;
-    both.rows = kernels::QkvRows::Qk;
-    both.v = &L.wv;
     if (!L.wqkv.empty()) {
       kernels::encode_qkv_rope_append(batch, s.ctx, L.wqkv, b.x, b.q, qkv_rope);
-    } else if (kernels::qkv_rope_append_supported(s.ctx, L.wqk, both)) {
+    } else if (s.decode_qkv == DecodeQkv::FusedTwoTypes) {
+      kernels::QkvRopeAppend both = qkv_rope;
+      both.rows = kernels::QkvRows::Qk;
+      both.v = &L.wv;
       kernels::encode_qkv_rope_append(batch, s.ctx, L.wqk, b.x, b.q, both);
     } else {
       kernels::QkvRopeAppend qk = qkv_rope, v = qkv_rope;

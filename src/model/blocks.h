@@ -106,6 +106,7 @@ void encode_qkv_products(gpu::ComputeBatch& batch, gpu::Context& ctx, const Mode
 enum class DecodeQkv : uint8_t {
   FusedRopeAppend,   // one dispatch (two with wqk and wv): the stacked q/k/v product also applies RoPE and appends
                      // k, v
+  FusedTwoTypes,     // as FusedRopeAppend, wqk and wv (two block types) read by one dispatch (QkvRopeAppend::v)
   QkNormRopeAppend,  // the q/k/v product(s), then the per-head q/k norm + RoPE + append in one (qk_norm)
   Separate,          // the product(s), RoPE, the KV append
 };
