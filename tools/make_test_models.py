@@ -9,6 +9,7 @@ Models (all n_embd 64, 2 layers, 4 heads, 2 kv heads, head_dim 16, ffn 128, voca
   qwen2-tied-{f32,q8_0}                          seed 3, tied embeddings
   qwen2-mixed                                    seed 4, f16 with attn_v in q8_0 and ffn_up in f32
   qwen2-mixed-q4_0                               seed 4, q4_0 with attn_v in q8_0
+  gemma3-mixed-q4_0                              seed 4, gemma3 (q/k norms, post-norms), q4_0 with attn_v in q8_0
   llama-spm-f32                                  seed 1, SentencePiece tokenizer (same tensors as llama-f32)
   llama-spm-{f16,q8_0}                           the same in F16 and Q8_0 (compared with llama.cpp)
   llama-q4_k                                     seed 9, n_embd 256, 4 heads of 64 (2 kv), ffn 512: Q4_K throughout
@@ -60,6 +61,7 @@ def matrix() -> dict[str, list[str]]:
                         "--tensor-type", "ffn_up=f32"]
     # v alone in another block type (as Q4_K_M's Q6_K v): a GPU's decode reads q/k and v in one dispatch
     m["qwen2-mixed-q4_0"] = ["--arch", "qwen2", "--type", "q4_0", "--seed", "4", "--tensor-type", "attn_v=q8_0"]
+    m["gemma3-mixed-q4_0"] = ["--arch", "gemma3", "--type", "q4_0", "--seed", "4", "--tensor-type", "attn_v=q8_0"]
     # mixtures of experts: 8 experts of 64, 2 per token; in the mixed one the experts' gate and up differ in type
     moe = ["--arch", "qwen3moe", "--seed", "5", "--n-expert", "8", "--n-expert-used", "2", "--n-ff-exp", "64"]
     m["qwen3moe-q8_0"] = moe + ["--type", "q8_0"]

@@ -57,7 +57,7 @@ struct MatvecMode {
   uint32_t combine_pairs = 0, combine_groups = 1;
   bool int_dot = false;   // x as packed digits (MatmulOptions::digits)
   uint32_t pre_n_in = 0;  // the residual add of a post norm first, over n_in (MatmulOptions::pre)
-  // the rows from split2 on in a weight of this type (RopeKvEpilogue::v)
+  // the rows from split2 on in a weight of this type (MatmulOptions::second)
   std::optional<GgufType> second = std::nullopt;
 };
 
@@ -211,11 +211,12 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
   const char* fn = rk ? "encode_qkv_rope_append" : "encode_matmul";
   detail::check_weight(fn, w);
   if (n_tokens == 0) fail(fn, "n_tokens must be > 0");
-  // rk->v: the product's rows from split2 on are its rows, read in the same dispatch (matmul_common.wgsl's TWO_TYPES)
-  const GpuWeight* w2 = rk ? rk->v : nullptr;
-  if (w2 && (n_tokens != 1 || o.split2 != w.n_out || o.digits || o.pre || !detail::matvec_takes_second(ctx, w, *w2) ||
-             (o.impl != MatmulImpl::Auto && o.impl != MatmulImpl::Matvec)))
-    fail(fn, "v's own weight takes one token on the matvec after all of w's rows (matvec_takes_second)");
+  // the product's rows from split2 on are w2's, read in the same dispatch (matmul_common.wgsl's TWO_TYPES)
+  const GpuWeight* w2 = o.second;
+  if (w2) detail::check_weight(fn, *w2);
+  if (w2 && (n_tokens != 1 || o.split2 != w.n_out || !(o.y1 || rk) || o.digits ||
+             (o.impl != MatmulImpl::Auto && o.impl != MatmulImpl::Matvec) || !detail::matvec_takes_second(ctx, w, *w2)))
+    fail(fn, "a second weight takes one token on the matvec after w's rows, split2 = w's n_out (matvec_takes_second)");
   const uint32_t n_out = w.n_out + (w2 ? w2->n_out : 0);
   auto check_size = [&](const char* name, const gpu::Buffer& b, uint64_t floats, const char* what) {
     if (b.size < floats * 4)
@@ -478,10 +479,6 @@ MatvecConfig gpu_matvec_config(uint32_t n_rows, uint32_t n_in, GgufType type) {
   return {.threads_per_row = t, .rows = rows, .groups = std::max(1u, 128 / t), .units = 1};
 }
 
-}  // namespace
-
-namespace {
-
 // The shape with the adapter's shuffles, checked against its workgroup limits.
 MatvecConfig checked(const gpu::Context& ctx, MatvecConfig c) {
   c.shuffle = ctx.features().subgroups;
@@ -503,11 +500,6 @@ MatvecConfig matvec_config(const gpu::Context& ctx, uint32_t n_rows, uint32_t n_
   return checked(ctx, gpu_matvec_config(n_rows, n_in, type));
 }
 
-// GPUs, float types: 32 threads per row (a subgroup on NVIDIA); 4 rows x 4 groups for several tokens, 2 rows x 8
-// groups x 2 units in flight for one. The one-token shape's 128 or 256 threads per row reduce 16 tokens' 80 values
-// through workgroup memory, which took the H200 2-3x longer at 16 and 64 tokens (PERF.md, "Batched decode"); at one
-// token 32x2x8x2 took Llama-3.2-1B's products 0.102 ms where 32x4x4 took 0.125 (PERF.md, "A batched step of one
-// token"). The block types' one-token shape was already the best there.
 bool detail::matvec_takes_second(const gpu::Context& ctx, const GpuWeight& w, const GpuWeight& w2) {
   if (block_elems(w.type) == 1 || block_elems(w2.type) == 1 || w.type == w2.type || w.n_experts || w2.n_experts)
     return false;
@@ -536,6 +528,11 @@ MatvecConfig int_matvec_config(const gpu::Context& ctx, uint32_t n_rows, uint32_
   return checked(ctx, {.threads_per_row = 32, .rows = 2, .groups = 4});
 }
 
+// GPUs, float types: 32 threads per row (a subgroup on NVIDIA); 4 rows x 4 groups for several tokens, 2 rows x 8
+// groups x 2 units in flight for one. The one-token shape's 128 or 256 threads per row reduce 16 tokens' 80 values
+// through workgroup memory, which took the H200 2-3x longer at 16 and 64 tokens (PERF.md, "Batched decode"); at one
+// token 32x2x8x2 took Llama-3.2-1B's products 0.102 ms where 32x4x4 took 0.125 (PERF.md, "A batched step of one
+// token"). The block types' one-token shape was already the best there.
 MatvecConfig batch_matvec_config(const gpu::Context& ctx, uint32_t n_rows, uint32_t n_in, GgufType type,
                                  uint32_t n_tokens) {
   MatvecConfig c = block_elems(type) != 1 || !ctx.options().matvec_shape.empty() || ctx.adapter().is_cpu()

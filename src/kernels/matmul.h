@@ -160,6 +160,11 @@ struct MatmulOptions {
     float scale = 1.f;
   };
   std::optional<PreResidual> pre = std::nullopt;
+  // One token on the matvec (detail::matvec_takes_second): the product's rows [split2, split2 + second->n_out) are
+  // another weight's, of another block type, read in the same dispatch (a Q4_K_M layer's Q6_K v after its Q4_K q and
+  // k rows; matmul_common.wgsl's TWO_TYPES). w holds rows [0, split2): split2 == w.n_out; bias holds both weights'
+  // rows. With split outputs or the RoPE epilogue; pre and norm apply to both.
+  const GpuWeight* second = nullptr;
 };
 
 // Whether a one-token product of w with these options' impl runs on the matvec and can take MatmulOptions::pre
@@ -227,16 +232,13 @@ struct RopeKvEpilogue {
   uint32_t pos = 0, head_dim = 0, rope_dim = 0;
   uint32_t k_elem = 0, v_elem = 0;  // K and V rows of `pos` in the pool
   bool neox = false, kv_f16 = true;
-  // The v rows in a weight of their own, another block type than w's (a Q4_K_M layer's Q6_K v): rows [split2,
-  // split2 + v->n_out) of the product, read in the same dispatch (matvec_takes_second); w holds rows [0, split2).
-  const GpuWeight* v = nullptr;
 };
 // Whether the one-token matvec takes w's rows followed by w2's in one dispatch (matmul_common.wgsl's TWO_TYPES): both
 // block types, different ones, in one piece each, of the same n_in, on the matvec (not a CPU adapter's Rows kernel),
 // w's rows a multiple of its shape's rows per workgroup.
 bool matvec_takes_second(const gpu::Context& ctx, const GpuWeight& w, const GpuWeight& w2);
 // encode_matmul for one token with the epilogue above instead of split outputs; o holds split1, split2, and
-// optionally bias and norm (checked by the caller; with e.v, bias holds the rows of both weights).
+// optionally bias, norm and second (checked by the caller).
 void encode_matvec_rope_kv(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight& w, const gpu::Buffer& x,
                            const gpu::Buffer& y, const MatmulOptions& o, const RopeKvEpilogue& e);
 }  // namespace detail

@@ -23,8 +23,8 @@
 // MV_PRE (one token; MatmulOptions::pre): first the residual add that a post-norm would have run as a dispatch of its
 // own, x' = (x + rms_norm(pre_src) * pre_w) * p.pre_scale, into workgroup memory in every workgroup (MV_PRE_V4 vec4,
 // n_in / 4), which the products then read as x; workgroup 0 also writes x' to pre_out, the residual's next buffer.
-// TWO_TYPES (one token, the block types; RopeKvEpilogue::v): the rows from p.split2 on are the second weight's, w2 of
-// type WTYPE2 (matmul_common.wgsl), a Q4_K_M layer's Q6_K v beside its Q4_K q/k.
+// TWO_TYPES (one token, the block types; MatmulOptions::second): the rows from p.split2 on are the second weight's,
+// w2 of type WTYPE2 (matmul_common.wgsl), a Q4_K_M layer's Q6_K v beside its Q4_K q/k.
 // The entry point `matvec` (host prelude) passes the subgroup size (1 without subgroups).
 const MV_WG: u32 = MV_T * MV_G;
 const MV_ROWS: u32 = MV_G * MV_R;

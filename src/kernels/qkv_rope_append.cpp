@@ -60,7 +60,7 @@ void encode_qkv_rope_append(gpu::ComputeBatch& batch, gpu::Context& ctx, const G
     fail(fn, "the cache pool is too large for 32-bit element offsets");
   // rows [0, split1) q, [split1, split2) k, the rest v
   const uint32_t split2 = a.rows == QkvRows::V ? 0 : q_dim + kc.kv_dim;
-  const MatmulOptions o{.bias = a.bias, .norm = a.norm, .eps = a.eps, .split1 = q_dim, .split2 = split2};
+  const MatmulOptions o{.bias = a.bias, .norm = a.norm, .eps = a.eps, .split1 = q_dim, .split2 = split2, .second = a.v};
   const detail::RopeKvEpilogue e{.table = a.table,
                                  .pool = &a.kv->pool(at.pool),
                                  .pos = a.pos,
@@ -69,8 +69,7 @@ void encode_qkv_rope_append(gpu::ComputeBatch& batch, gpu::Context& ctx, const G
                                  .k_elem = uint32_t(at.k_elem),
                                  .v_elem = uint32_t(at.v_elem),
                                  .neox = a.neox,
-                                 .kv_f16 = kc.type == KvType::F16,
-                                 .v = a.v};
+                                 .kv_f16 = kc.type == KvType::F16};
   detail::encode_matvec_rope_kv(batch, ctx, w, x, y, o, e);
 }
 

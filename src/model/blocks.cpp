@@ -96,22 +96,23 @@ void encode_attention_rows(const LayerStep& s) {
 
 void encode_qkv_products(gpu::ComputeBatch& batch, gpu::Context& ctx, const ModelConfig& c, const GpuLayer& L,
                          const gpu::Buffer& x, const gpu::Buffer& q, const gpu::Buffer& k, const gpu::Buffer& v,
-                         uint32_t n, kernels::MatmulImpl impl, SessionBuffers* b) {
+                         uint32_t n, kernels::MatmulImpl impl, SessionBuffers* b, bool two_types) {
   const kernels::MatmulOptions normed{.norm = &L.attn_norm, .eps = c.rms_eps, .impl = impl};
   auto product = [&](const kernels::GpuWeight& w, const gpu::Buffer& y, const kernels::MatmulOptions& o) {
     if (b) return encode_x_product(batch, ctx, c, *b, w, y, n, o);
     kernels::encode_matmul(batch, ctx, w, x, y, n, o);
   };
   if (!L.wqkv.empty() || !L.wqk.empty()) {  // stacked: rows [0, q_dim) to q, then k (then v)
-    const bool all = !L.wqkv.empty();
+    const bool all = !L.wqkv.empty(), second = !all && two_types;  // second: wv's rows read after wqk's
     kernels::MatmulOptions o = normed;
-    o.bias = optional(all ? L.bqkv : L.bqk);
+    o.bias = optional(all || second ? L.bqkv : L.bqk);
     o.y1 = &k;
-    o.y2 = all ? &v : nullptr;
+    o.y2 = all || second ? &v : nullptr;
     o.split1 = c.q_dim();
     o.split2 = c.q_dim() + c.kv_dim();
+    o.second = second ? &L.wv : nullptr;
     product(all ? L.wqkv : L.wqk, q, o);
-    if (all) return;
+    if (all || second) return;
   }
   for (auto [w, bias, y] : {std::tuple{&L.wq, &L.bq, &q}, {&L.wk, &L.bk, &k}, {&L.wv, &L.bv, &v}}) {
     if (w->empty()) continue;  // in wqk
@@ -145,7 +146,10 @@ void encode_x_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const ModelCo
 }
 
 DecodeQkv decode_qkv_for(const gpu::Context& ctx, const ModelConfig& c, const GpuLayer& L) {
-  if (c.qk_norm) return DecodeQkv::QkNormRopeAppend;
+  if (c.qk_norm)
+    return L.wqkv.empty() && !L.wqk.empty() && kernels::detail::matvec_takes_second(ctx, L.wqk, L.wv)
+               ? DecodeQkv::QkNormTwoTypes
+               : DecodeQkv::QkNormRopeAppend;
   const kernels::QkvRopeAppend shape{
       .head_dim = c.head_dim, .rope_dim = c.rope_dim, .neox = c.rope_type == kernels::RopeType::Neox};
   if (L.wqkv.empty() && !L.wqk.empty()) {
@@ -201,8 +205,10 @@ void encode_attention(const LayerStep& s) {
     }
   } else {
     // q, k, v = rms_norm(x) * attn_norm @ (wq, wk, wv) (+ bias on qwen2): one product when stacked, else two or three
-    encode_qkv_products(batch, s.ctx, c, L, b.x, b.q, b.k, b.v, n, kernels::MatmulImpl::Auto, &b);
-    if (n == 1 && s.decode_qkv == DecodeQkv::QkNormRopeAppend) {
+    const bool qk_norm_fused = s.decode_qkv == DecodeQkv::QkNormRopeAppend || s.decode_qkv == DecodeQkv::QkNormTwoTypes;
+    encode_qkv_products(batch, s.ctx, c, L, b.x, b.q, b.k, b.v, n, kernels::MatmulImpl::Auto, &b,
+                        n == 1 && s.decode_qkv == DecodeQkv::QkNormTwoTypes);
+    if (n == 1 && qk_norm_fused) {
       // qwen3 decoding: the per-head q/k norm, RoPE and the KV append in one dispatch
       const kernels::QkNormRopeKvShape shape{.n_head = c.n_head,
                                              .n_kv = c.n_head_kv,

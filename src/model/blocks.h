@@ -96,11 +96,13 @@ inline uint64_t gate_act_width(const ModelConfig& c) {
 void make_ple_buffers(gpu::Context& ctx, const ModelConfig& c, SessionBuffers& b, uint64_t tokens);
 
 // q, k, v = rms_norm(x) * attn_norm @ (wq, wk, wv) (+ biases) for n tokens into q, k, v ([n][q_dim], [n][kv_dim] x 2):
-// one product when the layer stacks all three, two with wqk and wv, else three.
+// one product when the layer stacks all three, or with wqk and wv where `two_types` (one token, decode_qkv_for's
+// QkNormTwoTypes: the matvec reads both weights), two with wqk and wv otherwise, else three.
 // (x is b.x when `b` is given: the products then take a pending post-norm, encode_x_product.)
 void encode_qkv_products(gpu::ComputeBatch& batch, gpu::Context& ctx, const ModelConfig& c, const GpuLayer& L,
                          const gpu::Buffer& x, const gpu::Buffer& q, const gpu::Buffer& k, const gpu::Buffer& v,
-                         uint32_t n, kernels::MatmulImpl impl = kernels::MatmulImpl::Auto, SessionBuffers* b = nullptr);
+                         uint32_t n, kernels::MatmulImpl impl = kernels::MatmulImpl::Auto, SessionBuffers* b = nullptr,
+                         bool two_types = false);
 
 // How an attention layer's decode step gets q into place and k, v into the cache.
 enum class DecodeQkv : uint8_t {
@@ -108,6 +110,7 @@ enum class DecodeQkv : uint8_t {
                      // k, v
   FusedTwoTypes,     // as FusedRopeAppend, wqk and wv (two block types) read by one dispatch (QkvRopeAppend::v)
   QkNormRopeAppend,  // the q/k/v product(s), then the per-head q/k norm + RoPE + append in one (qk_norm)
+  QkNormTwoTypes,    // as QkNormRopeAppend, wqk and wv (two block types) read by one product (MatmulOptions::second)
   Separate,          // the product(s), RoPE, the KV append
 };
 // The choice for a layer on this adapter (the session makes it once per layer).

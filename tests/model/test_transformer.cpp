@@ -20,6 +20,7 @@
 #include "gguf_builder.h"
 #include "kernels/attention.h"
 #include "kernels/qkv_rope_append.h"
+#include "model/blocks.h"
 #include "model/config.h"
 #include "model/reference.h"
 #include "model/transformer.h"
@@ -99,7 +100,8 @@ std::vector<GpuCase> gpu_cases() {
     out.push_back({m, kernels::KvType::F16, 5e-3, 4, "16x4x4"});
   // ... and gemma's post-norms in the next product's prologue (MatmulOptions::pre; the Rows kernel of CPU adapters
   // takes none): the attention's and the FFN's, gemma4's per-layer embedding's, the last one in the logits' product
-  for (const char* m : {"gemma3-tiny-f32", "gemma4-h512-f32"})
+  // (gemma3-mixed-q4_0: the post-norm taken by the q/k product that also reads v's Q8_0 rows, MatmulOptions::second)
+  for (const char* m : {"gemma3-tiny-f32", "gemma4-h512-f32", "gemma3-mixed-q4_0"})
     out.push_back({m, kernels::KvType::F32, 1e-4, 4, "16x4x4", {}, false, true});
   // The DeltaNet recurrence in chunks (by default it runs token by token): the calls of 37 and 40 tokens chunked,
   // of 1, 10 and 13 not.
@@ -134,7 +136,8 @@ TEST_P(GpuForward, MatchesCpuReference) {
   const GpuModel gm = load_gpu_model(ctx, f);
   // q/k/v and gate/up are fused exactly when their tensors share a type (qwen2-mixed: they do not; its q and k do,
   // v alone is q8_0, so q and k are stacked and v stands alone; qwen3moe-mixed: the experts' up is q8_0).
-  const bool mixed = tc.model.starts_with("qwen2-mixed"), experts_mixed = tc.model == "qwen3moe-mixed";
+  const bool mixed = tc.model.starts_with("qwen2-mixed") || tc.model == "gemma3-mixed-q4_0";
+  const bool experts_mixed = tc.model == "qwen3moe-mixed";
   const bool ffn_mixed = tc.model == "qwen2-mixed";
   for (uint32_t l = 0; l < gm.config.n_layer; ++l) {
     const GpuLayer& L = gm.weights.layers[l];
@@ -152,14 +155,17 @@ TEST_P(GpuForward, MatchesCpuReference) {
     EXPECT_EQ(L.ssm_alpha.empty(), !(delta_split && l == 2));
     EXPECT_EQ(L.wgate.empty(), !(gm.config.attn_gated && gm.config.is_attention(l)));
     EXPECT_EQ(L.w_gate_up.empty(), ffn_mixed || gm.config.is_moe_layer(l));  // experts: exps_gate_up instead
-    if (mixed) {  // one decode dispatch for q/k and v where both are block types on the matvec
+    if (mixed) {  // one decode product for q/k and v where both are block types on the matvec
+      const bool one = tc.model.ends_with("-q4_0") && !tc.matvec.empty();
       const kernels::QkvRopeAppend both{.head_dim = gm.config.head_dim,
                                         .rope_dim = gm.config.rope_dim,
                                         .neox = true,
                                         .rows = kernels::QkvRows::Qk,
                                         .v = &L.wv};
-      EXPECT_EQ(kernels::qkv_rope_append_supported(ctx, L.wqk, both),
-                tc.model == "qwen2-mixed-q4_0" && !tc.matvec.empty());
+      EXPECT_EQ(kernels::qkv_rope_append_supported(ctx, L.wqk, both), one);
+      const DecodeQkv d = decode_qkv_for(ctx, gm.config, L);
+      EXPECT_EQ(d == DecodeQkv::FusedTwoTypes || d == DecodeQkv::QkNormTwoTypes, one);
+      EXPECT_EQ(d == DecodeQkv::QkNormTwoTypes || d == DecodeQkv::QkNormRopeAppend, gm.config.qk_norm);
     }
     EXPECT_EQ(L.exps_gate_up.empty(), !gm.config.is_moe_layer(l) || experts_mixed);
     EXPECT_EQ(L.exp_probs_b.size > 0, gm.config.moe_sigmoid && gm.config.is_moe_layer(l));
