@@ -37,7 +37,9 @@
 // p.scale2_off4. The block loaders (load_raw, decode_run, chunk_cols, chunk_xs, chunk_min, q_scale, wd, wd2) take
 // the type `wt` they read as their first argument, always a constant at the call (WTYPE or WTYPE2), so that a
 // compiler folds their branches as it would a module constant's; `wvec(wt, i)` reads vec4 i of w or w2 by it,
-// `wword(wt, i, c)` its word c alone (a 4-byte load where the vec4's would be 16: the scales' reads).
+// `wword(wt, i, c)` its word c alone (a 4-byte load where the vec4's would be 16: the scales' reads). With one type
+// the loaders that branch on it take WTYPE itself (`let wt = select(wt_in, WTYPE, !TWO_TYPES)`): their branches fold
+// inside their own bodies, as before there were two types, whether or not a driver inlines the call.
 //
 // Epilogues (flags; matvec and matmul alike): bias, RMSNorm of x folded in (the sum of x^2 is
 // gathered while x streams past, the row's dot is scaled at the end), residual accumulation,
@@ -351,7 +353,8 @@ fn sum8(a: W8) -> f32 {
 
 // A run's part of a block type's sum in batch decode's order: acc + d dq, then + m s (chunk_min), each one fma (dq the
 // run's products fma-chained in element order, s the sum of its x).
-fn run_fma(wt: u32, d: f32, dq: f32, m: f32, s: f32, acc: f32) -> f32 {
+fn run_fma(wt_in: u32, d: f32, dq: f32, m: f32, s: f32, acc: f32) -> f32 {
+  let wt = select(wt_in, WTYPE, !TWO_TYPES);  // the header: WTYPE itself with one type
   let a = fma(d, dq, acc);
   if (chunk_min(wt)) { return fma(m, s, a); }
   return a;
@@ -485,7 +488,8 @@ fn bytes16(v: vec4<u32>, off: f32) -> Q16 {
 }
 
 // 2^-p of run 0 and run 1 by lane: what x is multiplied by before its product with a chunk's quants.
-fn chunk_xs(wt: u32) -> array<vec4<f32>, 2> {
+fn chunk_xs(wt_in: u32) -> array<vec4<f32>, 2> {
+  let wt = select(wt_in, WTYPE, !TWO_TYPES);  // the header: WTYPE itself with one type
   if (wt == T_Q4_K || wt == T_Q4_0 || wt == T_Q4_1) {
     return array<vec4<f32>, 2>(1.0 / P_NIB_LO, 1.0 / P_NIB_HI);
   }
@@ -529,7 +533,8 @@ fn sbyte_of(v: vec4<u32>, i: u32) -> f32 { return f32(bitcast<i32>(byte_of(v, i)
 // Q6_K part i: low-quant bytes 16 i .., half h = i / 4: elements 16 (i % 4) .. of the half (quarters 0, 1) in their
 // low nibbles, the same 64 further (quarters 2, 3) in their high nibbles.
 // Q2_K / Q3_K part i: half h = i / 4, elements l0 = 16 ((i / 2) % 2) .. of quarters 2 (i % 2) and the next.
-fn chunk_cols(wt: u32, c: u32) -> vec2<u32> {
+fn chunk_cols(wt_in: u32, c: u32) -> vec2<u32> {
+  let wt = select(wt_in, WTYPE, !TWO_TYPES);  // the header: WTYPE itself with one type
   let sb = (c >> 3u) * 256u;
   let i = c & 7u;
   if (wt == T_Q4_K || wt == T_Q5_K) {
@@ -554,12 +559,14 @@ struct RawChunk { v: vec4<u32>, h: vec4<u32>, m: vec4<u32>, d: f32, }
 // One run of a chunk: weight i = d * q[i] / 2^p + m.
 struct Run { q: Q16, d: f32, m: f32, }
 // The types whose runs have an offset m (0 for the others): only their products need sum(x).
-fn chunk_min(wt: u32) -> bool {
+fn chunk_min(wt_in: u32) -> bool {
+  let wt = select(wt_in, WTYPE, !TWO_TYPES);  // the header: WTYPE itself with one type
   return wt == T_Q4_K || wt == T_Q5_K || wt == T_Q2_K || wt == T_Q4_1 || wt == T_Q5_1;
 }
 
 // Chunk c of piece row r (chunk_cols says which weights), as loaded.
-fn load_raw(wt: u32, r: u32, c: u32) -> RawChunk {
+fn load_raw(wt_in: u32, r: u32, c: u32) -> RawChunk {
+  let wt = select(wt_in, WTYPE, !TWO_TYPES);  // the header: WTYPE itself with one type
   let z = vec4<u32>(0u);
   let sb = r * (p.nb >> 3u) + (c >> 3u);  // K-quants: the super-block and the part of it
   let i = c & 7u;
@@ -604,7 +611,8 @@ fn load_raw(wt: u32, r: u32, c: u32) -> RawChunk {
 }
 
 // Run `run` (0 or 1) of chunk c from its loaded words.
-fn decode_run(wt: u32, raw: RawChunk, c: u32, run: u32) -> Run {
+fn decode_run(wt_in: u32, raw: RawChunk, c: u32, run: u32) -> Run {
+  let wt = select(wt_in, WTYPE, !TWO_TYPES);  // the header: WTYPE itself with one type
   let i = c & 7u;
   let v = raw.v;
   if (wt == T_Q4_K || wt == T_Q5_K) {

@@ -153,7 +153,8 @@ fn mv_x16(t: u32, col: u32) -> Q16 {
 struct RunX { x: Q16, s: f32, ss: f32, }
 // MV_FMA (batch decode's order, matmul.wgsl's MM_CHUNK): the sums of x^2 and of x of the run's halves (8 elements
 // each: fma8, sum8) added, where a tiled kernel's loader holds a half.
-fn mv_run_x(wt: u32, t: u32, col: u32, live: bool, g: Q16, xs: vec4<f32>) -> RunX {
+fn mv_run_x(wt_in: u32, t: u32, col: u32, live: bool, g: Q16, xs: vec4<f32>) -> RunX {
+  let wt = select(wt_in, WTYPE, !TWO_TYPES);  // matmul_common.wgsl's header: WTYPE itself with one type
   var x = mv_x16(mv_tok(t), col);
   if (!live) { x = Q16(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0)); }
   var ss = 0.0;
@@ -178,7 +179,8 @@ fn mv_run_x(wt: u32, t: u32, col: u32, live: bool, g: Q16, xs: vec4<f32>) -> Run
 
 // acc plus a row's run times a token's run of x. MV_FMA: the run's 16 products chained through fma in element order,
 // then times d and plus m times sum(x), each an fma (run_fma, as matmul.wgsl's MM_CHUNK takes them).
-fn run_acc(wt: u32, run: Run, xr: RunX, acc: f32) -> f32 {
+fn run_acc(wt_in: u32, run: Run, xr: RunX, acc: f32) -> f32 {
+  let wt = select(wt_in, WTYPE, !TWO_TYPES);  // matmul_common.wgsl's header: WTYPE itself with one type
   if (MV_FMA) {
     let dq = fma8(W8(run.q.c, run.q.e), W8(xr.x.c, xr.x.e), fma8(W8(run.q.a, run.q.b), W8(xr.x.a, xr.x.b), 0.0));
     return run_fma(wt, run.d, dq, run.m, xr.s, acc);
