@@ -102,14 +102,14 @@ void check_second(gpu::Context& ctx, const SecondCase& c) {
 }
 
 // Q4_K_M's q/k and v (Q4_K, Q6_K), Gemma 3 270M's (Q5_0, Q8_0 over rows of 640), and other block-type pairs; q/k rows
-// a multiple of every shape's rows a workgroup (at most 16 here), and one case of 40 that only some shapes take.
+// a multiple of the shapes' rows a workgroup (16 at most here; BadArgumentsThrow has rows that are not).
 const SecondCase kCases[] = {
     {GgufType::Q4_K, GgufType::Q6_K, 256, 192, 64, true, false},
     {GgufType::Q4_K, GgufType::Q6_K, 512, 384, 128, false, true},
     {GgufType::Q5_0, GgufType::Q8_0, 640, 192, 64, true, true},
     {GgufType::Q8_0, GgufType::Q4_0, 96, 96, 32, false, false},
     {GgufType::MXFP4, GgufType::Q8_0, 128, 192, 64, true, true},
-    {GgufType::Q4_0, GgufType::Q5_K, 256, 40, 16, false, true},
+    {GgufType::Q4_0, GgufType::Q5_K, 256, 48, 16, false, true},
 };
 
 // Every case in the adapter's shape, three (each pipeline compiled costs lavapipe seconds) in a GPU's shape and in
@@ -157,6 +157,10 @@ TEST(MatmulSecond, BadArgumentsThrow) {
   expect_throw([&] { run([&](auto& o) { o.second = &same; }); }, "matvec_takes_second");  // the same type
   expect_throw([&] { run([&](auto& o) { o.second = &f16; }); }, "matvec_takes_second");   // a float type
   expect_throw([&] { run([](auto& o) { o.y2 = nullptr; }); }, "y2 exactly when");         // v's rows need y2
+  // q/k rows that do not fill whole workgroups (16 rows a workgroup in this shape)
+  const auto w40 = kernels::upload_weight(ctx, GgufType::Q4_0, 64, 40, random_weight(GgufType::Q4_0, 64, 40, gen), "");
+  ASSERT_FALSE(kernels::detail::matvec_takes_second(ctx, w40, w2));
+  expect_throw([&] { run([](auto& o) { o.split1 = 24, o.split2 = 40; }, 1, &w40); }, "matvec_takes_second");
   // its own rows count in the checks of bias and outputs
   auto short_bias = ctx.create_buffer(48 * 4, WGPUBufferUsage_Storage, "bias");
   expect_throw([&] { run([&](auto& o) { o.bias = &short_bias; }); }, "bias");
