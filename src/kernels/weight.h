@@ -86,7 +86,7 @@ RowWindow row_window(const gpu::Context& ctx, uint64_t first_row, uint64_t n_row
 // Tokens per dispatch so that windows of rows with these strides (in words) fit a binding.
 uint32_t tokens_per_binding(const char* fn, const gpu::Context& ctx, std::initializer_list<uint64_t> strides);
 // Host constants of matmul_common.wgsl: the weight type, tokens per matvec dispatch, integer f16 loads, and the
-// weight's words (wvec, scale_off): of one type, or with t2 of a second (TWO_TYPES, WTYPE2: the binding w2, the
+// weight's words (wvec, wword, scale_off): of one type, or with t2 of a second (TWO_TYPES, WTYPE2: the binding w2, the
 // matvec's rows from split2 on; t2 another block type than t).
 std::string weight_prelude(GgufType t, uint32_t nt, bool int_f16 = false, std::optional<GgufType> t2 = std::nullopt);
 // The parameters every dispatch over one piece of w shares.
