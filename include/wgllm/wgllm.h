@@ -268,6 +268,14 @@ class Session {
 
   uint32_t n_past() const;
   uint32_t n_ctx() const;
+  // The host's work in decoding with the token chosen on the GPU, over the session's life: the steps, and the time
+  // spent encoding and submitting them (while the GPU runs the step before). Where seconds / steps comes near the
+  // time of a step, decoding is bound by the host. No steps on CPU adapters or with host sampling.
+  struct DecodeHostTime {
+    uint64_t steps = 0;
+    double seconds = 0;
+  };
+  DecodeHostTime decode_host_time() const;
   // Forgets every cached position.
   void reset();
   // Keeps the first n cached positions (n <= n_past()) and forgets the rest, as if only those n tokens had been fed

@@ -308,6 +308,10 @@ uint32_t Session::decode(int32_t token, uint32_t max_new, const SamplingParams& 
 
 uint32_t Session::n_past() const { return impl_->gs.n_past(); }
 uint32_t Session::n_ctx() const { return impl_->gs.n_ctx(); }
+Session::DecodeHostTime Session::decode_host_time() const {
+  const GpuSession::HostTime t = impl_->gs.decode_host_time();
+  return {t.steps, t.seconds};
+}
 void Session::reset() { impl_->gs.reset(); }
 void Session::truncate(uint32_t n) { impl_->gs.truncate(n); }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cmath>
 #include <optional>
 #include <string>
@@ -417,11 +418,14 @@ uint32_t GpuSession::decode_on_gpu(int32_t token, uint32_t max_new, Output outpu
   // tok/s against 800 in pieces of 4 layers; PERF.md).
   std::array<gpu::SubmissionIndex, 2> done_at{};
   auto submit = [&](uint32_t k) {
+    const auto t0 = std::chrono::steady_clock::now();
     const std::optional<StepSample> sample = step_sample ? std::optional(step_sample(k)) : std::nullopt;
     state_.reserve(pos0 + k + 1);
     encode_step(
         1, pos0 + k, output, [&](Piece piece) { done_at[k % 2] = piece->submit(); }, k % 2, k > 0,
         sample ? &*sample : nullptr);
+    ++host_time_.steps;
+    host_time_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
   submit(0);
   uint32_t chosen = 0;

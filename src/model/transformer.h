@@ -228,6 +228,13 @@ class GpuSession {
   uint32_t ubatch() const { return ubatch_; }
   uint64_t kv_bytes() const { return state_.kv_bytes(); }              // GPU memory of the KV caches
   uint64_t bind_groups_made() const { return bind_cache_->misses(); }  // over the session's life
+  // decode_on_gpu's host work over the session's life: its steps, and the time spent encoding and submitting them
+  // (Session::decode_host_time).
+  struct HostTime {
+    uint64_t steps = 0;
+    double seconds = 0;
+  };
+  HostTime decode_host_time() const { return host_time_; }
   // Forget the cached positions (their rows are overwritten later) and the step encoded ahead.
   void reset() { truncate(0); }
   // Keeps the first n positions (n <= n_past) and forgets the rest: the state is what feeding those n tokens gives.
@@ -329,6 +336,7 @@ class GpuSession {
   // Counts the changes of the state (every chunk fed, decode step and truncation): a batched step queued ahead
   // (GpuBatchDecode::step_argmax) stands only while it does not move.
   uint64_t changes_ = 0;
+  HostTime host_time_;
   std::unique_ptr<SessionBuffers> buf_;
   std::unique_ptr<gpu::BindCache> bind_cache_;  // decode steps repeat: their bind groups are made once
   SequenceState state_;                         // the KV caches and conv states

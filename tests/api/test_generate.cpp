@@ -101,5 +101,28 @@ TEST(Generate, DecodeMatchesHostUpToAFullContext) {
   }
 }
 
+// decode_host_time counts every step encoded on the GPU path (the one queued ahead of a stop included) with the
+// time spent on it, and nothing for steps chosen on the host.
+TEST(Generate, DecodeHostTimeCountsTheGpuPathSteps) {
+  const Model& m = model();
+  Session s(m);
+  const int32_t first = m.encode("ROMEO:").back();
+  const Session::DecodeHostTime t0 = s.decode_host_time();
+  EXPECT_EQ(t0.steps, 0u);
+  EXPECT_EQ(s.decode(first, 24, kModes[1]), 24u);
+  const Session::DecodeHostTime t1 = s.decode_host_time();
+  EXPECT_EQ(t1.steps, 24u);
+  EXPECT_GT(t1.seconds, 0.0);
+  s.reset();
+  uint32_t seen = 0;
+  EXPECT_EQ(s.decode_greedy(first, 24, [&](int32_t) { return ++seen < 5; }), 5u);
+  const Session::DecodeHostTime t2 = s.decode_host_time();
+  EXPECT_EQ(t2.steps, t1.steps + 6) << "5 steps read back and the sixth, queued before the fifth id came back";
+  EXPECT_GT(t2.seconds, t1.seconds);
+  s.reset();
+  EXPECT_EQ(s.decode(first, 8, host(kModes[1])), 8u);
+  EXPECT_EQ(s.decode_host_time().steps, t2.steps) << "steps chosen on the host are not the GPU path's";
+}
+
 }  // namespace
 }  // namespace wgllm
