@@ -146,13 +146,14 @@ void encode_x_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const ModelCo
 }
 
 DecodeQkv decode_qkv_for(const gpu::Context& ctx, const ModelConfig& c, const GpuLayer& L) {
+  const bool narrow = c.n_embd <= kTwoTypesMaxWidth;
   if (c.qk_norm)
-    return L.wqkv.empty() && !L.wqk.empty() && kernels::detail::matvec_takes_second(ctx, L.wqk, L.wv)
+    return narrow && L.wqkv.empty() && !L.wqk.empty() && kernels::detail::matvec_takes_second(ctx, L.wqk, L.wv)
                ? DecodeQkv::QkNormTwoTypes
                : DecodeQkv::QkNormRopeAppend;
   const kernels::QkvRopeAppend shape{
       .head_dim = c.head_dim, .rope_dim = c.rope_dim, .neox = c.rope_type == kernels::RopeType::Neox};
-  if (L.wqkv.empty() && !L.wqk.empty()) {
+  if (narrow && L.wqkv.empty() && !L.wqk.empty()) {
     kernels::QkvRopeAppend both = shape;
     both.rows = kernels::QkvRows::Qk;
     both.v = &L.wv;

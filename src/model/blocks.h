@@ -113,7 +113,11 @@ enum class DecodeQkv : uint8_t {
   QkNormTwoTypes,    // as QkNormRopeAppend, wqk and wv (two block types) read by one product (MatmulOptions::second)
   Separate,          // the product(s), RoPE, the KV append
 };
-// The choice for a layer on this adapter (the session makes it once per layer).
+// The choice for a layer on this adapter (the session makes it once per layer). Two block types share a dispatch
+// only in models up to kTwoTypesMaxWidth wide: the v rows then run in q/k's matvec shape, which on the H100 gained
+// at 640 and 2,048 columns (Gemma 3 270M +2.4 %, Llama-3.2-1B +0.7 %) and lost at 4,096 (Llama-3.1-8B Q4_K_M -2.8 %,
+// 77 us a step; PERF.md), where two dispatches in their own shapes do better.
+constexpr uint32_t kTwoTypesMaxWidth = 2048;
 DecodeQkv decode_qkv_for(const gpu::Context& ctx, const ModelConfig& c, const GpuLayer& L);
 
 // The sequences of a batched decode step (GpuBatchDecode): the step's token i is the next of sequence i, at

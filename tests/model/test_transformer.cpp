@@ -166,6 +166,13 @@ TEST_P(GpuForward, MatchesCpuReference) {
       const DecodeQkv d = decode_qkv_for(ctx, gm.config, L);
       EXPECT_EQ(d == DecodeQkv::FusedTwoTypes || d == DecodeQkv::QkNormTwoTypes, one);
       EXPECT_EQ(d == DecodeQkv::QkNormTwoTypes || d == DecodeQkv::QkNormRopeAppend, gm.config.qk_norm);
+      // the same layer in a model wider than kTwoTypesMaxWidth: two dispatches
+      ModelConfig wide = gm.config;
+      wide.n_embd = kTwoTypesMaxWidth + 1;
+      const DecodeQkv dw = decode_qkv_for(ctx, wide, L);
+      EXPECT_NE(dw, DecodeQkv::FusedTwoTypes);
+      EXPECT_NE(dw, DecodeQkv::QkNormTwoTypes);
+      EXPECT_EQ(dw == DecodeQkv::QkNormRopeAppend, gm.config.qk_norm);
     }
     EXPECT_EQ(L.exps_gate_up.empty(), !gm.config.is_moe_layer(l) || experts_mixed);
     EXPECT_EQ(L.exp_probs_b.size > 0, gm.config.moe_sigmoid && gm.config.is_moe_layer(l));
