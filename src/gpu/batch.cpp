@@ -25,15 +25,21 @@ const Buffer& BindCache::arena(size_t index, uint64_t size) {
   return arenas_[index];
 }
 
+size_t BindCache::KeyHash::operator()(const std::vector<uint64_t>& k) const {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (uint64_t v : k) h = (h ^ v ^ (v >> 29)) * 0x100000001b3ull;
+  return size_t(h);
+}
+
 WGPUBindGroup BindCache::group(WGPUComputePipeline pipeline, std::span<const BufferBinding> bindings,
                                std::string_view label) {
-  std::vector<uint64_t> key = {reinterpret_cast<uint64_t>(pipeline)};
+  key_.assign(1, reinterpret_cast<uint64_t>(pipeline));
   for (const auto& b : bindings)
-    key.insert(key.end(), {b.binding, reinterpret_cast<uint64_t>(b.buffer->get()), b.offset, b.size});
-  if (auto it = groups_.find(key); it != groups_.end()) return it->second.get();
+    key_.insert(key_.end(), {b.binding, reinterpret_cast<uint64_t>(b.buffer->get()), b.offset, b.size});
+  if (auto it = groups_.find(key_); it != groups_.end()) return it->second.get();
   if (groups_.size() >= kMaxGroups) groups_.clear();
   ++misses_;
-  return groups_.emplace(std::move(key), ctx_.bind_group(pipeline, bindings, label)).first->second.get();
+  return groups_.emplace(key_, ctx_.bind_group(pipeline, bindings, label)).first->second.get();
 }
 
 ComputeBatch::ComputeBatch(Context& ctx, std::string_view label, BindCache* cache)

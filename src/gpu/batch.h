@@ -6,11 +6,11 @@
 
 #include <cstdint>
 #include <deque>
-#include <map>
 #include <memory>
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "gpu/context.h"
@@ -35,9 +35,15 @@ class BindCache {
 
  private:
   static constexpr size_t kMaxGroups = 4096;
+  struct KeyHash {
+    size_t operator()(const std::vector<uint64_t>& k) const;
+  };
   Context& ctx_;
   std::deque<Buffer> arenas_;
-  std::map<std::vector<uint64_t>, BindGroupHandle> groups_;
+  // keyed by the pipeline and each binding's (slot, buffer, offset, size); key_ is the lookup's scratch (a hit
+  // allocates nothing)
+  std::unordered_map<std::vector<uint64_t>, BindGroupHandle, KeyHash> groups_;
+  std::vector<uint64_t> key_;
   uint64_t misses_ = 0;
 };
 

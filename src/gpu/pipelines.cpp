@@ -88,21 +88,52 @@ std::string shader_message(const std::string& message, const std::vector<std::pa
 }  // namespace
 
 std::string PipelineKey::to_string() const {
-  std::ostringstream s;
-  s << shader << ":" << entry_point;
+  std::string s = shader;  // (appends: a cache hit builds this string, so no stream)
+  s += ':';
+  s += entry_point;
   if (!overrides.empty()) {
-    s << "{";
+    std::ostringstream o;
+    o << "{";
     for (size_t i = 0; i < overrides.size(); ++i)
-      s << (i ? "," : "") << overrides[i].first << "=" << overrides[i].second;
-    s << "}";
+      o << (i ? "," : "") << overrides[i].first << "=" << overrides[i].second;
+    o << "}";
+    s += o.str();
   }
-  if (!prelude.empty()) s << "[" << std::hash<std::string>{}(prelude) << "]";
-  return s.str();
+  if (!prelude.empty()) {
+    s += '[';
+    s += std::to_string(std::hash<std::string>{}(prelude));
+    s += ']';
+  }
+  return s;
 }
 
 WGPUComputePipeline PipelineCache::get(const PipelineKey& key) {
-  const std::string name = key.to_string();
   std::lock_guard lock(mutex_);
+  return get_locked(key);
+}
+
+size_t PipelineCache::ArgsHash::operator()(const ArgsKey& k) const {
+  uint64_t h = std::hash<const void*>{}(k.site) ^ (uint64_t(k.n) << 32);
+  for (uint32_t i = 0; i < k.n; ++i) h = (h ^ k.args[i]) * 0x100000001b3ull;  // FNV-1a over the words
+  return size_t(h);
+}
+
+WGPUComputePipeline PipelineCache::get(const char* site, std::span<const uint32_t> args,
+                                       const std::function<PipelineKey()>& make) {
+  if (args.size() > kMaxArgs)
+    throw InvalidArgument(std::string("pipeline arguments of ") + site + ": " + std::to_string(args.size()) +
+                          ", more than " + std::to_string(kMaxArgs));
+  ArgsKey k{site, uint32_t(args.size()), {}};
+  std::copy(args.begin(), args.end(), k.args.begin());
+  std::lock_guard lock(mutex_);
+  if (auto it = by_args_.find(k); it != by_args_.end()) return it->second;
+  WGPUComputePipeline pipe = get_locked(make());
+  by_args_.emplace(k, pipe);
+  return pipe;
+}
+
+WGPUComputePipeline PipelineCache::get_locked(const PipelineKey& key) {
+  const std::string name = key.to_string();
   if (auto it = pipelines_.find(name); it != pipelines_.end()) return it->second.get();
 
   const ContextOptions& options = ctx_.options();

@@ -4,9 +4,14 @@
 #pragma once
 #include <webgpu/webgpu.h>
 
+#include <array>
+#include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
+#include <span>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -35,6 +40,13 @@ class PipelineCache {
 
   // Compiled once per key. Shader errors throw ShaderError naming file:line.
   WGPUComputePipeline get(const PipelineKey& key);
+  // The same pipeline found by what its key is made of: `site`, a string naming the call site (told apart by its
+  // address: one per call site), and `args` (at most kMaxArgs values), everything the key that make() returns
+  // depends on besides the context. A dispatch
+  // that repeats then builds no prelude and no key string (a decode step's products spent 2.5 us of host work each
+  // on that; PERF.md).
+  static constexpr size_t kMaxArgs = 24;
+  WGPUComputePipeline get(const char* site, std::span<const uint32_t> args, const std::function<PipelineKey()>& make);
   // "elementwise.wgsl:add" for a pipeline made here; "?" otherwise.
   std::string name(WGPUComputePipeline pipeline);
   // Its key's detail ("" where none, or not made here).
@@ -43,9 +55,20 @@ class PipelineCache {
   WGPUBindGroupLayout layout(WGPUComputePipeline pipeline);
 
  private:
+  struct ArgsKey {
+    const char* site;
+    uint32_t n;
+    std::array<uint32_t, kMaxArgs> args;
+    bool operator==(const ArgsKey&) const = default;
+  };
+  struct ArgsHash {
+    size_t operator()(const ArgsKey& k) const;
+  };
+  WGPUComputePipeline get_locked(const PipelineKey& key);
   Context& ctx_;
   std::mutex mutex_;
   std::map<std::string, ComputePipelineHandle> pipelines_;
+  std::unordered_map<ArgsKey, WGPUComputePipeline, ArgsHash> by_args_;
   std::map<WGPUComputePipeline, BindGroupLayoutHandle> layouts_;
   std::map<WGPUComputePipeline, std::string> names_, details_;
 };

@@ -53,6 +53,21 @@ std::string kv_prelude_scalar(KvView view) {
   return {};
 }
 
+// The decode kernels' pipelines (entry: "attention_decode", "attention_decode_reduce" or "attention_decode_gqa", the
+// latter with `group` query heads a workgroup), found by what their preludes are made of (gpu::Context::pipeline's
+// compact key): every decode step dispatches them again.
+std::string tile_prelude(const AttentionTiles& t);
+WGPUComputePipeline decode_pipeline(gpu::Context& ctx, const char* entry, KvView view, const AttentionTiles& t,
+                                    uint32_t group = 0) {
+  static_assert(sizeof(AttentionTiles) == 28, "a new field: add it to the arguments below");
+  const uint32_t args[] = {uint32_t(view), t.bq, t.bk, t.tpr, t.dv, t.wg, t.rpt, t.dec_tpk, group};
+  return ctx.pipeline(entry, args, [&] {
+    std::string prelude = kv_prelude_vec4(view) + tile_prelude(t);
+    if (group) prelude += "const GQ: u32 = " + std::to_string(group) + "u;\n";
+    return gpu::PipelineKey{group ? kAttentionDecodeGqaShader : kAttentionShader, entry, {}, prelude};
+  });
+}
+
 std::string tile_prelude(const AttentionTiles& t) {
   return "const BQ: u32 = " + std::to_string(t.bq) + "u;\nconst BK: u32 = " + std::to_string(t.bk) +
          "u;\nconst TPR: u32 = " + std::to_string(t.tpr) + "u;\nconst DV: u32 = " + std::to_string(t.dv) +
@@ -557,15 +572,11 @@ void encode_attention_decode(gpu::ComputeBatch& batch, gpu::Context& ctx, const 
   }
   const KvView view = kv_view(ctx, kv.config().type);
   const AttentionTiles tiles = attention_tiles(s.head_dim, ctx.limits());
-  const std::string prelude = kv_prelude_vec4(view) + tile_prelude(tiles);
   // Grouped: a workgroup per `group` query heads of one kv head (attention_decode_gqa.wgsl)
   const uint32_t group = grouped ? attention_decode_group(ctx, s) : 1;
-  WGPUComputePipeline decode = grouped ? ctx.pipeline({kAttentionDecodeGqaShader,
-                                                       "attention_decode_gqa",
-                                                       {},
-                                                       prelude + "const GQ: u32 = " + std::to_string(group) + "u;\n"})
-                                       : ctx.pipeline({kAttentionShader, "attention_decode", {}, prelude});
-  WGPUComputePipeline reduce = ctx.pipeline({kAttentionShader, "attention_decode_reduce", {}, prelude});
+  WGPUComputePipeline decode = grouped ? decode_pipeline(ctx, "attention_decode_gqa", view, tiles, group)
+                                       : decode_pipeline(ctx, "attention_decode", view, tiles);
+  WGPUComputePipeline reduce = decode_pipeline(ctx, "attention_decode_reduce", view, tiles);
   const uint32_t q_dim = s.n_heads * s.head_dim;
   // Without a split the partials binding is unused; a small placeholder keeps it valid.
   const gpu::Buffer& partials = n_splits > 1 ? *scratch : ctx.placeholder_writable();
@@ -645,9 +656,8 @@ void encode_attention_decode_rows(gpu::ComputeBatch& batch, gpu::Context& ctx, c
                  std::to_string(attention_decode_scratch_bytes(s, n_splits)));
   const KvView kview = kv_view(ctx, view.config().type);
   const AttentionTiles tiles = attention_tiles(s.head_dim, ctx.limits());
-  const std::string prelude = kv_prelude_vec4(kview) + tile_prelude(tiles);
-  WGPUComputePipeline decode = ctx.pipeline({kAttentionShader, "attention_decode", {}, prelude});
-  WGPUComputePipeline reduce = ctx.pipeline({kAttentionShader, "attention_decode_reduce", {}, prelude});
+  WGPUComputePipeline decode = decode_pipeline(ctx, "attention_decode", kview, tiles);
+  WGPUComputePipeline reduce = decode_pipeline(ctx, "attention_decode_reduce", kview, tiles);
   const RowWindow qw = row_window(ctx, 0, n, s.q_stride, q_dim);
   const RowWindow ow = row_window(ctx, 0, n, s.out_stride, q_dim);
   AttentionParams p = chunk_params(s, view, 0, n, qw, ow);

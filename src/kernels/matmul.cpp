@@ -199,6 +199,63 @@ constexpr const char* kRowsShader = "matmul_common.wgsl+rope_angle.wgsl+rope_kv_
 constexpr const char* kMatmulShader = "matmul_common.wgsl+matmul.wgsl";
 constexpr const char* kFoldShader = "matmul_common.wgsl+matmul_fold.wgsl";
 
+// The product pipelines found by their preludes' arguments (gpu::Context::pipeline's compact key): a decode step
+// repeats its products, and building a prelude and its key string took 2.5 us of host work each (PERF.md). Each
+// argument list holds every value its prelude and detail are made of; the sizes below fail to compile when a config
+// gains a field, which must then join its list.
+static_assert(sizeof(MatvecConfig) == 20 && sizeof(MatvecMode) == 28 && sizeof(MatmulTile) == 20 &&
+              sizeof(ClassOrder) == 20 && sizeof(RowsConfig) == 12);
+WGPUComputePipeline matvec_pipeline(gpu::Context& ctx, const MatvecConfig& mv, GgufType t, uint32_t nt, bool xv4,
+                                    const MatvecMode& m = {}) {
+  const uint32_t args[] = {mv.threads_per_row,
+                           mv.rows,
+                           mv.groups,
+                           mv.units,
+                           mv.int_f16,
+                           mv.shuffle,
+                           mv.fma_order,
+                           uint32_t(t),
+                           nt,
+                           xv4,
+                           m.experts,
+                           m.combine_pairs,
+                           m.combine_groups,
+                           m.int_dot,
+                           m.pre_n_in,
+                           m.second.has_value(),
+                           m.second ? uint32_t(*m.second) : 0};
+  return ctx.pipeline("matvec", args, [&] {
+    return gpu::PipelineKey{
+        kMatvecShader, "matvec", {}, matvec_prelude(ctx, mv, t, nt, xv4, m), matvec_detail(mv, t, nt, m)};
+  });
+}
+WGPUComputePipeline rows_pipeline(gpu::Context& ctx, const RowsConfig& rows, GgufType t, uint32_t tokens,
+                                  uint32_t pairs, bool xv4) {
+  const uint32_t args[] = {rows.workgroup, uint32_t(t), tokens, pairs, xv4};
+  return ctx.pipeline("matmul_rows", args, [&] {
+    return gpu::PipelineKey{kRowsShader,
+                            "matmul_rows",
+                            {},
+                            rows_prelude(ctx, rows, t, tokens, pairs, xv4),
+                            detail::shape_detail(t, {rows.workgroup, 2 * pairs, tokens})};
+  });
+}
+// The tiled kernel; experts: a tile of one expert's pairs (the detail says so).
+WGPUComputePipeline tiled_pipeline(gpu::Context& ctx, const MatmulTile& tile, GgufType t, bool experts,
+                                   const ClassOrder& order = {}) {
+  const uint32_t args[] = {tile.tokens,  tile.rows,    tile.f16,      tile.thread_tokens, tile.thread_rows,
+                           uint32_t(t),  experts,      order.classes, order.shuffle,      order.chunks,
+                           order.levels, order.groups, order.lanes};
+  return ctx.pipeline("matmul", args, [&] {
+    return gpu::PipelineKey{
+        kMatmulShader,
+        "matmul",
+        {},
+        matmul_prelude(tile, t, experts, order),
+        detail::tiled_detail(t, &tile, order.classes ? order.groups : 0) + (experts ? ", experts" : "")};
+  });
+}
+
 // Host constants for matmul_fold.wgsl: the groups of a split product and how many a chunk of its lanes' tree takes.
 std::string fold_prelude(GgufType type, const ClassOrder& order) {
   return detail::weight_prelude(type, 1) + "const MM_GROUPS: u32 = " + std::to_string(order.groups) +
@@ -340,22 +397,10 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
                           .pre_n_in = o.pre ? w.n_in : 0,
                           .second = w2 ? std::optional(w2->type) : std::nullopt};
     WGPUComputePipeline pipe =
-        impl == MatmulImpl::Matvec ? ctx.pipeline({kMatvecShader,
-                                                   "matvec",
-                                                   {},
-                                                   matvec_prelude(ctx, mv, w.type, matvec_tokens(count), xv4, mode),
-                                                   matvec_detail(mv, w.type, matvec_tokens(count), mode)})
+        impl == MatmulImpl::Matvec ? matvec_pipeline(ctx, mv, w.type, matvec_tokens(count), xv4, mode)
         : impl == MatmulImpl::Rows
-            ? ctx.pipeline({kRowsShader,
-                            "matmul_rows",
-                            {},
-                            rows_prelude(ctx, rows, w.type, rows_tokens, row_pairs, xv4),
-                            detail::shape_detail(w.type, {rows.workgroup, 2 * row_pairs, rows_tokens})})
-            : ctx.pipeline({kMatmulShader,
-                            "matmul",
-                            {},
-                            matmul_prelude(tile, w.type, false, batch_tiled ? batch_tiled->order : ClassOrder{}),
-                            detail::tiled_detail(w.type, &tile, batch_tiled ? batch_tiled->order.groups : 0)});
+            ? rows_pipeline(ctx, rows, w.type, rows_tokens, row_pairs, xv4)
+            : tiled_pipeline(ctx, tile, w.type, false, batch_tiled ? batch_tiled->order : ClassOrder{});
     for (const auto& piece : w.pieces) {
       MatmulParams p = detail::piece_params(w, piece, count);
       if (w2) {  // one piece each (matvec_takes_second)
@@ -721,16 +766,8 @@ void encode_expert_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const Gpu
   if (grouped) detail::need(fn, "group", *o.group, moe_group_words(uint32_t(pairs)) * 4, ctx);
   const MatvecMode mode{.experts = true, .combine_pairs = cmv ? n_used : 0, .combine_groups = combine_groups};
   const MatmulTile mt{.tokens = tile, .rows = 64};
-  WGPUComputePipeline pipe = tiled ? ctx.pipeline({kMatmulShader,
-                                                   "matmul",
-                                                   {},
-                                                   matmul_prelude(mt, w.type, /*experts=*/true),
-                                                   detail::tiled_detail(w.type, &mt, 0) + ", experts"})
-                                   : ctx.pipeline({kMatvecShader,
-                                                   "matvec",
-                                                   {},
-                                                   matvec_prelude(ctx, mv, w.type, grouped ? tile : 1, xv4, mode),
-                                                   matvec_detail(mv, w.type, grouped ? tile : 1, mode)});
+  WGPUComputePipeline pipe = tiled ? tiled_pipeline(ctx, mt, w.type, /*experts=*/true)
+                                   : matvec_pipeline(ctx, mv, w.type, grouped ? tile : 1, xv4, mode);
   // combine: a workgroup's groups share out its pairs, each pair on combine_groups groups' rows
   const uint32_t rows_per_wg = tiled ? mt.rows : cmv ? mv.rows * combine_groups : mv.rows * mv.groups;
   const uint32_t row_blocks = (rows + rows_per_wg - 1) / rows_per_wg;

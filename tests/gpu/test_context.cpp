@@ -196,6 +196,35 @@ TEST(GpuContext, PipelineCacheReturnsSamePipeline) {
 
 // A batch given a BindCache reuses the previous batch's bind groups and arena, yet each batch's own
 // uniform contents reach the GPU (here RoPE's start position, the bindings being the same).
+// A pipeline found by its call site and arguments: make() runs once per (site, arguments), and the pipeline is the one
+// its key gives; other arguments or another site make their own; too many arguments throw.
+TEST(GpuContext, PipelineByArgumentsMakesEachOnce) {
+  gpu::Context ctx(context_options([](auto&) {}));
+  const char* const site = "test site";  // one pointer: the site is told apart by its address
+  int made = 0;
+  auto make = [&](double wg) {
+    return [&made, wg] {
+      ++made;
+      return gpu::PipelineKey{"elementwise.wgsl", "add", {{"WG", wg}}, ""};
+    };
+  };
+  const uint32_t a64[] = {64, 1}, a128[] = {128, 1};
+  const auto p64 = ctx.pipeline(site, a64, make(64));
+  EXPECT_EQ(ctx.pipeline(site, a64, make(64)), p64);
+  EXPECT_EQ(made, 1);
+  EXPECT_EQ(p64, ctx.pipeline({"elementwise.wgsl", "add", {{"WG", 64}}, ""}));
+  const auto p128 = ctx.pipeline(site, a128, make(128));
+  EXPECT_NE(p128, p64);
+  EXPECT_EQ(made, 2);
+  const uint32_t a64_short[] = {64};  // a prefix of other arguments is other arguments
+  EXPECT_EQ(ctx.pipeline(site, a64_short, make(64)), p64);
+  EXPECT_EQ(made, 3);
+  EXPECT_EQ(ctx.pipeline("other site", a64, make(128)), p128);  // a site's own arguments
+  EXPECT_EQ(made, 4);
+  const std::vector<uint32_t> many(gpu::PipelineCache::kMaxArgs + 1, 1);
+  EXPECT_THROW(ctx.pipeline(site, many, make(64)), InvalidArgument);
+}
+
 TEST(GpuContext, BindCacheReusesGroupsWithFreshParameters) {
   auto& ctx = context();
   auto gen = rng(11);
