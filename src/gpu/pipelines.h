@@ -42,9 +42,8 @@ class PipelineCache {
   WGPUComputePipeline get(const PipelineKey& key);
   // The same pipeline found by what its key is made of: `site`, a string naming the call site (told apart by its
   // address: one per call site), and `args` (at most kMaxArgs values), everything the key that make() returns
-  // depends on besides the context. A dispatch
-  // that repeats then builds no prelude and no key string (a decode step's products spent 2.5 us of host work each
-  // on that; PERF.md).
+  // depends on besides the context. A dispatch that repeats then builds no prelude and no key string (a decode
+  // step's products spent 2.5 us of host work each on that; PERF.md).
   static constexpr size_t kMaxArgs = 24;
   WGPUComputePipeline get(const char* site, std::span<const uint32_t> args, const std::function<PipelineKey()>& make);
   // "elementwise.wgsl:add" for a pipeline made here; "?" otherwise.

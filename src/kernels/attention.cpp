@@ -53,10 +53,17 @@ std::string kv_prelude_scalar(KvView view) {
   return {};
 }
 
+std::string tile_prelude(const AttentionTiles& t) {
+  return "const BQ: u32 = " + std::to_string(t.bq) + "u;\nconst BK: u32 = " + std::to_string(t.bk) +
+         "u;\nconst TPR: u32 = " + std::to_string(t.tpr) + "u;\nconst DV: u32 = " + std::to_string(t.dv) +
+         "u;\nconst RPT: u32 = " + std::to_string(t.rpt) + "u;\nconst WG: u32 = " + std::to_string(t.wg) +
+         "u;\nconst NL: u32 = " + std::to_string((t.bk * t.dv * t.tpr + t.wg - 1) / t.wg) +
+         "u;\nconst DEC_TPK: u32 = " + std::to_string(t.dec_tpk) + "u;\n";
+}
+
 // The decode kernels' pipelines (entry: "attention_decode", "attention_decode_reduce" or "attention_decode_gqa", the
 // latter with `group` query heads a workgroup), found by what their preludes are made of (gpu::Context::pipeline's
 // compact key): every decode step dispatches them again.
-std::string tile_prelude(const AttentionTiles& t);
 WGPUComputePipeline decode_pipeline(gpu::Context& ctx, const char* entry, KvView view, const AttentionTiles& t,
                                     uint32_t group = 0) {
   static_assert(sizeof(AttentionTiles) == 28, "a new field: add it to the arguments below");
@@ -66,14 +73,6 @@ WGPUComputePipeline decode_pipeline(gpu::Context& ctx, const char* entry, KvView
     if (group) prelude += "const GQ: u32 = " + std::to_string(group) + "u;\n";
     return gpu::PipelineKey{group ? kAttentionDecodeGqaShader : kAttentionShader, entry, {}, prelude};
   });
-}
-
-std::string tile_prelude(const AttentionTiles& t) {
-  return "const BQ: u32 = " + std::to_string(t.bq) + "u;\nconst BK: u32 = " + std::to_string(t.bk) +
-         "u;\nconst TPR: u32 = " + std::to_string(t.tpr) + "u;\nconst DV: u32 = " + std::to_string(t.dv) +
-         "u;\nconst RPT: u32 = " + std::to_string(t.rpt) + "u;\nconst WG: u32 = " + std::to_string(t.wg) +
-         "u;\nconst NL: u32 = " + std::to_string((t.bk * t.dv * t.tpr + t.wg - 1) / t.wg) +
-         "u;\nconst DEC_TPK: u32 = " + std::to_string(t.dec_tpk) + "u;\n";
 }
 
 // Resolved strides/scale plus every check shared by prefill and decode.

@@ -1,0 +1,55 @@
+// The weight products' pipelines (matmul.cpp's kernels: matvec.wgsl, matmul_rows.wgsl, matmul.wgsl and
+// matmul_fold.wgsl): what each computes beside its products, and its pipeline found by the arguments its host
+// constants are made of, so that a dispatch every decode step repeats builds no prelude or key string.
+#pragma once
+#include <webgpu/webgpu.h>
+
+#include <cstdint>
+#include <optional>
+
+#include "gguf/types.h"
+#include "gpu/context.h"
+#include "kernels/matmul.h"
+
+namespace wgllm::kernels::detail {
+
+// What a matvec pipeline computes besides its products (matvec.wgsl's MV_EXPERTS, MV_COMBINE, MV_INT, MV_PRE).
+struct MatvecMode {
+  bool experts = false;  // expert products (encode_expert_matmul)
+  // With experts: each token's pairs summed, weighted, into y (ExpertOptions::combine), mv.groups = combine_pairs
+  // x combine_groups (matvec.wgsl's MV_CG).
+  uint32_t combine_pairs = 0, combine_groups = 1;
+  bool int_dot = false;   // x as packed digits (MatmulOptions::digits)
+  uint32_t pre_n_in = 0;  // the residual add of a post norm first, over n_in (MatmulOptions::pre)
+  // the rows from split2 on in a weight of this type (MatmulOptions::second)
+  std::optional<GgufType> second = std::nullopt;
+};
+
+// Batch decode's order in the tiled kernel (matmul.wgsl's MM_CLASS): the classes (the batch matvec's threads per
+// row), and whether its lane sums take chunks of the subgroup's size as one tree (else one lane: a fold).
+struct ClassOrder {
+  uint32_t classes = 0;  // 0: the tiled kernel's own order
+  bool shuffle = false;  // the matvec's lane sums take subgroup shuffles (chunks of the subgroup's size)
+  bool chunks = false;   // a block type's chunks (MM_CHUNK), one class a pass; else 8-element units, 4 a pass
+  uint32_t levels = 0;   // MM_CHUNK: the tree's levels in a chunk of lanes (log2 of the most lanes a chunk has)
+  // MM_SPLIT: the classes in `groups` groups of classes / groups, each a subtree of a chunk of `lanes` lanes (the
+  // subgroup's size, at most classes): a workgroup per tile and group, then matmul_fold.wgsl (1: no split)
+  uint32_t groups = 1, lanes = 1;
+};
+
+// The partial sums per group and value a matvec keeps after its lane shuffles (matvec.wgsl's MV_SLOTS).
+uint32_t matvec_slots(const gpu::Context& ctx, const MatvecConfig& mv);
+
+// The matvec for nt tokens a pass (xv4: x read as vec4 too).
+WGPUComputePipeline matvec_pipeline(gpu::Context& ctx, const MatvecConfig& mv, GgufType t, uint32_t nt, bool xv4,
+                                    const MatvecMode& m = {});
+// The CPU adapters' Rows kernel: `tokens` a workgroup, `pairs` row pairs an invocation.
+WGPUComputePipeline rows_pipeline(gpu::Context& ctx, const RowsConfig& rows, GgufType t, uint32_t tokens,
+                                  uint32_t pairs, bool xv4);
+// The tiled kernel in its own order or batch decode's (order.classes > 0); experts: a tile of one expert's pairs.
+WGPUComputePipeline tiled_pipeline(gpu::Context& ctx, const MatmulTile& tile, GgufType t, bool experts,
+                                   const ClassOrder& order = {});
+// A split product's fold (matmul_fold.wgsl): its groups added and the epilogue.
+WGPUComputePipeline fold_pipeline(gpu::Context& ctx, GgufType t, const ClassOrder& order);
+
+}  // namespace wgllm::kernels::detail
