@@ -194,8 +194,6 @@ TEST(GpuContext, PipelineCacheReturnsSamePipeline) {
   EXPECT_NE(p1, p3);
 }
 
-// A batch given a BindCache reuses the previous batch's bind groups and arena, yet each batch's own
-// uniform contents reach the GPU (here RoPE's start position, the bindings being the same).
 // A pipeline found by its call site and arguments: make() runs once per (site, arguments), and the pipeline is the one
 // its key gives; other arguments or another site make their own; too many arguments throw.
 TEST(GpuContext, PipelineByArgumentsMakesEachOnce) {
@@ -225,6 +223,8 @@ TEST(GpuContext, PipelineByArgumentsMakesEachOnce) {
   EXPECT_THROW(ctx.pipeline(site, many, make(64)), InvalidArgument);
 }
 
+// A batch given a BindCache reuses the previous batch's bind groups and arena, yet each batch's own
+// uniform contents reach the GPU (here RoPE's start position, the bindings being the same).
 TEST(GpuContext, BindCacheReusesGroupsWithFreshParameters) {
   auto& ctx = context();
   auto gen = rng(11);
