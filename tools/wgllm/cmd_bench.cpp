@@ -280,14 +280,14 @@ int bench(const BenchOptions& o) {
   if (o.n_gen) warm([&] { time_tg(s, std::min<uint32_t>(o.n_gen, 8), info.n_vocab, depth, false, o.sampling); });
   if (o.n_gen && o.tg_host)
     warm([&] { time_tg(s, std::min<uint32_t>(o.n_gen, 8), info.n_vocab, depth, true, o.sampling); });
-  std::vector<double> pp, tg, tg_host, tg_host_us;  // tg_host_us: the host's work per tg step (decode_host_time)
+  std::vector<double> pp, tg, tg_host, tg_work_us;  // tg_work_us: the host work per tg step (decode_host_time)
   for (uint32_t r = 0; r < std::max<uint32_t>(o.repeats, 1); ++r) {
     if (o.n_prompt) pp.push_back(time_pp(s, prompt, depth));
     if (o.n_gen) {
       const Session::DecodeHostTime h0 = s.decode_host_time();
       tg.push_back(time_tg(s, o.n_gen, info.n_vocab, depth, false, o.sampling));
       const Session::DecodeHostTime h1 = s.decode_host_time();
-      if (h1.steps > h0.steps) tg_host_us.push_back(1e6 * (h1.seconds - h0.seconds) / double(h1.steps - h0.steps));
+      if (h1.steps > h0.steps) tg_work_us.push_back(1e6 * (h1.seconds - h0.seconds) / double(h1.steps - h0.steps));
     }
     if (o.n_gen && o.tg_host) tg_host.push_back(time_tg(s, o.n_gen, info.n_vocab, depth, true, o.sampling));
   }
@@ -339,7 +339,7 @@ int bench(const BenchOptions& o) {
       j[key] = {{"n", o.n_gen}, {"tokens_per_s", t.median},         {"min", t.min},
                 {"max", t.max}, {"decode_gb_per_s", gb * t.median}, {"sampling", sampling_name(o.sampling)}};
     }
-    if (!tg_host_us.empty()) j["tg"]["host_us_per_step"] = stats(tg_host_us).median;
+    if (!tg_work_us.empty()) j["tg"]["host_us_per_step"] = stats(tg_work_us).median;
     if (profile) j["profile"] = profile_json(*profile);
     for (const auto& [n, st, host_us] : par)
       j["parallel"].push_back({{"streams", n},
@@ -375,9 +375,9 @@ int bench(const BenchOptions& o) {
   std::printf("tg: %s (Session::decode: the token chosen on the GPU; on the host on CPU adapters)%s\n",
               sampling_name(o.sampling).c_str(),
               tg_host.empty() ? "" : "; tg-host: each step's logits read back, the token chosen on the host");
-  if (!tg_host_us.empty())
+  if (!tg_work_us.empty())
     std::printf("tg host work: %.1f us per step encoding and submitting it (median; the step takes %.1f us)\n",
-                stats(tg_host_us).median, 1e6 / stats(tg).median);
+                stats(tg_work_us).median, 1e6 / stats(tg).median);
   if (!par.empty()) {
     std::printf(
         "\ncontinuous batching (BatchEngine): N streams, each pp%u then tg%u greedy; aggregate tg t/s once every "
