@@ -22,7 +22,6 @@
 #include "kernels/int_dot.h"
 #include "kernels/kv_cache.h"
 #include "kernels/matmul.h"
-#include "kernels/matmul_bcast.h"
 #include "wgllm/error.h"
 
 namespace wgllm::bench {
@@ -44,8 +43,6 @@ struct Options {
   int batch_tile_from = -1;              // ContextOptions::batch_tile_from (-1: unset)
   int batch_split = -1;                  // ContextOptions::batch_split (-1: unset)
   int matvec_pass = -1;                  // ContextOptions::matvec_pass (-1: unset)
-  int batch_bcast = -1;                  // ContextOptions::batch_bcast (-1: unset)
-  std::string bcast_shape;               // ContextOptions::bcast_shape
   std::string matmul_tiles;              // comma-separated matmul tiles to sweep ("" = the chosen one)
   std::string rows_shapes;               // comma-separated shapes of the CPU adapters' kernel to sweep
   bool skip_matvec = false;
@@ -362,8 +359,6 @@ int run_bench_ops(const Options& o) {
     if (o.batch_tile_from >= 0) options.batch_tile_from = uint32_t(o.batch_tile_from);
     if (o.batch_split >= 0) options.batch_split = uint32_t(o.batch_split);
     if (o.matvec_pass >= 0) options.matvec_pass = uint32_t(o.matvec_pass);
-    if (o.batch_bcast >= 0) options.batch_bcast = o.batch_bcast == 1;
-    options.bcast_shape = o.bcast_shape;
     gpu::Context ctx(options);
     const bool first = ti == 0;
     if (first) {
@@ -419,10 +414,8 @@ int run_bench_ops(const Options& o) {
           const auto bs = kernels::batch_matvec_config(ctx, n_out, n_in, t, n);
           const uint32_t groups =
               impl == kernels::MatmulImpl::Batch ? kernels::batch_tile_groups(ctx, copies[0], n) : 0;
-          const bool bcast = impl == kernels::MatmulImpl::Batch && kernels::detail::bcast_takes(ctx, copies[0], {}, n);
           const std::string how =
               impl == kernels::MatmulImpl::Rows ? "rows"
-              : bcast ? "bcast, " + std::to_string(kernels::bcast_slices(ctx, copies[0])) + " slices"
               : groups == 0
                   ? "matvec"
                   : "tiled" + (ctx.options().matmul_tile.empty() ? std::string() : " " + ctx.options().matmul_tile) +
@@ -483,9 +476,6 @@ const Register reg{
                       "those tiled products split over this many groups of lane classes where the classes allow it "
                       "(1: never; default: the engine's, by the product's tiles)");
        app.add_option("--matvec-pass", o->matvec_pass, "batch decode's matvec: tokens per pass over W, 8 or 16");
-       app.add_option("--batch-bcast", o->batch_bcast, "batch decode's float products on the x-broadcast kernel, 0 or 1")
-           ->check(CLI::Range(0, 1));
-       app.add_option("--bcast-shape", o->bcast_shape, "the x-broadcast kernel's shape, ROWSxUNITS (e.g. 2x2)");
        auto* shapes = app.get_option("--shapes");
        app.add_flag("--int-dot", o->int_dot,
                     "with --decode-table: also Q4_K on packed int8 dot products (x as three 8-bit digits per element)");

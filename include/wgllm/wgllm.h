@@ -61,12 +61,6 @@ struct LoadOptions {
   // Batch decode's matvec: tokens per pass over the weights, 8 or 16 (a token's bits are the same either way; the CLI
   // reads $WGLLM_MATVEC_PASS); unset: 16. A tuning knob for benchmarks.
   std::optional<uint32_t> matvec_pass = std::nullopt;
-  // BatchEngine's F32, F16 and BF16 weight products on the x-broadcast kernel (a lane per row or two, x read once for
-  // all the lanes of a slice; each sequence's bits as alone) instead of the batch matvec and its tiles; unset: on
-  // GPUs (the CLI reads $WGLLM_BATCH_BCAST, 0 or 1): a tuning knob for benchmarks.
-  std::optional<bool> batch_bcast = std::nullopt;
-  // Its shape, "ROWSxUNITS[xINT_F16]" ("" = chosen per product; the CLI reads $WGLLM_BCAST_SHAPE): a tuning knob.
-  std::string bcast_shape = {};
   // Decoding, the FFN's Q4_K gate/up products on packed int8 dot products (the normed input as three 8-bit digits
   // per element under one scale per 32: 23 bits against the block's largest element instead of f32's 24 per element;
   // PERF.md). Unset: on GPUs for models whose FFN input is 2,048 wide or more (Llama-3.1-8B Q4_K_M decodes 9 % faster

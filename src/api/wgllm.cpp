@@ -14,7 +14,6 @@
 #include "gguf/file.h"
 #include "kernels/attention.h"
 #include "kernels/matmul.h"
-#include "kernels/matmul_bcast.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/gguf_tokenizer.h"
 
@@ -111,8 +110,6 @@ void upload_impl(ModelAccess::Impl& m, const GgufFile& f, const LoadOptions& o) 
                                                              .batch_tile_from = o.batch_tile_from,
                                                              .batch_split = o.batch_split,
                                                              .matvec_pass = o.matvec_pass,
-                                                             .batch_bcast = o.batch_bcast,
-                                                             .bcast_shape = o.bcast_shape,
                                                              .matmul_tile = o.matmul_tile,
                                                              .rows_shape = o.rows_shape,
                                                              .attention_prefill = o.attention_prefill,
@@ -126,7 +123,6 @@ void upload_impl(ModelAccess::Impl& m, const GgufFile& f, const LoadOptions& o) 
   // A forced matmul tile the adapter cannot run fails here, before any weight moves, not at the first prompt.
   if (!o.matmul_tile.empty()) kernels::matmul_tile(*m.ctx, 512, 4096);
   if (!o.rows_shape.empty()) kernels::rows_config(*m.ctx);
-  if (!o.bcast_shape.empty()) kernels::parse_bcast_shape(o.bcast_shape);
   // Likewise a forced attention kernel that cannot run this model's heads.
   if (!o.attention_prefill.empty()) {
     kernels::check_attention_variant(*m.ctx, m.config.head_dim);

@@ -68,11 +68,6 @@ struct ContextOptions {
   std::optional<uint32_t> batch_split = std::nullopt;
   // The batch matvec's tokens per pass over W, 8 or 16 (kernels::matvec_pass_tokens); unset: 16. A tuning knob.
   std::optional<uint32_t> matvec_pass = std::nullopt;
-  // Batch decode's F32, F16 and BF16 products on the x-broadcast kernel (kernels/matmul_bcast.h) instead of the batch
-  // matvec and its tiles; unset: on GPUs.
-  std::optional<bool> batch_bcast = std::nullopt;
-  // Its shape, "ROWSxUNITS" (kernels::parse_bcast_shape); "" = chosen per product. A tuning knob.
-  std::string bcast_shape = {};
   // The tiled matmul's shape, "TOKENSxROWS[/TTxTR][xf16]" (kernels::parse_matmul_tile); "" = chosen per product.
   std::string matmul_tile = {};
   // The CPU adapters' product kernel's shape, "WORKGROUPxROWSxTOKENS" (kernels::parse_rows_config), or "off": the

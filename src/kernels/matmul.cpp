@@ -8,7 +8,6 @@
 
 #include "kernels/check.h"
 #include "kernels/int_dot.h"
-#include "kernels/matmul_bcast.h"
 #include "kernels/matmul_pipelines.h"
 #include "kernels/moe.h"
 #include "wgllm/error.h"
@@ -155,9 +154,6 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
       if (out && (out->get() == r.out->get() || out->get() == r.src->get()))
         fail(fn, "pre's buffers must not be the product's outputs");
   }
-  // Batch decode's float products: the x-broadcast kernel where it takes them (matmul_bcast.h)
-  if (impl == MatmulImpl::Batch && !rk && detail::bcast_takes(ctx, w, o, n_tokens))
-    return detail::encode_bcast(batch, ctx, w, x, y, n_tokens, o);
   const bool batch_shape = impl == MatmulImpl::Batch;  // the matvec kernel in batch decode's shape
   if (batch_shape) impl = MatmulImpl::Matvec;
   // Batch decode's float products where batch_takes_tiles: the tiled kernel in the matvec's order
@@ -395,7 +391,6 @@ std::optional<MatmulTile> batch_tile(const gpu::Context& ctx, uint32_t n_tokens)
 // are one fixed tree (an adapter of one subgroup size) of 4 to 32 lanes a row for the float types, up to 256 for the
 // block types; nullopt otherwise (the matvec then takes the product).
 std::optional<BatchTiles> batch_tiles(gpu::Context& ctx, const GpuWeight& w, uint32_t n_tokens) {
-  if (detail::bcast_takes(ctx, w, {}, n_tokens)) return std::nullopt;  // never tiles: another order
   if (const auto split = ctx.options().batch_split; split && (*split == 0 || (*split & (*split - 1))))
     throw InvalidArgument("batch split " + std::to_string(*split) + ": a power of two (1: never)");
   const uint32_t from = batch_tile_from(ctx);

@@ -38,13 +38,11 @@ struct BatchCase {
   // With shared: a pool of this many pages (0: two per session), mapped as the sessions reach them (a prompt of 254
   // tokens whose steps cross into its second page).
   uint32_t pool_pages = 0;
-  // The GPUs' product kernels on any adapter, the float types' on the x-broadcast kernel (kernels/matmul_bcast.h).
-  bool bcast = false;
 };
 std::ostream& operator<<(std::ostream& o, const BatchCase& c) {
   return o << c.model << (c.shared ? " shared" : "") << (c.tiles ? " tiles" : "")
            << (c.split ? " split " + std::to_string(c.split) : "")
-           << (c.pool_pages ? " pool " + std::to_string(c.pool_pages) : "") << (c.bcast ? " bcast" : "");
+           << (c.pool_pages ? " pool " + std::to_string(c.pool_pages) : "");
 }
 
 class BatchDecode : public ::testing::TestWithParam<BatchCase> {};
@@ -57,12 +55,11 @@ TEST_P(BatchDecode, EachSequenceAsIfAlone) {
   const BatchCase& tc = GetParam();
   const GgufFile f = GgufFile::open(test::model_path(tc.model));
   std::optional<gpu::Context> tiles_ctx;
-  if (tc.tiles || tc.bcast)
+  if (tc.tiles)
     tiles_ctx.emplace(test::context_options([&](auto& o) {
       o.rows_shape = "off";
-      if (tc.tiles) o.batch_tile_from = 2;
-      if (tc.tiles) o.batch_split = tc.split ? tc.split : 1;  // (1: unsplit)
-      o.batch_bcast = tc.bcast;
+      o.batch_tile_from = 2;
+      o.batch_split = tc.split ? tc.split : 1;  // (1: unsplit)
     }));
   gpu::Context& ctx = tiles_ctx ? *tiles_ctx : test::context();
   const GpuModel gm = load_gpu_model(ctx, f);
@@ -151,16 +148,13 @@ std::vector<BatchCase> batch_cases() {
   v.push_back({"llama-q4_k", false, true});
   v.push_back({"llama-q4_k", false, true, 4});
   v.push_back({.model = "llama-f32", .shared = true, .pool_pages = 8});
-  for (const char* m : {"llama-f16", "gemma3-tiny-f32"}) v.push_back({.model = m, .shared = false, .bcast = true});
-  v.push_back({.model = "qwen3-bf16", .shared = true, .bcast = true});
   return v;
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, BatchDecode, ::testing::ValuesIn(batch_cases()), [](const auto& info) {
   std::string s = info.param.model + (info.param.shared ? "_shared" : "") + (info.param.tiles ? "_tiles" : "") +
                   (info.param.split ? "_split" + std::to_string(info.param.split) : "") +
-                  (info.param.pool_pages ? "_pool" + std::to_string(info.param.pool_pages) : "") +
-                  (info.param.bcast ? "_bcast" : "");
+                  (info.param.pool_pages ? "_pool" + std::to_string(info.param.pool_pages) : "");
   std::replace(s.begin(), s.end(), '-', '_');
   return s;
 });

@@ -51,15 +51,9 @@ Model load_model(const std::string& path, const LoadOptions& given) {
   for (auto [var, field] :
        {std::pair{"WGLLM_KERNEL_DIR", &options.kernel_dir}, std::pair{"WGLLM_DUMP_SHADERS", &options.dump_shaders_dir},
         std::pair{"WGLLM_MATMUL_TILE", &options.matmul_tile}, std::pair{"WGLLM_ROWS_SHAPE", &options.rows_shape},
-        std::pair{"WGLLM_BCAST_SHAPE", &options.bcast_shape},
         std::pair{"WGLLM_ATTENTION", &options.attention_prefill}})
     if (const char* v = std::getenv(var); v && field->empty()) *field = v;
   if (const char* v = std::getenv("WGLLM_SHADER_CHECKS")) options.shader_checks |= std::string_view(v) == "1";
-  if (const char* v = std::getenv("WGLLM_BATCH_BCAST"); v && *v && !options.batch_bcast) {
-    if (std::string_view(v) != "0" && std::string_view(v) != "1")
-      throw Error(std::string("WGLLM_BATCH_BCAST: '") + v + "' is not 0 or 1");
-    options.batch_bcast = std::string_view(v) == "1";
-  }
   for (auto [var, field] :
        {std::pair{"WGLLM_DELTA_CHUNK_FROM", &options.delta_chunk_from},
         std::pair{"WGLLM_BATCH_TILE_FROM", &options.batch_tile_from},
