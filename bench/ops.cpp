@@ -150,7 +150,8 @@ double time_matmul(gpu::Context& ctx, std::span<const kernels::GpuWeight> copies
 }
 
 // The fixed cost of one dispatch: a chain of `n` dependent 1024-element adds (each reads the previous
-// output). Reports the CPU time to encode one and the wall time per dispatch once submitted.
+// output), then `n` independent ones. Reports the CPU time to encode one and the wall time per dispatch from the
+// first encode to the end of the GPU's work.
 void print_dispatch_overhead(gpu::Context& ctx, uint32_t n) {
   using clock = std::chrono::steady_clock;
   const uint32_t elems = 1024;
