@@ -150,7 +150,7 @@ double time_matmul(gpu::Context& ctx, std::span<const kernels::GpuWeight> copies
 }
 
 // The fixed cost of one dispatch: a chain of `n` dependent 1024-element adds (each reads the previous
-// output), then `n` independent ones. Reports the CPU time to encode one and the wall time per dispatch from the
+// output), then `n` independent ones, then `n` that write one buffer. Reports the CPU time to encode one and the wall time per dispatch from the
 // first encode to the end of the GPU's work.
 void print_dispatch_overhead(gpu::Context& ctx, uint32_t n) {
   using clock = std::chrono::steady_clock;
@@ -183,6 +183,17 @@ void print_dispatch_overhead(gpu::Context& ctx, uint32_t n) {
     total_s = std::chrono::duration<double>(clock::now() - t0).count();
   }
   std::printf("dispatch overhead (%u independent tiny dispatches): %.2f us each end to end\n", n, total_s / n * 1e6);
+  // And each into the same buffer (the same values: what a placeholder bound writable to every dispatch is): whether
+  // a buffer written by both orders two dispatches that otherwise do not depend on each other.
+  for (int rep = 0; rep < 3; ++rep) {
+    const auto t0 = clock::now();
+    gpu::ComputeBatch batch(ctx, "dispatch overhead, one output");
+    for (uint32_t i = 0; i < n; ++i) test::encode_add(batch, ctx, a, y, b, elems);
+    batch.submit_and_wait();
+    total_s = std::chrono::duration<double>(clock::now() - t0).count();
+  }
+  std::printf("dispatch overhead (%u tiny dispatches into one buffer): %.2f us each end to end\n", n,
+              total_s / n * 1e6);
 }
 
 // The floors, over `bytes` of random data, median of 5 runs of 4 each: a buffer-to-buffer copy
