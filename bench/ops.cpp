@@ -149,9 +149,10 @@ double time_matmul(gpu::Context& ctx, std::span<const kernels::GpuWeight> copies
       per_submit, repeats);
 }
 
-// The fixed cost of one dispatch: a chain of `n` dependent 1024-element adds (each reads the previous
-// output), then `n` independent ones, then `n` that write one buffer. Reports the CPU time to encode one and the wall time per dispatch from the
-// first encode to the end of the GPU's work.
+// The fixed cost of one dispatch, three ways: a chain of `n` dependent 1024-element adds (each reads the previous
+// output), `n` independent ones (each into a buffer of its own: nothing orders them, so a GPU may run them side by
+// side) and `n` that all write one buffer (the same values: what a placeholder bound writable to every dispatch is).
+// Reports the CPU time to encode one and the wall time per dispatch from the first encode to the end of the GPU's work.
 void print_dispatch_overhead(gpu::Context& ctx, uint32_t n) {
   using clock = std::chrono::steady_clock;
   const uint32_t elems = 1024;
@@ -159,41 +160,33 @@ void print_dispatch_overhead(gpu::Context& ctx, uint32_t n) {
   auto y = ctx.upload<float>(ones, WGPUBufferUsage_Storage, "y");
   auto a = ctx.upload<float>(ones, WGPUBufferUsage_Storage, "a");
   auto b = ctx.create_buffer(elems * 4, WGPUBufferUsage_Storage, "b");
-  double encode_s = 0, total_s = 0;
-  for (int rep = 0; rep < 3; ++rep) {  // the first pass compiles the pipeline; keep the last
-    const auto t0 = clock::now();
-    gpu::ComputeBatch batch(ctx, "dispatch overhead");
-    for (uint32_t i = 0; i < n; ++i) test::encode_add(batch, ctx, i % 2 ? b : a, y, i % 2 ? a : b, elems);
-    const auto t1 = clock::now();
-    batch.submit_and_wait();
-    encode_s = std::chrono::duration<double>(t1 - t0).count();
-    total_s = std::chrono::duration<double>(clock::now() - t0).count();
-  }
-  std::printf("dispatch overhead (%u dependent tiny dispatches): encode %.2f us each (CPU), %.2f us each end to end\n",
-              n, encode_s / n * 1e6, total_s / n * 1e6);
-  // The same adds, each into a buffer of its own: no dispatch reads what another writes, so nothing orders them (an
-  // end-to-end time per dispatch below the dependent one means the GPU ran them side by side).
   std::vector<gpu::Buffer> outs;
   for (uint32_t i = 0; i < n; ++i) outs.push_back(ctx.create_buffer(elems * 4, WGPUBufferUsage_Storage, "out"));
-  for (int rep = 0; rep < 3; ++rep) {
-    const auto t0 = clock::now();
-    gpu::ComputeBatch batch(ctx, "dispatch overhead, independent");
-    for (uint32_t i = 0; i < n; ++i) test::encode_add(batch, ctx, a, y, outs[i], elems);
-    batch.submit_and_wait();
-    total_s = std::chrono::duration<double>(clock::now() - t0).count();
-  }
-  std::printf("dispatch overhead (%u independent tiny dispatches): %.2f us each end to end\n", n, total_s / n * 1e6);
-  // And each into the same buffer (the same values: what a placeholder bound writable to every dispatch is): whether
-  // a buffer written by both orders two dispatches that otherwise do not depend on each other.
-  for (int rep = 0; rep < 3; ++rep) {
-    const auto t0 = clock::now();
-    gpu::ComputeBatch batch(ctx, "dispatch overhead, one output");
-    for (uint32_t i = 0; i < n; ++i) test::encode_add(batch, ctx, a, y, b, elems);
-    batch.submit_and_wait();
-    total_s = std::chrono::duration<double>(clock::now() - t0).count();
-  }
-  std::printf("dispatch overhead (%u tiny dispatches into one buffer): %.2f us each end to end\n", n,
-              total_s / n * 1e6);
+  // (encode seconds, end-to-end seconds) per dispatch of add i = (in1, in2, out)(i), the last of three runs (the
+  // first compiles the pipeline)
+  auto time = [&](auto add) {
+    double encode_s = 0, total_s = 0;
+    for (int rep = 0; rep < 3; ++rep) {
+      const auto t0 = clock::now();
+      gpu::ComputeBatch batch(ctx, "dispatch overhead");
+      for (uint32_t i = 0; i < n; ++i) add(batch, i);
+      const auto t1 = clock::now();
+      batch.submit_and_wait();
+      encode_s = std::chrono::duration<double>(t1 - t0).count() / n;
+      total_s = std::chrono::duration<double>(clock::now() - t0).count() / n;
+    }
+    return std::pair{encode_s, total_s};
+  };
+  const auto dep = time([&](gpu::ComputeBatch& batch, uint32_t i) {
+    test::encode_add(batch, ctx, i % 2 ? b : a, y, i % 2 ? a : b, elems);
+  });
+  const auto ind =
+      time([&](gpu::ComputeBatch& batch, uint32_t i) { test::encode_add(batch, ctx, a, y, outs[i], elems); });
+  const auto one = time([&](gpu::ComputeBatch& batch, uint32_t) { test::encode_add(batch, ctx, a, y, b, elems); });
+  std::printf("dispatch overhead (%u dependent tiny dispatches): encode %.2f us each (CPU), %.2f us each end to end\n",
+              n, dep.first * 1e6, dep.second * 1e6);
+  std::printf("dispatch overhead (%u independent tiny dispatches): %.2f us each end to end\n", n, ind.second * 1e6);
+  std::printf("dispatch overhead (%u tiny dispatches into one buffer): %.2f us each end to end\n", n, one.second * 1e6);
 }
 
 // The floors, over `bytes` of random data, median of 5 runs of 4 each: a buffer-to-buffer copy
