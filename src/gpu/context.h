@@ -6,7 +6,6 @@
 #include <webgpu/webgpu.h>
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -175,11 +174,12 @@ class Context {
 
   // Compute pipelines, compiled once per key (pipelines.h). Shader errors throw ShaderError naming file:line.
   WGPUComputePipeline pipeline(const PipelineKey& key) { return pipelines_->get(key); }
-  // The same, found by what make()'s key is made of (a call site's name and its arguments; PipelineCache::get): for
+  // The same, found by what make()'s key is made of (a call site's name and its arguments; PipelineCache::find): for
   // the dispatches every decode step repeats.
-  WGPUComputePipeline pipeline(const char* site, std::span<const uint32_t> args,
-                               const std::function<PipelineKey()>& make) {
-    return pipelines_->get(site, args, make);
+  template <typename Make>
+  WGPUComputePipeline pipeline(const char* site, std::span<const uint32_t> args, Make&& make) {
+    if (WGPUComputePipeline found = pipelines_->find(site, args)) return found;
+    return pipelines_->insert(site, args, make());
   }
   // A pipeline's short name: its shader file(s) and entry point ("elementwise.wgsl:add"); "?" if not made here.
   std::string pipeline_name(WGPUComputePipeline pipeline) { return pipelines_->name(pipeline); }

@@ -118,16 +118,26 @@ size_t PipelineCache::ArgsHash::operator()(const ArgsKey& k) const {
   return size_t(h);
 }
 
-WGPUComputePipeline PipelineCache::get(const char* site, std::span<const uint32_t> args,
-                                       const std::function<PipelineKey()>& make) {
+PipelineCache::ArgsKey PipelineCache::args_key(const char* site, std::span<const uint32_t> args) {
   if (args.size() > kMaxArgs)
     throw InvalidArgument(std::string("pipeline arguments of ") + site + ": " + std::to_string(args.size()) +
                           ", more than " + std::to_string(kMaxArgs));
   ArgsKey k{site, uint32_t(args.size()), {}};
   std::copy(args.begin(), args.end(), k.args.begin());
+  return k;
+}
+
+WGPUComputePipeline PipelineCache::find(const char* site, std::span<const uint32_t> args) {
+  const ArgsKey k = args_key(site, args);
   std::lock_guard lock(mutex_);
-  if (auto it = by_args_.find(k); it != by_args_.end()) return it->second;
-  WGPUComputePipeline pipe = get_locked(make());
+  const auto it = by_args_.find(k);
+  return it == by_args_.end() ? nullptr : it->second;
+}
+
+WGPUComputePipeline PipelineCache::insert(const char* site, std::span<const uint32_t> args, const PipelineKey& key) {
+  const ArgsKey k = args_key(site, args);
+  std::lock_guard lock(mutex_);
+  WGPUComputePipeline pipe = get_locked(key);  // (one already made by its key string is found there)
   by_args_.emplace(k, pipe);
   return pipe;
 }

@@ -6,7 +6,6 @@
 
 #include <array>
 #include <cstdint>
-#include <functional>
 #include <map>
 #include <mutex>
 #include <span>
@@ -41,11 +40,13 @@ class PipelineCache {
   // Compiled once per key. Shader errors throw ShaderError naming file:line.
   WGPUComputePipeline get(const PipelineKey& key);
   // The same pipeline found by what its key is made of: `site`, a string naming the call site (told apart by its
-  // address: one per call site), and `args` (at most kMaxArgs values), everything the key that make() returns
-  // depends on besides the context. A dispatch that repeats then builds no prelude and no key string (a decode
-  // step's products spent 2.5 us of host work each on that; PERF.md).
+  // address: one per call site), and `args` (at most kMaxArgs values), everything its key depends on besides the
+  // context. Context::pipeline(site, args, make) finds it (nullptr: not made yet) and inserts a missing one with
+  // make()'s key, so a dispatch that repeats builds no prelude, no key string and no copy of make (a decode step's
+  // products spent 2.5 us of host work each on the first two; PERF.md).
   static constexpr size_t kMaxArgs = 24;
-  WGPUComputePipeline get(const char* site, std::span<const uint32_t> args, const std::function<PipelineKey()>& make);
+  WGPUComputePipeline find(const char* site, std::span<const uint32_t> args);
+  WGPUComputePipeline insert(const char* site, std::span<const uint32_t> args, const PipelineKey& key);
   // "elementwise.wgsl:add" for a pipeline made here; "?" otherwise.
   std::string name(WGPUComputePipeline pipeline);
   // Its key's detail ("" where none, or not made here).
@@ -63,6 +64,7 @@ class PipelineCache {
   struct ArgsHash {
     size_t operator()(const ArgsKey& k) const;
   };
+  static ArgsKey args_key(const char* site, std::span<const uint32_t> args);
   WGPUComputePipeline get_locked(const PipelineKey& key);
   Context& ctx_;
   std::mutex mutex_;
