@@ -71,6 +71,10 @@ struct LoadOptions {
   // own (ContextOptions::fuse_post_norms). Unset: on GPUs for gemma3 (Gemma 3 270M decodes 5-20 % faster on the
   // H200; Gemma 4's Q4_K_M 3-6 % slower), off otherwise and on CPU adapters (ModelInfo::fuse_post_norms).
   std::optional<bool> fuse_post_norms = std::nullopt;
+  // Decoding one sequence, the new token's per-head q/k norms, RoPE and KV append inside the attention dispatch
+  // (models with q/k norms: qwen3, gemma3, gemma4; ContextOptions::fuse_qk_norm): one dispatch fewer a layer, the same
+  // bits. Unset: on GPUs, off on CPU adapters (ModelInfo::fuse_qk_norm).
+  std::optional<bool> fuse_qk_norm = std::nullopt;
   // Called while weights upload: bytes done, bytes in all.
   std::function<void(uint64_t done, uint64_t total)> progress;
   // Called once the GGUF is parsed, before the adapter is opened and the weights upload: the tokenizer and chat
@@ -125,6 +129,7 @@ struct ModelInfo {
   uint32_t decode_gqa_from = 0;   // the depth from which decode attention runs per GQA group (LoadOptions'; resolved)
   bool int_dot = false;           // decoding takes the Q4_K FFN products on int8 digits (LoadOptions'; resolved)
   bool fuse_post_norms = false;   // decoding runs post norms in the next product's prologue (LoadOptions'; resolved)
+  bool fuse_qk_norm = false;      // decoding runs the q/k norms and the KV append in attention (LoadOptions'; resolved)
 };
 
 // Sampling, with llama.cpp's filters and order: repetition penalty, top-k, top-p, min-p, temperature; then a draw

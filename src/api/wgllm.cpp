@@ -117,6 +117,7 @@ void upload_impl(ModelAccess::Impl& m, const GgufFile& f, const LoadOptions& o) 
                                                              .delta_chunk_from = o.delta_chunk_from,
                                                              .int_dot = o.int_dot,
                                                              .fuse_post_norms = o.fuse_post_norms,
+                                                             .fuse_qk_norm = o.fuse_qk_norm,
                                                              .kernel_dir = o.kernel_dir,
                                                              .dump_shaders_dir = o.dump_shaders_dir,
                                                              .shader_checks = o.shader_checks});
@@ -134,6 +135,7 @@ void upload_impl(ModelAccess::Impl& m, const GgufFile& f, const LoadOptions& o) 
   i.decode_gqa_from = kernels::decode_gqa_from(*m.ctx);
   i.int_dot = int_dot_on(*m.ctx, m.gpu.config);
   i.fuse_post_norms = fuse_post_norms_on(*m.ctx, m.gpu.config);
+  i.fuse_qk_norm = fuse_qk_norm_on(*m.ctx, m.gpu.config);
   if (!o.n_ctx) {
     const ContextSize c = adapter_default_context(*m.ctx, m.gpu);
     i.n_ctx = c.n_ctx, i.n_ctx_capped = c.capped;

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -23,31 +24,60 @@ constexpr const char* kAttentionShader = "attention_common.wgsl+attention.wgsl";
 constexpr const char* kAttentionF16Shader = "attention_common.wgsl+attention_f16.wgsl";
 constexpr const char* kAttentionBaselineShader = "attention_common.wgsl+attention_baseline.wgsl";
 constexpr const char* kAttentionDecodeGqaShader = "attention_common.wgsl+attention.wgsl+attention_decode_gqa.wgsl";
+constexpr const char* kAttentionDecodeFreshShader =
+    "attention_common.wgsl+attention.wgsl+rope_angle.wgsl+qk_norm_rope.wgsl+attention_decode_fresh.wgsl";
 constexpr uint32_t kDecodeWorkgroup = 128;  // DEC_WG in attention.wgsl
 
-std::string kv_prelude_vec4(KvView view) {
+// The KV pools' bindings (attention_common.wgsl): read-only, or read-write for attention_decode_fresh.
+std::string kv_pools(bool writable) {
+  std::string s;
+  for (int i = 0; i < 4; ++i)
+    s += "@group(0) @binding(" + std::to_string(4 + i) + ") var<storage, " + (writable ? "read_write" : "read") +
+         "> pool" + std::to_string(i) + ": array<KvUnit>;\n";
+  return s;
+}
+
+// KvVec, 4 KV elements as the cache holds them, and kv_to_f32. For attention_decode_fresh.wgsl (`writable`: the pools
+// read-write, DEC_FRESH on) the new token's elements go through kv_stash (rounded to the cache's type as
+// qk_norm_rope_kv.wgsl rounds them, pack2x16float's pairs, kept as bits in a vec4<f32>), kv_unstash (their f32 values)
+// and kv_unit (the cache's unit). Bits, not values, sit in workgroup memory between the two: no compiler can fold the
+// rounding away.
+std::string kv_prelude_vec4(KvView view, bool writable = false) {
+  std::string s = kv_pools(writable) + "const DEC_FRESH: bool = " + (writable ? "true" : "false") + ";\n";
+  const std::string packed =
+      "fn kv_stash(x: vec4<f32>) -> vec4<f32> {\n"
+      "  return vec4<f32>(bitcast<f32>(pack2x16float(x.xy)), bitcast<f32>(pack2x16float(x.zw)), 0.0, 0.0);\n}\n"
+      "fn kv_unstash(s: vec4<f32>) -> vec4<f32> {\n"
+      "  return vec4<f32>(unpack2x16float(bitcast<u32>(s.x)), unpack2x16float(bitcast<u32>(s.y)));\n}\n";
   switch (view) {
     case KvView::F16:
-      return "enable f16;\nalias KvVec = vec4<f16>;\n"
-             "fn kv_to_f32(x: KvVec) -> vec4<f32> { return vec4<f32>(x); }\n";
+      return "enable f16;\nalias KvVec = vec4<f16>;\n" + s +
+             "fn kv_to_f32(x: KvVec) -> vec4<f32> { return vec4<f32>(x); }\n" + packed +
+             "fn kv_unit(s: vec4<f32>) -> KvVec { return KvVec(kv_unstash(s)); }\n";
     case KvView::PackedF16:
-      return "alias KvVec = vec2<u32>;\n"
-             "fn kv_to_f32(x: KvVec) -> vec4<f32> { return vec4<f32>(unpack2x16float(x.x), unpack2x16float(x.y)); }\n";
-    case KvView::F32: return "alias KvVec = vec4<f32>;\nfn kv_to_f32(x: KvVec) -> vec4<f32> { return x; }\n";
+      return "alias KvVec = vec2<u32>;\n" + s +
+             "fn kv_to_f32(x: KvVec) -> vec4<f32> { return vec4<f32>(unpack2x16float(x.x), unpack2x16float(x.y)); }\n" +
+             packed + "fn kv_unit(s: vec4<f32>) -> KvVec { return KvVec(bitcast<u32>(s.x), bitcast<u32>(s.y)); }\n";
+    case KvView::F32:
+      return "alias KvVec = vec4<f32>;\n" + s + "fn kv_to_f32(x: KvVec) -> vec4<f32> { return x; }\n" +
+             "fn kv_stash(x: vec4<f32>) -> vec4<f32> { return x; }\n" +
+             "fn kv_unstash(s: vec4<f32>) -> vec4<f32> { return s; }\n" +
+             "fn kv_unit(s: vec4<f32>) -> KvVec { return s; }\n";
   }
   return {};
 }
 
 std::string kv_prelude_scalar(KvView view) {
+  const std::string pools = kv_pools(false);
   switch (view) {
     case KvView::F16:
-      return "enable f16;\nalias KvWord = f16;\nfn kv_word_index(i: u32) -> u32 { return i; }\n"
+      return "enable f16;\nalias KvWord = f16;\n" + pools + "fn kv_word_index(i: u32) -> u32 { return i; }\n" +
              "fn kv_word_value(w: KvWord, i: u32) -> f32 { return f32(w); }\n";
     case KvView::PackedF16:
-      return "alias KvWord = u32;\nfn kv_word_index(i: u32) -> u32 { return i >> 1u; }\n"
+      return "alias KvWord = u32;\n" + pools + "fn kv_word_index(i: u32) -> u32 { return i >> 1u; }\n" +
              "fn kv_word_value(w: KvWord, i: u32) -> f32 { return unpack2x16float(w)[i & 1u]; }\n";
     case KvView::F32:
-      return "alias KvWord = f32;\nfn kv_word_index(i: u32) -> u32 { return i; }\n"
+      return "alias KvWord = f32;\n" + pools + "fn kv_word_index(i: u32) -> u32 { return i; }\n" +
              "fn kv_word_value(w: KvWord, i: u32) -> f32 { return w; }\n";
   }
   return {};
@@ -68,10 +98,12 @@ WGPUComputePipeline decode_pipeline(gpu::Context& ctx, const char* entry, KvView
                                     uint32_t group = 0) {
   static_assert(sizeof(AttentionTiles) == 28, "a new field: add it to the arguments below");
   const uint32_t args[] = {uint32_t(view), t.bq, t.bk, t.tpr, t.dv, t.wg, t.rpt, t.dec_tpk, group};
+  const bool fresh = std::string_view(entry) == "attention_decode_fresh";
   return ctx.pipeline(entry, args, [&] {
-    std::string prelude = kv_prelude_vec4(view) + tile_prelude(t);
+    std::string prelude = kv_prelude_vec4(view, fresh) + tile_prelude(t);
     if (group) prelude += "const GQ: u32 = " + std::to_string(group) + "u;\n";
-    return gpu::PipelineKey{group ? kAttentionDecodeGqaShader : kAttentionShader, entry, {}, prelude};
+    const char* shader = fresh ? kAttentionDecodeFreshShader : group ? kAttentionDecodeGqaShader : kAttentionShader;
+    return gpu::PipelineKey{shader, entry, {}, prelude};
   });
 }
 
@@ -169,7 +201,7 @@ std::string f16_prelude(const AttentionF16Tiles& t, uint32_t head_dim) {
                                     {"NLQ", (t.bq * hd8 + wg - 1) / wg},
                                     {"NLK", (t.bk * hd8 + wg - 1) / wg}})
     s += std::string("const ") + name + ": u32 = " + std::to_string(value) + "u;\n";
-  return s;
+  return s + kv_pools(false);
 }
 
 // Auto picks the f16 kernel for this call (on a GPU): it runs with its default tile, and head_dim is 64 or 128,
@@ -544,10 +576,27 @@ uint64_t attention_decode_scratch_bytes(const AttentionShape& s, uint32_t n_spli
   return uint64_t(s.n_queries) * s.n_heads * n_splits * (s.head_dim / 4 + 1) * 16;
 }
 
-void encode_attention_decode(gpu::ComputeBatch& batch, gpu::Context& ctx, const AttentionShape& shape_in,
-                             const gpu::Buffer& q, const KvCache& kv, const gpu::Buffer& out,
-                             const gpu::Buffer* scratch, uint32_t n_splits, DecodeKernel kernel) {
-  const char* fn = "encode_attention_decode";
+namespace {
+
+// The FreshParams of attention_decode_fresh.wgsl.
+struct FreshParams {
+  uint32_t rope_dim, neox, norm, v_norm;
+  float eps;
+  uint32_t kv_base, pad[2];
+};
+static_assert(sizeof(FreshParams) == 32);
+
+// Workgroup memory of attention_decode_fresh: attention_decode's (dq, dprob, dred, dacc) and qk_norm_rope.wgsl's
+// three head slots and its tree.
+uint64_t decode_fresh_storage(const AttentionTiles& t, uint32_t head_dim) {
+  const uint64_t threads = 128ull * t.dec_tpk;
+  return head_dim * 4ull + 128 * 4 + threads + threads * 16 + 3ull * head_dim * 4 + 128 * 16;
+}
+
+// encode_attention_decode, and with `fresh` (one query, PerHead) encode_attention_decode_fresh.
+void encode_decode(const char* fn, gpu::ComputeBatch& batch, gpu::Context& ctx, const AttentionShape& shape_in,
+                   const gpu::Buffer& q, const KvCache& kv, const gpu::Buffer& out, const gpu::Buffer* scratch,
+                   uint32_t n_splits, DecodeKernel kernel, const FreshToken* fresh) {
   const AttentionShape s = validate(fn, ctx, shape_in, q, kv, out);
   if (kernel == DecodeKernel::Grouped && !tiled_possible(ctx, s))
     fail(fn, "the grouped decode kernel needs subgroups and head_dim / strides that are multiples of 4");
@@ -573,8 +622,9 @@ void encode_attention_decode(gpu::ComputeBatch& batch, gpu::Context& ctx, const 
   const AttentionTiles tiles = attention_tiles(s.head_dim, ctx.limits());
   // Grouped: a workgroup per `group` query heads of one kv head (attention_decode_gqa.wgsl)
   const uint32_t group = grouped ? attention_decode_group(ctx, s) : 1;
-  WGPUComputePipeline decode = grouped ? decode_pipeline(ctx, "attention_decode_gqa", view, tiles, group)
-                                       : decode_pipeline(ctx, "attention_decode", view, tiles);
+  WGPUComputePipeline decode = fresh     ? decode_pipeline(ctx, "attention_decode_fresh", view, tiles)
+                               : grouped ? decode_pipeline(ctx, "attention_decode_gqa", view, tiles, group)
+                                         : decode_pipeline(ctx, "attention_decode", view, tiles);
   WGPUComputePipeline reduce = decode_pipeline(ctx, "attention_decode_reduce", view, tiles);
   const uint32_t q_dim = s.n_heads * s.head_dim;
   // Without a split the partials binding is unused; a small placeholder keeps it valid.
@@ -592,8 +642,27 @@ void encode_attention_decode(gpu::ComputeBatch& batch, gpu::Context& ctx, const 
     const gpu::BufferBinding params = batch.uniform(0, p);
     auto bindings = kernel_bindings(ctx, s, params, q, qw, out, ow, kv);
     bindings.push_back({8, &partials});
-    // the grouped kernel reads no per-query table (binding 9)
-    if (!grouped) bindings.push_back({9, &ctx.placeholder_storage(), 0, 16});
+    if (fresh) {
+      // the token's k and v rows, the norms and the RoPE table (qk_norm_rope.wgsl's bindings 13-15)
+      const uint32_t kv_dim = s.n_kv_heads * s.head_dim, rope_dim = fresh->rope_dim ? fresh->rope_dim : s.head_dim;
+      const uint64_t kv_bytes = (uint64_t(s.row) + 1) * kv_dim * 4, norm_bytes = fresh->q_norm ? s.head_dim * 4ull : 16;
+      const FreshParams fp{.rope_dim = rope_dim,
+                           .neox = fresh->type == RopeType::Neox ? 1u : 0u,
+                           .norm = fresh->q_norm ? 1u : 0u,
+                           .v_norm = fresh->v_norm ? 1u : 0u,
+                           .eps = fresh->eps,
+                           .kv_base = s.row * kv_dim,
+                           .pad = {}};
+      const gpu::Buffer& none = ctx.placeholder_storage();
+      bindings.push_back({11, fresh->k, 0, kv_bytes});
+      bindings.push_back({12, fresh->v, 0, kv_bytes});
+      bindings.push_back({13, fresh->table, 0, uint64_t(rope_dim / 2) * 16});
+      bindings.push_back({14, fresh->q_norm ? fresh->q_norm : &none, 0, norm_bytes});
+      bindings.push_back({15, fresh->k_norm ? fresh->k_norm : &none, 0, norm_bytes});
+      bindings.push_back(batch.uniform(16, fp));
+    } else if (!grouped) {
+      bindings.push_back({9, &ctx.placeholder_storage(), 0, 16});  // the grouped kernel reads no per-query table
+    }
     batch.dispatch(decode, bindings, n_splits, s.n_heads / group, count);
     if (n_splits > 1) {
       const gpu::BufferBinding reduce_bindings[] = {
@@ -601,6 +670,53 @@ void encode_attention_decode(gpu::ComputeBatch& batch, gpu::Context& ctx, const 
       batch.dispatch(reduce, reduce_bindings, s.n_heads, count);
     }
   });
+}
+
+}  // namespace
+
+void encode_attention_decode(gpu::ComputeBatch& batch, gpu::Context& ctx, const AttentionShape& shape,
+                             const gpu::Buffer& q, const KvCache& kv, const gpu::Buffer& out,
+                             const gpu::Buffer* scratch, uint32_t n_splits, DecodeKernel kernel) {
+  encode_decode("encode_attention_decode", batch, ctx, shape, q, kv, out, scratch, n_splits, kernel, nullptr);
+}
+
+bool attention_decode_takes_fresh(const gpu::Context& ctx, const AttentionShape& shape) {
+  AttentionShape s = shape;
+  const uint32_t q_dim = s.n_heads * s.head_dim;
+  if (s.q_stride == 0) s.q_stride = q_dim;
+  if (s.out_stride == 0) s.out_stride = q_dim;
+  if (s.n_queries != 1 || !tiled_possible(ctx, s) || s.head_dim > kMaxHeadDim) return false;
+  if (resolve_decode_kernel(ctx, s, DecodeKernel::Auto) != DecodeKernel::PerHead) return false;
+  const AttentionTiles t = attention_tiles(s.head_dim, ctx.limits());
+  // the new K and V rows wait in dacc (128 * DEC_TPK vec4)
+  return s.head_dim / 2 <= 128 * t.dec_tpk &&
+         decode_fresh_storage(t, s.head_dim) <= ctx.limits().maxComputeWorkgroupStorageSize;
+}
+
+void encode_attention_decode_fresh(gpu::ComputeBatch& batch, gpu::Context& ctx, const AttentionShape& shape,
+                                   const gpu::Buffer& q, const FreshToken& fresh, KvCache& kv, const gpu::Buffer& out,
+                                   const gpu::Buffer* scratch) {
+  const char* fn = "encode_attention_decode_fresh";
+  if (!attention_decode_takes_fresh(ctx, shape))
+    fail(fn, "needs one query, the per-head decode kernel at this depth, subgroups and head_dim % 4 == 0");
+  if (!fresh.k || !fresh.v || !fresh.table) fail(fn, "fresh.k, fresh.v and fresh.table are required");
+  if ((fresh.q_norm == nullptr) != (fresh.k_norm == nullptr)) fail(fn, "fresh.q_norm and fresh.k_norm go together");
+  if (fresh.k->get() == q.get() || fresh.v->get() == q.get()) fail(fn, "q must be another buffer than k and v");
+  if (!(fresh.eps > 0)) fail(fn, "eps must be > 0");
+  const uint32_t rope_dim = fresh.rope_dim ? fresh.rope_dim : shape.head_dim;
+  if (rope_dim % 2 || rope_dim > shape.head_dim)
+    fail(fn,
+         "rope_dim " + std::to_string(rope_dim) + " must be even and <= head_dim " + std::to_string(shape.head_dim));
+  const uint64_t kv_bytes = (uint64_t(shape.row) + 1) * shape.n_kv_heads * shape.head_dim * 4;
+  if (kv_bytes / 4 > UINT32_MAX) fail(fn, "rows exceed 32-bit element offsets");
+  detail::need(fn, "k", *fresh.k, kv_bytes, ctx);
+  detail::need(fn, "v", *fresh.v, kv_bytes, ctx);
+  detail::need(fn, "table", *fresh.table, uint64_t(rope_dim / 2) * 16, ctx);
+  if (fresh.q_norm) {
+    detail::need(fn, "q_norm", *fresh.q_norm, uint64_t(shape.head_dim) * 4, ctx);
+    detail::need(fn, "k_norm", *fresh.k_norm, uint64_t(shape.head_dim) * 4, ctx);
+  }
+  encode_decode(fn, batch, ctx, shape, q, kv, out, scratch, 0, DecodeKernel::PerHead, &fresh);
 }
 
 namespace {

@@ -8,6 +8,7 @@
 
 #include "gpu/batch.h"
 #include "kernels/kv_cache.h"
+#include "kernels/rope.h"
 
 namespace wgllm::kernels {
 
@@ -148,6 +149,30 @@ void encode_attention_decode(gpu::ComputeBatch& batch, gpu::Context& ctx, const 
                              const gpu::Buffer& q, const KvCache& kv, const gpu::Buffer& out,
                              const gpu::Buffer* scratch, uint32_t n_splits = 0,
                              DecodeKernel kernel = DecodeKernel::Auto);
+// The new token of a decode step as the q/k/v products wrote it, for the decode attention to normalise, rotate and
+// append itself (attention_decode_fresh.wgsl): encode_qk_norm_rope_kv's work inside the attention dispatch, with the
+// same bits. Buffers as encode_qk_norm_rope_kv takes them, the token in row shape.row of q, k and v.
+struct FreshToken {
+  const gpu::Buffer* k = nullptr;       // [row + 1][n_kv_heads * head_dim] f32
+  const gpu::Buffer* v = nullptr;       // likewise
+  const gpu::Buffer* q_norm = nullptr;  // [head_dim] f32; with k_norm, nullptr for RoPE alone
+  const gpu::Buffer* k_norm = nullptr;
+  const gpu::Buffer* table = nullptr;  // upload_rope_table(rope_dim)
+  uint32_t rope_dim = 0;               // 0 = head_dim
+  RopeType type = RopeType::Normal;
+  float eps = 1e-6f;
+  bool v_norm = false;  // v's heads RMS-normalised (no gain) before they go into the cache
+};
+// Whether encode_attention_decode_fresh runs this call on ctx: one query, the per-head kernel (Auto resolved by
+// depth; Grouped calls keep the separate dispatch), subgroups, and the workgroup memory the adapter allows.
+bool attention_decode_takes_fresh(const gpu::Context& ctx, const AttentionShape& shape);
+// encode_attention_decode for one query (shape.n_queries == 1) that first makes the token's q, K and V from `fresh`
+// (the per-head norms, RoPE, v's norm) and writes its K and V rows into `kv` at its position: what
+// encode_qk_norm_rope_kv followed by encode_attention_decode do, in one dispatch and with the same bits. q holds the
+// products' q, unchanged by the call. Throws InvalidArgument where attention_decode_takes_fresh is false.
+void encode_attention_decode_fresh(gpu::ComputeBatch& batch, gpu::Context& ctx, const AttentionShape& shape,
+                                   const gpu::Buffer& q, const FreshToken& fresh, KvCache& kv, const gpu::Buffer& out,
+                                   const gpu::Buffer* scratch);
 // The split-K factor n_splits = 0 picks for `kernel` (PerHead or Grouped; Auto counts as PerHead).
 uint32_t attention_decode_splits(const AttentionShape& shape, const KvCache& kv,
                                  DecodeKernel kernel = DecodeKernel::PerHead);

@@ -244,13 +244,32 @@ fn attention_decode(@builtin(workgroup_id) wid: vec3<u32>,
   let head = wid.y;
   let q_local = wid.z;
   if (head >= p.n_heads || q_local >= p.n_queries || split >= p.n_splits) { return; }
-  let kvh = head / (p.n_heads / p.n_kv_heads);
   var pos = p.start_pos + p.q_base + q_local;
   var page_base = 0u;
   if (p.per_query != 0u) {
     pos = queries[q_local].x;
     page_base = queries[q_local].y;
   }
+  if (tid < HD4) {
+    dq[tid] = q[(p.q_offset + q_local * p.q_stride) / 4u + head * HD4 + tid] * p.scale;
+  }
+  workgroupBarrier();
+  decode_keys(split, head, q_local, pos, page_base, tid, sg_size, sg_lane, NO_FRESH);
+}
+
+const NO_FRESH: u32 = 0xffffffffu;  // no key (positions stay below max_seq)
+
+// Key `fresh`'s K (dacc[c]) or V (dacc[HD4 + c], kv_stash's bits) where a DEC_FRESH kernel holds the new token
+// itself, else x.
+fn fresh_or(x: vec4<f32>, t: u32, fresh: u32, at: u32) -> vec4<f32> {
+  return select(x, kv_unstash(dacc[at]), DEC_FRESH && t == fresh);
+}
+
+// The split-K walk of one (split, head, query) at position pos (its pages from page_base) once dq holds the scaled
+// q. With DEC_FRESH, key `fresh` is read from dacc[0, HD4) (K) and dacc[HD4, 2 HD4) (V), not from the pools.
+fn decode_keys(split: u32, head: u32, q_local: u32, pos: u32, page_base: u32, tid: u32, sg_size: u32, sg_lane: u32,
+               fresh: u32) {
+  let kvh = head / (p.n_heads / p.n_kv_heads);
   let window = min(pos + 1u, p.max_seq);
   let lo = first_key(pos);
   let k_begin = min(lo / DEC_WG * DEC_WG + split * p.split_len, window);
@@ -262,11 +281,6 @@ fn attention_decode(@builtin(workgroup_id) wid: vec3<u32>,
   let slice = tid / HD4;
   let kt = tid / DEC_TPK;    // the key of a tile this thread scores
   let part = tid % DEC_TPK;  // its share of the key's columns
-
-  if (tid < HD4) {
-    dq[tid] = q[(p.q_offset + q_local * p.q_stride) / 4u + head * HD4 + tid] * p.scale;
-  }
-  workgroupBarrier();
 
   var m = NEG_BIG;
   var l = 0.0;
@@ -280,7 +294,9 @@ fn attention_decode(@builtin(workgroup_id) wid: vec3<u32>,
     if (live) {
       //#unroll! P 4
       if (loc.x == $P) {
-        for (var c = part; c < HD4; c += DEC_TPK) { acc += dot(dq[c], kv_to_f32(pool$P[row + c])); }
+        for (var c = part; c < HD4; c += DEC_TPK) {
+          acc += dot(dq[c], fresh_or(kv_to_f32(pool$P[row + c]), t, fresh, c));
+        }
       }
       //#end
     }
@@ -317,13 +333,15 @@ fn attention_decode(@builtin(workgroup_id) wid: vec3<u32>,
         // four keys per step: four independent loads in flight
         var j = slice;
         for (; j + 3u * DKS < n; j += 4u * DKS) {
-          let v0 = kv_to_f32(pool$P[v_col + j * vs]);
-          let v1 = kv_to_f32(pool$P[v_col + (j + DKS) * vs]);
-          let v2 = kv_to_f32(pool$P[v_col + (j + 2u * DKS) * vs]);
-          let v3 = kv_to_f32(pool$P[v_col + (j + 3u * DKS) * vs]);
+          let v0 = fresh_or(kv_to_f32(pool$P[v_col + j * vs]), kb + j, fresh, HD4 + col);
+          let v1 = fresh_or(kv_to_f32(pool$P[v_col + (j + DKS) * vs]), kb + j + DKS, fresh, HD4 + col);
+          let v2 = fresh_or(kv_to_f32(pool$P[v_col + (j + 2u * DKS) * vs]), kb + j + 2u * DKS, fresh, HD4 + col);
+          let v3 = fresh_or(kv_to_f32(pool$P[v_col + (j + 3u * DKS) * vs]), kb + j + 3u * DKS, fresh, HD4 + col);
           o += dprob[j] * v0 + dprob[j + DKS] * v1 + dprob[j + 2u * DKS] * v2 + dprob[j + 3u * DKS] * v3;
         }
-        for (; j < n; j += DKS) { o += dprob[j] * kv_to_f32(pool$P[v_col + j * vs]); }
+        for (; j < n; j += DKS) {
+          o += dprob[j] * fresh_or(kv_to_f32(pool$P[v_col + j * vs]), kb + j, fresh, HD4 + col);
+        }
       }
       //#end
     }

@@ -27,10 +27,8 @@ struct AttentionParams {
 
 @group(0) @binding(0) var<uniform> p: AttentionParams;
 @group(0) @binding(3) var<storage, read> page_table: array<u32>;
-@group(0) @binding(4) var<storage, read> pool0: array<KvUnit>;
-@group(0) @binding(5) var<storage, read> pool1: array<KvUnit>;
-@group(0) @binding(6) var<storage, read> pool2: array<KvUnit>;
-@group(0) @binding(7) var<storage, read> pool3: array<KvUnit>;
+// Bindings 4-7, pool0 .. pool3 (array<KvUnit>): declared by the host's prelude, read-only, or read-write for the
+// decode that appends the new token itself (attention_decode_fresh.wgsl).
 
 const NEG_BIG: f32 = -3.402823e+38;
 

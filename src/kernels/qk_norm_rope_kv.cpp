@@ -11,6 +11,8 @@ using detail::need;
 
 namespace {
 
+constexpr const char* kShader = "rope_angle.wgsl+qk_norm_rope.wgsl+qk_norm_rope_kv.wgsl";
+
 // The checks both encoders share, for `rows` tokens (rows 0 .. rows - 1 of q, k, v), and the parameters without the
 // position and cache offsets. Returns them with the byte sizes of the q, k / v and norm bindings.
 struct Checked {
@@ -73,10 +75,11 @@ void encode_qk_norm_rope_kv(gpu::ComputeBatch& batch, gpu::Context& ctx, const Q
   c.p.kv_k_off = uint32_t(at.k_elem);
   c.p.kv_v_off = uint32_t(at.v_elem);
   c.p.row = s.row;
-  WGPUComputePipeline pipe = ctx.pipeline({"rope_angle.wgsl+qk_norm_rope_kv.wgsl", "qk_norm_rope_kv", {}, ""});
-  const gpu::BufferBinding b[] = {
-      batch.uniform(0, c.p),  {1, &table, 0, c.table_bytes}, {2, &q, 0, c.q_bytes},         {3, &k, 0, c.kv_bytes},
-      {4, &v, 0, c.kv_bytes}, {5, &q_norm, 0, c.norm_bytes}, {6, &k_norm, 0, c.norm_bytes}, {7, &kv.pool(at.pool)}};
+  WGPUComputePipeline pipe = ctx.pipeline({kShader, "qk_norm_rope_kv", {}, ""});
+  const gpu::BufferBinding b[] = {batch.uniform(0, c.p),          {2, &q, 0, c.q_bytes},
+                                  {3, &k, 0, c.kv_bytes},         {4, &v, 0, c.kv_bytes},
+                                  {7, &kv.pool(at.pool)},         {13, &table, 0, c.table_bytes},
+                                  {14, &q_norm, 0, c.norm_bytes}, {15, &k_norm, 0, c.norm_bytes}};
   batch.dispatch(pipe, b, s.n_head + 2 * s.n_kv);
 }
 
@@ -92,11 +95,16 @@ void encode_qk_norm_rope_kv_rows(gpu::ComputeBatch& batch, gpu::Context& ctx, co
     fail(fn, "the cache pool is too large for 32-bit element offsets");
   need(fn, "rows", rows, uint64_t(n) * 16, ctx);
   const Checked c = check(fn, ctx, s, n, table, q, k, v, q_norm, k_norm, cache);
-  WGPUComputePipeline pipe = ctx.pipeline({"rope_angle.wgsl+qk_norm_rope_kv.wgsl", "qk_norm_rope_kv_rows", {}, ""});
-  const gpu::BufferBinding b[] = {
-      batch.uniform(0, c.p),         {1, &table, 0, c.table_bytes}, {2, &q, 0, c.q_bytes},
-      {3, &k, 0, c.kv_bytes},        {4, &v, 0, c.kv_bytes},        {5, &q_norm, 0, c.norm_bytes},
-      {6, &k_norm, 0, c.norm_bytes}, {7, &cache.pool(0)},           {8, &rows, 0, uint64_t(n) * 16}};
+  WGPUComputePipeline pipe = ctx.pipeline({kShader, "qk_norm_rope_kv_rows", {}, ""});
+  const gpu::BufferBinding b[] = {batch.uniform(0, c.p),
+                                  {2, &q, 0, c.q_bytes},
+                                  {3, &k, 0, c.kv_bytes},
+                                  {4, &v, 0, c.kv_bytes},
+                                  {7, &cache.pool(0)},
+                                  {8, &rows, 0, uint64_t(n) * 16},
+                                  {13, &table, 0, c.table_bytes},
+                                  {14, &q_norm, 0, c.norm_bytes},
+                                  {15, &k_norm, 0, c.norm_bytes}};
   batch.dispatch(pipe, b, s.n_head + 2 * s.n_kv, n);
 }
 

@@ -1,6 +1,6 @@
 // Decode (one token) for models with per-head q/k RMSNorm (qwen3), in one dispatch instead of four:
 // each q and k head is RMS-normalised (times q_norm / k_norm), rotated (RoPE, normal or neox, the
-// first rope_dim dims; angles from rope_angle.wgsl, compiled first), q written back in place and k
+// first rope_dim dims; the arithmetic from qk_norm_rope.wgsl, compiled first), q written back in place and k
 // written into the KV cache; v heads are copied into the cache (with v_norm RMS-normalised first, no gain: Gemma 4).
 // One workgroup per head: heads [0, n_head) are q, [n_head, n_head + n_kv) k, the rest v. The cache pool holding
 // position pos is bound as `kv`, its K row at element kv_k_off and V row at kv_v_off (kv_cache.h).
@@ -13,18 +13,15 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> turns: array<vec4<f32>>;  // [rope_dim / 2] (hi, mid, lo, 0)
 @group(0) @binding(2) var<storage, read_write> q: array<f32>;      // [row + 1][n_head * head_dim]
 @group(0) @binding(3) var<storage, read> k: array<f32>;            // [row + 1][n_kv * head_dim]
 @group(0) @binding(4) var<storage, read> v: array<f32>;            // [row + 1][n_kv * head_dim]
-@group(0) @binding(5) var<storage, read> q_norm: array<f32>;       // [head_dim]
-@group(0) @binding(6) var<storage, read> k_norm: array<f32>;       // [head_dim]
 @group(0) @binding(7) var<storage, read_write> kv: array<u32>;     // the cache pool
+// bindings 13-15 (the RoPE table, q_norm, k_norm): qk_norm_rope.wgsl
 
-const WG: u32 = 128u;
-const MAX_HEAD_DIM: u32 = 512u;
-var<workgroup> row: array<f32, MAX_HEAD_DIM>;  // the head, normalised, then rotated
-var<workgroup> red: array<f32, WG>;
+const WG: u32 = NR_WG;
+const NR_MAX: u32 = 512u;  // the longest head
+const NR_SLOTS: u32 = 1u;
 
 // K or V element e (of n_kv * head_dim) pair (e, e + 1) into the cache row starting at element `at`.
 fn store_pair(at: u32, e: u32, a: f32, b: f32) {
@@ -51,17 +48,6 @@ fn qk_norm_rope_kv_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_in
   head(wid.x, lid, wid.y, r.x, r.y, r.z);
 }
 
-// The sum over the workgroup of each thread's ss (every thread gets it).
-fn workgroup_sum(lid: u32, ss: f32) -> f32 {
-  red[lid] = ss;
-  workgroupBarrier();
-  for (var s = WG / 2u; s > 0u; s >>= 1u) {
-    if (lid < s) { red[lid] += red[lid + s]; }
-    workgroupBarrier();
-  }
-  return red[0];
-}
-
 // Head h of the token in row `tok` of q, k, v at position `pos`; its K and V rows start at elements k_off and v_off
 // of the pool. A workgroup's h is uniform, so every barrier below is reached by all of its threads or none.
 fn head(h: u32, lid: u32, tok: u32, pos: u32, k_off: u32, v_off: u32) {
@@ -74,7 +60,7 @@ fn head(h: u32, lid: u32, tok: u32, pos: u32, k_off: u32, v_off: u32) {
     if (p.v_norm != 0u) {
       var ss = 0.0;
       for (var i = lid; i < hd; i += WG) { ss += v[base + i] * v[base + i]; }
-      inv = inverseSqrt(workgroup_sum(lid, ss) / f32(hd) + p.eps);
+      inv = inverseSqrt(nr_sums(lid, vec4<f32>(ss, 0.0, 0.0, 0.0)).x / f32(hd) + p.eps);
     }
     for (var w = lid; w < hd / 2u; w += WG) {
       store_pair(v_off, base - kv_row + 2u * w, v[base + 2u * w] * inv, v[base + 2u * w + 1u] * inv);
@@ -86,51 +72,21 @@ fn head(h: u32, lid: u32, tok: u32, pos: u32, k_off: u32, v_off: u32) {
   var ss = 0.0;
   for (var i = lid; i < hd; i += WG) {
     let x = select(k[kv_row + base + i], q[q_row + base + i], is_q);
-    row[i] = x;
+    nr_row[i] = x;
     ss += x * x;
   }
-  let total = workgroup_sum(lid, ss);
+  let total = nr_sums(lid, vec4<f32>(ss, 0.0, 0.0, 0.0)).x;
   let normed = p.norm != 0u;  // off: RoPE and the append alone (models without q/k norms)
   let inv = select(1.0, inverseSqrt(total / f32(hd) + p.eps), normed);
-  // Pair j: j < rope_dim / 2 rotates (2j, 2j + 1) (normal) or (j, j + rope_dim / 2) (neox) by frequency j;
-  // the rest, (rope_dim + 2m, rope_dim + 2m + 1), only get the norm. Each element belongs to one pair.
-  let half = p.rope_dim / 2u;
-  var r0: array<f32, 4>;  // this thread's results: up to 2 pairs (head_dim <= 2 * 2 * WG)
-  var i0s: array<u32, 4>;
-  var n = 0u;
-  for (var j = lid; j < hd / 2u; j += WG) {
-    var i0 = half * 2u + 2u * (j - half);
-    var i1 = i0 + 1u;
-    if (j < half) {
-      i0 = select(2u * j, j, p.neox != 0u);
-      i1 = select(2u * j + 1u, j + half, p.neox != 0u);
-    }
-    var w0 = 1.0;
-    var w1 = 1.0;
-    if (normed) {
-      w0 = select(k_norm[i0], q_norm[i0], is_q);
-      w1 = select(k_norm[i1], q_norm[i1], is_q);
-    }
-    var a = row[i0] * inv * w0;
-    var b = row[i1] * inv * w1;
-    if (j < half) {
-      let cs = rope_cos_sin(turns[j], pos);
-      let ra = a * cs.x - b * cs.y;
-      b = a * cs.y + b * cs.x;
-      a = ra;
-    }
-    r0[n] = a;
-    r0[n + 1u] = b;
-    i0s[n] = i0;
-    i0s[n + 1u] = i1;
-    n += 2u;
-  }
-  workgroupBarrier();  // every row[] read above
-  for (var m = 0u; m < n; m += 1u) { row[i0s[m]] = r0[m]; }
+  let pairs = nr_pairs(0u, lid, hd, p.rope_dim, p.neox != 0u, pos, inv, select(0u, select(2u, 1u, is_q), normed));
+  workgroupBarrier();  // every nr_row read above
+  nr_store(0u, pairs);
   workgroupBarrier();
   if (is_q) {
-    for (var i = lid; i < hd; i += WG) { q[q_row + base + i] = row[i]; }
+    for (var i = lid; i < hd; i += WG) { q[q_row + base + i] = nr_row[i]; }
   } else {
-    for (var w = lid; w < hd / 2u; w += WG) { store_pair(k_off, base + 2u * w, row[2u * w], row[2u * w + 1u]); }
+    for (var w = lid; w < hd / 2u; w += WG) {
+      store_pair(k_off, base + 2u * w, nr_row[2u * w], nr_row[2u * w + 1u]);
+    }
   }
 }

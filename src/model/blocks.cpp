@@ -183,6 +183,14 @@ void encode_attention(const LayerStep& s) {
                                         .bias = optional(L.bqkv),
                                         .norm = &L.attn_norm,
                                         .eps = c.rms_eps};
+  const kernels::AttentionShape shape{.n_heads = c.n_head,
+                                      .n_kv_heads = c.n_head_kv,
+                                      .head_dim = c.head_dim,
+                                      .n_queries = n,
+                                      .start_pos = pos,
+                                      .scale = c.attention_scale(),
+                                      .window = c.layer_window(s.layer),
+                                      .sinks = optional(L.attn_sinks)};
   if (n == 1 && (s.decode_qkv == DecodeQkv::FusedRopeAppend || s.decode_qkv == DecodeQkv::FusedTwoTypes)) {
     flush_pending_norm(s);
     // q = rope(rms_norm(x) @ wq), k = rope(rms_norm(x) @ wk) and v = rms_norm(x) @ wv (+ biases), k and v written
@@ -209,16 +217,29 @@ void encode_attention(const LayerStep& s) {
     const bool qk_norm_fused = s.decode_qkv == DecodeQkv::QkNormRopeAppend || s.decode_qkv == DecodeQkv::QkNormTwoTypes;
     encode_qkv_products(batch, s.ctx, c, L, b.x, b.q, b.k, b.v, n, kernels::MatmulImpl::Auto, &b,
                         n == 1 && s.decode_qkv == DecodeQkv::QkNormTwoTypes);
+    if (n == 1 && qk_norm_fused && fuse_qk_norm_on(s.ctx, c) && kernels::attention_decode_takes_fresh(s.ctx, shape)) {
+      // qwen3 and gemma3 decoding: the q/k norms, RoPE, the KV append and attention in one dispatch
+      const kernels::FreshToken fresh{.k = &b.k,
+                                      .v = &b.v,
+                                      .q_norm = &L.q_norm,
+                                      .k_norm = &L.k_norm,
+                                      .table = &rope_table,
+                                      .rope_dim = c.rope_dim,
+                                      .type = c.rope_type,
+                                      .eps = c.rms_eps};
+      kernels::encode_attention_decode_fresh(batch, s.ctx, shape, b.q, fresh, kv, b.attn, &b.decode_scratch);
+      return;
+    }
     if (n == 1 && qk_norm_fused) {
       // qwen3 decoding: the per-head q/k norm, RoPE and the KV append in one dispatch
-      const kernels::QkNormRopeKvShape shape{.n_head = c.n_head,
-                                             .n_kv = c.n_head_kv,
-                                             .head_dim = c.head_dim,
-                                             .rope_dim = c.rope_dim,
-                                             .type = c.rope_type,
-                                             .pos = pos,
-                                             .eps = c.rms_eps};
-      kernels::encode_qk_norm_rope_kv(batch, s.ctx, shape, rope_table, b.q, b.k, b.v, L.q_norm, L.k_norm, kv);
+      const kernels::QkNormRopeKvShape qk{.n_head = c.n_head,
+                                          .n_kv = c.n_head_kv,
+                                          .head_dim = c.head_dim,
+                                          .rope_dim = c.rope_dim,
+                                          .type = c.rope_type,
+                                          .pos = pos,
+                                          .eps = c.rms_eps};
+      kernels::encode_qk_norm_rope_kv(batch, s.ctx, qk, rope_table, b.q, b.k, b.v, L.q_norm, L.k_norm, kv);
     } else {
       if (c.qk_norm) {  // qwen3: RMSNorm of every q and k head, in place
         kernels::encode_rms_norm(batch, s.ctx, b.q, L.q_norm, b.q, n * c.n_head, c.head_dim, c.rms_eps);
@@ -239,14 +260,6 @@ void encode_attention(const LayerStep& s) {
   }
   // causal attention over the cache (local layers: the last sliding_window positions): the batched kernel for a
   // chunk, split-K decode for one token (per head, or per GQA group from the context's decode_gqa_from depth on)
-  const kernels::AttentionShape shape{.n_heads = c.n_head,
-                                      .n_kv_heads = c.n_head_kv,
-                                      .head_dim = c.head_dim,
-                                      .n_queries = n,
-                                      .start_pos = pos,
-                                      .scale = c.attention_scale(),
-                                      .window = c.layer_window(s.layer),
-                                      .sinks = optional(L.attn_sinks)};
   if (n == 1)
     kernels::encode_attention_decode(batch, s.ctx, shape, b.q, kv, b.attn, &b.decode_scratch);
   else
@@ -589,6 +602,20 @@ void encode_attention_gemma4(const LayerStep& s) {
     return;
   }
   kernels::KvCache& kv = *s.state->kv[src];
+  if (own && n == 1 && fuse_qk_norm_on(s.ctx, c) && kernels::attention_decode_takes_fresh(s.ctx, shape)) {
+    // decoding: the per-head q/k norms, RoPE, v's norm, the KV append and attention in one dispatch
+    const kernels::FreshToken fresh{.k = &b.k,
+                                    .v = &b.v,
+                                    .q_norm = &L.q_norm,
+                                    .k_norm = &L.k_norm,
+                                    .table = &rope_table,
+                                    .rope_dim = qk.rope_dim,
+                                    .type = c.rope_type,
+                                    .eps = c.rms_eps,
+                                    .v_norm = c.v_norm};
+    kernels::encode_attention_decode_fresh(batch, s.ctx, shape, b.q, fresh, kv, b.attn, &b.decode_scratch);
+    return;
+  }
   if (own && n == 1) {  // decoding: the per-head q/k norm, RoPE and the KV append in one dispatch
     qk.pos = s.pos;
     kernels::encode_qk_norm_rope_kv(batch, s.ctx, qk, rope_table, b.q, b.k, b.v, L.q_norm, L.k_norm, kv);

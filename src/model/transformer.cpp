@@ -46,6 +46,10 @@ bool fuse_post_norms_on(const gpu::Context& ctx, const ModelConfig& c) {
   return ctx.options().fuse_post_norms.value_or(!ctx.adapter().is_cpu() && c.arch == Arch::Gemma3);
 }
 
+bool fuse_qk_norm_on(const gpu::Context& ctx, const ModelConfig& c) {
+  return c.qk_norm && ctx.options().fuse_qk_norm.value_or(!ctx.adapter().is_cpu());
+}
+
 GpuSession::GpuSession(gpu::Context& ctx, const GpuModel& model, const GpuSessionOptions& options)
     : ctx_(ctx),
       model_(model),

@@ -140,6 +140,9 @@ struct GpuModel {
 inline constexpr uint32_t kIntDotAutoWidth = 2048;
 bool int_dot_on(const gpu::Context& ctx, const ModelConfig& c);
 bool fuse_post_norms_on(const gpu::Context& ctx, const ModelConfig& c);
+// ContextOptions::fuse_qk_norm as set; unset: on GPUs for the models with per-head q/k norms, off on CPU adapters
+// (lavapipe decodes with the grouped attention kernel, which does not take the new token itself).
+bool fuse_qk_norm_on(const gpu::Context& ctx, const ModelConfig& c);
 
 // progress(done, total): bytes of tensor data uploaded so far, called after each tensor.
 using LoadProgress = std::function<void(uint64_t done, uint64_t total)>;

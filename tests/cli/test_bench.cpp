@@ -164,7 +164,8 @@ TEST(CliBench, DecodeGqaFromPicksTheAttentionKernel) {
 
 // The decode options as the profile sees them: --int-dot runs x_digits once a layer (the FFN input's digits for its
 // Q4_K gate/up); --fuse-post-norms (on the GPUs' matvec: WGLLM_ROWS_SHAPE=off) takes gemma4's three post norms a
-// layer out of rms_norm dispatches and into the next products; the JSON says which options were on.
+// layer out of rms_norm dispatches and into the next products; --fuse-qk-norm takes qk_norm_rope_kv into the
+// attention dispatch; the JSON says which options were on.
 TEST(CliBench, DecodeOptionsInTheProfile) {
   if (!test::context().features().timestamp_query) GTEST_SKIP() << "the adapter has no timestamp-query";
   auto calls = [](const nlohmann::json& j, const std::string& kernel) {
@@ -206,6 +207,23 @@ TEST(CliBench, DecodeOptionsInTheProfile) {
   const double fused = cpu ? 0 : 3.0 * gemma_layers;
   EXPECT_EQ(norms[0] - norms[1], fused);
   EXPECT_EQ(off_norms[0] - off_norms[1], 3.0 * gemma_layers);
+  // --fuse-qk-norm (with the per-head decode kernel, which the fused one extends): gemma3's q/k norms, RoPE and KV
+  // append leave their own dispatch for the attention's; unset: on on GPUs, off on CPU adapters
+  const std::string gemma3 = test::model_path("gemma3-tiny-f32");
+  const uint32_t gemma3_layers = config_from_gguf(GgufFile::open(gemma3)).n_layer;
+  for (const bool on : {false, true}) {
+    const nlohmann::json j =
+        bench(gemma3, std::string(on ? " --fuse-qk-norm" : " --no-fuse-qk-norm") + " --decode-gqa-from 100000");
+    EXPECT_EQ(j.at("fuse_qk_norm"), on);
+    const std::string fresh =
+        "attention_common.wgsl+attention.wgsl+rope_angle.wgsl+qk_norm_rope.wgsl+"
+        "attention_decode_fresh.wgsl:attention_decode_fresh";
+    EXPECT_EQ(calls(j, fresh), on ? gemma3_layers : 0) << j.dump();
+    EXPECT_EQ(calls(j, "rope_angle.wgsl+qk_norm_rope.wgsl+qk_norm_rope_kv.wgsl:qk_norm_rope_kv"),
+              on ? 0 : gemma3_layers)
+        << j.dump();
+  }
+  EXPECT_EQ(bench(gemma3, "").at("fuse_qk_norm"), !cpu);
 }
 
 TEST(CliBench, ProfileNeedsDecodeSteps) {

@@ -310,6 +310,33 @@ TEST(GpuForwardOptions, FusedPostNormsDecodeTakesThePrologueAndStaysClose) {
   }
 }
 
+// ContextOptions::fuse_qk_norm: a decoded token's q/k norms, RoPE and KV append inside the attention dispatch give the
+// very bits of the qk_norm_rope_kv dispatch before attention, prompt and every decode step (the per-head decode kernel
+// forced: lavapipe's default, the grouped one, has no fused form).
+TEST(GpuForwardOptions, FusedQkNormDecodeGivesTheSameBits) {
+  auto per_head = [](gpu::ContextOptions& o) {
+    o.decode_gqa_from = 1u << 30;
+    o.fuse_qk_norm = false;
+  };
+  for (const char* m : {"gemma3-tiny-f32"}) {
+    SCOPED_TRACE(m);
+    {  // the fused kernel does take these models' decode steps
+      gpu::Context ctx(test::context_options([&](auto& o) {
+        per_head(o);
+        o.fuse_qk_norm = true;
+      }));
+      const ModelConfig c = config_from_gguf(GgufFile::open(test::model_path(m)));
+      ASSERT_TRUE(fuse_qk_norm_on(ctx, c));
+      const kernels::AttentionShape decode{
+          .n_heads = c.n_head, .n_kv_heads = c.n_head_kv, .head_dim = c.head_dim, .n_queries = 1, .start_pos = 60};
+      ASSERT_TRUE(kernels::attention_decode_takes_fresh(ctx, decode));
+    }
+    const auto r = decode_beside(m, per_head, [](auto& o) { o.fuse_qk_norm = true; });
+    EXPECT_TRUE(r.prompt_equal) << "a prompt's logits moved with fuse_qk_norm";
+    EXPECT_EQ(r.differing, 0) << "decoded logits differ from the separate dispatches' (worst rel L2 " << r.worst << ")";
+  }
+}
+
 // forward (last logits only, chunked by ubatch) equals forward_all's last row.
 TEST(GpuForwardApi, LastLogitsEqualAllLogitsAndErrors) {
   const GgufFile f = GgufFile::open(test::model_path("qwen3-f32"));

@@ -31,6 +31,7 @@ struct BenchOptions {
   std::vector<uint32_t> parallel;           // concurrent streams through BatchEngine (continuous batching)
   int int_dot = 0;                          // LoadOptions::int_dot: --int-dot 1, --no-int-dot -1, unset 0
   int fuse_post_norms = 0;                  // LoadOptions::fuse_post_norms, likewise
+  int fuse_qk_norm = 0;                     // LoadOptions::fuse_qk_norm, likewise
 };
 
 struct Stat {
@@ -263,6 +264,7 @@ int bench(const BenchOptions& o) {
        .decode_gqa_from = o.decode_gqa_from,
        .int_dot = tri_state(o.int_dot),
        .fuse_post_norms = tri_state(o.fuse_post_norms),
+       .fuse_qk_norm = tri_state(o.fuse_qk_norm),
        .progress = o.json ? nullptr : progress_bar()});
   const ModelInfo& info = model.info();
   if (!o.json) print_memory(model);
@@ -328,7 +330,8 @@ int bench(const BenchOptions& o) {
                         {"depth", o.depth},
                         {"decode_gqa_from", info.decode_gqa_from},
                         {"int_dot", info.int_dot},
-                        {"fuse_post_norms", info.fuse_post_norms}};
+                        {"fuse_post_norms", info.fuse_post_norms},
+                        {"fuse_qk_norm", info.fuse_qk_norm}};
     if (!pp.empty()) {
       const Stat p = stats(pp);
       j["pp"] = {{"n", o.n_prompt}, {"tokens_per_s", p.median}, {"min", p.min}, {"max", p.max}};
@@ -370,8 +373,9 @@ int bench(const BenchOptions& o) {
   if (!tg.empty()) row("tg", o.n_gen, stats(tg), gb * stats(tg).median);
   if (!tg_host.empty()) row("tg-host", o.n_gen, stats(tg_host), gb * stats(tg_host).median);
   std::printf("decode GB/s = %.2f MB of weights read per token x tokens/s\n", gb * 1e3);
-  std::printf("decode options: %s, %s\n", info.int_dot ? "--int-dot" : "--no-int-dot",
-              info.fuse_post_norms ? "--fuse-post-norms" : "--no-fuse-post-norms");
+  std::printf("decode options: %s, %s, %s\n", info.int_dot ? "--int-dot" : "--no-int-dot",
+              info.fuse_post_norms ? "--fuse-post-norms" : "--no-fuse-post-norms",
+              info.fuse_qk_norm ? "--fuse-qk-norm" : "--no-fuse-qk-norm");
   std::printf("tg: %s (Session::decode: the token chosen on the GPU; on the host on CPU adapters)%s\n",
               sampling_name(o.sampling).c_str(),
               tg_host.empty() ? "" : "; tg-host: each step's logits read back, the token chosen on the host");
@@ -435,6 +439,10 @@ const Register reg{
        app.add_flag("--fuse-post-norms,!--no-fuse-post-norms", o->fuse_post_norms,
                     "decoding, gemma's post norms in the next product's prologue (LoadOptions::fuse_post_norms; "
                     "default: on GPUs for gemma3)")
+           ->group("Advanced");
+       app.add_flag("--fuse-qk-norm,!--no-fuse-qk-norm", o->fuse_qk_norm,
+                    "decoding, the q/k norms, RoPE and the KV append inside the attention dispatch "
+                    "(LoadOptions::fuse_qk_norm; qwen3, gemma3, gemma4; default: on GPUs)")
            ->group("Advanced");
        app.add_option("--parallel", o->parallel,
                       "then N concurrent streams (a list: 1,4,16) through continuous batching, each -p prompt "

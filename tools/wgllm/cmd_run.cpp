@@ -100,6 +100,7 @@ struct RunOptions {
   std::optional<uint32_t> decode_gqa_from;  // unset: the adapter's
   int int_dot = 0;                          // LoadOptions::int_dot: --int-dot 1, --no-int-dot -1, unset 0
   int fuse_post_norms = 0;                  // LoadOptions::fuse_post_norms, likewise
+  int fuse_qk_norm = 0;                     // LoadOptions::fuse_qk_norm, likewise
   SamplingParams sampling;
   int64_t seed = -1;
   bool chat = false, json = false;
@@ -218,6 +219,7 @@ int run(RunOptions o) {
        .decode_gqa_from = o.decode_gqa_from,
        .int_dot = tri_state(o.int_dot),
        .fuse_post_norms = tri_state(o.fuse_post_norms),
+       .fuse_qk_norm = tri_state(o.fuse_qk_norm),
        .progress = o.json ? nullptr : progress_bar(),
        .before_upload =
            [&](const Model& m) {
@@ -310,6 +312,10 @@ const Register reg{
        app.add_flag("--fuse-post-norms,!--no-fuse-post-norms", o->fuse_post_norms,
                     "decoding, gemma's post norms in the next product's prologue instead of dispatches of their own "
                     "(default: on GPUs for gemma3)")
+           ->group("Advanced");
+       app.add_flag("--fuse-qk-norm,!--no-fuse-qk-norm", o->fuse_qk_norm,
+                    "decoding, the q/k norms, RoPE and the KV append inside the attention dispatch (qwen3, gemma3, "
+                    "gemma4; default: on GPUs)")
            ->group("Advanced");
        app.add_flag("--no-check-tensors", o->no_check_tensors,
                     "skip the scan of the weights for NaN and infinities at load");

@@ -1,0 +1,194 @@
+// The decode attention that takes the new token itself (attention_decode_fresh.wgsl) against its two-dispatch twin,
+// qk_norm_rope_kv followed by attention_decode: the same output bits and the same cache, bit for bit.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <string>
+
+#include "kernel_test_util.h"
+#include "kernels/attention.h"
+#include "kernels/kv_cache.h"
+#include "kernels/qk_norm_rope_kv.h"
+#include "kernels/rope.h"
+#include "test_util.h"
+
+namespace wgllm::test {
+namespace {
+
+using kernels::KvType;
+using kernels::RopeType;
+
+// A context whose decode runs the per-head kernel at every depth (CPU adapters default to the grouped one).
+gpu::Context& per_head_context() {
+  static gpu::Context ctx(context_options([](auto& o) { o.decode_gqa_from = 1u << 30; }));
+  return ctx;
+}
+
+struct FreshCase {
+  const char* name;
+  uint32_t n_head, n_kv, head_dim, rope_dim;
+  bool neox;
+  uint32_t pos, max_seq, page_size;
+  KvType kv_type;
+  uint32_t row = 0;     // the token's row in q, k, v and out (the rows before it poison)
+  bool norm = true;     // off: RoPE alone (no q_norm / k_norm)
+  bool v_norm = false;  // Gemma 4
+  uint32_t window = 0;  // sliding window
+};
+const FreshCase kFreshCases[] = {
+    {"gqa2_d128_f16_pos0", 4, 2, 128, 128, true, 0, 64, 0, KvType::F16},
+    {"gqa4_d256_f16_gemma", 4, 1, 256, 256, true, 37, 256, 128, KvType::F16},
+    {"gqa2_d128_f32_normal_row2", 8, 4, 128, 128, false, 100, 256, 128, KvType::F32, 2},
+    {"mha_d128_partial_rope_f16_paged", 4, 4, 128, 64, true, 300, 512, 128, KvType::F16},
+    {"gqa8_d128_three_splits_f16", 8, 1, 128, 128, true, 700, 1024, 128, KvType::F16},
+    {"gqa2_d512_v_norm_f16", 4, 2, 512, 512, true, 140, 256, 128, KvType::F16, 0, true, true},
+    {"gqa4_d256_window_f32", 4, 1, 256, 256, true, 300, 512, 128, KvType::F32, 1, true, false, 100},
+    {"gqa2_d128_rope_alone_f16", 4, 2, 128, 128, false, 9, 32, 0, KvType::F16, 0, false},
+    {"gqa2_d256_v_norm_last_position_f32", 2, 1, 256, 128, false, 127, 128, 128, KvType::F32, 1, true, true},
+};
+std::ostream& operator<<(std::ostream& o, const FreshCase& c) { return o << c.name; }
+
+class AttentionDecodeFresh : public ::testing::TestWithParam<FreshCase> {};
+
+TEST_P(AttentionDecodeFresh, SameBitsAsQkNormRopeKvThenAttention) {
+  const FreshCase& c = GetParam();
+  gpu::Context& ctx = per_head_context();
+  const uint64_t salt = std::hash<std::string>{}(c.name);
+  auto gen = rng(salt);
+  const uint32_t qd = c.n_head * c.head_dim, kvd = c.n_kv * c.head_dim;
+  // The token at row c.row of q, k and v; the rows before it poison.
+  auto at_row = [&](std::vector<float> x) {
+    std::vector<float> all(x.size() * c.row, std::nanf(""));
+    all.insert(all.end(), x.begin(), x.end());
+    return all;
+  };
+  const auto q = at_row(random_floats(qd, gen, -3.f, 3.f));
+  const auto k = at_row(random_floats(kvd, gen, -3.f, 3.f)), v = at_row(random_floats(kvd, gen, -3.f, 3.f));
+  auto qa = ctx.upload<float>(q, WGPUBufferUsage_Storage, "q a");
+  auto qb = ctx.upload<float>(q, WGPUBufferUsage_Storage, "q b");
+  auto kb = ctx.upload<float>(k, WGPUBufferUsage_Storage, "k"), vb = ctx.upload<float>(v, WGPUBufferUsage_Storage, "v");
+  auto qn = ctx.upload<float>(random_floats(c.head_dim, gen, 0.5f, 1.5f), WGPUBufferUsage_Storage, "q_norm");
+  auto kn = ctx.upload<float>(random_floats(c.head_dim, gen, 0.5f, 1.5f), WGPUBufferUsage_Storage, "k_norm");
+  auto table = kernels::upload_rope_table(ctx, c.rope_dim, 1e6f);
+  // Two caches with the same earlier keys (and random rows at and after pos, which the token must replace or leave)
+  const kernels::KvCacheConfig config{.kv_dim = kvd,
+                                      .max_seq = c.max_seq,
+                                      .page_size = c.page_size,
+                                      .type = c.kv_type,
+                                      .page_order = shuffled_pages(c.max_seq, c.page_size, salt)};
+  kernels::KvCache ca(ctx, config, "a"), cb(ctx, config, "b");
+  const uint32_t filled = std::min(c.max_seq, c.pos + 2);
+  const auto old_k = random_floats(size_t(filled) * kvd, gen), old_v = random_floats(size_t(filled) * kvd, gen);
+  ca.write(0, filled, old_k, old_v);
+  cb.write(0, filled, old_k, old_v);
+  std::vector<float> before_k, before_v;  // as the cache holds them (rounded to f16)
+  cb.read(0, filled, before_k, before_v);
+  const std::vector<float> poison(size_t(c.row + 1) * qd, std::nanf(""));
+  auto out_a = ctx.upload<float>(poison, WGPUBufferUsage_Storage, "out a");
+  auto out_b = ctx.upload<float>(poison, WGPUBufferUsage_Storage, "out b");
+  const kernels::AttentionShape shape{.n_heads = c.n_head,
+                                      .n_kv_heads = c.n_kv,
+                                      .head_dim = c.head_dim,
+                                      .n_queries = 1,
+                                      .start_pos = c.pos,
+                                      .window = c.window,
+                                      .row = c.row};
+  ASSERT_TRUE(kernels::attention_decode_takes_fresh(ctx, shape));
+  auto scratch = ctx.create_buffer(std::max<uint64_t>(16, kernels::attention_decode_scratch_bound(shape, ca)),
+                                   WGPUBufferUsage_Storage, "scratch");
+  const RopeType type = c.neox ? RopeType::Neox : RopeType::Normal;
+  const float eps = 1e-6f;
+  gpu::ComputeBatch batch(ctx, c.name);
+  kernels::encode_qk_norm_rope_kv(batch, ctx,
+                                  {.n_head = c.n_head,
+                                   .n_kv = c.n_kv,
+                                   .head_dim = c.head_dim,
+                                   .rope_dim = c.rope_dim,
+                                   .type = type,
+                                   .pos = c.pos,
+                                   .eps = eps,
+                                   .norm = c.norm,
+                                   .row = c.row,
+                                   .v_norm = c.v_norm},
+                                  table, qa, kb, vb, qn, kn, ca);
+  kernels::encode_attention_decode(batch, ctx, shape, qa, ca, out_a, &scratch);
+  const kernels::FreshToken fresh{.k = &kb,
+                                  .v = &vb,
+                                  .q_norm = c.norm ? &qn : nullptr,
+                                  .k_norm = c.norm ? &kn : nullptr,
+                                  .table = &table,
+                                  .rope_dim = c.rope_dim,
+                                  .type = type,
+                                  .eps = eps,
+                                  .v_norm = c.v_norm};
+  kernels::encode_attention_decode_fresh(batch, ctx, shape, qb, fresh, cb, out_b, &scratch);
+  batch.submit_and_wait();
+
+  const auto ga = ctx.read<float>(out_a), gb = ctx.read<float>(out_b);
+  const size_t at = size_t(c.row) * qd;
+  for (size_t i = 0; i < at; ++i) ASSERT_TRUE(std::isnan(gb[i])) << "out element " << i << " of an earlier row written";
+  double worst = 0;
+  for (size_t i = at; i < ga.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(gb[i])) << "out element " << i;
+    worst = std::max(worst, double(std::fabs(ga[i] - gb[i])));
+  }
+  EXPECT_EQ(std::memcmp(ga.data() + at, gb.data() + at, size_t(qd) * 4), 0)
+      << "the output is not the two dispatches' bits (largest difference " << worst << ")";
+  std::vector<float> ka, va, kb2, vb2;
+  ca.read(0, filled, ka, va);
+  cb.read(0, filled, kb2, vb2);
+  EXPECT_EQ(std::memcmp(ka.data(), kb2.data(), ka.size() * 4), 0) << "the caches' K differ";
+  EXPECT_EQ(std::memcmp(va.data(), vb2.data(), va.size() * 4), 0) << "the caches' V differ";
+  // the token's row was written (it differs from the random row before), its neighbours were not
+  const size_t row_at = size_t(c.pos) * kvd;
+  EXPECT_NE(std::memcmp(kb2.data() + row_at, before_k.data() + row_at, size_t(kvd) * 4), 0) << "K row not written";
+  EXPECT_NE(std::memcmp(vb2.data() + row_at, before_v.data() + row_at, size_t(kvd) * 4), 0) << "V row not written";
+  EXPECT_EQ(std::memcmp(kb2.data(), before_k.data(), row_at * 4), 0) << "an earlier K row changed";
+  EXPECT_EQ(std::memcmp(kb2.data() + row_at + kvd, before_k.data() + row_at + kvd, (kb2.size() - row_at - kvd) * 4), 0)
+      << "a later K row changed";
+  EXPECT_EQ(std::memcmp(ctx.read<float>(qb).data() + at, q.data() + at, size_t(qd) * 4), 0) << "q changed";
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, AttentionDecodeFresh, ::testing::ValuesIn(kFreshCases),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+TEST(AttentionDecodeFreshArgs, RefusedWhereTheFusedKernelCannotRunNamingWhy) {
+  gpu::Context& ctx = per_head_context();
+  kernels::KvCache kv(ctx, {.kv_dim = 64, .max_seq = 8});
+  auto table = kernels::upload_rope_table(ctx, 32, 10000.f);
+  auto buf = ctx.create_buffer(4096, WGPUBufferUsage_Storage, "buf");
+  auto other = ctx.create_buffer(4096, WGPUBufferUsage_Storage, "other");
+  auto out = ctx.create_buffer(4096, WGPUBufferUsage_Storage, "out");
+  gpu::ComputeBatch batch(ctx, "bad");
+  const kernels::AttentionShape ok{.n_heads = 4, .n_kv_heads = 2, .head_dim = 32, .n_queries = 1, .start_pos = 3};
+  const kernels::FreshToken fresh{.k = &other, .v = &other, .table = &table};
+  auto run = [&](kernels::AttentionShape s, kernels::FreshToken f) {
+    kernels::encode_attention_decode_fresh(batch, ctx, s, buf, f, kv, out, nullptr);
+  };
+  EXPECT_NO_THROW(run(ok, fresh));
+  kernels::AttentionShape two = ok;
+  two.n_queries = 2;
+  EXPECT_FALSE(kernels::attention_decode_takes_fresh(ctx, two));
+  expect_throw([&] { run(two, fresh); }, "one query");
+  // the suite's own context: on CPU adapters decode takes the grouped kernel from depth 0, which has no fused form
+  EXPECT_EQ(kernels::attention_decode_takes_fresh(context(), ok), kernels::decode_gqa_from(context()) > ok.start_pos);
+  kernels::FreshToken f = fresh;
+  f.table = nullptr;
+  expect_throw([&] { run(ok, f); }, "fresh.table");
+  f = fresh;
+  f.k = &buf;
+  expect_throw([&] { run(ok, f); }, "q must be another buffer");
+  f = fresh;
+  f.q_norm = &other;
+  expect_throw([&] { run(ok, f); }, "go together");
+  f = fresh;
+  f.rope_dim = 34;
+  expect_throw([&] { run(ok, f); }, "rope_dim");
+  kernels::AttentionShape past = ok;
+  past.start_pos = 8;
+  expect_throw([&] { run(past, fresh); }, "max_seq");
+}
+
+}  // namespace
+}  // namespace wgllm::test
