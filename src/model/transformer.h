@@ -5,10 +5,10 @@
 // token: the q/k/v projection with the norm folded in, RoPE of q and k, KV append, attention, the output projection
 // added to the residual, gate/up with the norm folded in and SwiGLU, the down projection added to the residual.
 // Decoding, the q/k/v projection also does the RoPE and the KV append (5 dispatches per layer); with qwen3's q/k norm
-// one kernel does the norm, the RoPE and the append (6). lfm2's convolution layers run in_proj (norm folded in), the
-// short convolution with its conv state, and out_proj (3 dispatches, then the FFN's 2). Greedy decoding
-// (decode_greedy) takes the argmax on the GPU and feeds it to the next step there, so steps run back to back while
-// the host reads the ids behind them.
+// the attention's dispatch does the norm, the RoPE and the append (5; fuse_qk_norm_on). lfm2's convolution layers run
+// in_proj (norm folded in), the short convolution with its conv state, and out_proj (3 dispatches, then the FFN's 2).
+// Greedy decoding (decode_greedy) takes the argmax on the GPU and feeds it to the next step there, so steps run back
+// to back while the host reads the ids behind them.
 // Where it lives: loading in load.cpp; the blocks a layer is made of (attention, FFN, short convolution) in
 // blocks.cpp; each architecture's layer program (which weights a layer uploads, which blocks it runs) in
 // model/arch/, registered in arch/arch.h; the per-sequence state (KV caches, conv states) in state.h; the session's

@@ -19,13 +19,14 @@ GpuLayer upload(Uploader& up, const ModelConfig& c, uint32_t layer) {
   return L;
 }
 
-// A decode step (n = 1) of a gemma3 layer with ContextOptions::fuse_post_norms runs 6 dispatches on GPUs (q/k/v
-// stacked, gate/up fused):
-//   matmul (q, k, v), qk_norm_rope_kv   x += norm(proj) post_ffn_norm of the layer before (the product's prologue);
-//                                       q, k, v = norm(x) (Wq, Wk, Wv); per-head norms of q and k, RoPE, k and v
-//                                       into the KV cache
-//   attention_decode                    attn over the cache (local layers: the last sliding_window positions;
-//                                       + a split-K reduce past 256 keys)
+// A decode step (n = 1) of a gemma3 layer with ContextOptions::fuse_post_norms and fuse_qk_norm runs 5 dispatches
+// on GPUs (q/k/v stacked, gate/up fused):
+//   matmul (q, k, v)                    x += norm(proj) post_ffn_norm of the layer before (the product's prologue);
+//                                       q, k, v = norm(x) (Wq, Wk, Wv)
+//   attention_decode_fresh              per-head norms of q and k, RoPE, k and v into the KV cache, then attn over
+//                                       the cache (local layers: the last sliding_window positions; + a split-K
+//                                       reduce past 256 keys; without fuse_qk_norm qk_norm_rope_kv, then
+//                                       attention_decode: 6)
 //   matmul                              proj = attn Wo
 //   matmul (its epilogue the gelu)      x += norm(proj) post_attn_norm (the prologue);
 //                                       act = gelu_tanh(norm(x) Wgate) * (norm(x) Wup)

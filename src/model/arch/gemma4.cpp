@@ -58,17 +58,18 @@ GpuLayer upload(Uploader& up, const ModelConfig& c, uint32_t layer) {
   return L;
 }
 
-// A decode step (n = 1) of a gemma4 layer with its own KV cache and per-layer embeddings runs 8 dispatches on GPUs
+// A decode step (n = 1) of a gemma4 layer with its own KV cache and per-layer embeddings runs 7 dispatches on GPUs
 // with ContextOptions::fuse_post_norms (q/k/v stacked, gate/up fused; a layer sharing another's cache: q alone, its
 // norm and RoPE, no append). Each post norm's residual add rides in the prologue of the next product of x
 // (encode_post_norm_residual, encode_x_product; without the option, or on CPU adapters' Rows kernel, it runs as an
-// rms_norm of its own: 11 dispatches):
+// rms_norm of its own: 10 dispatches):
 //   (layer 0: embedding, scale, matmul, scale, rms_norm (adding), scale   every layer's per-layer input)
 //   matmul (q, k, v)                     x = (x + norm(proj) ple_post_norm) * output scale of the layer before;
 //                                        q, k, v = norm(x) (Wq, Wk, Wv)
-//   qk_norm_rope_kv                      per-head norms of q and k (and of v, without gain), RoPE, k and v into the
-//                                        KV cache
-//   attention_decode                     attn over the cache (local layers: the last sliding_window positions)
+//   attention_decode_fresh               per-head norms of q and k (and of v, without gain), RoPE, k and v into the
+//                                        KV cache, then attn over the cache (local layers: the last sliding_window
+//                                        positions); without ContextOptions::fuse_qk_norm qk_norm_rope_kv, then
+//                                        attention_decode (one dispatch more)
 //   matmul                               proj = attn Wo
 //   matmul (its epilogue the gelu)       x += norm(proj) post_attn_norm; act = gelu_tanh(norm(x) Wgate) * (norm(x) Wup)
 //   matmul                               proj = act Wdown

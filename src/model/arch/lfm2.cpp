@@ -22,8 +22,9 @@ GpuLayer upload(Uploader& up, const ModelConfig& c, uint32_t layer) {
 }
 
 // A decode step (n = 1) of a convolution layer runs in_proj (the norm folded in), the short convolution over the
-// conv state and out_proj added to x (3 dispatches), then the FFN's 2; an attention layer runs the q/k/v product and
-// qk_norm_rope_kv, the attention and Wo, then the FFN (6); a mixture of experts' FFN runs 5 (blocks.h encode_moe_ffn).
+// conv state and out_proj added to x (3 dispatches), then the FFN's 2; an attention layer runs the q/k/v product,
+// the attention with the q/k norms, RoPE and append (attention_decode_fresh) and Wo, then the FFN (5); a mixture of
+// experts' FFN runs 5 (blocks.h encode_moe_ffn).
 void encode(const LayerStep& s) {
   if (s.model.config.is_conv(s.layer)) {
     encode_conv(s);

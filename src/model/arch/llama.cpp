@@ -15,9 +15,11 @@ namespace {
 //   matmul, accumulate        x += attn Wo
 //   matmul, swiglu            act = silu(norm(x) Wgate) * (norm(x) Wup)
 //   matmul, accumulate        x += act Wdown
-// qwen3 decodes with matmul (q, k, v) + qk_norm_rope_kv instead of qkv_rope_append (6). A layer whose v weight alone
-// differs in type (Q4_K_M) runs qkv_rope_append twice, q and k stacked, then v; one whose q/k/v or gate/up weights
-// differ otherwise runs them as separate products (+ rope, kv_append or swiglu). A prefill chunk runs the same steps
+// qwen3 decodes with matmul (q, k, v) and attention_decode_fresh (the q/k norms, RoPE and the append inside the
+// attention's dispatch: 5; without ContextOptions::fuse_qk_norm qk_norm_rope_kv before attention_decode, 6) instead
+// of qkv_rope_append and attention_decode. A layer whose v weight alone differs in type (Q4_K_M) runs
+// qkv_rope_append twice, q and k stacked, then v; one whose q/k/v or gate/up weights differ otherwise runs them as
+// separate products (+ rope, kv_append or swiglu). A prefill chunk runs the same steps
 // over n tokens with the tiled matmul, rope + kv_append and the batched attention_prefill.
 void encode(const LayerStep& s) {
   encode_attention(s);

@@ -78,9 +78,9 @@ GpuLayer upload(Uploader& up, const ModelConfig& c, uint32_t layer) {
 //   matmul, accumulate        x += y ssm_out
 // (Where attn_qkv's type differs from the others', as in Q4_K_M's Q6_K layers: two products, attn_qkv and the other
 // three stacked; four where those differ too. A prefill chunk runs delta_conv, then delta_rule, over its tokens, then
-// the gated rms_norm.) An attention layer runs qwen3's 6
-// (products, qk_norm_rope_kv, attention, x += attn Wo) plus the gate's product, the sigmoid in its epilogue (7). Then
-// the FFN's 2.
+// the gated rms_norm.) An attention layer runs qwen3's 5
+// (products, attention_decode_fresh, x += attn Wo) plus the gate's product, the sigmoid in its epilogue (6). Then the
+// FFN's 2.
 void encode(const LayerStep& s) {
   if (s.model.config.is_delta(s.layer)) {
     encode_delta_net(s);

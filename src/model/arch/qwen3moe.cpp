@@ -17,8 +17,8 @@ GpuLayer upload(Uploader& up, const ModelConfig& c, uint32_t layer) {
   return L;
 }
 
-// A decode step (n = 1) runs qwen3's attention (the q/k/v product, qk_norm_rope_kv, the attention, Wo: 4
-// dispatches), then the router product, the routing, the experts' gate/up and down products and their weighted sum
+// A decode step (n = 1) runs qwen3's attention (the q/k/v product, the attention with the q/k norms, RoPE and
+// append, Wo: 3 dispatches), then the router product, the routing, the experts' gate/up and down products and their weighted sum
 // added to x (5).
 void encode(const LayerStep& s) {
   encode_attention(s);
