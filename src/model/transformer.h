@@ -140,7 +140,8 @@ struct GpuModel {
 inline constexpr uint32_t kIntDotAutoWidth = 2048;
 bool int_dot_on(const gpu::Context& ctx, const ModelConfig& c);
 bool fuse_post_norms_on(const gpu::Context& ctx, const ModelConfig& c);
-// ContextOptions::fuse_qk_norm as set; unset: on GPUs for the models with per-head q/k norms, off on CPU adapters
+// ContextOptions::fuse_qk_norm as set; unset: on GPUs for the models with per-head q/k norms (on the H100 Gemma 3
+// 270M +5-6 %, Qwen3-0.6B +1-2 %, LFM2-350M, Qwen3.5-0.8B and Gemma 4 small +0.3-1.5 %; PERF.md), off on CPU adapters
 // (lavapipe decodes with the grouped attention kernel, which does not take the new token itself).
 bool fuse_qk_norm_on(const gpu::Context& ctx, const ModelConfig& c);
 
