@@ -582,7 +582,7 @@ namespace {
 struct FreshParams {
   uint32_t rope_dim, neox, norm, v_norm;
   float eps;
-  uint32_t kv_base, pad[2];
+  uint32_t kv_base, append, pad;
 };
 static_assert(sizeof(FreshParams) == 32);
 
@@ -652,13 +652,20 @@ void encode_decode(const char* fn, gpu::ComputeBatch& batch, gpu::Context& ctx, 
                            .v_norm = fresh->v_norm ? 1u : 0u,
                            .eps = fresh->eps,
                            .kv_base = s.row * kv_dim,
-                           .pad = {}};
+                           .append = fresh->append ? 1u : 0u,
+                           .pad = 0};
       const gpu::Buffer& none = ctx.placeholder_storage();
-      bindings.push_back({11, fresh->k, 0, kv_bytes});
-      bindings.push_back({12, fresh->v, 0, kv_bytes});
+      const gpu::Buffer* q_norm = fresh->q_norm ? fresh->q_norm : &none;
+      if (fresh->append) {
+        bindings.push_back({11, fresh->k, 0, kv_bytes});
+        bindings.push_back({12, fresh->v, 0, kv_bytes});
+      } else {
+        bindings.push_back({11, &none, 0, 16});
+        bindings.push_back({12, &none, 0, 16});
+      }
       bindings.push_back({13, fresh->table, 0, uint64_t(rope_dim / 2) * 16});
-      bindings.push_back({14, fresh->q_norm ? fresh->q_norm : &none, 0, norm_bytes});
-      bindings.push_back({15, fresh->k_norm ? fresh->k_norm : &none, 0, norm_bytes});
+      bindings.push_back({14, q_norm, 0, norm_bytes});
+      bindings.push_back({15, fresh->append && fresh->k_norm ? fresh->k_norm : q_norm, 0, norm_bytes});
       bindings.push_back(batch.uniform(16, fp));
     } else if (!grouped) {
       bindings.push_back({9, &ctx.placeholder_storage(), 0, 16});  // the grouped kernel reads no per-query table
@@ -699,9 +706,12 @@ void encode_attention_decode_fresh(gpu::ComputeBatch& batch, gpu::Context& ctx, 
   const char* fn = "encode_attention_decode_fresh";
   if (!attention_decode_takes_fresh(ctx, shape))
     fail(fn, "needs one query, the per-head decode kernel at this depth, subgroups and head_dim % 4 == 0");
-  if (!fresh.k || !fresh.v || !fresh.table) fail(fn, "fresh.k, fresh.v and fresh.table are required");
-  if ((fresh.q_norm == nullptr) != (fresh.k_norm == nullptr)) fail(fn, "fresh.q_norm and fresh.k_norm go together");
-  if (fresh.k->get() == q.get() || fresh.v->get() == q.get()) fail(fn, "q must be another buffer than k and v");
+  if (!fresh.table) fail(fn, "fresh.table is required");
+  if (fresh.append) {
+    if (!fresh.k || !fresh.v) fail(fn, "fresh.k and fresh.v are required to append");
+    if ((fresh.q_norm == nullptr) != (fresh.k_norm == nullptr)) fail(fn, "fresh.q_norm and fresh.k_norm go together");
+    if (fresh.k->get() == q.get() || fresh.v->get() == q.get()) fail(fn, "q must be another buffer than k and v");
+  }
   if (!(fresh.eps > 0)) fail(fn, "eps must be > 0");
   const uint32_t rope_dim = fresh.rope_dim ? fresh.rope_dim : shape.head_dim;
   if (rope_dim % 2 || rope_dim > shape.head_dim)
@@ -709,13 +719,13 @@ void encode_attention_decode_fresh(gpu::ComputeBatch& batch, gpu::Context& ctx, 
          "rope_dim " + std::to_string(rope_dim) + " must be even and <= head_dim " + std::to_string(shape.head_dim));
   const uint64_t kv_bytes = (uint64_t(shape.row) + 1) * shape.n_kv_heads * shape.head_dim * 4;
   if (kv_bytes / 4 > UINT32_MAX) fail(fn, "rows exceed 32-bit element offsets");
-  detail::need(fn, "k", *fresh.k, kv_bytes, ctx);
-  detail::need(fn, "v", *fresh.v, kv_bytes, ctx);
-  detail::need(fn, "table", *fresh.table, uint64_t(rope_dim / 2) * 16, ctx);
-  if (fresh.q_norm) {
-    detail::need(fn, "q_norm", *fresh.q_norm, uint64_t(shape.head_dim) * 4, ctx);
-    detail::need(fn, "k_norm", *fresh.k_norm, uint64_t(shape.head_dim) * 4, ctx);
+  if (fresh.append) {
+    detail::need(fn, "k", *fresh.k, kv_bytes, ctx);
+    detail::need(fn, "v", *fresh.v, kv_bytes, ctx);
+    if (fresh.k_norm) detail::need(fn, "k_norm", *fresh.k_norm, uint64_t(shape.head_dim) * 4, ctx);
   }
+  detail::need(fn, "table", *fresh.table, uint64_t(rope_dim / 2) * 16, ctx);
+  if (fresh.q_norm) detail::need(fn, "q_norm", *fresh.q_norm, uint64_t(shape.head_dim) * 4, ctx);
   encode_decode(fn, batch, ctx, shape, q, kv, out, scratch, 0, DecodeKernel::PerHead, &fresh);
 }
 

@@ -162,6 +162,9 @@ struct FreshToken {
   RopeType type = RopeType::Normal;
   float eps = 1e-6f;
   bool v_norm = false;  // v's heads RMS-normalised (no gain) before they go into the cache
+  // false: q alone, k and v not read (a layer attending over another layer's cache, which already holds the token:
+  // gemma4); the bits of encode_qk_norm_rope_q then encode_attention_decode
+  bool append = true;
 };
 // Whether encode_attention_decode_fresh runs this call on ctx: one query, the per-head kernel (Auto resolved by
 // depth; Grouped calls keep the separate dispatch), subgroups, and the workgroup memory the adapter allows.

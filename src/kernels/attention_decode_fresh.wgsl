@@ -9,11 +9,12 @@
 // (with v_norm) exactly as qk_norm_rope_kv does, and rounds k and v to the cache's type. The workgroup of the split
 // holding P and the first head of each GQA group writes them into the cache's row P; every workgroup then takes key P
 // from its own copy (dacc, kv_stash's bits), not from the cache: no workgroup depends on a row another one is writing.
-// The output is the same bits as qk_norm_rope_kv followed by attention_decode.
+// The output is the same bits as qk_norm_rope_kv followed by attention_decode. Without `append` (FreshParams) q alone:
+// the bits of qk_norm_rope_q (qk_norm_rope_kv's q heads) followed by attention_decode.
 
 struct FreshParams {
   rope_dim: u32, neox: u32, norm: u32, v_norm: u32,
-  eps: f32, kv_base: u32, _pad0: u32, _pad1: u32,
+  eps: f32, kv_base: u32, append: u32, _pad1: u32,
 }
 
 @group(0) @binding(11) var<storage, read> fresh_k: array<f32>;  // the token's k row at element kv_base
@@ -39,12 +40,18 @@ fn attention_decode_fresh(@builtin(workgroup_id) wid: vec3<u32>,
   // the three rows into nr_row's slots (q 0, k 1, v 2) and their sums of squares, in qk_norm_rope_kv's order
   let q_at = p.q_offset / 4u + head * HD4;
   let kv_at = f.kv_base + kvh * hd;
+  // (without append, q alone: a layer attending over another layer's cache, which already holds the token)
+  let append = f.append != 0u;
   var ss = vec4<f32>(0.0);
   if (tid < NR_WG) {
     for (var i = tid; i < hd; i += NR_WG) {
       let xq = q[q_at + i / 4u][i % 4u];
-      let xk = fresh_k[kv_at + i];
-      let xv = fresh_v[kv_at + i];
+      var xk = 0.0;
+      var xv = 0.0;
+      if (append) {
+        xk = fresh_k[kv_at + i];
+        xv = fresh_v[kv_at + i];
+      }
       nr_row[i] = xq;
       nr_row[NR_MAX + i] = xk;
       nr_row[2u * NR_MAX + i] = xv;
@@ -58,7 +65,8 @@ fn attention_decode_fresh(@builtin(workgroup_id) wid: vec3<u32>,
   let inv_v = select(1.0, inverseSqrt(sums.z / f32(hd) + f.eps), f.v_norm != 0u);
   let neox = f.neox != 0u;
   let pq = nr_pairs(0u, tid, hd, f.rope_dim, neox, pos, inv_q, select(0u, 1u, normed));
-  let pk = nr_pairs(1u, tid, hd, f.rope_dim, neox, pos, inv_k, select(0u, 2u, normed));
+  var pk = NrPairs();
+  if (append) { pk = nr_pairs(1u, tid, hd, f.rope_dim, neox, pos, inv_k, select(0u, 2u, normed)); }
   workgroupBarrier();  // every nr_row read above
   nr_store(0u, pq);
   nr_store(1u, pk);
@@ -67,7 +75,7 @@ fn attention_decode_fresh(@builtin(workgroup_id) wid: vec3<u32>,
   // q scaled into dq; k and v as the cache holds them into dacc and, by the writer, into row P of the cache
   let window = min(pos + 1u, p.max_seq);
   let k_begin = min(first_key(pos) / DEC_WG * DEC_WG + split * p.split_len, window);
-  let writer = head % group == 0u && pos >= k_begin && pos < min(k_begin + p.split_len, window);
+  let writer = append && head % group == 0u && pos >= k_begin && pos < min(k_begin + p.split_len, window);
   if (tid < HD4) {
     let i = 4u * tid;
     dq[tid] = vec4<f32>(nr_row[i], nr_row[i + 1u], nr_row[i + 2u], nr_row[i + 3u]) * p.scale;
@@ -91,5 +99,5 @@ fn attention_decode_fresh(@builtin(workgroup_id) wid: vec3<u32>,
     }
   }
   workgroupBarrier();
-  decode_keys(split, head, 0u, pos, 0u, tid, sg_size, sg_lane, pos);
+  decode_keys(split, head, 0u, pos, 0u, tid, sg_size, sg_lane, select(NO_FRESH, pos, append));
 }

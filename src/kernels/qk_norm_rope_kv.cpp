@@ -83,6 +83,49 @@ void encode_qk_norm_rope_kv(gpu::ComputeBatch& batch, gpu::Context& ctx, const Q
   batch.dispatch(pipe, b, s.n_head + 2 * s.n_kv);
 }
 
+void encode_qk_norm_rope_q(gpu::ComputeBatch& batch, gpu::Context& ctx, const QkNormRopeKvShape& s,
+                           const gpu::Buffer& table, const gpu::Buffer& q, const gpu::Buffer& q_norm) {
+  const char* fn = "encode_qk_norm_rope_q";
+  if (s.n_head == 0) fail(fn, "n_head must be > 0");
+  if (s.head_dim == 0 || s.head_dim % 2 || s.head_dim > 512)
+    fail(fn, "head_dim " + std::to_string(s.head_dim) + " must be even and <= 512");
+  const uint32_t rope_dim = s.rope_dim ? s.rope_dim : s.head_dim;
+  if (rope_dim % 2 || rope_dim > s.head_dim)
+    fail(fn, "rope_dim " + std::to_string(rope_dim) + " must be even and <= head_dim " + std::to_string(s.head_dim));
+  if (!(s.eps > 0)) fail(fn, "eps must be > 0");
+  const uint64_t q_bytes = (uint64_t(s.row) + 1) * s.n_head * s.head_dim * 4;
+  if (q_bytes / 4 > UINT32_MAX) fail(fn, "rows exceed 32-bit element offsets");
+  need(fn, "q", q, q_bytes, ctx);
+  const uint64_t norm_bytes = s.norm ? uint64_t(s.head_dim) * 4 : 16, table_bytes = uint64_t(rope_dim / 2) * 16;
+  need(fn, "q_norm", q_norm, norm_bytes, ctx);
+  need(fn, "table", table, table_bytes, ctx);
+  // n_kv = 1 keeps the shader's head ranges valid; only the n_head q heads are dispatched (k, v and the cache are
+  // placeholders it never touches)
+  const QkNormRopeKvParams p{.n_head = s.n_head,
+                             .n_kv = 1,
+                             .head_dim = s.head_dim,
+                             .rope_dim = rope_dim,
+                             .pos = s.pos,
+                             .neox = s.type == RopeType::Neox ? 1u : 0u,
+                             .kv_f16 = 0,
+                             .kv_k_off = 0,
+                             .kv_v_off = 0,
+                             .eps = s.eps,
+                             .norm = s.norm ? 1u : 0u,
+                             .row = s.row};
+  WGPUComputePipeline pipe = ctx.pipeline({kShader, "qk_norm_rope_kv", {}, ""});
+  const gpu::Buffer& none = ctx.placeholder_storage();
+  const gpu::BufferBinding b[] = {batch.uniform(0, p),
+                                  {2, &q, 0, q_bytes},
+                                  {3, &none, 0, 16},
+                                  {4, &none, 0, 16},
+                                  {7, &ctx.placeholder_writable(), 0, 16},
+                                  {13, &table, 0, table_bytes},
+                                  {14, &q_norm, 0, norm_bytes},
+                                  {15, &q_norm, 0, norm_bytes}};
+  batch.dispatch(pipe, b, s.n_head);
+}
+
 void encode_qk_norm_rope_kv_rows(gpu::ComputeBatch& batch, gpu::Context& ctx, const QkNormRopeKvShape& s, uint32_t n,
                                  const gpu::Buffer& table, const gpu::Buffer& q, const gpu::Buffer& k,
                                  const gpu::Buffer& v, const gpu::Buffer& q_norm, const gpu::Buffer& k_norm,

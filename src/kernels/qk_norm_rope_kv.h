@@ -41,6 +41,11 @@ void encode_qk_norm_rope_kv(gpu::ComputeBatch& batch, gpu::Context& ctx, const Q
                             const gpu::Buffer& table, const gpu::Buffer& q, const gpu::Buffer& k, const gpu::Buffer& v,
                             const gpu::Buffer& q_norm, const gpu::Buffer& k_norm, KvCache& kv);
 
+// The q heads alone (a layer that attends over another layer's cache, gemma4): every q head of row s.row becomes
+// rope(rms_norm(q_h) * q_norm) in place, the same bits encode_qk_norm_rope_kv gives it; s.n_kv, s.v_norm are not used.
+void encode_qk_norm_rope_q(gpu::ComputeBatch& batch, gpu::Context& ctx, const QkNormRopeKvShape& s,
+                           const gpu::Buffer& table, const gpu::Buffer& q, const gpu::Buffer& q_norm);
+
 // The same for n tokens of n sequences in one dispatch (continuous batching): token i (row i of q, k, v) at the
 // position rows[i].x, its K and V rows at elements rows[i].y and rows[i].z of `pool` (every sequence's cache a view
 // of one single-pool cache; KvCache::locate gives the offsets). s.pos and s.row are not used. rows: [n] vec4<u32>.

@@ -71,7 +71,12 @@ fn head(h: u32, lid: u32, tok: u32, pos: u32, k_off: u32, v_off: u32) {
   let q_row = tok * p.n_head * hd;
   var ss = 0.0;
   for (var i = lid; i < hd; i += WG) {
-    let x = select(k[kv_row + base + i], q[q_row + base + i], is_q);
+    var x: f32;
+    if (is_q) {  // (not a select: encode_qk_norm_rope_q binds a placeholder k)
+      x = q[q_row + base + i];
+    } else {
+      x = k[kv_row + base + i];
+    }
     nr_row[i] = x;
     ss += x * x;
   }

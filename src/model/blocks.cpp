@@ -574,7 +574,10 @@ void encode_attention_gemma4(const LayerStep& s) {
                                 .scale = c.attention_scale(),
                                 .window = c.layer_window(l)};
   const uint32_t src = c.kv_source(l);
-  if (!own) kernels::encode_rms_norm(batch, s.ctx, b.q, L.q_norm, b.q, n * c.n_head, D, c.rms_eps);
+  // A layer attending over another's cache normalises and rotates its q alone: in a prompt by rms_norm and rope, in a
+  // decode step with qk_norm_rope_kv's arithmetic (encode_qk_norm_rope_q, or inside the attention's dispatch): the same
+  // bits alone, batched or fused
+  if (!own && !one_token) kernels::encode_rms_norm(batch, s.ctx, b.q, L.q_norm, b.q, n * c.n_head, D, c.rms_eps);
   if (s.rows) {  // a batched decode step: per sequence its RoPE (+ append) and attention over its own cache
     const StepRows& r = *s.rows;
     shape.n_queries = 1;
@@ -585,15 +588,9 @@ void encode_attention_gemma4(const LayerStep& s) {
         qk.row = i;
         kernels::encode_qk_norm_rope_kv(batch, s.ctx, qk, rope_table, b.q, b.k, b.v, L.q_norm, L.k_norm, kv);
       } else {
-        const kernels::RopeShape rope{.n_tokens = 1,
-                                      .n_heads = c.n_head,
-                                      .head_dim = D,
-                                      .rope_dim = c.rope_dim_at(l),
-                                      .start_pos = r.positions[i],
-                                      .type = c.rope_type,
-                                      .row_stride = (i + 1) * Q,
-                                      .head_offset = i * Q};
-        kernels::encode_rope(batch, s.ctx, rope, rope_table, b.q);
+        qk.pos = r.positions[i];
+        qk.row = i;
+        kernels::encode_qk_norm_rope_q(batch, s.ctx, qk, rope_table, b.q, L.q_norm);
       }
       shape.start_pos = r.positions[i];
       shape.row = i;
@@ -602,8 +599,9 @@ void encode_attention_gemma4(const LayerStep& s) {
     return;
   }
   kernels::KvCache& kv = *s.state->kv[src];
-  if (own && n == 1 && fuse_qk_norm_on(s.ctx, c) && kernels::attention_decode_takes_fresh(s.ctx, shape)) {
-    // decoding: the per-head q/k norms, RoPE, v's norm, the KV append and attention in one dispatch
+  if (n == 1 && fuse_qk_norm_on(s.ctx, c) && kernels::attention_decode_takes_fresh(s.ctx, shape)) {
+    // decoding: the per-head q/k norms, RoPE, v's norm, the KV append (a layer with its own cache) and attention in one
+    // dispatch
     const kernels::FreshToken fresh{.k = &b.k,
                                     .v = &b.v,
                                     .q_norm = &L.q_norm,
@@ -612,13 +610,17 @@ void encode_attention_gemma4(const LayerStep& s) {
                                     .rope_dim = qk.rope_dim,
                                     .type = c.rope_type,
                                     .eps = c.rms_eps,
-                                    .v_norm = c.v_norm};
+                                    .v_norm = c.v_norm,
+                                    .append = own};
     kernels::encode_attention_decode_fresh(batch, s.ctx, shape, b.q, fresh, kv, b.attn, &b.decode_scratch);
     return;
   }
-  if (own && n == 1) {  // decoding: the per-head q/k norm, RoPE and the KV append in one dispatch
+  if (n == 1) {  // decoding: the per-head q/k norm, RoPE and the KV append in one dispatch (q alone: another's cache)
     qk.pos = s.pos;
-    kernels::encode_qk_norm_rope_kv(batch, s.ctx, qk, rope_table, b.q, b.k, b.v, L.q_norm, L.k_norm, kv);
+    if (own)
+      kernels::encode_qk_norm_rope_kv(batch, s.ctx, qk, rope_table, b.q, b.k, b.v, L.q_norm, L.k_norm, kv);
+    else
+      kernels::encode_qk_norm_rope_q(batch, s.ctx, qk, rope_table, b.q, L.q_norm);
   } else {
     if (own) {
       kernels::encode_rms_norm(batch, s.ctx, b.q, L.q_norm, b.q, n * c.n_head, D, c.rms_eps);

@@ -35,6 +35,7 @@ struct FreshCase {
   bool norm = true;     // off: RoPE alone (no q_norm / k_norm)
   bool v_norm = false;  // Gemma 4
   uint32_t window = 0;  // sliding window
+  bool append = true;   // false: q alone over a cache that holds the token (qk_norm_rope_q, then attention_decode)
 };
 const FreshCase kFreshCases[] = {
     {"gqa2_d128_f16_pos0", 4, 2, 128, 128, true, 0, 64, 0, KvType::F16},
@@ -46,6 +47,8 @@ const FreshCase kFreshCases[] = {
     {"gqa4_d256_window_f32", 4, 1, 256, 256, true, 300, 512, 128, KvType::F32, 1, true, false, 100},
     {"gqa2_d128_rope_alone_f16", 4, 2, 128, 128, false, 9, 32, 0, KvType::F16, 0, false},
     {"gqa2_d256_v_norm_last_position_f32", 2, 1, 256, 128, false, 127, 128, 128, KvType::F32, 1, true, true},
+    {"q_alone_gqa4_d256_f16_window", 4, 1, 256, 256, true, 300, 512, 128, KvType::F16, 0, true, false, 100, false},
+    {"q_alone_gqa2_d512_f32_row1", 4, 2, 512, 512, true, 40, 64, 0, KvType::F32, 1, true, false, 0, false},
 };
 std::ostream& operator<<(std::ostream& o, const FreshCase& c) { return o << c.name; }
 
@@ -100,18 +103,20 @@ TEST_P(AttentionDecodeFresh, SameBitsAsQkNormRopeKvThenAttention) {
   const RopeType type = c.neox ? RopeType::Neox : RopeType::Normal;
   const float eps = 1e-6f;
   gpu::ComputeBatch batch(ctx, c.name);
-  kernels::encode_qk_norm_rope_kv(batch, ctx,
-                                  {.n_head = c.n_head,
-                                   .n_kv = c.n_kv,
-                                   .head_dim = c.head_dim,
-                                   .rope_dim = c.rope_dim,
-                                   .type = type,
-                                   .pos = c.pos,
-                                   .eps = eps,
-                                   .norm = c.norm,
-                                   .row = c.row,
-                                   .v_norm = c.v_norm},
-                                  table, qa, kb, vb, qn, kn, ca);
+  const kernels::QkNormRopeKvShape qk{.n_head = c.n_head,
+                                      .n_kv = c.n_kv,
+                                      .head_dim = c.head_dim,
+                                      .rope_dim = c.rope_dim,
+                                      .type = type,
+                                      .pos = c.pos,
+                                      .eps = eps,
+                                      .norm = c.norm,
+                                      .row = c.row,
+                                      .v_norm = c.v_norm};
+  if (c.append)
+    kernels::encode_qk_norm_rope_kv(batch, ctx, qk, table, qa, kb, vb, qn, kn, ca);
+  else
+    kernels::encode_qk_norm_rope_q(batch, ctx, qk, table, qa, qn);
   kernels::encode_attention_decode(batch, ctx, shape, qa, ca, out_a, &scratch);
   const kernels::FreshToken fresh{.k = &kb,
                                   .v = &vb,
@@ -121,7 +126,8 @@ TEST_P(AttentionDecodeFresh, SameBitsAsQkNormRopeKvThenAttention) {
                                   .rope_dim = c.rope_dim,
                                   .type = type,
                                   .eps = eps,
-                                  .v_norm = c.v_norm};
+                                  .v_norm = c.v_norm,
+                                  .append = c.append};
   kernels::encode_attention_decode_fresh(batch, ctx, shape, qb, fresh, cb, out_b, &scratch);
   batch.submit_and_wait();
 
@@ -140,10 +146,10 @@ TEST_P(AttentionDecodeFresh, SameBitsAsQkNormRopeKvThenAttention) {
   cb.read(0, filled, kb2, vb2);
   EXPECT_EQ(std::memcmp(ka.data(), kb2.data(), ka.size() * 4), 0) << "the caches' K differ";
   EXPECT_EQ(std::memcmp(va.data(), vb2.data(), va.size() * 4), 0) << "the caches' V differ";
-  // the token's row was written (it differs from the random row before), its neighbours were not
+  // the token's row was written (it differs from the random row before; q alone: it was not), its neighbours were not
   const size_t row_at = size_t(c.pos) * kvd;
-  EXPECT_NE(std::memcmp(kb2.data() + row_at, before_k.data() + row_at, size_t(kvd) * 4), 0) << "K row not written";
-  EXPECT_NE(std::memcmp(vb2.data() + row_at, before_v.data() + row_at, size_t(kvd) * 4), 0) << "V row not written";
+  EXPECT_EQ(std::memcmp(kb2.data() + row_at, before_k.data() + row_at, size_t(kvd) * 4) != 0, c.append) << "K row";
+  EXPECT_EQ(std::memcmp(vb2.data() + row_at, before_v.data() + row_at, size_t(kvd) * 4) != 0, c.append) << "V row";
   EXPECT_EQ(std::memcmp(kb2.data(), before_k.data(), row_at * 4), 0) << "an earlier K row changed";
   EXPECT_EQ(std::memcmp(kb2.data() + row_at + kvd, before_k.data() + row_at + kvd, (kb2.size() - row_at - kvd) * 4), 0)
       << "a later K row changed";
@@ -185,6 +191,12 @@ TEST(AttentionDecodeFreshArgs, RefusedWhereTheFusedKernelCannotRunNamingWhy) {
   f = fresh;
   f.rope_dim = 34;
   expect_throw([&] { run(ok, f); }, "rope_dim");
+  f = fresh;
+  f.append = false;
+  f.k = f.v = nullptr;
+  EXPECT_NO_THROW(run(ok, f));  // q alone reads no k or v
+  f.k = f.v = &buf;
+  EXPECT_NO_THROW(run(ok, f));
   kernels::AttentionShape past = ok;
   past.start_pos = 8;
   expect_throw([&] { run(past, fresh); }, "max_seq");

@@ -1,5 +1,6 @@
 // qwen3's decode step between the q/k/v product and attention (qk_norm_rope_kv.wgsl) vs the CPU reference.
 #include <cmath>
+#include <cstring>
 
 #include "cpu/ops.h"
 #include "kernel_test_util.h"
@@ -58,6 +59,7 @@ TEST_P(QkNormRopeKvTable, MatchesCpuReference) {
     return all;
   };
   auto qb = ctx.upload<float>(at_row(q), WGPUBufferUsage_Storage, "q");
+  auto q_alone = ctx.upload<float>(at_row(q), WGPUBufferUsage_Storage, "q alone");
   auto kb = ctx.upload<float>(at_row(k), WGPUBufferUsage_Storage, "k");
   auto vb = ctx.upload<float>(at_row(v), WGPUBufferUsage_Storage, "v");
   auto qnb = ctx.upload<float>(qn, WGPUBufferUsage_Storage, "q_norm");
@@ -86,6 +88,16 @@ TEST_P(QkNormRopeKvTable, MatchesCpuReference) {
                                    .row = c.row,
                                    .v_norm = c.v_norm},
                                   table, qb, kb, vb, qnb, knb, kv);
+  kernels::encode_qk_norm_rope_q(batch, ctx,
+                                 {.n_head = c.n_head,
+                                  .head_dim = c.head_dim,
+                                  .rope_dim = c.rope_dim,
+                                  .type = c.neox ? RopeType::Neox : RopeType::Normal,
+                                  .pos = c.pos,
+                                  .eps = eps,
+                                  .norm = c.norm,
+                                  .row = c.row},
+                                 table, q_alone, qnb);
   batch.submit_and_wait();
   const auto normed_q = c.norm ? cpu::rms_norm(q, qn, c.n_head, c.head_dim, eps) : q;
   const auto normed_k = c.norm ? cpu::rms_norm(k, kn, c.n_kv, c.head_dim, eps) : k;
@@ -95,6 +107,9 @@ TEST_P(QkNormRopeKvTable, MatchesCpuReference) {
   for (size_t i = 0; i < size_t(qd) * c.row; ++i) ASSERT_TRUE(std::isnan(got_q[i])) << "q element " << i << " written";
   const auto rq = compare(std::vector<float>(got_q.begin() + size_t(qd) * c.row, got_q.end()), want_q);
   EXPECT_LE(rq.rel_l2, 1e-5) << "q: " << rq.describe();
+  // q alone (encode_qk_norm_rope_q): the very bits of the q heads above, the earlier rows untouched
+  const auto got_alone = ctx.read<float>(q_alone);
+  EXPECT_EQ(std::memcmp(got_alone.data(), got_q.data(), got_q.size() * 4), 0) << "q alone differs";
   row.expect(kv, want_k, c.v_norm ? cpu::rms_norm(v, std::vector<float>(c.head_dim, 1.f), c.n_kv, c.head_dim, eps) : v);
 }
 

@@ -60,7 +60,7 @@ GpuLayer upload(Uploader& up, const ModelConfig& c, uint32_t layer) {
 
 // A decode step (n = 1) of a gemma4 layer with its own KV cache and per-layer embeddings runs 7 dispatches on GPUs
 // with ContextOptions::fuse_post_norms (q/k/v stacked, gate/up fused; a layer sharing another's cache: q alone, its
-// norm and RoPE, no append). Each post norm's residual add rides in the prologue of the next product of x
+// norm and RoPE in the attention's dispatch too, no append: 6). Each post norm's residual add rides in the prologue of the next product of x
 // (encode_post_norm_residual, encode_x_product; without the option, or on CPU adapters' Rows kernel, it runs as an
 // rms_norm of its own: 10 dispatches):
 //   (layer 0: embedding, scale, matmul, scale, rms_norm (adding), scale   every layer's per-layer input)
