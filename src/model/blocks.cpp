@@ -42,6 +42,26 @@ void x_product(const LayerStep& s, const kernels::GpuWeight& w, const gpu::Buffe
   encode_x_product(s.batch, s.ctx, s.model.config, s.b, w, y, s.n, o);
 }
 
+// Decoding one token of a model with q/k norms, the attention that takes the token's norms, RoPE, v's norm and append
+// (`append`; else q alone) itself, where ContextOptions::fuse_qk_norm and the kernel at this depth allow: encoded, true.
+bool encode_fresh_attention(const LayerStep& s, const kernels::AttentionShape& shape, const gpu::Buffer& table,
+                            uint32_t rope_dim, kernels::KvCache& kv, bool append) {
+  const ModelConfig& c = s.model.config;
+  if (!fuse_qk_norm_on(s.ctx, c) || !kernels::attention_decode_takes_fresh(s.ctx, shape)) return false;
+  const kernels::FreshToken fresh{.k = &s.b.k,
+                                  .v = &s.b.v,
+                                  .q_norm = &s.L.q_norm,
+                                  .k_norm = &s.L.k_norm,
+                                  .table = &table,
+                                  .rope_dim = rope_dim,
+                                  .type = c.rope_type,
+                                  .eps = c.rms_eps,
+                                  .v_norm = c.v_norm,
+                                  .append = append};
+  kernels::encode_attention_decode_fresh(s.batch, s.ctx, shape, s.b.q, fresh, kv, s.b.attn, &s.b.decode_scratch);
+  return true;
+}
+
 // A batched decode step's attention: the q/k/v products for every sequence's token, then per sequence the q/k norm
 // (where the model has it), RoPE and the append into its own cache, and attention over that cache (one dispatch for
 // all of them when the caches share one pool).
@@ -217,19 +237,8 @@ void encode_attention(const LayerStep& s) {
     const bool qk_norm_fused = s.decode_qkv == DecodeQkv::QkNormRopeAppend || s.decode_qkv == DecodeQkv::QkNormTwoTypes;
     encode_qkv_products(batch, s.ctx, c, L, b.x, b.q, b.k, b.v, n, kernels::MatmulImpl::Auto, &b,
                         n == 1 && s.decode_qkv == DecodeQkv::QkNormTwoTypes);
-    if (n == 1 && qk_norm_fused && fuse_qk_norm_on(s.ctx, c) && kernels::attention_decode_takes_fresh(s.ctx, shape)) {
-      // qwen3 and gemma3 decoding: the q/k norms, RoPE, the KV append and attention in one dispatch
-      const kernels::FreshToken fresh{.k = &b.k,
-                                      .v = &b.v,
-                                      .q_norm = &L.q_norm,
-                                      .k_norm = &L.k_norm,
-                                      .table = &rope_table,
-                                      .rope_dim = c.rope_dim,
-                                      .type = c.rope_type,
-                                      .eps = c.rms_eps};
-      kernels::encode_attention_decode_fresh(batch, s.ctx, shape, b.q, fresh, kv, b.attn, &b.decode_scratch);
-      return;
-    }
+    // qwen3 and gemma3 decoding: the q/k norms, RoPE, the KV append and attention in one dispatch
+    if (n == 1 && qk_norm_fused && encode_fresh_attention(s, shape, rope_table, c.rope_dim, kv, true)) return;
     if (n == 1 && qk_norm_fused) {
       // qwen3 decoding: the per-head q/k norm, RoPE and the KV append in one dispatch
       const kernels::QkNormRopeKvShape qk{.n_head = c.n_head,
@@ -599,22 +608,9 @@ void encode_attention_gemma4(const LayerStep& s) {
     return;
   }
   kernels::KvCache& kv = *s.state->kv[src];
-  if (n == 1 && fuse_qk_norm_on(s.ctx, c) && kernels::attention_decode_takes_fresh(s.ctx, shape)) {
-    // decoding: the per-head q/k norms, RoPE, v's norm, the KV append (a layer with its own cache) and attention in one
-    // dispatch
-    const kernels::FreshToken fresh{.k = &b.k,
-                                    .v = &b.v,
-                                    .q_norm = &L.q_norm,
-                                    .k_norm = &L.k_norm,
-                                    .table = &rope_table,
-                                    .rope_dim = qk.rope_dim,
-                                    .type = c.rope_type,
-                                    .eps = c.rms_eps,
-                                    .v_norm = c.v_norm,
-                                    .append = own};
-    kernels::encode_attention_decode_fresh(batch, s.ctx, shape, b.q, fresh, kv, b.attn, &b.decode_scratch);
-    return;
-  }
+  // decoding: the per-head q/k norms, RoPE, v's norm, the KV append (a layer with its own cache) and attention in one
+  // dispatch
+  if (n == 1 && encode_fresh_attention(s, shape, rope_table, qk.rope_dim, kv, own)) return;
   if (n == 1) {  // decoding: the per-head q/k norm, RoPE and the KV append in one dispatch (q alone: another's cache)
     qk.pos = s.pos;
     if (own)

@@ -76,28 +76,18 @@ TEST_P(QkNormRopeKvTable, MatchesCpuReference) {
   const AppendedRowCheck row(kv, c.pos, gen);
   const float eps = 1e-6f;
   gpu::ComputeBatch batch(ctx, c.name);
-  kernels::encode_qk_norm_rope_kv(batch, ctx,
-                                  {.n_head = c.n_head,
-                                   .n_kv = c.n_kv,
-                                   .head_dim = c.head_dim,
-                                   .rope_dim = c.rope_dim,
-                                   .type = c.neox ? RopeType::Neox : RopeType::Normal,
-                                   .pos = c.pos,
-                                   .eps = eps,
-                                   .norm = c.norm,
-                                   .row = c.row,
-                                   .v_norm = c.v_norm},
-                                  table, qb, kb, vb, qnb, knb, kv);
-  kernels::encode_qk_norm_rope_q(batch, ctx,
-                                 {.n_head = c.n_head,
-                                  .head_dim = c.head_dim,
-                                  .rope_dim = c.rope_dim,
-                                  .type = c.neox ? RopeType::Neox : RopeType::Normal,
-                                  .pos = c.pos,
-                                  .eps = eps,
-                                  .norm = c.norm,
-                                  .row = c.row},
-                                 table, q_alone, qnb);
+  const kernels::QkNormRopeKvShape shape{.n_head = c.n_head,
+                                         .n_kv = c.n_kv,
+                                         .head_dim = c.head_dim,
+                                         .rope_dim = c.rope_dim,
+                                         .type = c.neox ? RopeType::Neox : RopeType::Normal,
+                                         .pos = c.pos,
+                                         .eps = eps,
+                                         .norm = c.norm,
+                                         .row = c.row,
+                                         .v_norm = c.v_norm};
+  kernels::encode_qk_norm_rope_kv(batch, ctx, shape, table, qb, kb, vb, qnb, knb, kv);
+  kernels::encode_qk_norm_rope_q(batch, ctx, shape, table, q_alone, qnb);
   batch.submit_and_wait();
   const auto normed_q = c.norm ? cpu::rms_norm(q, qn, c.n_head, c.head_dim, eps) : q;
   const auto normed_k = c.norm ? cpu::rms_norm(k, kn, c.n_kv, c.head_dim, eps) : k;
