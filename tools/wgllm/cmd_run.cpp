@@ -314,8 +314,8 @@ const Register reg{
                     "(default: on GPUs for gemma3)")
            ->group("Advanced");
        app.add_flag("--fuse-qk-norm,!--no-fuse-qk-norm", o->fuse_qk_norm,
-                    "decoding, the q/k norms, RoPE and the KV append inside the attention dispatch (qwen3, gemma3, "
-                    "gemma4; default: on GPUs)")
+                    "decoding, the q/k norms, RoPE and the KV append inside the attention dispatch (models with q/k "
+                    "norms; default: on GPUs)")
            ->group("Advanced");
        app.add_flag("--no-check-tensors", o->no_check_tensors,
                     "skip the scan of the weights for NaN and infinities at load");
