@@ -72,9 +72,9 @@ struct LoadOptions {
   // H200; Gemma 4's Q4_K_M 3-6 % slower), off otherwise and on CPU adapters (ModelInfo::fuse_post_norms).
   std::optional<bool> fuse_post_norms = std::nullopt;
   // Decoding one sequence, the new token's per-head q/k norms, RoPE and KV append inside the attention dispatch
-  // (models with q/k norms: qwen3, gemma3/4, lfm2, qwen35; ContextOptions::fuse_qk_norm): one dispatch fewer a layer, the same
-  // bits. Unset: on GPUs (Gemma 3 270M decodes 5-6 % faster on the H100, the others 0.3-2 %), off on CPU adapters
-  // (ModelInfo::fuse_qk_norm).
+  // (models with q/k norms: qwen3, gemma3/4, lfm2, qwen35; ContextOptions::fuse_qk_norm): one dispatch fewer a layer,
+  // the same bits. Unset: on GPUs (Gemma 3 270M decodes 5-6 % faster on the H100, Gemma 4 small 3.5 %, the others
+  // 0.3-2 %), off on CPU adapters (ModelInfo::fuse_qk_norm).
   std::optional<bool> fuse_qk_norm = std::nullopt;
   // Called while weights upload: bytes done, bytes in all.
   std::function<void(uint64_t done, uint64_t total)> progress;

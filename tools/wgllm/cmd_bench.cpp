@@ -442,7 +442,7 @@ const Register reg{
            ->group("Advanced");
        app.add_flag("--fuse-qk-norm,!--no-fuse-qk-norm", o->fuse_qk_norm,
                     "decoding, the q/k norms, RoPE and the KV append inside the attention dispatch "
-                    "(LoadOptions::fuse_qk_norm; qwen3, gemma3, gemma4; default: on GPUs)")
+                    "(LoadOptions::fuse_qk_norm; models with q/k norms; default: on GPUs)")
            ->group("Advanced");
        app.add_option("--parallel", o->parallel,
                       "then N concurrent streams (a list: 1,4,16) through continuous batching, each -p prompt "
