@@ -98,8 +98,8 @@ struct ContextOptions {
   // (model/transformer.h, fuse_post_norms_on: gemma3 on GPUs, measured ahead there; PERF.md, "The decode options on the
   // H200").
   std::optional<bool> fuse_post_norms = std::nullopt;
-  // Decoding one sequence, a model with per-head q/k norms (qwen3, gemma3/4, lfm2, qwen35) normalises and rotates the new
-  // token's q and k, and appends its K and V to the cache, inside the decode attention's dispatch
+  // Decoding one sequence, a model with per-head q/k norms (qwen3, gemma3/4, lfm2, qwen35) normalises and rotates the
+  // new token's q and k, and appends its K and V to the cache, inside the decode attention's dispatch
   // (kernels::encode_attention_decode_fresh) instead of a qk_norm_rope_kv dispatch before it: one dependent link fewer
   // a layer, the same bits. Unset: the model's default (model/transformer.h, fuse_qk_norm_on).
   std::optional<bool> fuse_qk_norm = std::nullopt;
