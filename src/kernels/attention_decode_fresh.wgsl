@@ -1,6 +1,6 @@
 // Decode attention that takes the new token itself, for models with per-head q/k norms (qwen3, gemma3/4, lfm2, ...):
-// the work of qk_norm_rope_kv.wgsl and attention_decode in one dispatch, one dependent link fewer a layer. Compiled after
-// attention_common.wgsl, attention.wgsl (its parameters, bindings, decode_keys and workgroup memory; the host's
+// the work of qk_norm_rope_kv.wgsl and attention_decode in one dispatch, one dependent link fewer a layer. Compiled
+// after attention_common.wgsl, attention.wgsl (its parameters, bindings, decode_keys and workgroup memory; the host's
 // prelude sets DEC_FRESH and declares the pools read-write), rope_angle.wgsl and qk_norm_rope.wgsl (the norm and RoPE
 // arithmetic, shared with qk_norm_rope_kv.wgsl so that both give the same bits).
 //
