@@ -13,6 +13,19 @@ namespace {
 
 constexpr const char* kShader = "rope_angle.wgsl+qk_norm_rope.wgsl+qk_norm_rope_kv.wgsl";
 
+// The checks of the q heads' part (every encoder here): returns the rope_dim in force.
+uint32_t checked_rope_dim(const char* fn, const QkNormRopeKvShape& s) {
+  constexpr uint32_t kMaxHeadDim = 512;  // NR_MAX in the shader
+  if (s.n_head == 0) fail(fn, "n_head and n_kv must be > 0");
+  if (s.head_dim == 0 || s.head_dim % 2 || s.head_dim > kMaxHeadDim)
+    fail(fn, "head_dim " + std::to_string(s.head_dim) + " must be even and <= " + std::to_string(kMaxHeadDim));
+  const uint32_t rope_dim = s.rope_dim ? s.rope_dim : s.head_dim;
+  if (rope_dim % 2 || rope_dim > s.head_dim)
+    fail(fn, "rope_dim " + std::to_string(rope_dim) + " must be even and <= head_dim " + std::to_string(s.head_dim));
+  if (!(s.eps > 0)) fail(fn, "eps must be > 0");
+  return rope_dim;
+}
+
 // The checks both encoders share, for `rows` tokens (rows 0 .. rows - 1 of q, k, v), and the parameters without the
 // position and cache offsets. Returns them with the byte sizes of the q, k / v and norm bindings.
 struct Checked {
@@ -22,14 +35,8 @@ struct Checked {
 Checked check(const char* fn, gpu::Context& ctx, const QkNormRopeKvShape& s, uint64_t rows, const gpu::Buffer& table,
               const gpu::Buffer& q, const gpu::Buffer& k, const gpu::Buffer& v, const gpu::Buffer& q_norm,
               const gpu::Buffer& k_norm, const KvCache& kv) {
-  constexpr uint32_t kMaxHeadDim = 512;  // MAX_HEAD_DIM in the shader
-  if (s.n_head == 0 || s.n_kv == 0) fail(fn, "n_head and n_kv must be > 0");
-  if (s.head_dim == 0 || s.head_dim % 2 || s.head_dim > kMaxHeadDim)
-    fail(fn, "head_dim " + std::to_string(s.head_dim) + " must be even and <= " + std::to_string(kMaxHeadDim));
-  const uint32_t rope_dim = s.rope_dim ? s.rope_dim : s.head_dim;
-  if (rope_dim % 2 || rope_dim > s.head_dim)
-    fail(fn, "rope_dim " + std::to_string(rope_dim) + " must be even and <= head_dim " + std::to_string(s.head_dim));
-  if (!(s.eps > 0)) fail(fn, "eps must be > 0");
+  if (s.n_kv == 0) fail(fn, "n_head and n_kv must be > 0");
+  const uint32_t rope_dim = checked_rope_dim(fn, s);
   const uint64_t kv_dim = uint64_t(s.n_kv) * s.head_dim;
   if (kv.config().kv_dim != kv_dim)
     fail(fn, "n_kv * head_dim " + std::to_string(kv_dim) + " must equal the cache's kv_dim " +
@@ -86,13 +93,7 @@ void encode_qk_norm_rope_kv(gpu::ComputeBatch& batch, gpu::Context& ctx, const Q
 void encode_qk_norm_rope_q(gpu::ComputeBatch& batch, gpu::Context& ctx, const QkNormRopeKvShape& s,
                            const gpu::Buffer& table, const gpu::Buffer& q, const gpu::Buffer& q_norm) {
   const char* fn = "encode_qk_norm_rope_q";
-  if (s.n_head == 0) fail(fn, "n_head must be > 0");
-  if (s.head_dim == 0 || s.head_dim % 2 || s.head_dim > 512)
-    fail(fn, "head_dim " + std::to_string(s.head_dim) + " must be even and <= 512");
-  const uint32_t rope_dim = s.rope_dim ? s.rope_dim : s.head_dim;
-  if (rope_dim % 2 || rope_dim > s.head_dim)
-    fail(fn, "rope_dim " + std::to_string(rope_dim) + " must be even and <= head_dim " + std::to_string(s.head_dim));
-  if (!(s.eps > 0)) fail(fn, "eps must be > 0");
+  const uint32_t rope_dim = checked_rope_dim(fn, s);
   const uint64_t q_bytes = (uint64_t(s.row) + 1) * s.n_head * s.head_dim * 4;
   if (q_bytes / 4 > UINT32_MAX) fail(fn, "rows exceed 32-bit element offsets");
   need(fn, "q", q, q_bytes, ctx);
