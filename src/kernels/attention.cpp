@@ -41,7 +41,7 @@ WGPUComputePipeline decode_pipeline(gpu::Context& ctx, const char* entry, KvView
                                     uint32_t group = 0) {
   static_assert(sizeof(AttentionTiles) == 28, "a new field: add it to the arguments below");
   const uint32_t args[] = {uint32_t(view), t.bq, t.bk, t.tpr, t.dv, t.wg, t.rpt, t.dec_tpk, group};
-  return ctx.pipeline(entry, args, [&] {  // (built once per pipeline: the lookup above finds it afterwards)
+  return ctx.pipeline(entry, args, [&] {  // called on a miss only
     const bool fresh = std::string_view(entry) == "attention_decode_fresh";
     std::string prelude = kv_prelude_vec4(view, fresh) + tile_prelude(t);
     if (group) prelude += "const GQ: u32 = " + std::to_string(group) + "u;\n";
