@@ -4,6 +4,7 @@
 // dispatch is the median over the samples.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -48,6 +49,7 @@ struct Options {
   bool skip_matvec = false;
   bool decode_table = false;  // one Markdown table: types x the decode shapes, weight GB/s and % of the read floor
   bool int_dot = false;       // --decode-table: also Q4_K on packed int8 dot products (kernels/int_dot.h)
+  std::string lean;           // --decode-table: lean_q4k.wgsl's shapes WARPSxROWS[xKS][s][p], comma-separated
 };
 
 // The one-token products of a Llama-3.1-8B decode step, n_in x n_out: attention q / o (4096 x 4096), FFN gate or up
@@ -302,6 +304,87 @@ void print_int_dot_rows(gpu::Context& ctx, const Options& o, const std::vector<s
   }
 }
 
+// --decode-table --lean-q4k: the experiment lean_q4k.wgsl beside the matvec, shape by shape (WARPSxROWS, "s": x in
+// workgroup memory), x prepared once (its preparation not timed); its largest difference from the matvec's y printed
+// relative to the largest |y|, so a wrong kernel shows.
+void print_lean_rows(gpu::Context& ctx, const Options& o, const std::vector<std::string>& shapes, double floor_gbs) {
+  for (const auto& variant : split(o.lean, ',')) {
+    std::string v = variant;
+    const bool pipe = v.back() == 'p';
+    if (pipe) v.pop_back();
+    const bool stage = v.back() == 's';
+    if (stage) v.pop_back();
+    const auto wr = split(v, 'x');
+    if (wr.size() != 2 && wr.size() != 3)
+      throw InvalidArgument("--lean-q4k: '" + variant + "' is not WARPSxROWS[xKS][s][p]");
+    const uint32_t warps = uint32_t(std::stoul(wr[0])), rows = uint32_t(std::stoul(wr[1]));
+    const uint32_t ks = wr.size() > 2 ? uint32_t(std::stoul(wr[2])) : 1;
+    if (ks == 0 || warps % ks != 0) throw InvalidArgument("--lean-q4k: '" + variant + "': KS must divide WARPS");
+    std::printf("| Q4_K lean %s |", variant.c_str());
+    for (const auto& shape : shapes) {
+      const auto dims = split(shape, 'x');
+      const uint32_t n_in = uint32_t(std::stoul(dims[0])), n_out = uint32_t(std::stoul(dims[1]));
+      const uint64_t xv4 = n_in / 4 + n_in / 64;
+      if (n_in % 256 != 0 || (stage && xv4 * 16 > ctx.limits().maxComputeWorkgroupStorageSize)) {
+        std::printf(" - |");
+        continue;
+      }
+      const auto bytes = random_weight(GgufType::Q4_K, n_in, n_out, n_in * 31 + n_out);
+      std::vector<kernels::GpuWeight> copies;
+      for (uint64_t total = 0; copies.empty() || total < o.rotate_bytes; total += bytes.size())
+        copies.push_back(kernels::upload_weight(ctx, GgufType::Q4_K, n_in, n_out, bytes, "bench weight"));
+      if (copies[0].pieces.size() != 1) {
+        std::printf(" (pieces) |");
+        continue;
+      }
+      std::vector<float> xs(n_in);
+      std::mt19937 gen(n_in);
+      for (auto& v : xs) v = float(gen()) / 4294967296.f * 2.f - 1.f;
+      auto x = ctx.upload<float>(xs, WGPUBufferUsage_Storage, "x");
+      auto xp = ctx.create_buffer(xv4 * 16, WGPUBufferUsage_Storage, "x prepared");
+      auto y = ctx.create_buffer(uint64_t(n_out) * 4, WGPUBufferUsage_Storage | WGPUBufferUsage_CopySrc, "y");
+      auto y_ref = ctx.create_buffer(uint64_t(n_out) * 4, WGPUBufferUsage_Storage | WGPUBufferUsage_CopySrc, "y ref");
+      const std::string prelude =
+          "const LQ_W: u32 = " + std::to_string(warps) + "u;\nconst LQ_R: u32 = " + std::to_string(rows) +
+          "u;\nconst LQ_STAGE: bool = " + (stage ? "true" : "false") + ";\nconst LQ_KS: u32 = " + std::to_string(ks) +
+          "u;\nconst LQ_PIPE: bool = " + (pipe ? "true" : "false") +
+          ";\nconst LQ_XV4: u32 = " + std::to_string(stage ? xv4 : 1) + "u;\n";
+      WGPUComputePipeline prep = ctx.pipeline({"lean_q4k.wgsl", "lean_prep", {}, prelude});
+      WGPUComputePipeline pipe = ctx.pipeline({"lean_q4k.wgsl", "lean_q4k", {}, prelude});
+      const uint32_t per_wg = warps / ks * rows;
+      const auto grid = gpu::fold_grid((n_out + per_wg - 1) / per_wg, ctx.limits().maxComputeWorkgroupsPerDimension);
+      struct {
+        uint32_t n_rows, nsb, grid_x, n_in;
+      } params{n_out, n_in / 256, grid.x, n_in};
+      auto encode = [&](gpu::ComputeBatch& b, const kernels::GpuWeight& wt, const gpu::Buffer& out) {
+        const gpu::BufferBinding bind[] = {b.uniform(0, params), {1, &wt.pieces[0].buffer}, {2, &xp}, {3, &out}};
+        b.dispatch(pipe, bind, grid.x, grid.y);
+      };
+      {
+        gpu::ComputeBatch b(ctx, "lean prep");
+        const gpu::BufferBinding bind[] = {b.uniform(0, params), {4, &x}, {5, &xp}};
+        b.dispatch(prep, bind, (n_in / 16 + 63) / 64, 1);
+        encode(b, copies[0], y);
+        kernels::encode_matmul(b, ctx, copies[0], x, y_ref, 1);
+        b.submit_and_wait();
+      }
+      const auto got = ctx.read<float>(y), want = ctx.read<float>(y_ref);
+      double err = 0, big = 0;
+      for (uint32_t r = 0; r < n_out; ++r) {
+        err = std::max(err, double(std::fabs(got[r] - want[r])));
+        big = std::max(big, double(std::fabs(want[r])));
+      }
+      const double t = median_time(
+          ctx, [&](gpu::ComputeBatch& b, uint32_t i) { encode(b, copies[i % copies.size()], y); },
+          std::max<uint32_t>(o.matvec_per_submit, copies.size()), o.repeats);
+      const double gbs = double(bytes.size()) / t / 1e9;
+      std::printf(" %.0f (%.0f%%, err %.1e) |", gbs, 100 * gbs / floor_gbs, err / std::max(big, 1e-30));
+      std::fflush(stdout);
+    }
+    std::printf("\n");
+  }
+}
+
 // --decode-table: each type's one-token product (the matvec, or the Rows kernel on CPU adapters) at each shape, in
 // weight GB/s (GGUF bytes / time) and as a share of the streaming-read floor, as one Markdown table.
 int run_decode_table(const Options& o) {
@@ -346,6 +429,7 @@ int run_decode_table(const Options& o) {
     std::printf("\n");
   }
   if (o.int_dot) print_int_dot_rows(ctx, o, shapes, floor_gbs);
+  if (!o.lean.empty()) print_lean_rows(ctx, o, shapes, floor_gbs);
   return 0;
 }
 
@@ -496,6 +580,10 @@ const Register reg{
        auto* shapes = app.get_option("--shapes");
        app.add_flag("--int-dot", o->int_dot,
                     "with --decode-table: also Q4_K on packed int8 dot products (x as three 8-bit digits per element)");
+       app.add_option(
+           "--lean-q4k", o->lean,
+           "with --decode-table: also the experiment lean_q4k.wgsl at these shapes, comma-separated "
+           "WARPSxROWS[xKS][s][p] (KS warps a row, s: x in workgroup memory, p: the next step's weights loaded first)");
        app.add_flag("--decode-table", o->decode_table,
                     std::string("one table of every type's one-token product in weight GB/s and % of the memory "
                                 "floor (shapes default to ") +
