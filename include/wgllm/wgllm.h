@@ -61,6 +61,10 @@ struct LoadOptions {
   // Batch decode's matvec: tokens per pass over the weights, 8 or 16 (a token's bits are the same either way; the CLI
   // reads $WGLLM_MATVEC_PASS); unset: 16. A tuning knob for benchmarks.
   std::optional<uint32_t> matvec_pass = std::nullopt;
+  // Decoding with fuse_post_norms, the products that take a post norm in their prologue: workgroups of at least this
+  // many rows (every workgroup reads the prologue's three vectors; the CLI reads $WGLLM_PRE_ROWS); unset: the
+  // product's own shape. A tuning knob for benchmarks.
+  std::optional<uint32_t> pre_rows = std::nullopt;
   // Decoding, the FFN's Q4_K gate/up products on packed int8 dot products (the normed input as three 8-bit digits
   // per element under one scale per 32: 23 bits against the block's largest element instead of f32's 24 per element;
   // PERF.md). Unset: on GPUs for models whose FFN input is 2,048 wide or more (Llama-3.1-8B Q4_K_M decodes 9 % faster

@@ -110,6 +110,7 @@ void upload_impl(ModelAccess::Impl& m, const GgufFile& f, const LoadOptions& o) 
                                                              .batch_tile_from = o.batch_tile_from,
                                                              .batch_split = o.batch_split,
                                                              .matvec_pass = o.matvec_pass,
+                                                             .pre_rows = o.pre_rows,
                                                              .matmul_tile = o.matmul_tile,
                                                              .rows_shape = o.rows_shape,
                                                              .attention_prefill = o.attention_prefill,

@@ -67,6 +67,10 @@ struct ContextOptions {
   std::optional<uint32_t> batch_split = std::nullopt;
   // The batch matvec's tokens per pass over W, 8 or 16 (kernels::matvec_pass_tokens); unset: 16. A tuning knob.
   std::optional<uint32_t> matvec_pass = std::nullopt;
+  // One-token products with a post norm's residual add in their prologue (MatmulOptions::pre): workgroups of at least
+  // this many rows where 256 threads allow (kernels::pre_matvec_config); unset or 0: the matvec's own shape. A tuning
+  // knob.
+  std::optional<uint32_t> pre_rows = std::nullopt;
   // The tiled matmul's shape, "TOKENSxROWS[/TTxTR][xf16]" (kernels::parse_matmul_tile); "" = chosen per product.
   std::string matmul_tile = {};
   // The CPU adapters' product kernel's shape, "WORKGROUPxROWSxTOKENS" (kernels::parse_rows_config), or "off": the

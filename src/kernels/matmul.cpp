@@ -166,6 +166,7 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
   const gpu::Buffer& none = ctx.placeholder_storage();
   const MatvecConfig mv = o.digits      ? int_matvec_config(ctx, n_out, w.n_in)
                           : batch_shape ? batch_matvec_config(ctx, n_out, w.n_in, w.type, n_tokens)
+                          : o.pre       ? pre_matvec_config(ctx, n_out, w.n_in, w.type, w2 ? w.n_out : 0)
                                         : matvec_config(ctx, n_out, w.n_in, w.type);
   if (impl == MatmulImpl::Matvec) step = std::min(step, matvec_pass_tokens(ctx, mv));
   const MatmulTile tile = batch_tiled                 ? batch_tiled->tile
@@ -349,11 +350,20 @@ bool detail::matvec_takes_second(const gpu::Context& ctx, const GpuWeight& w, co
   return w.n_out % (mv.rows * mv.groups) == 0;
 }
 
+MatvecConfig pre_matvec_config(const gpu::Context& ctx, uint32_t n_rows, uint32_t n_in, GgufType type, uint32_t split) {
+  MatvecConfig mv = matvec_config(ctx, n_rows, n_in, type);
+  const uint32_t want = ctx.options().pre_rows.value_or(0);
+  while (mv.rows * mv.groups < want && mv.threads_per_row * mv.groups * 2 <= 256 &&
+         (split == 0 || split % (mv.rows * mv.groups * 2) == 0))
+    mv.groups *= 2;
+  return checked(ctx, mv);
+}
+
 bool matvec_takes_pre(const gpu::Context& ctx, const GpuWeight& w, MatmulImpl impl) {
   if (impl != MatmulImpl::Auto && impl != MatmulImpl::Matvec) return false;
   if (impl == MatmulImpl::Auto && rows_kernel_for(ctx, w.type)) return false;
   if (w.n_in % 32 || w.n_experts) return false;
-  const MatvecConfig mv = matvec_config(ctx, w.n_out, w.n_in, w.type);
+  const MatvecConfig mv = pre_matvec_config(ctx, w.n_out, w.n_in, w.type, 0);
   const uint32_t wg = mv.threads_per_row * mv.groups;
   const uint64_t shared = uint64_t(w.n_in) * 4 + uint64_t(wg) * 4 + matvec_red_bytes(ctx, mv, 1);
   return (wg & (wg - 1)) == 0 && shared <= ctx.limits().maxComputeWorkgroupStorageSize;

@@ -49,6 +49,12 @@ struct MatvecConfig {
 // context's matvec_shape option when set (benchmarks and tests tune with it).
 MatvecConfig matvec_config(const gpu::Context& ctx, uint32_t n_rows = 0, uint32_t n_in = 0,
                            GgufType type = GgufType::Q4_K);
+// The shape of a one-token product with MatmulOptions::pre, whose every workgroup first reads three vectors of n_in:
+// matvec_config's, its workgroups grown by doubling the groups to ContextOptions::pre_rows rows or 256 threads (the
+// threads per row, so the sums' order, unchanged); `split`: a second weight's first row, which a workgroup's rows must
+// not straddle (0 without one).
+MatvecConfig pre_matvec_config(const gpu::Context& ctx, uint32_t n_rows, uint32_t n_in, GgufType type,
+                               uint32_t split);
 // MatmulImpl::Batch's shape: on GPUs 32 threads per row for the float types (their one-token shape reduces many
 // tokens slowly), the one-token shape otherwise; always in batch decode's fma order. The threads per row depend on
 // the weight alone, never on the token count (so a token's bits do not depend on its company); rows, groups and units

@@ -580,19 +580,28 @@ TEST(Matmul, NoSubgroupsMatvec) {
 // MatmulOptions::pre: the post-norm's residual add in the matvec's prologue, x' = (x + rms_norm(src) * w) * scale,
 // then the product of x' (here with the RMSNorm folded in, and SwiGLU), against double; x' itself into `out`. On a
 // CPU adapter the Rows kernel is off for it (rows_shape "off"); with the adapter's own choice there, Auto runs Rows
-// and pre is refused. The shapes: one workgroup's worth of rows and many, in a 64-thread workgroup too; the sum of
-// squares through subgroups and, without them, a tree.
+// and pre is refused. The shapes: one workgroup's worth of rows and many, in a 64-thread workgroup too, and grown to
+// 64 rows a workgroup (ContextOptions::pre_rows); the sum of squares through subgroups and, without them, a tree.
 TEST(Matmul, PreResidualInTheMatvecPrologue) {
-  for (const auto& [shape, no_subgroups] : {std::pair{"", false}, std::pair{"16x2x4", false}, std::pair{"", true}}) {
+  for (const auto& [shape, no_subgroups, pre_rows] : {std::tuple{"", false, 0u}, std::tuple{"16x2x4", false, 0u},
+                                                      std::tuple{"", true, 0u}, std::tuple{"", false, 64u}}) {
     gpu::Context ctx(context_options([&](auto& o) {
       o.rows_shape = "off";
       o.matvec_shape = shape;
       o.disable_subgroups = no_subgroups;
+      if (pre_rows) o.pre_rows = pre_rows;
     }));
+    if (pre_rows) {  // the grown shape is the one the products below run
+      const kernels::MatvecConfig own = kernels::matvec_config(ctx, 130, 512, Q4_K);
+      const kernels::MatvecConfig grown = kernels::pre_matvec_config(ctx, 130, 512, Q4_K, 0);
+      EXPECT_EQ(grown.threads_per_row, own.threads_per_row);
+      EXPECT_GE(grown.rows * grown.groups, std::min(pre_rows, 256 / own.threads_per_row * own.rows));
+    }
     for (const auto& [type, n_in, n_out, swiglu] :
          {std::tuple{F16, 640u, 37u, false}, std::tuple{Q4_K, 512u, 130u, true}, std::tuple{Q8_0, 96u, 6u, false},
           std::tuple{F32, 1536u, 64u, true}}) {
       SCOPED_TRACE(std::string("shape '") + shape + (no_subgroups ? "', no subgroups, " : "', ") +
+                   (pre_rows ? "pre_rows " + std::to_string(pre_rows) + ", " : std::string()) +
                    std::string(type_name(type)) + " " + std::to_string(n_in) + "x" + std::to_string(n_out));
       auto gen = rng(n_in * 7 + n_out);
       const auto bytes = random_weight(type, n_in, n_out, gen);

@@ -113,17 +113,20 @@ const SecondCase kCases[] = {
 };
 
 // Every case in the adapter's shape, three (each pipeline compiled costs lavapipe seconds) in a GPU's shape and in
-// one without subgroups (the RoPE epilogue's table runs the two-type loop in more shapes).
+// one without subgroups (the RoPE epilogue's table runs the two-type loop in more shapes), and the pre cases with
+// workgroups grown to 64 rows (ContextOptions::pre_rows) where the q/k rows allow (not case 5's 48).
 TEST(MatmulSecond, SplitOutputsMatchReference) {
-  for (const char* shape : {"", "32x4x4", "8x2x8"}) {
+  for (const char* shape : {"", "32x4x4", "8x2x8", "pre64"}) {
     SCOPED_TRACE(std::string("matvec shape '") + shape + "'");
+    const bool grown = shape[0] == 'p';
     gpu::Context ctx(context_options([&](auto& o) {
-      o.matvec_shape = shape;
+      o.matvec_shape = grown ? "" : shape;
       o.rows_shape = "off";
       o.disable_subgroups = shape[0] == '8';
+      if (grown) o.pre_rows = 64;
     }));
     for (size_t i = 0; i < std::size(kCases); ++i)
-      if (shape[0] == 0 || i == 1 || i == 2 || i == 5) check_second(ctx, kCases[i]);
+      if (grown ? kCases[i].pre : shape[0] == 0 || i == 1 || i == 2 || i == 5) check_second(ctx, kCases[i]);
   }
 }
 
