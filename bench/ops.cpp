@@ -590,6 +590,8 @@ const Register reg{
                         kDecodeShapes + ")");
        return [o, shapes] {
          if (o->decode_table && shapes->count() == 0) o->shapes = kDecodeShapes;
+         if (!o->decode_table && (o->int_dot || !o->lean.empty()))
+           throw InvalidArgument("--int-dot and --lean-q4k add rows to --decode-table's table: pass --decode-table");
          if (o->repeats == 0 || o->matvec_per_submit == 0 || o->matmul_per_submit == 0 || o->prefill_tokens == 0)
            throw InvalidArgument("--repeats, --*-per-submit and --tokens must be > 0");
          return run_bench_ops(*o);
