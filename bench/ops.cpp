@@ -262,6 +262,16 @@ double print_memory_floor(gpu::Context& ctx, uint64_t bytes) {
   return bytes / read_s / 1e9;
 }
 
+// Copies of a weight totalling at least `rotate_bytes` (one at least): the matvec runs cycle through them, so that each
+// dispatch reads its weight from memory, as a model's decode step does, not from the last-level cache.
+std::vector<kernels::GpuWeight> weight_copies(gpu::Context& ctx, GgufType t, uint32_t n_in, uint32_t n_out,
+                                              std::span<const uint8_t> bytes, uint64_t rotate_bytes) {
+  std::vector<kernels::GpuWeight> copies;
+  for (uint64_t total = 0; copies.empty() || total < rotate_bytes; total += bytes.size())
+    copies.push_back(kernels::upload_weight(ctx, t, n_in, n_out, bytes, "bench weight"));
+  return copies;
+}
+
 // --decode-table --int-dot: Q4_K's one-token product on packed int8 dot products (kernels/int_dot.h; the matvec with
 // MatmulOptions::digits), x's digits and the product together and the product alone, in weight GB/s as the table's
 // rows. "-" where n_in is not a multiple of 256.
@@ -276,9 +286,7 @@ void print_int_dot_rows(gpu::Context& ctx, const Options& o, const std::vector<s
         continue;
       }
       const auto bytes = random_weight(GgufType::Q4_K, n_in, n_out, n_in * 31 + n_out);
-      std::vector<kernels::GpuWeight> copies;
-      for (uint64_t total = 0; copies.empty() || total < o.rotate_bytes; total += bytes.size())
-        copies.push_back(kernels::upload_weight(ctx, GgufType::Q4_K, n_in, n_out, bytes, "bench weight"));
+      const auto copies = weight_copies(ctx, GgufType::Q4_K, n_in, n_out, bytes, o.rotate_bytes);
       std::vector<float> xs(n_in);
       for (uint32_t i = 0; i < n_in; ++i) xs[i] = float((i * 37) % 101) / 50.f - 1.f;
       auto x = ctx.upload<float>(xs, WGPUBufferUsage_Storage, "x");
@@ -330,9 +338,7 @@ void print_lean_rows(gpu::Context& ctx, const Options& o, const std::vector<std:
         continue;
       }
       const auto bytes = random_weight(GgufType::Q4_K, n_in, n_out, n_in * 31 + n_out);
-      std::vector<kernels::GpuWeight> copies;
-      for (uint64_t total = 0; copies.empty() || total < o.rotate_bytes; total += bytes.size())
-        copies.push_back(kernels::upload_weight(ctx, GgufType::Q4_K, n_in, n_out, bytes, "bench weight"));
+      const auto copies = weight_copies(ctx, GgufType::Q4_K, n_in, n_out, bytes, o.rotate_bytes);
       if (copies[0].pieces.size() != 1) {
         std::printf(" (pieces) |");
         continue;
@@ -417,9 +423,7 @@ int run_decode_table(const Options& o) {
       auto x = ctx.upload<float>(xs, WGPUBufferUsage_Storage, "x");
       auto y = ctx.create_buffer(uint64_t(n_out) * 4, WGPUBufferUsage_Storage, "y");
       const auto bytes = random_weight(t, n_in, n_out, n_in * 31 + n_out);
-      std::vector<kernels::GpuWeight> copies;
-      for (uint64_t total = 0; copies.empty() || total < o.rotate_bytes; total += bytes.size())
-        copies.push_back(kernels::upload_weight(ctx, t, n_in, n_out, bytes, "bench weight"));
+      const auto copies = weight_copies(ctx, t, n_in, n_out, bytes, o.rotate_bytes);
       const double mv =
           time_matmul(ctx, copies, x, y, 1, std::max<uint32_t>(o.matvec_per_submit, copies.size()), o.repeats);
       const double gbs = double(bytes.size()) / mv / 1e9;
@@ -495,9 +499,7 @@ int run_bench_ops(const Options& o) {
           continue;
         }
         const auto bytes = random_weight(t, n_in, n_out, n_in * 31 + n_out);
-        std::vector<kernels::GpuWeight> copies;
-        for (uint64_t total = 0; copies.empty() || (matvec && total < o.rotate_bytes); total += bytes.size())
-          copies.push_back(kernels::upload_weight(ctx, t, n_in, n_out, bytes, "bench weight"));
+        const auto copies = weight_copies(ctx, t, n_in, n_out, bytes, matvec ? o.rotate_bytes : 1);
         if (matvec) {
           const double mv =
               time_matmul(ctx, copies, x, y, 1, std::max<uint32_t>(o.matvec_per_submit, copies.size()), o.repeats);
