@@ -78,7 +78,9 @@ struct LoadOptions {
   // Decoding one sequence, the new token's per-head q/k norms, RoPE and KV append inside the attention dispatch
   // (models with q/k norms: qwen3, gemma3/4, lfm2, qwen35; ContextOptions::fuse_qk_norm): one dispatch fewer a layer,
   // the same bits. Unset: on GPUs (Gemma 3 270M decodes 5-6 % faster on the H100, Gemma 4 small 3.5 %, the others
-  // 0.3-2 %), off on CPU adapters (ModelInfo::fuse_qk_norm).
+  // 0.3-2 %), off on CPU adapters (ModelInfo::fuse_qk_norm). BatchEngine's steps over one KV pool do the same for
+  // every sequence in one dispatch, for every model (RoPE and the append alone where there are no q/k norms): unset,
+  // on every adapter (on lavapipe one stream 13-39 % faster; not yet measured on a GPU).
   std::optional<bool> fuse_qk_norm = std::nullopt;
   // Called while weights upload: bytes done, bytes in all.
   std::function<void(uint64_t done, uint64_t total)> progress;

@@ -105,7 +105,9 @@ struct ContextOptions {
   // Decoding one sequence, a model with per-head q/k norms (qwen3, gemma3/4, lfm2, qwen35) normalises and rotates the
   // new token's q and k, and appends its K and V to the cache, inside the decode attention's dispatch
   // (kernels::encode_attention_decode_fresh) instead of a qk_norm_rope_kv dispatch before it: one dependent link fewer
-  // a layer, the same bits. Unset: the model's default (model/transformer.h, fuse_qk_norm_on).
+  // a layer, the same bits. Batched steps over one KV pool likewise for every sequence and every model
+  // (kernels::encode_attention_decode_rows_fresh). Unset: the defaults of model/transformer.h (fuse_qk_norm_on,
+  // fuse_rows_rope_on).
   std::optional<bool> fuse_qk_norm = std::nullopt;
   // Shaders beyond the library's, found by name by pipeline() (a test's or a benchmark's own kernels). The
   // span must outlive the context.

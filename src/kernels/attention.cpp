@@ -502,6 +502,44 @@ uint64_t decode_fresh_storage(const AttentionTiles& t, uint32_t head_dim) {
   return head_dim * 4ull + 128 * 4 + threads + threads * 16 + 3ull * head_dim * 4 + 128 * 16;
 }
 
+// The fresh kernel's own limits, whatever the query count: head_dim, the new K and V rows waiting in dacc (128 *
+// DEC_TPK vec4), its workgroup memory.
+bool fresh_fits(const gpu::Context& ctx, const AttentionShape& s) {
+  if (!tiled_possible(ctx, s) || s.head_dim > kMaxHeadDim) return false;
+  const AttentionTiles t = attention_tiles(s.head_dim, ctx.limits());
+  return s.head_dim / 2 <= 128 * t.dec_tpk &&
+         decode_fresh_storage(t, s.head_dim) <= ctx.limits().maxComputeWorkgroupStorageSize;
+}
+
+// attention_decode_fresh.wgsl's own bindings: the tokens' k and v rows (rows [0, kv_rows) of fresh's, the first at
+// row kv_base / kv_dim), the norms, the RoPE table (qk_norm_rope.wgsl's bindings 13-15) and FreshParams.
+void push_fresh_bindings(gpu::ComputeBatch& batch, gpu::Context& ctx, const AttentionShape& s, const FreshToken& fresh,
+                         uint32_t kv_base, uint32_t kv_rows, std::vector<gpu::BufferBinding>& bindings) {
+  const uint32_t kv_dim = s.n_kv_heads * s.head_dim, rope_dim = fresh.rope_dim ? fresh.rope_dim : s.head_dim;
+  const uint64_t kv_bytes = uint64_t(kv_rows) * kv_dim * 4, norm_bytes = fresh.q_norm ? s.head_dim * 4ull : 16;
+  const FreshParams fp{.rope_dim = rope_dim,
+                       .neox = fresh.type == RopeType::Neox ? 1u : 0u,
+                       .norm = fresh.q_norm ? 1u : 0u,
+                       .v_norm = fresh.v_norm ? 1u : 0u,
+                       .eps = fresh.eps,
+                       .kv_base = kv_base,
+                       .append = fresh.append ? 1u : 0u,
+                       .pad = 0};
+  const gpu::Buffer& none = ctx.placeholder_storage();
+  const gpu::Buffer* q_norm = fresh.q_norm ? fresh.q_norm : &none;
+  if (fresh.append) {
+    bindings.push_back({11, fresh.k, 0, kv_bytes});
+    bindings.push_back({12, fresh.v, 0, kv_bytes});
+  } else {
+    bindings.push_back({11, &none, 0, 16});
+    bindings.push_back({12, &none, 0, 16});
+  }
+  bindings.push_back({13, fresh.table, 0, uint64_t(rope_dim / 2) * 16});
+  bindings.push_back({14, q_norm, 0, norm_bytes});
+  bindings.push_back({15, fresh.append && fresh.k_norm ? fresh.k_norm : q_norm, 0, norm_bytes});
+  bindings.push_back(batch.uniform(16, fp));
+}
+
 // encode_attention_decode, and with `fresh` (one query, PerHead) encode_attention_decode_fresh.
 void encode_decode(const char* fn, gpu::ComputeBatch& batch, gpu::Context& ctx, const AttentionShape& shape_in,
                    const gpu::Buffer& q, const KvCache& kv, const gpu::Buffer& out, const gpu::Buffer* scratch,
@@ -551,34 +589,9 @@ void encode_decode(const char* fn, gpu::ComputeBatch& batch, gpu::Context& ctx, 
     const gpu::BufferBinding params = batch.uniform(0, p);
     auto bindings = kernel_bindings(ctx, s, params, q, qw, out, ow, kv);
     bindings.push_back({8, &partials});
-    if (fresh) {
-      // the token's k and v rows, the norms and the RoPE table (qk_norm_rope.wgsl's bindings 13-15)
-      const uint32_t kv_dim = s.n_kv_heads * s.head_dim, rope_dim = fresh->rope_dim ? fresh->rope_dim : s.head_dim;
-      const uint64_t kv_bytes = (uint64_t(s.row) + 1) * kv_dim * 4, norm_bytes = fresh->q_norm ? s.head_dim * 4ull : 16;
-      const FreshParams fp{.rope_dim = rope_dim,
-                           .neox = fresh->type == RopeType::Neox ? 1u : 0u,
-                           .norm = fresh->q_norm ? 1u : 0u,
-                           .v_norm = fresh->v_norm ? 1u : 0u,
-                           .eps = fresh->eps,
-                           .kv_base = s.row * kv_dim,
-                           .append = fresh->append ? 1u : 0u,
-                           .pad = 0};
-      const gpu::Buffer& none = ctx.placeholder_storage();
-      const gpu::Buffer* q_norm = fresh->q_norm ? fresh->q_norm : &none;
-      if (fresh->append) {
-        bindings.push_back({11, fresh->k, 0, kv_bytes});
-        bindings.push_back({12, fresh->v, 0, kv_bytes});
-      } else {
-        bindings.push_back({11, &none, 0, 16});
-        bindings.push_back({12, &none, 0, 16});
-      }
-      bindings.push_back({13, fresh->table, 0, uint64_t(rope_dim / 2) * 16});
-      bindings.push_back({14, q_norm, 0, norm_bytes});
-      bindings.push_back({15, fresh->append && fresh->k_norm ? fresh->k_norm : q_norm, 0, norm_bytes});
-      bindings.push_back(batch.uniform(16, fp));
-    } else if (!grouped) {
+    if (fresh) push_fresh_bindings(batch, ctx, s, *fresh, s.row * s.n_kv_heads * s.head_dim, s.row + 1, bindings);
+    if (!grouped)
       bindings.push_back({9, &ctx.placeholder_storage(), 0, 16});  // the grouped kernel reads no per-query table
-    }
     batch.dispatch(decode, bindings, n_splits, s.n_heads / group, count);
     if (n_splits > 1) {
       const gpu::BufferBinding reduce_bindings[] = {
@@ -601,20 +614,15 @@ bool attention_decode_takes_fresh(const gpu::Context& ctx, const AttentionShape&
   const uint32_t q_dim = s.n_heads * s.head_dim;
   if (s.q_stride == 0) s.q_stride = q_dim;
   if (s.out_stride == 0) s.out_stride = q_dim;
-  if (s.n_queries != 1 || !tiled_possible(ctx, s) || s.head_dim > kMaxHeadDim) return false;
-  if (resolve_decode_kernel(ctx, s, DecodeKernel::Auto) != DecodeKernel::PerHead) return false;
-  const AttentionTiles t = attention_tiles(s.head_dim, ctx.limits());
-  // the new K and V rows wait in dacc (128 * DEC_TPK vec4)
-  return s.head_dim / 2 <= 128 * t.dec_tpk &&
-         decode_fresh_storage(t, s.head_dim) <= ctx.limits().maxComputeWorkgroupStorageSize;
+  if (s.n_queries != 1 || !fresh_fits(ctx, s)) return false;
+  return resolve_decode_kernel(ctx, s, DecodeKernel::Auto) == DecodeKernel::PerHead;
 }
 
-void encode_attention_decode_fresh(gpu::ComputeBatch& batch, gpu::Context& ctx, const AttentionShape& shape,
-                                   const gpu::Buffer& q, const FreshToken& fresh, KvCache& kv, const gpu::Buffer& out,
-                                   const gpu::Buffer* scratch) {
-  const char* fn = "encode_attention_decode_fresh";
-  if (!attention_decode_takes_fresh(ctx, shape))
-    fail(fn, "needs one query, the per-head decode kernel at this depth, subgroups and head_dim % 4 == 0");
+namespace {
+
+// The checks of `fresh` for a call whose tokens' k and v are rows [0, kv_rows) of fresh.k and fresh.v.
+void check_fresh(const char* fn, gpu::Context& ctx, const AttentionShape& shape, const gpu::Buffer& q,
+                 const FreshToken& fresh, uint64_t kv_rows) {
   if (!fresh.table) fail(fn, "fresh.table is required");
   if (fresh.append) {
     if (!fresh.k || !fresh.v) fail(fn, "fresh.k and fresh.v are required to append");
@@ -626,7 +634,7 @@ void encode_attention_decode_fresh(gpu::ComputeBatch& batch, gpu::Context& ctx, 
   if (rope_dim % 2 || rope_dim > shape.head_dim)
     fail(fn,
          "rope_dim " + std::to_string(rope_dim) + " must be even and <= head_dim " + std::to_string(shape.head_dim));
-  const uint64_t kv_bytes = (uint64_t(shape.row) + 1) * shape.n_kv_heads * shape.head_dim * 4;
+  const uint64_t kv_bytes = kv_rows * shape.n_kv_heads * shape.head_dim * 4;
   if (kv_bytes / 4 > UINT32_MAX) fail(fn, "rows exceed 32-bit element offsets");
   if (fresh.append) {
     detail::need(fn, "k", *fresh.k, kv_bytes, ctx);
@@ -635,6 +643,17 @@ void encode_attention_decode_fresh(gpu::ComputeBatch& batch, gpu::Context& ctx, 
   }
   detail::need(fn, "table", *fresh.table, uint64_t(rope_dim / 2) * 16, ctx);
   if (fresh.q_norm) detail::need(fn, "q_norm", *fresh.q_norm, uint64_t(shape.head_dim) * 4, ctx);
+}
+
+}  // namespace
+
+void encode_attention_decode_fresh(gpu::ComputeBatch& batch, gpu::Context& ctx, const AttentionShape& shape,
+                                   const gpu::Buffer& q, const FreshToken& fresh, KvCache& kv, const gpu::Buffer& out,
+                                   const gpu::Buffer* scratch) {
+  const char* fn = "encode_attention_decode_fresh";
+  if (!attention_decode_takes_fresh(ctx, shape))
+    fail(fn, "needs one query, the per-head decode kernel at this depth, subgroups and head_dim % 4 == 0");
+  check_fresh(fn, ctx, shape, q, fresh, uint64_t(shape.row) + 1);
   encode_decode(fn, batch, ctx, shape, q, kv, out, scratch, 0, DecodeKernel::PerHead, &fresh);
 }
 
@@ -661,11 +680,12 @@ uint64_t attention_decode_rows_scratch_bytes(const AttentionShape& shape, const 
   return rs.n_splits > 1 ? attention_decode_scratch_bytes(shape, rs.n_splits) : 0;
 }
 
-void encode_attention_decode_rows(gpu::ComputeBatch& batch, gpu::Context& ctx, const AttentionShape& shape_in,
-                                  const gpu::Buffer& q, const KvCache& owner, const KvCache& view,
-                                  const gpu::Buffer& queries, uint32_t max_position, const gpu::Buffer& out,
-                                  const gpu::Buffer& scratch) {
-  const char* fn = "encode_attention_decode_rows";
+namespace {
+
+// encode_attention_decode_rows, and with `fresh` encode_attention_decode_rows_fresh.
+void encode_rows(const char* fn, gpu::ComputeBatch& batch, gpu::Context& ctx, const AttentionShape& shape_in,
+                 const gpu::Buffer& q, const KvCache& owner, const KvCache& view, const gpu::Buffer& queries,
+                 uint32_t max_position, const gpu::Buffer& out, const gpu::Buffer& scratch, const FreshToken* fresh) {
   AttentionShape s = shape_in;
   s.start_pos = max_position;  // checks the largest position against the views' max_seq
   s.q_base = 0;
@@ -690,7 +710,8 @@ void encode_attention_decode_rows(gpu::ComputeBatch& batch, gpu::Context& ctx, c
                  std::to_string(attention_decode_scratch_bytes(s, n_splits)));
   const KvView kview = kv_view(ctx, view.config().type);
   const AttentionTiles tiles = attention_tiles(s.head_dim, ctx.limits());
-  WGPUComputePipeline decode = decode_pipeline(ctx, "attention_decode", kview, tiles);
+  WGPUComputePipeline decode =
+      decode_pipeline(ctx, fresh ? "attention_decode_fresh" : "attention_decode", kview, tiles);
   WGPUComputePipeline reduce = decode_pipeline(ctx, "attention_decode_reduce", kview, tiles);
   const RowWindow qw = row_window(ctx, 0, n, s.q_stride, q_dim);
   const RowWindow ow = row_window(ctx, 0, n, s.out_stride, q_dim);
@@ -703,12 +724,43 @@ void encode_attention_decode_rows(gpu::ComputeBatch& batch, gpu::Context& ctx, c
   auto bindings = kernel_bindings(ctx, s, params, q, qw, out, ow, owner);
   bindings.push_back({8, &partials});
   bindings.push_back({9, &queries, 0, uint64_t(n) * 8});
+  if (fresh) push_fresh_bindings(batch, ctx, s, *fresh, 0, n, bindings);
   batch.dispatch(decode, bindings, n_splits, s.n_heads, n);
   if (n_splits > 1) {
     const gpu::BufferBinding reduce_bindings[] = {
         params, {2, &out, ow.offset_bytes, ow.size_bytes}, {8, &partials}, sinks_binding(ctx, s)};
     batch.dispatch(reduce, reduce_bindings, s.n_heads, n);
   }
+}
+
+}  // namespace
+
+void encode_attention_decode_rows(gpu::ComputeBatch& batch, gpu::Context& ctx, const AttentionShape& shape,
+                                  const gpu::Buffer& q, const KvCache& owner, const KvCache& view,
+                                  const gpu::Buffer& queries, uint32_t max_position, const gpu::Buffer& out,
+                                  const gpu::Buffer& scratch) {
+  encode_rows("encode_attention_decode_rows", batch, ctx, shape, q, owner, view, queries, max_position, out, scratch,
+              nullptr);
+}
+
+bool attention_decode_rows_take_fresh(const gpu::Context& ctx, const AttentionShape& shape) {
+  AttentionShape s = shape;
+  const uint32_t q_dim = s.n_heads * s.head_dim;
+  if (s.q_stride == 0) s.q_stride = q_dim;
+  if (s.out_stride == 0) s.out_stride = q_dim;
+  return fresh_fits(ctx, s);
+}
+
+void encode_attention_decode_rows_fresh(gpu::ComputeBatch& batch, gpu::Context& ctx, const AttentionShape& shape,
+                                        const gpu::Buffer& q, const FreshToken& fresh, const KvCache& owner,
+                                        const KvCache& view, const gpu::Buffer& queries, uint32_t max_position,
+                                        const gpu::Buffer& out, const gpu::Buffer& scratch) {
+  const char* fn = "encode_attention_decode_rows_fresh";
+  if (!attention_decode_rows_take_fresh(ctx, shape))
+    fail(fn, "needs subgroups, head_dim % 4 == 0 and the workgroup memory of the fresh decode kernel");
+  if (!fresh.append) fail(fn, "fresh.append: the batched rows always append their tokens");
+  check_fresh(fn, ctx, shape, q, fresh, shape.n_queries);
+  encode_rows(fn, batch, ctx, shape, q, owner, view, queries, max_position, out, scratch, &fresh);
 }
 
 }  // namespace wgllm::kernels

@@ -194,6 +194,17 @@ void encode_attention_decode_rows(gpu::ComputeBatch& batch, gpu::Context& ctx, c
                                   const gpu::Buffer& q, const KvCache& owner, const KvCache& view,
                                   const gpu::Buffer& queries, uint32_t max_position, const gpu::Buffer& out,
                                   const gpu::Buffer& scratch);
+// Whether encode_attention_decode_rows_fresh runs this shape on ctx (subgroups, head_dim, the fresh kernel's workgroup
+// memory).
+bool attention_decode_rows_take_fresh(const gpu::Context& ctx, const AttentionShape& shape);
+// encode_attention_decode_rows that first makes each query's token from `fresh` (its k and v rows are rows [0,
+// n_queries) of fresh.k and fresh.v; fresh.append must be set) and writes its K and V rows into the owner's pools at
+// the query's position: encode_qk_norm_rope_kv_rows (over the same positions and pages) followed by
+// encode_attention_decode_rows, in one dispatch and with the same bits. q is read, not changed.
+void encode_attention_decode_rows_fresh(gpu::ComputeBatch& batch, gpu::Context& ctx, const AttentionShape& shape,
+                                        const gpu::Buffer& q, const FreshToken& fresh, const KvCache& owner,
+                                        const KvCache& view, const gpu::Buffer& queries, uint32_t max_position,
+                                        const gpu::Buffer& out, const gpu::Buffer& scratch);
 // The scratch encode_attention_decode_rows needs for n_queries sequences whose largest position is max_position.
 uint64_t attention_decode_rows_scratch_bytes(const AttentionShape& shape, const KvCache& view, uint32_t max_position);
 uint64_t attention_decode_scratch_bytes(const AttentionShape& shape, uint32_t n_splits);

@@ -11,6 +11,9 @@
 // from its own copy (dacc, kv_stash's bits), not from the cache: no workgroup depends on a row another one is writing.
 // The output is the same bits as qk_norm_rope_kv followed by attention_decode. Without `append` (FreshParams) q alone:
 // the bits of qk_norm_rope_q (qk_norm_rope_kv's q heads) followed by attention_decode.
+// Several sequences' tokens at once (p.per_query, continuous batching): workgroup (split, head, i) takes query i, the
+// token of q row i and k / v row i at the position and page base queries[i] gives, as attention_decode does: the
+// bits of qk_norm_rope_kv_rows followed by attention_decode's per-query walk.
 
 struct FreshParams {
   rope_dim: u32, neox: u32, norm: u32, v_norm: u32,
@@ -31,15 +34,21 @@ fn attention_decode_fresh(@builtin(workgroup_id) wid: vec3<u32>,
                           @builtin(subgroup_invocation_id) sg_lane: u32) {
   let split = wid.x;
   let head = wid.y;
-  if (head >= p.n_heads || split >= p.n_splits) { return; }  // uniform per workgroup
+  let q_local = wid.z;
+  if (head >= p.n_heads || split >= p.n_splits || q_local >= p.n_queries) { return; }  // uniform per workgroup
   let group = p.n_heads / p.n_kv_heads;
   let kvh = head / group;
-  let pos = p.start_pos + p.q_base;
+  var pos = p.start_pos + p.q_base;
+  var page_base = 0u;
+  if (p.per_query != 0u) {
+    pos = queries[q_local].x;
+    page_base = queries[q_local].y;
+  }
   let hd = p.head_dim;
 
   // the three rows into nr_row's slots (q 0, k 1, v 2) and their sums of squares, in qk_norm_rope_kv's order
-  let q_at = p.q_offset / 4u + head * HD4;
-  let kv_at = f.kv_base + kvh * hd;
+  let q_at = (p.q_offset + q_local * p.q_stride) / 4u + head * HD4;
+  let kv_at = f.kv_base + (q_local * p.n_kv_heads + kvh) * hd;
   // (without append, q alone: a layer attending over another layer's cache, which already holds the token)
   let append = f.append != 0u;
   var ss = vec4<f32>(0.0);
@@ -87,7 +96,7 @@ fn attention_decode_fresh(@builtin(workgroup_id) wid: vec3<u32>,
     dacc[tid] = ks;
     dacc[HD4 + tid] = vs;
     if (writer) {
-      let loc = kv_row(pos, 0u, 4u);
+      let loc = kv_row(pos, page_base, 4u);
       let at = loc.y + kvh * HD4 + tid;
       let v_at = at + p.page_size * (p.kv_dim / 4u);
       //#unroll! P 4
@@ -99,5 +108,5 @@ fn attention_decode_fresh(@builtin(workgroup_id) wid: vec3<u32>,
     }
   }
   workgroupBarrier();
-  decode_keys(split, head, 0u, pos, 0u, tid, sg_size, sg_lane, select(NO_FRESH, pos, append));
+  decode_keys(split, head, q_local, pos, page_base, tid, sg_size, sg_lane, select(NO_FRESH, pos, append));
 }

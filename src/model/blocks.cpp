@@ -92,12 +92,26 @@ void encode_attention_rows(const LayerStep& s) {
                                 .sinks = optional(L.attn_sinks)};
   if (r.shared) {
     const kernels::KvCache& owner = *r.shared->layer(l);
-    kernels::encode_qk_norm_rope_kv_rows(s.batch, s.ctx, rope, s.n, rope_table, b.q, b.k, b.v, q_norm, k_norm, owner,
-                                         *r.rows);
+    const kernels::KvCache& view = *r.states[0]->kv[l];
     // the per-head kernel whatever the depths (bit-identical outputs whatever the batch; attention.h)
     shape.n_queries = s.n;
-    kernels::encode_attention_decode_rows(s.batch, s.ctx, shape, b.q, owner, *r.states[0]->kv[l], *r.queries, r.max_pos,
-                                          b.attn, b.decode_scratch);
+    if (fuse_rows_rope_on(s.ctx) && kernels::attention_decode_rows_take_fresh(s.ctx, shape)) {
+      const kernels::FreshToken fresh{.k = &b.k,
+                                      .v = &b.v,
+                                      .q_norm = c.qk_norm ? &L.q_norm : nullptr,
+                                      .k_norm = c.qk_norm ? &L.k_norm : nullptr,
+                                      .table = &rope_table,
+                                      .rope_dim = c.rope_dim,
+                                      .type = c.rope_type,
+                                      .eps = c.rms_eps};
+      kernels::encode_attention_decode_rows_fresh(s.batch, s.ctx, shape, b.q, fresh, owner, view, *r.queries, r.max_pos,
+                                                  b.attn, b.decode_scratch);
+      return;
+    }
+    kernels::encode_qk_norm_rope_kv_rows(s.batch, s.ctx, rope, s.n, rope_table, b.q, b.k, b.v, q_norm, k_norm, owner,
+                                         *r.rows);
+    kernels::encode_attention_decode_rows(s.batch, s.ctx, shape, b.q, owner, view, *r.queries, r.max_pos, b.attn,
+                                          b.decode_scratch);
     return;
   }
   for (uint32_t i = 0; i < s.n; ++i) {

@@ -50,6 +50,8 @@ bool fuse_qk_norm_on(const gpu::Context& ctx, const ModelConfig& c) {
   return c.qk_norm && ctx.options().fuse_qk_norm.value_or(!ctx.adapter().is_cpu());
 }
 
+bool fuse_rows_rope_on(const gpu::Context& ctx) { return ctx.options().fuse_qk_norm.value_or(true); }
+
 GpuSession::GpuSession(gpu::Context& ctx, const GpuModel& model, const GpuSessionOptions& options)
     : ctx_(ctx),
       model_(model),

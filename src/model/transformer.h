@@ -144,6 +144,11 @@ bool fuse_post_norms_on(const gpu::Context& ctx, const ModelConfig& c);
 // 270M +5-6 %, Qwen3-0.6B +1-2 %, LFM2-350M, Qwen3.5-0.8B and Gemma 4 small +0.3-1.5 %; PERF.md), off on CPU adapters
 // (lavapipe decodes with the grouped attention kernel, which does not take the new token itself).
 bool fuse_qk_norm_on(const gpu::Context& ctx, const ModelConfig& c);
+// Batched steps over one KV pool: each sequence's q/k norms (where the model has them), RoPE and append inside the
+// attention's dispatch (kernels::encode_attention_decode_rows_fresh; the same bits as the two dispatches).
+// ContextOptions::fuse_qk_norm as set, for every model; unset: on, every adapter (lavapipe: one stream +13-39 %, four
+// +9-65 %; not yet measured on a GPU; PERF.md).
+bool fuse_rows_rope_on(const gpu::Context& ctx);
 
 // progress(done, total): bytes of tensor data uploaded so far, called after each tensor.
 using LoadProgress = std::function<void(uint64_t done, uint64_t total)>;

@@ -159,6 +159,96 @@ TEST_P(AttentionDecodeFresh, SameBitsAsQkNormRopeKvThenAttention) {
 INSTANTIATE_TEST_SUITE_P(Cases, AttentionDecodeFresh, ::testing::ValuesIn(kFreshCases),
                          [](const auto& info) { return std::string(info.param.name); });
 
+// Several sequences' tokens at once (continuous batching): encode_attention_decode_rows_fresh against
+// encode_qk_norm_rope_kv_rows then encode_attention_decode_rows, over views of one pool of shuffled pages: the same
+// output bits, the same pool bits. Three sequences: one at position 0, one whose token starts its second page, one
+// deep enough for two splits; with the q/k norms and with RoPE alone, f16 and f32 caches.
+TEST(AttentionDecodeFreshRows, SameBitsAsQkNormRopeKvRowsThenAttentionRows) {
+  gpu::Context& ctx = per_head_context();
+  const uint32_t n_head = 4, n_kv = 2, hd = 128, page = 128, pages = 4, S = 3;
+  const uint32_t qd = n_head * hd, kvd = n_kv * hd;
+  const uint32_t positions[S] = {0, 128, 300};
+  for (const auto& [norm, type] : {std::pair{true, KvType::F16}, std::pair{false, KvType::F32}}) {
+    SCOPED_TRACE(std::string(norm ? "q/k norms" : "RoPE alone") + (type == KvType::F16 ? ", f16" : ", f32"));
+    auto gen = rng(norm ? 7 : 8);
+    const kernels::KvCacheConfig config{.kv_dim = kvd,
+                                        .max_seq = S * pages * page,
+                                        .page_size = page,
+                                        .type = type,
+                                        .page_order = shuffled_pages(S * pages * page, page, 99)};
+    kernels::KvCache owner_a(ctx, config, "a"), owner_b(ctx, config, "b");
+    std::vector<kernels::KvCache> views_a, views_b;
+    std::vector<uint32_t> rows(S * 4), queries(S * 2);
+    uint32_t max_pos = 0;
+    for (uint32_t i = 0; i < S; ++i) {
+      views_a.emplace_back(owner_a, i * pages, pages, "view a");
+      views_b.emplace_back(owner_b, i * pages, pages, "view b");
+      const uint32_t filled = positions[i] + 2;  // the earlier keys, and random rows at and after the token's
+      const auto old_k = random_floats(size_t(filled) * kvd, gen), old_v = random_floats(size_t(filled) * kvd, gen);
+      views_a[i].write(0, filled, old_k, old_v);
+      views_b[i].write(0, filled, old_k, old_v);
+      const kernels::KvCache::Location at = views_a[i].locate(positions[i]);
+      rows[i * 4] = positions[i];
+      rows[i * 4 + 1] = uint32_t(at.k_elem);
+      rows[i * 4 + 2] = uint32_t(at.v_elem);
+      queries[i * 2] = positions[i];
+      queries[i * 2 + 1] = views_a[i].page_base();
+      max_pos = std::max(max_pos, positions[i]);
+    }
+    const auto q = random_floats(size_t(S) * qd, gen, -3.f, 3.f);
+    auto qa = ctx.upload<float>(q, WGPUBufferUsage_Storage, "q a");
+    auto qb = ctx.upload<float>(q, WGPUBufferUsage_Storage, "q b");
+    auto kb = ctx.upload<float>(random_floats(size_t(S) * kvd, gen, -3.f, 3.f), WGPUBufferUsage_Storage, "k");
+    auto vb = ctx.upload<float>(random_floats(size_t(S) * kvd, gen, -3.f, 3.f), WGPUBufferUsage_Storage, "v");
+    auto qn = ctx.upload<float>(random_floats(hd, gen, 0.5f, 1.5f), WGPUBufferUsage_Storage, "q_norm");
+    auto kn = ctx.upload<float>(random_floats(hd, gen, 0.5f, 1.5f), WGPUBufferUsage_Storage, "k_norm");
+    auto table = kernels::upload_rope_table(ctx, hd, 1e6f);
+    auto rows_buf = ctx.upload<uint32_t>(rows, WGPUBufferUsage_Storage, "rows");
+    auto queries_buf = ctx.upload<uint32_t>(queries, WGPUBufferUsage_Storage, "queries");
+    const std::vector<float> poison(size_t(S) * qd, std::nanf(""));
+    auto out_a = ctx.upload<float>(poison, WGPUBufferUsage_Storage, "out a");
+    auto out_b = ctx.upload<float>(poison, WGPUBufferUsage_Storage, "out b");
+    const kernels::AttentionShape shape{.n_heads = n_head, .n_kv_heads = n_kv, .head_dim = hd, .n_queries = S};
+    ASSERT_TRUE(kernels::attention_decode_rows_take_fresh(ctx, shape));
+    auto scratch = ctx.create_buffer(
+        std::max<uint64_t>(16, kernels::attention_decode_rows_scratch_bytes(shape, views_a[0], max_pos)),
+        WGPUBufferUsage_Storage, "scratch");
+    const float eps = 1e-6f;
+    gpu::ComputeBatch batch(ctx, "rows");
+    const kernels::QkNormRopeKvShape qk{.n_head = n_head,
+                                        .n_kv = n_kv,
+                                        .head_dim = hd,
+                                        .rope_dim = hd,
+                                        .type = RopeType::Neox,
+                                        .eps = eps,
+                                        .norm = norm};
+    kernels::encode_qk_norm_rope_kv_rows(batch, ctx, qk, S, table, qa, kb, vb, qn, kn, owner_a, rows_buf);
+    kernels::encode_attention_decode_rows(batch, ctx, shape, qa, owner_a, views_a[0], queries_buf, max_pos, out_a,
+                                          scratch);
+    const kernels::FreshToken fresh{.k = &kb,
+                                    .v = &vb,
+                                    .q_norm = norm ? &qn : nullptr,
+                                    .k_norm = norm ? &kn : nullptr,
+                                    .table = &table,
+                                    .type = RopeType::Neox,
+                                    .eps = eps};
+    kernels::encode_attention_decode_rows_fresh(batch, ctx, shape, qb, fresh, owner_b, views_b[0], queries_buf, max_pos,
+                                                out_b, scratch);
+    batch.submit_and_wait();
+    const auto ga = ctx.read<float>(out_a), gb = ctx.read<float>(out_b);
+    for (float v : gb) ASSERT_TRUE(std::isfinite(v));
+    EXPECT_EQ(std::memcmp(ga.data(), gb.data(), ga.size() * 4), 0) << "the output is not the two dispatches' bits";
+    for (uint32_t i = 0; i < S; ++i) {
+      std::vector<float> ka, va, kb2, vb2;
+      views_a[i].read(0, positions[i] + 2, ka, va);
+      views_b[i].read(0, positions[i] + 2, kb2, vb2);
+      EXPECT_EQ(std::memcmp(ka.data(), kb2.data(), ka.size() * 4), 0) << "sequence " << i << ": the caches' K differ";
+      EXPECT_EQ(std::memcmp(va.data(), vb2.data(), va.size() * 4), 0) << "sequence " << i << ": the caches' V differ";
+    }
+    EXPECT_EQ(std::memcmp(ctx.read<float>(qb).data(), q.data(), q.size() * 4), 0) << "q changed";
+  }
+}
+
 TEST(AttentionDecodeFreshArgs, RefusedWhereTheFusedKernelCannotRunNamingWhy) {
   gpu::Context& ctx = per_head_context();
   kernels::KvCache kv(ctx, {.kv_dim = 64, .max_seq = 8});
@@ -200,6 +290,15 @@ TEST(AttentionDecodeFreshArgs, RefusedWhereTheFusedKernelCannotRunNamingWhy) {
   kernels::AttentionShape past = ok;
   past.start_pos = 8;
   expect_throw([&] { run(past, fresh); }, "max_seq");
+  // the batched rows always append
+  kernels::AttentionShape rows = ok;
+  rows.n_queries = 1;
+  auto queries = ctx.create_buffer(16, WGPUBufferUsage_Storage, "queries");
+  f = fresh;
+  f.append = false;
+  expect_throw(
+      [&] { kernels::encode_attention_decode_rows_fresh(batch, ctx, rows, buf, f, kv, kv, queries, 3, out, out); },
+      "append");
 }
 
 }  // namespace

@@ -38,11 +38,14 @@ struct BatchCase {
   // With shared: a pool of this many pages (0: two per session), mapped as the sessions reach them (a prompt of 254
   // tokens whose steps cross into its second page).
   uint32_t pool_pages = 0;
+  // ContextOptions::fuse_qk_norm off: with shared, each sequence's q/k norms, RoPE and append in a dispatch before the
+  // attention's (qk_norm_rope_kv_rows), not inside it (encode_attention_decode_rows_fresh, the default)
+  bool unfused = false;
 };
 std::ostream& operator<<(std::ostream& o, const BatchCase& c) {
   return o << c.model << (c.shared ? " shared" : "") << (c.tiles ? " tiles" : "")
            << (c.split ? " split " + std::to_string(c.split) : "")
-           << (c.pool_pages ? " pool " + std::to_string(c.pool_pages) : "");
+           << (c.pool_pages ? " pool " + std::to_string(c.pool_pages) : "") << (c.unfused ? " unfused" : "");
 }
 
 class BatchDecode : public ::testing::TestWithParam<BatchCase> {};
@@ -61,6 +64,7 @@ TEST_P(BatchDecode, EachSequenceAsIfAlone) {
       o.batch_tile_from = 2;
       o.batch_split = tc.split ? tc.split : 1;  // (1: unsplit)
     }));
+  if (tc.unfused) tiles_ctx.emplace(test::context_options([&](auto& o) { o.fuse_qk_norm = false; }));
   gpu::Context& ctx = tiles_ctx ? *tiles_ctx : test::context();
   const GpuModel gm = load_gpu_model(ctx, f);
   const uint32_t V = gm.config.n_vocab;
@@ -148,13 +152,16 @@ std::vector<BatchCase> batch_cases() {
   v.push_back({"llama-q4_k", false, true});
   v.push_back({"llama-q4_k", false, true, 4});
   v.push_back({.model = "llama-f32", .shared = true, .pool_pages = 8});
+  v.push_back({.model = "llama-f32", .shared = true, .unfused = true});  // RoPE and the append alone
+  v.push_back({.model = "qwen3-f16", .shared = true, .unfused = true});  // with the q/k norms
   return v;
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, BatchDecode, ::testing::ValuesIn(batch_cases()), [](const auto& info) {
   std::string s = info.param.model + (info.param.shared ? "_shared" : "") + (info.param.tiles ? "_tiles" : "") +
                   (info.param.split ? "_split" + std::to_string(info.param.split) : "") +
-                  (info.param.pool_pages ? "_pool" + std::to_string(info.param.pool_pages) : "");
+                  (info.param.pool_pages ? "_pool" + std::to_string(info.param.pool_pages) : "") +
+                  (info.param.unfused ? "_unfused" : "");
   std::replace(s.begin(), s.end(), '-', '_');
   return s;
 });

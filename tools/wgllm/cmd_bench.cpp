@@ -442,7 +442,8 @@ const Register reg{
            ->group("Advanced");
        app.add_flag("--fuse-qk-norm,!--no-fuse-qk-norm", o->fuse_qk_norm,
                     "decoding, the q/k norms, RoPE and the KV append inside the attention dispatch "
-                    "(LoadOptions::fuse_qk_norm; models with q/k norms; default: on GPUs)")
+                    "(LoadOptions::fuse_qk_norm; one sequence: models with q/k norms; --parallel's batched steps: "
+                    "every model; default: on GPUs for one sequence of a model with q/k norms, on for batched steps)")
            ->group("Advanced");
        app.add_option("--parallel", o->parallel,
                       "then N concurrent streams (a list: 1,4,16) through continuous batching, each -p prompt "

@@ -314,9 +314,11 @@ const Register reg{
                     "decoding, gemma's post norms in the next product's prologue instead of dispatches of their own "
                     "(default: on GPUs for gemma3)")
            ->group("Advanced");
-       app.add_flag("--fuse-qk-norm,!--no-fuse-qk-norm", o->fuse_qk_norm,
-                    "decoding, the q/k norms, RoPE and the KV append inside the attention dispatch (models with q/k "
-                    "norms; default: on GPUs)")
+       app.add_flag(
+              "--fuse-qk-norm,!--no-fuse-qk-norm", o->fuse_qk_norm,
+              "decoding, the q/k norms, RoPE and the KV append inside the attention dispatch (one sequence: "
+              "models with q/k norms; batched steps: every model; default: on GPUs for one sequence of a model with "
+              "q/k norms, on for batched steps)")
            ->group("Advanced");
        app.add_flag("--no-check-tensors", o->no_check_tensors,
                     "skip the scan of the weights for NaN and infinities at load");
