@@ -63,8 +63,9 @@ bool encode_fresh_attention(const LayerStep& s, const kernels::AttentionShape& s
 }
 
 // A batched decode step's attention: the q/k/v products for every sequence's token, then per sequence the q/k norm
-// (where the model has it), RoPE and the append into its own cache, and attention over that cache (one dispatch for
-// all of them when the caches share one pool).
+// (where the model has it), RoPE and the append into its own cache, and attention over that cache. When the caches
+// share one pool, one dispatch for all of them, the norms, RoPE and append inside it (fuse_rows_rope_on; else one
+// dispatch before it).
 void encode_attention_rows(const LayerStep& s) {
   const ModelConfig& c = s.model.config;
   const GpuLayer& L = s.L;
