@@ -137,6 +137,7 @@ struct ModelInfo {
   bool int_dot = false;           // decoding takes the Q4_K FFN products on int8 digits (LoadOptions'; resolved)
   bool fuse_post_norms = false;   // decoding runs post norms in the next product's prologue (LoadOptions'; resolved)
   bool fuse_qk_norm = false;      // decoding runs the q/k norms and the KV append in attention (LoadOptions'; resolved)
+  bool fuse_rows_rope = false;    // BatchEngine's steps over one KV pool likewise, every model (fuse_qk_norm; resolved)
 };
 
 // Sampling, with llama.cpp's filters and order: repetition penalty, top-k, top-p, min-p, temperature; then a draw

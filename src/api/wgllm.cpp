@@ -137,6 +137,7 @@ void upload_impl(ModelAccess::Impl& m, const GgufFile& f, const LoadOptions& o) 
   i.int_dot = int_dot_on(*m.ctx, m.gpu.config);
   i.fuse_post_norms = fuse_post_norms_on(*m.ctx, m.gpu.config);
   i.fuse_qk_norm = fuse_qk_norm_on(*m.ctx, m.gpu.config);
+  i.fuse_rows_rope = fuse_rows_rope_on(*m.ctx);
   if (!o.n_ctx) {
     const ContextSize c = adapter_default_context(*m.ctx, m.gpu);
     i.n_ctx = c.n_ctx, i.n_ctx_capped = c.capped;

@@ -215,6 +215,7 @@ TEST(CliBench, DecodeOptionsInTheProfile) {
     const nlohmann::json j =
         bench(gemma3, std::string(on ? " --fuse-qk-norm" : " --no-fuse-qk-norm") + " --decode-gqa-from 100000");
     EXPECT_EQ(j.at("fuse_qk_norm"), on);
+    EXPECT_EQ(j.at("fuse_rows_rope"), on);  // BatchEngine's steps follow the flag, for every model
     const std::string fresh =
         "attention_common.wgsl+attention.wgsl+rope_angle.wgsl+qk_norm_rope.wgsl+"
         "attention_decode_fresh.wgsl:attention_decode_fresh";
@@ -224,6 +225,7 @@ TEST(CliBench, DecodeOptionsInTheProfile) {
         << j.dump();
   }
   EXPECT_EQ(bench(gemma3, "").at("fuse_qk_norm"), !cpu);
+  EXPECT_EQ(bench(gemma3, "").at("fuse_rows_rope"), true);  // unset: on, every adapter
 }
 
 TEST(CliBench, ProfileNeedsDecodeSteps) {

@@ -331,7 +331,8 @@ int bench(const BenchOptions& o) {
                         {"decode_gqa_from", info.decode_gqa_from},
                         {"int_dot", info.int_dot},
                         {"fuse_post_norms", info.fuse_post_norms},
-                        {"fuse_qk_norm", info.fuse_qk_norm}};
+                        {"fuse_qk_norm", info.fuse_qk_norm},
+                        {"fuse_rows_rope", info.fuse_rows_rope}};
     if (!pp.empty()) {
       const Stat p = stats(pp);
       j["pp"] = {{"n", o.n_prompt}, {"tokens_per_s", p.median}, {"min", p.min}, {"max", p.max}};
