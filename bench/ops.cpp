@@ -312,22 +312,37 @@ void print_int_dot_rows(gpu::Context& ctx, const Options& o, const std::vector<s
   }
 }
 
-// --decode-table --lean-q4k: the experiment lean_q4k.wgsl beside the matvec, shape by shape (WARPSxROWS, "s": x in
-// workgroup memory), x prepared once (its preparation not timed); its largest difference from the matvec's y printed
-// relative to the largest |y|, so a wrong kernel shows.
+// --decode-table --lean-q4k: the experiment lean_q4k.wgsl beside the matvec, shape by shape (WARPSxROWS[xKS][s][p]:
+// KS warps sharing a row, "s" x in workgroup memory, "p" the next step's words loaded first), x prepared once (its
+// preparation not timed); its largest difference from the matvec's y printed relative to the largest |y|, so a wrong
+// kernel shows.
+struct LeanShape {
+  uint32_t warps, rows, ks;
+  bool stage, pipe;
+};
+LeanShape parse_lean(const std::string& variant) {
+  std::string v = variant;
+  const bool pipe = !v.empty() && v.back() == 'p';
+  if (pipe) v.pop_back();
+  const bool stage = !v.empty() && v.back() == 's';
+  if (stage) v.pop_back();
+  const auto wr = split(v, 'x');
+  const bool counts = std::all_of(wr.begin(), wr.end(), [](const std::string& n) {
+    return n.size() <= 3 && n.find_first_not_of("0123456789") == std::string::npos && std::stoul(n) > 0;
+  });
+  if ((wr.size() != 2 && wr.size() != 3) || !counts)
+    throw InvalidArgument("--lean-q4k: '" + variant + "' is not WARPSxROWS[xKS][s][p] (counts 1 to 999)");
+  const LeanShape l{uint32_t(std::stoul(wr[0])), uint32_t(std::stoul(wr[1])),
+                    wr.size() > 2 ? uint32_t(std::stoul(wr[2])) : 1u, stage, pipe};
+  if (l.warps % l.ks != 0) throw InvalidArgument("--lean-q4k: '" + variant + "': KS must divide WARPS");
+  return l;
+}
+
 void print_lean_rows(gpu::Context& ctx, const Options& o, const std::vector<std::string>& shapes, double floor_gbs) {
   for (const auto& variant : split(o.lean, ',')) {
-    std::string v = variant;
-    const bool pipe = v.back() == 'p';
-    if (pipe) v.pop_back();
-    const bool stage = v.back() == 's';
-    if (stage) v.pop_back();
-    const auto wr = split(v, 'x');
-    if (wr.size() != 2 && wr.size() != 3)
-      throw InvalidArgument("--lean-q4k: '" + variant + "' is not WARPSxROWS[xKS][s][p]");
-    const uint32_t warps = uint32_t(std::stoul(wr[0])), rows = uint32_t(std::stoul(wr[1]));
-    const uint32_t ks = wr.size() > 2 ? uint32_t(std::stoul(wr[2])) : 1;
-    if (ks == 0 || warps % ks != 0) throw InvalidArgument("--lean-q4k: '" + variant + "': KS must divide WARPS");
+    const auto [warps, rows, ks, stage, preload] = parse_lean(variant);
+    if (32 * warps > ctx.limits().maxComputeInvocationsPerWorkgroup)
+      throw InvalidArgument("--lean-q4k: '" + variant + "': 32 x WARPS exceeds the adapter's workgroup");
     std::printf("| Q4_K lean %s |", variant.c_str());
     for (const auto& shape : shapes) {
       const auto dims = split(shape, 'x');
@@ -345,7 +360,7 @@ void print_lean_rows(gpu::Context& ctx, const Options& o, const std::vector<std:
       }
       std::vector<float> xs(n_in);
       std::mt19937 gen(n_in);
-      for (auto& v : xs) v = float(gen()) / 4294967296.f * 2.f - 1.f;
+      for (auto& e : xs) e = float(gen()) / 4294967296.f * 2.f - 1.f;
       auto x = ctx.upload<float>(xs, WGPUBufferUsage_Storage, "x");
       auto xp = ctx.create_buffer(xv4 * 16, WGPUBufferUsage_Storage, "x prepared");
       auto y = ctx.create_buffer(uint64_t(n_out) * 4, WGPUBufferUsage_Storage | WGPUBufferUsage_CopySrc, "y");
@@ -353,7 +368,7 @@ void print_lean_rows(gpu::Context& ctx, const Options& o, const std::vector<std:
       const std::string prelude =
           "const LQ_W: u32 = " + std::to_string(warps) + "u;\nconst LQ_R: u32 = " + std::to_string(rows) +
           "u;\nconst LQ_STAGE: bool = " + (stage ? "true" : "false") + ";\nconst LQ_KS: u32 = " + std::to_string(ks) +
-          "u;\nconst LQ_PIPE: bool = " + (pipe ? "true" : "false") +
+          "u;\nconst LQ_PIPE: bool = " + (preload ? "true" : "false") +
           ";\nconst LQ_XV4: u32 = " + std::to_string(stage ? xv4 : 1) + "u;\n";
       WGPUComputePipeline prep = ctx.pipeline({"lean_q4k.wgsl", "lean_prep", {}, prelude});
       WGPUComputePipeline pipe = ctx.pipeline({"lean_q4k.wgsl", "lean_q4k", {}, prelude});
@@ -594,6 +609,7 @@ const Register reg{
          if (o->decode_table && shapes->count() == 0) o->shapes = kDecodeShapes;
          if (!o->decode_table && (o->int_dot || !o->lean.empty()))
            throw InvalidArgument("--int-dot and --lean-q4k add rows to --decode-table's table: pass --decode-table");
+         for (const auto& v : split(o->lean, ',')) parse_lean(v);  // a malformed shape fails before any work
          if (o->repeats == 0 || o->matvec_per_submit == 0 || o->matmul_per_submit == 0 || o->prefill_tokens == 0)
            throw InvalidArgument("--repeats, --*-per-submit and --tokens must be > 0");
          return run_bench_ops(*o);
