@@ -502,9 +502,12 @@ uint64_t decode_fresh_storage(const AttentionTiles& t, uint32_t head_dim) {
   return head_dim * 4ull + 128 * 4 + threads + threads * 16 + 3ull * head_dim * 4 + 128 * 16;
 }
 
-// The fresh kernel's own limits, whatever the query count: head_dim, the new K and V rows waiting in dacc (128 *
-// DEC_TPK vec4), its workgroup memory.
-bool fresh_fits(const gpu::Context& ctx, const AttentionShape& s) {
+// The fresh kernel's own limits, whatever the query count: subgroups and strides (unset: n_heads * head_dim), head_dim,
+// the new K and V rows waiting in dacc (128 * DEC_TPK vec4), its workgroup memory.
+bool fresh_fits(const gpu::Context& ctx, AttentionShape s) {
+  const uint32_t q_dim = s.n_heads * s.head_dim;
+  if (s.q_stride == 0) s.q_stride = q_dim;
+  if (s.out_stride == 0) s.out_stride = q_dim;
   if (!tiled_possible(ctx, s) || s.head_dim > kMaxHeadDim) return false;
   const AttentionTiles t = attention_tiles(s.head_dim, ctx.limits());
   return s.head_dim / 2 <= 128 * t.dec_tpk &&
@@ -610,12 +613,8 @@ void encode_attention_decode(gpu::ComputeBatch& batch, gpu::Context& ctx, const 
 }
 
 bool attention_decode_takes_fresh(const gpu::Context& ctx, const AttentionShape& shape) {
-  AttentionShape s = shape;
-  const uint32_t q_dim = s.n_heads * s.head_dim;
-  if (s.q_stride == 0) s.q_stride = q_dim;
-  if (s.out_stride == 0) s.out_stride = q_dim;
-  if (s.n_queries != 1 || !fresh_fits(ctx, s)) return false;
-  return resolve_decode_kernel(ctx, s, DecodeKernel::Auto) == DecodeKernel::PerHead;
+  if (shape.n_queries != 1 || !fresh_fits(ctx, shape)) return false;
+  return resolve_decode_kernel(ctx, shape, DecodeKernel::Auto) == DecodeKernel::PerHead;
 }
 
 namespace {
@@ -744,11 +743,7 @@ void encode_attention_decode_rows(gpu::ComputeBatch& batch, gpu::Context& ctx, c
 }
 
 bool attention_decode_rows_take_fresh(const gpu::Context& ctx, const AttentionShape& shape) {
-  AttentionShape s = shape;
-  const uint32_t q_dim = s.n_heads * s.head_dim;
-  if (s.q_stride == 0) s.q_stride = q_dim;
-  if (s.out_stride == 0) s.out_stride = q_dim;
-  return fresh_fits(ctx, s);
+  return fresh_fits(ctx, shape);
 }
 
 void encode_attention_decode_rows_fresh(gpu::ComputeBatch& batch, gpu::Context& ctx, const AttentionShape& shape,

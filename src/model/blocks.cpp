@@ -42,23 +42,29 @@ void x_product(const LayerStep& s, const kernels::GpuWeight& w, const gpu::Buffe
   encode_x_product(s.batch, s.ctx, s.model.config, s.b, w, y, s.n, o);
 }
 
+// The layer's tokens as the attention that takes them itself reads them: k and v rows as the products wrote them, the
+// q/k norms where the model has them, the RoPE table, v's norm.
+kernels::FreshToken fresh_token(const LayerStep& s, const gpu::Buffer& table, uint32_t rope_dim, bool append) {
+  const ModelConfig& c = s.model.config;
+  return {.k = &s.b.k,
+          .v = &s.b.v,
+          .q_norm = c.qk_norm ? &s.L.q_norm : nullptr,
+          .k_norm = c.qk_norm ? &s.L.k_norm : nullptr,
+          .table = &table,
+          .rope_dim = rope_dim,
+          .type = c.rope_type,
+          .eps = c.rms_eps,
+          .v_norm = c.v_norm,
+          .append = append};
+}
+
 // Decoding one token of a model with q/k norms, the attention that takes the token's norms, RoPE, v's norm and append
 // (`append`; else q alone) itself, where ContextOptions::fuse_qk_norm and the kernel at this depth allow: encoded, true.
 bool encode_fresh_attention(const LayerStep& s, const kernels::AttentionShape& shape, const gpu::Buffer& table,
                             uint32_t rope_dim, kernels::KvCache& kv, bool append) {
-  const ModelConfig& c = s.model.config;
-  if (!fuse_qk_norm_on(s.ctx, c) || !kernels::attention_decode_takes_fresh(s.ctx, shape)) return false;
-  const kernels::FreshToken fresh{.k = &s.b.k,
-                                  .v = &s.b.v,
-                                  .q_norm = &s.L.q_norm,
-                                  .k_norm = &s.L.k_norm,
-                                  .table = &table,
-                                  .rope_dim = rope_dim,
-                                  .type = c.rope_type,
-                                  .eps = c.rms_eps,
-                                  .v_norm = c.v_norm,
-                                  .append = append};
-  kernels::encode_attention_decode_fresh(s.batch, s.ctx, shape, s.b.q, fresh, kv, s.b.attn, &s.b.decode_scratch);
+  if (!fuse_qk_norm_on(s.ctx, s.model.config) || !kernels::attention_decode_takes_fresh(s.ctx, shape)) return false;
+  kernels::encode_attention_decode_fresh(s.batch, s.ctx, shape, s.b.q, fresh_token(s, table, rope_dim, append), kv,
+                                         s.b.attn, &s.b.decode_scratch);
   return true;
 }
 
@@ -97,16 +103,9 @@ void encode_attention_rows(const LayerStep& s) {
     // the per-head kernel whatever the depths (bit-identical outputs whatever the batch; attention.h)
     shape.n_queries = s.n;
     if (fuse_rows_rope_on(s.ctx) && kernels::attention_decode_rows_take_fresh(s.ctx, shape)) {
-      const kernels::FreshToken fresh{.k = &b.k,
-                                      .v = &b.v,
-                                      .q_norm = c.qk_norm ? &L.q_norm : nullptr,
-                                      .k_norm = c.qk_norm ? &L.k_norm : nullptr,
-                                      .table = &rope_table,
-                                      .rope_dim = c.rope_dim,
-                                      .type = c.rope_type,
-                                      .eps = c.rms_eps};
-      kernels::encode_attention_decode_rows_fresh(s.batch, s.ctx, shape, b.q, fresh, owner, view, *r.queries, r.max_pos,
-                                                  b.attn, b.decode_scratch);
+      kernels::encode_attention_decode_rows_fresh(s.batch, s.ctx, shape, b.q,
+                                                  fresh_token(s, rope_table, c.rope_dim, true), owner, view, *r.queries,
+                                                  r.max_pos, b.attn, b.decode_scratch);
       return;
     }
     kernels::encode_qk_norm_rope_kv_rows(s.batch, s.ctx, rope, s.n, rope_table, b.q, b.k, b.v, q_norm, k_norm, owner,

@@ -57,15 +57,15 @@ class BatchDecode : public ::testing::TestWithParam<BatchCase> {};
 TEST_P(BatchDecode, EachSequenceAsIfAlone) {
   const BatchCase& tc = GetParam();
   const GgufFile f = GgufFile::open(test::model_path(tc.model));
-  std::optional<gpu::Context> tiles_ctx;
+  std::optional<gpu::Context> own_ctx;
   if (tc.tiles)
-    tiles_ctx.emplace(test::context_options([&](auto& o) {
+    own_ctx.emplace(test::context_options([&](auto& o) {
       o.rows_shape = "off";
       o.batch_tile_from = 2;
       o.batch_split = tc.split ? tc.split : 1;  // (1: unsplit)
     }));
-  if (tc.unfused) tiles_ctx.emplace(test::context_options([&](auto& o) { o.fuse_qk_norm = false; }));
-  gpu::Context& ctx = tiles_ctx ? *tiles_ctx : test::context();
+  if (tc.unfused) own_ctx.emplace(test::context_options([&](auto& o) { o.fuse_qk_norm = false; }));
+  gpu::Context& ctx = own_ctx ? *own_ctx : test::context();
   const GpuModel gm = load_gpu_model(ctx, f);
   const uint32_t V = gm.config.n_vocab;
   const GpuSessionOptions so{.n_ctx = 512, .ubatch = 32, .kv_type = kernels::KvType::F32};
