@@ -45,6 +45,7 @@ struct Options {
   int batch_split = -1;                  // ContextOptions::batch_split (-1: unset)
   int matvec_pass = -1;                  // ContextOptions::matvec_pass (-1: unset)
   std::string matmul_tiles;              // comma-separated matmul tiles to sweep ("" = the chosen one)
+  std::string prompt_digits;             // comma-separated ContextOptions::prompt_digits to sweep ("" = unset)
   std::string rows_shapes;               // comma-separated shapes of the CPU adapters' kernel to sweep
   bool skip_matvec = false;
   bool decode_table = false;  // one Markdown table: types x the decode shapes, weight GB/s and % of the read floor
@@ -467,15 +468,28 @@ int run_bench_ops(const Options& o) {
   }
   for (const auto& r : rows_shapes)
     if (r != "off") kernels::parse_rows_config(r);  // and --rows-shapes
-  // (matmul tile, rows shape) per run: each tile with each rows shape (the rows shapes each timed for matvec too)
-  std::vector<std::pair<std::string, std::string>> runs;
+  std::vector<uint32_t> digit_runs;                 // 0: unset
+  for (const auto& d : split(o.prompt_digits, ',')) {
+    if (d.size() != 1 || d[0] < '0' || d[0] > '3') throw InvalidArgument("--prompt-digits: '" + d + "' is not 0 to 3");
+    digit_runs.push_back(uint32_t(d[0] - '0'));
+  }
+  if (digit_runs.empty()) digit_runs.push_back(0);
+  // (matmul tile, rows shape, prompt digits) per run: each tile with each rows shape (the rows shapes each timed for
+  // matvec too), then each with each digits setting
+  struct Run {
+    std::string tile, rows;
+    uint32_t digits;
+  };
+  std::vector<Run> runs;
   for (const auto& r : rows_shapes.empty() ? std::vector<std::string>{""} : rows_shapes)
-    for (const auto& t : tiles) runs.emplace_back(t, r);
+    for (const auto& t : tiles)
+      for (uint32_t d : digit_runs) runs.push_back({t, r, d});
   for (size_t ti = 0; ti < runs.size(); ++ti) {
     gpu::ContextOptions options = context_options(o.adapter);
     options.matvec_shape = o.matvec;
-    options.matmul_tile = runs[ti].first;
-    options.rows_shape = runs[ti].second;
+    options.matmul_tile = runs[ti].tile;
+    options.rows_shape = runs[ti].rows;
+    if (runs[ti].digits) options.prompt_digits = runs[ti].digits;
     if (o.batch_tile_from >= 0) options.batch_tile_from = uint32_t(o.batch_tile_from);
     if (o.batch_split >= 0) options.batch_split = uint32_t(o.batch_split);
     if (o.matvec_pass >= 0) options.matvec_pass = uint32_t(o.matvec_pass);
@@ -491,7 +505,7 @@ int run_bench_ops(const Options& o) {
       std::printf("%-7s %-5s %-11s %6s %11s %12s\n", "kernel", "type", "n_in x n_out", "tokens", "ms/call",
                   "throughput");
     }
-    const bool matvec = (first || !rows_shapes.empty()) && !o.skip_matvec;
+    const bool matvec = (first || !rows_shapes.empty()) && !o.skip_matvec && runs[ti].digits == 0;
     // on CPU adapters the Rows kernel does both for the types it reads (kernels::MatmulImpl::Auto)
     const auto rows_shape = kernels::rows_config(ctx).value_or(kernels::RowsConfig{});
     char rows_label[64];
@@ -525,7 +539,7 @@ int run_bench_ops(const Options& o) {
           std::printf("%-7s %-5s %5ux%-5u %6u %11.3f %8.1f GB/s  %s\n", "matvec", tname.c_str(), n_in, n_out, 1u,
                       mv * 1e3, double(bytes.size()) / mv / 1e9, kernels::rows_kernel_for(ctx, t) ? rows_label : label);
         }
-        for (uint32_t n : batch_tokens) {  // batch decode's product: every token's sums as if alone
+        for (uint32_t n : runs[ti].digits ? std::vector<uint32_t>{} : batch_tokens) {  // batch decode's product
           const auto impl = kernels::token_independent_impl(ctx);
           const double bt = time_matmul(ctx, copies, x, y, n, std::max<uint32_t>(o.matvec_per_submit, copies.size()),
                                         o.repeats, impl);
@@ -542,11 +556,13 @@ int run_bench_ops(const Options& o) {
                       "batch", tname.c_str(), n_in, n_out, n, bt * 1e3, kernels::matmul_flops(copies[0], n) / bt / 1e9,
                       double(bytes.size()) / bt / 1e9, how.c_str(), bs.threads_per_row, bs.rows, bs.groups, bs.units);
         }
-        if (!o.skip_matmul) {
+        if (!o.skip_matmul && (runs[ti].digits == 0 || t == GgufType::Q4_K)) {
           const double mm =
               time_matmul(ctx, std::span(copies).first(1), x, y, o.prefill_tokens, o.matmul_per_submit, o.repeats);
           const auto tile = kernels::matmul_tile(ctx, o.prefill_tokens, n_out);
-          const std::string label = "(tile " + kernels::to_string(tile) + ")";
+          const uint32_t d = t == GgufType::Q4_K ? runs[ti].digits : 0;
+          const std::string label = d ? "(64x64 on " + std::to_string(d) + "-digit x, its digits included)"
+                                      : "(tile " + kernels::to_string(tile) + ")";
           std::printf("%-7s %-5s %5ux%-5u %6u %11.3f %8.1f GFLOP/s  %s\n", "matmul", tname.c_str(), n_in, n_out,
                       o.prefill_tokens, mm * 1e3, kernels::matmul_flops(copies[0], o.prefill_tokens) / mm / 1e9,
                       kernels::rows_kernel_for(ctx, t) ? rows_label : label.c_str());
@@ -580,6 +596,9 @@ const Register reg{
                       "matvec: cycle through copies of the weight totalling this many bytes (1: one copy)")
            ->capture_default_str();
        app.add_option("--matvec", o->matvec, "matvec shape THREADSxROWSxGROUPS (tuning)");
+       app.add_option("--prompt-digits", o->prompt_digits,
+                      "Q4_K matmul runs on packed int8 dot products with x as this many digits, comma-separated 0 "
+                      "(off) to 3 (ContextOptions::prompt_digits)");
        app.add_option("--matmul-tiles", o->matmul_tiles,
                       "matmul tiles to sweep, comma-separated TOKENSxROWS[/TTxTR][xf16] (e.g. "
                       "64x128,64x128/8x8,128x64xf16; tuning)");

@@ -18,18 +18,27 @@ XDigits make_x_digits(gpu::Context& ctx, uint32_t n_in, uint32_t n_tokens) {
 
 void encode_x_digits(gpu::ComputeBatch& batch, gpu::Context& ctx, const gpu::Buffer& x, const XDigits& xd,
                      const gpu::Buffer* norm) {
+  if (xd.n_in == 0 || xd.n_in % 32 != 0 || xd.n_tokens == 0) fail("encode_x_digits", "xd is not made by make_x_digits");
+  encode_x_digits(batch, ctx, x, 0, uint64_t(xd.n_in) * xd.n_tokens * 4, 0, xd.data, xd.n_in, xd.n_tokens, norm);
+}
+
+void encode_x_digits(gpu::ComputeBatch& batch, gpu::Context& ctx, const gpu::Buffer& x, uint64_t x_offset,
+                     uint64_t x_bytes, uint32_t x_first, const gpu::Buffer& data, uint32_t n_in, uint32_t n_tokens,
+                     const gpu::Buffer* norm) {
   const char* fn = "encode_x_digits";
-  if (xd.n_in == 0 || xd.n_in % 32 != 0 || xd.n_tokens == 0) fail(fn, "xd is not made by make_x_digits");
-  need(fn, "x", x, uint64_t(xd.n_in) * xd.n_tokens * 4, ctx);
-  need(fn, "xd.data", xd.data, xd.bytes(), ctx);
-  if (norm) need(fn, "norm", *norm, uint64_t(xd.n_in) * 4, ctx);
-  const auto grid = gpu::fold_grid((xd.blocks() + 7) / 8, ctx.limits().maxComputeWorkgroupsPerDimension);
-  const IntDotParams p{xd.n_in, xd.n_tokens, grid.x, norm ? 1u : 0u, uint32_t(xd.scales_vec4()), 0, 0, 0};
+  if (n_in == 0 || n_in % 32 != 0 || n_tokens == 0) fail(fn, "n_in must be a positive multiple of 32, n_tokens > 0");
+  if ((uint64_t(x_first) + uint64_t(n_in) * n_tokens) * 4 > x_bytes) fail(fn, "the rows run past x's window");
+  need(fn, "x", x, x_offset + x_bytes, ctx);
+  const XDigits shape{{}, n_in, n_tokens};
+  need(fn, "data", data, shape.bytes(), ctx);
+  if (norm) need(fn, "norm", *norm, uint64_t(n_in) * 4, ctx);
+  const auto grid = gpu::fold_grid((shape.blocks() + 7) / 8, ctx.limits().maxComputeWorkgroupsPerDimension);
+  const IntDotParams p{n_in, n_tokens, grid.x, norm ? 1u : 0u, uint32_t(shape.scales_vec4()), x_first, 0, 0};
   WGPUComputePipeline pipe = ctx.pipeline({"int_dot.wgsl", "x_digits", {}, ""});
   const gpu::BufferBinding b[] = {batch.uniform(0, p),
-                                  {1, &x, 0, uint64_t(xd.n_in) * xd.n_tokens * 4},
-                                  {2, &xd.data, 0, xd.bytes()},
-                                  {3, norm ? norm : &ctx.placeholder_storage(), 0, norm ? uint64_t(xd.n_in) * 4 : 0}};
+                                  {1, &x, x_offset, x_bytes},
+                                  {2, &data, 0, shape.bytes()},
+                                  {3, norm ? norm : &ctx.placeholder_storage(), 0, norm ? uint64_t(n_in) * 4 : 0}};
   batch.dispatch(pipe, b, grid.x, grid.y);
 }
 

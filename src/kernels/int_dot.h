@@ -12,7 +12,7 @@ namespace wgllm::kernels {
 // Mirrors `IntDotParams` in int_dot.wgsl.
 struct IntDotParams {
   uint32_t n_in, n_tokens, grid_x, norm;
-  uint32_t scales, pad0, pad1, pad2;
+  uint32_t scales, x_first, pad1, pad2;
 };
 static_assert(sizeof(IntDotParams) == 32);
 
@@ -31,5 +31,12 @@ XDigits make_x_digits(gpu::Context& ctx, uint32_t n_in, uint32_t n_tokens);
 // RMSNorm's weights, whose 1 / rms a product takes from the blocks' sums of squares of x).
 void encode_x_digits(gpu::ComputeBatch& batch, gpu::Context& ctx, const gpu::Buffer& x, const XDigits& xd,
                      const gpu::Buffer* norm = nullptr);
+
+// The same for rows of x from a binding window (x_offset bytes into x, x_bytes long, the first row at element x_first
+// of it) into `data` (at least XDigits::bytes() for n_tokens rows of n_in): the prompt products' digits
+// (encode_matmul with ContextOptions::prompt_digits), in a scratch buffer.
+void encode_x_digits(gpu::ComputeBatch& batch, gpu::Context& ctx, const gpu::Buffer& x, uint64_t x_offset,
+                     uint64_t x_bytes, uint32_t x_first, const gpu::Buffer& data, uint32_t n_in, uint32_t n_tokens,
+                     const gpu::Buffer* norm);
 
 }  // namespace wgllm::kernels

@@ -13,7 +13,7 @@
 
 struct IntDotParams {
   n_in: u32, n_tokens: u32, grid_x: u32, norm: u32,
-  scales: u32, pad0: u32, pad1: u32, pad2: u32,
+  scales: u32, x_first: u32, pad1: u32, pad2: u32,  // x_first: x's first element in its binding
 }
 
 @group(0) @binding(0) var<uniform> p: IntDotParams;
@@ -47,7 +47,7 @@ fn x_digits(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_ind
   let e = lid % 32u;
   let live = blk < n_blocks * p.n_tokens;
   let b = min(blk, n_blocks * p.n_tokens - 1u);
-  let raw = xin[(b / n_blocks) * p.n_in + (b % n_blocks) * 32u + e];
+  let raw = xin[p.x_first + (b / n_blocks) * p.n_in + (b % n_blocks) * 32u + e];
   var v = raw;
   if (p.norm != 0u) { v *= gnorm[(b % n_blocks) * 32u + e]; }
   wmax[lid] = abs(v);

@@ -51,6 +51,15 @@ uint32_t matvec_pass_tokens(const gpu::Context& ctx, const MatvecConfig& mv) {
   return n;
 }
 
+// Q4_K prompt products on x's digits (matmul_int.wgsl): the digits kept, from ContextOptions::prompt_digits; 0 where
+// the product stays on the tiled kernel (another type, expert products, workgroup memory short of the kernel's).
+uint32_t prompt_digits(const gpu::Context& ctx, const GpuWeight& w) {
+  const uint32_t d = ctx.options().prompt_digits.value_or(0);
+  if (d > 3) throw InvalidArgument("prompt digits " + std::to_string(d) + ": 0 (off) to 3");
+  if (d == 0 || w.type != GgufType::Q4_K || w.n_experts || w.n_in % 256) return 0;
+  return detail::int_tiled_bytes(d) <= ctx.limits().maxComputeWorkgroupStorageSize ? d : 0;
+}
+
 struct BatchTiles {
   ClassOrder order;
   MatmulTile tile;
@@ -160,6 +169,7 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
   const std::optional<BatchTiles> batch_tiled =
       batch_shape && !rk ? batch_tiles(ctx, w, n_tokens) : std::optional<BatchTiles>{};
   if (batch_tiled) impl = MatmulImpl::Tiled;
+  const uint32_t digits = impl == MatmulImpl::Tiled && !batch_tiled && !rk ? prompt_digits(ctx, w) : 0;
 
   const uint32_t max_grid = ctx.limits().maxComputeWorkgroupsPerDimension;
   uint32_t step = detail::tokens_per_binding(fn, ctx, {w.n_in, y_width, y1_width, y2_width});
@@ -197,6 +207,11 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
         : impl == MatmulImpl::Rows
             ? rows_pipeline(ctx, rows, w.type, rows_tokens, row_pairs, xv4)
             : tiled_pipeline(ctx, tile, w.type, false, batch_tiled ? batch_tiled->order : ClassOrder{});
+    // the window's digits, once for every piece (prompt_digits: matmul_int.wgsl reads them instead of x)
+    const XDigits digit_shape{{}, w.n_in, count};
+    const gpu::Buffer* digit_data = digits ? &ctx.scratch(digit_shape.bytes()) : nullptr;
+    if (digits)
+      encode_x_digits(batch, ctx, x, xw.offset_bytes, xw.size_bytes, xw.first_word, *digit_data, w.n_in, count, o.norm);
     for (const auto& piece : w.pieces) {
       MatmulParams p = detail::piece_params(w, piece, count);
       if (w2) {  // one piece each (matvec_takes_second)
@@ -222,6 +237,24 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
         p.kv_f16 = rk->kv_f16;
         p.kv_k_off = rk->k_elem;
         p.kv_v_off = rk->v_elem;
+      }
+      if (digits) {
+        p.x_off = uint32_t(digit_shape.scales_vec4());
+        p.row_tiles = (piece.n_rows + detail::kIntTile - 1) / detail::kIntTile;
+        const auto grid =
+            gpu::fold_grid(uint64_t(p.row_tiles) * ((count + detail::kIntTile - 1) / detail::kIntTile), max_grid);
+        p.grid_x = grid.x;
+        const gpu::BufferBinding bindings[] = {
+            batch.uniform(0, p),
+            {1, &piece.buffer},
+            {3, &y, yw.offset_bytes, yw.size_bytes},
+            o.times ? gpu::BufferBinding{4, o.times, 0, times_floats * 4}
+                    : gpu::BufferBinding{4, o.bias ? o.bias : &none, 0, o.bias ? uint64_t(n_out) * 4 : 16},
+            {7, split_out ? o.y1 : &ctx.placeholder_writable(), y1w.offset_bytes, y1w.size_bytes},
+            {8, has_y2 ? o.y2 : &ctx.placeholder_writable(), y2w.offset_bytes, y2w.size_bytes},
+            {16, digit_data, 0, digit_shape.bytes()}};
+        batch.dispatch(detail::int_tiled_pipeline(ctx, digits), bindings, grid.x, grid.y);
+        continue;
       }
       uint64_t n_wg;
       if (impl == MatmulImpl::Matvec) {

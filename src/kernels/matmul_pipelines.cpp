@@ -141,6 +141,7 @@ constexpr const char* kMatvecShader = "matmul_common.wgsl+rope_angle.wgsl+rope_k
 constexpr const char* kRowsShader = "matmul_common.wgsl+rope_angle.wgsl+rope_kv_epilogue.wgsl+matmul_rows.wgsl";
 constexpr const char* kMatmulShader = "matmul_common.wgsl+matmul.wgsl";
 constexpr const char* kFoldShader = "matmul_common.wgsl+matmul_fold.wgsl";
+constexpr const char* kIntShader = "matmul_common.wgsl+matmul_int.wgsl";
 
 }  // namespace
 
@@ -199,6 +200,20 @@ WGPUComputePipeline tiled_pipeline(gpu::Context& ctx, const MatmulTile& tile, Gg
         {},
         matmul_prelude(tile, t, experts, order),
         detail::tiled_detail(t, &tile, order.classes ? order.groups : 0) + (experts ? ", experts" : "")};
+  });
+}
+
+WGPUComputePipeline int_tiled_pipeline(gpu::Context& ctx, uint32_t digits) {
+  const uint32_t args[] = {digits};
+  return ctx.pipeline("matmul_int", args, [&] {
+    return gpu::PipelineKey{kIntShader,
+                            "matmul_int",
+                            {},
+                            detail::weight_prelude(GgufType::Q4_K, 1) + "const MQ_D: u32 = " + std::to_string(digits) +
+                                "u;\nconst MQ_XV: u32 = " + std::to_string(8 * digits) +
+                                "u;\nconst MQ_XL: u32 = " + std::to_string(2 * digits) + "u;\n",
+                            detail::shape_detail(GgufType::Q4_K, {kIntTile, kIntTile}) + ", " + std::to_string(digits) +
+                                (digits == 1 ? " digit" : " digits")};
   });
 }
 

@@ -268,14 +268,13 @@ const EpilogueCase kEpilogueCases[] = {
 };
 
 // tol: the largest relative L2 error allowed (0: f32's, by type).
-void check_epilogue(gpu::Context& ctx, const EpilogueCase& c, double tol = 0) {
+// Returns the largest relative L2 error of the outputs.
+double check_epilogue(gpu::Context& ctx, const EpilogueCase& c, double tol = 0) {
   auto gen = rng(std::hash<std::string>{}(c.name));
   const uint32_t T = c.n_tokens, N = c.n_out;
   const auto bytes = random_weight(c.type, c.n_in, N, gen);
   const auto w = kernels::upload_weight(ctx, c.type, c.n_in, N, bytes, c.name, c.max_piece_bytes);
-  if (c.max_piece_bytes) {
-    ASSERT_GT(w.pieces.size(), 1u) << "the weight was meant to be split";
-  }
+  if (c.max_piece_bytes) EXPECT_GT(w.pieces.size(), 1u) << "the weight was meant to be split";
   const auto x = random_floats(size_t(T) * c.n_in, gen, -2.f, 2.f);
   auto xbuf = ctx.upload<float>(x, WGPUBufferUsage_Storage, "x");
   kernels::MatmulOptions o{.impl = c.impl};
@@ -377,9 +376,10 @@ void check_epilogue(gpu::Context& ctx, const EpilogueCase& c, double tol = 0) {
   if (!split) {
     const auto r = compare(ctx.read<float>(y), want);
     EXPECT_LE(r.rel_l2, tol) << r.describe();
-    return;
+    return r.rel_l2;
   }
   // Split: each output holds its range of rows, token-major.
+  double worst = 0;
   std::vector<std::pair<const gpu::Buffer*, std::pair<uint32_t, uint32_t>>> outs = {{&y, {0, o.split1}},
                                                                                     {&*y1, {o.split1, o.split2}}};
   if (y2) outs.push_back({&*y2, {o.split2, N}});
@@ -389,7 +389,9 @@ void check_epilogue(gpu::Context& ctx, const EpilogueCase& c, double tol = 0) {
       for (uint32_t r = range.first; r < range.second; ++r) part.push_back(full[size_t(t) * N + r]);
     const auto r = compare(ctx.read<float>(*buf), part);
     EXPECT_LE(r.rel_l2, tol) << "rows [" << range.first << ", " << range.second << "): " << r.describe();
+    worst = std::max(worst, r.rel_l2);
   }
+  return worst;
 }
 
 class MatmulEpilogueTable : public ::testing::TestWithParam<EpilogueCase> {};
@@ -490,6 +492,41 @@ TEST(Matmul, OtherTiles) {
   EXPECT_EQ(kernels::parse_matmul_tile("32x128/4x8").threads(), 128u);
   EXPECT_THROW(kernels::parse_matmul_tile("128x128xf32"), InvalidArgument);
   EXPECT_THROW(kernels::parse_matmul_tile("128"), InvalidArgument);
+}
+
+// Q4_K prompt products on x's digits (ContextOptions::prompt_digits, matmul_int.wgsl), every epilogue, partial tiles
+// of 64 both ways, a weight in pieces, against float64 on the f32 input. The error bound follows the digits kept (3:
+// about f32's; 2: 2^-15 of each 32-element block's largest |x|; 1: 8-bit steps), and with one digit the error must
+// also be at least that of 8-bit steps: the products did run on the digits, not on the f32 tiles.
+TEST(Matmul, PromptDigitsQ4k) {
+  const EpilogueCase cases[] = {
+      {"digits_norm_bias_q4_k_mm_t75", Q4_K, 512, 70, 75, Tiled, Epilogue::Plain, true, true},
+      {"digits_swiglu_norm_q4_k_mm_t130", Q4_K, 256, 134, 130, Tiled, Epilogue::Swiglu, true},
+      {"digits_accum_q4_k_mm_t64", Q4_K, 768, 65, 64, Tiled, Epilogue::Accumulate},
+      {"digits_split_norm_bias_q4_k_mm_t70", Q4_K, 256, 150, 70, Tiled, Epilogue::Split, true, true},
+      {"digits_gelu_times_q4_k_mm_t66", Q4_K, 256, 40, 66, Tiled, Epilogue::GeluTimes},
+      {"digits_pieces_q4_k_mm_t65", Q4_K, 256, 200, 65, Tiled, Epilogue::Plain, false, false, 16 * 1024},
+  };
+  const double bound[] = {0, 1e-2, 6e-5, 2e-6};  // lavapipe: up to 5.5e-3, 2.6e-5, 5.1e-7
+  for (uint32_t d = 1; d <= 3; ++d) {
+    SCOPED_TRACE("digits " + std::to_string(d));
+    gpu::Context ctx(context_options([&](auto& o) {
+      o.prompt_digits = d;
+      o.rows_shape = "off";  // CPU adapters too take the GPUs' kernels
+    }));
+    for (const EpilogueCase& c : cases) {
+      SCOPED_TRACE(c.name);
+      const double err = check_epilogue(ctx, c, bound[d]);
+      if (d == 1) {
+        EXPECT_GT(err, 1e-3) << "one digit gave the f32 tiles' error";
+      }
+    }
+  }
+  gpu::Context bad(context_options([](auto& o) {
+    o.prompt_digits = 4;
+    o.rows_shape = "off";
+  }));
+  EXPECT_THROW(check_epilogue(bad, {"digits_bad", Q4_K, 256, 64, 64, Tiled, Epilogue::Plain}), InvalidArgument);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, MatmulEpilogueTable, ::testing::ValuesIn(kEpilogueCases),

@@ -1,0 +1,240 @@
+// Prompt products of Q4_K weights on packed integer dot products (ContextOptions::prompt_digits; encode_matmul's
+// tiled products, kernels/matmul.h): x as MQ_D 8-bit digits per element under one scale per 32 elements (the leading
+// digits that int_dot.wgsl's x_digits writes), each weight's nibble multiplied against them four at a time with
+// dot4I8Packed (the signed digits) and dot4U8Packed (the third, unsigned). Compiled after matmul_common.wgsl: its
+// weight layout, bindings and epilogues (store_y, store_swiglu; FLAG_NORM's 1 / rms from the blocks' sums of x^2).
+//
+// Digits kept, per 32-element block of largest |x| = a: 3: x within about 2^-23 a (what the one-token products read);
+// 2: x - 2^-15 a < x' <= x (the third digit dropped, its mean added back: mq_sum16); 1: x rounded to the nearest of
+// 127 steps of a / 127 (llama.cpp's q8_1 activations). The digit sums of a block are exact in i32 and meet in one f32
+// rounding; then, per block and row, y += (s d sc) sum - (dmin m) sum(x) in f32, with sum(x) the block's exact f32 sum
+// of x (times the norm's weights g).
+//
+// A workgroup of 256 threads computes 64 tokens x 64 rows of y: thread (ty, tx) tokens 4 ty .. 4 ty + 3 and rows 2 tx,
+// 2 tx + 1, 2 tx + 32, 2 tx + 33 (SwiGLU's gate/up pairs stay in one thread). The row is walked half a super-block
+// (128 elements: four blocks, two pairs of sub-blocks) a step: each step its quants, the four blocks' d sc and dmin m
+// per row, x's digit vec4s and its blocks' scales and sums go through workgroup memory, and the next step's are loaded
+// into registers while this one is multiplied.
+@group(0) @binding(16) var<storage, read> xdig: array<vec4<u32>>;
+
+const MQ_TM: u32 = 64u;
+const MQ_TN: u32 = 64u;
+// From the host: MQ_D, the digits kept; MQ_XV = 8 MQ_D, x's digit vec4s of one token per step; MQ_XL = MQ_XV / 4,
+// those a loader thread takes (64 tokens x MQ_XV / 256).
+const MQ_UNIT: f32 = f32(1u << (8u * (3u - MQ_D)));  // a kept digit sum's unit in steps of s
+const NIB: vec4<u32> = vec4<u32>(0x0F0F0F0Fu);
+
+var<workgroup> mq_qw: array<vec4<u32>, 4u * MQ_TN>;     // [quant vec4 of the step: 4][row]
+var<workgroup> mq_wd: array<vec4<f32>, MQ_TN>;          // [row] d sc of the step's four blocks
+var<workgroup> mq_wm: array<vec4<f32>, MQ_TN>;          // [row] dmin m of them
+var<workgroup> mq_xq: array<vec4<u32>, MQ_TM * MQ_XV>;  // [token][block: 4][digit: MQ_D][half: 2]
+var<workgroup> mq_xs: array<vec4<f32>, MQ_TM>;          // [token] s of the step's four blocks (in kept-digit units)
+var<workgroup> mq_xm: array<vec4<f32>, MQ_TM>;          // [token] their sums of x
+var<workgroup> mq_xss: array<f32, 4u * MQ_TM>;          // [token][loader] sums of x^2 (FLAG_NORM)
+
+// The sum over 16 weights of nibbles q times x's digits of plane g (vec4 of 16 bytes), in i32.
+fn mq_dot16(q: vec4<u32>, d: vec4<u32>, g: u32) -> i32 {
+  if (g == 2u) {  // the third digit is unsigned; the nibbles are too
+    let u = dot4U8Packed(q.x, d.x) + dot4U8Packed(q.y, d.y) + dot4U8Packed(q.z, d.z) + dot4U8Packed(q.w, d.w);
+    return bitcast<i32>(u);
+  }
+  return dot4I8Packed(q.x, d.x) + dot4I8Packed(q.y, d.y) + dot4I8Packed(q.z, d.z) + dot4I8Packed(q.w, d.w);
+}
+
+// The sum of 16 nibbles (bytes of q).
+fn mq_sum16(q: vec4<u32>) -> u32 {
+  let one = 0x01010101u;
+  return dot4U8Packed(q.x, one) + dot4U8Packed(q.y, one) + dot4U8Packed(q.z, one) + dot4U8Packed(q.w, one);
+}
+// Two digits drop the third, d2 in 0..255 (x' = x - d2 steps): the dropped part's mean, 127.5 / 256 of a kept unit,
+// goes back as that times the weight's sum of quants, so the sums carry no bias (quants are all >= 0: a bias would
+// add up over a row where the rounding errors cancel).
+const MQ_HALF: f32 = 0.498046875;
+
+// A block's kept digit sums (s0 first) as one f32 in kept-digit units: exact in i32 up to two digits (32 * 15 * 128
+// * 2^8 < 2^24, so the conversion is exact too); three take the first in f32 (exact) and one rounding.
+fn mq_combine(s: array<i32, 3>) -> f32 {
+  if (MQ_D == 1u) { return f32(s[0]); }
+  if (MQ_D == 2u) { return f32((s[0] << 8u) + s[1]); }
+  return fma(f32(s[0]), 65536.0, f32((s[1] << 8u) + s[2]));
+}
+
+// The step's registers: this thread's loads for one half super-block, stored into workgroup memory by mq_put.
+struct MqLoads {
+  q: vec4<u32>,                  // quant vec4 lid % 4 of row lid / 4
+  hdr: vec4<u32>,                // the header of row lid (lid < 64)
+  x: array<vec4<u32>, MQ_XL>,    // digit vec4s lid * MQ_XL ..
+  sc: vec4<f32>,                 // token lid / 4's block lid % 4: (s, sum0, sum1, sum x^2)
+}
+
+fn mq_load(tile_m: u32, tile_n: u32, lid: u32, step: u32) -> MqLoads {
+  var l: MqLoads;
+  let sbi = step / 2u;           // the super-block
+  let half = step % 2u;
+  let spr = p.nb / 8u;           // super-blocks per row
+  let r = min(tile_n * MQ_TN + lid / 4u, p.n_rows - 1u);  // rows past the piece: loaded, never stored
+  l.q = wvec(WTYPE, (r * spr + sbi) * 9u + 1u + half * 4u + lid % 4u);
+  let rh = min(tile_n * MQ_TN + lid % MQ_TN, p.n_rows - 1u);
+  l.hdr = wvec(WTYPE, (rh * spr + sbi) * 9u);
+  let blk0 = step * 4u;          // the step's first block of a row of x
+  //#unroll! e MQ_XL
+  {
+    let v = lid * MQ_XL + $e;
+    let t = min(tile_m * MQ_TM + v / MQ_XV, p.n_tokens - 1u);  // tokens past the window: loaded, never stored
+    let within = v % MQ_XV;
+    let jb = within / (2u * MQ_D);
+    let g = (within / 2u) % MQ_D;
+    let b = t * p.nb + blk0 + jb;
+    l.x[$e] = xdig[(b * 3u + g) * 2u + within % 2u];
+  }
+  //#end
+  let ts = min(tile_m * MQ_TM + lid / 4u, p.n_tokens - 1u);
+  l.sc = bitcast<vec4<f32>>(xdig[p.x_off + ts * p.nb + blk0 + lid % 4u]);
+  return l;
+}
+
+fn mq_put(l: MqLoads, lid: u32, step: u32) {
+  mq_qw[(lid % 4u) * MQ_TN + lid / 4u] = l.q;
+  if (lid < MQ_TN) {
+    let half = step % 2u;
+    var d: vec4<f32>;
+    var m: vec4<f32>;
+    //#unroll! j 4
+    {
+      let dm = k45_scale_min(l.hdr, half * 4u + $j);
+      d[$j] = dm.x;
+      m[$j] = dm.y;
+    }
+    //#end
+    mq_wd[lid] = d;
+    mq_wm[lid] = m;
+  }
+  //#unroll! e MQ_XL
+  mq_xq[lid * MQ_XL + $e] = l.x[$e];
+  //#end
+  mq_xs[lid / 4u][lid % 4u] = l.sc.x * MQ_UNIT;
+  mq_xm[lid / 4u][lid % 4u] = l.sc.y + l.sc.z;
+}
+
+// The 16 outputs' products of the step: pairs 0 and 1 (blocks 2 j, 2 j + 1: the low and high nibbles of quant vec4s
+// 2 j and 2 j + 1, elements 0..15 and 16..31).
+fn mq_step(acc: ptr<function, array<vec4<f32>, 4>>, ty: u32, tx: u32) {
+  //#unroll j 2
+  {
+    var lo: array<vec4<u32>, 8>;  // [row i][half h]: nibbles of block 2 j
+    var hi: array<vec4<u32>, 8>;  // of block 2 j + 1
+    var dl: vec4<f32>;
+    var dh: vec4<f32>;
+    var ql = vec4<f32>(0.0);  // MQ_D == 2: 127.5 / 256 of each row's sum of nibbles in block 2 j, 2 j + 1
+    var qh = vec4<f32>(0.0);
+    var ml: vec4<f32>;
+    var mh: vec4<f32>;
+    //#unroll i 4
+    {
+      let r = 2u * tx + ($i & 1u) + ($i >> 1u) * 32u;
+      let a = mq_qw[(2u * $j) * MQ_TN + r];
+      let b = mq_qw[(2u * $j + 1u) * MQ_TN + r];
+      lo[2u * $i] = a & NIB;
+      lo[2u * $i + 1u] = b & NIB;
+      hi[2u * $i] = (a >> vec4<u32>(4u)) & NIB;
+      hi[2u * $i + 1u] = (b >> vec4<u32>(4u)) & NIB;
+      dl[$i] = mq_wd[r][2u * $j];
+      dh[$i] = mq_wd[r][2u * $j + 1u];
+      ml[$i] = mq_wm[r][2u * $j];
+      mh[$i] = mq_wm[r][2u * $j + 1u];
+      if (MQ_D == 2u) {
+        ql[$i] = MQ_HALF * f32(mq_sum16(lo[2u * $i]) + mq_sum16(lo[2u * $i + 1u]));
+        qh[$i] = MQ_HALF * f32(mq_sum16(hi[2u * $i]) + mq_sum16(hi[2u * $i + 1u]));
+      }
+    }
+    //#end
+    //#unroll k 4
+    {
+      let t = 4u * ty + $k;
+      var xl: array<vec4<u32>, 2u * MQ_D>;  // [digit][half] of block 2 j
+      var xh: array<vec4<u32>, 2u * MQ_D>;  // of block 2 j + 1
+      //#unroll g MQ_D
+      xl[2u * $g] = mq_xq[t * MQ_XV + ((2u * $j) * MQ_D + $g) * 2u];
+      xl[2u * $g + 1u] = mq_xq[t * MQ_XV + ((2u * $j) * MQ_D + $g) * 2u + 1u];
+      xh[2u * $g] = mq_xq[t * MQ_XV + ((2u * $j + 1u) * MQ_D + $g) * 2u];
+      xh[2u * $g + 1u] = mq_xq[t * MQ_XV + ((2u * $j + 1u) * MQ_D + $g) * 2u + 1u];
+      //#end
+      let sl = mq_xs[t][2u * $j];
+      let sh = mq_xs[t][2u * $j + 1u];
+      let nl = mq_xm[t][2u * $j];
+      let nh = mq_xm[t][2u * $j + 1u];
+      //#unroll i 4
+      {
+        var s0 = array<i32, 3>(0, 0, 0);
+        var s1 = array<i32, 3>(0, 0, 0);
+        //#unroll g MQ_D
+        s0[$g] = mq_dot16(lo[2u * $i], xl[2u * $g], u32($g)) + mq_dot16(lo[2u * $i + 1u], xl[2u * $g + 1u], u32($g));
+        s1[$g] = mq_dot16(hi[2u * $i], xh[2u * $g], u32($g)) + mq_dot16(hi[2u * $i + 1u], xh[2u * $g + 1u], u32($g));
+        //#end
+        var a = (*acc)[$k][$i];
+        a = fma(sl * dl[$i], mq_combine(s0) + ql[$i], a);
+        a = fma(-ml[$i], nl, a);
+        a = fma(sh * dh[$i], mq_combine(s1) + qh[$i], a);
+        a = fma(-mh[$i], nh, a);
+        (*acc)[$k][$i] = a;
+      }
+      //#end
+    }
+    //#end
+  }
+  //#end
+}
+
+fn matmul_int_main(wid: vec3<u32>, lid: u32) {
+  let flat = wid.x + wid.y * p.grid_x;
+  let tile_n = flat % p.row_tiles;
+  let tile_m = flat / p.row_tiles;
+  if (tile_m * MQ_TM >= p.n_tokens) { return; }  // grid padding: uniform per workgroup
+  let ty = lid / 16u;
+  let tx = lid % 16u;
+  var acc: array<vec4<f32>, 4>;  // [token k][row i]
+  //#unroll! k 4
+  acc[$k] = vec4<f32>(0.0);
+  //#end
+  var ss = 0.0;  // this loader's part of its token's sum of x^2
+  let steps = p.nb / 4u;
+  var l = mq_load(tile_m, tile_n, lid, 0u);
+  for (var step = 0u; step < steps; step += 1u) {
+    workgroupBarrier();  // the previous step's tiles are consumed
+    mq_put(l, lid, step);
+    ss += l.sc.w;
+    workgroupBarrier();
+    if (step + 1u < steps) { l = mq_load(tile_m, tile_n, lid, step + 1u); }
+    mq_step(&acc, ty, tx);
+  }
+  mq_xss[lid] = ss;
+  workgroupBarrier();
+  //#unroll! k 4
+  {
+    let tl = 4u * ty + $k;
+    let t = tile_m * MQ_TM + tl;
+    var f = 1.0;
+    if (has(FLAG_NORM)) {
+      f = inv_rms(mq_xss[4u * tl] + mq_xss[4u * tl + 1u] + mq_xss[4u * tl + 2u] + mq_xss[4u * tl + 3u]);
+    }
+    if (t < p.n_tokens) {
+      let v = acc[$k] * f;
+      let r = tile_n * MQ_TN + 2u * tx;
+      if (has(FLAG_SWIGLU)) {
+        if (r < p.n_rows) { store_swiglu(t, r, v.x, v.y); }
+        if (r + 32u < p.n_rows) { store_swiglu(t, r + 32u, v.z, v.w); }
+      } else {
+        if (r < p.n_rows) { store_y(t, r, v.x); }
+        if (r + 1u < p.n_rows) { store_y(t, r + 1u, v.y); }
+        if (r + 32u < p.n_rows) { store_y(t, r + 32u, v.z); }
+        if (r + 33u < p.n_rows) { store_y(t, r + 33u, v.w); }
+      }
+    }
+  }
+  //#end
+}
+
+@compute @workgroup_size(256)
+fn matmul_int(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+  matmul_int_main(wid, lid);
+}
