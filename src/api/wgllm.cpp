@@ -117,6 +117,7 @@ void upload_impl(ModelAccess::Impl& m, const GgufFile& f, const LoadOptions& o) 
                                                              .decode_gqa_from = o.decode_gqa_from,
                                                              .delta_chunk_from = o.delta_chunk_from,
                                                              .int_dot = o.int_dot,
+                                                             .prompt_digits = o.prompt_digits,
                                                              .fuse_post_norms = o.fuse_post_norms,
                                                              .fuse_qk_norm = o.fuse_qk_norm,
                                                              .kernel_dir = o.kernel_dir,
@@ -135,6 +136,7 @@ void upload_impl(ModelAccess::Impl& m, const GgufFile& f, const LoadOptions& o) 
   i.adapter = m.ctx->adapter().name;
   i.decode_gqa_from = kernels::decode_gqa_from(*m.ctx);
   i.int_dot = int_dot_on(*m.ctx, m.gpu.config);
+  i.prompt_digits = m.ctx->options().prompt_digits.value_or(0);
   i.fuse_post_norms = fuse_post_norms_on(*m.ctx, m.gpu.config);
   i.fuse_qk_norm = fuse_qk_norm_on(*m.ctx, m.gpu.config);
   i.fuse_rows_rope = fuse_rows_rope_on(*m.ctx);

@@ -27,6 +27,7 @@ struct BenchOptions {
   bool tg_host = false;  // also time tg with every step's token chosen on the host from its logits read back
   SamplingParams sampling{.temperature = 0};  // tg's token choice (default greedy)
   int32_t layers_per_submit = -1;
+  std::optional<uint32_t> prompt_digits;    // LoadOptions::prompt_digits
   std::optional<uint32_t> decode_gqa_from;  // depth from which decode attention runs per GQA group; unset: adapter's
   std::vector<uint32_t> parallel;           // concurrent streams through BatchEngine (continuous batching)
   int int_dot = 0;                          // LoadOptions::int_dot: --int-dot 1, --no-int-dot -1, unset 0
@@ -263,6 +264,7 @@ int bench(const BenchOptions& o) {
        .layers_per_submit = o.layers_per_submit < 0 ? std::nullopt : std::optional<uint32_t>(o.layers_per_submit),
        .decode_gqa_from = o.decode_gqa_from,
        .int_dot = tri_state(o.int_dot),
+       .prompt_digits = o.prompt_digits,
        .fuse_post_norms = tri_state(o.fuse_post_norms),
        .fuse_qk_norm = tri_state(o.fuse_qk_norm),
        .progress = o.json ? nullptr : progress_bar()});
@@ -332,7 +334,8 @@ int bench(const BenchOptions& o) {
                         {"int_dot", info.int_dot},
                         {"fuse_post_norms", info.fuse_post_norms},
                         {"fuse_qk_norm", info.fuse_qk_norm},
-                        {"fuse_rows_rope", info.fuse_rows_rope}};
+                        {"fuse_rows_rope", info.fuse_rows_rope},
+                        {"prompt_digits", info.prompt_digits}};
     if (!pp.empty()) {
       const Stat p = stats(pp);
       j["pp"] = {{"n", o.n_prompt}, {"tokens_per_s", p.median}, {"min", p.min}, {"max", p.max}};
@@ -377,6 +380,7 @@ int bench(const BenchOptions& o) {
   std::printf("decode options: %s, %s, %s\n", info.int_dot ? "--int-dot" : "--no-int-dot",
               info.fuse_post_norms ? "--fuse-post-norms" : "--no-fuse-post-norms",
               info.fuse_qk_norm ? "--fuse-qk-norm" : "--no-fuse-qk-norm");
+  if (info.prompt_digits) std::printf("prompt option: --prompt-digits %u\n", info.prompt_digits);
   std::printf("tg: %s (Session::decode: the token chosen on the GPU; on the host on CPU adapters)%s\n",
               sampling_name(o.sampling).c_str(),
               tg_host.empty() ? "" : "; tg-host: each step's logits read back, the token chosen on the host");
@@ -411,6 +415,7 @@ const Register reg{
            ->capture_default_str();
        app.add_option("--ubatch", o->ubatch, "prompt tokens per GPU step")->capture_default_str();
        app.add_option("--adapter", o->adapter, "adapter index or name part (wgllm info --list)");
+       add_prompt_digits(app, o->prompt_digits);
        app.add_flag("--json", o->json, "print one JSON object");
        app.add_flag("--profile", o->profile,
                     "then -n decode steps with GPU timestamps: time per kernel and grid, their sum, the "

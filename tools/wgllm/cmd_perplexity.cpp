@@ -20,6 +20,7 @@ struct PerplexityCliOptions {
   std::string model, file, adapter;
   uint32_t n_ctx = 512, n_batch = 2048, ubatch = 512;
   int32_t n_chunks = -1;
+  std::optional<uint32_t> prompt_digits;  // LoadOptions::prompt_digits
   bool json = false, no_check_tensors = false;
 };
 
@@ -34,6 +35,7 @@ int perplexity_command(const PerplexityCliOptions& o) {
   Model model = load_model(o.model, {.adapter = o.adapter,
                                      .n_ctx = o.n_ctx,
                                      .ubatch = std::max(1u, std::min({o.ubatch, o.n_batch, o.n_ctx})),
+                                     .prompt_digits = o.prompt_digits,
                                      .progress = o.json ? nullptr : progress_bar(),
                                      .check_tensors = !o.no_check_tensors});
   const double load_s = std::chrono::duration<double>(clock::now() - t0).count();
@@ -104,6 +106,7 @@ const Register reg{{"perplexity", "perplexity of a model on a text file, as llam
                       app.add_flag("--json", o->json, "print one JSON object (per-chunk values, PPL, timings)");
                       app.add_option("--ubatch", o->ubatch, "most tokens per GPU step")->capture_default_str();
                       app.add_option("--adapter", o->adapter, "adapter index or name part (wgllm info --list)");
+                      add_prompt_digits(app, o->prompt_digits);
                       app.add_flag("--no-check-tensors", o->no_check_tensors,
                                    "skip the scan of the weights for NaN and infinities at load");
                       return [o] { return perplexity_command(*o); };

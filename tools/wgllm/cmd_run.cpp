@@ -58,7 +58,7 @@ Model load_model(const std::string& path, const LoadOptions& given) {
        {std::pair{"WGLLM_DELTA_CHUNK_FROM", &options.delta_chunk_from},
         std::pair{"WGLLM_BATCH_TILE_FROM", &options.batch_tile_from},
         std::pair{"WGLLM_BATCH_SPLIT", &options.batch_split}, std::pair{"WGLLM_MATVEC_PASS", &options.matvec_pass},
-        std::pair{"WGLLM_PRE_ROWS", &options.pre_rows}})
+        std::pair{"WGLLM_PRE_ROWS", &options.pre_rows}, std::pair{"WGLLM_PROMPT_DIGITS", &options.prompt_digits}})
     if (const char* v = std::getenv(var); v && *v && !*field) {
       const std::string text = v;
       if (text.size() > 9 || text.find_first_not_of("0123456789") != std::string::npos)
@@ -99,6 +99,7 @@ struct RunOptions {
   std::string model, prompt, prompt_file, prompt_ids, adapter, system, chat_template;
   uint32_t n_predict = 128, n_ctx = 0, ubatch = 512;
   std::optional<uint32_t> decode_gqa_from;  // unset: the adapter's
+  std::optional<uint32_t> prompt_digits;    // LoadOptions::prompt_digits
   int int_dot = 0;                          // LoadOptions::int_dot: --int-dot 1, --no-int-dot -1, unset 0
   int fuse_post_norms = 0;                  // LoadOptions::fuse_post_norms, likewise
   int fuse_qk_norm = 0;                     // LoadOptions::fuse_qk_norm, likewise
@@ -219,6 +220,7 @@ int run(RunOptions o) {
        .ubatch = o.ubatch,
        .decode_gqa_from = o.decode_gqa_from,
        .int_dot = tri_state(o.int_dot),
+       .prompt_digits = o.prompt_digits,
        .fuse_post_norms = tri_state(o.fuse_post_norms),
        .fuse_qk_norm = tri_state(o.fuse_qk_norm),
        .progress = o.json ? nullptr : progress_bar(),
@@ -302,6 +304,7 @@ const Register reg{
        app.add_flag("--json", o->json, "print one JSON object (ids, text, timings) instead");
        app.add_option("--ubatch", o->ubatch, "prompt tokens per GPU step")->capture_default_str();
        app.add_option("--adapter", o->adapter, "adapter index or name part (wgllm info --list)");
+       add_prompt_digits(app, o->prompt_digits);
        app.add_option("--decode-gqa-from", o->decode_gqa_from,
                       "decode attention per GQA group (each K/V row read once per KV head) from this depth on "
                       "(default: 8192 on GPUs, 0 on CPU adapters)")

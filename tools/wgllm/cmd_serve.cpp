@@ -24,6 +24,7 @@ struct ServeOptions {
   std::string model, adapter, host = "127.0.0.1", api_key, alias, chat_template, reasoning_format = "deepseek";
   int port = 8080;
   uint32_t parallel = 4, queue = 64, n_ctx = 0;
+  std::optional<uint32_t> prompt_digits;  // LoadOptions::prompt_digits
   double max_body_mib = 4;
   bool strict_model = false;
   double request_timeout = 10;
@@ -76,8 +77,11 @@ int serve(const ServeOptions& o) {
   ::signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error return, not the end of the process
 
   const std::string jinja = o.chat_template.empty() ? "" : read_file(o.chat_template, "chat template file");
-  Model model =
-      load_model(o.model, {.adapter = o.adapter, .n_ctx = o.n_ctx, .progress = progress_bar(), .chat_template = jinja});
+  Model model = load_model(o.model, {.adapter = o.adapter,
+                                     .n_ctx = o.n_ctx,
+                                     .prompt_digits = o.prompt_digits,
+                                     .progress = progress_bar(),
+                                     .chat_template = jinja});
   print_memory(model);
   // -c is each sequence's context; without it the model's (sized for one sequence) is shared among them.
   const uint32_t per_sequence = o.n_ctx ? o.n_ctx : BatchEngine::default_n_ctx(model, o.parallel);
@@ -167,6 +171,7 @@ const Register reg{
                       "connections open at once (each has a thread); past it: 503 and closed")
            ->capture_default_str();
        app.add_option("--adapter", o->adapter, "adapter index or name part (wgllm info --list)");
+       add_prompt_digits(app, o->prompt_digits);
        app.add_flag("--strict-model", o->strict_model,
                     "a request naming another model than this one gets 404 (default: this model answers it)");
        app.add_option("--chat-template", o->chat_template, "Jinja chat template file (instead of the model's)");
