@@ -556,11 +556,11 @@ int run_bench_ops(const Options& o) {
                       "batch", tname.c_str(), n_in, n_out, n, bt * 1e3, kernels::matmul_flops(copies[0], n) / bt / 1e9,
                       double(bytes.size()) / bt / 1e9, how.c_str(), bs.threads_per_row, bs.rows, bs.groups, bs.units);
         }
-        if (!o.skip_matmul && (runs[ti].digits == 0 || t == GgufType::Q4_K)) {
+        if (!o.skip_matmul && (runs[ti].digits == 0 || t == GgufType::Q4_K || t == GgufType::Q6_K)) {
           const double mm =
               time_matmul(ctx, std::span(copies).first(1), x, y, o.prefill_tokens, o.matmul_per_submit, o.repeats);
           const auto tile = kernels::matmul_tile(ctx, o.prefill_tokens, n_out);
-          const uint32_t d = t == GgufType::Q4_K ? runs[ti].digits : 0;
+          const uint32_t d = t == GgufType::Q4_K || t == GgufType::Q6_K ? runs[ti].digits : 0;
           const std::string label = d ? "(64x64 on " + std::to_string(d) + "-digit x, its digits included)"
                                       : "(tile " + kernels::to_string(tile) + ")";
           std::printf("%-7s %-5s %5ux%-5u %6u %11.3f %8.1f GFLOP/s  %s\n", "matmul", tname.c_str(), n_in, n_out,
@@ -596,9 +596,10 @@ const Register reg{
                       "matvec: cycle through copies of the weight totalling this many bytes (1: one copy)")
            ->capture_default_str();
        app.add_option("--matvec", o->matvec, "matvec shape THREADSxROWSxGROUPS (tuning)");
-       app.add_option("--prompt-digits", o->prompt_digits,
-                      "Q4_K matmul runs on packed int8 dot products with x as this many digits, comma-separated 0 "
-                      "(off) to 3 (ContextOptions::prompt_digits)");
+       app.add_option(
+           "--prompt-digits", o->prompt_digits,
+           "Q4_K and Q6_K matmul runs on packed int8 dot products with x as this many digits, comma-separated 0 "
+           "(off) to 3 (ContextOptions::prompt_digits)");
        app.add_option("--matmul-tiles", o->matmul_tiles,
                       "matmul tiles to sweep, comma-separated TOKENSxROWS[/TTxTR][xf16] (e.g. "
                       "64x128,64x128/8x8,128x64xf16; tuning)");

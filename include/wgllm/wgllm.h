@@ -71,9 +71,10 @@ struct LoadOptions {
   // on the H200; narrower ones gain nothing), off on CPU adapters (ModelInfo::int_dot). Sessions decoded by
   // BatchEngine keep the f32 products.
   std::optional<bool> int_dot = std::nullopt;
-  // Prompt processing, the Q4_K weight products on packed int8 dot products: x as this many 8-bit digits per element
-  // under one scale per 32 elements, 1 to 3 (3: within about 2^-23 of each block's largest element; 1: llama.cpp's
-  // 8-bit activations, the fastest and least exact). Unset or 0: f32 products (the CLI reads $WGLLM_PROMPT_DIGITS).
+  // Prompt processing, the Q4_K and Q6_K weight products on packed int8 dot products: x as this many 8-bit digits per
+  // element under one scale per 32 elements, 1 to 3 (3: within about 2^-23 of each block's largest element; 1:
+  // llama.cpp's 8-bit activations, the fastest and least exact). Unset or 0: f32 products (the CLI reads
+  // $WGLLM_PROMPT_DIGITS).
   std::optional<uint32_t> prompt_digits = std::nullopt;
   // Decoding, gemma's post norms (their residual adds) in the next product's prologue instead of dispatches of their
   // own (ContextOptions::fuse_post_norms). Unset: on GPUs for gemma3 (Gemma 3 270M decodes 5-20 % faster on the
@@ -142,7 +143,7 @@ struct ModelInfo {
   bool fuse_post_norms = false;   // decoding runs post norms in the next product's prologue (LoadOptions'; resolved)
   bool fuse_qk_norm = false;      // decoding runs the q/k norms and the KV append in attention (LoadOptions'; resolved)
   bool fuse_rows_rope = false;    // BatchEngine's steps over one KV pool likewise, every model (fuse_qk_norm; resolved)
-  uint32_t prompt_digits = 0;     // prompt products of Q4_K weights on x's int8 digits (LoadOptions'; 0: off)
+  uint32_t prompt_digits = 0;     // prompt products of Q4_K/Q6_K weights on x's int8 digits (LoadOptions'; 0: off)
 };
 
 // Sampling, with llama.cpp's filters and order: repetition penalty, top-k, top-p, min-p, temperature; then a draw

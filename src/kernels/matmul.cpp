@@ -51,13 +51,14 @@ uint32_t matvec_pass_tokens(const gpu::Context& ctx, const MatvecConfig& mv) {
   return n;
 }
 
-// Q4_K prompt products on x's digits (matmul_int.wgsl): the digits kept, from ContextOptions::prompt_digits; 0 where
-// the product stays on the tiled kernel (another type, expert products, workgroup memory short of the kernel's).
+// Q4_K and Q6_K prompt products on x's digits (matmul_int.wgsl): the digits kept, from ContextOptions::prompt_digits;
+// 0 where the product stays on the tiled kernel (another type, expert products, workgroup memory short of the
+// kernel's).
 uint32_t prompt_digits(const gpu::Context& ctx, const GpuWeight& w) {
   const uint32_t d = ctx.options().prompt_digits.value_or(0);
   if (d > 3) throw InvalidArgument("prompt digits " + std::to_string(d) + ": 0 (off) to 3");
-  if (d == 0 || w.type != GgufType::Q4_K || w.n_experts || w.n_in % 256) return 0;
-  return detail::int_tiled_bytes(d) <= ctx.limits().maxComputeWorkgroupStorageSize ? d : 0;
+  if (d == 0 || (w.type != GgufType::Q4_K && w.type != GgufType::Q6_K) || w.n_experts || w.n_in % 256) return 0;
+  return detail::int_tiled_bytes(w.type, d) <= ctx.limits().maxComputeWorkgroupStorageSize ? d : 0;
 }
 
 struct BatchTiles {
@@ -253,7 +254,7 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
             {7, split_out ? o.y1 : &ctx.placeholder_writable(), y1w.offset_bytes, y1w.size_bytes},
             {8, has_y2 ? o.y2 : &ctx.placeholder_writable(), y2w.offset_bytes, y2w.size_bytes},
             {16, digit_data, 0, digit_shape.bytes()}};
-        batch.dispatch(detail::int_tiled_pipeline(ctx, digits), bindings, grid.x, grid.y);
+        batch.dispatch(detail::int_tiled_pipeline(ctx, w.type, digits), bindings, grid.x, grid.y);
         continue;
       }
       uint64_t n_wg;

@@ -1,14 +1,16 @@
-// Prompt products of Q4_K weights on packed integer dot products (ContextOptions::prompt_digits; encode_matmul's
-// tiled products, kernels/matmul.h): x as MQ_D 8-bit digits per element under one scale per 32 elements (the leading
-// digits that int_dot.wgsl's x_digits writes), each weight's nibble multiplied against them four at a time with
-// dot4I8Packed (the signed digits) and dot4U8Packed (the third, unsigned). Compiled after matmul_common.wgsl: its
-// weight layout, bindings and epilogues (store_y, store_swiglu; FLAG_NORM's 1 / rms from the blocks' sums of x^2).
+// Prompt products of Q4_K and Q6_K weights on packed integer dot products (ContextOptions::prompt_digits;
+// encode_matmul's tiled products, kernels/matmul.h): x as MQ_D 8-bit digits per element under one scale per 32
+// elements (the leading digits that int_dot.wgsl's x_digits writes), each weight's quant multiplied against them four
+// at a time with dot4I8Packed (the signed digits) and dot4U8Packed (the third, unsigned). Q6_K's quants enter as their
+// unsigned 6-bit values q + 32 (bytes below 128, so both products read them right), the 32 taken back as 32 d sc
+// sum(x) per 16 elements (x's exact half-block sums). Compiled after matmul_common.wgsl: its weight layout, bindings
+// and epilogues (store_y, store_swiglu; FLAG_NORM's 1 / rms from the blocks' sums of x^2).
 //
 // Digits kept, per 32-element block of largest |x| = a: 3: x within about 2^-23 a (what the one-token products read);
 // 2: x - 2^-15 a < x' <= x (the third digit dropped, its mean added back: mq_sum16); 1: x rounded to the nearest of
 // 127 steps of a / 127 (llama.cpp's q8_1 activations). The digit sums of a block are exact in i32 and meet in one f32
-// rounding; then, per block and row, y += (s d sc) sum - (dmin m) sum(x) in f32, with sum(x) the block's exact f32 sum
-// of x (times the norm's weights g).
+// rounding; then, per block and row, y += (s d sc) sum - (dmin m) sum(x) in f32 (Q6_K: per 16 elements, y += d sc
+// (s sum - 32 sum(x))), with sum(x) the block's (half's) exact f32 sum of x (times the norm's weights g).
 //
 // A workgroup of 256 threads computes 64 tokens x 64 rows of y: thread (ty, tx) tokens 4 ty .. 4 ty + 3 and rows 2 tx,
 // 2 tx + 1, 2 tx + 32, 2 tx + 33 (SwiGLU's gate/up pairs stay in one thread). The row is walked half a super-block
@@ -20,16 +22,20 @@
 const MQ_TM: u32 = 64u;
 const MQ_TN: u32 = 64u;
 // From the host: MQ_D, the digits kept; MQ_XV = 8 MQ_D, x's digit vec4s of one token per step; MQ_XL = MQ_XV / 4,
-// those a loader thread takes (64 tokens x MQ_XV / 256).
+// those a loader thread takes (64 tokens x MQ_XV / 256); MQ_QV, a row's quant vec4s per step (Q4_K 4: nibbles of two
+// blocks each; Q6_K 8: a block's 32 six-bit quants as bytes in two); MQ_SV, vec4s of scales per row (Q4_K 1: d sc of
+// four blocks, beside dmin m in mq_wm; Q6_K 2: d sc of eight halves) and of x's sums per token (one a block, one a
+// half).
+const Q6: bool = WTYPE == T_Q6_K;
 const MQ_UNIT: f32 = f32(1u << (8u * (3u - MQ_D)));  // a kept digit sum's unit in steps of s
 const NIB: vec4<u32> = vec4<u32>(0x0F0F0F0Fu);
 
-var<workgroup> mq_qw: array<vec4<u32>, 4u * MQ_TN>;     // [quant vec4 of the step: 4][row]
-var<workgroup> mq_wd: array<vec4<f32>, MQ_TN>;          // [row] d sc of the step's four blocks
-var<workgroup> mq_wm: array<vec4<f32>, MQ_TN>;          // [row] dmin m of them
+var<workgroup> mq_qw: array<vec4<u32>, MQ_QV * MQ_TN>;  // [quant vec4 of the step][row]
+var<workgroup> mq_wd: array<vec4<f32>, MQ_SV * MQ_TN>;  // [scale vec4][row] d sc of the step's blocks (halves)
+var<workgroup> mq_wm: array<vec4<f32>, MQ_WM>;          // [row] dmin m of them (Q4_K)
 var<workgroup> mq_xq: array<vec4<u32>, MQ_TM * MQ_XV>;  // [token][block: 4][digit: MQ_D][half: 2]
 var<workgroup> mq_xs: array<vec4<f32>, MQ_TM>;          // [token] s of the step's four blocks (in kept-digit units)
-var<workgroup> mq_xm: array<vec4<f32>, MQ_TM>;          // [token] their sums of x
+var<workgroup> mq_xm: array<vec4<f32>, MQ_SV * MQ_TM>;  // [token][sum vec4] their (halves') sums of x
 var<workgroup> mq_xss: array<f32, 4u * MQ_TM>;          // [token][loader] sums of x^2 (FLAG_NORM)
 
 // The sum over 16 weights of nibbles q times x's digits of plane g (vec4 of 16 bytes), in i32.
@@ -51,8 +57,9 @@ fn mq_sum16(q: vec4<u32>) -> u32 {
 // add up over a row where the rounding errors cancel).
 const MQ_HALF: f32 = 0.498046875;
 
-// A block's kept digit sums (s0 first) as one f32 in kept-digit units: exact in i32 up to two digits (32 * 15 * 128
-// * 2^8 < 2^24, so the conversion is exact too); three take the first in f32 (exact) and one rounding.
+// A block's kept digit sums (s0 first) as one f32 in kept-digit units: Q4_K's exact in i32 up to two digits (32 * 15 *
+// 128 * 2^8 < 2^24, so the conversion is exact too); three take the first in f32 (exact) and one rounding. Q6_K's
+// sums of 16 reach 16 * 63 * 128 * 2^8 > 2^24: one rounding more.
 fn mq_combine(s: array<i32, 3>) -> f32 {
   if (MQ_D == 1u) { return f32(s[0]); }
   if (MQ_D == 2u) { return f32((s[0] << 8u) + s[1]); }
@@ -61,8 +68,12 @@ fn mq_combine(s: array<i32, 3>) -> f32 {
 
 // The step's registers: this thread's loads for one half super-block, stored into workgroup memory by mq_put.
 struct MqLoads {
-  q: vec4<u32>,                  // quant vec4 lid % 4 of row lid / 4
-  hdr: vec4<u32>,                // the header of row lid (lid < 64)
+  q: vec4<u32>,                  // Q4_K: quant vec4 lid % 4 of row lid / 4; Q6_K: block lid % 4's low bits, 0..15
+  q1: vec4<u32>,                 // Q6_K: 16..31
+  h: vec4<u32>,                  // Q6_K: the half's high bits of elements 0..15, then 16..31
+  h1: vec4<u32>,
+  hdr: vec4<u32>,                // the header of row lid (lid < 64); Q6_K: its scales
+  d: f32,                        // Q6_K: the super-block's d
   x: array<vec4<u32>, MQ_XL>,    // digit vec4s lid * MQ_XL ..
   sc: vec4<f32>,                 // token lid / 4's block lid % 4: (s, sum0, sum1, sum x^2)
 }
@@ -73,9 +84,20 @@ fn mq_load(tile_m: u32, tile_n: u32, lid: u32, step: u32) -> MqLoads {
   let half = step % 2u;
   let spr = p.nb / 8u;           // super-blocks per row
   let r = min(tile_n * MQ_TN + lid / 4u, p.n_rows - 1u);  // rows past the piece: loaded, never stored
-  l.q = wvec(WTYPE, (r * spr + sbi) * 9u + 1u + half * 4u + lid % 4u);
   let rh = min(tile_n * MQ_TN + lid % MQ_TN, p.n_rows - 1u);
-  l.hdr = wvec(WTYPE, (rh * spr + sbi) * 9u);
+  if (Q6) {  // 13 vec4 a super-block: low bits 8, high bits 4, scales 1 (d in the scale array)
+    let b = (r * spr + sbi) * 13u;
+    let k = lid % 4u;  // the block within the half: low bits at vec4 2 (k % 2), nibble k / 2; high bits 2 k
+    l.q = wvec(WTYPE, b + half * 4u + 2u * (k & 1u));
+    l.q1 = wvec(WTYPE, b + half * 4u + 2u * (k & 1u) + 1u);
+    l.h = wvec(WTYPE, b + 8u + half * 2u);
+    l.h1 = wvec(WTYPE, b + 9u + half * 2u);
+    l.hdr = wvec(WTYPE, (rh * spr + sbi) * 13u + 12u);
+    l.d = q_scale(WTYPE, rh * spr + sbi);
+  } else {
+    l.q = wvec(WTYPE, (r * spr + sbi) * 9u + 1u + half * 4u + lid % 4u);
+    l.hdr = wvec(WTYPE, (rh * spr + sbi) * 9u);
+  }
   let blk0 = step * 4u;          // the step's first block of a row of x
   //#unroll! e MQ_XL
   {
@@ -93,9 +115,26 @@ fn mq_load(tile_m: u32, tile_n: u32, lid: u32, step: u32) -> MqLoads {
   return l;
 }
 
+// Q6_K: the six-bit quants (unsigned) of 16 elements as bytes, from their low-bit vec4 (nibble at bit `lo`) and their
+// high-bit vec4 (two bits at bit `hi`).
+fn q6_bytes(q: vec4<u32>, h: vec4<u32>, lo: u32, hi: u32) -> vec4<u32> {
+  return ((q >> vec4<u32>(lo)) & NIB) | (((h >> vec4<u32>(hi)) & vec4<u32>(0x03030303u)) << vec4<u32>(4u));
+}
+
 fn mq_put(l: MqLoads, lid: u32, step: u32) {
-  mq_qw[(lid % 4u) * MQ_TN + lid / 4u] = l.q;
-  if (lid < MQ_TN) {
+  if (Q6) {
+    let k = lid % 4u;
+    mq_qw[(2u * k) * MQ_TN + lid / 4u] = q6_bytes(l.q, l.h, 4u * (k >> 1u), 2u * k);
+    mq_qw[(2u * k + 1u) * MQ_TN + lid / 4u] = q6_bytes(l.q1, l.h1, 4u * (k >> 1u), 2u * k);
+    if (lid < MQ_TN) {  // d times the half's eight int8 scales (words 2 half, 2 half + 1)
+      let w = select(l.hdr.xy, l.hdr.zw, step % 2u == 1u);
+      mq_wd[lid] = l.d * i8x4(w.x);
+      mq_wd[MQ_TN + lid] = l.d * i8x4(w.y);
+    }
+  } else {
+    mq_qw[(lid % 4u) * MQ_TN + lid / 4u] = l.q;
+  }
+  if (!Q6 && lid < MQ_TN) {
     let half = step % 2u;
     var d: vec4<f32>;
     var m: vec4<f32>;
@@ -113,7 +152,13 @@ fn mq_put(l: MqLoads, lid: u32, step: u32) {
   mq_xq[lid * MQ_XL + $e] = l.x[$e];
   //#end
   mq_xs[lid / 4u][lid % 4u] = l.sc.x * MQ_UNIT;
-  mq_xm[lid / 4u][lid % 4u] = l.sc.y + l.sc.z;
+  if (Q6) {  // block k's two half sums at vec4 k / 2, components 2 (k % 2) ..
+    let k = lid % 4u;
+    mq_xm[(lid / 4u) * 2u + k / 2u][2u * (k % 2u)] = l.sc.y;
+    mq_xm[(lid / 4u) * 2u + k / 2u][2u * (k % 2u) + 1u] = l.sc.z;
+  } else {
+    mq_xm[lid / 4u][lid % 4u] = l.sc.y + l.sc.z;
+  }
 }
 
 // The 16 outputs' products of the step: pairs 0 and 1 (blocks 2 j, 2 j + 1: the low and high nibbles of quant vec4s
@@ -185,6 +230,56 @@ fn mq_step(acc: ptr<function, array<vec4<f32>, 4>>, ty: u32, tx: u32) {
   //#end
 }
 
+// Q6_K's: blocks k = 0..3, each row's two halves of 16 under their own scale, x's digits of the block's halves.
+fn mq6_step(acc: ptr<function, array<vec4<f32>, 4>>, ty: u32, tx: u32) {
+  //#unroll k 4
+  {
+    var q: array<vec4<u32>, 8>;  // [row i][half h]
+    var d: array<vec2<f32>, 4>;  // [row i] d sc of each half
+    var qs = array<vec2<f32>, 4>(vec2<f32>(0.0), vec2<f32>(0.0), vec2<f32>(0.0), vec2<f32>(0.0));  // MQ_D == 2
+    //#unroll i 4
+    {
+      let r = 2u * tx + ($i & 1u) + ($i >> 1u) * 32u;
+      q[2u * $i] = mq_qw[(2u * $k) * MQ_TN + r];
+      q[2u * $i + 1u] = mq_qw[(2u * $k + 1u) * MQ_TN + r];
+      let sv = mq_wd[($k / 2u) * MQ_TN + r];
+      d[$i] = select(sv.xy, sv.zw, ($k & 1u) == 1u);
+      if (MQ_D == 2u) {
+        qs[$i] = MQ_HALF * vec2<f32>(f32(mq_sum16(q[2u * $i])), f32(mq_sum16(q[2u * $i + 1u])));
+      }
+    }
+    //#end
+    //#unroll t4 4
+    {
+      let t = 4u * ty + $t4;
+      var xd: array<vec4<u32>, 2u * MQ_D>;  // [digit][half]
+      //#unroll g MQ_D
+      xd[2u * $g] = mq_xq[t * MQ_XV + ($k * MQ_D + $g) * 2u];
+      xd[2u * $g + 1u] = mq_xq[t * MQ_XV + ($k * MQ_D + $g) * 2u + 1u];
+      //#end
+      let s = mq_xs[t][$k];
+      let sv = mq_xm[t * 2u + $k / 2u];
+      let n32 = 32.0 * select(sv.xy, sv.zw, ($k & 1u) == 1u);  // 32 times the halves' sums of x
+      //#unroll i 4
+      {
+        var s0 = array<i32, 3>(0, 0, 0);
+        var s1 = array<i32, 3>(0, 0, 0);
+        //#unroll g MQ_D
+        s0[$g] = mq_dot16(q[2u * $i], xd[2u * $g], u32($g));
+        s1[$g] = mq_dot16(q[2u * $i + 1u], xd[2u * $g + 1u], u32($g));
+        //#end
+        var a = (*acc)[$t4][$i];
+        a = fma(d[$i].x, fma(s, mq_combine(s0) + qs[$i].x, -n32.x), a);
+        a = fma(d[$i].y, fma(s, mq_combine(s1) + qs[$i].y, -n32.y), a);
+        (*acc)[$t4][$i] = a;
+      }
+      //#end
+    }
+    //#end
+  }
+  //#end
+}
+
 fn matmul_int_main(wid: vec3<u32>, lid: u32) {
   let flat = wid.x + wid.y * p.grid_x;
   let tile_n = flat % p.row_tiles;
@@ -205,7 +300,11 @@ fn matmul_int_main(wid: vec3<u32>, lid: u32) {
     ss += l.sc.w;
     workgroupBarrier();
     if (step + 1u < steps) { l = mq_load(tile_m, tile_n, lid, step + 1u); }
-    mq_step(&acc, ty, tx);
+    if (Q6) {
+      mq6_step(&acc, ty, tx);
+    } else {
+      mq_step(&acc, ty, tx);
+    }
   }
   mq_xss[lid] = ss;
   workgroupBarrier();

@@ -203,16 +203,20 @@ WGPUComputePipeline tiled_pipeline(gpu::Context& ctx, const MatmulTile& tile, Gg
   });
 }
 
-WGPUComputePipeline int_tiled_pipeline(gpu::Context& ctx, uint32_t digits) {
-  const uint32_t args[] = {digits};
+WGPUComputePipeline int_tiled_pipeline(gpu::Context& ctx, GgufType t, uint32_t digits) {
+  const uint32_t args[] = {uint32_t(t), digits};
   return ctx.pipeline("matmul_int", args, [&] {
+    auto u32 = [](const char* name, uint32_t v) {
+      return std::string("const ") + name + ": u32 = " + std::to_string(v) + "u;\n";
+    };
+    const bool q6 = t == GgufType::Q6_K;
     return gpu::PipelineKey{kIntShader,
                             "matmul_int",
                             {},
-                            detail::weight_prelude(GgufType::Q4_K, 1) + "const MQ_D: u32 = " + std::to_string(digits) +
-                                "u;\nconst MQ_XV: u32 = " + std::to_string(8 * digits) +
-                                "u;\nconst MQ_XL: u32 = " + std::to_string(2 * digits) + "u;\n",
-                            detail::shape_detail(GgufType::Q4_K, {kIntTile, kIntTile}) + ", " + std::to_string(digits) +
+                            detail::weight_prelude(t, 1) + u32("MQ_D", digits) + u32("MQ_XV", 8 * digits) +
+                                u32("MQ_XL", 2 * digits) + u32("MQ_QV", q6 ? 8 : 4) + u32("MQ_SV", q6 ? 2 : 1) +
+                                u32("MQ_WM", q6 ? 1 : kIntTile),
+                            detail::shape_detail(t, {kIntTile, kIntTile}) + ", " + std::to_string(digits) +
                                 (digits == 1 ? " digit" : " digits")};
   });
 }

@@ -49,11 +49,13 @@ WGPUComputePipeline rows_pipeline(gpu::Context& ctx, const RowsConfig& rows, Ggu
 // The tiled kernel in its own order or batch decode's (order.classes > 0); experts: a tile of one expert's pairs.
 WGPUComputePipeline tiled_pipeline(gpu::Context& ctx, const MatmulTile& tile, GgufType t, bool experts,
                                    const ClassOrder& order = {});
-// The Q4_K prompt product on x's leading `digits` digits (matmul_int.wgsl; ContextOptions::prompt_digits): a
+// The Q4_K or Q6_K prompt product on x's leading `digits` digits (matmul_int.wgsl; ContextOptions::prompt_digits): a
 // workgroup per kIntTile tokens x kIntTile rows, int_tiled_bytes of workgroup memory.
 inline constexpr uint32_t kIntTile = 64;
-constexpr uint64_t int_tiled_bytes(uint32_t digits) { return 9216 + 8192ull * digits; }
-WGPUComputePipeline int_tiled_pipeline(gpu::Context& ctx, uint32_t digits);
+constexpr uint64_t int_tiled_bytes(GgufType t, uint32_t digits) {
+  return (t == GgufType::Q6_K ? 14352 : 9216) + 8192ull * digits;
+}
+WGPUComputePipeline int_tiled_pipeline(gpu::Context& ctx, GgufType t, uint32_t digits);
 // A split product's fold (matmul_fold.wgsl): its groups added and the epilogue.
 WGPUComputePipeline fold_pipeline(gpu::Context& ctx, GgufType t, const ClassOrder& order);
 
