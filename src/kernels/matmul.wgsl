@@ -415,15 +415,8 @@ fn mm_thread(lid: u32) -> vec2<u32> {
 
 // Token t's outputs of piece rows r .. r + 3 (r even: SwiGLU pairs are (r, r + 1) and (r + 2, r + 3)) to the epilogue.
 fn mm_store4(t: u32, r: u32, v: vec4<f32>) {
-  if (has(FLAG_SWIGLU)) {
-    if (r < p.n_rows) { store_swiglu(t, r, v.x, v.y); }
-    if (r + 2u < p.n_rows) { store_swiglu(t, r + 2u, v.z, v.w); }
-  } else {
-    if (r < p.n_rows) { store_y(t, r, v.x); }
-    if (r + 1u < p.n_rows) { store_y(t, r + 1u, v.y); }
-    if (r + 2u < p.n_rows) { store_y(t, r + 2u, v.z); }
-    if (r + 3u < p.n_rows) { store_y(t, r + 3u, v.w); }
-  }
+  store_rows2(t, r, v.x, v.y);
+  store_rows2(t, r + 2u, v.z, v.w);
 }
 
 // MM_CHUNK's kernel (matmul_main's thread layout and loaders; batch decode: no expert products).

@@ -435,6 +435,16 @@ fn store_swiglu(t: u32, r: u32, gate: f32, up: f32) {
   y[p.y_off + t * p.y_stride + g / 2u] = out;
 }
 
+// Piece rows r (even) and r + 1 of token t, those inside the piece: a SwiGLU pair, or two rows through store_y.
+fn store_rows2(t: u32, r: u32, a: f32, b: f32) {
+  if (has(FLAG_SWIGLU)) {
+    if (r < p.n_rows) { store_swiglu(t, r, a, b); }
+  } else {
+    if (r < p.n_rows) { store_y(t, r, a); }
+    if (r + 1u < p.n_rows) { store_y(t, r + 1u, b); }
+  }
+}
+
 // ---- Chunks: the block types' loaders for the products that stream each weight once (matvec.wgsl) ----
 // A chunk is 32 weights of a row that one or two 16-byte loads of the type's quants cover: a 32-element block, or for
 // the K-quants one of 8 parts of a super-block (nb chunks per row either way). It comes as two runs of 16 weights,

@@ -319,15 +319,8 @@ fn matmul_int_main(wid: vec3<u32>, lid: u32) {
     if (t < p.n_tokens) {
       let v = acc[$k] * f;
       let r = tile_n * MQ_TN + 2u * tx;
-      if (has(FLAG_SWIGLU)) {
-        if (r < p.n_rows) { store_swiglu(t, r, v.x, v.y); }
-        if (r + 32u < p.n_rows) { store_swiglu(t, r + 32u, v.z, v.w); }
-      } else {
-        if (r < p.n_rows) { store_y(t, r, v.x); }
-        if (r + 1u < p.n_rows) { store_y(t, r + 1u, v.y); }
-        if (r + 32u < p.n_rows) { store_y(t, r + 32u, v.z); }
-        if (r + 33u < p.n_rows) { store_y(t, r + 33u, v.w); }
-      }
+      store_rows2(t, r, v.x, v.y);
+      store_rows2(t, r + 32u, v.z, v.w);
     }
   }
   //#end
