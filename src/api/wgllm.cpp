@@ -126,6 +126,8 @@ void upload_impl(ModelAccess::Impl& m, const GgufFile& f, const LoadOptions& o) 
   // A forced matmul tile the adapter cannot run fails here, before any weight moves, not at the first prompt.
   if (!o.matmul_tile.empty()) kernels::matmul_tile(*m.ctx, 512, 4096);
   if (!o.rows_shape.empty()) kernels::rows_config(*m.ctx);
+  if (o.prompt_digits.value_or(0) > 3)
+    throw InvalidArgument("prompt_digits " + std::to_string(*o.prompt_digits) + ": 0 (off) to 3 digits");
   // Likewise a forced attention kernel that cannot run this model's heads.
   if (!o.attention_prefill.empty()) {
     kernels::check_attention_variant(*m.ctx, m.config.head_dim);

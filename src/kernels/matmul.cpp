@@ -204,7 +204,8 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
                           .pre_n_in = o.pre ? w.n_in : 0,
                           .second = w2 ? std::optional(w2->type) : std::nullopt};
     WGPUComputePipeline pipe =
-        impl == MatmulImpl::Matvec ? matvec_pipeline(ctx, mv, w.type, matvec_tokens(count), xv4, mode)
+        digits                       ? detail::int_tiled_pipeline(ctx, w.type, digits)
+        : impl == MatmulImpl::Matvec ? matvec_pipeline(ctx, mv, w.type, matvec_tokens(count), xv4, mode)
         : impl == MatmulImpl::Rows
             ? rows_pipeline(ctx, rows, w.type, rows_tokens, row_pairs, xv4)
             : tiled_pipeline(ctx, tile, w.type, false, batch_tiled ? batch_tiled->order : ClassOrder{});
@@ -254,7 +255,7 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
             {7, split_out ? o.y1 : &ctx.placeholder_writable(), y1w.offset_bytes, y1w.size_bytes},
             {8, has_y2 ? o.y2 : &ctx.placeholder_writable(), y2w.offset_bytes, y2w.size_bytes},
             {16, digit_data, 0, digit_shape.bytes()}};
-        batch.dispatch(detail::int_tiled_pipeline(ctx, w.type, digits), bindings, grid.x, grid.y);
+        batch.dispatch(pipe, bindings, grid.x, grid.y);
         continue;
       }
       uint64_t n_wg;
