@@ -71,8 +71,8 @@ struct LoadOptions {
   // on the H200; narrower ones gain nothing), off on CPU adapters (ModelInfo::int_dot). Sessions decoded by
   // BatchEngine keep the f32 products.
   std::optional<bool> int_dot = std::nullopt;
-  // Prompt processing, the Q4_K and Q6_K weight products on packed int8 dot products: x as this many 8-bit digits per
-  // element under one scale per 32 elements, 1 to 3 (3: within about 2^-23 of each block's largest element; 1:
+  // Prompt processing, the Q4_K, Q6_K and Q8_0 weight products on packed int8 dot products: x as this many 8-bit digits
+  // per element under one scale per 32 elements, 1 to 3 (3: within about 2^-23 of each block's largest element; 1:
   // llama.cpp's 8-bit activations, the fastest and least exact). Unset or 0: f32 products (the CLI reads
   // $WGLLM_PROMPT_DIGITS).
   std::optional<uint32_t> prompt_digits = std::nullopt;
@@ -143,7 +143,7 @@ struct ModelInfo {
   bool fuse_post_norms = false;   // decoding runs post norms in the next product's prologue (LoadOptions'; resolved)
   bool fuse_qk_norm = false;      // decoding runs the q/k norms and the KV append in attention (LoadOptions'; resolved)
   bool fuse_rows_rope = false;    // BatchEngine's steps over one KV pool likewise, every model (fuse_qk_norm; resolved)
-  uint32_t prompt_digits = 0;     // prompt products of Q4_K/Q6_K weights on x's int8 digits (LoadOptions'; 0: off)
+  uint32_t prompt_digits = 0;     // prompt products of K-quant/Q8_0 weights on x's int8 digits (LoadOptions'; 0: off)
 };
 
 // Sampling, with llama.cpp's filters and order: repetition penalty, top-k, top-p, min-p, temperature; then a draw

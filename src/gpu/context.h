@@ -96,7 +96,7 @@ struct ContextOptions {
   // element. Unset: the model's default (model/transformer.h, int_dot_on: on GPUs where the FFN input is 2,048 wide or
   // more, measured ahead there; PERF.md, "The decode options on the H200").
   std::optional<bool> int_dot = std::nullopt;
-  // Prompt products (the tiled kernel's) of Q4_K and Q6_K weights on packed int8 dot products
+  // Prompt products (the tiled kernel's) of Q4_K, Q6_K and Q8_0 (1 or 2 digits) weights on packed int8 dot products
   // (kernels/matmul_int.wgsl): x as this many 8-bit digits per element under one scale per 32 elements, 1 to 3 (3:
   // about 2^-23 of each block's largest element, as int_dot's; 1: llama.cpp's 8-bit activations). Unset or 0: off (f32
   // tiles).

@@ -22,9 +22,9 @@ enum class MatmulImpl {
   // Matvec in batch decode's shape (batch_matvec_config): a token's sums are the same bits whatever the tokens beside
   // it, from 1 to any number
   Batch,
-  // register-tiled: output tiles through workgroup memory (MatmulTile); with ContextOptions::prompt_digits a Q4_K or
-  // Q6_K weight's product instead takes x's digits (int_dot.h, written by the same call into the context's scratch
-  // buffer) on packed int8 dot products (matmul_int.wgsl), 64 x 64 tiles
+  // register-tiled: output tiles through workgroup memory (MatmulTile); with ContextOptions::prompt_digits a Q4_K,
+  // Q6_K or Q8_0 weight's product instead takes x's digits (int_dot.h, written by the same call into the context's
+  // scratch buffer) on packed int8 dot products (matmul_int.wgsl), 64 x 64 tiles
   Tiled,
   // An invocation per 2 or 4 rows, all of their columns, RowsConfig::tokens tokens per pass over W (CPU adapters);
   // weight types it has no block loader for (rows_kernel_reads) take Matvec instead.

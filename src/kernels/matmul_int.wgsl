@@ -1,10 +1,11 @@
-// Prompt products of Q4_K and Q6_K weights on packed integer dot products (ContextOptions::prompt_digits;
+// Prompt products of Q4_K, Q6_K and Q8_0 weights on packed integer dot products (ContextOptions::prompt_digits;
 // encode_matmul's tiled products, kernels/matmul.h): x as MQ_D 8-bit digits per element under one scale per 32
 // elements (the leading digits that int_dot.wgsl's x_digits writes), each weight's quant multiplied against them four
 // at a time with dot4I8Packed (the signed digits) and dot4U8Packed (the third, unsigned). Q6_K's quants enter as their
 // unsigned 6-bit values q + 32 (bytes below 128, so both products read them right), the 32 taken back as 32 d sc
-// sum(x) per 16 elements (x's exact half-block sums). Compiled after matmul_common.wgsl: its weight layout, bindings
-// and epilogues (store_y, store_swiglu; FLAG_NORM's 1 / rms from the blocks' sums of x^2).
+// sum(x) per 16 elements (x's exact half-block sums). Q8_0's signed quants are bytes already (one or two digits).
+// Compiled after matmul_common.wgsl: its weight layout, bindings and epilogues (store_y, store_swiglu; FLAG_NORM's
+// 1 / rms from the blocks' sums of x^2).
 //
 // Digits kept, per 32-element block of largest |x| = a: 3: x within about 2^-23 a (what the one-token products read);
 // 2: x - 2^-15 a < x' <= x (the third digit dropped, its mean added back: mq_sum16); 1: x rounded to the nearest of
@@ -27,6 +28,7 @@ const MQ_TN: u32 = 64u;
 // four blocks, beside dmin m in mq_wm; Q6_K 2: d sc of eight halves) and of x's sums per token (one a block, one a
 // half).
 const Q6: bool = WTYPE == T_Q6_K;
+const Q8: bool = WTYPE == T_Q8_0;  // signed bytes: one or two digits (the third's unsigned product would misread them)
 const MQ_UNIT: f32 = f32(1u << (8u * (3u - MQ_D)));  // a kept digit sum's unit in steps of s
 const NIB: vec4<u32> = vec4<u32>(0x0F0F0F0Fu);
 
@@ -51,6 +53,14 @@ fn mq_dot16(q: vec4<u32>, d: vec4<u32>, g: u32) -> i32 {
 fn mq_sum16(q: vec4<u32>) -> u32 {
   let one = 0x01010101u;
   return dot4U8Packed(q.x, one) + dot4U8Packed(q.y, one) + dot4U8Packed(q.z, one) + dot4U8Packed(q.w, one);
+}
+// The same of 16 quants as bytes: Q8_0's signed, the others' unsigned.
+fn mq_qsum16(q: vec4<u32>) -> f32 {
+  if (Q8) {
+    let one = 0x01010101u;
+    return f32(dot4I8Packed(q.x, one) + dot4I8Packed(q.y, one) + dot4I8Packed(q.z, one) + dot4I8Packed(q.w, one));
+  }
+  return f32(mq_sum16(q));
 }
 // Two digits drop the third, d2 in 0..255 (x' = x - d2 steps): the dropped part's mean, 127.5 / 256 of a kept unit,
 // goes back as that times the weight's sum of quants, so the sums carry no bias (quants are all >= 0: a bias would
@@ -85,7 +95,14 @@ fn mq_load(tile_m: u32, tile_n: u32, lid: u32, step: u32) -> MqLoads {
   let spr = p.nb / 8u;           // super-blocks per row
   let r = min(tile_n * MQ_TN + lid / 4u, p.n_rows - 1u);  // rows past the piece: loaded, never stored
   let rh = min(tile_n * MQ_TN + lid % MQ_TN, p.n_rows - 1u);
-  if (Q6) {  // 13 vec4 a super-block: low bits 8, high bits 4, scales 1 (d in the scale array)
+  if (Q8) {  // 2 vec4 a block, the f16 scales in the scale array
+    let b = r * p.nb + step * 4u + lid % 4u;
+    l.q = wvec(WTYPE, 2u * b);
+    l.q1 = wvec(WTYPE, 2u * b + 1u);
+    let bh = rh * p.nb + step * 4u;
+    l.hdr = bitcast<vec4<u32>>(vec4<f32>(q_scale(WTYPE, bh), q_scale(WTYPE, bh + 1u), q_scale(WTYPE, bh + 2u),
+                                         q_scale(WTYPE, bh + 3u)));
+  } else if (Q6) {  // 13 vec4 a super-block: low bits 8, high bits 4, scales 1 (d in the scale array)
     let b = (r * spr + sbi) * 13u;
     let k = lid % 4u;  // the block within the half: low bits at vec4 2 (k % 2), nibble k / 2; high bits 2 k
     l.q = wvec(WTYPE, b + half * 4u + 2u * (k & 1u));
@@ -122,7 +139,12 @@ fn q6_bytes(q: vec4<u32>, h: vec4<u32>, lo: u32, hi: u32) -> vec4<u32> {
 }
 
 fn mq_put(l: MqLoads, lid: u32, step: u32) {
-  if (Q6) {
+  if (Q8) {
+    let k = lid % 4u;
+    mq_qw[(2u * k) * MQ_TN + lid / 4u] = l.q;
+    mq_qw[(2u * k + 1u) * MQ_TN + lid / 4u] = l.q1;
+    if (lid < MQ_TN) { mq_wd[lid] = bitcast<vec4<f32>>(l.hdr); }
+  } else if (Q6) {
     let k = lid % 4u;
     mq_qw[(2u * k) * MQ_TN + lid / 4u] = q6_bytes(l.q, l.h, 4u * (k >> 1u), 2u * k);
     mq_qw[(2u * k + 1u) * MQ_TN + lid / 4u] = q6_bytes(l.q1, l.h1, 4u * (k >> 1u), 2u * k);
@@ -134,7 +156,7 @@ fn mq_put(l: MqLoads, lid: u32, step: u32) {
   } else {
     mq_qw[(lid % 4u) * MQ_TN + lid / 4u] = l.q;
   }
-  if (!Q6 && lid < MQ_TN) {
+  if (!Q6 && !Q8 && lid < MQ_TN) {
     let half = step % 2u;
     var d: vec4<f32>;
     var m: vec4<f32>;
@@ -230,8 +252,9 @@ fn mq_step(acc: ptr<function, array<vec4<f32>, 4>>, ty: u32, tx: u32) {
   //#end
 }
 
-// Q6_K's: blocks k = 0..3, each row's two halves of 16 under their own scale, x's digits of the block's halves.
-fn mq6_step(acc: ptr<function, array<vec4<f32>, 4>>, ty: u32, tx: u32) {
+// Q6_K's and Q8_0's: blocks k = 0..3 of quants as bytes, each row's two halves of 16 under their own scale (Q8_0: the
+// block's twice), x's digits of the block's halves.
+fn mq_bytes_step(acc: ptr<function, array<vec4<f32>, 4>>, ty: u32, tx: u32) {
   //#unroll k 4
   {
     var q: array<vec4<u32>, 8>;  // [row i][half h]
@@ -242,10 +265,14 @@ fn mq6_step(acc: ptr<function, array<vec4<f32>, 4>>, ty: u32, tx: u32) {
       let r = 2u * tx + ($i & 1u) + ($i >> 1u) * 32u;
       q[2u * $i] = mq_qw[(2u * $k) * MQ_TN + r];
       q[2u * $i + 1u] = mq_qw[(2u * $k + 1u) * MQ_TN + r];
-      let sv = mq_wd[($k / 2u) * MQ_TN + r];
-      d[$i] = select(sv.xy, sv.zw, ($k & 1u) == 1u);
+      if (Q8) {
+        d[$i] = vec2<f32>(mq_wd[r][$k]);
+      } else {
+        let sv = mq_wd[($k / 2u) * MQ_TN + r];
+        d[$i] = select(sv.xy, sv.zw, ($k & 1u) == 1u);
+      }
       if (MQ_D == 2u) {
-        qs[$i] = MQ_HALF * vec2<f32>(f32(mq_sum16(q[2u * $i])), f32(mq_sum16(q[2u * $i + 1u])));
+        qs[$i] = MQ_HALF * vec2<f32>(mq_qsum16(q[2u * $i]), mq_qsum16(q[2u * $i + 1u]));
       }
     }
     //#end
@@ -258,8 +285,11 @@ fn mq6_step(acc: ptr<function, array<vec4<f32>, 4>>, ty: u32, tx: u32) {
       xd[2u * $g + 1u] = mq_xq[t * MQ_XV + ($k * MQ_D + $g) * 2u + 1u];
       //#end
       let s = mq_xs[t][$k];
-      let sv = mq_xm[t * 2u + $k / 2u];
-      let n32 = 32.0 * select(sv.xy, sv.zw, ($k & 1u) == 1u);  // 32 times the halves' sums of x
+      var n32 = vec2<f32>(0.0);  // Q6_K: 32 times the halves' sums of x
+      if (Q6) {
+        let sv = mq_xm[t * 2u + $k / 2u];
+        n32 = 32.0 * select(sv.xy, sv.zw, ($k & 1u) == 1u);
+      }
       //#unroll i 4
       {
         var s0 = array<i32, 3>(0, 0, 0);
@@ -300,8 +330,8 @@ fn matmul_int_main(wid: vec3<u32>, lid: u32) {
     ss += l.sc.w;
     workgroupBarrier();
     if (step + 1u < steps) { l = mq_load(tile_m, tile_n, lid, step + 1u); }
-    if (Q6) {
-      mq6_step(&acc, ty, tx);
+    if (Q6 || Q8) {
+      mq_bytes_step(&acc, ty, tx);
     } else {
       mq_step(&acc, ty, tx);
     }

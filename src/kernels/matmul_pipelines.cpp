@@ -209,13 +209,13 @@ WGPUComputePipeline int_tiled_pipeline(gpu::Context& ctx, GgufType t, uint32_t d
     auto u32 = [](const char* name, uint32_t v) {
       return std::string("const ") + name + ": u32 = " + std::to_string(v) + "u;\n";
     };
-    const bool q6 = t == GgufType::Q6_K;
+    const bool bytes = t != GgufType::Q4_K;  // Q6_K, Q8_0: a block's quants as bytes
     return gpu::PipelineKey{kIntShader,
                             "matmul_int",
                             {},
                             detail::weight_prelude(t, 1) + u32("MQ_D", digits) + u32("MQ_XV", 8 * digits) +
-                                u32("MQ_XL", 2 * digits) + u32("MQ_QV", q6 ? 8 : 4) + u32("MQ_SV", q6 ? 2 : 1) +
-                                u32("MQ_WM", q6 ? 1 : kIntTile),
+                                u32("MQ_XL", 2 * digits) + u32("MQ_QV", bytes ? 8 : 4) +
+                                u32("MQ_SV", t == GgufType::Q6_K ? 2 : 1) + u32("MQ_WM", bytes ? 1 : kIntTile),
                             detail::shape_detail(t, {kIntTile, kIntTile}) + ", " + std::to_string(digits) +
                                 (digits == 1 ? " digit" : " digits")};
   });

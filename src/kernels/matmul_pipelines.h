@@ -49,11 +49,11 @@ WGPUComputePipeline rows_pipeline(gpu::Context& ctx, const RowsConfig& rows, Ggu
 // The tiled kernel in its own order or batch decode's (order.classes > 0); experts: a tile of one expert's pairs.
 WGPUComputePipeline tiled_pipeline(gpu::Context& ctx, const MatmulTile& tile, GgufType t, bool experts,
                                    const ClassOrder& order = {});
-// The Q4_K or Q6_K prompt product on x's leading `digits` digits (matmul_int.wgsl; ContextOptions::prompt_digits): a
-// workgroup per kIntTile tokens x kIntTile rows, int_tiled_bytes of workgroup memory.
+// The Q4_K, Q6_K or Q8_0 prompt product on x's leading `digits` digits (matmul_int.wgsl;
+// ContextOptions::prompt_digits): a workgroup per kIntTile tokens x kIntTile rows, int_tiled_bytes of workgroup memory.
 inline constexpr uint32_t kIntTile = 64;
 constexpr uint64_t int_tiled_bytes(GgufType t, uint32_t digits) {
-  return (t == GgufType::Q6_K ? 14352 : 9216) + 8192ull * digits;
+  return (t == GgufType::Q6_K ? 14352 : t == GgufType::Q8_0 ? 12304 : 9216) + 8192ull * digits;
 }
 WGPUComputePipeline int_tiled_pipeline(gpu::Context& ctx, GgufType t, uint32_t digits);
 // A split product's fold (matmul_fold.wgsl): its groups added and the epilogue.

@@ -274,7 +274,9 @@ double check_epilogue(gpu::Context& ctx, const EpilogueCase& c, double tol = 0) 
   const uint32_t T = c.n_tokens, N = c.n_out;
   const auto bytes = random_weight(c.type, c.n_in, N, gen);
   const auto w = kernels::upload_weight(ctx, c.type, c.n_in, N, bytes, c.name, c.max_piece_bytes);
-  if (c.max_piece_bytes) EXPECT_GT(w.pieces.size(), 1u) << "the weight was meant to be split";
+  if (c.max_piece_bytes) {
+    EXPECT_GT(w.pieces.size(), 1u) << "the weight was meant to be split";
+  }
   const auto x = random_floats(size_t(T) * c.n_in, gen, -2.f, 2.f);
   auto xbuf = ctx.upload<float>(x, WGPUBufferUsage_Storage, "x");
   kernels::MatmulOptions o{.impl = c.impl};
@@ -494,11 +496,11 @@ TEST(Matmul, OtherTiles) {
   EXPECT_THROW(kernels::parse_matmul_tile("128"), InvalidArgument);
 }
 
-// Q4_K and Q6_K prompt products on x's digits (ContextOptions::prompt_digits, matmul_int.wgsl), every epilogue, partial
-// tiles of 64 both ways, a weight in pieces, against float64 on the f32 input. The error bound follows the digits kept
-// (3: about f32's; 2: 2^-15 of each 32-element block's largest |x|; 1: 8-bit steps), and with one digit the error must
-// also be at least that of 8-bit steps: the products did run on the digits, not on the f32 tiles.
-TEST(Matmul, PromptDigitsQ4kQ6k) {
+// Q4_K, Q6_K and Q8_0 prompt products on x's digits (ContextOptions::prompt_digits, matmul_int.wgsl), every epilogue,
+// partial tiles of 64 both ways, a weight in pieces, against float64 on the f32 input. The error bound follows the
+// digits kept (3: about f32's; 2: 2^-15 of each 32-element block's largest |x|; 1: 8-bit steps), and with one digit the
+// error must also be at least that of 8-bit steps: the products did run on the digits, not on the f32 tiles.
+TEST(Matmul, PromptDigits) {
   const EpilogueCase cases[] = {
       {"digits_norm_bias_q4_k_mm_t75", Q4_K, 512, 70, 75, Tiled, Epilogue::Plain, true, true},
       {"digits_swiglu_norm_q4_k_mm_t130", Q4_K, 256, 134, 130, Tiled, Epilogue::Swiglu, true},
@@ -510,8 +512,12 @@ TEST(Matmul, PromptDigitsQ4kQ6k) {
       {"digits_swiglu_norm_q6_k_mm_t130", Q6_K, 256, 134, 130, Tiled, Epilogue::Swiglu, true},
       {"digits_accum_q6_k_mm_t64", Q6_K, 768, 65, 64, Tiled, Epilogue::Accumulate},
       {"digits_split_pieces_q6_k_mm_t70", Q6_K, 256, 150, 70, Tiled, Epilogue::Split, true, true, 16 * 1024},
+      // Q8_0 with one or two digits (three: the f32 tiles, held to the same bound)
+      {"digits_norm_bias_q8_0_mm_t75", Q8_0, 384, 70, 75, Tiled, Epilogue::Plain, true, true},
+      {"digits_swiglu_norm_q8_0_mm_t130", Q8_0, 128, 134, 130, Tiled, Epilogue::Swiglu, true},
+      {"digits_accum_pieces_q8_0_mm_t64", Q8_0, 256, 150, 64, Tiled, Epilogue::Accumulate, false, false, 8 * 1024},
   };
-  // lavapipe: up to 6.2e-3 (Q4_K) and 1.3e-2 (Q6_K, whose signed quants cancel more), 5.5e-5 and 5.0e-7
+  // lavapipe: up to 6.2e-3 (Q4_K), 6.9e-3 (Q8_0) and 1.3e-2 (Q6_K, whose signed quants cancel more), 5.5e-5 and 5.0e-7
   const double bound[] = {0, 3e-2, 1.2e-4, 2e-6};
   for (uint32_t d = 1; d <= 3; ++d) {
     SCOPED_TRACE("digits " + std::to_string(d));

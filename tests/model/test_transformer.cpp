@@ -337,29 +337,34 @@ TEST(GpuForwardOptions, FusedQkNormDecodeGivesTheSameBits) {
   }
 }
 
-// A Q4_K model's prompt on x's digits (ContextOptions::prompt_digits): three digits give the f32 tiles' logits within
-// f32's error, one digit (8-bit activations) moves them measurably but not far: the prompt did take the digits.
-TEST(GpuForwardOptions, PromptDigitsQ4k) {
-  const GgufFile f = GgufFile::open(test::model_path("llama-q4_k"));
-  const std::vector<int32_t> prompt = random_prompt(config_from_gguf(f).n_vocab, 70, 5);
-  auto logits = [&](uint32_t digits) {
-    gpu::Context ctx(test::context_options([&](auto& o) {
-      o.rows_shape = "off";  // CPU adapters too take the GPUs' tiled kernel
-      if (digits) o.prompt_digits = digits;
-    }));
-    const GpuModel gm = load_gpu_model(ctx, f);
-    GpuSession s(ctx, gm, {.n_ctx = 128, .ubatch = 64});
-    return s.forward_all(prompt);
-  };
-  const auto f32 = logits(0), three = logits(3), one = logits(1);
-  double worst3 = 0, worst1 = 0;
-  for (size_t t = 0; t < prompt.size(); ++t) {
-    worst3 = std::max(worst3, test::compare(three[t], f32[t]).rel_l2);
-    worst1 = std::max(worst1, test::compare(one[t], f32[t]).rel_l2);
+// A Q4_K and a Q8_0 model's prompt on x's digits (ContextOptions::prompt_digits): three digits (Q8_0: the f32 tiles
+// again) give the f32 tiles' logits within f32's error, two within 2^-15 steps, one digit (8-bit activations) moves
+// them measurably but not far: the prompt did take the digits.
+TEST(GpuForwardOptions, PromptDigits) {
+  for (const char* m : {"llama-q4_k", "llama-q8_0"}) {
+    SCOPED_TRACE(m);
+    const GgufFile f = GgufFile::open(test::model_path(m));
+    const std::vector<int32_t> prompt = random_prompt(config_from_gguf(f).n_vocab, 70, 5);
+    auto logits = [&](uint32_t digits) {
+      gpu::Context ctx(test::context_options([&](auto& o) {
+        o.rows_shape = "off";  // CPU adapters too take the GPUs' tiled kernel
+        if (digits) o.prompt_digits = digits;
+      }));
+      const GpuModel gm = load_gpu_model(ctx, f);
+      GpuSession s(ctx, gm, {.n_ctx = 128, .ubatch = 64});
+      return s.forward_all(prompt);
+    };
+    const auto f32 = logits(0);
+    double worst[4] = {};
+    for (uint32_t d = 1; d <= 3; ++d) {
+      const auto got = logits(d);
+      for (size_t t = 0; t < prompt.size(); ++t) worst[d] = std::max(worst[d], test::compare(got[t], f32[t]).rel_l2);
+    }
+    EXPECT_LE(worst[3], 1e-5);
+    EXPECT_LE(worst[2], 1e-3);
+    EXPECT_GT(worst[1], 1e-4);
+    EXPECT_LE(worst[1], 5e-2);
   }
-  EXPECT_LE(worst3, 1e-5);
-  EXPECT_GT(worst1, 1e-4);
-  EXPECT_LE(worst1, 5e-2);
 }
 
 // forward (last logits only, chunked by ubatch) equals forward_all's last row.
