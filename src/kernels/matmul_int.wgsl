@@ -24,9 +24,9 @@ const MQ_TM: u32 = 64u;
 const MQ_TN: u32 = 64u;
 // From the host: MQ_D, the digits kept; MQ_XV = 8 MQ_D, x's digit vec4s of one token per step; MQ_XL = MQ_XV / 4,
 // those a loader thread takes (64 tokens x MQ_XV / 256); MQ_QV, a row's quant vec4s per step (Q4_K 4: nibbles of two
-// blocks each; Q6_K 8: a block's 32 six-bit quants as bytes in two); MQ_SV, vec4s of scales per row (Q4_K 1: d sc of
-// four blocks, beside dmin m in mq_wm; Q6_K 2: d sc of eight halves) and of x's sums per token (one a block, one a
-// half).
+// blocks each; Q6_K, Q8_0 8: a block's 32 quants as bytes in two); MQ_SV, vec4s of scales per row (Q4_K 1: d sc of
+// four blocks, beside dmin m in mq_wm; Q6_K 2: d sc of eight halves; Q8_0 1: d of four blocks) and of x's sums per
+// token (one a block, one a half).
 const Q6: bool = WTYPE == T_Q6_K;
 const Q8: bool = WTYPE == T_Q8_0;  // signed bytes: one or two digits (the third's unsigned product would misread them)
 const MQ_UNIT: f32 = f32(1u << (8u * (3u - MQ_D)));  // a kept digit sum's unit in steps of s
@@ -63,8 +63,8 @@ fn mq_qsum16(q: vec4<u32>) -> f32 {
   return f32(mq_sum16(q));
 }
 // Two digits drop the third, d2 in 0..255 (x' = x - d2 steps): the dropped part's mean, 127.5 / 256 of a kept unit,
-// goes back as that times the weight's sum of quants, so the sums carry no bias (quants are all >= 0: a bias would
-// add up over a row where the rounding errors cancel).
+// goes back as that times the weight's sum of quants, so the sums carry no bias (the K-quants' quants are all >= 0: a
+// bias would add up over a row where the rounding errors cancel).
 const MQ_HALF: f32 = 0.498046875;
 
 // A block's kept digit sums (s0 first) as one f32 in kept-digit units: Q4_K's exact in i32 up to two digits (32 * 15 *
@@ -78,11 +78,12 @@ fn mq_combine(s: array<i32, 3>) -> f32 {
 
 // The step's registers: this thread's loads for one half super-block, stored into workgroup memory by mq_put.
 struct MqLoads {
-  q: vec4<u32>,                  // Q4_K: quant vec4 lid % 4 of row lid / 4; Q6_K: block lid % 4's low bits, 0..15
-  q1: vec4<u32>,                 // Q6_K: 16..31
+  q: vec4<u32>,                  // Q4_K: quant vec4 lid % 4 of row lid / 4; Q6_K: block lid % 4's low bits, 0..15;
+                                 // Q8_0: block lid % 4's quants 0..15
+  q1: vec4<u32>,                 // Q6_K, Q8_0: 16..31
   h: vec4<u32>,                  // Q6_K: the half's high bits of elements 0..15, then 16..31
   h1: vec4<u32>,
-  hdr: vec4<u32>,                // the header of row lid (lid < 64); Q6_K: its scales
+  hdr: vec4<u32>,                // the header of row lid (lid < 64); Q6_K: its scales; Q8_0: its four d (f32 bits)
   d: f32,                        // Q6_K: the super-block's d
   x: array<vec4<u32>, MQ_XL>,    // digit vec4s lid * MQ_XL ..
   sc: vec4<f32>,                 // token lid / 4's block lid % 4: (s, sum0, sum1, sum x^2)
