@@ -204,6 +204,33 @@ TEST(IntDot, DigitsOfManyTokens) {
   }
 }
 
+TEST(IntDot, DigitsOfAWindowOfRows) {
+  // The windowed x_digits (the prompt products' call): rows 5..8 of x read through a binding window whose first row
+  // is element x_first of it give the same bytes as those rows alone; rows past the window are refused.
+  auto& ctx = context();
+  const uint32_t n_in = 96, n_rows = 9, first = 5, count = 4;
+  auto gen = rng(11);
+  const auto x = random_floats(n_in * n_rows, gen, -3.f, 3.f);
+  const auto g = random_floats(n_in, gen, 0.5f, 1.5f);
+  auto xbuf = ctx.upload<float>(x, WGPUBufferUsage_Storage, "x");
+  auto gbuf = ctx.upload<float>(g, WGPUBufferUsage_Storage, "g");
+  const std::vector<float> rows(x.begin() + first * n_in, x.begin() + (first + count) * n_in);
+  auto rows_buf = ctx.upload<float>(rows, WGPUBufferUsage_Storage, "rows");
+  const uint64_t align = ctx.limits().minStorageBufferOffsetAlignment;
+  const uint64_t begin = uint64_t(first) * n_in * 4, offset = begin / align * align;
+  const uint32_t x_first = uint32_t((begin - offset) / 4);
+  const uint64_t window = begin + uint64_t(count) * n_in * 4 - offset;
+  const auto whole = kernels::make_x_digits(ctx, n_in, count), windowed = kernels::make_x_digits(ctx, n_in, count);
+  gpu::ComputeBatch batch(ctx);
+  kernels::encode_x_digits(batch, ctx, rows_buf, whole, &gbuf);
+  kernels::encode_x_digits(batch, ctx, xbuf, offset, window, x_first, windowed.data, n_in, count, &gbuf);
+  batch.submit_and_wait();
+  EXPECT_EQ(ctx.read<uint32_t>(windowed.data), ctx.read<uint32_t>(whole.data));
+  gpu::ComputeBatch bad(ctx);
+  EXPECT_THROW(kernels::encode_x_digits(bad, ctx, xbuf, offset, window - 4, x_first, windowed.data, n_in, count, &gbuf),
+               InvalidArgument);
+}
+
 TEST(IntDot, BadArgumentsThrowNamingTheField) {
   auto& ctx = context();
   auto gen = rng(3);
