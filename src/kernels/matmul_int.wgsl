@@ -38,7 +38,6 @@ var<workgroup> mq_wm: array<vec4<f32>, MQ_WM>;          // [row] dmin m of them 
 var<workgroup> mq_xq: array<vec4<u32>, MQ_TM * MQ_XV>;  // [token][block: 4][digit: MQ_D][half: 2]
 var<workgroup> mq_xs: array<vec4<f32>, MQ_TM>;          // [token] s of the step's four blocks (in kept-digit units)
 var<workgroup> mq_xm: array<vec4<f32>, MQ_SV * MQ_TM>;  // [token][sum vec4] their (halves') sums of x
-var<workgroup> mq_xss: array<f32, 4u * MQ_TM>;          // [token][loader] sums of x^2 (FLAG_NORM)
 
 // The sum over 16 weights of nibbles q times x's digits of plane g (vec4 of 16 bytes), in i32.
 fn mq_dot16(q: vec4<u32>, d: vec4<u32>, g: u32) -> i32 {
@@ -337,7 +336,10 @@ fn matmul_int_main(wid: vec3<u32>, lid: u32) {
       mq_step(&acc, ty, tx);
     }
   }
-  mq_xss[lid] = ss;
+  // the sums of x^2 [token][loader] (FLAG_NORM) in mq_xq's first 64 vec4, once every thread is done with it (1 KB of
+  // workgroup memory fewer: three digits of Q4_K then fit 32 KB)
+  workgroupBarrier();
+  mq_xq[lid / 4u][lid % 4u] = bitcast<u32>(ss);
   workgroupBarrier();
   //#unroll! k 4
   {
@@ -345,7 +347,8 @@ fn matmul_int_main(wid: vec3<u32>, lid: u32) {
     let t = tile_m * MQ_TM + tl;
     var f = 1.0;
     if (has(FLAG_NORM)) {
-      f = inv_rms(mq_xss[4u * tl] + mq_xss[4u * tl + 1u] + mq_xss[4u * tl + 2u] + mq_xss[4u * tl + 3u]);
+      let q = bitcast<vec4<f32>>(mq_xq[tl]);
+      f = inv_rms(q.x + q.y + q.z + q.w);
     }
     if (t < p.n_tokens) {
       let v = acc[$k] * f;

@@ -53,7 +53,7 @@ WGPUComputePipeline tiled_pipeline(gpu::Context& ctx, const MatmulTile& tile, Gg
 // ContextOptions::prompt_digits): a workgroup per kIntTile tokens x kIntTile rows, int_tiled_bytes of workgroup memory.
 inline constexpr uint32_t kIntTile = 64;
 constexpr uint64_t int_tiled_bytes(GgufType t, uint32_t digits) {
-  return (t == GgufType::Q6_K ? 14352 : t == GgufType::Q8_0 ? 12304 : 9216) + 8192ull * digits;
+  return (t == GgufType::Q6_K ? 13328 : t == GgufType::Q8_0 ? 11280 : 8192) + 8192ull * digits;
 }
 WGPUComputePipeline int_tiled_pipeline(gpu::Context& ctx, GgufType t, uint32_t digits);
 // A split product's fold (matmul_fold.wgsl): its groups added and the epilogue.
