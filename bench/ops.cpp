@@ -453,9 +453,6 @@ int run_decode_table(const Options& o) {
   return 0;
 }
 
-// The weight types --prompt-digits applies to (matmul_int.wgsl).
-bool digit_type(GgufType t) { return t == GgufType::Q4_K || t == GgufType::Q6_K || t == GgufType::Q8_0; }
-
 int run_bench_ops(const Options& o) {
   if (!o.matvec.empty()) kernels::parse_matvec_config(o.matvec);  // a malformed --matvec fails before any work
   if (o.decode_table) return run_decode_table(o);
@@ -559,13 +556,15 @@ int run_bench_ops(const Options& o) {
                       "batch", tname.c_str(), n_in, n_out, n, bt * 1e3, kernels::matmul_flops(copies[0], n) / bt / 1e9,
                       double(bytes.size()) / bt / 1e9, how.c_str(), bs.threads_per_row, bs.rows, bs.groups, bs.units);
         }
-        if (!o.skip_matmul && (runs[ti].digits == 0 || digit_type(t))) {
+        if (!o.skip_matmul) {
+          // a --prompt-digits run's products on the digits, or on the f32 tiles where they do not take them
+          const uint32_t d = kernels::prompt_digits(ctx, copies[0]);
           const double mm =
               time_matmul(ctx, std::span(copies).first(1), x, y, o.prefill_tokens, o.matmul_per_submit, o.repeats);
           const auto tile = kernels::matmul_tile(ctx, o.prefill_tokens, n_out);
-          const uint32_t d = digit_type(t) && !(t == GgufType::Q8_0 && runs[ti].digits == 3) ? runs[ti].digits : 0;
           const std::string label = d ? "(64x64 on " + std::to_string(d) + "-digit x, its digits included)"
-                                      : "(tile " + kernels::to_string(tile) + ")";
+                                    : runs[ti].digits ? "(tile " + kernels::to_string(tile) + ", not on the digits)"
+                                                      : "(tile " + kernels::to_string(tile) + ")";
           std::printf("%-7s %-5s %5ux%-5u %6u %11.3f %8.1f GFLOP/s  %s\n", "matmul", tname.c_str(), n_in, n_out,
                       o.prefill_tokens, mm * 1e3, kernels::matmul_flops(copies[0], o.prefill_tokens) / mm / 1e9,
                       kernels::rows_kernel_for(ctx, t) ? rows_label : label.c_str());

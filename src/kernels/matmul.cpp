@@ -51,18 +51,6 @@ uint32_t matvec_pass_tokens(const gpu::Context& ctx, const MatvecConfig& mv) {
   return n;
 }
 
-// Q4_K, Q6_K and Q8_0 prompt products on x's digits (matmul_int.wgsl): the digits kept, from
-// ContextOptions::prompt_digits; 0 where the product stays on the tiled kernel (another type, expert products, rows
-// not a whole number of the kernel's steps of 128, Q8_0 with three digits, workgroup memory short of the kernel's).
-uint32_t prompt_digits(const gpu::Context& ctx, const GpuWeight& w) {
-  const uint32_t d = ctx.options().prompt_digits.value_or(0);
-  if (d > 3) throw InvalidArgument("prompt digits " + std::to_string(d) + ": 0 (off) to 3");
-  const bool kquant = w.type == GgufType::Q4_K || w.type == GgufType::Q6_K;
-  const bool q8 = w.type == GgufType::Q8_0 && d <= 2 && w.n_in % 128 == 0;
-  if (d == 0 || !(kquant || q8) || w.n_experts) return 0;
-  return detail::int_tiled_bytes(w.type, d) <= ctx.limits().maxComputeWorkgroupStorageSize ? d : 0;
-}
-
 struct BatchTiles {
   ClassOrder order;
   MatmulTile tile;
@@ -369,6 +357,15 @@ MatvecConfig checked(const gpu::Context& ctx, MatvecConfig c) {
 }
 
 }  // namespace
+
+uint32_t prompt_digits(const gpu::Context& ctx, const GpuWeight& w) {
+  const uint32_t d = ctx.options().prompt_digits.value_or(0);
+  if (d > 3) throw InvalidArgument("prompt digits " + std::to_string(d) + ": 0 (off) to 3");
+  const bool kquant = w.type == GgufType::Q4_K || w.type == GgufType::Q6_K;
+  const bool q8 = w.type == GgufType::Q8_0 && d <= 2 && w.n_in % 128 == 0;
+  if (d == 0 || !(kquant || q8) || w.n_experts) return 0;
+  return detail::int_tiled_bytes(w.type, d) <= ctx.limits().maxComputeWorkgroupStorageSize ? d : 0;
+}
 
 MatvecConfig matvec_config(const gpu::Context& ctx, uint32_t n_rows, uint32_t n_in, GgufType type) {
   if (!ctx.options().matvec_shape.empty()) return checked(ctx, parse_matvec_config(ctx.options().matvec_shape));

@@ -176,6 +176,12 @@ struct MatmulOptions {
   const GpuWeight* second = nullptr;
 };
 
+// The digits a tiled (prompt) product of w takes x as, on packed int8 dot products (matmul_int.wgsl), from
+// ContextOptions::prompt_digits: 0 where it stays on the f32 tiles (another type than Q4_K, Q6_K or Q8_0, expert
+// products, rows not a whole number of the kernel's 128-element steps, Q8_0 with three digits, the adapter's workgroup
+// memory short of the kernel's). InvalidArgument past 3.
+uint32_t prompt_digits(const gpu::Context& ctx, const GpuWeight& w);
+
 // Whether a one-token product of w with these options' impl runs on the matvec and can take MatmulOptions::pre
 // (GPUs, or a CPU adapter whose Rows kernel is off or does not read w's type; n_in a multiple of 32 up to the
 // workgroup memory's share).

@@ -94,14 +94,16 @@ fn mq_load(tile_m: u32, tile_n: u32, lid: u32, step: u32) -> MqLoads {
   let half = step % 2u;
   let spr = p.nb / 8u;           // super-blocks per row
   let r = min(tile_n * MQ_TN + lid / 4u, p.n_rows - 1u);  // rows past the piece: loaded, never stored
-  let rh = min(tile_n * MQ_TN + lid % MQ_TN, p.n_rows - 1u);
+  let rh = min(tile_n * MQ_TN + lid, p.n_rows - 1u);  // the header's row (lid < 64)
   if (Q8) {  // 2 vec4 a block, the f16 scales in the scale array
     let b = r * p.nb + step * 4u + lid % 4u;
     l.q = wvec(WTYPE, 2u * b);
     l.q1 = wvec(WTYPE, 2u * b + 1u);
-    let bh = rh * p.nb + step * 4u;
-    l.hdr = bitcast<vec4<u32>>(vec4<f32>(q_scale(WTYPE, bh), q_scale(WTYPE, bh + 1u), q_scale(WTYPE, bh + 2u),
-                                         q_scale(WTYPE, bh + 3u)));
+    if (lid < MQ_TN) {  // the threads that store them
+      let bh = rh * p.nb + step * 4u;
+      l.hdr = bitcast<vec4<u32>>(vec4<f32>(q_scale(WTYPE, bh), q_scale(WTYPE, bh + 1u), q_scale(WTYPE, bh + 2u),
+                                           q_scale(WTYPE, bh + 3u)));
+    }
   } else if (Q6) {  // 13 vec4 a super-block: low bits 8, high bits 4, scales 1 (d in the scale array)
     let b = (r * spr + sbi) * 13u;
     let k = lid % 4u;  // the block within the half: low bits at vec4 2 (k % 2), nibble k / 2; high bits 2 k
@@ -109,11 +111,13 @@ fn mq_load(tile_m: u32, tile_n: u32, lid: u32, step: u32) -> MqLoads {
     l.q1 = wvec(WTYPE, b + half * 4u + 2u * (k & 1u) + 1u);
     l.h = wvec(WTYPE, b + 8u + half * 2u);
     l.h1 = wvec(WTYPE, b + 9u + half * 2u);
-    l.hdr = wvec(WTYPE, (rh * spr + sbi) * 13u + 12u);
-    l.d = q_scale(WTYPE, rh * spr + sbi);
+    if (lid < MQ_TN) {
+      l.hdr = wvec(WTYPE, (rh * spr + sbi) * 13u + 12u);
+      l.d = q_scale(WTYPE, rh * spr + sbi);
+    }
   } else {
     l.q = wvec(WTYPE, (r * spr + sbi) * 9u + 1u + half * 4u + lid % 4u);
-    l.hdr = wvec(WTYPE, (rh * spr + sbi) * 9u);
+    if (lid < MQ_TN) { l.hdr = wvec(WTYPE, (rh * spr + sbi) * 9u); }
   }
   let blk0 = step * 4u;          // the step's first block of a row of x
   //#unroll! e MQ_XL
