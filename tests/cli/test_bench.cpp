@@ -233,9 +233,60 @@ TEST(CliBench, DecodeOptionsInTheProfile) {
   EXPECT_EQ(bench(gemma3, "").at("fuse_rows_rope"), true);  // unset: on, every adapter
 }
 
-TEST(CliBench, ProfileNeedsDecodeSteps) {
-  const auto [status, out] = run_cli("bench -m " + test::model_path("llama-f32") + " -p 4 -n 0 -r 1 --profile");
+TEST(CliBench, ProfileNeedsWork) {
+  const auto [status, out] = run_cli("bench -m " + test::model_path("llama-f32") + " -p 0 -n 0 -r 1 --profile");
   EXPECT_EQ(status, 1) << out;
+}
+
+// With -p, --profile also times one prompt: its rows add up to its totals, each product of a layer runs once a
+// prompt (a prompt of 64 tokens is one GPU step), the decode profile is there beside it, and --prompt-digits shows as
+// the int8 kernel's rows and their digits' (on the GPUs' tiled kernel: WGLLM_ROWS_SHAPE=off) in place of the tiled
+// matmul's.
+TEST(CliBench, PromptProfile) {
+  if (!test::context().features().timestamp_query) GTEST_SKIP() << "the adapter has no timestamp-query";
+  const std::string model = test::model_path("llama-q4_k");
+  const uint32_t n_layer = config_from_gguf(GgufFile::open(model)).n_layer;
+  auto calls = [](const nlohmann::json& p, const std::string& entry) {
+    double n = 0;
+    for (const auto& k : p.at("kernels")) {
+      const std::string name = k.at("kernel");
+      if (name.substr(name.rfind(':') + 1) == entry) n += double(k.at("calls_per_prompt"));
+    }
+    return n;
+  };
+  for (const int digits : {0, 1}) {
+    const auto [status, out] =
+        run_cli("bench -m " + model + " -p 64 -n 2 -r 1 --profile --json --prompt-digits " + std::to_string(digits),
+                "WGLLM_ROWS_SHAPE=off ");
+    ASSERT_EQ(status, 0) << out;
+    const nlohmann::json j = nlohmann::json::parse(out);
+    EXPECT_EQ(j.at("profile").at("steps"), 2);
+    const nlohmann::json& p = j.at("prompt_profile");
+    EXPECT_EQ(p.at("prompts"), 1);
+    double us = 0, calls_sum = 0;
+    for (const auto& k : p.at("kernels")) {
+      const double c = k.at("calls_per_prompt");
+      EXPECT_EQ(c, std::round(c)) << k.dump();
+      calls_sum += c;
+      us += double(k.at("us_per_prompt"));
+    }
+    EXPECT_DOUBLE_EQ(calls_sum, double(p.at("dispatches_per_prompt")));
+    const double kernel = p.at("kernel_us_per_prompt"), span = p.at("gpu_span_us_per_prompt");
+    EXPECT_NEAR(us, kernel, 1e-6 * kernel);
+    EXPECT_LE(kernel, span);
+    EXPECT_LE(span, double(p.at("wall_us_per_prompt")));
+    EXPECT_GT(double(p.at("normal_wall_us_per_prompt")), 0);
+    const double tiled = calls(p, "matmul"), int8 = calls(p, "matmul_int");
+    // q/k/v, Wo, gate/up and down a layer (fused or not); the LM head takes the last token alone
+    EXPECT_GE(tiled + int8, 4.0 * n_layer) << p.dump();
+    if (digits) {
+      EXPECT_GE(int8, 4.0 * n_layer) << p.dump();
+      EXPECT_EQ(calls(p, "x_digits"), int8) << p.dump();  // each int8 product's x as digits
+    } else {
+      EXPECT_EQ(int8, 0) << p.dump();
+      EXPECT_EQ(calls(p, "x_digits"), 0) << p.dump();
+    }
+  }
 }
 
 }  // namespace

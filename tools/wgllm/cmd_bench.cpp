@@ -23,7 +23,7 @@ struct BenchOptions {
   uint32_t n_prompt = 512, n_gen = 128, repeats = 5, ubatch = 512;
   uint32_t depth = 0;  // tokens already in the cache when pp and tg start (llama-bench's -d)
   bool json = false;
-  bool profile = false;  // after the table: GPU time per kernel of n_gen decode steps
+  bool profile = false;  // after the table: GPU time per kernel of one prompt (n_prompt) and n_gen decode steps
   bool tg_host = false;  // also time tg with every step's token chosen on the host from its logits read back
   SamplingParams sampling{.temperature = 0};  // tg's token choice (default greedy)
   int32_t layers_per_submit = -1;
@@ -97,69 +97,85 @@ double time_tg(Session& s, uint32_t n, uint32_t n_vocab, const std::vector<int32
   return n / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// Decode steps under the GPU timestamp profiler: per step, GPU time per kernel (and grid), their sum, the GPU span
-// (first timestamp to last) and the wall time of Session::feed.
-struct DecodeProfile {
-  uint32_t steps = 0;
+// Work under the GPU timestamp profiler, per unit of work (a decode step, or one prompt of n_prompt tokens): GPU time
+// per kernel (and grid), their sum, the GPU span (first timestamp to last) and the wall time of Session::feed.
+struct RunProfile {
+  const char* unit = "step";  // "step": one decode step; "prompt": one prompt fed whole
+  uint32_t units = 0;
   ProfileReport report;
-  double wall_ns = 0;  // all steps
-  // One step without the profiler (median): of the tg-host run when there is one (the same feed per token as the
-  // profiled steps), else of the tg run (greedy decoding, no logits readback).
-  double normal_step_us = 0;
+  double wall_ns = 0;  // all units
+  // One unit without the profiler (median): for decode, of the tg-host run when there is one (the same feed per token
+  // as the profiled steps), else of the tg run (greedy decoding, no logits readback); for a prompt, of the pp run.
+  double normal_us = 0;
   const char* normal_run = "tg";
 };
 
-DecodeProfile profile_decode(const Model& model, Session& s, uint32_t n, const std::vector<int32_t>& depth) {
+// Runs `feed(i)` for i < n (one unit of work each) under a profiler attached to `model`, after `fill(s, depth)`
+// outside the profile; one untimed run before it makes the query sets and readback buffers.
+template <typename Feed>
+RunProfile profile_runs(const Model& model, Session& s, const char* unit, uint32_t n, const std::vector<int32_t>& depth,
+                        Feed feed) {
   if (!Profiler::supported(model)) throw GpuError("--profile: the adapter has no timestamp-query feature");
   Profiler profiler(model);  // attached until it goes, however this returns
-  const std::vector<int32_t> ids = random_tokens(n, model.info().n_vocab, 2);
-  // Warm-up: the query sets and readback buffers are made here, not in the measured steps.
   fill(s, depth);
-  s.feed(std::span(ids.data(), std::min<size_t>(ids.size(), 2)));
+  feed(0);
   profiler.collect();
   profiler.reset();
   fill(s, depth);
   profiler.collect();  // the fill's batches are not part of the profile
   profiler.reset();
-  DecodeProfile p;
-  for (int32_t id : ids) {
+  RunProfile p;
+  p.unit = unit;
+  p.units = n;
+  for (uint32_t i = 0; i < n; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
-    s.feed(std::span(&id, 1));
+    feed(i);
     p.wall_ns += std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
-    profiler.collect();  // one window per step: feed() has read the logits back, so the step's work is done
+    profiler.collect();  // one window per unit: feed() has read the logits back, so its work is done
   }
-  p.steps = n;
   p.report = profiler.report();
-  s.reset();  // drops the step the session encoded ahead under this profiler
+  s.reset();  // drops a step the session encoded ahead under this profiler
   return p;
 }
 
-constexpr const char* kProfileNote =
-    "one compute pass per dispatch (the normal run shares passes), so a profiled step is slower than a tg step";
+// n decode steps after `depth` cached tokens, one token each.
+RunProfile profile_decode(const Model& model, Session& s, uint32_t n, const std::vector<int32_t>& depth) {
+  const std::vector<int32_t> ids = random_tokens(n, model.info().n_vocab, 2);
+  return profile_runs(model, s, "step", n, depth, [&](uint32_t i) { s.feed(std::span(&ids[i], 1)); });
+}
 
-nlohmann::json profile_json(const DecodeProfile& p) {
-  const double steps = p.steps, us = 1e3 * steps;  // ns in all steps -> us per step
+// One prompt fed whole after `depth` cached tokens, as a pp run feeds it.
+RunProfile profile_prompt(const Model& model, Session& s, const std::vector<int32_t>& prompt,
+                          const std::vector<int32_t>& depth) {
+  return profile_runs(model, s, "prompt", 1, depth, [&](uint32_t) { s.feed(prompt); });
+}
+
+constexpr const char* kProfileNote =
+    "one compute pass per dispatch (the normal run shares passes), so a profiled run is slower than the normal one";
+
+nlohmann::json profile_json(const RunProfile& p) {
+  const std::string per = std::string("_per_") + p.unit;
+  const double units = p.units, us = 1e3 * units;  // ns in all units -> us per unit
   nlohmann::json kernels = nlohmann::json::array();
   for (const KernelTime& k : p.report.kernels)
     kernels.push_back({{"kernel", k.name},
                        {"detail", k.detail},
                        {"workgroups", k.workgroups},
-                       {"calls_per_step", k.calls / steps},
-                       {"us_per_step", k.ns / us},
+                       {"calls" + per, k.calls / units},
+                       {"us" + per, k.ns / us},
                        {"us_per_call", k.ns / 1e3 / double(k.calls)},
                        {"pct_of_kernel_time", 100 * k.ns / p.report.kernel_ns},
-                       {"pct_of_step", 100 * k.ns / p.wall_ns}});
-  return {{"steps", p.steps},
+                       {std::string("pct_of_") + p.unit, 100 * k.ns / p.wall_ns}});
+  return {{std::string(p.unit) + "s", p.units},
           {"kernels", kernels},
-          {"kernel_us_per_step", p.report.kernel_ns / us},
-          {"gpu_span_us_per_step", p.report.window_span_ns / us},
-          {"wall_us_per_step", p.wall_ns / us},
-          {"normal_wall_us_per_step", p.normal_step_us},
-          {"dispatches_per_step", p.report.dispatches / steps},
-          {"batches_per_step", p.report.batches / steps},
+          {"kernel_us" + per, p.report.kernel_ns / us},
+          {"gpu_span_us" + per, p.report.window_span_ns / us},
+          {"wall_us" + per, p.wall_ns / us},
+          {"normal_wall_us" + per, p.normal_us},
+          {"dispatches" + per, p.report.dispatches / units},
+          {"batches" + per, p.report.batches / units},
           {"note", kProfileNote}};
 }
-
 // A profile row's kernel as the table shows it: the last shader file and the entry point (the files before it are
 // the shared code it is compiled after), then the pipeline's variant: "matvec.wgsl:matvec Q4_K 64x4x2 1 token".
 std::string profile_label(const KernelTime& k) {
@@ -168,28 +184,29 @@ std::string profile_label(const KernelTime& k) {
   return k.detail.empty() ? tail : tail + " " + k.detail;
 }
 
-void print_profile(const DecodeProfile& p) {
-  const double steps = p.steps, us = 1e3 * steps;
+void print_profile(const RunProfile& p, const std::string& title) {
+  const std::string u = p.unit;
+  const double units = p.units, us = 1e3 * units;
   const double kernel = p.report.kernel_ns / us, span = p.report.window_span_ns / us, wall = p.wall_ns / us;
-  std::printf("\ndecode profile: %u steps, GPU timestamps; %s\n", p.steps, kProfileNote);
-  std::printf("| %-56s | %10s | %10s | %10s | %10s | %8s | %8s |\n", "kernel", "workgroups", "calls/step", "us/step",
-              "us/call", "% kernel", "% step");
+  std::printf("\n%s, GPU timestamps; %s\n", title.c_str(), kProfileNote);
+  std::printf("| %-56s | %10s | %12s | %10s | %10s | %8s | %8s |\n", "kernel", "workgroups", ("calls/" + u).c_str(),
+              ("us/" + u).c_str(), "us/call", "% kernel", ("% " + u).c_str());
   std::printf("|%s|%s|%s|%s|%s|%s|%s|\n", std::string(58, '-').c_str(), std::string(12, '-').c_str(),
-              std::string(12, '-').c_str(), std::string(12, '-').c_str(), std::string(12, '-').c_str(),
+              std::string(14, '-').c_str(), std::string(12, '-').c_str(), std::string(12, '-').c_str(),
               std::string(10, '-').c_str(), std::string(10, '-').c_str());
   for (const KernelTime& k : p.report.kernels)
-    std::printf("| %-56.56s | %10llu | %10.2f | %10.1f | %10.2f | %8.1f | %8.1f |\n", profile_label(k).c_str(),
-                static_cast<unsigned long long>(k.workgroups), k.calls / steps, k.ns / us, k.ns / 1e3 / double(k.calls),
+    std::printf("| %-56.56s | %10llu | %12.2f | %10.1f | %10.2f | %8.1f | %8.1f |\n", profile_label(k).c_str(),
+                static_cast<unsigned long long>(k.workgroups), k.calls / units, k.ns / us, k.ns / 1e3 / double(k.calls),
                 100 * k.ns / p.report.kernel_ns, 100 * k.ns / p.wall_ns);
-  std::printf("kernel time per step  %10.1f us  (%.1f dispatches in %.1f command buffers)\n", kernel,
-              p.report.dispatches / steps, p.report.batches / steps);
-  std::printf("GPU span per step     %10.1f us  (first timestamp to last; %.1f us not in a kernel)\n", span,
+  std::printf("kernel time per %-6s %10.1f us  (%.1f dispatches in %.1f command buffers)\n", u.c_str(), kernel,
+              p.report.dispatches / units, p.report.batches / units);
+  std::printf("GPU span per %-6s    %10.1f us  (first timestamp to last; %.1f us not in a kernel)\n", u.c_str(), span,
               span - kernel);
   std::printf(
-      "wall time per step    %10.1f us  (Session::feed; %.1f us outside the GPU span: encode, submit, "
+      "wall time per %-6s   %10.1f us  (Session::feed; %.1f us outside the GPU span: encode, submit, "
       "logits readback)\n",
-      wall, wall - span);
-  std::printf("wall time per step    %10.1f us  without the profiler (the %s run above)\n", p.normal_step_us,
+      u.c_str(), wall, wall - span);
+  std::printf("wall time per %-6s   %10.1f us  without the profiler (the %s run above)\n", u.c_str(), p.normal_us,
               p.normal_run);
 }
 
@@ -252,7 +269,8 @@ ParallelRun time_parallel(const Model& model, uint32_t n, uint32_t n_prompt, uin
 }
 
 int bench(const BenchOptions& o) {
-  if (o.profile && !o.n_gen) throw InvalidArgument("--profile times decode steps: give -n > 0");
+  if (o.profile && !o.n_gen && !o.n_prompt)
+    throw InvalidArgument("--profile times the prompt and decode steps: give -p or -n > 0");
   validate(o.sampling);  // a bad option fails before the load
   const uint32_t n_ctx = o.depth + std::max<uint32_t>(std::max(o.n_prompt, o.n_gen), 1) +
                          (o.parallel.empty() ? 0 : o.n_prompt + o.n_gen + 1);
@@ -316,10 +334,15 @@ int bench(const BenchOptions& o) {
       par.push_back({n, stats(v), stats(host).median});
     }
   }
-  std::optional<DecodeProfile> profile;
-  if (o.profile) {
+  std::optional<RunProfile> profile, prompt_profile;
+  if (o.profile && o.n_prompt) {
+    prompt_profile = profile_prompt(model, s, prompt, depth);
+    prompt_profile->normal_us = 1e6 * o.n_prompt / stats(pp).median;
+    prompt_profile->normal_run = "pp";
+  }
+  if (o.profile && o.n_gen) {
     profile = profile_decode(model, s, o.n_gen, depth);
-    profile->normal_step_us = 1e6 / stats(tg_host.empty() ? tg : tg_host).median;
+    profile->normal_us = 1e6 / stats(tg_host.empty() ? tg : tg_host).median;
     profile->normal_run = tg_host.empty() ? "tg" : "tg-host";
   }
   const double gb = info.bytes_per_token / 1e9;
@@ -348,6 +371,7 @@ int bench(const BenchOptions& o) {
     }
     if (!tg_work_us.empty()) j["tg"]["host_us_per_step"] = stats(tg_work_us).median;
     if (profile) j["profile"] = profile_json(*profile);
+    if (prompt_profile) j["prompt_profile"] = profile_json(*prompt_profile);
     for (const auto& [n, st, host_us] : par)
       j["parallel"].push_back({{"streams", n},
                                {"tokens_per_s", st.median},
@@ -400,7 +424,9 @@ int bench(const BenchOptions& o) {
       std::printf("| %7u | %10.1f [%.1f, %.1f] | %12.1f | %13.2fx | %18.1f |\n", n, st.median, st.min, st.max,
                   st.median / n, st.median / par.front().tg.median, host_us);
   }
-  if (profile) print_profile(*profile);
+  const std::string at = o.depth ? " after " + std::to_string(o.depth) + " cached tokens" : "";
+  if (prompt_profile) print_profile(*prompt_profile, "prompt profile: one pp" + std::to_string(o.n_prompt) + at);
+  if (profile) print_profile(*profile, "decode profile: " + std::to_string(o.n_gen) + " steps" + at);
   return 0;
 }
 
@@ -418,9 +444,9 @@ const Register reg{
        add_prompt_digits(app, o->prompt_digits);
        app.add_flag("--json", o->json, "print one JSON object");
        app.add_flag("--profile", o->profile,
-                    "then -n decode steps with GPU timestamps: time per kernel and grid, their sum, the "
-                    "GPU span and the wall time per step (one compute pass per dispatch, so not "
-                    "identical to the normal run)");
+                    "then one prompt of -p tokens and -n decode steps with GPU timestamps: time per kernel and "
+                    "grid, their sum, the GPU span and the wall time per prompt and per step (one compute pass "
+                    "per dispatch, so not identical to the normal run)");
        app.add_flag("--tg-host", o->tg_host,
                     "also time tg with each step's logits read back and its token chosen on the host");
        app.add_option("--temp", o->sampling.temperature, "tg temperature (0: greedy)")->capture_default_str();
