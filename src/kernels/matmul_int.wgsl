@@ -32,12 +32,18 @@ const Q8: bool = WTYPE == T_Q8_0;  // signed bytes: one or two digits (the third
 const MQ_UNIT: f32 = f32(1u << (8u * (3u - MQ_D)));  // a kept digit sum's unit in steps of s
 const NIB: vec4<u32> = vec4<u32>(0x0F0F0F0Fu);
 
-var<workgroup> mq_qw: array<vec4<u32>, MQ_QV * MQ_TN>;  // [quant vec4 of the step][row]
-var<workgroup> mq_wd: array<vec4<f32>, MQ_SV * MQ_TN>;  // [scale vec4][row] d sc of the step's blocks (halves)
-var<workgroup> mq_wm: array<vec4<f32>, MQ_WM>;          // [row] dmin m of them (Q4_K)
+var<workgroup> mq_qw: array<vec4<u32>, MQ_QV * MQ_TN>;  // [quant vec4 of the step][mq_slot(row)]
+var<workgroup> mq_wd: array<vec4<f32>, MQ_SV * MQ_TN>;  // [scale vec4][mq_slot(row)] d sc of the step's blocks (halves)
+var<workgroup> mq_wm: array<vec4<f32>, MQ_WM>;          // [mq_slot(row)] dmin m of them (Q4_K)
 var<workgroup> mq_xq: array<vec4<u32>, MQ_TM * MQ_XV>;  // [token][block: 4][digit: MQ_D][half: 2]
 var<workgroup> mq_xs: array<vec4<f32>, MQ_TM>;          // [token] s of the step's four blocks (in kept-digit units)
 var<workgroup> mq_xm: array<vec4<f32>, MQ_SV * MQ_TM>;  // [token][sum vec4] their (halves') sums of x
+
+// Where row r of the tile (0..63) sits in the weight-side arrays: thread tx's rows 2 tx, 2 tx + 1, 2 tx + 32, 2 tx + 33
+// at tx, tx + 16, tx + 32, tx + 48, so the 16 threads of a token group read 16 consecutive vec4 (no bank conflicts).
+fn mq_slot(r: u32) -> u32 {
+  return ((r & 31u) >> 1u) + 16u * ((r & 1u) + 2u * (r >> 5u));
+}
 
 // The sum over 16 weights of nibbles q times x's digits of plane g (vec4 of 16 bytes), in i32.
 fn mq_dot16(q: vec4<u32>, d: vec4<u32>, g: u32) -> i32 {
@@ -145,20 +151,20 @@ fn q6_bytes(q: vec4<u32>, h: vec4<u32>, lo: u32, hi: u32) -> vec4<u32> {
 fn mq_put(l: MqLoads, lid: u32, step: u32) {
   if (Q8) {
     let k = lid % 4u;
-    mq_qw[(2u * k) * MQ_TN + lid / 4u] = l.q;
-    mq_qw[(2u * k + 1u) * MQ_TN + lid / 4u] = l.q1;
-    if (lid < MQ_TN) { mq_wd[lid] = bitcast<vec4<f32>>(l.hdr); }
+    mq_qw[(2u * k) * MQ_TN + mq_slot(lid / 4u)] = l.q;
+    mq_qw[(2u * k + 1u) * MQ_TN + mq_slot(lid / 4u)] = l.q1;
+    if (lid < MQ_TN) { mq_wd[mq_slot(lid)] = bitcast<vec4<f32>>(l.hdr); }
   } else if (Q6) {
     let k = lid % 4u;
-    mq_qw[(2u * k) * MQ_TN + lid / 4u] = q6_bytes(l.q, l.h, 4u * (k >> 1u), 2u * k);
-    mq_qw[(2u * k + 1u) * MQ_TN + lid / 4u] = q6_bytes(l.q1, l.h1, 4u * (k >> 1u), 2u * k);
+    mq_qw[(2u * k) * MQ_TN + mq_slot(lid / 4u)] = q6_bytes(l.q, l.h, 4u * (k >> 1u), 2u * k);
+    mq_qw[(2u * k + 1u) * MQ_TN + mq_slot(lid / 4u)] = q6_bytes(l.q1, l.h1, 4u * (k >> 1u), 2u * k);
     if (lid < MQ_TN) {  // d times the half's eight int8 scales (words 2 half, 2 half + 1)
       let w = select(l.hdr.xy, l.hdr.zw, step % 2u == 1u);
-      mq_wd[lid] = l.d * i8x4(w.x);
-      mq_wd[MQ_TN + lid] = l.d * i8x4(w.y);
+      mq_wd[mq_slot(lid)] = l.d * i8x4(w.x);
+      mq_wd[MQ_TN + mq_slot(lid)] = l.d * i8x4(w.y);
     }
   } else {
-    mq_qw[(lid % 4u) * MQ_TN + lid / 4u] = l.q;
+    mq_qw[(lid % 4u) * MQ_TN + mq_slot(lid / 4u)] = l.q;
   }
   if (!Q6 && !Q8 && lid < MQ_TN) {
     let half = step % 2u;
@@ -171,8 +177,8 @@ fn mq_put(l: MqLoads, lid: u32, step: u32) {
       m[$j] = dm.y;
     }
     //#end
-    mq_wd[lid] = d;
-    mq_wm[lid] = m;
+    mq_wd[mq_slot(lid)] = d;
+    mq_wm[mq_slot(lid)] = m;
   }
   //#unroll! e MQ_XL
   mq_xq[lid * MQ_XL + $e] = l.x[$e];
@@ -202,7 +208,7 @@ fn mq_step(acc: ptr<function, array<vec4<f32>, 4>>, ty: u32, tx: u32) {
     var mh: vec4<f32>;
     //#unroll i 4
     {
-      let r = 2u * tx + ($i & 1u) + ($i >> 1u) * 32u;
+      let r = tx + 16u * $i;  // mq_slot of row 2 tx + (i & 1) + 32 (i >> 1)
       let a = mq_qw[(2u * $j) * MQ_TN + r];
       let b = mq_qw[(2u * $j + 1u) * MQ_TN + r];
       lo[2u * $i] = a & NIB;
@@ -266,7 +272,7 @@ fn mq_bytes_step(acc: ptr<function, array<vec4<f32>, 4>>, ty: u32, tx: u32) {
     var qs = array<vec2<f32>, 4>(vec2<f32>(0.0), vec2<f32>(0.0), vec2<f32>(0.0), vec2<f32>(0.0));  // MQ_D == 2
     //#unroll i 4
     {
-      let r = 2u * tx + ($i & 1u) + ($i >> 1u) * 32u;
+      let r = tx + 16u * $i;  // mq_slot of row 2 tx + (i & 1) + 32 (i >> 1)
       q[2u * $i] = mq_qw[(2u * $k) * MQ_TN + r];
       q[2u * $i + 1u] = mq_qw[(2u * $k + 1u) * MQ_TN + r];
       if (Q8) {

@@ -209,13 +209,12 @@ WGPUComputePipeline int_tiled_pipeline(gpu::Context& ctx, GgufType t, uint32_t d
     auto u32 = [](const char* name, uint32_t v) {
       return std::string("const ") + name + ": u32 = " + std::to_string(v) + "u;\n";
     };
-    const bool bytes = t != GgufType::Q4_K;  // Q6_K, Q8_0: a block's quants as bytes
+    const IntTileSizes z = int_tile_sizes(t, digits);
     return gpu::PipelineKey{kIntShader,
                             "matmul_int",
                             {},
-                            detail::weight_prelude(t, 1) + u32("MQ_D", digits) + u32("MQ_XV", 8 * digits) +
-                                u32("MQ_XL", 2 * digits) + u32("MQ_QV", bytes ? 8 : 4) +
-                                u32("MQ_SV", t == GgufType::Q6_K ? 2 : 1) + u32("MQ_WM", bytes ? 1 : kIntTile),
+                            detail::weight_prelude(t, 1) + u32("MQ_D", digits) + u32("MQ_XV", z.xv) +
+                                u32("MQ_XL", 2 * digits) + u32("MQ_QV", z.qv) + u32("MQ_SV", z.sv) + u32("MQ_WM", z.wm),
                             detail::shape_detail(t, {kIntTile, kIntTile}) + ", " + std::to_string(digits) +
                                 (digits == 1 ? " digit" : " digits")};
   });

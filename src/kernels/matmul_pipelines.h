@@ -52,8 +52,20 @@ WGPUComputePipeline tiled_pipeline(gpu::Context& ctx, const MatmulTile& tile, Gg
 // The Q4_K, Q6_K or Q8_0 prompt product on x's leading `digits` digits (matmul_int.wgsl;
 // ContextOptions::prompt_digits): a workgroup per kIntTile tokens x kIntTile rows, int_tiled_bytes of workgroup memory.
 inline constexpr uint32_t kIntTile = 64;
+// Its workgroup arrays' sizes (matmul_int.wgsl's constants), in vec4s: quant vec4s per row (Q4_K's nibbles of two
+// blocks each, else bytes), scale vec4s per row and per token, x's digit vec4s per token, and mq_wm's in all (Q4_K's
+// dmin m per row).
+struct IntTileSizes {
+  uint32_t qv, sv, xv, wm;
+};
+constexpr IntTileSizes int_tile_sizes(GgufType t, uint32_t digits) {
+  const bool q4_k = t == GgufType::Q4_K;
+  return {q4_k ? 4u : 8u, t == GgufType::Q6_K ? 2u : 1u, 8 * digits, q4_k ? kIntTile : 1};
+}
 constexpr uint64_t int_tiled_bytes(GgufType t, uint32_t digits) {
-  return (t == GgufType::Q6_K ? 13328 : t == GgufType::Q8_0 ? 11280 : 8192) + 8192ull * digits;
+  const IntTileSizes z = int_tile_sizes(t, digits);
+  // mq_qw, mq_wd and mq_xm, mq_xq, mq_xs, mq_wm (Q4_K: 8192 + 8192 a digit; Q6_K 13328 +, Q8_0 11280 +)
+  return 16ull * ((z.qv + 2 * z.sv + z.xv + 1) * kIntTile + z.wm);
 }
 WGPUComputePipeline int_tiled_pipeline(gpu::Context& ctx, GgufType t, uint32_t digits);
 // A split product's fold (matmul_fold.wgsl): its groups added and the epilogue.

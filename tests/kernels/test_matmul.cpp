@@ -540,6 +540,58 @@ TEST(Matmul, PromptDigits) {
   EXPECT_THROW(check_epilogue(bad, {"digits_bad", Q4_K, 256, 64, 64, Tiled, Epilogue::Plain}), InvalidArgument);
 }
 
+// x on the grid its digits keep: each 32-element block's largest |x| is 127 * 2^-4 (its scale s then 2^-20) and every x
+// an integer N times s, N a multiple of 2^16 for one digit (the digits drop nothing) and for two with a third digit of
+// 127 or 128 (the mean added back, 127.5 of 256, off by half a step; the block's largest, whose third digit is 0, is
+// taken at the value x' the kernel gives it). The kernel takes its minimums (Q4_K) and offsets (Q6_K) times the exact
+// sums of x, not of x': with w0 the weight of all-zero quants (-dmin m, -32 d sc, 0), its product is w x' - w0 (x' -
+// x), to f32's rounding, so a slip in its scales, minimums, offsets or added-back sums shows: PromptDigits' random
+// inputs hide one under the digits' own error.
+TEST(Matmul, PromptDigitsOnTheirGrid) {
+  auto gen = rng(11);
+  const uint32_t n_in = 512, n_out = 70, n_tokens = 70;
+  for (uint32_t d = 1; d <= 3; ++d) {
+    SCOPED_TRACE("digits " + std::to_string(d));
+    gpu::Context ctx(context_options([&](auto& o) {
+      o.prompt_digits = d;
+      o.rows_shape = "off";  // CPU adapters too take the GPUs' kernels
+    }));
+    for (const GgufType type : {Q4_K, Q6_K, Q8_0}) {
+      SCOPED_TRACE(type_name(type));
+      const auto bytes = random_weight(type, n_in, n_out, gen);
+      const auto w = kernels::upload_weight(ctx, type, n_in, n_out, bytes, "w");
+      if (kernels::prompt_digits(ctx, w) != d) continue;  // Q8_0's three digits, Q6_K's in 32 KB: the f32 tiles
+      std::vector<float> x(size_t(n_tokens) * n_in), seen(x.size());
+      std::uniform_int_distribution<int32_t> top(-126, 126), mid(-128, 127), low(0, 255), near_half(127, 128);
+      for (size_t i = 0; i < x.size(); ++i) {
+        const bool largest = i % 32 == (i / 32) % 32;
+        int32_t n = top(gen) * 65536;
+        if (d > 1) n += mid(gen) * 256 + (d == 2 ? near_half(gen) : low(gen));
+        if (largest) n = (i % 64 < 32 ? 127 : -127) * 65536;
+        x[i] = std::ldexp(float(n), -20);
+        seen[i] = d == 2 && largest ? std::ldexp(float(2 * n + 255), -21) : x[i];
+      }
+      auto xbuf = ctx.upload<float>(x, WGPUBufferUsage_Storage, "x");
+      gpu::Buffer y = poisoned(ctx, size_t(n_tokens) * n_out, "y");
+      gpu::ComputeBatch batch(ctx, "grid");
+      kernels::encode_matmul(batch, ctx, w, xbuf, y, n_tokens, {.impl = MatmulImpl::Tiled});
+      batch.submit_and_wait();
+      // w0: each block's quant bytes zero (Q4_K 16..143, Q6_K 0..191, Q8_0 2..33)
+      std::vector<uint8_t> zeroed = bytes;
+      const size_t block = type == Q4_K ? 144 : type == Q6_K ? 210 : 34;
+      const size_t from = type == Q4_K ? 16 : type == Q6_K ? 0 : 2, to = type == Q6_K ? 192 : block;
+      for (size_t b = 0; b < zeroed.size(); b += block) std::fill(&zeroed[b + from], &zeroed[b + to], 0);
+      std::vector<float> excess(x.size());
+      for (size_t i = 0; i < x.size(); ++i) excess[i] = seen[i] - x[i];
+      std::vector<float> want = cpu::matmul(type, bytes, n_in, n_out, seen, n_tokens, {});
+      const std::vector<float> w0 = cpu::matmul(type, zeroed, n_in, n_out, excess, n_tokens, {});
+      for (size_t i = 0; i < want.size(); ++i) want[i] -= w0[i];
+      const auto r = compare(ctx.read<float>(y), want);
+      EXPECT_LE(r.rel_l2, 2e-6) << r.describe();
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Cases, MatmulEpilogueTable, ::testing::ValuesIn(kEpilogueCases),
                          [](const auto& info) { return std::string(info.param.name); });
 
