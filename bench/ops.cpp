@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <random>
 #include <span>
 #include <sstream>
@@ -468,28 +469,28 @@ int run_bench_ops(const Options& o) {
   }
   for (const auto& r : rows_shapes)
     if (r != "off") kernels::parse_rows_config(r);  // and --rows-shapes
-  std::vector<uint32_t> digit_runs;                 // 0: unset
+  std::vector<std::optional<uint32_t>> digit_runs;  // nullopt: unset (the adapter's default)
   for (const auto& d : split(o.prompt_digits, ',')) {
     if (d.size() != 1 || d[0] < '0' || d[0] > '3') throw InvalidArgument("--prompt-digits: '" + d + "' is not 0 to 3");
     digit_runs.push_back(uint32_t(d[0] - '0'));
   }
-  if (digit_runs.empty()) digit_runs.push_back(0);
+  if (digit_runs.empty()) digit_runs.push_back(std::nullopt);
   // (matmul tile, rows shape, prompt digits) per run: each tile with each rows shape (the rows shapes each timed for
   // matvec too), then each with each digits setting
   struct Run {
     std::string tile, rows;
-    uint32_t digits;
+    std::optional<uint32_t> digits;
   };
   std::vector<Run> runs;
   for (const auto& r : rows_shapes.empty() ? std::vector<std::string>{""} : rows_shapes)
     for (const auto& t : tiles)
-      for (uint32_t d : digit_runs) runs.push_back({t, r, d});
+      for (const auto& d : digit_runs) runs.push_back({t, r, d});
   for (size_t ti = 0; ti < runs.size(); ++ti) {
     gpu::ContextOptions options = context_options(o.adapter);
     options.matvec_shape = o.matvec;
     options.matmul_tile = runs[ti].tile;
     options.rows_shape = runs[ti].rows;
-    if (runs[ti].digits) options.prompt_digits = runs[ti].digits;
+    options.prompt_digits = runs[ti].digits;
     if (o.batch_tile_from >= 0) options.batch_tile_from = uint32_t(o.batch_tile_from);
     if (o.batch_split >= 0) options.batch_split = uint32_t(o.batch_split);
     if (o.matvec_pass >= 0) options.matvec_pass = uint32_t(o.matvec_pass);
@@ -505,7 +506,7 @@ int run_bench_ops(const Options& o) {
       std::printf("%-7s %-5s %-11s %6s %11s %12s\n", "kernel", "type", "n_in x n_out", "tokens", "ms/call",
                   "throughput");
     }
-    const bool matvec = (first || !rows_shapes.empty()) && !o.skip_matvec && runs[ti].digits == 0;
+    const bool matvec = (first || !rows_shapes.empty()) && !o.skip_matvec && runs[ti].digits.value_or(0) == 0;
     // on CPU adapters the Rows kernel does both for the types it reads (kernels::MatmulImpl::Auto)
     const auto rows_shape = kernels::rows_config(ctx).value_or(kernels::RowsConfig{});
     char rows_label[64];
@@ -539,7 +540,8 @@ int run_bench_ops(const Options& o) {
           std::printf("%-7s %-5s %5ux%-5u %6u %11.3f %8.1f GB/s  %s\n", "matvec", tname.c_str(), n_in, n_out, 1u,
                       mv * 1e3, double(bytes.size()) / mv / 1e9, kernels::rows_kernel_for(ctx, t) ? rows_label : label);
         }
-        for (uint32_t n : runs[ti].digits ? std::vector<uint32_t>{} : batch_tokens) {  // batch decode's product
+        // batch decode's product
+        for (uint32_t n : runs[ti].digits.value_or(0) ? std::vector<uint32_t>{} : batch_tokens) {
           const auto impl = kernels::token_independent_impl(ctx);
           const double bt = time_matmul(ctx, copies, x, y, n, std::max<uint32_t>(o.matvec_per_submit, copies.size()),
                                         o.repeats, impl);
@@ -557,14 +559,16 @@ int run_bench_ops(const Options& o) {
                       double(bytes.size()) / bt / 1e9, how.c_str(), bs.threads_per_row, bs.rows, bs.groups, bs.units);
         }
         if (!o.skip_matmul) {
-          // a --prompt-digits run's products on the digits, or on the f32 tiles where they do not take them
-          const uint32_t d = kernels::prompt_digits(ctx, copies[0]);
+          // products on the digits (--prompt-digits, or unset: the adapter's default), or on the f32 tiles where they
+          // do not take them
+          const uint32_t d = kernels::prompt_digits(ctx, copies[0], o.prefill_tokens);
           const double mm =
               time_matmul(ctx, std::span(copies).first(1), x, y, o.prefill_tokens, o.matmul_per_submit, o.repeats);
           const auto tile = kernels::matmul_tile(ctx, o.prefill_tokens, n_out);
           const std::string label = d ? "(64x64 on " + std::to_string(d) + "-digit x, its digits included)"
-                                    : runs[ti].digits ? "(tile " + kernels::to_string(tile) + ", not on the digits)"
-                                                      : "(tile " + kernels::to_string(tile) + ")";
+                                    : kernels::prompt_digits(ctx)
+                                        ? "(tile " + kernels::to_string(tile) + ", not on the digits)"
+                                        : "(tile " + kernels::to_string(tile) + ")";
           std::printf("%-7s %-5s %5ux%-5u %6u %11.3f %8.1f GFLOP/s  %s\n", "matmul", tname.c_str(), n_in, n_out,
                       o.prefill_tokens, mm * 1e3, kernels::matmul_flops(copies[0], o.prefill_tokens) / mm / 1e9,
                       kernels::rows_kernel_for(ctx, t) ? rows_label : label.c_str());
@@ -601,7 +605,7 @@ const Register reg{
        app.add_option(
            "--prompt-digits", o->prompt_digits,
            "Q4_K, Q6_K and Q8_0 matmul runs on packed int8 dot products with x as this many digits, comma-separated 0 "
-           "(off) to 3 (ContextOptions::prompt_digits)");
+           "(off) to 3 (ContextOptions::prompt_digits; unset: 3 on GPUs, 0 on CPU adapters)");
        app.add_option("--matmul-tiles", o->matmul_tiles,
                       "matmul tiles to sweep, comma-separated TOKENSxROWS[/TTxTR][xf16] (e.g. "
                       "64x128,64x128/8x8,128x64xf16; tuning)");

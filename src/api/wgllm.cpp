@@ -138,7 +138,7 @@ void upload_impl(ModelAccess::Impl& m, const GgufFile& f, const LoadOptions& o) 
   i.adapter = m.ctx->adapter().name;
   i.decode_gqa_from = kernels::decode_gqa_from(*m.ctx);
   i.int_dot = int_dot_on(*m.ctx, m.gpu.config);
-  i.prompt_digits = m.ctx->options().prompt_digits.value_or(0);
+  i.prompt_digits = kernels::prompt_digits(*m.ctx);
   i.fuse_post_norms = fuse_post_norms_on(*m.ctx, m.gpu.config);
   i.fuse_qk_norm = fuse_qk_norm_on(*m.ctx, m.gpu.config);
   i.fuse_rows_rope = fuse_rows_rope_on(*m.ctx);

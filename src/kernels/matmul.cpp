@@ -160,7 +160,7 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
   const std::optional<BatchTiles> batch_tiled =
       batch_shape && !rk ? batch_tiles(ctx, w, n_tokens) : std::optional<BatchTiles>{};
   if (batch_tiled) impl = MatmulImpl::Tiled;
-  const uint32_t digits = impl == MatmulImpl::Tiled && !batch_tiled && !rk ? prompt_digits(ctx, w) : 0;
+  const uint32_t digits = impl == MatmulImpl::Tiled && !batch_tiled && !rk ? prompt_digits(ctx, w, n_tokens) : 0;
 
   const uint32_t max_grid = ctx.limits().maxComputeWorkgroupsPerDimension;
   uint32_t step = detail::tokens_per_binding(fn, ctx, {w.n_in, y_width, y1_width, y2_width});
@@ -358,9 +358,15 @@ MatvecConfig checked(const gpu::Context& ctx, MatvecConfig c) {
 
 }  // namespace
 
-uint32_t prompt_digits(const gpu::Context& ctx, const GpuWeight& w) {
-  const uint32_t d = ctx.options().prompt_digits.value_or(0);
+uint32_t prompt_digits(const gpu::Context& ctx) {
+  const uint32_t d = ctx.options().prompt_digits.value_or(ctx.adapter().is_cpu() ? 0 : 3);
   if (d > 3) throw InvalidArgument("prompt digits " + std::to_string(d) + ": 0 (off) to 3");
+  return d;
+}
+
+uint32_t prompt_digits(const gpu::Context& ctx, const GpuWeight& w, uint32_t n_tokens) {
+  const uint32_t d = prompt_digits(ctx);
+  if (!ctx.options().prompt_digits && n_tokens < kDefaultDigitsFromTokens) return 0;
   const bool kquant = w.type == GgufType::Q4_K || w.type == GgufType::Q6_K;
   const bool q8 = w.type == GgufType::Q8_0 && d <= 2 && w.n_in % 128 == 0;
   if (d == 0 || !(kquant || q8) || w.n_experts) return 0;

@@ -190,8 +190,9 @@ TEST(CliBench, DecodeOptionsInTheProfile) {
   }
   // unset: off for a model under 2,048 wide (and on CPU adapters)
   EXPECT_EQ(bench(q4k, "").at("int_dot"), false);
-  // --prompt-digits (a prompt option: the decode profile does not see it) in the JSON; unset 0; 0 to 3
-  EXPECT_EQ(bench(q4k, "").at("prompt_digits"), 0);
+  // --prompt-digits (a prompt option: the decode profile does not see it) in the JSON; unset: 3 on GPUs, 0 on CPU
+  // adapters; 0 to 3
+  EXPECT_EQ(bench(q4k, "").at("prompt_digits"), cpu ? 0 : 3);
   EXPECT_EQ(bench(q4k, " --prompt-digits 2").at("prompt_digits"), 2);
   EXPECT_EQ(bench(q4k, "", "WGLLM_PROMPT_DIGITS=1 ").at("prompt_digits"), 1);
   EXPECT_NE(run_cli("bench -m " + q4k + " -p 0 -n 1 -r 1 --prompt-digits 4").first, 0);

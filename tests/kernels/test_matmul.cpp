@@ -560,7 +560,8 @@ TEST(Matmul, PromptDigitsOnTheirGrid) {
       SCOPED_TRACE(type_name(type));
       const auto bytes = random_weight(type, n_in, n_out, gen);
       const auto w = kernels::upload_weight(ctx, type, n_in, n_out, bytes, "w");
-      if (kernels::prompt_digits(ctx, w) != d) continue;  // Q8_0's three digits, Q6_K's in 32 KB: the f32 tiles
+      if (kernels::prompt_digits(ctx, w, n_tokens) != d)
+        continue;  // Q8_0's three digits, Q6_K's in 32 KB: the f32 tiles
       std::vector<float> x(size_t(n_tokens) * n_in), seen(x.size());
       std::uniform_int_distribution<int32_t> top(-126, 126), mid(-128, 127), low(0, 255), near_half(127, 128);
       for (size_t i = 0; i < x.size(); ++i) {
@@ -589,6 +590,30 @@ TEST(Matmul, PromptDigitsOnTheirGrid) {
       const auto r = compare(ctx.read<float>(y), want);
       EXPECT_LE(r.rel_l2, 2e-6) << r.describe();
     }
+  }
+}
+
+// Which products take digits: unset, three on GPUs from kDefaultDigitsFromTokens tokens on and none on CPU adapters;
+// a value set, that many for every tiled product of a type that takes them (Q8_0: one or two).
+TEST(Matmul, PromptDigitsDefault) {
+  auto gen = rng(12);
+  const auto bytes = random_weight(Q4_K, 256, 64, gen);
+  const auto q8_bytes = random_weight(Q8_0, 256, 64, gen);
+  const bool cpu = context().adapter().is_cpu();
+  {
+    gpu::Context ctx(context_options());
+    const auto w = kernels::upload_weight(ctx, Q4_K, 256, 64, bytes, "w");
+    EXPECT_EQ(kernels::prompt_digits(ctx), cpu ? 0u : 3u);
+    EXPECT_EQ(kernels::prompt_digits(ctx, w, kernels::kDefaultDigitsFromTokens), cpu ? 0u : 3u);
+    EXPECT_EQ(kernels::prompt_digits(ctx, w, kernels::kDefaultDigitsFromTokens - 1), 0u);
+  }
+  for (const uint32_t d : {0u, 1u, 2u, 3u}) {
+    gpu::Context ctx(context_options([&](auto& o) { o.prompt_digits = d; }));
+    const auto w = kernels::upload_weight(ctx, Q4_K, 256, 64, bytes, "w");
+    const auto q8 = kernels::upload_weight(ctx, Q8_0, 256, 64, q8_bytes, "q8");
+    EXPECT_EQ(kernels::prompt_digits(ctx), d);
+    EXPECT_EQ(kernels::prompt_digits(ctx, w, 5), d);
+    EXPECT_EQ(kernels::prompt_digits(ctx, q8, 512), d == 3 ? 0u : d);
   }
 }
 

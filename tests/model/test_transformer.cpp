@@ -348,7 +348,7 @@ TEST(GpuForwardOptions, PromptDigits) {
     auto logits = [&](uint32_t digits) {
       gpu::Context ctx(test::context_options([&](auto& o) {
         o.rows_shape = "off";  // CPU adapters too take the GPUs' tiled kernel
-        if (digits) o.prompt_digits = digits;
+        o.prompt_digits = digits;  // 0: the f32 tiles (unset: 3 on GPUs)
       }));
       const GpuModel gm = load_gpu_model(ctx, f);
       GpuSession s(ctx, gm, {.n_ctx = 128, .ubatch = 64});
