@@ -126,8 +126,7 @@ void upload_impl(ModelAccess::Impl& m, const GgufFile& f, const LoadOptions& o) 
   // A forced matmul tile the adapter cannot run fails here, before any weight moves, not at the first prompt.
   if (!o.matmul_tile.empty()) kernels::matmul_tile(*m.ctx, 512, 4096);
   if (!o.rows_shape.empty()) kernels::rows_config(*m.ctx);
-  if (o.prompt_digits.value_or(0) > 3)
-    throw InvalidArgument("prompt_digits " + std::to_string(*o.prompt_digits) + ": 0 (off) to 3 digits");
+  const uint32_t prompt_digits = kernels::prompt_digits(*m.ctx);  // past 3 refused here, before any weight moves
   // Likewise a forced attention kernel that cannot run this model's heads.
   if (!o.attention_prefill.empty()) {
     kernels::check_attention_variant(*m.ctx, m.config.head_dim);
@@ -138,7 +137,7 @@ void upload_impl(ModelAccess::Impl& m, const GgufFile& f, const LoadOptions& o) 
   i.adapter = m.ctx->adapter().name;
   i.decode_gqa_from = kernels::decode_gqa_from(*m.ctx);
   i.int_dot = int_dot_on(*m.ctx, m.gpu.config);
-  i.prompt_digits = kernels::prompt_digits(*m.ctx);
+  i.prompt_digits = prompt_digits;
   i.fuse_post_norms = fuse_post_norms_on(*m.ctx, m.gpu.config);
   i.fuse_qk_norm = fuse_qk_norm_on(*m.ctx, m.gpu.config);
   i.fuse_rows_rope = fuse_rows_rope_on(*m.ctx);

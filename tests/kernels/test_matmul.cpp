@@ -579,7 +579,7 @@ TEST(Matmul, PromptDigitsOnTheirGrid) {
       batch.submit_and_wait();
       // w0: each block's quant bytes zero (Q4_K 16..143, Q6_K 0..191, Q8_0 2..33)
       std::vector<uint8_t> zeroed = bytes;
-      const size_t block = type == Q4_K ? 144 : type == Q6_K ? 210 : 34;
+      const size_t block = block_bytes(type);
       const size_t from = type == Q4_K ? 16 : type == Q6_K ? 0 : 2, to = type == Q6_K ? 192 : block;
       for (size_t b = 0; b < zeroed.size(); b += block) std::fill(&zeroed[b + from], &zeroed[b + to], 0);
       std::vector<float> excess(x.size());
