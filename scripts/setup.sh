@@ -20,7 +20,7 @@ fi
 # ---------------------------------------------------------------- Debian packages
 PKGS=(build-essential cmake pkg-config python3 python3-venv python3-pip unzip ca-certificates
       libvulkan1 vulkan-tools libgtest-dev libgmock-dev libbenchmark-dev libpcre2-dev
-      libcli11-dev nlohmann-json3-dev libcpp-httplib-dev
+      libutf8proc-dev libcli11-dev nlohmann-json3-dev libcpp-httplib-dev
       libvulkan-dev  # the Vulkan headers of the shader-statistics layer (scripts/shader_stats.py)
       clang libclang-rt-14-dev)  # clang + libFuzzer: the fuzz targets (CTest test `fuzz`)
 # Only for the tests (scripts/test.sh sets WGLLM_TEST_PACKAGES=1): headless Chromium and its WebDriver for the chat

@@ -45,9 +45,13 @@ TokenizerData tokenizer_data_from_gguf(const GgufFile& f) {
   id("tokenizer.ggml.eos_token_id", d.eos);
   id("tokenizer.ggml.unknown_token_id", d.unk);
   id("tokenizer.ggml.padding_token_id", d.pad);
+  id("tokenizer.ggml.cls_token_id", d.cls);
+  id("tokenizer.ggml.seperator_token_id", d.sep);  // sic: the key as llama.cpp's converter writes it
   d.add_bos = f.find_bool("tokenizer.ggml.add_bos_token");
   d.add_eos = f.find_bool("tokenizer.ggml.add_eos_token").value_or(false);
   d.add_space_prefix = f.find_bool("tokenizer.ggml.add_space_prefix").value_or(true);
+  d.lowercase = f.find_bool("tokenizer.ggml.normalizer.lowercase").value_or(true);
+  d.strip_accents = f.find_bool("tokenizer.ggml.normalizer.strip_accents");
   d.chat_template = f.find_string("tokenizer.chat_template").value_or("");
   return d;
 }

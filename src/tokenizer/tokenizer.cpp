@@ -1,4 +1,4 @@
-// SentencePiece BPE, byte-level BPE and Gemma 4's BPE tokenization (see tokenizer.h).
+// SentencePiece BPE, byte-level BPE, Gemma 4's BPE and WordPiece tokenization (see tokenizer.h).
 #include "tokenizer/tokenizer.h"
 
 #include <algorithm>
@@ -10,6 +10,7 @@
 
 #include "tokenizer/pretokenize.h"
 #include "tokenizer/utf8.h"
+#include "tokenizer/wordpiece.h"
 #include "wgllm/error.h"
 
 namespace wgllm {
@@ -32,6 +33,21 @@ std::array<uint32_t, 256> gpt2_byte_to_cp() {
     m[b] = printable ? b : next++;
   }
   return m;
+}
+
+// A token text with each ▁ written as the space it stands for.
+std::string unescape_spaces(std::string_view s) {
+  std::string p;
+  p.reserve(s.size());
+  for (size_t k = 0; k < s.size();) {
+    if (s.compare(k, 3, "\xE2\x96\x81") == 0) {
+      p += ' ';
+      k += 3;
+    } else {
+      p += s[k++];
+    }
+  }
+  return p;
 }
 
 // One symbol of a word being merged: a byte range of the word, linked to its neighbours.
@@ -57,6 +73,11 @@ struct Tokenizer::Impl {
   // Gemma 4 ("gemma4"): BPE merges over the text's UTF-8 characters (not GPT-2's byte map), spaces written as ▁,
   // pre-split only into runs of newlines and of the rest; a piece without a token falls back to <0xXX> byte tokens.
   bool gemma4 = false;
+  // BERT ("bert"): normalised words (wordpiece.h), each matched greedily longest-first from the left, its first piece
+  // with a ▁ in front (llama.cpp's conversion writes word-initial pieces as ▁piece and drops HF's ## from the rest).
+  bool bert = false;
+  BertNormalization bert_norm;
+  size_t max_token_bytes = 0;
   bool add_bos = false;
   bool ignore_merges = false;
   std::vector<TokenType> types;
@@ -90,6 +111,7 @@ struct Tokenizer::Impl {
   void encode_bpe_word(std::string_view word, std::vector<int32_t>& out) const;
   void encode_gemma4(std::string_view fragment, std::vector<int32_t>& out) const;
   void encode_gemma4_word(std::string_view word, std::vector<int32_t>& out) const;
+  void encode_wordpiece(std::string_view fragment, std::vector<int32_t>& out) const;
   void merge_bpe(std::vector<Symbol>& sym) const;
   void read_merges();
 };
@@ -109,8 +131,10 @@ Tokenizer::Tokenizer(TokenizerData data) : impl_(std::make_unique<Impl>()) {
     m.spm = true;
   } else if (d.model == "gemma4") {
     m.gemma4 = true;
+  } else if (d.model == "bert") {
+    m.bert = true;
   } else if (d.model != "gpt2") {
-    bad("tokenizer.ggml.model '" + d.model + "' is not supported (supported: llama, gpt2, gemma4)");
+    bad("tokenizer.ggml.model '" + d.model + "' is not supported (supported: llama, gpt2, gemma4, bert)");
   }
   if (n == 0) bad("tokenizer.ggml.tokens is empty");
   if (!d.token_types.empty() && d.token_types.size() != d.tokens.size())
@@ -119,12 +143,33 @@ Tokenizer::Tokenizer(TokenizerData data) : impl_(std::make_unique<Impl>()) {
   if (m.spm && d.scores.size() != d.tokens.size())
     bad("tokenizer.ggml.scores has " + std::to_string(d.scores.size()) + " entries for " + std::to_string(n) +
         " tokens");
-  for (auto [name, id] : {std::pair{"bos", d.bos}, {"eos", d.eos}, {"unknown", d.unk}, {"padding", d.pad}})
+  for (auto [name, id] : {std::pair{"bos", d.bos},
+                          {"eos", d.eos},
+                          {"unknown", d.unk},
+                          {"padding", d.pad},
+                          {"cls", d.cls},
+                          {"seperator", d.sep}})
     if (id < -1 || id >= n)
       bad(std::string("tokenizer.ggml.") + name + "_token_id " + std::to_string(id) + " is outside the vocabulary of " +
           std::to_string(n));
+  if (m.bert) {
+    // BERT files name [CLS] and [SEP] rather than BOS and EOS, and some name neither: llama.cpp then takes ids 101,
+    // 102 and 100, where BERT's own vocabulary has [CLS], [SEP] and [UNK]; looking the texts up agrees with that
+    // there and holds for other vocabularies too.
+    auto by_text = [&](int32_t id, const char* text) {
+      if (id >= 0) return id;
+      auto it = std::find(d.tokens.begin(), d.tokens.end(), text);
+      return it == d.tokens.end() ? -1 : static_cast<int32_t>(it - d.tokens.begin());
+    };
+    m.data.bos = by_text(d.bos >= 0 ? d.bos : d.cls, "[CLS]");
+    m.data.sep = by_text(d.sep, "[SEP]");
+    m.data.unk = by_text(d.unk, "[UNK]");
+    if (d.unk < 0) bad("bert vocabulary has no unknown token (tokenizer.ggml.unknown_token_id or [UNK])");
+    m.bert_norm = {d.lowercase, d.strip_accents.value_or(d.lowercase)};
+    for (const std::string& t : d.tokens) m.max_token_bytes = std::max(m.max_token_bytes, t.size());
+  }
   if (d.add_bos && *d.add_bos && d.bos < 0) bad("tokenizer.ggml.add_bos_token is set but there is no bos_token_id");
-  m.add_bos = d.add_bos.value_or(m.spm) && d.bos >= 0;  // byte-level BPE: its pre-tokenizer's default, below
+  m.add_bos = d.add_bos.value_or(m.spm || m.bert) && d.bos >= 0;  // byte-level BPE: its pre-tokenizer's default, below
   if (d.add_eos && d.eos < 0) bad("tokenizer.ggml.add_eos_token is set but there is no eos_token_id");
 
   m.types.resize(n, kTokenNormal);
@@ -192,15 +237,7 @@ Tokenizer::Tokenizer(TokenizerData data) : impl_(std::make_unique<Impl>()) {
         m.byte_tokens[v] = i;
         m.pieces[i] = std::string(1, static_cast<char>(v));
       } else if (t == kTokenNormal || t == kTokenUserDefined || t == kTokenUnused) {
-        std::string& p = m.pieces[i];
-        for (size_t k = 0; k < s.size();) {
-          if (s.compare(k, 3, "\xE2\x96\x81") == 0) {
-            p += ' ';
-            k += 3;
-          } else {
-            p += s[k++];
-          }
-        }
+        m.pieces[i] = unescape_spaces(s);
       } else {
         m.pieces[i] = s;
       }
@@ -213,6 +250,15 @@ Tokenizer::Tokenizer(TokenizerData data) : impl_(std::make_unique<Impl>()) {
       return;
     }
     if (!m.byte_fallback && d.unk < 0) bad("SentencePiece vocabulary has neither byte tokens nor an unknown token");
+    return;
+  }
+
+  if (m.bert) {
+    // As llama.cpp: ▁ is a space in every text token; control and unknown tokens are their text. No byte tokens.
+    for (int32_t i = 0; i < n; ++i) {
+      const TokenType t = m.types[i];
+      m.pieces[i] = t == kTokenControl || t == kTokenUnknown ? d.tokens[i] : unescape_spaces(d.tokens[i]);
+    }
     return;
   }
 
@@ -542,6 +588,36 @@ void Tokenizer::Impl::encode_gemma4_word(std::string_view word, std::vector<int3
   }
 }
 
+// WordPiece over BERT's words: from the start of ▁word, the longest token that the rest begins with, again and again;
+// a word with a place where no token fits is one unknown token.
+void Tokenizer::Impl::encode_wordpiece(std::string_view fragment, std::vector<int32_t>& out) const {
+  std::vector<std::string> words;
+  bert_words(fragment, bert_norm, words);
+  std::string w;
+  for (const std::string& word : words) {
+    w = "\xE2\x96\x81" + word;
+    const size_t first = out.size();
+    for (size_t pos = 0; pos < w.size();) {
+      int32_t id = -1;
+      size_t len = std::min(max_token_bytes, w.size() - pos);
+      for (; len > 0; --len) {
+        auto it = token_ids.find(std::string_view(w).substr(pos, len));
+        if (it != token_ids.end()) {
+          id = it->second;
+          break;
+        }
+      }
+      if (id < 0) {
+        out.resize(first);
+        out.push_back(data.unk);
+        break;
+      }
+      out.push_back(id);
+      pos += len;
+    }
+  }
+}
+
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, bool parse_special,
                                        std::span<const TextRange> plain) const {
   const Impl& m = *impl_;
@@ -562,6 +638,8 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, 
       m.encode_spm(frag, m.data.add_space_prefix && after_special, out);
     } else if (m.gemma4) {
       m.encode_gemma4(frag, out);
+    } else if (m.bert) {
+      m.encode_wordpiece(frag, out);
     } else {
       words.clear();
       m.pre->split(frag, words);
@@ -569,6 +647,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, 
     }
     after_special = false;
   }
+  if (add_special && m.bert && m.add_bos && m.data.sep >= 0) out.push_back(m.data.sep);
   if (add_special && m.data.add_eos) out.push_back(m.data.eos);
   return out;
 }
@@ -596,7 +675,7 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) c
   std::string out;
   bool at_start = true;
   for (int32_t id : ids) append_piece(out, id, at_start, skip_special);
-  return out;
+  return impl_->bert ? bert_clean_spaces(out) : out;
 }
 
 std::string Tokenizer::token_to_piece(int32_t id) const {
@@ -682,6 +761,8 @@ TokenizerData tokenizer_data_from_json(std::string_view json_text) {
   field("eos", d.eos, false);
   field("unk", d.unk, false);
   field("pad", d.pad, false);
+  field("cls", d.cls, false);
+  field("sep", d.sep, false);
   if (j.contains("add_bos")) {
     bool b = false;
     field("add_bos", b, true);
@@ -689,6 +770,12 @@ TokenizerData tokenizer_data_from_json(std::string_view json_text) {
   }
   field("add_eos", d.add_eos, false);
   field("add_space_prefix", d.add_space_prefix, false);
+  field("lowercase", d.lowercase, false);
+  if (j.contains("strip_accents")) {
+    bool b = false;
+    field("strip_accents", b, true);
+    d.strip_accents = b;
+  }
   field("chat_template", d.chat_template, false);
   return d;
 }

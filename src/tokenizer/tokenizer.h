@@ -1,6 +1,6 @@
-// Exact tokenizers built from GGUF-style vocabulary metadata: SentencePiece BPE ("llama"), byte-level BPE ("gpt2")
-// and Gemma 4's BPE over UTF-8 characters with ▁ for spaces ("gemma4"), plus a streaming decoder that only ever
-// hands out whole UTF-8 characters.
+// Exact tokenizers built from GGUF-style vocabulary metadata: SentencePiece BPE ("llama"), byte-level BPE ("gpt2"),
+// Gemma 4's BPE over UTF-8 characters with ▁ for spaces ("gemma4") and BERT's WordPiece ("bert"), plus a streaming
+// decoder that only ever hands out whole UTF-8 characters.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -24,16 +24,21 @@ enum TokenType : int32_t {
 
 // Everything a tokenizer is built from; mirrors the GGUF tokenizer.ggml.* keys one field each.
 struct TokenizerData {
-  std::string model;                // tokenizer.ggml.model: "llama" (SentencePiece BPE), "gpt2" (byte-level BPE), "gemma4"
+  std::string model;  // tokenizer.ggml.model: "llama" (SentencePiece BPE), "gpt2" (byte-level BPE), "gemma4", "bert"
   std::string pre;                  // tokenizer.ggml.pre (byte-level BPE): llama.cpp's names, "gpt-2", "llama-bpe", ...
   std::vector<std::string> tokens;  // tokenizer.ggml.tokens
   std::vector<float> scores;        // tokenizer.ggml.scores (SentencePiece; may be empty for gpt2)
   std::vector<int32_t> token_types;                // tokenizer.ggml.token_type (TokenType; empty: all normal)
   std::vector<std::string> merges;                 // tokenizer.ggml.merges, "left right", highest priority first (gpt2, gemma4)
   int32_t bos = -1, eos = -1, unk = -1, pad = -1;  // tokenizer.ggml.{bos,eos,unknown,padding}_token_id
-  std::optional<bool> add_bos;   // tokenizer.ggml.add_bos_token; absent: true for llama, gpt2 as its pre says
+  // tokenizer.ggml.cls_token_id and tokenizer.ggml.seperator_token_id (sic): BERT's [CLS] and [SEP]. A bert tokenizer
+  // takes [CLS] as its BOS where bos is absent, and the tokens [CLS], [SEP], [UNK] where their ids are.
+  int32_t cls = -1, sep = -1;
+  std::optional<bool> add_bos;   // tokenizer.ggml.add_bos_token; absent: true for llama and bert, gpt2 as its pre says
   bool add_eos = false;          // tokenizer.ggml.add_eos_token
   bool add_space_prefix = true;  // tokenizer.ggml.add_space_prefix (SentencePiece only)
+  bool lowercase = true;         // tokenizer.ggml.normalizer.lowercase (bert only)
+  std::optional<bool> strip_accents;  // tokenizer.ggml.normalizer.strip_accents (bert only); absent: as lowercase
   std::string chat_template;     // tokenizer.chat_template
 };
 
@@ -55,7 +60,8 @@ class Tokenizer {
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;
 
-  // Text to ids. add_special: BOS in front when add_bos (and EOS at the end when add_eos). parse_special: control
+  // Text to ids. add_special: BOS in front when add_bos (and EOS at the end when add_eos); bert: [CLS] in front and
+  // [SEP] at the end when add_bos, as llama.cpp does. parse_special: control
   // tokens written in the text (`<|im_start|>`, `<s>`) become their ids, except inside the `plain` ranges (a chat
   // message's content: what a user typed is text, whatever it holds); otherwise they are tokenized as text.
   // User-defined tokens are always recognised. Bytes that are not valid UTF-8 are kept (as byte tokens).
@@ -63,7 +69,8 @@ class Tokenizer {
                               std::span<const TextRange> plain = {}) const;
 
   // Ids to bytes. Control tokens appear as their text unless skip_special. SentencePiece: the space that
-  // add_space_prefix put in front is removed again from the first piece.
+  // add_space_prefix put in front is removed again from the first piece. bert: every word keeps the space in front of
+  // it, and llama.cpp's clean-up of spaces around punctuation follows (bert_clean_spaces in wordpiece.h).
   std::string decode(std::span<const int32_t> ids, bool skip_special = false) const;
   // The bytes one token stands for (may be part of a UTF-8 character); control tokens give their text.
   std::string token_to_piece(int32_t id) const;
@@ -91,7 +98,8 @@ class Tokenizer {
 
 // Incremental decoding for streaming output: every returned chunk is valid UTF-8. Bytes of a character split
 // across tokens are held back until it is complete; an invalid sequence becomes U+FFFD as soon as it is known to be
-// invalid, an incomplete one at flush(). For ids whose full decode is valid UTF-8, the chunks concatenate to it.
+// invalid, an incomplete one at flush(). For ids whose full decode is valid UTF-8, the chunks concatenate to it
+// (bert: to it before its clean-up of spaces, as llama.cpp's pieces do).
 // The tokenizer must outlive the decoder.
 class StreamDecoder {
  public:

@@ -1,7 +1,7 @@
 // The real vocabularies of llama.cpp's tokenizer test set (models/ggml-vocab-*.gguf in its source, each with .inp
-// test strings and the .out ids HF tokenizers give them): every SentencePiece, byte-level BPE and gemma4 one loads
-// through the public Vocab (metadata only: these files hold no tensors) and tokenizes every string to the same ids,
-// read as llama.cpp's test-tokenizer-0 reads them (no special tokens added, none parsed).
+// test strings and the .out ids HF tokenizers give them): every SentencePiece, byte-level BPE, gemma4 and bert one
+// loads through the public Vocab (metadata only: these files hold no tensors) and tokenizes every string to the same
+// ids, read as llama.cpp's test-tokenizer-0 reads them (no special tokens added, none parsed).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -95,10 +95,46 @@ TEST(LlamaCppVocabGemma4, DecodesEveryTestStringBack) {
   EXPECT_GE(checked, 20u);
 }
 
+// BERT's WordPiece: encode(add_special) wraps the ids in [CLS] and [SEP] (101 and 102, the file's cls_token_id and
+// seperator_token_id) as llama.cpp does, and decode gives what llama.cpp's detokenizer gives: the pieces llama-tokenize
+// lists for these ids (a space in front of every word, none in front of a word's later pieces, [UNK] as its text),
+// with its clean-up of the spaces around punctuation worked out by hand.
+TEST(LlamaCppVocabBert, WrapsInClsSepAndDecodesAsLlamaCpp) {
+  const auto src = test::llamacpp_src();
+  WGLLM_REQUIRE_EXTERNAL(src, "the llama.cpp source");
+  const std::string base = *src + "/models/ggml-vocab-bert-bge.gguf";
+  const Vocab vocab = Vocab::load(base);
+  ASSERT_TRUE(vocab.add_bos());
+  EXPECT_EQ(vocab.bos(), 101);
+  const std::vector<VocabCase> cases = read_cases(base);
+  for (const VocabCase& c : cases) {
+    std::vector<int32_t> wrapped{101};
+    wrapped.insert(wrapped.end(), c.ids.begin(), c.ids.end());
+    wrapped.push_back(102);
+    EXPECT_EQ(vocab.encode(c.text, true, false), wrapped) << "'" << show(c.text) << "'";
+  }
+  auto ids_of = [&](const std::string& text) {
+    for (const VocabCase& c : cases)
+      if (c.text == text) return c.ids;
+    ADD_FAILURE() << "no test string '" << show(text) << "'";
+    return std::vector<int32_t>{};
+  };
+  const std::pair<std::string, std::string> decoded[] = {
+      {"Hello, world!", " hello, world!"},
+      {" this is 🦙.cpp", " this is[UNK]. cpp"},
+      {"' era", "'era"},  // an apostrophe between spaces loses both
+      {"Cửa Việt", " cua viet"},
+      {"Hello, y'all! How are you 😁 ?我想在apple工作1314151天～",
+       " hello, y'all! how are you[UNK]? 我[UNK][UNK] apple[UNK][UNK] 1314151 天 ～"},
+  };
+  for (const auto& [text, want] : decoded) EXPECT_EQ(vocab.decode(ids_of(text)), want) << "'" << show(text) << "'";
+  EXPECT_EQ(vocab.decode(ids_of(" this is 🦙.cpp"), true), " this is. cpp");
+}
+
 INSTANTIATE_TEST_SUITE_P(Vocabs, LlamaCppVocab,
                          ::testing::Values("llama-spm", "llama-bpe", "phi-3", "qwen2", "qwen35", "gpt-2", "mpt",
                                            "starcoder", "refact", "command-r", "deepseek-llm", "deepseek-coder",
-                                           "falcon", "gemma-4"),
+                                           "falcon", "gemma-4", "bert-bge"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (char& c : n)

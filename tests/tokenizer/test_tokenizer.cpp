@@ -247,6 +247,46 @@ TEST(Tokenizer, SpmByteFallbackAndSpace) {
   EXPECT_EQ(tok.decode(ids), "€");
 }
 
+// WordPiece on a vocabulary small enough to work every case out by hand: a word's first piece is ▁piece, the rest
+// continue it; the longest piece that fits is taken first, even where that leaves the rest without one; [CLS], [SEP]
+// and [UNK] are found by their text when the data names no ids.
+TEST(Tokenizer, BertWordPieceByHand) {
+  TokenizerData d;
+  d.model = "bert";
+  d.tokens = {"[PAD]",  "[UNK]", "[CLS]", "[SEP]", "▁un", "aff",  "able", "▁!",
+              "▁hello", "▁cafe", "▁日",   "▁本",   "▁$",  "▁una", "▁x",   "ffable"};
+  d.token_types = {3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+  {
+    TokenizerData bad = d;
+    bad.tokens[1] = "[UNKNOWN]";
+    EXPECT_THROW(Tokenizer{bad}, ModelError);
+  }
+  const Tokenizer tok(d);
+  EXPECT_EQ(tok.bos(), 2);
+  EXPECT_TRUE(tok.add_bos());
+  // Lowercased, the accent gone, whitespace of any kind between words, ! $ and ideographs words of their own.
+  EXPECT_EQ(tok.encode("CAFÉ\t hello\xE3\x80\x80日本!", false, false), (std::vector<int32_t>{9, 8, 10, 11, 7}));
+  // ▁una is longer than ▁un: it is taken, and ffable fits the rest; ff would not, which makes unaff one [UNK]
+  // (▁un aff was there to be had). So is any word with a spot that no piece fits.
+  EXPECT_EQ(tok.encode("Unaffable", false, false), (std::vector<int32_t>{13, 15}));
+  EXPECT_EQ(tok.encode("unaff", false, false), (std::vector<int32_t>{1}));
+  EXPECT_EQ(tok.encode("$unhello x", false, false), (std::vector<int32_t>{12, 1, 14}));
+  // Controls and format characters vanish (the zero-width joiner does not split the word).
+  EXPECT_EQ(tok.encode("hel\x01lo x\xE2\x80\x8D", false, false), (std::vector<int32_t>{8, 14}));
+  EXPECT_EQ(tok.encode("hello", true, false), (std::vector<int32_t>{2, 8, 3}));
+  EXPECT_EQ(tok.encode("[SEP]x", false, true), (std::vector<int32_t>{3, 14}));
+  // Decoding: a space before every word, none before ! (llama.cpp's clean-up), control tokens as their text.
+  const std::vector<int32_t> ids = {2, 4, 5, 6, 7, 8, 3};
+  EXPECT_EQ(tok.decode(ids), "[CLS] unaffable! hello[SEP]");
+  EXPECT_EQ(tok.decode(ids, true), " unaffable! hello");
+  // Case kept: Hello is no piece. Without lowercasing accents stay unless asked to go.
+  d.lowercase = false;
+  EXPECT_EQ(Tokenizer(d).encode("Hello hello", false, false), (std::vector<int32_t>{1, 8}));
+  EXPECT_EQ(Tokenizer(d).encode("cafe\xCC\x81", false, false), (std::vector<int32_t>{1}));
+  d.strip_accents = true;
+  EXPECT_EQ(Tokenizer(d).encode("cafe\xCC\x81", false, false), (std::vector<int32_t>{9}));
+}
+
 // ---- streaming -----------------------------------------------------------------------------------------------
 
 TEST(StreamDecoder, HoldsBackSplitCharacters) {
