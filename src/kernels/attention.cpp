@@ -234,6 +234,27 @@ AttentionTiles attention_tiles(uint32_t head_dim, const WGPULimits& limits) {
   return t;
 }
 
+uint64_t attention_prefill_workgroups(const AttentionShape& s, uint32_t bq, uint32_t n_queries) {
+  const uint32_t group = s.n_heads / s.n_kv_heads;
+  const uint32_t hpw = std::min(group, bq);  // heads per workgroup; bq / hpw queries
+  const uint64_t q_blocks = (uint64_t(n_queries) + bq / hpw - 1) / (bq / hpw);
+  return q_blocks * ((group + hpw - 1) / hpw) * s.n_kv_heads;
+}
+
+AttentionTiles attention_fill_tiles(AttentionTiles t, const AttentionShape& s) {
+  while (attention_prefill_workgroups(s, t.bq, s.n_queries) < kAttentionFillWorkgroups &&
+         t.bq / 2 >= std::max(kAttentionMinRows, t.rpt)) {
+    t.bq /= 2;
+    t.wg = t.bq / t.rpt * t.tpr;
+  }
+  return t;
+}
+
+AttentionTiles attention_prefill_tiles(const gpu::Context& ctx, const AttentionShape& s) {
+  const AttentionTiles t = attention_tiles(s.head_dim, ctx.limits());
+  return ctx.adapter().is_cpu() ? t : attention_fill_tiles(t, s);  // a few cores: the fewest, largest workgroups
+}
+
 uint64_t attention_f16_storage(const AttentionF16Tiles& t, uint32_t head_dim) {
   const uint64_t hd8 = head_dim / 8;
   return uint64_t(t.bq) * (hd8 + 1) * 16 +         // Q, rows padded by one 16-byte chunk
@@ -363,7 +384,7 @@ void encode_attention_prefill(gpu::ComputeBatch& batch, gpu::Context& ctx, const
     bk = t->bk;
     pipe = ctx.pipeline({kAttentionF16Shader, "attention_prefill_f16", {}, attention_f16_prelude(ctx, *t, s.head_dim)});
   } else if (impl == AttentionImpl::Tiled) {
-    AttentionTiles tiles = attention_tiles(s.head_dim, ctx.limits());
+    AttentionTiles tiles = attention_prefill_tiles(ctx, s);
     if (tiles_override) {
       const AttentionTiles& t = *tiles_override;
       if (t.tpr == 0 || t.dv == 0 || t.rpt == 0 || t.bq % t.rpt != 0 || 4 * t.dv * t.tpr != s.head_dim ||
@@ -390,11 +411,7 @@ void encode_attention_prefill(gpu::ComputeBatch& batch, gpu::Context& ctx, const
     AttentionParams p = chunk_params(s, kv, first, count, qw, ow);
     uint32_t gx, gy;
     if (bq) {  // the tiled kernels: a workgroup per bq rows of one kv head
-      const uint32_t group = s.n_heads / s.n_kv_heads;
-      const uint32_t hpw = std::min(group, bq);
-      const uint64_t q_blocks = (count + bq / hpw - 1) / (bq / hpw);
-      const uint64_t n_wg = q_blocks * ((group + hpw - 1) / hpw) * s.n_kv_heads;
-      const auto grid = gpu::fold_grid(n_wg, max_grid);
+      const auto grid = gpu::fold_grid(attention_prefill_workgroups(s, bq, count), max_grid);
       gx = grid.x;
       gy = grid.y;
     } else {

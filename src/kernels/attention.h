@@ -79,6 +79,19 @@ struct AttentionTiles {
   uint32_t dec_tpk = 1;
 };
 AttentionTiles attention_tiles(uint32_t head_dim, const WGPULimits& limits);
+// Workgroups of one tiled prefill dispatch of n_queries queries in tiles of bq rows (a workgroup takes the rows of
+// min(group, bq) heads of one kv head).
+uint64_t attention_prefill_workgroups(const AttentionShape& shape, uint32_t bq, uint32_t n_queries);
+// The f32 tiled kernel's tile for a prefill call: attention_tiles(), and on GPUs fewer rows per workgroup while the
+// call would run fewer than kAttentionFillWorkgroups of them (bq halved, down to kAttentionMinRows). A 512-token chunk
+// of 4-8 heads per kv head (Gemma 3 and 4, Qwen 3.5, whose heads of 256 and 512 take this kernel) is 32-64 workgroups
+// of 64 rows, a fraction of a large GPU; K and V are read once per workgroup, so fewer rows read them more often,
+// which 16 rows still repay and 8 do not (PERF.md "Prefill attention that fills the GPU").
+inline constexpr uint64_t kAttentionFillWorkgroups = 256;
+inline constexpr uint32_t kAttentionMinRows = 16;
+AttentionTiles attention_prefill_tiles(const gpu::Context& ctx, const AttentionShape& shape);
+// The GPU rule alone: t with bq halved while the call has too few workgroups.
+AttentionTiles attention_fill_tiles(AttentionTiles t, const AttentionShape& shape);
 
 // The f16 kernel's tile: a workgroup of bq / 4 * cg threads computes bq rows (query, head) over bk-key tiles; a
 // thread owns 4 rows x bk / cg keys of the scores and 4 rows x head_dim / cg dims of the output. head_dim % (8 cg),

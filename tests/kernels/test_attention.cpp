@@ -36,6 +36,7 @@ struct Case {
   uint32_t window = 0;             // sliding window (0: none)
   const char* f16_tile = nullptr;  // TiledF16: "BQxBKxCGxf16" (nullptr: the adapter's default tile)
   bool sinks = false;              // per-head attention sinks (gpt-oss)
+  uint32_t bq = 0;                 // tiled prefill: rows per workgroup (> 0 overrides the default tiles)
 };
 
 std::ostream& operator<<(std::ostream& os, const Case& c) { return os << c.name; }
@@ -83,10 +84,11 @@ ErrorReport run_case(gpu::Context& ctx, const Case& c, uint64_t salt) {
     if (c.kind == Kind::Prefill) {
       kernels::AttentionTiles tiles = kernels::attention_tiles(c.head_dim, ctx.limits());
       tiles.rpt = c.rpt;
+      if (c.bq) tiles.bq = c.bq;
       tiles.wg = tiles.bq / tiles.rpt * tiles.tpr;
       std::optional<kernels::AttentionF16Tiles> f16;
       if (c.f16_tile) f16 = kernels::parse_attention_variant(c.f16_tile).f16_tiles;
-      kernels::encode_attention_prefill(batch, ctx, part, qbuf, kv, out, c.impl, c.rpt > 1 ? &tiles : nullptr,
+      kernels::encode_attention_prefill(batch, ctx, part, qbuf, kv, out, c.impl, c.rpt > 1 || c.bq ? &tiles : nullptr,
                                         f16 ? &*f16 : nullptr);
     } else {
       const uint32_t splits = c.n_splits ? c.n_splits : kernels::attention_decode_splits(part, kv);
@@ -256,6 +258,22 @@ const Case kSinkCases[] = {
     sinks({"sinks_decode_split4_gqa4_d64_start300", 8, 2, 64, 1, 300, F16, 0, Tiled, Decode, 0, 4}),
 };
 
+// The f32 tiled kernel with fewer rows per workgroup, as attention_prefill_tiles() gives GPUs for short prompts: 16
+// rows a workgroup holding two queries of 8 heads, four of 4, eight of 2, or half of a 32-head group (the other half
+// in the next workgroup), at head_dim 256 (Gemma's, Qwen 3.5's); paged KV, chunked prefill, a window. One tile (each
+// tile is a pipeline lavapipe takes about a minute to compile).
+Case rows(Case c, uint32_t bq) {
+  c.bq = bq;
+  return c;
+}
+const Case kRowsCases[] = {
+    rows({"bq16_gqa8_d256_q33_start100_paged", 8, 1, 256, 33, 100, F16, 128}, 16),
+    rows({"bq16_gqa4_d256_q20_start13", 4, 1, 256, 20, 13}, 16),
+    rows({"bq16_gqa32_d256_q9_start5", 32, 1, 256, 9, 5}, 16),
+    rows({"bq16_gqa2_d256_q40_start3_split", 8, 4, 256, 40, 3, F16, 128, Tiled, Kind::Prefill, 16}, 16),
+    rows(sw({"bq16_swa7_gqa4_d256_q30_start20", 4, 1, 256, 30, 20, F16, 128}, 7), 16),
+};
+
 class AttentionTable : public ::testing::TestWithParam<Case> {};
 
 TEST_P(AttentionTable, MatchesCpuReference) {
@@ -272,6 +290,52 @@ INSTANTIATE_TEST_SUITE_P(F16, AttentionTable, ::testing::ValuesIn(kF16Cases),
                          [](const auto& info) { return std::string(info.param.name); });
 INSTANTIATE_TEST_SUITE_P(Sinks, AttentionTable, ::testing::ValuesIn(kSinkCases),
                          [](const auto& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(Rows, AttentionTable, ::testing::ValuesIn(kRowsCases),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+// The GPU rule of attention_prefill_tiles(): bq halves while a call has fewer than kAttentionFillWorkgroups
+// workgroups, never below kAttentionMinRows (or the rows per thread group), the workgroup's threads following; calls
+// with enough workgroups keep the default tile. CPU adapters keep it always.
+TEST(Attention, PrefillTilesFillTheGpu) {
+  const auto& lim = context().limits();
+  struct Want {
+    AttentionShape s;
+    uint32_t bq;  // the rule's
+  };
+  const Want wants[] = {
+      {{.n_heads = 8, .n_kv_heads = 1, .head_dim = 256, .n_queries = 512}, 16},   // Gemma 4: 64 -> 128 -> 256
+      {{.n_heads = 4, .n_kv_heads = 1, .head_dim = 256, .n_queries = 512}, 16},   // Gemma 3 270M: 32 .. 128
+      {{.n_heads = 8, .n_kv_heads = 2, .head_dim = 256, .n_queries = 512}, 16},   // Qwen 3.5: 64 .. 256
+      {{.n_heads = 8, .n_kv_heads = 1, .head_dim = 512, .n_queries = 4096}, 0},   // 512 workgroups: unchanged
+      {{.n_heads = 4, .n_kv_heads = 1, .head_dim = 256, .n_queries = 2048}, 32},  // Gemma 3 270M pp2048: 128 -> 256
+      {{.n_heads = 8, .n_kv_heads = 1, .head_dim = 256, .n_queries = 3}, 16},     // never below 16 rows
+      {{.n_heads = 32, .n_kv_heads = 8, .head_dim = 128, .n_queries = 512}, 0},   // 256 workgroups already
+  };
+  for (const Want& w : wants) {
+    const kernels::AttentionTiles t0 = kernels::attention_tiles(w.s.head_dim, lim);
+    const kernels::AttentionTiles t = kernels::attention_fill_tiles(t0, w.s);
+    const std::string at = std::to_string(w.s.n_heads) + "/" + std::to_string(w.s.n_kv_heads) + " d" +
+                           std::to_string(w.s.head_dim) + " q" + std::to_string(w.s.n_queries);
+    EXPECT_EQ(t.bq, w.bq ? w.bq : t0.bq) << at;
+    EXPECT_EQ(t.wg, t.bq / t.rpt * t.tpr) << at;
+    EXPECT_EQ(t.bk, t0.bk) << at;
+    EXPECT_EQ(t.rpt, t0.rpt) << at;
+    const uint64_t n = kernels::attention_prefill_workgroups(w.s, t.bq, w.s.n_queries);
+    EXPECT_TRUE(n >= kernels::kAttentionFillWorkgroups || t.bq == kernels::kAttentionMinRows) << at << ": " << n;
+    if (t.bq != t0.bq) {  // the last halving was needed: twice the rows gave too few workgroups
+      EXPECT_LT(kernels::attention_prefill_workgroups(w.s, t.bq * 2, w.s.n_queries), kernels::kAttentionFillWorkgroups)
+          << at;
+    }
+  }
+  // Workgroups: 8 heads of one kv head in 16-row tiles are 2 queries a workgroup; a 16-head group in 8-row tiles
+  // takes two workgroups a query.
+  EXPECT_EQ(kernels::attention_prefill_workgroups({.n_heads = 8, .n_kv_heads = 1, .head_dim = 256}, 16, 75), 38u);
+  EXPECT_EQ(kernels::attention_prefill_workgroups({.n_heads = 16, .n_kv_heads = 1, .head_dim = 128}, 8, 9), 18u);
+  if (context().adapter().is_cpu()) {
+    const AttentionShape s{.n_heads = 8, .n_kv_heads = 1, .head_dim = 256, .n_queries = 512};
+    EXPECT_EQ(kernels::attention_prefill_tiles(context(), s).bq, kernels::attention_tiles(256, lim).bq);
+  }
+}
 
 // The context's attention_prefill option steers AttentionImpl::Auto: "f16" runs the f16 kernel (here on a CPU
 // adapter too, where Auto alone keeps f32 arithmetic), a tile with it; "f32" the f32 kernel.
