@@ -605,7 +605,7 @@ const Register reg{
        app.add_option(
            "--prompt-digits", o->prompt_digits,
            "Q4_K, Q6_K and Q8_0 matmul runs on packed int8 dot products with x as this many digits, comma-separated 0 "
-           "(off) to 3 (ContextOptions::prompt_digits; unset: 3 on GPUs from 128 tokens, 0 on CPU adapters)");
+           "(off) to 3 (ContextOptions::prompt_digits; unset: 3 on GPUs from 16 tokens, 0 on CPU adapters)");
        app.add_option("--matmul-tiles", o->matmul_tiles,
                       "matmul tiles to sweep, comma-separated TOKENSxROWS[/TTxTR][xf16] (e.g. "
                       "64x128,64x128/8x8,128x64xf16; tuning)");

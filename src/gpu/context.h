@@ -99,7 +99,7 @@ struct ContextOptions {
   // Prompt products (the tiled kernel's) of Q4_K, Q6_K and Q8_0 (1 or 2 digits) weights on packed int8 dot products
   // (kernels/matmul_int.wgsl): x as this many 8-bit digits per element under one scale per 32 elements, 1 to 3 (3:
   // about 2^-23 of each block's largest element, as int_dot's; 1: llama.cpp's 8-bit activations). 0: off (f32 tiles).
-  // Unset: 3 on GPUs for products of 128 tokens or more, 0 on CPU adapters (kernels::prompt_digits).
+  // Unset: 3 on GPUs for products of 16 tokens or more, 0 on CPU adapters (kernels::prompt_digits).
   std::optional<uint32_t> prompt_digits = std::nullopt;
   // Decoding one sequence, a post norm's residual add (gemma3, gemma4) runs in the prologue of the next product of x
   // on the matvec (MatmulOptions::pre) instead of as a one-workgroup dispatch of its own: a dispatch fewer per post

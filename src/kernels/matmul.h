@@ -179,9 +179,10 @@ struct MatmulOptions {
 // ContextOptions::prompt_digits resolved: unset, 3 on GPUs (as exact as the f32 tiles: PERF.md measures perplexity
 // within 0.002 % and 6-10 % faster pp512 of Q4_K_M files) and 0 on CPU adapters. InvalidArgument past 3.
 uint32_t prompt_digits(const gpu::Context& ctx);
-// Unset, the default's digits take products of this many tokens or more: a product of fewer is too short for the
-// digits' own dispatch to pay (not measured below 512 tokens; PERF.md). A value set applies to every tiled product.
-inline constexpr uint32_t kDefaultDigitsFromTokens = 128;
+// Unset, the default's digits take products of this many tokens or more: measured faster end to end from 16 tokens
+// (Llama-3.2-1B Q4_K_M pp16 +7.5 %, pp64 +18 %, pp512 +7 % on the H100; PERF.md), not below. A value set applies to
+// every tiled product.
+inline constexpr uint32_t kDefaultDigitsFromTokens = 16;
 // The digits a tiled (prompt) product of w over n_tokens takes x as, on packed int8 dot products (matmul_int.wgsl),
 // from prompt_digits(ctx): 0 where it stays on the f32 tiles (another type than Q4_K, Q6_K or Q8_0, expert products,
 // rows not a whole number of the kernel's 128-element steps, Q8_0 with three digits, the adapter's workgroup memory

@@ -39,7 +39,7 @@ inline void add_prompt_digits(CLI::App& app, std::optional<uint32_t>& digits) {
   app.add_option("--prompt-digits", digits,
                  "prompt products of Q4_K, Q6_K and Q8_0 weights on packed int8 dot products, x as N 8-bit digits per "
                  "element (3: within 2^-23 of each 32-element block's largest, 2: 2^-15, 1: llama.cpp's 8-bit "
-                 "activations, fastest; 0: f32 products; default: 3 on GPUs from 128 tokens, 0 on CPU adapters; "
+                 "activations, fastest; 0: f32 products; default: 3 on GPUs from 16 tokens, 0 on CPU adapters; "
                  "$WGLLM_PROMPT_DIGITS)")
       ->check(CLI::Range(0, 3))
       ->group("Advanced");
