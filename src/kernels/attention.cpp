@@ -241,9 +241,15 @@ uint64_t attention_prefill_workgroups(const AttentionShape& s, uint32_t bq, uint
   return q_blocks * ((group + hpw - 1) / hpw) * s.n_kv_heads;
 }
 
+uint64_t attention_fill_workgroups(const AttentionShape& s) {
+  uint64_t keys = uint64_t(s.start_pos) + (uint64_t(s.n_queries) + 1) / 2;  // a query's keys, on average
+  if (s.window) keys = std::min<uint64_t>(keys, s.window);
+  return keys > kAttentionLongKeys ? kAttentionFillWorkgroups / 2 : kAttentionFillWorkgroups;
+}
+
 AttentionTiles attention_fill_tiles(AttentionTiles t, const AttentionShape& s) {
-  while (attention_prefill_workgroups(s, t.bq, s.n_queries) < kAttentionFillWorkgroups &&
-         t.bq / 2 >= std::max(kAttentionMinRows, t.rpt)) {
+  const uint64_t want = attention_fill_workgroups(s);
+  while (attention_prefill_workgroups(s, t.bq, s.n_queries) < want && t.bq / 2 >= std::max(kAttentionMinRows, t.rpt)) {
     t.bq /= 2;
     t.wg = t.bq / t.rpt * t.tpr;
   }
