@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <initializer_list>
 #include <string>
 
 #include "cli/cli_util.h"
@@ -48,6 +49,24 @@ TEST(TokenizeCli, VocabOnlyFilesGiveHfIds) {
   std::remove(text.c_str());
 }
 
+// `wgllm tokenize` and llama.cpp's `llama-tokenize` (in bin) on the same model and text file, with each set of flags:
+// the same output, byte for byte.
+void expect_as_llama_tokenize(const std::string& bin, const std::string& model, const std::string& text,
+                              std::initializer_list<const char*> flag_sets) {
+  for (const std::string flags : flag_sets) {
+    const CliResult ours = run_cli("tokenize -m " + model + " -f " + text + flags);
+    FILE* p = popen(
+        (bin + "/llama-tokenize --log-disable -m " + model + " -f " + text + flags + " 2>/dev/null").c_str(), "r");
+    ASSERT_NE(p, nullptr);
+    std::string theirs;
+    char buf[4096];
+    while (size_t n = fread(buf, 1, sizeof buf, p)) theirs.append(buf, n);
+    ASSERT_EQ(pclose(p), 0) << flags;
+    EXPECT_EQ(ours.status, 0) << ours.err;
+    EXPECT_EQ(ours.out, theirs) << "flags:" << flags;
+  }
+}
+
 // BERT's WordPiece on what its test set lacks (accents, controls, symbols, CJK, apostrophes, [SEP] written in the
 // text), byte for byte as llama-tokenize prints it. Hangul is left out on purpose: llama.cpp keeps only the first
 // letter of a syllable's NFD, where HF's BertNormalizer, which made the vocabulary, and wgllm keep all three.
@@ -65,18 +84,7 @@ TEST(TokenizeCli, BertSameOutputAsLlamaTokenize) {
       "5 $100+<x>^`|~ "
       "\xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E I'm [SEP] \xCE\xA3\xCE\xAF\xCF\x83\xCF\x85\xCF\x86\xCE\xBF\xCF\x82 "
       "\xEF\xAC\x81ne \xC4\xB0stanbul\t\xE3\x80\x80wide");
-  for (const std::string flags : {"", " --ids", " --no-bos --no-parse-special"}) {
-    const CliResult ours = run_cli("tokenize -m " + model + " -f " + text + flags);
-    FILE* p = popen(
-        (*bin + "/llama-tokenize --log-disable -m " + model + " -f " + text + flags + " 2>/dev/null").c_str(), "r");
-    ASSERT_NE(p, nullptr);
-    std::string theirs;
-    char buf[4096];
-    while (size_t n = fread(buf, 1, sizeof buf, p)) theirs.append(buf, n);
-    ASSERT_EQ(pclose(p), 0) << flags;
-    EXPECT_EQ(ours.status, 0) << ours.err;
-    EXPECT_EQ(ours.out, theirs) << "flags:" << flags;
-  }
+  expect_as_llama_tokenize(*bin, model, text, {"", " --ids", " --no-bos --no-parse-special"});
   std::remove(text.c_str());
 }
 
@@ -86,18 +94,7 @@ TEST(TokenizeCli, SameOutputAsLlamaTokenize) {
   const auto gemma = test::gemma_file();
   WGLLM_REQUIRE_EXTERNAL(gemma, "the Gemma 3 270M file");
   const std::string text = write_temp("gemma.txt", "<start_of_turn>user\n  caf\xC3\xA9\t\xF0\x9D\x84\x9E 42\\n end");
-  for (const std::string flags : {"", " --ids", " --no-bos --no-parse-special", " --no-escape --ids"}) {
-    const CliResult ours = run_cli("tokenize -m " + *gemma + " -f " + text + flags);
-    FILE* p = popen(
-        (*bin + "/llama-tokenize --log-disable -m " + *gemma + " -f " + text + flags + " 2>/dev/null").c_str(), "r");
-    ASSERT_NE(p, nullptr);
-    std::string theirs;
-    char buf[4096];
-    while (size_t n = fread(buf, 1, sizeof buf, p)) theirs.append(buf, n);
-    ASSERT_EQ(pclose(p), 0) << flags;
-    EXPECT_EQ(ours.status, 0) << ours.err;
-    EXPECT_EQ(ours.out, theirs) << "flags:" << flags;
-  }
+  expect_as_llama_tokenize(*bin, *gemma, text, {"", " --ids", " --no-bos --no-parse-special", " --no-escape --ids"});
   std::remove(text.c_str());
 }
 
