@@ -71,6 +71,7 @@ struct GgufTokenizerSummary {
   std::optional<uint64_t> vocab_size = {};  // entries of tokenizer.ggml.tokens
   std::optional<uint64_t> merges = {};      // entries of tokenizer.ggml.merges
   std::optional<uint32_t> bos_id, eos_id, unknown_id, padding_id;
+  std::optional<uint32_t> cls_id, sep_id;  // BERT vocabularies' [CLS] and [SEP] (tokenizer.ggml.cls_token_id, ...)
   std::optional<bool> add_bos = {};
   bool chat_template = false;  // tokenizer.chat_template present
 };

@@ -131,6 +131,8 @@ GgufSummary inspect_gguf(const std::string& path) {
   t.eos_id = f.find_u32("tokenizer.ggml.eos_token_id");
   t.unknown_id = f.find_u32("tokenizer.ggml.unknown_token_id");
   t.padding_id = f.find_u32("tokenizer.ggml.padding_token_id");
+  t.cls_id = f.find_u32("tokenizer.ggml.cls_token_id");
+  t.sep_id = f.find_u32("tokenizer.ggml.seperator_token_id");  // llama.cpp's spelling
   t.add_bos = f.find_bool("tokenizer.ggml.add_bos_token");
   t.chat_template = f.has("tokenizer.chat_template");
   for (const auto& [key, v] : f.metadata())

@@ -26,7 +26,9 @@ TEST(InspectGguf, ReportsMetadataTensorsAndConfig) {
   test::GgufBuilder g = test::tiny_model("qwen2");
   g.kv("general.name", GVal::str("tiny"))
       .kv("test.numbers", GVal::i32s({3, -1, 4, 1, 5, 9}))
-      .kv("tokenizer.ggml.add_bos_token", GVal::boolean(false));
+      .kv("tokenizer.ggml.add_bos_token", GVal::boolean(false))
+      .kv("tokenizer.ggml.cls_token_id", GVal::u32(7))
+      .kv("tokenizer.ggml.seperator_token_id", GVal::u32(8));  // llama.cpp's spelling
   const std::vector<uint8_t> bytes = g.build();
   const std::string path = write_temp("tiny.gguf", bytes);
   const GgufSummary s = inspect_gguf(path);
@@ -83,6 +85,8 @@ TEST(InspectGguf, ReportsMetadataTensorsAndConfig) {
   EXPECT_EQ(s.tokenizer.bos_id, 1u);
   EXPECT_EQ(s.tokenizer.eos_id, 2u);
   EXPECT_FALSE(s.tokenizer.unknown_id);
+  EXPECT_EQ(s.tokenizer.cls_id, 7u);
+  EXPECT_EQ(s.tokenizer.sep_id, 8u);
   EXPECT_EQ(s.tokenizer.add_bos, false);
   EXPECT_FALSE(s.tokenizer.chat_template);
   std::filesystem::remove(path);

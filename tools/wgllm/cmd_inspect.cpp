@@ -86,8 +86,9 @@ void print_tokenizer(const GgufTokenizerSummary& t) {
   if (t.pre) std::printf("  pre            %s\n", t.pre->c_str());
   if (t.vocab_size) std::printf("  vocab size     %llu\n", static_cast<unsigned long long>(*t.vocab_size));
   if (t.merges) std::printf("  merges         %llu\n", static_cast<unsigned long long>(*t.merges));
-  for (const auto& [k, id] : {std::pair{"bos", t.bos_id}, std::pair{"eos", t.eos_id},
-                              std::pair{"unknown", t.unknown_id}, std::pair{"padding", t.padding_id}})
+  for (const auto& [k, id] :
+       {std::pair{"bos", t.bos_id}, std::pair{"eos", t.eos_id}, std::pair{"cls", t.cls_id}, std::pair{"sep", t.sep_id},
+        std::pair{"unknown", t.unknown_id}, std::pair{"padding", t.padding_id}})
     if (id) std::printf("  %-14s %u\n", (std::string(k) + " id").c_str(), *id);
   if (t.add_bos) std::printf("  add bos        %s\n", *t.add_bos ? "yes" : "no");
   std::printf("  chat template  %s\n", t.chat_template ? "yes" : "no");
