@@ -1,5 +1,6 @@
 // Attention kernels vs the CPU reference (float64): an explicit table of shapes.
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -41,8 +42,8 @@ struct Case {
 
 std::ostream& operator<<(std::ostream& os, const Case& c) { return os << c.name; }
 
-// Runs one case on `ctx` and returns the comparison with the CPU reference.
-ErrorReport run_case(gpu::Context& ctx, const Case& c, uint64_t salt) {
+// Runs one case on `ctx` and returns the comparison with the CPU reference (and the raw output rows in `raw`).
+ErrorReport run_case(gpu::Context& ctx, const Case& c, uint64_t salt, std::vector<float>* raw = nullptr) {
   auto gen = rng(salt);
   const uint32_t q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
   const uint32_t stride = q_dim + c.row_pad;
@@ -103,6 +104,7 @@ ErrorReport run_case(gpu::Context& ctx, const Case& c, uint64_t salt) {
   }
   batch.submit_and_wait();
   auto got_padded = ctx.read<float>(out);
+  if (raw) *raw = got_padded;
 
   // Reference on dense rows (strip the padding).
   std::vector<float> q_dense(size_t(c.n_queries) * q_dim), got(size_t(c.n_queries) * q_dim);
@@ -292,6 +294,21 @@ INSTANTIATE_TEST_SUITE_P(Sinks, AttentionTable, ::testing::ValuesIn(kSinkCases),
                          [](const auto& info) { return std::string(info.param.name); });
 INSTANTIATE_TEST_SUITE_P(Rows, AttentionTable, ::testing::ValuesIn(kRowsCases),
                          [](const auto& info) { return std::string(info.param.name); });
+
+// A row's arithmetic does not depend on the rows its workgroup holds: the same case at 64 rows a workgroup (the
+// default tile) and at 16 (the GPU rule's smallest) gives the same bits, so the rule changes no model's output.
+TEST(Attention, FewerRowsPerWorkgroupSameBits) {
+  const Case wide{"bits_gqa8_d256_q40_start30_paged", 8, 1, 256, 40, 30, F16, 128};
+  Case narrow = rows(wide, 16);
+  std::vector<float> a, b;
+  EXPECT_LE(run_case(context(), wide, 7, &a).rel_l2, tolerance(wide));
+  EXPECT_LE(run_case(context(), narrow, 7, &b).rel_l2, tolerance(narrow));
+  ASSERT_EQ(a.size(), b.size());
+  size_t differ = 0;
+  for (size_t i = 0; i < a.size(); ++i) differ += std::bit_cast<uint32_t>(a[i]) != std::bit_cast<uint32_t>(b[i]);
+  EXPECT_EQ(differ, 0u) << "of " << a.size();
+  EXPECT_EQ(kernels::attention_tiles(256, context().limits()).bq, 64u);  // the wide case is the default tile
+}
 
 // The GPU rule of attention_prefill_tiles(): bq halves while a call has fewer workgroups than
 // attention_fill_workgroups() (256, or 128 where its queries see more than 1,536 keys on average), never below
