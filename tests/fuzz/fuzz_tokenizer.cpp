@@ -1,7 +1,8 @@
 // libFuzzer target: every tokenizer on any bytes. The first byte picks the tokenizer and flags, the rest is text
 // (or, with bit 6, token ids, two bytes each). Checked: ids lie in the vocabulary; decode(encode(text)) == text
 // where the tokenizer promises it; every piece a StreamDecoder hands out is valid UTF-8, and for ids whose decode
-// is valid UTF-8 the pieces concatenate to it.
+// is valid UTF-8 the pieces concatenate to it (BERT's WordPiece: the pieces, not decode's clean-up of spaces; its
+// normalisation loses text, so no round trip).
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -22,6 +23,7 @@ struct Fixture {
   std::string name;
   Tokenizer tok;
   bool spm;
+  bool bert = false;
 };
 
 std::vector<Fixture>* g_fixtures = nullptr;
@@ -58,6 +60,7 @@ void check_stream(const Fixture& f, const std::vector<int32_t>& ids, bool skip_s
   const std::string rest = dec.flush();
   if (!wgllm::is_valid_utf8(rest)) fail(f, "the flushed piece is not valid UTF-8", text);
   all += rest;
+  if (f.bert) return;  // decode() cleans up spaces around punctuation, the stream does not (tokenizer.h)
   const std::string whole = f.tok.decode(ids, skip_special);
   if (wgllm::is_valid_utf8(whole) && all != whole) fail(f, "the streamed pieces differ from decode()", text);
 }
@@ -70,6 +73,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   g_fixtures->push_back({"spm (no space prefix)", load("spm", false), true});
   for (const char* name : {"bpe_gpt2", "bpe_llama3", "bpe_qwen2", "bpe_smollm"})
     g_fixtures->push_back({name, load(name, false), false});
+  g_fixtures->push_back({"bert", load("bert", false), false, true});
   return 0;
 }
 
@@ -96,7 +100,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   // Round trip. Byte-level BPE keeps every byte, and special tokens decode to their text. SentencePiece turns a
   // U+2581 in the text into a space, and puts a space prefix after each split-out token, which decode keeps.
-  if (add_special) return 0;
+  if (add_special || f.bert) return 0;
   const std::string back = f.tok.decode(ids);
   if (f.spm) {
     if (text.find("\xE2\x96\x81") != std::string_view::npos) return 0;
