@@ -298,8 +298,8 @@ INSTANTIATE_TEST_SUITE_P(Rows, AttentionTable, ::testing::ValuesIn(kRowsCases),
 // A row's arithmetic does not depend on the rows its workgroup holds: the same case at 64 rows a workgroup (the
 // default tile) and at 16 (the GPU rule's smallest) gives the same bits, so the rule changes no model's output.
 TEST(Attention, FewerRowsPerWorkgroupSameBits) {
-  const Case wide{"bits_gqa8_d256_q40_start30_paged", 8, 1, 256, 40, 30, F16, 128};
-  Case narrow = rows(wide, 16);
+  const Case wide = rows({"bits_gqa8_d256_q40_start30_paged", 8, 1, 256, 40, 30, F16, 128}, 64);
+  const Case narrow = rows(wide, 16);
   std::vector<float> a, b;
   EXPECT_LE(run_case(context(), wide, 7, &a).rel_l2, tolerance(wide));
   EXPECT_LE(run_case(context(), narrow, 7, &b).rel_l2, tolerance(narrow));
