@@ -408,26 +408,12 @@ void print_lean_rows(gpu::Context& ctx, const Options& o, const std::vector<std:
   }
 }
 
-// --decode-table: each type's one-token product (the matvec, or the Rows kernel on CPU adapters) at each shape, in
-// weight GB/s (GGUF bytes / time) and as a share of the streaming-read floor, as one Markdown table.
-int run_decode_table(const Options& o) {
-  gpu::ContextOptions options = context_options(o.adapter);
-  options.matvec_shape = o.matvec;
-  gpu::Context ctx(options);
-  std::printf("adapter %s (%s), subgroups %s\n", ctx.adapter().name.c_str(), ctx.adapter().backend.c_str(),
-              ctx.features().subgroups ? "yes" : "no");
-  const double floor_gbs = print_memory_floor(ctx, 512ull << 20);
-  const auto shapes = split(o.shapes, ',');
-  std::printf(
-      "\nOne-token weight products, weight GB/s (%% of the %.0f GB/s streaming read), n_in x n_out:\n\n| type |",
-      floor_gbs);
-  for (const auto& s : shapes) std::printf(" %s |", s.c_str());
-  std::printf("\n|---|");
-  for (size_t i = 0; i < shapes.size(); ++i) std::printf("---:|");
-  std::printf("\n");
+// --decode-table's rows: each type's one-token product at the context's matvec shape (labelled `label` if any).
+void print_decode_rows(gpu::Context& ctx, const Options& o, const std::vector<std::string>& shapes, double floor_gbs,
+                       const std::string& label) {
   for (const auto& tname : split(o.types, ',')) {
     const GgufType t = parse_type(tname);
-    std::printf("| %s |", tname.c_str());
+    std::printf("| %s%s%s |", tname.c_str(), label.empty() ? "" : " ", label.c_str());
     for (const auto& shape : shapes) {
       const auto dims = split(shape, 'x');
       if (dims.size() != 2) throw InvalidArgument("--shapes: '" + shape + "' is not N_INxN_OUT");
@@ -449,13 +435,48 @@ int run_decode_table(const Options& o) {
     }
     std::printf("\n");
   }
-  if (o.int_dot) print_int_dot_rows(ctx, o, shapes, floor_gbs);
-  if (!o.lean.empty()) print_lean_rows(ctx, o, shapes, floor_gbs);
+}
+
+// --decode-table: each type's one-token product (the matvec, or the Rows kernel on CPU adapters) at each shape, in
+// weight GB/s (GGUF bytes / time) and as a share of the streaming-read floor, as one Markdown table.
+// With --matvec a comma-separated list of shapes ("default": the adapter's own), a row per type and shape: a matvec
+// shape sweep in one table.
+int run_decode_table(const Options& o) {
+  const std::vector<std::string> matvec_shapes = o.matvec.empty() ? std::vector<std::string>{""} : split(o.matvec, ',');
+  const auto shapes = split(o.shapes, ',');
+  double floor_gbs = 0;
+  for (size_t mi = 0; mi < matvec_shapes.size(); ++mi) {
+    const std::string& mv_shape = matvec_shapes[mi] == "default" ? std::string() : matvec_shapes[mi];
+    gpu::ContextOptions options = context_options(o.adapter);
+    options.matvec_shape = mv_shape;
+    gpu::Context ctx(options);
+    if (mi == 0) {
+      std::printf("adapter %s (%s), subgroups %s\n", ctx.adapter().name.c_str(), ctx.adapter().backend.c_str(),
+                  ctx.features().subgroups ? "yes" : "no");
+      floor_gbs = print_memory_floor(ctx, 512ull << 20);
+      std::printf(
+          "\nOne-token weight products, weight GB/s (%% of the %.0f GB/s streaming read), n_in x n_out:\n\n| type |",
+          floor_gbs);
+      for (const auto& s : shapes) std::printf(" %s |", s.c_str());
+      std::printf("\n|---|");
+      for (size_t i = 0; i < shapes.size(); ++i) std::printf("---:|");
+      std::printf("\n");
+    }
+    print_decode_rows(ctx, o, shapes, floor_gbs, matvec_shapes.size() > 1 ? matvec_shapes[mi] : std::string());
+    if (mi + 1 < matvec_shapes.size()) continue;
+    if (o.int_dot) print_int_dot_rows(ctx, o, shapes, floor_gbs);
+    if (!o.lean.empty()) print_lean_rows(ctx, o, shapes, floor_gbs);
+  }
   return 0;
 }
 
 int run_bench_ops(const Options& o) {
-  if (!o.matvec.empty()) kernels::parse_matvec_config(o.matvec);  // a malformed --matvec fails before any work
+  // a malformed --matvec fails before any work; a list sweeps in --decode-table only
+  const auto matvec_shapes = split(o.matvec, ',');
+  for (const auto& m : matvec_shapes)
+    if (m != "default" || !o.decode_table) kernels::parse_matvec_config(m);
+  if (matvec_shapes.size() > 1 && !o.decode_table)
+    throw InvalidArgument("--matvec: a list of shapes sweeps with --decode-table; alone, one shape");
   if (o.decode_table) return run_decode_table(o);
   std::vector<std::string> tiles = split(o.matmul_tiles, ',');
   for (const auto& t : tiles) kernels::parse_matmul_tile(t);  // likewise --matmul-tiles
@@ -601,7 +622,9 @@ const Register reg{
        app.add_option("--rotate-bytes", o->rotate_bytes,
                       "matvec: cycle through copies of the weight totalling this many bytes (1: one copy)")
            ->capture_default_str();
-       app.add_option("--matvec", o->matvec, "matvec shape THREADSxROWSxGROUPS (tuning)");
+       app.add_option("--matvec", o->matvec,
+                      "matvec shape THREADSxROWSxGROUPS[xUNITS] (tuning); with --decode-table a comma-separated list "
+                      "to sweep, `default` the adapter's own shape");
        app.add_option(
            "--prompt-digits", o->prompt_digits,
            "Q4_K, Q6_K and Q8_0 matmul runs on packed int8 dot products with x as this many digits, comma-separated 0 "
