@@ -446,9 +446,8 @@ int run_decode_table(const Options& o) {
   const auto shapes = split(o.shapes, ',');
   double floor_gbs = 0;
   for (size_t mi = 0; mi < matvec_shapes.size(); ++mi) {
-    const std::string& mv_shape = matvec_shapes[mi] == "default" ? std::string() : matvec_shapes[mi];
     gpu::ContextOptions options = context_options(o.adapter);
-    options.matvec_shape = mv_shape;
+    if (matvec_shapes[mi] != "default") options.matvec_shape = matvec_shapes[mi];
     gpu::Context ctx(options);
     if (mi == 0) {
       std::printf("adapter %s (%s), subgroups %s\n", ctx.adapter().name.c_str(), ctx.adapter().backend.c_str(),

@@ -73,8 +73,8 @@ struct LoadOptions {
   std::optional<bool> int_dot = std::nullopt;
   // Prompt processing, the Q4_K, Q6_K and Q8_0 weight products on packed int8 dot products: x as this many 8-bit digits
   // per element under one scale per 32 elements, 1 to 3 (3: within about 2^-23 of each block's largest element; 1:
-  // llama.cpp's 8-bit activations, the fastest and least exact). 0: f32 products. Unset: 3 on GPUs for products of 128
-  // tokens or more (Q4_K_M pp512 6-10 % faster on the H100 than f32, perplexity within 0.002 %), 0 on CPU adapters
+  // llama.cpp's 8-bit activations, the fastest and least exact). 0: f32 products. Unset: 3 on GPUs for products of 16
+  // tokens or more (Q4_K_M pp16-pp512 7-18 % faster on the H100 than f32, perplexity within 0.002 %), 0 on CPU adapters
   // (ModelInfo::prompt_digits; the CLI reads $WGLLM_PROMPT_DIGITS).
   std::optional<uint32_t> prompt_digits = std::nullopt;
   // Decoding, gemma's post norms (their residual adds) in the next product's prologue instead of dispatches of their
