@@ -88,13 +88,13 @@ uint64_t attention_prefill_workgroups(const AttentionShape& shape, uint32_t bq, 
 // 32-64 workgroups of 64 rows, a fraction of a large GPU; K and V are read once per workgroup, so fewer rows read them
 // more often, which 16 rows still repay and 8 do not, and which a call whose queries see many keys each repays only
 // down to half as many workgroups (PERF.md "Prefill attention that fills the GPU").
+AttentionTiles attention_prefill_tiles(const gpu::Context& ctx, const AttentionShape& shape);
 inline constexpr uint64_t kAttentionFillWorkgroups = 256;
 inline constexpr uint32_t kAttentionMinRows = 16;
 inline constexpr uint64_t kAttentionLongKeys = 1536;
 // The workgroups the rule asks of a call: kAttentionFillWorkgroups, half as many where its queries see more than
 // kAttentionLongKeys keys on average (a chunk deep in the prompt).
 uint64_t attention_fill_workgroups(const AttentionShape& shape);
-AttentionTiles attention_prefill_tiles(const gpu::Context& ctx, const AttentionShape& shape);
 // The GPU rule alone: t with bq halved while the call has too few workgroups.
 AttentionTiles attention_fill_tiles(AttentionTiles t, const AttentionShape& shape);
 
