@@ -88,6 +88,10 @@ struct LoadOptions {
   // every sequence in one dispatch, for every model (RoPE and the append alone where there are no q/k norms): unset,
   // on every adapter (on lavapipe one stream 13-39 % faster; not yet measured on a GPU).
   std::optional<bool> fuse_qk_norm = std::nullopt;
+  // Decoding a mixture of experts, each token's routing inside its experts' gate/up products, every workgroup
+  // choosing its pair's expert from the router's logits, instead of a dispatch of its own (ContextOptions::
+  // fuse_moe_route): one dependent link fewer a MoE layer, the same bits. Unset: on (ModelInfo::fuse_moe_route).
+  std::optional<bool> fuse_moe_route = std::nullopt;
   // Called while weights upload: bytes done, bytes in all.
   std::function<void(uint64_t done, uint64_t total)> progress;
   // Called once the GGUF is parsed, before the adapter is opened and the weights upload: the tokenizer and chat
@@ -144,6 +148,8 @@ struct ModelInfo {
   bool fuse_post_norms = false;   // decoding runs post norms in the next product's prologue (LoadOptions'; resolved)
   bool fuse_qk_norm = false;      // decoding runs the q/k norms and the KV append in attention (LoadOptions'; resolved)
   bool fuse_rows_rope = false;    // BatchEngine's steps over one KV pool likewise, every model (fuse_qk_norm; resolved)
+  bool fuse_moe_route =
+      false;  // decoding chooses a MoE layer's experts in its gate/up products (LoadOptions'; resolved)
   uint32_t prompt_digits = 0;     // prompt products of K-quant/Q8_0 weights on x's int8 digits (LoadOptions'; resolved)
 };
 

@@ -120,6 +120,7 @@ void upload_impl(ModelAccess::Impl& m, const GgufFile& f, const LoadOptions& o) 
                                                              .prompt_digits = o.prompt_digits,
                                                              .fuse_post_norms = o.fuse_post_norms,
                                                              .fuse_qk_norm = o.fuse_qk_norm,
+                                                             .fuse_moe_route = o.fuse_moe_route,
                                                              .kernel_dir = o.kernel_dir,
                                                              .dump_shaders_dir = o.dump_shaders_dir,
                                                              .shader_checks = o.shader_checks});
@@ -141,6 +142,7 @@ void upload_impl(ModelAccess::Impl& m, const GgufFile& f, const LoadOptions& o) 
   i.fuse_post_norms = fuse_post_norms_on(*m.ctx, m.gpu.config);
   i.fuse_qk_norm = fuse_qk_norm_on(*m.ctx, m.gpu.config);
   i.fuse_rows_rope = fuse_rows_rope_on(*m.ctx);
+  i.fuse_moe_route = fuse_moe_route_on(*m.ctx, m.gpu.config);
   if (!o.n_ctx) {
     const ContextSize c = adapter_default_context(*m.ctx, m.gpu);
     i.n_ctx = c.n_ctx, i.n_ctx_capped = c.capped;

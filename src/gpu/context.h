@@ -114,6 +114,10 @@ struct ContextOptions {
   // (kernels::encode_attention_decode_rows_fresh). Unset: the defaults of model/transformer.h (fuse_qk_norm_on,
   // fuse_rows_rope_on).
   std::optional<bool> fuse_qk_norm = std::nullopt;
+  // Decoding, a mixture of experts' routing (kernels::encode_moe_route) inside its experts' gate/up products
+  // (kernels::ExpertOptions::route), each workgroup choosing its pair's expert from the router's logits: one dependent
+  // link fewer a MoE layer, the same bits. Unset: model/transformer.h's fuse_moe_route_on.
+  std::optional<bool> fuse_moe_route = std::nullopt;
   // Shaders beyond the library's, found by name by pipeline() (a test's or a benchmark's own kernels). The
   // span must outlive the context.
   std::span<const EmbeddedShader> extra_shaders = {};

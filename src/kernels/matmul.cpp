@@ -559,6 +559,20 @@ bool expert_combine_fits(const gpu::Context& ctx, const GpuWeight& w, uint32_t n
   return combine_config(ctx, w, n_tokens, n_used).has_value();
 }
 
+namespace {
+// The workgroup memory moe_choose.wgsl adds to a matvec of mv's shape.
+uint64_t route_bytes(const MatvecConfig& mv) {
+  return (2ull * kMoeMaxExperts + 3ull * kMoeMaxUsed + uint64_t(mv.threads_per_row) * mv.groups) * 4;
+}
+}  // namespace
+
+bool expert_route_fits(const gpu::Context& ctx, const GpuWeight& w, uint32_t n_tokens, uint32_t n_used) {
+  if (w.n_experts == 0 || w.n_experts > kMoeMaxExperts || n_used == 0 || n_used > kMoeMaxUsed || n_used > w.n_experts)
+    return false;
+  const MatvecConfig mv = batch_matvec_config(ctx, w.n_out / w.n_experts, w.n_in, w.type, n_tokens * n_used);
+  return matvec_red_bytes(ctx, mv, 1) + route_bytes(mv) <= ctx.limits().maxComputeWorkgroupStorageSize;
+}
+
 void encode_expert_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight& w, const gpu::Buffer& x,
                           const gpu::Buffer& y, const gpu::Buffer& experts, uint32_t n_tokens, uint32_t n_used,
                           const ExpertOptions& o) {
@@ -597,6 +611,22 @@ void encode_expert_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const Gpu
       fail(fn, "combine needs one piece, a shape that fits the adapter's workgroup, and no swiglu, norm or group");
     detail::need(fn, "combine", *o.combine, pairs * 4, ctx);
   }
+  const ExpertRoute* route = o.route;
+  if (route) {
+    if (o.group || o.combine || !expert_route_fits(ctx, w, n_tokens, n_used))
+      fail(fn, "route needs no group or combine, at most " + std::to_string(kMoeMaxExperts) + " experts and " +
+                   std::to_string(kMoeMaxUsed) + " a token, and room in the adapter's workgroup");
+    if (!route->logits || !route->weights) fail(fn, "route needs the router's logits and a weights buffer");
+    detail::need(fn, "route logits", *route->logits, uint64_t(n_tokens) * w.n_experts * 4, ctx);
+    detail::need(fn, "route weights", *route->weights, pairs * 4, ctx);
+    if (route->sigmoid_bias)
+      detail::need(fn, "route sigmoid_bias", *route->sigmoid_bias, uint64_t(w.n_experts) * 4, ctx);
+    for (const gpu::Buffer* out : {&y, &experts, route->weights})
+      for (const gpu::Buffer* other : {&x, route->logits, route->sigmoid_bias, o.norm, o.bias})
+        if (other && other->get() == out->get()) fail(fn, "route: y, experts and the weights must not be inputs");
+    if (experts.get() == route->weights->get() || y.get() == route->weights->get() || y.get() == experts.get())
+      fail(fn, "route: y, experts and the weights must be different buffers");
+  }
   const MatvecConfig mv = cmv ? *cmv : batch_matvec_config(ctx, rows, w.n_in, w.type, uint32_t(pairs));
   const uint32_t combine_groups = cmv ? mv.groups / n_used : 1;
   const bool xv4 = w.n_in % 32 == 0;
@@ -609,7 +639,8 @@ void encode_expert_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const Gpu
   const bool grouped = tiled || (o.group && tile > 1 && matvec_pass_tokens(ctx, mv) >= tile);
   const uint32_t slots = grouped ? moe_group_tiles(uint32_t(pairs), w.n_experts, tile) : uint32_t(pairs);
   if (grouped) detail::need(fn, "group", *o.group, moe_group_words(uint32_t(pairs)) * 4, ctx);
-  const MatvecMode mode{.experts = true, .combine_pairs = cmv ? n_used : 0, .combine_groups = combine_groups};
+  const MatvecMode mode{
+      .experts = true, .combine_pairs = cmv ? n_used : 0, .combine_groups = combine_groups, .route = route != nullptr};
   const MatmulTile mt{.tokens = tile, .rows = 64};
   WGPUComputePipeline pipe = tiled ? tiled_pipeline(ctx, mt, w.type, /*experts=*/true)
                                    : matvec_pipeline(ctx, mv, w.type, grouped ? tile : 1, xv4, mode);
@@ -632,6 +663,10 @@ void encode_expert_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const Gpu
     p.expert_first = piece.row_begin / rows;
     p.n_experts = piece.n_rows / rows;
     p.tiles_off = grouped ? uint32_t(pairs) : 0;
+    if (route) {
+      p.route_experts = w.n_experts;
+      p.route_flags = 1u | (route->sigmoid_bias ? 2u : 0u);  // moe_choose.wgsl's CH_NORM_TOP, CH_SIGMOID
+    }
     if (tiled) {
       p.n_tokens = slots;
       p.row_tiles = row_blocks;
@@ -642,7 +677,7 @@ void encode_expert_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const Gpu
         {2, &x},
         {3, &y},
         {4, o.bias ? o.bias : &none, 0, o.bias ? uint64_t(w.n_out) * 4 : 16},
-        {5, grouped ? o.group : &experts},
+        route ? gpu::BufferBinding{5, &none, 0, 16} : gpu::BufferBinding{5, grouped ? o.group : &experts},
         {6, o.norm ? o.norm : &none, 0, o.norm ? norm_floats * 4 : 16},
         {7, &ctx.placeholder_writable(), 0, 16},
         {8, &ctx.placeholder_writable(), 0, 16},
@@ -660,6 +695,13 @@ void encode_expert_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const Gpu
                                      {15, &ctx.placeholder_writable(), 0, 16},
                                      {16, &none, 0, 16},
                                      {17, o.combine ? o.combine : &none, 0, o.combine ? pairs * 4 : 16}});
+    if (route)
+      bindings.insert(bindings.end(),
+                      {{19, route->logits, 0, uint64_t(n_tokens) * w.n_experts * 4},
+                       {20, &experts, 0, pairs * 4},
+                       {21, route->weights, 0, pairs * 4},
+                       route->sigmoid_bias ? gpu::BufferBinding{22, route->sigmoid_bias, 0, uint64_t(w.n_experts) * 4}
+                                           : gpu::BufferBinding{22, &none, 0, 16}});
     // combine: a workgroup row per token, its pairs in turn
     batch.dispatch(pipe, bindings, grid.x, grid.y, o.combine ? n_tokens : slots);
   }

@@ -209,6 +209,14 @@ double matmul_flops(const GpuWeight& w, uint32_t n_tokens);
 // halved with swiglu], experts: [n_tokens * n_used] u32, written on the GPU by the router). The matvec kernel in
 // batch decode's shape, one dispatch per piece; each pair reads its expert's rows alone, so its sums are the same
 // bits whatever the other pairs are.
+// The routing taken into the expert products (ExpertOptions::route): the router's logits ([n_tokens][W.n_experts] f32),
+// where the weights go ([n_tokens * n_used] f32), and encode_moe_route's sigmoid selection bias, if any; the choice is
+// always renormalised over the chosen experts (encode_moe_route's normalize).
+struct ExpertRoute {
+  const gpu::Buffer* logits = nullptr;
+  const gpu::Buffer* weights = nullptr;
+  const gpu::Buffer* sigmoid_bias = nullptr;  // [W.n_experts] f32
+};
 struct ExpertOptions {
   const gpu::Buffer* norm = nullptr;  // RMSNorm of x first, as MatmulOptions::norm
   float eps = 1e-5f;
@@ -231,7 +239,15 @@ struct ExpertOptions {
   // bits) in the same dispatch, a workgroup row per token. Where expert_combine_fits says so; not with swiglu, norm or
   // group.
   const gpu::Buffer* combine = nullptr;
+  // Decode's routing in the same dispatch: each workgroup chooses its pair's expert from route->logits as
+  // encode_moe_route does (the same function, the same bits), and `experts` is written, not read: each token's
+  // experts, with their weights into route->weights, for the products after (the down products). Where
+  // expert_route_fits says so; not with group or combine.
+  const ExpertRoute* route = nullptr;
 };
+// Whether encode_expert_matmul can choose the experts itself (ExpertOptions::route) for a step of n_tokens: one pass
+// a pair (no group), at most kMoeMaxExperts experts and kMoeMaxUsed a token, and room in the adapter's workgroup.
+bool expert_route_fits(const gpu::Context& ctx, const GpuWeight& w, uint32_t n_tokens, uint32_t n_used);
 // Whether encode_expert_matmul can add the weighted pairs itself (ExpertOptions::combine): the experts in one piece,
 // and room in the adapter's workgroup for a group per pair (the product's groups shared out between the pairs).
 bool expert_combine_fits(const gpu::Context& ctx, const GpuWeight& w, uint32_t n_tokens, uint32_t n_used);

@@ -71,7 +71,7 @@ struct MatmulParams {
   rope_dim: u32, kv_f16: u32, kv_k_off: u32, kv_v_off: u32,
   n_used: u32, x_per_pair: u32, expert_first: u32, n_experts: u32,  // matvec expert products (MV_EXPERTS)
   tiles_off: u32, times_off: u32, times_stride: u32, pre_scale: f32,  // grouped by expert (NT > 1); FLAG_TIMES; MV_PRE
-  scale2_off4: u32, pad0: u32, pad1: u32, pad2: u32,  // TWO_TYPES: w2's scale array
+  scale2_off4: u32, route_experts: u32, route_flags: u32, pad2: u32,  // TWO_TYPES: w2's scale array; MV_ROUTE
 }
 const FLAG_BIAS: u32 = 1u;        // add bias[row]
 const FLAG_LAST_PIECE: u32 = 2u;  // embedding: ids past the table write zero rows

@@ -28,17 +28,18 @@ std::string matvec_prelude(const gpu::Context& ctx, const MatvecConfig& mv, Gguf
   auto u32 = [](const char* name, uint32_t v) {
     return std::string("const ") + name + ": u32 = " + std::to_string(v) + "u;\n";
   };
-  std::string s = detail::weight_prelude(t, nt, mv.int_f16, m.second) + u32("MV_T", mv.threads_per_row) +
-                  u32("MV_R", mv.rows) + u32("MV_G", mv.groups) + u32("MV_NV", mv.rows * nt + nt) +
-                  u32("MV_U", mv.units) + u32("MV_SLOTS", matvec_slots(ctx, mv)) +
-                  "const XV4: bool = " + (xv4 ? "true" : "false") +
-                  ";\nconst MV_FMA: bool = " + (mv.fma_order ? "true" : "false") +
-                  ";\nconst MV_CHUNKS: bool = " + (block_elems(t) == 1 ? "false" : "true") +
-                  ";\nconst MV_EXPERTS: bool = " + (m.experts ? "true" : "false") +
-                  ";\nconst MV_COMBINE: bool = " + (m.combine_pairs ? "true" : "false") + ";\n" +
-                  u32("MV_CG", m.combine_groups) + "const MV_INT: bool = " + (m.int_dot ? "true" : "false") +
-                  ";\nconst MV_PRE: bool = " + (m.pre_n_in ? "true" : "false") + ";\n" +
-                  u32("MV_PRE_V4", std::max(m.pre_n_in / 4, 1u));
+  std::string s =
+      detail::weight_prelude(t, nt, mv.int_f16, m.second) + u32("MV_T", mv.threads_per_row) + u32("MV_R", mv.rows) +
+      u32("MV_G", mv.groups) + u32("MV_NV", mv.rows * nt + nt) + u32("MV_U", mv.units) +
+      u32("MV_SLOTS", matvec_slots(ctx, mv)) + "const XV4: bool = " + (xv4 ? "true" : "false") +
+      ";\nconst MV_FMA: bool = " + (mv.fma_order ? "true" : "false") +
+      ";\nconst MV_CHUNKS: bool = " + (block_elems(t) == 1 ? "false" : "true") +
+      ";\nconst MV_EXPERTS: bool = " + (m.experts ? "true" : "false") +
+      ";\nconst MV_COMBINE: bool = " + (m.combine_pairs ? "true" : "false") + ";\n" + u32("MV_CG", m.combine_groups) +
+      "const MV_INT: bool = " + (m.int_dot ? "true" : "false") +
+      ";\nconst MV_PRE: bool = " + (m.pre_n_in ? "true" : "false") + ";\n" +
+      u32("MV_PRE_V4", std::max(m.pre_n_in / 4, 1u)) + "const MV_ROUTE: bool = " +
+      (m.route ? "true;\n" : "false;\nfn mv_route(pair: u32, lid: u32, writes: bool) -> u32 { return 0u; }\n");
   if (mv.shuffle)
     return s +
            "fn mv_lane_sum(v: f32, chunk: u32) -> f32 {\n  var s = v;\n"
@@ -63,7 +64,7 @@ std::string matvec_detail(const MatvecConfig& mv, GgufType t, uint32_t nt, const
   if (mv.fma_order) s += ", batch order";
   if (m.int_dot) s += ", int8";
   if (m.pre_n_in) s += ", pre";
-  if (m.experts) s += m.combine_pairs ? ", experts + combine" : ", experts";
+  if (m.experts) s += m.combine_pairs ? ", experts + combine" : m.route ? ", experts + route" : ", experts";
   if (m.second) {
     s += ", then ";
     s += type_name(*m.second);
@@ -138,6 +139,8 @@ std::string rows_prelude(const gpu::Context& ctx, const RowsConfig& c, GgufType 
 }
 
 constexpr const char* kMatvecShader = "matmul_common.wgsl+rope_angle.wgsl+rope_kv_epilogue.wgsl+matvec.wgsl";
+constexpr const char* kMatvecRouteShader =
+    "matmul_common.wgsl+rope_angle.wgsl+rope_kv_epilogue.wgsl+matvec.wgsl+moe_choose.wgsl+matvec_route.wgsl";
 constexpr const char* kRowsShader = "matmul_common.wgsl+rope_angle.wgsl+rope_kv_epilogue.wgsl+matmul_rows.wgsl";
 constexpr const char* kMatmulShader = "matmul_common.wgsl+matmul.wgsl";
 constexpr const char* kFoldShader = "matmul_common.wgsl+matmul_fold.wgsl";
@@ -168,12 +171,16 @@ WGPUComputePipeline matvec_pipeline(gpu::Context& ctx, const MatvecConfig& mv, G
                            m.combine_pairs,
                            m.combine_groups,
                            m.int_dot,
+                           m.route,
                            m.pre_n_in,
                            m.second.has_value(),
                            m.second ? uint32_t(*m.second) : 0};
   return ctx.pipeline("matvec", args, [&] {
-    return gpu::PipelineKey{
-        kMatvecShader, "matvec", {}, matvec_prelude(ctx, mv, t, nt, xv4, m), matvec_detail(mv, t, nt, m)};
+    return gpu::PipelineKey{m.route ? kMatvecRouteShader : kMatvecShader,
+                            "matvec",
+                            {},
+                            matvec_prelude(ctx, mv, t, nt, xv4, m),
+                            matvec_detail(mv, t, nt, m)};
   });
 }
 WGPUComputePipeline rows_pipeline(gpu::Context& ctx, const RowsConfig& rows, GgufType t, uint32_t tokens,

@@ -20,6 +20,8 @@ struct MatvecMode {
   // x combine_groups (matvec.wgsl's MV_CG).
   uint32_t combine_pairs = 0, combine_groups = 1;
   bool int_dot = false;   // x as packed digits (MatmulOptions::digits)
+  bool route =
+      false;  // with experts, one token a pass: each workgroup chooses its pair's expert (ExpertOptions::route)
   uint32_t pre_n_in = 0;  // the residual add of a post norm first, over n_in (MatmulOptions::pre)
   // the rows from split2 on in a weight of this type (MatmulOptions::second)
   std::optional<GgufType> second = std::nullopt;

@@ -20,6 +20,8 @@
 // (int_dot.wgsl; the scales from vec4 p.x_off on) and the sums come from packed integer dot products.
 // MV_COMBINE (experts, one token a workgroup row): its pairs' outputs summed into y, weighted, in the same dispatch
 // (mv_combine).
+// MV_ROUTE (experts, NT = 1; ExpertOptions::route): each workgroup chooses its pair's expert from the router's logits
+// first (matvec_route.wgsl's mv_route; a stub that is never called otherwise).
 // MV_PRE (one token; MatmulOptions::pre): first the residual add that a post-norm would have run as a dispatch of its
 // own, x' = (x + rms_norm(pre_src) * pre_w) * p.pre_scale, into workgroup memory in every workgroup (MV_PRE_V4 vec4,
 // n_in / 4), which the products then read as x; workgroup 0 also writes x' to pre_out, the residual's next buffer.
@@ -432,7 +434,10 @@ fn matvec_main(wid: vec3<u32>, lid: u32, sg_size: u32) {
   }
   var wbase = 0u;  // expert products: the piece row of the expert's row 0
   if (MV_EXPERTS) {
-    if (lid == 0u) {
+    if (MV_ROUTE) {  // (NT = 1) the pair's expert chosen here, as moe_route would
+      let e = mv_route(wid.z, lid, flat == 0u && wid.z % p.n_used == 0u);
+      if (lid == 0u) { mv_tile = vec4<u32>(e, wid.z, 1u, 0u); }
+    } else if (lid == 0u) {
       if (NT == 1u) {
         mv_tile = vec4<u32>(ids[wid.z], wid.z, 1u, 0u);  // a pair alone: its expert, itself
       } else {

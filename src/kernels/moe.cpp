@@ -11,7 +11,7 @@ using detail::need;
 
 namespace {
 
-constexpr const char* kShader = "moe.wgsl";
+constexpr const char* kShader = "moe_choose.wgsl+moe.wgsl";
 
 }  // namespace
 
@@ -33,7 +33,7 @@ void encode_moe_route(gpu::ComputeBatch& batch, gpu::Context& ctx, const gpu::Bu
     fail(fn, "logits, experts and weights must be different buffers");
   if (sigmoid_bias) need(fn, "sigmoid_bias", *sigmoid_bias, uint64_t(n_expert) * 4, ctx);
   const auto grid = gpu::fold_grid(n_tokens, ctx.limits().maxComputeWorkgroupsPerDimension);
-  const uint32_t flags = (normalize ? 1u : 0u) | (sigmoid_bias ? 2u : 0u);  // FLAG_NORM_TOP, FLAG_SIGMOID
+  const uint32_t flags = (normalize ? 1u : 0u) | (sigmoid_bias ? 2u : 0u);  // CH_NORM_TOP, CH_SIGMOID
   const MoeParams p{n_tokens, n_expert, n_used, flags, 0, grid.x, 0, 0};
   const gpu::BufferBinding b[] = {
       batch.uniform(0, p),

@@ -61,7 +61,8 @@ struct MatmulParams {
   uint32_t n_used, x_per_pair, expert_first, n_experts;
   uint32_t tiles_off, times_off, times_stride;
   float pre_scale;  // matvec's MV_PRE: the residual's scale
-  uint32_t scale2_off4, pad0, pad1, pad2;  // TWO_TYPES: the second weight's scale array
+  uint32_t scale2_off4;                       // TWO_TYPES: the second weight's scale array
+  uint32_t route_experts, route_flags, pad2;  // MV_ROUTE: the router's experts and moe_choose's flags
 };
 static_assert(sizeof(MatmulParams) == 144);
 

@@ -355,17 +355,25 @@ void encode_moe_ffn(const LayerStep& s) {
   SessionBuffers& b = s.b;
   const uint32_t k = c.n_expert_used;
   // router logits of h = rms_norm(x) * ffn_norm (+ bias), then each token's experts and weights
-  kernels::encode_matmul(s.batch, s.ctx, L.router, b.x, b.router_logits, s.n,
-                         {.bias = optional(L.router_b), .norm = &L.ffn_norm, .eps = c.rms_eps, .impl = product_impl(s)});
-  kernels::encode_moe_route(s.batch, s.ctx, b.router_logits, b.moe_experts, b.moe_weights, s.n, c.n_expert, k,
-                            /*normalize=*/true, c.moe_sigmoid ? &L.exp_probs_b : nullptr);
+  kernels::encode_matmul(
+      s.batch, s.ctx, L.router, b.x, b.router_logits, s.n,
+      {.bias = optional(L.router_b), .norm = &L.ffn_norm, .eps = c.rms_eps, .impl = product_impl(s)});
   // Enough tokens for several per expert: the pairs grouped by expert, so an expert's weights are read once per
   // moe_tile of its pairs; in a prompt with 16 or more per expert, once per tile of 32 or 64 pairs through the tiled
   // matmul (H200: pp512 3.5x; lavapipe 1.3-1.9x). Batched decode keeps the matvec: a stream's bits must not depend on
   // its company.
   const uint32_t mm_tile = s.rows ? 0 : kernels::moe_matmul_tile(s.n * k, c.n_expert);
+  const bool grouped = mm_tile || kernels::moe_tile(s.n * k, c.n_expert) > 1;
+  const kernels::GpuWeight& first = L.exps_gate_up.empty() ? L.exps_gate : L.exps_gate_up;
+  // Pairs one at a time (decode): the first gate/up product chooses the experts itself (fuse_moe_route_on)
+  const kernels::ExpertRoute route{
+      .logits = &b.router_logits, .weights = &b.moe_weights, .sigmoid_bias = c.moe_sigmoid ? &L.exp_probs_b : nullptr};
+  const bool fused_route = !grouped && fuse_moe_route_on(s.ctx, c) && kernels::expert_route_fits(s.ctx, first, s.n, k);
+  if (!fused_route)
+    kernels::encode_moe_route(s.batch, s.ctx, b.router_logits, b.moe_experts, b.moe_weights, s.n, c.n_expert, k,
+                              /*normalize=*/true, route.sigmoid_bias);
   const gpu::Buffer* group = nullptr;
-  if (mm_tile || kernels::moe_tile(s.n * k, c.n_expert) > 1) {
+  if (grouped) {
     kernels::encode_moe_group(s.batch, s.ctx, b.moe_experts, b.moe_group, s.n, c.n_expert, k, mm_tile);
     group = &b.moe_group;
   }
@@ -378,12 +386,15 @@ void encode_moe_ffn(const LayerStep& s) {
                                    .swiglu = true,
                                    .act = c.ffn_act,
                                    .group = group,
-                                   .group_tile = mm_tile});
+                                   .group_tile = mm_tile,
+                                   .route = fused_route ? &route : nullptr});
   } else {
     kernels::ExpertOptions normed{.norm = &L.ffn_norm, .eps = c.rms_eps, .group = group, .group_tile = mm_tile};
     normed.bias = optional(L.exps_gate_b);
+    normed.route = fused_route ? &route : nullptr;
     kernels::encode_expert_matmul(s.batch, s.ctx, L.exps_gate, b.x, b.moe_gate, b.moe_experts, s.n, k, normed);
     normed.bias = optional(L.exps_up_b);
+    normed.route = nullptr;
     kernels::encode_expert_matmul(s.batch, s.ctx, L.exps_up, b.x, b.moe_up, b.moe_experts, s.n, k, normed);
     kernels::encode_swiglu(s.batch, s.ctx, b.moe_gate, b.moe_up, b.moe_act, uint64_t(s.n) * k * c.n_ff_exp,
                            c.ffn_act);

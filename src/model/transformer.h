@@ -149,6 +149,10 @@ bool fuse_qk_norm_on(const gpu::Context& ctx, const ModelConfig& c);
 // ContextOptions::fuse_qk_norm as set, for every model; unset: on, every adapter (lavapipe: one stream +13-39 %, four
 // +9-65 %; not yet measured on a GPU; PERF.md).
 bool fuse_rows_rope_on(const gpu::Context& ctx);
+// ContextOptions::fuse_moe_route as set, for mixtures of experts; unset: on, every adapter. Decode steps and batched
+// steps whose pairs are not grouped by expert choose the experts inside the gate/up products (the same bits as
+// moe_route's dispatch, one dependent link fewer a MoE layer).
+bool fuse_moe_route_on(const gpu::Context& ctx, const ModelConfig& c);
 
 // progress(done, total): bytes of tensor data uploaded so far, called after each tensor.
 using LoadProgress = std::function<void(uint64_t done, uint64_t total)>;

@@ -165,7 +165,8 @@ TEST(CliBench, DecodeGqaFromPicksTheAttentionKernel) {
 // The decode options as the profile sees them: --int-dot runs x_digits once a layer (the FFN input's digits for its
 // Q4_K gate/up); --fuse-post-norms (on the GPUs' matvec: WGLLM_ROWS_SHAPE=off) takes gemma4's three post norms a
 // layer out of rms_norm dispatches and into the next products; --fuse-qk-norm takes qk_norm_rope_kv into the
-// attention dispatch; the JSON says which options were on.
+// attention dispatch; --fuse-moe-route takes moe_route into the experts' gate/up products; the JSON says which options
+// were on.
 TEST(CliBench, DecodeOptionsInTheProfile) {
   if (!test::context().features().timestamp_query) GTEST_SKIP() << "the adapter has no timestamp-query";
   auto calls = [](const nlohmann::json& j, const std::string& kernel) {
@@ -232,6 +233,19 @@ TEST(CliBench, DecodeOptionsInTheProfile) {
   }
   EXPECT_EQ(bench(gemma3, "").at("fuse_qk_norm"), !cpu);
   EXPECT_EQ(bench(gemma3, "").at("fuse_rows_rope"), true);  // unset: on, every adapter
+  // --fuse-moe-route: a mixture of experts' routing leaves its dispatch for the gate/up products'; unset: on
+  const std::string moe = test::model_path("lfm2moe-q8_0");
+  const ModelConfig mc = config_from_gguf(GgufFile::open(moe));
+  uint32_t moe_layers = 0;
+  for (uint32_t l = 0; l < mc.n_layer; ++l) moe_layers += mc.is_moe_layer(l);
+  ASSERT_GT(moe_layers, 0u);
+  for (const bool on : {false, true}) {
+    const nlohmann::json j = bench(moe, on ? " --fuse-moe-route" : " --no-fuse-moe-route");
+    EXPECT_EQ(j.at("fuse_moe_route"), on);
+    EXPECT_EQ(calls(j, "moe_choose.wgsl+moe.wgsl:moe_route"), on ? 0 : moe_layers) << j.dump();
+  }
+  EXPECT_EQ(bench(moe, "").at("fuse_moe_route"), true);
+  EXPECT_EQ(bench(gemma3, "").at("fuse_moe_route"), false);  // not a mixture of experts
 }
 
 TEST(CliBench, ProfileNeedsWork) {

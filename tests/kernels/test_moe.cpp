@@ -4,6 +4,7 @@
 // weighted sum into the residual stream.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <set>
 
@@ -350,6 +351,77 @@ TEST(Moe, DownAndCombineInOneDispatch) {
   }
 }
 
+// Decode's routing inside the gate/up products (ExpertOptions::route) against the two dispatches it replaces
+// (encode_moe_route, then the products reading its experts): the same experts, weights and outputs, bit for bit, with
+// softmax and sigmoid routing (ties among the logits), experts in pieces, gate and up apart or interleaved, up to 128
+// experts over workgroups of fewer invocations, several tokens, with and without subgroups. Outputs poisoned first.
+TEST(Moe, RouteInsideTheGateUpProducts) {
+  struct Case {
+    const char* name;
+    GgufType type;
+    uint32_t n_in, rows, n_expert, n_used, n_tokens;
+    bool sigmoid, swiglu;
+    uint64_t max_piece_bytes = 0;
+  };
+  struct Setting {
+    const char* shape;
+    bool no_subgroups;
+    std::vector<Case> cases;
+  };
+  const std::vector<Setting> settings = {
+      {"",
+       false,
+       {{"q4_k_sigmoid_lfm2", Q4_K, 256, 64, 32, 4, 1, true, true},
+        {"f16_softmax_128_experts", F16, 64, 40, 128, 8, 3, false, true},
+        {"q8_0_pieces", Q8_0, 128, 48, 16, 4, 2, false, true, 3 * 48 * 136},
+        {"f32_gate_alone_all_experts", F32, 64, 24, 5, 5, 2, true, false}}},
+      {"", true, {{"q4_k_no_subgroups", Q4_K, 256, 32, 64, 8, 2, false, true}}},
+      {"16x2x4", false, {{"q6_k_narrow_workgroup", Q6_K, 256, 32, 128, 8, 1, true, true}}}};
+  for (const Setting& st : settings) {
+    gpu::Context ctx(context_options([&](auto& o) {
+      o.matvec_shape = st.shape;
+      o.disable_subgroups = st.no_subgroups;
+    }));
+    for (const Case& c : st.cases) {
+      SCOPED_TRACE(std::string(c.name) + " shape '" + st.shape + "'" + (st.no_subgroups ? " no subgroups" : ""));
+      auto gen = rng(c.n_expert * 7 + c.n_used);
+      const uint64_t n_out = uint64_t(c.n_expert) * c.rows;
+      const auto bytes = random_weight(c.type, c.n_in, n_out, gen);
+      const auto w =
+          kernels::upload_weight(ctx, c.type, c.n_in, n_out, bytes, "experts", c.max_piece_bytes, c.n_expert);
+      if (c.max_piece_bytes) {
+        ASSERT_GT(w.pieces.size(), 1u);
+      }
+      ASSERT_TRUE(kernels::expert_route_fits(ctx, w, c.n_tokens, c.n_used));
+      const RouteCase rc{c.n_tokens, c.n_expert, c.n_used, true, c.sigmoid};
+      auto logits = ctx.upload<float>(router_logits(rc, gen), WGPUBufferUsage_Storage, "logits");
+      auto sel = ctx.upload<float>(random_floats(c.n_expert, gen, -0.2f, 0.2f), WGPUBufferUsage_Storage, "bias");
+      auto xs = ctx.upload<float>(random_floats(size_t(c.n_tokens) * c.n_in, gen), WGPUBufferUsage_Storage, "x");
+      auto nbuf = ctx.upload<float>(random_floats(c.n_in, gen, 0.5f, 1.5f), WGPUBufferUsage_Storage, "norm");
+      const size_t pairs = size_t(c.n_tokens) * c.n_used, width = c.swiglu ? c.rows / 2 : c.rows;
+      auto ea = poisoned(ctx, pairs, "experts"), wa = poisoned(ctx, pairs, "weights");
+      auto eb = poisoned(ctx, pairs, "experts fused"), wb = poisoned(ctx, pairs, "weights fused");
+      auto ya = poisoned(ctx, pairs * width, "y"), yb = poisoned(ctx, pairs * width, "y fused");
+      kernels::ExpertOptions o{.norm = &nbuf, .swiglu = c.swiglu};
+      gpu::ComputeBatch batch(ctx, "route");
+      kernels::encode_moe_route(batch, ctx, logits, ea, wa, c.n_tokens, c.n_expert, c.n_used, true,
+                                c.sigmoid ? &sel : nullptr);
+      kernels::encode_expert_matmul(batch, ctx, w, xs, ya, ea, c.n_tokens, c.n_used, o);
+      const kernels::ExpertRoute route{.logits = &logits, .weights = &wb, .sigmoid_bias = c.sigmoid ? &sel : nullptr};
+      o.route = &route;
+      kernels::encode_expert_matmul(batch, ctx, w, xs, yb, eb, c.n_tokens, c.n_used, o);
+      batch.submit_and_wait();
+      const auto e_apart = ctx.read<uint32_t>(ea), e_fused = ctx.read<uint32_t>(eb);
+      const auto w_apart = ctx.read<float>(wa), w_fused = ctx.read<float>(wb);
+      const auto y_apart = ctx.read<float>(ya), y_fused = ctx.read<float>(yb);
+      EXPECT_EQ(e_fused, e_apart) << "the chosen experts differ";
+      EXPECT_EQ(std::memcmp(w_fused.data(), w_apart.data(), pairs * 4), 0) << "the weights' bits differ";
+      EXPECT_EQ(std::memcmp(y_fused.data(), y_apart.data(), y_apart.size() * 4), 0) << "the products' bits differ";
+      EXPECT_FALSE(std::isnan(y_apart[0])) << "nothing was computed";
+    }
+  }
+}
+
 TEST(Moe, BadArgumentsThrowNamingTheField) {
   gpu::Context& ctx = context();
   auto gen = rng(3);
@@ -381,6 +453,18 @@ TEST(Moe, BadArgumentsThrowNamingTheField) {
   EXPECT_FALSE(kernels::expert_combine_fits(ctx, split, 2, 2));
   expect_throw([&] { kernels::encode_expert_matmul(batch, ctx, split, x, y, ids, 2, 2, {.combine = &wts}); },
                "combine needs one piece");
+  // route: not with a group or a combine, and its logits sized for the tokens' experts
+  auto rlogits = buf(8), rw = buf(4), rids = buf(4);
+  const kernels::ExpertRoute short_route{.logits = &small, .weights = &rw};
+  expect_throw([&] { kernels::encode_expert_matmul(batch, ctx, stacked, x, y, rids, 2, 2, {.route = &short_route}); },
+               "route logits");
+  const kernels::ExpertRoute good{.logits = &rlogits, .weights = &rw};
+  expect_throw(
+      [&] { kernels::encode_expert_matmul(batch, ctx, stacked, x, y, rids, 2, 2, {.group = &group, .route = &good}); },
+      "route needs");
+  const kernels::ExpertRoute aliased{.logits = &rlogits, .weights = &rids};
+  expect_throw([&] { kernels::encode_expert_matmul(batch, ctx, stacked, x, y, rids, 2, 2, {.route = &aliased}); },
+               "different buffers");
   expect_throw([&] { kernels::encode_moe_route(batch, ctx, logits, ids, wts, 2, 8, 9, true); }, "n_used");
   expect_throw([&] { kernels::encode_moe_route(batch, ctx, logits, ids, wts, 2, 1000, 2, true); }, "n_expert");
   expect_throw([&] { kernels::encode_moe_route(batch, ctx, logits, small, wts, 2, 8, 2, true); }, "experts");

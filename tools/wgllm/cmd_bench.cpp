@@ -33,6 +33,7 @@ struct BenchOptions {
   int int_dot = 0;                          // LoadOptions::int_dot: --int-dot 1, --no-int-dot -1, unset 0
   int fuse_post_norms = 0;                  // LoadOptions::fuse_post_norms, likewise
   int fuse_qk_norm = 0;                     // LoadOptions::fuse_qk_norm, likewise
+  int fuse_moe_route = 0;                   // LoadOptions::fuse_moe_route, likewise
 };
 
 struct Stat {
@@ -285,6 +286,7 @@ int bench(const BenchOptions& o) {
        .prompt_digits = o.prompt_digits,
        .fuse_post_norms = tri_state(o.fuse_post_norms),
        .fuse_qk_norm = tri_state(o.fuse_qk_norm),
+       .fuse_moe_route = tri_state(o.fuse_moe_route),
        .progress = o.json ? nullptr : progress_bar()});
   const ModelInfo& info = model.info();
   if (!o.json) print_memory(model);
@@ -357,6 +359,7 @@ int bench(const BenchOptions& o) {
                         {"int_dot", info.int_dot},
                         {"fuse_post_norms", info.fuse_post_norms},
                         {"fuse_qk_norm", info.fuse_qk_norm},
+                        {"fuse_moe_route", info.fuse_moe_route},
                         {"fuse_rows_rope", info.fuse_rows_rope},
                         {"prompt_digits", info.prompt_digits}};
     if (!pp.empty()) {
@@ -404,6 +407,8 @@ int bench(const BenchOptions& o) {
   std::printf("decode options: %s, %s, %s\n", info.int_dot ? "--int-dot" : "--no-int-dot",
               info.fuse_post_norms ? "--fuse-post-norms" : "--no-fuse-post-norms",
               info.fuse_qk_norm ? "--fuse-qk-norm" : "--no-fuse-qk-norm");
+  if (info.n_expert)
+    std::printf("MoE decode option: %s\n", info.fuse_moe_route ? "--fuse-moe-route" : "--no-fuse-moe-route");
   if (info.prompt_digits) std::printf("prompt option: --prompt-digits %u\n", info.prompt_digits);
   std::printf("tg: %s (Session::decode: the token chosen on the GPU; on the host on CPU adapters)%s\n",
               sampling_name(o.sampling).c_str(),
@@ -476,6 +481,10 @@ const Register reg{
                     "decoding, the q/k norms, RoPE and the KV append inside the attention dispatch "
                     "(LoadOptions::fuse_qk_norm; one sequence: models with q/k norms; --parallel's batched steps: "
                     "every model; default: on GPUs for one sequence of a model with q/k norms, on for batched steps)")
+           ->group("Advanced");
+       app.add_flag("--fuse-moe-route,!--no-fuse-moe-route", o->fuse_moe_route,
+                    "decoding a mixture of experts, the routing inside the experts' gate/up products "
+                    "(LoadOptions::fuse_moe_route; default: on)")
            ->group("Advanced");
        app.add_option("--parallel", o->parallel,
                       "then N concurrent streams (a list: 1,4,16) through continuous batching, each -p prompt "

@@ -103,6 +103,7 @@ struct RunOptions {
   int int_dot = 0;                          // LoadOptions::int_dot: --int-dot 1, --no-int-dot -1, unset 0
   int fuse_post_norms = 0;                  // LoadOptions::fuse_post_norms, likewise
   int fuse_qk_norm = 0;                     // LoadOptions::fuse_qk_norm, likewise
+  int fuse_moe_route = 0;                   // LoadOptions::fuse_moe_route, likewise
   SamplingParams sampling;
   int64_t seed = -1;
   bool chat = false, json = false;
@@ -223,6 +224,7 @@ int run(RunOptions o) {
        .prompt_digits = o.prompt_digits,
        .fuse_post_norms = tri_state(o.fuse_post_norms),
        .fuse_qk_norm = tri_state(o.fuse_qk_norm),
+       .fuse_moe_route = tri_state(o.fuse_moe_route),
        .progress = o.json ? nullptr : progress_bar(),
        .before_upload =
            [&](const Model& m) {
@@ -322,6 +324,10 @@ const Register reg{
               "decoding, the q/k norms, RoPE and the KV append inside the attention dispatch (one sequence: "
               "models with q/k norms; batched steps: every model; default: on GPUs for one sequence of a model with "
               "q/k norms, on for batched steps)")
+           ->group("Advanced");
+       app.add_flag("--fuse-moe-route,!--no-fuse-moe-route", o->fuse_moe_route,
+                    "decoding a mixture of experts, the routing inside the experts' gate/up products instead of a "
+                    "dispatch of its own (default: on)")
            ->group("Advanced");
        app.add_flag("--no-check-tensors", o->no_check_tensors,
                     "skip the scan of the weights for NaN and infinities at load");
