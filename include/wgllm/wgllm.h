@@ -148,8 +148,7 @@ struct ModelInfo {
   bool fuse_post_norms = false;   // decoding runs post norms in the next product's prologue (LoadOptions'; resolved)
   bool fuse_qk_norm = false;      // decoding runs the q/k norms and the KV append in attention (LoadOptions'; resolved)
   bool fuse_rows_rope = false;    // BatchEngine's steps over one KV pool likewise, every model (fuse_qk_norm; resolved)
-  bool fuse_moe_route =
-      false;  // decoding chooses a MoE layer's experts in its gate/up products (LoadOptions'; resolved)
+  bool fuse_moe_route = false;    // decoding picks MoE experts inside the gate/up products (LoadOptions'; resolved)
   uint32_t prompt_digits = 0;     // prompt products of K-quant/Q8_0 weights on x's int8 digits (LoadOptions'; resolved)
 };
 
