@@ -560,17 +560,20 @@ bool expert_combine_fits(const gpu::Context& ctx, const GpuWeight& w, uint32_t n
 }
 
 namespace {
-// The workgroup memory moe_choose.wgsl adds to a matvec of mv's shape.
-uint64_t route_bytes(const MatvecConfig& mv) {
-  return (2ull * kMoeMaxExperts + 3ull * kMoeMaxUsed + uint64_t(mv.threads_per_row) * mv.groups) * 4;
+// Whether the expert products of shape mv can take the routing: the experts and pairs within moe_choose.wgsl's
+// arrays, and its workgroup memory beside the one-token matvec's.
+bool route_fits(const gpu::Context& ctx, const GpuWeight& w, uint32_t n_used, const MatvecConfig& mv) {
+  if (w.n_experts == 0 || w.n_experts > kMoeMaxExperts || n_used == 0 || n_used > kMoeMaxUsed || n_used > w.n_experts)
+    return false;
+  const uint64_t choose_bytes =
+      (2ull * kMoeMaxExperts + 3ull * kMoeMaxUsed + uint64_t(mv.threads_per_row) * mv.groups) * 4;
+  return matvec_red_bytes(ctx, mv, 1) + choose_bytes <= ctx.limits().maxComputeWorkgroupStorageSize;
 }
 }  // namespace
 
 bool expert_route_fits(const gpu::Context& ctx, const GpuWeight& w, uint32_t n_tokens, uint32_t n_used) {
-  if (w.n_experts == 0 || w.n_experts > kMoeMaxExperts || n_used == 0 || n_used > kMoeMaxUsed || n_used > w.n_experts)
-    return false;
-  const MatvecConfig mv = batch_matvec_config(ctx, w.n_out / w.n_experts, w.n_in, w.type, n_tokens * n_used);
-  return matvec_red_bytes(ctx, mv, 1) + route_bytes(mv) <= ctx.limits().maxComputeWorkgroupStorageSize;
+  return w.n_experts &&
+         route_fits(ctx, w, n_used, batch_matvec_config(ctx, w.n_out / w.n_experts, w.n_in, w.type, n_tokens * n_used));
 }
 
 void encode_expert_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight& w, const gpu::Buffer& x,
@@ -611,9 +614,10 @@ void encode_expert_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const Gpu
       fail(fn, "combine needs one piece, a shape that fits the adapter's workgroup, and no swiglu, norm or group");
     detail::need(fn, "combine", *o.combine, pairs * 4, ctx);
   }
+  const MatvecConfig mv = cmv ? *cmv : batch_matvec_config(ctx, rows, w.n_in, w.type, uint32_t(pairs));
   const ExpertRoute* route = o.route;
   if (route) {
-    if (o.group || o.combine || !expert_route_fits(ctx, w, n_tokens, n_used))
+    if (o.group || o.combine || !route_fits(ctx, w, n_used, mv))
       fail(fn, "route needs no group or combine, at most " + std::to_string(kMoeMaxExperts) + " experts and " +
                    std::to_string(kMoeMaxUsed) + " a token, and room in the adapter's workgroup");
     if (!route->logits || !route->weights) fail(fn, "route needs the router's logits and a weights buffer");
@@ -627,7 +631,6 @@ void encode_expert_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const Gpu
     if (experts.get() == route->weights->get() || y.get() == route->weights->get() || y.get() == experts.get())
       fail(fn, "route: y, experts and the weights must be different buffers");
   }
-  const MatvecConfig mv = cmv ? *cmv : batch_matvec_config(ctx, rows, w.n_in, w.type, uint32_t(pairs));
   const uint32_t combine_groups = cmv ? mv.groups / n_used : 1;
   const bool xv4 = w.n_in % 32 == 0;
   if (o.group_tile && o.group_tile != 32 && o.group_tile != 64)

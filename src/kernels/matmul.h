@@ -203,12 +203,6 @@ void encode_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight&
 // 2 * n_in * n_out * n_tokens.
 double matmul_flops(const GpuWeight& w, uint32_t n_tokens);
 
-// Expert products (mixtures of experts, kernels/moe.h): W stacks W.n_experts matrices of R = n_out / n_experts rows
-// (upload_weight with n_experts). For each pair i = token * n_used + slot, y[i] = x[i / n_used] W_e^T over expert
-// e = experts[i]'s rows, with x[i] instead when x_per_pair (x: [n_tokens (* n_used)][n_in], y: [n_tokens * n_used][R,
-// halved with swiglu], experts: [n_tokens * n_used] u32, written on the GPU by the router). The matvec kernel in
-// batch decode's shape, one dispatch per piece; each pair reads its expert's rows alone, so its sums are the same
-// bits whatever the other pairs are.
 // The routing taken into the expert products (ExpertOptions::route): the router's logits ([n_tokens][W.n_experts] f32),
 // where the weights go ([n_tokens * n_used] f32), and encode_moe_route's sigmoid selection bias, if any; the choice is
 // always renormalised over the chosen experts (encode_moe_route's normalize).
@@ -217,6 +211,13 @@ struct ExpertRoute {
   const gpu::Buffer* weights = nullptr;
   const gpu::Buffer* sigmoid_bias = nullptr;  // [W.n_experts] f32
 };
+
+// Expert products (mixtures of experts, kernels/moe.h): W stacks W.n_experts matrices of R = n_out / n_experts rows
+// (upload_weight with n_experts). For each pair i = token * n_used + slot, y[i] = x[i / n_used] W_e^T over expert
+// e = experts[i]'s rows, with x[i] instead when x_per_pair (x: [n_tokens (* n_used)][n_in], y: [n_tokens * n_used][R,
+// halved with swiglu], experts: [n_tokens * n_used] u32, written on the GPU by the router). The matvec kernel in
+// batch decode's shape, one dispatch per piece; each pair reads its expert's rows alone, so its sums are the same
+// bits whatever the other pairs are.
 struct ExpertOptions {
   const gpu::Buffer* norm = nullptr;  // RMSNorm of x first, as MatmulOptions::norm
   float eps = 1e-5f;

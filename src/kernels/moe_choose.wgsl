@@ -13,8 +13,8 @@
 
 const CH_NORM_TOP: u32 = 1u;
 const CH_SIGMOID: u32 = 2u;  // p = sigmoid(z), ranked by p + ch_bias
-const CH_MAX: u32 = 512u;      // kMoeMaxExperts
-const CH_USED: u32 = 32u;      // kMoeMaxUsed
+const CH_MAX: u32 = 512u;    // kMoeMaxExperts
+const CH_USED: u32 = 32u;    // kMoeMaxUsed
 var<workgroup> ch_z: array<f32, CH_MAX>;  // what experts are ranked by: the logit, or p + selection bias
 var<workgroup> ch_p: array<f32, CH_MAX>;  // sigmoid gating: p
 var<workgroup> ch_top_e: array<u32, CH_USED>;

@@ -355,9 +355,8 @@ void encode_moe_ffn(const LayerStep& s) {
   SessionBuffers& b = s.b;
   const uint32_t k = c.n_expert_used;
   // router logits of h = rms_norm(x) * ffn_norm (+ bias), then each token's experts and weights
-  kernels::encode_matmul(
-      s.batch, s.ctx, L.router, b.x, b.router_logits, s.n,
-      {.bias = optional(L.router_b), .norm = &L.ffn_norm, .eps = c.rms_eps, .impl = product_impl(s)});
+  kernels::encode_matmul(s.batch, s.ctx, L.router, b.x, b.router_logits, s.n,
+                         {.bias = optional(L.router_b), .norm = &L.ffn_norm, .eps = c.rms_eps, .impl = product_impl(s)});
   // Enough tokens for several per expert: the pairs grouped by expert, so an expert's weights are read once per
   // moe_tile of its pairs; in a prompt with 16 or more per expert, once per tile of 32 or 64 pairs through the tiled
   // matmul (H200: pp512 3.5x; lavapipe 1.3-1.9x). Batched decode keeps the matvec: a stream's bits must not depend on
