@@ -244,6 +244,7 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
                     : gpu::BufferBinding{4, o.bias ? o.bias : &none, 0, o.bias ? uint64_t(n_out) * 4 : 16},
             {7, split_out ? o.y1 : &ctx.placeholder_writable(), y1w.offset_bytes, y1w.size_bytes},
             {8, has_y2 ? o.y2 : &ctx.placeholder_writable(), y2w.offset_bytes, y2w.size_bytes},
+            {5, &none, 0, 16},
             {16, digit_data, 0, digit_shape.bytes()}};
         batch.dispatch(pipe, bindings, grid.x, grid.y);
         continue;
@@ -369,7 +370,7 @@ uint32_t prompt_digits(const gpu::Context& ctx, const GpuWeight& w, uint32_t n_t
   if (!ctx.options().prompt_digits && n_tokens < kDefaultDigitsFromTokens) return 0;
   const bool kquant = w.type == GgufType::Q4_K || w.type == GgufType::Q6_K;
   const bool q8 = w.type == GgufType::Q8_0 && d <= 2 && w.n_in % 128 == 0;
-  if (d == 0 || !(kquant || q8) || w.n_experts) return 0;
+  if (d == 0 || !(kquant || q8)) return 0;
   return detail::int_tiled_bytes(w.type, d) <= ctx.limits().maxComputeWorkgroupStorageSize ? d : 0;
 }
 
@@ -645,8 +646,16 @@ void encode_expert_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const Gpu
   const MatvecMode mode{
       .experts = true, .combine_pairs = cmv ? n_used : 0, .combine_groups = combine_groups, .route = route != nullptr};
   const MatmulTile mt{.tokens = tile, .rows = 64};
-  WGPUComputePipeline pipe = tiled ? tiled_pipeline(ctx, mt, w.type, /*experts=*/true)
-                                   : matvec_pipeline(ctx, mv, w.type, grouped ? tile : 1, xv4, mode);
+  // tiles of 64 pairs on x's digits where the prompt products take them (matmul_int.wgsl's MQ_EXPERTS): x's digits
+  // once for every x row, then a workgroup per (tile, 64 rows of the expert) as on the f32 tiles
+  const uint32_t digits = tiled && tile == detail::kIntTile ? prompt_digits(ctx, w, uint32_t(pairs)) : 0;
+  const uint32_t x_rows = o.x_per_pair ? uint32_t(pairs) : n_tokens;
+  const XDigits digit_shape{{}, w.n_in, x_rows};
+  const gpu::Buffer* digit_data = digits ? &ctx.scratch(digit_shape.bytes()) : nullptr;
+  if (digits) encode_x_digits(batch, ctx, x, 0, uint64_t(x_rows) * w.n_in * 4, 0, *digit_data, w.n_in, x_rows, o.norm);
+  WGPUComputePipeline pipe = digits  ? detail::int_tiled_pipeline(ctx, w.type, digits, /*experts=*/true)
+                             : tiled ? tiled_pipeline(ctx, mt, w.type, /*experts=*/true)
+                                     : matvec_pipeline(ctx, mv, w.type, grouped ? tile : 1, xv4, mode);
   // combine: a workgroup's groups share out its pairs, each pair on combine_groups groups' rows
   const uint32_t rows_per_wg = tiled ? mt.rows : cmv ? mv.rows * combine_groups : mv.rows * mv.groups;
   const uint32_t row_blocks = (rows + rows_per_wg - 1) / rows_per_wg;
@@ -673,6 +682,19 @@ void encode_expert_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const Gpu
     if (tiled) {
       p.n_tokens = slots;
       p.row_tiles = row_blocks;
+    }
+    if (digits) {
+      p.x_off = uint32_t(digit_shape.scales_vec4());
+      const gpu::BufferBinding bindings[] = {batch.uniform(0, p),
+                                             {1, &piece.buffer},
+                                             {3, &y},
+                                             {4, o.bias ? o.bias : &none, 0, o.bias ? uint64_t(w.n_out) * 4 : 16},
+                                             {5, o.group},
+                                             {7, &ctx.placeholder_writable(), 0, 16},
+                                             {8, &ctx.placeholder_writable(), 0, 16},
+                                             {16, digit_data, 0, digit_shape.bytes()}};
+      batch.dispatch(pipe, bindings, grid.x, grid.y);
+      continue;
     }
     std::vector<gpu::BufferBinding> bindings = {
         batch.uniform(0, p),

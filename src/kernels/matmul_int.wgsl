@@ -18,7 +18,16 @@
 // (128 elements: four blocks, two pairs of sub-blocks) a step: each step its quants, the four blocks' d sc and dmin m
 // per row, x's digit vec4s and its blocks' scales and sums go through workgroup memory, and the next step's are loaded
 // into registers while this one is multiplied.
+//
+// Expert products (MQ_EXPERTS; encode_expert_matmul with tiles of 64 pairs): workgroup row tile_m takes tile tile_m of
+// encode_moe_group's tiles (expert, first, count, 0), as matmul.wgsl's MM_EXPERTS does: its 64 token slots are the
+// pairs ids[first ..][.. count] (the last repeated past the count), each reading x's digits of its pair's x row (pair /
+// n_used, or the pair with x_per_pair) and writing its pair's y row, and its weight rows are the expert's. A slot's
+// arithmetic is the slot's alone, so a pair's outputs are the bits of the same expert's product over the same x row
+// without experts.
 @group(0) @binding(16) var<storage, read> xdig: array<vec4<u32>>;
+var<private> mq_wbase: u32 = 0u;  // the piece row of the weight's row 0 (expert products: the expert's)
+var<private> mq_xrow: u32;        // the x row (of the digits) of this thread's token slot, lid / 4
 
 const MQ_TM: u32 = 64u;
 const MQ_TN: u32 = 64u;
@@ -94,13 +103,13 @@ struct MqLoads {
   sc: vec4<f32>,                 // token lid / 4's block lid % 4: (s, sum0, sum1, sum x^2)
 }
 
-fn mq_load(tile_m: u32, tile_n: u32, lid: u32, step: u32) -> MqLoads {
+fn mq_load(tile_n: u32, lid: u32, step: u32) -> MqLoads {
   var l: MqLoads;
   let sbi = step / 2u;           // the super-block
   let half = step % 2u;
   let spr = p.nb / 8u;           // super-blocks per row
-  let r = min(tile_n * MQ_TN + lid / 4u, p.n_rows - 1u);  // rows past the piece: loaded, never stored
-  let rh = min(tile_n * MQ_TN + lid, p.n_rows - 1u);  // the header's row (lid < 64)
+  let r = mq_wbase + min(tile_n * MQ_TN + lid / 4u, p.n_rows - 1u);  // rows past the piece: loaded, never stored
+  let rh = mq_wbase + min(tile_n * MQ_TN + lid, p.n_rows - 1u);  // the header's row (lid < 64)
   if (Q8) {  // 2 vec4 a block, the f16 scales in the scale array
     let b = r * p.nb + step * 4u + lid % 4u;
     l.q = wvec(WTYPE, 2u * b);
@@ -126,19 +135,17 @@ fn mq_load(tile_m: u32, tile_n: u32, lid: u32, step: u32) -> MqLoads {
     if (lid < MQ_TN) { l.hdr = wvec(WTYPE, (rh * spr + sbi) * 9u); }
   }
   let blk0 = step * 4u;          // the step's first block of a row of x
+  // digit vec4s lid * MQ_XL .. + MQ_XL - 1 of the step's MQ_TM x MQ_XV: all of token slot lid / 4 (MQ_XL = MQ_XV / 4)
   //#unroll! e MQ_XL
   {
-    let v = lid * MQ_XL + $e;
-    let t = min(tile_m * MQ_TM + v / MQ_XV, p.n_tokens - 1u);  // tokens past the window: loaded, never stored
-    let within = v % MQ_XV;
+    let within = (lid % 4u) * MQ_XL + $e;
     let jb = within / (2u * MQ_D);
     let g = (within / 2u) % MQ_D;
-    let b = t * p.nb + blk0 + jb;
+    let b = mq_xrow * p.nb + blk0 + jb;
     l.x[$e] = xdig[(b * 3u + g) * 2u + within % 2u];
   }
   //#end
-  let ts = min(tile_m * MQ_TM + lid / 4u, p.n_tokens - 1u);
-  l.sc = bitcast<vec4<f32>>(xdig[p.x_off + ts * p.nb + blk0 + lid % 4u]);
+  l.sc = bitcast<vec4<f32>>(xdig[p.x_off + mq_xrow * p.nb + blk0 + lid % 4u]);
   return l;
 }
 
@@ -320,11 +327,25 @@ fn mq_bytes_step(acc: ptr<function, array<vec4<f32>, 4>>, ty: u32, tx: u32) {
   //#end
 }
 
+// Expert products: the x row of a pair.
+fn mq_pair_x(pair: u32) -> u32 { return select(pair / p.n_used, pair, p.x_per_pair != 0u); }
+
 fn matmul_int_main(wid: vec3<u32>, lid: u32) {
   let flat = wid.x + wid.y * p.grid_x;
   let tile_n = flat % p.row_tiles;
   let tile_m = flat / p.row_tiles;
-  if (tile_m * MQ_TM >= p.n_tokens) { return; }  // grid padding: uniform per workgroup
+  var tile = vec4<u32>(0u, 0u, MQ_TM, 0u);  // expert products: the tile's expert, first pair and count
+  if (MQ_EXPERTS) {
+    if (tile_m >= p.n_tokens) { return; }  // grid padding (n_tokens: the tile slots): uniform per workgroup
+    tile = expert_tile(tile_m);  // read-only and at a uniform index: uniform
+    let wbase = expert_rows(tile);
+    if (wbase == NO_EXPERT) { return; }
+    mq_wbase = wbase;
+    mq_xrow = mq_pair_x(ids[tile.y + min(lid / 4u, tile.z - 1u)]);
+  } else {
+    if (tile_m * MQ_TM >= p.n_tokens) { return; }  // grid padding: uniform per workgroup
+    mq_xrow = min(tile_m * MQ_TM + lid / 4u, p.n_tokens - 1u);  // tokens past the window: loaded, never stored
+  }
   let ty = lid / 16u;
   let tx = lid % 16u;
   var acc: array<vec4<f32>, 4>;  // [token k][row i]
@@ -333,13 +354,13 @@ fn matmul_int_main(wid: vec3<u32>, lid: u32) {
   //#end
   var ss = 0.0;  // this loader's part of its token's sum of x^2
   let steps = p.nb / 4u;
-  var l = mq_load(tile_m, tile_n, lid, 0u);
+  var l = mq_load(tile_n, lid, 0u);
   for (var step = 0u; step < steps; step += 1u) {
     workgroupBarrier();  // the previous step's tiles are consumed
     mq_put(l, lid, step);
     ss += l.sc.w;
     workgroupBarrier();
-    if (step + 1u < steps) { l = mq_load(tile_m, tile_n, lid, step + 1u); }
+    if (step + 1u < steps) { l = mq_load(tile_n, lid, step + 1u); }
     if (Q6 || Q8) {
       mq_bytes_step(&acc, ty, tx);
     } else {
@@ -354,13 +375,18 @@ fn matmul_int_main(wid: vec3<u32>, lid: u32) {
   //#unroll! k 4
   {
     let tl = 4u * ty + $k;
-    let t = tile_m * MQ_TM + tl;
+    var t = tile_m * MQ_TM + tl;
+    var live = t < p.n_tokens;
+    if (MQ_EXPERTS) {
+      live = tl < tile.z;
+      t = ids[tile.y + min(tl, tile.z - 1u)];  // the pair: its y row
+    }
     var f = 1.0;
     if (has(FLAG_NORM)) {
       let q = bitcast<vec4<f32>>(mq_xq[tl]);
       f = inv_rms(q.x + q.y + q.z + q.w);
     }
-    if (t < p.n_tokens) {
+    if (live) {
       let v = acc[$k] * f;
       let r = tile_n * MQ_TN + 2u * tx;
       store_rows2(t, r, v.x, v.y);

@@ -210,8 +210,8 @@ WGPUComputePipeline tiled_pipeline(gpu::Context& ctx, const MatmulTile& tile, Gg
   });
 }
 
-WGPUComputePipeline int_tiled_pipeline(gpu::Context& ctx, GgufType t, uint32_t digits) {
-  const uint32_t args[] = {uint32_t(t), digits};
+WGPUComputePipeline int_tiled_pipeline(gpu::Context& ctx, GgufType t, uint32_t digits, bool experts) {
+  const uint32_t args[] = {uint32_t(t), digits, experts};
   return ctx.pipeline("matmul_int", args, [&] {
     auto u32 = [](const char* name, uint32_t v) {
       return std::string("const ") + name + ": u32 = " + std::to_string(v) + "u;\n";
@@ -221,9 +221,10 @@ WGPUComputePipeline int_tiled_pipeline(gpu::Context& ctx, GgufType t, uint32_t d
                             "matmul_int",
                             {},
                             detail::weight_prelude(t, 1) + u32("MQ_D", digits) + u32("MQ_XV", z.xv) +
-                                u32("MQ_XL", 2 * digits) + u32("MQ_QV", z.qv) + u32("MQ_SV", z.sv) + u32("MQ_WM", z.wm),
+                                u32("MQ_XL", 2 * digits) + u32("MQ_QV", z.qv) + u32("MQ_SV", z.sv) +
+                                u32("MQ_WM", z.wm) + "const MQ_EXPERTS: bool = " + (experts ? "true" : "false") + ";\n",
                             detail::shape_detail(t, {kIntTile, kIntTile}) + ", " + std::to_string(digits) +
-                                (digits == 1 ? " digit" : " digits")};
+                                (digits == 1 ? " digit" : " digits") + (experts ? ", experts" : "")};
   });
 }
 

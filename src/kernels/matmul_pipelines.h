@@ -52,7 +52,8 @@ WGPUComputePipeline rows_pipeline(gpu::Context& ctx, const RowsConfig& rows, Ggu
 WGPUComputePipeline tiled_pipeline(gpu::Context& ctx, const MatmulTile& tile, GgufType t, bool experts,
                                    const ClassOrder& order = {});
 // The Q4_K, Q6_K or Q8_0 prompt product on x's leading `digits` digits (matmul_int.wgsl;
-// ContextOptions::prompt_digits): a workgroup per kIntTile tokens x kIntTile rows, int_tiled_bytes of workgroup memory.
+// ContextOptions::prompt_digits): a workgroup per kIntTile tokens x kIntTile rows, int_tiled_bytes of workgroup memory;
+// experts: a tile of kIntTile slots of one expert's pairs.
 inline constexpr uint32_t kIntTile = 64;
 // Its workgroup arrays' sizes (matmul_int.wgsl's constants), in vec4s: quant vec4s per row (Q4_K's nibbles of two
 // blocks each, else bytes), scale vec4s per row and per token, x's digit vec4s per token, and mq_wm's in all (Q4_K's
@@ -69,7 +70,7 @@ constexpr uint64_t int_tiled_bytes(GgufType t, uint32_t digits) {
   // mq_qw, mq_wd and mq_xm, mq_xq, mq_xs, mq_wm (Q4_K: 8192 + 8192 a digit; Q6_K 13328 +, Q8_0 11280 +)
   return 16ull * ((z.qv + 2 * z.sv + z.xv + 1) * kIntTile + z.wm);
 }
-WGPUComputePipeline int_tiled_pipeline(gpu::Context& ctx, GgufType t, uint32_t digits);
+WGPUComputePipeline int_tiled_pipeline(gpu::Context& ctx, GgufType t, uint32_t digits, bool experts = false);
 // A split product's fold (matmul_fold.wgsl): its groups added and the epilogue.
 WGPUComputePipeline fold_pipeline(gpu::Context& ctx, GgufType t, const ClassOrder& order);
 
