@@ -322,10 +322,9 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
 
 // GPUs (measured on the H200 at full clocks, PERF.md). Block types, read in 32-weight chunks: 4 rows per group and as
 // many threads per row as it takes for the whole product to have about 64k threads (a wide GPU's fill), no more
-// than the row has chunks (rounded up to a power of two), 16 (4 for 32-weight blocks) to 256, in workgroups of at
-// least 128 threads. Float types, read in 8-element units: tall matrices stream best with a subgroup per 4 rows; below
-// ~16k rows that leaves too few workgroups to fill the GPU, and 128 threads per row (4 rows per workgroup) do better,
-// 256 for long rows.
+// than the row has chunks (rounded up to a power of two), 4 to 256, in workgroups of at least 128 threads. Float types,
+// read in 8-element units: tall matrices stream best with a subgroup per 4 rows; below ~16k rows that leaves too few
+// workgroups to fill the GPU, and 128 threads per row (4 rows per workgroup) do better, 256 for long rows.
 MatvecConfig gpu_matvec_config(uint32_t n_rows, uint32_t n_in, GgufType type) {
   if (block_elems(type) == 1) {
     if (n_rows >= 16384) return {.threads_per_row = 32, .rows = 4, .groups = 4};
@@ -339,10 +338,10 @@ MatvecConfig gpu_matvec_config(uint32_t n_rows, uint32_t n_in, GgufType type) {
   };
   const uint32_t rows = 4, chunks = (n_in + 31) / 32;
   const uint32_t fill = n_rows ? pow2_floor((65536ull * rows + n_rows - 1) / n_rows * 2 - 1) : 256;  // rounded up
-  // The 32-weight block types (Q8_0, Q4_0, Q5_0, ...) on tall products (an LM head) go down to 4 threads a row: fewer
-  // lane sums per row (Gemma 3's Q8_0 head, 640 x 262,144 on the H100: 1,817 GB/s at 4x4x32 where 16x4x8 gave 1,087)
-  const uint32_t least = block_elems(type) == 32 ? 4 : 16;
-  const uint32_t t = std::clamp(std::min(fill, pow2_floor(std::max(chunks, 1u) * 2 - 1)), least, 256u);
+  // Tall products (an LM head, past ~32k rows) go down to 4 threads a row: fewer lane sums per row (Gemma 3's Q8_0
+  // head, 640 x 262,144 on the H100: 1,817 GB/s at 4x4x32 where 16x4x8 gave 1,087; the Q6_K heads of Q4_K_M files on
+  // the H200, tg128 at 4x4x32 against 16x4x8: Llama-3.2-1B +1.4 %, a 2-layer Qwen3-30B-A3B +4 %; PERF.md)
+  const uint32_t t = std::clamp(std::min(fill, pow2_floor(std::max(chunks, 1u) * 2 - 1)), 4u, 256u);
   return {.threads_per_row = t, .rows = rows, .groups = std::max(1u, 128 / t), .units = 1};
 }
 

@@ -428,6 +428,17 @@ TEST(Matmul, OtherMatvecShapes) {
         EXPECT_LE(r.rel_l2, 1e-5) << c.name << ": " << r.describe();
       }
   }
+  // the GPUs' shape of tall products (an LM head): 4 threads a row, the K-quants' one-token products (the 32-weight
+  // blocks' took it first)
+  gpu::Context tall(context_options([](auto& o) {
+    o.matvec_shape = "4x4x32";
+    o.rows_shape = "off";
+  }));
+  for (const MatmulCase& c : kMatmulCases)
+    if (c.impl != Tiled && c.n_tokens == 1 && block_elems(c.type) == 256) {
+      const auto r = run_matmul(tall, c, 99);
+      EXPECT_LE(r.rel_l2, 1e-5) << c.name << " at 4x4x32: " << r.describe();
+    }
   EXPECT_THROW(kernels::parse_matvec_config("32x4"), InvalidArgument);
   EXPECT_THROW(kernels::parse_matvec_config("32x3x4"), InvalidArgument);
   EXPECT_THROW(kernels::parse_matvec_config("0x2x4"), InvalidArgument);
