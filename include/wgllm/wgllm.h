@@ -75,7 +75,8 @@ struct LoadOptions {
   // per element under one scale per 32 elements, 1 to 3 (3: within about 2^-23 of each block's largest element; 1:
   // llama.cpp's 8-bit activations, the fastest and least exact). 0: f32 products. Unset: 3 on GPUs for products of 16
   // tokens or more (Q4_K_M pp16-pp512 7-18 % faster on the H100 than f32, perplexity within 0.002 %), 0 on CPU adapters
-  // (ModelInfo::prompt_digits; the CLI reads $WGLLM_PROMPT_DIGITS).
+  // (ModelInfo::prompt_digits; the CLI reads $WGLLM_PROMPT_DIGITS). A mixture of experts' products take them where a
+  // prompt gives its experts 64 or more pairs each on average (tiles of 64 pairs of one expert).
   std::optional<uint32_t> prompt_digits = std::nullopt;
   // Decoding, gemma's post norms (their residual adds) in the next product's prologue instead of dispatches of their
   // own (ContextOptions::fuse_post_norms). Unset: on GPUs for gemma3 (Gemma 3 270M decodes 5-20 % faster on the
