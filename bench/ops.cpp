@@ -17,6 +17,7 @@
 
 #include "add_kernel.h"
 #include "command.h"
+#include "common.h"
 #include "gguf/dequant.h"
 #include "gguf/half.h"
 #include "gguf/types.h"
@@ -57,87 +58,6 @@ struct Options {
 // The one-token products of a Llama-3.1-8B decode step, n_in x n_out: attention q / o (4096 x 4096), FFN gate or up
 // (4096 x 14336), FFN down (14336 x 4096) and the output (4096 x 128256).
 constexpr const char* kDecodeShapes = "4096x4096,4096x14336,14336x4096,4096x128256";
-
-std::vector<std::string> split(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  std::stringstream in(s);
-  for (std::string item; std::getline(in, item, sep);)
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
-
-GgufType parse_type(const std::string& s) {
-  for (uint32_t id = 0; ggml_type_name(id); ++id)
-    if (is_supported_type(id) && s == ggml_type_name(id)) return GgufType(id);
-  throw InvalidArgument("--types: unknown type '" + s + "' (" + supported_type_names() + ")");
-}
-
-// Random GGUF bytes: floats in [-1, 1], or random quants and sub-block scales with f16 scales in [0.001, 0.03]
-// (MXFP4: scales 2^-10 .. 2^-5).
-std::vector<uint8_t> random_weight(GgufType t, uint32_t n_in, uint32_t n_out, uint64_t seed) {
-  std::vector<uint8_t> out(tensor_bytes(t, n_in, n_out));
-  std::mt19937 gen{static_cast<uint32_t>(seed)};
-  const size_t n = size_t(n_in) * n_out;
-  auto unit = [&] { return float(gen()) / 4294967296.f * 2.f - 1.f; };
-  switch (t) {
-    case GgufType::F32:
-      for (size_t i = 0; i < n; ++i) {
-        const float f = unit();
-        std::memcpy(&out[i * 4], &f, 4);
-      }
-      break;
-    case GgufType::F16:
-    case GgufType::BF16:
-      for (size_t i = 0; i < n; ++i) {
-        const float f = unit();
-        uint32_t bits;
-        std::memcpy(&bits, &f, 4);
-        const uint16_t h = t == GgufType::F16 ? wgllm::f32_to_f16(f) : uint16_t(bits >> 16);
-        std::memcpy(&out[i * 2], &h, 2);
-      }
-      break;
-    case GgufType::MXFP4:
-      for (size_t b = 0; b < out.size(); b += 17) {
-        for (size_t j = 1; j < 17; ++j) out[b + j] = uint8_t(gen());
-        out[b] = uint8_t(118 + gen() % 6);
-      }
-      break;
-    default: {
-      const size_t bb = block_bytes(t);
-      for (size_t b = 0; b < out.size(); b += bb) {
-        for (size_t j = 0; j < bb; ++j) out[b + j] = uint8_t(gen());
-        for (size_t f : scale_fields(t)) {
-          const uint16_t d = wgllm::f32_to_f16(0.001f + 0.029f * (unit() * 0.5f + 0.5f));
-          std::memcpy(&out[b + f], &d, 2);
-        }
-      }
-      break;
-    }
-  }
-  return out;
-}
-
-// Median seconds per call of `encode`, run `per_submit` times per command buffer, over `repeats`
-// timed command buffers. First the same work runs, untimed, for at least `warm_s` seconds: that
-// compiles the pipelines and touches the buffers, and lets the GPU raise its clocks (an H200's
-// cores idle at 345 MHz and reach 1,980 only under sustained load: short bursts after a pause,
-// e.g. after uploading a weight, measured half the bandwidth; PERF.md).
-template <typename Encode>
-double median_time(gpu::Context& ctx, Encode encode, uint32_t per_submit, uint32_t repeats, double warm_s = 1.0) {
-  using clock = std::chrono::steady_clock;
-  auto sample = [&] {
-    gpu::ComputeBatch batch(ctx, "bench-ops");
-    for (uint32_t i = 0; i < per_submit; ++i) encode(batch, i);
-    const auto t0 = clock::now();
-    batch.submit_and_wait();
-    return std::chrono::duration<double>(clock::now() - t0).count() / per_submit;
-  };
-  for (const auto w0 = clock::now(); std::chrono::duration<double>(clock::now() - w0).count() < warm_s;) sample();
-  std::vector<double> times;
-  for (uint32_t r = 0; r < std::max(repeats, 1u); ++r) times.push_back(sample());
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
-}
 
 // Median seconds per dispatch of encode_matmul, cycling through the copies of the weight (several
 // copies whose total exceeds the GPU's last-level cache make every dispatch read its weight from
