@@ -91,9 +91,9 @@ struct LoadOptions {
   std::optional<bool> fuse_qk_norm = std::nullopt;
   // Decoding a mixture of experts, each token's routing inside its experts' gate/up products, every workgroup
   // choosing its pair's expert from the router's logits, instead of a dispatch of its own (ContextOptions::
-  // fuse_moe_route): one dependent link fewer a MoE layer, the same bits. Unset: on CPU adapters (lavapipe +3-10 %),
-  // off on GPUs (the H200 1-3 % slower with it: each gate/up workgroup ranks the experts before its first weight
-  // load); ModelInfo::fuse_moe_route.
+  // fuse_moe_route): one dependent link fewer a MoE layer, the same bits. Unset: off (each gate/up workgroup ranks
+  // the experts before its first weight load, which costs more than the link: the H200 1-3 % slower with it,
+  // lavapipe's real-shape expert layers 5-59 %); ModelInfo::fuse_moe_route.
   std::optional<bool> fuse_moe_route = std::nullopt;
   // Called while weights upload: bytes done, bytes in all.
   std::function<void(uint64_t done, uint64_t total)> progress;

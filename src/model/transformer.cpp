@@ -53,7 +53,7 @@ bool fuse_qk_norm_on(const gpu::Context& ctx, const ModelConfig& c) {
 bool fuse_rows_rope_on(const gpu::Context& ctx) { return ctx.options().fuse_qk_norm.value_or(true); }
 
 bool fuse_moe_route_on(const gpu::Context& ctx, const ModelConfig& c) {
-  return c.is_moe() && ctx.options().fuse_moe_route.value_or(ctx.adapter().is_cpu());
+  return c.is_moe() && ctx.options().fuse_moe_route.value_or(false);
 }
 
 GpuSession::GpuSession(gpu::Context& ctx, const GpuModel& model, const GpuSessionOptions& options)

@@ -233,8 +233,7 @@ TEST(CliBench, DecodeOptionsInTheProfile) {
   }
   EXPECT_EQ(bench(gemma3, "").at("fuse_qk_norm"), !cpu);
   EXPECT_EQ(bench(gemma3, "").at("fuse_rows_rope"), true);  // unset: on, every adapter
-  // --fuse-moe-route: a mixture of experts' routing leaves its dispatch for the gate/up products'; unset: on CPU
-  // adapters alone
+  // --fuse-moe-route: a mixture of experts' routing leaves its dispatch for the gate/up products'; unset: off
   const std::string moe = test::model_path("lfm2moe-q8_0");
   const ModelConfig mc = config_from_gguf(GgufFile::open(moe));
   uint32_t moe_layers = 0;
@@ -245,7 +244,7 @@ TEST(CliBench, DecodeOptionsInTheProfile) {
     EXPECT_EQ(j.at("fuse_moe_route"), on);
     EXPECT_EQ(calls(j, "moe_choose.wgsl+moe.wgsl:moe_route"), on ? 0 : moe_layers) << j.dump();
   }
-  EXPECT_EQ(bench(moe, "").at("fuse_moe_route"), cpu);
+  EXPECT_EQ(bench(moe, "").at("fuse_moe_route"), false);
   EXPECT_EQ(bench(gemma3, "").at("fuse_moe_route"), false);  // not a mixture of experts
 }
 

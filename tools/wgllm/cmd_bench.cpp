@@ -484,7 +484,7 @@ const Register reg{
            ->group("Advanced");
        app.add_flag("--fuse-moe-route,!--no-fuse-moe-route", o->fuse_moe_route,
                     "decoding a mixture of experts, the routing inside the experts' gate/up products "
-                    "(LoadOptions::fuse_moe_route; default: on CPU adapters, off on GPUs)")
+                    "(LoadOptions::fuse_moe_route; default: off)")
            ->group("Advanced");
        app.add_option("--parallel", o->parallel,
                       "then N concurrent streams (a list: 1,4,16) through continuous batching, each -p prompt "

@@ -327,7 +327,7 @@ const Register reg{
            ->group("Advanced");
        app.add_flag("--fuse-moe-route,!--no-fuse-moe-route", o->fuse_moe_route,
                     "decoding a mixture of experts, the routing inside the experts' gate/up products instead of a "
-                    "dispatch of its own (default: on CPU adapters, off on GPUs)")
+                    "dispatch of its own (default: off)")
            ->group("Advanced");
        app.add_flag("--no-check-tensors", o->no_check_tensors,
                     "skip the scan of the weights for NaN and infinities at load");
