@@ -73,6 +73,9 @@ int run_experts(const Options& o) {
                             std::to_string(F));
   uint32_t max_tokens = 1;
   for (uint32_t n : tokens) max_tokens = std::max(max_tokens, n);
+  const auto gate_up_bytes = random_weight(gu_type, W, E * 2 * F, 1);
+  const auto down_bytes = random_weight(down_type, F, E * W, 2);
+  const auto router_bytes = random_weight(GgufType::F32, W, E, 3);
 
   for (size_t di = 0; di < digit_runs.size(); ++di) {
     gpu::ContextOptions options = context_options(o.adapter);
@@ -88,12 +91,9 @@ int run_experts(const Options& o) {
           "| prompt digits | tokens | pairs an expert | path | ms | chosen experts' GB/s | expert GFLOP/s |\n"
           "|---|---:|---:|---|---:|---:|---:|\n");
     }
-    const auto gate_up = kernels::upload_weight(ctx, gu_type, W, uint64_t(E) * 2 * F,
-                                                random_weight(gu_type, W, E * 2 * F, 1), "gate/up", 0, E);
-    const auto down =
-        kernels::upload_weight(ctx, down_type, F, uint64_t(E) * W, random_weight(down_type, F, E * W, 2), "down", 0, E);
-    const auto router =
-        kernels::upload_weight(ctx, GgufType::F32, W, E, random_weight(GgufType::F32, W, E, 3), "router");
+    const auto gate_up = kernels::upload_weight(ctx, gu_type, W, uint64_t(E) * 2 * F, gate_up_bytes, "gate/up", 0, E);
+    const auto down = kernels::upload_weight(ctx, down_type, F, uint64_t(E) * W, down_bytes, "down", 0, E);
+    const auto router = kernels::upload_weight(ctx, GgufType::F32, W, E, router_bytes, "router");
     const uint64_t expert_bytes = tensor_bytes(gu_type, W, 2 * F) + tensor_bytes(down_type, F, W);
     std::mt19937 gen(7);
     auto uniform = [&](size_t n, float lo, float hi) {
