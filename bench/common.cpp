@@ -18,6 +18,16 @@ std::vector<std::string> split(const std::string& s, char sep) {
   return out;
 }
 
+std::vector<std::optional<uint32_t>> parse_digit_runs(const std::string& list) {
+  std::vector<std::optional<uint32_t>> runs;
+  for (const auto& d : split(list, ',')) {
+    if (d.size() != 1 || d[0] < '0' || d[0] > '3') throw InvalidArgument("--prompt-digits: '" + d + "' is not 0 to 3");
+    runs.push_back(uint32_t(d[0] - '0'));
+  }
+  if (runs.empty()) runs.push_back(std::nullopt);
+  return runs;
+}
+
 GgufType parse_type(const std::string& s) {
   for (uint32_t id = 0; ggml_type_name(id); ++id)
     if (is_supported_type(id) && s == ggml_type_name(id)) return GgufType(id);

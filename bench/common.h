@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,9 @@ namespace wgllm::bench {
 
 // The non-empty items of s between separators.
 std::vector<std::string> split(const std::string& s, char sep);
+// --prompt-digits' comma-separated settings, each 0 to 3 (InvalidArgument naming it otherwise); none given: one unset
+// (the adapter's default).
+std::vector<std::optional<uint32_t>> parse_digit_runs(const std::string& list);
 // A weight type by its GGUF name; InvalidArgument naming --types otherwise.
 GgufType parse_type(const std::string& s);
 // Random GGUF bytes: floats in [-1, 1], or random quants and sub-block scales with f16 scales in [0.001, 0.03]

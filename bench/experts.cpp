@@ -59,12 +59,7 @@ int run_experts(const Options& o) {
       throw InvalidArgument("--tokens: '" + n + "' is not a token count (1..99999)");
     tokens.push_back(uint32_t(std::stoul(n)));
   }
-  std::vector<std::optional<uint32_t>> digit_runs;
-  for (const auto& d : split(o.prompt_digits, ',')) {
-    if (d.size() != 1 || d[0] < '0' || d[0] > '3') throw InvalidArgument("--prompt-digits: '" + d + "' is not 0 to 3");
-    digit_runs.push_back(uint32_t(d[0] - '0'));
-  }
-  if (digit_runs.empty()) digit_runs.push_back(std::nullopt);
+  const std::vector<std::optional<uint32_t>> digit_runs = parse_digit_runs(o.prompt_digits);
   const uint32_t W = sh->width, F = sh->ffn, E = sh->experts, K = sh->used;
   for (const GgufType t : {gu_type, down_type})
     if (W % block_elems(t) || F % block_elems(t))

@@ -409,12 +409,7 @@ int run_bench_ops(const Options& o) {
   }
   for (const auto& r : rows_shapes)
     if (r != "off") kernels::parse_rows_config(r);  // and --rows-shapes
-  std::vector<std::optional<uint32_t>> digit_runs;  // nullopt: unset (the adapter's default)
-  for (const auto& d : split(o.prompt_digits, ',')) {
-    if (d.size() != 1 || d[0] < '0' || d[0] > '3') throw InvalidArgument("--prompt-digits: '" + d + "' is not 0 to 3");
-    digit_runs.push_back(uint32_t(d[0] - '0'));
-  }
-  if (digit_runs.empty()) digit_runs.push_back(std::nullopt);
+  const std::vector<std::optional<uint32_t>> digit_runs = parse_digit_runs(o.prompt_digits);
   // (matmul tile, rows shape, prompt digits) per run: each tile with each rows shape (the rows shapes each timed for
   // matvec too), then each with each digits setting
   struct Run {
