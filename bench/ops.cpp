@@ -51,7 +51,7 @@ struct Options {
   std::string rows_shapes;               // comma-separated shapes of the CPU adapters' kernel to sweep
   bool skip_matvec = false;
   bool decode_table = false;  // one Markdown table: types x the decode shapes, weight GB/s and % of the read floor
-  bool int_dot = false;       // --decode-table: also Q4_K on packed int8 dot products (kernels/int_dot.h)
+  bool int_dot = false;       // --decode-table: also Q4_K / Q6_K on packed int8 dot products (kernels/int_dot.h)
   std::string lean;           // --decode-table: lean_q4k.wgsl's shapes WARPSxROWS[xKS][s][p], comma-separated
 };
 
@@ -194,43 +194,47 @@ std::vector<kernels::GpuWeight> weight_copies(gpu::Context& ctx, GgufType t, uin
   return copies;
 }
 
-// --decode-table --int-dot: Q4_K's one-token product on packed int8 dot products (kernels/int_dot.h; the matvec with
-// MatmulOptions::digits), x's digits and the product together and the product alone, in weight GB/s as the table's
-// rows. "-" where n_in is not a multiple of 256.
+// --decode-table --int-dot: the one-token products of --types' Q4_K and Q6_K on packed int8 dot products
+// (kernels/int_dot.h; the matvec with MatmulOptions::digits), x's digits and the product together and the product
+// alone, in weight GB/s as the table's rows. "-" where n_in is not a multiple of 256.
 void print_int_dot_rows(gpu::Context& ctx, const Options& o, const std::vector<std::string>& shapes, double floor_gbs) {
-  for (const bool with_digits : {true, false}) {
-    std::printf("| Q4_K int8 dot%s |", with_digits ? ", x digits + product" : ", product alone");
-    for (const auto& shape : shapes) {
-      const auto dims = split(shape, 'x');
-      const uint32_t n_in = uint32_t(std::stoul(dims[0])), n_out = uint32_t(std::stoul(dims[1]));
-      if (n_in % 256 != 0) {
-        std::printf(" - |");
-        continue;
+  for (const auto& tname : split(o.types, ',')) {
+    const GgufType t = parse_type(tname);
+    if (!kernels::matvec_takes_digits(t)) continue;
+    for (const bool with_digits : {true, false}) {
+      std::printf("| %s int8 dot%s |", type_name(t), with_digits ? ", x digits + product" : ", product alone");
+      for (const auto& shape : shapes) {
+        const auto dims = split(shape, 'x');
+        const uint32_t n_in = uint32_t(std::stoul(dims[0])), n_out = uint32_t(std::stoul(dims[1]));
+        if (n_in % 256 != 0) {
+          std::printf(" - |");
+          continue;
+        }
+        const auto bytes = random_weight(t, n_in, n_out, n_in * 31 + n_out);
+        const auto copies = weight_copies(ctx, t, n_in, n_out, bytes, o.rotate_bytes);
+        std::vector<float> xs(n_in);
+        for (uint32_t i = 0; i < n_in; ++i) xs[i] = float((i * 37) % 101) / 50.f - 1.f;
+        auto x = ctx.upload<float>(xs, WGPUBufferUsage_Storage, "x");
+        auto y = ctx.create_buffer(uint64_t(n_out) * 4, WGPUBufferUsage_Storage, "y");
+        const auto xd = kernels::make_x_digits(ctx, n_in, 1);
+        {
+          gpu::ComputeBatch b(ctx, "x digits");
+          kernels::encode_x_digits(b, ctx, x, xd);
+          b.submit_and_wait();
+        }
+        const double time = median_time(
+            ctx,
+            [&](gpu::ComputeBatch& b, uint32_t i) {
+              if (with_digits) kernels::encode_x_digits(b, ctx, x, xd);
+              kernels::encode_matmul(b, ctx, copies[i % copies.size()], x, y, 1, {.digits = &xd});
+            },
+            std::max<uint32_t>(o.matvec_per_submit, copies.size()), o.repeats);
+        const double gbs = double(bytes.size()) / time / 1e9;
+        std::printf(" %.0f (%.0f%%) |", gbs, 100 * gbs / floor_gbs);
+        std::fflush(stdout);
       }
-      const auto bytes = random_weight(GgufType::Q4_K, n_in, n_out, n_in * 31 + n_out);
-      const auto copies = weight_copies(ctx, GgufType::Q4_K, n_in, n_out, bytes, o.rotate_bytes);
-      std::vector<float> xs(n_in);
-      for (uint32_t i = 0; i < n_in; ++i) xs[i] = float((i * 37) % 101) / 50.f - 1.f;
-      auto x = ctx.upload<float>(xs, WGPUBufferUsage_Storage, "x");
-      auto y = ctx.create_buffer(uint64_t(n_out) * 4, WGPUBufferUsage_Storage, "y");
-      const auto xd = kernels::make_x_digits(ctx, n_in, 1);
-      {
-        gpu::ComputeBatch b(ctx, "x digits");
-        kernels::encode_x_digits(b, ctx, x, xd);
-        b.submit_and_wait();
-      }
-      const double t = median_time(
-          ctx,
-          [&](gpu::ComputeBatch& b, uint32_t i) {
-            if (with_digits) kernels::encode_x_digits(b, ctx, x, xd);
-            kernels::encode_matmul(b, ctx, copies[i % copies.size()], x, y, 1, {.digits = &xd});
-          },
-          std::max<uint32_t>(o.matvec_per_submit, copies.size()), o.repeats);
-      const double gbs = double(bytes.size()) / t / 1e9;
-      std::printf(" %.0f (%.0f%%) |", gbs, 100 * gbs / floor_gbs);
-      std::fflush(stdout);
+      std::printf("\n");
     }
-    std::printf("\n");
   }
 }
 
@@ -558,8 +562,10 @@ const Register reg{
                       "(1: never; default: the engine's, by the product's tiles)");
        app.add_option("--matvec-pass", o->matvec_pass, "batch decode's matvec: tokens per pass over W, 8 or 16");
        auto* shapes = app.get_option("--shapes");
-       app.add_flag("--int-dot", o->int_dot,
-                    "with --decode-table: also Q4_K on packed int8 dot products (x as three 8-bit digits per element)");
+       app.add_flag(
+           "--int-dot", o->int_dot,
+           "with --decode-table: also --types' Q4_K and Q6_K on packed int8 dot products (x as three 8-bit digits "
+           "per element)");
        app.add_option(
            "--lean-q4k", o->lean,
            "with --decode-table: also the experiment lean_q4k.wgsl at these shapes, comma-separated "

@@ -65,11 +65,11 @@ struct LoadOptions {
   // many rows (every workgroup reads the prologue's three vectors; the CLI reads $WGLLM_PRE_ROWS); unset: the
   // product's own shape. A tuning knob for benchmarks.
   std::optional<uint32_t> pre_rows = std::nullopt;
-  // Decoding, the FFN's Q4_K gate/up products on packed int8 dot products (the normed input as three 8-bit digits
-  // per element under one scale per 32: 23 bits against the block's largest element instead of f32's 24 per element;
-  // PERF.md). Unset: on GPUs for models whose FFN input is 2,048 wide or more (Llama-3.1-8B Q4_K_M decodes 9 % faster
-  // on the H200; narrower ones gain nothing), off on CPU adapters (ModelInfo::int_dot). Sessions decoded by
-  // BatchEngine keep the f32 products.
+  // Decoding, the FFN's Q4_K gate/up products and a Q4_K / Q6_K LM head on packed int8 dot products (the normed input
+  // as three 8-bit digits per element under one scale per 32: 23 bits against the block's largest element instead of
+  // f32's 24 per element; PERF.md). Unset: on GPUs for models whose FFN input is 2,048 wide or more (Llama-3.1-8B
+  // Q4_K_M decodes 9 % faster on the H200; narrower ones gain nothing), off on CPU adapters (ModelInfo::int_dot).
+  // Sessions decoded by BatchEngine keep the f32 products.
   std::optional<bool> int_dot = std::nullopt;
   // Prompt processing, the Q4_K, Q6_K and Q8_0 weight products on packed int8 dot products: x as this many 8-bit digits
   // per element under one scale per 32 elements, 1 to 3 (3: within about 2^-23 of each block's largest element; 1:
@@ -147,7 +147,7 @@ struct ModelInfo {
   // GPU memory of one session's conv and recurrent states (lfm2, qwen35; 0 without such layers)
   uint64_t conv_state_bytes = 0;
   uint32_t decode_gqa_from = 0;   // the depth from which decode attention runs per GQA group (LoadOptions'; resolved)
-  bool int_dot = false;           // decoding takes the Q4_K FFN products on int8 digits (LoadOptions'; resolved)
+  bool int_dot = false;           // decoding takes the Q4_K FFN products and the LM head on int8 digits (LoadOptions')
   bool fuse_post_norms = false;   // decoding runs post norms in the next product's prologue (LoadOptions'; resolved)
   bool fuse_qk_norm = false;      // decoding runs the q/k norms and the KV append in attention (LoadOptions'; resolved)
   bool fuse_rows_rope = false;    // BatchEngine's steps over one KV pool likewise, every model (fuse_qk_norm; resolved)

@@ -91,7 +91,8 @@ struct ContextOptions {
   // DeltaRuleImpl::Auto); unset: never (token by token), until the chunked kernel is measured ahead on a GPU (on
   // lavapipe its extra arithmetic makes it slower; PERF.md).
   std::optional<uint32_t> delta_chunk_from = std::nullopt;
-  // A decoded token's Q4_K FFN gate/up products on packed int8 dot products (kernels::XDigits, MatmulOptions::digits):
+  // A decoded token's Q4_K FFN gate/up products and Q4_K / Q6_K LM head on packed int8 dot products (kernels::XDigits,
+  // MatmulOptions::digits):
   // the normed input as 8-bit digits, 23 bits against each 32-element block's largest element instead of f32's 24 per
   // element. Unset: the model's default (model/transformer.h, int_dot_on: on GPUs where the FFN input is 2,048 wide or
   // more, measured ahead there; PERF.md, "The decode options on the H200").

@@ -126,8 +126,8 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
                  (split_out && (o.norm->get() == o.y1->get() || (has_y2 && o.norm->get() == o.y2->get())))))
     fail(fn, "norm must not be an output");
   if (o.digits) {
-    if (n_tokens != 1 || rk || w.type != GgufType::Q4_K || w.n_experts)
-      fail(fn, "digits take one token's product of a Q4_K weight (no RoPE epilogue, no experts)");
+    if (n_tokens != 1 || rk || !matvec_takes_digits(w.type) || w.n_experts)
+      fail(fn, "digits take one token's product of a Q4_K or Q6_K weight (no RoPE epilogue, no experts)");
     if (o.impl != MatmulImpl::Auto && o.impl != MatmulImpl::Matvec) fail(fn, "digits are read by the matvec alone");
     if (o.digits->n_in != w.n_in)
       fail(fn,

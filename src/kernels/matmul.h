@@ -84,7 +84,9 @@ uint32_t batch_tile_from(const gpu::Context& ctx);
 bool batch_takes_tiles(gpu::Context& ctx, const GpuWeight& w, uint32_t n_tokens);
 // The groups of lane classes that tiled product is split over (1: none; 0: not tiled).
 uint32_t batch_tile_groups(gpu::Context& ctx, const GpuWeight& w, uint32_t n_tokens);
-// The one-token Q4_K product on x's packed digits (MatmulOptions::digits): 32 threads per row and 8 rows (tall
+// Whether the one-token product of a weight of this type reads x's packed digits (MatmulOptions::digits): Q4_K, Q6_K.
+inline bool matvec_takes_digits(GgufType t) { return t == GgufType::Q4_K || t == GgufType::Q6_K; }
+// The one-token Q4_K / Q6_K product on x's packed digits (MatmulOptions::digits): 32 threads per row and 8 rows (tall
 // products) or 4 (long rows) a workgroup, 2 x 4 groups otherwise; CPU adapters the matvec's own; or the context's
 // matvec_shape option.
 MatvecConfig int_matvec_config(const gpu::Context& ctx, uint32_t n_rows, uint32_t n_in);
@@ -154,9 +156,10 @@ struct MatmulOptions {
   const gpu::Buffer* times = nullptr;
   uint32_t times_stride = 0, times_offset = 0;
   MatmulImpl impl = MatmulImpl::Auto;
-  // One token, Q4_K: x read as its packed 8-bit digits (encode_x_digits of x, or of x * norm when norm is set: the same
-  // norm buffer) by the matvec's packed integer dot products (matvec.wgsl's MV_INT); x itself is not read. Within
-  // about 2^-23 of each 32-element block's largest |x| (int_dot.h); any epilogue but the RoPE one.
+  // One token, Q4_K or Q6_K (matvec_takes_digits): x read as its packed 8-bit digits (encode_x_digits of x, or of x *
+  // norm when norm is set: the same norm buffer) by the matvec's packed integer dot products (matvec.wgsl's MV_INT); x
+  // itself is not read. Within about 2^-23 of each 32-element block's largest |x| (int_dot.h); any epilogue but the
+  // RoPE one.
   const XDigits* digits = nullptr;
   // One token on the matvec (matvec_takes_pre): the residual add of a post-norm first, x' = (x + rms_norm(src) *
   // weight) * scale with eps (the norm kernel's ACCUMULATE, kernels/norm.h), in every workgroup; the product then

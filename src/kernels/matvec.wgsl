@@ -16,7 +16,7 @@
 // MV_FMA (batch decode's shape, MatvecConfig::fma_order): the float types' unit products chained through fma in element
 // order, the block types' runs as run_acc takes them, units or chunks past the row skipped, so that matmul.wgsl's
 // MM_CLASS can reproduce a token's bits.
-// MV_INT (one token, Q4_K; MatmulOptions::digits): xdig holds x's packed 8-bit digits and per-block scales
+// MV_INT (one token, Q4_K or Q6_K; MatmulOptions::digits): xdig holds x's packed 8-bit digits and per-block scales
 // (int_dot.wgsl; the scales from vec4 p.x_off on) and the sums come from packed integer dot products.
 // MV_COMBINE (experts, one token a workgroup row): its pairs' outputs summed into y, weighted, in the same dispatch
 // (mv_combine).
@@ -201,6 +201,22 @@ fn idot16(q: vec4<u32>, g0: vec4<u32>, g1: vec4<u32>, g2: vec4<u32>) -> f32 {
   return f32((((s0 << 8u) + s1) << 8u) + bitcast<i32>(s2));
 }
 
+// MV_INT, Q6_K: the same sum over 16 six-bit quants (0..63, bytes of q). Those reach 16 * 63 * 127 * 2^16 > 2^31, so the
+// leading digit's sum is taken in f32 (exact) and the other two's in i32, meeting in one fma: one rounding more than
+// idot16's (matmul_int.wgsl's mq_combine does the same).
+fn idot16_q6(q: vec4<u32>, g0: vec4<u32>, g1: vec4<u32>, g2: vec4<u32>) -> f32 {
+  let s0 = dot4I8Packed(q.x, g0.x) + dot4I8Packed(q.y, g0.y) + dot4I8Packed(q.z, g0.z) + dot4I8Packed(q.w, g0.w);
+  let s1 = dot4I8Packed(q.x, g1.x) + dot4I8Packed(q.y, g1.y) + dot4I8Packed(q.z, g1.z) + dot4I8Packed(q.w, g1.w);
+  let s2 = dot4U8Packed(q.x, g2.x) + dot4U8Packed(q.y, g2.y) + dot4U8Packed(q.z, g2.z) + dot4U8Packed(q.w, g2.w);
+  return fma(f32(s0), 65536.0, f32((s1 << 8u) + bitcast<i32>(s2)));
+}
+
+// Q6_K's six-bit quants of 16 elements as bytes: the nibbles at bit lo of the low-bit vec4 l, the two bits at bit hi
+// of the high-bit vec4 hq above them.
+fn q6_quants(l: vec4<u32>, hq: vec4<u32>, lo: u32, hi: u32) -> vec4<u32> {
+  return ((l >> vec4<u32>(lo)) & vec4<u32>(0x0F0F0F0Fu)) | (((hq >> vec4<u32>(hi)) & vec4<u32>(0x03030303u)) << vec4<u32>(4u));
+}
+
 // The MV_NV values (dots [row][token], then x^2 [token]) of the group whose first row is row0, the expert's rows from
 // piece row wbase, lane lt's part of them summed over the group's lanes (each lane holds the whole sums when the group
 // fits a subgroup, else its subgroup's).
@@ -214,7 +230,58 @@ fn mv_values(wbase: u32, row0: u32, lt: u32, sg_size: u32) -> array<f32, MV_NV> 
   //#unroll k MV_NV
   vals[$k] = 0.0;
   //#end
-  if (MV_INT) {
+  if (MV_INT && WTYPE == T_Q6_K) {
+    // Q6_K against x's packed digits: lane lt takes units lt, lt + MV_T, ... of each row, a unit being chunks 2 j and
+    // 2 j + 1 of a super-block (j = u % 4; matmul_common.wgsl's chunk_cols): 64 weights of half h = j / 2 whose low
+    // nibbles are elements 32 k .. 32 k + 31 of the half (k = j % 2: x block xa, its halves from chunks 2 j and 2 j + 1)
+    // and whose high nibbles are the 32 elements 64 further (x block xa + 2). Each quant enters as its unsigned 6-bit
+    // value q + 32, the 32 taken back as 32 d sc sum(x) per 16 elements (x's exact half-block sums).
+    // vals[MV_R] gathers the unit's blocks' sums of x^2 (FLAG_NORM).
+    let n_units = p.nb / 2u;
+    let spr = p.nb >> 3u;  // super-blocks per row
+    for (var u = lt; u < n_units; u += MV_T) {
+      let sbi = u >> 2u;
+      let uj = u & 3u;
+      let h = uj >> 1u;
+      let k = uj & 1u;
+      let xa = 8u * sbi + 4u * h + k;  // x block of the low nibbles; xa + 2 that of the high ones
+      let xa6 = xa * 6u;
+      let a00 = xdig[xa6];
+      let a01 = xdig[xa6 + 1u];
+      let a10 = xdig[xa6 + 2u];
+      let a11 = xdig[xa6 + 3u];
+      let a20 = xdig[xa6 + 4u];
+      let a21 = xdig[xa6 + 5u];
+      let b00 = xdig[xa6 + 12u];
+      let b01 = xdig[xa6 + 13u];
+      let b10 = xdig[xa6 + 14u];
+      let b11 = xdig[xa6 + 15u];
+      let b20 = xdig[xa6 + 16u];
+      let b21 = xdig[xa6 + 17u];
+      let sa = bitcast<vec4<f32>>(xdig[p.x_off + xa]);  // (s, sum0, sum1, sum x^2) of each block
+      let sb = bitcast<vec4<f32>>(xdig[p.x_off + xa + 2u]);
+      vals[MV_R] += sa.w + sb.w;
+      let si = 8u * h + 2u * k;  // the 16-element scales: si, si + 1 (low nibbles), si + 4, si + 5 (high)
+      //#unroll! j MV_R
+      {
+        let s$j = wrow$j * spr + sbi;
+        let b$j = s$j * 13u;  // in vec4: low bits 8, high bits 4, scales 1 (d in the scale array)
+        let l0 = wvec(WTYPE, b$j + 2u * uj);
+        let l1 = wvec(WTYPE, b$j + 2u * uj + 1u);
+        let h0 = wvec(WTYPE, b$j + 8u + 2u * h);
+        let h1 = wvec(WTYPE, b$j + 9u + 2u * h);
+        let sc = wvec(WTYPE, b$j + 12u);
+        let d = q_scale(WTYPE, s$j);
+        let lo0 = sa.x * idot16_q6(q6_quants(l0, h0, 0u, 2u * k), a00, a10, a20) - 32.0 * sa.y;
+        let lo1 = sa.x * idot16_q6(q6_quants(l1, h1, 0u, 2u * k), a01, a11, a21) - 32.0 * sa.z;
+        let hi0 = sb.x * idot16_q6(q6_quants(l0, h0, 4u, 2u * k + 4u), b00, b10, b20) - 32.0 * sb.y;
+        let hi1 = sb.x * idot16_q6(q6_quants(l1, h1, 4u, 2u * k + 4u), b01, b11, b21) - 32.0 * sb.z;
+        vals[$j] += d * (sbyte_of(sc, si) * lo0 + sbyte_of(sc, si + 1u) * lo1 + sbyte_of(sc, si + 4u) * hi0 +
+                         sbyte_of(sc, si + 5u) * hi1);
+      }
+      //#end
+    }
+  } else if (MV_INT) {
     // Q4_K against x's packed digits (one token; int_dot.wgsl): lane lt takes units lt, lt + MV_T, ... of each row, a
     // unit being the 64 weights of one sub-block pair (chunks 2k and 2k + 1: their low nibbles are sub-block 2k's,
     // their high nibbles 2k + 1's). vals[MV_R] gathers the unit's blocks' sums of x^2 (FLAG_NORM).

@@ -61,7 +61,8 @@ struct SessionBuffers {
   gpu::Buffer ple_proj;       // [ubatch][n_layer P]: the projection of the scaled embedding
   gpu::Buffer ple_act;        // [ubatch][P]
   // A decoded token's FFN input as packed 8-bit digits (ContextOptions::int_dot; kernels/int_dot.h), for its Q4_K
-  // gate/up products; absent when off or n_embd is not a multiple of 32.
+  // gate/up products, then its normed final x for a Q4_K or Q6_K LM head; absent when off or n_embd is not a multiple
+  // of 32.
   std::optional<kernels::XDigits> ffn_digits;
   // A post-norm's residual add that encode_post_norm_residual left to the next product of x (one token): x = (x +
   // rms_norm(*src) * *weight) * scale, in that product's prologue where the matvec takes it (the sum then goes to x2,

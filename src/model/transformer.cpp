@@ -10,6 +10,7 @@
 #include "kernels/argmax.h"
 #include "kernels/attention.h"
 #include "kernels/embedding.h"
+#include "kernels/int_dot.h"
 #include "kernels/matmul.h"
 #include "kernels/scale.h"
 #include "model/arch/arch.h"
@@ -517,7 +518,15 @@ void GpuSession::encode_logits(gpu::ComputeBatch& batch, uint32_t n, Output outp
     batch.copy(b.x, uint64_t(n - 1) * c.n_embd * 4, b.last, 0, uint64_t(c.n_embd) * 4);
     kernels::encode_matmul(batch, ctx_, model_.logits_weight(), b.last, b.logits, 1, normed);
   } else {
-    encode_x_product(batch, ctx_, c, b, model_.logits_weight(), b.logits, 1, normed);
+    // With int_dot on, a Q4_K or Q6_K head reads the normed x's digits (the FFN's digit buffer: the same width)
+    const kernels::GpuWeight& head = model_.logits_weight();
+    kernels::MatmulOptions o = normed;
+    if (b.ffn_digits && kernels::matvec_takes_digits(head.type)) {
+      flush_pending_norm(batch, ctx_, c, b);
+      kernels::encode_x_digits(batch, ctx_, b.x, *b.ffn_digits, &model_.weights.output_norm);
+      o.digits = &*b.ffn_digits;
+    }
+    encode_x_product(batch, ctx_, c, b, head, b.logits, 1, o);
   }
   if (cap > 0) kernels::encode_scale(batch, ctx_, b.logits, c.n_vocab, 1.f, cap);
   if (output == Output::LastLogits) {

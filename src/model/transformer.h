@@ -134,8 +134,9 @@ struct GpuModel {
 
 // The decode options (ContextOptions::int_dot, fuse_post_norms) as set, or where unset as measured on the H200
 // (PERF.md, "The decode options on the H200"), both off on CPU adapters:
-// - int8 FFN products where the FFN input is at least kIntDotAutoWidth wide (Llama-3.1-8B Q4_K_M +9 %, Llama-3.2-1B
-//   +1-5 %; Gemma 4 small's 1,536 -1 %: a lane has under one 64-weight unit a row);
+// - int8 FFN products (Q4_K gate/up) and LM head (Q4_K or Q6_K) where the FFN input is at least kIntDotAutoWidth wide
+//   (the FFN's: Llama-3.1-8B Q4_K_M +9 %, Llama-3.2-1B +1-5 %; Gemma 4 small's 1,536 -1 %: a lane has under one
+//   64-weight unit a row);
 // - post norms in the next product's prologue for gemma3 (Gemma 3 270M +5-20 %); not gemma4, whose Q4_K_M lost 3-6 %.
 inline constexpr uint32_t kIntDotAutoWidth = 2048;
 bool int_dot_on(const gpu::Context& ctx, const ModelConfig& c);

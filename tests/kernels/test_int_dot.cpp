@@ -1,6 +1,6 @@
-// Q4_K products on packed int8 dot products (x's digits from int_dot.wgsl, the product matvec.wgsl's MV_INT) vs the
-// dequantised weight times x in double, with each epilogue and rows split across bindings, beside the f32 matvec's
-// error on the same inputs.
+// Q4_K and Q6_K products on packed int8 dot products (x's digits from int_dot.wgsl, the product matvec.wgsl's MV_INT)
+// vs the dequantised weight times x in double, with each epilogue and rows split across bindings, beside the f32
+// matvec's error on the same inputs.
 #include <cmath>
 #include <initializer_list>
 #include <optional>
@@ -30,6 +30,7 @@ const char* name(Epilogue e) {
 struct IntCase {
   uint32_t n_in, n_rows;
   uint64_t max_piece_bytes = 0;  // > 0: the weight's rows split into pieces of at most this many bytes
+  GgufType type = Q4_K;
 };
 
 double silu(double a) { return a / (1 + std::exp(-a)); }
@@ -41,10 +42,10 @@ void check_int_products(gpu::Context& ctx, std::initializer_list<IntCase> cases,
   constexpr float kEps = 1e-5f;
   const bool norm = epi == Epilogue::Norm || epi == Epilogue::SwigluNorm, swiglu = epi == Epilogue::SwigluNorm;
   for (const IntCase c : cases) {
-    SCOPED_TRACE("n_in " + std::to_string(c.n_in) + ", rows " + std::to_string(c.n_rows) + ", " + name(epi) +
-                 (c.max_piece_bytes ? ", pieces" : ""));
-    auto gen = rng(c.n_in * 131 + c.n_rows + 7 * uint32_t(epi));
-    const auto bytes = random_weight(Q4_K, c.n_in, c.n_rows, gen);
+    SCOPED_TRACE(std::string(type_name(c.type)) + " n_in " + std::to_string(c.n_in) + ", rows " +
+                 std::to_string(c.n_rows) + ", " + name(epi) + (c.max_piece_bytes ? ", pieces" : ""));
+    auto gen = rng(c.n_in * 131 + c.n_rows + 7 * uint32_t(epi) + uint32_t(c.type));
+    const auto bytes = random_weight(c.type, c.n_in, c.n_rows, gen);
     auto x = random_floats(c.n_in, gen, -2.f, 2.f);
     // Edge blocks: all zeros; one element 1000x the rest (the others keep ~13 bits); values near f32's smallest
     // normals; one element alone in its block.
@@ -63,7 +64,7 @@ void check_int_products(gpu::Context& ctx, std::initializer_list<IntCase> cases,
     auto xbuf = ctx.upload<float>(x, WGPUBufferUsage_Storage, "x");
     auto gbuf = ctx.upload<float>(g, WGPUBufferUsage_Storage, "g");
     auto extra = ctx.upload<float>(y0, WGPUBufferUsage_Storage, "bias");
-    const auto w = kernels::upload_weight(ctx, Q4_K, c.n_in, c.n_rows, bytes, "w", c.max_piece_bytes);
+    const auto w = kernels::upload_weight(ctx, c.type, c.n_in, c.n_rows, bytes, "w", c.max_piece_bytes);
     if (c.max_piece_bytes) {
       EXPECT_GT(w.pieces.size(), 1u);
     }
@@ -89,11 +90,11 @@ void check_int_products(gpu::Context& ctx, std::initializer_list<IntCase> cases,
 
     // Each row's sum and its bound: each element is represented within 2^-23 of its block's largest |x| (half a unit
     // of the digits' last place plus the rounding of x / s), taken as 2^-22; and f32's rounding of the sums.
-    const size_t row_bytes = tensor_bytes(Q4_K, c.n_in, 1);
+    const size_t row_bytes = tensor_bytes(c.type, c.n_in, 1);
     std::vector<float> wrow(c.n_in);
     std::vector<double> dot(c.n_rows), err(c.n_rows);
     for (uint32_t r = 0; r < c.n_rows; ++r) {
-      dequantize_row(Q4_K, bytes.data() + r * row_bytes, wrow.data(), c.n_in);
+      dequantize_row(c.type, bytes.data() + r * row_bytes, wrow.data(), c.n_in);
       double sum = 0, mag = 0, digit_err = 0;
       for (uint32_t b = 0; b < c.n_in / 32; ++b) {
         double amax = 0, wabs = 0;
@@ -126,8 +127,9 @@ void check_int_products(gpu::Context& ctx, std::initializer_list<IntCase> cases,
     }
     const auto r_int = compare(got, want);
     const auto r_f32 = compare(got32, want);
-    std::printf("[ int dot ] n_in %u rows %u %s%s: int8 digits %s; f32 matvec rel L2 %.3g\n", c.n_in, c.n_rows,
-                name(epi), c.max_piece_bytes ? " pieces" : "", r_int.describe().c_str(), r_f32.rel_l2);
+    std::printf("[ int dot ] %s n_in %u rows %u %s%s: int8 digits %s; f32 matvec rel L2 %.3g\n", type_name(c.type),
+                c.n_in, c.n_rows, name(epi), c.max_piece_bytes ? " pieces" : "", r_int.describe().c_str(),
+                r_f32.rel_l2);
   }
 }
 
@@ -145,15 +147,34 @@ TEST(IntDot, Q4kProductEpiloguesAndPieces) {
   check_int_products(context(), {{512, 38, 6 * 288}}, Epilogue::SwigluNorm);
 }
 
-TEST(IntDot, Q4kProductOtherShapesAndNoSubgroups) {
+// Q6_K: a unit's low nibbles and high nibbles read x blocks two apart (the outlier's block 1 beside block 3), each
+// 16 elements under its own signed scale.
+TEST(IntDot, Q6kProductMatchesDoubleWithinItsDigitsBound) {
+  for (const Epilogue e : {Epilogue::None, Epilogue::Norm})
+    check_int_products(
+        context(),
+        {{256, 1, 0, Q6_K}, {256, 37, 0, Q6_K}, {1280, 9, 0, Q6_K}, {4096, 64, 0, Q6_K}, {4352, 130, 0, Q6_K}}, e);
+}
+
+TEST(IntDot, Q6kProductEpiloguesAndPieces) {
+  check_int_products(context(), {{256, 38, 0, Q6_K}, {1280, 10, 0, Q6_K}}, Epilogue::SwigluNorm);
+  check_int_products(context(), {{512, 37, 0, Q6_K}}, Epilogue::Accumulate);
+  check_int_products(context(), {{512, 37, 0, Q6_K}}, Epilogue::Bias);
+  // rows split across bindings
+  check_int_products(context(), {{512, 37, 5 * 420, Q6_K}}, Epilogue::Norm);
+  check_int_products(context(), {{512, 38, 6 * 420, Q6_K}}, Epilogue::SwigluNorm);
+}
+
+TEST(IntDot, ProductsOtherShapesAndNoSubgroups) {
   for (const char* shape : {"32x4x2", "32x8x1", "64x4x2", "128x2x1", "16x2x4", "8x2x8", ""}) {
     SCOPED_TRACE(std::string("shape '") + shape + "'");
     gpu::Context ctx(context_options([&](auto& o) {
       o.matvec_shape = shape;
       o.disable_subgroups = *shape == 0;
     }));
-    check_int_products(ctx, {{256, 37}, {1280, 9}, {512, 3}}, *shape ? Epilogue::Norm : Epilogue::None);
-    check_int_products(ctx, {{512, 6}}, Epilogue::SwigluNorm);
+    check_int_products(ctx, {{256, 37}, {1280, 9}, {512, 3}, {1280, 9, 0, Q6_K}, {512, 3, 0, Q6_K}},
+                       *shape ? Epilogue::Norm : Epilogue::None);
+    check_int_products(ctx, {{512, 6}, {512, 6, 0, Q6_K}}, Epilogue::SwigluNorm);
   }
 }
 
@@ -250,7 +271,7 @@ TEST(IntDot, BadArgumentsThrowNamingTheField) {
   auto with = [&](kernels::MatmulImpl impl = kernels::MatmulImpl::Auto) {
     return kernels::MatmulOptions{.impl = impl, .digits = &xd1};
   };
-  expect_throw([&] { kernels::encode_matmul(batch, ctx, q80, x256, y, 1, with()); }, "Q4_K");
+  expect_throw([&] { kernels::encode_matmul(batch, ctx, q80, x256, y, 1, with()); }, "Q4_K or Q6_K");
   expect_throw([&] { kernels::encode_matmul(batch, ctx, q4k, x256, y, 2, with()); }, "one token");
   expect_throw([&] { kernels::encode_matmul(batch, ctx, q4k, x256, y, 1, with(kernels::MatmulImpl::Tiled)); },
                "matvec alone");

@@ -470,7 +470,8 @@ const Register reg{
                       "decode attention per GQA group (each K/V row read once per KV head) from this depth on "
                       "(0: always; past the context: never; default: 8192 on GPUs, 0 on CPU adapters)");
        app.add_flag("--int-dot,!--no-int-dot", o->int_dot,
-                    "decode the FFN's Q4_K gate/up products on packed int8 dot products (LoadOptions::int_dot; "
+                    "decode the FFN's Q4_K gate/up products and a Q4_K / Q6_K LM head on packed int8 dot products "
+                    "(LoadOptions::int_dot; "
                     "default: on GPUs for models 2,048 wide or more)")
            ->group("Advanced");
        app.add_flag("--fuse-post-norms,!--no-fuse-post-norms", o->fuse_post_norms,

@@ -312,7 +312,8 @@ const Register reg{
                       "(default: 8192 on GPUs, 0 on CPU adapters)")
            ->group("Advanced");
        app.add_flag("--int-dot,!--no-int-dot", o->int_dot,
-                    "decode the FFN's Q4_K gate/up products on packed int8 dot products (23 bits of each input "
+                    "decode the FFN's Q4_K gate/up products and a Q4_K / Q6_K LM head on packed int8 dot products (23 "
+                    "bits of each input "
                     "against its 32-element block's largest; default: on GPUs for models 2,048 wide or more)")
            ->group("Advanced");
        app.add_flag("--fuse-post-norms,!--no-fuse-post-norms", o->fuse_post_norms,
