@@ -211,6 +211,12 @@ fn idot16_q6(q: vec4<u32>, g0: vec4<u32>, g1: vec4<u32>, g2: vec4<u32>) -> f32 {
   return fma(f32(s0), 65536.0, f32((s1 << 8u) + bitcast<i32>(s2)));
 }
 
+// MV_INT: x block b's digit vec4s (int_dot.wgsl's layout): [digit g * 2 + half h], for elements 16 h .. 16 h + 15.
+fn xdig_block(b: u32) -> array<vec4<u32>, 6> {
+  let i = b * 6u;
+  return array<vec4<u32>, 6>(xdig[i], xdig[i + 1u], xdig[i + 2u], xdig[i + 3u], xdig[i + 4u], xdig[i + 5u]);
+}
+
 // Q6_K's six-bit quants of 16 elements as bytes: the nibbles at bit lo of the low-bit vec4 l, the two bits at bit hi
 // of the high-bit vec4 hq above them.
 fn q6_quants(l: vec4<u32>, hq: vec4<u32>, lo: u32, hi: u32) -> vec4<u32> {
@@ -245,19 +251,8 @@ fn mv_values(wbase: u32, row0: u32, lt: u32, sg_size: u32) -> array<f32, MV_NV> 
       let h = uj >> 1u;
       let k = uj & 1u;
       let xa = 8u * sbi + 4u * h + k;  // x block of the low nibbles; xa + 2 that of the high ones
-      let xa6 = xa * 6u;
-      let a00 = xdig[xa6];
-      let a01 = xdig[xa6 + 1u];
-      let a10 = xdig[xa6 + 2u];
-      let a11 = xdig[xa6 + 3u];
-      let a20 = xdig[xa6 + 4u];
-      let a21 = xdig[xa6 + 5u];
-      let b00 = xdig[xa6 + 12u];
-      let b01 = xdig[xa6 + 13u];
-      let b10 = xdig[xa6 + 14u];
-      let b11 = xdig[xa6 + 15u];
-      let b20 = xdig[xa6 + 16u];
-      let b21 = xdig[xa6 + 17u];
+      let a = xdig_block(xa);
+      let b = xdig_block(xa + 2u);
       let sa = bitcast<vec4<f32>>(xdig[p.x_off + xa]);  // (s, sum0, sum1, sum x^2) of each block
       let sb = bitcast<vec4<f32>>(xdig[p.x_off + xa + 2u]);
       vals[MV_R] += sa.w + sb.w;
@@ -272,10 +267,10 @@ fn mv_values(wbase: u32, row0: u32, lt: u32, sg_size: u32) -> array<f32, MV_NV> 
         let h1 = wvec(WTYPE, b$j + 9u + 2u * h);
         let sc = wvec(WTYPE, b$j + 12u);
         let d = q_scale(WTYPE, s$j);
-        let lo0 = sa.x * idot16_q6(q6_quants(l0, h0, 0u, 2u * k), a00, a10, a20) - 32.0 * sa.y;
-        let lo1 = sa.x * idot16_q6(q6_quants(l1, h1, 0u, 2u * k), a01, a11, a21) - 32.0 * sa.z;
-        let hi0 = sb.x * idot16_q6(q6_quants(l0, h0, 4u, 2u * k + 4u), b00, b10, b20) - 32.0 * sb.y;
-        let hi1 = sb.x * idot16_q6(q6_quants(l1, h1, 4u, 2u * k + 4u), b01, b11, b21) - 32.0 * sb.z;
+        let lo0 = sa.x * idot16_q6(q6_quants(l0, h0, 0u, 2u * k), a[0], a[2], a[4]) - 32.0 * sa.y;
+        let lo1 = sa.x * idot16_q6(q6_quants(l1, h1, 0u, 2u * k), a[1], a[3], a[5]) - 32.0 * sa.z;
+        let hi0 = sb.x * idot16_q6(q6_quants(l0, h0, 4u, 2u * k + 4u), b[0], b[2], b[4]) - 32.0 * sb.y;
+        let hi1 = sb.x * idot16_q6(q6_quants(l1, h1, 4u, 2u * k + 4u), b[1], b[3], b[5]) - 32.0 * sb.z;
         vals[$j] += d * (sbyte_of(sc, si) * lo0 + sbyte_of(sc, si + 1u) * lo1 + sbyte_of(sc, si + 4u) * hi0 +
                          sbyte_of(sc, si + 5u) * hi1);
       }
@@ -288,19 +283,8 @@ fn mv_values(wbase: u32, row0: u32, lt: u32, sg_size: u32) -> array<f32, MV_NV> 
     let n_units = p.nb / 2u;
     for (var u = lt; u < n_units; u += MV_T) {
       let xa = 2u * u;  // x block of sub-block 2k (the unit's first); xa + 1 that of 2k + 1
-      let xa6 = xa * 6u;
-      let a00 = xdig[xa6];
-      let a01 = xdig[xa6 + 1u];
-      let a10 = xdig[xa6 + 2u];
-      let a11 = xdig[xa6 + 3u];
-      let a20 = xdig[xa6 + 4u];
-      let a21 = xdig[xa6 + 5u];
-      let b00 = xdig[xa6 + 6u];
-      let b01 = xdig[xa6 + 7u];
-      let b10 = xdig[xa6 + 8u];
-      let b11 = xdig[xa6 + 9u];
-      let b20 = xdig[xa6 + 10u];
-      let b21 = xdig[xa6 + 11u];
+      let a = xdig_block(xa);
+      let b = xdig_block(xa + 1u);
       let sa = bitcast<vec4<f32>>(xdig[p.x_off + xa]);  // (s, sum0, sum1, sum x^2) of each block
       let sb = bitcast<vec4<f32>>(xdig[p.x_off + xa + 1u]);
       vals[MV_R] += sa.w + sb.w;
@@ -312,9 +296,9 @@ fn mv_values(wbase: u32, row0: u32, lt: u32, sg_size: u32) -> array<f32, MV_NV> 
         let k = (c & 7u) >> 1u;
         let m0 = k45_scale_min(w0.h, 2u * k);
         let m1 = k45_scale_min(w0.h, 2u * k + 1u);
-        let lo = idot16(w0.v & vec4<u32>(0x0F0F0F0Fu), a00, a10, a20) + idot16(qb & vec4<u32>(0x0F0F0F0Fu), a01, a11, a21);
-        let hi = idot16((w0.v >> vec4<u32>(4u)) & vec4<u32>(0x0F0F0F0Fu), b00, b10, b20) +
-                 idot16((qb >> vec4<u32>(4u)) & vec4<u32>(0x0F0F0F0Fu), b01, b11, b21);
+        let lo = idot16(w0.v & vec4<u32>(0x0F0F0F0Fu), a[0], a[2], a[4]) + idot16(qb & vec4<u32>(0x0F0F0F0Fu), a[1], a[3], a[5]);
+        let hi = idot16((w0.v >> vec4<u32>(4u)) & vec4<u32>(0x0F0F0F0Fu), b[0], b[2], b[4]) +
+                 idot16((qb >> vec4<u32>(4u)) & vec4<u32>(0x0F0F0F0Fu), b[1], b[3], b[5]);
         vals[$j] += m0.x * (sa.x * lo) - m0.y * (sa.y + sa.z) + m1.x * (sb.x * hi) - m1.y * (sb.y + sb.z);
       }
       //#end
