@@ -400,14 +400,14 @@ class MatmulEpilogueTable : public ::testing::TestWithParam<EpilogueCase> {};
 
 TEST_P(MatmulEpilogueTable, MatchesCpuReference) { check_epilogue(context(), GetParam()); }
 
-// The matvec shapes other adapters use (a GPU's, and odd ones), run here through the override:
+// The matvec shapes other adapters use (a GPU's, a MoE router's 256x2x1, and odd ones), run here through the override:
 // groups wider than a subgroup reduce through workgroup memory, several units in flight per step.
 // The matvec cases of the table and the matvec epilogue cases are dealt out over the shapes in turn (each case under
 // one shape, each shape over a mix of types, sizes and epilogues): all of them under every shape cost minutes of
 // compiles on a CPU adapter. Of the block types only the one-token cases: lavapipe takes 25-30 s to compile each of
 // their several-token pipelines (the table's own cases run those in the default shape).
 TEST(Matmul, OtherMatvecShapes) {
-  const char* shapes[] = {"32x4x4", "32x4x4x2", "128x4x1", "256x4x1", "16x2x2x3", "8x2x4x2x1"};
+  const char* shapes[] = {"32x4x4", "32x4x4x2", "128x4x1", "256x4x1", "256x2x1", "16x2x2x3", "8x2x4x2x1"};
   const size_t n_shapes = std::size(shapes);
   for (size_t s = 0; s < n_shapes; ++s) {
     const char* shape = shapes[s];
