@@ -92,9 +92,8 @@ struct ContextOptions {
   // lavapipe its extra arithmetic makes it slower; PERF.md).
   std::optional<uint32_t> delta_chunk_from = std::nullopt;
   // A decoded token's Q4_K FFN gate/up products and Q4_K / Q6_K LM head on packed int8 dot products (kernels::XDigits,
-  // MatmulOptions::digits):
-  // the normed input as 8-bit digits, 23 bits against each 32-element block's largest element instead of f32's 24 per
-  // element. Unset: the model's default (model/transformer.h, int_dot_on: on GPUs where the FFN input is 2,048 wide or
+  // MatmulOptions::digits): the normed input as 8-bit digits, 23 bits against each 32-element block's largest element
+  // instead of f32's 24 per element. Unset: the model's default (model/transformer.h, int_dot_on: on GPUs where the FFN input is 2,048 wide or
   // more, measured ahead there; PERF.md, "The decode options on the H200").
   std::optional<bool> int_dot = std::nullopt;
   // Prompt products (the tiled kernel's) of Q4_K, Q6_K and Q8_0 (1 or 2 digits) weights on packed int8 dot products

@@ -201,9 +201,9 @@ fn idot16(q: vec4<u32>, g0: vec4<u32>, g1: vec4<u32>, g2: vec4<u32>) -> f32 {
   return f32((((s0 << 8u) + s1) << 8u) + bitcast<i32>(s2));
 }
 
-// MV_INT, Q6_K: the same sum over 16 six-bit quants (0..63, bytes of q). Those reach 16 * 63 * 127 * 2^16 > 2^31, so the
-// leading digit's sum is taken in f32 (exact) and the other two's in i32, meeting in one fma: one rounding more than
-// idot16's (matmul_int.wgsl's mq_combine does the same).
+// MV_INT, Q6_K: the same sum over 16 six-bit quants (0..63, bytes of q). Those reach 16 * 63 * 127 * 2^16 > 2^31, so
+// the leading digit's sum is taken in f32 (exact) and the other two's in i32, meeting in one fma: one rounding more
+// than idot16's (matmul_int.wgsl's mq_combine does the same).
 fn idot16_q6(q: vec4<u32>, g0: vec4<u32>, g1: vec4<u32>, g2: vec4<u32>) -> f32 {
   let s0 = dot4I8Packed(q.x, g0.x) + dot4I8Packed(q.y, g0.y) + dot4I8Packed(q.z, g0.z) + dot4I8Packed(q.w, g0.w);
   let s1 = dot4I8Packed(q.x, g1.x) + dot4I8Packed(q.y, g1.y) + dot4I8Packed(q.z, g1.z) + dot4I8Packed(q.w, g1.w);
@@ -220,7 +220,8 @@ fn xdig_block(b: u32) -> array<vec4<u32>, 6> {
 // Q6_K's six-bit quants of 16 elements as bytes: the nibbles at bit lo of the low-bit vec4 l, the two bits at bit hi
 // of the high-bit vec4 hq above them.
 fn q6_quants(l: vec4<u32>, hq: vec4<u32>, lo: u32, hi: u32) -> vec4<u32> {
-  return ((l >> vec4<u32>(lo)) & vec4<u32>(0x0F0F0F0Fu)) | (((hq >> vec4<u32>(hi)) & vec4<u32>(0x03030303u)) << vec4<u32>(4u));
+  let high = ((hq >> vec4<u32>(hi)) & vec4<u32>(0x03030303u)) << vec4<u32>(4u);
+  return ((l >> vec4<u32>(lo)) & vec4<u32>(0x0F0F0F0Fu)) | high;
 }
 
 // The MV_NV values (dots [row][token], then x^2 [token]) of the group whose first row is row0, the expert's rows from
@@ -239,8 +240,8 @@ fn mv_values(wbase: u32, row0: u32, lt: u32, sg_size: u32) -> array<f32, MV_NV> 
   if (MV_INT && WTYPE == T_Q6_K) {
     // Q6_K against x's packed digits: lane lt takes units lt, lt + MV_T, ... of each row, a unit being chunks 2 j and
     // 2 j + 1 of a super-block (j = u % 4; matmul_common.wgsl's chunk_cols): 64 weights of half h = j / 2 whose low
-    // nibbles are elements 32 k .. 32 k + 31 of the half (k = j % 2: x block xa, its halves from chunks 2 j and 2 j + 1)
-    // and whose high nibbles are the 32 elements 64 further (x block xa + 2). Each quant enters as its unsigned 6-bit
+    // nibbles are elements 32 k .. 32 k + 31 of the half (k = j % 2: x block xa, its halves from chunks 2 j and
+    // 2 j + 1) and whose high nibbles are the 32 elements 64 further (x block xa + 2). Each quant enters as its unsigned 6-bit
     // value q + 32, the 32 taken back as 32 d sc sum(x) per 16 elements (x's exact half-block sums).
     // vals[MV_R] gathers the unit's blocks' sums of x^2 (FLAG_NORM).
     let n_units = p.nb / 2u;
@@ -296,7 +297,8 @@ fn mv_values(wbase: u32, row0: u32, lt: u32, sg_size: u32) -> array<f32, MV_NV> 
         let k = (c & 7u) >> 1u;
         let m0 = k45_scale_min(w0.h, 2u * k);
         let m1 = k45_scale_min(w0.h, 2u * k + 1u);
-        let lo = idot16(w0.v & vec4<u32>(0x0F0F0F0Fu), a[0], a[2], a[4]) + idot16(qb & vec4<u32>(0x0F0F0F0Fu), a[1], a[3], a[5]);
+        let lo = idot16(w0.v & vec4<u32>(0x0F0F0F0Fu), a[0], a[2], a[4]) +
+                 idot16(qb & vec4<u32>(0x0F0F0F0Fu), a[1], a[3], a[5]);
         let hi = idot16((w0.v >> vec4<u32>(4u)) & vec4<u32>(0x0F0F0F0Fu), b[0], b[2], b[4]) +
                  idot16((qb >> vec4<u32>(4u)) & vec4<u32>(0x0F0F0F0Fu), b[1], b[3], b[5]);
         vals[$j] += m0.x * (sa.x * lo) - m0.y * (sa.y + sa.z) + m1.x * (sb.x * hi) - m1.y * (sb.y + sb.z);
