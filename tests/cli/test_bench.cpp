@@ -163,7 +163,7 @@ TEST(CliBench, DecodeGqaFromPicksTheAttentionKernel) {
 }
 
 // The decode options as the profile sees them: --int-dot runs x_digits once a layer (the FFN input's digits for its
-// Q4_K gate/up); --fuse-post-norms (on the GPUs' matvec: WGLLM_ROWS_SHAPE=off) takes gemma4's three post norms a
+// Q4_K gate/up) and once for a Q4_K or Q6_K LM head; --fuse-post-norms (on the GPUs' matvec: WGLLM_ROWS_SHAPE=off) takes gemma4's three post norms a
 // layer out of rms_norm dispatches and into the next products; --fuse-qk-norm takes qk_norm_rope_kv into the
 // attention dispatch; --fuse-moe-route takes moe_route into the experts' gate/up products; the JSON says which options
 // were on.
