@@ -507,6 +507,13 @@ fn chunk_xs(wt_in: u32) -> array<vec4<f32>, 2> {
   return array<vec4<f32>, 2>(vec4<f32>(1.0), vec4<f32>(1.0));
 }
 
+// Q6_K: the six-bit quants (unsigned) of 16 elements as bytes, from their low-bit vec4 (nibble at bit `lo`) and their
+// high-bit vec4 (two bits at bit `hi`).
+fn q6_bytes(q: vec4<u32>, h: vec4<u32>, lo: u32, hi: u32) -> vec4<u32> {
+  let high = ((h >> vec4<u32>(hi)) & vec4<u32>(0x03030303u)) << vec4<u32>(4u);
+  return ((q >> vec4<u32>(lo)) & vec4<u32>(0x0F0F0F0Fu)) | high;
+}
+
 // Bits sh.. (masked) of the 16 bytes of v, minus off.
 fn q16(v: vec4<u32>, sh: u32, mask: u32, off: f32) -> Q16 {
   return Q16(ints(bytes4(v.x, sh, mask), off), ints(bytes4(v.y, sh, mask), off), ints(bytes4(v.z, sh, mask), off),
@@ -638,9 +645,7 @@ fn decode_run(wt_in: u32, raw: RawChunk, c: u32, run: u32) -> Run {
     let k = (i & 3u) >> 1u;
     let si = 8u * h + 2u * k + (i & 1u) + 4u * run;  // the run's 16-element scale
     // each quant's 2 high bits moved above its nibble: one byte per quant
-    let q = ((v >> vec4<u32>(4u * run)) & vec4<u32>(0x0F0F0F0Fu)) |
-            (((raw.m >> vec4<u32>(2u * k + 4u * run)) & vec4<u32>(0x03030303u)) << vec4<u32>(4u));
-    return Run(bytes16(q, 32.0), raw.d * sbyte_of(raw.h, si), 0.0);
+    return Run(bytes16(q6_bytes(v, raw.m, 4u * run, 2u * k + 4u * run), 32.0), raw.d * sbyte_of(raw.h, si), 0.0);
   } else if (wt == T_Q3_K) {
     let h = i >> 2u;
     let lh = (i >> 1u) & 1u;

@@ -149,12 +149,6 @@ fn mq_load(tile_n: u32, lid: u32, step: u32) -> MqLoads {
   return l;
 }
 
-// Q6_K: the six-bit quants (unsigned) of 16 elements as bytes, from their low-bit vec4 (nibble at bit `lo`) and their
-// high-bit vec4 (two bits at bit `hi`).
-fn q6_bytes(q: vec4<u32>, h: vec4<u32>, lo: u32, hi: u32) -> vec4<u32> {
-  return ((q >> vec4<u32>(lo)) & NIB) | (((h >> vec4<u32>(hi)) & vec4<u32>(0x03030303u)) << vec4<u32>(4u));
-}
-
 fn mq_put(l: MqLoads, lid: u32, step: u32) {
   if (Q8) {
     let k = lid % 4u;

@@ -217,13 +217,6 @@ fn xdig_block(b: u32) -> array<vec4<u32>, 6> {
   return array<vec4<u32>, 6>(xdig[i], xdig[i + 1u], xdig[i + 2u], xdig[i + 3u], xdig[i + 4u], xdig[i + 5u]);
 }
 
-// Q6_K's six-bit quants of 16 elements as bytes: the nibbles at bit lo of the low-bit vec4 l, the two bits at bit hi
-// of the high-bit vec4 hq above them.
-fn q6_quants(l: vec4<u32>, hq: vec4<u32>, lo: u32, hi: u32) -> vec4<u32> {
-  let high = ((hq >> vec4<u32>(hi)) & vec4<u32>(0x03030303u)) << vec4<u32>(4u);
-  return ((l >> vec4<u32>(lo)) & vec4<u32>(0x0F0F0F0Fu)) | high;
-}
-
 // The MV_NV values (dots [row][token], then x^2 [token]) of the group whose first row is row0, the expert's rows from
 // piece row wbase, lane lt's part of them summed over the group's lanes (each lane holds the whole sums when the group
 // fits a subgroup, else its subgroup's).
@@ -268,10 +261,10 @@ fn mv_values(wbase: u32, row0: u32, lt: u32, sg_size: u32) -> array<f32, MV_NV> 
         let h1 = wvec(WTYPE, b$j + 9u + 2u * h);
         let sc = wvec(WTYPE, b$j + 12u);
         let d = q_scale(WTYPE, s$j);
-        let lo0 = sa.x * idot16_q6(q6_quants(l0, h0, 0u, 2u * k), a[0], a[2], a[4]) - 32.0 * sa.y;
-        let lo1 = sa.x * idot16_q6(q6_quants(l1, h1, 0u, 2u * k), a[1], a[3], a[5]) - 32.0 * sa.z;
-        let hi0 = sb.x * idot16_q6(q6_quants(l0, h0, 4u, 2u * k + 4u), b[0], b[2], b[4]) - 32.0 * sb.y;
-        let hi1 = sb.x * idot16_q6(q6_quants(l1, h1, 4u, 2u * k + 4u), b[1], b[3], b[5]) - 32.0 * sb.z;
+        let lo0 = sa.x * idot16_q6(q6_bytes(l0, h0, 0u, 2u * k), a[0], a[2], a[4]) - 32.0 * sa.y;
+        let lo1 = sa.x * idot16_q6(q6_bytes(l1, h1, 0u, 2u * k), a[1], a[3], a[5]) - 32.0 * sa.z;
+        let hi0 = sb.x * idot16_q6(q6_bytes(l0, h0, 4u, 2u * k + 4u), b[0], b[2], b[4]) - 32.0 * sb.y;
+        let hi1 = sb.x * idot16_q6(q6_bytes(l1, h1, 4u, 2u * k + 4u), b[1], b[3], b[5]) - 32.0 * sb.z;
         vals[$j] += d * (sbyte_of(sc, si) * lo0 + sbyte_of(sc, si + 1u) * lo1 + sbyte_of(sc, si + 4u) * hi0 +
                          sbyte_of(sc, si + 5u) * hi1);
       }
