@@ -3,7 +3,8 @@
 // sum, in the order encode_moe_ffn (model/blocks.cpp) runs them. Per token count, the time of the whole and its
 // rates: GB/s of the experts actually chosen (each distinct expert's gate/up and down bytes, read once) and GFLOP/s
 // of the expert products. Decode (one token) runs the routing apart and inside the gate/up products
-// (ExpertOptions::route); prompts sweep --prompt-digits (ExpertOptions::group_tile's tiles of 64 on x's digits).
+// (ExpertOptions::route); prompts sweep --prompt-digits (ExpertOptions::group_tile's tiles of 64 on x's digits);
+// --group-tile forces the tiled steps' tile.
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -38,6 +39,7 @@ struct Options {
   std::string types = "Q4_K,Q6_K";  // gate/up, down
   std::string tokens = "1,16,512";
   std::string prompt_digits;  // comma-separated ContextOptions::prompt_digits ("": unset)
+  uint32_t group_tile = 0;    // tiles of the tiled steps' pairs (ExpertOptions::group_tile; 0: moe_matmul_tile's)
   uint32_t repeats = 5;
 };
 
@@ -117,7 +119,8 @@ int run_experts(const Options& o) {
 
     for (const uint32_t n : tokens) {
       const uint32_t pairs = n * K;
-      const uint32_t mm_tile = kernels::moe_matmul_tile(pairs, E);
+      uint32_t mm_tile = kernels::moe_matmul_tile(pairs, E);
+      if (mm_tile && o.group_tile) mm_tile = o.group_tile;
       const bool grouped = mm_tile || kernels::moe_tile(pairs, E) > 1;
       const kernels::ExpertRoute route{.logits = &logits, .weights = &weights, .sigmoid_bias = sel};
       // the layer's FFN for input set i, the routing in the gate/up products where `fused`
@@ -181,9 +184,14 @@ const Register reg{
        app.add_option("--tokens", o->tokens, "token counts, comma-separated")->capture_default_str();
        app.add_option("--prompt-digits", o->prompt_digits,
                       "ContextOptions::prompt_digits to sweep, comma-separated 0 to 3 (unset: the adapter's default)");
+       app.add_option("--group-tile", o->group_tile,
+                      "pairs a tile where the prompt's experts take tiles: 32 or 64 (0: the model's choice)")
+           ->capture_default_str();
        app.add_option("--repeats", o->repeats, "timed samples (median)")->capture_default_str();
        return [o] {
          if (o->repeats == 0) throw InvalidArgument("--repeats must be > 0");
+         if (o->group_tile != 0 && o->group_tile != 32 && o->group_tile != 64)
+           throw InvalidArgument("--group-tile must be 0, 32 or 64");
          return run_experts(*o);
        };
      }}};

@@ -583,6 +583,9 @@ fn matmul_main(wid: vec3<u32>, lid: u32, sg_size: u32) {
   let tyx = mm_thread(lid);
   let ty = tyx.x;
   let tx = tyx.y;
+  // Threads whose tokens all lie past the tile's count (a pair count's or a prompt's remainder: ty's first group is
+  // its lowest) load and wait at the barriers but multiply nothing
+  let busy = 4u * ty < select(p.n_tokens - tile_m * TM, mm_count, MM_EXPERTS);
   let ld = lid / 4u;  // loader: W tile row / x tile token (+ WL l)
   let lq = lid % 4u;  // loader: unit within the block
   let k0 = lq * 8u;
@@ -671,10 +674,12 @@ fn matmul_main(wid: vec3<u32>, lid: u32, sg_size: u32) {
         }
         //#end
       }
-    } else if (MM_F16) {
-      mm_block_f16(&acc, ty, tx);
-    } else {
-      mm_block_f32(&acc, ty, tx);
+    } else if (busy) {  // (a branch around the products: the barriers stay in uniform control flow)
+      if (MM_F16) {
+        mm_block_f16(&acc, ty, tx);
+      } else {
+        mm_block_f32(&acc, ty, tx);
+      }
     }
     b = next;
   }

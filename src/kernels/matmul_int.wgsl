@@ -339,9 +339,13 @@ fn matmul_int_main(wid: vec3<u32>, lid: u32) {
   } else {
     if (tile_m * MQ_TM >= p.n_tokens) { return; }  // grid padding: uniform per workgroup
     mq_xrow = min(tile_m * MQ_TM + lid / 4u, p.n_tokens - 1u);  // tokens past the window: loaded, never stored
+    tile.z = min(MQ_TM, p.n_tokens - tile_m * MQ_TM);
   }
   let ty = lid / 16u;
   let tx = lid % 16u;
+  // Threads whose four token slots all lie past the tile's count (a pair count's or a prompt's remainder) load and
+  // wait at the barriers but multiply nothing: a warp of such threads (8 slots) leaves the SM to the live ones.
+  let busy = 4u * ty < tile.z;
   var acc: array<vec4<f32>, 4>;  // [token k][row i]
   //#unroll! k 4
   acc[$k] = vec4<f32>(0.0);
@@ -355,10 +359,12 @@ fn matmul_int_main(wid: vec3<u32>, lid: u32) {
     ss += l.sc.w;
     workgroupBarrier();
     if (step + 1u < steps) { l = mq_load(tile_n, lid, step + 1u); }
-    if (Q6 || Q8) {
-      mq_bytes_step(&acc, ty, tx);
-    } else {
-      mq_step(&acc, ty, tx);
+    if (busy) {  // (a branch around the products, not a continue: the barriers stay in uniform control flow)
+      if (Q6 || Q8) {
+        mq_bytes_step(&acc, ty, tx);
+      } else {
+        mq_step(&acc, ty, tx);
+      }
     }
   }
   // the sums of x^2 [token][loader] (FLAG_NORM) in mq_xq's first 64 vec4, once every thread is done with it (1 KB of
