@@ -68,8 +68,8 @@ RowsConfig parse_rows_config(const std::string& text) {
 
 bool rows_kernel_reads(GgufType type) {
   return type == GgufType::F32 || type == GgufType::F16 || type == GgufType::BF16 || type == GgufType::Q8_0 ||
-         type == GgufType::Q4_0 || type == GgufType::Q4_K || type == GgufType::Q5_K || type == GgufType::Q6_K ||
-         type == GgufType::MXFP4;
+         type == GgufType::Q4_0 || type == GgufType::Q4_1 || type == GgufType::Q5_0 || type == GgufType::Q5_1 ||
+         type == GgufType::Q4_K || type == GgufType::Q5_K || type == GgufType::Q6_K || type == GgufType::MXFP4;
 }
 
 bool rows_kernel_for(const gpu::Context& ctx, GgufType type) {
