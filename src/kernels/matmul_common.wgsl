@@ -169,32 +169,35 @@ fn high8(qh: u32, q: u32) -> array<vec4<u32>, 2> {
                              ((vec4<u32>(b) >> vec4<u32>(4u, 5u, 6u, 7u)) & vec4<u32>(1u)) << vec4<u32>(4u));
 }
 
+// Unit u (elements 8 u ..) of a Q4_1 / Q5_0 / Q5_1 block from its quant words q (words 2 (u % 2) and + 1 of the
+// four, nibble u / 2), its 5th bits qh (Q5_*) and d (Q5_0; the others d and m).
+fn q45_unit(q: vec2<u32>, qh: u32, u: u32, dm: vec2<f32>) -> W8 {
+  let sh = 4u * (u >> 1u);
+  var lo = bytes4(q.x, sh, 15u);
+  var hi = bytes4(q.y, sh, 15u);
+  if (WTYPE != T_Q4_1) {
+    let hb = high8(qh, u);
+    lo |= hb[0];
+    hi |= hb[1];
+  }
+  if (WTYPE == T_Q5_0) { return W8(dm.x * (vec4<f32>(lo) - 16.0), dm.x * (vec4<f32>(hi) - 16.0)); }
+  return W8(dm.x * vec4<f32>(lo) + dm.y, dm.x * vec4<f32>(hi) + dm.y);
+}
+
 // Elements [8 q, + 8) of 32-element block blk (a Q4_1 / Q5_0 / Q5_1 GPU block).
 fn load8_q45(blk: u32, q: u32) -> W8 {
   if (WTYPE == T_Q4_1) {
     let b = blk * 5u;
-    let dm = unpack2x16float(wd(WTYPE, b));
     let i = b + 1u + 2u * (q & 1u);
-    let sh = 4u * (q >> 1u);
-    return W8(dm.x * vec4<f32>(bytes4(wd(WTYPE, i), sh, 15u)) + dm.y,
-              dm.x * vec4<f32>(bytes4(wd(WTYPE, i + 1u), sh, 15u)) + dm.y);
+    return q45_unit(vec2<u32>(wd(WTYPE, i), wd(WTYPE, i + 1u)), 0u, q, unpack2x16float(wd(WTYPE, b)));
   } else if (WTYPE == T_Q5_0) {
     let b = blk * 5u;
-    let d = q_scale(WTYPE, blk);
-    let hb = high8(wd(WTYPE, b), q);
     let i = b + 1u + 2u * (q & 1u);
-    let sh = 4u * (q >> 1u);
-    return W8(d * (vec4<f32>(bytes4(wd(WTYPE, i), sh, 15u) | hb[0]) - 16.0),
-              d * (vec4<f32>(bytes4(wd(WTYPE, i + 1u), sh, 15u) | hb[1]) - 16.0));
+    return q45_unit(vec2<u32>(wd(WTYPE, i), wd(WTYPE, i + 1u)), wd(WTYPE, b), q, vec2<f32>(q_scale(WTYPE, blk), 0.0));
   }
   // T_Q5_1
   let b = blk * 6u;
-  let dm = unpack2x16float(wd(WTYPE, b));
-  let hb = high8(wd(WTYPE, b + 1u), q);
-  let v = wd2(WTYPE, b + 2u + 2u * (q & 1u));
-  let sh = 4u * (q >> 1u);
-  return W8(dm.x * vec4<f32>(bytes4(v.x, sh, 15u) | hb[0]) + dm.y,
-            dm.x * vec4<f32>(bytes4(v.y, sh, 15u) | hb[1]) + dm.y);
+  return q45_unit(wd2(WTYPE, b + 2u + 2u * (q & 1u)), wd(WTYPE, b + 1u), q, unpack2x16float(wd(WTYPE, b)));
 }
 
 // Elements [8 q, + 8) of sub-block j (of 8) of K-quant super-block sb. In Q2_K / Q3_K / Q6_K sub-block j is half

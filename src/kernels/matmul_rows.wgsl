@@ -23,21 +23,6 @@
 // scale byte likewise, in load32).
 fn scale_word(i: u32) -> f32 { return unpack2x16float(wu[4u * p.scale_off4 + (i >> 1u)])[i & 1u]; }
 
-// Unit u (elements 8 u ..) of a Q4_1 / Q5_0 / Q5_1 block from its quant words q (2 (u % 2), + 1; nibble u / 2), its
-// 5th bits qh and d (and m): load8_q45's arithmetic.
-fn q45_unit(q: vec2<u32>, qh: u32, u: u32, dm: vec2<f32>) -> W8 {
-  let sh = 4u * (u >> 1u);
-  var lo = bytes4(q.x, sh, 15u);
-  var hi = bytes4(q.y, sh, 15u);
-  if (WTYPE != T_Q4_1) {
-    let hb = high8(qh, u);
-    lo |= hb[0];
-    hi |= hb[1];
-  }
-  if (WTYPE == T_Q5_0) { return W8(dm.x * (vec4<f32>(lo) - 16.0), dm.x * (vec4<f32>(hi) - 16.0)); }
-  return W8(dm.x * vec4<f32>(lo) + dm.y, dm.x * vec4<f32>(hi) + dm.y);
-}
-
 // The 32 elements of block blk of piece row r, each quant word and scale loaded once (load8 reads a Q8_0 / Q4_0 /
 // MXFP4 block's vec4 and scale once per 8 elements, a K-quant's header once per 8 elements and each quant vec4 twice:
 // four loads where one does).
@@ -57,7 +42,8 @@ fn load32(r: u32, blk: u32) -> W32 {
     return W32(W8(d * nib4(v.x), d * nib4(v.y)), W8(d * nib4(v.z), d * nib4(v.w)),
                W8(d * nib4(v.x >> 4u), d * nib4(v.y >> 4u)), W8(d * nib4(v.z >> 4u), d * nib4(v.w >> 4u)));
   }
-  if (WTYPE == T_Q4_1 || WTYPE == T_Q5_0 || WTYPE == T_Q5_1) {  // 5 words (Q5_1 6): [d|m], [qh], 4 quant words
+  if (WTYPE == T_Q4_1 || WTYPE == T_Q5_0 || WTYPE == T_Q5_1) {  // 5 words (Q5_1 6): [d|m], [qh], 4 quant words, each
+                                                                 // loaded once (load8_q45 reads qh for every unit)
     let b = i * select(5u, 6u, WTYPE == T_Q5_1);
     let o = b + select(1u, 2u, WTYPE == T_Q5_1);  // the quants
     let q = vec4<u32>(wu[o], wu[o + 1u], wu[o + 2u], wu[o + 3u]);
