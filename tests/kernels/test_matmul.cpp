@@ -244,6 +244,9 @@ const EpilogueCase kEpilogueCases[] = {
     {"norm_q4_k_mv_t1", Q4_K, 512, 40, 1, Matvec, Epilogue::Plain, true, true},
     {"swiglu_q6_k_mv_t1", Q6_K, 256, 70, 1, Matvec, Epilogue::Swiglu, true},
     {"split_q5_0_mm_t75", Q5_0, 128, 100, 75, Tiled, Epilogue::Split, true, true},
+    // Q4_1 and Q5_1 on the tiles (CPU adapters' Auto takes the rows kernel for them)
+    {"accum_q4_1_mm_t70", Q4_1, 128, 65, 70, Tiled, Epilogue::Accumulate},
+    {"norm_bias_q5_1_mm_t75", Q5_1, 96, 70, 75, Tiled, Epilogue::Plain, true, true},
     {"accum_q5_k_mm_t70", Q5_K, 256, 65, 70, Tiled, Epilogue::Accumulate},
     {"split_two_norm_bias_q4_k_mv_t1", Q4_K, 256, 96, 1, Matvec, Epilogue::SplitTwo, true, true},
     {"split_two_f16_mm_t75", F16, 128, 100, 75, Tiled, Epilogue::SplitTwo, true},
