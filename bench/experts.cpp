@@ -3,7 +3,7 @@
 // sum, in the order encode_moe_ffn (model/blocks.cpp) runs them. Per token count, the time of the whole and its
 // rates: GB/s of the experts actually chosen (each distinct expert's gate/up and down bytes, read once) and GFLOP/s
 // of the expert products. Decode (one token) runs the routing apart and inside the gate/up products
-// (ExpertOptions::route); prompts sweep --prompt-digits (ExpertOptions::group_tile's tiles of 64 on x's digits);
+// (ExpertOptions::route); prompts sweep --prompt-digits (ExpertOptions::group_tile's tiles on x's digits);
 // --group-tile forces the tiled steps' tile.
 #include <cstdio>
 #include <memory>
@@ -119,7 +119,7 @@ int run_experts(const Options& o) {
 
     for (const uint32_t n : tokens) {
       const uint32_t pairs = n * K;
-      uint32_t mm_tile = kernels::moe_matmul_tile(pairs, E);
+      uint32_t mm_tile = kernels::moe_matmul_tile(pairs, E, kernels::prompt_digits(ctx, gate_up, pairs) > 0);
       if (mm_tile && o.group_tile) mm_tile = o.group_tile;
       const bool grouped = mm_tile || kernels::moe_tile(pairs, E) > 1;
       const kernels::ExpertRoute route{.logits = &logits, .weights = &weights, .sigmoid_bias = sel};
@@ -158,7 +158,7 @@ int run_experts(const Options& o) {
       for (const bool fused : can_fuse ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
         const double s = median_time(
             ctx, [&](gpu::ComputeBatch& b, uint32_t i) { layer(b, i, fused); }, kInputs, o.repeats);
-        const uint32_t d = grouped && mm_tile == 64 ? kernels::prompt_digits(ctx, gate_up, pairs) : 0;
+        const uint32_t d = mm_tile ? kernels::prompt_digits(ctx, gate_up, pairs) : 0;
         const std::string path = mm_tile   ? "tiles of " + std::to_string(mm_tile) + (d ? ", digits" : ", f32")
                                  : grouped ? "grouped matvec"
                                  : fused   ? "matvec, routing inside gate/up"

@@ -46,6 +46,7 @@ struct Options {
   int batch_tile_from = -1;              // ContextOptions::batch_tile_from (-1: unset)
   int batch_split = -1;                  // ContextOptions::batch_split (-1: unset)
   int matvec_pass = -1;                  // ContextOptions::matvec_pass (-1: unset)
+  int prompt_tile = -1;                  // ContextOptions::prompt_tile (-1: unset)
   std::string matmul_tiles;              // comma-separated matmul tiles to sweep ("" = the chosen one)
   std::string prompt_digits;             // comma-separated ContextOptions::prompt_digits to sweep ("" = unset)
   std::string rows_shapes;               // comma-separated shapes of the CPU adapters' kernel to sweep
@@ -433,6 +434,7 @@ int run_bench_ops(const Options& o) {
     if (o.batch_tile_from >= 0) options.batch_tile_from = uint32_t(o.batch_tile_from);
     if (o.batch_split >= 0) options.batch_split = uint32_t(o.batch_split);
     if (o.matvec_pass >= 0) options.matvec_pass = uint32_t(o.matvec_pass);
+    if (o.prompt_tile >= 0) options.prompt_tile = uint32_t(o.prompt_tile);
     gpu::Context ctx(options);
     const bool first = ti == 0;
     if (first) {
@@ -504,7 +506,9 @@ int run_bench_ops(const Options& o) {
           const double mm =
               time_matmul(ctx, std::span(copies).first(1), x, y, o.prefill_tokens, o.matmul_per_submit, o.repeats);
           const auto tile = kernels::matmul_tile(ctx, o.prefill_tokens, n_out);
-          const std::string label = d ? "(64x64 on " + std::to_string(d) + "-digit x, its digits included)"
+          const uint32_t tm = kernels::prompt_tile(ctx, 64);
+          const std::string label = d ? "(" + std::to_string(tm) + "x" + std::to_string(4096 / tm) + " on " +
+                                            std::to_string(d) + "-digit x, its digits included)"
                                     : kernels::prompt_digits(ctx)
                                         ? "(tile " + kernels::to_string(tile) + ", not on the digits)"
                                         : "(tile " + kernels::to_string(tile) + ")";
@@ -561,6 +565,8 @@ const Register reg{
                       "those tiled products split over this many groups of lane classes where the classes allow it "
                       "(1: never; default: the engine's, by the product's tiles)");
        app.add_option("--matvec-pass", o->matvec_pass, "batch decode's matvec: tokens per pass over W, 8 or 16");
+       app.add_option("--prompt-tile", o->prompt_tile,
+                      "the prompt products on digits: 64 (64 x 64 workgroups) or 32 (32 x 128)");
        auto* shapes = app.get_option("--shapes");
        app.add_flag(
            "--int-dot", o->int_dot,

@@ -76,8 +76,12 @@ struct LoadOptions {
   // llama.cpp's 8-bit activations, the fastest and least exact). 0: f32 products. Unset: 3 on GPUs for products of 16
   // tokens or more (Q4_K_M pp16-pp512 7-18 % faster on the H100 than f32, perplexity within 0.002 %), 0 on CPU adapters
   // (ModelInfo::prompt_digits; the CLI reads $WGLLM_PROMPT_DIGITS). A mixture of experts' products take them where a
-  // prompt gives its experts 64 or more pairs each on average (tiles of 64 pairs of one expert).
+  // prompt gives its experts 16 or more pairs each on average (tiles of 32 pairs of one expert).
   std::optional<uint32_t> prompt_digits = std::nullopt;
+  // Those products' workgroups: 64 (64 tokens x 64 rows) or 32 (32 tokens x 128 rows), a mixture's expert tiles too.
+  // Unset: 64 for the dense products, the pairs' share's for the experts (the CLI reads $WGLLM_PROMPT_TILE). A tuning
+  // knob for benchmarks.
+  std::optional<uint32_t> prompt_tile = std::nullopt;
   // Decoding, gemma's post norms (their residual adds) in the next product's prologue instead of dispatches of their
   // own (ContextOptions::fuse_post_norms). Unset: on GPUs for gemma3 (Gemma 3 270M decodes 5-20 % faster on the
   // H200; Gemma 4's Q4_K_M 3-6 % slower), off otherwise and on CPU adapters (ModelInfo::fuse_post_norms).

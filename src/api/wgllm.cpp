@@ -118,6 +118,7 @@ void upload_impl(ModelAccess::Impl& m, const GgufFile& f, const LoadOptions& o) 
                                                              .delta_chunk_from = o.delta_chunk_from,
                                                              .int_dot = o.int_dot,
                                                              .prompt_digits = o.prompt_digits,
+                                                             .prompt_tile = o.prompt_tile,
                                                              .fuse_post_norms = o.fuse_post_norms,
                                                              .fuse_qk_norm = o.fuse_qk_norm,
                                                              .fuse_moe_route = o.fuse_moe_route,
@@ -128,6 +129,7 @@ void upload_impl(ModelAccess::Impl& m, const GgufFile& f, const LoadOptions& o) 
   if (!o.matmul_tile.empty()) kernels::matmul_tile(*m.ctx, 512, 4096);
   if (!o.rows_shape.empty()) kernels::rows_config(*m.ctx);
   const uint32_t prompt_digits = kernels::prompt_digits(*m.ctx);  // past 3 refused here, before any weight moves
+  kernels::prompt_tile(*m.ctx, 64);                               // likewise a tile other than 32 or 64
   // Likewise a forced attention kernel that cannot run this model's heads.
   if (!o.attention_prefill.empty()) {
     kernels::check_attention_variant(*m.ctx, m.config.head_dim);

@@ -101,6 +101,10 @@ struct ContextOptions {
   // about 2^-23 of each block's largest element, as int_dot's; 1: llama.cpp's 8-bit activations). 0: off (f32 tiles).
   // Unset: 3 on GPUs for products of 16 tokens or more, 0 on CPU adapters (kernels::prompt_digits).
   std::optional<uint32_t> prompt_digits = std::nullopt;
+  // Those products' workgroups on the digits: 64 (64 tokens x 64 rows) or 32 (32 x 128), the tiles of a mixture's
+  // experts as well where they take tiles of 32 or 64 pairs. Unset: 64 for the dense products, moe_matmul_tile's for
+  // the experts (kernels::prompt_tile). A tuning knob for benchmarks.
+  std::optional<uint32_t> prompt_tile = std::nullopt;
   // Decoding one sequence, a post norm's residual add (gemma3, gemma4) runs in the prologue of the next product of x
   // on the matvec (MatmulOptions::pre) instead of as a one-workgroup dispatch of its own: a dispatch fewer per post
   // norm, each workgroup of that product reading two more vectors of n_embd. Unset: the model's default

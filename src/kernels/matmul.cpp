@@ -161,6 +161,8 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
       batch_shape && !rk ? batch_tiles(ctx, w, n_tokens) : std::optional<BatchTiles>{};
   if (batch_tiled) impl = MatmulImpl::Tiled;
   const uint32_t digits = impl == MatmulImpl::Tiled && !batch_tiled && !rk ? prompt_digits(ctx, w, n_tokens) : 0;
+  const uint32_t int_tm =
+      digits ? prompt_tile(ctx, detail::kIntTile) : 0;  // its workgroups' tokens (32 x 128, 64 x 64)
 
   const uint32_t max_grid = ctx.limits().maxComputeWorkgroupsPerDimension;
   uint32_t step = detail::tokens_per_binding(fn, ctx, {w.n_in, y_width, y1_width, y2_width});
@@ -194,7 +196,7 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
                           .pre_n_in = o.pre ? w.n_in : 0,
                           .second = w2 ? std::optional(w2->type) : std::nullopt};
     WGPUComputePipeline pipe =
-        digits                       ? detail::int_tiled_pipeline(ctx, w.type, digits)
+        digits                       ? detail::int_tiled_pipeline(ctx, w.type, digits, int_tm)
         : impl == MatmulImpl::Matvec ? matvec_pipeline(ctx, mv, w.type, matvec_tokens(count), xv4, mode)
         : impl == MatmulImpl::Rows
             ? rows_pipeline(ctx, rows, w.type, rows_tokens, row_pairs, xv4)
@@ -232,9 +234,9 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
       }
       if (digits) {
         p.x_off = uint32_t(digit_shape.scales_vec4());
-        p.row_tiles = (piece.n_rows + detail::kIntTile - 1) / detail::kIntTile;
-        const auto grid =
-            gpu::fold_grid(uint64_t(p.row_tiles) * ((count + detail::kIntTile - 1) / detail::kIntTile), max_grid);
+        const uint32_t int_tn = detail::int_tile_rows(int_tm);
+        p.row_tiles = (piece.n_rows + int_tn - 1) / int_tn;
+        const auto grid = gpu::fold_grid(uint64_t(p.row_tiles) * ((count + int_tm - 1) / int_tm), max_grid);
         p.grid_x = grid.x;
         const gpu::BufferBinding bindings[] = {
             batch.uniform(0, p),
@@ -374,7 +376,14 @@ uint32_t prompt_digits(const gpu::Context& ctx, const GpuWeight& w, uint32_t n_t
   const bool kquant = w.type == GgufType::Q4_K || w.type == GgufType::Q6_K;
   const bool q8 = w.type == GgufType::Q8_0 && d <= 2 && w.n_in % 128 == 0;
   if (d == 0 || !(kquant || q8)) return 0;
+  // (the 64 x 64 tile's bytes: the 32 x 128 of the expert tiles of 32 pairs never take more, int_tiled_bytes)
   return detail::int_tiled_bytes(w.type, d) <= ctx.limits().maxComputeWorkgroupStorageSize ? d : 0;
+}
+
+uint32_t prompt_tile(const gpu::Context& ctx, uint32_t otherwise) {
+  const uint32_t t = ctx.options().prompt_tile.value_or(otherwise);
+  if (t != 32 && t != detail::kIntTile) throw InvalidArgument("prompt tile " + std::to_string(t) + ": 32 or 64");
+  return t;
 }
 
 MatvecConfig matvec_config(const gpu::Context& ctx, uint32_t n_rows, uint32_t n_in, GgufType type) {
@@ -640,7 +649,8 @@ void encode_expert_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const Gpu
   if (o.group_tile && o.group_tile != 32 && o.group_tile != 64)
     fail(fn, "group_tile must be 0 (moe_tile's grouping), 32 or 64, not " + std::to_string(o.group_tile));
   if (o.group_tile && !o.group) fail(fn, "group_tile needs the group");
-  // tiles of 32 or 64 pairs: the tiled matmul, a workgroup per (tile, 64 rows of the expert)
+  // tiles of 32 or 64 pairs: the tiled matmul, a workgroup per (tile, 64 rows of the expert; on the digits 128 rows
+  // for tiles of 32)
   const bool tiled = o.group_tile != 0;
   const uint32_t tile = tiled ? o.group_tile : moe_tile(uint32_t(pairs), w.n_experts);
   const bool grouped = tiled || (o.group && tile > 1 && matvec_pass_tokens(ctx, mv) >= tile);
@@ -648,15 +658,15 @@ void encode_expert_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const Gpu
   if (grouped) detail::need(fn, "group", *o.group, moe_group_words(uint32_t(pairs)) * 4, ctx);
   const MatvecMode mode{
       .experts = true, .combine_pairs = cmv ? n_used : 0, .combine_groups = combine_groups, .route = route != nullptr};
-  const MatmulTile mt{.tokens = tile, .rows = 64};
-  // tiles of 64 pairs on x's digits where the prompt products take them (matmul_int.wgsl's MQ_EXPERTS): x's digits
-  // once for every x row, then a workgroup per (tile, 64 rows of the expert) as on the f32 tiles
-  const uint32_t digits = tiled && tile == detail::kIntTile ? prompt_digits(ctx, w, uint32_t(pairs)) : 0;
+  // tiles on x's digits where the prompt products take them (matmul_int.wgsl's MQ_EXPERTS): x's digits once for every
+  // x row, then a workgroup per (tile, rows of the expert): 64 x 64 or 32 x 128
+  const uint32_t digits = tiled ? prompt_digits(ctx, w, uint32_t(pairs)) : 0;
+  const MatmulTile mt{.tokens = tile, .rows = digits ? detail::int_tile_rows(tile) : 64};
   const uint32_t x_rows = o.x_per_pair ? uint32_t(pairs) : n_tokens;
   const XDigits digit_shape{{}, w.n_in, x_rows};
   const gpu::Buffer* digit_data = digits ? &ctx.scratch(digit_shape.bytes()) : nullptr;
   if (digits) encode_x_digits(batch, ctx, x, 0, uint64_t(x_rows) * w.n_in * 4, 0, *digit_data, w.n_in, x_rows, o.norm);
-  WGPUComputePipeline pipe = digits  ? detail::int_tiled_pipeline(ctx, w.type, digits, /*experts=*/true)
+  WGPUComputePipeline pipe = digits  ? detail::int_tiled_pipeline(ctx, w.type, digits, tile, /*experts=*/true)
                              : tiled ? tiled_pipeline(ctx, mt, w.type, /*experts=*/true)
                                      : matvec_pipeline(ctx, mv, w.type, grouped ? tile : 1, xv4, mode);
   // combine: a workgroup's groups share out its pairs, each pair on combine_groups groups' rows

@@ -189,9 +189,12 @@ inline constexpr uint32_t kDefaultDigitsFromTokens = 16;
 // The digits a tiled (prompt) product of w over n_tokens takes x as, on packed int8 dot products (matmul_int.wgsl),
 // from prompt_digits(ctx): 0 where it stays on the f32 tiles (another type than Q4_K, Q6_K or Q8_0, rows not a whole
 // number of the kernel's 128-element steps, Q8_0 with three digits, the adapter's workgroup memory short of the
-// kernel's, the default under kDefaultDigitsFromTokens). Expert weights take them in their tiles of 64 pairs
+// kernel's, the default under kDefaultDigitsFromTokens). Expert weights take them in their tiles of 32 or 64 pairs
 // (encode_expert_matmul, ExpertOptions::group_tile), n_tokens then the step's pairs.
 uint32_t prompt_digits(const gpu::Context& ctx, const GpuWeight& w, uint32_t n_tokens);
+// The tokens of a workgroup of the products on digits (matmul_int.wgsl: 64 x 64 or 32 x 128): ContextOptions::
+// prompt_tile where set, else `otherwise` (64 for the dense products, the expert tiles' moe_matmul_tile).
+uint32_t prompt_tile(const gpu::Context& ctx, uint32_t otherwise);
 
 // Whether a one-token product of w with these options' impl runs on the matvec and can take MatmulOptions::pre
 // (GPUs, or a CPU adapter whose Rows kernel is off or does not read w's type; n_in a multiple of 32 up to the
@@ -237,8 +240,8 @@ struct ExpertOptions {
   // The tile the group was made with (encode_moe_group's `tile`): 0, moe_tile's (the grouped matvec above); 32 or 64
   // (moe_matmul_tile, prefill): the tiled matmul, one workgroup per tile of pairs and 64 rows of their expert, each
   // expert's rows read once per tile. A pair's sums then do not depend on the other pairs, but are not the matvec's
-  // bits. Tiles of 64 take x's digits where prompt_digits says so (matmul_int.wgsl), a pair's outputs then the bits of
-  // its expert's own prompt product of its x row.
+  // bits. The tiles take x's digits where prompt_digits says so (matmul_int.wgsl; tiles of 32 pairs then take 128 rows
+  // of the expert), a pair's outputs then the bits of its expert's own prompt product of its x row.
   uint32_t group_tile = 0;
   // [n_tokens * n_used] f32, the router's weight of each pair (encode_moe_route's): y is then [n_tokens][rows], and
   // each token's pairs' outputs, weighted, are added to it in pair order (encode_moe_combine's arithmetic, the same

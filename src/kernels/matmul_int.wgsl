@@ -13,26 +13,28 @@
 // rounding; then, per block and row, y += (s d sc) sum - (dmin m) sum(x) in f32 (Q6_K: per 16 elements, y += d sc
 // (s sum - 32 sum(x))), with sum(x) the block's (half's) exact f32 sum of x (times the norm's weights g).
 //
-// A workgroup of 256 threads computes 64 tokens x 64 rows of y: thread (ty, tx) tokens 4 ty .. 4 ty + 3 and rows 2 tx,
-// 2 tx + 1, 2 tx + 32, 2 tx + 33 (SwiGLU's gate/up pairs stay in one thread). The row is walked half a super-block
+// A workgroup of 256 threads computes MQ_TM tokens x MQ_TN rows of y, 64 x 64 or 32 x 128 (expert tiles of 32 pairs:
+// half the x and twice the rows a step, so an expert's remainder of a few pairs costs half a 64 x 64 tile's walk):
+// thread (ty, tx) tokens 4 ty .. 4 ty + 3 and rows 2 tx, 2 tx + 1, 2 tx + MQ_TN / 2, 2 tx + MQ_TN / 2 + 1 (SwiGLU's
+// gate/up pairs stay in one thread), tx < MQ_TX = MQ_TN / 4. The row is walked half a super-block
 // (128 elements: four blocks, two pairs of sub-blocks) a step: each step its quants, the four blocks' d sc and dmin m
 // per row, x's digit vec4s and its blocks' scales and sums go through workgroup memory, and the next step's are loaded
 // into registers while this one is multiplied.
 //
-// Expert products (MQ_EXPERTS; encode_expert_matmul with tiles of 64 pairs): workgroup row tile_m takes tile tile_m of
-// encode_moe_group's tiles (expert, first, count, 0), as matmul.wgsl's MM_EXPERTS does: its 64 token slots are the
+// Expert products (MQ_EXPERTS; encode_expert_matmul with tiles of MQ_TM pairs): workgroup row tile_m takes tile tile_m
+// of encode_moe_group's tiles (expert, first, count, 0), as matmul.wgsl's MM_EXPERTS does: its MQ_TM token slots are the
 // pairs ids[first ..][.. count] (the last repeated past the count), each reading x's digits of its pair's x row (pair /
 // n_used, or the pair with x_per_pair) and writing its pair's y row, and its weight rows are the expert's. A slot's
 // arithmetic is the slot's alone, so a pair's outputs are the bits of the same expert's product over the same x row
 // without experts.
 @group(0) @binding(16) var<storage, read> xdig: array<vec4<u32>>;
 var<private> mq_wbase: u32 = 0u;  // the piece row of the weight's row 0 (expert products: the expert's)
-var<private> mq_xrow: u32;        // the x row (of the digits) of this thread's token slot, lid / 4
+var<private> mq_xrow: u32;        // the x row (of the digits) of this thread's token slot, lid / MQ_TPT
 
-const MQ_TM: u32 = 64u;
-const MQ_TN: u32 = 64u;
-// From the host: MQ_D, the digits kept; MQ_XV = 8 MQ_D, x's digit vec4s of one token per step; MQ_XL = MQ_XV / 4,
-// those a loader thread takes (64 tokens x MQ_XV / 256); MQ_QV, a row's quant vec4s per step (Q4_K 4: nibbles of two
+// From the host: MQ_TM, MQ_TN the tile's tokens and rows (MQ_TM MQ_TN = 4096); MQ_TX = MQ_TN / 4, the threads across
+// the rows; MQ_TPT = 256 / MQ_TM, the loader threads of a token slot; MQ_WR = MQ_TN / 64, the rows' quant loads a
+// thread takes; MQ_D, the digits kept; MQ_XV = 8 MQ_D, x's digit vec4s of one token per step; MQ_XL = MQ_XV / MQ_TPT,
+// those a loader thread takes (MQ_TM tokens x MQ_XV / 256); MQ_QV, a row's quant vec4s per step (Q4_K 4: nibbles of two
 // blocks each; Q6_K, Q8_0 8: a block's 32 quants as bytes in two); MQ_SV, vec4s of scales per row (Q4_K 1: d sc of
 // four blocks, beside dmin m in mq_wm; Q6_K 2: d sc of eight halves; Q8_0 1: d of four blocks) and of x's sums per
 // token (one a block, one a half).
@@ -48,10 +50,12 @@ var<workgroup> mq_xq: array<vec4<u32>, MQ_TM * MQ_XV>;  // [token][block: 4][dig
 var<workgroup> mq_xs: array<vec4<f32>, MQ_TM>;          // [token] s of the step's four blocks (in kept-digit units)
 var<workgroup> mq_xm: array<vec4<f32>, MQ_SV * MQ_TM>;  // [token][sum vec4] their (halves') sums of x
 
-// Where row r of the tile (0..63) sits in the weight-side arrays: thread tx's rows 2 tx, 2 tx + 1, 2 tx + 32, 2 tx + 33
-// at tx, tx + 16, tx + 32, tx + 48, so the 16 threads of a token group read 16 consecutive vec4 (no bank conflicts).
+// Where row r of the tile sits in the weight-side arrays: thread tx's rows 2 tx, 2 tx + 1, 2 tx + MQ_TN / 2, + 1 at tx,
+// tx + MQ_TX, tx + 2 MQ_TX, tx + 3 MQ_TX, so the MQ_TX threads of a token group read consecutive vec4 (no bank
+// conflicts).
 fn mq_slot(r: u32) -> u32 {
-  return ((r & 31u) >> 1u) + 16u * ((r & 1u) + 2u * (r >> 5u));
+  let half = MQ_TN / 2u;
+  return ((r % half) >> 1u) + MQ_TX * ((r & 1u) + 2u * (r / half));
 }
 
 // The sum over 16 weights of nibbles q times x's digits of plane g (vec4 of 16 bytes), in i32.
@@ -91,16 +95,17 @@ fn mq_combine(s: array<i32, 3>) -> f32 {
 }
 
 // The step's registers: this thread's loads for one half super-block, stored into workgroup memory by mq_put.
+// [w]: row lid / 4 + 64 w of the tile.
 struct MqLoads {
-  q: vec4<u32>,                  // Q4_K: quant vec4 lid % 4 of row lid / 4; Q6_K: block lid % 4's low bits, 0..15;
+  q: array<vec4<u32>, MQ_WR>,    // Q4_K: quant vec4 lid % 4 of the row; Q6_K: block lid % 4's low bits, 0..15;
                                  // Q8_0: block lid % 4's quants 0..15
-  q1: vec4<u32>,                 // Q6_K, Q8_0: 16..31
-  h: vec4<u32>,                  // Q6_K: the half's high bits of elements 0..15, then 16..31
-  h1: vec4<u32>,
-  hdr: vec4<u32>,                // the header of row lid (lid < 64); Q6_K: its scales; Q8_0: its four d (f32 bits)
+  q1: array<vec4<u32>, MQ_WR>,   // Q6_K, Q8_0: 16..31
+  h: array<vec4<u32>, MQ_WR>,    // Q6_K: the half's high bits of elements 0..15, then 16..31
+  h1: array<vec4<u32>, MQ_WR>,
+  hdr: vec4<u32>,                // the header of row lid (lid < MQ_TN); Q6_K: its scales; Q8_0: its four d (f32 bits)
   d: f32,                        // Q6_K: the super-block's d
   x: array<vec4<u32>, MQ_XL>,    // digit vec4s lid * MQ_XL ..
-  sc: vec4<f32>,                 // token lid / 4's block lid % 4: (s, sum0, sum1, sum x^2)
+  sc: vec4<f32>,                 // token slot lid / MQ_TPT's block lid % 4 (lid % MQ_TPT < 4): (s, sum0, sum1, sum x^2)
 }
 
 fn mq_load(tile_n: u32, lid: u32, step: u32) -> MqLoads {
@@ -108,64 +113,79 @@ fn mq_load(tile_n: u32, lid: u32, step: u32) -> MqLoads {
   let sbi = step / 2u;           // the super-block
   let half = step % 2u;
   let spr = p.nb / 8u;           // super-blocks per row
-  let r = mq_wbase + min(tile_n * MQ_TN + lid / 4u, p.n_rows - 1u);  // rows past the piece: loaded, never stored
-  let rh = mq_wbase + min(tile_n * MQ_TN + lid, p.n_rows - 1u);  // the header's row (lid < 64)
-  if (Q8) {  // 2 vec4 a block, the f16 scales in the scale array
-    let b = r * p.nb + step * 4u + lid % 4u;
-    l.q = wvec(WTYPE, 2u * b);
-    l.q1 = wvec(WTYPE, 2u * b + 1u);
+  let rh = mq_wbase + min(tile_n * MQ_TN + lid, p.n_rows - 1u);  // the header's row (lid < MQ_TN)
+  //#unroll! w MQ_WR
+  {
+    let r = mq_wbase + min(tile_n * MQ_TN + lid / 4u + 64u * $w, p.n_rows - 1u);  // rows past the piece: never stored
+    if (Q8) {  // 2 vec4 a block, the f16 scales in the scale array
+      let b = r * p.nb + step * 4u + lid % 4u;
+      l.q[$w] = wvec(WTYPE, 2u * b);
+      l.q1[$w] = wvec(WTYPE, 2u * b + 1u);
+    } else if (Q6) {  // 13 vec4 a super-block: low bits 8, high bits 4, scales 1 (d in the scale array)
+      let b = (r * spr + sbi) * 13u;
+      let k = lid % 4u;  // the block within the half: low bits at vec4 2 (k % 2), nibble k / 2; high bits 2 k
+      l.q[$w] = wvec(WTYPE, b + half * 4u + 2u * (k & 1u));
+      l.q1[$w] = wvec(WTYPE, b + half * 4u + 2u * (k & 1u) + 1u);
+      l.h[$w] = wvec(WTYPE, b + 8u + half * 2u);
+      l.h1[$w] = wvec(WTYPE, b + 9u + half * 2u);
+    } else {
+      l.q[$w] = wvec(WTYPE, (r * spr + sbi) * 9u + 1u + half * 4u + lid % 4u);
+    }
+  }
+  //#end
+  if (Q8) {
     if (lid < MQ_TN) {  // the threads that store them
       let bh = rh * p.nb + step * 4u;
       l.hdr = bitcast<vec4<u32>>(vec4<f32>(q_scale(WTYPE, bh), q_scale(WTYPE, bh + 1u), q_scale(WTYPE, bh + 2u),
                                            q_scale(WTYPE, bh + 3u)));
     }
-  } else if (Q6) {  // 13 vec4 a super-block: low bits 8, high bits 4, scales 1 (d in the scale array)
-    let b = (r * spr + sbi) * 13u;
-    let k = lid % 4u;  // the block within the half: low bits at vec4 2 (k % 2), nibble k / 2; high bits 2 k
-    l.q = wvec(WTYPE, b + half * 4u + 2u * (k & 1u));
-    l.q1 = wvec(WTYPE, b + half * 4u + 2u * (k & 1u) + 1u);
-    l.h = wvec(WTYPE, b + 8u + half * 2u);
-    l.h1 = wvec(WTYPE, b + 9u + half * 2u);
+  } else if (Q6) {
     if (lid < MQ_TN) {
       l.hdr = wvec(WTYPE, (rh * spr + sbi) * 13u + 12u);
       l.d = q_scale(WTYPE, rh * spr + sbi);
     }
   } else {
-    l.q = wvec(WTYPE, (r * spr + sbi) * 9u + 1u + half * 4u + lid % 4u);
     if (lid < MQ_TN) { l.hdr = wvec(WTYPE, (rh * spr + sbi) * 9u); }
   }
   let blk0 = step * 4u;          // the step's first block of a row of x
-  // digit vec4s lid * MQ_XL .. + MQ_XL - 1 of the step's MQ_TM x MQ_XV: all of token slot lid / 4 (MQ_XL = MQ_XV / 4)
+  // digit vec4s lid * MQ_XL .. + MQ_XL - 1 of the step's MQ_TM x MQ_XV: token slot lid / MQ_TPT's part lid % MQ_TPT
   //#unroll! e MQ_XL
   {
-    let within = (lid % 4u) * MQ_XL + $e;
+    let within = (lid % MQ_TPT) * MQ_XL + $e;
     let jb = within / (2u * MQ_D);
     let g = (within / 2u) % MQ_D;
     let b = mq_xrow * p.nb + blk0 + jb;
     l.x[$e] = xdig[(b * 3u + g) * 2u + within % 2u];
   }
   //#end
-  l.sc = bitcast<vec4<f32>>(xdig[p.x_off + mq_xrow * p.nb + blk0 + lid % 4u]);
+  if (lid % MQ_TPT < 4u) { l.sc = bitcast<vec4<f32>>(xdig[p.x_off + mq_xrow * p.nb + blk0 + lid % 4u]); }
   return l;
 }
 
 fn mq_put(l: MqLoads, lid: u32, step: u32) {
+  let k = lid % 4u;
+  //#unroll! w MQ_WR
+  {
+    let s = mq_slot(lid / 4u + 64u * $w);
+    if (Q8) {
+      mq_qw[(2u * k) * MQ_TN + s] = l.q[$w];
+      mq_qw[(2u * k + 1u) * MQ_TN + s] = l.q1[$w];
+    } else if (Q6) {
+      mq_qw[(2u * k) * MQ_TN + s] = q6_bytes(l.q[$w], l.h[$w], 4u * (k >> 1u), 2u * k);
+      mq_qw[(2u * k + 1u) * MQ_TN + s] = q6_bytes(l.q1[$w], l.h1[$w], 4u * (k >> 1u), 2u * k);
+    } else {
+      mq_qw[k * MQ_TN + s] = l.q[$w];
+    }
+  }
+  //#end
   if (Q8) {
-    let k = lid % 4u;
-    mq_qw[(2u * k) * MQ_TN + mq_slot(lid / 4u)] = l.q;
-    mq_qw[(2u * k + 1u) * MQ_TN + mq_slot(lid / 4u)] = l.q1;
     if (lid < MQ_TN) { mq_wd[mq_slot(lid)] = bitcast<vec4<f32>>(l.hdr); }
   } else if (Q6) {
-    let k = lid % 4u;
-    mq_qw[(2u * k) * MQ_TN + mq_slot(lid / 4u)] = q6_bytes(l.q, l.h, 4u * (k >> 1u), 2u * k);
-    mq_qw[(2u * k + 1u) * MQ_TN + mq_slot(lid / 4u)] = q6_bytes(l.q1, l.h1, 4u * (k >> 1u), 2u * k);
     if (lid < MQ_TN) {  // d times the half's eight int8 scales (words 2 half, 2 half + 1)
       let w = select(l.hdr.xy, l.hdr.zw, step % 2u == 1u);
       mq_wd[mq_slot(lid)] = l.d * i8x4(w.x);
       mq_wd[MQ_TN + mq_slot(lid)] = l.d * i8x4(w.y);
     }
-  } else {
-    mq_qw[(lid % 4u) * MQ_TN + mq_slot(lid / 4u)] = l.q;
   }
   if (!Q6 && !Q8 && lid < MQ_TN) {
     let half = step % 2u;
@@ -184,13 +204,15 @@ fn mq_put(l: MqLoads, lid: u32, step: u32) {
   //#unroll! e MQ_XL
   mq_xq[lid * MQ_XL + $e] = l.x[$e];
   //#end
-  mq_xs[lid / 4u][lid % 4u] = l.sc.x * MQ_UNIT;
-  if (Q6) {  // block k's two half sums at vec4 k / 2, components 2 (k % 2) ..
-    let k = lid % 4u;
-    mq_xm[(lid / 4u) * 2u + k / 2u][2u * (k % 2u)] = l.sc.y;
-    mq_xm[(lid / 4u) * 2u + k / 2u][2u * (k % 2u) + 1u] = l.sc.z;
-  } else {
-    mq_xm[lid / 4u][lid % 4u] = l.sc.y + l.sc.z;
+  if (lid % MQ_TPT < 4u) {  // token slot ts's block k
+    let ts = lid / MQ_TPT;
+    mq_xs[ts][k] = l.sc.x * MQ_UNIT;
+    if (Q6) {  // block k's two half sums at vec4 k / 2, components 2 (k % 2) ..
+      mq_xm[ts * 2u + k / 2u][2u * (k % 2u)] = l.sc.y;
+      mq_xm[ts * 2u + k / 2u][2u * (k % 2u) + 1u] = l.sc.z;
+    } else {
+      mq_xm[ts][k] = l.sc.y + l.sc.z;
+    }
   }
 }
 
@@ -209,7 +231,7 @@ fn mq_step(acc: ptr<function, array<vec4<f32>, 4>>, ty: u32, tx: u32) {
     var mh: vec4<f32>;
     //#unroll i 4
     {
-      let r = tx + 16u * $i;  // mq_slot of row 2 tx + (i & 1) + 32 (i >> 1)
+      let r = tx + MQ_TX * $i;  // mq_slot of row 2 tx + (i & 1) + MQ_TN / 2 (i >> 1)
       let a = mq_qw[(2u * $j) * MQ_TN + r];
       let b = mq_qw[(2u * $j + 1u) * MQ_TN + r];
       lo[2u * $i] = a & NIB;
@@ -273,7 +295,7 @@ fn mq_bytes_step(acc: ptr<function, array<vec4<f32>, 4>>, ty: u32, tx: u32) {
     var qs = array<vec2<f32>, 4>(vec2<f32>(0.0), vec2<f32>(0.0), vec2<f32>(0.0), vec2<f32>(0.0));  // MQ_D == 2
     //#unroll i 4
     {
-      let r = tx + 16u * $i;  // mq_slot of row 2 tx + (i & 1) + 32 (i >> 1)
+      let r = tx + MQ_TX * $i;  // mq_slot of row 2 tx + (i & 1) + MQ_TN / 2 (i >> 1)
       q[2u * $i] = mq_qw[(2u * $k) * MQ_TN + r];
       q[2u * $i + 1u] = mq_qw[(2u * $k + 1u) * MQ_TN + r];
       if (Q8) {
@@ -335,14 +357,14 @@ fn matmul_int_main(wid: vec3<u32>, lid: u32) {
     let wbase = expert_rows(tile);
     if (wbase == NO_EXPERT) { return; }
     mq_wbase = wbase;
-    mq_xrow = mq_pair_x(ids[tile.y + min(lid / 4u, tile.z - 1u)]);
+    mq_xrow = mq_pair_x(ids[tile.y + min(lid / MQ_TPT, tile.z - 1u)]);
   } else {
     if (tile_m * MQ_TM >= p.n_tokens) { return; }  // grid padding: uniform per workgroup
-    mq_xrow = min(tile_m * MQ_TM + lid / 4u, p.n_tokens - 1u);  // tokens past the window: loaded, never stored
+    mq_xrow = min(tile_m * MQ_TM + lid / MQ_TPT, p.n_tokens - 1u);  // tokens past the window: loaded, never stored
     tile.z = min(MQ_TM, p.n_tokens - tile_m * MQ_TM);
   }
-  let ty = lid / 16u;
-  let tx = lid % 16u;
+  let ty = lid / MQ_TX;
+  let tx = lid % MQ_TX;
   // Threads whose four token slots all lie past the tile's count (a pair count's or a prompt's remainder) load and
   // wait at the barriers but multiply nothing: time saved where a workgroup is a loop over its invocations (lavapipe:
   // f32 expert tiles 1.3x); no change on the H100, where a workgroup's time is its walk over the row (PERF.md).
@@ -351,7 +373,7 @@ fn matmul_int_main(wid: vec3<u32>, lid: u32) {
   //#unroll! k 4
   acc[$k] = vec4<f32>(0.0);
   //#end
-  var ss = 0.0;  // this loader's part of its token's sum of x^2
+  var ss = 0.0;  // this loader's part of its token's sum of x^2 (lid % MQ_TPT < 4; the others' stay 0)
   let steps = p.nb / 4u;
   var l = mq_load(tile_n, lid, 0u);
   for (var step = 0u; step < steps; step += 1u) {
@@ -368,10 +390,10 @@ fn matmul_int_main(wid: vec3<u32>, lid: u32) {
       }
     }
   }
-  // the sums of x^2 [token][loader] (FLAG_NORM) in mq_xq's first 64 vec4, once every thread is done with it (1 KB of
-  // workgroup memory fewer: three digits of Q4_K then fit 32 KB)
+  // the sums of x^2 [token][loader] (FLAG_NORM) in mq_xq's first MQ_TM vec4, once every thread is done with it (1 KB
+  // of workgroup memory fewer: three digits of Q4_K then fit 32 KB)
   workgroupBarrier();
-  mq_xq[lid / 4u][lid % 4u] = bitcast<u32>(ss);
+  if (lid % MQ_TPT < 4u) { mq_xq[lid / MQ_TPT][lid % 4u] = bitcast<u32>(ss); }
   workgroupBarrier();
   //#unroll! k 4
   {
@@ -391,7 +413,7 @@ fn matmul_int_main(wid: vec3<u32>, lid: u32) {
       let v = acc[$k] * f;
       let r = tile_n * MQ_TN + 2u * tx;
       store_rows2(t, r, v.x, v.y);
-      store_rows2(t, r + 32u, v.z, v.w);
+      store_rows2(t, r + MQ_TN / 2u, v.z, v.w);
     }
   }
   //#end

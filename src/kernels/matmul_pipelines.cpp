@@ -6,6 +6,7 @@
 #include <string>
 
 #include "kernels/weight.h"
+#include "wgllm/error.h"
 
 namespace wgllm::kernels::detail {
 
@@ -210,20 +211,25 @@ WGPUComputePipeline tiled_pipeline(gpu::Context& ctx, const MatmulTile& tile, Gg
   });
 }
 
-WGPUComputePipeline int_tiled_pipeline(gpu::Context& ctx, GgufType t, uint32_t digits, bool experts) {
-  const uint32_t args[] = {uint32_t(t), digits, experts};
+WGPUComputePipeline int_tiled_pipeline(gpu::Context& ctx, GgufType t, uint32_t digits, uint32_t tokens, bool experts) {
+  if (tokens != kIntTile && tokens != 32)
+    throw InvalidArgument("int_tiled_pipeline: tiles of 32 or 64 tokens, not " + std::to_string(tokens));
+  const uint32_t args[] = {uint32_t(t), digits, tokens, experts};
   return ctx.pipeline("matmul_int", args, [&] {
     auto u32 = [](const char* name, uint32_t v) {
       return std::string("const ") + name + ": u32 = " + std::to_string(v) + "u;\n";
     };
-    const IntTileSizes z = int_tile_sizes(t, digits);
+    const IntTileSizes z = int_tile_sizes(t, digits, tokens);
+    const uint32_t rows = int_tile_rows(tokens);
     return gpu::PipelineKey{kIntShader,
                             "matmul_int",
                             {},
-                            detail::weight_prelude(t, 1) + u32("MQ_D", digits) + u32("MQ_XV", z.xv) +
-                                u32("MQ_XL", 2 * digits) + u32("MQ_QV", z.qv) + u32("MQ_SV", z.sv) +
-                                u32("MQ_WM", z.wm) + "const MQ_EXPERTS: bool = " + (experts ? "true" : "false") + ";\n",
-                            detail::shape_detail(t, {kIntTile, kIntTile}) + ", " + std::to_string(digits) +
+                            detail::weight_prelude(t, 1) + u32("MQ_TM", tokens) + u32("MQ_TN", rows) +
+                                u32("MQ_TX", rows / 4) + u32("MQ_TPT", 256 / tokens) + u32("MQ_WR", rows / 64) +
+                                u32("MQ_D", digits) + u32("MQ_XV", z.xv) + u32("MQ_XL", z.xv * tokens / 256) +
+                                u32("MQ_QV", z.qv) + u32("MQ_SV", z.sv) + u32("MQ_WM", z.wm) +
+                                "const MQ_EXPERTS: bool = " + (experts ? "true" : "false") + ";\n",
+                            detail::shape_detail(t, {tokens, rows}) + ", " + std::to_string(digits) +
                                 (digits == 1 ? " digit" : " digits") + (experts ? ", experts" : "")};
   });
 }

@@ -52,25 +52,32 @@ WGPUComputePipeline rows_pipeline(gpu::Context& ctx, const RowsConfig& rows, Ggu
 WGPUComputePipeline tiled_pipeline(gpu::Context& ctx, const MatmulTile& tile, GgufType t, bool experts,
                                    const ClassOrder& order = {});
 // The Q4_K, Q6_K or Q8_0 prompt product on x's leading `digits` digits (matmul_int.wgsl;
-// ContextOptions::prompt_digits): a workgroup per kIntTile tokens x kIntTile rows, int_tiled_bytes of workgroup memory;
-// experts: a tile of kIntTile slots of one expert's pairs.
+// ContextOptions::prompt_digits): a workgroup per `tokens` tokens x int_tile_rows(tokens) rows, kIntTile x kIntTile or
+// 32 x 128 (the expert tiles of 32 pairs), int_tiled_bytes of workgroup memory; experts: a tile of `tokens` slots of
+// one expert's pairs.
 inline constexpr uint32_t kIntTile = 64;
+constexpr uint32_t int_tile_rows(uint32_t tokens) { return 4096 / tokens; }  // 256 threads of 4 x 4 outputs
 // Its workgroup arrays' sizes (matmul_int.wgsl's constants), in vec4s: quant vec4s per row (Q4_K's nibbles of two
 // blocks each, else bytes), scale vec4s per row and per token, x's digit vec4s per token, and mq_wm's in all (Q4_K's
 // dmin m per row).
 struct IntTileSizes {
   uint32_t qv, sv, xv, wm;
 };
-constexpr IntTileSizes int_tile_sizes(GgufType t, uint32_t digits) {
+constexpr IntTileSizes int_tile_sizes(GgufType t, uint32_t digits, uint32_t tokens = kIntTile) {
   const bool q4_k = t == GgufType::Q4_K;
-  return {q4_k ? 4u : 8u, t == GgufType::Q6_K ? 2u : 1u, 8 * digits, q4_k ? kIntTile : 1};
+  return {q4_k ? 4u : 8u, t == GgufType::Q6_K ? 2u : 1u, 8 * digits, q4_k ? int_tile_rows(tokens) : 1};
 }
-constexpr uint64_t int_tiled_bytes(GgufType t, uint32_t digits) {
-  const IntTileSizes z = int_tile_sizes(t, digits);
-  // mq_qw, mq_wd and mq_xm, mq_xq, mq_xs, mq_wm (Q4_K: 8192 + 8192 a digit; Q6_K 13328 +, Q8_0 11280 +)
-  return 16ull * ((z.qv + 2 * z.sv + z.xv + 1) * kIntTile + z.wm);
+constexpr uint64_t int_tiled_bytes(GgufType t, uint32_t digits, uint32_t tokens = kIntTile) {
+  const IntTileSizes z = int_tile_sizes(t, digits, tokens);
+  // mq_qw and mq_wd per row; mq_xq, mq_xs and mq_xm per token; mq_wm (64 x 64, Q4_K: 8192 + 8192 a digit; Q6_K
+  // 13328 +, Q8_0 11280 +; 32 x 128 never more)
+  return 16ull * ((z.qv + z.sv) * int_tile_rows(tokens) + (z.xv + 1 + z.sv) * tokens + z.wm);
 }
-WGPUComputePipeline int_tiled_pipeline(gpu::Context& ctx, GgufType t, uint32_t digits, bool experts = false);
+static_assert(int_tiled_bytes(GgufType::Q6_K, 3, 32) <= int_tiled_bytes(GgufType::Q6_K, 3) &&
+              int_tiled_bytes(GgufType::Q4_K, 3, 32) <= int_tiled_bytes(GgufType::Q4_K, 3) &&
+              int_tiled_bytes(GgufType::Q8_0, 2, 32) <= int_tiled_bytes(GgufType::Q8_0, 2));
+WGPUComputePipeline int_tiled_pipeline(gpu::Context& ctx, GgufType t, uint32_t digits, uint32_t tokens = kIntTile,
+                                       bool experts = false);
 // A split product's fold (matmul_fold.wgsl): its groups added and the epilogue.
 WGPUComputePipeline fold_pipeline(gpu::Context& ctx, GgufType t, const ClassOrder& order);
 

@@ -607,6 +607,65 @@ TEST(Matmul, PromptDigitsOnTheirGrid) {
   }
 }
 
+// The products on digits in workgroups of 32 tokens x 128 rows (ContextOptions::prompt_tile 32): each output the bits
+// of the 64 x 64 workgroups' (a thread's sums take the same steps in the same order), nothing written past y. Prompts
+// and rows that are whole tiles of neither shape, one to three digits, the norm, biases and SwiGLU, weights in pieces.
+TEST(Matmul, PromptDigitsTilesOf32) {
+  struct Case {
+    GgufType type;
+    uint32_t digits, n_in, n_out, n_tokens;
+    bool swiglu;
+    uint64_t max_piece_bytes;
+  };
+  const Case cases[] = {{Q4_K, 3, 512, 200, 75, false, 0},
+                        {Q6_K, 2, 256, 134, 130, true, 0},
+                        {Q8_0, 1, 256, 330, 33, false, 8 * 1024},
+                        {Q4_K, 1, 256, 140, 20, true, 16 * 1024}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string(type_name(c.type)) + " " + std::to_string(c.n_in) + "x" + std::to_string(c.n_out) + ", " +
+                 std::to_string(c.n_tokens) + " tokens, " + std::to_string(c.digits) + " digits");
+    auto gen = rng(13 + c.n_out);
+    const auto bytes = random_weight(c.type, c.n_in, c.n_out, gen);
+    const auto x = random_floats(size_t(c.n_tokens) * c.n_in, gen);
+    const auto norm = random_floats(c.n_in, gen, 0.5f, 1.5f);
+    const auto bias = random_floats(c.n_out, gen, -1.f, 1.f);
+    const uint32_t width = c.swiglu ? c.n_out / 2 : c.n_out;
+    std::vector<float> got[2];
+    for (const uint32_t tile : {64u, 32u}) {
+      gpu::Context ctx(context_options([&](auto& o) {
+        o.prompt_digits = c.digits;
+        o.prompt_tile = tile;
+        o.rows_shape = "off";  // CPU adapters too take the GPUs' kernels
+      }));
+      const auto w = kernels::upload_weight(ctx, c.type, c.n_in, c.n_out, bytes, "w", c.max_piece_bytes);
+      ASSERT_EQ(kernels::prompt_digits(ctx, w, c.n_tokens), c.digits);
+      if (c.max_piece_bytes) {
+        ASSERT_GT(w.pieces.size(), 1u) << "the case must split the rows across pieces";
+      }
+      auto xbuf = ctx.upload<float>(x, WGPUBufferUsage_Storage, "x");
+      auto nbuf = ctx.upload<float>(norm, WGPUBufferUsage_Storage, "norm");
+      auto bbuf = ctx.upload<float>(bias, WGPUBufferUsage_Storage, "bias");
+      gpu::Buffer y = poisoned(ctx, size_t(c.n_tokens) * width + 64, "y");
+      gpu::ComputeBatch batch(ctx, "tiles of 32");
+      kernels::encode_matmul(batch, ctx, w, xbuf, y, c.n_tokens,
+                             {.bias = c.swiglu ? nullptr : &bbuf,
+                              .norm = &nbuf,
+                              .eps = 1e-5f,
+                              .swiglu = c.swiglu,
+                              .impl = MatmulImpl::Tiled});
+      batch.submit_and_wait();
+      got[tile == 32] = ctx.read<float>(y);
+    }
+    const size_t n = size_t(c.n_tokens) * width;
+    for (size_t i = 0; i < n; ++i)
+      ASSERT_EQ(std::bit_cast<uint32_t>(got[1][i]), std::bit_cast<uint32_t>(got[0][i]))
+          << "output " << i << " (token " << i / width << ") differs from the 64 x 64 workgroups'";
+    for (size_t i = n; i < got[1].size(); ++i) ASSERT_EQ(std::bit_cast<uint32_t>(got[1][i]), kPoison) << "past y";
+  }
+  gpu::Context bad(context_options([](auto& o) { o.prompt_tile = 48; }));
+  EXPECT_THROW(kernels::prompt_tile(bad, 64), InvalidArgument);
+}
+
 // Which products take digits: unset, three on GPUs from kDefaultDigitsFromTokens tokens on and none on CPU adapters;
 // a value set, that many for every tiled product of a type that takes them (Q8_0: one or two).
 TEST(Matmul, PromptDigitsDefault) {

@@ -58,7 +58,8 @@ Model load_model(const std::string& path, const LoadOptions& given) {
        {std::pair{"WGLLM_DELTA_CHUNK_FROM", &options.delta_chunk_from},
         std::pair{"WGLLM_BATCH_TILE_FROM", &options.batch_tile_from},
         std::pair{"WGLLM_BATCH_SPLIT", &options.batch_split}, std::pair{"WGLLM_MATVEC_PASS", &options.matvec_pass},
-        std::pair{"WGLLM_PRE_ROWS", &options.pre_rows}, std::pair{"WGLLM_PROMPT_DIGITS", &options.prompt_digits}})
+        std::pair{"WGLLM_PRE_ROWS", &options.pre_rows}, std::pair{"WGLLM_PROMPT_DIGITS", &options.prompt_digits},
+        std::pair{"WGLLM_PROMPT_TILE", &options.prompt_tile}})
     if (const char* v = std::getenv(var); v && *v && !*field) {
       const std::string text = v;
       if (text.size() > 9 || text.find_first_not_of("0123456789") != std::string::npos)
