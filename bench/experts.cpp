@@ -2,8 +2,9 @@
 // the routing, the grouping where a step groups its pairs, the experts' gate/up and down products and the weighted
 // sum, in the order encode_moe_ffn (model/blocks.cpp) runs them. Per token count, the time of the whole and its
 // rates: GB/s of the experts actually chosen (each distinct expert's gate/up and down bytes, read once) and GFLOP/s
-// of the expert products. Decode (one token) runs the routing apart and inside the gate/up products
-// (ExpertOptions::route); prompts sweep --prompt-digits (ExpertOptions::group_tile's tiles on x's digits);
+// of the expert products. Decode (one token) runs the routing apart, inside the gate/up products
+// (ExpertOptions::route) and inside the router's product (MatmulOptions::choose); prompts sweep --prompt-digits
+// (ExpertOptions::group_tile's tiles on x's digits);
 // --group-tile forces the tiled steps' tile.
 #include <cstdio>
 #include <memory>
@@ -123,11 +124,22 @@ int run_experts(const Options& o) {
       if (mm_tile && o.group_tile) mm_tile = o.group_tile;
       const bool grouped = mm_tile || kernels::moe_tile(pairs, E) > 1;
       const kernels::ExpertRoute route{.logits = &logits, .weights = &weights, .sigmoid_bias = sel};
-      // the layer's FFN for input set i, the routing in the gate/up products where `fused`
-      auto layer = [&](gpu::ComputeBatch& b, uint32_t i, bool fused) {
+      // the layer's FFN for input set i, the routing in a dispatch of its own, in the gate/up products
+      // (ExpertOptions::route) or in the router's (MatmulOptions::choose)
+      enum Routing { kApart, kInGateUp, kInRouter };
+      auto layer = [&](gpu::ComputeBatch& b, uint32_t i, Routing routing) {
+        const bool fused = routing == kInGateUp;
         const gpu::Buffer& x = xs[i % kInputs];
-        kernels::encode_matmul(b, ctx, router, x, logits, n, {.norm = &norm});
-        if (!fused) kernels::encode_moe_route(b, ctx, logits, chosen, weights, n, E, K, true, sel);
+        if (routing == kInRouter) {
+          kernels::encode_matmul(b, ctx, router, x, logits, n,
+                                 {.norm = &norm,
+                                  .impl = kernels::MatmulImpl::Matvec,
+                                  .choose = kernels::MatmulOptions::Choose{
+                                      .experts = &chosen, .weights = &weights, .sigmoid_bias = sel, .n_used = K}});
+        } else {
+          kernels::encode_matmul(b, ctx, router, x, logits, n, {.norm = &norm});
+        }
+        if (routing == kApart) kernels::encode_moe_route(b, ctx, logits, chosen, weights, n, E, K, true, sel);
         if (grouped) kernels::encode_moe_group(b, ctx, chosen, group, n, E, K, mm_tile);
         kernels::encode_expert_matmul(b, ctx, gate_up, x, act, chosen, n, K,
                                       {.norm = &norm,
@@ -154,15 +166,18 @@ int run_experts(const Options& o) {
         const auto ids = ctx.read<uint32_t>(chosen, 0, pairs);
         distinct += double(std::set<uint32_t>(ids.begin(), ids.end()).size()) / kInputs;
       }
-      const bool can_fuse = !grouped && kernels::expert_route_fits(ctx, gate_up, n, K);
-      for (const bool fused : can_fuse ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
+      std::vector<Routing> routings{kApart};
+      if (!grouped && kernels::expert_route_fits(ctx, gate_up, n, K)) routings.push_back(kInGateUp);
+      if (n == 1 && kernels::matvec_takes_choose(ctx, router, K)) routings.push_back(kInRouter);
+      for (const Routing routing : routings) {
         const double s = median_time(
-            ctx, [&](gpu::ComputeBatch& b, uint32_t i) { layer(b, i, fused); }, kInputs, o.repeats);
+            ctx, [&](gpu::ComputeBatch& b, uint32_t i) { layer(b, i, routing); }, kInputs, o.repeats);
         const uint32_t d = mm_tile ? kernels::prompt_digits(ctx, gate_up, pairs) : 0;
         const std::string path = mm_tile   ? "tiles of " + std::to_string(mm_tile) + (d ? ", digits" : ", f32")
                                  : grouped ? "grouped matvec"
-                                 : fused   ? "matvec, routing inside gate/up"
-                                           : "matvec, routing apart";
+                                 : routing == kInGateUp ? "matvec, routing inside gate/up"
+                                 : routing == kInRouter ? "matvec, routing inside the router"
+                                                        : "matvec, routing apart";
         const double flops = 2.0 * pairs * (2.0 * F * W + double(W) * F);
         std::printf("| %s | %u | %.2f | %s | %.3f | %.1f | %.1f |\n",
                     digit_runs[di] ? std::to_string(*digit_runs[di]).c_str() : "default", n, double(pairs) / E,

@@ -99,6 +99,11 @@ struct LoadOptions {
   // the experts before its first weight load, which costs more than the link: the H200 1-3 % slower with it,
   // lavapipe's real-shape expert layers 5-59 %); ModelInfo::fuse_moe_route.
   std::optional<bool> fuse_moe_route = std::nullopt;
+  // Decoding one sequence of a mixture of experts, the router's product choosing the token's experts itself (one
+  // workgroup walks the router's rows, then ranks them) instead of a routing dispatch after it (ContextOptions::
+  // fuse_router): one dependent link fewer a MoE layer, the same bits. Unset: off (not yet measured on a GPU;
+  // predicted a few µs a MoE layer faster where the router has few rows, LFM2-8B-A1B's 32); ModelInfo::fuse_router.
+  std::optional<bool> fuse_router = std::nullopt;
   // Called while weights upload: bytes done, bytes in all.
   std::function<void(uint64_t done, uint64_t total)> progress;
   // Called once the GGUF is parsed, before the adapter is opened and the weights upload: the tokenizer and chat
@@ -156,6 +161,7 @@ struct ModelInfo {
   bool fuse_qk_norm = false;      // decoding runs the q/k norms and the KV append in attention (LoadOptions'; resolved)
   bool fuse_rows_rope = false;    // BatchEngine's steps over one KV pool likewise, every model (fuse_qk_norm; resolved)
   bool fuse_moe_route = false;    // decoding picks MoE experts inside the gate/up products (LoadOptions'; resolved)
+  bool fuse_router = false;       // decoding picks MoE experts inside the router's product (LoadOptions'; resolved)
   uint32_t prompt_digits = 0;     // prompt products of K-quant/Q8_0 weights on x's int8 digits (LoadOptions'; resolved)
 };
 

@@ -122,6 +122,7 @@ void upload_impl(ModelAccess::Impl& m, const GgufFile& f, const LoadOptions& o) 
                                                              .fuse_post_norms = o.fuse_post_norms,
                                                              .fuse_qk_norm = o.fuse_qk_norm,
                                                              .fuse_moe_route = o.fuse_moe_route,
+                                                             .fuse_router = o.fuse_router,
                                                              .kernel_dir = o.kernel_dir,
                                                              .dump_shaders_dir = o.dump_shaders_dir,
                                                              .shader_checks = o.shader_checks});
@@ -145,6 +146,7 @@ void upload_impl(ModelAccess::Impl& m, const GgufFile& f, const LoadOptions& o) 
   i.fuse_qk_norm = fuse_qk_norm_on(*m.ctx, m.gpu.config);
   i.fuse_rows_rope = fuse_rows_rope_on(*m.ctx);
   i.fuse_moe_route = fuse_moe_route_on(*m.ctx, m.gpu.config);
+  i.fuse_router = fuse_router_on(*m.ctx, m.gpu.config);
   if (!o.n_ctx) {
     const ContextSize c = adapter_default_context(*m.ctx, m.gpu);
     i.n_ctx = c.n_ctx, i.n_ctx_capped = c.capped;

@@ -122,6 +122,10 @@ struct ContextOptions {
   // (kernels::ExpertOptions::route), each workgroup choosing its pair's expert from the router's logits: one dependent
   // link fewer a MoE layer, the same bits. Unset: model/transformer.h's fuse_moe_route_on.
   std::optional<bool> fuse_moe_route = std::nullopt;
+  // Decoding one sequence, a mixture of experts' router product choosing the token's experts itself
+  // (kernels::MatmulOptions::choose) instead of kernels::encode_moe_route's dispatch after it: one dependent link
+  // fewer a MoE layer, the same bits. Unset: model/transformer.h's fuse_router_on.
+  std::optional<bool> fuse_router = std::nullopt;
   // Shaders beyond the library's, found by name by pipeline() (a test's or a benchmark's own kernels). The
   // span must outlive the context.
   std::span<const EmbeddedShader> extra_shaders = {};

@@ -51,6 +51,10 @@ uint32_t matvec_pass_tokens(const gpu::Context& ctx, const MatvecConfig& mv) {
   return n;
 }
 
+// MatmulOptions::choose: the router's rows its one workgroup computes at a time (a group's loads in flight: one unit
+// of each row per thread).
+constexpr uint32_t kChooseRows = 16;
+
 struct BatchTiles {
   ClassOrder order;
   MatmulTile tile;
@@ -134,7 +138,23 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
            "digits of " + std::to_string(o.digits->n_in) + " elements for a weight of n_in " + std::to_string(w.n_in));
     detail::need(fn, "digits", o.digits->data, o.digits->bytes(), ctx);
   }
-  MatmulImpl impl = o.digits ? MatmulImpl::Matvec : o.impl;
+  if (o.choose) {
+    const auto& c = *o.choose;
+    if (n_tokens != 1 || rk || o.digits || o.pre || w2 || o.swiglu || o.y1 || o.times || o.accumulate || w.n_experts ||
+        w.pieces.size() != 1 || n_out > kMoeMaxExperts || (o.impl != MatmulImpl::Auto && o.impl != MatmulImpl::Matvec))
+      fail(fn, "choose takes one token's product on the matvec, one piece of at most " +
+                   std::to_string(kMoeMaxExperts) + " rows, no digits, pre, second, swiglu, split outputs or times");
+    if (!c.experts || !c.weights || c.n_used == 0 || c.n_used > n_out || c.n_used > kMoeMaxUsed)
+      fail(fn, "choose needs experts and weights and 1 <= n_used <= min(n_out, " + std::to_string(kMoeMaxUsed) + ")");
+    detail::need(fn, "choose experts", *c.experts, uint64_t(c.n_used) * 4, ctx);
+    detail::need(fn, "choose weights", *c.weights, uint64_t(c.n_used) * 4, ctx);
+    if (c.sigmoid_bias) detail::need(fn, "choose sigmoid_bias", *c.sigmoid_bias, uint64_t(n_out) * 4, ctx);
+    for (const gpu::Buffer* out : {c.experts, c.weights})
+      for (const gpu::Buffer* other : {&x, &y, c.sigmoid_bias, o.norm, o.bias})
+        if (other && other->get() == out->get()) fail(fn, "choose: experts and weights must be outputs of their own");
+    if (c.experts->get() == c.weights->get()) fail(fn, "choose: experts and weights must be different buffers");
+  }
+  MatmulImpl impl = o.digits || o.choose ? MatmulImpl::Matvec : o.impl;
   if (impl == MatmulImpl::Auto)
     impl = rows_kernel_for(ctx, w.type)   ? MatmulImpl::Rows
            : n_tokens <= kMatvecMaxTokens ? MatmulImpl::Matvec
@@ -161,16 +181,23 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
       batch_shape && !rk ? batch_tiles(ctx, w, n_tokens) : std::optional<BatchTiles>{};
   if (batch_tiled) impl = MatmulImpl::Tiled;
   const uint32_t digits = impl == MatmulImpl::Tiled && !batch_tiled && !rk ? prompt_digits(ctx, w, n_tokens) : 0;
-  const uint32_t int_tm =
-      digits ? prompt_tile(ctx, detail::kIntTile) : 0;  // its workgroups' tokens (32 x 128, 64 x 64)
+  // their workgroups' tokens: 64 (64 x 64 tiles) unless ContextOptions::prompt_tile says 32 (32 x 128)
+  const uint32_t int_tm = digits ? prompt_tile(ctx, detail::kIntTile) : 0;
 
   const uint32_t max_grid = ctx.limits().maxComputeWorkgroupsPerDimension;
   uint32_t step = detail::tokens_per_binding(fn, ctx, {w.n_in, y_width, y1_width, y2_width});
   const gpu::Buffer& none = ctx.placeholder_storage();
-  const MatvecConfig mv = o.digits      ? int_matvec_config(ctx, n_out, w.n_in)
-                          : batch_shape ? batch_matvec_config(ctx, n_out, w.n_in, w.type, n_tokens)
-                          : o.pre       ? pre_matvec_config(ctx, n_out, w.n_in, w.type, w2 ? w.n_out : 0)
-                                        : matvec_config(ctx, n_out, w.n_in, w.type);
+  MatvecConfig mv = o.digits      ? int_matvec_config(ctx, n_out, w.n_in)
+                    : batch_shape ? batch_matvec_config(ctx, n_out, w.n_in, w.type, n_tokens)
+                    : o.pre       ? pre_matvec_config(ctx, n_out, w.n_in, w.type, w2 ? w.n_out : 0)
+                                  : matvec_config(ctx, n_out, w.n_in, w.type);
+  if (o.choose) {  // one workgroup: one group of the product's threads per row, 16 rows at a time
+    mv.rows = kChooseRows;
+    mv.groups = 1;
+    if (o.choose->n_used > mv.threads_per_row)
+      fail(fn, "choose: n_used " + std::to_string(o.choose->n_used) + " exceeds the matvec's " +
+                   std::to_string(mv.threads_per_row) + " threads a row");
+  }
   if (impl == MatmulImpl::Matvec) step = std::min(step, matvec_pass_tokens(ctx, mv));
   const MatmulTile tile = batch_tiled                 ? batch_tiled->tile
                           : impl == MatmulImpl::Tiled ? matmul_tile(ctx, std::min(step, n_tokens), w.n_out)
@@ -193,6 +220,7 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
     // not one per count (lavapipe takes seconds to compile each).
     const uint32_t rows_tokens = count == 1 ? 1 : rows.tokens;
     const MatvecMode mode{.int_dot = bool(o.digits),
+                          .choose = o.choose.has_value(),
                           .pre_n_in = o.pre ? w.n_in : 0,
                           .second = w2 ? std::optional(w2->type) : std::nullopt};
     WGPUComputePipeline pipe =
@@ -254,7 +282,11 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
       uint64_t n_wg;
       if (impl == MatmulImpl::Matvec) {
         const uint32_t rows_per_wg = mv.rows * mv.groups;
-        n_wg = (p.n_rows + rows_per_wg - 1) / rows_per_wg;
+        n_wg = o.choose ? 1 : (p.n_rows + rows_per_wg - 1) / rows_per_wg;
+        if (o.choose) {
+          p.n_used = o.choose->n_used;
+          p.route_flags = 1u | (o.choose->sigmoid_bias ? 2u : 0u);  // moe_choose.wgsl's CH_NORM_TOP, CH_SIGMOID
+        }
       } else if (impl == MatmulImpl::Rows) {
         const uint32_t rows_per_wg = rows.workgroup * 2 * row_pairs;
         p.row_tiles = (piece.n_rows + rows_per_wg - 1) / rows_per_wg;
@@ -304,6 +336,15 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
                                     : gpu::BufferBinding{16, &none, 0, 16});
         bindings.push_back({17, &none, 0, 16});
         if (w2) bindings.push_back({18, &w2->pieces[0].buffer});
+        if (o.choose) {  // matvec_route.wgsl's: its logits are y here (19 unread), the token's experts and weights
+          const auto& c = *o.choose;
+          bindings.insert(bindings.end(),
+                          {{19, &none, 0, 16},
+                           {20, c.experts, 0, uint64_t(c.n_used) * 4},
+                           {21, c.weights, 0, uint64_t(c.n_used) * 4},
+                           c.sigmoid_bias ? gpu::BufferBinding{22, c.sigmoid_bias, 0, uint64_t(n_out) * 4}
+                                          : gpu::BufferBinding{22, &none, 0, 16}});
+        }
       }
       batch.dispatch(pipe, bindings, grid.x, grid.y, groups);
       if (groups > 1) {  // the groups added, the epilogue
@@ -378,6 +419,11 @@ uint32_t prompt_digits(const gpu::Context& ctx, const GpuWeight& w, uint32_t n_t
   if (d == 0 || !(kquant || q8)) return 0;
   // (the 64 x 64 tile's bytes: the 32 x 128 of the expert tiles of 32 pairs never take more, int_tiled_bytes)
   return detail::int_tiled_bytes(w.type, d) <= ctx.limits().maxComputeWorkgroupStorageSize ? d : 0;
+}
+
+bool matvec_takes_choose(const gpu::Context& ctx, const GpuWeight& w, uint32_t n_used) {
+  return !w.n_experts && w.pieces.size() == 1 && w.n_out <= kMoeMaxExperts && n_used >= 1 && n_used <= w.n_out &&
+         n_used <= kMoeMaxUsed && n_used <= matvec_config(ctx, w.n_out, w.n_in, w.type).threads_per_row;
 }
 
 uint32_t prompt_tile(const gpu::Context& ctx, uint32_t otherwise) {

@@ -177,6 +177,19 @@ struct MatmulOptions {
   // k rows; matmul_common.wgsl's TWO_TYPES). w holds rows [0, split2): split2 == w.n_out; bias holds both weights'
   // rows. With split outputs or the RoPE epilogue; pre and norm apply to both.
   const GpuWeight* second = nullptr;
+  // A mixture's router, one token (decode): the product also chooses the token's experts from its own outputs, as
+  // encode_moe_route does with normalize (softmax, or sigmoid with this selection bias; the top n_used renormalised),
+  // in the same dispatch: one workgroup walks every row in the matvec's shape (matvec_config's threads per row, so y
+  // holds the same bits as the product alone) and then ranks them (matvec_route.wgsl's mv_choose). experts: [n_used]
+  // u32, weights: [n_used] f32. On the matvec, one piece, n_out <= kMoeMaxExperts; not with digits, pre, second,
+  // swiglu, split outputs or times (matvec_takes_choose).
+  struct Choose {
+    const gpu::Buffer* experts = nullptr;
+    const gpu::Buffer* weights = nullptr;
+    const gpu::Buffer* sigmoid_bias = nullptr;  // [n_out] f32
+    uint32_t n_used = 0;
+  };
+  std::optional<Choose> choose = std::nullopt;
 };
 
 // ContextOptions::prompt_digits resolved: unset, 3 on GPUs (as exact as the f32 tiles: PERF.md measures perplexity
@@ -200,6 +213,9 @@ uint32_t prompt_tile(const gpu::Context& ctx, uint32_t otherwise);
 // (GPUs, or a CPU adapter whose Rows kernel is off or does not read w's type; n_in a multiple of 32 up to the
 // workgroup memory's share).
 bool matvec_takes_pre(const gpu::Context& ctx, const GpuWeight& w, MatmulImpl impl = MatmulImpl::Auto);
+// Whether a one-token product of w can take MatmulOptions::choose with n_used experts a token: one piece (not an
+// expert stack) of at most kMoeMaxExperts rows, n_used at most the matvec's threads a row.
+bool matvec_takes_choose(const gpu::Context& ctx, const GpuWeight& w, uint32_t n_used);
 
 // y[t][o] = sum_i x[t][i] * W[o][i] (+ bias[o]) for t < n_tokens, o < W.n_out, with the options'
 // epilogues. x: [n_tokens][n_in] f32, y: [n_tokens][n_out] f32 (a different buffer).

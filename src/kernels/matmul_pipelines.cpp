@@ -39,8 +39,11 @@ std::string matvec_prelude(const gpu::Context& ctx, const MatvecConfig& mv, Gguf
       ";\nconst MV_COMBINE: bool = " + (m.combine_pairs ? "true" : "false") + ";\n" + u32("MV_CG", m.combine_groups) +
       "const MV_INT: bool = " + (m.int_dot ? "true" : "false") +
       ";\nconst MV_PRE: bool = " + (m.pre_n_in ? "true" : "false") + ";\n" +
-      u32("MV_PRE_V4", std::max(m.pre_n_in / 4, 1u)) + "const MV_ROUTE: bool = " +
-      (m.route ? "true;\n" : "false;\nfn mv_route(pair: u32, lid: u32, writes: bool) -> u32 { return 0u; }\n");
+      u32("MV_PRE_V4", std::max(m.pre_n_in / 4, 1u)) + "const MV_ROUTE: bool = " + (m.route ? "true" : "false") +
+      ";\nconst MV_CHOOSE: bool = " + (m.choose ? "true" : "false") + ";\n" +
+      (m.route || m.choose ? ""  // matvec_route.wgsl's; stubs that are never called otherwise
+                           : "fn mv_route(pair: u32, lid: u32, writes: bool) -> u32 { return 0u; }\n"
+                             "fn mv_choose(lid: u32, sg_size: u32) {}\n");
   if (mv.shuffle)
     return s +
            "fn mv_lane_sum(v: f32, chunk: u32) -> f32 {\n  var s = v;\n"
@@ -66,6 +69,7 @@ std::string matvec_detail(const MatvecConfig& mv, GgufType t, uint32_t nt, const
   if (m.int_dot) s += ", int8";
   if (m.pre_n_in) s += ", pre";
   if (m.experts) s += m.combine_pairs ? ", experts + combine" : m.route ? ", experts + route" : ", experts";
+  if (m.choose) s += ", + choose";
   if (m.second) {
     s += ", then ";
     s += type_name(*m.second);
@@ -173,11 +177,12 @@ WGPUComputePipeline matvec_pipeline(gpu::Context& ctx, const MatvecConfig& mv, G
                            m.combine_groups,
                            m.int_dot,
                            m.route,
+                           m.choose,
                            m.pre_n_in,
                            m.second.has_value(),
                            m.second ? uint32_t(*m.second) : 0};
   return ctx.pipeline("matvec", args, [&] {
-    return gpu::PipelineKey{m.route ? kMatvecRouteShader : kMatvecShader,
+    return gpu::PipelineKey{m.route || m.choose ? kMatvecRouteShader : kMatvecShader,
                             "matvec",
                             {},
                             matvec_prelude(ctx, mv, t, nt, xv4, m),

@@ -22,6 +22,7 @@ struct MatvecMode {
   bool int_dot = false;   // x as packed digits (MatmulOptions::digits)
   bool route =
       false;  // with experts, one token a pass: each workgroup chooses its pair's expert (ExpertOptions::route)
+  bool choose = false;    // one token, one workgroup: a router's rows, then its token's experts (MatmulOptions::choose)
   uint32_t pre_n_in = 0;  // the residual add of a post norm first, over n_in (MatmulOptions::pre)
   // the rows from split2 on in a weight of this type (MatmulOptions::second)
   std::optional<GgufType> second = std::nullopt;

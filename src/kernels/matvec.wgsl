@@ -22,6 +22,8 @@
 // (mv_combine).
 // MV_ROUTE (experts, NT = 1; ExpertOptions::route): each workgroup chooses its pair's expert from the router's logits
 // first (matvec_route.wgsl's mv_route; a stub that is never called otherwise).
+// MV_CHOOSE (NT = 1; MatmulOptions::choose): one workgroup walks every row of a router's product, then chooses the
+// token's experts from those logits (matvec_route.wgsl's mv_choose; a stub otherwise).
 // MV_PRE (one token; MatmulOptions::pre): first the residual add that a post-norm would have run as a dispatch of its
 // own, x' = (x + rms_norm(pre_src) * pre_w) * p.pre_scale, into workgroup memory in every workgroup (MV_PRE_V4 vec4,
 // n_in / 4), which the products then read as x; workgroup 0 also writes x' to pre_out, the residual's next buffer.
@@ -474,6 +476,10 @@ fn matvec_main(wid: vec3<u32>, lid: u32, sg_size: u32) {
   let lt = lid % MV_T;
   let row0 = flat * MV_ROWS + grp * MV_R;
   if (MV_PRE) { mv_pre(flat, lid, sg_size); }
+  if (MV_CHOOSE) {
+    mv_choose(lid, sg_size);
+    return;
+  }
   if (MV_COMBINE) {
     mv_combine(flat, lid, wid.z, sg_size);
     return;
@@ -502,28 +508,35 @@ fn matvec_main(wid: vec3<u32>, lid: u32, sg_size: u32) {
     }
     //#end
   }
-  let vals = mv_values(wbase, row0, lt, sg_size);
-  // Sum each value over the group's lanes: a butterfly of shuffles within aligned chunks of
-  // lanes. When the group fits one subgroup (chunk == MV_T) every lane then holds the sums, and when the group has a
-  // lane per value lane lt finishes value lt (row row0 + lt / NT, token lt % NT) at once; otherwise one slot per
-  // chunk goes through workgroup memory and lane lt finishes values lt, lt + MV_T, ... (on the H200 the slots halved
-  // the rate of 256-thread groups; PERF.md). A value's slots are added in the same order either way.
+  mv_finish(row0, mv_values(wbase, row0, lt, sg_size), lid, sg_size);
+}
+
+// The group's values summed over its lanes and stored (mv_store). Sum each value over the group's lanes: a butterfly
+// of shuffles within aligned chunks of lanes. When the group fits one subgroup (chunk == MV_T) every lane then holds
+// the sums, and when the group has a lane per value lane lt finishes value lt (row row0 + lt / NT, token lt % NT) at
+// once; otherwise one slot per chunk goes through workgroup memory and lane lt finishes values lt, lt + MV_T, ... (on
+// the H200 the slots halved the rate of 256-thread groups; PERF.md). A value's slots are added in the same order
+// either way. Call from uniform control flow (the slots' barrier).
+fn mv_finish(row0: u32, vals: array<f32, MV_NV>, lid: u32, sg_size: u32) {
+  let grp = lid / MV_T;
+  let lt = lid % MV_T;
   let chunk = min(MV_T, sg_size);
   if (chunk == MV_T && MV_R * NT <= MV_T) {
-    if (lt >= MV_R * NT) { return; }
-    var dot_sum = 0.0;
-    var up_sum = 0.0;  // the next row's dot: the up half of a SwiGLU pair, the partner of a RoPE pair
-    var dot2 = 0.0;    // and the two after it (neox RoPE quads)
-    var dot3 = 0.0;
-    var ss = 0.0;
-    //#unroll k MV_NV
-    if ($k == lt) { dot_sum = vals[$k]; }
-    if ($k == lt + NT) { up_sum = vals[$k]; }
-    if ($k == lt + 2u * NT) { dot2 = vals[$k]; }
-    if ($k == lt + 3u * NT) { dot3 = vals[$k]; }
-    if ($k == MV_R * NT + lt % NT) { ss = vals[$k]; }
-    //#end
-    mv_store(row0, lt, dot_sum, up_sum, dot2, dot3, ss);
+    if (lt < MV_R * NT) {
+      var dot_sum = 0.0;
+      var up_sum = 0.0;  // the next row's dot: the up half of a SwiGLU pair, the partner of a RoPE pair
+      var dot2 = 0.0;    // and the two after it (neox RoPE quads)
+      var dot3 = 0.0;
+      var ss = 0.0;
+      //#unroll k MV_NV
+      if ($k == lt) { dot_sum = vals[$k]; }
+      if ($k == lt + NT) { up_sum = vals[$k]; }
+      if ($k == lt + 2u * NT) { dot2 = vals[$k]; }
+      if ($k == lt + 3u * NT) { dot3 = vals[$k]; }
+      if ($k == MV_R * NT + lt % NT) { ss = vals[$k]; }
+      //#end
+      mv_store(row0, lt, dot_sum, up_sum, dot2, dot3, ss);
+    }
     return;
   }
   //#unroll k MV_NV

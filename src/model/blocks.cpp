@@ -354,9 +354,22 @@ void encode_moe_ffn(const LayerStep& s) {
   const GpuLayer& L = s.L;
   SessionBuffers& b = s.b;
   const uint32_t k = c.n_expert_used;
-  // router logits of h = rms_norm(x) * ffn_norm (+ bias), then each token's experts and weights
-  kernels::encode_matmul(s.batch, s.ctx, L.router, b.x, b.router_logits, s.n,
-                         {.bias = optional(L.router_b), .norm = &L.ffn_norm, .eps = c.rms_eps, .impl = product_impl(s)});
+  // router logits of h = rms_norm(x) * ffn_norm (+ bias), then each token's experts and weights; one sequence's decode
+  // step: in the router's own dispatch (fuse_router_on)
+  const gpu::Buffer* sigmoid_bias = c.moe_sigmoid ? &L.exp_probs_b : nullptr;
+  const bool choose =
+      s.n == 1 && !s.rows && fuse_router_on(s.ctx, c) && kernels::matvec_takes_choose(s.ctx, L.router, k);
+  kernels::encode_matmul(
+      s.batch, s.ctx, L.router, b.x, b.router_logits, s.n,
+      {.bias = optional(L.router_b),
+       .norm = &L.ffn_norm,
+       .eps = c.rms_eps,
+       .impl = choose ? kernels::MatmulImpl::Matvec : product_impl(s),
+       .choose =
+           choose
+               ? std::optional(kernels::MatmulOptions::Choose{
+                     .experts = &b.moe_experts, .weights = &b.moe_weights, .sigmoid_bias = sigmoid_bias, .n_used = k})
+               : std::nullopt});
   // Enough tokens for several per expert: the pairs grouped by expert, so an expert's weights are read once per
   // moe_tile of its pairs; in a prompt with 16 or more per expert, once per tile of 32 or 64 pairs through the tiled
   // matmul (H200: pp512 3.5x; lavapipe 1.3-1.9x). Batched decode keeps the matvec: a stream's bits must not depend on
@@ -367,10 +380,10 @@ void encode_moe_ffn(const LayerStep& s) {
   if (mm_tile) mm_tile = kernels::prompt_tile(s.ctx, mm_tile);  // (ContextOptions::prompt_tile, a benchmarks' knob)
   const bool grouped = mm_tile || kernels::moe_tile(s.n * k, c.n_expert) > 1;
   // Pairs one at a time (decode): the first gate/up product chooses the experts itself (fuse_moe_route_on)
-  const kernels::ExpertRoute route{
-      .logits = &b.router_logits, .weights = &b.moe_weights, .sigmoid_bias = c.moe_sigmoid ? &L.exp_probs_b : nullptr};
-  const bool fused_route = !grouped && fuse_moe_route_on(s.ctx, c) && kernels::expert_route_fits(s.ctx, first, s.n, k);
-  if (!fused_route)
+  const kernels::ExpertRoute route{.logits = &b.router_logits, .weights = &b.moe_weights, .sigmoid_bias = sigmoid_bias};
+  const bool fused_route =
+      !choose && !grouped && fuse_moe_route_on(s.ctx, c) && kernels::expert_route_fits(s.ctx, first, s.n, k);
+  if (!fused_route && !choose)
     kernels::encode_moe_route(s.batch, s.ctx, b.router_logits, b.moe_experts, b.moe_weights, s.n, c.n_expert, k,
                               /*normalize=*/true, route.sigmoid_bias);
   const gpu::Buffer* group = nullptr;

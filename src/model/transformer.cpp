@@ -57,6 +57,10 @@ bool fuse_moe_route_on(const gpu::Context& ctx, const ModelConfig& c) {
   return c.is_moe() && ctx.options().fuse_moe_route.value_or(false);
 }
 
+bool fuse_router_on(const gpu::Context& ctx, const ModelConfig& c) {
+  return c.is_moe() && ctx.options().fuse_router.value_or(false);
+}
+
 GpuSession::GpuSession(gpu::Context& ctx, const GpuModel& model, const GpuSessionOptions& options)
     : ctx_(ctx),
       model_(model),

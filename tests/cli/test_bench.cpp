@@ -247,6 +247,11 @@ TEST(CliBench, DecodeOptionsInTheProfile) {
   }
   EXPECT_EQ(bench(moe, "").at("fuse_moe_route"), false);
   EXPECT_EQ(bench(gemma3, "").at("fuse_moe_route"), false);  // not a mixture of experts
+  // --fuse-router: the routing inside the router's product (one sequence's decode steps); unset: off
+  const nlohmann::json j = bench(moe, " --fuse-router");
+  EXPECT_EQ(j.at("fuse_router"), true);
+  EXPECT_EQ(calls(j, "moe_choose.wgsl+moe.wgsl:moe_route"), 0) << j.dump();
+  EXPECT_EQ(bench(moe, "").at("fuse_router"), false);
 }
 
 TEST(CliBench, ProfileNeedsWork) {

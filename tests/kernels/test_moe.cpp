@@ -65,6 +65,81 @@ TEST(Moe, RouteMatchesCpuReference) {
   }
 }
 
+// A router's product that chooses its token's experts itself (MatmulOptions::choose; matvec_route.wgsl's mv_choose):
+// the logits the same bits as the product alone on the matvec, the experts and weights those of encode_moe_route over
+// them (the same bits), in the adapter's matvec shape, a GPU's router shape (256 threads a row) and without subgroup
+// operations (F16 there); softmax and sigmoid with a selection bias, the router's norm and bias, rows past a whole 16
+// (33, 100).
+TEST(Moe, RouterChoosesInItsOwnDispatch) {
+  struct Case {
+    GgufType type;
+    uint32_t n_in, n_expert, n_used;
+    bool sigmoid;
+  };
+  const Case cases[] = {
+      {F16, 256, 32, 4, true}, {F32, 96, 33, 8, false}, {F32, 128, 100, 2, false}, {F16, 64, 8, 8, true}};
+  for (const auto& [shape, no_subgroups] : {std::pair<const char*, bool>{"", false}, {"256x2x1", false}, {"", true}}) {
+    SCOPED_TRACE(std::string("matvec shape '") + shape + "'" + (no_subgroups ? ", no subgroups" : ""));
+    gpu::Context ctx(context_options([&](auto& o) {
+      o.matvec_shape = shape;
+      o.disable_subgroups = no_subgroups;
+    }));
+    for (const Case& c : cases) {
+      if (c.type != F16 && (*shape || no_subgroups)) continue;  // (each type and shape is two pipelines to compile)
+      SCOPED_TRACE(std::string(type_name(c.type)) + " " + std::to_string(c.n_in) + "x" + std::to_string(c.n_expert) +
+                   ", top " + std::to_string(c.n_used) + (c.sigmoid ? ", sigmoid" : ""));
+      auto gen = rng(c.n_expert * 7 + c.n_in);
+      const auto bytes = random_weight(c.type, c.n_in, c.n_expert, gen);
+      const auto w = kernels::upload_weight(ctx, c.type, c.n_in, c.n_expert, bytes, "router");
+      auto x = ctx.upload<float>(random_floats(c.n_in, gen), WGPUBufferUsage_Storage, "x");
+      auto norm =
+          ctx.upload<float>(random_floats((c.n_in + 7) / 8 * 8, gen, 0.5f, 1.5f), WGPUBufferUsage_Storage, "norm");
+      auto bias = ctx.upload<float>(random_floats(c.n_expert, gen, -0.5f, 0.5f), WGPUBufferUsage_Storage, "bias");
+      auto sel = ctx.upload<float>(random_floats(c.n_expert, gen, -0.2f, 0.2f), WGPUBufferUsage_Storage, "selection");
+      auto logits = poisoned(ctx, c.n_expert, "logits"), logits_c = poisoned(ctx, c.n_expert + 16, "logits chosen");
+      auto experts = poisoned(ctx, c.n_used, "experts"), experts_c = poisoned(ctx, c.n_used + 4, "experts chosen");
+      auto weights = poisoned(ctx, c.n_used, "weights"), weights_c = poisoned(ctx, c.n_used + 4, "weights chosen");
+      const kernels::MatmulOptions o{.bias = &bias, .norm = &norm, .eps = 1e-5f, .impl = kernels::MatmulImpl::Matvec};
+      gpu::ComputeBatch batch(ctx, "router");
+      kernels::encode_matmul(batch, ctx, w, x, logits, 1, o);
+      kernels::encode_moe_route(batch, ctx, logits, experts, weights, 1, c.n_expert, c.n_used, true,
+                                c.sigmoid ? &sel : nullptr);
+      kernels::MatmulOptions oc = o;
+      oc.choose = kernels::MatmulOptions::Choose{
+          .experts = &experts_c, .weights = &weights_c, .sigmoid_bias = c.sigmoid ? &sel : nullptr, .n_used = c.n_used};
+      kernels::encode_matmul(batch, ctx, w, x, logits_c, 1, oc);
+      batch.submit_and_wait();
+      auto bits = [&](const gpu::Buffer& b) { return ctx.read<uint32_t>(b); };
+      const auto want_z = bits(logits), got_z = bits(logits_c);
+      const auto want_e = bits(experts), got_e = bits(experts_c);
+      const auto want_w = bits(weights), got_w = bits(weights_c);
+      for (uint32_t e = 0; e < c.n_expert; ++e) ASSERT_EQ(got_z[e], want_z[e]) << "logit " << e;
+      for (uint32_t r = 0; r < c.n_used; ++r) {
+        ASSERT_EQ(got_e[r], want_e[r]) << "rank " << r;
+        ASSERT_EQ(got_w[r], want_w[r]) << "weight of rank " << r;
+      }
+      for (uint32_t i = c.n_expert; i < got_z.size(); ++i) ASSERT_EQ(got_z[i], kPoison) << "past the logits";
+      for (uint32_t i = c.n_used; i < got_e.size(); ++i) {
+        ASSERT_EQ(got_e[i], kPoison) << "past the experts";
+        ASSERT_EQ(got_w[i], kPoison) << "past the weights";
+      }
+    }
+  }
+  gpu::Context& ctx = context();
+  auto gen = rng(3);
+  const auto w = kernels::upload_weight(ctx, F32, 64, 8, random_weight(F32, 64, 8, gen), "router");
+  auto x = ctx.upload<float>(std::vector<float>(128, 1.f), WGPUBufferUsage_Storage, "x");
+  auto y = poisoned(ctx, 16, "y"), e = poisoned(ctx, 4, "e"), wt = poisoned(ctx, 4, "w");
+  gpu::ComputeBatch batch(ctx, "bad");
+  kernels::MatmulOptions bad{.choose = kernels::MatmulOptions::Choose{.experts = &e, .weights = &wt, .n_used = 2}};
+  EXPECT_THROW(kernels::encode_matmul(batch, ctx, w, x, y, 2, bad), InvalidArgument);  // two tokens
+  bad.choose->n_used = 9;
+  EXPECT_THROW(kernels::encode_matmul(batch, ctx, w, x, y, 1, bad), InvalidArgument);  // more than the rows
+  bad.choose->n_used = 2;
+  bad.choose->weights = &e;
+  EXPECT_THROW(kernels::encode_matmul(batch, ctx, w, x, y, 1, bad), InvalidArgument);  // one buffer for both
+}
+
 struct ExpertCase {
   const char* name;
   GgufType type;

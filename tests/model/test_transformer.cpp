@@ -55,6 +55,7 @@ struct GpuCase {
   std::optional<uint32_t> delta_chunk_from = {};  // ContextOptions::delta_chunk_from override
   bool int_dot = false;                           // ContextOptions::int_dot
   bool fuse_post_norms = false;                   // ContextOptions::fuse_post_norms
+  bool fuse_router = false;                       // ContextOptions::fuse_router
 };
 std::ostream& operator<<(std::ostream& o, const GpuCase& c) { return o << c.model; }
 
@@ -110,6 +111,9 @@ std::vector<GpuCase> gpu_cases() {
   // Decoding with the FFN's Q4_K products on packed int8 dot products (the digits keep 23 bits a block)
   out.push_back({"llama-q4_k", kernels::KvType::F32, 1e-4, 0, {}, {}, true});
   out.push_back({"llama-q4_k", kernels::KvType::F16, 5e-3, 1, {}, {}, true});
+  // Decoding with each MoE router's product choosing the token's experts itself (softmax, and sigmoid with a bias)
+  for (const char* m : {"qwen3moe-q8_0", "lfm2moe-q8_0"})
+    out.push_back({m, kernels::KvType::F32, 1e-4, 0, {}, {}, false, false, true});
   return out;
 }
 
@@ -132,6 +136,7 @@ TEST_P(GpuForward, MatchesCpuReference) {
   if (tc.delta_chunk_from)
     own.emplace(test::context_options([&](auto& o) { o.delta_chunk_from = tc.delta_chunk_from; }));
   if (tc.int_dot) own.emplace(test::context_options([&](auto& o) { o.int_dot = true; }));
+  if (tc.fuse_router) own.emplace(test::context_options([&](auto& o) { o.fuse_router = true; }));
   gpu::Context& ctx = own ? *own : test::context();
   const GpuModel gm = load_gpu_model(ctx, f);
   // q/k/v and gate/up are fused exactly when their tensors share a type (qwen2-mixed: they do not; its q and k do,
@@ -241,7 +246,7 @@ INSTANTIATE_TEST_SUITE_P(Models, GpuForward, ::testing::ValuesIn(gpu_cases()), [
          (info.param.kv == kernels::KvType::F32 && info.param.layers_per_submit == 1 ? "_per_layer" : "") +
          (info.param.matvec.empty() ? "" : "_mv" + info.param.matvec) +
          (info.param.delta_chunk_from ? "_chunked" : "") + (info.param.int_dot ? "_int_dot" : "") +
-         (info.param.fuse_post_norms ? "_fused_post_norms" : "");
+         (info.param.fuse_post_norms ? "_fused_post_norms" : "") + (info.param.fuse_router ? "_fused_router" : "");
 });
 
 // Two sessions of one model, the second's context with other options, decoding the same greedy tokens: whether the

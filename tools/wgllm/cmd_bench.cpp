@@ -34,6 +34,7 @@ struct BenchOptions {
   int fuse_post_norms = 0;                  // LoadOptions::fuse_post_norms, likewise
   int fuse_qk_norm = 0;                     // LoadOptions::fuse_qk_norm, likewise
   int fuse_moe_route = 0;                   // LoadOptions::fuse_moe_route, likewise
+  int fuse_router = 0;                      // LoadOptions::fuse_router, likewise
 };
 
 struct Stat {
@@ -287,6 +288,7 @@ int bench(const BenchOptions& o) {
        .fuse_post_norms = tri_state(o.fuse_post_norms),
        .fuse_qk_norm = tri_state(o.fuse_qk_norm),
        .fuse_moe_route = tri_state(o.fuse_moe_route),
+       .fuse_router = tri_state(o.fuse_router),
        .progress = o.json ? nullptr : progress_bar()});
   const ModelInfo& info = model.info();
   if (!o.json) print_memory(model);
@@ -360,6 +362,7 @@ int bench(const BenchOptions& o) {
                         {"fuse_post_norms", info.fuse_post_norms},
                         {"fuse_qk_norm", info.fuse_qk_norm},
                         {"fuse_moe_route", info.fuse_moe_route},
+                        {"fuse_router", info.fuse_router},
                         {"fuse_rows_rope", info.fuse_rows_rope},
                         {"prompt_digits", info.prompt_digits}};
     if (!pp.empty()) {
@@ -408,7 +411,8 @@ int bench(const BenchOptions& o) {
               info.fuse_post_norms ? "--fuse-post-norms" : "--no-fuse-post-norms",
               info.fuse_qk_norm ? "--fuse-qk-norm" : "--no-fuse-qk-norm");
   if (info.n_expert)
-    std::printf("MoE decode option: %s\n", info.fuse_moe_route ? "--fuse-moe-route" : "--no-fuse-moe-route");
+    std::printf("MoE decode options: %s %s\n", info.fuse_moe_route ? "--fuse-moe-route" : "--no-fuse-moe-route",
+                info.fuse_router ? "--fuse-router" : "--no-fuse-router");
   if (info.prompt_digits) std::printf("prompt option: --prompt-digits %u\n", info.prompt_digits);
   std::printf("tg: %s (Session::decode: the token chosen on the GPU; on the host on CPU adapters)%s\n",
               sampling_name(o.sampling).c_str(),
@@ -486,6 +490,10 @@ const Register reg{
        app.add_flag("--fuse-moe-route,!--no-fuse-moe-route", o->fuse_moe_route,
                     "decoding a mixture of experts, the routing inside the experts' gate/up products "
                     "(LoadOptions::fuse_moe_route; default: off)")
+           ->group("Advanced");
+       app.add_flag("--fuse-router,!--no-fuse-router", o->fuse_router,
+                    "decoding a mixture of experts, the routing inside the router's product (LoadOptions::fuse_router; "
+                    "default: off)")
            ->group("Advanced");
        app.add_option("--parallel", o->parallel,
                       "then N concurrent streams (a list: 1,4,16) through continuous batching, each -p prompt "

@@ -105,6 +105,7 @@ struct RunOptions {
   int fuse_post_norms = 0;                  // LoadOptions::fuse_post_norms, likewise
   int fuse_qk_norm = 0;                     // LoadOptions::fuse_qk_norm, likewise
   int fuse_moe_route = 0;                   // LoadOptions::fuse_moe_route, likewise
+  int fuse_router = 0;                      // LoadOptions::fuse_router, likewise
   SamplingParams sampling;
   int64_t seed = -1;
   bool chat = false, json = false;
@@ -226,6 +227,7 @@ int run(RunOptions o) {
        .fuse_post_norms = tri_state(o.fuse_post_norms),
        .fuse_qk_norm = tri_state(o.fuse_qk_norm),
        .fuse_moe_route = tri_state(o.fuse_moe_route),
+       .fuse_router = tri_state(o.fuse_router),
        .progress = o.json ? nullptr : progress_bar(),
        .before_upload =
            [&](const Model& m) {
@@ -330,6 +332,10 @@ const Register reg{
        app.add_flag("--fuse-moe-route,!--no-fuse-moe-route", o->fuse_moe_route,
                     "decoding a mixture of experts, the routing inside the experts' gate/up products instead of a "
                     "dispatch of its own (default: off)")
+           ->group("Advanced");
+       app.add_flag("--fuse-router,!--no-fuse-router", o->fuse_router,
+                    "decoding a mixture of experts, the routing inside the router's product instead of a dispatch of "
+                    "its own (default: off)")
            ->group("Advanced");
        app.add_flag("--no-check-tensors", o->no_check_tensors,
                     "skip the scan of the weights for NaN and infinities at load");
