@@ -140,12 +140,12 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
   }
   if (o.choose) {
     const auto& c = *o.choose;
-    if (n_tokens != 1 || rk || o.digits || o.pre || w2 || o.swiglu || o.y1 || o.times || o.accumulate || w.n_experts ||
-        w.pieces.size() != 1 || n_out > kMoeMaxExperts || (o.impl != MatmulImpl::Auto && o.impl != MatmulImpl::Matvec))
-      fail(fn, "choose takes one token's product on the matvec, one piece of at most " +
-                   std::to_string(kMoeMaxExperts) + " rows, no digits, pre, second, swiglu, split outputs or times");
-    if (!c.experts || !c.weights || c.n_used == 0 || c.n_used > n_out || c.n_used > kMoeMaxUsed)
-      fail(fn, "choose needs experts and weights and 1 <= n_used <= min(n_out, " + std::to_string(kMoeMaxUsed) + ")");
+    if (n_tokens != 1 || rk || o.digits || o.pre || w2 || o.swiglu || o.y1 || o.times || o.accumulate ||
+        (o.impl != MatmulImpl::Auto && o.impl != MatmulImpl::Matvec) || !matvec_takes_choose(ctx, w, c.n_used))
+      fail(fn, "choose takes one token's product on the matvec (matvec_takes_choose: one piece of at most " +
+                   std::to_string(kMoeMaxExperts) + " rows, n_used from 1 to the rows, " + std::to_string(kMoeMaxUsed) +
+                   " and the matvec's threads a row), no digits, pre, second, swiglu, " + "split outputs or times");
+    if (!c.experts || !c.weights) fail(fn, "choose needs experts and weights");
     detail::need(fn, "choose experts", *c.experts, uint64_t(c.n_used) * 4, ctx);
     detail::need(fn, "choose weights", *c.weights, uint64_t(c.n_used) * 4, ctx);
     if (c.sigmoid_bias) detail::need(fn, "choose sigmoid_bias", *c.sigmoid_bias, uint64_t(n_out) * 4, ctx);
@@ -194,9 +194,6 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
   if (o.choose) {  // one workgroup: one group of the product's threads per row, 16 rows at a time
     mv.rows = kChooseRows;
     mv.groups = 1;
-    if (o.choose->n_used > mv.threads_per_row)
-      fail(fn, "choose: n_used " + std::to_string(o.choose->n_used) + " exceeds the matvec's " +
-                   std::to_string(mv.threads_per_row) + " threads a row");
   }
   if (impl == MatmulImpl::Matvec) step = std::min(step, matvec_pass_tokens(ctx, mv));
   const MatmulTile tile = batch_tiled                 ? batch_tiled->tile
@@ -405,31 +402,9 @@ MatvecConfig checked(const gpu::Context& ctx, MatvecConfig c) {
 
 }  // namespace
 
-uint32_t prompt_digits(const gpu::Context& ctx) {
-  const uint32_t d = ctx.options().prompt_digits.value_or(ctx.adapter().is_cpu() ? 0 : 3);
-  if (d > 3) throw InvalidArgument("prompt digits " + std::to_string(d) + ": 0 (off) to 3");
-  return d;
-}
-
-uint32_t prompt_digits(const gpu::Context& ctx, const GpuWeight& w, uint32_t n_tokens) {
-  const uint32_t d = prompt_digits(ctx);
-  if (!ctx.options().prompt_digits && n_tokens < kDefaultDigitsFromTokens) return 0;
-  const bool kquant = w.type == GgufType::Q4_K || w.type == GgufType::Q6_K;
-  const bool q8 = w.type == GgufType::Q8_0 && d <= 2 && w.n_in % 128 == 0;
-  if (d == 0 || !(kquant || q8)) return 0;
-  // (the 64 x 64 tile's bytes: the 32 x 128 of the expert tiles of 32 pairs never take more, int_tiled_bytes)
-  return detail::int_tiled_bytes(w.type, d) <= ctx.limits().maxComputeWorkgroupStorageSize ? d : 0;
-}
-
 bool matvec_takes_choose(const gpu::Context& ctx, const GpuWeight& w, uint32_t n_used) {
   return !w.n_experts && w.pieces.size() == 1 && w.n_out <= kMoeMaxExperts && n_used >= 1 && n_used <= w.n_out &&
          n_used <= kMoeMaxUsed && n_used <= matvec_config(ctx, w.n_out, w.n_in, w.type).threads_per_row;
-}
-
-uint32_t prompt_tile(const gpu::Context& ctx, uint32_t otherwise) {
-  const uint32_t t = ctx.options().prompt_tile.value_or(otherwise);
-  if (t != 32 && t != detail::kIntTile) throw InvalidArgument("prompt tile " + std::to_string(t) + ": 32 or 64");
-  return t;
 }
 
 MatvecConfig matvec_config(const gpu::Context& ctx, uint32_t n_rows, uint32_t n_in, GgufType type) {

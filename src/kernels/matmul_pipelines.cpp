@@ -6,7 +6,6 @@
 #include <string>
 
 #include "kernels/weight.h"
-#include "wgllm/error.h"
 
 namespace wgllm::kernels::detail {
 
@@ -217,8 +216,6 @@ WGPUComputePipeline tiled_pipeline(gpu::Context& ctx, const MatmulTile& tile, Gg
 }
 
 WGPUComputePipeline int_tiled_pipeline(gpu::Context& ctx, GgufType t, uint32_t digits, uint32_t tokens, bool experts) {
-  if (tokens != kIntTile && tokens != 32)
-    throw InvalidArgument("int_tiled_pipeline: tiles of 32 or 64 tokens, not " + std::to_string(tokens));
   const uint32_t args[] = {uint32_t(t), digits, tokens, experts};
   return ctx.pipeline("matmul_int", args, [&] {
     auto u32 = [](const char* name, uint32_t v) {

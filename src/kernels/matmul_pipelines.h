@@ -54,8 +54,8 @@ WGPUComputePipeline tiled_pipeline(gpu::Context& ctx, const MatmulTile& tile, Gg
                                    const ClassOrder& order = {});
 // The Q4_K, Q6_K or Q8_0 prompt product on x's leading `digits` digits (matmul_int.wgsl;
 // ContextOptions::prompt_digits): a workgroup per `tokens` tokens x int_tile_rows(tokens) rows, kIntTile x kIntTile or
-// 32 x 128 (the expert tiles of 32 pairs), int_tiled_bytes of workgroup memory; experts: a tile of `tokens` slots of
-// one expert's pairs.
+// 32 x 128 (the expert tiles of 32 pairs; callers pass one of the two, prompt_tile's or group_tile's, both checked),
+// int_tiled_bytes of workgroup memory; experts: a tile of `tokens` slots of one expert's pairs.
 inline constexpr uint32_t kIntTile = 64;
 constexpr uint32_t int_tile_rows(uint32_t tokens) { return 4096 / tokens; }  // 256 threads of 4 x 4 outputs
 // Its workgroup arrays' sizes (matmul_int.wgsl's constants), in vec4s: quant vec4s per row (Q4_K's nibbles of two

@@ -1,11 +1,13 @@
 // The product kernels' shapes as chosen or forced: parsing the matvec shape, the CPU adapters' Rows shape and the
-// matmul tile (tuning options), the tile a prefill product takes, and the shapes as profiles name them. The encoders
+// matmul tile (tuning options), the tile a prefill product takes, the digits and tile of the prompt products on
+// x's digits, and the shapes as profiles name them. The encoders
 // are in matmul.cpp.
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "kernels/matmul.h"
+#include "kernels/matmul_pipelines.h"
 #include "wgllm/error.h"
 
 namespace wgllm::kernels {
@@ -100,6 +102,28 @@ MatmulTile matmul_tile(const gpu::Context& ctx, uint32_t n_tokens, uint32_t n_ro
     throw InvalidArgument("matmul tile " + to_string(t) + " needs " + std::to_string(bytes) +
                           " bytes of workgroup memory; the adapter allows " +
                           std::to_string(ctx.limits().maxComputeWorkgroupStorageSize));
+  return t;
+}
+
+uint32_t prompt_digits(const gpu::Context& ctx) {
+  const uint32_t d = ctx.options().prompt_digits.value_or(ctx.adapter().is_cpu() ? 0 : 3);
+  if (d > 3) throw InvalidArgument("prompt digits " + std::to_string(d) + ": 0 (off) to 3");
+  return d;
+}
+
+uint32_t prompt_digits(const gpu::Context& ctx, const GpuWeight& w, uint32_t n_tokens) {
+  const uint32_t d = prompt_digits(ctx);
+  if (!ctx.options().prompt_digits && n_tokens < kDefaultDigitsFromTokens) return 0;
+  const bool kquant = w.type == GgufType::Q4_K || w.type == GgufType::Q6_K;
+  const bool q8 = w.type == GgufType::Q8_0 && d <= 2 && w.n_in % 128 == 0;
+  if (d == 0 || !(kquant || q8)) return 0;
+  // (the 64 x 64 tile's bytes: the 32 x 128 of the expert tiles of 32 pairs never take more, int_tiled_bytes)
+  return detail::int_tiled_bytes(w.type, d) <= ctx.limits().maxComputeWorkgroupStorageSize ? d : 0;
+}
+
+uint32_t prompt_tile(const gpu::Context& ctx, uint32_t otherwise) {
+  const uint32_t t = ctx.options().prompt_tile.value_or(otherwise);
+  if (t != 32 && t != detail::kIntTile) throw InvalidArgument("prompt tile " + std::to_string(t) + ": 32 or 64");
   return t;
 }
 

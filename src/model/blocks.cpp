@@ -375,8 +375,8 @@ void encode_moe_ffn(const LayerStep& s) {
   // matmul (H200: pp512 3.5x; lavapipe 1.3-1.9x). Batched decode keeps the matvec: a stream's bits must not depend on
   // its company.
   const kernels::GpuWeight& first = L.exps_gate_up.empty() ? L.exps_gate : L.exps_gate_up;
-  const bool digits = kernels::prompt_digits(s.ctx, first, s.n * k) > 0;
-  uint32_t mm_tile = s.rows ? 0 : kernels::moe_matmul_tile(s.n * k, c.n_expert, digits);
+  uint32_t mm_tile =
+      s.rows ? 0 : kernels::moe_matmul_tile(s.n * k, c.n_expert, kernels::prompt_digits(s.ctx, first, s.n * k) > 0);
   if (mm_tile) mm_tile = kernels::prompt_tile(s.ctx, mm_tile);  // (ContextOptions::prompt_tile, a benchmarks' knob)
   const bool grouped = mm_tile || kernels::moe_tile(s.n * k, c.n_expert) > 1;
   // Pairs one at a time (decode): the first gate/up product chooses the experts itself (fuse_moe_route_on)
