@@ -427,8 +427,10 @@ TEST(Matmul, OtherMatvecShapes) {
     for (const MatmulCase& c : kMatmulCases)
       if (c.impl != Tiled && c.n_tokens <= kernels::kMatvecMaxTokens && (c.n_tokens == 1 || block_elems(c.type) == 1) &&
           i++ % n_shapes == s) {
-        const auto r = run_matmul(ctx, c, 99);
-        EXPECT_LE(r.rel_l2, 1e-5) << c.name << ": " << r.describe();
+        // (MatmulTable's bound: a cancelling sum, e.g. the one output of q8_0_mv_32x1_t1, against its |terms|)
+        const auto [r, vs_abs] = run_matmul_scaled(ctx, c, 99);
+        EXPECT_TRUE(r.rel_l2 <= 1e-5 || vs_abs <= 1e-6)
+            << c.name << ": " << r.describe() << "; against |terms| " << vs_abs;
       }
   }
   // the GPUs' shape of tall products (an LM head): 4 threads a row, the K-quants' one-token products (the 32-weight
