@@ -101,8 +101,9 @@ struct LoadOptions {
   std::optional<bool> fuse_moe_route = std::nullopt;
   // Decoding one sequence of a mixture of experts, the router's product choosing the token's experts itself (one
   // workgroup walks the router's rows, then ranks them) instead of a routing dispatch after it (ContextOptions::
-  // fuse_router): one dependent link fewer a MoE layer, the same bits. Unset: off (not yet measured on a GPU;
-  // predicted a few µs a MoE layer faster where the router has few rows, LFM2-8B-A1B's 32); ModelInfo::fuse_router.
+  // fuse_router): one dependent link fewer a MoE layer, the same bits. Unset: off (H100: slower, the one workgroup's
+  // walk costs more than the dispatch it saves: LFM2-8B-A1B Q4_K_M tg128 -10 %, Qwen3-30B-A3B -27 %);
+  // ModelInfo::fuse_router.
   std::optional<bool> fuse_router = std::nullopt;
   // Called while weights upload: bytes done, bytes in all.
   std::function<void(uint64_t done, uint64_t total)> progress;

@@ -156,9 +156,10 @@ void encode_product(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight
   }
   MatmulImpl impl = o.digits || o.choose ? MatmulImpl::Matvec : o.impl;
   if (impl == MatmulImpl::Auto)
-    impl = rows_kernel_for(ctx, w.type)   ? MatmulImpl::Rows
-           : n_tokens <= kMatvecMaxTokens ? MatmulImpl::Matvec
-                                          : MatmulImpl::Tiled;
+    impl = rows_kernel_for(ctx, w.type)                      ? MatmulImpl::Rows
+           : n_tokens <= kMatvecMaxTokens                    ? MatmulImpl::Matvec
+           : !rk && !w2 && few_tiles_split(ctx, w, n_tokens) ? MatmulImpl::Batch
+                                                             : MatmulImpl::Tiled;
   if (impl == MatmulImpl::Rows && !rows_kernel_reads(w.type)) impl = MatmulImpl::Matvec;
   if (o.pre) {
     const auto& r = *o.pre;
@@ -550,6 +551,13 @@ bool batch_takes_tiles(gpu::Context& ctx, const GpuWeight& w, uint32_t n_tokens)
 uint32_t batch_tile_groups(gpu::Context& ctx, const GpuWeight& w, uint32_t n_tokens) {
   const auto t = batch_tiles(ctx, w, n_tokens);
   return t ? t->order.groups : 0;
+}
+
+bool few_tiles_split(gpu::Context& ctx, const GpuWeight& w, uint32_t n_tokens) {
+  if (n_tokens <= kMatvecMaxTokens || prompt_digits(ctx, w, n_tokens) > 0) return false;
+  const MatmulTile t = matmul_tile(ctx, n_tokens, w.n_out);
+  const uint64_t tiles = uint64_t((w.n_out + t.rows - 1) / t.rows) * ((n_tokens + t.tokens - 1) / t.tokens);
+  return tiles < kFewTiles && batch_tile_groups(ctx, w, n_tokens) > 1;
 }
 
 namespace {

@@ -17,7 +17,9 @@ namespace wgllm::kernels {
 struct XDigits;  // kernels/int_dot.h
 
 enum class MatmulImpl {
-  Auto,    // CPU adapters: Rows; GPUs: Matvec for n_tokens <= kMatvecMaxTokens, else Tiled
+  // CPU adapters: Rows; GPUs: Matvec for n_tokens <= kMatvecMaxTokens, else Tiled (Batch's split tiles where the
+  // tiled product would have few workgroups: few_tiles_split)
+  Auto,
   Matvec,  // one pass over W per kMatvecPassTokens tokens (fewer where workgroup memory is short)
   // Matvec in batch decode's shape (batch_matvec_config): a token's sums are the same bits whatever the tokens beside
   // it, from 1 to any number
@@ -84,6 +86,13 @@ uint32_t batch_tile_from(const gpu::Context& ctx);
 bool batch_takes_tiles(gpu::Context& ctx, const GpuWeight& w, uint32_t n_tokens);
 // The groups of lane classes that tiled product is split over (1: none; 0: not tiled).
 uint32_t batch_tile_groups(gpu::Context& ctx, const GpuWeight& w, uint32_t n_tokens);
+// Auto's products past the matvec's tokens that the tiled kernel would give fewer workgroups than this (a MoE router's
+// 32-128 rows: 8-16 tiles at 512 tokens, each walking the whole row) take batch decode's tiles split over lane classes
+// where they split (few_tiles_split) and take no digits: more workgroups, each a part of the row, then the adding pass.
+// (H100, PERF.md "A prompt's few-tile products on the split tiles": a router of 32 rows at 512 tokens 2x, LFM2-8B-A1B
+// and Qwen3-30B-A3B Q4_K_M pp512 +3.5 % and +4 %.)
+inline constexpr uint32_t kFewTiles = 32;
+bool few_tiles_split(gpu::Context& ctx, const GpuWeight& w, uint32_t n_tokens);
 // Whether the one-token product of a weight of this type reads x's packed digits (MatmulOptions::digits): Q4_K, Q6_K.
 inline bool matvec_takes_digits(GgufType t) { return t == GgufType::Q4_K || t == GgufType::Q6_K; }
 // The one-token Q4_K / Q6_K product on x's packed digits (MatmulOptions::digits): 32 threads per row and 8 rows (tall

@@ -154,7 +154,7 @@ bool fuse_rows_rope_on(const gpu::Context& ctx);
 // steps whose pairs are not grouped by expert choose the experts inside the gate/up products (the same bits as
 // moe_route's dispatch, one dependent link fewer a MoE layer).
 bool fuse_moe_route_on(const gpu::Context& ctx, const ModelConfig& c);
-// ContextOptions::fuse_router as set, for mixtures of experts; unset: off (not yet measured on a GPU). Decode steps of
+// ContextOptions::fuse_router as set, for mixtures of experts; unset: off (slower on the H100). Decode steps of
 // one sequence whose router the matvec takes in one workgroup (kernels::matvec_takes_choose) run it with the routing
 // (kernels::MatmulOptions::choose: the same bits as the product, then moe_route's dispatch).
 bool fuse_router_on(const gpu::Context& ctx, const ModelConfig& c);

@@ -269,6 +269,56 @@ TEST(Matmul, BatchTileRule) {
   }
 }
 
+// Auto's products past the matvec's tokens of fewer than kFewTiles tiles (a MoE router's in a prompt) take batch
+// decode's split tiles: the same bits as MatmulImpl::Batch, near the CPU product; not a product of enough tiles, one
+// on x's digits, a step of the matvec's tokens, nor with ContextOptions::batch_split 1.
+TEST(Matmul, FewTilesTakeTheSplitTiles) {
+  auto gen = rng(91);
+  // (the CPU adapters' Rows kernel off, so that Auto there takes the tiles as on GPUs)
+  gpu::Context ctx(context_options([](auto& o) { o.rows_shape = "off"; }));
+  if (ctx.subgroup_size() < 4 || ctx.adapter().subgroup_min != ctx.adapter().subgroup_max)
+    GTEST_SKIP() << "no split tiles on this adapter (its subgroup size unknown or varying)";
+  // F16: a MoE router's type
+  const uint32_t n_in = 320, n_out = 40, T = 70;
+  const auto bytes = random_weight(F16, n_in, n_out, gen);
+  const auto w = kernels::upload_weight(ctx, F16, n_in, n_out, bytes);
+  EXPECT_TRUE(kernels::few_tiles_split(ctx, w, T));
+  EXPECT_FALSE(kernels::few_tiles_split(ctx, w, kernels::kMatvecMaxTokens));
+  const auto wide = kernels::upload_weight(ctx, F16, 32, 32 * 64, random_weight(F16, 32, 32 * 64, gen));
+  EXPECT_FALSE(kernels::few_tiles_split(ctx, wide, 64));  // 32 tiles of 64 x 64
+  {
+    gpu::Context own(context_options([&](auto& o) {
+      o.rows_shape = "off";
+      o.batch_split = 1;
+    }));
+    const auto ow = kernels::upload_weight(own, F16, n_in, n_out, bytes);
+    EXPECT_FALSE(kernels::few_tiles_split(own, ow, T));
+  }
+  {
+    gpu::Context own(context_options([&](auto& o) { o.prompt_digits = 2; }));
+    const auto q = kernels::upload_weight(own, Q4_K, 256, n_out, random_weight(Q4_K, 256, n_out, gen));
+    EXPECT_FALSE(kernels::few_tiles_split(own, q, T));  // x's digits instead
+  }
+  const auto x = random_floats(size_t(T) * n_in, gen);
+  const auto bias = random_floats(n_out, gen);
+  const auto norm = random_floats(n_in, gen, 0.5f, 1.5f);
+  auto xs = ctx.upload<float>(x, WGPUBufferUsage_Storage, "x");
+  auto bbuf = ctx.upload<float>(bias, WGPUBufferUsage_Storage, "bias");
+  auto nbuf = ctx.upload<float>(norm, WGPUBufferUsage_Storage, "norm");
+  auto product = [&](MatmulImpl impl) {
+    auto y = poisoned(ctx, size_t(T) * n_out, "y");
+    gpu::ComputeBatch batch(ctx, "few tiles");
+    kernels::encode_matmul(batch, ctx, w, xs, y, T, {.bias = &bbuf, .norm = &nbuf, .eps = 1e-5f, .impl = impl});
+    batch.submit_and_wait();
+    return ctx.read<float>(y);
+  };
+  const auto got = product(MatmulImpl::Auto), batch = product(MatmulImpl::Batch);
+  const auto want = cpu::matmul(F16, bytes, n_in, n_out, cpu::rms_norm(x, norm, T, n_in, 1e-5f), T, bias);
+  const auto r = compare(got, want);
+  EXPECT_LE(r.rel_l2, 2e-5) << r.describe();
+  ASSERT_EQ(got.size(), batch.size());
+  EXPECT_EQ(std::memcmp(got.data(), batch.data(), got.size() * 4), 0) << "Auto is not the split tiles' bits";
+}
 
 }  // namespace
 }  // namespace wgllm::test
