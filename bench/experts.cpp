@@ -41,6 +41,7 @@ struct Options {
   std::string tokens = "1,16,512";
   std::string prompt_digits;  // comma-separated ContextOptions::prompt_digits ("": unset)
   uint32_t group_tile = 0;    // tiles of the tiled steps' pairs (ExpertOptions::group_tile; 0: moe_matmul_tile's)
+  std::string expert_shapes;  // comma-separated ContextOptions::expert_shape ("default": unset)
   uint32_t repeats = 5;
 };
 
@@ -75,11 +76,19 @@ int run_experts(const Options& o) {
   const auto down_bytes = random_weight(down_type, F, E * W, 2);
   const auto router_bytes = random_weight(GgufType::F32, W, E, 3);
 
-  for (size_t di = 0; di < digit_runs.size(); ++di) {
+  std::vector<std::string> shapes = split(o.expert_shapes.empty() ? "default" : o.expert_shapes, ',');
+  for (auto& s : shapes) {
+    if (s == "default") s.clear();
+    if (!s.empty()) kernels::parse_matvec_config(s);  // a malformed shape refused before any work
+  }
+  for (size_t run = 0; run < digit_runs.size() * shapes.size(); ++run) {
+    const size_t di = run % digit_runs.size();
+    const std::string& expert_shape = shapes[run / digit_runs.size()];
     gpu::ContextOptions options = context_options(o.adapter);
     options.prompt_digits = digit_runs[di];
+    options.expert_shape = expert_shape;
     gpu::Context ctx(options);
-    if (di == 0) {
+    if (run == 0) {
       std::printf(
           "adapter %s (%s); %s's experts: %u of %u rows (gate/up interleaved: %u) x %u, %u a token, %s router; "
           "gate/up %s, down %s\n",
@@ -178,10 +187,11 @@ int run_experts(const Options& o) {
                                  : routing == kInGateUp ? "matvec, routing inside gate/up"
                                  : routing == kInRouter ? "matvec, routing inside the router"
                                                         : "matvec, routing apart";
+        const std::string shown = expert_shape.empty() ? path : path + " [" + expert_shape + "]";
         const double flops = 2.0 * pairs * (2.0 * F * W + double(W) * F);
         std::printf("| %s | %u | %.2f | %s | %.3f | %.1f | %.1f |\n",
                     digit_runs[di] ? std::to_string(*digit_runs[di]).c_str() : "default", n, double(pairs) / E,
-                    path.c_str(), s * 1e3, distinct * double(expert_bytes) / s / 1e9, flops / s / 1e9);
+                    shown.c_str(), s * 1e3, distinct * double(expert_bytes) / s / 1e9, flops / s / 1e9);
         std::fflush(stdout);
       }
     }
@@ -202,6 +212,9 @@ const Register reg{
        app.add_option("--group-tile", o->group_tile,
                       "pairs a tile where the prompt's experts take tiles: 32 or 64 (0: the model's choice)")
            ->capture_default_str();
+       app.add_option("--expert-shapes", o->expert_shapes,
+                      "the expert products' matvec shapes to sweep, comma-separated THREADSxROWSxGROUPS[xUNITS] or "
+                      "default (ContextOptions::expert_shape; tuning)");
        app.add_option("--repeats", o->repeats, "timed samples (median)")->capture_default_str();
        return [o] {
          if (o->repeats == 0) throw InvalidArgument("--repeats must be > 0");

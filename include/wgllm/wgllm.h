@@ -132,6 +132,9 @@ struct LoadOptions {
   // CPU adapters' product kernel (matmul_rows.wgsl), "WORKGROUPxROWSxTOKENS" or "off" (the GPUs' kernels instead;
   // "" = the default; the CLI reads $WGLLM_ROWS_SHAPE): a tuning knob for benchmarks.
   std::string rows_shape = {};
+  // The MoE expert products' matvec shape, "THREADSxROWSxGROUPS[xUNITS]" ("" = chosen per weight; the CLI reads
+  // $WGLLM_EXPERT_SHAPE): a tuning knob for benchmarks.
+  std::string expert_shape = {};
   // The prefill attention kernel: "f32", "f16" or "BQxBKxCGxf16" ("" = chosen per adapter: f16 arithmetic on GPUs
   // with shader-f16 where head_dim is 64 or 128, f32 otherwise; the CLI reads $WGLLM_ATTENTION): a tuning knob
   // for benchmarks.

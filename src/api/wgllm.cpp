@@ -113,6 +113,7 @@ void upload_impl(ModelAccess::Impl& m, const GgufFile& f, const LoadOptions& o) 
                                                              .pre_rows = o.pre_rows,
                                                              .matmul_tile = o.matmul_tile,
                                                              .rows_shape = o.rows_shape,
+                                                             .expert_shape = o.expert_shape,
                                                              .attention_prefill = o.attention_prefill,
                                                              .decode_gqa_from = o.decode_gqa_from,
                                                              .delta_chunk_from = o.delta_chunk_from,
@@ -129,6 +130,7 @@ void upload_impl(ModelAccess::Impl& m, const GgufFile& f, const LoadOptions& o) 
   // A forced matmul tile the adapter cannot run fails here, before any weight moves, not at the first prompt.
   if (!o.matmul_tile.empty()) kernels::matmul_tile(*m.ctx, 512, 4096);
   if (!o.rows_shape.empty()) kernels::rows_config(*m.ctx);
+  if (!o.expert_shape.empty()) kernels::parse_matvec_config(o.expert_shape);
   const uint32_t prompt_digits = kernels::prompt_digits(*m.ctx);  // past 3 refused here, before any weight moves
   kernels::prompt_tile(*m.ctx, 64);                               // likewise a tile other than 32 or 64
   // Likewise a forced attention kernel that cannot run this model's heads.

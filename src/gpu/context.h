@@ -76,6 +76,9 @@ struct ContextOptions {
   // The CPU adapters' product kernel's shape, "WORKGROUPxROWSxTOKENS" (kernels::parse_rows_config), or "off": the
   // GPUs' kernels on a CPU adapter too; "" = the default.
   std::string rows_shape = {};
+  // The MoE expert products' matvec shape (decode and the grouped matvec; kernels::expert_matvec_config),
+  // "THREADSxROWSxGROUPS[xUNITS]"; "" = the batch matvec's. A tuning knob for benchmarks.
+  std::string expert_shape = {};
   // The prefill attention kernel, "f32", "f16" or "BQxBKxCGxf16" (kernels::parse_attention_variant); "" = chosen
   // per adapter (kernels::AttentionImpl::Auto). A tuning knob for benchmarks.
   std::string attention_prefill = {};

@@ -468,6 +468,14 @@ MatvecConfig batch_matvec_config(const gpu::Context& ctx, uint32_t n_rows, uint3
   return c;
 }
 
+MatvecConfig expert_matvec_config(const gpu::Context& ctx, const GpuWeight& w, uint32_t n_pairs) {
+  if (ctx.options().expert_shape.empty())
+    return batch_matvec_config(ctx, w.n_out / std::max(w.n_experts, 1u), w.n_in, w.type, n_pairs);
+  MatvecConfig c = checked(ctx, parse_matvec_config(ctx.options().expert_shape));
+  c.fma_order = true;
+  return c;
+}
+
 uint32_t batch_tile_from(const gpu::Context& ctx) { return ctx.options().batch_tile_from.value_or(kBatchTileFrom); }
 
 namespace {
@@ -586,7 +594,7 @@ std::optional<MatvecConfig> combine_config(const gpu::Context& ctx, const GpuWei
   if (w.n_experts == 0 || n_used == 0 || w.pieces.size() != 1 ||
       n_tokens > ctx.limits().maxComputeWorkgroupsPerDimension)
     return std::nullopt;
-  MatvecConfig mv = batch_matvec_config(ctx, w.n_out / w.n_experts, w.n_in, w.type, n_tokens * n_used);
+  MatvecConfig mv = expert_matvec_config(ctx, w, n_tokens * n_used);
   mv.groups = n_used * std::max(1u, mv.groups / n_used);
   const uint64_t wg_bytes = matvec_red_bytes(ctx, mv, 1) + uint64_t(mv.groups) * mv.rows * 4;
   if (mv.rows > mv.threads_per_row ||
@@ -614,8 +622,7 @@ bool route_fits(const gpu::Context& ctx, const GpuWeight& w, uint32_t n_used, co
 }  // namespace
 
 bool expert_route_fits(const gpu::Context& ctx, const GpuWeight& w, uint32_t n_tokens, uint32_t n_used) {
-  return w.n_experts &&
-         route_fits(ctx, w, n_used, batch_matvec_config(ctx, w.n_out / w.n_experts, w.n_in, w.type, n_tokens * n_used));
+  return w.n_experts && route_fits(ctx, w, n_used, expert_matvec_config(ctx, w, n_tokens * n_used));
 }
 
 void encode_expert_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const GpuWeight& w, const gpu::Buffer& x,
@@ -656,7 +663,7 @@ void encode_expert_matmul(gpu::ComputeBatch& batch, gpu::Context& ctx, const Gpu
       fail(fn, "combine needs one piece, a shape that fits the adapter's workgroup, and no swiglu, norm or group");
     detail::need(fn, "combine", *o.combine, pairs * 4, ctx);
   }
-  const MatvecConfig mv = cmv ? *cmv : batch_matvec_config(ctx, rows, w.n_in, w.type, uint32_t(pairs));
+  const MatvecConfig mv = cmv ? *cmv : expert_matvec_config(ctx, w, uint32_t(pairs));
   const ExpertRoute* route = o.route;
   if (route) {
     if (o.group || o.combine || !route_fits(ctx, w, n_used, mv))

@@ -66,6 +66,9 @@ MatvecConfig pre_matvec_config(const gpu::Context& ctx, uint32_t n_rows, uint32_
 // in flight may (one token: 2 rows x 8 groups x 2 units for the float types).
 MatvecConfig batch_matvec_config(const gpu::Context& ctx, uint32_t n_rows, uint32_t n_in, GgufType type,
                                  uint32_t n_tokens);
+// The expert products' matvec shape (w stacks experts; n_pairs of them at once): the context's expert_shape option
+// when set, else batch_matvec_config's for one expert's rows; always in batch decode's fma order.
+MatvecConfig expert_matvec_config(const gpu::Context& ctx, const GpuWeight& w, uint32_t n_pairs);
 // MatmulImpl::Batch's products of this many tokens or more and at least kBatchTileRows rows or that split (below; or
 // of half as many tokens and 8 x kBatchTileRows rows: an LM head) run on the tiled kernel in the batch matvec's order (the same bits for every
 // token as the matvec would give it: each thread a 4 x 4 tile of outputs, a chain per lane class of the matvec, the

@@ -319,33 +319,42 @@ INSTANTIATE_TEST_SUITE_P(Cases, ExpertTable, testing::ValuesIn(kExpertCases),
                          [](const auto& info) { return std::string(info.param.name); });
 
 // The same products without subgroup operations (reductions through workgroup memory only), K-quant and MXFP4 experts.
-TEST(Moe, ExpertsWithoutSubgroups) {
-  gpu::Context ctx(context_options([](auto& o) { o.disable_subgroups = true; }));
-  for (const GgufType type : {Q4_K, MXFP4}) {
-    SCOPED_TRACE(type_name(type));
-    auto gen = rng(5);
-    const uint32_t n_in = 256, rows = 24, X = 6, k = 2, T = 3;
-    const auto bytes = random_weight(type, n_in, uint64_t(X) * rows, gen);
-    const auto w = kernels::upload_weight(ctx, type, n_in, uint64_t(X) * rows, bytes, "experts", 0, X);
-    const auto x = random_floats(size_t(T) * n_in, gen);
-    const std::vector<uint32_t> ids = {5, 0, 2, 3, 1, 4};
-    auto xs = ctx.upload<float>(x, WGPUBufferUsage_Storage, "x");
-    auto ebuf = ctx.upload<uint32_t>(ids, WGPUBufferUsage_Storage, "experts");
-    auto y = poisoned(ctx, size_t(T) * k * rows, "y");
-    gpu::ComputeBatch batch(ctx, "experts");
-    kernels::encode_expert_matmul(batch, ctx, w, xs, y, ebuf, T, k);
-    batch.submit_and_wait();
-    const auto got = ctx.read<float>(y);
-    const size_t row_bytes = tensor_bytes(type, n_in, 1);
-    std::vector<float> want;
-    for (uint32_t i = 0; i < T * k; ++i) {
-      const std::span<const uint8_t> expert(bytes.data() + size_t(ids[i]) * rows * row_bytes, rows * row_bytes);
-      const auto out = cpu::matmul(type, expert, n_in, rows, std::span(x).subspan(size_t(i / k) * n_in, n_in), 1);
-      want.insert(want.end(), out.begin(), out.end());
+// The expert products without subgroups and in forced shapes (ContextOptions::expert_shape: fewer threads a row, more
+// rows a group, two units in flight) against the CPU reference.
+TEST(Moe, ExpertsWithoutSubgroupsAndInOtherShapes) {
+  for (const char* shape : {"", "8x4x16", "16x8x4x2"})
+    for (const GgufType type : {Q4_K, MXFP4}) {
+      SCOPED_TRACE(std::string(type_name(type)) + (*shape ? std::string(" in ") + shape : " without subgroups"));
+      gpu::Context ctx(context_options([&](auto& o) {
+        o.disable_subgroups = !*shape;
+        o.expert_shape = shape;
+      }));
+      auto gen = rng(5);
+      const uint32_t n_in = 256, rows = 24, X = 6, k = 2, T = 3;
+      const auto bytes = random_weight(type, n_in, uint64_t(X) * rows, gen);
+      const auto w = kernels::upload_weight(ctx, type, n_in, uint64_t(X) * rows, bytes, "experts", 0, X);
+      if (*shape) {
+        EXPECT_EQ(kernels::expert_matvec_config(ctx, w, T * k).threads_per_row, uint32_t(std::atoi(shape)));
+      }
+      const auto x = random_floats(size_t(T) * n_in, gen);
+      const std::vector<uint32_t> ids = {5, 0, 2, 3, 1, 4};
+      auto xs = ctx.upload<float>(x, WGPUBufferUsage_Storage, "x");
+      auto ebuf = ctx.upload<uint32_t>(ids, WGPUBufferUsage_Storage, "experts");
+      auto y = poisoned(ctx, size_t(T) * k * rows, "y");
+      gpu::ComputeBatch batch(ctx, "experts");
+      kernels::encode_expert_matmul(batch, ctx, w, xs, y, ebuf, T, k);
+      batch.submit_and_wait();
+      const auto got = ctx.read<float>(y);
+      const size_t row_bytes = tensor_bytes(type, n_in, 1);
+      std::vector<float> want;
+      for (uint32_t i = 0; i < T * k; ++i) {
+        const std::span<const uint8_t> expert(bytes.data() + size_t(ids[i]) * rows * row_bytes, rows * row_bytes);
+        const auto out = cpu::matmul(type, expert, n_in, rows, std::span(x).subspan(size_t(i / k) * n_in, n_in), 1);
+        want.insert(want.end(), out.begin(), out.end());
+      }
+      const auto r = compare(got, want);
+      EXPECT_LE(r.rel_l2, 2e-5) << r.describe();
     }
-    const auto r = compare(got, want);
-    EXPECT_LE(r.rel_l2, 2e-5) << r.describe();
-  }
 }
 
 // A prompt's expert products in tiles of 64 and of 32 pairs on x's digits (ContextOptions::prompt_digits;

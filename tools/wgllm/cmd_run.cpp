@@ -51,6 +51,7 @@ Model load_model(const std::string& path, const LoadOptions& given) {
   for (auto [var, field] :
        {std::pair{"WGLLM_KERNEL_DIR", &options.kernel_dir}, std::pair{"WGLLM_DUMP_SHADERS", &options.dump_shaders_dir},
         std::pair{"WGLLM_MATMUL_TILE", &options.matmul_tile}, std::pair{"WGLLM_ROWS_SHAPE", &options.rows_shape},
+        std::pair{"WGLLM_EXPERT_SHAPE", &options.expert_shape},
         std::pair{"WGLLM_ATTENTION", &options.attention_prefill}})
     if (const char* v = std::getenv(var); v && field->empty()) *field = v;
   if (const char* v = std::getenv("WGLLM_SHADER_CHECKS")) options.shader_checks |= std::string_view(v) == "1";
