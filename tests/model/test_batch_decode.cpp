@@ -258,6 +258,35 @@ INSTANTIATE_TEST_SUITE_P(Models, BatchDecodeAhead,
                          ::testing::Values("llama-f32", "lfm2-tiny-f32", "qwen35-tiny-f32", "gemma4-tiny-kv-f32"),
                          test::model_param_name);
 
+// A step of the same sessions after the first makes no bind group (gpu::BindCache: the step's buffers and windows are
+// the ones before), queued ahead or not: a step's host work stays clear of wgpu's bind group creation.
+TEST(BatchDecodeSteps, StepsAfterTheFirstMakeNoBindGroups) {
+  const GgufFile f = GgufFile::open(test::model_path("llama-f32"));
+  gpu::Context& ctx = test::context();
+  const GpuModel gm = load_gpu_model(ctx, f);
+  const uint32_t V = gm.config.n_vocab, S = 8;
+  auto gen = test::rng(44);
+  std::vector<std::unique_ptr<GpuSession>> sessions;
+  std::vector<GpuSession*> all;
+  for (uint32_t i = 0; i < S; ++i) {
+    sessions.push_back(std::make_unique<GpuSession>(ctx, gm, GpuSessionOptions{.n_ctx = 64, .ubatch = 8}));
+    sessions.back()->forward(random_ids(V, 3 + i, gen));
+    all.push_back(sessions.back().get());
+  }
+  GpuBatchDecode bd(ctx, gm, S);
+  std::vector<int32_t> ids = random_ids(V, S, gen);
+  for (int step = 0; step < 6; ++step) {
+    const uint64_t before = bd.bind_groups_made();
+    ids = bd.step_argmax(all, ids, /*queue_next=*/step % 3 != 2);
+    const uint64_t made = bd.bind_groups_made() - before;
+    if (step == 0) {
+      EXPECT_GT(made, 0u) << "the first step made none (the count is not counting)";
+    } else {
+      EXPECT_EQ(made, 0u) << "step " << step << " made bind groups";
+    }
+  }
+}
+
 TEST(BatchDecodeErrors, ThrowBeforeAnyWork) {
   const GgufFile f = GgufFile::open(test::model_path("llama-f32"));
   gpu::Context& ctx = test::context();
