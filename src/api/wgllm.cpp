@@ -130,7 +130,7 @@ void upload_impl(ModelAccess::Impl& m, const GgufFile& f, const LoadOptions& o) 
   // A forced matmul tile the adapter cannot run fails here, before any weight moves, not at the first prompt.
   if (!o.matmul_tile.empty()) kernels::matmul_tile(*m.ctx, 512, 4096);
   if (!o.rows_shape.empty()) kernels::rows_config(*m.ctx);
-  if (!o.expert_shape.empty()) kernels::parse_matvec_config(o.expert_shape);
+  if (!o.expert_shape.empty()) kernels::expert_matvec_config(*m.ctx, kernels::GpuWeight{}, 1);  // and its limits
   const uint32_t prompt_digits = kernels::prompt_digits(*m.ctx);  // past 3 refused here, before any weight moves
   kernels::prompt_tile(*m.ctx, 64);                               // likewise a tile other than 32 or 64
   // Likewise a forced attention kernel that cannot run this model's heads.
