@@ -318,9 +318,9 @@ TEST_P(ExpertTable, MatchesCpuReference) {
 INSTANTIATE_TEST_SUITE_P(Cases, ExpertTable, testing::ValuesIn(kExpertCases),
                          [](const auto& info) { return std::string(info.param.name); });
 
-// The same products without subgroup operations (reductions through workgroup memory only), K-quant and MXFP4 experts.
-// The expert products without subgroups and in forced shapes (ContextOptions::expert_shape: fewer threads a row, more
-// rows a group, two units in flight) against the CPU reference.
+// The expert products without subgroup operations (reductions through workgroup memory only) and in forced shapes
+// (ContextOptions::expert_shape: fewer threads a row, more rows a group, two units in flight), K-quant and MXFP4
+// experts, against the CPU reference.
 TEST(Moe, ExpertsWithoutSubgroupsAndInOtherShapes) {
   for (const char* shape : {"", "8x4x16", "16x8x4x2"})
     for (const GgufType type : {Q4_K, MXFP4}) {
