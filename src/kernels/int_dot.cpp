@@ -32,7 +32,7 @@ void encode_x_digits(gpu::ComputeBatch& batch, gpu::Context& ctx, const gpu::Buf
   const XDigits shape{{}, n_in, n_tokens};
   need(fn, "data", data, shape.bytes(), ctx);
   if (norm) need(fn, "norm", *norm, uint64_t(n_in) * 4, ctx);
-  const auto grid = gpu::fold_grid((shape.blocks() + 7) / 8, ctx.limits().maxComputeWorkgroupsPerDimension);
+  const auto grid = gpu::fold_grid((shape.blocks() + 31) / 32, ctx.limits().maxComputeWorkgroupsPerDimension);
   const IntDotParams p{n_in, n_tokens, grid.x, norm ? 1u : 0u, uint32_t(shape.scales_vec4()), x_first, 0, 0};
   WGPUComputePipeline pipe = ctx.pipeline({"int_dot.wgsl", "x_digits", {}, ""});
   const gpu::BufferBinding b[] = {batch.uniform(0, p),

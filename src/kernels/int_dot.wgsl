@@ -33,54 +33,43 @@ fn digits(v: f32, inv: f32) -> vec3<u32> {
   return vec3<u32>(bitcast<u32>(d0) & 255u, bitcast<u32>(d1) & 255u, bitcast<u32>(d2));
 }
 
-// An invocation per element, 8 blocks per workgroup of 256: each element's one load, the block's largest |x| and its
-// halves' sums by trees in workgroup memory, its digits, then 6 invocations per block write its digit vec4s.
-var<workgroup> wmax: array<f32, 256>;
-var<workgroup> wsum: array<f32, 256>;
-var<workgroup> wsq: array<f32, 256>;
-var<workgroup> wdig: array<u32, 256>;
+// 8 invocations per block, 4 consecutive elements each, 32 blocks per workgroup of 256: each invocation's partial
+// largest |x|, half sum and sum of squares through workgroup memory (one barrier; every invocation of a block then
+// reads its block's 8 partials in the same order), then its elements' digits, one u32 of each digit vec4 an invocation.
+var<workgroup> wpart: array<vec4<f32>, 256>;  // (max |v|, sum v, sum raw^2, -)
 
 @compute @workgroup_size(256)
 fn x_digits(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
   let n_blocks = p.n_in / 32u;
-  let blk = (wid.x + wid.y * p.grid_x) * 8u + lid / 32u;  // over every token's blocks
-  let e = lid % 32u;
+  let blk = (wid.x + wid.y * p.grid_x) * 32u + lid / 8u;  // over every token's blocks
+  let t = lid % 8u;                                       // elements 4 t .. 4 t + 3 of the block
   let live = blk < n_blocks * p.n_tokens;
   let b = min(blk, n_blocks * p.n_tokens - 1u);
-  let raw = xin[p.x_first + (b / n_blocks) * p.n_in + (b % n_blocks) * 32u + e];
+  let at = p.x_first + (b / n_blocks) * p.n_in + (b % n_blocks) * 32u + 4u * t;
+  let raw = vec4<f32>(xin[at], xin[at + 1u], xin[at + 2u], xin[at + 3u]);
   var v = raw;
-  if (p.norm != 0u) { v *= gnorm[(b % n_blocks) * 32u + e]; }
-  wmax[lid] = abs(v);
-  wsum[lid] = v;
-  wsq[lid] = raw * raw;
-  workgroupBarrier();
-  for (var s = 16u; s > 0u; s >>= 1u) {
-    if (e < s) {
-      wmax[lid] = max(wmax[lid], wmax[lid + s]);
-      wsq[lid] += wsq[lid + s];
-    }
-    if (e % 16u < s && s < 16u) { wsum[lid] += wsum[lid + s]; }
-    workgroupBarrier();
+  if (p.norm != 0u) {
+    let g = (b % n_blocks) * 32u + 4u * t;
+    v *= vec4<f32>(gnorm[g], gnorm[g + 1u], gnorm[g + 2u], gnorm[g + 3u]);
   }
-  let first = lid - e;  // the block's invocation 0
-  let amax = wmax[first];
-  let inv = select(0.0, X_MAX / amax, amax > 0.0);
-  let d = digits(v, inv);
-  wdig[lid] = d.x | (d.y << 8u) | (d.z << 16u);
+  let a = abs(v);
+  wpart[lid] = vec4<f32>(max(max(a.x, a.y), max(a.z, a.w)), (v.x + v.y) + (v.z + v.w), dot(raw, raw), 0.0);
   workgroupBarrier();
+  let first = lid - t;  // the block's invocation 0
+  var amax = 0.0;
+  var half = vec2<f32>(0.0);
+  var sq = 0.0;
+  for (var k = 0u; k < 8u; k += 1u) {
+    let q = wpart[first + k];
+    amax = max(amax, q.x);
+    half[k / 4u] += q.y;
+    sq += q.z;
+  }
   if (!live) { return; }
-  if (e == 0u) {
-    xd[p.scales + b] = bitcast<vec4<u32>>(vec4<f32>(amax / X_MAX, wsum[first], wsum[first + 16u], wsq[first]));
-  }
-  if (e % 16u < 3u) {  // digit g of half h: its 16 bytes from the half's elements
-    let g = e % 16u;
-    let h = e / 16u;
-    var q = vec4<u32>(0u);
-    for (var m = 0u; m < 4u; m += 1u) {
-      var word = 0u;
-      for (var k = 0u; k < 4u; k += 1u) { word |= ((wdig[first + 16u * h + 4u * m + k] >> (8u * g)) & 255u) << (8u * k); }
-      q[m] = word;
-    }
-    xd[(b * 3u + g) * 2u + h] = q;
-  }
+  let inv = select(0.0, X_MAX / amax, amax > 0.0);
+  var words = vec3<u32>(0u);
+  for (var k = 0u; k < 4u; k += 1u) { words |= digits(v[k], inv) << vec3<u32>(8u * k); }
+  if (t == 0u) { xd[p.scales + b] = bitcast<vec4<u32>>(vec4<f32>(amax / X_MAX, half.x, half.y, sq)); }
+  let h = t / 4u;  // digit g of half h is xd[(b * 3 + g) * 2 + h]; this invocation's elements are its word t % 4
+  for (var g = 0u; g < 3u; g += 1u) { xd[(b * 3u + g) * 2u + h][t % 4u] = words[g]; }
 }
