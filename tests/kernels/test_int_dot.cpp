@@ -1,17 +1,28 @@
 // Q4_K and Q6_K products on packed int8 dot products (x's digits from int_dot.wgsl, the product matvec.wgsl's MV_INT)
 // vs the dequantised weight times x in double, with each epilogue and rows split across bindings, beside the f32
-// matvec's error on the same inputs.
+// matvec's error on the same inputs; the prompt products on the digits (ContextOptions::prompt_digits,
+// matmul_int.wgsl) on inputs their digits keep exactly, in both workgroup shapes, and which products take them (their
+// random-input epilogue table: test_matmul.cpp's Matmul.PromptDigits).
+#include <algorithm>
+#include <bit>
 #include <cmath>
 #include <initializer_list>
 #include <optional>
+#include <random>
+#include <string>
+#include <vector>
 
+#include "cpu/ops.h"
 #include "kernel_test_util.h"
 #include "kernels/int_dot.h"
 #include "kernels/matmul.h"
+#include "kernels/weight.h"
 #include "test_util.h"
 
 namespace wgllm::test {
 namespace {
+
+using kernels::MatmulImpl;
 
 // What the product does around the sums (MatmulOptions): nothing, the RMSNorm folded in, the norm and SwiGLU over
 // (gate, up) row pairs, the residual add, a bias.
@@ -278,6 +289,142 @@ TEST(IntDot, BadArgumentsThrowNamingTheField) {
   kernels::MatmulOptions o512{.digits = &xd512};
   expect_throw([&] { kernels::encode_matmul(batch, ctx, q4k, x256, y, 1, o512); }, "digits of 512");
   expect_throw([&] { kernels::encode_matmul(batch, ctx, q4k, x256, small, 1, with()); }, "y holds");
+}
+
+// x on the grid its digits keep: each 32-element block's largest |x| is 127 * 2^-4 (its scale s then 2^-20) and every x
+// an integer N times s, N a multiple of 2^16 for one digit (the digits drop nothing) and for two with a third digit of
+// 127 or 128 (the mean added back, 127.5 of 256, off by half a step; the block's largest, whose third digit is 0, is
+// taken at the value x' the kernel gives it). The kernel takes its minimums (Q4_K) and offsets (Q6_K) times the exact
+// sums of x, not of x': with w0 the weight of all-zero quants (-dmin m, -32 d sc, 0), its product is w x' - w0 (x' -
+// x), to f32's rounding, so a slip in its scales, minimums, offsets or added-back sums shows: PromptDigits' random
+// inputs hide one under the digits' own error.
+TEST(Matmul, PromptDigitsOnTheirGrid) {
+  auto gen = rng(11);
+  const uint32_t n_in = 512, n_out = 70, n_tokens = 70;
+  for (uint32_t d = 1; d <= 3; ++d) {
+    SCOPED_TRACE("digits " + std::to_string(d));
+    gpu::Context ctx(context_options([&](auto& o) {
+      o.prompt_digits = d;
+      o.rows_shape = "off";  // CPU adapters too take the GPUs' kernels
+    }));
+    for (const GgufType type : {Q4_K, Q6_K, Q8_0}) {
+      SCOPED_TRACE(type_name(type));
+      const auto bytes = random_weight(type, n_in, n_out, gen);
+      const auto w = kernels::upload_weight(ctx, type, n_in, n_out, bytes, "w");
+      if (kernels::prompt_digits(ctx, w, n_tokens) != d)
+        continue;  // Q8_0's three digits, Q6_K's in 32 KB: the f32 tiles
+      std::vector<float> x(size_t(n_tokens) * n_in), seen(x.size());
+      std::uniform_int_distribution<int32_t> top(-126, 126), mid(-128, 127), low(0, 255), near_half(127, 128);
+      for (size_t i = 0; i < x.size(); ++i) {
+        const bool largest = i % 32 == (i / 32) % 32;
+        int32_t n = top(gen) * 65536;
+        if (d > 1) n += mid(gen) * 256 + (d == 2 ? near_half(gen) : low(gen));
+        if (largest) n = (i % 64 < 32 ? 127 : -127) * 65536;
+        x[i] = std::ldexp(float(n), -20);
+        seen[i] = d == 2 && largest ? std::ldexp(float(2 * n + 255), -21) : x[i];
+      }
+      auto xbuf = ctx.upload<float>(x, WGPUBufferUsage_Storage, "x");
+      gpu::Buffer y = poisoned(ctx, size_t(n_tokens) * n_out, "y");
+      gpu::ComputeBatch batch(ctx, "grid");
+      kernels::encode_matmul(batch, ctx, w, xbuf, y, n_tokens, {.impl = MatmulImpl::Tiled});
+      batch.submit_and_wait();
+      // w0: each block's quant bytes zero (Q4_K 16..143, Q6_K 0..191, Q8_0 2..33)
+      std::vector<uint8_t> zeroed = bytes;
+      const size_t block = block_bytes(type);
+      const size_t from = type == Q4_K ? 16 : type == Q6_K ? 0 : 2, to = type == Q6_K ? 192 : block;
+      for (size_t b = 0; b < zeroed.size(); b += block) std::fill(&zeroed[b + from], &zeroed[b + to], 0);
+      std::vector<float> excess(x.size());
+      for (size_t i = 0; i < x.size(); ++i) excess[i] = seen[i] - x[i];
+      std::vector<float> want = cpu::matmul(type, bytes, n_in, n_out, seen, n_tokens, {});
+      const std::vector<float> w0 = cpu::matmul(type, zeroed, n_in, n_out, excess, n_tokens, {});
+      for (size_t i = 0; i < want.size(); ++i) want[i] -= w0[i];
+      const auto r = compare(ctx.read<float>(y), want);
+      EXPECT_LE(r.rel_l2, 2e-6) << r.describe();
+    }
+  }
+}
+
+// The products on digits in workgroups of 32 tokens x 128 rows (ContextOptions::prompt_tile 32): each output the bits
+// of the 64 x 64 workgroups' (a thread's sums take the same steps in the same order), nothing written past y. Prompts
+// and rows that are whole tiles of neither shape, one to three digits, the norm, biases and SwiGLU, weights in pieces.
+TEST(Matmul, PromptDigitsTilesOf32) {
+  struct Case {
+    GgufType type;
+    uint32_t digits, n_in, n_out, n_tokens;
+    bool swiglu;
+    uint64_t max_piece_bytes;
+  };
+  const Case cases[] = {{Q4_K, 3, 512, 200, 75, false, 0},
+                        {Q6_K, 2, 256, 134, 130, true, 0},
+                        {Q8_0, 1, 256, 330, 33, false, 8 * 1024},
+                        {Q4_K, 1, 256, 140, 20, true, 16 * 1024}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string(type_name(c.type)) + " " + std::to_string(c.n_in) + "x" + std::to_string(c.n_out) + ", " +
+                 std::to_string(c.n_tokens) + " tokens, " + std::to_string(c.digits) + " digits");
+    auto gen = rng(13 + c.n_out);
+    const auto bytes = random_weight(c.type, c.n_in, c.n_out, gen);
+    const auto x = random_floats(size_t(c.n_tokens) * c.n_in, gen);
+    const auto norm = random_floats(c.n_in, gen, 0.5f, 1.5f);
+    const auto bias = random_floats(c.n_out, gen, -1.f, 1.f);
+    const uint32_t width = c.swiglu ? c.n_out / 2 : c.n_out;
+    std::vector<float> got[2];
+    for (const uint32_t tile : {64u, 32u}) {
+      gpu::Context ctx(context_options([&](auto& o) {
+        o.prompt_digits = c.digits;
+        o.prompt_tile = tile;
+        o.rows_shape = "off";  // CPU adapters too take the GPUs' kernels
+      }));
+      const auto w = kernels::upload_weight(ctx, c.type, c.n_in, c.n_out, bytes, "w", c.max_piece_bytes);
+      ASSERT_EQ(kernels::prompt_digits(ctx, w, c.n_tokens), c.digits);
+      if (c.max_piece_bytes) {
+        ASSERT_GT(w.pieces.size(), 1u) << "the case must split the rows across pieces";
+      }
+      auto xbuf = ctx.upload<float>(x, WGPUBufferUsage_Storage, "x");
+      auto nbuf = ctx.upload<float>(norm, WGPUBufferUsage_Storage, "norm");
+      auto bbuf = ctx.upload<float>(bias, WGPUBufferUsage_Storage, "bias");
+      gpu::Buffer y = poisoned(ctx, size_t(c.n_tokens) * width + 64, "y");
+      gpu::ComputeBatch batch(ctx, "tiles of 32");
+      kernels::encode_matmul(batch, ctx, w, xbuf, y, c.n_tokens,
+                             {.bias = c.swiglu ? nullptr : &bbuf,
+                              .norm = &nbuf,
+                              .eps = 1e-5f,
+                              .swiglu = c.swiglu,
+                              .impl = MatmulImpl::Tiled});
+      batch.submit_and_wait();
+      got[tile == 32] = ctx.read<float>(y);
+    }
+    const size_t n = size_t(c.n_tokens) * width;
+    for (size_t i = 0; i < n; ++i)
+      ASSERT_EQ(std::bit_cast<uint32_t>(got[1][i]), std::bit_cast<uint32_t>(got[0][i]))
+          << "output " << i << " (token " << i / width << ") differs from the 64 x 64 workgroups'";
+    for (size_t i = n; i < got[1].size(); ++i) ASSERT_EQ(std::bit_cast<uint32_t>(got[1][i]), kPoison) << "past y";
+  }
+  gpu::Context bad(context_options([](auto& o) { o.prompt_tile = 48; }));
+  EXPECT_THROW(kernels::prompt_tile(bad, 64), InvalidArgument);
+}
+
+// Which products take digits: unset, three on GPUs from kDefaultDigitsFromTokens tokens on and none on CPU adapters;
+// a value set, that many for every tiled product of a type that takes them (Q8_0: one or two).
+TEST(Matmul, PromptDigitsDefault) {
+  auto gen = rng(12);
+  const auto bytes = random_weight(Q4_K, 256, 64, gen);
+  const auto q8_bytes = random_weight(Q8_0, 256, 64, gen);
+  const bool cpu = context().adapter().is_cpu();
+  {
+    gpu::Context ctx(context_options());
+    const auto w = kernels::upload_weight(ctx, Q4_K, 256, 64, bytes, "w");
+    EXPECT_EQ(kernels::prompt_digits(ctx), cpu ? 0u : 3u);
+    EXPECT_EQ(kernels::prompt_digits(ctx, w, kernels::kDefaultDigitsFromTokens), cpu ? 0u : 3u);
+    EXPECT_EQ(kernels::prompt_digits(ctx, w, kernels::kDefaultDigitsFromTokens - 1), 0u);
+  }
+  for (const uint32_t d : {0u, 1u, 2u, 3u}) {
+    gpu::Context ctx(context_options([&](auto& o) { o.prompt_digits = d; }));
+    const auto w = kernels::upload_weight(ctx, Q4_K, 256, 64, bytes, "w");
+    const auto q8 = kernels::upload_weight(ctx, Q8_0, 256, 64, q8_bytes, "q8");
+    EXPECT_EQ(kernels::prompt_digits(ctx), d);
+    EXPECT_EQ(kernels::prompt_digits(ctx, w, 5), d);
+    EXPECT_EQ(kernels::prompt_digits(ctx, q8, 512), d == 3 ? 0u : d);
+  }
 }
 
 }  // namespace
