@@ -31,6 +31,7 @@ struct GpuBatchDecode::Buffers {
   gpu::Buffer ids_before;  // [n] u32: a step's chosen ids, when the step after it takes only some of their rows
   gpu::Buffer rows;     // [n] (position, K offset, V offset, 0): the RoPE + append of every sequence (shared_kv)
   gpu::Buffer queries;  // [n] (position, first page): the attention of every sequence (shared_kv)
+  gpu::Buffer conv_seqs;  // [n] (position, ring base): the short convolution of every sequence (pooled rings)
 };
 
 GpuBatchDecode::GpuBatchDecode(gpu::Context& ctx, const GpuModel& model, uint32_t max_sequences,
@@ -75,6 +76,7 @@ GpuBatchDecode::GpuBatchDecode(gpu::Context& ctx, const GpuModel& model, uint32_
   bb.ids_before = make(N, "batch ids before");
   bb.rows = make(N * 4, "batch decode rows");
   bb.queries = make(N * 2, "batch decode queries");
+  bb.conv_seqs = make(N * 2, "batch decode conv rows");
 }
 
 // A step encoded while the previous one ran: the same sessions, each one position on, its ids written when it is
@@ -317,6 +319,31 @@ GpuBatchDecode::Encoded GpuBatchDecode::encode_step(std::span<GpuSession* const>
     ctx_.write_buffer(bb.queries, 0, queries.data(), queries.size() * 4);
     rows.shared = shared_kv_;
     rows.max_pos = max_pos;
+  }
+  // One dispatch for every sequence's short convolution when their rings are views of one pool per layer (the same
+  // offset in each: encode_conv checks).
+  int first_conv = -1;
+  for (uint32_t l = 0; l < c.n_layer && first_conv < 0; ++l)
+    if (c.is_conv(l)) first_conv = int(l);
+  if (first_conv >= 0) {
+    const SequenceState& s0 = sessions[0]->state_;
+    bool pooled = true;
+    std::vector<uint32_t> table(size_t(N) * 2);
+    for (uint32_t i = 0; i < N && pooled; ++i) {
+      const SequenceState& st = sessions[i]->state_;
+      const uint64_t at = st.conv_at[first_conv];
+      pooled = st.conv[first_conv].get() == s0.conv[first_conv].get() && st.conv_rows == s0.conv_rows &&
+               at + st.conv_bytes[first_conv] <= st.conv[first_conv].size && at / 4 <= UINT32_MAX;
+      table[i * 2] = sessions[i]->n_past_;
+      table[i * 2 + 1] = uint32_t(at / 4);
+      rows.conv_at.push_back(at);
+    }
+    if (pooled) {
+      ctx_.write_buffer(bb.conv_seqs, 0, table.data(), table.size() * 4);
+      rows.conv_seqs = &bb.conv_seqs;
+    } else {
+      rows.conv_at.clear();
+    }
   }
   // The split-K scratch the longest attention of the step needs.
   uint64_t scratch = 16;

@@ -445,22 +445,42 @@ void encode_conv(const LayerStep& s) {
   // conv_y = C * conv(B * x) over the conv state, which takes this chunk's B * x rows; in a batched step each
   // sequence's row over its own state
   if (!s.rows) {
-    const kernels::ShortConvShape shape{
-        .n_tokens = s.n, .n_embd = c.n_embd, .taps = c.l_cache, .pos = s.pos, .ring_rows = s.state->conv_rows};
+    const kernels::ShortConvShape shape{.n_tokens = s.n,
+                                        .n_embd = c.n_embd,
+                                        .taps = c.l_cache,
+                                        .pos = s.pos,
+                                        .ring_rows = s.state->conv_rows,
+                                        .ring_offset = s.state->conv_at[s.layer]};
     kernels::encode_shortconv(s.batch, s.ctx, shape, b.bcx, L.conv, s.state->conv[s.layer], b.conv_y);
     s.state->save_marks(s.batch, s.layer, s.pos, s.n);
     return;
   }
+  const StepRows& r = *s.rows;
+  const SequenceState& first = *r.states[0];
+  bool pooled = r.conv_seqs && r.conv_at.size() == s.n;
+  for (uint32_t i = 0; pooled && i < s.n; ++i) {
+    const SequenceState& state = *r.states[i];
+    pooled = state.conv[s.layer].get() == first.conv[s.layer].get() && state.conv_at[s.layer] == r.conv_at[i] &&
+             state.conv_rows == first.conv_rows;
+  }
+  if (pooled) {
+    const kernels::ShortConvShape shape{
+        .n_tokens = s.n, .n_embd = c.n_embd, .taps = c.l_cache, .ring_rows = first.conv_rows};
+    kernels::encode_shortconv_rows(s.batch, s.ctx, shape, b.bcx, L.conv, first.conv[s.layer], *r.conv_seqs, b.conv_y);
+  }
   for (uint32_t i = 0; i < s.n; ++i) {
-    const SequenceState& state = *s.rows->states[i];
-    const kernels::ShortConvShape shape{.n_tokens = 1,
-                                        .n_embd = c.n_embd,
-                                        .taps = c.l_cache,
-                                        .pos = s.rows->positions[i],
-                                        .ring_rows = state.conv_rows,
-                                        .row = i};
-    kernels::encode_shortconv(s.batch, s.ctx, shape, b.bcx, L.conv, state.conv[s.layer], b.conv_y);
-    state.save_marks(s.batch, s.layer, s.rows->positions[i], 1);
+    const SequenceState& state = *r.states[i];
+    if (!pooled) {
+      const kernels::ShortConvShape shape{.n_tokens = 1,
+                                          .n_embd = c.n_embd,
+                                          .taps = c.l_cache,
+                                          .pos = r.positions[i],
+                                          .ring_rows = state.conv_rows,
+                                          .row = i,
+                                          .ring_offset = state.conv_at[s.layer]};
+      kernels::encode_shortconv(s.batch, s.ctx, shape, b.bcx, L.conv, state.conv[s.layer], b.conv_y);
+    }
+    state.save_marks(s.batch, s.layer, r.positions[i], 1);
   }
 }
 

@@ -133,6 +133,10 @@ struct StepRows {
   const gpu::Buffer* rows = nullptr;     // [n] (position, K offset, V offset, 0)
   const gpu::Buffer* queries = nullptr;  // [n] (position, first page)
   uint32_t max_pos = 0;                  // the step's last position
+  // lfm2: when every sequence's conv rings are views of one pool per layer, each at the same offset in every conv
+  // layer (conv_at, bytes): the short convolution of all of them in one dispatch, from this table.
+  const gpu::Buffer* conv_seqs = nullptr;  // [n] (position, ring base in elements)
+  std::vector<uint64_t> conv_at;           // [n]
 };
 
 // One layer of one step: n tokens at positions pos.. of one sequence (state), or one token of each of n sequences

@@ -19,6 +19,8 @@ SequenceState::SequenceState(gpu::Context& ctx, const ModelConfig& c, uint32_t n
   const uint32_t page = one_page <= ctx.max_binding_size() ? 0 : 256;
   kv.resize(c.n_layer);
   conv.resize(c.n_layer);
+  conv_at.assign(c.n_layer, 0);
+  conv_bytes.assign(c.n_layer, 0);
   delta.resize(c.n_layer);
   recurrent = !c.delta_layers.empty();
   conv_taps = recurrent ? c.ssm_conv : c.l_cache;
@@ -31,16 +33,25 @@ SequenceState::SequenceState(gpu::Context& ctx, const ModelConfig& c, uint32_t n
   }
   for (uint32_t l = 0; l < c.n_layer; ++l) {
     if (c.is_conv(l)) {
-      conv[l] = ctx.create_buffer(uint64_t(conv_rows) * E * 4, WGPUBufferUsage_Storage,
-                                  ("conv state " + std::to_string(l)).c_str());
+      conv_bytes[l] = uint64_t(conv_rows) * E * 4;
+      const gpu::Buffer* pool =
+          shared_kv && sequence < shared_kv->sequences() ? shared_kv->conv_rings(l, conv_bytes[l]) : nullptr;
+      if (pool) {  // a view of the pool
+        wgpuBufferAddRef(pool->get());
+        conv[l] = gpu::Buffer{gpu::BufferHandle(pool->get()), pool->size};
+        conv_at[l] = uint64_t(sequence) * conv_bytes[l];
+      } else {
+        conv[l] =
+            ctx.create_buffer(conv_bytes[l], WGPUBufferUsage_Storage, ("conv state " + std::to_string(l)).c_str());
+      }
       if (mark_every)
         marks[l] = ctx.create_buffer(uint64_t(n_ctx / mark_every) * (conv_taps - 1) * E * 4, WGPUBufferUsage_Storage,
                                      ("conv marks " + std::to_string(l)).c_str());
       continue;
     }
     if (c.is_delta(l)) {
-      conv[l] = ctx.create_buffer(uint64_t(conv_rows) * c.delta_conv_dim() * 4, WGPUBufferUsage_Storage,
-                                  ("conv state " + std::to_string(l)).c_str());
+      conv_bytes[l] = uint64_t(conv_rows) * c.delta_conv_dim() * 4;
+      conv[l] = ctx.create_buffer(conv_bytes[l], WGPUBufferUsage_Storage, ("conv state " + std::to_string(l)).c_str());
       for (uint32_t i = 0; i < 2; ++i)
         delta[l][i] = ctx.create_buffer(delta_state_bytes(c), WGPUBufferUsage_Storage,
                                         ("recurrent state " + std::to_string(l) + "." + std::to_string(i)).c_str());
@@ -75,14 +86,14 @@ bool SequenceState::rewinds_to(uint32_t n, uint32_t n_past) const {
   return conv_rows == 0 || uint64_t(n) + conv_rows >= uint64_t(n_past) + conv_taps;
 }
 
-std::vector<const gpu::Buffer*> SequenceState::rolling(uint32_t pos) const {
-  std::vector<const gpu::Buffer*> buffers;
+std::vector<SequenceState::Range> SequenceState::rolling(uint32_t pos) const {
+  std::vector<Range> ranges;
   for (size_t l = 0; l < conv.size(); ++l) {
-    if (!conv[l].size) continue;
-    buffers.push_back(&conv[l]);
-    if (delta[l][0].size) buffers.push_back(&delta[l][pos % 2]);
+    if (!conv_bytes[l]) continue;
+    ranges.push_back({&conv[l], conv_at[l], conv_bytes[l]});
+    if (delta[l][0].size) ranges.push_back({&delta[l][pos % 2], 0, delta[l][pos % 2].size});
   }
-  return buffers;
+  return ranges;
 }
 
 void SequenceState::save(gpu::Context& ctx, gpu::ComputeBatch& batch, uint32_t pos) {
@@ -92,30 +103,32 @@ void SequenceState::save(gpu::Context& ctx, gpu::ComputeBatch& batch, uint32_t p
     checkpoints.erase(checkpoints.begin());
   }
   c.pos = pos;
-  const std::vector<const gpu::Buffer*> from = rolling(pos);
+  const std::vector<Range> from = rolling(pos);
   for (size_t i = 0; i < from.size(); ++i) {
     if (i == c.copies.size())
-      c.copies.push_back(ctx.create_buffer(from[i]->size, WGPUBufferUsage_Storage, "state checkpoint"));
-    batch.copy(*from[i], 0, c.copies[i], 0, from[i]->size);
+      c.copies.push_back(ctx.create_buffer(from[i].size, WGPUBufferUsage_Storage, "state checkpoint"));
+    batch.copy(*from[i].buffer, from[i].offset, c.copies[i], 0, from[i].size);
   }
   checkpoints.push_back(std::move(c));
 }
 
 void SequenceState::restore(gpu::ComputeBatch& batch, const Checkpoint& c) const {
-  const std::vector<const gpu::Buffer*> to = rolling(c.pos);
-  for (size_t i = 0; i < to.size(); ++i) batch.copy(c.copies[i], 0, *to[i], 0, to[i]->size);
+  const std::vector<Range> to = rolling(c.pos);
+  for (size_t i = 0; i < to.size(); ++i) batch.copy(c.copies[i], 0, *to[i].buffer, to[i].offset, to[i].size);
 }
 
 // Byte offsets in layer l's buffers: the ring row of position q, and the mark of page boundary p (its conv_taps - 1
 // rows, positions p - conv_taps + 1 .. p - 1 in order).
-uint64_t SequenceState::ring_offset(uint32_t l, uint32_t q) const { return q % conv_rows * (conv[l].size / conv_rows); }
+uint64_t SequenceState::ring_offset(uint32_t l, uint32_t q) const {
+  return conv_at[l] + q % conv_rows * (conv_bytes[l] / conv_rows);
+}
 uint64_t SequenceState::mark_offset(uint32_t l, uint32_t p) const {
-  return uint64_t(p / mark_every - 1) * (conv_taps - 1) * (conv[l].size / conv_rows);
+  return uint64_t(p / mark_every - 1) * (conv_taps - 1) * (conv_bytes[l] / conv_rows);
 }
 
 void SequenceState::save_marks(gpu::ComputeBatch& batch, uint32_t layer, uint32_t pos, uint32_t n) const {
   if (!mark_every || !marks[layer].size) return;
-  const uint64_t row = conv[layer].size / conv_rows;
+  const uint64_t row = conv_bytes[layer] / conv_rows;
   for (uint32_t p = pos + mark_every - pos % mark_every; p <= pos + n; p += mark_every) {
     if (mark_offset(layer, p + mark_every) > marks[layer].size) break;  // (none past n_ctx)
     for (uint32_t i = 0; i + 1 < conv_taps; ++i)
@@ -135,7 +148,7 @@ void SequenceState::take_marks(gpu::ComputeBatch& batch, const SequenceState& fr
     throw InvalidArgument("take_marks: no conv state kept at position " + std::to_string(p));
   for (size_t l = 0; l < marks.size(); ++l) {
     if (!marks[l].size) continue;
-    const uint64_t row = conv[l].size / conv_rows;
+    const uint64_t row = conv_bytes[l] / conv_rows;
     const uint32_t layer = uint32_t(l);
     if (&from != this)  // the marks up to p
       batch.copy(from.marks[l], 0, marks[l], 0, mark_offset(layer, p + mark_every));
@@ -213,6 +226,7 @@ SharedKv::SharedKv(gpu::Context& ctx, const ModelConfig& c, uint32_t sequences, 
   }
   kept_.assign(sequences, kNone);
   idle_.assign(sequences, 0);
+  conv_rings_.resize(c.n_layer);
   used_.assign(sequences, 0);
 }
 
@@ -221,6 +235,17 @@ uint32_t SharedKv::physical_page(uint32_t s, uint32_t pos) const {
     throw InvalidArgument("SharedKv: position " + std::to_string(pos) + " of sequence " + std::to_string(s) +
                           " is outside " + std::to_string(sequences_) + " x " + std::to_string(n_ctx()));
   return map_[first_page(s) + pos / page_size_];
+}
+
+const gpu::Buffer* SharedKv::conv_rings(uint32_t layer, uint64_t ring_bytes) {
+  if (layer >= conv_rings_.size() || ring_bytes == 0 || (conv_ring_bytes_ && ring_bytes != conv_ring_bytes_) ||
+      ring_bytes * sequences_ > ctx_.max_binding_size())
+    return nullptr;
+  conv_ring_bytes_ = ring_bytes;
+  if (!conv_rings_[layer])
+    conv_rings_[layer] = ctx_.create_buffer(ring_bytes * sequences_, WGPUBufferUsage_Storage,
+                                            ("conv rings " + std::to_string(layer)).c_str());
+  return &*conv_rings_[layer];
 }
 
 uint32_t SharedKv::pages_shared() const {

@@ -34,8 +34,12 @@ struct SequenceState {
   // attention layers). Rows of the last conv_rows - 1 positions are kept, so truncate rewinds within them.
   // qwen35's DeltaNet layers keep a ring of their q/k/v in-projection rows (delta_conv_dim wide) of only ssm_conv
   // rows (kernels::delta_ring_rows; a recurrent state does not rewind, so the ring need not either).
-  std::vector<gpu::Buffer> conv;  // [n_layer]
-  uint32_t conv_rows = 0;         // 0 without convolution layers
+  // With shared_kv, lfm2's rings are views of its pool (SharedKv::conv_rings, when the pool fits a binding):
+  // conv[l] is the pool and the ring starts conv_at[l] bytes into it, conv_bytes[l] long.
+  std::vector<gpu::Buffer> conv;     // [n_layer]
+  std::vector<uint64_t> conv_at;     // [n_layer] bytes
+  std::vector<uint64_t> conv_bytes;  // [n_layer] bytes of the ring (0 for layers without one)
+  uint32_t conv_rows = 0;            // 0 without convolution layers
   uint32_t conv_taps = 0;         // the convolution's taps (l_cache; qwen35: ssm_conv)
   // qwen35: per DeltaNet layer its recurrent state, [v_heads][dk][dv] f32, in two buffers (size 0 for other
   // layers): the state after position p (p tokens fed) is in delta[l][p % 2]. A step reads one and writes the other,
@@ -79,9 +83,13 @@ struct SequenceState {
   bool takes_marks_of(const SequenceState& from) const;
   uint64_t ring_offset(uint32_t l, uint32_t q) const;  // layer l's ring row of position q, in bytes
   uint64_t mark_offset(uint32_t l, uint32_t p) const;  // layer l's mark of page boundary p, in bytes
-  // The buffers a checkpoint at pos copies, in its order: per layer with a conv ring, the ring, then (qwen35) the
+  // The buffer ranges a checkpoint at pos copies, in its order: per layer with a conv ring, the ring, then (qwen35) the
   // recurrent state after pos.
-  std::vector<const gpu::Buffer*> rolling(uint32_t pos) const;
+  struct Range {
+    const gpu::Buffer* buffer;
+    uint64_t offset, size;
+  };
+  std::vector<Range> rolling(uint32_t pos) const;
   // Encodes the copies of the state after `pos` positions into a checkpoint (a new one, or the oldest replaced).
   void save(gpu::Context& ctx, gpu::ComputeBatch& batch, uint32_t pos);
   // Encodes the copies back from checkpoint c: the state is then the one after c.pos positions.
@@ -155,6 +163,10 @@ class SharedKv {
   // Where sequence s's cache ends since its pages were taken (kNone: none were), and forgetting it.
   uint32_t kept(uint32_t s) const { return kept_.at(s); }
   void clear_kept(uint32_t s) { kept_.at(s) = kNone; }
+  // lfm2: conv layer l's rings of every sequence in one buffer, sequence s's ring_bytes at s * ring_bytes, so that a
+  // batched step convolves all its sequences in one dispatch (SequenceState views it). Made on the first call for a
+  // layer; null where they would not fit one binding, or for rings of another size than the first call's.
+  const gpu::Buffer* conv_rings(uint32_t layer, uint64_t ring_bytes);
   // Physical pages in more than one sequence, and in none.
   uint32_t pages_shared() const;
   uint32_t pages_free() const;
@@ -180,6 +192,8 @@ class SharedKv {
   std::vector<uint64_t> used_;          // [sequences] when each last reserved (a count)
   uint64_t clock_ = 0;
   std::optional<gpu::Buffer> staging_;  // a page, for copies within a pool
+  std::vector<std::optional<gpu::Buffer>> conv_rings_;  // [n_layer]
+  uint64_t conv_ring_bytes_ = 0;                        // the rings' size (0: none made yet)
 };
 
 // SharedKv::reserve found every page held by running sequences.

@@ -1,5 +1,8 @@
 // LFM2's gated short convolution (shortconv.wgsl) and its conv-state ring vs cpu::shortconv (double precision).
+#include <algorithm>
+#include <bit>
 #include <cmath>
+#include <vector>
 
 #include "cpu/ops.h"
 #include "kernel_test_util.h"
@@ -84,6 +87,79 @@ TEST(ShortConv, MatchesCpuReferenceAndUpdatesTheRing) {
         ASSERT_EQ(ring_after[size_t(q % c.R) * c.E + ch], next_prev[size_t(j) * c.E + ch]) << "position " << q;
     }
   }
+}
+
+// A batched decode step over a pool of rings (encode_shortconv_rows): each row one token of its own sequence, at its
+// own position (first tokens too) and ring; every row's output and ring row are the bits of encode_shortconv for
+// that token alone on its ring at its offset in the same pool, the pool's other rows untouched (poison stays).
+TEST(ShortConv, RowsOfAPoolAsIfAlone) {
+  auto& ctx = context();
+  const uint32_t E = 96, L = 3, R = 6, sequences = 5, n = 4;
+  const uint32_t seq_of[n] = {3, 0, 4, 1}, pos_of[n] = {17, 0, 1, 250};  // sequence 2's ring is not touched
+  auto gen = rng(41);
+  const auto bcx = random_floats(size_t(n) * 3 * E, gen, -2.f, 2.f);
+  const auto taps = random_floats(size_t(E) * L, gen, -1.f, 1.f);
+  std::vector<float> pool = random_floats(size_t(sequences) * R * E, gen, -3.f, 3.f);
+  for (uint32_t i = 0; i < n; ++i)  // the row each token writes: poison before the call
+    std::fill_n(pool.begin() + (size_t(seq_of[i]) * R + pos_of[i] % R) * E, E, std::nanf(""));
+  auto b_bcx = ctx.upload<float>(bcx, WGPUBufferUsage_Storage, "bcx");
+  auto b_taps = ctx.upload<float>(taps, WGPUBufferUsage_Storage, "taps");
+  std::vector<uint32_t> table;
+  for (uint32_t i = 0; i < n; ++i) table.insert(table.end(), {pos_of[i], seq_of[i] * R * E});
+  auto b_seqs = ctx.upload<uint32_t>(table, WGPUBufferUsage_Storage, "seqs");
+  auto b_pool = ctx.upload<float>(pool, WGPUBufferUsage_Storage, "pool");
+  auto b_y = ctx.upload<float>(std::vector<float>(size_t(n) * E, std::nanf("")), WGPUBufferUsage_Storage, "y");
+  gpu::ComputeBatch batch(ctx);
+  kernels::encode_shortconv_rows(batch, ctx, {.n_tokens = n, .n_embd = E, .taps = L, .ring_rows = R}, b_bcx, b_taps,
+                                 b_pool, b_seqs, b_y);
+  // the same tokens one call each, on another copy of the pool
+  auto alone_pool = ctx.upload<float>(pool, WGPUBufferUsage_Storage, "alone pool");
+  auto alone_y = ctx.upload<float>(std::vector<float>(size_t(n) * E, std::nanf("")), WGPUBufferUsage_Storage, "y'");
+  for (uint32_t i = 0; i < n; ++i)
+    kernels::encode_shortconv(batch, ctx,
+                              {.n_tokens = 1,
+                               .n_embd = E,
+                               .taps = L,
+                               .pos = pos_of[i],
+                               .ring_rows = R,
+                               .row = i,
+                               .ring_offset = uint64_t(seq_of[i]) * R * E * 4},
+                              b_bcx, b_taps, alone_pool, alone_y);
+  batch.submit_and_wait();
+  const auto y = ctx.read<uint32_t>(b_y), want_y = ctx.read<uint32_t>(alone_y);
+  const auto got_pool = ctx.read<uint32_t>(b_pool), want_pool = ctx.read<uint32_t>(alone_pool);
+  EXPECT_EQ(y, want_y);
+  EXPECT_EQ(got_pool, want_pool);
+  const auto y_f = ctx.read<float>(b_y);
+  for (size_t i = 0; i < y_f.size(); ++i) ASSERT_TRUE(std::isfinite(y_f[i])) << "y element " << i;
+  // the written rows hold each token's B*x; sequence 2's ring is as it was
+  for (uint32_t i = 0; i < n; ++i)
+    for (uint32_t c = 0; c < E; ++c) {
+      const size_t at = (size_t(seq_of[i]) * R + pos_of[i] % R) * E + c;
+      ASSERT_EQ(std::bit_cast<float>(got_pool[at]), bcx[size_t(i) * 3 * E + c] * bcx[size_t(i) * 3 * E + 2 * E + c]);
+    }
+  for (size_t at = size_t(2) * R * E; at < size_t(3) * R * E; ++at)
+    ASSERT_EQ(std::bit_cast<float>(got_pool[at]), pool[at]);
+  // the contract: a table too short, a pool smaller than one ring; a ring offset off the f32 grid
+  auto short_seqs = ctx.create_buffer(8, WGPUBufferUsage_Storage, "short seqs");
+  expect_throw(
+      [&] {
+        kernels::encode_shortconv_rows(batch, ctx, {.n_tokens = n, .n_embd = E, .taps = L, .ring_rows = R}, b_bcx,
+                                       b_taps, b_pool, short_seqs, b_y);
+      },
+      "seqs holds");
+  expect_throw(
+      [&] {
+        kernels::encode_shortconv_rows(batch, ctx, {.n_tokens = n, .n_embd = E, .taps = L, .ring_rows = 1000}, b_bcx,
+                                       b_taps, b_pool, b_seqs, b_y);
+      },
+      "less than one ring");
+  expect_throw(
+      [&] {
+        kernels::encode_shortconv(batch, ctx, {.n_tokens = 1, .n_embd = E, .taps = L, .ring_rows = R, .ring_offset = 6},
+                                  b_bcx, b_taps, b_pool, b_y);
+      },
+      "multiple of 4");
 }
 
 TEST(ShortConv, BadArgumentsThrowNamingTheField) {
