@@ -280,6 +280,23 @@ TEST(SharedKvPool, PagesOnDemandTakenFromIdleSequences) {
   EXPECT_EQ(pool.pages_free(), 2u);
 }
 
+// lfm2's conv rings of every sequence in one buffer per layer (what a batched step convolves in one dispatch): made
+// once, the same buffer again for rings of that size, none for rings of another size or past one binding.
+TEST(SharedKvPool, ConvRingsOneBufferPerLayer) {
+  gpu::Context& ctx = test::context();
+  const GpuModel lfm2 = load_gpu_model(ctx, GgufFile::open(test::model_path("lfm2-tiny-f32")));
+  SharedKv pool(ctx, lfm2.config, 3, kCtx, kPage);
+  const uint64_t ring = 4096;
+  const gpu::Buffer* rings = pool.conv_rings(0, ring);
+  ASSERT_NE(rings, nullptr);
+  EXPECT_EQ(rings->size, 3 * ring);
+  EXPECT_EQ(pool.conv_rings(0, ring), rings) << "the same buffer again";
+  EXPECT_NE(pool.conv_rings(2, ring), rings) << "a buffer per layer";
+  EXPECT_EQ(pool.conv_rings(0, 2 * ring), nullptr) << "rings of another size";
+  SharedKv big(ctx, lfm2.config, 2, kCtx, kPage);
+  EXPECT_EQ(big.conv_rings(0, ctx.max_binding_size() / 2 + 4), nullptr) << "past one binding";
+}
+
 TEST(SharedKvPrefix, RefusedWhereItCannotHold) {
   gpu::Context& ctx = test::context();
   const GgufFile f = GgufFile::open(test::model_path("llama-f32")),
