@@ -345,7 +345,7 @@ struct BatchEngine::Impl {
   bool hand_over(Slot& s, int32_t id, std::span<const float> logits) {
     Request& r = *s.request;
     const CompletionRequest& q = r.req;
-    ++s.counts[id];
+    if (q.presence_penalty != 0 || q.frequency_penalty != 0) ++s.counts[id];  // (read only by those penalties)
     ++s.generated;
     CompletionEvent e;
     e.request = r.id;
