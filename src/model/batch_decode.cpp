@@ -292,11 +292,12 @@ GpuBatchDecode::Encoded GpuBatchDecode::encode_step(std::span<GpuSession* const>
   int first_attn = -1;
   for (uint32_t l = 0; l < c.n_layer && first_attn < 0; ++l)
     if (c.is_attention(l)) first_attn = int(l);
-  // (gemma4's attention, encode_attention_gemma4, decodes sequence by sequence)
-  bool shared = shared_kv_ && first_attn >= 0 && ctx_.features().subgroups && c.head_dim % 4 == 0 &&
-                c.arch != Arch::Gemma4;
+  // (gemma4's layers that attend over an earlier layer's cache read that layer's pool; encode_attention_gemma4 runs
+  // them sequence by sequence)
+  bool shared = shared_kv_ && first_attn >= 0 && ctx_.features().subgroups;
   for (uint32_t l = 0; shared && l < c.n_layer; ++l) {
-    if (!c.is_attention(l)) continue;
+    if (!c.is_attention(l) || !c.owns_kv(l)) continue;
+    if (c.head_dim_at(l) % 4 != 0) shared = false;
     const auto& owner = shared_kv_->layer(l);
     shared = owner && owner->n_pools() == 1;
     for (GpuSession* s : sessions) shared = shared && s->kv(l).same_pools(*owner);
@@ -351,12 +352,12 @@ GpuBatchDecode::Encoded GpuBatchDecode::encode_step(std::span<GpuSession* const>
     if (!c.is_attention(l) || !c.owns_kv(l)) continue;
     if (shared) {
       const kernels::AttentionShape all{.n_heads = c.n_head,
-                                        .n_kv_heads = c.n_head_kv,
-                                        .head_dim = c.head_dim,
+                                        .n_kv_heads = c.n_head_kv_at(l),
+                                        .head_dim = c.head_dim_at(l),
                                         .n_queries = N,
                                         .window = c.layer_window(l)};
       scratch = std::max(scratch, kernels::attention_decode_rows_scratch_bytes(all, sessions[0]->kv(l), max_pos));
-      continue;
+      if (c.arch != Arch::Gemma4) continue;  // (gemma4's layers may still go sequence by sequence: their bound too)
     }
     for (GpuSession* s : sessions) {
       const kernels::AttentionShape shape{.n_heads = c.n_head,

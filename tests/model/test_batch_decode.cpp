@@ -124,8 +124,8 @@ TEST_P(BatchDecode, EachSequenceAsIfAlone) {
       ASSERT_TRUE(std::ranges::equal(together[i]->tokens(), own[i]->tokens()));
     }
   }
-  // gemma4's attention (its layers' caches differ in width, some layers read another's) decodes sequence by sequence
-  const bool one_dispatch = tc.shared && ctx.features().subgroups && gm.config.arch != Arch::Gemma4;
+  // (gemma4 too: its layers with a cache of their own in one dispatch, those reading another's sequence by sequence)
+  const bool one_dispatch = tc.shared && ctx.features().subgroups;
   EXPECT_EQ(bd.shared_steps(), one_dispatch ? steps.size() : 0u);
   EXPECT_EQ(bd.prepared_steps(), 2u);
   // Afterwards each session decodes and prefills on its own as its twin does.
