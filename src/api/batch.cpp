@@ -23,6 +23,7 @@
 
 #include "api/model_impl.h"
 #include "api/sampling.h"
+#include "gpu/batch.h"
 #include "model/batch_decode.h"
 
 namespace wgllm {
@@ -132,6 +133,10 @@ struct BatchEngine::Impl {
     slots.resize(options.parallel);
     for (uint32_t i = 0; i < options.parallel; ++i) {
       GpuSessionOptions so{.n_ctx = n_ctx, .ubatch = std::min(options.prefill_chunk, n_ctx), .argmax_on_gpu = false};
+      // the slots' prompt chunks keep at most ~16k bind groups in all (each live group holds driver memory; lavapipe
+      // maps it, and past the process's mapping limit, ~60 slots of a small Gemma 4 at 2,000 groups each, it crashed)
+      so.bind_groups_max =
+          std::max<uint32_t>(512, std::min<uint32_t>(gpu::BindCache::kMaxGroups, 16384 / options.parallel));
       if (shared_kv) {
         so.n_ctx = slot_ctx;
         so.shared_kv = &*shared_kv;

@@ -37,7 +37,7 @@ WGPUBindGroup BindCache::group(WGPUComputePipeline pipeline, std::span<const Buf
   for (const auto& b : bindings)
     key_.insert(key_.end(), {b.binding, reinterpret_cast<uint64_t>(b.buffer->get()), b.offset, b.size});
   if (auto it = groups_.find(key_); it != groups_.end()) return it->second.get();
-  if (groups_.size() >= kMaxGroups) groups_.clear();
+  if (groups_.size() >= max_groups_) groups_.clear();
   ++misses_;
   return groups_.emplace(key_, ctx_.bind_group(pipeline, bindings, label)).first->second.get();
 }

@@ -24,21 +24,24 @@ struct ProfiledBatch;
 // uniform arenas from it in order (arena 0, 1, ... of every batch) and looks each bind group up by its exact
 // bindings, so a step whose dispatches and buffers match an earlier one's creates no bind group. Reusing an
 // arena is safe: its new contents are a queue write, ordered after the work already submitted. Groups hold
-// their buffers alive; the cache is dropped whole past kMaxGroups entries (and with its owner).
+// their buffers alive; the cache is dropped whole past max_groups entries (and with its owner). Every live group
+// costs the driver memory (lavapipe maps descriptor memory, and a process has a bounded number of mappings), so
+// owners of many caches give each a smaller bound.
 class BindCache {
  public:
-  explicit BindCache(Context& ctx) : ctx_(ctx) {}
+  static constexpr size_t kMaxGroups = 4096;
+  explicit BindCache(Context& ctx, size_t max_groups = kMaxGroups) : ctx_(ctx), max_groups_(max_groups) {}
   const Buffer& arena(size_t index, uint64_t size);
   WGPUBindGroup group(WGPUComputePipeline pipeline, std::span<const BufferBinding> bindings, std::string_view label);
   size_t size() const { return groups_.size(); }
   uint64_t misses() const { return misses_; }  // bind groups created so far
 
  private:
-  static constexpr size_t kMaxGroups = 4096;
   struct KeyHash {
     size_t operator()(const std::vector<uint64_t>& k) const;
   };
   Context& ctx_;
+  size_t max_groups_;
   std::deque<Buffer> arenas_;
   // keyed by the pipeline and each binding's (slot, buffer, offset, size); key_ is the lookup's scratch (a hit
   // allocates nothing)

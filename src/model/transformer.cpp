@@ -71,7 +71,8 @@ GpuSession::GpuSession(gpu::Context& ctx, const GpuModel& model, const GpuSessio
       logit_block_rows_(options.logit_block_rows),
       program_(layer_program(model.config.arch)),
       buf_(std::make_unique<SessionBuffers>()),
-      bind_cache_(std::make_unique<gpu::BindCache>(ctx)) {
+      bind_cache_(std::make_unique<gpu::BindCache>(
+          ctx, options.bind_groups_max ? options.bind_groups_max : gpu::BindCache::kMaxGroups)) {
   const ModelConfig& c = model.config;
   const uint64_t U = ubatch_, E = c.n_embd, Q = c.max_q_dim(), KV = c.max_kv_dim(), F = c.max_n_ff();
   auto make = [&](uint64_t floats, const char* label) { return ctx.create_buffer(floats * 4, kStorage, label); };

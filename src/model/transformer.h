@@ -197,6 +197,9 @@ struct GpuSessionOptions {
   // sequence; kv_type is theirs.
   SharedKv* shared_kv = nullptr;
   uint32_t kv_sequence = 0;
+  // The bind groups the session keeps for steps that repeat (gpu::BindCache; 0: gpu::BindCache::kMaxGroups). An
+  // owner of many sessions bounds them: every live group holds driver memory.
+  uint32_t bind_groups_max = 0;
 };
 
 // One sequence: activations for `ubatch` tokens, a KV cache per layer and the decode scratch. The context and

@@ -256,6 +256,30 @@ TEST(GpuContext, BindCacheReusesGroupsWithFreshParameters) {
   EXPECT_EQ(cache.size(), 2u);
 }
 
+// A cache bounded to max_groups never holds more: past it, it drops its groups and starts again (the results still
+// right, the dropped groups made again when needed).
+TEST(GpuContext, BindCacheKeepsAtMostItsBound) {
+  auto& ctx = context();
+  auto gen = rng(12);
+  const uint32_t dim = 64;
+  auto table = kernels::upload_rope_table(ctx, dim, 10000.f);
+  std::vector<gpu::Buffer> xs;
+  for (int i = 0; i < 5; ++i) xs.push_back(ctx.create_buffer(dim * 4, WGPUBufferUsage_Storage, "x"));
+  gpu::BindCache cache(ctx, 3);
+  for (int round = 0; round < 2; ++round)
+    for (size_t i = 0; i < xs.size(); ++i) {
+      const auto v = random_floats(dim, gen);
+      ctx.write_buffer(xs[i], 0, v.data(), v.size() * 4);
+      gpu::ComputeBatch batch(ctx, "bounded", &cache);
+      kernels::encode_rope(batch, ctx, {.n_tokens = 1, .n_heads = 1, .head_dim = dim, .start_pos = 5}, table, xs[i]);
+      batch.submit_and_wait();
+      EXPECT_LE(cache.size(), 3u);
+      const auto want = cpu::rope(v, 1, 1, dim, dim, 5, 10000.f, false, {});
+      EXPECT_LE(compare(ctx.read<float>(xs[i]), want).rel_l2, 1e-6) << "buffer " << i << ", round " << round;
+    }
+  EXPECT_EQ(cache.misses(), 10u) << "five buffers cycled through a cache of three: every group made again";
+}
+
 TEST(GpuContext, BadArgumentsThrowBeforeTheGpu) {
   auto& ctx = context();
   EXPECT_THROW(ctx.create_buffer(0, WGPUBufferUsage_Storage, "zero"), InvalidArgument);
