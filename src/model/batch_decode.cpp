@@ -297,9 +297,8 @@ GpuBatchDecode::Encoded GpuBatchDecode::encode_step(std::span<GpuSession* const>
   bool shared = shared_kv_ && first_attn >= 0 && ctx_.features().subgroups;
   for (uint32_t l = 0; shared && l < c.n_layer; ++l) {
     if (!c.is_attention(l) || !c.owns_kv(l)) continue;
-    if (c.head_dim_at(l) % 4 != 0) shared = false;
     const auto& owner = shared_kv_->layer(l);
-    shared = owner && owner->n_pools() == 1;
+    shared = owner && owner->n_pools() == 1 && c.head_dim_at(l) % 4 == 0;
     for (GpuSession* s : sessions) shared = shared && s->kv(l).same_pools(*owner);
   }
   uint32_t max_pos = 0;
