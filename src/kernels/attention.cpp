@@ -776,7 +776,6 @@ void encode_attention_decode_rows_fresh(gpu::ComputeBatch& batch, gpu::Context& 
   const char* fn = "encode_attention_decode_rows_fresh";
   if (!attention_decode_rows_take_fresh(ctx, shape))
     fail(fn, "needs subgroups, head_dim % 4 == 0 and the workgroup memory of the fresh decode kernel");
-  if (!fresh.append) fail(fn, "fresh.append: the batched rows always append their tokens");
   check_fresh(fn, ctx, shape, q, fresh, shape.n_queries);
   encode_rows(fn, batch, ctx, shape, q, owner, view, queries, max_position, out, scratch, &fresh);
 }

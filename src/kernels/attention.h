@@ -216,9 +216,11 @@ void encode_attention_decode_rows(gpu::ComputeBatch& batch, gpu::Context& ctx, c
 // memory).
 bool attention_decode_rows_take_fresh(const gpu::Context& ctx, const AttentionShape& shape);
 // encode_attention_decode_rows that first makes each query's token from `fresh` (its k and v rows are rows [0,
-// n_queries) of fresh.k and fresh.v; fresh.append must be set) and writes its K and V rows into the owner's pools at
-// the query's position: encode_qk_norm_rope_kv_rows (over the same positions and pages) followed by
-// encode_attention_decode_rows, in one dispatch and with the same bits. q is read, not changed.
+// n_queries) of fresh.k and fresh.v) and writes its K and V rows into the owner's pools at the query's position:
+// encode_qk_norm_rope_kv_rows (over the same positions and pages) followed by encode_attention_decode_rows, in one
+// dispatch and with the same bits. Without fresh.append, each query's q alone over caches that already hold its token
+// (gemma4's layers reading an earlier layer's cache): encode_qk_norm_rope_q's bits, then the attention. q is read, not
+// changed.
 void encode_attention_decode_rows_fresh(gpu::ComputeBatch& batch, gpu::Context& ctx, const AttentionShape& shape,
                                         const gpu::Buffer& q, const FreshToken& fresh, const KvCache& owner,
                                         const KvCache& view, const gpu::Buffer& queries, uint32_t max_position,

@@ -292,8 +292,7 @@ GpuBatchDecode::Encoded GpuBatchDecode::encode_step(std::span<GpuSession* const>
   int first_attn = -1;
   for (uint32_t l = 0; l < c.n_layer && first_attn < 0; ++l)
     if (c.is_attention(l)) first_attn = int(l);
-  // (gemma4's layers that attend over an earlier layer's cache read that layer's pool; encode_attention_gemma4 runs
-  // them sequence by sequence)
+  // (gemma4's layers that attend over an earlier layer's cache read that layer's pool, checked with it)
   bool shared = shared_kv_ && first_attn >= 0 && ctx_.features().subgroups;
   for (uint32_t l = 0; shared && l < c.n_layer; ++l) {
     if (!c.is_attention(l) || !c.owns_kv(l)) continue;
@@ -346,16 +345,18 @@ GpuBatchDecode::Encoded GpuBatchDecode::encode_step(std::span<GpuSession* const>
     }
   }
   // The split-K scratch the longest attention of the step needs.
+  // (a layer reading another's cache: that cache's)
   uint64_t scratch = 16;
   for (uint32_t l = 0; l < c.n_layer; ++l) {
-    if (!c.is_attention(l) || !c.owns_kv(l)) continue;
+    if (!c.is_attention(l)) continue;
+    const uint32_t src = c.kv_source(l);
     if (shared) {
       const kernels::AttentionShape all{.n_heads = c.n_head,
                                         .n_kv_heads = c.n_head_kv_at(l),
                                         .head_dim = c.head_dim_at(l),
                                         .n_queries = N,
                                         .window = c.layer_window(l)};
-      scratch = std::max(scratch, kernels::attention_decode_rows_scratch_bytes(all, sessions[0]->kv(l), max_pos));
+      scratch = std::max(scratch, kernels::attention_decode_rows_scratch_bytes(all, sessions[0]->kv(src), max_pos));
       if (c.arch != Arch::Gemma4) continue;  // (gemma4's layers may still go sequence by sequence: their bound too)
     }
     for (GpuSession* s : sessions) {
@@ -365,7 +366,7 @@ GpuBatchDecode::Encoded GpuBatchDecode::encode_step(std::span<GpuSession* const>
                                           .n_queries = 1,
                                           .start_pos = s->n_past_,
                                           .window = c.layer_window(l)};
-      scratch = std::max(scratch, kernels::attention_decode_scratch_bound(shape, s->kv(l)));
+      scratch = std::max(scratch, kernels::attention_decode_scratch_bound(shape, s->kv(src)));
     }
   }
   if (b.decode_scratch.size < scratch) b.decode_scratch = ctx_.create_buffer(scratch, kStorage, "batch decode scratch");

@@ -648,14 +648,14 @@ void encode_attention_gemma4(const LayerStep& s) {
   if (!own && !one_token) kernels::encode_rms_norm(batch, s.ctx, b.q, L.q_norm, b.q, n * c.n_head, D, c.rms_eps);
   if (s.rows) {  // a batched decode step: per sequence its RoPE (+ append) and attention over its own cache
     const StepRows& r = *s.rows;
-    // a layer with its own cache, when the caches share one pool: all of them in one dispatch, the norms, RoPE and
-    // append inside it (as encode_attention_rows)
+    // when the caches share one pool: all of them in one dispatch, the norms, RoPE and append (a layer with a cache of
+    // its own; q alone otherwise) inside it (as encode_attention_rows)
     kernels::AttentionShape all = shape;
     all.n_queries = n;
     all.start_pos = 0;
-    if (r.shared && own && fuse_rows_rope_on(s.ctx) && kernels::attention_decode_rows_take_fresh(s.ctx, all)) {
-      kernels::encode_attention_decode_rows_fresh(batch, s.ctx, all, b.q, fresh_token(s, rope_table, qk.rope_dim, true),
-                                                  *r.shared->layer(l), *r.states[0]->kv[l], *r.queries, r.max_pos,
+    if (r.shared && fuse_rows_rope_on(s.ctx) && kernels::attention_decode_rows_take_fresh(s.ctx, all)) {
+      kernels::encode_attention_decode_rows_fresh(batch, s.ctx, all, b.q, fresh_token(s, rope_table, qk.rope_dim, own),
+                                                  *r.shared->layer(src), *r.states[0]->kv[src], *r.queries, r.max_pos,
                                                   b.attn, b.decode_scratch);
       return;
     }

@@ -162,15 +162,26 @@ INSTANTIATE_TEST_SUITE_P(Cases, AttentionDecodeFresh, ::testing::ValuesIn(kFresh
 // Several sequences' tokens at once (continuous batching): encode_attention_decode_rows_fresh against
 // encode_qk_norm_rope_kv_rows then encode_attention_decode_rows, over views of one pool of shuffled pages: the same
 // output bits, the same pool bits. Three sequences: one at position 0, one whose token starts its second page, one
-// deep enough for two splits; with the q/k norms and with RoPE alone, f16 and f32 caches.
+// deep enough for two splits; with the q/k norms and with RoPE alone, f16 and f32 caches. Without append (q alone over
+// caches that hold the token already): encode_qk_norm_rope_q per sequence then the attention rows, the caches
+// untouched.
 TEST(AttentionDecodeFreshRows, SameBitsAsQkNormRopeKvRowsThenAttentionRows) {
   gpu::Context& ctx = per_head_context();
   const uint32_t n_head = 4, n_kv = 2, hd = 128, page = 128, pages = 4, S = 3;
   const uint32_t qd = n_head * hd, kvd = n_kv * hd;
   const uint32_t positions[S] = {0, 128, 300};
-  for (const auto& [norm, type] : {std::pair{true, KvType::F16}, std::pair{false, KvType::F32}}) {
-    SCOPED_TRACE(std::string(norm ? "q/k norms" : "RoPE alone") + (type == KvType::F16 ? ", f16" : ", f32"));
-    auto gen = rng(norm ? 7 : 8);
+  struct Case {
+    bool norm;
+    KvType type;
+    bool append;
+  };
+  for (const Case cs :
+       {Case{true, KvType::F16, true}, Case{false, KvType::F32, true}, Case{true, KvType::F16, false}}) {
+    const bool norm = cs.norm;
+    const KvType type = cs.type;
+    SCOPED_TRACE(std::string(norm ? "q/k norms" : "RoPE alone") + (type == KvType::F16 ? ", f16" : ", f32") +
+                 (cs.append ? "" : ", q alone"));
+    auto gen = rng(norm ? (cs.append ? 7 : 9) : 8);
     const kernels::KvCacheConfig config{.kv_dim = kvd,
                                         .max_seq = S * pages * page,
                                         .page_size = page,
@@ -178,6 +189,7 @@ TEST(AttentionDecodeFreshRows, SameBitsAsQkNormRopeKvRowsThenAttentionRows) {
                                         .page_order = shuffled_pages(S * pages * page, page, 99)};
     kernels::KvCache owner_a(ctx, config, "a"), owner_b(ctx, config, "b");
     std::vector<kernels::KvCache> views_a, views_b;
+    std::vector<std::vector<float>> written_k(S), written_v(S);
     std::vector<uint32_t> rows(S * 4), queries(S * 2);
     uint32_t max_pos = 0;
     for (uint32_t i = 0; i < S; ++i) {
@@ -187,6 +199,7 @@ TEST(AttentionDecodeFreshRows, SameBitsAsQkNormRopeKvRowsThenAttentionRows) {
       const auto old_k = random_floats(size_t(filled) * kvd, gen), old_v = random_floats(size_t(filled) * kvd, gen);
       views_a[i].write(0, filled, old_k, old_v);
       views_b[i].write(0, filled, old_k, old_v);
+      views_b[i].read(0, filled, written_k[i], written_v[i]);
       const kernels::KvCache::Location at = views_a[i].locate(positions[i]);
       rows[i * 4] = positions[i];
       rows[i * 4 + 1] = uint32_t(at.k_elem);
@@ -222,7 +235,16 @@ TEST(AttentionDecodeFreshRows, SameBitsAsQkNormRopeKvRowsThenAttentionRows) {
                                         .type = RopeType::Neox,
                                         .eps = eps,
                                         .norm = norm};
-    kernels::encode_qk_norm_rope_kv_rows(batch, ctx, qk, S, table, qa, kb, vb, qn, kn, owner_a, rows_buf);
+    if (cs.append) {
+      kernels::encode_qk_norm_rope_kv_rows(batch, ctx, qk, S, table, qa, kb, vb, qn, kn, owner_a, rows_buf);
+    } else {
+      for (uint32_t i = 0; i < S; ++i) {
+        kernels::QkNormRopeKvShape one = qk;
+        one.pos = positions[i];
+        one.row = i;
+        kernels::encode_qk_norm_rope_q(batch, ctx, one, table, qa, qn);
+      }
+    }
     kernels::encode_attention_decode_rows(batch, ctx, shape, qa, owner_a, views_a[0], queries_buf, max_pos, out_a,
                                           scratch);
     const kernels::FreshToken fresh{.k = &kb,
@@ -231,7 +253,8 @@ TEST(AttentionDecodeFreshRows, SameBitsAsQkNormRopeKvRowsThenAttentionRows) {
                                     .k_norm = norm ? &kn : nullptr,
                                     .table = &table,
                                     .type = RopeType::Neox,
-                                    .eps = eps};
+                                    .eps = eps,
+                                    .append = cs.append};
     kernels::encode_attention_decode_rows_fresh(batch, ctx, shape, qb, fresh, owner_b, views_b[0], queries_buf, max_pos,
                                                 out_b, scratch);
     batch.submit_and_wait();
@@ -244,6 +267,10 @@ TEST(AttentionDecodeFreshRows, SameBitsAsQkNormRopeKvRowsThenAttentionRows) {
       views_b[i].read(0, positions[i] + 2, kb2, vb2);
       EXPECT_EQ(std::memcmp(ka.data(), kb2.data(), ka.size() * 4), 0) << "sequence " << i << ": the caches' K differ";
       EXPECT_EQ(std::memcmp(va.data(), vb2.data(), va.size() * 4), 0) << "sequence " << i << ": the caches' V differ";
+      if (!cs.append) {  // q alone writes nothing: the cache as written
+        EXPECT_EQ(std::memcmp(kb2.data(), written_k[i].data(), kb2.size() * 4), 0) << "sequence " << i << ": K written";
+        EXPECT_EQ(std::memcmp(vb2.data(), written_v[i].data(), vb2.size() * 4), 0) << "sequence " << i << ": V written";
+      }
     }
     EXPECT_EQ(std::memcmp(ctx.read<float>(qb).data(), q.data(), q.size() * 4), 0) << "q changed";
   }
@@ -290,15 +317,6 @@ TEST(AttentionDecodeFreshArgs, RefusedWhereTheFusedKernelCannotRunNamingWhy) {
   kernels::AttentionShape past = ok;
   past.start_pos = 8;
   expect_throw([&] { run(past, fresh); }, "max_seq");
-  // the batched rows always append
-  kernels::AttentionShape rows = ok;
-  rows.n_queries = 1;
-  auto queries = ctx.create_buffer(16, WGPUBufferUsage_Storage, "queries");
-  f = fresh;
-  f.append = false;
-  expect_throw(
-      [&] { kernels::encode_attention_decode_rows_fresh(batch, ctx, rows, buf, f, kv, kv, queries, 3, out, out); },
-      "append");
 }
 
 }  // namespace

@@ -124,7 +124,7 @@ TEST_P(BatchDecode, EachSequenceAsIfAlone) {
       ASSERT_TRUE(std::ranges::equal(together[i]->tokens(), own[i]->tokens()));
     }
   }
-  // (gemma4 too: its layers with a cache of their own in one dispatch, those reading another's sequence by sequence)
+  // (gemma4 too: each attention layer in one dispatch, those reading an earlier layer's cache over its pool)
   const bool one_dispatch = tc.shared && ctx.features().subgroups;
   EXPECT_EQ(bd.shared_steps(), one_dispatch ? steps.size() : 0u);
   EXPECT_EQ(bd.prepared_steps(), 2u);
