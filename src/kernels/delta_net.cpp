@@ -76,28 +76,47 @@ void check_shape(const char* fn, const DeltaShape& s) {
                  std::to_string(kDeltaMaxHeadDim) + "]");
   if ((uint64_t(s.row) + s.n_tokens) * (uint64_t(s.channels()) + uint64_t(s.v_heads) * s.dv) > UINT32_MAX)
     fail(fn, "index space exceeds 2^32-1");
+  for (const auto& [name, at] :
+       {std::pair{"ring_at", s.ring_at}, std::pair{"state_at", s.state_at}, std::pair{"state_out_at", s.state_out_at}})
+    if (at % 4 || at / 4 > UINT32_MAX / 2)
+      fail(fn, std::string(name) + " " + std::to_string(at) + " must be a multiple of 4 below 2^33");
+}
+
+// The params' offsets in elements (check_shape bounds them).
+void set_offsets(DeltaParams& p, const DeltaShape& s) {
+  p.ring_base = uint32_t(s.ring_at / 4);
+  p.state_base = uint32_t(s.state_at / 4);
+  p.out_base = uint32_t(s.state_out_at / 4);
 }
 
 // The delta rule's inputs and outputs for rows row .. row + n_tokens - 1, checked (delta_rule, delta_step; `inputs`
 // are the kernel's other read buffers, which state_out and o must not be), and their bindings 6-11 appended to b.
+// With `pool` (delta_step_rows) state and state_out are one buffer of every row's states, bound whole.
 void rule_io(const char* fn, const gpu::Context& ctx, const DeltaShape& s, const DeltaGates& gates,
              const gpu::Buffer& consts, const gpu::Buffer& state, const gpu::Buffer& state_out, const gpu::Buffer& o,
-             std::initializer_list<const gpu::Buffer*> inputs, std::vector<gpu::BufferBinding>& b) {
+             std::initializer_list<const gpu::Buffer*> inputs, std::vector<gpu::BufferBinding>& b, bool pool = false) {
   if (!gates.alpha || !gates.beta) fail(fn, "alpha and beta are required");
   const uint64_t H = s.v_heads, rows = uint64_t(s.row) + s.n_tokens;
   if (gates.stride < H || uint64_t(gates.beta_offset) + H > gates.stride)
     fail(fn, "gates: stride " + std::to_string(gates.stride) + " and beta_offset " + std::to_string(gates.beta_offset) +
                  " do not hold " + std::to_string(H) + " heads");
   const uint64_t ab = rows * gates.stride * 4, state_bytes = H * s.dk * s.dv * 4, o_bytes = rows * H * s.dv * 4;
+  const uint64_t state_end = pool ? state.size : s.state_at + state_bytes;
+  const uint64_t out_end = pool ? state.size : s.state_out_at + state_bytes;
   need(fn, "alpha", *gates.alpha, ab, ctx);
   need(fn, "beta", *gates.beta, ab, ctx);
   need(fn, "consts", consts, 2 * H * 4, ctx);
-  need(fn, "state", state, state_bytes, ctx);
-  need(fn, "state_out", state_out, state_bytes, ctx);
+  need(fn, "state", state, state_end, ctx);
+  need(fn, "state_out", state_out, out_end, ctx);
   need(fn, "o", o, o_bytes, ctx);
-  for (const gpu::Buffer* in : {gates.alpha, gates.beta, &consts, &state})
+  // state and state_out: one buffer only where their ranges are apart (a pool's)
+  if (!pool && state.get() == state_out.get() && s.state_at < out_end && s.state_out_at < state_end)
+    fail(fn, "state_at " + std::to_string(s.state_at) + " and state_out_at " + std::to_string(s.state_out_at) +
+                 " overlap in one buffer");
+  for (const gpu::Buffer* in : {gates.alpha, gates.beta, &consts})
     if (in->get() == state_out.get() || in->get() == o.get())
       fail(fn, "state_out and o must differ from the inputs (state included)");
+  if (state.get() == o.get()) fail(fn, "state_out and o must differ from the inputs (state included)");
   for (const gpu::Buffer* in : inputs)
     if (in && (in->get() == state_out.get() || in->get() == o.get()))
       fail(fn, "state_out and o must differ from the inputs (state included)");
@@ -105,9 +124,9 @@ void rule_io(const char* fn, const gpu::Context& ctx, const DeltaShape& s, const
   b.insert(b.end(), {{6, gates.alpha, 0, ab},
                      {7, gates.beta, 0, ab},
                      {8, &consts, 0, 2 * H * 4},
-                     {9, &state, 0, state_bytes},
+                     {9, &state, 0, state_end},
                      {10, &o, 0, o_bytes},
-                     {11, &state_out, 0, state_bytes}});
+                     {11, &state_out, 0, out_end}});
 }
 
 }  // namespace
@@ -128,24 +147,25 @@ void encode_delta_conv(gpu::ComputeBatch& batch, gpu::Context& ctx, const DeltaS
   if (uint64_t(ring_rows) * W > UINT32_MAX) fail(fn, "ring index space exceeds 2^32-1");
   need(fn, "x", x, end * 4, ctx);
   need(fn, "taps", taps, W * taps_count * 4, ctx);
-  need(fn, "ring", ring, uint64_t(ring_rows) * W * 4, ctx);
+  const uint64_t ring_end = s.ring_at + uint64_t(ring_rows) * W * 4;
+  need(fn, "ring", ring, ring_end, ctx);
   need(fn, "c", c, end * 4, ctx);
   if (c.get() == x.get() || c.get() == ring.get() || ring.get() == x.get())
     fail(fn, "x, ring and c must be different buffers");
   const bool store = uint64_t(s.n_tokens) + taps_count - 1 <= ring_rows;  // else delta_ring after it
-  const DeltaParams p{s.n_tokens, s.k_heads, s.v_heads, s.row, pos, ring_rows, taps_count, eps, 0, 0, 0, store};
+  DeltaParams p{s.n_tokens, s.k_heads, s.v_heads, s.row, pos, ring_rows, taps_count, eps, 0, 0, 0, store};
+  set_offsets(p, s);
   WGPUComputePipeline pipe = ctx.pipeline({"delta_net.wgsl", "delta_conv", {}, prelude(s)});
   const gpu::BufferBinding b[] = {batch.uniform(0, p),
                                   {1, &x, 0, end * 4},
                                   {2, &taps, 0, W * taps_count * 4},
-                                  {3, &ring, 0, uint64_t(ring_rows) * W * 4},
+                                  {3, &ring, 0, ring_end},
                                   {4, &c, 0, end * 4}};
   batch.dispatch(pipe, b, 2 * s.k_heads + s.v_heads, s.n_tokens);
   if (store) return;
   const uint64_t kept = uint64_t(std::min(s.n_tokens, taps_count - 1)) * W;
   WGPUComputePipeline store_pipe = ctx.pipeline({"delta_net.wgsl", "delta_ring", {}, prelude(s)});
-  const gpu::BufferBinding sb[] = {
-      batch.uniform(0, p), {1, &x, 0, end * 4}, {3, &ring, 0, uint64_t(ring_rows) * W * 4}};
+  const gpu::BufferBinding sb[] = {batch.uniform(0, p), {1, &x, 0, end * 4}, {3, &ring, 0, ring_end}};
   batch.dispatch(store_pipe, sb, uint32_t((kept + 255) / 256));
 }
 
@@ -189,8 +209,9 @@ void encode_delta_rule(gpu::ComputeBatch& batch, gpu::Context& ctx, const DeltaS
   need(fn, "c", c, c_bytes, ctx);
   std::vector<gpu::BufferBinding> b;
   rule_io(fn, ctx, s, gates, consts, state, state_out, o, {&c}, b);
-  const DeltaParams p{s.n_tokens, s.k_heads,    s.v_heads,         s.row,           0, 0, 0,
-                      0.f,        gates.stride, gates.beta_offset, fresh ? 1u : 0u, 0};
+  DeltaParams p{s.n_tokens, s.k_heads,    s.v_heads,         s.row,           0, 0, 0,
+                0.f,        gates.stride, gates.beta_offset, fresh ? 1u : 0u, 0};
+  set_offsets(p, s);
   b.insert(b.end(), {batch.uniform(0, p), {5, &c, 0, c_bytes}});
   const Layout l = chunked ? chunk_layout(s) : layout(s);
   if (chunked) {
@@ -212,26 +233,32 @@ bool delta_step_norm_supported(const gpu::Context& ctx, const DeltaShape& s) {
          step_norm_layout(ctx, s).kpt <= 16;
 }
 
-void encode_delta_step(gpu::ComputeBatch& batch, gpu::Context& ctx, const DeltaShape& s, uint32_t taps_count,
-                       uint32_t pos, uint32_t ring_rows, float eps, const gpu::Buffer& x, const gpu::Buffer& taps,
-                       const gpu::Buffer& ring, const DeltaGates& gates, const gpu::Buffer& consts,
-                       const gpu::Buffer& state, const gpu::Buffer& state_out, const gpu::Buffer& o, bool fresh,
-                       const DeltaOutputNorm* norm) {
-  const char* fn = "encode_delta_step";
+namespace {
+
+// encode_delta_step and, with `steps`, encode_delta_step_rows (s.n_tokens rows, ring and state the pools).
+void encode_step(const char* fn, gpu::ComputeBatch& batch, gpu::Context& ctx, const DeltaShape& s, uint32_t taps_count,
+                 uint32_t pos, uint32_t ring_rows, float eps, const gpu::Buffer& x, const gpu::Buffer& taps,
+                 const gpu::Buffer& ring, const DeltaGates& gates, const gpu::Buffer& consts, const gpu::Buffer& state,
+                 const gpu::Buffer& state_out, const gpu::Buffer& o, bool fresh, const DeltaOutputNorm* norm,
+                 const gpu::Buffer* steps) {
   check_shape(fn, s);
-  if (s.n_tokens != 1) fail(fn, "n_tokens must be 1 (a decode step), not " + std::to_string(s.n_tokens));
-  if (!delta_step_supported(ctx)) fail(fn, "the adapter allows fewer than 9 storage buffers per shader stage");
+  if (!steps && s.n_tokens != 1) fail(fn, "n_tokens must be 1 (a decode step), not " + std::to_string(s.n_tokens));
+  if (!steps && !delta_step_supported(ctx))
+    fail(fn, "the adapter allows fewer than 9 storage buffers per shader stage");
+  if (steps && !delta_step_rows_supported(ctx, s, norm != nullptr))
+    fail(fn, "the adapter allows too few storage buffers per shader stage or workgroups per dimension");
   if (taps_count < 2) fail(fn, "taps must be >= 2");
   if (ring_rows < taps_count)
     fail(fn, "ring_rows " + std::to_string(ring_rows) + " < taps " + std::to_string(taps_count));
   if (!(eps > 0.f)) fail(fn, "eps must be > 0");
-  const uint64_t W = s.channels(), x_bytes = (uint64_t(s.row) + 1) * W * 4, ring_bytes = uint64_t(ring_rows) * W * 4;
+  const uint64_t W = s.channels(), rows = uint64_t(s.row) + s.n_tokens, x_bytes = rows * W * 4;
+  const uint64_t ring_bytes = steps ? ring.size : s.ring_at + uint64_t(ring_rows) * W * 4;
   if (uint64_t(ring_rows) * W > UINT32_MAX) fail(fn, "ring index space exceeds 2^32-1");
   need(fn, "x", x, x_bytes, ctx);
   need(fn, "taps", taps, W * taps_count * 4, ctx);
   need(fn, "ring", ring, ring_bytes, ctx);
   for (const gpu::Buffer* other : {&x, &taps, gates.alpha, gates.beta, &consts, &state, &state_out, &o,
-                                   norm ? norm->weight : nullptr, norm ? norm->z : nullptr})
+                                   norm ? norm->weight : nullptr, norm ? norm->z : nullptr, steps})
     if (other && other->get() == ring.get()) fail(fn, "ring must differ from every other buffer");
   std::vector<gpu::BufferBinding> b;
   if (norm) {
@@ -240,21 +267,66 @@ void encode_delta_step(gpu::ComputeBatch& batch, gpu::Context& ctx, const DeltaS
                    ") does not take the output norm in the step (delta_step_norm_supported)");
     if (!norm->weight || !norm->z) fail(fn, "norm: weight and z are required");
     if (!(norm->eps > 0.f)) fail(fn, "norm: eps must be > 0");
-    const uint64_t z_bytes = (uint64_t(s.row) + 1) * s.v_heads * s.dv * 4;
+    const uint64_t z_bytes = rows * s.v_heads * s.dv * 4;
     need(fn, "norm.weight", *norm->weight, uint64_t(s.dv) * 4, ctx);
     need(fn, "norm.z", *norm->z, z_bytes, ctx);
     b.insert(b.end(), {{13, norm->z, 0, z_bytes}, {14, norm->weight, 0, uint64_t(s.dv) * 4}});
   }
   rule_io(fn, ctx, s, gates, consts, state, state_out, o,
-          {&x, &taps, norm ? norm->weight : nullptr, norm ? norm->z : nullptr}, b);
-  const DeltaParams p{1,   s.k_heads,    s.v_heads,         s.row,           pos, ring_rows, taps_count,
-                      eps, gates.stride, gates.beta_offset, fresh ? 1u : 0u, 0, norm ? norm->eps : 0.f};
+          {&x, &taps, norm ? norm->weight : nullptr, norm ? norm->z : nullptr, steps}, b, steps != nullptr);
+  if (steps) {
+    need(fn, "steps", *steps, rows * 16, ctx);
+    b.push_back({15, steps, 0, rows * 16});
+  }
+  DeltaParams p{uint32_t(rows),
+                s.k_heads,
+                s.v_heads,
+                s.row,
+                pos,
+                ring_rows,
+                taps_count,
+                eps,
+                gates.stride,
+                gates.beta_offset,
+                fresh ? 1u : 0u,
+                0,
+                norm ? norm->eps : 0.f};
+  set_offsets(p, s);
   b.insert(b.end(),
            {batch.uniform(0, p), {1, &x, 0, x_bytes}, {2, &taps, 0, W * taps_count * 4}, {3, &ring, 0, ring_bytes}});
   const Layout l = norm ? step_norm_layout(ctx, s) : layout(s);
-  WGPUComputePipeline pipe =
-      ctx.pipeline({"delta_net.wgsl", norm ? "delta_step_norm" : "delta_step", {}, prelude(s, l)});
-  batch.dispatch(pipe, b, s.v_heads * ((s.dv + l.vb - 1) / l.vb), 1);
+  const std::string entry = std::string(norm ? "delta_step_norm" : "delta_step") + (steps ? "_rows" : "");
+  WGPUComputePipeline pipe = ctx.pipeline({"delta_net.wgsl", entry, {}, prelude(s, l)});
+  batch.dispatch(pipe, b, s.v_heads * ((s.dv + l.vb - 1) / l.vb), steps ? s.n_tokens : 1);
+}
+
+}  // namespace
+
+void encode_delta_step(gpu::ComputeBatch& batch, gpu::Context& ctx, const DeltaShape& s, uint32_t taps_count,
+                       uint32_t pos, uint32_t ring_rows, float eps, const gpu::Buffer& x, const gpu::Buffer& taps,
+                       const gpu::Buffer& ring, const DeltaGates& gates, const gpu::Buffer& consts,
+                       const gpu::Buffer& state, const gpu::Buffer& state_out, const gpu::Buffer& o, bool fresh,
+                       const DeltaOutputNorm* norm) {
+  encode_step("encode_delta_step", batch, ctx, s, taps_count, pos, ring_rows, eps, x, taps, ring, gates, consts, state,
+              state_out, o, fresh, norm, nullptr);
+}
+
+bool delta_step_rows_supported(const gpu::Context& ctx, const DeltaShape& s, bool norm) {
+  const WGPULimits& lim = ctx.limits();
+  return lim.maxStorageBuffersPerShaderStage >= (norm ? 12u : 10u) &&
+         s.n_tokens <= lim.maxComputeWorkgroupsPerDimension && (!norm || delta_step_norm_supported(ctx, s));
+}
+
+void encode_delta_step_rows(gpu::ComputeBatch& batch, gpu::Context& ctx, const DeltaShape& s, uint32_t taps_count,
+                            uint32_t ring_rows, float eps, const gpu::Buffer& x, const gpu::Buffer& taps,
+                            const gpu::Buffer& rings, const DeltaGates& gates, const gpu::Buffer& consts,
+                            const gpu::Buffer& states, const gpu::Buffer& steps, const gpu::Buffer& o,
+                            const DeltaOutputNorm* norm) {
+  DeltaShape rows = s;
+  rows.row = 0;
+  rows.ring_at = rows.state_at = rows.state_out_at = 0;
+  encode_step("encode_delta_step_rows", batch, ctx, rows, taps_count, 0, ring_rows, eps, x, taps, rings, gates, consts,
+              states, states, o, false, norm, &steps);
 }
 
 }  // namespace wgllm::kernels

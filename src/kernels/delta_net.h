@@ -19,7 +19,7 @@ struct DeltaParams {
   float eps;
   uint32_t ab_stride, beta_offset, fresh, store;
   float norm_eps = 0;  // delta_step_norm
-  uint32_t pad[3] = {};
+  uint32_t ring_base = 0, state_base = 0, out_base = 0;  // DeltaShape's ring_at, state_at, state_out_at in elements
 };
 static_assert(sizeof(DeltaParams) == 64);
 
@@ -29,6 +29,10 @@ struct DeltaShape {
   uint32_t v_heads = 0;     // H: value heads, a multiple of K; value head h reads key head h % K
   uint32_t dk = 0, dv = 0;  // head dimensions, each at most kDeltaMaxHeadDim
   uint32_t row = 0;         // the first token's row in every [tokens][...] buffer (a decode step of several sequences)
+  // Where the sequence's conv ring, its state before the call and its state after it start in their buffers (bytes,
+  // multiples of 4): a pool of several sequences' states (SharedKv) holds each at its own offsets. state and state_out
+  // may then be one buffer, their ranges apart.
+  uint64_t ring_at = 0, state_at = 0, state_out_at = 0;
   uint32_t channels() const { return 2 * k_heads * dk + v_heads * dv; }  // W: q, k, v
 };
 
@@ -94,5 +98,18 @@ void encode_delta_step(gpu::ComputeBatch& batch, gpu::Context& ctx, const DeltaS
                        const gpu::Buffer& ring, const DeltaGates& gates, const gpu::Buffer& consts,
                        const gpu::Buffer& state, const gpu::Buffer& state_out, const gpu::Buffer& o, bool fresh = false,
                        const DeltaOutputNorm* norm = nullptr);
+
+// delta_step for several sequences' tokens at once (continuous batching): row i of x, the gates, z and o is the token
+// of sequence i, at the position, ring offset, state offset and state-after offset that `steps` [s.n_tokens] (u32 x 4,
+// offsets in elements) gives, all sequences' rings in `rings` and their states in `states` (a pool: each sequence's
+// state after the step goes to another range of it). Each row gets the bits of encode_delta_step alone (a row at
+// position 0 starts from zeros). s.row, ring_at, state_at and state_out_at are not used; the offsets are not checked
+// against each other (the pool's owner lays them out). Needs delta_step_rows_supported.
+bool delta_step_rows_supported(const gpu::Context& ctx, const DeltaShape& s, bool norm);
+void encode_delta_step_rows(gpu::ComputeBatch& batch, gpu::Context& ctx, const DeltaShape& s, uint32_t taps_count,
+                            uint32_t ring_rows, float eps, const gpu::Buffer& x, const gpu::Buffer& taps,
+                            const gpu::Buffer& rings, const DeltaGates& gates, const gpu::Buffer& consts,
+                            const gpu::Buffer& states, const gpu::Buffer& steps, const gpu::Buffer& o,
+                            const DeltaOutputNorm* norm = nullptr);
 
 }  // namespace wgllm::kernels

@@ -24,17 +24,36 @@
 // The per-head output norm and its silu(z) gate run after it (norm.wgsl, swiglu.wgsl).
 //
 // delta_conv uses bindings 1-4, delta_rule 5-11, the chunked rule (delta_chunk_prep, delta_chunk; below) also 12,
-// delta_step 1-11, delta_step_norm also 13-14. The host prepends the shape: const DK, DV, VB, KS, KPT, CW, CH: u32
+// delta_step 1-11, delta_step_norm also 13-14, their rows entries also 15. The host prepends the shape: const DK, DV, VB, KS, KPT, CW, CH: u32
 // (CW, delta_conv's workgroup, a power of two >= max(DK, DV); CH the chunked rule's tokens per chunk).
 
 struct DeltaParams {
   n: u32, k_heads: u32, v_heads: u32, row: u32,
   pos: u32, ring_rows: u32, taps: u32, eps: f32,
   ab_stride: u32, beta_offset: u32, fresh: u32, store: u32,
-  norm_eps: f32, _pad0: u32, _pad1: u32, _pad2: u32,
+  norm_eps: f32, ring_base: u32, state_base: u32, out_base: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: DeltaParams;
+
+// The call's sequence (take_call: p's) or, in delta_step_rows, the row's (take_row: its entry of `steps`): its
+// position and activation row, where its ring and its states before and after the step start in their buffers
+// (elements; a pool of several sequences' states holds each at its own), and whether it starts from zeros.
+var<private> at_pos: u32 = 0u;
+var<private> at_row: u32 = 0u;
+var<private> ring_at: u32 = 0u;
+var<private> state_at: u32 = 0u;
+var<private> out_at: u32 = 0u;
+var<private> from_zeros: bool = false;
+
+fn take_call() {
+  at_pos = p.pos;
+  at_row = p.row;
+  ring_at = p.ring_base;
+  state_at = p.state_base;
+  out_at = p.out_base;
+  from_zeros = p.fresh != 0u;
+}
 
 // ---- delta_conv
 @group(0) @binding(1) var<storage, read> x: array<f32>;           // [row + n][W] the in-projection
@@ -47,16 +66,16 @@ var<workgroup> sq: array<f32, CW>;
 // silu(conv) of channel ch at position pos + t: the taps over x's rows for the call's positions and the ring's
 // rows for those before pos (zeros before position 0). delta_conv and delta_step.
 fn conv_silu_at(ch: u32, t: u32, W: u32) -> f32 {
-  let first = i32(p.pos + t) - i32(p.taps - 1u);
+  let first = i32(at_pos + t) - i32(p.taps - 1u);
   var acc = 0.0;
   for (var k = 0u; k < p.taps; k++) {
     let q = first + i32(k);
     if (q < 0) { continue; }
     var xv: f32;
-    if (u32(q) >= p.pos) {
-      xv = x[(p.row + u32(q) - p.pos) * W + ch];
+    if (u32(q) >= at_pos) {
+      xv = x[(at_row + u32(q) - at_pos) * W + ch];
     } else {
-      xv = ring[(u32(q) % p.ring_rows) * W + ch];
+      xv = ring[ring_at + (u32(q) % p.ring_rows) * W + ch];
     }
     acc += taps[ch * p.taps + k] * xv;
   }
@@ -65,6 +84,7 @@ fn conv_silu_at(ch: u32, t: u32, W: u32) -> f32 {
 
 @compute @workgroup_size(CW)
 fn delta_conv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+  take_call();
   let K = p.k_heads;
   let W = 2u * K * DK + p.v_heads * DV;
   let slot = wid.x;
@@ -76,7 +96,7 @@ fn delta_conv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
   var val = 0.0;
   if (live) {
     val = conv_silu_at(ch, t, W);
-    if (p.store == 1u) { ring[((p.pos + t) % p.ring_rows) * W + ch] = x[(p.row + t) * W + ch]; }
+    if (p.store == 1u) { ring[ring_at + ((p.pos + t) % p.ring_rows) * W + ch] = x[(p.row + t) * W + ch]; }
   }
   // |c|^2 of the head (q and k slots; the v slots run the same barriers and leave val as it is)
   sq[lid] = val * val;
@@ -99,13 +119,14 @@ const RING_WG: u32 = 256u;
 
 @compute @workgroup_size(RING_WG)
 fn delta_ring(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+  take_call();
   let W = 2u * p.k_heads * DK + p.v_heads * DV;
   let kept = min(p.n, p.taps - 1u);
   let i = wid.x * RING_WG + lid;
   if (i >= kept * W) { return; }
   let q = p.pos + p.n - kept + i / W;  // a position of this chunk
   let ch = i % W;
-  ring[(q % p.ring_rows) * W + ch] = x[(p.row + q - p.pos) * W + ch];
+  ring[ring_at + (q % p.ring_rows) * W + ch] = x[(p.row + q - p.pos) * W + ch];
 }
 
 // ---- delta_rule
@@ -113,9 +134,10 @@ fn delta_ring(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
 @group(0) @binding(6) var<storage, read> alpha: array<f32>;        // [row + n][ab_stride]: alpha at h
 @group(0) @binding(7) var<storage, read> beta: array<f32>;         // [row + n][ab_stride]: beta at beta_offset + h
 @group(0) @binding(8) var<storage, read> consts: array<f32>;       // [2H]: dt_bias, then a (= -exp(A_log))
-@group(0) @binding(9) var<storage, read> state: array<f32>;        // [H][DK][DV] before the call
+// [H][DK][DV] before the call at state_at (read_write, never written: so that it may be state_out's buffer, a pool)
+@group(0) @binding(9) var<storage, read_write> state: array<f32>;
 @group(0) @binding(10) var<storage, read_write> o: array<f32>;      // [row + n][H][DV]
-@group(0) @binding(11) var<storage, read_write> state_out: array<f32>;  // [H][DK][DV] after it
+@group(0) @binding(11) var<storage, read_write> state_out: array<f32>;  // [H][DK][DV] after it, at out_at
 
 // Column v of value head h's state, the rows j = ks + KS i this invocation holds (zeros where dead, and when `fresh`):
 // delta_rule, delta_chunk and delta_step keep it in registers; store_state_column writes it to state_out.
@@ -123,7 +145,7 @@ fn state_column(h: u32, v: u32, ks: u32, live: bool) -> array<f32, KPT> {
   var S: array<f32, KPT>;
   for (var i = 0u; i < KPT; i++) {
     let j = ks + KS * i;
-    S[i] = select(0.0, state[(h * DK + j) * DV + v], live && j < DK && p.fresh == 0u);
+    S[i] = select(0.0, state[state_at + (h * DK + j) * DV + v], live && j < DK && !from_zeros);
   }
   return S;
 }
@@ -131,7 +153,7 @@ fn state_column(h: u32, v: u32, ks: u32, live: bool) -> array<f32, KPT> {
 fn store_state_column(S: array<f32, KPT>, h: u32, v: u32, ks: u32, live: bool) {
   for (var i = 0u; i < KPT; i++) {
     let j = ks + KS * i;
-    if (live && j < DK) { state_out[(h * DK + j) * DV + v] = S[i]; }
+    if (live && j < DK) { state_out[out_at + (h * DK + j) * DV + v] = S[i]; }
   }
 }
 
@@ -143,6 +165,7 @@ var<workgroup> part_q: array<f32, 2u * VB * KS>;
 
 @compute @workgroup_size(VB * KS)
 fn delta_rule(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+  take_call();
   let K = p.k_heads;
   let H = p.v_heads;
   let W = 2u * K * DK + H * DV;
@@ -348,6 +371,7 @@ fn delta_chunk_prep(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invoca
 
 @compute @workgroup_size(VB * KS)
 fn delta_chunk(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+  take_call();
   let K = p.k_heads;
   let H = p.v_heads;
   let W = 2u * K * DK + H * DV;
@@ -441,15 +465,41 @@ fn delta_chunk(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_
 // delta_step_norm: the same with the output's per-head norm and gate of qwen35 in the same dispatch, one workgroup
 // per value head (VB >= DV; its own prelude): y = o / sqrt(mean_head(o^2) + norm_eps) * norm_w * silu(z), written
 // where delta_step writes o (bindings 13 and 14 besides).
+// delta_step_rows, delta_step_norm_rows: a decode step of several sequences (continuous batching), row i (workgroups
+// (., i)) the token of sequence i at the position, ring and states its entry of `steps` gives (binding 15), x, the
+// gates, z and o at row i: each row the bits of delta_step (delta_step_norm) alone.
 var<workgroup> qk_row: array<f32, 2u * DK>;  // the token's q then k of key head kh, convolved, before the norm
+
+@group(0) @binding(15) var<storage, read> steps: array<vec4<u32>>;  // [rows] (position, ring, state, state after)
+
+fn take_row(i: u32) {
+  let e = steps[i];
+  at_pos = e.x;
+  at_row = i;
+  ring_at = e.y;
+  state_at = e.z;
+  out_at = e.w;
+  from_zeros = e.x == 0u;  // a sequence's first token
+}
+
+fn step_columns(wx: u32, lid: u32) {
+  let blocks = (DV + VB - 1u) / VB;
+  let h = wx / blocks;
+  let v = (wx % blocks) * VB + lid % VB;
+  let acc = step_column(h, wx % blocks, lid);
+  if (lid / VB == 0u && v < DV) { o[(at_row * p.v_heads + h) * DV + v] = acc; }
+}
 
 @compute @workgroup_size(VB * KS)
 fn delta_step(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-  let blocks = (DV + VB - 1u) / VB;
-  let h = wid.x / blocks;
-  let v = (wid.x % blocks) * VB + lid % VB;
-  let acc = step_column(h, wid.x % blocks, lid);
-  if (lid / VB == 0u && v < DV) { o[(p.row * p.v_heads + h) * DV + v] = acc; }
+  take_call();
+  step_columns(wid.x, lid);
+}
+
+@compute @workgroup_size(VB * KS)
+fn delta_step_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+  take_row(wid.y);
+  step_columns(wid.x, lid);
 }
 
 @group(0) @binding(13) var<storage, read> z: array<f32>;       // [row + 1][H][DV] the output gate
@@ -457,7 +507,17 @@ fn delta_step(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_i
 
 @compute @workgroup_size(VB * KS)
 fn delta_step_norm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-  let h = wid.x;
+  take_call();
+  step_normed(wid.x, lid);
+}
+
+@compute @workgroup_size(VB * KS)
+fn delta_step_norm_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+  take_row(wid.y);
+  step_normed(wid.x, lid);
+}
+
+fn step_normed(h: u32, lid: u32) {
   let v = lid % VB;
   let writes = lid / VB == 0u && v < DV;
   let acc = step_column(h, 0u, lid);
@@ -469,7 +529,7 @@ fn delta_step_norm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocat
     workgroupBarrier();
   }
   if (writes) {
-    let i = (p.row * p.v_heads + h) * DV + v;
+    let i = (at_row * p.v_heads + h) * DV + v;
     let g = z[i];
     o[i] = acc * (1.0 / sqrt(part_k[0] / f32(DV) + p.norm_eps)) * norm_w[v] * (g / (1.0 + exp(-g)));
   }
@@ -492,8 +552,8 @@ fn step_column(h: u32, vb: u32, lid: u32) -> f32 {
   let owner = h == kh && vb == 0u;  // writes key head kh's q and k ring rows
   // the state's loads first, in flight while the token is convolved and normalised; the gates' likewise
   var S = state_column(h, v, ks, live);
-  let a_in = alpha[p.row * p.ab_stride + h];
-  let b_in = beta[p.row * p.ab_stride + p.beta_offset + h];
+  let a_in = alpha[at_row * p.ab_stride + h];
+  let b_in = beta[at_row * p.ab_stride + p.beta_offset + h];
   // q and k of key head kh, convolved; their squared norms, reduced below
   var ssq = 0.0;
   var ssk = 0.0;
@@ -502,13 +562,13 @@ fn step_column(h: u32, vb: u32, lid: u32) -> f32 {
     let val = conv_silu_at(ch, 0u, W);
     qk_row[i] = val;
     if (i < DK) { ssq += val * val; } else { ssk += val * val; }
-    if (owner) { ring[(p.pos % p.ring_rows) * W + ch] = x[p.row * W + ch]; }
+    if (owner) { ring[ring_at + (at_pos % p.ring_rows) * W + ch] = x[at_row * W + ch]; }
   }
   let vch = 2u * K * DK + h * DV + v;
   var vv = 0.0;
   if (live) {
     vv = conv_silu_at(vch, 0u, W);
-    if (ks == 0u) { ring[(p.pos % p.ring_rows) * W + vch] = x[p.row * W + vch]; }
+    if (ks == 0u) { ring[ring_at + (at_pos % p.ring_rows) * W + vch] = x[at_row * W + vch]; }
   }
   part_k[lid] = ssq;
   part_q[lid] = ssk;

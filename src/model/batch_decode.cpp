@@ -32,6 +32,7 @@ struct GpuBatchDecode::Buffers {
   gpu::Buffer rows;     // [n] (position, K offset, V offset, 0): the RoPE + append of every sequence (shared_kv)
   gpu::Buffer queries;  // [n] (position, first page): the attention of every sequence (shared_kv)
   gpu::Buffer conv_seqs;  // [n] (position, ring base): the short convolution of every sequence (pooled rings)
+  gpu::Buffer delta_seqs;  // [n] (position, ring, state, state after): every sequence's DeltaNet step (pooled)
 };
 
 GpuBatchDecode::GpuBatchDecode(gpu::Context& ctx, const GpuModel& model, uint32_t max_sequences,
@@ -77,6 +78,7 @@ GpuBatchDecode::GpuBatchDecode(gpu::Context& ctx, const GpuModel& model, uint32_
   bb.rows = make(N * 4, "batch decode rows");
   bb.queries = make(N * 2, "batch decode queries");
   bb.conv_seqs = make(N * 2, "batch decode conv rows");
+  bb.delta_seqs = make(N * 4, "batch decode delta rows");
 }
 
 // A step encoded while the previous one ran: the same sessions, each one position on, its ids written when it is
@@ -342,6 +344,34 @@ GpuBatchDecode::Encoded GpuBatchDecode::encode_step(std::span<GpuSession* const>
       rows.conv_seqs = &bb.conv_seqs;
     } else {
       rows.conv_at.clear();
+    }
+  }
+  // One dispatch for every sequence's DeltaNet step when its rings and states are views of one pool per layer, each
+  // sequence's at the same offsets in every DeltaNet layer.
+  if (!c.delta_layers.empty()) {
+    bool pooled = true;
+    int first_delta = -1;
+    std::vector<uint32_t> table(size_t(N) * 4);
+    for (uint32_t l = 0; l < c.n_layer && pooled; ++l) {
+      if (!c.is_delta(l)) continue;
+      if (first_delta < 0) first_delta = int(l);
+      const uint32_t d = uint32_t(first_delta);
+      for (uint32_t i = 0; i < N && pooled; ++i) {
+        const SequenceState& st = sessions[i]->state_;
+        const uint32_t pos = sessions[i]->n_past_;
+        pooled = st.delta_bytes > 0 && st.conv[l].get() == sessions[0]->state_.conv[l].get() &&
+                 st.delta[l][0].get() == sessions[0]->state_.delta[l][0].get() &&
+                 st.delta[l][1].get() == st.delta[l][0].get() && st.conv_at[l] == st.conv_at[d] &&
+                 st.delta_at[l] == st.delta_at[d] && st.conv_rows == sessions[0]->state_.conv_rows;
+        table[i * 4] = pos;
+        table[i * 4 + 1] = uint32_t(st.conv_at[d] / 4);
+        table[i * 4 + 2] = uint32_t(st.delta_at[d][pos % 2] / 4);
+        table[i * 4 + 3] = uint32_t(st.delta_at[d][(pos + 1) % 2] / 4);
+      }
+    }
+    if (pooled) {
+      ctx_.write_buffer(bb.delta_seqs, 0, table.data(), table.size() * 4);
+      rows.delta_seqs = &bb.delta_seqs;
     }
   }
   // The split-K scratch the longest attention of the step needs.

@@ -543,8 +543,12 @@ void encode_delta_net(const LayerStep& s) {
   auto run = [&](const SequenceState& state, uint32_t pos, uint32_t n, uint32_t row) {
     shape.n_tokens = n;
     shape.row = row;
+    shape.ring_at = state.conv_at[s.layer];
     const auto& states = state.delta[s.layer];
+    const auto& at = state.delta_at[s.layer];
     if (step) {
+      shape.state_at = at[pos % 2];
+      shape.state_out_at = at[(pos + 1) % 2];
       kernels::encode_delta_step(s.batch, s.ctx, shape, c.ssm_conv, pos, state.conv_rows, c.rms_eps, b.delta_x,
                                  L.ssm_conv, state.conv[s.layer], gates, L.ssm_consts, states[pos % 2],
                                  states[(pos + 1) % 2], step_norm ? b.delta_y : b.delta_o, /*fresh=*/pos == 0,
@@ -557,14 +561,25 @@ void encode_delta_net(const LayerStep& s) {
       const uint32_t part = n % 2 == 0 && done == 0 ? n - 1 : n - done, p = pos + done;
       shape.n_tokens = part;
       shape.row = row + done;
+      shape.state_at = at[p % 2];
+      shape.state_out_at = at[(p + part) % 2];
       kernels::encode_delta_rule(s.batch, s.ctx, shape, b.delta_c, gates, L.ssm_consts, states[p % 2],
                                  states[(p + part) % 2], b.delta_o, /*fresh=*/p == 0, kernels::DeltaRuleImpl::Auto,
                                  &b.delta_tm);
       done += part;
     }
   };
+  const kernels::DeltaShape all{
+      .n_tokens = s.n, .k_heads = c.ssm_k_heads, .v_heads = H, .dk = c.ssm_dk, .dv = c.ssm_dv};
   if (!s.rows) {
     run(*s.state, s.pos, s.n, 0);
+  } else if (s.rows->delta_seqs && step && kernels::delta_step_rows_supported(s.ctx, all, step_norm)) {
+    // every sequence's step in one dispatch over the pools (GpuBatchDecode made the table)
+    const SequenceState& first = *s.rows->states[0];
+    kernels::encode_delta_step_rows(s.batch, s.ctx, all, c.ssm_conv, first.conv_rows, c.rms_eps, b.delta_x, L.ssm_conv,
+                                    first.conv[s.layer], gates, L.ssm_consts, first.delta[s.layer][0],
+                                    *s.rows->delta_seqs, step_norm ? b.delta_y : b.delta_o,
+                                    step_norm ? &out_norm : nullptr);
   } else {
     for (uint32_t i = 0; i < s.n; ++i) run(*s.rows->states[i], s.rows->positions[i], 1, i);
   }

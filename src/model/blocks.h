@@ -137,6 +137,9 @@ struct StepRows {
   // layer (conv_at, bytes): the short convolution of all of them in one dispatch, from this table.
   const gpu::Buffer* conv_seqs = nullptr;  // [n] (position, ring base in elements)
   std::vector<uint64_t> conv_at;           // [n]
+  // qwen35: when every sequence's DeltaNet rings and states are views of one pool per layer, each at the same offsets
+  // in every DeltaNet layer (GpuBatchDecode checks): the DeltaNet step of all of them in one dispatch, from this table.
+  const gpu::Buffer* delta_seqs = nullptr;  // [n] (position, ring, state, state after), in elements
 };
 
 // One layer of one step: n tokens at positions pos.. of one sequence (state), or one token of each of n sequences

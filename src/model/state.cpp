@@ -10,6 +10,16 @@
 
 namespace wgllm {
 
+namespace {
+
+// Another handle on a pool's buffer (a sequence's view of it; the buffer lives while any handle does).
+gpu::Buffer view(const gpu::Buffer& pool) {
+  wgpuBufferAddRef(pool.get());
+  return gpu::Buffer{gpu::BufferHandle(pool.get()), pool.size};
+}
+
+}  // namespace
+
 SequenceState::SequenceState(gpu::Context& ctx, const ModelConfig& c, uint32_t n_ctx, uint32_t ubatch,
                              kernels::KvType kv_type, SharedKv* shared_kv, uint32_t sequence)
     : shared(shared_kv), sequence(sequence) {
@@ -22,6 +32,7 @@ SequenceState::SequenceState(gpu::Context& ctx, const ModelConfig& c, uint32_t n
   conv_at.assign(c.n_layer, 0);
   conv_bytes.assign(c.n_layer, 0);
   delta.resize(c.n_layer);
+  delta_at.assign(c.n_layer, {0, 0});
   recurrent = !c.delta_layers.empty();
   conv_taps = recurrent ? c.ssm_conv : c.l_cache;
   conv_rows = recurrent               ? kernels::delta_ring_rows(conv_taps)
@@ -37,8 +48,7 @@ SequenceState::SequenceState(gpu::Context& ctx, const ModelConfig& c, uint32_t n
       const gpu::Buffer* pool =
           shared_kv && sequence < shared_kv->sequences() ? shared_kv->conv_rings(l, conv_bytes[l]) : nullptr;
       if (pool) {  // a view of the pool
-        wgpuBufferAddRef(pool->get());
-        conv[l] = gpu::Buffer{gpu::BufferHandle(pool->get()), pool->size};
+        conv[l] = view(*pool);
         conv_at[l] = uint64_t(sequence) * conv_bytes[l];
       } else {
         conv[l] =
@@ -51,9 +61,23 @@ SequenceState::SequenceState(gpu::Context& ctx, const ModelConfig& c, uint32_t n
     }
     if (c.is_delta(l)) {
       conv_bytes[l] = uint64_t(conv_rows) * c.delta_conv_dim() * 4;
+      delta_bytes = delta_state_bytes(c);
+      // views of the pools where both fit a binding, else buffers of its own
+      const bool in_pool = shared_kv && sequence < shared_kv->sequences();
+      const gpu::Buffer* rings = in_pool ? shared_kv->conv_rings(l, conv_bytes[l]) : nullptr;
+      const gpu::Buffer* states = rings ? shared_kv->delta_states(l, delta_bytes) : nullptr;
+      if (states) {
+        conv[l] = view(*rings);
+        conv_at[l] = uint64_t(sequence) * conv_bytes[l];
+        for (uint32_t i = 0; i < 2; ++i) {
+          delta[l][i] = view(*states);
+          delta_at[l][i] = (uint64_t(sequence) * 2 + i) * delta_bytes;
+        }
+        continue;
+      }
       conv[l] = ctx.create_buffer(conv_bytes[l], WGPUBufferUsage_Storage, ("conv state " + std::to_string(l)).c_str());
       for (uint32_t i = 0; i < 2; ++i)
-        delta[l][i] = ctx.create_buffer(delta_state_bytes(c), WGPUBufferUsage_Storage,
+        delta[l][i] = ctx.create_buffer(delta_bytes, WGPUBufferUsage_Storage,
                                         ("recurrent state " + std::to_string(l) + "." + std::to_string(i)).c_str());
       continue;
     }
@@ -91,7 +115,7 @@ std::vector<SequenceState::Range> SequenceState::rolling(uint32_t pos) const {
   for (size_t l = 0; l < conv.size(); ++l) {
     if (!conv_bytes[l]) continue;
     ranges.push_back({&conv[l], conv_at[l], conv_bytes[l]});
-    if (delta[l][0].size) ranges.push_back({&delta[l][pos % 2], 0, delta[l][pos % 2].size});
+    if (delta[l][0].size) ranges.push_back({&delta[l][pos % 2], delta_at[l][pos % 2], delta_bytes});
   }
   return ranges;
 }
@@ -227,6 +251,7 @@ SharedKv::SharedKv(gpu::Context& ctx, const ModelConfig& c, uint32_t sequences, 
   kept_.assign(sequences, kNone);
   idle_.assign(sequences, 0);
   conv_rings_.resize(c.n_layer);
+  delta_states_.resize(c.n_layer);
   used_.assign(sequences, 0);
 }
 
@@ -246,6 +271,15 @@ const gpu::Buffer* SharedKv::conv_rings(uint32_t layer, uint64_t ring_bytes) {
     conv_rings_[layer] = ctx_.create_buffer(ring_bytes * sequences_, WGPUBufferUsage_Storage,
                                             ("conv rings " + std::to_string(layer)).c_str());
   return &*conv_rings_[layer];
+}
+
+const gpu::Buffer* SharedKv::delta_states(uint32_t layer, uint64_t state_bytes) {
+  if (layer >= delta_states_.size() || state_bytes == 0 || state_bytes * 2 * sequences_ > ctx_.max_binding_size())
+    return nullptr;
+  if (!delta_states_[layer])
+    delta_states_[layer] = ctx_.create_buffer(state_bytes * 2 * sequences_, WGPUBufferUsage_Storage,
+                                              ("recurrent states " + std::to_string(layer)).c_str());
+  return delta_states_[layer]->size == state_bytes * 2 * sequences_ ? &*delta_states_[layer] : nullptr;
 }
 
 uint32_t SharedKv::pages_shared() const {

@@ -34,8 +34,8 @@ struct SequenceState {
   // attention layers). Rows of the last conv_rows - 1 positions are kept, so truncate rewinds within them.
   // qwen35's DeltaNet layers keep a ring of their q/k/v in-projection rows (delta_conv_dim wide) of only ssm_conv
   // rows (kernels::delta_ring_rows; a recurrent state does not rewind, so the ring need not either).
-  // With shared_kv, lfm2's rings are views of its pool (SharedKv::conv_rings, when the pool fits a binding):
-  // conv[l] is the pool and the ring starts conv_at[l] bytes into it, conv_bytes[l] long.
+  // With shared_kv, the rings are views of its pool (SharedKv::conv_rings, when the pool fits a binding): conv[l] is
+  // the pool and the ring starts conv_at[l] bytes into it, conv_bytes[l] long.
   std::vector<gpu::Buffer> conv;     // [n_layer]
   std::vector<uint64_t> conv_at;     // [n_layer] bytes
   std::vector<uint64_t> conv_bytes;  // [n_layer] bytes of the ring (0 for layers without one)
@@ -45,8 +45,12 @@ struct SequenceState {
   // layers): the state after position p (p tokens fed) is in delta[l][p % 2]. A step reads one and writes the other,
   // so a decode step run ahead of the host (GpuSession::decode_on_gpu) leaves the state at n_past intact. It cannot
   // rewind further: truncating a sequence that has one feeds the kept tokens again (rewinds_to). At position 0 the
-  // kernels start from zeros rather than read it. (delta_state_buffers: which buffer a step reads and writes.)
+  // kernels start from zeros rather than read it. With shared_kv (where its pools fit a binding) the two are views of
+  // one pool (SharedKv::delta_states, together with the rings): delta[l][i] is the pool and the state starts
+  // delta_at[l][i] bytes into it, delta_bytes long.
   std::vector<std::array<gpu::Buffer, 2>> delta;  // [n_layer]
+  std::vector<std::array<uint64_t, 2>> delta_at;  // [n_layer] bytes
+  uint64_t delta_bytes = 0;                       // a state's bytes (0 without DeltaNet layers)
   bool recurrent = false;                         // some layer has a recurrent state
 
   // Copies of the states that do not rewind in place (the conv rings, the recurrent states) at chosen positions
@@ -167,6 +171,10 @@ class SharedKv {
   // batched step convolves all its sequences in one dispatch (SequenceState views it). Made on the first call for a
   // layer; null where they would not fit one binding, or for rings of another size than the first call's.
   const gpu::Buffer* conv_rings(uint32_t layer, uint64_t ring_bytes);
+  // qwen35: DeltaNet layer l's recurrent states of every sequence in one buffer, sequence s's two
+  // (SequenceState::delta) at (2 s + i) * state_bytes, so that a batched step updates all its sequences in one
+  // dispatch. As conv_rings.
+  const gpu::Buffer* delta_states(uint32_t layer, uint64_t state_bytes);
   // Physical pages in more than one sequence, and in none.
   uint32_t pages_shared() const;
   uint32_t pages_free() const;
@@ -192,8 +200,9 @@ class SharedKv {
   std::vector<uint64_t> used_;          // [sequences] when each last reserved (a count)
   uint64_t clock_ = 0;
   std::optional<gpu::Buffer> staging_;  // a page, for copies within a pool
-  std::vector<std::optional<gpu::Buffer>> conv_rings_;  // [n_layer]
-  uint64_t conv_ring_bytes_ = 0;                        // the rings' size (0: none made yet)
+  std::vector<std::optional<gpu::Buffer>> conv_rings_;    // [n_layer]
+  uint64_t conv_ring_bytes_ = 0;                          // the rings' size (0: none made yet)
+  std::vector<std::optional<gpu::Buffer>> delta_states_;  // [n_layer]
 };
 
 // SharedKv::reserve found every page held by running sequences.

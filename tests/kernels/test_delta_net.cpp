@@ -385,6 +385,96 @@ TEST(DeltaNet, StepMatchesConvThenRule) {
   }
 }
 
+// A decode step of several sequences whose rings and states lie in pools (continuous batching): delta_step_rows
+// against delta_step on each sequence's own buffers, and delta_step on the pools at each sequence's offsets: the same
+// bits of o, of the states after and of the rings; the states before untouched. Three sequences, one at position 0
+// (from zeros whatever its state holds), in pool slots out of order.
+TEST(DeltaNet, StepRowsOfPoolsAsIfAlone) {
+  auto& ctx = context();
+  const Heads heads[] = {{2, 4, 16, 16}, {1, 3, 8, 100}};
+  for (const Heads& h : heads) {
+    for (const bool with_norm : {false, true}) {
+      const uint32_t W = h.width(), H = h.v_heads, L = 4, R = L, S = 3;
+      const kernels::DeltaShape one{.n_tokens = 1, .k_heads = h.k_heads, .v_heads = H, .dk = h.dk, .dv = h.dv};
+      if (!kernels::delta_step_rows_supported(
+              ctx, {.n_tokens = S, .k_heads = h.k_heads, .v_heads = H, .dk = h.dk, .dv = h.dv}, with_norm))
+        continue;
+      SCOPED_TRACE("dk " + std::to_string(h.dk) + " dv " + std::to_string(h.dv) + (with_norm ? ", norm" : ""));
+      const uint32_t positions[S] = {5, 0, 2}, slots[S] = {2, 0, 1};
+      const uint64_t ring_floats = uint64_t(R) * W, state_floats = uint64_t(H) * h.dk * h.dv;
+      auto gen = rng(W + (with_norm ? 1 : 0));
+      const auto x = random_floats(size_t(S) * W, gen, -2.f, 2.f);
+      const auto taps = random_floats(size_t(W) * L, gen, -1.f, 1.f);
+      const auto ab = random_floats(size_t(S) * 2 * H, gen, -3.f, 3.f);
+      const auto z = random_floats(size_t(S) * H * h.dv, gen, -3.f, 3.f);
+      const auto norm_w = random_floats(h.dv, gen, 0.5f, 1.5f);
+      std::vector<float> consts = random_floats(H, gen, -1.f, 1.f);
+      for (const float a : random_floats(H, gen, -3.f, -0.05f)) consts.push_back(a);
+      const auto rings = random_floats(S * ring_floats, gen, -3.f, 3.f);
+      const auto states = random_floats(S * 2 * state_floats, gen, -0.5f, 0.5f);
+      auto up = [&](const std::vector<float>& v, const char* label) {
+        return ctx.upload<float>(v, WGPUBufferUsage_Storage | WGPUBufferUsage_CopySrc, label);
+      };
+      auto b_x = up(x, "x"), b_taps = up(taps, "taps"), b_ab = up(ab, "ab"), b_z = up(z, "z"),
+           b_norm = up(norm_w, "norm"), b_consts = up(consts, "consts");
+      const kernels::DeltaGates gates{&b_ab, &b_ab, 2 * H, H};
+      const kernels::DeltaOutputNorm norm{.weight = &b_norm, .z = &b_z, .eps = 1e-6f};
+      const kernels::DeltaOutputNorm* n = with_norm ? &norm : nullptr;
+      // the pools (rows, and the lone calls at offsets) and each sequence's own buffers
+      auto rows_rings = up(rings, "rows rings"), rows_states = up(states, "rows states");
+      auto lone_rings = up(rings, "lone rings"), lone_states = up(states, "lone states");
+      auto o_rows = poisoned(ctx, size_t(S) * H * h.dv, "o rows"),
+           o_lone = poisoned(ctx, size_t(S) * H * h.dv, "o lone");
+      auto o_own = poisoned(ctx, size_t(S) * H * h.dv, "o own");
+      std::vector<gpu::Buffer> own_ring, own_state, own_out;
+      std::vector<uint32_t> steps;
+      gpu::ComputeBatch batch(ctx);
+      for (uint32_t i = 0; i < S; ++i) {
+        const uint64_t ring_at = slots[i] * ring_floats, in_at = (slots[i] * 2 + positions[i] % 2) * state_floats,
+                       out_at = (slots[i] * 2 + (positions[i] + 1) % 2) * state_floats;
+        steps.insert(steps.end(), {positions[i], uint32_t(ring_at), uint32_t(in_at), uint32_t(out_at)});
+        own_ring.push_back(up({rings.begin() + ring_at, rings.begin() + ring_at + ring_floats}, "own ring"));
+        own_state.push_back(up({states.begin() + in_at, states.begin() + in_at + state_floats}, "own state"));
+        own_out.push_back(poisoned(ctx, state_floats, "own state out"));
+        kernels::DeltaShape at = one;
+        at.row = i;
+        kernels::encode_delta_step(batch, ctx, at, L, positions[i], R, 1e-6f, b_x, b_taps, own_ring[i], gates, b_consts,
+                                   own_state[i], own_out[i], o_own, positions[i] == 0, n);
+        at.ring_at = ring_at * 4;
+        at.state_at = in_at * 4;
+        at.state_out_at = out_at * 4;
+        kernels::encode_delta_step(batch, ctx, at, L, positions[i], R, 1e-6f, b_x, b_taps, lone_rings, gates, b_consts,
+                                   lone_states, lone_states, o_lone, positions[i] == 0, n);
+      }
+      auto b_steps = ctx.upload<uint32_t>(steps, WGPUBufferUsage_Storage, "steps");
+      kernels::DeltaShape all = one;
+      all.n_tokens = S;
+      kernels::encode_delta_step_rows(batch, ctx, all, L, R, 1e-6f, b_x, b_taps, rows_rings, gates, b_consts,
+                                      rows_states, b_steps, o_rows, n);
+      batch.submit_and_wait();
+      const auto want_o = ctx.read<float>(o_own);
+      for (float v : want_o) ASSERT_TRUE(std::isfinite(v));
+      EXPECT_EQ(ctx.read<float>(o_rows), want_o) << "o: the rows' bits are not the lone steps'";
+      EXPECT_EQ(ctx.read<float>(o_lone), want_o) << "o: the steps at pool offsets are not the own buffers'";
+      const auto got_states = ctx.read<float>(rows_states), got_rings = ctx.read<float>(rows_rings);
+      EXPECT_EQ(ctx.read<float>(lone_states), got_states);
+      EXPECT_EQ(ctx.read<float>(lone_rings), got_rings);
+      for (uint32_t i = 0; i < S; ++i) {
+        const uint64_t ring_at = steps[i * 4 + 1], in_at = steps[i * 4 + 2], out_at = steps[i * 4 + 3];
+        EXPECT_EQ(std::vector<float>(got_states.begin() + out_at, got_states.begin() + out_at + state_floats),
+                  ctx.read<float>(own_out[i]))
+            << "sequence " << i << ": the state after";
+        EXPECT_EQ(std::vector<float>(got_states.begin() + in_at, got_states.begin() + in_at + state_floats),
+                  std::vector<float>(states.begin() + in_at, states.begin() + in_at + state_floats))
+            << "sequence " << i << ": the state before changed";
+        EXPECT_EQ(std::vector<float>(got_rings.begin() + ring_at, got_rings.begin() + ring_at + ring_floats),
+                  ctx.read<float>(own_ring[i]))
+            << "sequence " << i << ": the ring";
+      }
+    }
+  }
+}
+
 TEST(DeltaNet, BadArgumentsThrowNamingTheField) {
   auto& ctx = context();
   auto buf = ctx.create_buffer(1 << 16, WGPUBufferUsage_Storage, "buf");
@@ -432,7 +522,16 @@ TEST(DeltaNet, BadArgumentsThrowNamingTheField) {
   expect_throw([&] { rule(ok, gates, buf, other, small, ring); }, "state holds");
   expect_throw([&] { rule(ok, gates, buf, other, state, small); }, "o holds");
   expect_throw([&] { rule(ok, gates, buf, other, state, out); }, "state_out and o must be different buffers");
-  expect_throw([&] { rule(ok, gates, buf, other, out, ring); }, "state_out and o must differ from the inputs");
+  expect_throw([&] { rule(ok, gates, buf, other, out, ring); }, "state_at 0 and state_out_at 0 overlap in one buffer");
+  // one buffer for both states where their ranges are apart (a pool's); offsets of whole elements
+  const uint64_t state_bytes = 4ull * 16 * 16 * 4;
+  EXPECT_NO_THROW(rule(with([&](auto& s) { s.state_out_at = state_bytes; }), gates, buf, other, out, ring));
+  expect_throw([&] { rule(with([&](auto& s) { s.state_out_at = state_bytes - 4; }), gates, buf, other, out, ring); },
+               "overlap in one buffer");
+  expect_throw([&] { rule(with([](auto& s) { s.state_at = 6; }), gates, buf, other, state, ring); },
+               "state_at 6 must be a multiple of 4");
+  expect_throw([&] { rule(with([](auto& s) { s.state_at = (1 << 16) - 4; }), gates, buf, other, state, ring); },
+               "state holds");
   expect_throw([&] { rule(ok, gates, buf, other, state, buf); }, "state_out and o must differ from the inputs");
   expect_throw([&] { kernels::encode_delta_rule(batch, ctx, ok, buf, gates, other, state, small, ring); },
                "state_out holds");
@@ -457,7 +556,10 @@ TEST(DeltaNet, BadArgumentsThrowNamingTheField) {
   expect_throw([&] { step(one, 4, small, state, ring); }, "ring holds");
   expect_throw([&] { step(one, 4, ring, state, ring); }, "ring must differ from every other buffer");
   expect_throw([&] { step(one, 4, ring, state, out); }, "state_out and o must be different buffers");
-  expect_throw([&] { step(one, 4, ring, out, state); }, "must differ from the inputs (state included)");
+  expect_throw([&] { step(one, 4, ring, out, state); }, "state_at 0 and state_out_at 0 overlap in one buffer");
+  expect_throw([&] { step(one, 4, ring, out, ring); }, "ring must differ");
+  expect_throw([&] { step(with([](auto& s) { s.n_tokens = 1, s.ring_at = (1 << 16) - 64; }), 4, ring, state, buf); },
+               "ring holds");
   // the output norm in the step
   if (ctx.limits().maxStorageBuffersPerShaderStage < 11) return;
   auto o = ctx.create_buffer(1 << 16, WGPUBufferUsage_Storage, "o");

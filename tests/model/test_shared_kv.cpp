@@ -297,6 +297,22 @@ TEST(SharedKvPool, ConvRingsOneBufferPerLayer) {
   EXPECT_EQ(big.conv_rings(0, ctx.max_binding_size() / 2 + 4), nullptr) << "past one binding";
 }
 
+TEST(SharedKvPool, DeltaStatesOneBufferPerLayer) {
+  gpu::Context& ctx = test::context();
+  const GpuModel qwen35 = load_gpu_model(ctx, GgufFile::open(test::model_path("qwen35-tiny-f32")));
+  SharedKv pool(ctx, qwen35.config, 3, kCtx, kPage);
+  const uint64_t state = 4096;
+  const gpu::Buffer* states = pool.delta_states(0, state);
+  ASSERT_NE(states, nullptr);
+  EXPECT_EQ(states->size, 2 * 3 * state) << "two states a sequence";
+  EXPECT_EQ(pool.delta_states(0, state), states) << "the same buffer again";
+  EXPECT_NE(pool.delta_states(1, state), states) << "a buffer per layer";
+  EXPECT_EQ(pool.delta_states(0, 2 * state), nullptr) << "states of another size";
+  EXPECT_EQ(pool.delta_states(0, 0), nullptr);
+  SharedKv big(ctx, qwen35.config, 2, kCtx, kPage);
+  EXPECT_EQ(big.delta_states(0, ctx.max_binding_size() / 4 + 4), nullptr) << "past one binding";
+}
+
 TEST(SharedKvPrefix, RefusedWhereItCannotHold) {
   gpu::Context& ctx = test::context();
   const GgufFile f = GgufFile::open(test::model_path("llama-f32")),
