@@ -321,29 +321,29 @@ GpuBatchDecode::Encoded GpuBatchDecode::encode_step(std::span<GpuSession* const>
     rows.shared = shared_kv_;
     rows.max_pos = max_pos;
   }
-  // One dispatch for every sequence's short convolution when their rings are views of one pool per layer (the same
-  // offset in each: encode_conv checks).
-  int first_conv = -1;
-  for (uint32_t l = 0; l < c.n_layer && first_conv < 0; ++l)
-    if (c.is_conv(l)) first_conv = int(l);
-  if (first_conv >= 0) {
+  // One dispatch for every sequence's short convolution when their rings are views of one pool per layer, each
+  // sequence's at the same offset in every conv layer.
+  if (!c.conv_layers.empty()) {
     const SequenceState& s0 = sessions[0]->state_;
     bool pooled = true;
+    int first_conv = -1;
     std::vector<uint32_t> table(size_t(N) * 2);
-    for (uint32_t i = 0; i < N && pooled; ++i) {
-      const SequenceState& st = sessions[i]->state_;
-      const uint64_t at = st.conv_at[first_conv];
-      pooled = st.conv[first_conv].get() == s0.conv[first_conv].get() && st.conv_rows == s0.conv_rows &&
-               at + st.conv_bytes[first_conv] <= st.conv[first_conv].size && at / 4 <= UINT32_MAX;
-      table[i * 2] = sessions[i]->n_past_;
-      table[i * 2 + 1] = uint32_t(at / 4);
-      rows.conv_at.push_back(at);
+    for (uint32_t l = 0; l < c.n_layer && pooled; ++l) {
+      if (!c.is_conv(l)) continue;
+      if (first_conv < 0) first_conv = int(l);
+      const uint32_t f = uint32_t(first_conv);
+      for (uint32_t i = 0; i < N && pooled; ++i) {
+        const SequenceState& st = sessions[i]->state_;
+        const uint64_t at = st.conv_at[l];
+        pooled = st.conv[l].get() == s0.conv[l].get() && st.conv_rows == s0.conv_rows && at == st.conv_at[f] &&
+                 at + st.conv_bytes[l] <= st.conv[l].size && at / 4 <= UINT32_MAX;
+        table[i * 2] = sessions[i]->n_past_;
+        table[i * 2 + 1] = uint32_t(at / 4);
+      }
     }
     if (pooled) {
       ctx_.write_buffer(bb.conv_seqs, 0, table.data(), table.size() * 4);
       rows.conv_seqs = &bb.conv_seqs;
-    } else {
-      rows.conv_at.clear();
     }
   }
   // One dispatch for every sequence's DeltaNet step when its rings and states are views of one pool per layer, each

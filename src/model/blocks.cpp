@@ -457,12 +457,7 @@ void encode_conv(const LayerStep& s) {
   }
   const StepRows& r = *s.rows;
   const SequenceState& first = *r.states[0];
-  bool pooled = r.conv_seqs && r.conv_at.size() == s.n;
-  for (uint32_t i = 0; pooled && i < s.n; ++i) {
-    const SequenceState& state = *r.states[i];
-    pooled = state.conv[s.layer].get() == first.conv[s.layer].get() && state.conv_at[s.layer] == r.conv_at[i] &&
-             state.conv_rows == first.conv_rows;
-  }
+  const bool pooled = r.conv_seqs != nullptr;
   if (pooled) {
     const kernels::ShortConvShape shape{
         .n_tokens = s.n, .n_embd = c.n_embd, .taps = c.l_cache, .ring_rows = first.conv_rows};

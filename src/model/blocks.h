@@ -134,9 +134,8 @@ struct StepRows {
   const gpu::Buffer* queries = nullptr;  // [n] (position, first page)
   uint32_t max_pos = 0;                  // the step's last position
   // lfm2: when every sequence's conv rings are views of one pool per layer, each at the same offset in every conv
-  // layer (conv_at, bytes): the short convolution of all of them in one dispatch, from this table.
+  // layer (GpuBatchDecode checks): the short convolution of all of them in one dispatch, from this table.
   const gpu::Buffer* conv_seqs = nullptr;  // [n] (position, ring base in elements)
-  std::vector<uint64_t> conv_at;           // [n]
   // qwen35: when every sequence's DeltaNet rings and states are views of one pool per layer, each at the same offsets
   // in every DeltaNet layer (GpuBatchDecode checks): the DeltaNet step of all of them in one dispatch, from this table.
   const gpu::Buffer* delta_seqs = nullptr;  // [n] (position, ring, state, state after), in elements
