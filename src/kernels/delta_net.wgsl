@@ -15,7 +15,7 @@
 //
 // delta_rule: the recurrence over the tokens, in order, on each value head's state S [DK][DV] (f32, kept in
 // registers for the whole call, read from `state` (zeros instead when `fresh`: a sequence's first tokens) and
-// written to `state_out`, another buffer, so the state before the call survives it):
+// written to `state_out`, another buffer or another range of one, so the state before the call survives it):
 //   g = exp(a softplus(alpha + dt_bias)),  b = sigmoid(beta)
 //   S = g S;  S += k (b (v - S^T k))^T;  o = S^T q
 // The columns of S are independent: a workgroup owns VB columns of one head, KS invocations per column each holding
@@ -24,8 +24,9 @@
 // The per-head output norm and its silu(z) gate run after it (norm.wgsl, swiglu.wgsl).
 //
 // delta_conv uses bindings 1-4, delta_rule 5-11, the chunked rule (delta_chunk_prep, delta_chunk; below) also 12,
-// delta_step 1-11, delta_step_norm also 13-14, their rows entries also 15. The host prepends the shape: const DK, DV, VB, KS, KPT, CW, CH: u32
-// (CW, delta_conv's workgroup, a power of two >= max(DK, DV); CH the chunked rule's tokens per chunk).
+// delta_step 1-11, delta_step_norm also 13-14, their rows entries also 15. The host prepends the shape: const DK, DV,
+// VB, KS, KPT, CW, CH: u32 (CW, delta_conv's workgroup, a power of two >= max(DK, DV); CH the chunked rule's tokens
+// per chunk).
 
 struct DeltaParams {
   n: u32, k_heads: u32, v_heads: u32, row: u32,
