@@ -3,6 +3,8 @@
 // Contract checks throw wgllm::InvalidArgument naming the field.
 #pragma once
 #include <cstdint>
+#include <span>
+#include <vector>
 
 #include "gpu/batch.h"
 
@@ -25,9 +27,10 @@ struct SampleParams {
   uint32_t n, top_k;
   float top_p, min_p, temperature, penalty, inv_penalty, u;
   uint32_t n_recent, recent_slot, recent_cap, out_index;
-  uint32_t fast, n_chunks, per_lane, pad;
+  uint32_t fast, n_chunks, per_lane, logits_base;
+  uint32_t scratch_base = 0, recent_base = 0, pad0 = 0, pad1 = 0;  // words; sample_rows: row i's
 };
-static_assert(sizeof(SampleParams) == 64);
+static_assert(sizeof(SampleParams) == 80);
 
 // Scratch bytes encode_sample needs for n logits.
 inline uint64_t sample_scratch_bytes(uint32_t n) { return 4ull * (16 + 4ull * n + 3 * kSampleWorkgroup); }
@@ -58,5 +61,23 @@ struct SampleRecent {
 void encode_sample(gpu::ComputeBatch& batch, gpu::Context& ctx, const SampleSettings& settings, float u,
                    const gpu::Buffer& logits, uint32_t n, const SampleRecent& recent, const gpu::Buffer& scratch,
                    const gpu::Buffer& out, uint32_t out_index = 0);
+
+// One row of encode_sample_rows: its settings, uniform and recent ids (the penalty's; read, not appended to).
+struct SampleRow {
+  SampleSettings settings;
+  float u = 0;
+  std::vector<uint32_t> recent;
+};
+// Buffers encode_sample_rows writes and reads: the rows' parameters, their recent ids, and the scratch of each row.
+inline uint64_t sample_rows_params_bytes(uint32_t rows) { return uint64_t(rows) * sizeof(SampleParams); }
+inline uint64_t sample_rows_scratch_bytes(uint32_t rows, uint32_t n) { return rows * sample_scratch_bytes(n); }
+// Several rows at once (continuous batching): out[i] (u32) = the id encode_sample would draw from row i of logits
+// ([rows.size()][n] f32) with row i's settings, uniform and recent ids, or kSampleNonFinite; each row the same bits
+// as alone. Writes the rows' parameters into `params` (sample_rows_params_bytes) and their recent ids into
+// `recent_ids` (at least 4 bytes, and their count), then the dispatches: the fast path's for the rows that take it,
+// the general path's for the others, each dispatch one workgroup (or chunk) per row.
+void encode_sample_rows(gpu::ComputeBatch& batch, gpu::Context& ctx, std::span<const SampleRow> rows,
+                        const gpu::Buffer& logits, uint32_t n, const gpu::Buffer& params, const gpu::Buffer& recent_ids,
+                        const gpu::Buffer& scratch, const gpu::Buffer& out);
 
 }  // namespace wgllm::kernels

@@ -27,10 +27,15 @@ struct SampleParams {
   n: u32, top_k: u32, top_p: f32, min_p: f32,              // top_k: k < n, or n when off
   temperature: f32, penalty: f32, inv_penalty: f32, u: f32,
   n_recent: u32, recent_slot: u32, recent_cap: u32, out_index: u32,  // recent_cap 0: no ring to append to
-  fast: u32, n_chunks: u32, per_lane: u32, pad: u32,       // the fast path (below); chunks of WG * per_lane ids
+  fast: u32, n_chunks: u32, per_lane: u32, logits_base: u32,  // the fast path (below); chunks of WG * per_lane ids
+  scratch_base: u32, recent_base: u32, _pad0: u32, _pad1: u32,  // where this row's logits, scratch, recent ids start
 }
 
-@group(0) @binding(0) var<uniform> p: SampleParams;
+// Several rows at once (sample_rows, continuous batching): workgroups (., i) draw row i with its own parameters,
+// entry i of `rows` (the host's prelude declares it, binding 5, and params_of reads it); one row: params_of(0) is the
+// uniform. Every entry point first takes its row's parameters into p.
+@group(0) @binding(0) var<uniform> one: SampleParams;
+var<private> p: SampleParams;
 @group(0) @binding(1) var<storage, read> logits: array<f32>;
 @group(0) @binding(2) var<storage, read_write> recent: array<u32>;   // ring of recent ids, [recent_cap]
 @group(0) @binding(3) var<storage, read_write> scratch: array<u32>;
@@ -74,9 +79,9 @@ fn slot(j: u32) -> u32 { return WORK + p.n + 2u * j; }
 fn ids_at() -> u32 { return WORK + 3u * p.n; }
 fn chunk_word(which: u32, g: u32) -> u32 { return WORK + 4u * p.n + which * WG + g; }
 
-fn work(i: u32) -> f32 { return bitcast<f32>(scratch[WORK + i]); }
-fn cand_v(j: u32) -> f32 { return bitcast<f32>(scratch[WORK + p.n + 2u * j]); }
-fn cand_id(j: u32) -> u32 { return scratch[WORK + p.n + 2u * j + 1u]; }
+fn work(i: u32) -> f32 { return bitcast<f32>(scratch[p.scratch_base + WORK + i]); }
+fn cand_v(j: u32) -> f32 { return bitcast<f32>(scratch[p.scratch_base + WORK + p.n + 2u * j]); }
+fn cand_id(j: u32) -> u32 { return scratch[p.scratch_base + WORK + p.n + 2u * j + 1u]; }
 
 // The contiguous range of `count` items that lane lid walks when an order by position matters.
 fn chunk(lid: u32, count: u32) -> vec2<u32> {
@@ -120,27 +125,29 @@ fn beats(v: f32, i: u32, bv: f32, bi: u32) -> bool {
 
 fn finish(id: u32) {
   out[p.out_index] = id;
-  if (p.recent_cap > 0u && id != NON_FINITE) { recent[p.recent_slot] = id; }
+  if (p.recent_cap > 0u && id != NON_FINITE) { recent[p.recent_base + p.recent_slot] = id; }
 }
 
 @compute @workgroup_size(WG)
-fn sample_prepare(@builtin(local_invocation_index) lid: u32) {
+fn sample_prepare(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+  p = params_of(wg.y);
+  if (p.fast != 0u) { return; }  // (rows: a row on the fast path)
   // Cleared by hand: wgpu may skip WGSL's zero-initialisation of workgroup memory (see argmax.wgsl).
   if (lid == 0u) { atomicStore(&n_bad, 0u); }
   workgroupBarrier();
   var bad = false;
   for (var i = lid; i < p.n; i += WG) {
-    let v = logits[i];
+    let v = logits[p.logits_base + i];
     bad = bad || non_finite(v);
-    scratch[WORK + i] = bitcast<u32>(v);
+    scratch[p.scratch_base + WORK + i] = bitcast<u32>(v);
   }
   storageBarrier();  // every copy lands before a penalised value overwrites it
   if (p.penalty != 1.0) {
     for (var j = lid; j < p.n_recent; j += WG) {
-      let id = recent[j];
+      let id = recent[p.recent_base + j];
       if (id < p.n) {
-        let v = logits[id];
-        scratch[WORK + id] = bitcast<u32>(select(v * p.penalty, v * p.inv_penalty, v > 0.0));
+        let v = logits[p.logits_base + id];
+        scratch[p.scratch_base + WORK + id] = bitcast<u32>(select(v * p.penalty, v * p.inv_penalty, v > 0.0));
       }
     }
   }
@@ -164,9 +171,9 @@ fn sample_prepare(@builtin(local_invocation_index) lid: u32) {
   }
   if (lid == 0u) {
     let is_bad = atomicLoad(&n_bad) != 0u;
-    scratch[S_MAX] = bitcast<u32>(red_f[0]);
+    scratch[p.scratch_base + S_MAX] = bitcast<u32>(red_f[0]);
     let done = is_bad || p.temperature <= 0.0;
-    scratch[S_DONE] = select(0u, 1u, done);
+    scratch[p.scratch_base + S_DONE] = select(0u, 1u, done);
     if (done) { finish(select(red_u[0], NON_FINITE, is_bad)); }
   }
 }
@@ -194,13 +201,15 @@ fn lane_ids(g: u32, lid: u32) -> vec2<u32> {
 
 @compute @workgroup_size(WG)
 fn sample_chunk_max(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+  p = params_of(wg.y);
+  if (p.fast == 0u) { return; }  // (rows: a row on the general path)
   if (lid == 0u) { atomicStore(&n_bad, 0u); }
   workgroupBarrier();
   let r = lane_ids(wg.x, lid);
   var best = 0u;
   var bad = false;
   for (var i = r.x; i < r.y; i++) {
-    let v = logits[i];
+    let v = logits[p.logits_base + i];
     bad = bad || non_finite(v);
     best = max(best, key_of(v));
   }
@@ -212,19 +221,21 @@ fn sample_chunk_max(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocat
     workgroupBarrier();
   }
   if (lid == 0u) {
-    scratch[chunk_word(0u, wg.x)] = red_u[0];
-    scratch[chunk_word(1u, wg.x)] = atomicLoad(&n_bad);
+    scratch[p.scratch_base + chunk_word(0u, wg.x)] = red_u[0];
+    scratch[p.scratch_base + chunk_word(1u, wg.x)] = atomicLoad(&n_bad);
   }
 }
 
 @compute @workgroup_size(WG)
-fn sample_floor(@builtin(local_invocation_index) lid: u32) {
+fn sample_floor(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+  p = params_of(wg.y);
+  if (p.fast == 0u) { return; }  // (rows: a row on the general path)
   if (lid == 0u) { atomicStore(&n_bad, 0u); }
   workgroupBarrier();
   var key = 0u;
   if (lid < p.n_chunks) {
-    key = scratch[chunk_word(0u, lid)];
-    if (scratch[chunk_word(1u, lid)] != 0u) { atomicAdd(&n_bad, 1u); }
+    key = scratch[p.scratch_base + chunk_word(0u, lid)];
+    if (scratch[p.scratch_base + chunk_word(1u, lid)] != 0u) { atomicAdd(&n_bad, 1u); }
   }
   red_u[lid] = key;
   workgroupBarrier();
@@ -239,57 +250,62 @@ fn sample_floor(@builtin(local_invocation_index) lid: u32) {
   let max_key = workgroupUniformLoad(&bc_u2);
   if (lid == 0u) {
     let is_bad = atomicLoad(&n_bad) != 0u;
-    scratch[S_MAX] = bitcast<u32>(value_of(max_key));
-    scratch[S_FLOOR] = floor_key;
-    scratch[S_DONE] = select(0u, 1u, is_bad);
+    scratch[p.scratch_base + S_MAX] = bitcast<u32>(value_of(max_key));
+    scratch[p.scratch_base + S_FLOOR] = floor_key;
+    scratch[p.scratch_base + S_DONE] = select(0u, 1u, is_bad);
     if (is_bad) { finish(NON_FINITE); }
   }
 }
 
 @compute @workgroup_size(WG)
 fn sample_chunk_keep(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+  p = params_of(wg.y);
+  if (p.fast == 0u) { return; }  // (rows: a row on the general path)
   if (lid == 0u) {
-    bc_u = scratch[S_DONE];
-    bc_u2 = scratch[S_FLOOR];
+    bc_u = scratch[p.scratch_base + S_DONE];
+    bc_u2 = scratch[p.scratch_base + S_FLOOR];
   }
   if (workgroupUniformLoad(&bc_u) != 0u) { return; }
   let floor_key = workgroupUniformLoad(&bc_u2);
   let r = lane_ids(wg.x, lid);
   var mine = 0u;
-  for (var i = r.x; i < r.y; i++) { mine += select(0u, 1u, key_of(logits[i]) >= floor_key); }
+  for (var i = r.x; i < r.y; i++) { mine += select(0u, 1u, key_of(logits[p.logits_base + i]) >= floor_key); }
   let s = scan_u32(lid, mine);
   var at = wg.x * WG * p.per_lane + s.x;
   for (var i = r.x; i < r.y; i++) {
-    let v = logits[i];
+    let v = logits[p.logits_base + i];
     if (key_of(v) >= floor_key) {
-      scratch[slot(at)] = bitcast<u32>(v);
-      scratch[slot(at) + 1u] = i;
+      scratch[p.scratch_base + slot(at)] = bitcast<u32>(v);
+      scratch[p.scratch_base + slot(at) + 1u] = i;
       at += 1u;
     }
   }
-  if (lid == 0u) { scratch[chunk_word(2u, wg.x)] = s.y; }
+  if (lid == 0u) { scratch[p.scratch_base + chunk_word(2u, wg.x)] = s.y; }
 }
 
 @compute @workgroup_size(WG)
-fn sample_gather(@builtin(local_invocation_index) lid: u32) {
-  if (lid == 0u) { bc_u = scratch[S_DONE]; }
+fn sample_gather(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+  p = params_of(wg.y);
+  if (p.fast == 0u) { return; }  // (rows: a row on the general path)
+  if (lid == 0u) { bc_u = scratch[p.scratch_base + S_DONE]; }
   if (workgroupUniformLoad(&bc_u) != 0u) { return; }
   var count = 0u;
-  if (lid < p.n_chunks) { count = scratch[chunk_word(2u, lid)]; }
+  if (lid < p.n_chunks) { count = scratch[p.scratch_base + chunk_word(2u, lid)]; }
   let s = scan_u32(lid, count);
   let base = lid * WG * p.per_lane;
   for (var j = 0u; j < count; j++) {
-    scratch[WORK + s.x + j] = scratch[slot(base + j)];
-    scratch[ids_at() + s.x + j] = scratch[slot(base + j) + 1u];
+    scratch[p.scratch_base + WORK + s.x + j] = scratch[p.scratch_base + slot(base + j)];
+    scratch[p.scratch_base + ids_at() + s.x + j] = scratch[p.scratch_base + slot(base + j) + 1u];
   }
-  if (lid == 0u) { scratch[S_CAND] = s.y; }
+  if (lid == 0u) { scratch[p.scratch_base + S_CAND] = s.y; }
 }
 
 @compute @workgroup_size(WG)
-fn sample_select(@builtin(local_invocation_index) lid: u32) {
+fn sample_select(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+  p = params_of(wg.y);
   if (lid == 0u) {
-    bc_u = scratch[S_DONE];
-    bc_u2 = select(p.n, scratch[S_CAND], p.fast != 0u);
+    bc_u = scratch[p.scratch_base + S_DONE];
+    bc_u2 = select(p.n, scratch[p.scratch_base + S_CAND], p.fast != 0u);
   }
   if (workgroupUniformLoad(&bc_u) != 0u) { return; }
   // The penalised logits, or on the fast path the candidates (their ids at ids_at(), rising).
@@ -356,22 +372,23 @@ fn sample_select(@builtin(local_invocation_index) lid: u32) {
     let v = work(i);
     let k = key_of(v);
     if (k > cut_key || (k == cut_key && i <= id_cut)) {
-      scratch[WORK + p.n + 2u * at] = bitcast<u32>(v);
+      scratch[p.scratch_base + WORK + p.n + 2u * at] = bitcast<u32>(v);
       var id = i;
-      if (p.fast != 0u) { id = scratch[ids_at() + i]; }
-      scratch[WORK + p.n + 2u * at + 1u] = id;
+      if (p.fast != 0u) { id = scratch[p.scratch_base + ids_at() + i]; }
+      scratch[p.scratch_base + WORK + p.n + 2u * at + 1u] = id;
       at += 1u;
     }
   }
-  if (lid == 0u) { scratch[S_COUNT] = s.y; }
+  if (lid == 0u) { scratch[p.scratch_base + S_COUNT] = s.y; }
 }
 
 @compute @workgroup_size(WG)
-fn sample_draw(@builtin(local_invocation_index) lid: u32) {
+fn sample_draw(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+  p = params_of(wg.y);
   if (lid == 0u) {
-    bc_u = scratch[S_DONE];
-    bc_u2 = scratch[S_COUNT];
-    bc_f = bitcast<f32>(scratch[S_MAX]);
+    bc_u = scratch[p.scratch_base + S_DONE];
+    bc_u2 = scratch[p.scratch_base + S_COUNT];
+    bc_f = bitcast<f32>(scratch[p.scratch_base + S_MAX]);
   }
   if (workgroupUniformLoad(&bc_u) != 0u) { return; }
   let count = workgroupUniformLoad(&bc_u2);

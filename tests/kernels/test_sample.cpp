@@ -291,5 +291,82 @@ TEST(Sample, BadArgumentsThrowNamingTheField) {
   expect_throw([&] { run(ok, 0.5f, 1000, {.ids = &out, .cap = 1}, scratch, 0); }, "four different buffers");
 }
 
+// Several rows at once (encode_sample_rows, continuous batching): row i's id is the one encode_sample draws alone from
+// the same logits, settings, uniform and recent ids, whatever the other rows are: rows on the fast path beside rows on
+// the general one, a greedy row, penalties, a row with a NaN; the words past the rows stay poisoned.
+TEST(Sample, RowsAsIfAlone) {
+  auto& ctx = context();
+  const uint32_t n = 5000;
+  struct Row {
+    SampleSettings s;
+    uint32_t n_recent = 0;
+    bool nan = false;
+  };
+  const Row rows[] = {
+      {kTypical},
+      {{.temperature = 1.f, .top_k = 8}},  // the fast path (8 <= its 20 chunks)
+      {{.temperature = 0.9f, .top_k = 20, .repeat_penalty = 1.3f}, 64},
+      {{.temperature = 0.f}},
+      {{.temperature = 1.f, .top_k = 8}, 0, true},
+      {{.temperature = 1.f, .top_p = 0.5f}},
+      {{.temperature = 0.7f, .top_p = 0.8f, .repeat_penalty = 0.5f}, 300},
+      {{.temperature = 1.2f, .top_k = 3}},
+  };
+  const uint32_t R = uint32_t(std::size(rows));
+  ASSERT_TRUE(kernels::sample_fast_path(n, rows[1].s));
+  ASSERT_FALSE(kernels::sample_fast_path(n, rows[0].s));
+  auto gen = rng(4242);
+  std::vector<float> logits;
+  std::vector<kernels::SampleRow> table;
+  std::uniform_int_distribution<int32_t> pick(0, int32_t(n) - 1);
+  for (uint32_t i = 0; i < R; ++i) {
+    auto l = random_floats(n, gen, -6.f, 6.f);
+    if (rows[i].nan) l[n / 3] = std::nanf("");
+    logits.insert(logits.end(), l.begin(), l.end());
+    kernels::SampleRow row{.settings = rows[i].s, .u = cpu::uniform_from_bits(gen())};
+    for (uint32_t j = 0; j < rows[i].n_recent; ++j) row.recent.push_back(uint32_t(pick(gen)));
+    table.push_back(row);
+  }
+  // alone: each row through encode_sample, its ring the row's recent ids and a free slot
+  std::vector<uint32_t> want;
+  for (uint32_t i = 0; i < R; ++i) {
+    auto v = ctx.upload<float>(std::vector<float>(logits.begin() + size_t(i) * n, logits.begin() + size_t(i + 1) * n),
+                               WGPUBufferUsage_Storage, "row");
+    std::vector<uint32_t> ring = table[i].recent;
+    ring.push_back(kPoison);
+    auto ring_buf = ctx.upload<uint32_t>(ring, WGPUBufferUsage_Storage, "recent");
+    auto scratch = poisoned(ctx, kernels::sample_scratch_bytes(n) / 4, "scratch");
+    auto out = poisoned(ctx, 1, "out");
+    const kernels::SampleRecent r{.ids = &ring_buf,
+                                  .cap = uint32_t(ring.size()),
+                                  .n_recent = uint32_t(table[i].recent.size()),
+                                  .write_slot = uint32_t(table[i].recent.size())};
+    gpu::ComputeBatch batch(ctx);
+    kernels::encode_sample(batch, ctx, table[i].settings, table[i].u, v, n, r, scratch, out);
+    batch.submit_and_wait();
+    want.push_back(ctx.read<uint32_t>(out)[0]);
+  }
+  EXPECT_EQ(want[4], kernels::kSampleNonFinite);
+  // together
+  auto v = ctx.upload<float>(logits, WGPUBufferUsage_Storage, "rows");
+  auto params = ctx.create_buffer(kernels::sample_rows_params_bytes(R),
+                                  WGPUBufferUsage_Storage | WGPUBufferUsage_CopyDst, "params");
+  auto ids = ctx.create_buffer(4 * 1024, WGPUBufferUsage_Storage | WGPUBufferUsage_CopyDst, "recent ids");
+  auto scratch = poisoned(ctx, kernels::sample_rows_scratch_bytes(R, n) / 4, "scratch");
+  auto out = poisoned(ctx, R + 3, "out");
+  gpu::ComputeBatch batch(ctx);
+  kernels::encode_sample_rows(batch, ctx, table, v, n, params, ids, scratch, out);
+  batch.submit_and_wait();
+  const auto got = ctx.read<uint32_t>(out);
+  for (uint32_t i = 0; i < R; ++i) EXPECT_EQ(got[i], want[i]) << "row " << i;
+  for (uint32_t i = R; i < R + 3; ++i) EXPECT_EQ(got[i], kPoison) << "out word " << i << " was overwritten";
+  // argument checks
+  expect_throw([&] { kernels::encode_sample_rows(batch, ctx, {}, v, n, params, ids, scratch, out); }, "rows");
+  expect_throw([&] { kernels::encode_sample_rows(batch, ctx, table, v, n, params, ids, v, out); }, "scratch holds");
+  std::vector<kernels::SampleRow> bad = table;
+  bad[2].u = 1.f;
+  expect_throw([&] { kernels::encode_sample_rows(batch, ctx, bad, v, n, params, ids, scratch, out); }, "u 1 must be");
+}
+
 }  // namespace
 }  // namespace wgllm::test
