@@ -323,7 +323,7 @@ TEST(Sample, RowsAsIfAlone) {
     auto l = random_floats(n, gen, -6.f, 6.f);
     if (rows[i].nan) l[n / 3] = std::nanf("");
     logits.insert(logits.end(), l.begin(), l.end());
-    kernels::SampleRow row{.settings = rows[i].s, .u = cpu::uniform_from_bits(gen())};
+    kernels::SampleRow row{.settings = rows[i].s, .u = cpu::uniform_from_bits(gen()), .recent = {}};
     for (uint32_t j = 0; j < rows[i].n_recent; ++j) row.recent.push_back(uint32_t(pick(gen)));
     table.push_back(row);
   }
