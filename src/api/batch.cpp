@@ -6,9 +6,11 @@
 // every decoding slot is plain greedy (no penalty, no logprobs) and the model chooses tokens on the GPU
 // (LoadOptions::choose_on_gpu), their ids are chosen there (one argmax for all rows) and only the ids come back, the
 // next step of the same slots already queued behind it, fed those ids on the GPU (it serves the slots that go on
-// when some end; none is queued while a prompt is being fed, whose slot would join); otherwise the logits of each
-// decoding slot come back to the host, where its own sampler (penalties, filters, seeded draw) picks its token.
-// Either way a request's tokens do not depend on what runs beside it.
+// when some end; none is queued while a prompt is being fed, whose slot would join). Otherwise the GPU draws the token
+// of every slot it can (sample.wgsl with the slot's sampler's settings, uniform and recent ids: no presence or
+// frequency penalty, no logprobs, not sampling.host), all rows in one set of dispatches, and the logits come back to
+// the host only for the other slots, where each one's own sampler picks its token. Either way a request's tokens do
+// not depend on what runs beside it.
 #include "wgllm/batch.h"
 
 #include <algorithm>
@@ -345,6 +347,14 @@ struct BatchEngine::Impl {
            !q.logprobs && q.top_logprobs == 0;
   }
 
+  // Whether slot s's next token can be drawn on the GPU (sample.wgsl: the sampler's settings, uniform and recent ids),
+  // as it then always is, whatever runs beside it.
+  bool plain_sampled(const Slot& s) const {
+    const CompletionRequest& q = s.request->req;
+    return !q.sampling.host && q.presence_penalty == 0 && q.frequency_penalty == 0 && !q.logprobs &&
+           q.top_logprobs == 0;
+  }
+
   // Hands slot s's token `id` over (logits: its step's, for logprobs; empty when chosen on the GPU); false when the
   // request ends with it.
   bool hand_over(Slot& s, int32_t id, std::span<const float> logits) {
@@ -545,16 +555,38 @@ struct BatchEngine::Impl {
     }
     const bool on_gpu =
         choose_on_gpu && std::all_of(active.begin(), active.end(), [&](const Slot* s) { return plain_greedy(*s); });
+    // Otherwise the slots whose tokens the GPU draws (every one it can, so that a request's tokens never depend on
+    // its company): their rows' settings, uniforms and recent ids; the logits come back only for the others.
+    std::vector<uint8_t> drawn(active.size(), 0);
+    std::vector<kernels::SampleRow> rows;
+    if (!on_gpu && choose_on_gpu)
+      for (size_t i = 0; i < active.size(); ++i) drawn[i] = plain_sampled(*active[i]);
+    const bool any_drawn = std::find(drawn.begin(), drawn.end(), 1) != drawn.end();
+    const bool all_drawn = std::find(drawn.begin(), drawn.end(), 0) == drawn.end();
     std::vector<float> logits;
     std::vector<int32_t> chosen;
     try {
       // The next step is queued behind this one unless a prompt being fed may join it (it would be dropped).
       const bool none_joining =
           std::none_of(slots.begin(), slots.end(), [](const Slot& s) { return s.prefilling(); });
-      if (on_gpu)
+      if (on_gpu) {
         chosen = decode->step_argmax(sessions, ids, none_joining);
-      else
+      } else if (any_drawn) {
+        for (size_t i = 0; i < active.size(); ++i) {
+          kernels::SampleRow row;  // (greedy, for a row sampled on the host from its logits)
+          row.settings.temperature = 0;
+          if (drawn[i]) {
+            Sampler& sampler = *active[i]->sampler;
+            row.settings = sample_settings(sampler.params());
+            row.u = sampler.next_uniform();
+            if (row.settings.repeat_penalty != 1.f) row.recent.assign(sampler.recent().begin(), sampler.recent().end());
+          }
+          rows.push_back(std::move(row));
+        }
+        chosen = decode->step_sample(sessions, ids, rows, all_drawn ? nullptr : &logits);
+      } else {
         logits = decode->step(sessions, ids);
+      }
     } catch (const std::exception& e) {
       for (Slot* s : active) finish(*s, StopReason::Caller, e.what());
       return;
@@ -565,7 +597,7 @@ struct BatchEngine::Impl {
       stats.steps_run_ahead = decode->ahead_steps();
       stats.steps_run_ahead_dropped = decode->dropped_steps();
     }
-    if (on_gpu) {
+    if (on_gpu || all_drawn) {
       {
         std::lock_guard lock(mu);
         ++stats.steps_chosen_on_gpu;
@@ -577,7 +609,14 @@ struct BatchEngine::Impl {
       return;
     }
     const size_t V = model.info().n_vocab;
-    for (size_t i = 0; i < active.size(); ++i) take(*active[i], std::span(logits).subspan(i * V, V));
+    for (size_t i = 0; i < active.size(); ++i) {
+      if (drawn[i]) {
+        active[i]->sampler->accept(chosen[i]);
+        hand_over(*active[i], chosen[i], {});
+      } else {
+        take(*active[i], std::span(logits).subspan(i * V, V));
+      }
+    }
   }
 
   void run() {

@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <numeric>
 #include <string>
 
 #include "kernels/argmax.h"
 #include "kernels/attention.h"
 #include "kernels/embedding.h"
 #include "kernels/matmul.h"
+#include "kernels/sample.h"
 #include "kernels/scale.h"
 #include "model/arch/arch.h"
 #include "model/blocks.h"
@@ -28,6 +30,8 @@ struct GpuBatchDecode::Buffers {
   // parity (a step run ahead copies into the other while the host reads this one's); the argmax's partials.
   std::array<gpu::Buffer, 2> chosen_host;
   gpu::Buffer argmax_scratch;
+  // step_sample's: the rows' parameters, their recent ids (grown as needed) and scratch, made on its first call
+  gpu::Buffer sample_params, sample_recent, sample_scratch;
   gpu::Buffer ids_before;  // [n] u32: a step's chosen ids, when the step after it takes only some of their rows
   gpu::Buffer rows;     // [n] (position, K offset, V offset, 0): the RoPE + append of every sequence (shared_kv)
   gpu::Buffer queries;  // [n] (position, first page): the attention of every sequence (shared_kv)
@@ -119,23 +123,16 @@ std::vector<float> GpuBatchDecode::step(std::span<GpuSession* const> sessions, s
   std::unique_ptr<Prepared> prepared = std::move(next_);
   const bool hit = prepared && prepared->profiler == ctx_.profiler() && same_sessions(sessions, prepared->sessions) &&
                    at_positions(sessions, prepared->positions);
-  Encoded step = hit ? std::move(prepared->step) : encode_step(sessions, false, 0);
+  Encoded step = hit ? std::move(prepared->step) : encode_step(sessions, Tail::None, 0);
   prepared.reset();
+  encode_tail(*step.batch, N, {}, true, 0);
   ctx_.write_buffer(buf_->layer.ids, 0, ids.data(), ids.size_bytes());
   step.batch->submit();
   if (hit) ++prepared_steps_;
   if (step.shared) ++shared_steps_;
   advance(sessions, ids);
   // While the GPU works, the next step of the same sessions (the likely next call), where each has room for it.
-  if (all_have_room(sessions)) try {
-      auto next = std::make_unique<Prepared>();
-      next->sessions.assign(sessions.begin(), sessions.end());
-      for (const GpuSession* s : sessions) next->positions.push_back(s->n_past_);
-      next->profiler = ctx_.profiler();
-      next->step = encode_step(sessions, false, 0);
-      next_ = std::move(next);
-    } catch (const KvPoolFull&) {  // no page for it now: the next call encodes its own step
-    }
+  prepare_next(sessions);
   std::vector<float> logits(size_t(N) * V);
   const auto w0 = std::chrono::steady_clock::now();
   ctx_.read_mapped(buf_->logits_host, 0, logits.data(), uint64_t(N) * V * 4);
@@ -171,7 +168,7 @@ std::vector<int32_t> GpuBatchDecode::step_argmax(std::span<GpuSession* const> se
   } else {
     if (ahead) ++dropped_steps_;
     ctx_.write_buffer(buf_->layer.ids, 0, ids.data(), ids.size_bytes());
-    step = submit(encode_step(sessions, true, parity_), parity_, N);
+    step = submit(encode_step(sessions, Tail::Argmax, parity_), parity_, N);
     parity_ ^= 1;
     rows.resize(N);
     for (uint32_t i = 0; i < N; ++i) rows[i] = i;
@@ -192,7 +189,7 @@ std::vector<int32_t> GpuBatchDecode::step_argmax(std::span<GpuSession* const> se
     next->profiler = ctx_.profiler();
     // Its input: this step's ids, or when this step ran more sessions, their rows of them.
     const std::span<const uint32_t> id_rows = step.n_rows == N ? std::span<const uint32_t>() : rows;
-    next->step = submit(encode_step(sessions, true, parity_, id_rows), parity_, N);
+    next->step = submit(encode_step(sessions, Tail::Argmax, parity_, id_rows), parity_, N);
     parity_ ^= 1;
     ahead_ = std::move(next);
   }
@@ -210,6 +207,57 @@ std::vector<int32_t> GpuBatchDecode::step_argmax(std::span<GpuSession* const> se
   }
   if (ahead_) ahead_->fed = chosen;
   return chosen;
+}
+
+std::vector<int32_t> GpuBatchDecode::step_sample(std::span<GpuSession* const> sessions, std::span<const int32_t> ids,
+                                                 std::span<const kernels::SampleRow> rows, std::vector<float>* logits) {
+  check_step(sessions, ids, "GpuBatchDecode::step_sample");
+  const uint32_t N = uint32_t(sessions.size()), V = model_.config.n_vocab;
+  if (rows.size() != N)
+    throw InvalidArgument("GpuBatchDecode::step_sample: " + std::to_string(rows.size()) + " sampling rows for " +
+                          std::to_string(N) + " sessions");
+  drop_ahead();
+  // as step(): the step encoded while the one before ran, its choice of the ids appended
+  std::unique_ptr<Prepared> prepared = std::move(next_);
+  const bool hit = prepared && prepared->profiler == ctx_.profiler() && same_sessions(sessions, prepared->sessions) &&
+                   at_positions(sessions, prepared->positions);
+  Encoded encoded = hit ? std::move(prepared->step) : encode_step(sessions, Tail::None, 0);
+  prepared.reset();
+  encode_tail(*encoded.batch, N, rows, logits != nullptr, parity_);
+  ctx_.write_buffer(buf_->layer.ids, 0, ids.data(), ids.size_bytes());
+  const InFlight step = submit(std::move(encoded), parity_, N);
+  parity_ ^= 1;
+  if (hit) ++prepared_steps_;
+  if (step.shared) ++shared_steps_;
+  advance(sessions, ids);
+  prepare_next(sessions);
+  std::vector<uint32_t> all(N);
+  const auto w0 = std::chrono::steady_clock::now();
+  ctx_.read_mapped(buf_->chosen_host[step.parity], 0, all.data(), uint64_t(N) * 4, step.done_at);
+  if (logits) {
+    logits->resize(size_t(N) * V);
+    ctx_.read_mapped(buf_->logits_host, 0, logits->data(), uint64_t(N) * V * 4);
+  }
+  wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
+  std::vector<int32_t> chosen(N);
+  for (uint32_t i = 0; i < N; ++i) {
+    if (all[i] == kernels::kSampleNonFinite) throw non_finite_logits(sessions[i]->n_past_ - 1, i);
+    chosen[i] = int32_t(all[i]);
+  }
+  return chosen;
+}
+
+void GpuBatchDecode::prepare_next(std::span<GpuSession* const> sessions) {
+  if (!all_have_room(sessions)) return;
+  try {
+    auto next = std::make_unique<Prepared>();
+    next->sessions.assign(sessions.begin(), sessions.end());
+    for (const GpuSession* s : sessions) next->positions.push_back(s->n_past_);
+    next->profiler = ctx_.profiler();
+    next->step = encode_step(sessions, Tail::None, 0);
+    next_ = std::move(next);
+  } catch (const KvPoolFull&) {  // no page for it now: the next call encodes its own step
+  }
 }
 
 void GpuBatchDecode::drop_ahead() {
@@ -275,8 +323,8 @@ void GpuBatchDecode::check_step(std::span<GpuSession* const> sessions, std::span
   }
 }
 
-GpuBatchDecode::Encoded GpuBatchDecode::encode_step(std::span<GpuSession* const> sessions, bool argmax,
-                                                    uint32_t parity, std::span<const uint32_t> id_rows) {
+GpuBatchDecode::Encoded GpuBatchDecode::encode_step(std::span<GpuSession* const> sessions, Tail tail, uint32_t parity,
+                                                    std::span<const uint32_t> id_rows) {
   const ModelConfig& c = model_.config;
   const uint32_t N = uint32_t(sessions.size()), V = c.n_vocab;
   for (GpuSession* s : sessions) s->state_.reserve(s->n_past_ + 1);  // KvPoolFull: before anything is encoded
@@ -430,7 +478,33 @@ GpuBatchDecode::Encoded GpuBatchDecode::encode_step(std::span<GpuSession* const>
       {.norm = &model_.weights.output_norm, .eps = c.rms_eps, .impl = kernels::token_independent_impl(ctx_)});
   if (c.final_logit_softcap > 0)
     kernels::encode_scale(batch, ctx_, bb.logits, uint64_t(N) * V, 1.f, c.final_logit_softcap);
-  if (argmax) {
+  if (tail == Tail::Argmax) encode_tail(batch, N, {}, false, parity);
+  return {std::move(owned), shared};
+}
+
+void GpuBatchDecode::encode_tail(gpu::ComputeBatch& batch, uint32_t N, std::span<const kernels::SampleRow> sample,
+                                 bool logits_too, uint32_t parity) {
+  Buffers& bb = *buf_;
+  SessionBuffers& b = bb.layer;
+  const uint32_t V = model_.config.n_vocab;
+  if (!sample.empty()) {
+    // each row's id drawn here into the ids the next step reads; the ids come back (and the logits too, for the
+    // caller's own sampling of other rows)
+    const uint64_t recent = std::max<uint64_t>(
+        4, 4 * std::accumulate(sample.begin(), sample.end(), uint64_t(0),
+                               [](uint64_t a, const kernels::SampleRow& r) { return a + r.recent.size(); }));
+    if (!bb.sample_params.size) {
+      bb.sample_params = ctx_.create_buffer(kernels::sample_rows_params_bytes(max_), kStorage, "batch sample params");
+      bb.sample_scratch =
+          ctx_.create_buffer(kernels::sample_rows_scratch_bytes(max_, V), kStorage, "batch sample scratch");
+    }
+    if (bb.sample_recent.size < recent)
+      bb.sample_recent = ctx_.create_buffer(std::max<uint64_t>(recent, 4096), kStorage, "batch sample recent ids");
+    kernels::encode_sample_rows(batch, ctx_, sample, bb.logits, V, bb.sample_params, bb.sample_recent,
+                                bb.sample_scratch, b.ids);
+    batch.copy(b.ids, 0, bb.chosen_host[parity], 0, uint64_t(N) * 4);
+    if (logits_too) batch.copy(bb.logits, 0, bb.logits_host, 0, uint64_t(N) * V * 4);
+  } else if (!logits_too) {
     // each row's id chosen here (the lowest index of its largest logit) into the ids the next step reads; only the
     // ids come back
     kernels::encode_argmax(batch, ctx_, bb.logits, V, bb.argmax_scratch, b.ids, 0, N);
@@ -438,7 +512,6 @@ GpuBatchDecode::Encoded GpuBatchDecode::encode_step(std::span<GpuSession* const>
   } else {
     batch.copy(bb.logits, 0, bb.logits_host, 0, uint64_t(N) * V * 4);
   }
-  return {std::move(owned), shared};
 }
 
 }  // namespace wgllm

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "gpu/batch.h"
+#include "kernels/sample.h"
 #include "model/transformer.h"
 
 namespace wgllm {
@@ -34,6 +35,13 @@ class GpuBatchDecode {
   // knows its next call will bring another session (BatchEngine: a prompt about to join) leaves queue_next off.
   std::vector<int32_t> step_argmax(std::span<GpuSession* const> sessions, std::span<const int32_t> ids,
                                    bool queue_next = true);
+
+  // The step with row i's token drawn on the GPU as sample.wgsl draws it (kernels::encode_sample_rows with rows[i]'s
+  // settings, uniform and recent ids: the id encode_sample gives that sequence's logits alone), all rows in one set of
+  // dispatches; only the ids come back, and with `logits` also every row's logits ([sessions.size()][n_vocab]) for
+  // rows the caller samples itself. No step is queued ahead. Throws ModelError where a row's logits are not finite.
+  std::vector<int32_t> step_sample(std::span<GpuSession* const> sessions, std::span<const int32_t> ids,
+                                   std::span<const kernels::SampleRow> rows, std::vector<float>* logits = nullptr);
 
   uint32_t max_sequences() const { return max_; }
   uint64_t bind_groups_made() const { return bind_cache_->misses(); }
@@ -73,10 +81,17 @@ class GpuBatchDecode {
   // InvalidArgument (naming fn) for a bad id, a full, foreign or repeated session or too many sessions.
   void check_step(std::span<GpuSession* const> sessions, std::span<const int32_t> ids, const char* fn) const;
   // The step of each session at its position, ids read from the ids buffer when it runs (with id_rows, session i's
-  // from row id_rows[i] of it): its logits copied to the mappable buffer, or with argmax each row's chosen id written
-  // over the ids and copied to readback buffer `parity`. Writes the positions' table buffers.
-  Encoded encode_step(std::span<GpuSession* const> sessions, bool argmax, uint32_t parity,
+  // from row id_rows[i] of it), up to its logits, then `tail`'s encode_tail. Writes the positions' table buffers.
+  enum class Tail { None, Argmax };
+  Encoded encode_step(std::span<GpuSession* const> sessions, Tail tail, uint32_t parity,
                       std::span<const uint32_t> id_rows = {});
+  // After a step's logits: with `sample` each row's id drawn by encode_sample_rows, else with logits_too none, else
+  // each row's argmax; the ids written over the ids buffer and copied to readback buffer `parity`; with logits_too
+  // the logits copied to the mappable buffer.
+  void encode_tail(gpu::ComputeBatch& batch, uint32_t n, std::span<const kernels::SampleRow> sample, bool logits_too,
+                   uint32_t parity);
+  // step()'s: the next step of the same sessions encoded (without its tail) while this one runs, where each has room.
+  void prepare_next(std::span<GpuSession* const> sessions);
   gpu::Context& ctx_;
   const GpuModel& model_;
   uint32_t max_;

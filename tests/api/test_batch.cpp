@@ -94,6 +94,14 @@ void a_then_b_then_c(BatchEngine& engine, const CompletionRequest& a, const Comp
   third.wait();
 }
 
+// The default model with its tokens chosen on the GPU or on the host (LoadOptions::choose_on_gpu).
+Model default_model_choosing(bool on_gpu) {
+  LoadOptions o;
+  o.n_ctx = 256;
+  o.choose_on_gpu = on_gpu;
+  return Model::load(default_model_gguf(), o, "built-in");
+}
+
 CompletionRequest greedy(const std::string& prompt, uint32_t max_tokens) {
   CompletionRequest r;
   r.prompt = model().encode(prompt);
@@ -435,13 +443,7 @@ TEST(BatchEngine, RecurrentModelsPromptCacheComesBackFromCheckpoints) {
 }
 
 TEST(BatchEngine, GreedyTokensChosenOnTheGpuEqualTheHostsChoice) {
-  auto load = [](bool gpu) {
-    LoadOptions o;
-    o.n_ctx = 256;
-    o.choose_on_gpu = gpu;
-    return Model::load(default_model_gguf(), o, "built-in");
-  };
-  const Model on_host = load(false), on_gpu = load(true);
+  const Model on_host = default_model_choosing(false), on_gpu = default_model_choosing(true);
   auto run = [](const Model& m, bool with_logprobs) {
     BatchEngine engine(m, {.parallel = 16, .prefill_chunk = 7});
     std::vector<Collector> cs(kPrompts.size());
@@ -473,6 +475,64 @@ TEST(BatchEngine, GreedyTokensChosenOnTheGpuEqualTheHostsChoice) {
   alone.submit(greedy(kPrompts[5], 20), c.callback());
   c.wait();
   EXPECT_EQ(c.ids, host[5]);
+}
+
+// Sampled requests on the GPU (sample.wgsl draws each row's token with its sampler's uniform and recent ids): the
+// same tokens alone as beside others (greedy ones, a logprobs request whose step logits come back, other settings),
+// and the tokens the host's sampler draws with the same seeds.
+TEST(BatchEngine, SampledTokensOnTheGpuAloneOrBesideOthersAsOnTheHost) {
+  const Model on_host = default_model_choosing(false), on_gpu = default_model_choosing(true);
+  std::vector<CompletionRequest> reqs;
+  const SamplingParams modes[] = {
+      {.temperature = 0.9f, .top_k = 20, .top_p = 0.95f, .min_p = 0.f, .seed = 1},
+      {.temperature = 1.2f, .top_k = 0, .top_p = 0.9f, .min_p = 0.05f, .seed = 2},
+      {.temperature = 0.7f, .top_k = 4, .top_p = 1.f, .min_p = 0.f, .seed = 3},  // the fast path
+      {.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f, .repeat_penalty = 1.3f, .seed = 4},
+      {.temperature = 1.f,
+       .top_k = 0,
+       .top_p = 1.f,
+       .min_p = 0.f,
+       .repeat_penalty = 0.8f,
+       .repeat_last_n = -1,
+       .seed = 5},
+  };
+  for (size_t i = 0; i < std::size(modes); ++i) {
+    CompletionRequest r = greedy(kPrompts[i], 24);
+    r.sampling = modes[i];
+    reqs.push_back(r);
+  }
+  const size_t n_sampled = reqs.size();
+  reqs.push_back(greedy(kPrompts[8], 24));
+  CompletionRequest lp = greedy(kPrompts[9], 24);
+  lp.logprobs = true;
+  reqs.push_back(lp);
+  auto run = [&](const Model& m, size_t count, size_t only = SIZE_MAX) {
+    BatchEngine engine(m, {.parallel = 8, .prefill_chunk = 7});
+    std::vector<Collector> cs(count);
+    for (size_t i = 0; i < count; ++i)
+      if (only == SIZE_MAX || i == only) engine.submit(reqs[i], cs[i].callback());
+    std::vector<std::vector<int32_t>> ids(count);
+    for (size_t i = 0; i < count; ++i)
+      if (only == SIZE_MAX || i == only) {
+        cs[i].wait();
+        ids[i] = cs[i].ids;
+      }
+    return std::pair{ids, engine.stats()};
+  };
+  const auto [host, host_stats] = run(on_host, reqs.size());
+  const auto [together, together_stats] = run(on_gpu, reqs.size());
+  const auto [sampled, sampled_stats] = run(on_gpu, n_sampled);
+  EXPECT_EQ(host_stats.steps_chosen_on_gpu, 0u);
+  EXPECT_GT(sampled_stats.steps_chosen_on_gpu, 0u) << "steps of sampled requests alone drawn on the GPU";
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    SCOPED_TRACE("request " + std::to_string(i));
+    ASSERT_EQ(together[i].size(), 24u);
+    EXPECT_EQ(together[i], host[i]);
+    if (i < n_sampled) {
+      EXPECT_EQ(sampled[i], host[i]);
+      EXPECT_EQ(run(on_gpu, reqs.size(), i).first[i], host[i]) << "alone";
+    }
+  }
 }
 
 // The text of the events is the decoded text of the ids (UTF-8 whole), and it is what Session::generate gives.
