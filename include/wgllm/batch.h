@@ -99,8 +99,8 @@ struct BatchStats {
   uint64_t prompt_tokens_cached = 0;                 // of prompt_tokens: positions kept from earlier requests
   uint64_t prompt_tokens_shared = 0;  // of those, positions another slot's cache held (its KV pages shared, not copied)
   uint64_t steps = 0;                                // forward steps run
-  uint64_t steps_chosen_on_gpu = 0;  // decode steps whose tokens were chosen on the GPU (all plain greedy), only
-                                     // their ids read back
+  uint64_t steps_chosen_on_gpu = 0;  // decode steps whose tokens were all chosen on the GPU (greedy or sampled, no
+                                     // logprobs or presence / frequency penalty), only their ids read back
   uint64_t steps_encoded_ahead = 0;  // decode steps encoded while the step before them ran (the same sequences)
   // Decode steps chosen on the GPU that were queued before the host had read the ids they feed (the step before
   // chose them on the GPU), so the GPU went from one step to the next; and those queued so but not taken (a request
