@@ -222,7 +222,8 @@ struct ParallelRun {
   double host_us_per_step = 0;  // the engine's host work per decode step (BatchStats::decode_host_seconds)
 };
 
-ParallelRun time_parallel(const Model& model, uint32_t n, uint32_t n_prompt, uint32_t n_gen, uint32_t chunk) {
+ParallelRun time_parallel(const Model& model, uint32_t n, uint32_t n_prompt, uint32_t n_gen, uint32_t chunk,
+                          const SamplingParams& sampling) {
   using clock = std::chrono::steady_clock;
   BatchEngine engine(model, {.parallel = n, .queue = n, .n_ctx = n_prompt + n_gen + 1, .prefill_chunk = chunk});
   struct Stream {
@@ -236,7 +237,8 @@ ParallelRun time_parallel(const Model& model, uint32_t n, uint32_t n_prompt, uin
   for (uint32_t i = 0; i < n; ++i) {
     CompletionRequest r;
     r.prompt = random_tokens(std::max<uint32_t>(n_prompt, 1), model.info().n_vocab, 100 + i);
-    r.sampling.temperature = 0;
+    r.sampling = sampling;  // each stream its own seed
+    r.sampling.seed = sampling.seed + i;
     r.max_tokens = n_gen;
     engine.submit(std::move(r), [&, i](const CompletionEvent& e) {
       std::lock_guard lock(mu);
@@ -327,11 +329,11 @@ int bench(const BenchOptions& o) {
   if (!o.parallel.empty()) {
     const uint32_t chunk = std::min<uint32_t>(o.ubatch, 128);
     time_parallel(model, *std::max_element(o.parallel.begin(), o.parallel.end()), o.n_prompt,
-                  std::min<uint32_t>(o.n_gen, 8), chunk);
+                  std::min<uint32_t>(o.n_gen, 8), chunk, o.sampling);
     for (uint32_t n : o.parallel) {
       std::vector<double> v, host;
       for (uint32_t r = 0; r < std::max<uint32_t>(o.repeats, 1); ++r) {
-        const ParallelRun run = time_parallel(model, n, o.n_prompt, o.n_gen, chunk);
+        const ParallelRun run = time_parallel(model, n, o.n_prompt, o.n_gen, chunk, o.sampling);
         v.push_back(run.tg_tokens_per_s);
         host.push_back(run.host_us_per_step);
       }
@@ -422,9 +424,9 @@ int bench(const BenchOptions& o) {
                 stats(tg_work_us).median, 1e6 / stats(tg).median);
   if (!par.empty()) {
     std::printf(
-        "\ncontinuous batching (BatchEngine): N streams, each pp%u then tg%u greedy; aggregate tg t/s once every "
+        "\ncontinuous batching (BatchEngine): N streams, each pp%u then tg%u %s; aggregate tg t/s once every "
         "stream has its first token\n",
-        o.n_prompt, o.n_gen);
+        o.n_prompt, o.n_gen, sampling_name(o.sampling).c_str());
     std::printf("| %7s | %24s | %12s | %14s | %18s |\n", "streams", "t/s (median [min, max])", "per stream",
                 "vs 1st row", "host us / step");
     std::printf("|%s|%s|%s|%s|%s|\n", std::string(9, '-').c_str(), std::string(26, '-').c_str(),
@@ -458,7 +460,8 @@ const Register reg{
                     "per dispatch, so not identical to the normal run)");
        app.add_flag("--tg-host", o->tg_host,
                     "also time tg with each step's logits read back and its token chosen on the host");
-       app.add_option("--temp", o->sampling.temperature, "tg temperature (0: greedy)")->capture_default_str();
+       app.add_option("--temp", o->sampling.temperature, "tg's (and --parallel's) temperature (0: greedy)")
+           ->capture_default_str();
        app.add_option("--top-k", o->sampling.top_k, "tg top-k (0: off)")->capture_default_str();
        app.add_option("--top-p", o->sampling.top_p, "tg top-p (1: off)")->capture_default_str();
        app.add_option("--min-p", o->sampling.min_p, "tg min-p (0: off)")->capture_default_str();
@@ -497,7 +500,8 @@ const Register reg{
            ->group("Advanced");
        app.add_option("--parallel", o->parallel,
                       "then N concurrent streams (a list: 1,4,16) through continuous batching, each -p prompt "
-                      "tokens and -n generated: aggregate generation t/s")
+                      "tokens and -n generated (greedy, or sampled as --temp etc. say, each stream its own seed): "
+                      "aggregate generation t/s")
            ->delimiter(',');
        return [o] { return bench(*o); };
      }}};
