@@ -559,7 +559,7 @@ struct BatchEngine::Impl {
     // its company): their rows' settings, uniforms and recent ids; the logits come back only for the others.
     std::vector<uint8_t> drawn(active.size(), 0);
     std::vector<kernels::SampleRow> rows;
-    if (!on_gpu && choose_on_gpu)
+    if (!on_gpu && choose_on_gpu && decode->samples_rows())
       for (size_t i = 0; i < active.size(); ++i) drawn[i] = plain_sampled(*active[i]);
     const bool any_drawn = std::find(drawn.begin(), drawn.end(), 1) != drawn.end();
     const bool all_drawn = std::find(drawn.begin(), drawn.end(), 0) == drawn.end();

@@ -216,6 +216,9 @@ std::vector<int32_t> GpuBatchDecode::step_sample(std::span<GpuSession* const> se
   if (rows.size() != N)
     throw InvalidArgument("GpuBatchDecode::step_sample: " + std::to_string(rows.size()) + " sampling rows for " +
                           std::to_string(N) + " sessions");
+  if (!samples_rows())
+    throw InvalidArgument("GpuBatchDecode::step_sample: the scratch of " + std::to_string(max_) + " rows of " +
+                          std::to_string(V) + " logits exceeds one binding (samples_rows)");
   drop_ahead();
   // as step(): the step encoded while the one before ran, its choice of the ids appended
   std::unique_ptr<Prepared> prepared = std::move(next_);
@@ -245,6 +248,12 @@ std::vector<int32_t> GpuBatchDecode::step_sample(std::span<GpuSession* const> se
     chosen[i] = int32_t(all[i]);
   }
   return chosen;
+}
+
+bool GpuBatchDecode::samples_rows() const {
+  const uint64_t V = model_.config.n_vocab;
+  return kernels::sample_rows_scratch_bytes(max_, uint32_t(V)) <= ctx_.max_binding_size() &&
+         kernels::sample_rows_scratch_bytes(max_, uint32_t(V)) / 4 <= UINT32_MAX && uint64_t(max_) * V <= UINT32_MAX;
 }
 
 void GpuBatchDecode::prepare_next(std::span<GpuSession* const> sessions) {

@@ -43,6 +43,10 @@ class GpuBatchDecode {
   std::vector<int32_t> step_sample(std::span<GpuSession* const> sessions, std::span<const int32_t> ids,
                                    std::span<const kernels::SampleRow> rows, std::vector<float>* logits = nullptr);
 
+  // Whether step_sample takes max_sequences() rows: their scratch fits one binding (kernels::sample_rows_scratch_bytes;
+  // about 16 bytes a row and vocabulary entry). Fixed for its life, so a caller can choose by it once.
+  bool samples_rows() const;
+
   uint32_t max_sequences() const { return max_; }
   uint64_t bind_groups_made() const { return bind_cache_->misses(); }
   // Steps that ran every sequence's RoPE + append and attention as one dispatch each (shared_kv), over its life.

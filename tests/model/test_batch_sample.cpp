@@ -69,6 +69,7 @@ TEST_P(BatchSample, RowsDrawAsIfAlone) {
   };
   ASSERT_TRUE(kernels::sample_fast_path(V, settings[0])) << "vocabulary " << V;
   GpuBatchDecode bd(ctx, gm, 3), bd_alone(ctx, gm, 3);
+  ASSERT_TRUE(bd.samples_rows());
   std::vector<int32_t> next(3);
   for (int32_t& id : next) id = any(gen);
   const std::vector<std::vector<uint32_t>> groups = {{0, 1, 2}, {2, 0}, {1}, {0, 1, 2}, {0, 1, 2}};
