@@ -25,6 +25,7 @@ struct BenchOptions {
   bool json = false;
   bool profile = false;  // after the table: GPU time per kernel of one prompt (n_prompt) and n_gen decode steps
   bool tg_host = false;  // also time tg with every step's token chosen on the host from its logits read back
+  bool parallel_host = false;  // --parallel's streams choose their tokens on the host (SamplingParams::host)
   SamplingParams sampling{.temperature = 0};  // tg's token choice (default greedy)
   int32_t layers_per_submit = -1;
   std::optional<uint32_t> prompt_digits;    // LoadOptions::prompt_digits
@@ -328,12 +329,14 @@ int bench(const BenchOptions& o) {
   std::vector<Par> par;
   if (!o.parallel.empty()) {
     const uint32_t chunk = std::min<uint32_t>(o.ubatch, 128);
+    SamplingParams par_sampling = o.sampling;
+    par_sampling.host = o.parallel_host;
     time_parallel(model, *std::max_element(o.parallel.begin(), o.parallel.end()), o.n_prompt,
-                  std::min<uint32_t>(o.n_gen, 8), chunk, o.sampling);
+                  std::min<uint32_t>(o.n_gen, 8), chunk, par_sampling);
     for (uint32_t n : o.parallel) {
       std::vector<double> v, host;
       for (uint32_t r = 0; r < std::max<uint32_t>(o.repeats, 1); ++r) {
-        const ParallelRun run = time_parallel(model, n, o.n_prompt, o.n_gen, chunk, o.sampling);
+        const ParallelRun run = time_parallel(model, n, o.n_prompt, o.n_gen, chunk, par_sampling);
         v.push_back(run.tg_tokens_per_s);
         host.push_back(run.host_us_per_step);
       }
@@ -426,7 +429,7 @@ int bench(const BenchOptions& o) {
     std::printf(
         "\ncontinuous batching (BatchEngine): N streams, each pp%u then tg%u %s; aggregate tg t/s once every "
         "stream has its first token\n",
-        o.n_prompt, o.n_gen, sampling_name(o.sampling).c_str());
+        o.n_prompt, o.n_gen, (sampling_name(o.sampling) + (o.parallel_host ? ", chosen on the host" : "")).c_str());
     std::printf("| %7s | %24s | %12s | %14s | %18s |\n", "streams", "t/s (median [min, max])", "per stream",
                 "vs 1st row", "host us / step");
     std::printf("|%s|%s|%s|%s|%s|\n", std::string(9, '-').c_str(), std::string(26, '-').c_str(),
@@ -460,6 +463,8 @@ const Register reg{
                     "per dispatch, so not identical to the normal run)");
        app.add_flag("--tg-host", o->tg_host,
                     "also time tg with each step's logits read back and its token chosen on the host");
+       app.add_flag("--parallel-host", o->parallel_host,
+                    "--parallel's streams read their logits back and choose their tokens on the host");
        app.add_option("--temp", o->sampling.temperature, "tg's (and --parallel's) temperature (0: greedy)")
            ->capture_default_str();
        app.add_option("--top-k", o->sampling.top_k, "tg top-k (0: off)")->capture_default_str();
