@@ -341,11 +341,7 @@ struct BatchEngine::Impl {
   }
 
   // Whether slot s's next token is the argmax of its logits as they come, which the GPU can choose.
-  bool plain_greedy(const Slot& s) const {
-    const CompletionRequest& q = s.request->req;
-    return s.sampler->argmax_only() && !q.sampling.host && q.presence_penalty == 0 && q.frequency_penalty == 0 &&
-           !q.logprobs && q.top_logprobs == 0;
-  }
+  bool plain_greedy(const Slot& s) const { return s.sampler->argmax_only() && plain_sampled(s); }
 
   // Whether slot s's next token can be drawn on the GPU (sample.wgsl: the sampler's settings, uniform and recent ids),
   // as it then always is, whatever runs beside it.

@@ -378,58 +378,26 @@ GpuBatchDecode::Encoded GpuBatchDecode::encode_step(std::span<GpuSession* const>
     rows.shared = shared_kv_;
     rows.max_pos = max_pos;
   }
-  // One dispatch for every sequence's short convolution when their rings are views of one pool per layer, each
-  // sequence's at the same offset in every conv layer.
-  if (!c.conv_layers.empty()) {
-    const SequenceState& s0 = sessions[0]->state_;
-    bool pooled = true;
-    int first_conv = -1;
-    std::vector<uint32_t> table(size_t(N) * 2);
-    for (uint32_t l = 0; l < c.n_layer && pooled; ++l) {
-      if (!c.is_conv(l)) continue;
-      if (first_conv < 0) first_conv = int(l);
-      const uint32_t f = uint32_t(first_conv);
-      for (uint32_t i = 0; i < N && pooled; ++i) {
-        const SequenceState& st = sessions[i]->state_;
-        const uint64_t at = st.conv_at[l];
-        pooled = st.conv[l].get() == s0.conv[l].get() && st.conv_rows == s0.conv_rows && at == st.conv_at[f] &&
-                 at + st.conv_bytes[l] <= st.conv[l].size && at / 4 <= UINT32_MAX;
-        table[i * 2] = sessions[i]->n_past_;
-        table[i * 2 + 1] = uint32_t(at / 4);
-      }
+  // One dispatch a layer for every sequence's short convolution or DeltaNet step when their rings (and recurrent
+  // states) are views of one SharedKv's pools, each sequence's at the same offsets in every layer
+  // (SequenceState::pooled_rings).
+  const SequenceState& s0 = sessions[0]->state_;
+  bool pooled = s0.conv_rows > 0;
+  for (GpuSession* s : sessions) pooled = pooled && s->state_.pooled_rings && s->state_.shared == s0.shared;
+  if (pooled) {
+    uint32_t f = 0;  // the first layer with a ring (a model has one kind: lfm2's conv, qwen35's DeltaNet)
+    while (!c.is_conv(f) && !c.is_delta(f)) ++f;
+    std::vector<uint32_t> table;
+    for (GpuSession* s : sessions) {
+      const SequenceState& st = s->state_;
+      const uint32_t pos = s->n_past_;
+      table.insert(table.end(), {pos, uint32_t(st.conv_at[f] / 4)});
+      if (c.is_delta(f))
+        table.insert(table.end(), {uint32_t(st.delta_at[f][pos % 2] / 4), uint32_t(st.delta_at[f][(pos + 1) % 2] / 4)});
     }
-    if (pooled) {
-      ctx_.write_buffer(bb.conv_seqs, 0, table.data(), table.size() * 4);
-      rows.conv_seqs = &bb.conv_seqs;
-    }
-  }
-  // One dispatch for every sequence's DeltaNet step when its rings and states are views of one pool per layer, each
-  // sequence's at the same offsets in every DeltaNet layer.
-  if (!c.delta_layers.empty()) {
-    bool pooled = true;
-    int first_delta = -1;
-    std::vector<uint32_t> table(size_t(N) * 4);
-    for (uint32_t l = 0; l < c.n_layer && pooled; ++l) {
-      if (!c.is_delta(l)) continue;
-      if (first_delta < 0) first_delta = int(l);
-      const uint32_t d = uint32_t(first_delta);
-      for (uint32_t i = 0; i < N && pooled; ++i) {
-        const SequenceState& st = sessions[i]->state_;
-        const uint32_t pos = sessions[i]->n_past_;
-        pooled = st.delta_bytes > 0 && st.conv[l].get() == sessions[0]->state_.conv[l].get() &&
-                 st.delta[l][0].get() == sessions[0]->state_.delta[l][0].get() &&
-                 st.delta[l][1].get() == st.delta[l][0].get() && st.conv_at[l] == st.conv_at[d] &&
-                 st.delta_at[l] == st.delta_at[d] && st.conv_rows == sessions[0]->state_.conv_rows;
-        table[i * 4] = pos;
-        table[i * 4 + 1] = uint32_t(st.conv_at[d] / 4);
-        table[i * 4 + 2] = uint32_t(st.delta_at[d][pos % 2] / 4);
-        table[i * 4 + 3] = uint32_t(st.delta_at[d][(pos + 1) % 2] / 4);
-      }
-    }
-    if (pooled) {
-      ctx_.write_buffer(bb.delta_seqs, 0, table.data(), table.size() * 4);
-      rows.delta_seqs = &bb.delta_seqs;
-    }
+    const gpu::Buffer& seqs = c.is_delta(f) ? bb.delta_seqs : bb.conv_seqs;
+    ctx_.write_buffer(seqs, 0, table.data(), table.size() * 4);
+    (c.is_delta(f) ? rows.delta_seqs : rows.conv_seqs) = &seqs;
   }
   // The split-K scratch the longest attention of the step needs.
   // (a layer reading another's cache: that cache's)

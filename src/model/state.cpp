@@ -34,6 +34,7 @@ SequenceState::SequenceState(gpu::Context& ctx, const ModelConfig& c, uint32_t n
   delta.resize(c.n_layer);
   delta_at.assign(c.n_layer, {0, 0});
   recurrent = !c.delta_layers.empty();
+  pooled_rings = shared_kv && sequence < shared_kv->sequences();  // until a ring or state gets a buffer of its own
   conv_taps = recurrent ? c.ssm_conv : c.l_cache;
   conv_rows = recurrent               ? kernels::delta_ring_rows(conv_taps)
               : c.conv_layers.empty() ? 0
@@ -53,6 +54,7 @@ SequenceState::SequenceState(gpu::Context& ctx, const ModelConfig& c, uint32_t n
       } else {
         conv[l] =
             ctx.create_buffer(conv_bytes[l], WGPUBufferUsage_Storage, ("conv state " + std::to_string(l)).c_str());
+        pooled_rings = false;
       }
       if (mark_every)
         marks[l] = ctx.create_buffer(uint64_t(n_ctx / mark_every) * (conv_taps - 1) * E * 4, WGPUBufferUsage_Storage,
@@ -75,6 +77,7 @@ SequenceState::SequenceState(gpu::Context& ctx, const ModelConfig& c, uint32_t n
         }
         continue;
       }
+      pooled_rings = false;
       conv[l] = ctx.create_buffer(conv_bytes[l], WGPUBufferUsage_Storage, ("conv state " + std::to_string(l)).c_str());
       for (uint32_t i = 0; i < 2; ++i)
         delta[l][i] = ctx.create_buffer(delta_bytes, WGPUBufferUsage_Storage,

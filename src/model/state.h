@@ -52,6 +52,9 @@ struct SequenceState {
   std::vector<std::array<uint64_t, 2>> delta_at;  // [n_layer] bytes
   uint64_t delta_bytes = 0;                       // a state's bytes (0 without DeltaNet layers)
   bool recurrent = false;                         // some layer has a recurrent state
+  // Every ring (and recurrent state) of this sequence is a view of `shared`'s pools, at the same offsets in every
+  // layer: a batched step of such sequences of one SharedKv runs them in one dispatch a layer (GpuBatchDecode).
+  bool pooled_rings = false;
 
   // Copies of the states that do not rewind in place (the conv rings, the recurrent states) at chosen positions
   // (GpuSession::checkpoint): going back to one of them needs no token fed again. Oldest first; at most
